@@ -1,0 +1,48 @@
+//! Cooperative cancellation and progress counting for long-running kernels.
+//!
+//! A kernel receives a `&Control`, adds the work units it has finished to it and
+//! polls [`Control::check`] at convenient points (once per cell step, per
+//! coefficient block, per few thousand nodes). The caller reads the counter from
+//! another thread to report progress and sets the flag to stop the kernel; atomics
+//! keep the kernel free of channels, locks and I/O.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+#[derive(Debug, Default)]
+pub struct Control {
+    cancelled: AtomicBool,
+    work_done: AtomicU64,
+}
+
+impl Control {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks every kernel observing this control to stop soon.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// `Err(Cancelled)` once [`Control::cancel`] has been called.
+    pub fn check(&self) -> crate::Result<()> {
+        if self.is_cancelled() {
+            Err(crate::Error::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Records `units` more units of finished work.
+    pub fn add_work(&self, units: u64) {
+        self.work_done.fetch_add(units, Ordering::Relaxed);
+    }
+
+    pub fn work_done(&self) -> u64 {
+        self.work_done.load(Ordering::Relaxed)
+    }
+}

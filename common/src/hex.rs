@@ -1,0 +1,1 @@
+//! hex kernel (being written).

@@ -1,0 +1,1 @@
+//! kayles kernel (being written).

@@ -1,0 +1,1 @@
+//! sliders kernel (being written).

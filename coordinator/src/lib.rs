@@ -1,0 +1,1 @@
+//! The tally coordinator (grows with the runner).

@@ -1,0 +1,1 @@
+//! The tally worker (grows with the runner).

@@ -44,13 +44,13 @@ pub fn is_prime(n: u64) -> bool {
         return false;
     }
     for p in WITNESSES {
-        if n % p == 0 {
+        if n.is_multiple_of(p) {
             return n == p;
         }
     }
     let mut d = n - 1;
     let mut s = 0;
-    while d % 2 == 0 {
+    while d.is_multiple_of(2) {
         d /= 2;
         s += 1;
     }
@@ -87,7 +87,12 @@ mod tests {
 
     #[test]
     fn primality_matches_trial_division() {
-        let trial = |n: u64| n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0);
+        let trial = |n: u64| {
+            n >= 2
+                && (2..)
+                    .take_while(|d| d * d <= n)
+                    .all(|d| !n.is_multiple_of(d))
+        };
         for n in 0..5000u64 {
             assert_eq!(is_prime(n), trial(n), "n = {n}");
         }

@@ -1,1 +1,0 @@
-//! hex kernel (being written).

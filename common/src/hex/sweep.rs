@@ -1,0 +1,524 @@
+//! The sweep over the cell steps: one step for a range of targets (the unit of the
+//! distributed plan), the whole sweep on local threads, and the untruncated scalar
+//! sweep at given points.
+
+use std::ops::Range;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use super::graph::Block;
+use super::kernel::{Prior, Shape, Sources, has_avx2, target_poly};
+use super::{HexGraph, validate_modulus};
+use crate::{Control, Error, Result};
+
+/// A buffer shared by the sweep threads: during a block of steps each thread
+/// writes the polynomials of the groups it took, and only reads the other buffer.
+#[derive(Clone, Copy)]
+struct SharedBuf(*mut u32);
+
+// SAFETY: the pointer is only dereferenced under the protocol of `HexGraph::sweep`
+// (disjoint writes, reads of the other buffer only, a barrier between blocks of
+// steps), which rules out data races.
+unsafe impl Send for SharedBuf {}
+unsafe impl Sync for SharedBuf {}
+
+/// One block of cell steps of the sweep: steps `first..first + block.cols.len()`.
+#[derive(Debug, Clone, Copy)]
+struct Stage {
+    first: usize,
+    block: usize,
+}
+
+impl HexGraph {
+    pub(crate) fn shape(&self, step: usize) -> Shape {
+        Shape::of_step(self.side as usize, self.stride, step)
+    }
+
+    /// The block and the column inside it of cell step `step`.
+    pub(crate) fn block_of(&self, step: usize) -> (&Block, usize) {
+        assert!(
+            (1..=self.num_steps()).contains(&step),
+            "cell step must be in 1..={}, got {step}",
+            self.num_steps()
+        );
+        let (b, j) = self.col_block[(step - 1) % self.side as usize];
+        (&self.blocks[b], j)
+    }
+
+    /// One cell step for a range of targets: given the whole vector of step
+    /// `step - 1` (`step` is 1-based; the vector of step 0 is
+    /// [`HexGraph::initial_vector`]), writes the polynomials of the target states
+    /// `targets` after step `step` into `out` (`targets.len() * stride` residues).
+    /// Independent of any other range, so a step may be split arbitrarily.
+    ///
+    /// `modulus` must satisfy [`super::validate`]; panics on a step out of
+    /// `1..=num_steps` or on slices of the wrong length.
+    pub fn step_range(
+        &self,
+        step: usize,
+        input: &[u32],
+        targets: Range<usize>,
+        modulus: u32,
+        out: &mut [u32],
+    ) {
+        assert_eq!(input.len(), self.vector_len(), "input vector length");
+        assert!(
+            targets.start <= targets.end && targets.end <= self.num_states(),
+            "target range {targets:?} out of 0..{}",
+            self.num_states()
+        );
+        assert_eq!(out.len(), targets.len() * self.stride, "output length");
+        debug_assert!(modulus < 1 << 31 && modulus > self.cells());
+        #[cfg(target_arch = "x86_64")]
+        {
+            if has_avx2() {
+                // SAFETY: the CPU supports AVX2.
+                return unsafe { self.step_range_avx2(step, input, targets, modulus, out) };
+            }
+        }
+        self.step_range_impl::<false>(step, input, targets, modulus, out)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,popcnt")]
+    unsafe fn step_range_avx2(
+        &self,
+        step: usize,
+        input: &[u32],
+        targets: Range<usize>,
+        p: u32,
+        out: &mut [u32],
+    ) {
+        self.step_range_impl::<true>(step, input, targets, p, out)
+    }
+
+    #[inline(always)]
+    fn step_range_impl<const AVX: bool>(
+        &self,
+        step: usize,
+        input: &[u32],
+        targets: Range<usize>,
+        p: u32,
+        out: &mut [u32],
+    ) {
+        let shape = self.shape(step);
+        let (block, j) = self.block_of(step);
+        let gather = &block.cols[j];
+        let stride = self.stride;
+        for (t, dst) in targets.zip(out.chunks_exact_mut(stride)) {
+            let sources = gather.sources_of(block.position[t] as usize);
+            let sources = Sources {
+                list: sources,
+                input,
+                at: |s: u32| block.members[s as usize] as usize * stride,
+            };
+            target_poly::<AVX, _>(&shape, Prior::Unknown, self.masks[t], sources, dst, p);
+        }
+    }
+
+    /// `C_0..C_floor(M/2)` mod `modulus`: the sum of the polynomials of the vector
+    /// after the last step.
+    pub fn crossings_from_vector(&self, vector: &[u32], modulus: u32) -> Vec<u32> {
+        assert_eq!(vector.len(), self.vector_len(), "vector length");
+        let q = u64::from(modulus);
+        let mut sums = vec![0u64; self.stride];
+        // Residues are below 2^31, so 2^32 of them fit a u64: reduce rarely.
+        for (i, poly) in vector.chunks_exact(self.stride).enumerate() {
+            for (s, &c) in sums.iter_mut().zip(poly) {
+                *s += u64::from(c);
+            }
+            if i % (1 << 30) == (1 << 30) - 1 {
+                sums.iter_mut().for_each(|s| *s %= q);
+            }
+        }
+        sums.into_iter().map(|s| (s % q) as u32).collect()
+    }
+
+    /// The stages of the sweep: every row of cells cut into the graph's blocks of
+    /// columns.
+    fn stages(&self) -> Vec<Stage> {
+        let side = self.side as usize;
+        (1..side)
+            .flat_map(|row| {
+                self.blocks.iter().enumerate().map(move |(b, block)| Stage {
+                    first: (row - 1) * side + block.first_col + 1,
+                    block: b,
+                })
+            })
+            .collect()
+    }
+
+    /// The whole sweep in this process: `C_0..C_floor(M/2)` mod `modulus`.
+    ///
+    /// The cell steps are made a block of columns at a time: the states fall into
+    /// groups closed under the steps of the block (see the graph module), and each
+    /// of `threads` threads takes whole groups in turn (largest first) and carries
+    /// them through all these steps in a private buffer, so that the whole
+    /// vectors are read and written once per block; the threads meet at a
+    /// barrier after each block. [`Control::check`] is polled there, and one work
+    /// unit per target state per cell step is added (`num_states * width` per
+    /// block, [`HexGraph::total_work`] in all). The result does not depend on
+    /// `threads`.
+    pub fn sweep(&self, modulus: u32, threads: usize, control: &Control) -> Result<Vec<u32>> {
+        validate_modulus(self.side, modulus)?;
+        control.check()?;
+        let n = self.num_states();
+        let stages = self.stages();
+        let threads = threads.clamp(1, n.div_ceil(64).max(1));
+        let mut current = self.initial_vector(modulus);
+        let mut next = vec![0u32; current.len()];
+        let len = current.len();
+        let bufs = [
+            SharedBuf(current.as_mut_ptr()),
+            SharedBuf(next.as_mut_ptr()),
+        ];
+        let local_len = self.blocks.iter().map(|b| b.max_group).max().unwrap_or(0) * self.stride;
+        let claimed: Vec<AtomicUsize> = stages.iter().map(|_| AtomicUsize::new(0)).collect();
+        let barrier = Barrier::new(threads);
+        let stop = AtomicBool::new(false);
+        let avx2 = has_avx2();
+        let work = || {
+            let mut local = [vec![0u32; local_len], vec![0u32; local_len]];
+            for (i, stage) in stages.iter().enumerate() {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let block = &self.blocks[stage.block];
+                // SAFETY: during this stage no thread writes the input buffer (all
+                // writes go to the other one), and it is `len` residues long.
+                let input = unsafe { std::slice::from_raw_parts(bufs[i % 2].0, len) };
+                let output = bufs[(i + 1) % 2];
+                loop {
+                    let g = claimed[i].fetch_add(1, Ordering::Relaxed);
+                    if g >= block.groups() {
+                        break;
+                    }
+                    let run = GroupRun {
+                        graph: self,
+                        block,
+                        first: stage.first,
+                        group: g,
+                        canonical_input: i == 0,
+                        p: modulus,
+                    };
+                    // SAFETY: group `g` was claimed by this thread alone, so the
+                    // output polynomials it writes are written by no other thread;
+                    // AVX2 is used only when the CPU has it.
+                    unsafe { run.run(avx2, input, output.0, &mut local) };
+                }
+                if barrier.wait().is_leader() {
+                    control.add_work((n * block.cols.len()) as u64);
+                    if control.is_cancelled() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+                barrier.wait();
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads {
+                scope.spawn(work);
+            }
+            work();
+        });
+        if stop.load(Ordering::Relaxed) {
+            return Err(Error::Cancelled);
+        }
+        control.check()?;
+        let last = if stages.len().is_multiple_of(2) {
+            &current
+        } else {
+            &next
+        };
+        Ok(self.crossings_from_vector(last, modulus))
+    }
+
+    /// `sum_{k=0}^{M} C_k x^k mod modulus`: the sweep with the number `x` in place
+    /// of the variable and without truncation.
+    pub fn evaluate_crossings(&self, x: u32, modulus: u32) -> u32 {
+        self.evaluate_points(&[x], modulus)[0]
+    }
+
+    /// [`HexGraph::evaluate_crossings`] at several points: the values in the
+    /// order of `xs`. Points are swept together in batches of up to 8 (one
+    /// residue per state and point).
+    ///
+    /// `modulus` must be below 2^31 (see [`super::validate`]).
+    pub fn evaluate_points(&self, xs: &[u32], modulus: u32) -> Vec<u32> {
+        assert!(
+            modulus > 1 && modulus < 1 << 31,
+            "modulus must be in 2..2^31"
+        );
+        let mut values = Vec::with_capacity(xs.len());
+        for batch in xs.chunks(8) {
+            match batch.len() {
+                1 => values.extend_from_slice(&self.evaluate_batch::<1>(batch, modulus)),
+                2 => values.extend_from_slice(&self.evaluate_batch::<2>(batch, modulus)),
+                3 | 4 => values
+                    .extend_from_slice(&self.evaluate_batch::<4>(batch, modulus)[..batch.len()]),
+                _ => values
+                    .extend_from_slice(&self.evaluate_batch::<8>(batch, modulus)[..batch.len()]),
+            }
+        }
+        values
+    }
+
+    /// The scalar sweep at up to `NP` points at once (missing points are 0).
+    fn evaluate_batch<const NP: usize>(&self, xs: &[u32], modulus: u32) -> [u32; NP] {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if has_avx2() {
+                // SAFETY: the CPU supports AVX2.
+                return unsafe { self.evaluate_batch_avx2::<NP>(xs, modulus) };
+            }
+        }
+        self.evaluate_batch_impl::<NP>(xs, modulus)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,popcnt")]
+    unsafe fn evaluate_batch_avx2<const NP: usize>(&self, xs: &[u32], modulus: u32) -> [u32; NP] {
+        self.evaluate_batch_impl::<NP>(xs, modulus)
+    }
+
+    /// Runs in the order of the blocks, like [`HexGraph::sweep`], so that the
+    /// sources of neighbouring targets are close in memory.
+    #[inline(always)]
+    fn evaluate_batch_impl<const NP: usize>(&self, xs: &[u32], modulus: u32) -> [u32; NP] {
+        let q = u64::from(modulus);
+        let n = self.num_states();
+        let mut x = [0u32; NP];
+        for (slot, &v) in x.iter_mut().zip(xs) {
+            *slot = v % modulus;
+        }
+        let points = x.map(|v| Shoup::new(v, modulus));
+        let mut current = vec![[0u32; NP]; n];
+        for (value, &m) in current.iter_mut().zip(&self.masks) {
+            if m >> 16 == m & 0xFFFF {
+                // A top-row state: x^(occupied cells).
+                let degree = u64::from((m & 0xFFFF).count_ones());
+                *value = x.map(|v| crate::modular::pow_mod(u64::from(v), degree, q) as u32);
+            }
+        }
+        let mut next = vec![[0u32; NP]; n];
+        // The block whose order `current` is in; None: state order.
+        let mut layout: Option<usize> = None;
+        for step in 1..=self.num_steps() {
+            let (b, j) = self.col_block[(step - 1) % self.side as usize];
+            let block = &self.blocks[b];
+            if layout != Some(b) {
+                // Reorder to block b (the blocks of a row follow each other).
+                let from = if layout.is_none() {
+                    &block.members
+                } else {
+                    &block.from_prev
+                };
+                for (value, &i) in next.iter_mut().zip(from) {
+                    *value = current[i as usize];
+                }
+                std::mem::swap(&mut current, &mut next);
+                layout = Some(b);
+            }
+            let col = (step - 1) % self.side as usize;
+            let gather = &block.cols[j];
+            for (pos, value) in next.iter_mut().enumerate() {
+                let mut acc = [0u32; NP];
+                for &src in gather.sources_of(pos) {
+                    let v = &current[src as usize];
+                    for k in 0..NP {
+                        let s = acc[k] + v[k];
+                        acc[k] = s.min(s.wrapping_sub(modulus));
+                    }
+                }
+                if (block.masks[pos] >> col) & 1 == 1 {
+                    for k in 0..NP {
+                        acc[k] = points[k].mul(acc[k]);
+                    }
+                }
+                *value = acc;
+            }
+            std::mem::swap(&mut current, &mut next);
+        }
+        let mut sums = [0u64; NP];
+        for value in &current {
+            for k in 0..NP {
+                sums[k] += u64::from(value[k]);
+            }
+        }
+        sums.map(|s| (s % q) as u32)
+    }
+}
+
+/// Multiplication by a fixed residue `x` modulo `q < 2^31` with a precomputed
+/// quotient (Shoup): no division per product.
+#[derive(Debug, Clone, Copy)]
+struct Shoup {
+    x: u32,
+    /// `floor(x * 2^32 / q)`.
+    x_scaled: u32,
+    q: u32,
+}
+
+impl Shoup {
+    fn new(x: u32, q: u32) -> Self {
+        debug_assert!(x < q);
+        Shoup {
+            x,
+            x_scaled: ((u64::from(x) << 32) / u64::from(q)) as u32,
+            q,
+        }
+    }
+
+    /// `r * x mod q` for `r < 2^32`.
+    #[inline(always)]
+    fn mul(&self, r: u32) -> u32 {
+        let quotient = ((u64::from(r) * u64::from(self.x_scaled)) >> 32) as u32;
+        // r x - quotient q lies in [0, 2q), which fits a u32 since q < 2^31.
+        let t = r
+            .wrapping_mul(self.x)
+            .wrapping_sub(quotient.wrapping_mul(self.q));
+        t.min(t.wrapping_sub(self.q))
+    }
+}
+
+/// One group carried through the cell steps of a block.
+struct GroupRun<'a> {
+    graph: &'a HexGraph,
+    block: &'a Block,
+    /// First cell step of the block.
+    first: usize,
+    group: usize,
+    /// Whether the input vector is in state order (the initial vector) rather
+    /// than in the order of the previous block.
+    canonical_input: bool,
+    p: u32,
+}
+
+impl GroupRun<'_> {
+    /// Reads the group's polynomials from `input` (the whole vector before the
+    /// block, in the order of the previous block, or of the states for the first
+    /// stage), makes the block's steps in `local`, and writes the result at the
+    /// group's positions in `output` (the whole vector after the block, in the
+    /// order of this block).
+    ///
+    /// # Safety
+    /// `output` points to a vector of `num_states * stride` residues whose
+    /// polynomials at this group's positions no one else accesses during the call;
+    /// `avx2` only if the CPU supports AVX2 and POPCNT.
+    unsafe fn run(&self, avx2: bool, input: &[u32], output: *mut u32, local: &mut [Vec<u32>; 2]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if avx2 {
+                // SAFETY: forwarded from the caller.
+                return unsafe { self.run_avx2(input, output, local) };
+            }
+        }
+        let _ = avx2;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.run_impl::<false>(input, output, local) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,popcnt")]
+    unsafe fn run_avx2(&self, input: &[u32], output: *mut u32, local: &mut [Vec<u32>; 2]) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.run_impl::<true>(input, output, local) }
+    }
+
+    #[inline(always)]
+    unsafe fn run_impl<const AVX: bool>(
+        &self,
+        input: &[u32],
+        output: *mut u32,
+        local: &mut [Vec<u32>; 2],
+    ) {
+        let block = self.block;
+        let stride = self.graph.stride;
+        let start = block.group_offsets[self.group] as usize;
+        let end = block.group_offsets[self.group + 1] as usize;
+        // Where the first step finds each position's polynomial in `input`.
+        let input_pos = if self.canonical_input {
+            &block.members
+        } else {
+            &block.from_prev
+        };
+        let width = block.cols.len();
+        let [even, odd] = local;
+        for j in 0..width {
+            let shape = self.graph.shape(self.first + j);
+            let gather = &block.cols[j];
+            let last = j + 1 == width;
+            // Steps after the first read the previous step's local buffer.
+            let (src_buf, dst_buf): (&[u32], &mut [u32]) =
+                if j % 2 == 0 { (odd, even) } else { (even, odd) };
+            let input_here = if j == 0 { input } else { src_buf };
+            let local_prior = if j >= 2 {
+                Prior::Step(self.graph.shape(self.first + j - 2))
+            } else {
+                Prior::Unknown
+            };
+            for pos in start..end {
+                // The first step reads polynomials scattered over the whole
+                // input: ask for those of a later target early.
+                if j == 0 && pos + PREFETCH_AHEAD < end {
+                    for &s in gather.sources_of(pos + PREFETCH_AHEAD) {
+                        prefetch_poly(
+                            input
+                                .as_ptr()
+                                .wrapping_add(input_pos[s as usize] as usize * stride),
+                            stride,
+                        );
+                    }
+                }
+                let mask = block.masks[pos];
+                let sources = gather.sources_of(pos);
+                let dst: &mut [u32] = if last {
+                    // SAFETY: the polynomial at this position lies inside `output`
+                    // and belongs to this group (see the caller's contract).
+                    unsafe { std::slice::from_raw_parts_mut(output.add(pos * stride), stride) }
+                } else {
+                    &mut dst_buf[(pos - start) * stride..][..stride]
+                };
+                let prior = if last { Prior::Unknown } else { local_prior };
+                if j == 0 {
+                    let sources = Sources {
+                        list: sources,
+                        input: input_here,
+                        at: |s: u32| input_pos[s as usize] as usize * stride,
+                    };
+                    target_poly::<AVX, _>(&shape, prior, mask, sources, dst, self.p);
+                } else {
+                    let sources = Sources {
+                        list: sources,
+                        input: input_here,
+                        at: |s: u32| (s as usize - start) * stride,
+                    };
+                    target_poly::<AVX, _>(&shape, prior, mask, sources, dst, self.p);
+                }
+            }
+        }
+    }
+}
+
+/// How many targets ahead the first step of a block prefetches sources.
+const PREFETCH_AHEAD: usize = 4;
+
+/// Asks the CPU to start loading the cache lines of the `stride` residues at `p`.
+#[inline(always)]
+fn prefetch_poly(p: *const u32, stride: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let bytes = stride * 4;
+        let mut off = 0;
+        while off < bytes + 63 {
+            let q = (p as *const i8).wrapping_add(off.min(bytes - 1));
+            // SAFETY: a prefetch never faults, whatever the address; SSE is part
+            // of the x86_64 baseline.
+            unsafe { _mm_prefetch(q, _MM_HINT_T0) };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, stride);
+}

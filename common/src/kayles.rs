@@ -1,1 +1,0 @@
-//! kayles kernel (being written).

@@ -1,1 +1,0 @@
-//! sliders kernel (being written).

@@ -6,9 +6,12 @@
 pub mod control;
 pub mod error;
 pub mod hex;
+pub mod jobs;
 pub mod kayles;
 pub mod modular;
+pub mod proto;
 pub mod sliders;
+pub mod spec;
 
 pub use control::Control;
 pub use error::{Error, Result};

@@ -1,0 +1,139 @@
+//! Runner overhead, measured on this machine in one run:
+//! - `tally run hex --side 11` through the embedded runner against the kernel alone;
+//! - the cost per shard: the same hex job with 1 and with ~110 shards per cell step
+//!   (about 10 000 shards);
+//! - the time from a coordinator restart (after kill -9 mid-job) to the first
+//!   accepted report.
+//!
+//! Run: `cargo bench --bench runner` (add `-- quick` for one repetition).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tally() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tally"))
+}
+
+fn timed(args: &[&str]) -> (f64, String) {
+    let started = Instant::now();
+    let out = tally()
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .expect("tally runs");
+    assert!(out.status.success(), "tally {args:?} failed");
+    let answer = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    (started.elapsed().as_secs_f64(), answer)
+}
+
+fn median(args: &[&str], runs: usize) -> (f64, String) {
+    let mut times = Vec::new();
+    let mut answer = String::new();
+    for _ in 0..runs {
+        let (t, a) = timed(args);
+        times.push(t);
+        answer = a;
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (times[times.len() / 2], answer)
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "quick");
+    let runs = if quick { 1 } else { 3 };
+
+    let (direct, a) = median(
+        &["run", "hex", "--side", "11", "--direct", "--threads", "2"],
+        runs,
+    );
+    let (runner, b) = median(&["run", "hex", "--side", "11"], runs);
+    assert_eq!(a, b, "runner and kernel disagree");
+    println!(
+        "hex side 11: kernel {direct:.3} s, runner {runner:.3} s, ratio {:.2} (answer {a})",
+        runner / direct
+    );
+
+    let few = ["run", "hex", "--side", "10", "--shards-per-step", "1"];
+    let many = ["run", "hex", "--side", "10", "--shards-per-step", "111"];
+    let (t_few, a) = median(&few, runs);
+    let (t_many, b) = median(&many, runs);
+    assert_eq!(a, b);
+    let shards_few = 90.0;
+    let shards_many = 90.0 * 111.0;
+    println!(
+        "hex side 10: {shards_few} shards {t_few:.3} s, {shards_many} shards {t_many:.3} s: {:.3} ms per extra shard",
+        (t_many - t_few) * 1e3 / (shards_many - shards_few)
+    );
+
+    restart_to_first_report();
+}
+
+fn restart_to_first_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{port}");
+    let spawn_coordinator = || {
+        tally()
+            .args(["coordinator", "--listen", &listen, "--data"])
+            .arg(&data)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut coordinator = spawn_coordinator();
+    let mut worker = tally()
+        .args(["worker", "--coordinator", &url, "--slots", "2"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let out = tally()
+        .args(["submit", "hex", "--side", "11", "--coordinator", &url])
+        .output()
+        .unwrap();
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    std::thread::sleep(Duration::from_secs(2));
+    coordinator.kill().unwrap();
+    coordinator.wait().unwrap();
+    let restarted = Instant::now();
+    let mut coordinator = spawn_coordinator();
+    // Poll the event log for the first accepted report after the restart.
+    let first = loop {
+        let out = tally()
+            .args(["events", &job, "--json", "--coordinator", &url])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let events = v["events"].as_array().unwrap();
+            if let Some(i) = events.iter().position(|e| e["kind"] == "resumed")
+                && events[i..].iter().any(|e| e["kind"] == "accepted")
+            {
+                break restarted.elapsed();
+            }
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(60),
+            "no report after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    println!(
+        "coordinator restart to first accepted report: {:.0} ms (worker reconnects with backoff)",
+        first.as_secs_f64() * 1e3
+    );
+    let _ = worker.kill();
+    let _ = coordinator.kill();
+    let _ = worker.wait();
+    let _ = coordinator.wait();
+}

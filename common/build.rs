@@ -1,0 +1,23 @@
+//! Compiles the gRPC contract in `proto/` with protox (pure Rust, no protoc) and
+//! generates the prost messages and tonic services; also writes the encoded file
+//! descriptor set that the coordinator serves through gRPC reflection.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../proto");
+    let proto_file = proto_root.join("tally/v1/tally.proto");
+    println!("cargo:rerun-if-changed={}", proto_file.display());
+
+    let descriptors = protox::compile([&proto_file], [&proto_root])?;
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out_dir.join("tally_descriptor.bin"),
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

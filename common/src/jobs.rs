@@ -1,0 +1,745 @@
+//! The runner's view of each job kind: how a job is prepared and split into
+//! stages of shards, how one shard is executed (with checkpoints), how partial
+//! results are encoded, and how the final answer is computed from them.
+//!
+//! Everything here is synchronous and deterministic. The coordinator calls
+//! [`prepare`], [`plan_stage`] and [`finish`]; the worker calls [`execute`].
+//! Partial results are stored per shard and combined only in [`finish`], so a
+//! merge is idempotent by construction: accepting a shard twice is impossible
+//! (attempt fencing) and would not change the sum anyway.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{JobSpec, KindSpec};
+use crate::{Control, Error, Result, hex, invalid, kayles, sliders};
+
+/// What one shard computes, serialised as JSON into the lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum ShardTask {
+    /// Target states `[start, end)` of hex cell step `step` (0 is the top row).
+    /// On the last stage the shard returns the sum of its polynomials instead of
+    /// the polynomials themselves.
+    HexStep {
+        step: u32,
+        start: u32,
+        end: u32,
+        last: bool,
+    },
+    /// One Walsh character of the kayles series.
+    KaylesCharacter { character: u32 },
+    /// A batch of slider prefixes, enumerated one after the other.
+    SliderPrefixes { prefixes: Vec<String> },
+}
+
+impl ShardTask {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("shard tasks always serialise")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<ShardTask> {
+        serde_json::from_slice(bytes).map_err(|e| invalid!("malformed shard task: {e}"))
+    }
+}
+
+/// A shard's (partial) result, serialised as JSON. Externally tagged: serde's
+/// internally tagged enums cannot carry the `u128` sums.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Partial {
+    /// Nothing to merge: the shard's output is stage data.
+    None,
+    /// Sum of the crossing polynomials over a range of states, mod p.
+    HexCrossings { residues: Vec<u32> },
+    /// c_h(m) modulo 2^b * 10^d.
+    KaylesCharacter { character: u32, value: u128 },
+    /// Exact sums over the prefixes enumerated so far.
+    SliderSums {
+        prefixes_done: u32,
+        sums: sliders::PathSums,
+    },
+}
+
+impl Partial {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("partials always serialise")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Partial> {
+        if bytes.is_empty() {
+            return Ok(Partial::None);
+        }
+        serde_json::from_slice(bytes).map_err(|e| invalid!("malformed partial result: {e}"))
+    }
+}
+
+/// Facts about a job computed once, when it is submitted, and stored with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPlan {
+    pub stages_total: u32,
+    /// Hex: number of frontier states; the other kinds leave it 0.
+    pub states: u64,
+    /// Hex: coefficients per state.
+    pub stride: u64,
+    /// Kayles: number of Walsh characters.
+    pub characters: u32,
+    /// Sliders: the prefix tasks, and facts about the board graph.
+    pub prefixes: Vec<String>,
+    pub shortest_length: u32,
+    pub boards: u64,
+}
+
+/// One shard of a stage, ready to be stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedShard {
+    pub task: ShardTask,
+    pub work_total: u64,
+}
+
+/// The final result of a job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    /// The answer line, as printed by the CLI.
+    pub line: String,
+    /// The full result as a JSON object.
+    pub details: serde_json::Value,
+}
+
+/// Caches the expensive per-job structures (hex state graphs, slider graphs) so a
+/// worker builds each once, whatever the number of shards it runs.
+#[derive(Default)]
+pub struct KernelCache {
+    hex: Mutex<HashMap<u32, Arc<hex::HexGraph>>>,
+    sliders: Mutex<HashMap<String, Arc<sliders::SliderSpace>>>,
+}
+
+impl KernelCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn hex_graph(&self, side: u32) -> Result<Arc<hex::HexGraph>> {
+        if let Some(graph) = self.hex.lock().unwrap().get(&side) {
+            return Ok(graph.clone());
+        }
+        // Built outside the lock: two threads may race to build the same graph,
+        // which wastes a little work but never blocks other sides.
+        let graph = Arc::new(hex::HexGraph::build(side)?);
+        let mut cache = self.hex.lock().unwrap();
+        Ok(cache.entry(side).or_insert(graph).clone())
+    }
+
+    pub fn slider_space(
+        &self,
+        params: &sliders::SliderParams,
+        control: &Control,
+    ) -> Result<Arc<sliders::SliderSpace>> {
+        let key = serde_json::to_string(params).expect("params serialise");
+        if let Some(space) = self.sliders.lock().unwrap().get(&key) {
+            return Ok(space.clone());
+        }
+        let space = Arc::new(sliders::SliderSpace::build(params, control)?);
+        let mut cache = self.sliders.lock().unwrap();
+        // Keep the cache small: slider graphs can be large.
+        if cache.len() >= 4 {
+            cache.clear();
+        }
+        Ok(cache.entry(key).or_insert(space).clone())
+    }
+}
+
+/// Default number of shards per hex cell step for a graph of `states` states.
+pub fn default_hex_shards_per_step(states: u64) -> u32 {
+    states.div_ceil(4096).clamp(1, 8) as u32
+}
+
+/// Default minimum number of slider prefix tasks.
+pub const DEFAULT_SLIDER_PREFIXES: u32 = 64;
+/// At most this many shards for the prefixes of one slider job.
+pub const MAX_SLIDER_SHARDS: usize = 256;
+
+/// Computes the facts the plan needs (the expensive part of planning: building the
+/// hex graph, the slider searches). Runs once per job, at submission.
+pub fn prepare(spec: &JobSpec, cache: &KernelCache, control: &Control) -> Result<JobPlan> {
+    spec.validate()?;
+    let mut plan = JobPlan {
+        stages_total: 1,
+        states: 0,
+        stride: 0,
+        characters: 0,
+        prefixes: Vec::new(),
+        shortest_length: 0,
+        boards: 0,
+    };
+    match &spec.kind {
+        KindSpec::Hex(h) => {
+            let graph = cache.hex_graph(h.side)?;
+            plan.states = graph.num_states() as u64;
+            plan.stride = graph.stride() as u64;
+            plan.stages_total = (graph.num_steps() as u32).max(1);
+        }
+        KindSpec::Kayles(k) => plan.characters = kayles::character_count(k.pins),
+        KindSpec::Sliders(s) => {
+            let space = cache.slider_space(&s.board, control)?;
+            let wanted = if s.prefixes == 0 {
+                DEFAULT_SLIDER_PREFIXES
+            } else {
+                s.prefixes
+            };
+            plan.prefixes = space.prefix_tasks(wanted as usize);
+            plan.shortest_length = space.shortest_length();
+            plan.boards = space.reachable_boards() as u64;
+        }
+    }
+    Ok(plan)
+}
+
+/// The shards of stage `stage` (1-based). Deterministic: the same spec and plan
+/// always give the same shards, which is what makes re-planning after a crash safe.
+pub fn plan_stage(spec: &JobSpec, plan: &JobPlan, stage: u32) -> Result<Vec<PlannedShard>> {
+    if stage == 0 || stage > plan.stages_total {
+        return Err(Error::Internal(format!(
+            "stage {stage} is outside 1..={}",
+            plan.stages_total
+        )));
+    }
+    let shards = match &spec.kind {
+        KindSpec::Hex(h) => {
+            let states = plan.states;
+            let wanted = if h.shards_per_step == 0 {
+                default_hex_shards_per_step(states)
+            } else {
+                h.shards_per_step
+            };
+            let count = (wanted as u64).clamp(1, states.max(1));
+            // Side 1 has no cell steps: its single stage reduces the top row (step 0).
+            let step = if plan.stages_total == 1 && plan.states <= 1 && hex_steps(spec) == 0 {
+                0
+            } else {
+                stage
+            };
+            (0..count)
+                .map(|i| {
+                    let start = (states * i / count) as u32;
+                    let end = (states * (i + 1) / count) as u32;
+                    PlannedShard {
+                        task: ShardTask::HexStep {
+                            step,
+                            start,
+                            end,
+                            last: stage == plan.stages_total,
+                        },
+                        work_total: (end - start) as u64,
+                    }
+                })
+                .collect()
+        }
+        KindSpec::Kayles(k) => {
+            let m = k.pins / 2 + 1;
+            (0..plan.characters)
+                .map(|character| PlannedShard {
+                    task: ShardTask::KaylesCharacter { character },
+                    work_total: kayles_work(m),
+                })
+                .collect()
+        }
+        KindSpec::Sliders(_) => {
+            let n = plan.prefixes.len();
+            let batch = n.div_ceil(MAX_SLIDER_SHARDS).max(1);
+            plan.prefixes
+                .chunks(batch)
+                .map(|chunk| PlannedShard {
+                    task: ShardTask::SliderPrefixes {
+                        prefixes: chunk.to_vec(),
+                    },
+                    work_total: chunk.len() as u64,
+                })
+                .collect()
+        }
+    };
+    Ok(shards)
+}
+
+fn hex_steps(spec: &JobSpec) -> u32 {
+    match &spec.kind {
+        KindSpec::Hex(h) => h.side * h.side.saturating_sub(1),
+        _ => 0,
+    }
+}
+
+/// Kayles work units for `computed` coefficients: the square-root recurrence costs
+/// about k multiplications for coefficient k, so work grows with the square.
+fn kayles_work(computed: u64) -> u64 {
+    computed * computed / 2
+}
+
+/// Whether a shard of `stage` needs the merged output of the previous stage.
+pub fn needs_stage_input(spec: &JobSpec, stage: u32) -> bool {
+    matches!(spec.kind, KindSpec::Hex(_)) && stage >= 2
+}
+
+/// What a running shard hands to its worker along the way.
+pub enum ShardEvent {
+    /// A resumable state and the partial result it stands for.
+    Checkpoint {
+        state: Vec<u8>,
+        partial: Partial,
+        work_done: u64,
+    },
+}
+
+/// What a finished shard returns.
+#[derive(Debug)]
+pub struct ShardOutcome {
+    /// Stage data for the next stage (hex cell steps), else empty.
+    pub output: Vec<u8>,
+    pub partial: Partial,
+    pub work_done: u64,
+}
+
+/// Runs one shard. `input` is the merged output of the previous stage when
+/// [`needs_stage_input`] says so; `checkpoint` is the last accepted checkpoint of
+/// an earlier attempt (or empty). `on_event` receives checkpoints; `control`
+/// carries cancellation and a live work counter.
+pub fn execute(
+    spec: &JobSpec,
+    task: &ShardTask,
+    input: Option<&[u32]>,
+    checkpoint: &[u8],
+    cache: &KernelCache,
+    control: &Control,
+    on_event: &mut dyn FnMut(ShardEvent),
+) -> Result<ShardOutcome> {
+    match (&spec.kind, task) {
+        (
+            KindSpec::Hex(h),
+            ShardTask::HexStep {
+                step,
+                start,
+                end,
+                last,
+            },
+        ) => {
+            let graph = cache.hex_graph(h.side)?;
+            execute_hex_step(
+                &graph, h.modulus, *step, *start, *end, *last, input, control,
+            )
+        }
+        (KindSpec::Kayles(k), ShardTask::KaylesCharacter { character }) => {
+            execute_kayles(k.pins, k.digits, *character, checkpoint, control, on_event)
+        }
+        (KindSpec::Sliders(s), ShardTask::SliderPrefixes { prefixes }) => {
+            let space = cache.slider_space(&s.board, control)?;
+            execute_sliders(&space, prefixes, checkpoint, control, on_event)
+        }
+        _ => Err(invalid!(
+            "the shard task does not belong to a {} job",
+            spec.kind_name()
+        )),
+    }
+}
+
+/// Encodes truncated polynomials (`stride` residues each) for transport and
+/// storage. The nonzero coefficients of a frontier state's polynomial always form
+/// one contiguous run, and about half of all coefficients of a sweep are zero, so
+/// each polynomial is written as `[first degree: u8][length: u8]` followed by the
+/// `length` residues of that run (little-endian u32).
+pub fn encode_polynomials(values: &[u32], stride: usize) -> Vec<u8> {
+    debug_assert!(stride <= u8::MAX as usize && values.len().is_multiple_of(stride));
+    let mut bytes = Vec::with_capacity(values.len() * 2 + values.len() / stride * 2);
+    for poly in values.chunks_exact(stride) {
+        let (first, len) = match poly.iter().position(|&c| c != 0) {
+            None => (0, 0),
+            Some(first) => {
+                let last = poly.iter().rposition(|&c| c != 0).unwrap_or(first);
+                (first, last + 1 - first)
+            }
+        };
+        bytes.push(first as u8);
+        bytes.push(len as u8);
+        for c in &poly[first..first + len] {
+            bytes.extend_from_slice(&c.to_le_bytes());
+        }
+    }
+    bytes
+}
+
+/// Decodes [`encode_polynomials`] output into dense polynomials, checking every
+/// run against `stride` and every residue against `modulus`.
+pub fn decode_polynomials(bytes: &[u8], stride: usize, modulus: u32) -> Result<Vec<u32>> {
+    let mut values = Vec::with_capacity(bytes.len() / 2);
+    let mut at = 0;
+    while at < bytes.len() {
+        let header = bytes
+            .get(at..at + 2)
+            .ok_or_else(|| invalid!("polynomial data ends inside a header at byte {at}"))?;
+        let (first, len) = (header[0] as usize, header[1] as usize);
+        at += 2;
+        if first + len > stride {
+            return Err(invalid!(
+                "polynomial run {first}+{len} exceeds {stride} coefficients at byte {}",
+                at - 2
+            ));
+        }
+        let run = bytes
+            .get(at..at + 4 * len)
+            .ok_or_else(|| invalid!("polynomial data ends inside a run at byte {at}"))?;
+        at += 4 * len;
+        let base = values.len();
+        values.resize(base + stride, 0);
+        for (slot, word) in values[base + first..].iter_mut().zip(run.chunks_exact(4)) {
+            let c = u32::from_le_bytes(word.try_into().unwrap());
+            if c >= modulus {
+                return Err(invalid!(
+                    "coefficient {c} is not a residue modulo {modulus}"
+                ));
+            }
+            *slot = c;
+        }
+    }
+    Ok(values)
+}
+
+/// The stage data a shard of `stage` reads, decoded once per worker and stage
+/// from the bytes the coordinator serves.
+pub fn decode_stage_input(spec: &JobSpec, bytes: &[u8]) -> Result<Vec<u32>> {
+    match &spec.kind {
+        KindSpec::Hex(h) => {
+            let stride = (h.side * h.side / 2 + 1) as usize;
+            decode_polynomials(bytes, stride, h.modulus)
+        }
+        _ => Err(invalid!("{} jobs have no stage data", spec.kind_name())),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn execute_hex_step(
+    graph: &hex::HexGraph,
+    modulus: u32,
+    step: u32,
+    start: u32,
+    end: u32,
+    last: bool,
+    input: Option<&[u32]>,
+    control: &Control,
+) -> Result<ShardOutcome> {
+    control.check()?;
+    let states = graph.num_states();
+    let stride = graph.stride();
+    let (start, end) = (start as usize, end as usize);
+    if start >= end || end > states || step as usize > graph.num_steps() {
+        return Err(invalid!(
+            "hex shard [{start}, {end}) at step {step} does not fit {states} states and {} steps",
+            graph.num_steps()
+        ));
+    }
+    let initial;
+    let previous: &[u32] = if step <= 1 {
+        initial = graph.initial_vector(modulus);
+        &initial
+    } else {
+        let words =
+            input.ok_or_else(|| invalid!("hex step {step} needs the previous stage's data"))?;
+        if words.len() != states * stride {
+            return Err(invalid!(
+                "stage data holds {} residues, expected {}",
+                words.len(),
+                states * stride
+            ));
+        }
+        words
+    };
+    let out = if step == 0 {
+        previous[start * stride..end * stride].to_vec()
+    } else {
+        let mut out = vec![0u32; (end - start) * stride];
+        graph.step_range(step as usize, previous, start..end, modulus, &mut out);
+        out
+    };
+    control.add_work((end - start) as u64);
+    if last {
+        let mut sums = vec![0u64; stride];
+        for poly in out.chunks_exact(stride) {
+            for (s, &c) in sums.iter_mut().zip(poly) {
+                *s = (*s + c as u64) % modulus as u64;
+            }
+        }
+        let residues = sums.into_iter().map(|s| s as u32).collect();
+        Ok(ShardOutcome {
+            output: Vec::new(),
+            partial: Partial::HexCrossings { residues },
+            work_done: (end - start) as u64,
+        })
+    } else {
+        Ok(ShardOutcome {
+            output: encode_polynomials(&out, stride),
+            partial: Partial::None,
+            work_done: (end - start) as u64,
+        })
+    }
+}
+
+/// Coefficients computed between two checkpoints of a kayles character.
+const KAYLES_CHUNK: usize = 2_048;
+/// Checkpoints are sent at most this often (the state grows with the series).
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(3);
+
+fn execute_kayles(
+    pins: u64,
+    digits: u32,
+    character: u32,
+    checkpoint: &[u8],
+    control: &Control,
+    on_event: &mut dyn FnMut(ShardEvent),
+) -> Result<ShardOutcome> {
+    let mut series = if checkpoint.is_empty() {
+        kayles::CharacterSeries::new(pins, digits, character)?
+    } else {
+        let words = bytes_to_u64s(checkpoint)?;
+        kayles::CharacterSeries::restore(pins, digits, character, &words)?
+    };
+    let mut last_checkpoint = std::time::Instant::now();
+    while !series.is_done() {
+        let upto = series.computed() + KAYLES_CHUNK;
+        series.advance(upto, control)?;
+        if !series.is_done() && last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+            last_checkpoint = std::time::Instant::now();
+            on_event(ShardEvent::Checkpoint {
+                state: u64s_to_bytes(&series.checkpoint()),
+                partial: Partial::None,
+                work_done: kayles_work(series.computed() as u64),
+            });
+        }
+    }
+    let value = series
+        .value()
+        .ok_or_else(|| Error::Internal("kayles series finished without a value".into()))?;
+    Ok(ShardOutcome {
+        output: Vec::new(),
+        partial: Partial::KaylesCharacter {
+            character,
+            value: value as u128,
+        },
+        work_done: kayles_work(series.target() as u64),
+    })
+}
+
+fn u64s_to_bytes(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn bytes_to_u64s(bytes: &[u8]) -> Result<Vec<u64>> {
+    if !bytes.len().is_multiple_of(8) {
+        return Err(invalid!(
+            "checkpoint length {} is not a multiple of 8",
+            bytes.len()
+        ));
+    }
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect())
+}
+
+#[derive(Serialize, Deserialize)]
+struct SliderCheckpoint {
+    prefixes_done: u32,
+    sums: sliders::PathSums,
+}
+
+fn execute_sliders(
+    space: &sliders::SliderSpace,
+    prefixes: &[String],
+    checkpoint: &[u8],
+    control: &Control,
+    on_event: &mut dyn FnMut(ShardEvent),
+) -> Result<ShardOutcome> {
+    let (mut done, mut sums) = if checkpoint.is_empty() {
+        (0usize, sliders::PathSums::default())
+    } else {
+        let c: SliderCheckpoint = serde_json::from_slice(checkpoint)
+            .map_err(|e| invalid!("malformed slider checkpoint: {e}"))?;
+        if c.prefixes_done as usize > prefixes.len() {
+            return Err(invalid!("slider checkpoint is past the end of its shard"));
+        }
+        (c.prefixes_done as usize, c.sums)
+    };
+    let mut last_checkpoint = std::time::Instant::now();
+    while done < prefixes.len() {
+        sums.merge(space.enumerate(&prefixes[done], control)?);
+        done += 1;
+        if done < prefixes.len() && last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+            last_checkpoint = std::time::Instant::now();
+            let state = SliderCheckpoint {
+                prefixes_done: done as u32,
+                sums,
+            };
+            on_event(ShardEvent::Checkpoint {
+                state: serde_json::to_vec(&state).expect("checkpoint serialises"),
+                partial: Partial::SliderSums {
+                    prefixes_done: done as u32,
+                    sums,
+                },
+                work_done: done as u64,
+            });
+        }
+    }
+    Ok(ShardOutcome {
+        output: Vec::new(),
+        partial: Partial::SliderSums {
+            prefixes_done: done as u32,
+            sums,
+        },
+        work_done: done as u64,
+    })
+}
+
+/// The answer from the partial results of the last stage, in shard order.
+pub fn finish(spec: &JobSpec, plan: &JobPlan, partials: &[Partial]) -> Result<Answer> {
+    match &spec.kind {
+        KindSpec::Hex(h) => {
+            let p = h.modulus as u64;
+            let mut crossings = vec![0u64; plan.stride as usize];
+            for partial in partials {
+                let Partial::HexCrossings { residues } = partial else {
+                    return Err(Error::Internal("hex job with a foreign partial".into()));
+                };
+                if residues.len() != crossings.len() {
+                    return Err(Error::Internal("hex partial of the wrong length".into()));
+                }
+                for (c, &r) in crossings.iter_mut().zip(residues) {
+                    *c = (*c + r as u64) % p;
+                }
+            }
+            let crossings: Vec<u32> = crossings.into_iter().map(|c| c as u32).collect();
+            let games = hex::game_count(h.side, &crossings, h.modulus);
+            Ok(Answer {
+                line: games.to_string(),
+                details: serde_json::json!({
+                    "kind": "hex",
+                    "side": h.side,
+                    "modulus": h.modulus,
+                    "plan": h.plan.name(),
+                    "states": plan.states,
+                    "games_mod": games,
+                    "crossings_mod": crossings,
+                }),
+            })
+        }
+        KindSpec::Kayles(k) => {
+            let mut values = vec![None; plan.characters as usize];
+            for partial in partials {
+                let Partial::KaylesCharacter { character, value } = partial else {
+                    return Err(Error::Internal("kayles job with a foreign partial".into()));
+                };
+                let slot = values
+                    .get_mut(*character as usize)
+                    .ok_or_else(|| Error::Internal("kayles character out of range".into()))?;
+                *slot = Some(*value as _);
+            }
+            let values: Vec<_> = values
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| Error::Internal("a kayles character is missing".into()))?;
+            let fair = kayles::combine(k.pins, k.digits, &values)?;
+            let line = kayles::format_answer(fair, k.digits);
+            Ok(Answer {
+                line: line.clone(),
+                details: serde_json::json!({
+                    "kind": "kayles",
+                    "pins": k.pins,
+                    "digits": k.digits,
+                    "fair_rows_mod": line,
+                }),
+            })
+        }
+        KindSpec::Sliders(s) => {
+            let mut total = sliders::PathSums::default();
+            for partial in partials {
+                let Partial::SliderSums { sums, .. } = partial else {
+                    return Err(Error::Internal("sliders job with a foreign partial".into()));
+                };
+                total.merge(*sums);
+            }
+            Ok(Answer {
+                line: total.checksum_sum.to_string(),
+                details: serde_json::json!({
+                    "kind": "sliders",
+                    "rows": s.board.rows,
+                    "cols": s.board.cols,
+                    "start": s.board.start,
+                    "target": s.board.target,
+                    "boards": plan.boards,
+                    "shortest_length": plan.shortest_length,
+                    "sequences": total.count.to_string(),
+                    "checksum_sum": total.checksum_sum.to_string(),
+                }),
+            })
+        }
+    }
+}
+
+/// The answer computed in this process by the kernels' own drivers, without
+/// shards: the reference that every run through the runner must equal.
+pub fn compute_direct(spec: &JobSpec, threads: usize, control: &Control) -> Result<Answer> {
+    spec.validate()?;
+    let threads = threads.max(1);
+    match &spec.kind {
+        KindSpec::Hex(h) => {
+            let answer = hex::count_games(h.side, h.modulus, threads, control)?;
+            let plan = JobPlan {
+                stages_total: 1,
+                states: answer.states as u64,
+                stride: answer.crossings.len() as u64,
+                characters: 0,
+                prefixes: Vec::new(),
+                shortest_length: 0,
+                boards: 0,
+            };
+            finish(
+                spec,
+                &plan,
+                &[Partial::HexCrossings {
+                    residues: answer.crossings,
+                }],
+            )
+        }
+        KindSpec::Kayles(k) => {
+            let fair = kayles::fair_rows(k.pins, k.digits, threads, control)?;
+            let line = kayles::format_answer(fair, k.digits);
+            Ok(Answer {
+                line: line.clone(),
+                details: serde_json::json!({
+                    "kind": "kayles",
+                    "pins": k.pins,
+                    "digits": k.digits,
+                    "fair_rows_mod": line,
+                }),
+            })
+        }
+        KindSpec::Sliders(s) => {
+            let space = sliders::SliderSpace::build(&s.board, control)?;
+            let sums = space.enumerate("", control)?;
+            let plan = JobPlan {
+                stages_total: 1,
+                states: 0,
+                stride: 0,
+                characters: 0,
+                prefixes: Vec::new(),
+                shortest_length: space.shortest_length(),
+                boards: space.reachable_boards() as u64,
+            };
+            finish(
+                spec,
+                &plan,
+                &[Partial::SliderSums {
+                    prefixes_done: 1,
+                    sums,
+                }],
+            )
+        }
+    }
+}

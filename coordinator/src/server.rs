@@ -1,0 +1,176 @@
+//! Starting a coordinator: the store, the scheduler, the gRPC services (with
+//! health and reflection) and the background lease-expiry task.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tally_common::proto::job_service_server::JobServiceServer;
+use tally_common::proto::worker_service_server::WorkerServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::service::{JobApi, Shared, WorkerApi, now_ms};
+use crate::store::{MemoryStore, SledStore, Store};
+use crate::{CoordinatorError, Result};
+
+/// Largest gRPC message either side may send (one output chunk is 1 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    pub listen: SocketAddr,
+    /// The sled data directory; `None` keeps everything in memory.
+    pub data_dir: Option<PathBuf>,
+    pub scheduler: SchedulerConfig,
+    /// How often expired leases are looked for.
+    pub expiry_interval: Duration,
+}
+
+impl CoordinatorConfig {
+    pub fn new(listen: SocketAddr, data_dir: Option<PathBuf>) -> Self {
+        CoordinatorConfig {
+            listen,
+            data_dir,
+            scheduler: SchedulerConfig::default(),
+            expiry_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// A coordinator serving in the background.
+pub struct RunningCoordinator {
+    pub addr: SocketAddr,
+    pub shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: JoinHandle<std::result::Result<(), tonic::transport::Error>>,
+    expiry: JoinHandle<()>,
+}
+
+impl RunningCoordinator {
+    /// The URL workers and clients connect to.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops serving and waits for the server to finish.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.expiry.abort();
+        let _ = (&mut self.server).await;
+    }
+
+    /// Waits until the server stops on its own (an error, or a signal handled by
+    /// the caller through [`RunningCoordinator::shutdown`]).
+    pub async fn wait(&mut self) -> Result<()> {
+        match (&mut self.server).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(CoordinatorError::Internal(format!("server failed: {e}"))),
+            Err(e) => Err(CoordinatorError::Internal(format!(
+                "server task failed: {e}"
+            ))),
+        }
+    }
+}
+
+/// Opens the store, reloads every job and starts serving on `config.listen`.
+pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
+    let store: Arc<dyn Store> = match &config.data_dir {
+        Some(dir) => {
+            let dir = dir.clone();
+            Arc::new(
+                tokio::task::spawn_blocking(move || SledStore::open(&dir))
+                    .await
+                    .map_err(|e| CoordinatorError::Internal(e.to_string()))??,
+            )
+        }
+        None => Arc::new(MemoryStore::new()),
+    };
+    let scheduler_config = config.scheduler.clone();
+    let scheduler =
+        tokio::task::spawn_blocking(move || Scheduler::load(store, scheduler_config, now_ms()))
+            .await
+            .map_err(|e| CoordinatorError::Internal(e.to_string()))??;
+    let shared = Shared::new(scheduler);
+
+    let listener = TcpListener::bind(config.listen).await.map_err(|e| {
+        CoordinatorError::InvalidArgument(format!("cannot listen on {}: {e}", config.listen))
+    })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CoordinatorError::Internal(e.to_string()))?;
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<JobServiceServer<JobApi>>()
+        .await;
+    health_reporter
+        .set_serving::<WorkerServiceServer<WorkerApi>>()
+        .await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(tally_common::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| CoordinatorError::Internal(format!("reflection: {e}")))?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(tally_common::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(|e| CoordinatorError::Internal(format!("reflection: {e}")))?;
+
+    let jobs = JobServiceServer::new(JobApi::new(shared.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let workers = WorkerServiceServer::new(WorkerApi::new(shared.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+
+    let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(jobs)
+            .add_service(workers)
+            .serve_with_incoming_shutdown(
+                // Small request/response pairs: without NODELAY, delayed ACKs add
+                // 40 ms to every exchange.
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                async {
+                    let _ = shutdown_rx.await;
+                },
+            ),
+    );
+    let expiry = tokio::spawn(expire_leases(shared.clone(), config.expiry_interval));
+    tracing::info!(%addr, "coordinator listening");
+    Ok(RunningCoordinator {
+        addr,
+        shared,
+        shutdown: Some(shutdown_tx),
+        server,
+        expiry,
+    })
+}
+
+async fn expire_leases(shared: Arc<Shared>, every: Duration) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        match shared.with_scheduler(|s| s.expire_leases(now_ms())).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::warn!(expired = n, "leases expired; shards go back to the queue");
+                shared.work_ready.notify_waiters();
+                let _ = shared.changes.send(String::new());
+            }
+            Err(e) => tracing::error!(error = %e, "lease expiry failed"),
+        }
+    }
+}

@@ -1,0 +1,484 @@
+//! The gRPC services: a thin async shell over the [`Scheduler`]. Every scheduler
+//! call (which may flush the store or plan a job) runs on the blocking pool, never
+//! on the async runtime's threads.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tally_common::jobs::{self, KernelCache};
+use tally_common::proto::job_service_server::JobService;
+use tally_common::proto::worker_service_server::WorkerService;
+use tally_common::proto::{self, report_message::Body};
+use tally_common::spec::JobSpec;
+use tally_common::{Control, proto::Job};
+use tokio::sync::{Notify, broadcast};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::scheduler::{Report, ReportedFailure, Scheduler};
+use crate::{CoordinatorError, Result};
+
+/// Longest long-poll a worker may ask for.
+pub const MAX_LEASE_WAIT: Duration = Duration::from_secs(30);
+/// Largest report (stage output included) the coordinator accepts.
+pub const MAX_REPORT_BYTES: usize = 1 << 30;
+pub const HEARTBEAT_INTERVAL_MS: u64 = 1_000;
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// State shared by both services and the background tasks.
+pub struct Shared {
+    pub scheduler: Mutex<Scheduler>,
+    pub cache: KernelCache,
+    /// Woken when shards may have become leasable.
+    pub work_ready: Notify,
+    /// Ids of jobs that changed.
+    pub changes: broadcast::Sender<String>,
+}
+
+impl Shared {
+    pub fn new(scheduler: Scheduler) -> Arc<Shared> {
+        let (changes, _) = broadcast::channel(1024);
+        Arc::new(Shared {
+            scheduler: Mutex::new(scheduler),
+            cache: KernelCache::new(),
+            work_ready: Notify::new(),
+            changes,
+        })
+    }
+
+    /// Runs `f` on the scheduler from the blocking pool.
+    pub async fn with_scheduler<T, F>(self: &Arc<Self>, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Scheduler) -> Result<T> + Send + 'static,
+    {
+        let shared = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut scheduler = shared.scheduler.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut scheduler)
+        })
+        .await
+        .map_err(|e| CoordinatorError::Internal(format!("scheduler task failed: {e}")))?
+    }
+
+    pub fn changed(&self, job: &str) {
+        let _ = self.changes.send(job.to_string());
+    }
+}
+
+#[derive(Clone)]
+pub struct JobApi {
+    shared: Arc<Shared>,
+}
+
+impl JobApi {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        JobApi { shared }
+    }
+}
+
+type JobStream = Pin<Box<dyn Stream<Item = std::result::Result<Job, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl JobService for JobApi {
+    async fn submit(
+        &self,
+        request: Request<proto::SubmitRequest>,
+    ) -> std::result::Result<Response<proto::SubmitResponse>, Status> {
+        let request = request.into_inner();
+        let spec_proto = request
+            .spec
+            .ok_or_else(|| Status::invalid_argument("the request has no job spec"))?;
+        let spec = JobSpec::try_from(&spec_proto).map_err(CoordinatorError::from)?;
+        let key = Some(request.idempotency_key).filter(|k| !k.is_empty());
+        if let Some(k) = &key
+            && k.len() > 256
+        {
+            return Err(Status::invalid_argument(
+                "the idempotency key is longer than 256 bytes",
+            ));
+        }
+        // A repeated key answers at once, without planning again.
+        if let Some(k) = key.clone() {
+            let existing = self
+                .shared
+                .with_scheduler(move |s| Ok(s.job_by_key(&k, now_ms())))
+                .await?;
+            if let Some(job) = existing {
+                return Ok(Response::new(proto::SubmitResponse {
+                    job: Some(job),
+                    created: false,
+                }));
+            }
+        }
+        // Planning may build a large graph: do it outside the scheduler lock.
+        let shared = self.shared.clone();
+        let plan_spec = spec.clone();
+        let plan = tokio::task::spawn_blocking(move || {
+            jobs::prepare(&plan_spec, &shared.cache, &Control::new())
+        })
+        .await
+        .map_err(|e| Status::internal(format!("planning failed: {e}")))?
+        .map_err(CoordinatorError::from)?;
+        let (job, created) = self
+            .shared
+            .with_scheduler(move |s| s.submit(spec, plan, key, now_ms()))
+            .await?;
+        tracing::info!(job = %job.id, created, description = %job.description, "job submitted");
+        self.shared.changed(&job.id);
+        self.shared.work_ready.notify_waiters();
+        Ok(Response::new(proto::SubmitResponse {
+            job: Some(job),
+            created,
+        }))
+    }
+
+    async fn get(
+        &self,
+        request: Request<proto::GetJobRequest>,
+    ) -> std::result::Result<Response<Job>, Status> {
+        let id = request.into_inner().job_id;
+        let job = self
+            .shared
+            .with_scheduler(move |s| s.job(&id, now_ms()))
+            .await?;
+        Ok(Response::new(job))
+    }
+
+    async fn list(
+        &self,
+        _request: Request<proto::ListJobsRequest>,
+    ) -> std::result::Result<Response<proto::ListJobsResponse>, Status> {
+        let jobs = self.shared.with_scheduler(|s| Ok(s.list(now_ms()))).await?;
+        Ok(Response::new(proto::ListJobsResponse { jobs }))
+    }
+
+    type WatchStream = JobStream;
+
+    async fn watch(
+        &self,
+        request: Request<proto::WatchRequest>,
+    ) -> std::result::Result<Response<Self::WatchStream>, Status> {
+        let id = request.into_inner().job_id;
+        let shared = self.shared.clone();
+        let first = {
+            let id = id.clone();
+            shared.with_scheduler(move |s| s.job(&id, now_ms())).await?
+        };
+        let mut changes = shared.changes.subscribe();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut last = first;
+            if tx.send(Ok(last.clone())).await.is_err() {
+                return;
+            }
+            loop {
+                if is_finished(&last) {
+                    return;
+                }
+                // Wake on a change of this job, or every second for elapsed/ETA.
+                let deadline = tokio::time::sleep(Duration::from_secs(1));
+                tokio::pin!(deadline);
+                loop {
+                    tokio::select! {
+                        _ = &mut deadline => break,
+                        changed = changes.recv() => match changed {
+                            Ok(job) if job == id => break,
+                            Ok(_) => continue,
+                            Err(broadcast::error::RecvError::Lagged(_)) => break,
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        },
+                    }
+                }
+                let id = id.clone();
+                let job = match shared.with_scheduler(move |s| s.job(&id, now_ms())).await {
+                    Ok(job) => job,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into())).await;
+                        return;
+                    }
+                };
+                if job != last {
+                    last = job;
+                    if tx.send(Ok(last.clone())).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<proto::CancelRequest>,
+    ) -> std::result::Result<Response<Job>, Status> {
+        let id = request.into_inner().job_id;
+        let job = self
+            .shared
+            .with_scheduler(move |s| s.cancel(&id, now_ms()))
+            .await?;
+        tracing::info!(job = %job.id, "job cancelled");
+        self.shared.changed(&job.id);
+        Ok(Response::new(job))
+    }
+
+    async fn result(
+        &self,
+        request: Request<proto::ResultRequest>,
+    ) -> std::result::Result<Response<proto::JobResult>, Status> {
+        let id = request.into_inner().job_id;
+        let result = self.shared.with_scheduler(move |s| s.result(&id)).await?;
+        Ok(Response::new(result))
+    }
+
+    async fn events(
+        &self,
+        request: Request<proto::EventsRequest>,
+    ) -> std::result::Result<Response<proto::EventsResponse>, Status> {
+        let request = request.into_inner();
+        let events = self
+            .shared
+            .with_scheduler(move |s| s.events(&request.job_id, request.from_sequence))
+            .await?;
+        let events = events
+            .into_iter()
+            .map(|e| proto::Event {
+                sequence: e.seq,
+                time_ms: e.time_ms,
+                kind: e.kind,
+                stage: e.stage,
+                shard: e.shard,
+                attempt: e.attempt,
+                worker_id: e.worker,
+                message: e.message,
+            })
+            .collect();
+        Ok(Response::new(proto::EventsResponse { events }))
+    }
+}
+
+fn is_finished(job: &Job) -> bool {
+    matches!(
+        proto::JobState::try_from(job.state),
+        Ok(proto::JobState::Succeeded | proto::JobState::Failed | proto::JobState::Cancelled)
+    )
+}
+
+#[derive(Clone)]
+pub struct WorkerApi {
+    shared: Arc<Shared>,
+}
+
+impl WorkerApi {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        WorkerApi { shared }
+    }
+}
+
+type ChunkStream =
+    Pin<Box<dyn Stream<Item = std::result::Result<proto::StageDataChunk, Status>> + Send>>;
+
+fn require_worker_id(id: &str) -> std::result::Result<(), Status> {
+    if id.is_empty() || id.len() > 128 {
+        return Err(Status::invalid_argument("worker id must be 1 to 128 bytes"));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl WorkerService for WorkerApi {
+    async fn register(
+        &self,
+        request: Request<proto::RegisterRequest>,
+    ) -> std::result::Result<Response<proto::RegisterResponse>, Status> {
+        let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
+        tracing::info!(worker = %r.worker_id, host = %r.hostname, slots = r.slots, "worker registered");
+        self.shared
+            .with_scheduler(move |s| {
+                s.register(&r.worker_id, &r.hostname, r.slots, &r.version, now_ms());
+                Ok(())
+            })
+            .await?;
+        Ok(Response::new(proto::RegisterResponse {
+            heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+            coordinator_version: env!("CARGO_PKG_VERSION").to_string(),
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<proto::HeartbeatRequest>,
+    ) -> std::result::Result<Response<proto::HeartbeatResponse>, Status> {
+        let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
+        let leases: Vec<(String, u64)> = r
+            .leases
+            .into_iter()
+            .map(|l| (l.lease_id, l.work_done))
+            .collect();
+        let revoked = self
+            .shared
+            .with_scheduler(move |s| Ok(s.heartbeat(&r.worker_id, &leases, now_ms())))
+            .await?;
+        Ok(Response::new(proto::HeartbeatResponse {
+            revoked_lease_ids: revoked,
+        }))
+    }
+
+    async fn lease(
+        &self,
+        request: Request<proto::LeaseRequest>,
+    ) -> std::result::Result<Response<proto::LeaseResponse>, Status> {
+        let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
+        if r.free_slots > 1024 {
+            return Err(Status::invalid_argument("free slots must be at most 1024"));
+        }
+        let wait = Duration::from_millis(r.wait_ms).min(MAX_LEASE_WAIT);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Register interest before looking, so a wake-up between the look and
+            // the wait is not lost.
+            let notified = self.shared.work_ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let worker = r.worker_id.clone();
+            let slots = r.free_slots;
+            let grants = self
+                .shared
+                .with_scheduler(move |s| s.lease(&worker, slots, now_ms()))
+                .await?;
+            if !grants.is_empty() || tokio::time::Instant::now() >= deadline {
+                for g in &grants {
+                    self.shared.changed(&g.job);
+                }
+                let leases = grants
+                    .into_iter()
+                    .map(|g| proto::ShardLease {
+                        lease_id: g.lease_id,
+                        job_id: g.job,
+                        stage: g.stage,
+                        index: g.index,
+                        attempt: g.attempt,
+                        spec: Some((&g.spec).into()),
+                        task: g.task,
+                        checkpoint: g.checkpoint,
+                        ttl_ms: g.ttl_ms,
+                        work_total: g.work_total,
+                    })
+                    .collect();
+                return Ok(Response::new(proto::LeaseResponse { leases }));
+            }
+            // Backoff timers also make work ready: look again at least every 250 ms.
+            let nap = tokio::time::Instant::now() + Duration::from_millis(250);
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(deadline.min(nap)) => {}
+            }
+        }
+    }
+
+    async fn report(
+        &self,
+        request: Request<Streaming<proto::ReportMessage>>,
+    ) -> std::result::Result<Response<proto::ReportResponse>, Status> {
+        let mut stream = request.into_inner();
+        let header = match stream.next().await {
+            Some(Ok(proto::ReportMessage {
+                body: Some(Body::Header(h)),
+            })) => h,
+            Some(Err(e)) => return Err(e),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "a report must start with its header",
+                ));
+            }
+        };
+        require_worker_id(&header.worker_id)?;
+        let mut report = Report {
+            worker: header.worker_id,
+            lease_id: header.lease_id,
+            ..Report::default()
+        };
+        while let Some(message) = stream.next().await {
+            let body = message?.body;
+            if report.result.is_some() || report.failure.is_some() {
+                return Err(Status::invalid_argument(
+                    "nothing may follow a result or a failure",
+                ));
+            }
+            match body {
+                None | Some(Body::Header(_)) => {
+                    return Err(Status::invalid_argument(
+                        "a report has exactly one header, first",
+                    ));
+                }
+                Some(Body::Checkpoint(c)) => {
+                    report.checkpoint = Some((c.state, c.partial, c.work_done))
+                }
+                Some(Body::Output(o)) => {
+                    if report.output.len() + o.data.len() > MAX_REPORT_BYTES {
+                        return Err(Status::resource_exhausted(
+                            "the report's output is too large",
+                        ));
+                    }
+                    report.output.extend_from_slice(&o.data);
+                }
+                Some(Body::Result(r)) => report.result = Some((r.partial, r.work_done)),
+                Some(Body::Failure(f)) => {
+                    report.failure = Some(ReportedFailure {
+                        message: f.message,
+                        permanent: f.permanent,
+                        handed_back: f.handed_back,
+                    })
+                }
+            }
+        }
+        if !report.output.is_empty() && report.result.is_none() {
+            return Err(Status::invalid_argument("stage output without a result"));
+        }
+        let job = crate::records::parse_lease_id(&report.lease_id).map(|(job, ..)| job)?;
+        let finished_shard = report.result.is_some() || report.failure.is_some();
+        let outcome = self
+            .shared
+            .with_scheduler(move |s| s.report(report, now_ms()))
+            .await?;
+        if finished_shard {
+            self.shared.changed(&job);
+            self.shared.work_ready.notify_waiters();
+        }
+        Ok(Response::new(proto::ReportResponse { stop: outcome.stop }))
+    }
+
+    type FetchStageDataStream = ChunkStream;
+
+    async fn fetch_stage_data(
+        &self,
+        request: Request<proto::FetchStageDataRequest>,
+    ) -> std::result::Result<Response<Self::FetchStageDataStream>, Status> {
+        let r = request.into_inner();
+        let data = self
+            .shared
+            .with_scheduler(move |s| s.stage_data(&r.job_id, r.stage))
+            .await?;
+        let chunks = data.len().div_ceil(crate::scheduler::OUTPUT_CHUNK);
+        let stream = tokio_stream::iter((0..chunks).map(move |i| {
+            let end = ((i + 1) * crate::scheduler::OUTPUT_CHUNK).min(data.len());
+            Ok(proto::StageDataChunk {
+                data: data[i * crate::scheduler::OUTPUT_CHUNK..end].to_vec(),
+            })
+        }));
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

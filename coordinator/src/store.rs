@@ -1,0 +1,348 @@
+//! The durable store: a few named trees of byte keys and values, with atomic,
+//! flushed multi-tree commits. [`SledStore`] keeps them on disk; [`MemoryStore`]
+//! keeps them in memory for tests. The typed records on top live in
+//! [`crate::records`].
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use crate::{CoordinatorError, Result};
+
+/// The trees of the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Tree {
+    /// Schema version and counters.
+    Meta,
+    /// Job records by job id.
+    Jobs,
+    /// Shard records by (job, stage, index).
+    Shards,
+    /// Stage output and checkpoints: large opaque blobs.
+    Blobs,
+    /// Per-job event log by (job, sequence).
+    Events,
+    /// Idempotency keys to job ids.
+    Keys,
+}
+
+impl Tree {
+    pub const ALL: [Tree; 6] = [
+        Tree::Meta,
+        Tree::Jobs,
+        Tree::Shards,
+        Tree::Blobs,
+        Tree::Events,
+        Tree::Keys,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Tree::Meta => "meta",
+            Tree::Jobs => "jobs",
+            Tree::Shards => "shards",
+            Tree::Blobs => "blobs",
+            Tree::Events => "events",
+            Tree::Keys => "keys",
+        }
+    }
+}
+
+/// One write of a commit: `None` removes the key.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub tree: Tree,
+    pub key: Vec<u8>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// A set of writes applied all together or not at all.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    pub writes: Vec<Write>,
+}
+
+impl Batch {
+    pub fn put(&mut self, tree: Tree, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.writes.push(Write {
+            tree,
+            key: key.into(),
+            value: Some(value.into()),
+        });
+    }
+
+    pub fn remove(&mut self, tree: Tree, key: impl Into<Vec<u8>>) {
+        self.writes.push(Write {
+            tree,
+            key: key.into(),
+            value: None,
+        });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.writes.len()
+    }
+}
+
+/// A transactional key-value store. `commit` returns only once the batch is
+/// durable: callers acknowledge nothing before it returns.
+pub trait Store: Send + Sync {
+    fn commit(&self, batch: Batch) -> Result<()>;
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// All entries whose key starts with `prefix`, in key order.
+    fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// Bytes used on disk (0 for memory).
+    fn size_on_disk(&self) -> u64 {
+        0
+    }
+}
+
+/// The in-memory backend, for unit tests.
+#[derive(Default)]
+pub struct MemoryStore {
+    trees: Mutex<BTreeMap<Tree, KeyValues>>,
+}
+
+type KeyValues = BTreeMap<Vec<u8>, Vec<u8>>;
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Store for MemoryStore {
+    fn commit(&self, batch: Batch) -> Result<()> {
+        let mut trees = self.trees.lock().unwrap();
+        for w in batch.writes {
+            let tree = trees.entry(w.tree).or_default();
+            match w.value {
+                Some(v) => {
+                    tree.insert(w.key, v);
+                }
+                None => {
+                    tree.remove(&w.key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .trees
+            .lock()
+            .unwrap()
+            .get(&tree)
+            .and_then(|t| t.get(key).cloned()))
+    }
+
+    fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let trees = self.trees.lock().unwrap();
+        let Some(t) = trees.get(&tree) else {
+            return Ok(Vec::new());
+        };
+        Ok(t.range(prefix.to_vec()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+}
+
+/// The current layout of the store. A data directory written by another layout
+/// is refused rather than misread.
+pub const SCHEMA_VERSION: u32 = 1;
+const SCHEMA_KEY: &[u8] = b"schema";
+const PRODUCT_KEY: &[u8] = b"product";
+const PRODUCT: &[u8] = b"tally";
+
+/// The on-disk backend: one sled database, one sled tree per [`Tree`].
+pub struct SledStore {
+    db: sled::Db,
+    trees: Vec<sled::Tree>,
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in `dir`. Refuses a directory that holds
+    /// something other than a tally store, or a store of another schema version.
+    pub fn open(dir: &Path) -> Result<SledStore> {
+        let fresh = !dir.exists()
+            || std::fs::read_dir(dir)
+                .map(|mut d| d.next().is_none())
+                .unwrap_or(false);
+        if dir.exists() && !dir.is_dir() {
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "data directory {} is not a directory",
+                dir.display()
+            )));
+        }
+        if !fresh && !dir.join("db").exists() && !dir.join("conf").exists() {
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "data directory {} is not empty and holds no tally store; refusing to use it",
+                dir.display()
+            )));
+        }
+        let db = sled::Config::new()
+            .path(dir)
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(|e| {
+                CoordinatorError::Store(format!("cannot open the store in {}: {e}", dir.display()))
+            })?;
+        let trees = Tree::ALL
+            .iter()
+            .map(|t| db.open_tree(t.name()))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let store = SledStore { db, trees };
+        store.check_schema(dir)?;
+        Ok(store)
+    }
+
+    fn tree(&self, tree: Tree) -> &sled::Tree {
+        &self.trees[Tree::ALL.iter().position(|t| *t == tree).unwrap()]
+    }
+
+    fn check_schema(&self, dir: &Path) -> Result<()> {
+        let meta = self.tree(Tree::Meta);
+        match (meta.get(PRODUCT_KEY)?, meta.get(SCHEMA_KEY)?) {
+            (None, None) => {
+                let empty = Tree::ALL.iter().all(|t| self.tree(*t).is_empty());
+                if !empty {
+                    return Err(CoordinatorError::InvalidArgument(format!(
+                        "the store in {} has data but no schema version; refusing to use it",
+                        dir.display()
+                    )));
+                }
+                let mut batch = Batch::default();
+                batch.put(Tree::Meta, PRODUCT_KEY, PRODUCT);
+                batch.put(
+                    Tree::Meta,
+                    SCHEMA_KEY,
+                    SCHEMA_VERSION.to_be_bytes().to_vec(),
+                );
+                self.commit(batch)
+            }
+            (Some(product), Some(version)) if product.as_ref() == PRODUCT => {
+                let found = <[u8; 4]>::try_from(version.as_ref())
+                    .map(u32::from_be_bytes)
+                    .map_err(|_| {
+                        CoordinatorError::InvalidArgument(format!(
+                            "the store in {} has a malformed schema version",
+                            dir.display()
+                        ))
+                    })?;
+                if found != SCHEMA_VERSION {
+                    return Err(CoordinatorError::InvalidArgument(format!(
+                        "the store in {} has schema version {found}; this tally reads version {SCHEMA_VERSION}",
+                        dir.display()
+                    )));
+                }
+                Ok(())
+            }
+            _ => Err(CoordinatorError::InvalidArgument(format!(
+                "the store in {} was not written by tally; refusing to use it",
+                dir.display()
+            ))),
+        }
+    }
+}
+
+impl Store for SledStore {
+    fn commit(&self, batch: Batch) -> Result<()> {
+        use sled::Transactional;
+        use sled::transaction::ConflictableTransactionError;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut per_tree: Vec<sled::Batch> =
+            Tree::ALL.iter().map(|_| sled::Batch::default()).collect();
+        for w in batch.writes {
+            let i = Tree::ALL.iter().position(|t| *t == w.tree).unwrap();
+            match w.value {
+                Some(v) => per_tree[i].insert(w.key, v),
+                None => per_tree[i].remove(w.key),
+            }
+        }
+        let t = &self.trees;
+        (&t[0], &t[1], &t[2], &t[3], &t[4], &t[5])
+            .transaction(|(a, b, c, d, e, f)| {
+                for (tx, batch) in [a, b, c, d, e, f].into_iter().zip(&per_tree) {
+                    tx.apply_batch(batch)?;
+                }
+                Ok::<(), ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| CoordinatorError::Store(format!("commit failed: {e:?}")))?;
+        let started = std::time::Instant::now();
+        self.db.flush()?;
+        tracing::debug!(target: "tally_coordinator::store", flush_ms = started.elapsed().as_secs_f64() * 1e3, "flushed");
+        Ok(())
+    }
+
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.tree(tree).get(key)?.map(|v| v.to_vec()))
+    }
+
+    fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.tree(tree)
+            .scan_prefix(prefix)
+            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(Into::into))
+            .collect()
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exercise(store: &dyn Store) {
+        let mut b = Batch::default();
+        b.put(Tree::Jobs, b"a/1".to_vec(), b"x".to_vec());
+        b.put(Tree::Jobs, b"a/2".to_vec(), b"y".to_vec());
+        b.put(Tree::Jobs, b"b/1".to_vec(), b"z".to_vec());
+        b.put(Tree::Events, b"a/1".to_vec(), b"e".to_vec());
+        store.commit(b).unwrap();
+        let a = store.scan_prefix(Tree::Jobs, b"a/").unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[1].1, b"y");
+        let mut b = Batch::default();
+        b.remove(Tree::Jobs, b"a/1".to_vec());
+        store.commit(b).unwrap();
+        assert_eq!(store.get(Tree::Jobs, b"a/1").unwrap(), None);
+        assert_eq!(
+            store.get(Tree::Events, b"a/1").unwrap(),
+            Some(b"e".to_vec())
+        );
+    }
+
+    #[test]
+    fn memory_store_commits_and_scans() {
+        exercise(&MemoryStore::new());
+    }
+
+    #[test]
+    fn sled_store_commits_scans_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            exercise(&store);
+        }
+        let store = SledStore::open(dir.path()).unwrap();
+        assert_eq!(store.get(Tree::Jobs, b"a/2").unwrap(), Some(b"y".to_vec()));
+    }
+
+    #[test]
+    fn foreign_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "hello").unwrap();
+        let err = SledStore::open(dir.path()).err().expect("refused");
+        assert!(err.to_string().contains("holds no tally store"), "{err}");
+    }
+}

@@ -1,0 +1,360 @@
+//! Client commands (`submit`, `status`, `watch`, `result`, `cancel`, `list`,
+//! `events`) and `run`, which starts an embedded coordinator with in-process
+//! workers on loopback and follows one job through the same code paths.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use tally_common::Control;
+use tally_common::jobs;
+use tally_common::proto::job_service_client::JobServiceClient;
+use tally_common::proto::{self, Job, JobState};
+use tally_common::spec::JobSpec;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::args::{RunArgs, SubmitArgs};
+use crate::output;
+
+pub async fn connect(url: &str) -> anyhow::Result<JobServiceClient<Channel>> {
+    let endpoint = Endpoint::from_shared(url.to_string())
+        .with_context(|| format!("invalid coordinator URL {url:?}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach the coordinator at {url}: {e}"))?;
+    Ok(JobServiceClient::new(channel)
+        .max_decoding_message_size(tally_coordinator::server::MAX_MESSAGE_BYTES))
+}
+
+fn job_state(job: &Job) -> JobState {
+    JobState::try_from(job.state).unwrap_or(JobState::Unspecified)
+}
+
+pub fn is_finished(job: &Job) -> bool {
+    matches!(
+        job_state(job),
+        JobState::Succeeded | JobState::Failed | JobState::Cancelled
+    )
+}
+
+/// A key that makes `run` with the same spec and data directory resume the job
+/// it started before instead of starting another (FNV-1a of the spec).
+fn run_key(spec: &JobSpec) -> String {
+    let text = serde_json::to_string(spec).expect("specs serialise");
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash = (hash ^ byte as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("run-{hash:016x}")
+}
+
+pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let spec = args.spec.to_spec()?;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let threads = args.threads.unwrap_or(cores);
+    anyhow::ensure!(
+        (1..=1024).contains(&threads),
+        "--threads must be between 1 and 1024, got {threads}"
+    );
+    anyhow::ensure!(
+        (1..=64).contains(&args.workers),
+        "--workers must be between 1 and 64, got {}",
+        args.workers
+    );
+
+    if args.direct {
+        let started = std::time::Instant::now();
+        let direct_spec = spec.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            jobs::compute_direct(&direct_spec, threads, &Control::new())
+        })
+        .await??;
+        let elapsed = started.elapsed();
+        if json {
+            let value = serde_json::json!({
+                "kind": spec.kind_name(),
+                "state": "succeeded",
+                "answer": answer.line,
+                "details": answer.details,
+                "elapsed_ms": elapsed.as_millis() as u64,
+                "direct": true,
+            });
+            println!("{value}");
+        } else {
+            eprintln!(
+                "{} in {:.3} s (direct)",
+                spec.describe(),
+                elapsed.as_secs_f64()
+            );
+            println!("{}", answer.line);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let (data_dir, _temporary) = match &args.data {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let dir = tempfile::Builder::new().prefix("tally-run-").tempdir()?;
+            (dir.path().to_path_buf(), Some(dir))
+        }
+    };
+    let config = tally_coordinator::CoordinatorConfig::new(
+        "127.0.0.1:0".parse().expect("loopback address"),
+        Some(data_dir),
+    );
+    let coordinator = tally_coordinator::start(config).await?;
+    let url = coordinator.url();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut workers = Vec::new();
+    for i in 0..args.workers {
+        let mut config = tally_worker::WorkerConfig::new(url.clone());
+        config.threads = threads;
+        config.slots = threads;
+        config.worker_id = format!("{}-run{i}", tally_worker::default_worker_id());
+        config.lease_wait = Duration::from_secs(1);
+        let mut stop = stop_rx.clone();
+        workers.push(tokio::spawn(tally_worker::run(config, async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        })));
+    }
+
+    let outcome = async {
+        let mut client = connect(&url).await?;
+        let request = proto::SubmitRequest {
+            spec: Some((&spec).into()),
+            idempotency_key: run_key(&spec),
+        };
+        let submitted = client.submit(request).await?.into_inner();
+        let job = submitted.job.context("the coordinator returned no job")?;
+        if !submitted.created {
+            eprintln!(
+                "resuming {} from {}",
+                job.id,
+                args.data
+                    .as_ref()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default()
+            );
+        }
+        let finished = tokio::select! {
+            finished = follow(&url, &job.id, !json) => finished?,
+            _ = crate::shutdown_signal() => {
+                let _ = client.cancel(proto::CancelRequest { job_id: job.id.clone() }).await;
+                anyhow::bail!("interrupted; job {} cancelled", job.id);
+            }
+        };
+        let result = client
+            .result(proto::ResultRequest {
+                job_id: finished.id.clone(),
+            })
+            .await?
+            .into_inner();
+        anyhow::Ok((finished, result))
+    }
+    .await;
+
+    let _ = stop_tx.send(true);
+    for worker in workers {
+        let _ = worker.await;
+    }
+    coordinator.shutdown().await;
+    let (job, result) = outcome?;
+    output::print_result(&job, &result, json)
+}
+
+/// Follows a job until it finishes, showing a progress bar on stderr; survives a
+/// coordinator restart by watching again.
+pub async fn follow(url: &str, job_id: &str, progress: bool) -> anyhow::Result<Job> {
+    let bar = output::ProgressView::new(progress);
+    let mut failures = 0u32;
+    loop {
+        let attempt = async {
+            let mut client = connect(url).await?;
+            let mut stream = client
+                .watch(proto::WatchRequest {
+                    job_id: job_id.to_string(),
+                })
+                .await?
+                .into_inner();
+            while let Some(job) = stream.message().await? {
+                bar.update(&job);
+                if is_finished(&job) {
+                    return anyhow::Ok(Some(job));
+                }
+            }
+            anyhow::Ok(None)
+        }
+        .await;
+        match attempt {
+            Ok(Some(job)) => {
+                bar.finish(&job);
+                return Ok(job);
+            }
+            Ok(None) => failures = 0,
+            Err(e) => {
+                if let Some(status) = e.downcast_ref::<tonic::Status>()
+                    && matches!(
+                        status.code(),
+                        tonic::Code::NotFound | tonic::Code::InvalidArgument
+                    )
+                {
+                    bar.abandon();
+                    return Err(e);
+                }
+                failures += 1;
+                if failures > 60 {
+                    bar.abandon();
+                    return Err(e.context("lost the coordinator for a minute"));
+                }
+                bar.note(&format!(
+                    "waiting for the coordinator: {}",
+                    output::error_line(&e)
+                ));
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+pub async fn submit(url: &str, args: SubmitArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let spec = args.spec.to_spec()?;
+    let mut client = connect(url).await?;
+    let response = client
+        .submit(proto::SubmitRequest {
+            spec: Some((&spec).into()),
+            idempotency_key: args.idempotency_key.unwrap_or_default(),
+        })
+        .await?
+        .into_inner();
+    let job = response.job.context("the coordinator returned no job")?;
+    if json {
+        let mut value = output::job_json(&job);
+        value["created"] = serde_json::Value::Bool(response.created);
+        println!("{value}");
+    } else {
+        if !response.created {
+            eprintln!("a job with this idempotency key exists already");
+        }
+        eprintln!("submitted {}", job.description);
+        println!("{}", job.id);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn status(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(url).await?;
+    let job = client
+        .get(proto::GetJobRequest {
+            job_id: job_id.to_string(),
+        })
+        .await?
+        .into_inner();
+    if json {
+        println!("{}", output::job_json(&job));
+    } else {
+        print!("{}", output::status_text(&job));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn watch(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let job = follow(url, job_id, !json).await?;
+    let mut client = connect(url).await?;
+    let result = client
+        .result(proto::ResultRequest {
+            job_id: job.id.clone(),
+        })
+        .await?
+        .into_inner();
+    output::print_result(&job, &result, json)
+}
+
+pub async fn result(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(url).await?;
+    let job = client
+        .get(proto::GetJobRequest {
+            job_id: job_id.to_string(),
+        })
+        .await?
+        .into_inner();
+    let result = client
+        .result(proto::ResultRequest {
+            job_id: job_id.to_string(),
+        })
+        .await?
+        .into_inner();
+    output::print_result(&job, &result, json)
+}
+
+pub async fn cancel(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(url).await?;
+    let job = client
+        .cancel(proto::CancelRequest {
+            job_id: job_id.to_string(),
+        })
+        .await?
+        .into_inner();
+    if json {
+        println!("{}", output::job_json(&job));
+    } else {
+        println!("{} {}", job.id, output::state_name(&job));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn list(url: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(url).await?;
+    let jobs = client
+        .list(proto::ListJobsRequest {})
+        .await?
+        .into_inner()
+        .jobs;
+    if json {
+        let list: Vec<_> = jobs.iter().map(output::job_json).collect();
+        println!("{}", serde_json::json!({ "jobs": list }));
+    } else {
+        print!("{}", output::job_table(&jobs));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn events(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(url).await?;
+    let events = client
+        .events(proto::EventsRequest {
+            job_id: job_id.to_string(),
+            from_sequence: 0,
+        })
+        .await?
+        .into_inner()
+        .events;
+    if json {
+        let list: Vec<_> = events
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "sequence": e.sequence, "time_ms": e.time_ms, "kind": e.kind,
+                    "stage": e.stage, "shard": e.shard, "attempt": e.attempt,
+                    "worker_id": e.worker_id, "message": e.message,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "job_id": job_id, "events": list })
+        );
+    } else {
+        for e in &events {
+            println!(
+                "{:>6} {:<14} stage {:>4} shard {:>5} attempt {:>3} {} {}",
+                e.sequence, e.kind, e.stage, e.shard, e.attempt, e.worker_id, e.message
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,270 @@
+//! Everything the CLI prints: job status (text and JSON with stable field
+//! names), the job table, progress bars, results and error lines.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tally_common::proto::{Job, JobResult, JobState};
+
+pub fn state_name(job: &Job) -> &'static str {
+    match JobState::try_from(job.state).unwrap_or(JobState::Unspecified) {
+        JobState::Unspecified => "unknown",
+        JobState::Queued => "queued",
+        JobState::Running => "running",
+        JobState::Succeeded => "succeeded",
+        JobState::Failed => "failed",
+        JobState::Cancelled => "cancelled",
+    }
+}
+
+/// The job as JSON. These field names are a stable interface (see the README).
+pub fn job_json(job: &Job) -> serde_json::Value {
+    serde_json::json!({
+        "id": job.id,
+        "kind": job.kind,
+        "state": state_name(job),
+        "description": job.description,
+        "stage": job.stage,
+        "stages_total": job.stages_total,
+        "shards_done": job.shards_done,
+        "shards_total": job.shards_total,
+        "shards_leased": job.shards_leased,
+        "failed_attempts": job.shards_failed_attempts,
+        "work_done": job.work_done,
+        "work_total": job.work_total,
+        "created_ms": job.created_ms,
+        "started_ms": job.started_ms,
+        "finished_ms": job.finished_ms,
+        "elapsed_ms": job.elapsed_ms,
+        "eta_ms": job.eta_ms,
+        "answer": job.answer,
+        "error": job.error,
+    })
+}
+
+pub fn duration(ms: u64) -> String {
+    let s = ms as f64 / 1000.0;
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else if s < 3600.0 {
+        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+    }
+}
+
+fn percent(done: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        100.0 * done as f64 / total as f64
+    }
+}
+
+pub fn status_text(job: &Job) -> String {
+    let mut out = format!("{}  {}  {}\n", job.id, state_name(job), job.description);
+    out += &format!("  stage     {}/{}\n", job.stage, job.stages_total);
+    out += &format!(
+        "  shards    {}/{} done, {} leased, {} failed attempt(s)\n",
+        job.shards_done, job.shards_total, job.shards_leased, job.shards_failed_attempts
+    );
+    out += &format!(
+        "  work      {}/{} ({:.1}%)\n",
+        job.work_done,
+        job.work_total,
+        percent(job.work_done, job.work_total)
+    );
+    let eta = if job.eta_ms > 0 {
+        duration(job.eta_ms)
+    } else {
+        "-".into()
+    };
+    out += &format!("  elapsed   {}   eta {}\n", duration(job.elapsed_ms), eta);
+    if !job.answer.is_empty() {
+        out += &format!("  answer    {}\n", job.answer);
+    }
+    if !job.error.is_empty() {
+        out += &format!("  error     {}\n", job.error);
+    }
+    out
+}
+
+pub fn job_table(jobs: &[Job]) -> String {
+    let mut rows = vec![[
+        "ID".to_string(),
+        "STATE".into(),
+        "KIND".into(),
+        "PROGRESS".into(),
+        "ELAPSED".into(),
+        "DESCRIPTION".into(),
+    ]];
+    for job in jobs {
+        rows.push([
+            job.id.clone(),
+            state_name(job).into(),
+            job.kind.clone(),
+            format!("{:.0}%", percent(job.work_done, job.work_total)),
+            duration(job.elapsed_ms),
+            job.description.clone(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                if c == 5 {
+                    cell.clone()
+                } else {
+                    format!("{cell:<w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out += line.join("  ").trim_end();
+        out.push('\n');
+    }
+    out
+}
+
+/// Prints a finished job's answer (last stdout line) or JSON; failed and
+/// cancelled jobs exit non-zero with their reason on stderr.
+pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result<ExitCode> {
+    let state = JobState::try_from(result.state).unwrap_or(JobState::Unspecified);
+    if json {
+        let mut value = job_json(job);
+        value["details"] = if result.details_json.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&result.details_json).unwrap_or(serde_json::Value::Null)
+        };
+        println!("{value}");
+    } else if state == JobState::Succeeded {
+        println!("{}", result.answer);
+    }
+    match state {
+        JobState::Succeeded => Ok(ExitCode::SUCCESS),
+        JobState::Cancelled => {
+            if !json {
+                eprintln!("error: job {} was cancelled", job.id);
+            }
+            Ok(ExitCode::from(1))
+        }
+        _ => {
+            if !json {
+                eprintln!("error: job {} failed: {}", job.id, result.error);
+            }
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// One line for an error: the gRPC status message without its code noise.
+pub fn error_line(e: &anyhow::Error) -> String {
+    if let Some(status) = e.downcast_ref::<tonic::Status>() {
+        return match status.code() {
+            tonic::Code::Unavailable => format!("coordinator unavailable: {}", status.message()),
+            tonic::Code::Unauthenticated => format!("not authorised: {}", status.message()),
+            _ => status.message().to_string(),
+        };
+    }
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !line.contains(&cause) {
+            line = format!("{line}: {cause}");
+        }
+    }
+    line.replace('\n', " ")
+}
+
+/// 2 for bad input, 1 for everything else.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    if let Some(status) = e.downcast_ref::<tonic::Status>() {
+        return if status.code() == tonic::Code::InvalidArgument {
+            2
+        } else {
+            1
+        };
+    }
+    if let Some(tally_common::Error::InvalidArgument(_)) = e.downcast_ref::<tally_common::Error>() {
+        return 2;
+    }
+    if let Some(tally_coordinator::CoordinatorError::InvalidArgument(_)) =
+        e.downcast_ref::<tally_coordinator::CoordinatorError>()
+    {
+        return 2;
+    }
+    1
+}
+
+/// A progress bar on stderr (drawn only on a terminal).
+pub struct ProgressView {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl ProgressView {
+    pub fn new(enabled: bool) -> ProgressView {
+        let bar = enabled.then(|| {
+            let bar = indicatif::ProgressBar::with_draw_target(
+                Some(0),
+                indicatif::ProgressDrawTarget::stderr_with_hz(4),
+            );
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} {prefix} [{bar:30}] {percent:>3}% {msg} ({elapsed}, eta {eta})",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+            bar.enable_steady_tick(Duration::from_millis(250));
+            bar
+        });
+        ProgressView { bar }
+    }
+
+    pub fn update(&self, job: &Job) {
+        if let Some(bar) = &self.bar {
+            bar.set_length(job.work_total.max(1));
+            bar.set_position(job.work_done);
+            bar.set_prefix(format!("{} {}", job.id, state_name(job)));
+            let stage = if job.stages_total > 1 {
+                format!("stage {}/{}, ", job.stage, job.stages_total)
+            } else {
+                String::new()
+            };
+            bar.set_message(format!(
+                "{stage}shards {}/{}",
+                job.shards_done, job.shards_total
+            ));
+        }
+    }
+
+    pub fn note(&self, text: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(text.to_string());
+        }
+    }
+
+    pub fn finish(&self, job: &Job) {
+        if let Some(bar) = &self.bar {
+            self.update(job);
+            bar.finish_and_clear();
+            eprintln!(
+                "{} {} in {}",
+                job.id,
+                state_name(job),
+                duration(job.elapsed_ms)
+            );
+        }
+    }
+
+    pub fn abandon(&self) {
+        if let Some(bar) = &self.bar {
+            bar.abandon();
+        }
+    }
+}

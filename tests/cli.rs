@@ -1,0 +1,257 @@
+//! The `tally` command line: the answer is the last stdout line, `--json` is one
+//! object, bad input is one clear stderr line and a non-zero exit, never a panic.
+
+mod support;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use support::*;
+
+fn tally(args: &[&str]) -> Output {
+    Command::new(tally_bin())
+        .args(args)
+        .env_remove("TALLY_COORDINATOR")
+        .output()
+        .expect("runs")
+}
+
+fn last_line(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn h4_mod_p() -> String {
+    (10_663_950_528_000u64 % 1_000_000_007).to_string()
+}
+
+#[test]
+fn run_prints_the_answer_as_the_last_line() {
+    let out = tally(&["run", "hex", "--side", "4"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(last_line(&out), h4_mod_p());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        1,
+        "stdout holds only the answer"
+    );
+
+    let out = tally(&["run", "kayles", "--pins", "20"]);
+    assert_eq!(last_line(&out), "000049844");
+    let out = tally(&["run", "sliders", "--workers", "2"]);
+    assert!(out.status.success());
+    let direct = tally(&["run", "sliders", "--direct"]);
+    assert_eq!(last_line(&out), last_line(&direct));
+}
+
+#[test]
+fn json_is_one_object_and_global_flags_go_anywhere() {
+    for args in [
+        &["--json", "run", "kayles", "--pins", "6"][..],
+        &["run", "--json", "kayles", "--pins", "6"][..],
+        &["run", "kayles", "--pins", "6", "--json"][..],
+    ] {
+        let out = tally(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.lines().count(), 1, "{args:?}: {text}");
+        let value: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(value["answer"], "000000008", "{args:?}");
+        assert_eq!(value["state"], "succeeded");
+    }
+}
+
+#[test]
+fn bad_input_gets_one_clear_line_and_a_non_zero_exit() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", "hex", "--side", "0"], "side"),
+        (&["run", "hex", "--side", "17"], "side"),
+        (
+            &["run", "hex", "--side", "5", "--modulus", "1000000008"],
+            "prime",
+        ),
+        (&["run", "kayles", "--pins", "7"], "even"),
+        (&["run", "kayles", "--pins", "-4"], "-4"),
+        (&["run", "kayles", "--pins", "100000000000"], "pins"),
+        (
+            &["run", "kayles", "--pins", "10", "--digits", "0"],
+            "digits",
+        ),
+        (
+            &[
+                "run",
+                "sliders",
+                "--start",
+                "WRBBRRBBRRBBRRB",
+                "--target",
+                "WBRBBRBRRBRBBRBR",
+            ],
+            "16",
+        ),
+        (
+            &[
+                "run",
+                "sliders",
+                "--start",
+                "WRBBRRBBRRBBRRBX",
+                "--target",
+                "WBRBBRBRRBRBBRBR",
+            ],
+            "X",
+        ),
+        (
+            &[
+                "run",
+                "sliders",
+                "--start",
+                "WRBBRRBBRRBBRRRR",
+                "--target",
+                "WBRBBRBRRBRBBRBR",
+            ],
+            "different tiles",
+        ),
+        (
+            &[
+                "run", "sliders", "--rows", "2", "--cols", "2", "--start", "WRBG", "--target",
+                "WBRG",
+            ],
+            "reach",
+        ),
+        (
+            &[
+                "run",
+                "sliders",
+                "--rows",
+                "6",
+                "--cols",
+                "2",
+                "--start",
+                "WRBBRRBBRRBB",
+                "--target",
+                "WRBBRRBBRRBB",
+            ],
+            "6",
+        ),
+        (&["run"], "kind"),
+        (
+            &["status", "job-1", "--coordinator", "http://127.0.0.1:1"],
+            "coordinator",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = tally(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(
+            stderr.to_lowercase().contains(&needle.to_lowercase()),
+            "{args:?}: {needle:?} not in {stderr}"
+        );
+        // clap's usage errors add a usage hint; ours are exactly one line.
+        if stderr.starts_with("error: ") && !stderr.contains("Usage:") {
+            assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_status_watch_result_list_and_cancel_against_a_coordinator() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.txt");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let _coordinator = spawn_coordinator(port, &dir.path().join("data"), &log);
+    jobs_client(&url).await;
+    let run = |args: Vec<&str>| {
+        let url = url.clone();
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        std::thread::spawn(move || {
+            Command::new(tally_bin())
+                .args(&args)
+                .env("TALLY_COORDINATOR", url)
+                .output()
+                .unwrap()
+        })
+        .join()
+        .unwrap()
+    };
+    let out = run(vec!["submit", "hex", "--side", "5"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = last_line(&out);
+    assert!(id.starts_with("job-"), "{id}");
+
+    let status = run(vec!["status", &id, "--json"]);
+    let value: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    for field in [
+        "id",
+        "kind",
+        "state",
+        "stage",
+        "stages_total",
+        "shards_done",
+        "shards_total",
+        "work_done",
+        "work_total",
+        "elapsed_ms",
+        "eta_ms",
+        "answer",
+        "error",
+    ] {
+        assert!(value.get(field).is_some(), "status --json lacks {field}");
+    }
+    assert_eq!(value["state"], "queued");
+
+    let _worker = spawn_worker(&url, "cli-worker", 2, &[], &log);
+    let watched = run(vec!["watch", &id]);
+    assert!(
+        watched.status.success(),
+        "{}",
+        String::from_utf8_lossy(&watched.stderr)
+    );
+    let direct = tally(&["run", "hex", "--side", "5", "--direct"]);
+    assert_eq!(last_line(&watched), last_line(&direct));
+    assert_eq!(last_line(&run(vec!["result", &id])), last_line(&direct));
+
+    let text = String::from_utf8_lossy(&run(vec!["status", &id]).stdout).to_string();
+    assert!(
+        text.contains("succeeded") && text.contains("shards"),
+        "{text}"
+    );
+    let list = String::from_utf8_lossy(&run(vec!["list"]).stdout).to_string();
+    assert!(list.lines().next().unwrap().starts_with("ID"), "{list}");
+    assert!(list.contains(&id));
+
+    // Cancel a queued job; a second cancel is harmless; cancelling a finished job is refused.
+    let queued = last_line(&run(vec![
+        "submit",
+        "kayles",
+        "--pins",
+        "200000",
+        "--priority",
+        "-5",
+    ]));
+    let cancelled = run(vec!["cancel", &queued]);
+    assert!(String::from_utf8_lossy(&cancelled.stdout).contains("cancelled"));
+    assert!(run(vec!["cancel", &queued]).status.success());
+    let refused = run(vec!["cancel", &id]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("already succeeded"));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}

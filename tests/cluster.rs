@@ -1,0 +1,430 @@
+//! The runner in one process: a coordinator and workers on loopback. Every job's
+//! answer through the runner must equal the kernels' own answer.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tally_common::proto::{self, JobState};
+use tally_common::sliders::SliderParams;
+use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, SlidersSpec};
+
+fn hex(side: u32, shards_per_step: u32) -> JobSpec {
+    JobSpec::new(KindSpec::Hex(HexSpec {
+        side,
+        modulus: 1_000_000_007,
+        plan: HexPlan::CellStep,
+        shards_per_step,
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hex_cell_step_equals_the_direct_kernel_for_several_shard_counts() {
+    let coordinator = start_coordinator(None).await;
+    let workers = Workers::start(&coordinator.url(), 2, 2);
+    let mut client = jobs_client(&coordinator.url()).await;
+    let cases = [
+        (1, 1),
+        (2, 1),
+        (3, 2),
+        (4, 3),
+        (5, 1),
+        (5, 4),
+        (6, 7),
+        (7, 2),
+        (8, 1),
+        (8, 5),
+    ];
+    for (side, shards) in cases {
+        let spec = hex(side, shards);
+        let job = submit(&mut client, &spec, "").await;
+        let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+        assert_eq!(
+            state(&done),
+            JobState::Succeeded,
+            "side {side}: {}",
+            done.error
+        );
+        assert_eq!(
+            done.answer,
+            direct_answer(&spec),
+            "side {side}, {shards} shards per step"
+        );
+        assert_eq!(done.shards_done, done.shards_total);
+        let expected_stages = (side * (side - 1)).max(1);
+        assert_eq!(done.stages_total, expected_stages);
+    }
+    workers.stop().await;
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kayles_and_sliders_equal_the_direct_kernels() {
+    let coordinator = start_coordinator(None).await;
+    let workers = Workers::start(&coordinator.url(), 3, 1);
+    let mut client = jobs_client(&coordinator.url()).await;
+    let mut specs = vec![
+        JobSpec::new(KindSpec::Kayles(KaylesSpec { pins: 0, digits: 9 })),
+        JobSpec::new(KindSpec::Kayles(KaylesSpec {
+            pins: 20,
+            digits: 18,
+        })),
+        JobSpec::new(KindSpec::Kayles(KaylesSpec {
+            pins: 3000,
+            digits: 9,
+        })),
+        JobSpec::new(KindSpec::Sliders(SlidersSpec {
+            board: SliderParams::default(),
+            prefixes: 0,
+        })),
+    ];
+    // A three-colour board with many shortest sequences, split into many prefixes.
+    for prefixes in [1, 10, 200] {
+        specs.push(JobSpec::new(KindSpec::Sliders(SlidersSpec {
+            board: SliderParams::new(4, 4, "WRRRRRRGRRRRRRRB", "BRRRRRRGRRRRRRRW"),
+            prefixes,
+        })));
+    }
+    for spec in specs {
+        let job = submit(&mut client, &spec, "").await;
+        let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+        assert_eq!(
+            state(&done),
+            JobState::Succeeded,
+            "{}: {}",
+            spec.describe(),
+            done.error
+        );
+        assert_eq!(done.answer, direct_answer(&spec), "{}", spec.describe());
+    }
+    workers.stop().await;
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slider_jobs_really_split_into_many_shards() {
+    let coordinator = start_coordinator(None).await;
+    let mut client = jobs_client(&coordinator.url()).await;
+    let spec = JobSpec::new(KindSpec::Sliders(SlidersSpec {
+        board: SliderParams::new(4, 4, "WRRRRRRGRRRRRRRB", "BRRRRRRGRRRRRRRW"),
+        prefixes: 200,
+    }));
+    let job = submit(&mut client, &spec, "").await;
+    assert!(job.shards_total >= 20, "only {} shards", job.shards_total);
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn same_idempotency_key_returns_the_same_job() {
+    let coordinator = start_coordinator(None).await;
+    let mut client = jobs_client(&coordinator.url()).await;
+    let spec = hex(3, 1);
+    let first = client
+        .submit(proto::SubmitRequest {
+            spec: Some((&spec).into()),
+            idempotency_key: "k-1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let again = client
+        .submit(proto::SubmitRequest {
+            spec: Some((&spec).into()),
+            idempotency_key: "k-1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let other = client
+        .submit(proto::SubmitRequest {
+            spec: Some((&spec).into()),
+            idempotency_key: "k-2".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(first.created && !again.created && other.created);
+    assert_eq!(
+        first.job.as_ref().unwrap().id,
+        again.job.as_ref().unwrap().id
+    );
+    assert_ne!(first.job.unwrap().id, other.job.unwrap().id);
+    let listed = client
+        .list(proto::ListJobsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    assert_eq!(listed.len(), 2);
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_specs_are_refused_with_invalid_argument_and_change_nothing() {
+    let coordinator = start_coordinator(None).await;
+    let mut client = jobs_client(&coordinator.url()).await;
+    let bad = [
+        proto::JobSpec {
+            kind: None,
+            options: None,
+        },
+        proto::JobSpec {
+            kind: Some(proto::job_spec::Kind::Hex(proto::HexSpec {
+                side: 17,
+                ..Default::default()
+            })),
+            options: None,
+        },
+        proto::JobSpec {
+            kind: Some(proto::job_spec::Kind::Kayles(proto::KaylesSpec {
+                pins: 7,
+                digits: 9,
+            })),
+            options: None,
+        },
+        proto::JobSpec {
+            kind: Some(proto::job_spec::Kind::Sliders(proto::SlidersSpec {
+                rows: 2,
+                cols: 2,
+                start: "WRBG".into(),
+                target: "WBRG".into(),
+                ..Default::default()
+            })),
+            options: None,
+        },
+    ];
+    for spec in bad {
+        let status = client
+            .submit(proto::SubmitRequest {
+                spec: Some(spec.clone()),
+                idempotency_key: String::new(),
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{spec:?}: {status:?}"
+        );
+        assert!(!status.message().is_empty());
+    }
+    let listed = client
+        .list(proto::ListJobsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    assert!(listed.is_empty(), "a refused spec created a job");
+    let missing = client
+        .get(proto::GetJobRequest {
+            job_id: "job-999999".into(),
+        })
+        .await;
+    assert_eq!(missing.unwrap_err().code(), tonic::Code::NotFound);
+    coordinator.shutdown().await;
+}
+
+/// A fake worker holds attempt 1, lets it expire; attempt 2 goes to another
+/// worker; the report of attempt 1 is then refused and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_report_from_a_stale_attempt_is_refused() {
+    use proto::report_message::Body;
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+        pins: 20,
+        digits: 9,
+    }));
+    spec.options.lease_ttl_ms = 500;
+    spec.options.max_attempts = 10;
+    let job = submit(&mut client, &spec, "").await;
+    let mut w = workers_client(&url).await;
+    let lease = |worker: &str| proto::LeaseRequest {
+        worker_id: worker.into(),
+        free_slots: 1,
+        wait_ms: 5_000,
+    };
+    let first = w
+        .lease(lease("stale"))
+        .await
+        .unwrap()
+        .into_inner()
+        .leases
+        .remove(0);
+    assert_eq!(first.attempt, 1);
+    // Let the lease expire (no heartbeats), then lease the same shard again.
+    let mut second = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let leases = w
+            .lease(proto::LeaseRequest {
+                free_slots: 16,
+                ..lease("fresh")
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .leases;
+        if let Some(l) = leases.into_iter().find(|l| l.index == first.index) {
+            second = Some(l);
+            break;
+        }
+    }
+    let second = second.expect("the shard was leased again");
+    assert_eq!(second.attempt, 2);
+    let before = events(&mut client, &job.id).await;
+
+    // A well-formed result for the stale attempt.
+    let task = tally_common::jobs::ShardTask::decode(&first.task).unwrap();
+    let outcome = tally_common::jobs::execute(
+        &spec,
+        &task,
+        None,
+        &[],
+        &tally_common::jobs::KernelCache::new(),
+        &tally_common::Control::new(),
+        &mut |_| {},
+    )
+    .unwrap();
+    let report = vec![
+        Body::Header(proto::ReportHeader {
+            worker_id: "stale".into(),
+            lease_id: first.lease_id.clone(),
+        }),
+        Body::Result(proto::ReportResult {
+            partial: outcome.partial.encode(),
+            work_done: 1,
+        }),
+    ];
+    let stream = tokio_stream::iter(
+        report
+            .into_iter()
+            .map(|b| proto::ReportMessage { body: Some(b) }),
+    );
+    let status = w.report(stream).await.expect_err("stale report refused");
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    assert!(status.message().contains("stale"), "{}", status.message());
+
+    let after = events(&mut client, &job.id).await;
+    assert_eq!(before, after, "the refused report changed the job's log");
+    let job_now = client
+        .get(proto::GetJobRequest {
+            job_id: job.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(job_now.shards_done, 0);
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_stops_the_work_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = start_coordinator(Some(dir.path())).await;
+    let url = coordinator.url();
+    let workers = Workers::start(&url, 1, 2);
+    let mut client = jobs_client(&url).await;
+    // Long enough to be running when cancelled.
+    let spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+        pins: 200_000,
+        digits: 9,
+    }));
+    let job = submit(&mut client, &spec, "").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let j = client
+            .get(proto::GetJobRequest {
+                job_id: job.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if j.shards_leased > 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never leased");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cancelled = client
+        .cancel(proto::CancelRequest {
+            job_id: job.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state(&cancelled), JobState::Cancelled);
+    let cancelled_at = std::time::Instant::now();
+    // The worker stops its shards: no lease stays renewed, nothing more is accepted.
+    let accepted_at_cancel = events(&mut client, &job.id)
+        .await
+        .iter()
+        .filter(|e| e.kind == "accepted")
+        .count();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let accepted_later = events(&mut client, &job.id)
+        .await
+        .iter()
+        .filter(|e| e.kind == "accepted")
+        .count();
+    assert_eq!(
+        accepted_at_cancel, accepted_later,
+        "shards were accepted after the cancel"
+    );
+    workers.stop().await;
+    assert!(
+        cancelled_at.elapsed() < Duration::from_secs(10),
+        "workers took too long to stop"
+    );
+    coordinator.shutdown().await;
+
+    let coordinator = start_coordinator(Some(dir.path())).await;
+    let mut client = jobs_client(&coordinator.url()).await;
+    let reloaded = client
+        .get(proto::GetJobRequest {
+            job_id: job.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state(&reloaded), JobState::Cancelled);
+    let result = client
+        .result(proto::ResultRequest {
+            job_id: job.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(result.state, JobState::Cancelled as i32);
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_streams_progress_until_the_job_finishes() {
+    let coordinator = start_coordinator(None).await;
+    let workers = Workers::start(&coordinator.url(), 1, 2);
+    let mut client = jobs_client(&coordinator.url()).await;
+    let job = submit(&mut client, &hex(6, 2), "").await;
+    let mut stream = client
+        .watch(proto::WatchRequest {
+            job_id: job.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    while let Some(update) = stream.message().await.unwrap() {
+        seen.push(update);
+    }
+    let last = seen.last().unwrap();
+    assert_eq!(state(last), JobState::Succeeded);
+    assert!(seen.len() >= 2, "only {} updates", seen.len());
+    assert!(
+        seen.windows(2).all(|w| w[0].work_done <= w[1].work_done),
+        "progress went backwards"
+    );
+    workers.stop().await;
+    coordinator.shutdown().await;
+}

@@ -1,0 +1,162 @@
+//! Real processes on loopback: a coordinator and workers as child processes of
+//! the `tally` binary, killed with SIGKILL in the middle of jobs.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use support::*;
+use tally_common::proto::{self, JobState};
+use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec};
+
+/// kill -9 of the coordinator in the middle of a hex cell-step job: after a
+/// restart on the same data directory the job completes with the right answer,
+/// and no shard accepted before the kill is leased or accepted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("log.txt");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut coordinator = spawn_coordinator(port, &data, &log);
+    let _w1 = spawn_worker(&url, "w1", 1, &[], &log);
+    let _w2 = spawn_worker(&url, "w2", 1, &[], &log);
+    let mut client = jobs_client(&url).await;
+
+    let spec = JobSpec::new(KindSpec::Hex(HexSpec {
+        side: 9,
+        modulus: 1_000_000_007,
+        plan: HexPlan::CellStep,
+        shards_per_step: 3,
+    }));
+    let job = submit(&mut client, &spec, "").await;
+    // Let a good part of the job be accepted, then kill the coordinator.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let j = client
+            .get(proto::GetJobRequest {
+                job_id: job.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            !finished(&j),
+            "the job finished before the kill; make it longer"
+        );
+        if j.stage >= 20 {
+            break;
+        }
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before = events(&mut client, &job.id).await;
+    coordinator.kill9();
+    let killed_at = Instant::now();
+    let accepted_before: HashSet<(u32, u32)> = before
+        .iter()
+        .filter(|e| e.kind == "accepted")
+        .map(|e| (e.stage, e.shard))
+        .collect();
+    assert!(!accepted_before.is_empty());
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _coordinator = spawn_coordinator(port, &data, &log);
+    let mut client = jobs_client(&url).await;
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, direct_answer(&spec));
+
+    let all = events(&mut client, &job.id).await;
+    // The log kept everything that was there at the kill.
+    assert_eq!(
+        &all[..before.len()],
+        &before[..],
+        "events before the kill changed"
+    );
+    let resumed = all
+        .iter()
+        .position(|e| e.kind == "resumed")
+        .expect("a resumed event");
+    let first_accept_after = all[resumed..].iter().find(|e| e.kind == "accepted");
+    eprintln!(
+        "restart: first accepted report {} ms after the restarted coordinator resumed ({} ms after the kill)",
+        first_accept_after
+            .map(|e| e.time_ms)
+            .unwrap_or(0)
+            .saturating_sub(all[resumed].time_ms),
+        killed_at.elapsed().as_millis()
+    );
+    let mut accepted: HashMap<(u32, u32), usize> = HashMap::new();
+    for e in all.iter().filter(|e| e.kind == "accepted") {
+        *accepted.entry((e.stage, e.shard)).or_default() += 1;
+    }
+    assert!(
+        accepted.values().all(|&n| n == 1),
+        "a shard was accepted twice"
+    );
+    assert_eq!(accepted.len() as u64, done.shards_total);
+    for e in &all[before.len()..] {
+        if e.kind == "leased" {
+            assert!(
+                !accepted_before.contains(&(e.stage, e.shard)),
+                "shard {}/{} accepted before the kill was leased again",
+                e.stage,
+                e.shard
+            );
+        }
+    }
+}
+
+/// kill -9 of a worker that holds a lease: the lease expires and another worker
+/// completes the shard; the answer is right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn worker_kill_mid_shard_lets_another_worker_finish_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("log.txt");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let _coordinator = spawn_coordinator(port, &data, &log);
+    let mut client = jobs_client(&url).await;
+
+    let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+        pins: 4_000,
+        digits: 9,
+    }));
+    spec.options.lease_ttl_ms = 1_500;
+    let job = submit(&mut client, &spec, "").await;
+    // The doomed worker holds each lease for 30 s before computing.
+    let mut doomed = spawn_worker(&url, "doomed", 1, &["--shard-delay-ms", "30000"], &log);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let held = loop {
+        let ev = events(&mut client, &job.id).await;
+        if let Some(e) = ev
+            .iter()
+            .find(|e| e.kind == "leased" && e.worker_id == "doomed")
+        {
+            break (e.stage, e.shard, e.attempt);
+        }
+        assert!(Instant::now() < deadline, "the doomed worker never leased");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    doomed.kill9();
+    let _healthy = spawn_worker(&url, "healthy", 2, &[], &log);
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, direct_answer(&spec));
+    let ev = events(&mut client, &job.id).await;
+    assert!(
+        ev.iter()
+            .any(|e| e.kind == "expired" && (e.stage, e.shard, e.attempt) == held),
+        "the killed worker's lease did not expire"
+    );
+    let finisher = ev
+        .iter()
+        .find(|e| e.kind == "accepted" && (e.stage, e.shard) == (held.0, held.1))
+        .expect("the shard was accepted");
+    assert_eq!(finisher.worker_id, "healthy");
+    assert!(finisher.attempt > held.2);
+}

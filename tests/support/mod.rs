@@ -1,0 +1,232 @@
+//! Shared helpers of the integration tests: in-process clusters, child-process
+//! clusters, gRPC clients and small waits.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tally_common::proto::job_service_client::JobServiceClient;
+use tally_common::proto::worker_service_client::WorkerServiceClient;
+use tally_common::proto::{self, Job, JobState};
+use tally_common::spec::JobSpec;
+use tally_coordinator::{CoordinatorConfig, RunningCoordinator};
+use tonic::transport::Channel;
+
+pub async fn start_coordinator(data: Option<&Path>) -> RunningCoordinator {
+    let config =
+        CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), data.map(Path::to_path_buf));
+    tally_coordinator::start(config)
+        .await
+        .expect("coordinator starts")
+}
+
+pub async fn start_coordinator_on(addr: SocketAddr, data: &Path) -> RunningCoordinator {
+    let config = CoordinatorConfig::new(addr, Some(data.to_path_buf()));
+    tally_coordinator::start(config)
+        .await
+        .expect("coordinator starts")
+}
+
+/// In-process workers that stop when the returned sender is dropped or set.
+pub struct Workers {
+    stop: tokio::sync::watch::Sender<bool>,
+    handles: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Workers {
+    pub fn start(url: &str, count: usize, slots: usize) -> Workers {
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let handles = (0..count)
+            .map(|i| {
+                let mut config = tally_worker::WorkerConfig::new(url.to_string());
+                config.slots = slots;
+                config.threads = slots;
+                config.worker_id = format!("test-worker-{i}-{}", std::process::id());
+                config.lease_wait = Duration::from_millis(500);
+                config.drain_timeout = Duration::from_secs(5);
+                let mut rx = rx.clone();
+                tokio::spawn(async move {
+                    tally_worker::run(config, async move {
+                        let _ = rx.wait_for(|s| *s).await;
+                    })
+                    .await
+                    .expect("worker runs");
+                })
+            })
+            .collect();
+        Workers { stop, handles }
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for h in self.handles {
+            let _ = h.await;
+        }
+    }
+}
+
+pub async fn jobs_client(url: &str) -> JobServiceClient<Channel> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match JobServiceClient::connect(url.to_string()).await {
+            Ok(c) => return c,
+            Err(e) if Instant::now() > deadline => panic!("cannot connect to {url}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+pub async fn workers_client(url: &str) -> WorkerServiceClient<Channel> {
+    WorkerServiceClient::connect(url.to_string())
+        .await
+        .expect("connects")
+}
+
+pub async fn submit(client: &mut JobServiceClient<Channel>, spec: &JobSpec, key: &str) -> Job {
+    client
+        .submit(proto::SubmitRequest {
+            spec: Some(spec.into()),
+            idempotency_key: key.into(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job
+        .expect("job")
+}
+
+pub fn state(job: &Job) -> JobState {
+    JobState::try_from(job.state).unwrap()
+}
+
+pub fn finished(job: &Job) -> bool {
+    matches!(
+        state(job),
+        JobState::Succeeded | JobState::Failed | JobState::Cancelled
+    )
+}
+
+/// Polls the job until it finishes (panics after `timeout`).
+pub async fn wait_finished(
+    client: &mut JobServiceClient<Channel>,
+    id: &str,
+    timeout: Duration,
+) -> Job {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(job) = client.get(proto::GetJobRequest { job_id: id.into() }).await {
+            let job = job.into_inner();
+            if finished(&job) {
+                return job;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id} did not finish within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub async fn events(client: &mut JobServiceClient<Channel>, id: &str) -> Vec<proto::Event> {
+    client
+        .events(proto::EventsRequest {
+            job_id: id.into(),
+            from_sequence: 0,
+        })
+        .await
+        .expect("events")
+        .into_inner()
+        .events
+}
+
+/// The answer line computed by the kernels alone.
+pub fn direct_answer(spec: &JobSpec) -> String {
+    tally_common::jobs::compute_direct(spec, 2, &tally_common::Control::new())
+        .expect("direct")
+        .line
+}
+
+// ------------------------------------------------------------ processes
+
+pub fn tally_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tally"))
+}
+
+/// A child process killed (SIGKILL) when dropped.
+pub struct ChildGuard(pub Child);
+
+impl ChildGuard {
+    pub fn kill9(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn spawn_coordinator(port: u16, data: &Path, log: &Path) -> ChildGuard {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    ChildGuard(
+        Command::new(tally_bin())
+            .args([
+                "coordinator",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--data",
+            ])
+            .arg(data)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn coordinator"),
+    )
+}
+
+pub fn spawn_worker(url: &str, id: &str, slots: usize, extra: &[&str], log: &Path) -> ChildGuard {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    ChildGuard(
+        Command::new(tally_bin())
+            .args([
+                "worker",
+                "--coordinator",
+                url,
+                "--id",
+                id,
+                "--slots",
+                &slots.to_string(),
+            ])
+            .args(["--threads", &slots.to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn worker"),
+    )
+}

@@ -1,0 +1,68 @@
+//! The dedicated compute pool: a fixed set of OS threads that run kernels, so the
+//! async runtime's threads never block on computation.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+type Task = Box<dyn FnOnce() + Send + 'static>;
+
+pub struct ComputePool {
+    sender: Option<mpsc::Sender<Task>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl ComputePool {
+    pub fn new(threads: usize) -> ComputePool {
+        let (sender, receiver) = mpsc::channel::<Task>();
+        let receiver = Arc::new(Mutex::new(receiver));
+        let threads = (0..threads.max(1))
+            .map(|i| {
+                let receiver = receiver.clone();
+                std::thread::Builder::new()
+                    .name(format!("tally-compute-{i}"))
+                    .spawn(move || {
+                        loop {
+                            let task = receiver.lock().unwrap().recv();
+                            match task {
+                                Ok(task) => task(),
+                                Err(_) => return,
+                            }
+                        }
+                    })
+                    .expect("spawning a compute thread")
+            })
+            .collect();
+        ComputePool {
+            sender: Some(sender),
+            threads,
+        }
+    }
+
+    /// Runs `f` on a pool thread; the result arrives through the returned future.
+    pub fn run<T, F>(&self, f: F) -> tokio::sync::oneshot::Receiver<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task: Task = Box::new(move || {
+            let _ = tx.send(f());
+        });
+        self.sender
+            .as_ref()
+            .expect("pool is open")
+            .send(task)
+            .expect("compute threads alive");
+        rx
+    }
+}
+
+impl Drop for ComputePool {
+    fn drop(&mut self) {
+        self.sender.take();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

@@ -127,6 +127,9 @@ pub struct RunnerArgs {
     /// Lease time-to-live in milliseconds.
     #[arg(long, global = true)]
     pub lease_ttl_ms: Option<u64>,
+    /// Run even if the resource estimate says the job does not fit.
+    #[arg(long, global = true)]
+    pub force: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -147,9 +150,12 @@ pub struct HexArgs {
     /// Prime modulus with side^2 < P < 2^31.
     #[arg(long, default_value_t = hex::DEFAULT_MODULUS)]
     pub modulus: u32,
-    /// Shard plan.
-    #[arg(long, default_value = "cell-step")]
+    /// Shard plan: points (independent shards; the default) or cell-step.
+    #[arg(long, default_value = "points")]
     pub plan: String,
+    /// Exact count (several primes and the CRT; points plan) instead of a residue.
+    #[arg(long)]
+    pub exact: bool,
     /// Shards per cell step (default: from the number of frontier states).
     #[arg(long, default_value_t = 0)]
     pub shards_per_step: u32,
@@ -215,6 +221,12 @@ pub struct WorkerArgs {
     /// Fault injection for tests: hold each lease this long before computing.
     #[arg(long, default_value_t = 0, hide = true)]
     pub shard_delay_ms: u64,
+    /// Milliseconds between checkpoints of a long shard.
+    #[arg(long, default_value_t = 3000)]
+    pub checkpoint_ms: u64,
+    /// Fault injection for tests: alter every result before reporting it.
+    #[arg(long, hide = true)]
+    pub corrupt_results: bool,
 }
 
 impl SpecArgs {
@@ -234,6 +246,7 @@ impl SpecArgs {
         spec.options.priority = o.priority.unwrap_or(spec.options.priority);
         spec.options.max_attempts = o.max_attempts.unwrap_or(spec.options.max_attempts);
         spec.options.lease_ttl_ms = o.lease_ttl_ms.unwrap_or(spec.options.lease_ttl_ms);
+        spec.options.force |= o.force;
         spec.validate()?;
         Ok(spec)
     }
@@ -259,6 +272,7 @@ impl KindArgs {
                 modulus: h.modulus,
                 plan: HexPlan::parse(&h.plan)?,
                 shards_per_step: h.shards_per_step,
+                exact: h.exact,
             }),
             KindArgs::Kayles(k) => KindSpec::Kayles(KaylesSpec {
                 pins: k.pins,

@@ -128,6 +128,12 @@ async fn serve_worker(args: args::WorkerArgs, coordinator: String) -> anyhow::Re
     }
     config.drain_timeout = Duration::from_secs(args.drain_seconds);
     config.shard_delay = Duration::from_millis(args.shard_delay_ms);
+    config.corrupt_results = args.corrupt_results;
+    anyhow::ensure!(
+        args.checkpoint_ms >= 10,
+        "--checkpoint-ms must be at least 10"
+    );
+    config.checkpoint_interval = Duration::from_millis(args.checkpoint_ms);
     eprintln!(
         "worker {} serving {} with {} slot(s), {} thread(s)",
         config.worker_id, config.coordinator, config.slots, config.threads

@@ -16,7 +16,114 @@ fn hex(side: u32, shards_per_step: u32) -> JobSpec {
         modulus: 1_000_000_007,
         plan: HexPlan::CellStep,
         shards_per_step,
+        exact: false,
     }))
+}
+
+fn hex_points(side: u32, modulus: u32, exact: bool) -> JobSpec {
+    JobSpec::new(KindSpec::Hex(HexSpec {
+        side,
+        modulus,
+        plan: HexPlan::Points,
+        shards_per_step: 0,
+        exact,
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hex_points_equals_cell_step_and_the_direct_kernel() {
+    let coordinator = start_coordinator(None).await;
+    let workers = Workers::start(&coordinator.url(), 2, 2);
+    let mut client = jobs_client(&coordinator.url()).await;
+    for side in 1..=9 {
+        for modulus in [1_000_000_007, 998_244_353] {
+            let points = hex_points(side, modulus, false);
+            let mut cell = hex(side, 2);
+            if let KindSpec::Hex(h) = &mut cell.kind {
+                h.modulus = modulus;
+            }
+            let a = submit(&mut client, &points, "").await;
+            let b = submit(&mut client, &cell, "").await;
+            let a = wait_finished(&mut client, &a.id, Duration::from_secs(120)).await;
+            let b = wait_finished(&mut client, &b.id, Duration::from_secs(120)).await;
+            assert_eq!(
+                state(&a),
+                JobState::Succeeded,
+                "points side {side}: {}",
+                a.error
+            );
+            assert_eq!(
+                state(&b),
+                JobState::Succeeded,
+                "cell-step side {side}: {}",
+                b.error
+            );
+            assert_eq!(a.answer, b.answer, "side {side} mod {modulus}");
+            assert_eq!(a.answer, direct_answer(&cell), "side {side} mod {modulus}");
+        }
+    }
+    workers.stop().await;
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exact_hex_counts_through_the_runner() {
+    let coordinator = start_coordinator(None).await;
+    let workers = Workers::start(&coordinator.url(), 2, 1);
+    let mut client = jobs_client(&coordinator.url()).await;
+    for (side, games) in [(1, "1"), (2, "24"), (3, "257760"), (4, "10663950528000")] {
+        let job = submit(&mut client, &hex_points(side, 1_000_000_007, true), "").await;
+        let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+        assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+        assert_eq!(done.answer, games, "side {side}");
+    }
+    // Larger sides: the exact count reduced mod p equals the residue of the sweep.
+    for side in [6, 7] {
+        let job = submit(&mut client, &hex_points(side, 1_000_000_007, true), "").await;
+        let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+        let reduced = done.answer.bytes().fold(0u64, |acc, d| {
+            (acc * 10 + (d - b'0') as u64) % 1_000_000_007
+        });
+        assert_eq!(
+            reduced.to_string(),
+            direct_answer(&hex(side, 1)),
+            "side {side}"
+        );
+    }
+    workers.stop().await;
+    coordinator.shutdown().await;
+}
+
+/// A worker that alters its results: the extra point catches it; the job fails
+/// with the reason and never reports a wrong answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_corrupted_evaluation_is_caught_not_answered() {
+    let coordinator = start_coordinator(None).await;
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let mut config = tally_worker::WorkerConfig::new(coordinator.url());
+    config.corrupt_results = true;
+    config.slots = 2;
+    config.threads = 2;
+    let mut rx2 = rx.clone();
+    let worker = tokio::spawn(tally_worker::run(config, async move {
+        let _ = rx2.wait_for(|s| *s).await;
+    }));
+    let mut client = jobs_client(&coordinator.url()).await;
+    let job = submit(&mut client, &hex_points(6, 1_000_000_007, false), "").await;
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+    assert_eq!(state(&done), JobState::Failed);
+    assert!(done.answer.is_empty());
+    assert!(
+        done.error.contains("disagree")
+            || done.error.contains("singular")
+            || done.error.contains("determine"),
+        "{}",
+        done.error
+    );
+    let _ = stop.send(true);
+    let _ = worker.await;
+    drop(rx);
+    coordinator.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -285,6 +392,7 @@ async fn a_report_from_a_stale_attempt_is_refused() {
         &[],
         &tally_common::jobs::KernelCache::new(),
         &tally_common::Control::new(),
+        tally_common::jobs::CHECKPOINT_EVERY,
         &mut |_| {},
     )
     .unwrap();

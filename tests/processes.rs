@@ -30,6 +30,7 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
         modulus: 1_000_000_007,
         plan: HexPlan::CellStep,
         shards_per_step: 3,
+        exact: false,
     }));
     let job = submit(&mut client, &spec, "").await;
     // Let a good part of the job be accepted, then kill the coordinator.
@@ -159,4 +160,57 @@ async fn worker_kill_mid_shard_lets_another_worker_finish_it() {
         .expect("the shard was accepted");
     assert_eq!(finisher.worker_id, "healthy");
     assert!(finisher.attempt > held.2);
+}
+
+/// A worker killed after its shard checkpointed: the next attempt is leased with
+/// the checkpoint and continues from it; the answer is right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_re_leased_shard_resumes_from_its_last_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("log.txt");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let _coordinator = spawn_coordinator(port, &data, &log);
+    let mut client = jobs_client(&url).await;
+    let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+        pins: 100_000,
+        digits: 9,
+    }));
+    spec.options.lease_ttl_ms = 1_000;
+    let job = submit(&mut client, &spec, "").await;
+    let mut first = spawn_worker(&url, "first", 1, &["--checkpoint-ms", "50"], &log);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let checkpointed = loop {
+        let ev = events(&mut client, &job.id).await;
+        if let Some(e) = ev
+            .iter()
+            .find(|e| e.kind == "checkpoint" && e.worker_id == "first")
+        {
+            break (e.stage, e.shard);
+        }
+        assert!(Instant::now() < deadline, "no checkpoint was accepted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    first.kill9();
+    let _second = spawn_worker(&url, "second", 2, &[], &log);
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    let ev = events(&mut client, &job.id).await;
+    let accepted = ev
+        .iter()
+        .find(|e| e.kind == "accepted" && (e.stage, e.shard) == checkpointed)
+        .expect("the checkpointed shard was accepted");
+    assert_eq!(
+        accepted.worker_id, "second",
+        "the killed worker finished its shard first"
+    );
+    let resumed = ev.iter().find(|e| {
+        e.kind == "leased" && e.worker_id == "second" && (e.stage, e.shard) == checkpointed
+    });
+    assert!(
+        resumed.is_some_and(|e| e.message.starts_with("from checkpoint")),
+        "the second attempt did not start from the checkpoint: {resumed:?}"
+    );
+    assert_eq!(done.answer, direct_answer(&spec));
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{JobSpec, KindSpec};
+use crate::spec::{HexPlan, HexSpec, JobSpec, KindSpec};
 use crate::{Control, Error, Result, hex, invalid, kayles, sliders};
 
 /// What one shard computes, serialised as JSON into the lease.
@@ -29,6 +29,8 @@ pub enum ShardTask {
         end: u32,
         last: bool,
     },
+    /// The full hex crossing polynomial at a few points, modulo one prime.
+    HexPoints { modulus: u32, points: Vec<u32> },
     /// One Walsh character of the kayles series.
     KaylesCharacter { character: u32 },
     /// A batch of slider prefixes, enumerated one after the other.
@@ -54,6 +56,11 @@ pub enum Partial {
     None,
     /// Sum of the crossing polynomials over a range of states, mod p.
     HexCrossings { residues: Vec<u32> },
+    /// (x, P(x) mod p) for the shard's points, P the full crossing polynomial.
+    HexEvaluations {
+        modulus: u32,
+        evaluations: Vec<(u32, u32)>,
+    },
     /// c_h(m) modulo 2^b * 10^d.
     KaylesCharacter { character: u32, value: u128 },
     /// Exact sums over the prefixes enumerated so far.
@@ -90,6 +97,28 @@ pub struct JobPlan {
     pub prefixes: Vec<String>,
     pub shortest_length: u32,
     pub boards: u64,
+    /// Hex points plan: the primes (one, or several for exact counts) and the
+    /// evaluation points used with each.
+    #[serde(default)]
+    pub primes: Vec<u32>,
+    #[serde(default)]
+    pub points: Vec<u32>,
+}
+
+impl JobPlan {
+    fn empty() -> JobPlan {
+        JobPlan {
+            stages_total: 1,
+            states: 0,
+            stride: 0,
+            characters: 0,
+            prefixes: Vec::new(),
+            shortest_length: 0,
+            boards: 0,
+            primes: Vec::new(),
+            points: Vec::new(),
+        }
+    }
 }
 
 /// One shard of a stage, ready to be stored.
@@ -156,6 +185,9 @@ pub fn default_hex_shards_per_step(states: u64) -> u32 {
     states.div_ceil(4096).clamp(1, 8) as u32
 }
 
+/// Points per hex points shard: one vectorised pass of the scalar sweep.
+pub const HEX_POINTS_PER_SHARD: usize = 8;
+
 /// Default minimum number of slider prefix tasks.
 pub const DEFAULT_SLIDER_PREFIXES: u32 = 64;
 /// At most this many shards for the prefixes of one slider job.
@@ -165,16 +197,19 @@ pub const MAX_SLIDER_SHARDS: usize = 256;
 /// hex graph, the slider searches). Runs once per job, at submission.
 pub fn prepare(spec: &JobSpec, cache: &KernelCache, control: &Control) -> Result<JobPlan> {
     spec.validate()?;
-    let mut plan = JobPlan {
-        stages_total: 1,
-        states: 0,
-        stride: 0,
-        characters: 0,
-        prefixes: Vec::new(),
-        shortest_length: 0,
-        boards: 0,
-    };
+    let mut plan = JobPlan::empty();
     match &spec.kind {
+        KindSpec::Hex(h) if h.plan == HexPlan::Points => {
+            // No graph here: each worker builds its own, the coordinator only solves.
+            plan.states = hex::known_state_count(h.side).unwrap_or(0);
+            plan.stride = (h.side * h.side / 2 + 1) as u64;
+            plan.primes = if h.exact {
+                hex::exact_primes(h.side)
+            } else {
+                vec![h.modulus]
+            };
+            plan.points = hex::points_layout(h.side, *plan.primes.iter().min().unwrap()).points;
+        }
         KindSpec::Hex(h) => {
             let graph = cache.hex_graph(h.side)?;
             plan.states = graph.num_states() as u64;
@@ -207,6 +242,21 @@ pub fn plan_stage(spec: &JobSpec, plan: &JobPlan, stage: u32) -> Result<Vec<Plan
         )));
     }
     let shards = match &spec.kind {
+        KindSpec::Hex(h) if h.plan == HexPlan::Points => {
+            let mut shards = Vec::new();
+            for &modulus in &plan.primes {
+                for points in plan.points.chunks(HEX_POINTS_PER_SHARD) {
+                    shards.push(PlannedShard {
+                        task: ShardTask::HexPoints {
+                            modulus,
+                            points: points.to_vec(),
+                        },
+                        work_total: points.len() as u64,
+                    });
+                }
+            }
+            shards
+        }
         KindSpec::Hex(h) => {
             let states = plan.states;
             let wanted = if h.shards_per_step == 0 {
@@ -216,11 +266,7 @@ pub fn plan_stage(spec: &JobSpec, plan: &JobPlan, stage: u32) -> Result<Vec<Plan
             };
             let count = (wanted as u64).clamp(1, states.max(1));
             // Side 1 has no cell steps: its single stage reduces the top row (step 0).
-            let step = if plan.stages_total == 1 && plan.states <= 1 && hex_steps(spec) == 0 {
-                0
-            } else {
-                stage
-            };
+            let step = if hex_steps(spec) == 0 { 0 } else { stage };
             (0..count)
                 .map(|i| {
                     let start = (states * i / count) as u32;
@@ -302,8 +348,10 @@ pub struct ShardOutcome {
 
 /// Runs one shard. `input` is the merged output of the previous stage when
 /// [`needs_stage_input`] says so; `checkpoint` is the last accepted checkpoint of
-/// an earlier attempt (or empty). `on_event` receives checkpoints; `control`
-/// carries cancellation and a live work counter.
+/// an earlier attempt (or empty). `on_event` receives a checkpoint at most every
+/// `checkpoint_every` on kinds that can resume; `control` carries cancellation
+/// and a live work counter.
+#[allow(clippy::too_many_arguments)]
 pub fn execute(
     spec: &JobSpec,
     task: &ShardTask,
@@ -311,6 +359,7 @@ pub fn execute(
     checkpoint: &[u8],
     cache: &KernelCache,
     control: &Control,
+    checkpoint_every: std::time::Duration,
     on_event: &mut dyn FnMut(ShardEvent),
 ) -> Result<ShardOutcome> {
     match (&spec.kind, task) {
@@ -328,12 +377,45 @@ pub fn execute(
                 &graph, h.modulus, *step, *start, *end, *last, input, control,
             )
         }
-        (KindSpec::Kayles(k), ShardTask::KaylesCharacter { character }) => {
-            execute_kayles(k.pins, k.digits, *character, checkpoint, control, on_event)
+        (KindSpec::Hex(h), ShardTask::HexPoints { modulus, points }) => {
+            control.check()?;
+            let valid =
+                *modulus == h.modulus || (h.exact && hex::exact_primes(h.side).contains(modulus));
+            if !valid || points.is_empty() || points.len() > HEX_POINTS_PER_SHARD {
+                return Err(invalid!("hex points shard does not belong to this job"));
+            }
+            let graph = cache.hex_graph(h.side)?;
+            let values = graph.evaluate_points(points, *modulus);
+            control.check()?;
+            control.add_work(points.len() as u64);
+            Ok(ShardOutcome {
+                output: Vec::new(),
+                partial: Partial::HexEvaluations {
+                    modulus: *modulus,
+                    evaluations: points.iter().copied().zip(values).collect(),
+                },
+                work_done: points.len() as u64,
+            })
         }
+        (KindSpec::Kayles(k), ShardTask::KaylesCharacter { character }) => execute_kayles(
+            k.pins,
+            k.digits,
+            *character,
+            checkpoint,
+            control,
+            checkpoint_every,
+            on_event,
+        ),
         (KindSpec::Sliders(s), ShardTask::SliderPrefixes { prefixes }) => {
             let space = cache.slider_space(&s.board, control)?;
-            execute_sliders(&space, prefixes, checkpoint, control, on_event)
+            execute_sliders(
+                &space,
+                prefixes,
+                checkpoint,
+                control,
+                checkpoint_every,
+                on_event,
+            )
         }
         _ => Err(invalid!(
             "the shard task does not belong to a {} job",
@@ -484,8 +566,8 @@ fn execute_hex_step(
 
 /// Coefficients computed between two checkpoints of a kayles character.
 const KAYLES_CHUNK: usize = 2_048;
-/// Checkpoints are sent at most this often (the state grows with the series).
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(3);
+/// Default interval between checkpoints of a running shard.
+pub const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(3);
 
 fn execute_kayles(
     pins: u64,
@@ -493,6 +575,7 @@ fn execute_kayles(
     character: u32,
     checkpoint: &[u8],
     control: &Control,
+    checkpoint_every: std::time::Duration,
     on_event: &mut dyn FnMut(ShardEvent),
 ) -> Result<ShardOutcome> {
     let mut series = if checkpoint.is_empty() {
@@ -505,7 +588,7 @@ fn execute_kayles(
     while !series.is_done() {
         let upto = series.computed() + KAYLES_CHUNK;
         series.advance(upto, control)?;
-        if !series.is_done() && last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+        if !series.is_done() && last_checkpoint.elapsed() >= checkpoint_every {
             last_checkpoint = std::time::Instant::now();
             on_event(ShardEvent::Checkpoint {
                 state: u64s_to_bytes(&series.checkpoint()),
@@ -555,6 +638,7 @@ fn execute_sliders(
     prefixes: &[String],
     checkpoint: &[u8],
     control: &Control,
+    checkpoint_every: std::time::Duration,
     on_event: &mut dyn FnMut(ShardEvent),
 ) -> Result<ShardOutcome> {
     let (mut done, mut sums) = if checkpoint.is_empty() {
@@ -571,7 +655,7 @@ fn execute_sliders(
     while done < prefixes.len() {
         sums.merge(space.enumerate(&prefixes[done], control)?);
         done += 1;
-        if done < prefixes.len() && last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
+        if done < prefixes.len() && last_checkpoint.elapsed() >= checkpoint_every {
             last_checkpoint = std::time::Instant::now();
             let state = SliderCheckpoint {
                 prefixes_done: done as u32,
@@ -600,6 +684,7 @@ fn execute_sliders(
 /// The answer from the partial results of the last stage, in shard order.
 pub fn finish(spec: &JobSpec, plan: &JobPlan, partials: &[Partial]) -> Result<Answer> {
     match &spec.kind {
+        KindSpec::Hex(h) if h.plan == HexPlan::Points => finish_hex_points(h, plan, partials),
         KindSpec::Hex(h) => {
             let p = h.modulus as u64;
             let mut crossings = vec![0u64; plan.stride as usize];
@@ -688,19 +773,21 @@ pub fn compute_direct(spec: &JobSpec, threads: usize, control: &Control) -> Resu
     spec.validate()?;
     let threads = threads.max(1);
     match &spec.kind {
+        // Exact counts have no single-sweep driver: evaluate every point here.
+        KindSpec::Hex(h) if h.exact => run_locally(spec, threads, control),
         KindSpec::Hex(h) => {
             let answer = hex::count_games(h.side, h.modulus, threads, control)?;
             let plan = JobPlan {
-                stages_total: 1,
                 states: answer.states as u64,
                 stride: answer.crossings.len() as u64,
-                characters: 0,
-                prefixes: Vec::new(),
-                shortest_length: 0,
-                boards: 0,
+                ..JobPlan::empty()
             };
+            let mut sweep = spec.clone();
+            if let KindSpec::Hex(h) = &mut sweep.kind {
+                h.plan = HexPlan::CellStep;
+            }
             finish(
-                spec,
+                &sweep,
                 &plan,
                 &[Partial::HexCrossings {
                     residues: answer.crossings,
@@ -724,13 +811,9 @@ pub fn compute_direct(spec: &JobSpec, threads: usize, control: &Control) -> Resu
             let space = sliders::SliderSpace::build(&s.board, control)?;
             let sums = space.enumerate("", control)?;
             let plan = JobPlan {
-                stages_total: 1,
-                states: 0,
-                stride: 0,
-                characters: 0,
-                prefixes: Vec::new(),
                 shortest_length: space.shortest_length(),
                 boards: space.reachable_boards() as u64,
+                ..JobPlan::empty()
             };
             finish(
                 spec,
@@ -741,5 +824,225 @@ pub fn compute_direct(spec: &JobSpec, threads: usize, control: &Control) -> Resu
                 }],
             )
         }
+    }
+}
+
+/// Runs a single-stage job's shards in this process over `threads` threads.
+fn run_locally(spec: &JobSpec, threads: usize, control: &Control) -> Result<Answer> {
+    let cache = KernelCache::new();
+    let plan = prepare(spec, &cache, control)?;
+    if plan.stages_total != 1 {
+        return Err(Error::Internal(
+            "only single-stage plans run locally".into(),
+        ));
+    }
+    let shards = plan_stage(spec, &plan, 1)?;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Partial>>> = Mutex::new(vec![None; shards.len()]);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(shards.len()))
+            .map(|_| {
+                scope.spawn(|| -> Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(shard) = shards.get(i) else {
+                            return Ok(());
+                        };
+                        let outcome = execute(
+                            spec,
+                            &shard.task,
+                            None,
+                            &[],
+                            &cache,
+                            control,
+                            CHECKPOINT_EVERY,
+                            &mut |_| {},
+                        )?;
+                        results.lock().unwrap()[i] = Some(outcome.partial);
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .unwrap_or_else(|_| Err(Error::Internal("a shard thread panicked".into())))
+        })
+    })?;
+    let partials = results
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| Error::Internal("a shard produced no result".into()))?;
+    finish(spec, &plan, &partials)
+}
+
+/// Solves each prime's evaluations for the crossing counts, checks them at the
+/// point not used to solve, and computes H(N) modulo the prime or, with several
+/// primes, exactly.
+fn finish_hex_points(h: &HexSpec, plan: &JobPlan, partials: &[Partial]) -> Result<Answer> {
+    let mut per_prime: Vec<Vec<(u32, u32)>> = vec![Vec::new(); plan.primes.len()];
+    for partial in partials {
+        let Partial::HexEvaluations {
+            modulus,
+            evaluations,
+        } = partial
+        else {
+            return Err(Error::Internal(
+                "hex points job with a foreign partial".into(),
+            ));
+        };
+        let i = plan
+            .primes
+            .iter()
+            .position(|p| p == modulus)
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "evaluations modulo {modulus}, not a prime of the job"
+                ))
+            })?;
+        per_prime[i].extend_from_slice(evaluations);
+    }
+    let crossings: Vec<Vec<u32>> = plan
+        .primes
+        .iter()
+        .zip(&per_prime)
+        .map(|(&p, evaluations)| hex::solve_crossings(h.side, p, evaluations))
+        .collect::<Result<_>>()?;
+    let half = (h.side * h.side / 2) as usize;
+    if h.exact {
+        let exact = hex::exact_crossings(h.side, &plan.primes, &crossings)?;
+        let games = hex::exact_game_count(h.side, &exact);
+        let modulus = hex::DEFAULT_MODULUS;
+        let residues: Vec<u32> = exact[..=half]
+            .iter()
+            .map(|c| (c % modulus).try_into().expect("a residue fits"))
+            .collect();
+        Ok(Answer {
+            line: games.to_string(),
+            details: serde_json::json!({
+                "kind": "hex",
+                "side": h.side,
+                "plan": h.plan.name(),
+                "exact": true,
+                "primes": plan.primes,
+                "games": games.to_string(),
+                "games_mod_1000000007": hex::game_count(h.side, &residues, modulus),
+                "crossings": exact.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+            }),
+        })
+    } else {
+        let games = hex::game_count(h.side, &crossings[0][..=half], h.modulus);
+        Ok(Answer {
+            line: games.to_string(),
+            details: serde_json::json!({
+                "kind": "hex",
+                "side": h.side,
+                "modulus": h.modulus,
+                "plan": h.plan.name(),
+                "states": plan.states,
+                "games_mod": games,
+                "crossings_mod": crossings[0],
+            }),
+        })
+    }
+}
+
+/// What a hex job needs, by plan: memory per worker and in the coordinator, and
+/// the data moved between them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HexEstimate {
+    pub plan: HexPlan,
+    pub side: u32,
+    pub states: u64,
+    pub worker_memory_bytes: u64,
+    pub coordinator_memory_bytes: u64,
+    pub traffic_bytes: u64,
+}
+
+impl HexEstimate {
+    pub fn describe(&self) -> String {
+        format!(
+            "hex side {} with the {} plan needs about {} per worker and {} in the coordinator, and moves about {} between them",
+            self.side,
+            self.plan.name(),
+            format_bytes(self.worker_memory_bytes),
+            format_bytes(self.coordinator_memory_bytes),
+            format_bytes(self.traffic_bytes)
+        )
+    }
+}
+
+/// What one worker is assumed to have for a job unless `--force` says otherwise.
+pub const WORKER_MEMORY_BUDGET: u64 = 8_000_000_000;
+/// Measured size of the hex state graph per frontier state (states, the per-column
+/// transition lists and their offsets).
+const HEX_GRAPH_BYTES_PER_STATE: u64 = 160;
+/// Workers assumed when estimating traffic.
+const ESTIMATE_WORKERS: u64 = 2;
+
+pub fn hex_estimate(h: &HexSpec) -> HexEstimate {
+    let side = h.side as u64;
+    let states = hex::known_state_count(h.side).unwrap_or(0);
+    let stride = side * side / 2 + 1;
+    let steps = side * side.saturating_sub(1);
+    let graph = states * HEX_GRAPH_BYTES_PER_STATE;
+    let vector = states * stride * 4;
+    let (worker, coordinator, traffic) = match h.plan {
+        // Input, output and the decoded copy; the coordinator keeps the previous
+        // stage and assembles the current one (about half of each is zero runs).
+        HexPlan::CellStep => (
+            graph + 3 * vector,
+            vector,
+            steps * vector / 2 * (ESTIMATE_WORKERS + 1),
+        ),
+        // Two scalar vectors of 8 lanes per slot, two slots.
+        HexPlan::Points => (
+            graph + 2 * 2 * states * HEX_POINTS_PER_SHARD as u64 * 4,
+            1 << 20,
+            1 << 20,
+        ),
+    };
+    HexEstimate {
+        plan: h.plan,
+        side: h.side,
+        states,
+        worker_memory_bytes: worker,
+        coordinator_memory_bytes: coordinator,
+        traffic_bytes: traffic,
+    }
+}
+
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < UNITS.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Fault injection for tests: alters a result the way a faulty machine might,
+/// so that the checks downstream (solve-and-check, replication) can be exercised.
+pub fn corrupt_for_testing(partial: &mut Partial) {
+    match partial {
+        Partial::None => {}
+        Partial::HexCrossings { residues } => {
+            if let Some(r) = residues.first_mut() {
+                *r = r.wrapping_add(1) % hex::DEFAULT_MODULUS;
+            }
+        }
+        Partial::HexEvaluations {
+            modulus,
+            evaluations,
+        } => {
+            if let Some((_, v)) = evaluations.first_mut() {
+                *v = (*v + 1) % *modulus;
+            }
+        }
+        Partial::KaylesCharacter { value, .. } => *value = value.wrapping_add(1),
+        Partial::SliderSums { sums, .. } => sums.checksum_sum = sums.checksum_sum.wrapping_add(1),
     }
 }

@@ -18,23 +18,32 @@ pub const MAX_PREFIX_TASKS: u32 = 100_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum HexPlan {
-    /// State ranges per cell step, a barrier per step.
+    /// Independent shards, each evaluating the full crossing polynomial at a few
+    /// points; the coordinator solves for the counts. Nothing is exchanged
+    /// between shards, so it scales with workers.
     #[default]
+    Points,
+    /// State ranges per cell step, a barrier per step; the frontier vector passes
+    /// through the coordinator at every step.
     CellStep,
 }
 
 impl HexPlan {
     pub fn name(self) -> &'static str {
         match self {
+            HexPlan::Points => "points",
             HexPlan::CellStep => "cell-step",
         }
     }
 
+    /// The empty name selects the default plan.
     pub fn parse(name: &str) -> Result<HexPlan> {
         match name {
-            "" | "cell-step" => Ok(HexPlan::CellStep),
+            "" => Ok(HexPlan::default()),
+            "points" => Ok(HexPlan::Points),
+            "cell-step" => Ok(HexPlan::CellStep),
             other => Err(invalid!(
-                "unknown hex plan {other:?}: expected \"cell-step\""
+                "unknown hex plan {other:?}: expected \"points\" or \"cell-step\""
             )),
         }
     }
@@ -48,9 +57,13 @@ pub struct HexSpec {
     pub modulus: u32,
     #[serde(default)]
     pub plan: HexPlan,
-    /// 0 chooses from the number of frontier states.
+    /// Cell-step plan: shards per cell step; 0 chooses from the number of states.
     #[serde(default)]
     pub shards_per_step: u32,
+    /// Points plan: the exact count (several primes and the CRT) instead of a
+    /// residue.
+    #[serde(default)]
+    pub exact: bool,
 }
 
 fn default_hex_modulus() -> u32 {
@@ -95,6 +108,8 @@ pub struct RunnerOptions {
     pub priority: i32,
     pub max_attempts: u32,
     pub lease_ttl_ms: u64,
+    /// Run even if the resource estimate says the job does not fit.
+    pub force: bool,
 }
 
 impl Default for RunnerOptions {
@@ -103,6 +118,7 @@ impl Default for RunnerOptions {
             priority: 0,
             max_attempts: 3,
             lease_ttl_ms: 15_000,
+            force: false,
         }
     }
 }
@@ -134,6 +150,7 @@ impl JobSpec {
     /// A one-line human description, e.g. `hex side 11 mod 1000000007 (cell-step)`.
     pub fn describe(&self) -> String {
         match &self.kind {
+            KindSpec::Hex(h) if h.exact => format!("hex side {} exact ({})", h.side, h.plan.name()),
             KindSpec::Hex(h) => {
                 format!("hex side {} mod {} ({})", h.side, h.modulus, h.plan.name())
             }
@@ -175,6 +192,21 @@ impl JobSpec {
                         h.shards_per_step
                     ));
                 }
+                if h.exact && h.plan != HexPlan::Points {
+                    return Err(invalid!(
+                        "exact hex counts need the points plan (--plan points)"
+                    ));
+                }
+                if !o.force {
+                    let estimate = crate::jobs::hex_estimate(h);
+                    if estimate.worker_memory_bytes > crate::jobs::WORKER_MEMORY_BUDGET {
+                        return Err(invalid!(
+                            "{}; this is more than the {} a worker is assumed to have: use the points plan, or --force",
+                            estimate.describe(),
+                            crate::jobs::format_bytes(crate::jobs::WORKER_MEMORY_BUDGET)
+                        ));
+                    }
+                }
                 Ok(())
             }
             KindSpec::Kayles(k) => kayles::validate(k.pins, k.digits),
@@ -212,6 +244,7 @@ impl From<&JobSpec> for proto::JobSpec {
                 modulus: h.modulus,
                 plan: h.plan.name().to_string(),
                 shards_per_step: h.shards_per_step,
+                exact: h.exact,
             }),
             KindSpec::Kayles(k) => Kind::Kayles(proto::KaylesSpec {
                 pins: k.pins,
@@ -233,6 +266,7 @@ impl From<&JobSpec> for proto::JobSpec {
                 priority: spec.options.priority,
                 max_attempts: spec.options.max_attempts,
                 lease_ttl_ms: spec.options.lease_ttl_ms,
+                force: spec.options.force,
             }),
         }
     }
@@ -259,6 +293,7 @@ impl TryFrom<&proto::JobSpec> for JobSpec {
                 },
                 plan: HexPlan::parse(&h.plan)?,
                 shards_per_step: h.shards_per_step,
+                exact: h.exact,
             }),
             Some(Kind::Kayles(k)) => KindSpec::Kayles(KaylesSpec {
                 pins: k.pins,
@@ -313,6 +348,7 @@ impl TryFrom<&proto::JobSpec> for JobSpec {
                 } else {
                     o.lease_ttl_ms
                 },
+                force: o.force,
             },
         };
         let spec = JobSpec { kind, options };

@@ -586,6 +586,11 @@ impl Scheduler {
                     ttl_ms: ttl,
                     work_total: shard.work_total,
                 });
+                let note = if shard.has_checkpoint {
+                    format!("from checkpoint at work {}", shard.work_done)
+                } else {
+                    String::new()
+                };
                 push_event(
                     entry,
                     &mut batch,
@@ -595,7 +600,7 @@ impl Scheduler {
                     shard.index,
                     shard.attempt,
                     worker,
-                    "",
+                    &note,
                 );
                 entry.pending.remove(skipped);
                 updated.push((id.clone(), shard));
@@ -708,7 +713,23 @@ impl Scheduler {
                 state.clone(),
             );
             batch.put(Tree::Shards, shard_key(&job, stage, index), encode(&shard));
-            self.store.commit(batch)?;
+            let seq = entry.next_event;
+            let note = format!("work {}", shard.work_done);
+            push_event(
+                entry,
+                &mut batch,
+                now_ms,
+                "checkpoint",
+                stage,
+                index,
+                attempt,
+                &report.worker,
+                &note,
+            );
+            if let Err(e) = self.store.commit(batch) {
+                self.jobs.get_mut(&job).unwrap().next_event = seq;
+                return Err(e);
+            }
             let entry = self.jobs.get_mut(&job).unwrap();
             entry.shards[index as usize] = shard;
         }
@@ -1264,6 +1285,23 @@ fn validate_result(
             }
         }
         (
+            ShardTask::HexPoints { modulus, points },
+            Partial::HexEvaluations {
+                modulus: m,
+                evaluations,
+            },
+        ) => {
+            let xs: Vec<u32> = evaluations.iter().map(|(x, _)| *x).collect();
+            if m != modulus || xs != *points {
+                return bad(format!(
+                    "evaluations at {xs:?} modulo {m} reported on the shard of points {points:?} modulo {modulus}"
+                ));
+            }
+            if evaluations.iter().any(|(_, v)| v >= modulus) {
+                return bad(format!("evaluations must be residues modulo {modulus}"));
+            }
+        }
+        (
             ShardTask::KaylesCharacter { character },
             Partial::KaylesCharacter { character: c, .. },
         ) => {
@@ -1385,6 +1423,7 @@ mod tests {
             &[],
             &KernelCache::new(),
             &Control::new(),
+            jobs::CHECKPOINT_EVERY,
             &mut |_| {},
         )
         .unwrap();

@@ -58,6 +58,11 @@ pub struct WorkerConfig {
     /// Fault injection: wait this long before computing each shard (holding its
     /// lease), so tests can kill a worker that is surely mid-shard.
     pub shard_delay: Duration,
+    /// Fault injection: alter every result before reporting it, as a faulty
+    /// machine would (tests of the checks that must catch it).
+    pub corrupt_results: bool,
+    /// How often a long shard sends a resumable checkpoint.
+    pub checkpoint_interval: Duration,
 }
 
 impl WorkerConfig {
@@ -73,6 +78,8 @@ impl WorkerConfig {
             lease_wait: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(30),
             shard_delay: Duration::ZERO,
+            corrupt_results: false,
+            checkpoint_interval: jobs::CHECKPOINT_EVERY,
         }
     }
 }
@@ -430,6 +437,7 @@ async fn compute_shard(
     let cache = inner.cache.clone();
     let kernel_handle = handle.clone();
     let checkpoint = lease.checkpoint.clone();
+    let checkpoint_every = inner.config.checkpoint_interval;
     let result = inner.pool.run(move || {
         let mut on_event = |event: ShardEvent| {
             let _ = events_tx.send(event);
@@ -441,14 +449,18 @@ async fn compute_shard(
             &checkpoint,
             &cache,
             &kernel_handle.control,
+            checkpoint_every,
             &mut on_event,
         )
     });
-    let outcome = result
+    let mut outcome = result
         .await
-        .map_err(|_| CommonError::Internal("the compute thread stopped".into()))?;
+        .map_err(|_| CommonError::Internal("the compute thread stopped".into()))??;
     let _ = forwarder.await;
-    Ok(outcome?)
+    if inner.config.corrupt_results {
+        jobs::corrupt_for_testing(&mut outcome.partial);
+    }
+    Ok(outcome)
 }
 
 /// The merged output of `stage`, fetched and decoded once per worker and shared by

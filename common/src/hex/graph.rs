@@ -24,7 +24,7 @@ pub(crate) fn default_block_width(side: usize) -> usize {
 }
 
 /// A hash table from packed states (never 0) to their indices: open addressing
-/// with linear probing, the key and the index of a slot side by side, so that a
+/// with linear probing (at most three quarters full), the key and the index of a slot side by side, so that a
 /// lookup usually costs one cache miss, which [`StateTable::prefetch`] can start
 /// early.
 struct StateTable {
@@ -36,7 +36,11 @@ struct StateTable {
 
 impl StateTable {
     fn with_capacity(n: usize) -> Self {
-        let bits = (2 * n.max(8)).next_power_of_two().trailing_zeros();
+        // At most three quarters full once `n` states are in.
+        let bits = (n.max(8) * 4)
+            .div_ceil(3)
+            .next_power_of_two()
+            .trailing_zeros();
         StateTable {
             slots: vec![[0, 0]; 1 << bits],
             bits,
@@ -82,7 +86,7 @@ impl StateTable {
 
     /// The index of `state`, inserting it with index `next` if it is new.
     fn get_or_insert(&mut self, state: u64, next: u32) -> u32 {
-        if 2 * (self.len + 1) > self.slots.len() {
+        if 4 * (self.len + 1) > 3 * self.slots.len() {
             self.grow();
         }
         let mask = self.slots.len() - 1;
@@ -114,18 +118,75 @@ impl StateTable {
     }
 }
 
-/// The incoming transitions of one column in compressed sparse row form: the
-/// sources of target position `t` are `sources[offsets[t]..offsets[t + 1]]`.
+/// The incoming transitions of one column, by target position.
+///
+/// Every target is its own source: in a state that the sweep can reach before
+/// the cell of column `c` is decided, frontier positions `c - 1`, `c` and `c + 1`
+/// hold mutually adjacent cells, so deciding the cell as the old one at position
+/// `c` was (occupied or empty) changes nothing. The other sources are the states
+/// whose occupancy at `c` flips into the target; they are stored in `others`,
+/// and `info` holds their number per target (bits 0..7) and whether the decided
+/// cell is occupied in the target (bit 7). Transitions out of states that cannot
+/// occur before the step (their values are zero there) are left out.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Gather {
-    pub offsets: Vec<u32>,
-    pub sources: Vec<u32>,
+    pub info: Vec<u8>,
+    pub others: Vec<u32>,
+    /// Offset in `others` of the sources of every [`MARK_EVERY`]-th target.
+    pub marks: Vec<u32>,
 }
 
+/// Targets between two entries of [`Gather::marks`].
+pub(crate) const MARK_EVERY: usize = 64;
+
+/// Bits of [`Gather::info`]: the number of other sources ...
+pub(crate) const COUNT_MASK: u8 = 0x7F;
+/// ... and the occupancy of the decided cell.
+pub(crate) const OCCUPIED: u8 = 0x80;
+
+/// At most this many sources per target (itself included).
+pub(crate) const MAX_SOURCES: usize = COUNT_MASK as usize + 1;
+
 impl Gather {
+    /// Offset in `others` of the sources of target `pos`.
+    #[inline]
+    pub fn offset(&self, pos: usize) -> usize {
+        let first = pos - pos % MARK_EVERY;
+        self.marks[pos / MARK_EVERY] as usize
+            + self.info[first..pos]
+                .iter()
+                .map(|&b| usize::from(b & COUNT_MASK))
+                .sum::<usize>()
+    }
+
+    /// Number of sources of target `pos` besides itself.
     #[inline(always)]
-    pub fn sources_of(&self, target: usize) -> &[u32] {
-        &self.sources[self.offsets[target] as usize..self.offsets[target + 1] as usize]
+    pub fn count(&self, pos: usize) -> usize {
+        usize::from(self.info[pos] & COUNT_MASK)
+    }
+
+    /// The sources of target `pos` (itself first), whose other sources start at
+    /// `offset` in `others`, written into `buf`.
+    #[inline(always)]
+    pub fn sources<'a>(
+        &self,
+        pos: usize,
+        offset: usize,
+        buf: &'a mut [u32; MAX_SOURCES],
+    ) -> &'a [u32] {
+        let count = self.count(pos);
+        buf[0] = pos as u32;
+        buf[1..=count].copy_from_slice(&self.others[offset..offset + count]);
+        &buf[..=count]
+    }
+
+    /// Source, target pairs: every target with itself, and the others.
+    pub fn transitions(&self) -> usize {
+        self.info.len() + self.others.len()
+    }
+
+    fn bytes(&self) -> usize {
+        self.info.capacity() + 4 * (self.others.capacity() + self.marks.capacity())
     }
 }
 
@@ -231,14 +292,22 @@ fn parallel_map<T: Send>(count: usize, threads: usize, f: impl Fn(usize) -> T + 
 /// Marks a transition whose target was not yet numbered during the search.
 const FRESH_TARGET: u32 = u32::MAX - 1;
 
-/// The closure under `advance`: all states in breadth-first order, and per column
-/// `edges[col][2 * i + occupied]`, the target of state `i` (or `NONE`).
+/// Marks a new state found through a transition that is not stored.
+const NOT_STORED: u32 = u32::MAX;
+
+/// The closure under `advance`: all states, numbered in the order a
+/// breadth-first search finds them (every state in turn, columns in order, empty
+/// before occupied), and per column `flips[col][i]`, the target of state `i` when
+/// the occupancy of position `col` flips (or `NONE`).
 ///
-/// The search goes level by level: the targets of a level are computed and looked
-/// up in parallel, then the new ones are numbered in order (so the result does not
-/// depend on the number of threads).
+/// The states are taken in rounds of consecutive indices: the targets of a round
+/// are computed and looked up in parallel, then the new ones are numbered in
+/// order (so the result does not depend on the number of threads). The search
+/// follows both choices of every column, also the ones that keep the occupancy
+/// (they can only change states that never occur before that column's step, and
+/// keeping them keeps the set of states of the original search).
 fn closure(side: usize, threads: usize) -> (Vec<u64>, Vec<Vec<u32>>) {
-    let expected = expected_states(side);
+    let expected = super::known_state_count(side as u32).map_or(1 << 20, |n| n as usize);
     let mut states: Vec<u64> = Vec::with_capacity(expected);
     let mut index = StateTable::with_capacity(expected);
     for mask in 1u64..(1u64 << side) {
@@ -246,21 +315,22 @@ fn closure(side: usize, threads: usize) -> (Vec<u64>, Vec<Vec<u32>>) {
         index.get_or_insert(s, states.len() as u32);
         states.push(s);
     }
-    let mut edges: Vec<Vec<u32>> = (0..side)
-        .map(|_| Vec::with_capacity(2 * expected))
-        .collect();
-    let mut level = 0..states.len();
-    while !level.is_empty() {
-        // Targets of every state of the level, per chunk: [state][col][occupied],
-        // FRESH_TARGET where the target is new (its value is then in `fresh`).
-        const CHUNK: usize = 1024;
-        const BATCH: usize = 32;
-        let chunks = level.len().div_ceil(CHUNK);
+    let mut flips: Vec<Vec<u32>> = (0..side).map(|_| Vec::with_capacity(expected)).collect();
+    const CHUNK: usize = 2048;
+    const ROUND: usize = 32 * CHUNK;
+    const BATCH: usize = 32;
+    let mut done = 0;
+    while done < states.len() {
+        let round = done..states.len().min(done + ROUND);
+        let chunks = round.len().div_ceil(CHUNK);
         let (states_ref, index_ref) = (&states, &index);
+        // Per chunk: the flip target of every state and column ([state][col]),
+        // FRESH_TARGET when it is new, and the new targets in the order of the
+        // search, each with its slot in the first list or NOT_STORED.
         let found = parallel_map(chunks, threads, |c| {
-            let range = level.start + c * CHUNK..(level.start + (c + 1) * CHUNK).min(level.end);
-            let mut ids = Vec::with_capacity(range.len() * side * 2);
-            let mut fresh = Vec::new();
+            let range = round.start + c * CHUNK..(round.start + (c + 1) * CHUNK).min(round.end);
+            let mut ids = vec![NONE; range.len() * side];
+            let mut fresh: Vec<(u64, u32)> = Vec::new();
             let mut targets = Vec::with_capacity(BATCH * side * 2);
             for first in range.clone().step_by(BATCH) {
                 // Compute a batch of targets and prefetch their slots, then look
@@ -269,58 +339,67 @@ fn closure(side: usize, threads: usize) -> (Vec<u64>, Vec<Vec<u32>>) {
                 let batch_end = (first + BATCH).min(range.end);
                 for (i, &s) in (first..batch_end).zip(&states_ref[first..batch_end]) {
                     for col in 0..side {
+                        let empty_now = super::frontier::label(s, col) == 0;
                         for occupied in [false, true] {
                             let t = advance(s, side, col, occupied);
                             if t != 0 && t != s {
                                 index_ref.prefetch(t);
                             }
-                            targets.push((i, t));
+                            let slot = if occupied == empty_now {
+                                ((i - range.start) * side + col) as u32
+                            } else {
+                                NOT_STORED
+                            };
+                            targets.push((s, t, slot));
                         }
                     }
                 }
-                for &(i, t) in &targets {
-                    ids.push(if t == 0 {
-                        NONE
-                    } else if t == states_ref[i] {
-                        i as u32
-                    } else if let Some(id) = index_ref.get(t) {
-                        id
-                    } else {
-                        fresh.push(t);
-                        FRESH_TARGET
-                    });
+                for &(s, t, slot) in &targets {
+                    if t == 0 || t == s {
+                        // Dropped, or the identity (never a flip).
+                        continue;
+                    }
+                    match index_ref.get(t) {
+                        Some(id) if slot != NOT_STORED => ids[slot as usize] = id,
+                        Some(_) => {}
+                        None => {
+                            fresh.push((t, slot));
+                            if slot != NOT_STORED {
+                                ids[slot as usize] = FRESH_TARGET;
+                            }
+                        }
+                    }
                 }
             }
             (ids, fresh)
         });
-        let end = level.end;
-        for (ids, fresh) in found {
-            let mut fresh = fresh.into_iter();
-            for (k, &id) in ids.iter().enumerate() {
-                let id = if id == FRESH_TARGET {
-                    let t = fresh.next().expect("one value per new target");
-                    let next = states.len() as u32;
-                    let id = index.get_or_insert(t, next);
-                    if id == next {
-                        states.push(t);
-                    }
-                    id
-                } else {
-                    id
-                };
-                edges[(k / 2) % side].push(id);
+        for (mut ids, fresh) in found {
+            for (t, slot) in fresh {
+                let next = states.len() as u32;
+                let id = index.get_or_insert(t, next);
+                if id == next {
+                    states.push(t);
+                }
+                if slot != NOT_STORED {
+                    ids[slot as usize] = id;
+                }
+            }
+            for row in ids.chunks_exact(side) {
+                for (flip, &id) in flips.iter_mut().zip(row) {
+                    flip.push(id);
+                }
             }
         }
-        level = end..states.len();
+        done = round.end;
     }
-    (states, edges)
+    (states, flips)
 }
 
 /// Finds every state reachable from the top row by deciding cells in any column,
 /// numbers them, and builds the blocks of `width` columns, on up to `threads`
 /// threads.
 pub(crate) fn build(side: usize, width: usize, threads: usize) -> Built {
-    let (states, edges) = closure(side, threads);
+    let (states, flips) = closure(side, threads);
     let masks: Vec<u32> = states.iter().map(|&s| state_mask(s, side)).collect();
     let layout = block_layout(side, width);
     let mut col_block = vec![(0, 0); side];
@@ -329,35 +408,40 @@ pub(crate) fn build(side: usize, width: usize, threads: usize) -> Built {
             col_block[col] = (b, j);
         }
     }
-    // Blocks, then the columns of each block, in parallel.
-    let grouped = parallel_map(layout.len(), threads, |b| {
+    let mut blocks = parallel_map(layout.len(), threads, |b| {
         group_states(side, layout[b].clone(), &masks)
     });
-    let mut gathers = parallel_map(side, threads, |col| {
-        let (b, _) = col_block[col];
-        column_gather(&grouped[b].position, &grouped[b].members, &edges[col])
-    })
-    .into_iter();
-    let from_prev: Vec<Vec<u32>> = (0..grouped.len())
+    // The gather lists, a few columns at a time; each column's flips are freed
+    // once its list is built, which bounds the memory of the build.
+    let mut flips: Vec<Option<Vec<u32>>> = flips.into_iter().map(Some).collect();
+    let mut gathers: Vec<Gather> = Vec::with_capacity(side);
+    for cols in (0..side).collect::<Vec<_>>().chunks(threads.max(1)) {
+        let blocks_ref = &blocks;
+        let flips_ref = &flips;
+        gathers.extend(parallel_map(cols.len(), threads, |k| {
+            let col = cols[k];
+            let flip = flips_ref[col].as_ref().expect("each column is built once");
+            column_gather(&blocks_ref[col_block[col].0], flip, col)
+        }));
+        for &col in cols {
+            flips[col] = None;
+        }
+    }
+    let from_prev: Vec<Vec<u32>> = (0..blocks.len())
         .map(|b| {
-            let prev = &grouped[(b + grouped.len() - 1) % grouped.len()];
-            grouped[b]
+            let prev = &blocks[(b + blocks.len() - 1) % blocks.len()];
+            blocks[b]
                 .members
                 .iter()
                 .map(|&i| prev.position[i as usize])
                 .collect()
         })
         .collect();
-    let blocks = grouped
-        .into_iter()
-        .zip(&layout)
-        .zip(from_prev)
-        .map(|((mut block, cols), from_prev)| {
-            block.cols = gathers.by_ref().take(cols.len()).collect();
-            block.from_prev = from_prev;
-            block
-        })
-        .collect();
+    let mut gathers = gathers.into_iter();
+    for ((block, cols), from_prev) in blocks.iter_mut().zip(&layout).zip(from_prev) {
+        block.cols = gathers.by_ref().take(cols.len()).collect();
+        block.from_prev = from_prev;
+    }
     Built {
         states,
         masks,
@@ -427,42 +511,62 @@ fn group_states(side: usize, cols: std::ops::Range<usize>, masks: &[u32]) -> Blo
     }
 }
 
-/// The reversed transitions of one column (`edges[2 * i + occupied]` = target of
-/// state `i`), with targets and sources as positions of the block.
-fn column_gather(position: &[u32], members: &[u32], edges: &[u32]) -> Gather {
-    let n = position.len();
-    let mut offsets = vec![0u32; n + 1];
-    for &t in edges {
+/// The gather lists of column `col` from the flips of the states
+/// (`flip[i]` = target of state `i`, or `NONE`), with targets and sources as
+/// positions of `block`.
+fn column_gather(block: &Block, flip: &[u32], col: usize) -> Gather {
+    let n = block.members.len();
+    let position = &block.position;
+    let mut info = vec![0u8; n];
+    for &t in flip {
         if t != NONE {
-            offsets[position[t as usize] as usize + 1] += 1;
+            let b = &mut info[position[t as usize] as usize];
+            assert!(
+                *b < COUNT_MASK,
+                "more than {MAX_SOURCES} sources for one state"
+            );
+            *b += 1;
         }
     }
-    for t in 0..n {
-        offsets[t + 1] += offsets[t];
+    // Where the other sources of each target go, and the marks.
+    let mut fill = Vec::with_capacity(n);
+    let mut marks = Vec::with_capacity(n / MARK_EVERY + 1);
+    let mut total = 0u32;
+    for (pos, b) in info.iter_mut().enumerate() {
+        if pos % MARK_EVERY == 0 {
+            marks.push(total);
+        }
+        fill.push(total);
+        total += u32::from(*b);
+        if (block.masks[pos] >> col) & 1 == 1 {
+            *b |= OCCUPIED;
+        }
     }
-    let mut fill = offsets[..n].to_vec();
-    let mut sources = vec![0u32; offsets[n] as usize];
+    let mut others = vec![0u32; total as usize];
     // Visit the sources by position so that each list is ascending.
-    for (pos, &i) in members.iter().enumerate() {
-        for &t in &edges[2 * i as usize..][..2] {
-            if t != NONE {
-                let slot = &mut fill[position[t as usize] as usize];
-                sources[*slot as usize] = pos as u32;
-                *slot += 1;
-            }
+    for (pos, &i) in block.members.iter().enumerate() {
+        let t = flip[i as usize];
+        if t != NONE {
+            let slot = &mut fill[position[t as usize] as usize];
+            others[*slot as usize] = pos as u32;
+            *slot += 1;
         }
     }
-    Gather { offsets, sources }
+    Gather {
+        info,
+        others,
+        marks,
+    }
 }
 
-/// About the number of states of a side (exact up to 13, then a ratio of 2.8 per
-/// side), to size the tables once.
-fn expected_states(side: usize) -> usize {
-    const KNOWN: [usize; 14] = [
-        1, 1, 3, 9, 25, 69, 189, 518, 1422, 3915, 10813, 29964, 83304, 232323,
-    ];
-    match KNOWN.get(side) {
-        Some(&n) => n,
-        None => (KNOWN[13] as f64 * 2.8f64.powi(side as i32 - 13)) as usize,
+impl Block {
+    /// Bytes held by the block.
+    pub fn bytes(&self) -> usize {
+        4 * (self.members.capacity()
+            + self.position.capacity()
+            + self.masks.capacity()
+            + self.group_offsets.capacity()
+            + self.from_prev.capacity())
+            + self.cols.iter().map(Gather::bytes).sum::<usize>()
     }
 }

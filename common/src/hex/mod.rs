@@ -23,9 +23,12 @@
 //! from its occupied cells and its row), and residues are added eight at a time
 //! with AVX2 where the CPU has it, reduced by one conditional subtraction.
 
+mod eval;
+mod exact;
 mod frontier;
 mod graph;
 mod kernel;
+mod points;
 mod sweep;
 
 #[cfg(test)]
@@ -36,11 +39,26 @@ use crate::{Control, Result, invalid};
 
 use graph::Block;
 
+pub use eval::POINTS_PER_PASS;
+pub use exact::{exact_crossings, exact_game_count, exact_primes};
+pub use points::{PointsLayout, full_crossings, points_layout, solve_crossings};
+
 /// Largest supported board side: 16 labels of 4 bits fill a `u64`.
 pub const MAX_SIDE: u32 = 16;
 
 /// The modulus of the Project Euler problem.
 pub const DEFAULT_MODULUS: u32 = 1_000_000_007;
+
+/// The number of frontier states of a side (what [`HexGraph::num_states`] gives),
+/// for sides 1 to 16, without building the graph: 1, 3, 9, 25, 69, 189, ...
+/// (a column of the Motzkin triangle, OEIS A005322, as far as it was compared).
+pub fn known_state_count(side: u32) -> Option<u64> {
+    const COUNTS: [u64; 16] = [
+        1, 3, 9, 25, 69, 189, 518, 1422, 3915, 10813, 29964, 83304, 232323, 649845, 1822824,
+        5126520,
+    ];
+    COUNTS.get((side as usize).wrapping_sub(1)).copied()
+}
 
 /// Checks that `side` is in `1..=16` and that `modulus` is a prime with
 /// `side^2 < modulus < 2^31`.
@@ -142,6 +160,15 @@ impl HexGraph {
         self.states.len()
     }
 
+    /// Bytes held by the graph: states, masks, and per block the orders of the
+    /// states and the gather lists of its columns.
+    pub fn memory_bytes(&self) -> usize {
+        8 * self.states.capacity()
+            + 4 * self.masks.capacity()
+            + self.blocks.iter().map(Block::bytes).sum::<usize>()
+            + 16 * self.col_block.capacity()
+    }
+
     /// Coefficients per state: `floor(M/2) + 1`.
     pub fn stride(&self) -> usize {
         self.stride
@@ -161,7 +188,7 @@ impl HexGraph {
     /// cell step `step` (1-based).
     pub fn num_transitions(&self, step: usize) -> usize {
         let (block, j) = self.block_of(step);
-        block.cols[j].sources.len()
+        block.cols[j].transitions()
     }
 
     /// The packed state of index `i` (4 bits per frontier position, position `j` at

@@ -1,12 +1,11 @@
 //! The sweep over the cell steps: one step for a range of targets (the unit of the
-//! distributed plan), the whole sweep on local threads, and the untruncated scalar
-//! sweep at given points.
+//! distributed plan) and the whole sweep on local threads.
 
 use std::ops::Range;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use super::graph::Block;
+use super::graph::{Block, MAX_SOURCES};
 use super::kernel::{Prior, Shape, Sources, has_avx2, target_poly};
 use super::{HexGraph, validate_modulus};
 use crate::{Control, Error, Result};
@@ -24,9 +23,9 @@ unsafe impl Sync for SharedBuf {}
 
 /// One block of cell steps of the sweep: steps `first..first + block.cols.len()`.
 #[derive(Debug, Clone, Copy)]
-struct Stage {
-    first: usize,
-    block: usize,
+pub(crate) struct Stage {
+    pub first: usize,
+    pub block: usize,
 }
 
 impl HexGraph {
@@ -105,8 +104,10 @@ impl HexGraph {
         let (block, j) = self.block_of(step);
         let gather = &block.cols[j];
         let stride = self.stride;
+        let mut buf = [0u32; MAX_SOURCES];
         for (t, dst) in targets.zip(out.chunks_exact_mut(stride)) {
-            let sources = gather.sources_of(block.position[t] as usize);
+            let pos = block.position[t] as usize;
+            let sources = gather.sources(pos, gather.offset(pos), &mut buf);
             let sources = Sources {
                 list: sources,
                 input,
@@ -136,7 +137,7 @@ impl HexGraph {
 
     /// The stages of the sweep: every row of cells cut into the graph's blocks of
     /// columns.
-    fn stages(&self) -> Vec<Stage> {
+    pub(crate) fn stages(&self) -> Vec<Stage> {
         let side = self.side as usize;
         (1..side)
             .flat_map(|row| {
@@ -232,153 +233,6 @@ impl HexGraph {
         };
         Ok(self.crossings_from_vector(last, modulus))
     }
-
-    /// `sum_{k=0}^{M} C_k x^k mod modulus`: the sweep with the number `x` in place
-    /// of the variable and without truncation.
-    pub fn evaluate_crossings(&self, x: u32, modulus: u32) -> u32 {
-        self.evaluate_points(&[x], modulus)[0]
-    }
-
-    /// [`HexGraph::evaluate_crossings`] at several points: the values in the
-    /// order of `xs`. Points are swept together in batches of up to 8 (one
-    /// residue per state and point).
-    ///
-    /// `modulus` must be below 2^31 (see [`super::validate`]).
-    pub fn evaluate_points(&self, xs: &[u32], modulus: u32) -> Vec<u32> {
-        assert!(
-            modulus > 1 && modulus < 1 << 31,
-            "modulus must be in 2..2^31"
-        );
-        let mut values = Vec::with_capacity(xs.len());
-        for batch in xs.chunks(8) {
-            match batch.len() {
-                1 => values.extend_from_slice(&self.evaluate_batch::<1>(batch, modulus)),
-                2 => values.extend_from_slice(&self.evaluate_batch::<2>(batch, modulus)),
-                3 | 4 => values
-                    .extend_from_slice(&self.evaluate_batch::<4>(batch, modulus)[..batch.len()]),
-                _ => values
-                    .extend_from_slice(&self.evaluate_batch::<8>(batch, modulus)[..batch.len()]),
-            }
-        }
-        values
-    }
-
-    /// The scalar sweep at up to `NP` points at once (missing points are 0).
-    fn evaluate_batch<const NP: usize>(&self, xs: &[u32], modulus: u32) -> [u32; NP] {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if has_avx2() {
-                // SAFETY: the CPU supports AVX2.
-                return unsafe { self.evaluate_batch_avx2::<NP>(xs, modulus) };
-            }
-        }
-        self.evaluate_batch_impl::<NP>(xs, modulus)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,popcnt")]
-    unsafe fn evaluate_batch_avx2<const NP: usize>(&self, xs: &[u32], modulus: u32) -> [u32; NP] {
-        self.evaluate_batch_impl::<NP>(xs, modulus)
-    }
-
-    /// Runs in the order of the blocks, like [`HexGraph::sweep`], so that the
-    /// sources of neighbouring targets are close in memory.
-    #[inline(always)]
-    fn evaluate_batch_impl<const NP: usize>(&self, xs: &[u32], modulus: u32) -> [u32; NP] {
-        let q = u64::from(modulus);
-        let n = self.num_states();
-        let mut x = [0u32; NP];
-        for (slot, &v) in x.iter_mut().zip(xs) {
-            *slot = v % modulus;
-        }
-        let points = x.map(|v| Shoup::new(v, modulus));
-        let mut current = vec![[0u32; NP]; n];
-        for (value, &m) in current.iter_mut().zip(&self.masks) {
-            if m >> 16 == m & 0xFFFF {
-                // A top-row state: x^(occupied cells).
-                let degree = u64::from((m & 0xFFFF).count_ones());
-                *value = x.map(|v| crate::modular::pow_mod(u64::from(v), degree, q) as u32);
-            }
-        }
-        let mut next = vec![[0u32; NP]; n];
-        // The block whose order `current` is in; None: state order.
-        let mut layout: Option<usize> = None;
-        for step in 1..=self.num_steps() {
-            let (b, j) = self.col_block[(step - 1) % self.side as usize];
-            let block = &self.blocks[b];
-            if layout != Some(b) {
-                // Reorder to block b (the blocks of a row follow each other).
-                let from = if layout.is_none() {
-                    &block.members
-                } else {
-                    &block.from_prev
-                };
-                for (value, &i) in next.iter_mut().zip(from) {
-                    *value = current[i as usize];
-                }
-                std::mem::swap(&mut current, &mut next);
-                layout = Some(b);
-            }
-            let col = (step - 1) % self.side as usize;
-            let gather = &block.cols[j];
-            for (pos, value) in next.iter_mut().enumerate() {
-                let mut acc = [0u32; NP];
-                for &src in gather.sources_of(pos) {
-                    let v = &current[src as usize];
-                    for k in 0..NP {
-                        let s = acc[k] + v[k];
-                        acc[k] = s.min(s.wrapping_sub(modulus));
-                    }
-                }
-                if (block.masks[pos] >> col) & 1 == 1 {
-                    for k in 0..NP {
-                        acc[k] = points[k].mul(acc[k]);
-                    }
-                }
-                *value = acc;
-            }
-            std::mem::swap(&mut current, &mut next);
-        }
-        let mut sums = [0u64; NP];
-        for value in &current {
-            for k in 0..NP {
-                sums[k] += u64::from(value[k]);
-            }
-        }
-        sums.map(|s| (s % q) as u32)
-    }
-}
-
-/// Multiplication by a fixed residue `x` modulo `q < 2^31` with a precomputed
-/// quotient (Shoup): no division per product.
-#[derive(Debug, Clone, Copy)]
-struct Shoup {
-    x: u32,
-    /// `floor(x * 2^32 / q)`.
-    x_scaled: u32,
-    q: u32,
-}
-
-impl Shoup {
-    fn new(x: u32, q: u32) -> Self {
-        debug_assert!(x < q);
-        Shoup {
-            x,
-            x_scaled: ((u64::from(x) << 32) / u64::from(q)) as u32,
-            q,
-        }
-    }
-
-    /// `r * x mod q` for `r < 2^32`.
-    #[inline(always)]
-    fn mul(&self, r: u32) -> u32 {
-        let quotient = ((u64::from(r) * u64::from(self.x_scaled)) >> 32) as u32;
-        // r x - quotient q lies in [0, 2q), which fits a u32 since q < 2^31.
-        let t = r
-            .wrapping_mul(self.x)
-            .wrapping_sub(quotient.wrapping_mul(self.q));
-        t.min(t.wrapping_sub(self.q))
-    }
 }
 
 /// One group carried through the cell steps of a block.
@@ -457,11 +311,20 @@ impl GroupRun<'_> {
             } else {
                 Prior::Unknown
             };
+            let mut offset = gather.offset(start);
+            let mut ahead = if j == 0 && start + PREFETCH_AHEAD < end {
+                gather.offset(start + PREFETCH_AHEAD)
+            } else {
+                0
+            };
+            let mut buf = [0u32; MAX_SOURCES];
+            let mut ahead_buf = [0u32; MAX_SOURCES];
             for pos in start..end {
                 // The first step reads polynomials scattered over the whole
                 // input: ask for those of a later target early.
                 if j == 0 && pos + PREFETCH_AHEAD < end {
-                    for &s in gather.sources_of(pos + PREFETCH_AHEAD) {
+                    let later = pos + PREFETCH_AHEAD;
+                    for &s in gather.sources(later, ahead, &mut ahead_buf) {
                         prefetch_poly(
                             input
                                 .as_ptr()
@@ -469,9 +332,11 @@ impl GroupRun<'_> {
                             stride,
                         );
                     }
+                    ahead += gather.count(later);
                 }
                 let mask = block.masks[pos];
-                let sources = gather.sources_of(pos);
+                let sources = gather.sources(pos, offset, &mut buf);
+                offset += gather.count(pos);
                 let dst: &mut [u32] = if last {
                     // SAFETY: the polynomial at this position lies inside `output`
                     // and belongs to this group (see the caller's contract).

@@ -5,6 +5,9 @@
 //! - the time from a coordinator restart (after kill -9 mid-job) to the first
 //!   accepted report.
 //!
+//! - `-- scale [sides]`: wall time and peak memory of `tally run hex --side N` for
+//!   N = 14, 15, 16 (or the sides given).
+//!
 //! Run: `cargo bench --bench runner` (add `-- quick` for one repetition).
 
 use std::process::{Command, Stdio};
@@ -43,22 +46,55 @@ fn median(args: &[&str], runs: usize) -> (f64, String) {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "quick");
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    if args.first().map(String::as_str) == Some("scale") {
+        let sides: Vec<u32> = args[1..].iter().filter_map(|a| a.parse().ok()).collect();
+        let sides = if sides.is_empty() {
+            vec![14, 15, 16]
+        } else {
+            sides
+        };
+        return scale(&sides);
+    }
+    let quick = args.iter().any(|a| a == "quick");
     let runs = if quick { 1 } else { 3 };
 
-    let (direct, a) = median(
-        &["run", "hex", "--side", "11", "--direct", "--threads", "2"],
-        runs,
-    );
-    let (runner, b) = median(&["run", "hex", "--side", "11"], runs);
-    assert_eq!(a, b, "runner and kernel disagree");
-    println!(
-        "hex side 11: kernel {direct:.3} s, runner {runner:.3} s, ratio {:.2} (answer {a})",
-        runner / direct
-    );
+    for plan in ["points", "cell-step"] {
+        let (direct, a) = median(
+            &["run", "hex", "--side", "11", "--direct", "--threads", "2"],
+            runs,
+        );
+        let (runner, b) = median(&["run", "hex", "--side", "11", "--plan", plan], runs);
+        assert_eq!(a, b, "runner and kernel disagree");
+        println!(
+            "hex side 11, {plan} plan: kernel alone {direct:.3} s, through the runner {runner:.3} s, ratio {:.2} (answer {a})",
+            runner / direct
+        );
+    }
 
-    let few = ["run", "hex", "--side", "10", "--shards-per-step", "1"];
-    let many = ["run", "hex", "--side", "10", "--shards-per-step", "111"];
+    let few = [
+        "run",
+        "hex",
+        "--side",
+        "10",
+        "--plan",
+        "cell-step",
+        "--shards-per-step",
+        "1",
+    ];
+    let many = [
+        "run",
+        "hex",
+        "--side",
+        "10",
+        "--plan",
+        "cell-step",
+        "--shards-per-step",
+        "111",
+    ];
     let (t_few, a) = median(&few, runs);
     let (t_many, b) = median(&many, runs);
     assert_eq!(a, b);
@@ -70,6 +106,38 @@ fn main() {
     );
 
     restart_to_first_report();
+}
+
+/// Wall time and peak memory (max RSS of the process) of `tally run hex --side N`.
+// The child is reaped by wait4, which also returns its peak memory.
+#[allow(clippy::zombie_processes)]
+fn scale(sides: &[u32]) {
+    for &side in sides {
+        let started = Instant::now();
+        let child = tally()
+            .args(["run", "hex", "--side", &side.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tally runs");
+        let pid = child.id() as libc::pid_t;
+        let mut status = 0;
+        // SAFETY: rusage is plain data filled in by the kernel for our own child.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let mut stdout = child.stdout.expect("piped");
+        let mut answer = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut answer).unwrap();
+        // SAFETY: waits for the child spawned above; the pointers are valid locals.
+        let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        assert_eq!(waited, pid);
+        assert_eq!(status, 0, "tally run hex --side {side} failed");
+        println!(
+            "tally run hex --side {side}: {:.1} s, peak memory {:.2} GB, answer {}",
+            started.elapsed().as_secs_f64(),
+            usage.ru_maxrss as f64 * 1024.0 / 1e9,
+            answer.trim()
+        );
+    }
 }
 
 fn restart_to_first_report() {

@@ -137,11 +137,14 @@ pub struct Answer {
     pub details: serde_json::Value,
 }
 
+/// One side's graph, filled by the first caller while the others wait.
+type GraphSlot = Arc<Mutex<Option<Arc<hex::HexGraph>>>>;
+
 /// Caches the expensive per-job structures (hex state graphs, slider graphs) so a
 /// worker builds each once, whatever the number of shards it runs.
 #[derive(Default)]
 pub struct KernelCache {
-    hex: Mutex<HashMap<u32, Arc<hex::HexGraph>>>,
+    hex: Mutex<HashMap<u32, GraphSlot>>,
     sliders: Mutex<HashMap<String, Arc<sliders::SliderSpace>>>,
 }
 
@@ -150,15 +153,22 @@ impl KernelCache {
         Self::default()
     }
 
+    /// The state graph of `side`, built once: concurrent callers for the same
+    /// side wait for the one build (a second copy of a large graph would double
+    /// the worker's memory), callers for other sides do not.
     pub fn hex_graph(&self, side: u32) -> Result<Arc<hex::HexGraph>> {
-        if let Some(graph) = self.hex.lock().unwrap().get(&side) {
+        let slot = self.hex.lock().unwrap().entry(side).or_default().clone();
+        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(graph) = slot.as_ref() {
             return Ok(graph.clone());
         }
-        // Built outside the lock: two threads may race to build the same graph,
-        // which wastes a little work but never blocks other sides.
-        let graph = Arc::new(hex::HexGraph::build(side)?);
-        let mut cache = self.hex.lock().unwrap();
-        Ok(cache.entry(side).or_insert(graph).clone())
+        // The other shards of this worker wait for the graph: give the build all cores.
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let graph = Arc::new(hex::HexGraph::build_parallel(side, threads)?);
+        *slot = Some(graph.clone());
+        Ok(graph)
     }
 
     pub fn slider_space(

@@ -605,11 +605,15 @@ impl Scheduler {
                 entry.pending.remove(skipped);
                 updated.push((id.clone(), shard));
             }
-            if entry.rec.state == JobState::Queued && grants.iter().any(|g| g.job == id) {
+        }
+        // Jobs that got their first lease start running now (recorded in the same batch).
+        for (id, _) in &updated {
+            let entry = &self.jobs[id];
+            if entry.rec.state == JobState::Queued && !started.contains(id) {
                 let mut rec = entry.rec.clone();
                 rec.state = JobState::Running;
                 rec.started_ms = Some(now_ms);
-                batch.put(Tree::Jobs, job_key(&id), encode(&rec));
+                batch.put(Tree::Jobs, job_key(id), encode(&rec));
                 started.push(id.clone());
             }
         }
@@ -1445,11 +1449,18 @@ mod tests {
         let mut s = new_scheduler(Arc::new(MemoryStore::new()));
         let spec = kayles(30);
         let id = submit(&mut s, &spec);
-        let grants = s.lease("w", 100, 1).unwrap();
+        // A first lease that fills the worker's slots still starts the job.
+        let first = s.lease("w", 1, 1).unwrap();
+        let running = s.job(&id, 1).unwrap();
+        assert_eq!(running.state, proto::JobState::Running as i32);
+        assert_eq!(running.started_ms, 1);
+        let mut grants = s.lease("w", 100, 5).unwrap();
+        grants.extend(first);
         assert_eq!(
             grants.len() as u32,
             tally_common::kayles::character_count(30)
         );
+        assert_eq!(s.job(&id, 6).unwrap().started_ms, 1);
         for g in &grants {
             s.report(result_of(g), 2).unwrap();
         }

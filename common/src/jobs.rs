@@ -196,7 +196,7 @@ pub fn default_hex_shards_per_step(states: u64) -> u32 {
 }
 
 /// Points per hex points shard: one vectorised pass of the scalar sweep.
-pub const HEX_POINTS_PER_SHARD: usize = 8;
+pub const HEX_POINTS_PER_SHARD: usize = hex::POINTS_PER_PASS;
 
 /// Default minimum number of slider prefix tasks.
 pub const DEFAULT_SLIDER_PREFIXES: u32 = 64;
@@ -987,7 +987,7 @@ impl HexEstimate {
 pub const WORKER_MEMORY_BUDGET: u64 = 8_000_000_000;
 /// Measured size of the hex state graph per frontier state (states, the per-column
 /// transition lists and their offsets).
-const HEX_GRAPH_BYTES_PER_STATE: u64 = 160;
+const HEX_GRAPH_BYTES_PER_STATE: u64 = 125;
 /// Workers assumed when estimating traffic.
 const ESTIMATE_WORKERS: u64 = 2;
 
@@ -1006,9 +1006,10 @@ pub fn hex_estimate(h: &HexSpec) -> HexEstimate {
             vector,
             steps * vector / 2 * (ESTIMATE_WORKERS + 1),
         ),
-        // Two scalar vectors of 8 lanes per slot, two slots.
+        // One in-place vector of one lane per point for each of two slots, plus
+        // the pass's private buffers.
         HexPlan::Points => (
-            graph + 2 * 2 * states * HEX_POINTS_PER_SHARD as u64 * 4,
+            graph + 2 * (states * HEX_POINTS_PER_SHARD as u64 * 4 + (20 << 20)),
             1 << 20,
             1 << 20,
         ),

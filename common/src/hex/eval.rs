@@ -1,13 +1,24 @@
 //! The untruncated scalar sweep of the `points` plan: `sum_k C_k x^k mod p` for up
 //! to [`POINTS_PER_PASS`] numbers `x` at once, one residue per state and point.
 //!
-//! A pass keeps one vector of `num_states` entries (one residue per point), in
-//! the order of the graph's first block. The cell steps are made a block of
-//! columns at a time, like [`HexGraph::sweep`]: the states of a group (closed under
-//! the block's steps) are copied into a private buffer, carried through the
-//! block's steps there, and written back to the same entries. Groups are disjoint,
-//! so the vector is updated in place and threads may share one pass.
+//! A pass keeps one vector of `num_states` entries (one residue per point, 64
+//! bytes for 16 points), in the order of the graph's first block (the "home"
+//! block). The cell steps are made a block of columns at a time, like
+//! [`HexGraph::sweep`]: each group of states (closed under the block's steps) is
+//! carried through all of them in two buffers, and its entries of the vector are
+//! overwritten with the result. Groups are disjoint, so the vector is updated in
+//! place and threads may share one pass. In the home block a group is a
+//! contiguous part of the vector and serves as one of the two buffers; in the
+//! other block it is gathered from runs of the vector (states of one occupancy
+//! pattern are contiguous in every block's order) and scattered back.
+//!
+//! Speed: every target is its own source, and most have one other source or
+//! none; the loop adds the first other source under a mask instead of
+//! branching on it, and multiplies by `x` (Shoup's method: two 32-bit products
+//! per lane, no division) only the targets whose decided cell is occupied, which
+//! come in long runs. With AVX2 the 16 residues of a state are two registers.
 
+use std::hint::select_unpredictable;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -43,28 +54,22 @@ impl<const NP: usize> Lanes<NP> {
         }
     }
 
-    /// `a = a + (b & mask) mod q`.
+    /// `s mod q` for `s < 2q`.
     #[inline(always)]
-    fn add_masked(&self, a: &mut [u32; NP], b: &[u32; NP], mask: u32) {
-        for k in 0..NP {
-            let s = a[k] + (b[k] & mask);
-            a[k] = s.min(s.wrapping_sub(self.q));
-        }
+    fn reduce(&self, s: u32) -> u32 {
+        s.min(s.wrapping_sub(self.q))
     }
 
-    /// `a = a * x mod q` lane by lane, with the factors `which` (0: `x`, 1: 1).
+    /// `r * x mod q` for any `r < 2^32`, with the factor `which` (0: `x`, 1: 1)
+    /// of lane `k`.
     #[inline(always)]
-    fn mul(&self, a: &mut [u32; NP], which: usize) {
-        let (x, x_scaled) = (&self.x[which], &self.x_scaled[which]);
-        for k in 0..NP {
-            let r = a[k];
-            let quotient = ((u64::from(r) * u64::from(x_scaled[k])) >> 32) as u32;
-            // r x - quotient q lies in [0, 2q), which fits a u32 since q < 2^31.
-            let t = r
-                .wrapping_mul(x[k])
-                .wrapping_sub(quotient.wrapping_mul(self.q));
-            a[k] = t.min(t.wrapping_sub(self.q));
-        }
+    fn mul(&self, r: u32, which: usize, k: usize) -> u32 {
+        let quotient = ((u64::from(r) * u64::from(self.x_scaled[which][k])) >> 32) as u32;
+        // r x - quotient q lies in [0, 2q), which fits a u32 since q < 2^31.
+        let t = r
+            .wrapping_mul(self.x[which][k])
+            .wrapping_sub(quotient.wrapping_mul(self.q));
+        self.reduce(t)
     }
 }
 
@@ -175,7 +180,9 @@ impl HexGraph {
                     block: &self.blocks[stage.block],
                     home_block,
                     is_home: stage.block == 0,
+                    two_blocks: self.blocks.len() == 2,
                     lanes,
+                    avx2,
                 };
                 loop {
                     let g = claimed[i].fetch_add(1, Ordering::Relaxed);
@@ -187,14 +194,13 @@ impl HexGraph {
                     // AVX2 only where the CPU has it.
                     unsafe { run.run(avx2, g, shared, &mut local) };
                 }
-                if threads > 1 && barrier.wait().is_leader() && control.is_cancelled() {
-                    stop.store(true, Ordering::Relaxed);
-                }
-                if threads == 1 && control.is_cancelled() {
-                    stop.store(true, Ordering::Relaxed);
-                }
                 if threads > 1 {
+                    if barrier.wait().is_leader() && control.is_cancelled() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
                     barrier.wait();
+                } else if control.is_cancelled() {
+                    stop.store(true, Ordering::Relaxed);
                 }
             }
         };
@@ -224,8 +230,17 @@ struct GroupPass<'a, const NP: usize> {
     /// The block whose order the vector is in.
     home_block: &'a Block,
     is_home: bool,
+    /// Whether the row has two blocks, this one and the home block.
+    two_blocks: bool,
     lanes: Lanes<NP>,
+    avx2: bool,
 }
+
+/// A group of a block of at least this many columns takes its steps in two
+/// phases when its two buffers take more than [`SPLIT_BYTES`] bytes (about half
+/// of a core's L2 cache; the tests lower it to cover both ways).
+const SPLIT_WIDTH: usize = 4;
+pub(crate) static SPLIT_BYTES: AtomicUsize = AtomicUsize::new(1 << 20);
 
 impl<const NP: usize> GroupPass<'_, NP> {
     /// Carries group `g` through the block's steps.
@@ -259,69 +274,289 @@ impl<const NP: usize> GroupPass<'_, NP> {
         unsafe { self.run_impl(g, home, local) }
     }
 
+    /// The group's values go through two buffers, one step after the other. In
+    /// the block that orders the vector they start in the vector itself (the
+    /// group is a contiguous part of it); elsewhere they are copied in and out.
+    ///
+    /// A wide block takes its steps in two phases, each made one sub-group at a
+    /// time: the first columns only mix the states of runs of consecutive
+    /// occupancy chunks, the last ones those of chunks a fixed stride apart. A
+    /// sub-group is small enough to stay in the cache for all the steps of its
+    /// phase, while the group as a whole is not.
     #[inline(always)]
     unsafe fn run_impl(&self, g: usize, home: SharedVec<NP>, local: &mut [Vec<[u32; NP]>; 2]) {
         let block = self.block;
         let start = block.group_offsets[g] as usize;
         let end = block.group_offsets[g + 1] as usize;
         let len = end - start;
-        // Where the entry of each position of the group lives in the vector.
-        let at = |pos: usize| -> usize {
-            if self.is_home {
-                pos
-            } else {
-                self.home_block.position[block.members[pos] as usize] as usize
-            }
-        };
+        let width = block.cols.len();
         let [a, b] = local;
-        let (mut src, mut dst) = (&mut a[..len], &mut b[..len]);
-        for (k, value) in src.iter_mut().enumerate() {
-            // SAFETY: the entry belongs to this group (see the caller's contract).
-            *value = unsafe { *home.0.add(at(start + k)) };
+        let mut bufs: [&mut [[u32; NP]]; 2] = if self.is_home {
+            // SAFETY: in the home block the group's entries of the vector are
+            // `start..end`, and belong to this call (see the caller's contract).
+            let home_group = unsafe { std::slice::from_raw_parts_mut(home.0.add(start), len) };
+            [home_group, &mut a[..len]]
+        } else {
+            for (k, value) in a[..len].iter_mut().enumerate() {
+                // SAFETY: the entry belongs to this group (see the caller's
+                // contract).
+                *value = unsafe { *home.0.add(self.home_position(start + k)) };
+            }
+            [&mut a[..len], &mut b[..len]]
+        };
+        let bytes = 2 * len * std::mem::size_of::<[u32; NP]>();
+        // The first column of each phase, and the end.
+        let split = width >= SPLIT_WIDTH && bytes > SPLIT_BYTES.load(Ordering::Relaxed);
+        let bounds: &[usize] = if split {
+            &[0, width / 2, width]
+        } else {
+            &[0, width]
+        };
+        let chunks = &block.chunk_offsets[g << width..];
+        let range = |m: usize| chunks[m] as usize..chunks[m + 1] as usize;
+        for phase in bounds.windows(2).map(|w| w[0]..w[1]) {
+            // The chunks m of a sub-group: the same bits outside the phase.
+            let (lo, span) = (phase.start, phase.len());
+            for outside in 0..1usize << (width - span) {
+                let low = outside & ((1 << lo) - 1);
+                let high = (outside >> lo) << (lo + span);
+                for j in phase.clone() {
+                    let [src, dst] = &mut bufs;
+                    let (src, dst): (&[[u32; NP]], &mut [[u32; NP]]) =
+                        if j % 2 == 0 { (src, dst) } else { (dst, src) };
+                    if lo == 0 {
+                        // Consecutive chunks: one range of targets.
+                        let first = range(high).start;
+                        let last = range(high + (1 << span) - 1).end;
+                        self.step(j, start, first..last, src, dst);
+                    } else {
+                        for m in 0..1usize << span {
+                            self.step(j, start, range(high | m << lo | low), src, dst);
+                        }
+                    }
+                }
+            }
         }
-        for gather in &block.cols {
-            step(gather, start, src, dst, &self.lanes);
-            std::mem::swap(&mut src, &mut dst);
+        let [first, second] = bufs;
+        if self.is_home {
+            if width % 2 == 1 {
+                // The result is in the private buffer, and `first` is the
+                // group's part of the vector.
+                first.copy_from_slice(second);
+            }
+        } else {
+            let result: &[[u32; NP]] = if width.is_multiple_of(2) {
+                first
+            } else {
+                second
+            };
+            for (k, value) in result.iter().enumerate() {
+                // SAFETY: as above.
+                unsafe { *home.0.add(self.home_position(start + k)) = *value };
+            }
         }
-        for (k, value) in src.iter().enumerate() {
-            // SAFETY: as above.
-            unsafe { *home.0.add(at(start + k)) = *value };
+    }
+
+    /// Where the state at position `pos` of this block (not the home block) is
+    /// in the vector. With two blocks per row (the default) the map is the
+    /// block's `from_prev`, read in order; else it takes two lookups.
+    #[inline(always)]
+    fn home_position(&self, pos: usize) -> usize {
+        if self.two_blocks {
+            self.block.from_prev[pos] as usize
+        } else {
+            self.home_block.position[self.block.members[pos] as usize] as usize
         }
+    }
+
+    /// Step `j` of the block for the targets `targets` of the group starting at
+    /// position `start`, whose values are `src` (by position minus `start`).
+    #[inline(always)]
+    fn step(
+        &self,
+        j: usize,
+        start: usize,
+        targets: std::ops::Range<usize>,
+        src: &[[u32; NP]],
+        dst: &mut [[u32; NP]],
+    ) {
+        if targets.is_empty() {
+            return;
+        }
+        step(
+            &self.block.cols[j],
+            start,
+            targets,
+            src,
+            dst,
+            &self.lanes,
+            self.avx2,
+        );
     }
 }
 
-/// One cell step for the targets `start..start + src.len()` of a group, whose
-/// values before the step are in `src` (by position minus `start`).
+/// One cell step for the targets `targets` of a group starting at position
+/// `start`, whose values before the step are in `src` (by position minus
+/// `start`; the sources of these targets all lie in the group): each target gets
+/// the sum of its own value and those of its other sources, times `x` when its
+/// decided cell is occupied; written to `dst` (by position minus `start`).
 ///
 /// Most targets have no other source or one: the first other source is always
-/// added (masked to zero when there is none) and every target is multiplied (by
-/// 1 when its cell is empty), so that the loop has no unpredictable branch.
+/// added (masked to zero when there is none) so that the loop has no
+/// unpredictable branch. The sum of two residues is below 2^32, which the
+/// multiplication accepts: it is only reduced before a third term.
 #[inline(always)]
 fn step<const NP: usize>(
     gather: &Gather,
     start: usize,
+    targets: std::ops::Range<usize>,
     src: &[[u32; NP]],
     dst: &mut [[u32; NP]],
     lanes: &Lanes<NP>,
+    avx2: bool,
 ) {
-    let end = start + src.len();
-    let info = &gather.info[start..end];
-    let others = &gather.others[gather.offset(start)..];
+    let info = &gather.info[targets.clone()];
+    let others = &gather.others[gather.offset(targets.start)..];
+    let local = targets.start - start..targets.end - start;
+    assert!(local.end <= src.len() && local.end <= dst.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx2 && NP.is_multiple_of(8) {
+            // SAFETY: AVX2 is available; the sources of the targets are
+            // positions of the group (the gather lists are built that way, and
+            // groups are closed under the steps of their block), and `others`
+            // ends with a padding entry.
+            unsafe { avx2::step(info, others, start, local, src, dst, lanes) };
+            return;
+        }
+    }
+    let _ = avx2;
     let mut at = 0;
-    for (k, (out, &byte)) in dst.iter_mut().zip(info).enumerate() {
+    for (k, &byte) in local.zip(info) {
         let count = usize::from(byte & COUNT_MASK);
-        let mut acc = src[k];
-        // The first other source, or the target itself, masked out.
-        let (first, mask) = match others.get(at) {
-            Some(&s) if count > 0 => (s as usize - start, u32::MAX),
-            _ => (k, 0),
-        };
-        lanes.add_masked(&mut acc, &src[first], mask);
-        for &s in others.get(at + 1..at + count).unwrap_or(&[]) {
-            lanes.add_masked(&mut acc, &src[s as usize - start], u32::MAX);
+        let which = usize::from(byte & OCCUPIED == 0);
+        // `others[at]` exists: the list ends with a padding entry.
+        let has = count > 0;
+        let first = select_unpredictable(has, (others[at] as usize).wrapping_sub(start), k);
+        let mask = select_unpredictable(has, u32::MAX, 0);
+        let (own, first) = (&src[k], &src[first]);
+        let mut acc = [0u32; NP];
+        for j in 0..NP {
+            acc[j] = own[j] + (first[j] & mask);
+        }
+        if count > 1 {
+            for &s in &others[at + 1..at + count] {
+                let v = &src[s as usize - start];
+                for j in 0..NP {
+                    acc[j] = lanes.reduce(lanes.reduce(acc[j]) + v[j]);
+                }
+            }
         }
         at += count;
-        lanes.mul(&mut acc, usize::from(byte & OCCUPIED == 0));
-        *out = acc;
+        let out = &mut dst[k];
+        for j in 0..NP {
+            out[j] = lanes.mul(acc[j], which, j);
+        }
+    }
+}
+
+/// The cell step with explicit AVX2 instructions, 8 lanes per register.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+    use std::hint::select_unpredictable;
+    use std::ops::Range;
+
+    use super::{COUNT_MASK, Lanes, OCCUPIED};
+
+    /// `s mod q` for `s < 2q`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn reduce(s: __m256i, q: __m256i) -> __m256i {
+        _mm256_min_epu32(s, _mm256_sub_epi32(s, q))
+    }
+
+    /// See [`super::step`], for `NP` 8 or 16; `local` are the targets' positions
+    /// minus `start`.
+    ///
+    /// # Safety
+    /// AVX2; `info` has `local.len()` entries; `local.end` is at most the
+    /// length of `src` and of `dst`; every other source `s` in `others` satisfies
+    /// `start <= s < start + src.len()`; `others` holds all other sources of the
+    /// targets and one more entry.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn step<const NP: usize>(
+        info: &[u8],
+        others: &[u32],
+        start: usize,
+        local: Range<usize>,
+        src: &[[u32; NP]],
+        dst: &mut [[u32; NP]],
+        lanes: &Lanes<NP>,
+    ) {
+        // SAFETY (for the whole body): the loads and stores stay inside `src`,
+        // `dst`, `info` and `others` by the contract above; AVX2 is enabled.
+        unsafe {
+            let q = _mm256_set1_epi32(lanes.q as i32);
+            let load = |p: *const u32| _mm256_loadu_si256(p as *const __m256i);
+            let mut x = [_mm256_setzero_si256(); 2];
+            let mut scaled = [_mm256_setzero_si256(); 2];
+            let mut scaled_odd = [_mm256_setzero_si256(); 2];
+            for v in 0..NP / 8 {
+                x[v] = load(lanes.x[0].as_ptr().add(8 * v));
+                scaled[v] = load(lanes.x_scaled[0].as_ptr().add(8 * v));
+                scaled_odd[v] = _mm256_srli_epi64::<32>(scaled[v]);
+            }
+            let src_ptr = src.as_ptr() as *const u32;
+            let dst_ptr = dst.as_mut_ptr() as *mut u32;
+            let mut other = others.as_ptr();
+            debug_assert!(info.len() == local.len() && NP <= 16);
+            debug_assert!(local.end <= src.len() && local.end <= dst.len());
+            for (k, &byte) in local.zip(info) {
+                let count = usize::from(byte & COUNT_MASK);
+                let candidate = *other as usize;
+                let has = count != 0;
+                // A conditional move, not a branch: whether a target has another
+                // source is hard to predict.
+                let first = select_unpredictable(has, candidate.wrapping_sub(start), k);
+                let mask = _mm256_set1_epi32(-i32::from(has));
+                let own = src_ptr.add(k * NP);
+                let theirs = src_ptr.add(first * NP);
+                let out = dst_ptr.add(k * NP);
+                // The occupancy of the decided cell, unlike the sources, comes in
+                // long runs (positions are ordered by occupancy pattern): a branch
+                // that skips the multiplication for empty cells is well predicted.
+                let occupied = byte & OCCUPIED != 0;
+                for v in 0..NP / 8 {
+                    let mut acc = _mm256_add_epi32(
+                        load(own.add(8 * v)),
+                        _mm256_and_si256(load(theirs.add(8 * v)), mask),
+                    );
+                    if count > 1 {
+                        for j in 1..count {
+                            let s = *other.add(j) as usize - start;
+                            let value = load(src_ptr.add(s * NP + 8 * v));
+                            acc = reduce(_mm256_add_epi32(reduce(acc, q), value), q);
+                        }
+                    }
+                    let value = if occupied {
+                        // Shoup: r x - floor(r floor(x 2^32 / q) / 2^32) q, in [0, 2q).
+                        let even = _mm256_mul_epu32(acc, scaled[v]);
+                        let odd = _mm256_mul_epu32(_mm256_srli_epi64::<32>(acc), scaled_odd[v]);
+                        let quotient =
+                            _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(even), odd);
+                        let t = _mm256_sub_epi32(
+                            _mm256_mullo_epi32(acc, x[v]),
+                            _mm256_mullo_epi32(quotient, q),
+                        );
+                        reduce(t, q)
+                    } else {
+                        reduce(acc, q)
+                    };
+                    _mm256_storeu_si256(out.add(8 * v) as *mut __m256i, value);
+                }
+                other = other.add(count);
+            }
+        }
     }
 }

@@ -9,6 +9,13 @@
 //! can carry one group at a time through all the cell steps of a block while its
 //! polynomials stay in cache. Each block numbers the states by group ("positions")
 //! and stores its gather lists in these positions.
+//!
+//! Memory: the search keeps, per column, only the target of each state when the
+//! occupancy of that column flips (4 bytes per state and column; a kept
+//! occupancy maps every state the sweep can meet to itself, see [`Gather`]), and
+//! a hash table of 16-byte slots at most three quarters full; each column's flips
+//! are freed as soon as its gather list is built. The peak of the build is about
+//! 10% above the finished graph.
 
 use super::frontier::{advance, top_row_state};
 
@@ -128,9 +135,10 @@ impl StateTable {
 /// and `info` holds their number per target (bits 0..7) and whether the decided
 /// cell is occupied in the target (bit 7). Transitions out of states that cannot
 /// occur before the step (their values are zero there) are left out.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Gather {
     pub info: Vec<u8>,
+    /// The other sources, target after target, and one padding entry.
     pub others: Vec<u32>,
     /// Offset in `others` of the sources of every [`MARK_EVERY`]-th target.
     pub marks: Vec<u32>,
@@ -182,7 +190,7 @@ impl Gather {
 
     /// Source, target pairs: every target with itself, and the others.
     pub fn transitions(&self) -> usize {
-        self.info.len() + self.others.len()
+        self.info.len() + self.others.len() - 1
     }
 
     fn bytes(&self) -> usize {
@@ -203,6 +211,10 @@ pub(crate) struct Block {
     pub masks: Vec<u32>,
     /// Group `g` holds the positions `group_offsets[g]..group_offsets[g + 1]`.
     pub group_offsets: Vec<u32>,
+    /// Inside group `g`, the states whose occupancy of the block's columns,
+    /// read as a number `m` (the block's first column the lowest bit), hold the
+    /// positions `chunk_offsets[g * 2^width + m]..chunk_offsets[g * 2^width + m + 1]`.
+    pub chunk_offsets: Vec<u32>,
     /// Per column of the block: targets and sources as positions.
     pub cols: Vec<Gather>,
     /// Size of the largest group.
@@ -473,6 +485,7 @@ fn group_states(side: usize, cols: std::ops::Range<usize>, masks: &[u32]) -> Blo
     keys.sort_unstable_by_key(|&k| (std::cmp::Reverse(sizes[k]), k));
     let mut start = vec![0u32; 1 << side];
     let mut group_offsets = Vec::with_capacity(keys.len() + 1);
+    let mut chunk_offsets = Vec::with_capacity((keys.len() << cols.len()) + 1);
     let mut acc = 0u32;
     for &key in &keys {
         group_offsets.push(acc);
@@ -481,6 +494,7 @@ fn group_states(side: usize, cols: std::ops::Range<usize>, masks: &[u32]) -> Blo
         let mut sub = 0usize;
         loop {
             start[key | sub] = acc;
+            chunk_offsets.push(acc);
             acc += count[key | sub];
             sub = sub.wrapping_sub(window) & window;
             if sub == 0 {
@@ -489,6 +503,7 @@ fn group_states(side: usize, cols: std::ops::Range<usize>, masks: &[u32]) -> Blo
         }
     }
     group_offsets.push(acc);
+    chunk_offsets.push(acc);
     let max_group = keys.first().map_or(0, |&k| sizes[k] as usize);
     let mut members = vec![0u32; n];
     let mut position = vec![0u32; n];
@@ -505,6 +520,7 @@ fn group_states(side: usize, cols: std::ops::Range<usize>, masks: &[u32]) -> Blo
         position,
         masks: block_masks,
         group_offsets,
+        chunk_offsets,
         cols: Vec::new(),
         max_group,
         from_prev: Vec::new(),
@@ -542,7 +558,8 @@ fn column_gather(block: &Block, flip: &[u32], col: usize) -> Gather {
             *b |= OCCUPIED;
         }
     }
-    let mut others = vec![0u32; total as usize];
+    // One padding entry: the sweep may read the entry after the last list.
+    let mut others = vec![0u32; total as usize + 1];
     // Visit the sources by position so that each list is ascending.
     for (pos, &i) in block.members.iter().enumerate() {
         let t = flip[i as usize];
@@ -566,6 +583,7 @@ impl Block {
             + self.position.capacity()
             + self.masks.capacity()
             + self.group_offsets.capacity()
+            + self.chunk_offsets.capacity()
             + self.from_prev.capacity())
             + self.cols.iter().map(Gather::bytes).sum::<usize>()
     }

@@ -445,3 +445,392 @@ fn hex_step_range_pipeline_matches_sweep() {
         );
     }
 }
+
+/// The full polynomial `C_0..C_M mod p` from the cell-step sweep.
+fn swept_full(graph: &HexGraph, p: u32) -> Vec<u32> {
+    full_crossings(graph.side(), &serial(graph, p), p)
+}
+
+/// Evaluations of the graph's polynomial at every point of the layout.
+fn layout_evaluations(graph: &HexGraph, p: u32) -> Vec<(u32, u32)> {
+    let layout = points_layout(graph.side(), p);
+    let values = graph.evaluate_points(&layout.points, p);
+    layout.points.into_iter().zip(values).collect()
+}
+
+fn internal_message(r: Result<Vec<u32>>) -> String {
+    match r {
+        Err(Error::Internal(m)) => m,
+        other => panic!("expected an internal error, got {other:?}"),
+    }
+}
+
+fn invalid_message(r: Result<Vec<u32>>) -> String {
+    match r {
+        Err(Error::InvalidArgument(m)) => m,
+        other => panic!("expected an invalid argument, got {other:?}"),
+    }
+}
+
+#[test]
+fn hex_known_state_counts() {
+    for side in 1..=12u32 {
+        let graph = HexGraph::build(side).unwrap();
+        assert_eq!(
+            known_state_count(side),
+            Some(graph.num_states() as u64),
+            "side {side}"
+        );
+        assert!(graph.memory_bytes() > 0);
+    }
+    assert_eq!(known_state_count(0), None);
+    assert_eq!(known_state_count(17), None);
+    assert_eq!(known_state_count(16), Some(5_126_520));
+}
+
+#[test]
+fn hex_points_layout() {
+    for side in 1..=16u32 {
+        let m = (side * side) as usize;
+        let layout = points_layout(side, P);
+        let k = ((m - 1) / 2 + 1).saturating_sub(side as usize);
+        assert_eq!(layout.unknowns, k, "side {side}");
+        assert_eq!(layout.points.len(), k + layout.spares + 1);
+        // 2, 3, 4, ... for a large prime.
+        assert!(layout.points.iter().zip(2..).all(|(&x, y)| x == y));
+        assert_eq!(layout.check_point(), layout.points.last().copied());
+    }
+    assert_eq!(points_layout(16, P).unknowns, 112);
+    assert_eq!(points_layout(16, P).passes(POINTS_PER_PASS), 8);
+    // A small prime: no point together with its inverse, none of 0, 1, p - 1.
+    let p = 101;
+    let layout = points_layout(7, p);
+    let q = u64::from(p);
+    for (i, &x) in layout.points.iter().enumerate() {
+        assert!((2..p - 1).contains(&x));
+        let inverse = inv_mod(u64::from(x), q).unwrap() as u32;
+        assert!(!layout.points[..i].contains(&inverse), "{x} and {inverse}");
+        assert!(!layout.points[..i].contains(&x));
+    }
+}
+
+#[test]
+fn hex_points_solve_matches_sweep() {
+    for side in 1..=9u32 {
+        let graph = HexGraph::build(side).unwrap();
+        for p in [P, 2_147_483_647] {
+            let expected = swept_full(&graph, p);
+            let evaluations = layout_evaluations(&graph, p);
+            assert_eq!(
+                solve_crossings(side, p, &evaluations).unwrap(),
+                expected,
+                "side {side} p {p}"
+            );
+            // Any order.
+            let mut reversed = evaluations.clone();
+            reversed.reverse();
+            assert_eq!(solve_crossings(side, p, &reversed).unwrap(), expected);
+        }
+    }
+}
+
+#[test]
+fn hex_evaluate_points_every_layout() {
+    // Widths (one block per column up to one per row), threads, and both ways
+    // of taking the steps of a wide block agree with the swept polynomial.
+    let xs: Vec<u32> = (0..21).map(|i| i * 7919 + 2).collect();
+    for side in [1u32, 2, 5, 7, 8] {
+        let reference = HexGraph::build(side).unwrap();
+        let full = swept_full(&reference, P);
+        let expected: Vec<u32> = xs.iter().map(|&x| eval_poly(&full, x, P)).collect();
+        for width in 1..=side as usize {
+            let graph = HexGraph::build_with(side, 2, width).unwrap();
+            for threads in [1, 3] {
+                for split in [usize::MAX, 0] {
+                    eval::SPLIT_BYTES.store(split, std::sync::atomic::Ordering::Relaxed);
+                    let got = graph
+                        .evaluate_points_with(&xs, P, threads, &Control::new())
+                        .unwrap();
+                    eval::SPLIT_BYTES.store(1 << 20, std::sync::atomic::Ordering::Relaxed);
+                    assert_eq!(
+                        got, expected,
+                        "side {side} width {width} threads {threads} split {split}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn hex_evaluate_points_cancelled() {
+    let graph = HexGraph::build(6).unwrap();
+    let control = Control::new();
+    control.cancel();
+    for threads in [1, 2] {
+        assert_eq!(
+            graph.evaluate_points_with(&[2, 3], P, threads, &control),
+            Err(Error::Cancelled)
+        );
+    }
+}
+
+#[test]
+fn hex_points_corruption_is_caught() {
+    for side in [3u32, 6, 9] {
+        let graph = HexGraph::build(side).unwrap();
+        let evaluations = layout_evaluations(&graph, P);
+        // Any single wrong value: a solving point, a spare or the check point.
+        for i in 0..evaluations.len() {
+            for delta in [1, P - 1, 123_456] {
+                let mut bad = evaluations.clone();
+                bad[i].1 = ((u64::from(bad[i].1) + u64::from(delta)) % u64::from(P)) as u32;
+                let message = internal_message(solve_crossings(side, P, &bad));
+                assert_eq!(
+                    message,
+                    format!(
+                        "the evaluation at x = {} disagrees with the solved counts (a corrupted evaluation?)",
+                        bad[i].0
+                    ),
+                    "side {side}, evaluation {i}"
+                );
+            }
+        }
+        // Two evaluations at the same point that disagree.
+        let mut twice = evaluations.clone();
+        twice.push((evaluations[0].0, (evaluations[0].1 + 1) % P));
+        assert!(internal_message(solve_crossings(side, P, &twice)).contains("disagrees"));
+        // A value that is not a residue.
+        let mut huge = evaluations.clone();
+        huge[0].1 = P;
+        assert!(invalid_message(solve_crossings(side, P, &huge)).contains("not a residue"));
+    }
+}
+
+#[test]
+fn hex_points_singular_sets() {
+    let side = 7u32;
+    let graph = HexGraph::build(side).unwrap();
+    let expected = swept_full(&graph, P);
+    let value = |x: u32| eval_poly(&expected, x, P);
+    let layout = points_layout(side, P);
+    let k = layout.unknowns;
+    let mut points = layout.points.clone();
+    // x = 1 (an empty equation) and a repeated point among the solving points:
+    // the spares make up for them.
+    points[0] = 1;
+    points[1] = points[2];
+    let evaluations: Vec<(u32, u32)> = points.iter().map(|&x| (x, value(x))).collect();
+    assert_eq!(solve_crossings(side, P, &evaluations).unwrap(), expected);
+    // x and 1/x give proportional equations; p - 1 and 0 are no better.
+    let mut points = layout.points.clone();
+    points[0] = inv_mod(u64::from(points[3]), u64::from(P)).unwrap() as u32;
+    points[1] = P - 1;
+    let evaluations: Vec<(u32, u32)> = points.iter().map(|&x| (x, value(x))).collect();
+    assert_eq!(solve_crossings(side, P, &evaluations).unwrap(), expected);
+    // Three useless points: too few independent equations are refused.
+    let mut points = layout.points.clone();
+    points[0] = 1;
+    points[1] = points[2];
+    points[3] = points[4];
+    let evaluations: Vec<(u32, u32)> = points.iter().map(|&x| (x, value(x))).collect();
+    assert!(
+        invalid_message(solve_crossings(side, P, &evaluations))
+            .starts_with("the points do not determine the counts (singular even with spares)")
+    );
+    // K evaluations leave nothing to check with.
+    let few: Vec<(u32, u32)> = layout.points[..k].iter().map(|&x| (x, value(x))).collect();
+    assert!(invalid_message(solve_crossings(side, P, &few)).contains("too few evaluations"));
+    // K + 1 independent ones are enough: K to solve, one to check.
+    let enough: Vec<(u32, u32)> = layout.points[..=k].iter().map(|&x| (x, value(x))).collect();
+    assert_eq!(solve_crossings(side, P, &enough).unwrap(), expected);
+    // Sides 1 and 2 have no unknowns; the evaluations are still checked.
+    for side in [1u32, 2] {
+        let graph = HexGraph::build(side).unwrap();
+        let expected = swept_full(&graph, P);
+        assert_eq!(solve_crossings(side, P, &[]).unwrap(), expected);
+        let evaluations = layout_evaluations(&graph, P);
+        assert_eq!(solve_crossings(side, P, &evaluations).unwrap(), expected);
+        let mut bad = evaluations.clone();
+        bad[0].1 ^= 1;
+        assert!(internal_message(solve_crossings(side, P, &bad)).contains("disagrees"));
+    }
+    assert!(solve_crossings(17, P, &[]).is_err());
+    assert!(solve_crossings(7, 49, &[]).is_err());
+}
+
+/// Exact `C_0..C_M` through the residues modulo [`exact_primes`], each from the
+/// sweep or, when `points`, from the points solver.
+fn exact_counts(side: u32, points: bool) -> Vec<num_bigint::BigUint> {
+    let graph = HexGraph::build(side).unwrap();
+    let primes = exact_primes(side);
+    let residues: Vec<Vec<u32>> = primes
+        .iter()
+        .map(|&p| {
+            if points {
+                solve_crossings(side, p, &layout_evaluations(&graph, p)).unwrap()
+            } else {
+                swept_full(&graph, p)
+            }
+        })
+        .collect();
+    exact_crossings(side, &primes, &residues).unwrap()
+}
+
+#[test]
+fn hex_exact_counts_and_games() {
+    let big = |v: u128| num_bigint::BigUint::from(v);
+    let public: [u128; 4] = [1, 24, 257_760, 10_663_950_528_000];
+    for (i, &h) in public.iter().enumerate() {
+        let side = i as u32 + 1;
+        for points in [false, true] {
+            let counts = exact_counts(side, points);
+            assert_eq!(exact_game_count(side, &counts), big(h), "H({side})");
+        }
+    }
+    let as_u64 = |c: &[num_bigint::BigUint]| -> Vec<u64> {
+        c.iter().map(|v| u64::try_from(v).unwrap()).collect()
+    };
+    assert_eq!(
+        as_u64(&exact_counts(3, true)),
+        [0, 0, 0, 8, 42, 84, 76, 36, 9, 1]
+    );
+    assert_eq!(
+        as_u64(&exact_counts(4, true)),
+        [
+            0, 0, 0, 0, 20, 228, 1158, 3420, 6435, 8020, 6850, 4140, 1800, 560, 120, 16, 1
+        ]
+    );
+    // Larger sides: the exact H(N) reduced modulo p is the residue of the sweep;
+    // C_N = (N + 1) 2^(N-2).
+    for side in 5..=8u32 {
+        let counts = exact_counts(side, side == 6);
+        assert!(!exact_primes(side).is_empty());
+        let games = exact_game_count(side, &counts);
+        let residue = u32::try_from(&(games % num_bigint::BigUint::from(P))).unwrap();
+        let graph = HexGraph::build(side).unwrap();
+        assert_eq!(
+            residue,
+            game_count(side, &serial(&graph, P), P),
+            "side {side}"
+        );
+        assert_eq!(
+            counts[side as usize],
+            big(u128::from(side + 1) << (side - 2))
+        );
+    }
+    assert_eq!(exact_primes(6).len(), 2);
+}
+
+#[test]
+fn hex_exact_primes_suffice() {
+    let mut previous = 0;
+    for side in 1..=16u32 {
+        let m = (side * side) as usize;
+        let primes = exact_primes(side);
+        let mut binom = num_bigint::BigUint::from(1u32);
+        for k in 1..=m / 2 {
+            binom = binom * num_bigint::BigUint::from(m - k + 1) / num_bigint::BigUint::from(k);
+        }
+        let product = |ps: &[u32]| {
+            ps.iter().fold(num_bigint::BigUint::from(1u32), |acc, &p| {
+                acc * num_bigint::BigUint::from(p)
+            })
+        };
+        assert!(product(&primes) > binom, "side {side}");
+        // No more primes than needed, largest first, all valid moduli.
+        assert!(product(&primes[..primes.len() - 1]) <= binom, "side {side}");
+        assert_eq!(primes[0], 2_147_483_647);
+        assert!(primes.windows(2).all(|w| w[0] > w[1]));
+        assert!(primes.iter().all(|&p| validate(side, p).is_ok()));
+        assert!(primes.len() >= previous);
+        previous = primes.len();
+    }
+    assert_eq!(exact_primes(16).len(), 9);
+}
+
+#[test]
+fn hex_exact_crossings_checks() {
+    let side = 5u32;
+    let graph = HexGraph::build(side).unwrap();
+    let primes = exact_primes(side);
+    let good: Vec<Vec<u32>> = primes.iter().map(|&p| swept_full(&graph, p)).collect();
+    exact_crossings(side, &primes, &good).unwrap();
+    // A wrong residue breaks C_k + C_(M-k) = binom(M, k) or a bound.
+    for k in [5usize, 9, 12, 20] {
+        let mut bad = good.clone();
+        bad[0][k] = (bad[0][k] + 1) % primes[0];
+        assert!(
+            matches!(
+                exact_crossings(side, &primes, &bad),
+                Err(Error::Internal(_))
+            ),
+            "k {k}"
+        );
+    }
+    // Too few primes for side 6, a foreign prime, lists of the wrong length.
+    let graph6 = HexGraph::build(6).unwrap();
+    let one = vec![swept_full(&graph6, P)];
+    assert!(matches!(
+        exact_crossings(6, &[P], &one),
+        Err(Error::InvalidArgument(m)) if m.contains("does not exceed")
+    ));
+    assert!(exact_crossings(side, &[P, P], &[good[0].clone(), good[0].clone()]).is_err());
+    assert!(exact_crossings(side, &primes, &[good[0][..10].to_vec()]).is_err());
+    assert!(exact_crossings(side, &[], &[]).is_err());
+}
+
+#[test]
+fn hex_full_crossings_identity() {
+    for side in 1..=6u32 {
+        let graph = HexGraph::build(side).unwrap();
+        let half = serial(&graph, P);
+        let m = (side * side) as usize;
+        assert_eq!(full_crossings(side, &half, P), complete(m, &half, P));
+        // At x = 1 the completed polynomial is 2^(M-1).
+        let full = full_crossings(side, &half, P);
+        assert_eq!(
+            eval_poly(&full, 1, P),
+            crate::modular::pow_mod(2, m as u64 - 1, u64::from(P)) as u32
+        );
+    }
+}
+
+#[test]
+fn hex_points_solver_large_sides() {
+    // Unknowns drawn at random: the layout's points determine them at every
+    // side up to 16, for the default prime and for every prime of the exact
+    // count (which share the layout of their smallest).
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for side in 10..=16u32 {
+        let m = (side * side) as usize;
+        let primes = exact_primes(side);
+        let layout = points_layout(side, *primes.iter().min().unwrap());
+        for p in std::iter::once(P).chain(primes) {
+            let mut half = vec![0u32; m / 2 + 1];
+            for c in half[side as usize..].iter_mut() {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                *c = (seed % u64::from(p)) as u32;
+            }
+            // For even M, C_(M/2) is known: binom(M, M/2) / 2.
+            if m.is_multiple_of(2) {
+                let binom = binomials_mod(m, p)[m / 2];
+                half[m / 2] =
+                    (u64::from(binom) * inv_mod(2, u64::from(p)).unwrap() % u64::from(p)) as u32;
+            }
+            let full = full_crossings(side, &half, p);
+            let evaluations: Vec<(u32, u32)> = layout
+                .points
+                .iter()
+                .map(|&x| (x, eval_poly(&full, x, p)))
+                .collect();
+            assert_eq!(
+                solve_crossings(side, p, &evaluations).unwrap(),
+                full,
+                "side {side} p {p}"
+            );
+        }
+    }
+}

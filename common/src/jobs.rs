@@ -739,17 +739,10 @@ pub fn finish(spec: &JobSpec, plan: &JobPlan, partials: &[Partial]) -> Result<An
                 .into_iter()
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| Error::Internal("a kayles character is missing".into()))?;
-            let fair = kayles::combine(k.pins, k.digits, &values)?;
-            let line = kayles::format_answer(fair, k.digits);
-            Ok(Answer {
-                line: line.clone(),
-                details: serde_json::json!({
-                    "kind": "kayles",
-                    "pins": k.pins,
-                    "digits": k.digits,
-                    "fair_rows_mod": line,
-                }),
-            })
+            Ok(kayles_answer(
+                k,
+                kayles::combine(k.pins, k.digits, &values)?,
+            ))
         }
         KindSpec::Sliders(s) => {
             let mut total = sliders::PathSums::default();
@@ -804,19 +797,10 @@ pub fn compute_direct(spec: &JobSpec, threads: usize, control: &Control) -> Resu
                 }],
             )
         }
-        KindSpec::Kayles(k) => {
-            let fair = kayles::fair_rows(k.pins, k.digits, threads, control)?;
-            let line = kayles::format_answer(fair, k.digits);
-            Ok(Answer {
-                line: line.clone(),
-                details: serde_json::json!({
-                    "kind": "kayles",
-                    "pins": k.pins,
-                    "digits": k.digits,
-                    "fair_rows_mod": line,
-                }),
-            })
-        }
+        KindSpec::Kayles(k) => Ok(kayles_answer(
+            k,
+            kayles::fair_rows(k.pins, k.digits, threads, control)?,
+        )),
         KindSpec::Sliders(s) => {
             let space = sliders::SliderSpace::build(&s.board, control)?;
             let sums = space.enumerate("", control)?;
@@ -834,6 +818,20 @@ pub fn compute_direct(spec: &JobSpec, threads: usize, control: &Control) -> Resu
                 }],
             )
         }
+    }
+}
+
+/// The answer of a kayles job from f(n) mod 10^d.
+fn kayles_answer(k: &crate::spec::KaylesSpec, fair: u64) -> Answer {
+    let line = kayles::format_answer(fair, k.digits);
+    Answer {
+        line: line.clone(),
+        details: serde_json::json!({
+            "kind": "kayles",
+            "pins": k.pins,
+            "digits": k.digits,
+            "fair_rows_mod": line,
+        }),
     }
 }
 

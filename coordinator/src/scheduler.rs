@@ -75,6 +75,20 @@ struct FinishedStage {
 }
 
 impl JobEntry {
+    /// A job with no shards in memory yet.
+    fn new(rec: JobRecord) -> JobEntry {
+        JobEntry {
+            rec,
+            shards: Vec::new(),
+            pending: VecDeque::new(),
+            shards_done_before: 0,
+            work_done_before: 0,
+            next_event: 0,
+            outputs: Vec::new(),
+            finished: None,
+        }
+    }
+
     fn shards_done(&self) -> u64 {
         self.shards_done_before
             + self
@@ -184,16 +198,7 @@ impl Scheduler {
         };
         for (_, bytes) in store.scan_prefix(Tree::Jobs, b"")? {
             let rec: JobRecord = decode("job", &bytes)?;
-            let mut entry = JobEntry {
-                shards: Vec::new(),
-                pending: VecDeque::new(),
-                shards_done_before: 0,
-                work_done_before: 0,
-                next_event: 0,
-                outputs: Vec::new(),
-                finished: None,
-                rec,
-            };
+            let mut entry = JobEntry::new(rec);
             let id = entry.rec.id.clone();
             let mut previous = Vec::new();
             for (_, bytes) in store.scan_prefix(Tree::Shards, &shard_prefix(&id))? {
@@ -311,16 +316,7 @@ impl Scheduler {
             details: None,
             error: None,
         };
-        let mut entry = JobEntry {
-            rec,
-            shards: Vec::new(),
-            pending: VecDeque::new(),
-            shards_done_before: 0,
-            work_done_before: 0,
-            next_event: 0,
-            outputs: Vec::new(),
-            finished: None,
-        };
+        let mut entry = JobEntry::new(rec);
         let mut batch = Batch::default();
         install_stage(&mut entry, 1, first, &mut batch);
         batch.put(Tree::Jobs, job_key(&id), encode(&entry.rec));

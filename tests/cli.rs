@@ -4,7 +4,6 @@
 mod support;
 
 use std::process::{Command, Output};
-use std::time::Duration;
 
 use support::*;
 
@@ -253,5 +252,4 @@ async fn submit_status_watch_result_list_and_cancel_against_a_coordinator() {
     let refused = run(vec!["cancel", &id]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("already succeeded"));
-    tokio::time::sleep(Duration::from_millis(10)).await;
 }

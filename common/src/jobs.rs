@@ -459,40 +459,63 @@ pub fn encode_polynomials(values: &[u32], stride: usize) -> Vec<u8> {
     bytes
 }
 
-/// Decodes [`encode_polynomials`] output into dense polynomials, checking every
-/// run against `stride` and every residue against `modulus`.
-pub fn decode_polynomials(bytes: &[u8], stride: usize, modulus: u32) -> Result<Vec<u32>> {
-    let mut values = Vec::with_capacity(bytes.len() / 2);
-    let mut at = 0;
+/// Walks [`encode_polynomials`] output, checking every run against `stride` and
+/// every residue against `modulus`, and hands each polynomial's run to `visit`
+/// as (first degree, coefficients). Returns the number of polynomials.
+fn walk_polynomials(
+    bytes: &[u8],
+    stride: usize,
+    modulus: u32,
+    mut visit: impl FnMut(usize, &[u8]),
+) -> Result<usize> {
+    let (mut at, mut count) = (0, 0);
     while at < bytes.len() {
         let header = bytes
             .get(at..at + 2)
             .ok_or_else(|| invalid!("polynomial data ends inside a header at byte {at}"))?;
         let (first, len) = (header[0] as usize, header[1] as usize);
-        at += 2;
         if first + len > stride {
             return Err(invalid!(
-                "polynomial run {first}+{len} exceeds {stride} coefficients at byte {}",
-                at - 2
+                "polynomial run {first}+{len} exceeds {stride} coefficients at byte {at}"
             ));
         }
+        at += 2;
         let run = bytes
             .get(at..at + 4 * len)
             .ok_or_else(|| invalid!("polynomial data ends inside a run at byte {at}"))?;
         at += 4 * len;
-        let base = values.len();
-        values.resize(base + stride, 0);
-        for (slot, word) in values[base + first..].iter_mut().zip(run.chunks_exact(4)) {
+        for word in run.chunks_exact(4) {
             let c = u32::from_le_bytes(word.try_into().unwrap());
             if c >= modulus {
                 return Err(invalid!(
                     "coefficient {c} is not a residue modulo {modulus}"
                 ));
             }
-            *slot = c;
         }
+        visit(first, run);
+        count += 1;
     }
+    Ok(count)
+}
+
+/// Decodes [`encode_polynomials`] output into dense polynomials, checking every
+/// run against `stride` and every residue against `modulus`.
+pub fn decode_polynomials(bytes: &[u8], stride: usize, modulus: u32) -> Result<Vec<u32>> {
+    let mut values = Vec::with_capacity(bytes.len() / 2);
+    walk_polynomials(bytes, stride, modulus, |first, run| {
+        let base = values.len();
+        values.resize(base + stride, 0);
+        for (slot, word) in values[base + first..].iter_mut().zip(run.chunks_exact(4)) {
+            *slot = u32::from_le_bytes(word.try_into().unwrap());
+        }
+    })?;
     Ok(values)
+}
+
+/// Checks [`encode_polynomials`] output without decoding it; returns the number
+/// of polynomials.
+pub fn check_polynomials(bytes: &[u8], stride: usize, modulus: u32) -> Result<usize> {
+    walk_polynomials(bytes, stride, modulus, |_, _| {})
 }
 
 /// The stage data a shard of `stage` reads, decoded once per worker and stage
@@ -710,19 +733,7 @@ pub fn finish(spec: &JobSpec, plan: &JobPlan, partials: &[Partial]) -> Result<An
                 }
             }
             let crossings: Vec<u32> = crossings.into_iter().map(|c| c as u32).collect();
-            let games = hex::game_count(h.side, &crossings, h.modulus);
-            Ok(Answer {
-                line: games.to_string(),
-                details: serde_json::json!({
-                    "kind": "hex",
-                    "side": h.side,
-                    "modulus": h.modulus,
-                    "plan": h.plan.name(),
-                    "states": plan.states,
-                    "games_mod": games,
-                    "crossings_mod": crossings,
-                }),
-            })
+            Ok(hex_residue_answer(h, plan, &crossings))
         }
         KindSpec::Kayles(k) => {
             let mut values = vec![None; plan.characters as usize];
@@ -940,19 +951,26 @@ fn finish_hex_points(h: &HexSpec, plan: &JobPlan, partials: &[Partial]) -> Resul
             }),
         })
     } else {
-        let games = hex::game_count(h.side, &crossings[0][..=half], h.modulus);
-        Ok(Answer {
-            line: games.to_string(),
-            details: serde_json::json!({
-                "kind": "hex",
-                "side": h.side,
-                "modulus": h.modulus,
-                "plan": h.plan.name(),
-                "states": plan.states,
-                "games_mod": games,
-                "crossings_mod": crossings[0],
-            }),
-        })
+        Ok(hex_residue_answer(h, plan, &crossings[0]))
+    }
+}
+
+/// H(N) mod p from crossing counts mod p: C_0..C_(M/2) at least (the points plan
+/// has all of them, the cell-step plan the lower half).
+fn hex_residue_answer(h: &HexSpec, plan: &JobPlan, crossings: &[u32]) -> Answer {
+    let half = (h.side * h.side / 2) as usize;
+    let games = hex::game_count(h.side, &crossings[..=half], h.modulus);
+    Answer {
+        line: games.to_string(),
+        details: serde_json::json!({
+            "kind": "hex",
+            "side": h.side,
+            "modulus": h.modulus,
+            "plan": h.plan.name(),
+            "states": plan.states,
+            "games_mod": games,
+            "crossings_mod": crossings,
+        }),
     }
 }
 

@@ -117,22 +117,12 @@ pub fn shard_key(job: &str, stage: u32, index: u32) -> Vec<u8> {
     format!("{job}/{stage:08}/{index:08}").into_bytes()
 }
 
-pub fn stage_blob_prefix(job: &str, stage: u32) -> Vec<u8> {
-    format!("{job}/{stage:08}/").into_bytes()
-}
-
 pub fn output_key(job: &str, stage: u32, index: u32, chunk: u32) -> Vec<u8> {
     format!("{job}/{stage:08}/{index:08}/o{chunk:06}").into_bytes()
 }
 
 pub fn checkpoint_key(job: &str, stage: u32, index: u32) -> Vec<u8> {
     format!("{job}/{stage:08}/{index:08}/c").into_bytes()
-}
-
-pub fn is_output_key(key: &[u8]) -> bool {
-    key.iter()
-        .rposition(|&b| b == b'/')
-        .is_some_and(|i| key.get(i + 1) == Some(&b'o'))
 }
 
 pub fn event_prefix(job: &str) -> Vec<u8> {
@@ -184,12 +174,10 @@ mod tests {
     }
 
     #[test]
-    fn output_keys_sort_after_checkpoints_and_are_recognised() {
+    fn output_keys_sort_by_shard_then_chunk() {
         let c = checkpoint_key("j", 1, 2);
         let o = output_key("j", 1, 2, 0);
         assert!(c < o);
-        assert!(is_output_key(&o));
-        assert!(!is_output_key(&c));
         assert!(output_key("j", 1, 2, 9) < output_key("j", 1, 3, 0));
     }
 }

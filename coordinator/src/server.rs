@@ -44,7 +44,6 @@ impl CoordinatorConfig {
 /// A coordinator serving in the background.
 pub struct RunningCoordinator {
     pub addr: SocketAddr,
-    pub shared: Arc<Shared>,
     shutdown: Option<oneshot::Sender<()>>,
     server: JoinHandle<std::result::Result<(), tonic::transport::Error>>,
     expiry: JoinHandle<()>,
@@ -151,7 +150,6 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     tracing::info!(%addr, "coordinator listening");
     Ok(RunningCoordinator {
         addr,
-        shared,
         shutdown: Some(shutdown_tx),
         server,
         expiry,

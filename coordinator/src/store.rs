@@ -95,10 +95,6 @@ pub trait Store: Send + Sync {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// All entries whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
-    /// Bytes used on disk (0 for memory).
-    fn size_on_disk(&self) -> u64 {
-        0
-    }
 }
 
 /// The in-memory backend, for unit tests.
@@ -291,10 +287,6 @@ impl Store for SledStore {
             .scan_prefix(prefix)
             .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(Into::into))
             .collect()
-    }
-
-    fn size_on_disk(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
     }
 }
 

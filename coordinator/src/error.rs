@@ -16,6 +16,9 @@ pub enum CoordinatorError {
     ResourceExhausted(String),
     #[error("store: {0}")]
     Store(String),
+    /// Temporarily unable to serve (shutting down); clients retry.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("internal: {0}")]
     Internal(String),
 }
@@ -48,6 +51,7 @@ impl From<CoordinatorError> for tonic::Status {
             CoordinatorError::FailedPrecondition(m) => Status::failed_precondition(m),
             CoordinatorError::ResourceExhausted(m) => Status::resource_exhausted(m),
             CoordinatorError::Store(m) => Status::unavailable(format!("store: {m}")),
+            CoordinatorError::Unavailable(m) => Status::unavailable(m),
             CoordinatorError::Internal(m) => Status::internal(m),
         }
     }

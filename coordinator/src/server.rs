@@ -47,6 +47,7 @@ pub struct RunningCoordinator {
     shutdown: Option<oneshot::Sender<()>>,
     server: JoinHandle<std::result::Result<(), tonic::transport::Error>>,
     expiry: JoinHandle<()>,
+    shared: Arc<Shared>,
 }
 
 impl RunningCoordinator {
@@ -62,6 +63,11 @@ impl RunningCoordinator {
         }
         self.expiry.abort();
         let _ = (&mut self.server).await;
+        let _ = (&mut self.expiry).await;
+        // Connections and streams may outlive the server future; closing the
+        // scheduler releases the store's lock now rather than when they end.
+        let shared = self.shared.clone();
+        let _ = tokio::task::spawn_blocking(move || shared.close()).await;
     }
 
     /// Waits until the server stops on its own (an error, or a signal handled by
@@ -153,6 +159,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         shutdown: Some(shutdown_tx),
         server,
         expiry,
+        shared,
     })
 }
 

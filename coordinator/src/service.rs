@@ -34,7 +34,9 @@ pub fn now_ms() -> u64 {
 
 /// State shared by both services and the background tasks.
 pub struct Shared {
-    pub scheduler: Mutex<Scheduler>,
+    /// `None` once the coordinator has shut down: dropping the scheduler closes
+    /// the store, so a restart in the same process can open it again.
+    pub scheduler: Mutex<Option<Scheduler>>,
     pub cache: KernelCache,
     /// Woken when shards may have become leasable.
     pub work_ready: Notify,
@@ -46,7 +48,7 @@ impl Shared {
     pub fn new(scheduler: Scheduler) -> Arc<Shared> {
         let (changes, _) = broadcast::channel(1024);
         Arc::new(Shared {
-            scheduler: Mutex::new(scheduler),
+            scheduler: Mutex::new(Some(scheduler)),
             cache: KernelCache::new(),
             work_ready: Notify::new(),
             changes,
@@ -62,10 +64,25 @@ impl Shared {
         let shared = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut scheduler = shared.scheduler.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut scheduler)
+            match scheduler.as_mut() {
+                Some(scheduler) => f(scheduler),
+                None => Err(CoordinatorError::Unavailable(
+                    "the coordinator is shutting down".into(),
+                )),
+            }
         })
         .await
         .map_err(|e| CoordinatorError::Internal(format!("scheduler task failed: {e}")))?
+    }
+
+    /// Drops the scheduler and with it the store, after any call in progress.
+    pub fn close(&self) {
+        let scheduler = self
+            .scheduler
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(scheduler);
     }
 
     pub fn changed(&self, job: &str) {

@@ -28,6 +28,37 @@ pub struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_parser = ["text", "json"], default_value = "text")]
     pub log_format: String,
+    /// File holding the shared bearer token. The coordinator requires it on
+    /// every call; clients and workers send it. Env TALLY_TOKEN gives the token
+    /// itself instead.
+    #[arg(long, global = true, env = "TALLY_TOKEN_FILE", value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// PEM CA certificate: clients trust it for the coordinator's certificate;
+    /// the coordinator requires client certificates signed by it (mutual TLS).
+    #[arg(long, global = true, env = "TALLY_TLS_CA", value_name = "PATH")]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM certificate: the coordinator's server certificate, or a client's
+    /// certificate for mutual TLS. Needs --tls-key.
+    #[arg(
+        long,
+        global = true,
+        env = "TALLY_TLS_CERT",
+        value_name = "PATH",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "TALLY_TLS_KEY",
+        value_name = "PATH",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// Server name to verify in the coordinator's certificate, if not the URL's host.
+    #[arg(long, global = true, env = "TALLY_TLS_DOMAIN", value_name = "NAME")]
+    pub tls_domain: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -11,22 +11,40 @@ use tally_common::jobs;
 use tally_common::proto::job_service_client::JobServiceClient;
 use tally_common::proto::{self, Job, JobState};
 use tally_common::spec::JobSpec;
-use tonic::transport::{Channel, Endpoint};
+use tally_common::transport::{self, AuthChannel, BearerToken, ClientSecurity};
+use tonic::service::interceptor::InterceptedService;
 
 use crate::args::{RunArgs, SubmitArgs};
 use crate::output;
 
-pub async fn connect(url: &str) -> anyhow::Result<JobServiceClient<Channel>> {
-    let endpoint = Endpoint::from_shared(url.to_string())
-        .with_context(|| format!("invalid coordinator URL {url:?}"))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
-    let channel = endpoint
+/// A coordinator to talk to and the credentials to present.
+#[derive(Clone, Debug)]
+pub struct Remote {
+    pub url: String,
+    pub security: ClientSecurity,
+}
+
+impl Remote {
+    /// A coordinator that needs no credentials (the embedded one of `run`).
+    pub fn open(url: String) -> Remote {
+        Remote {
+            url,
+            security: ClientSecurity::default(),
+        }
+    }
+}
+
+pub async fn connect(remote: &Remote) -> anyhow::Result<JobServiceClient<AuthChannel>> {
+    let url = &remote.url;
+    let channel = transport::endpoint(url, &remote.security)?
         .connect()
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach the coordinator at {url}: {e}"))?;
-    Ok(JobServiceClient::new(channel)
-        .max_decoding_message_size(tally_coordinator::server::MAX_MESSAGE_BYTES))
+    let auth = BearerToken::new(remote.security.token.as_deref())?;
+    Ok(
+        JobServiceClient::new(InterceptedService::new(channel, auth))
+            .max_decoding_message_size(tally_coordinator::server::MAX_MESSAGE_BYTES),
+    )
 }
 
 fn job_state(job: &Job) -> JobState {
@@ -109,6 +127,7 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     );
     let coordinator = tally_coordinator::start(config).await?;
     let url = coordinator.url();
+    let remote = Remote::open(url.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
     for i in 0..args.workers {
@@ -124,7 +143,7 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     }
 
     let outcome = async {
-        let mut client = connect(&url).await?;
+        let mut client = connect(&remote).await?;
         let request = proto::SubmitRequest {
             spec: Some((&spec).into()),
             idempotency_key: run_key(&spec),
@@ -142,7 +161,7 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             );
         }
         let finished = tokio::select! {
-            finished = follow(&url, &job.id, !json) => finished?,
+            finished = follow(&remote, &job.id, !json) => finished?,
             _ = crate::shutdown_signal() => {
                 let _ = client.cancel(proto::CancelRequest { job_id: job.id.clone() }).await;
                 anyhow::bail!("interrupted; job {} cancelled", job.id);
@@ -169,12 +188,12 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
 
 /// Follows a job until it finishes, showing a progress bar on stderr; survives a
 /// coordinator restart by watching again.
-pub async fn follow(url: &str, job_id: &str, progress: bool) -> anyhow::Result<Job> {
+pub async fn follow(remote: &Remote, job_id: &str, progress: bool) -> anyhow::Result<Job> {
     let bar = output::ProgressView::new(progress);
     let mut failures = 0u32;
     loop {
         let attempt = async {
-            let mut client = connect(url).await?;
+            let mut client = connect(remote).await?;
             let mut stream = client
                 .watch(proto::WatchRequest {
                     job_id: job_id.to_string(),
@@ -221,9 +240,9 @@ pub async fn follow(url: &str, job_id: &str, progress: bool) -> anyhow::Result<J
     }
 }
 
-pub async fn submit(url: &str, args: SubmitArgs, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn submit(remote: &Remote, args: SubmitArgs, json: bool) -> anyhow::Result<ExitCode> {
     let spec = args.spec.to_spec()?;
-    let mut client = connect(url).await?;
+    let mut client = connect(remote).await?;
     let response = client
         .submit(proto::SubmitRequest {
             spec: Some((&spec).into()),
@@ -246,8 +265,8 @@ pub async fn submit(url: &str, args: SubmitArgs, json: bool) -> anyhow::Result<E
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn status(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let mut client = connect(url).await?;
+pub async fn status(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(remote).await?;
     let job = client
         .get(proto::GetJobRequest {
             job_id: job_id.to_string(),
@@ -262,9 +281,9 @@ pub async fn status(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn watch(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let job = follow(url, job_id, !json).await?;
-    let mut client = connect(url).await?;
+pub async fn watch(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let job = follow(remote, job_id, !json).await?;
+    let mut client = connect(remote).await?;
     let result = client
         .result(proto::ResultRequest {
             job_id: job.id.clone(),
@@ -274,8 +293,8 @@ pub async fn watch(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitCo
     output::print_result(&job, &result, json)
 }
 
-pub async fn result(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let mut client = connect(url).await?;
+pub async fn result(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(remote).await?;
     let job = client
         .get(proto::GetJobRequest {
             job_id: job_id.to_string(),
@@ -291,8 +310,8 @@ pub async fn result(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitC
     output::print_result(&job, &result, json)
 }
 
-pub async fn cancel(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let mut client = connect(url).await?;
+pub async fn cancel(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(remote).await?;
     let job = client
         .cancel(proto::CancelRequest {
             job_id: job_id.to_string(),
@@ -307,8 +326,8 @@ pub async fn cancel(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn list(url: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let mut client = connect(url).await?;
+pub async fn list(remote: &Remote, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(remote).await?;
     let jobs = client
         .list(proto::ListJobsRequest {})
         .await?
@@ -323,8 +342,8 @@ pub async fn list(url: &str, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn events(url: &str, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let mut client = connect(url).await?;
+pub async fn events(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(remote).await?;
     let events = client
         .events(proto::EventsRequest {
             job_id: job_id.to_string(),

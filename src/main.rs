@@ -11,7 +11,9 @@ mod output;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
+use tally_common::transport::{self, ClientSecurity, ClientTls, ServerTls};
 
 use args::{Cli, Command};
 
@@ -58,17 +60,95 @@ fn init_logging(cli: &Cli) {
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
+    let token = token(&cli)?;
+    // Credentials are read only by the commands that use them.
+    let remote = match &cli.command {
+        Command::Run(_) | Command::Coordinator(_) => None,
+        _ => Some(client::Remote {
+            url: cli.coordinator.clone(),
+            security: client_security(&cli, token.clone())?,
+        }),
+    };
+    let tls = match &cli.command {
+        Command::Coordinator(_) => server_tls(&cli)?,
+        _ => None,
+    };
+    let remote = || remote.clone().expect("client commands have a remote");
     match cli.command {
         Command::Run(run) => client::run(run, json).await,
-        Command::Coordinator(args) => serve_coordinator(args).await,
-        Command::Worker(args) => serve_worker(args, cli.coordinator).await,
-        Command::Submit(args) => client::submit(&cli.coordinator, args, json).await,
-        Command::Status(job) => client::status(&cli.coordinator, &job.job, json).await,
-        Command::Watch(job) => client::watch(&cli.coordinator, &job.job, json).await,
-        Command::Result(job) => client::result(&cli.coordinator, &job.job, json).await,
-        Command::Cancel(job) => client::cancel(&cli.coordinator, &job.job, json).await,
-        Command::List => client::list(&cli.coordinator, json).await,
-        Command::Events(job) => client::events(&cli.coordinator, &job.job, json).await,
+        Command::Coordinator(args) => serve_coordinator(&args, tls, token).await,
+        Command::Worker(args) => serve_worker(&args, remote()).await,
+        Command::Submit(args) => client::submit(&remote(), args, json).await,
+        Command::Status(job) => client::status(&remote(), &job.job, json).await,
+        Command::Watch(job) => client::watch(&remote(), &job.job, json).await,
+        Command::Result(job) => client::result(&remote(), &job.job, json).await,
+        Command::Cancel(job) => client::cancel(&remote(), &job.job, json).await,
+        Command::List => client::list(&remote(), json).await,
+        Command::Events(job) => client::events(&remote(), &job.job, json).await,
+    }
+}
+
+/// The bearer token: from --token-file, else from env TALLY_TOKEN.
+fn token(cli: &Cli) -> anyhow::Result<Option<String>> {
+    if let Some(path) = &cli.token_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the token file {}", path.display()))?;
+        let token = transport::parse_token(text.trim())
+            .map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))?;
+        return Ok(Some(token));
+    }
+    match std::env::var("TALLY_TOKEN") {
+        Ok(t) if !t.trim().is_empty() => Ok(Some(
+            transport::parse_token(t.trim()).map_err(|e| anyhow::anyhow!("TALLY_TOKEN: {e}"))?,
+        )),
+        _ => Ok(None),
+    }
+}
+
+fn read_pem(path: &std::path::Path, what: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read the {what} {}", path.display()))
+}
+
+fn client_security(cli: &Cli, token: Option<String>) -> anyhow::Result<ClientSecurity> {
+    let identity = match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => Some((
+            read_pem(cert, "TLS certificate")?,
+            read_pem(key, "TLS key")?,
+        )),
+        _ => None,
+    };
+    Ok(ClientSecurity {
+        token,
+        tls: ClientTls {
+            ca: cli
+                .tls_ca
+                .as_deref()
+                .map(|p| read_pem(p, "CA certificate"))
+                .transpose()?,
+            identity,
+            domain: cli.tls_domain.clone(),
+        },
+    })
+}
+
+fn server_tls(cli: &Cli) -> anyhow::Result<Option<ServerTls>> {
+    match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => Ok(Some(ServerTls {
+            cert: read_pem(cert, "TLS certificate")?,
+            key: read_pem(key, "TLS key")?,
+            client_ca: cli
+                .tls_ca
+                .as_deref()
+                .map(|p| read_pem(p, "client CA certificate"))
+                .transpose()?,
+        })),
+        _ => {
+            anyhow::ensure!(
+                cli.tls_ca.is_none(),
+                "--tls-ca on the coordinator requires client certificates, which needs TLS: give --tls-cert and --tls-key too"
+            );
+            Ok(None)
+        }
     }
 }
 
@@ -88,11 +168,24 @@ pub async fn shutdown_signal() {
     }
 }
 
-async fn serve_coordinator(args: args::CoordinatorArgs) -> anyhow::Result<ExitCode> {
-    let config = tally_coordinator::CoordinatorConfig::new(args.listen, Some(args.data.clone()));
+async fn serve_coordinator(
+    args: &args::CoordinatorArgs,
+    tls: Option<ServerTls>,
+    token: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let mut config =
+        tally_coordinator::CoordinatorConfig::new(args.listen, Some(args.data.clone()));
+    let secured = match (&token, &tls) {
+        (Some(_), Some(_)) => "token and TLS",
+        (Some(_), None) => "token, no TLS",
+        (None, Some(_)) => "TLS, no token",
+        (None, None) => "no token, no TLS",
+    };
+    config.token = token;
+    config.tls = tls;
     let mut coordinator = tally_coordinator::start(config).await?;
     eprintln!(
-        "coordinator listening on {} (data in {})",
+        "coordinator listening on {} (data in {}; {secured})",
         coordinator.addr,
         args.data.display()
     );
@@ -106,8 +199,9 @@ async fn serve_coordinator(args: args::CoordinatorArgs) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve_worker(args: args::WorkerArgs, coordinator: String) -> anyhow::Result<ExitCode> {
-    let mut config = tally_worker::WorkerConfig::new(coordinator);
+async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow::Result<ExitCode> {
+    let mut config = tally_worker::WorkerConfig::new(remote.url);
+    config.security = remote.security;
     if let Some(threads) = args.threads {
         anyhow::ensure!(
             (1..=1024).contains(&threads),
@@ -123,8 +217,8 @@ async fn serve_worker(args: args::WorkerArgs, coordinator: String) -> anyhow::Re
         );
         config.slots = slots;
     }
-    if let Some(id) = args.id {
-        config.worker_id = id;
+    if let Some(id) = &args.id {
+        config.worker_id = id.clone();
     }
     config.drain_timeout = Duration::from_secs(args.drain_seconds);
     config.shard_delay = Duration::from_millis(args.shard_delay_ms);

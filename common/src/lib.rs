@@ -1,7 +1,7 @@
 //! Pure, synchronous core of tally: job specifications, counting kernels and the
 //! modular arithmetic they share. Nothing here performs I/O or knows about the
 //! async runtime, the network or the store; the coordinator and the worker call
-//! into it.
+//! into it (`transport` only checks and applies credentials the callers read).
 
 pub mod control;
 pub mod error;
@@ -12,6 +12,7 @@ pub mod modular;
 pub mod proto;
 pub mod sliders;
 pub mod spec;
+pub mod transport;
 
 pub use control::Control;
 pub use error::{Error, Result};

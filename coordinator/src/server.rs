@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use tally_common::proto::job_service_server::JobServiceServer;
 use tally_common::proto::worker_service_server::WorkerServiceServer;
+use tally_common::transport::{RequireToken, ServerTls};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::{JobApi, Shared, WorkerApi, now_ms};
@@ -28,6 +30,10 @@ pub struct CoordinatorConfig {
     pub scheduler: SchedulerConfig,
     /// How often expired leases are looked for.
     pub expiry_interval: Duration,
+    /// When set, every call except health checks must carry this bearer token.
+    pub token: Option<String>,
+    /// Serve over TLS (and require client certificates when it names a CA).
+    pub tls: Option<ServerTls>,
 }
 
 impl CoordinatorConfig {
@@ -37,6 +43,8 @@ impl CoordinatorConfig {
             data_dir,
             scheduler: SchedulerConfig::default(),
             expiry_interval: Duration::from_millis(250),
+            token: None,
+            tls: None,
         }
     }
 }
@@ -128,16 +136,33 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         .build_v1alpha()
         .map_err(|e| CoordinatorError::Internal(format!("reflection: {e}")))?;
 
-    let jobs = JobServiceServer::new(JobApi::new(shared.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let workers = WorkerServiceServer::new(WorkerApi::new(shared.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // Health stays open so that orchestrators' probes (which send no headers)
+    // work; it reveals only whether the coordinator is serving.
+    let auth = RequireToken::new(config.token.as_deref());
+    let jobs = InterceptedService::new(
+        JobServiceServer::new(JobApi::new(shared.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        auth.clone(),
+    );
+    let workers = InterceptedService::new(
+        WorkerServiceServer::new(WorkerApi::new(shared.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        auth.clone(),
+    );
+    let reflection_v1 = InterceptedService::new(reflection_v1, auth.clone());
+    let reflection_v1alpha = InterceptedService::new(reflection_v1alpha, auth);
 
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &config.tls {
+        builder = builder
+            .tls_config(tls.config())
+            .map_err(|e| CoordinatorError::InvalidArgument(format!("TLS configuration: {e}")))?;
+    }
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
     let server = tokio::spawn(
-        tonic::transport::Server::builder()
+        builder
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)

@@ -37,6 +37,16 @@ pub struct Workers {
 
 impl Workers {
     pub fn start(url: &str, count: usize, slots: usize) -> Workers {
+        Workers::start_with(url, count, slots, |_| {})
+    }
+
+    /// Like [`Workers::start`], with `adjust` applied to each worker's config.
+    pub fn start_with(
+        url: &str,
+        count: usize,
+        slots: usize,
+        adjust: impl Fn(&mut tally_worker::WorkerConfig),
+    ) -> Workers {
         let (stop, rx) = tokio::sync::watch::channel(false);
         let handles = (0..count)
             .map(|i| {
@@ -46,6 +56,7 @@ impl Workers {
                 config.worker_id = format!("test-worker-{i}-{}", std::process::id());
                 config.lease_wait = Duration::from_millis(500);
                 config.drain_timeout = Duration::from_secs(5);
+                adjust(&mut config);
                 let mut rx = rx.clone();
                 tokio::spawn(async move {
                     tally_worker::run(config, async move {

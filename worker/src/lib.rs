@@ -18,9 +18,9 @@ use tally_common::jobs::{self, KernelCache, Partial, ShardEvent, ShardTask};
 use tally_common::proto::worker_service_client::WorkerServiceClient;
 use tally_common::proto::{self, report_message::Body};
 use tally_common::spec::JobSpec;
+use tally_common::transport::{AuthChannel, ClientSecurity};
 use tally_common::{Control, Error as CommonError};
 use tokio::sync::Notify;
-use tonic::transport::{Channel, Endpoint};
 
 use pool::ComputePool;
 
@@ -63,6 +63,8 @@ pub struct WorkerConfig {
     pub corrupt_results: bool,
     /// How often a long shard sends a resumable checkpoint.
     pub checkpoint_interval: Duration,
+    /// The bearer token and TLS material presented to the coordinator.
+    pub security: ClientSecurity,
 }
 
 impl WorkerConfig {
@@ -80,6 +82,7 @@ impl WorkerConfig {
             shard_delay: Duration::ZERO,
             corrupt_results: false,
             checkpoint_interval: jobs::CHECKPOINT_EVERY,
+            security: ClientSecurity::default(),
         }
     }
 }
@@ -134,7 +137,7 @@ type CachedStage = ((String, u32), Arc<Vec<u32>>);
 
 struct Inner {
     config: WorkerConfig,
-    client: WorkerServiceClient<Channel>,
+    client: WorkerServiceClient<AuthChannel>,
     pool: ComputePool,
     cache: Arc<KernelCache>,
     active: Mutex<HashMap<String, Arc<ShardHandle>>>,
@@ -145,14 +148,10 @@ struct Inner {
 }
 
 /// Connects lazily (the coordinator may not be up yet) with the message limits.
-pub fn connect(url: &str) -> Result<WorkerServiceClient<Channel>> {
-    let endpoint = Endpoint::from_shared(url.to_string())
-        .map_err(|e| WorkerError::Address(url.to_string(), e.to_string()))?
-        .connect_timeout(Duration::from_secs(3))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_while_idle(true);
-    Ok(WorkerServiceClient::new(endpoint.connect_lazy())
+pub fn connect(url: &str, security: &ClientSecurity) -> Result<WorkerServiceClient<AuthChannel>> {
+    let channel = tally_common::transport::lazy_channel(url, security)
+        .map_err(|e| WorkerError::Address(url.to_string(), e.to_string()))?;
+    Ok(WorkerServiceClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES))
 }
@@ -163,7 +162,7 @@ pub async fn run(
     config: WorkerConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Arc<WorkerStats>> {
-    let client = connect(&config.coordinator)?;
+    let client = connect(&config.coordinator, &config.security)?;
     let inner = Arc::new(Inner {
         pool: ComputePool::new(config.threads),
         cache: Arc::new(KernelCache::new()),
@@ -198,6 +197,11 @@ pub async fn run(
                         tracing::info!(worker = %inner.config.worker_id, coordinator = %inner.config.coordinator, "registered");
                         registered = true;
                         backoff.reset();
+                    }
+                    Err(e) if e.code() == tonic::Code::Unauthenticated => {
+                        // Retrying cannot help: the operator must fix the token.
+                        heartbeat.abort();
+                        return Err(WorkerError::Rpc(e));
                     }
                     Err(e) => {
                         tracing::warn!(error = %e.message(), "coordinator unreachable; retrying");

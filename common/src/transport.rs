@@ -1,0 +1,261 @@
+//! How clients and workers reach a coordinator, and how the coordinator checks
+//! them: a shared bearer token in the `authorization` header of every call, and
+//! optional TLS (rustls) with an optional client certificate for mutual TLS.
+//!
+//! The token is compared in constant time so that response timing does not
+//! reveal how many leading bytes of a guess were right. Callers read the token
+//! and PEM files; this module only checks and applies them.
+
+use std::time::Duration;
+
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Request, Status};
+
+use crate::{Result, invalid};
+
+/// A channel to the coordinator that adds the bearer token to every call.
+pub type AuthChannel = InterceptedService<Channel, BearerToken>;
+
+/// Longest accepted token; tokens travel in every request header.
+pub const MAX_TOKEN_BYTES: usize = 4096;
+
+/// Checks that `token` can travel in a header: printable ASCII without spaces.
+pub fn parse_token(token: &str) -> Result<String> {
+    if token.is_empty() {
+        return Err(invalid!("the token is empty"));
+    }
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(invalid!("the token is longer than {MAX_TOKEN_BYTES} bytes"));
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(invalid!("the token must be printable ASCII without spaces"));
+    }
+    Ok(token.to_string())
+}
+
+/// Adds `authorization: Bearer <token>` to outgoing calls (nothing without a token).
+#[derive(Clone, Debug, Default)]
+pub struct BearerToken {
+    header: Option<MetadataValue<Ascii>>,
+}
+
+impl BearerToken {
+    pub fn new(token: Option<&str>) -> Result<BearerToken> {
+        let header = match token {
+            None => None,
+            Some(t) => {
+                let t = parse_token(t)?;
+                Some(
+                    format!("Bearer {t}")
+                        .parse()
+                        .map_err(|_| invalid!("the token cannot be sent in a header"))?,
+                )
+            }
+        };
+        Ok(BearerToken { header })
+    }
+}
+
+impl Interceptor for BearerToken {
+    fn call(&mut self, mut request: Request<()>) -> std::result::Result<Request<()>, Status> {
+        if let Some(header) = &self.header {
+            request
+                .metadata_mut()
+                .insert("authorization", header.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// The coordinator's check: calls without `authorization: Bearer <token>`
+/// matching the configured token get UNAUTHENTICATED.
+#[derive(Clone, Debug)]
+pub struct RequireToken {
+    expected: Option<Vec<u8>>,
+}
+
+impl RequireToken {
+    /// `None` accepts every call (no token configured).
+    pub fn new(token: Option<&str>) -> RequireToken {
+        RequireToken {
+            expected: token.map(|t| t.as_bytes().to_vec()),
+        }
+    }
+}
+
+impl Interceptor for RequireToken {
+    fn call(&mut self, request: Request<()>) -> std::result::Result<Request<()>, Status> {
+        let Some(expected) = &self.expected else {
+            return Ok(request);
+        };
+        let presented = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match presented {
+            Some(token) if constant_time_eq(token.as_bytes(), expected) => Ok(request),
+            Some(_) => Err(Status::unauthenticated("invalid bearer token")),
+            None => Err(Status::unauthenticated(
+                "missing bearer token: set TALLY_TOKEN or --token-file",
+            )),
+        }
+    }
+}
+
+/// Equality whose running time depends only on the lengths, not on where the
+/// inputs first differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut difference = (a.len() ^ b.len()) as u64;
+    for (i, &x) in a.iter().enumerate() {
+        // Compare against a fixed byte past b's end so the loop length is a's.
+        let y = b.get(i).copied().unwrap_or(!x);
+        difference |= u64::from(x ^ y);
+    }
+    std::hint::black_box(difference) == 0
+}
+
+/// Client-side TLS material, PEM encoded.
+#[derive(Clone, Debug, Default)]
+pub struct ClientTls {
+    /// Roots to trust for the coordinator's certificate (system roots are not used).
+    pub ca: Option<Vec<u8>>,
+    /// A client certificate and key for mutual TLS.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name to verify in the server certificate, if not the URL's host.
+    pub domain: Option<String>,
+}
+
+/// Everything a client or worker needs to be let in.
+#[derive(Clone, Debug, Default)]
+pub struct ClientSecurity {
+    pub token: Option<String>,
+    pub tls: ClientTls,
+}
+
+/// A configured endpoint for `url` (`http://` or `https://`); TLS is used for
+/// `https://` URLs.
+pub fn endpoint(url: &str, security: &ClientSecurity) -> Result<Endpoint> {
+    let mut endpoint = Endpoint::from_shared(url.to_string())
+        .map_err(|e| invalid!("invalid coordinator URL {url:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_while_idle(true);
+    let tls = &security.tls;
+    let https = url.starts_with("https://");
+    if !https && (tls.ca.is_some() || tls.identity.is_some()) {
+        return Err(invalid!(
+            "TLS files were given but the coordinator URL {url:?} is not https://"
+        ));
+    }
+    if https {
+        let mut config = ClientTlsConfig::new();
+        if let Some(ca) = &tls.ca {
+            config = config.ca_certificate(Certificate::from_pem(ca));
+        }
+        if let Some((cert, key)) = &tls.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(domain) = &tls.domain {
+            config = config.domain_name(domain.clone());
+        }
+        endpoint = endpoint
+            .tls_config(config)
+            .map_err(|e| invalid!("TLS configuration: {e}"))?;
+    }
+    Ok(endpoint)
+}
+
+/// A lazily connecting channel that carries the token.
+pub fn lazy_channel(url: &str, security: &ClientSecurity) -> Result<AuthChannel> {
+    let channel = endpoint(url, security)?.connect_lazy();
+    Ok(InterceptedService::new(
+        channel,
+        BearerToken::new(security.token.as_deref())?,
+    ))
+}
+
+/// Server-side TLS material, PEM encoded.
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+    /// When set, clients must present a certificate signed by this CA.
+    pub client_ca: Option<Vec<u8>>,
+}
+
+impl ServerTls {
+    pub fn config(&self) -> tonic::transport::ServerTlsConfig {
+        let mut config = tonic::transport::ServerTlsConfig::new()
+            .identity(Identity::from_pem(&self.cert, &self.key));
+        if let Some(ca) = &self.client_ca {
+            config = config.client_ca_root(Certificate::from_pem(ca));
+        }
+        config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_eq_is_equality() {
+        let cases: [(&[u8], &[u8]); 6] = [
+            (b"", b""),
+            (b"a", b""),
+            (b"", b"a"),
+            (b"secret", b"secret"),
+            (b"secret", b"secreT"),
+            (b"secret", b"secret1"),
+        ];
+        for (a, b) in cases {
+            assert_eq!(constant_time_eq(a, b), a == b, "{a:?} {b:?}");
+        }
+        // A byte past the end never matches by accident.
+        assert!(!constant_time_eq(&[0xff], &[]));
+        assert!(!constant_time_eq(&[0x00], &[]));
+    }
+
+    #[test]
+    fn require_token_checks_the_header() {
+        let mut check = RequireToken::new(Some("s3cret"));
+        let with = |value: Option<&str>| {
+            let mut request = Request::new(());
+            if let Some(v) = value {
+                request
+                    .metadata_mut()
+                    .insert("authorization", v.parse().unwrap());
+            }
+            request
+        };
+        assert!(check.call(with(Some("Bearer s3cret"))).is_ok());
+        for bad in [
+            None,
+            Some("Bearer s3cre"),
+            Some("s3cret"),
+            Some("Basic s3cret"),
+        ] {
+            let status = check.call(with(bad)).unwrap_err();
+            assert_eq!(status.code(), tonic::Code::Unauthenticated, "{bad:?}");
+        }
+        let mut open = RequireToken::new(None);
+        assert!(open.call(with(None)).is_ok());
+        // The client side adds exactly what the server expects.
+        let mut add = BearerToken::new(Some("s3cret")).unwrap();
+        assert!(check.call(add.call(Request::new(())).unwrap()).is_ok());
+    }
+
+    #[test]
+    fn bad_tokens_are_refused() {
+        for bad in ["", "two words", "tab\t", "é"] {
+            assert!(parse_token(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_token(&"x".repeat(MAX_TOKEN_BYTES + 1)).is_err());
+        assert!(parse_token(&"x".repeat(MAX_TOKEN_BYTES)).is_ok());
+    }
+}

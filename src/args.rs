@@ -161,6 +161,10 @@ pub struct RunnerArgs {
     /// Run even if the resource estimate says the job does not fit.
     #[arg(long, global = true)]
     pub force: bool,
+    /// Compute every shard on this many different workers (1 to 3) and fail
+    /// the attempt when their results differ.
+    #[arg(long, global = true)]
+    pub replicas: Option<u32>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -278,6 +282,7 @@ impl SpecArgs {
         spec.options.max_attempts = o.max_attempts.unwrap_or(spec.options.max_attempts);
         spec.options.lease_ttl_ms = o.lease_ttl_ms.unwrap_or(spec.options.lease_ttl_ms);
         spec.options.force |= o.force;
+        spec.options.replicas = o.replicas.unwrap_or(spec.options.replicas);
         spec.validate()?;
         Ok(spec)
     }

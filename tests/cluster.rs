@@ -536,3 +536,57 @@ async fn watch_streams_progress_until_the_job_finishes() {
     workers.stop().await;
     coordinator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_catch_a_worker_that_returns_wrong_numbers() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+        pins: 600,
+        digits: 9,
+    }));
+    spec.options.replicas = 2;
+    spec.options.max_attempts = 2;
+    let mut client = jobs_client(&url).await;
+
+    // Two honest workers agree: the job succeeds with the direct answer, each
+    // shard computed by both.
+    let honest = Workers::start(&url, 2, 1);
+    let job = submit(&mut client, &spec, "").await;
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, direct_answer(&spec));
+    let log = events(&mut client, &job.id).await;
+    for shard in 0..done.shards_total as u32 {
+        let by = |kind: &str| {
+            log.iter()
+                .filter(|e| e.kind == kind && e.shard == shard)
+                .map(|e| e.worker_id.clone())
+                .collect::<Vec<_>>()
+        };
+        let (replica, accepted) = (by("replica"), by("accepted"));
+        assert_eq!((replica.len(), accepted.len()), (1, 1), "shard {shard}");
+        assert_ne!(
+            replica[0], accepted[0],
+            "shard {shard} computed twice by one worker"
+        );
+    }
+    honest.stop().await;
+
+    // One honest and one faulty worker never agree: the job fails, no answer.
+    let honest = Workers::start(&url, 1, 1);
+    let faulty = Workers::start_with(&url, 1, 1, |c| {
+        c.worker_id = format!("faulty-{}", std::process::id());
+        c.corrupt_results = true;
+    });
+    let mut spec = spec.clone();
+    spec.options.priority = 1; // a different spec: a new job
+    let job = submit(&mut client, &spec, "").await;
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+    assert_eq!(state(&done), JobState::Failed);
+    assert!(done.error.contains("replicas disagree"), "{}", done.error);
+    assert!(done.answer.is_empty());
+    honest.stop().await;
+    faulty.stop().await;
+    coordinator.shutdown().await;
+}

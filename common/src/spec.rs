@@ -10,6 +10,8 @@ use crate::{Result, hex, invalid, kayles, proto, sliders};
 /// Upper bounds that keep one job within what a cluster can hold.
 pub const MAX_PRIORITY: i32 = 1_000;
 pub const MAX_ATTEMPTS: u32 = 100;
+/// Most workers that may be asked to compute the same shard.
+pub const MAX_REPLICAS: u32 = 3;
 pub const MIN_LEASE_TTL_MS: u64 = 500;
 pub const MAX_LEASE_TTL_MS: u64 = 3_600_000;
 pub const MAX_SHARDS_PER_STEP: u32 = 1_024;
@@ -110,6 +112,8 @@ pub struct RunnerOptions {
     pub lease_ttl_ms: u64,
     /// Run even if the resource estimate says the job does not fit.
     pub force: bool,
+    /// Distinct workers that must compute each shard and agree on its result.
+    pub replicas: u32,
 }
 
 impl Default for RunnerOptions {
@@ -119,6 +123,7 @@ impl Default for RunnerOptions {
             max_attempts: 3,
             lease_ttl_ms: 15_000,
             force: false,
+            replicas: 1,
         }
     }
 }
@@ -175,6 +180,12 @@ impl JobSpec {
             return Err(invalid!(
                 "max attempts must be between 1 and {MAX_ATTEMPTS}, got {}",
                 o.max_attempts
+            ));
+        }
+        if !(1..=MAX_REPLICAS).contains(&o.replicas) {
+            return Err(invalid!(
+                "replicas must be between 1 and {MAX_REPLICAS}, got {}",
+                o.replicas
             ));
         }
         if !(MIN_LEASE_TTL_MS..=MAX_LEASE_TTL_MS).contains(&o.lease_ttl_ms) {
@@ -267,6 +278,7 @@ impl From<&JobSpec> for proto::JobSpec {
                 max_attempts: spec.options.max_attempts,
                 lease_ttl_ms: spec.options.lease_ttl_ms,
                 force: spec.options.force,
+                replicas: spec.options.replicas,
             }),
         }
     }
@@ -349,6 +361,11 @@ impl TryFrom<&proto::JobSpec> for JobSpec {
                     o.lease_ttl_ms
                 },
                 force: o.force,
+                replicas: if o.replicas == 0 {
+                    defaults.replicas
+                } else {
+                    o.replicas
+                },
             },
         };
         let spec = JobSpec { kind, options };

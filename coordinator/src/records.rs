@@ -91,6 +91,27 @@ pub struct ShardRecord {
     pub has_checkpoint: bool,
     pub output_chunks: u32,
     pub last_error: Option<String>,
+    /// Results of earlier replicas that the remaining ones must equal, each from
+    /// a different worker (jobs with more than one replica).
+    #[serde(default)]
+    pub replicas: Vec<ReplicaRecord>,
+}
+
+/// One worker's result for a replicated shard.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaRecord {
+    pub worker: String,
+    pub attempt: u64,
+    pub partial: Partial,
+    /// FNV-1a of the stage output, so that outputs are compared without being kept.
+    pub output_digest: u64,
+}
+
+/// 64-bit FNV-1a: stable across versions and platforms, unlike std's hasher.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

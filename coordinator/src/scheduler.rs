@@ -24,8 +24,8 @@ use tally_common::proto;
 use tally_common::spec::JobSpec;
 
 use crate::records::{
-    self, EventRecord, JobRecord, JobState, ShardRecord, ShardState, checkpoint_key, decode,
-    encode, event_key, event_prefix, job_key, output_key, shard_key, shard_prefix,
+    self, EventRecord, JobRecord, JobState, ReplicaRecord, ShardRecord, ShardState, checkpoint_key,
+    decode, encode, event_key, event_prefix, job_key, output_key, shard_key, shard_prefix,
 };
 use crate::store::{Batch, Store, Tree};
 use crate::{CoordinatorError, Result};
@@ -549,7 +549,9 @@ impl Scheduler {
                 }
                 let index = entry.pending[skipped];
                 let shard = &entry.shards[index as usize];
-                if shard.not_before_ms > now_ms {
+                // A replica must come from a worker that has not computed the shard.
+                if shard.not_before_ms > now_ms || shard.replicas.iter().any(|r| r.worker == worker)
+                {
                     skipped += 1;
                     continue;
                 }
@@ -697,7 +699,7 @@ impl Scheduler {
             );
         }
         if let Some(failure) = &report.failure {
-            return self.record_failure(&job, index, failure, &report.worker, now_ms);
+            return self.record_failure(&job, index, failure, &report.worker, now_ms, false);
         }
         if let Some((state, partial, work_done)) = &report.checkpoint {
             let partial = Partial::decode(partial)?;
@@ -751,8 +753,34 @@ impl Scheduler {
         let entry = self.jobs.get(job).unwrap();
         let shard = entry.shards[index as usize].clone();
         validate_result(&entry.rec, &shard, &partial, output)?;
+        let replicas = entry.rec.spec.options.replicas as usize;
+        if replicas > 1 {
+            let this = ReplicaRecord {
+                worker: worker.to_string(),
+                attempt: shard.attempt,
+                partial: partial.clone(),
+                output_digest: records::fnv1a64(output),
+            };
+            if let Some(first) = shard.replicas.first()
+                && (first.partial != this.partial || first.output_digest != this.output_digest)
+            {
+                let failure = ReportedFailure {
+                    message: format!(
+                        "replicas disagree: workers {} (attempt {}) and {} (attempt {}) returned different results",
+                        first.worker, first.attempt, this.worker, this.attempt
+                    ),
+                    permanent: false,
+                    handed_back: false,
+                };
+                return self.record_failure(job, index, &failure, worker, now_ms, true);
+            }
+            if shard.replicas.len() + 1 < replicas {
+                return self.record_replica(job, index, this, now_ms);
+            }
+        }
         let stage = shard.stage;
         let mut shard = shard;
+        shard.replicas.clear();
         shard.state = ShardState::Done;
         shard.partial = Some(partial);
         shard.work_done = work_done.min(shard.work_total).max(shard.work_total);
@@ -809,6 +837,49 @@ impl Scheduler {
         Ok(ReportOutcome { stop: finished })
     }
 
+    /// Keeps one replica's result and puts the shard back for another worker.
+    fn record_replica(
+        &mut self,
+        job: &str,
+        index: u32,
+        replica: ReplicaRecord,
+        now_ms: u64,
+    ) -> Result<ReportOutcome> {
+        let entry = self.jobs.get_mut(job).unwrap();
+        let needed = entry.rec.spec.options.replicas;
+        let mut shard = entry.shards[index as usize].clone();
+        let (stage, attempt, worker) = (shard.stage, shard.attempt, replica.worker.clone());
+        shard.replicas.push(replica);
+        shard.state = ShardState::Pending;
+        shard.worker = None;
+        shard.not_before_ms = now_ms;
+        shard.work_done = 0;
+        shard.partial = None;
+        let mut batch = Batch::default();
+        // The next replica starts from scratch, not from this worker's checkpoint.
+        if shard.has_checkpoint {
+            batch.remove(Tree::Blobs, checkpoint_key(job, stage, index));
+            shard.has_checkpoint = false;
+        }
+        batch.put(Tree::Shards, shard_key(job, stage, index), encode(&shard));
+        let seq = entry.next_event;
+        let note = format!(
+            "result {} of {needed}; the next comes from another worker",
+            shard.replicas.len()
+        );
+        push_event(
+            entry, &mut batch, now_ms, "replica", stage, index, attempt, &worker, &note,
+        );
+        if let Err(e) = self.store.commit(batch) {
+            self.jobs.get_mut(job).unwrap().next_event = seq;
+            return Err(e);
+        }
+        let entry = self.jobs.get_mut(job).unwrap();
+        entry.shards[index as usize] = shard;
+        entry.pending.push_back(index);
+        Ok(ReportOutcome { stop: false })
+    }
+
     fn record_failure(
         &mut self,
         job: &str,
@@ -816,6 +887,7 @@ impl Scheduler {
         failure: &ReportedFailure,
         worker: &str,
         now_ms: u64,
+        discard_replicas: bool,
     ) -> Result<ReportOutcome> {
         let backoff = self.config.clone();
         let entry = self.jobs.get_mut(job).unwrap();
@@ -824,6 +896,13 @@ impl Scheduler {
         shard.state = ShardState::Pending;
         shard.worker = None;
         let mut batch = Batch::default();
+        if discard_replicas {
+            shard.replicas.clear();
+            if shard.has_checkpoint {
+                batch.remove(Tree::Blobs, checkpoint_key(job, shard.stage, index));
+                shard.has_checkpoint = false;
+            }
+        }
         let (stage, attempt) = (shard.stage, shard.attempt);
         if failure.handed_back {
             shard.not_before_ms = now_ms;
@@ -1185,6 +1264,7 @@ fn install_stage(
             has_checkpoint: false,
             output_chunks: 0,
             last_error: None,
+            replicas: Vec::new(),
         };
         batch.put(
             Tree::Shards,
@@ -1630,5 +1710,119 @@ mod tests {
         assert!(grants.len() > high_count);
         assert!(grants[..high_count].iter().all(|g| g.job == high));
         assert!(grants[high_count..].iter().all(|g| g.job == low));
+    }
+}
+
+#[cfg(test)]
+mod replica_tests {
+    use super::*;
+    use crate::store::MemoryStore;
+    use tally_common::Control;
+    use tally_common::jobs::{KernelCache, ShardTask};
+    use tally_common::spec::{KaylesSpec, KindSpec};
+
+    fn replicated(replicas: u32, max_attempts: u32) -> JobSpec {
+        let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+            pins: 30,
+            digits: 9,
+        }));
+        spec.options.replicas = replicas;
+        spec.options.max_attempts = max_attempts;
+        spec
+    }
+
+    fn submit(s: &mut Scheduler, spec: &JobSpec) -> String {
+        let plan = jobs::prepare(spec, &KernelCache::new(), &Control::new()).unwrap();
+        s.submit(spec.clone(), plan, None, 0).unwrap().0.id
+    }
+
+    /// The worker's report for `grant`, optionally corrupted as a faulty machine would.
+    fn report(worker: &str, grant: &Grant, corrupt: bool) -> Report {
+        let task = ShardTask::decode(&grant.task).unwrap();
+        let mut outcome = jobs::execute(
+            &grant.spec,
+            &task,
+            None,
+            &[],
+            &KernelCache::new(),
+            &Control::new(),
+            jobs::CHECKPOINT_EVERY,
+            &mut |_| {},
+        )
+        .unwrap();
+        if corrupt {
+            jobs::corrupt_for_testing(&mut outcome.partial);
+        }
+        Report {
+            worker: worker.into(),
+            lease_id: grant.lease_id.clone(),
+            output: outcome.output,
+            result: Some((outcome.partial.encode(), outcome.work_done)),
+            ..Report::default()
+        }
+    }
+
+    /// Leases everything `worker` may take and reports it.
+    fn serve(s: &mut Scheduler, worker: &str, corrupt: bool, now: u64) -> usize {
+        let grants = s.lease(worker, 100, now).unwrap();
+        for g in &grants {
+            s.report(report(worker, g, corrupt), now).unwrap();
+        }
+        grants.len()
+    }
+
+    #[test]
+    fn each_replica_comes_from_a_different_worker_and_they_must_agree() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let mut s = Scheduler::load(store.clone(), SchedulerConfig::default(), 0).unwrap();
+        let id = submit(&mut s, &replicated(2, 3));
+        let shards = serve(&mut s, "a", false, 1);
+        assert!(shards > 0);
+        // Worker a has computed every shard once: it may not take them again.
+        assert_eq!(s.lease("a", 100, 2).unwrap().len(), 0);
+        let job = s.job(&id, 2).unwrap();
+        assert_eq!(job.shards_done, 0, "one replica does not finish a shard");
+        // The first replicas survive a restart.
+        let mut s = Scheduler::load(store, SchedulerConfig::default(), 3).unwrap();
+        assert_eq!(s.lease("a", 100, 3).unwrap().len(), 0);
+        assert_eq!(serve(&mut s, "b", false, 4), shards);
+        let job = s.job(&id, 5).unwrap();
+        assert_eq!(job.state, proto::JobState::Succeeded as i32);
+        let direct = jobs::compute_direct(&replicated(1, 3), 1, &Control::new()).unwrap();
+        assert_eq!(job.answer, direct.line);
+        let events = s.events(&id, 0).unwrap();
+        let kinds = |k: &str| events.iter().filter(|e| e.kind == k).count();
+        assert_eq!(kinds("replica"), shards);
+        assert_eq!(kinds("accepted"), shards);
+        for e in events.iter().filter(|e| e.kind == "accepted") {
+            assert_eq!(e.worker, "b");
+        }
+    }
+
+    #[test]
+    fn a_disagreement_discards_both_results_and_fails_the_job_after_max_attempts() {
+        let mut s =
+            Scheduler::load(Arc::new(MemoryStore::new()), SchedulerConfig::default(), 0).unwrap();
+        let id = submit(&mut s, &replicated(2, 2));
+        let mut now = 1;
+        // An honest worker and a faulty one: every shard disagrees.
+        for round in 0..2 {
+            now += 60_000; // past any backoff
+            let honest = serve(&mut s, "honest", false, now);
+            now += 60_000;
+            let faulty = serve(&mut s, "faulty", true, now);
+            assert!(honest > 0 && faulty > 0, "round {round}");
+            let job = s.job(&id, now).unwrap();
+            assert_eq!(job.shards_done, 0, "no disagreeing shard is accepted");
+            if round == 0 {
+                assert_eq!(job.state, proto::JobState::Running as i32);
+            }
+        }
+        let job = s.job(&id, now).unwrap();
+        assert_eq!(job.state, proto::JobState::Failed as i32);
+        assert!(job.error.contains("replicas disagree"), "{}", job.error);
+        assert!(job.answer.is_empty());
+        let events = s.events(&id, 0).unwrap();
+        assert!(events.iter().all(|e| e.kind != "accepted"));
     }
 }

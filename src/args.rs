@@ -237,6 +237,9 @@ pub struct CoordinatorArgs {
     /// Data directory of the sled store (created if missing).
     #[arg(long)]
     pub data: PathBuf,
+    /// Address to serve HTTP on: Prometheus `/metrics` and the status page at `/`.
+    #[arg(long, env = "TALLY_HTTP", value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
 }
 
 #[derive(Args, Debug)]
@@ -262,6 +265,9 @@ pub struct WorkerArgs {
     /// Fault injection for tests: alter every result before reporting it.
     #[arg(long, hide = true)]
     pub corrupt_results: bool,
+    /// Address to serve Prometheus `/metrics` on.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
 }
 
 impl SpecArgs {

@@ -183,12 +183,16 @@ async fn serve_coordinator(
     };
     config.token = token;
     config.tls = tls;
+    config.http = args.http;
     let mut coordinator = tally_coordinator::start(config).await?;
     eprintln!(
         "coordinator listening on {} (data in {}; {secured})",
         coordinator.addr,
         args.data.display()
     );
+    if let Some(http) = coordinator.http_addr {
+        eprintln!("status page http://{http}/ and metrics http://{http}/metrics");
+    }
     tokio::select! {
         r = coordinator.wait() => r?,
         _ = shutdown_signal() => {
@@ -223,6 +227,7 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     config.drain_timeout = Duration::from_secs(args.drain_seconds);
     config.shard_delay = Duration::from_millis(args.shard_delay_ms);
     config.corrupt_results = args.corrupt_results;
+    config.http = args.http;
     anyhow::ensure!(
         args.checkpoint_ms >= 10,
         "--checkpoint-ms must be at least 10"

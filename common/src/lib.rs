@@ -8,6 +8,7 @@ pub mod error;
 pub mod hex;
 pub mod jobs;
 pub mod kayles;
+pub mod metrics;
 pub mod modular;
 pub mod proto;
 pub mod sliders;

@@ -9,9 +9,11 @@
 //!   leases; every state change is one atomic, flushed store commit;
 //! - [`service`]: the tonic JobService and WorkerService, a thin async shell that
 //!   runs scheduler calls off the async runtime;
-//! - [`server`]: wires the services, health, reflection and background tasks.
+//! - [`server`]: wires the services, health, reflection and background tasks;
+//! - [`metrics`]: counters, the Prometheus endpoint and the status page.
 
 pub mod error;
+pub mod metrics;
 pub mod records;
 pub mod scheduler;
 pub mod server;

@@ -452,6 +452,10 @@ impl Scheduler {
         &self.workers
     }
 
+    pub fn store_size_on_disk(&self) -> Option<u64> {
+        self.store.size_on_disk()
+    }
+
     /// Renews the worker's valid leases and records their progress; returns the
     /// leases it must stop (unknown, superseded, or of a job that is not running).
     pub fn heartbeat(

@@ -14,9 +14,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
+use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::{JobApi, Shared, WorkerApi, now_ms};
-use crate::store::{MemoryStore, SledStore, Store};
+use crate::store::{MemoryStore, SledStore, Store, TimedStore};
 use crate::{CoordinatorError, Result};
 
 /// Largest gRPC message either side may send (one output chunk is 1 MiB).
@@ -34,6 +35,8 @@ pub struct CoordinatorConfig {
     pub token: Option<String>,
     /// Serve over TLS (and require client certificates when it names a CA).
     pub tls: Option<ServerTls>,
+    /// Where to serve `/metrics` and the status page over HTTP, if anywhere.
+    pub http: Option<SocketAddr>,
 }
 
 impl CoordinatorConfig {
@@ -45,6 +48,7 @@ impl CoordinatorConfig {
             expiry_interval: Duration::from_millis(250),
             token: None,
             tls: None,
+            http: None,
         }
     }
 }
@@ -52,6 +56,10 @@ impl CoordinatorConfig {
 /// A coordinator serving in the background.
 pub struct RunningCoordinator {
     pub addr: SocketAddr,
+    /// The HTTP listener's address, when `--http` was given.
+    pub http_addr: Option<SocketAddr>,
+    http: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    sampler: JoinHandle<()>,
     shutdown: Option<oneshot::Sender<()>>,
     server: JoinHandle<std::result::Result<(), tonic::transport::Error>>,
     expiry: JoinHandle<()>,
@@ -70,8 +78,14 @@ impl RunningCoordinator {
             let _ = tx.send(());
         }
         self.expiry.abort();
+        self.sampler.abort();
+        if let Some((stop, task)) = self.http.take() {
+            let _ = stop.send(());
+            let _ = task.await;
+        }
         let _ = (&mut self.server).await;
         let _ = (&mut self.expiry).await;
+        let _ = (&mut self.sampler).await;
         // Connections and streams may outlive the server future; closing the
         // scheduler releases the store's lock now rather than when they end.
         let shared = self.shared.clone();
@@ -104,12 +118,19 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         }
         None => Arc::new(MemoryStore::new()),
     };
+    let metrics = Arc::new(CoordinatorMetrics::default());
+    let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
     let scheduler_config = config.scheduler.clone();
     let scheduler =
         tokio::task::spawn_blocking(move || Scheduler::load(store, scheduler_config, now_ms()))
             .await
             .map_err(|e| CoordinatorError::Internal(e.to_string()))??;
-    let shared = Shared::new(scheduler);
+    let shared = Shared::new(scheduler, metrics);
+    // Bound before serving gRPC so that a taken port fails the start cleanly.
+    let http_listener = match config.http {
+        Some(addr) => Some(crate::metrics::bind(addr).await?),
+        None => None,
+    };
 
     let listener = TcpListener::bind(config.listen).await.map_err(|e| {
         CoordinatorError::InvalidArgument(format!("cannot listen on {}: {e}", config.listen))
@@ -178,9 +199,26 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
             ),
     );
     let expiry = tokio::spawn(expire_leases(shared.clone(), config.expiry_interval));
+    let sampler = tokio::spawn(crate::metrics::sample_loop(shared.clone()));
+    let mut http_addr = None;
+    let http = match http_listener {
+        Some(listener) => {
+            http_addr = listener.local_addr().ok();
+            let (stop, stopped) = oneshot::channel::<()>();
+            let task = crate::metrics::serve(shared.clone(), listener, async {
+                let _ = stopped.await;
+            });
+            tracing::info!(addr = ?http_addr, "serving /metrics and the status page");
+            Some((stop, task))
+        }
+        None => None,
+    };
     tracing::info!(%addr, "coordinator listening");
     Ok(RunningCoordinator {
         addr,
+        http_addr,
+        http,
+        sampler,
         shutdown: Some(shutdown_tx),
         server,
         expiry,
@@ -196,6 +234,7 @@ async fn expire_leases(shared: Arc<Shared>, every: Duration) {
         match shared.with_scheduler(|s| s.expire_leases(now_ms())).await {
             Ok(0) => {}
             Ok(n) => {
+                shared.metrics.leases_expired.add(n as u64);
                 tracing::warn!(expired = n, "leases expired; shards go back to the queue");
                 shared.work_ready.notify_waiters();
                 let _ = shared.changes.send(String::new());

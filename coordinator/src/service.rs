@@ -16,6 +16,7 @@ use tokio::sync::{Notify, broadcast};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::{Report, ReportedFailure, Scheduler};
 use crate::{CoordinatorError, Result};
 
@@ -42,16 +43,18 @@ pub struct Shared {
     pub work_ready: Notify,
     /// Ids of jobs that changed.
     pub changes: broadcast::Sender<String>,
+    pub metrics: Arc<CoordinatorMetrics>,
 }
 
 impl Shared {
-    pub fn new(scheduler: Scheduler) -> Arc<Shared> {
+    pub fn new(scheduler: Scheduler, metrics: Arc<CoordinatorMetrics>) -> Arc<Shared> {
         let (changes, _) = broadcast::channel(1024);
         Arc::new(Shared {
             scheduler: Mutex::new(Some(scheduler)),
             cache: KernelCache::new(),
             work_ready: Notify::new(),
             changes,
+            metrics,
         })
     }
 
@@ -379,6 +382,7 @@ impl WorkerService for WorkerApi {
             if !grants.is_empty() || tokio::time::Instant::now() >= deadline {
                 for g in &grants {
                     self.shared.changed(&g.job);
+                    self.shared.metrics.leased(&g.lease_id);
                 }
                 let leases = grants
                     .into_iter()
@@ -467,10 +471,27 @@ impl WorkerService for WorkerApi {
         }
         let job = crate::records::parse_lease_id(&report.lease_id).map(|(job, ..)| job)?;
         let finished_shard = report.result.is_some() || report.failure.is_some();
+        let accepted_work = report.result.as_ref().map(|(_, work)| *work);
+        let lease_id = report.lease_id.clone();
+        let started = std::time::Instant::now();
         let outcome = self
             .shared
             .with_scheduler(move |s| s.report(report, now_ms()))
-            .await?;
+            .await;
+        let metrics = &self.shared.metrics;
+        metrics.report_latency.observe(started.elapsed());
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                metrics.reports_refused.add(1);
+                return Err(e.into());
+            }
+        };
+        match accepted_work {
+            Some(work) => metrics.accepted(&lease_id, work),
+            None if finished_shard => metrics.lease_ended(&lease_id),
+            None => {}
+        }
         if finished_shard {
             self.shared.changed(&job);
             self.shared.work_ready.notify_waiters();

@@ -5,8 +5,9 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use crate::metrics::CoordinatorMetrics;
 use crate::{CoordinatorError, Result};
 
 /// The trees of the store.
@@ -95,6 +96,43 @@ pub trait Store: Send + Sync {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// All entries whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// Bytes the store occupies on disk, if it has a disk.
+    fn size_on_disk(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Times every commit (which includes the flush) into a histogram.
+pub struct TimedStore {
+    inner: Arc<dyn Store>,
+    commits: Arc<CoordinatorMetrics>,
+}
+
+impl TimedStore {
+    pub fn new(inner: Arc<dyn Store>, commits: Arc<CoordinatorMetrics>) -> Self {
+        TimedStore { inner, commits }
+    }
+}
+
+impl Store for TimedStore {
+    fn commit(&self, batch: Batch) -> Result<()> {
+        let started = std::time::Instant::now();
+        let result = self.inner.commit(batch);
+        self.commits.store_commit.observe(started.elapsed());
+        result
+    }
+
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.inner.get(tree, key)
+    }
+
+    fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.scan_prefix(tree, prefix)
+    }
+
+    fn size_on_disk(&self) -> Option<u64> {
+        self.inner.size_on_disk()
+    }
 }
 
 /// The in-memory backend, for unit tests.
@@ -248,6 +286,10 @@ impl SledStore {
 }
 
 impl Store for SledStore {
+    fn size_on_disk(&self) -> Option<u64> {
+        self.db.size_on_disk().ok()
+    }
+
     fn commit(&self, batch: Batch) -> Result<()> {
         use sled::Transactional;
         use sled::transaction::ConflictableTransactionError;

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tally_common::jobs::{self, KernelCache, Partial, ShardEvent, ShardTask};
+use tally_common::metrics::{Counter, Exposition, Histogram};
 use tally_common::proto::worker_service_client::WorkerServiceClient;
 use tally_common::proto::{self, report_message::Body};
 use tally_common::spec::JobSpec;
@@ -65,6 +66,8 @@ pub struct WorkerConfig {
     pub checkpoint_interval: Duration,
     /// The bearer token and TLS material presented to the coordinator.
     pub security: ClientSecurity,
+    /// Where to serve Prometheus `/metrics` over HTTP, if anywhere.
+    pub http: Option<std::net::SocketAddr>,
 }
 
 impl WorkerConfig {
@@ -83,6 +86,7 @@ impl WorkerConfig {
             corrupt_results: false,
             checkpoint_interval: jobs::CHECKPOINT_EVERY,
             security: ClientSecurity::default(),
+            http: None,
         }
     }
 }
@@ -111,6 +115,10 @@ pub struct WorkerStats {
     pub shards_completed: AtomicU64,
     pub shards_failed: AtomicU64,
     pub shards_abandoned: AtomicU64,
+    /// Wall time of shards that finished, from lease to result.
+    pub compute_seconds: Histogram,
+    /// Work units of finished shards.
+    pub work_units: Counter,
 }
 
 /// A running shard as the worker's other tasks see it.
@@ -175,6 +183,10 @@ pub async fn run(
     });
     let stats = inner.stats.clone();
     tokio::pin!(shutdown);
+    let metrics_server = match inner.config.http {
+        Some(addr) => Some(serve_metrics(inner.clone(), addr).await?),
+        None => None,
+    };
 
     let heartbeat = tokio::spawn(heartbeat_loop(inner.clone()));
     let mut registered = false;
@@ -191,25 +203,28 @@ pub async fn run(
             let mut client = inner.client.clone();
             let attempt = client.register(request);
             tokio::select! {
-                _ = &mut shutdown => break,
-                r = attempt => match r {
-                    Ok(_) => {
-                        tracing::info!(worker = %inner.config.worker_id, coordinator = %inner.config.coordinator, "registered");
-                        registered = true;
-                        backoff.reset();
-                    }
-                    Err(e) if e.code() == tonic::Code::Unauthenticated => {
-                        // Retrying cannot help: the operator must fix the token.
-                        heartbeat.abort();
-                        return Err(WorkerError::Rpc(e));
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e.message(), "coordinator unreachable; retrying");
-                        tokio::select! { _ = &mut shutdown => break, _ = backoff.wait() => {} }
-                        continue;
-                    }
-                },
+                        _ = &mut shutdown => break,
+                        r = attempt => match r {
+                            Ok(_) => {
+                                tracing::info!(worker = %inner.config.worker_id, coordinator = %inner.config.coordinator, "registered");
+                                registered = true;
+                                backoff.reset();
+                            }
+                            Err(e) if e.code() == tonic::Code::Unauthenticated => {
+                                // Retrying cannot help: the operator must fix the token.
+                                heartbeat.abort();
+            if let Some(server) = metrics_server {
+                server.abort();
             }
+                                return Err(WorkerError::Rpc(e));
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e.message(), "coordinator unreachable; retrying");
+                                tokio::select! { _ = &mut shutdown => break, _ = backoff.wait() => {} }
+                                continue;
+                            }
+                        },
+                    }
         }
         while shards.try_join_next().is_some() {}
         let free = inner
@@ -275,6 +290,9 @@ pub async fn run(
         while shards.join_next().await.is_some() {}
     }
     heartbeat.abort();
+    if let Some(server) = metrics_server {
+        server.abort();
+    }
     Ok(stats)
 }
 
@@ -362,8 +380,10 @@ async fn run_shard(inner: Arc<Inner>, lease: proto::ShardLease, handle: Arc<Shar
         },
     };
     match &ending {
-        Ending::Done(_) => {
+        Ending::Done(outcome) => {
             inner.stats.shards_completed.fetch_add(1, Ordering::Relaxed);
+            inner.stats.compute_seconds.observe(started.elapsed());
+            inner.stats.work_units.add(outcome.work_done);
             tracing::info!(lease = %lease_id, seconds = started.elapsed().as_secs_f64(), "shard finished");
         }
         Ending::Failed { message, .. } => {
@@ -628,4 +648,85 @@ async fn deliver_final_report(inner: &Arc<Inner>, lease: &proto::ShardLease, end
             }
         }
     }
+}
+
+/// Serves Prometheus text at `/metrics` on `addr` until aborted.
+async fn serve_metrics(
+    inner: Arc<Inner>,
+    addr: std::net::SocketAddr,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        WorkerError::Address(addr.to_string(), format!("cannot listen for HTTP: {e}"))
+    })?;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let inner = inner.clone();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4",
+                    )],
+                    metrics_text(&inner),
+                )
+            }
+        }),
+    );
+    Ok(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "HTTP listener failed");
+        }
+    }))
+}
+
+fn metrics_text(inner: &Inner) -> String {
+    let stats = &inner.stats;
+    let (active, work_in_progress) = {
+        let active = inner.active.lock().unwrap();
+        let work: u64 = active.values().map(|h| h.control.work_done()).sum();
+        (active.len(), work)
+    };
+    let mut e = Exposition::new();
+    e.counter(
+        "tally_worker_shards_completed_total",
+        "Shards this worker finished and reported.",
+        stats.shards_completed.load(Ordering::Relaxed),
+    );
+    e.counter(
+        "tally_worker_shards_failed_total",
+        "Shards that failed on this worker.",
+        stats.shards_failed.load(Ordering::Relaxed),
+    );
+    e.counter(
+        "tally_worker_shards_abandoned_total",
+        "Shards handed back or stopped (revoked, drained).",
+        stats.shards_abandoned.load(Ordering::Relaxed),
+    );
+    e.counter(
+        "tally_worker_work_units_total",
+        "Work units of finished shards.",
+        stats.work_units.get(),
+    );
+    e.gauge(
+        "tally_worker_active_shards",
+        "Shards running now.",
+        active as f64,
+    );
+    e.gauge(
+        "tally_worker_slots",
+        "Shards this worker runs at once.",
+        inner.config.slots as f64,
+    );
+    e.gauge(
+        "tally_worker_work_in_progress",
+        "Work units done so far by the running shards.",
+        work_in_progress as f64,
+    );
+    e.histogram(
+        "tally_worker_shard_compute_seconds",
+        "Wall time of finished shards.",
+        &stats.compute_seconds,
+    );
+    e.finish()
 }

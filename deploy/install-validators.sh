@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the pinned tools of validate.sh (validators.txt) into a virtual
+# environment, by default ~/.cache/tally-validators (override with
+# TALLY_VALIDATORS). Safe to run again: it then only checks the pins.
+# On a Debian without python3-venv it installs that first (needs root).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+venv=${TALLY_VALIDATORS:-${XDG_CACHE_HOME:-$HOME/.cache}/tally-validators}
+
+if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq python3-venv >/dev/null
+fi
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    --requirement "$here/validators.txt"

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Offline checks of the deployment files; CI runs them as
+#   deploy/install-validators.sh && deploy/validate.sh
+# install-validators.sh puts the pinned tools of validators.txt in a virtual
+# environment (~/.cache/tally-validators, or $TALLY_VALIDATORS); as root on a
+# fresh Debian 12 that amounts to
+#   apt-get install -y python3-venv    # only where `python3 -m venv` is missing
+#   python3 -m venv ~/.cache/tally-validators
+#   ~/.cache/tally-validators/bin/pip install -r deploy/validators.txt
+# systemd-analyze (Debian package systemd) checks the units when present;
+# `docker compose config` checks the Compose file when the plugin is present.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+venv=${TALLY_VALIDATORS:-${XDG_CACHE_HOME:-$HOME/.cache}/tally-validators}
+bin=$venv/bin
+# The oldest Kubernetes with GA gRPC probes, and the newest schema that
+# kubernetes-validate ships (it validates offline from bundled schemas).
+k8s_versions=(1.27.0 1.37.0)
+
+for tool in kubectl kubernetes-validate yamllint hadolint; do
+    if [ ! -x "$bin/$tool" ]; then
+        echo "error: $bin/$tool is missing; run deploy/install-validators.sh" >&2
+        exit 1
+    fi
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "== yamllint"
+"$bin/yamllint" --strict --config-file "$here/.yamllint" "$here"
+
+echo "== hadolint"
+"$bin/hadolint" --no-color "$here/Dockerfile"
+
+echo "== kubectl kustomize | kubernetes-validate --strict"
+"$bin/kubectl" kustomize "$here/k8s" >"$tmp/k8s.yaml"
+for v in "${k8s_versions[@]}"; do
+    "$bin/kubernetes-validate" --strict --quiet --kubernetes-version "$v" - <"$tmp/k8s.yaml"
+done
+echo "valid for Kubernetes ${k8s_versions[*]}"
+"$bin/python" "$here/check-references.py" "$tmp/k8s.yaml"
+
+echo "== docker compose config"
+if docker compose version >/dev/null 2>&1; then
+    # The token file is the user's; a stand-in lets the file be checked without it.
+    touch "$tmp/tally-token"
+    TALLY_TOKEN_FILE=$tmp/tally-token docker compose -f "$here/docker-compose.yml" config --quiet
+else
+    echo "skipped: the docker compose plugin is not installed"
+fi
+
+echo "== systemd-analyze verify"
+if command -v systemd-analyze >/dev/null; then
+    # Verify against a scratch root that has the units and a stand-in binary,
+    # since tally is not installed here. Warnings fail the check too.
+    root=$tmp/root
+    mkdir -p "$root/etc/systemd/system" "$root/usr/lib/systemd" "$root/usr/local/bin"
+    cp -r /usr/lib/systemd/system "$root/usr/lib/systemd/"
+    cp "$here"/systemd/*.service "$root/etc/systemd/system/"
+    printf '#!/bin/sh\n' >"$root/usr/local/bin/tally"
+    chmod +x "$root/usr/local/bin/tally"
+    units=()
+    for unit in "$here"/systemd/*.service; do units+=("$(basename "$unit")"); done
+    if ! systemd-analyze verify --root="$root" "${units[@]}" >"$tmp/verify.log" 2>&1 \
+        || [ -s "$tmp/verify.log" ]; then
+        cat "$tmp/verify.log" >&2
+        exit 1
+    fi
+    echo "verified ${units[*]}"
+    if ! systemd-sysusers --dry-run --root="$root" - <"$here/systemd/tally.sysusers" \
+        >"$tmp/sysusers.log" 2>&1; then
+        cat "$tmp/sysusers.log" >&2
+        exit 1
+    fi
+    echo "verified tally.sysusers"
+else
+    echo "skipped: systemd-analyze is not installed"
+fi
+echo "deploy: all checks passed"

@@ -9,6 +9,7 @@ pub mod hex;
 pub mod jobs;
 pub mod kayles;
 pub mod modular;
+pub mod pegs;
 pub mod proto;
 pub mod sliders;
 pub mod spec;

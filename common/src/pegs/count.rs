@@ -21,6 +21,9 @@ use crate::{Control, Error, Result, invalid};
 /// so that they reach the threaded code).
 const MIN_PARALLEL_BOARDS: usize = if cfg!(test) { 64 } else { 1 << 16 };
 
+/// Boards whose children are looked up together in the backward pass.
+const GROUP: usize = 16;
+
 /// A task after validation.
 struct Root {
     index: usize,
@@ -185,18 +188,46 @@ fn evaluate(
     }
     let evaluate_part = |part: &[u64]| -> Result<Vec<(u64, u128)>> {
         let mut solvable = Vec::new();
-        let mut children = Vec::with_capacity(64);
+        let mut children = Vec::with_capacity(GROUP * 16);
+        let mut ends = Vec::with_capacity(GROUP);
         for block in part.chunks(POLL_BOARDS) {
             control.check()?;
-            for &board in block {
+            // A group of boards at a time: the table lines of all their
+            // children are requested before the first one is read.
+            for group in block.chunks(GROUP) {
                 children.clear();
-                game.push_children(board, &mut children);
-                let total: u128 = match below {
-                    None => children.iter().map(|&c| game.final_value(c)).sum(),
-                    Some(memo) => children.iter().map(|&c| memo.get(c)).sum(),
-                };
-                if total != 0 {
-                    solvable.push((board, total));
+                ends.clear();
+                for &board in group {
+                    game.push_children(board, &mut children);
+                    ends.push(children.len());
+                }
+                if let Some(memo) = below {
+                    for &child in &children {
+                        memo.prefetch_filter(child);
+                    }
+                    for child in children.iter_mut() {
+                        if memo.may_hold(*child) {
+                            memo.prefetch_slot(*child);
+                        } else {
+                            *child = 0;
+                        }
+                    }
+                }
+                let mut first = 0;
+                for (&board, &end) in group.iter().zip(&ends) {
+                    let jumps = &children[first..end];
+                    first = end;
+                    let total: u128 = match below {
+                        None => jumps.iter().map(|&c| game.final_value(c)).sum(),
+                        Some(memo) => jumps
+                            .iter()
+                            .filter(|&&c| c != 0)
+                            .map(|&c| memo.probe(c))
+                            .sum(),
+                    };
+                    if total != 0 {
+                        solvable.push((board, total));
+                    }
                 }
             }
             control.add_work(block.len() as u64);

@@ -77,13 +77,39 @@ impl Memo {
         (h >> 6, 1 << (h & 63))
     }
 
+    /// Starts loading the filter word of `board`.
+    #[inline(always)]
+    pub(crate) fn prefetch_filter(&self, board: u64) {
+        let (word, _) = self.filter_bit(board);
+        prefetch(self.filter.as_ptr().wrapping_add(word).cast());
+    }
+
+    /// False when `board` is certainly not stored.
+    #[inline(always)]
+    pub(crate) fn may_hold(&self, board: u64) -> bool {
+        let (word, bit) = self.filter_bit(board);
+        self.filter[word] & bit != 0
+    }
+
+    /// Starts loading the slot where the search for `board` begins.
+    #[inline(always)]
+    pub(crate) fn prefetch_slot(&self, board: u64) {
+        prefetch(self.slots.as_ptr().wrapping_add(self.home(board)).cast());
+    }
+
     /// The count stored for `board`, 0 when there is none.
     #[inline]
     pub(crate) fn get(&self, board: u64) -> u128 {
-        let (word, bit) = self.filter_bit(board);
-        if self.filter[word] & bit == 0 {
-            return 0;
+        if self.may_hold(board) {
+            self.probe(board)
+        } else {
+            0
         }
+    }
+
+    /// [`Memo::get`] without the filter.
+    #[inline]
+    pub(crate) fn probe(&self, board: u64) -> u128 {
         let mask = self.slots.len() - 1;
         let mut i = self.home(board);
         loop {
@@ -146,4 +172,18 @@ impl Memo {
         bigger.wide = std::mem::take(&mut self.wide);
         *self = bigger;
     }
+}
+
+/// Asks the CPU to start loading the cache line at `p`.
+#[inline(always)]
+fn prefetch(p: *const i8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch never faults, whatever the address; SSE is part of
+        // the x86_64 baseline.
+        unsafe { _mm_prefetch(p, _MM_HINT_T0) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }

@@ -378,6 +378,18 @@ fn parity_invariants_only_rule_out_unsolvable_games() {
     // The cross boards have the two Klein-group position classes: 4 parities.
     let english = PegGame::new(BoardShape::English, None, None).unwrap();
     assert_eq!(english.invariants.len(), 4);
+    // The rule of three: from the centre, the last peg can only be in the
+    // centre or three holes away from it along a row or a column.
+    let finals = |shape: BoardShape| -> Vec<u32> {
+        (1..=shape.holes())
+            .filter(|&e| {
+                let game = PegGame::new(shape, None, Some(e)).unwrap();
+                game.may_finish(game.start_board())
+            })
+            .collect()
+    };
+    assert_eq!(finals(BoardShape::English), [2, 14, 17, 20, 32]);
+    assert_eq!(finals(BoardShape::French), [] as [u32; 0]);
 }
 
 #[test]
@@ -641,6 +653,15 @@ fn tasks_survive_serialization() {
     };
     let text = serde_json::to_string(&task).unwrap();
     assert_eq!(serde_json::from_str::<PegTask>(&text).unwrap(), task);
+}
+
+#[test]
+fn empty_batches_count_nothing() {
+    let game = PegGame::new(BoardShape::English, None, None).unwrap();
+    let count = game
+        .count_from(&[], &Control::new(), |_, _| panic!("no task"))
+        .unwrap();
+    assert_eq!(count, PegCount::default());
 }
 
 #[test]

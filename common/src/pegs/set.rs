@@ -1,8 +1,8 @@
 //! The set of boards of one layer, built from the children of the layer above
 //! with many duplicates. Boards are spread over partitions by hash; a partition
-//! collects boards in a small buffer and adds them to its own hash set a batch
-//! at a time, so that the inserts work in cache even when the layer holds
-//! millions of boards.
+//! collects boards in a buffer and adds them to its own small hash set a batch
+//! at a time, so that the cache lines of the set, once loaded, serve several
+//! inserts even when the layer holds millions of boards.
 
 /// Partition of a board: the high word of `board * PARTITION_MULTIPLIER` scaled
 /// to the number of partitions.

@@ -10,6 +10,7 @@ pub mod jobs;
 pub mod kayles;
 pub mod metrics;
 pub mod modular;
+pub mod pegs;
 pub mod proto;
 pub mod sliders;
 pub mod spec;

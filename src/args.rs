@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, SlidersSpec};
+use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, PegsSpec, SlidersSpec};
 use tally_common::{hex, kayles, sliders};
 
 pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:7878";
@@ -101,6 +101,17 @@ pub enum Command {
     /// Print a job's durable event log (leases, accepted results, stages).
     #[command(after_help = "Example:\n  tally events job-000001")]
     Events(JobArg),
+    /// Check the setup: config file, coordinator reachable, token accepted,
+    /// versions, live workers.
+    #[command(
+        after_help = "Example:\n  TALLY_TOKEN_FILE=/etc/tally/token tally doctor --coordinator https://coord:7878"
+    )]
+    Doctor,
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  tally completions bash > /etc/bash_completion.d/tally\n  tally completions zsh > ~/.zfunc/_tally\n  tally completions fish > ~/.config/fish/completions/tally.fish"
+    )]
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Args, Debug)]
@@ -175,6 +186,28 @@ pub enum KindArgs {
     Kayles(KaylesArgs),
     /// Sum of the checksums of all shortest slider sequences.
     Sliders(SlidersArgs),
+    /// Number of peg solitaire solutions (exact).
+    #[command(
+        after_help = "Examples:\n  tally run pegs --board triangle:5 --start 1\n  tally run pegs --board english --end 17\n  tally submit pegs --board triangle:6 --start 4"
+    )]
+    Pegs(PegsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PegsArgs {
+    /// english (33 holes), french (37) or triangle:N (N = 4 to 7).
+    #[arg(long, default_value = "english")]
+    pub board: String,
+    /// The hole empty at the start, numbered row by row from 1 (default: the
+    /// centre; 1 on a triangle).
+    #[arg(long)]
+    pub start: Option<u32>,
+    /// The hole the last peg must end in (default: any).
+    #[arg(long)]
+    pub end: Option<u32>,
+    /// Minimum number of prefix tasks (0 chooses).
+    #[arg(long, default_value_t = 0)]
+    pub prefixes: u32,
 }
 
 #[derive(Args, Debug)]
@@ -278,7 +311,7 @@ impl SpecArgs {
                 anyhow::bail!("give either a job kind with flags or --spec-file, not both")
             }
             (None, None) => {
-                anyhow::bail!("name a job kind (hex, kayles, sliders) or give --spec-file")
+                anyhow::bail!("name a job kind (hex, kayles, sliders, pegs) or give --spec-file")
             }
             (Some(path), None) => read_spec_file(path)?,
             (None, Some(kind)) => JobSpec::new(kind.to_kind()?),
@@ -346,6 +379,12 @@ impl KindArgs {
                     prefixes: s.prefixes,
                 })
             }
+            KindArgs::Pegs(p) => KindSpec::Pegs(PegsSpec {
+                board: p.board.trim().to_ascii_lowercase(),
+                start: p.start,
+                end: p.end,
+                prefixes: p.prefixes,
+            }),
         })
     }
 }

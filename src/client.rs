@@ -377,3 +377,162 @@ pub async fn events(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// One line of `tally doctor`.
+struct Check {
+    name: &'static str,
+    ok: bool,
+    /// A warning does not fail the doctor.
+    warning: bool,
+    detail: String,
+}
+
+/// Checks what a user needs before submitting: the config, the coordinator's
+/// reachability and health, the token, the versions and live workers.
+pub async fn doctor(
+    remote: &Remote,
+    config_path: Option<&std::path::Path>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut checks = vec![Check {
+        name: "config",
+        ok: true,
+        warning: false,
+        detail: match config_path {
+            Some(p) => format!("{} loaded", p.display()),
+            None => "no config file (flags and environment only)".into(),
+        },
+    }];
+    let url = &remote.url;
+    let channel = match transport::endpoint(url, &remote.security) {
+        Ok(endpoint) => endpoint.connect().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match channel {
+        Err(e) => checks.push(Check {
+            name: "reachable",
+            ok: false,
+            warning: false,
+            detail: format!("cannot connect to {url}: {e}"),
+        }),
+        Ok(channel) => {
+            checks.push(Check {
+                name: "reachable",
+                ok: true,
+                warning: false,
+                detail: format!(
+                    "{url}{}",
+                    if url.starts_with("https://") {
+                        " over TLS"
+                    } else {
+                        " (plain text)"
+                    }
+                ),
+            });
+            let health = tonic_health::pb::health_client::HealthClient::new(channel.clone())
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await;
+            checks.push(match health {
+                Ok(r) if r.get_ref().status == 1 => Check {
+                    name: "health",
+                    ok: true,
+                    warning: false,
+                    detail: "serving".into(),
+                },
+                Ok(r) => Check {
+                    name: "health",
+                    ok: false,
+                    warning: false,
+                    detail: format!("status {}", r.get_ref().status),
+                },
+                Err(e) => Check {
+                    name: "health",
+                    ok: false,
+                    warning: false,
+                    detail: e.message().to_string(),
+                },
+            });
+            let auth = BearerToken::new(remote.security.token.as_deref())?;
+            let info = JobServiceClient::new(InterceptedService::new(channel, auth))
+                .info(proto::InfoRequest {})
+                .await;
+            match info {
+                Ok(info) => {
+                    let info = info.into_inner();
+                    checks.push(Check {
+                        name: "token",
+                        ok: true,
+                        warning: false,
+                        detail: if remote.security.token.is_some() {
+                            "accepted".into()
+                        } else {
+                            "none needed".into()
+                        },
+                    });
+                    let ours = env!("CARGO_PKG_VERSION");
+                    checks.push(Check {
+                        name: "version",
+                        ok: info.version == ours,
+                        warning: info.version != ours,
+                        detail: format!("tally {ours}, coordinator {}", info.version),
+                    });
+                    checks.push(Check {
+                        name: "workers",
+                        ok: info.workers_live > 0,
+                        warning: info.workers_live == 0,
+                        detail: format!(
+                            "{} live; {} job(s), {} unfinished",
+                            info.workers_live, info.jobs, info.jobs_unfinished
+                        ),
+                    });
+                }
+                Err(e) if e.code() == tonic::Code::Unauthenticated => checks.push(Check {
+                    name: "token",
+                    ok: false,
+                    warning: false,
+                    detail: format!(
+                        "{} (set TALLY_TOKEN or --token-file to the coordinator's token)",
+                        e.message()
+                    ),
+                }),
+                Err(e) => checks.push(Check {
+                    name: "token",
+                    ok: false,
+                    warning: false,
+                    detail: e.message().to_string(),
+                }),
+            }
+        }
+    }
+    let failed = checks.iter().any(|c| !c.ok && !c.warning);
+    if json {
+        let list: Vec<_> = checks
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "check": c.name,
+                    "ok": c.ok,
+                    "warning": c.warning,
+                    "detail": c.detail,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "ok": !failed, "checks": list }));
+    } else {
+        for c in &checks {
+            let mark = match (c.ok, c.warning) {
+                (true, _) => "ok  ",
+                (false, true) => "warn",
+                (false, false) => "FAIL",
+            };
+            println!("{mark} {:<10} {}", c.name, c.detail);
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

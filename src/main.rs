@@ -6,19 +6,30 @@
 
 mod args;
 mod client;
+mod config;
 mod output;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use std::path::PathBuf;
+
+use clap::{CommandFactory, FromArgMatches};
 use tally_common::transport::{self, ClientSecurity, ClientTls, ServerTls};
 
 use args::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (config_path, config) = match config::load() {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let matches = config::apply(Cli::command(), &config).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -30,7 +41,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    match runtime.block_on(dispatch(cli, config_path)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", output::error_line(&e));
@@ -58,12 +69,12 @@ fn init_logging(cli: &Cli) {
     }
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+async fn dispatch(cli: Cli, config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     let token = token(&cli)?;
     // Credentials are read only by the commands that use them.
     let remote = match &cli.command {
-        Command::Run(_) | Command::Coordinator(_) => None,
+        Command::Run(_) | Command::Coordinator(_) | Command::Completions { .. } => None,
         _ => Some(client::Remote {
             url: cli.coordinator.clone(),
             security: client_security(&cli, token.clone())?,
@@ -85,6 +96,14 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cancel(job) => client::cancel(&remote(), &job.job, json).await,
         Command::List => client::list(&remote(), json).await,
         Command::Events(job) => client::events(&remote(), &job.job, json).await,
+        Command::Doctor => client::doctor(&remote(), config_path.as_deref(), json).await,
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "tally", &mut script);
+            // A reader that stops early (`| head`) is not an error.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

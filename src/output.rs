@@ -215,7 +215,7 @@ impl ProgressView {
             );
             bar.set_style(
                 indicatif::ProgressStyle::with_template(
-                    "{spinner} {prefix} [{bar:30}] {percent:>3}% {msg} ({elapsed}, eta {eta})",
+                    "{spinner} {prefix} [{bar:30}] {percent:>3}% {msg} ({per_sec}, {elapsed}, eta {eta})",
                 )
                 .expect("valid template")
                 .progress_chars("=> "),

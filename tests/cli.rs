@@ -253,3 +253,127 @@ async fn submit_status_watch_result_list_and_cancel_against_a_coordinator() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("already succeeded"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_token_and_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let log = std::fs::File::create(dir.path().join("coordinator.log")).unwrap();
+    let child = Command::new(tally_bin())
+        .args([
+            "coordinator",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data",
+        ])
+        .arg(dir.path().join("data"))
+        .arg("--token-file")
+        .arg(&token_file)
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let _guard = ChildGuard(child);
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = Command::new(tally_bin());
+        command
+            .args(args)
+            .env_remove("TALLY_TOKEN")
+            .env_remove("TALLY_TOKEN_FILE")
+            .env("TALLY_CONFIG", dir.path().join("missing.toml"));
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        command.output().unwrap()
+    };
+    // Wait until it serves (health needs no token).
+    jobs_client(&url).await;
+
+    // A named config file that does not exist is an error.
+    let missing = run(&["list", "--coordinator", &url], &[]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("missing.toml"));
+
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, format!("coordinator = \"{url}\"\n")).unwrap();
+    let config_env = ("TALLY_CONFIG", config.to_str().unwrap());
+
+    // No token: the doctor names the problem and fails; commands are refused.
+    let doctor = run(&["doctor"], &[config_env]);
+    let text = String::from_utf8_lossy(&doctor.stdout).to_string();
+    assert_eq!(doctor.status.code(), Some(1), "{text}");
+    assert!(text.contains("ok   reachable"), "{text}");
+    assert!(text.contains("ok   health"), "{text}");
+    assert!(text.contains("FAIL token"), "{text}");
+    let refused = run(&["list"], &[config_env]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("token"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    // The token from the environment: accepted.
+    let listed = run(&["list"], &[config_env, ("TALLY_TOKEN", "s3cret-token")]);
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+
+    // The token file from the config file: every check passes but the
+    // warning about workers, which does not fail.
+    std::fs::write(
+        &config,
+        format!(
+            "coordinator = \"{url}\"\ntoken_file = \"{}\"\n",
+            token_file.display()
+        ),
+    )
+    .unwrap();
+    let doctor = run(&["doctor", "--json"], &[config_env]);
+    let value: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    assert_eq!(value["ok"], true, "{value}");
+    let check = |name: &str| {
+        value["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == name)
+            .unwrap_or_else(|| panic!("{name} in {value}"))
+            .clone()
+    };
+    assert_eq!(check("token")["ok"], true);
+    assert_eq!(check("version")["ok"], true);
+    assert_eq!(check("workers")["warning"], true);
+    assert!(doctor.status.success());
+    // A flag beats the config file.
+    let elsewhere = run(
+        &["doctor", "--coordinator", "http://127.0.0.1:1"],
+        &[config_env],
+    );
+    assert_eq!(elsewhere.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&elsewhere.stdout).contains("FAIL reachable"));
+
+    // An unknown key in the config file is refused with the file's name.
+    std::fs::write(&config, "coordinater = \"x\"\n").unwrap();
+    let typo = run(&["list"], &[config_env]);
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("config.toml"));
+}
+
+#[test]
+fn completions_are_generated_for_each_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = tally(&["completions", shell]);
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            script.contains("tally") && script.contains("submit"),
+            "{shell}"
+        );
+    }
+    assert!(!tally(&["completions", "cmd"]).status.success());
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use support::*;
 use tally_common::proto::{self, JobState};
 use tally_common::sliders::SliderParams;
-use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, SlidersSpec};
+use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, PegsSpec, SlidersSpec};
 
 fn hex(side: u32, shards_per_step: u32) -> JobSpec {
     JobSpec::new(KindSpec::Hex(HexSpec {
@@ -588,5 +588,36 @@ async fn replicas_catch_a_worker_that_returns_wrong_numbers() {
     assert!(done.answer.is_empty());
     honest.stop().await;
     faulty.stop().await;
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pegs_through_several_workers_equal_the_single_process_count() {
+    let coordinator = start_coordinator(None).await;
+    let workers = Workers::start(&coordinator.url(), 3, 1);
+    let mut client = jobs_client(&coordinator.url()).await;
+    for (board, start, end, prefixes) in [
+        ("triangle:5", Some(1), None, 0),
+        ("triangle:5", Some(4), Some(13), 5),
+        ("triangle:6", Some(4), None, 40),
+        ("triangle:6", Some(1), Some(1), 0),
+    ] {
+        let spec = JobSpec::new(KindSpec::Pegs(PegsSpec {
+            board: board.into(),
+            start,
+            end,
+            prefixes,
+        }));
+        let job = submit(&mut client, &spec, "").await;
+        let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+        assert_eq!(state(&done), JobState::Succeeded, "{board}: {}", done.error);
+        assert!(done.shards_total > 1, "{board}: one shard only");
+        assert_eq!(
+            done.answer,
+            direct_answer(&spec),
+            "{board} {start:?} {end:?}"
+        );
+    }
+    workers.stop().await;
     coordinator.shutdown().await;
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::spec::{HexPlan, HexSpec, JobSpec, KindSpec};
-use crate::{Control, Error, Result, hex, invalid, kayles, sliders};
+use crate::{Control, Error, Result, hex, invalid, kayles, pegs, sliders};
 
 /// What one shard computes, serialised as JSON into the lease.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,8 +33,38 @@ pub enum ShardTask {
     HexPoints { modulus: u32, points: Vec<u32> },
     /// One Walsh character of the kayles series.
     KaylesCharacter { character: u32 },
+    /// Peg solitaire positions after a few jumps, with the number of jump
+    /// sequences reaching each, counted over shared layers.
+    PegTasks { tasks: Vec<PegShardTask> },
     /// A batch of slider prefixes, enumerated one after the other.
     SliderPrefixes { prefixes: Vec<String> },
+}
+
+/// A peg solitaire task as it travels in a shard: the multiplicity as a
+/// decimal string, because internally tagged enums cannot carry `u128`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PegShardTask {
+    pub board: u64,
+    pub multiplicity: String,
+}
+
+impl PegShardTask {
+    fn from_task(task: &pegs::PegTask) -> PegShardTask {
+        PegShardTask {
+            board: task.board,
+            multiplicity: task.multiplicity.to_string(),
+        }
+    }
+
+    fn to_task(&self) -> Result<pegs::PegTask> {
+        Ok(pegs::PegTask {
+            board: self.board,
+            multiplicity: self
+                .multiplicity
+                .parse()
+                .map_err(|_| invalid!("malformed peg task multiplicity {:?}", self.multiplicity))?,
+        })
+    }
 }
 
 impl ShardTask {
@@ -68,6 +98,12 @@ pub enum Partial {
         prefixes_done: u32,
         sums: sliders::PathSums,
     },
+    /// Solutions from a batch of peg solitaire tasks (multiplicities applied).
+    PegCount {
+        tasks: u32,
+        solutions: u128,
+        positions: u64,
+    },
 }
 
 impl Partial {
@@ -97,6 +133,9 @@ pub struct JobPlan {
     pub prefixes: Vec<String>,
     pub shortest_length: u32,
     pub boards: u64,
+    /// Pegs: the prefix tasks.
+    #[serde(default)]
+    pub peg_tasks: Vec<pegs::PegTask>,
     /// Hex points plan: the primes (one, or several for exact counts) and the
     /// evaluation points used with each.
     #[serde(default)]
@@ -115,6 +154,7 @@ impl JobPlan {
             prefixes: Vec::new(),
             shortest_length: 0,
             boards: 0,
+            peg_tasks: Vec::new(),
             primes: Vec::new(),
             points: Vec::new(),
         }
@@ -202,6 +242,15 @@ pub const HEX_POINTS_PER_SHARD: usize = hex::POINTS_PER_PASS;
 pub const DEFAULT_SLIDER_PREFIXES: u32 = 64;
 /// At most this many shards for the prefixes of one slider job.
 pub const MAX_SLIDER_SHARDS: usize = 256;
+/// Default minimum number of peg solitaire prefix tasks. Tasks of one shard share
+/// their layers, so a shard holds several tasks and the shards stay few.
+pub const DEFAULT_PEG_PREFIXES: u32 = 256;
+/// At most this many shards for one peg solitaire job.
+pub const MAX_PEG_SHARDS: usize = 32;
+
+fn peg_game(p: &crate::spec::PegsSpec) -> Result<pegs::PegGame> {
+    pegs::PegGame::new(pegs::parse_board(&p.board)?, p.start, p.end)
+}
 
 /// Computes the facts the plan needs (the expensive part of planning: building the
 /// hex graph, the slider searches). Runs once per job, at submission.
@@ -237,6 +286,15 @@ pub fn prepare(spec: &JobSpec, cache: &KernelCache, control: &Control) -> Result
             plan.prefixes = space.prefix_tasks(wanted as usize);
             plan.shortest_length = space.shortest_length();
             plan.boards = space.reachable_boards() as u64;
+        }
+        KindSpec::Pegs(p) => {
+            let game = peg_game(p)?;
+            let wanted = if p.prefixes == 0 {
+                DEFAULT_PEG_PREFIXES
+            } else {
+                p.prefixes
+            };
+            plan.peg_tasks = game.prefix_tasks(wanted as usize);
         }
     }
     Ok(plan)
@@ -299,6 +357,19 @@ pub fn plan_stage(spec: &JobSpec, plan: &JobPlan, stage: u32) -> Result<Vec<Plan
                 .map(|character| PlannedShard {
                     task: ShardTask::KaylesCharacter { character },
                     work_total: kayles_work(m),
+                })
+                .collect()
+        }
+        KindSpec::Pegs(_) => {
+            let n = plan.peg_tasks.len();
+            let batch = n.div_ceil(MAX_PEG_SHARDS).max(1);
+            plan.peg_tasks
+                .chunks(batch)
+                .map(|chunk| PlannedShard {
+                    task: ShardTask::PegTasks {
+                        tasks: chunk.iter().map(PegShardTask::from_task).collect(),
+                    },
+                    work_total: chunk.len() as u64,
                 })
                 .collect()
         }
@@ -426,6 +497,25 @@ pub fn execute(
                 checkpoint_every,
                 on_event,
             )
+        }
+        (KindSpec::Pegs(p), ShardTask::PegTasks { tasks }) => {
+            let game = peg_game(p)?;
+            let tasks = tasks
+                .iter()
+                .map(PegShardTask::to_task)
+                .collect::<Result<Vec<_>>>()?;
+            let count = game.count_from(&tasks, control, |_, _| {})?;
+            // Work units are tasks: the kernel's own units are not known in advance.
+            control.add_work(tasks.len() as u64);
+            Ok(ShardOutcome {
+                output: Vec::new(),
+                partial: Partial::PegCount {
+                    tasks: tasks.len() as u32,
+                    solutions: count.solutions,
+                    positions: count.memo_boards,
+                },
+                work_done: tasks.len() as u64,
+            })
         }
         _ => Err(invalid!(
             "the shard task does not belong to a {} job",
@@ -755,6 +845,25 @@ pub fn finish(spec: &JobSpec, plan: &JobPlan, partials: &[Partial]) -> Result<An
                 kayles::combine(k.pins, k.digits, &values)?,
             ))
         }
+        KindSpec::Pegs(p) => {
+            let mut solutions: u128 = 0;
+            let mut positions: u64 = 0;
+            for partial in partials {
+                let Partial::PegCount {
+                    solutions: s,
+                    positions: b,
+                    ..
+                } = partial
+                else {
+                    return Err(Error::Internal("pegs job with a foreign partial".into()));
+                };
+                solutions = solutions
+                    .checked_add(*s)
+                    .ok_or_else(|| Error::Internal("peg solution count overflows".into()))?;
+                positions += b;
+            }
+            Ok(pegs_answer(p, solutions, positions))
+        }
         KindSpec::Sliders(s) => {
             let mut total = sliders::PathSums::default();
             for partial in partials {
@@ -812,6 +921,16 @@ pub fn compute_direct(spec: &JobSpec, threads: usize, control: &Control) -> Resu
             k,
             kayles::fair_rows(k.pins, k.digits, threads, control)?,
         )),
+        KindSpec::Pegs(p) => {
+            let count = pegs::count_solutions(
+                pegs::parse_board(&p.board)?,
+                p.start,
+                p.end,
+                threads,
+                control,
+            )?;
+            Ok(pegs_answer(p, count.solutions, count.memo_boards))
+        }
         KindSpec::Sliders(s) => {
             let space = sliders::SliderSpace::build(&s.board, control)?;
             let sums = space.enumerate("", control)?;
@@ -829,6 +948,25 @@ pub fn compute_direct(spec: &JobSpec, threads: usize, control: &Control) -> Resu
                 }],
             )
         }
+    }
+}
+
+/// The answer of a pegs job.
+fn pegs_answer(p: &crate::spec::PegsSpec, solutions: u128, positions: u64) -> Answer {
+    let default_start = pegs::parse_board(&p.board)
+        .map(|b| b.default_start())
+        .unwrap_or(0);
+    Answer {
+        line: solutions.to_string(),
+        details: serde_json::json!({
+            "kind": "pegs",
+            "board": p.board,
+            "start": p.start.unwrap_or(default_start),
+            "end": p.end,
+            "solutions": solutions.to_string(),
+            // Summed over shards: each shard keeps its own positions.
+            "positions": positions,
+        }),
     }
 }
 
@@ -1071,5 +1209,6 @@ pub fn corrupt_for_testing(partial: &mut Partial) {
         }
         Partial::KaylesCharacter { value, .. } => *value = value.wrapping_add(1),
         Partial::SliderSums { sums, .. } => sums.checksum_sum = sums.checksum_sum.wrapping_add(1),
+        Partial::PegCount { solutions, .. } => *solutions = solutions.wrapping_add(1),
     }
 }

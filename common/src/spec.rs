@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Result, hex, invalid, kayles, proto, sliders};
+use crate::{Result, hex, invalid, kayles, pegs, proto, sliders};
 
 /// Upper bounds that keep one job within what a cluster can hold.
 pub const MAX_PRIORITY: i32 = 1_000;
@@ -94,6 +94,27 @@ pub struct SlidersSpec {
     pub prefixes: u32,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PegsSpec {
+    /// `english`, `french` or `triangle:N`.
+    #[serde(default = "default_peg_board")]
+    pub board: String,
+    /// The hole empty at the start; `None` is the board's default.
+    #[serde(default)]
+    pub start: Option<u32>,
+    /// The hole the last peg must end in; `None` accepts any.
+    #[serde(default)]
+    pub end: Option<u32>,
+    /// Minimum number of prefix tasks; 0 chooses.
+    #[serde(default)]
+    pub prefixes: u32,
+}
+
+fn default_peg_board() -> String {
+    "english".into()
+}
+
 /// What to count.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -101,6 +122,7 @@ pub enum KindSpec {
     Hex(HexSpec),
     Kayles(KaylesSpec),
     Sliders(SlidersSpec),
+    Pegs(PegsSpec),
 }
 
 /// How to run it.
@@ -149,6 +171,7 @@ impl JobSpec {
             KindSpec::Hex(_) => "hex",
             KindSpec::Kayles(_) => "kayles",
             KindSpec::Sliders(_) => "sliders",
+            KindSpec::Pegs(_) => "pegs",
         }
     }
 
@@ -164,6 +187,16 @@ impl JobSpec {
                 "sliders {}x{} {} -> {}",
                 s.board.rows, s.board.cols, s.board.start, s.board.target
             ),
+            KindSpec::Pegs(p) => {
+                let start = p
+                    .start
+                    .or_else(|| pegs::parse_board(&p.board).ok().map(|b| b.default_start()))
+                    .unwrap_or(0);
+                match p.end {
+                    Some(end) => format!("pegs {} from hole {start} to hole {end}", p.board),
+                    None => format!("pegs {} from hole {start}", p.board),
+                }
+            }
         }
     }
 
@@ -231,6 +264,16 @@ impl JobSpec {
                 }
                 Ok(())
             }
+            KindSpec::Pegs(p) => {
+                pegs::validate(pegs::parse_board(&p.board)?, p.start, p.end)?;
+                if p.prefixes > MAX_PREFIX_TASKS {
+                    return Err(invalid!(
+                        "prefixes must be at most {MAX_PREFIX_TASKS}, got {}",
+                        p.prefixes
+                    ));
+                }
+                Ok(())
+            }
         }
     }
 
@@ -270,6 +313,12 @@ impl From<&JobSpec> for proto::JobSpec {
                 checksum_modulus: s.board.modulus,
                 prefixes: s.prefixes,
             }),
+            KindSpec::Pegs(p) => Kind::Pegs(proto::PegsSpec {
+                board: p.board.clone(),
+                start: p.start.unwrap_or(0),
+                end: p.end.unwrap_or(0),
+                prefixes: p.prefixes,
+            }),
         };
         proto::JobSpec {
             kind: Some(kind),
@@ -293,7 +342,7 @@ impl TryFrom<&proto::JobSpec> for JobSpec {
         let kind = match p.kind.as_ref() {
             None => {
                 return Err(invalid!(
-                    "the job spec names no kind (hex, kayles or sliders)"
+                    "the job spec names no kind (hex, kayles, sliders or pegs)"
                 ));
             }
             Some(Kind::Hex(h)) => KindSpec::Hex(HexSpec {
@@ -344,6 +393,16 @@ impl TryFrom<&proto::JobSpec> for JobSpec {
                     prefixes: s.prefixes,
                 })
             }
+            Some(Kind::Pegs(g)) => KindSpec::Pegs(PegsSpec {
+                board: if g.board.is_empty() {
+                    default_peg_board()
+                } else {
+                    g.board.clone()
+                },
+                start: (g.start != 0).then_some(g.start),
+                end: (g.end != 0).then_some(g.end),
+                prefixes: g.prefixes,
+            }),
         };
         let defaults = RunnerOptions::default();
         let options = match p.options.as_ref() {

@@ -26,7 +26,7 @@ const HISTORY_SAMPLES: usize = 600;
 /// Jobs whose history is kept (the most recent ones).
 const HISTORY_JOBS: usize = 200;
 /// A worker not heard from for this long is shown as lost.
-const WORKER_LOST_MS: u64 = 10_000;
+pub const WORKER_LOST_MS: u64 = 10_000;
 
 #[derive(Debug, Default)]
 pub struct CoordinatorMetrics {

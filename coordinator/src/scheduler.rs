@@ -1390,6 +1390,14 @@ fn validate_result(
                 ));
             }
         }
+        (ShardTask::PegTasks { tasks }, Partial::PegCount { tasks: counted, .. }) => {
+            if *counted as usize != tasks.len() {
+                return bad(format!(
+                    "peg result covers {counted} of {} tasks",
+                    tasks.len()
+                ));
+            }
+        }
         (ShardTask::SliderPrefixes { prefixes }, Partial::SliderSums { prefixes_done, .. }) => {
             if *prefixes_done as usize != prefixes.len() {
                 return bad(format!(

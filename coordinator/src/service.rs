@@ -285,6 +285,31 @@ impl JobService for JobApi {
             .collect();
         Ok(Response::new(proto::EventsResponse { events }))
     }
+
+    async fn info(
+        &self,
+        _request: Request<proto::InfoRequest>,
+    ) -> std::result::Result<Response<proto::InfoResponse>, Status> {
+        let info = self
+            .shared
+            .with_scheduler(|s| {
+                let now = now_ms();
+                let jobs = s.list(now);
+                Ok(proto::InfoResponse {
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                    workers_live: s
+                        .workers()
+                        .values()
+                        .filter(|w| w.last_seen_ms + crate::metrics::WORKER_LOST_MS >= now)
+                        .count() as u32,
+                    jobs: jobs.len() as u32,
+                    jobs_unfinished: jobs.iter().filter(|j| !is_finished(j)).count() as u32,
+                    store_bytes: s.store_size_on_disk().unwrap_or(0),
+                })
+            })
+            .await?;
+        Ok(Response::new(info))
+    }
 }
 
 fn is_finished(job: &Job) -> bool {

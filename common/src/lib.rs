@@ -3,6 +3,7 @@
 //! async runtime, the network or the store; the coordinator and the worker call
 //! into it.
 
+pub mod blocks;
 pub mod control;
 pub mod error;
 pub mod hex;

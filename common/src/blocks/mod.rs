@@ -74,6 +74,7 @@ mod format;
 mod frontier;
 mod puzzle;
 mod search;
+mod state_set;
 #[cfg(test)]
 mod tests;
 

@@ -12,6 +12,7 @@
 use std::ops::Range;
 
 use super::puzzle::Puzzle;
+use super::state_set::StateSet;
 use crate::{Control, Result, invalid};
 
 /// States expanded between two polls of the control.
@@ -125,6 +126,35 @@ fn merge_unique(a: Vec<u128>, b: Vec<u128>) -> Vec<u128> {
     out
 }
 
+/// The states of `states` not in `known`, deduplicated and sorted. Used by the
+/// single-process search, whose states all descend from the validated initial
+/// one, so they are expanded without checks.
+fn fresh_neighbours(
+    puzzle: &Puzzle,
+    states: &[u128],
+    known: &StateSet,
+    control: &Control,
+) -> Result<Vec<u128>> {
+    let mut fresh = StateSet::with_capacity(states.len() * 2);
+    let mut found = Vec::with_capacity(states.len() * 2);
+    let mut neighbours = Vec::new();
+    for chunk in states.chunks(POLL_STATES) {
+        control.check()?;
+        for &state in chunk {
+            puzzle.neighbours(state, &mut neighbours);
+            for &n in &neighbours {
+                if !known.contains(n) && fresh.insert(n) {
+                    found.push(n);
+                }
+            }
+        }
+        control.add_work(chunk.len() as u64);
+    }
+    control.check()?;
+    found.sort_unstable();
+    Ok(found)
+}
+
 /// The next layer, the current one split among up to `threads` threads.
 fn next_layer(
     puzzle: &Puzzle,
@@ -133,25 +163,26 @@ fn next_layer(
     threads: usize,
     control: &Control,
 ) -> Result<Vec<u128>> {
-    let parts = threads.min(current.len() / MIN_STATES_PER_THREAD).max(1);
-    if parts == 1 {
-        return expand_layer(puzzle, current, previous, 0..current.len(), control);
+    let mut known = StateSet::with_capacity(current.len() + previous.len());
+    for &state in current.iter().chain(previous) {
+        known.insert(state);
     }
+    let known = &known;
+    let parts = threads.min(current.len() / MIN_STATES_PER_THREAD).max(1);
     let bounds: Vec<usize> = (0..=parts).map(|p| p * current.len() / parts).collect();
     let results: Vec<Result<Vec<u128>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = bounds[1..]
             .windows(2)
             .map(|w| {
-                let range = w[0]..w[1];
-                scope.spawn(move || expand_layer(puzzle, current, previous, range, control))
+                let part = &current[w[0]..w[1]];
+                scope.spawn(move || fresh_neighbours(puzzle, part, known, control))
             })
             .collect();
         // The calling thread takes the first part itself.
-        let mut results = vec![expand_layer(
+        let mut results = vec![fresh_neighbours(
             puzzle,
-            current,
-            previous,
-            0..bounds[1],
+            &current[..bounds[1]],
+            known,
             control,
         )];
         results.extend(
@@ -180,6 +211,10 @@ fn next_layer(
 /// Counts the configurations reachable from the initial one by a layered
 /// breadth-first search in this process, each layer split among `threads`
 /// threads (at least 1). One unit of work per configuration.
+///
+/// The same layers as [`expand_layer`], computed another way: the union of
+/// the last two layers goes into a hash set shared by the threads, so only the
+/// new states are sorted.
 pub fn count_reachable(puzzle: &Puzzle, threads: usize, control: &Control) -> Result<BlocksCount> {
     if threads == 0 {
         return Err(invalid!("threads must be at least 1"));

@@ -684,3 +684,33 @@ fn cancellation_stops_the_search() {
     });
     assert_eq!(result, Err(Error::Cancelled));
 }
+
+#[test]
+fn state_set_finds_what_it_holds() {
+    use super::state_set::StateSet;
+    let mut rng = Rng(5);
+    let states: Vec<u128> = (0..5000)
+        .map(|i| {
+            if i % 3 == 0 {
+                i as u128
+            } else {
+                (rng.next() as u128) << 64 | rng.next() as u128
+            }
+        })
+        .collect();
+    // Starts tiny, so it grows several times.
+    let mut set = StateSet::with_capacity(1);
+    for &s in &states {
+        assert!(set.insert(s));
+        assert!(!set.insert(s));
+    }
+    for &s in &states {
+        assert!(set.contains(s));
+    }
+    let absent = (0..5000)
+        .filter(|&i| !set.contains((i as u128) << 100))
+        .count();
+    assert!(absent >= 4999);
+    assert!(!set.insert(u128::MAX));
+    assert!(!set.contains(u128::MAX));
+}

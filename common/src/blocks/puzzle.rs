@@ -169,6 +169,27 @@ impl Puzzle {
         self.initial
     }
 
+    /// The pieces of a state: per piece (type index, row, column) of its
+    /// anchor, in reading order of the anchors. For the initial state this is
+    /// the placement the puzzle file describes.
+    pub fn anchors(&self, state: u128) -> Vec<(usize, usize, usize)> {
+        let t = &self.tables;
+        let mut pieces = Vec::with_capacity(self.piece_count());
+        if t.bits == 0 {
+            return pieces;
+        }
+        for (index, tables) in t.types.iter().enumerate() {
+            let mut anchors = t.anchors(state, tables.pattern);
+            while anchors != 0 {
+                let cell = (anchors.trailing_zeros() / t.bits) as usize;
+                anchors &= anchors - 1;
+                pieces.push((index, cell / self.cols, cell % self.cols));
+            }
+        }
+        pieces.sort_unstable_by_key(|&(_, row, col)| (row, col));
+        pieces
+    }
+
     /// A short summary: size, empty and blocked cells, pieces, types, state width.
     pub fn describe(&self) -> String {
         let cells = self.rows * self.cols;

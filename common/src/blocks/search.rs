@@ -83,7 +83,7 @@ pub fn expand_layer(
 }
 
 /// Removes from the sorted `states` every element of the sorted `known`.
-pub(super) fn remove_present(states: &mut Vec<u128>, known: &[u128]) {
+fn remove_present(states: &mut Vec<u128>, known: &[u128]) {
     let mut rest = known;
     states.retain(|&s| {
         rest = &rest[lower_bound(rest, s)..];
@@ -126,7 +126,7 @@ fn merge_unique(a: Vec<u128>, b: Vec<u128>) -> Vec<u128> {
     out
 }
 
-/// The states of `states` not in `known`, deduplicated and sorted. Used by the
+/// The neighbours of `states` not in `known`, deduplicated and sorted. Used by the
 /// single-process search, whose states all descend from the validated initial
 /// one, so they are expanded without checks.
 fn fresh_neighbours(

@@ -425,6 +425,23 @@ fn a_slide_moves_one_piece_by_one_cell() {
 }
 
 #[test]
+fn anchors_give_the_initial_placement() {
+    let p = puzzle(SAMPLE);
+    let expected: Vec<(usize, usize, usize)> = vec![
+        (0, 0, 0),
+        (1, 0, 2),
+        (1, 1, 1),
+        (1, 1, 2),
+        (1, 2, 0),
+        (1, 2, 1),
+        (1, 2, 2),
+        (1, 2, 3),
+    ];
+    assert_eq!(p.anchors(p.initial_state()), expected);
+    assert_eq!(puzzle("..\n.#\n").anchors(0), []);
+}
+
+#[test]
 fn puzzle_description() {
     let p = puzzle(PE766);
     let names: Vec<&str> = p.piece_types().iter().map(|t| t.pieces.as_str()).collect();

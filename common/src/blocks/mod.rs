@@ -40,27 +40,35 @@
 //! A puzzle is plain text: a grid, then optional `same:` lines.
 //!
 //! - **Grid**: one line per row, one character per cell: `.` an empty cell,
-//!   `#` a blocked cell (no piece may enter it; use it for non-rectangular
-//!   boards), a letter or digit (`a`-`z`, `A`-`Z`, `0`-`9`, case-sensitive)
-//!   for a cell of the piece of that name. Every piece has its own character,
-//!   and its cells must be edge-connected. All rows have the same length;
-//!   blanks inside a row are not allowed, leading and trailing ones are ignored.
-//! - **`same: <pieces>`**: the listed pieces (characters, blanks ignored) are
-//!   interchangeable, e.g. `same: ab` or `same: 1 2 3 4 5 6`. They must have
-//!   the same shape in the same orientation; a piece belongs to at most one
-//!   group; a piece in no group is a type of its own, even when another piece
-//!   has its shape. `same:` lines come after the whole grid.
-//! - **Comments**: everything from `;` to the end of a line is ignored, so is
-//!   every blank line.
+//!   `#` a blocked cell (no piece may enter it; use it to shape
+//!   non-rectangular boards), a letter or digit (`a`-`z`, `A`-`Z`, `0`-`9`,
+//!   case-sensitive, so up to 62 pieces) for a cell of the piece of that
+//!   name. Every piece has its own character and its cells must be
+//!   edge-connected. All rows have the same number of cells; blanks inside a
+//!   row are refused, leading and trailing blanks are ignored. The grid needs
+//!   at least one empty cell.
+//! - **`same: <pieces>`**: the listed pieces are interchangeable: two
+//!   configurations that only swap them are one configuration. Blanks in the
+//!   list are ignored (`same: ab`, `same: 1 2 3 4 5 6`), the keyword is
+//!   case-insensitive. Pieces of one group must have the same shape in the same
+//!   orientation (pieces only slide, never turn); a group has at least two
+//!   pieces and a piece is in at most one group. A piece in no group is
+//!   distinguishable from every other, even from a piece of the same shape.
+//!   `same:` lines come after the whole grid.
+//! - **Comments**: `;` starts a comment that runs to the end of the line, on
+//!   a line of its own or after a row or a `same:` list. Blank lines are
+//!   ignored.
 //!
-//! Rejected, with the 1-based line number and the reason: rows of different
-//! lengths, an unknown character, a piece whose cells are not connected (one
-//! character used in two places), a grid without an empty cell, a `same:` line
-//! naming an unknown piece, a piece listed twice or in two groups, a group of
-//! pieces with different shapes, a group of fewer than two pieces, an unknown
-//! directive, a grid row after a `same:` line, and a puzzle too large for the
-//! state encoding (more than [`MAX_CELLS`] cells, or more than
-//! [`MAX_STATE_BITS`] bits of cells x bits per cell).
+//! A file is rejected, with its 1-based line number and the reason, for: rows
+//! of different lengths, an unknown character or a blank inside a row, a piece
+//! whose cells are not connected (its character used in two places), a grid
+//! without an empty cell, a `same:` line naming a character that is no piece,
+//! a piece listed twice or in two groups, a group whose pieces have different
+//! shapes, a group of fewer than two pieces, an unknown directive (a line with
+//! `:` other than `same:`), a grid row after a `same:` line, and a puzzle too
+//! large for the state encoding: more than [`MAX_CELLS`] cells, or more than
+//! [`MAX_STATE_BITS`] bits for cells x bits per cell, where bits per cell is
+//! the bit length of the number of piece types (groups plus ungrouped pieces).
 //!
 //! ```text
 //! ; The small example of Project Euler 766: 208 configurations.

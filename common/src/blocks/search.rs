@@ -10,6 +10,7 @@
 //! search needs.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::puzzle::Puzzle;
 use super::state_set::StateSet;
@@ -18,7 +19,9 @@ use crate::{Control, Result, invalid};
 /// States expanded between two polls of the control.
 const POLL_STATES: usize = 1024;
 /// Fewest states per thread: below this a thread costs more than it saves.
-const MIN_STATES_PER_THREAD: usize = 256;
+const MIN_STATES_PER_THREAD: usize = 512;
+/// States a thread of the single-process search claims at a time.
+const CHUNK_STATES: usize = 128;
 
 /// The result of a full search.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -126,20 +129,30 @@ fn merge_unique(a: Vec<u128>, b: Vec<u128>) -> Vec<u128> {
     out
 }
 
-/// The neighbours of `states` not in `known`, deduplicated and sorted. Used by the
-/// single-process search, whose states all descend from the validated initial
-/// one, so they are expanded without checks.
+/// The neighbours of the states of `current` not in `known`, deduplicated and
+/// sorted, for the chunks of `current` this thread claims from `next_chunk`.
+/// Threads claim chunks until none is left, so a thread that starts late (the
+/// machine is busy) just takes fewer. Used by the single-process search, whose
+/// states all descend from the validated initial one: no checks.
 fn fresh_neighbours(
     puzzle: &Puzzle,
-    states: &[u128],
+    current: &[u128],
+    threads: usize,
+    next_chunk: &AtomicUsize,
     known: &StateSet,
     control: &Control,
 ) -> Result<Vec<u128>> {
-    let mut fresh = StateSet::with_capacity(states.len() * 2);
-    let mut found = Vec::with_capacity(states.len() * 2);
+    // New states number about as many as the states expanded.
+    let mut fresh = StateSet::with_capacity(current.len() / threads);
+    let mut found = Vec::new();
     let mut neighbours = Vec::new();
-    for chunk in states.chunks(POLL_STATES) {
+    loop {
+        let start = next_chunk.fetch_add(1, Ordering::Relaxed) * CHUNK_STATES;
+        if start >= current.len() {
+            break;
+        }
         control.check()?;
+        let chunk = &current[start..(start + CHUNK_STATES).min(current.len())];
         for &state in chunk {
             puzzle.neighbours(state, &mut neighbours);
             for &n in &neighbours {
@@ -155,7 +168,7 @@ fn fresh_neighbours(
     Ok(found)
 }
 
-/// The next layer, the current one split among up to `threads` threads.
+/// The next layer, the current one shared among up to `threads` threads.
 fn next_layer(
     puzzle: &Puzzle,
     current: &[u128],
@@ -168,22 +181,18 @@ fn next_layer(
         known.insert(state);
     }
     let known = &known;
-    let parts = threads.min(current.len() / MIN_STATES_PER_THREAD).max(1);
-    let bounds: Vec<usize> = (0..=parts).map(|p| p * current.len() / parts).collect();
+    let next_chunk = &AtomicUsize::new(0);
+    let threads = threads.min(current.len() / MIN_STATES_PER_THREAD).max(1);
     let results: Vec<Result<Vec<u128>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = bounds[1..]
-            .windows(2)
-            .map(|w| {
-                let part = &current[w[0]..w[1]];
-                scope.spawn(move || fresh_neighbours(puzzle, part, known, control))
+        let handles: Vec<_> = (1..threads)
+            .map(|_| {
+                scope.spawn(move || {
+                    fresh_neighbours(puzzle, current, threads, next_chunk, known, control)
+                })
             })
             .collect();
-        // The calling thread takes the first part itself.
         let mut results = vec![fresh_neighbours(
-            puzzle,
-            &current[..bounds[1]],
-            known,
-            control,
+            puzzle, current, threads, next_chunk, known, control,
         )];
         results.extend(
             handles

@@ -42,9 +42,9 @@
 //! - **Grid**: one line per row, one character per cell: `.` an empty cell,
 //!   `#` a blocked cell (no piece may enter it; use it to shape
 //!   non-rectangular boards), a letter or digit (`a`-`z`, `A`-`Z`, `0`-`9`,
-//!   case-sensitive, so up to 62 pieces) for a cell of the piece of that
-//!   name. Every piece has its own character and its cells must be
-//!   edge-connected. All rows have the same number of cells; blanks inside a
+//!   case-sensitive, so at most [`MAX_PIECES`] = 62 pieces) for a cell of the
+//!   piece of that name. Every piece has its own character and its cells must
+//!   be edge-connected. All rows have the same number of cells; blanks inside a
 //!   row are refused, leading and trailing blanks are ignored. The grid needs
 //!   at least one empty cell.
 //! - **`same: <pieces>`**: the listed pieces are interchangeable: two
@@ -95,6 +95,9 @@ pub use search::{BlocksCount, count_reachable, expand_layer};
 /// configurations).
 pub const PE766: &str = include_str!("../../../examples/pe766.blocks");
 
+/// Largest number of pieces: each has its own letter or digit. With at most
+/// this many piece types a cell's field has at most 6 bits.
+pub const MAX_PIECES: usize = 62;
 /// Largest number of grid cells (occupancy masks are `u128`).
 pub const MAX_CELLS: usize = 128;
 /// Width of a state: cells x bits per cell must not exceed it.

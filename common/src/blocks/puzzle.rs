@@ -428,7 +428,9 @@ impl Tables {
             5 => self.push_neighbours_with::<CHECK, 5>(state, out),
             6 => self.push_neighbours_with::<CHECK, 6>(state, out),
             // No piece types: the only configuration is 0, and it has no moves.
-            _ => !CHECK || state == 0,
+            0 => !CHECK || state == 0,
+            // At most MAX_PIECES (62) types, so at most 6 bits.
+            _ => unreachable!("{} bits per cell", self.bits),
         }
     }
 

@@ -542,6 +542,21 @@ fn full_width_states_work() {
 }
 
 #[test]
+fn many_types_use_wide_fields() {
+    // Three unit squares circle in a walled 2 x 2 corner; the other pieces
+    // have no empty cell next to them and never move.
+    for (text, bits) in [
+        ("ab#ABC\nc.#DEF\n", 4),
+        ("ab#ABC\nc.#DEF\n###GHI\nJKLMNO\n", 5),
+    ] {
+        let p = puzzle(text);
+        assert_eq!(p.bits_per_cell(), bits);
+        assert_eq!(count(text, 2).configurations, 12);
+        assert_eq!(layers_by_slices(&p, 3), layers_with_visited_set(&p));
+    }
+}
+
+#[test]
 fn foreign_states_are_rejected() {
     let p = puzzle(SAMPLE);
     let s = p.initial_state();

@@ -89,7 +89,7 @@ mod tests;
 pub use format::PieceType;
 pub use frontier::{decode_states, encode_states};
 pub use puzzle::{Puzzle, parse_puzzle};
-pub use search::{BlocksCount, count_reachable, expand_layer};
+pub use search::{BlocksCount, count_reachable, expand_layer, merge_states};
 
 /// The puzzle of Project Euler 766, the default puzzle (2,613,742 reachable
 /// configurations).

@@ -201,7 +201,15 @@ fn next_layer(
         );
         results
     });
-    let mut lists = results.into_iter().collect::<Result<Vec<_>>>()?;
+    Ok(merge_states(
+        results.into_iter().collect::<Result<Vec<_>>>()?,
+    ))
+}
+
+/// The union of strictly increasing lists of states (the outputs of
+/// [`expand_layer`] over the slices of a layer), strictly increasing.
+pub fn merge_states(parts: Vec<Vec<u128>>) -> Vec<u128> {
+    let mut lists = parts;
     // Pairwise merging: each state is copied about log2(parts) times.
     while lists.len() > 1 {
         let mut merged = Vec::with_capacity(lists.len().div_ceil(2));
@@ -214,7 +222,7 @@ fn next_layer(
         }
         lists = merged;
     }
-    Ok(lists.pop().unwrap_or_default())
+    lists.pop().unwrap_or_default()
 }
 
 /// Counts the configurations reachable from the initial one by a layered

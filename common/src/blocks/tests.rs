@@ -299,7 +299,7 @@ fn layers_by_slices(p: &Puzzle, slices: usize) -> Vec<usize> {
     let mut sizes = Vec::new();
     while !current.is_empty() {
         sizes.push(current.len());
-        let mut next: Vec<u128> = Vec::new();
+        let mut parts = Vec::new();
         for s in 0..slices {
             let range = s * current.len() / slices..(s + 1) * current.len() / slices;
             let part = expand_layer(p, &current, &previous, range, &control).expect("expand");
@@ -307,10 +307,12 @@ fn layers_by_slices(p: &Puzzle, slices: usize) -> Vec<usize> {
                 part.windows(2).all(|w| w[0] < w[1]),
                 "slice output not sorted"
             );
-            next.extend(part);
+            parts.push(part);
         }
+        let mut next: Vec<u128> = parts.concat();
         next.sort_unstable();
         next.dedup();
+        assert_eq!(merge_states(parts), next);
         let shipped = decode_states(&encode_states(&next)).expect("decode");
         assert_eq!(shipped, next);
         previous = std::mem::replace(&mut current, shipped);
@@ -715,6 +717,21 @@ fn cancellation_stops_the_search() {
         count_reachable(&p, 2, &control)
     });
     assert_eq!(result, Err(Error::Cancelled));
+}
+
+#[test]
+fn merging_keeps_one_of_each_state() {
+    assert_eq!(merge_states(vec![]), Vec::<u128>::new());
+    assert_eq!(
+        merge_states(vec![
+            vec![1, 4, 9],
+            vec![],
+            vec![2, 4, 10],
+            vec![0, 9],
+            vec![u128::MAX]
+        ]),
+        [0, 1, 2, 4, 9, 10, u128::MAX]
+    );
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! async runtime, the network or the store; the coordinator and the worker call
 //! into it (`transport` only checks and applies credentials the callers read).
 
+pub mod blocks;
 pub mod control;
 pub mod error;
 pub mod hex;

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, PegsSpec, SlidersSpec};
+use tally_common::spec::{
+    BlocksSpec, HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, PegsSpec, SlidersSpec,
+};
 use tally_common::{hex, kayles, sliders};
 
 pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:7878";
@@ -186,11 +188,23 @@ pub enum KindArgs {
     Kayles(KaylesArgs),
     /// Sum of the checksums of all shortest slider sequences.
     Sliders(SlidersArgs),
+    /// Configurations a sliding-block puzzle reaches (exact).
+    #[command(
+        after_help = "Examples:\n  tally run blocks                      # Project Euler 766\n  tally run blocks --puzzle my.blocks"
+    )]
+    Blocks(BlocksArgs),
     /// Number of peg solitaire solutions (exact).
     #[command(
         after_help = "Examples:\n  tally run pegs --board triangle:5 --start 1\n  tally run pegs --board english --end 17\n  tally submit pegs --board triangle:6 --start 4"
     )]
     Pegs(PegsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BlocksArgs {
+    /// Puzzle file (format in the README). Default: the Project Euler 766 puzzle.
+    #[arg(long, value_name = "FILE")]
+    pub puzzle: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -311,7 +325,9 @@ impl SpecArgs {
                 anyhow::bail!("give either a job kind with flags or --spec-file, not both")
             }
             (None, None) => {
-                anyhow::bail!("name a job kind (hex, kayles, sliders, pegs) or give --spec-file")
+                anyhow::bail!(
+                    "name a job kind (hex, kayles, sliders, pegs, blocks) or give --spec-file"
+                )
             }
             (Some(path), None) => read_spec_file(path)?,
             (None, Some(kind)) => JobSpec::new(kind.to_kind()?),
@@ -379,6 +395,14 @@ impl KindArgs {
                     prefixes: s.prefixes,
                 })
             }
+            KindArgs::Blocks(b) => KindSpec::Blocks(BlocksSpec {
+                puzzle: match &b.puzzle {
+                    None => tally_common::blocks::PE766.to_string(),
+                    Some(path) => std::fs::read_to_string(path).map_err(|e| {
+                        anyhow::anyhow!("cannot read the puzzle {}: {e}", path.display())
+                    })?,
+                },
+            }),
             KindArgs::Pegs(p) => KindSpec::Pegs(PegsSpec {
                 board: p.board.trim().to_ascii_lowercase(),
                 start: p.start,

@@ -8,7 +8,9 @@ use std::time::Duration;
 use support::*;
 use tally_common::proto::{self, JobState};
 use tally_common::sliders::SliderParams;
-use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, PegsSpec, SlidersSpec};
+use tally_common::spec::{
+    BlocksSpec, HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, PegsSpec, SlidersSpec,
+};
 
 fn hex(side: u32, shards_per_step: u32) -> JobSpec {
     JobSpec::new(KindSpec::Hex(HexSpec {
@@ -618,6 +620,46 @@ async fn pegs_through_several_workers_equal_the_single_process_count() {
             "{board} {start:?} {end:?}"
         );
     }
+    workers.stop().await;
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn blocks_through_the_runner_equal_the_single_process_count() {
+    let coordinator = start_coordinator(None).await;
+    let workers = Workers::start(&coordinator.url(), 2, 1);
+    let mut client = jobs_client(&coordinator.url()).await;
+    for puzzle in [
+        "aa1.\na23.\n4567\nsame: 1234567\n",
+        "ab.\ncd#\n..e\nsame: abcde\n",
+        "aab\n.cb\n.cd\n",
+    ] {
+        let spec = JobSpec::new(KindSpec::Blocks(BlocksSpec {
+            puzzle: puzzle.into(),
+        }));
+        let job = submit(&mut client, &spec, "").await;
+        let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+        assert_eq!(
+            state(&done),
+            JobState::Succeeded,
+            "{puzzle}: {}",
+            done.error
+        );
+        assert_eq!(done.answer, direct_answer(&spec), "{puzzle}");
+    }
+    // A bad puzzle is refused at submission with its line and reason.
+    let bad = JobSpec::new(KindSpec::Blocks(BlocksSpec {
+        puzzle: "aa1.\na2a.\n".into(),
+    }));
+    let status = client
+        .submit(proto::SubmitRequest {
+            spec: Some((&bad).into()),
+            idempotency_key: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("line 2"), "{}", status.message());
     workers.stop().await;
     coordinator.shutdown().await;
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::spec::{HexPlan, HexSpec, JobSpec, KindSpec};
-use crate::{Control, Error, Result, hex, invalid, kayles, pegs, sliders};
+use crate::{Control, Error, Result, blocks, hex, invalid, kayles, pegs, sliders};
 
 /// What one shard computes, serialised as JSON into the lease.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +36,8 @@ pub enum ShardTask {
     /// Peg solitaire positions after a few jumps, with the number of jump
     /// sequences reaching each, counted over shared layers.
     PegTasks { tasks: Vec<PegShardTask> },
+    /// The whole breadth-first search of a sliding-block puzzle.
+    BlocksSearch,
     /// A batch of slider prefixes, enumerated one after the other.
     SliderPrefixes { prefixes: Vec<String> },
 }
@@ -97,6 +99,12 @@ pub enum Partial {
     SliderSums {
         prefixes_done: u32,
         sums: sliders::PathSums,
+    },
+    /// The configurations a sliding-block puzzle reaches.
+    BlocksCount {
+        configurations: u64,
+        layers: u32,
+        largest_layer: u64,
     },
     /// Solutions from a batch of peg solitaire tasks (multiplicities applied).
     PegCount {
@@ -296,6 +304,8 @@ pub fn prepare(spec: &JobSpec, cache: &KernelCache, control: &Control) -> Result
             };
             plan.peg_tasks = game.prefix_tasks(wanted as usize);
         }
+        // One shard: the puzzle is checked by validate, the search runs on a worker.
+        KindSpec::Blocks(_) => {}
     }
     Ok(plan)
 }
@@ -360,6 +370,11 @@ pub fn plan_stage(spec: &JobSpec, plan: &JobPlan, stage: u32) -> Result<Vec<Plan
                 })
                 .collect()
         }
+        KindSpec::Blocks(_) => vec![PlannedShard {
+            task: ShardTask::BlocksSearch,
+            // Configurations are not known in advance: progress counts the shard.
+            work_total: 1,
+        }],
         KindSpec::Pegs(_) => {
             let n = plan.peg_tasks.len();
             let batch = n.div_ceil(MAX_PEG_SHARDS).max(1);
@@ -497,6 +512,31 @@ pub fn execute(
                 checkpoint_every,
                 on_event,
             )
+        }
+        (KindSpec::Blocks(b), ShardTask::BlocksSearch) => {
+            let puzzle = blocks::parse_puzzle(&b.puzzle)?;
+            // The shard's own counter would exceed work_total: count on a private one.
+            let inner = Control::new();
+            let count = std::thread::scope(|scope| {
+                let search = scope.spawn(|| blocks::count_reachable(&puzzle, 1, &inner));
+                while !search.is_finished() {
+                    if control.is_cancelled() {
+                        inner.cancel();
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                search.join().expect("the search does not panic")
+            })?;
+            control.add_work(1);
+            Ok(ShardOutcome {
+                output: Vec::new(),
+                partial: Partial::BlocksCount {
+                    configurations: count.configurations,
+                    layers: count.layers,
+                    largest_layer: count.largest_layer,
+                },
+                work_done: 1,
+            })
         }
         (KindSpec::Pegs(p), ShardTask::PegTasks { tasks }) => {
             let game = peg_game(p)?;
@@ -845,6 +885,18 @@ pub fn finish(spec: &JobSpec, plan: &JobPlan, partials: &[Partial]) -> Result<An
                 kayles::combine(k.pins, k.digits, &values)?,
             ))
         }
+        KindSpec::Blocks(b) => match partials {
+            [
+                Partial::BlocksCount {
+                    configurations,
+                    layers,
+                    largest_layer,
+                },
+            ] => Ok(blocks_answer(b, *configurations, *layers, *largest_layer)),
+            _ => Err(Error::Internal(
+                "a blocks job has exactly one blocks partial".into(),
+            )),
+        },
         KindSpec::Pegs(p) => {
             let mut solutions: u128 = 0;
             let mut positions: u64 = 0;
@@ -921,6 +973,16 @@ pub fn compute_direct(spec: &JobSpec, threads: usize, control: &Control) -> Resu
             k,
             kayles::fair_rows(k.pins, k.digits, threads, control)?,
         )),
+        KindSpec::Blocks(b) => {
+            let puzzle = blocks::parse_puzzle(&b.puzzle)?;
+            let count = blocks::count_reachable(&puzzle, threads, control)?;
+            Ok(blocks_answer(
+                b,
+                count.configurations,
+                count.layers,
+                count.largest_layer,
+            ))
+        }
         KindSpec::Pegs(p) => {
             let count = pegs::count_solutions(
                 pegs::parse_board(&p.board)?,
@@ -948,6 +1010,28 @@ pub fn compute_direct(spec: &JobSpec, threads: usize, control: &Control) -> Resu
                 }],
             )
         }
+    }
+}
+
+/// The answer of a blocks job.
+fn blocks_answer(
+    b: &crate::spec::BlocksSpec,
+    configurations: u64,
+    layers: u32,
+    largest_layer: u64,
+) -> Answer {
+    let puzzle = blocks::parse_puzzle(&b.puzzle)
+        .map(|p| p.describe())
+        .unwrap_or_default();
+    Answer {
+        line: configurations.to_string(),
+        details: serde_json::json!({
+            "kind": "blocks",
+            "puzzle": puzzle,
+            "configurations": configurations,
+            "layers": layers,
+            "largest_layer": largest_layer,
+        }),
     }
 }
 
@@ -1210,5 +1294,8 @@ pub fn corrupt_for_testing(partial: &mut Partial) {
         Partial::KaylesCharacter { value, .. } => *value = value.wrapping_add(1),
         Partial::SliderSums { sums, .. } => sums.checksum_sum = sums.checksum_sum.wrapping_add(1),
         Partial::PegCount { solutions, .. } => *solutions = solutions.wrapping_add(1),
+        Partial::BlocksCount { configurations, .. } => {
+            *configurations = configurations.wrapping_add(1)
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Result, hex, invalid, kayles, pegs, proto, sliders};
+use crate::{Result, blocks, hex, invalid, kayles, pegs, proto, sliders};
 
 /// Upper bounds that keep one job within what a cluster can hold.
 pub const MAX_PRIORITY: i32 = 1_000;
@@ -115,6 +115,21 @@ fn default_peg_board() -> String {
     "english".into()
 }
 
+/// Longest accepted puzzle text.
+pub const MAX_PUZZLE_BYTES: usize = 64 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlocksSpec {
+    /// The puzzle in the text format of `blocks` (the file's contents).
+    #[serde(default = "default_puzzle")]
+    pub puzzle: String,
+}
+
+fn default_puzzle() -> String {
+    blocks::PE766.to_string()
+}
+
 /// What to count.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -123,6 +138,7 @@ pub enum KindSpec {
     Kayles(KaylesSpec),
     Sliders(SlidersSpec),
     Pegs(PegsSpec),
+    Blocks(BlocksSpec),
 }
 
 /// How to run it.
@@ -172,6 +188,7 @@ impl JobSpec {
             KindSpec::Kayles(_) => "kayles",
             KindSpec::Sliders(_) => "sliders",
             KindSpec::Pegs(_) => "pegs",
+            KindSpec::Blocks(_) => "blocks",
         }
     }
 
@@ -187,6 +204,10 @@ impl JobSpec {
                 "sliders {}x{} {} -> {}",
                 s.board.rows, s.board.cols, s.board.start, s.board.target
             ),
+            KindSpec::Blocks(b) => match blocks::parse_puzzle(&b.puzzle) {
+                Ok(puzzle) => format!("blocks {}", puzzle.describe()),
+                Err(_) => "blocks (invalid puzzle)".into(),
+            },
             KindSpec::Pegs(p) => {
                 let start = p
                     .start
@@ -264,6 +285,14 @@ impl JobSpec {
                 }
                 Ok(())
             }
+            KindSpec::Blocks(b) => {
+                if b.puzzle.len() > MAX_PUZZLE_BYTES {
+                    return Err(invalid!(
+                        "the puzzle is longer than {MAX_PUZZLE_BYTES} bytes"
+                    ));
+                }
+                blocks::parse_puzzle(&b.puzzle).map(|_| ())
+            }
             KindSpec::Pegs(p) => {
                 pegs::validate(pegs::parse_board(&p.board)?, p.start, p.end)?;
                 if p.prefixes > MAX_PREFIX_TASKS {
@@ -313,6 +342,9 @@ impl From<&JobSpec> for proto::JobSpec {
                 checksum_modulus: s.board.modulus,
                 prefixes: s.prefixes,
             }),
+            KindSpec::Blocks(b) => Kind::Blocks(proto::BlocksSpec {
+                puzzle: b.puzzle.clone(),
+            }),
             KindSpec::Pegs(p) => Kind::Pegs(proto::PegsSpec {
                 board: p.board.clone(),
                 start: p.start.unwrap_or(0),
@@ -342,7 +374,7 @@ impl TryFrom<&proto::JobSpec> for JobSpec {
         let kind = match p.kind.as_ref() {
             None => {
                 return Err(invalid!(
-                    "the job spec names no kind (hex, kayles, sliders or pegs)"
+                    "the job spec names no kind (hex, kayles, sliders, pegs or blocks)"
                 ));
             }
             Some(Kind::Hex(h)) => KindSpec::Hex(HexSpec {
@@ -393,6 +425,13 @@ impl TryFrom<&proto::JobSpec> for JobSpec {
                     prefixes: s.prefixes,
                 })
             }
+            Some(Kind::Blocks(b)) => KindSpec::Blocks(BlocksSpec {
+                puzzle: if b.puzzle.is_empty() {
+                    default_puzzle()
+                } else {
+                    b.puzzle.clone()
+                },
+            }),
             Some(Kind::Pegs(g)) => KindSpec::Pegs(PegsSpec {
                 board: if g.board.is_empty() {
                     default_peg_board()

@@ -1,4 +1,4 @@
-//! The store under kill -9.
+//! The store under kill -9, and data directories the store must refuse.
 //!
 //! A child process (this test binary started again with [`CHILD_DIR`] set) opens
 //! the sled store and drives the real [`Scheduler`] the way the coordinator
@@ -1188,4 +1188,550 @@ fn a_result_on_an_expired_lease_stays_accepted() {
     let shard = read_shard(&*store, &grant.job, grant.stage, grant.index).unwrap();
     assert_eq!(shard.state, ShardState::Done);
     assert_eq!(shard.partial, Some(outcome.partial));
+}
+
+// ------------------------------------------------------------ refused directories
+
+/// A closed store with one job, two leases and an accepted result.
+fn populated_store(dir: &Path) {
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir).unwrap());
+    let mut scheduler = Scheduler::load(store, scheduler_config(), 0).unwrap();
+    let spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+        pins: 24,
+        digits: 9,
+    }));
+    let plan = jobs::prepare(&spec, &KernelCache::new(), &Control::new()).unwrap();
+    scheduler.submit(spec, plan, None, 0).unwrap();
+    let grants = scheduler.lease("a", 2, 0).unwrap();
+    let (outcome, _) = compute(&scheduler, &grants[0], &KernelCache::new()).unwrap();
+    scheduler
+        .report(result_report("a", &grants[0], &outcome), 1)
+        .unwrap();
+}
+
+/// Every regular file under `dir`, in a stable order.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn overwrite(path: &Path, from: u64, len: u64, rng: &mut Rng) {
+    use std::io::{Seek, SeekFrom};
+    let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.seek(SeekFrom::Start(from)).unwrap();
+    let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    file.write_all(&bytes).unwrap();
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).unwrap().len()
+}
+
+/// Writes raw entries into the store's meta tree with sled itself.
+fn set_meta(dir: &Path, key: &[u8], value: Option<&[u8]>) {
+    let db = sled::open(dir).unwrap();
+    let meta = db.open_tree("meta").unwrap();
+    match value {
+        Some(v) => meta.insert(key, v).unwrap(),
+        None => meta.remove(key).unwrap(),
+    };
+    db.flush().unwrap();
+}
+
+/// What a refusal must leave as it was.
+fn kept(dir: &Path, kept: Kept) -> Vec<(Vec<u8>, Vec<u8>)> {
+    match kept {
+        Kept::Bytes => contents(dir)
+            .into_iter()
+            .map(|(path, bytes)| (path.into_os_string().into_encoded_bytes(), bytes))
+            .collect(),
+        Kept::Records => records(dir),
+    }
+}
+
+/// Every tree's entries as sled reads them, each key prefixed by its tree.
+fn records(dir: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let db = sled::open(dir).unwrap();
+    let mut all = Vec::new();
+    for name in db.tree_names() {
+        for entry in db.open_tree(&name).unwrap().iter() {
+            let (key, value) = entry.unwrap();
+            all.push(([&name[..], b"/", &key[..]].concat(), value.to_vec()));
+        }
+    }
+    all.sort();
+    all
+}
+
+/// The bytes of every file under `dir` (empty if it is not a readable directory).
+fn contents(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    if !dir.is_dir() {
+        return std::fs::read(dir)
+            .map(|b| vec![(dir.to_path_buf(), b)])
+            .unwrap_or_default();
+    }
+    files_under(dir)
+        .into_iter()
+        .map(|f| {
+            let bytes = std::fs::read(&f).unwrap();
+            (f, bytes)
+        })
+        .collect()
+}
+
+/// How one kind of damage is made, a piece of the refusal it must get, and
+/// what the refusal must leave unchanged.
+struct Damage {
+    name: &'static str,
+    make: fn(&Path, &mut Rng),
+    says: &'static str,
+    /// sled recovers the longest readable prefix of its log, so damage inside
+    /// the log may roll the store back to an earlier consistent state instead.
+    may_roll_back: bool,
+    kept: Kept,
+}
+
+#[derive(Clone, Copy)]
+enum Kept {
+    /// Every byte: the store is refused before sled opens it.
+    Bytes,
+    /// Every record sled can read: sled rewrites its own files when it opens
+    /// them, damaged or not, before tally can look at the records.
+    Records,
+}
+
+const SLED_ERROR: &str = "cannot open the store in";
+
+fn damages() -> Vec<Damage> {
+    vec![
+        Damage {
+            name: "random bytes over every sled file",
+            make: |dir, rng| {
+                populated_store(dir);
+                for file in files_under(dir) {
+                    overwrite(&file, 0, file_len(&file), rng);
+                }
+            },
+            may_roll_back: false,
+            kept: Kept::Bytes,
+            says: SLED_ERROR,
+        },
+        Damage {
+            name: "random bytes over the head of the main file",
+            make: |dir, rng| {
+                populated_store(dir);
+                overwrite(&dir.join("db"), 0, 4096, rng);
+            },
+            may_roll_back: false,
+            kept: Kept::Records,
+            says: "holds nothing sled can read back",
+        },
+        Damage {
+            name: "random bytes inside the main file",
+            make: |dir, rng| {
+                populated_store(dir);
+                let db = dir.join("db");
+                let len = file_len(&db);
+                overwrite(&db, len / 4, len / 2, rng);
+            },
+            may_roll_back: true,
+            kept: Kept::Records,
+            says: SLED_ERROR,
+        },
+        Damage {
+            name: "random bytes over the configuration",
+            make: |dir, rng| {
+                populated_store(dir);
+                let conf = dir.join("conf");
+                overwrite(&conf, 0, file_len(&conf), rng);
+            },
+            may_roll_back: false,
+            kept: Kept::Bytes,
+            says: SLED_ERROR,
+        },
+        Damage {
+            name: "the main file truncated to half",
+            make: |dir, _| {
+                populated_store(dir);
+                let db = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("db"))
+                    .unwrap();
+                db.set_len(db.metadata().unwrap().len() / 2).unwrap();
+            },
+            may_roll_back: true,
+            kept: Kept::Records,
+            says: SLED_ERROR,
+        },
+        Damage {
+            name: "the main file truncated to nothing",
+            make: |dir, _| {
+                populated_store(dir);
+                std::fs::File::create(dir.join("db")).unwrap();
+            },
+            may_roll_back: false,
+            kept: Kept::Records,
+            says: "holds nothing sled can read back",
+        },
+        Damage {
+            name: "the main file removed",
+            make: |dir, _| {
+                populated_store(dir);
+                std::fs::remove_file(dir.join("db")).unwrap();
+            },
+            may_roll_back: false,
+            kept: Kept::Bytes,
+            says: "lacks the store file db",
+        },
+        Damage {
+            name: "a directory of another program",
+            make: |dir, _| {
+                std::fs::create_dir_all(dir.join("photos")).unwrap();
+                std::fs::write(dir.join("notes.txt"), "hello").unwrap();
+            },
+            may_roll_back: false,
+            kept: Kept::Bytes,
+            says: "is not empty and holds no tally store",
+        },
+        Damage {
+            name: "another program's file named db",
+            make: |dir, _| {
+                std::fs::create_dir_all(dir).unwrap();
+                let mut sqlite = b"SQLite format 3\0".to_vec();
+                sqlite.resize(8192, 0);
+                std::fs::write(dir.join("db"), sqlite).unwrap();
+            },
+            may_roll_back: false,
+            kept: Kept::Bytes,
+            says: "lacks the store file conf",
+        },
+        Damage {
+            name: "another program's sled database",
+            make: |dir, _| {
+                let db = sled::open(dir).unwrap();
+                db.insert(b"user:1", b"alice").unwrap();
+                db.open_tree("sessions")
+                    .unwrap()
+                    .insert(b"s", b"1")
+                    .unwrap();
+                db.flush().unwrap();
+            },
+            may_roll_back: false,
+            kept: Kept::Records,
+            says: "was not written by tally",
+        },
+        Damage {
+            name: "a newer schema version",
+            make: |dir, _| {
+                populated_store(dir);
+                set_meta(dir, b"schema", Some(&2u32.to_be_bytes()));
+            },
+            may_roll_back: false,
+            kept: Kept::Records,
+            says: "has schema version 2; this tally reads version 1",
+        },
+        Damage {
+            name: "a malformed schema version",
+            make: |dir, _| {
+                populated_store(dir);
+                set_meta(dir, b"schema", Some(b"v1"));
+            },
+            may_roll_back: false,
+            kept: Kept::Records,
+            says: "has a malformed schema version",
+        },
+        Damage {
+            name: "another product's marker",
+            make: |dir, _| {
+                populated_store(dir);
+                set_meta(dir, b"product", Some(b"tallyho"));
+            },
+            may_roll_back: false,
+            kept: Kept::Records,
+            says: "was not written by tally",
+        },
+        Damage {
+            name: "data without a schema version",
+            make: |dir, _| {
+                populated_store(dir);
+                set_meta(dir, b"schema", None);
+                set_meta(dir, b"product", None);
+            },
+            may_roll_back: false,
+            kept: Kept::Records,
+            says: "has data but no schema version",
+        },
+        Damage {
+            name: "an empty store without a schema version",
+            make: |dir, _| {
+                let db = sled::open(dir).unwrap();
+                for tree in ["meta", "jobs", "shards", "blobs", "events", "keys"] {
+                    db.open_tree(tree).unwrap();
+                }
+                db.flush().unwrap();
+            },
+            says: "is empty and has no schema version: its first start did not finish",
+            may_roll_back: false,
+            kept: Kept::Records,
+        },
+        Damage {
+            name: "an empty file where the directory should be",
+            make: |dir, _| {
+                std::fs::write(dir, b"").unwrap();
+            },
+            may_roll_back: false,
+            kept: Kept::Bytes,
+            says: "is not a directory",
+        },
+        Damage {
+            name: "a symbolic link to itself",
+            make: |dir, _| {
+                std::os::unix::fs::symlink(dir, dir).unwrap();
+            },
+            may_roll_back: false,
+            kept: Kept::Bytes,
+            says: "",
+        },
+    ]
+}
+
+/// The refusal `SledStore::open` gives (`None` if it opens), failing the test if
+/// it panics.
+fn refusal(dir: &Path, name: &str) -> Option<String> {
+    match std::panic::catch_unwind(|| SledStore::open(dir).map(drop)) {
+        Err(_) => panic!("{name}: opening panicked"),
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+    }
+}
+
+/// The coordinator's exit on `dir`: status and stderr. Fails the test if it
+/// starts serving.
+fn coordinator_exit(dir: &Path, as_nobody: bool) -> (std::process::ExitStatus, String) {
+    let mut command = if as_nobody {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        c.arg(support::tally_bin());
+        c
+    } else {
+        Command::new(support::tally_bin())
+    };
+    let mut child = command
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir)
+        .env("RUST_BACKTRACE", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the coordinator starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            let output = child.wait_with_output().unwrap();
+            return (
+                output.status,
+                String::from_utf8_lossy(&output.stderr).into(),
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "the coordinator served on {}: {}",
+                dir.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A line of the coordinator's log: timestamp, level, target.
+fn is_log_record(line: &str) -> bool {
+    let plain: String = strip_ansi(line);
+    let mut words = plain.split_whitespace();
+    let stamped = words
+        .next()
+        .is_some_and(|w| w.len() > 20 && w.ends_with('Z'));
+    stamped
+        && words
+            .next()
+            .is_some_and(|w| ["WARN", "ERROR", "INFO"].contains(&w))
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One line, `error: ...` with the expected words, no panic, no backtrace.
+fn check_one_clear_line(name: &str, status: std::process::ExitStatus, stderr: &str, says: &str) {
+    assert!(!status.success(), "{name}: exit {status}");
+    assert!(
+        status.code().is_some(),
+        "{name}: killed by a signal: {status}"
+    );
+    // Log records (sled warns about what it finds) may come first; the error
+    // itself is one line.
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+    let other: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.starts_with("error") && !is_log_record(l))
+        .collect();
+    assert!(
+        errors.len() == 1 && errors[0].starts_with("error: ") && errors[0].contains(says),
+        "{name}: expected one line saying {says:?}, got:\n{stderr}"
+    );
+    assert!(
+        other.is_empty(),
+        "{name}: stray lines {other:?} in:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{name}: {stderr}"
+    );
+}
+
+/// Corrupt, truncated, foreign, newer and misplaced data directories are
+/// refused with one clear message, by the store and by `tally coordinator`,
+/// and the refusal leaves them as they were.
+#[test]
+fn damaged_and_foreign_data_directories_are_refused() {
+    let mut rng = Rng(0x7a11_d15c);
+    let reference = {
+        let root = tempfile::tempdir().unwrap();
+        populated_store(root.path());
+        let store = SledStore::open(root.path()).unwrap();
+        Snapshot::read(&store)
+    };
+    let mut failures = Vec::new();
+    let damages = damages();
+    for damage in &damages {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("data");
+        (damage.make)(&dir, &mut rng);
+        let checked = std::panic::catch_unwind(|| {
+            let before = kept(&dir, damage.kept);
+            let Some(message) = refusal(&dir, damage.name) else {
+                assert!(damage.may_roll_back, "{}: the store opened", damage.name);
+                return rolled_back(&dir, &reference);
+            };
+            assert!(
+                message.contains(damage.says) && !message.contains('\n'),
+                "{}: {message:?} does not say {:?}",
+                damage.name,
+                damage.says
+            );
+            let (status, stderr) = coordinator_exit(&dir, false);
+            check_one_clear_line(damage.name, status, &stderr, damage.says);
+            assert!(
+                kept(&dir, damage.kept) == before,
+                "{}: the refusal changed the directory",
+                damage.name
+            );
+            format!("refused: {message}")
+        });
+        match checked {
+            Ok(outcome) => eprintln!("{}: {outcome}", damage.name),
+            Err(e) => failures.push(
+                e.downcast_ref::<String>()
+                    .cloned()
+                    .unwrap_or_else(|| damage.name.to_string()),
+            ),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} damages not refused cleanly:\n{}",
+        failures.len(),
+        damages.len(),
+        failures.join("\n")
+    );
+}
+
+/// A store sled opened despite damage inside its log must hold a consistent
+/// earlier state: every record checks, the scheduler loads, and what is left
+/// is part of what was written.
+fn rolled_back(dir: &Path, reference: &Snapshot) -> String {
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir).unwrap());
+    let snapshot = Snapshot::read(&*store);
+    check_consistent(&snapshot, &mut Tally::default());
+    for (id, shard) in &snapshot.shards {
+        let original = &reference.shards[id];
+        assert!(
+            shard == original || shard.attempt <= original.attempt,
+            "{id:?}: {shard:?} was never written"
+        );
+    }
+    Scheduler::load(store, scheduler_config(), 10).expect("the scheduler loads");
+    let count = |s: &Snapshot| {
+        s.jobs.len() + s.shards.len() + s.events.values().map(Vec::len).sum::<usize>()
+    };
+    format!(
+        "opened, rolled back to a consistent state with {} of {} records",
+        count(&snapshot),
+        count(reference)
+    )
+}
+
+/// A first start killed after sled created its files but before the schema
+/// was written leaves its marker: the next start finishes the job.
+#[test]
+fn an_interrupted_first_start_is_completed_by_the_next() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data");
+    {
+        let db = sled::open(&dir).unwrap();
+        db.open_tree("meta").unwrap();
+        db.flush().unwrap();
+    }
+    std::fs::write(dir.join("tally-init"), b"").unwrap();
+    populated_store(&dir);
+    assert!(!dir.join("tally-init").exists(), "the marker is removed");
+    let store = SledStore::open(&dir).expect("a finished store opens");
+    assert_eq!(Snapshot::read(&store).jobs.len(), 1);
+}
+
+/// A data directory the coordinator may not read is refused the same way. As
+/// root every directory is readable, so the coordinator then runs as nobody.
+#[test]
+fn an_unreadable_data_directory_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = root.path().join("data");
+    populated_store(&dir);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let as_root = unsafe { libc::geteuid() } == 0;
+    if !as_root {
+        let message = refusal(&dir, "unreadable").expect("refused");
+        assert!(message.contains("ermission denied"), "{message}");
+    }
+    let (status, stderr) = coordinator_exit(&dir, as_root);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    check_one_clear_line("unreadable", status, &stderr, "ermission denied");
 }

@@ -170,7 +170,8 @@ impl JobSpec {
     /// Checks every value; the message names the value and the accepted range.
     pub fn validate(&self) -> Result<()> {
         let o = &self.options;
-        if o.priority.abs() > MAX_PRIORITY {
+        // Not `abs()`: it overflows on i32::MIN.
+        if !(-MAX_PRIORITY..=MAX_PRIORITY).contains(&o.priority) {
             return Err(invalid!(
                 "priority must be between -{MAX_PRIORITY} and {MAX_PRIORITY}, got {}",
                 o.priority
@@ -207,6 +208,20 @@ impl JobSpec {
                     return Err(invalid!(
                         "exact hex counts need the points plan (--plan points)"
                     ));
+                }
+                // The points plan evaluates at x = 2, 3, ... below the modulus: a
+                // tiny prime may not have enough of them to solve and check.
+                if h.plan == HexPlan::Points && !h.exact {
+                    let layout = hex::points_layout(h.side, h.modulus);
+                    if layout.points.len() <= layout.unknowns {
+                        return Err(invalid!(
+                            "modulus {} is too small for the points plan of side {}: it has {} evaluation points, the plan needs {}; use a larger prime or the cell-step plan",
+                            h.modulus,
+                            h.side,
+                            layout.points.len(),
+                            layout.unknowns + 1
+                        ));
+                    }
                 }
                 if !o.force {
                     let estimate = crate::jobs::hex_estimate(h);

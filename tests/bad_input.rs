@@ -1,18 +1,20 @@
 //! Bad input against a running coordinator, table by table: every spec value at
-//! its limit (accepted) and just past it (refused). A refused row must give its
-//! gRPC code and a message naming the problem, and leave the jobs and their
-//! event logs exactly as they were.
+//! its limit (accepted) and just past it (refused), and malformed or misdirected
+//! worker messages. A refused row must give its gRPC code and a message naming
+//! the problem, and leave the jobs, their event logs and the leases held on
+//! them exactly as they were.
 
 mod support;
 
 use std::collections::BTreeMap;
 
 use support::*;
-use tally_common::jobs;
+use tally_common::jobs::{self, KernelCache, Partial, ShardTask};
 use tally_common::proto::job_service_client::JobServiceClient;
-use tally_common::proto::{self, job_spec::Kind};
-use tally_common::spec::{self, HexPlan, HexSpec, JobSpec};
-use tally_common::{hex, kayles};
+use tally_common::proto::worker_service_client::WorkerServiceClient;
+use tally_common::proto::{self, job_spec::Kind, report_message::Body};
+use tally_common::spec::{self, HexPlan, HexSpec, JobSpec, KindSpec};
+use tally_common::{Control, hex, kayles};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -860,5 +862,930 @@ async fn values_at_their_limits_run_to_the_direct_answer() {
         cases.len()
     );
     workers.stop().await;
+    coordinator.shutdown().await;
+}
+
+// ------------------------------------------------------------ worker messages
+
+/// One request of a bad-input row.
+enum Call {
+    /// The messages of one report stream (`None` is a message without a body).
+    Report(Vec<Option<Body>>),
+    Lease(proto::LeaseRequest),
+    Register(proto::RegisterRequest),
+    Heartbeat(proto::HeartbeatRequest),
+    Fetch(proto::FetchStageDataRequest),
+    Get(String),
+    Cancel(String),
+    Result(String),
+    Events(String),
+}
+
+struct Row {
+    name: String,
+    call: Call,
+    code: Code,
+    needle: String,
+}
+
+fn row(name: impl Into<String>, call: Call, code: Code, needle: impl Into<String>) -> Row {
+    Row {
+        name: name.into(),
+        call,
+        code,
+        needle: needle.into(),
+    }
+}
+
+async fn send(
+    workers: &mut WorkerServiceClient<Channel>,
+    messages: Vec<Option<Body>>,
+) -> Result<proto::ReportResponse, tonic::Status> {
+    let stream = tokio_stream::iter(
+        messages
+            .into_iter()
+            .map(|body| proto::ReportMessage { body }),
+    );
+    workers.report(stream).await.map(|r| r.into_inner())
+}
+
+async fn call(
+    jobs: &mut JobServiceClient<Channel>,
+    workers: &mut WorkerServiceClient<Channel>,
+    call: Call,
+) -> Result<(), tonic::Status> {
+    match call {
+        Call::Report(messages) => send(workers, messages).await.map(drop),
+        Call::Lease(r) => workers.lease(r).await.map(drop),
+        Call::Register(r) => workers.register(r).await.map(drop),
+        Call::Heartbeat(r) => workers.heartbeat(r).await.map(drop),
+        Call::Fetch(r) => workers.fetch_stage_data(r).await.map(drop),
+        Call::Get(id) => jobs
+            .get(proto::GetJobRequest { job_id: id })
+            .await
+            .map(drop),
+        Call::Cancel(id) => jobs
+            .cancel(proto::CancelRequest { job_id: id })
+            .await
+            .map(drop),
+        Call::Result(id) => jobs
+            .result(proto::ResultRequest { job_id: id })
+            .await
+            .map(drop),
+        Call::Events(id) => jobs
+            .events(proto::EventsRequest {
+                job_id: id,
+                from_sequence: 0,
+            })
+            .await
+            .map(drop),
+    }
+}
+
+const HOLDER: &str = "bad-input-holder";
+
+/// (x, P(x) mod p) of a hex points shard.
+type Evaluations = Vec<(u32, u32)>;
+
+fn header(worker: &str, lease: &str) -> Option<Body> {
+    Some(Body::Header(proto::ReportHeader {
+        worker_id: worker.into(),
+        lease_id: lease.into(),
+    }))
+}
+
+fn result_bytes(partial: Vec<u8>) -> Option<Body> {
+    Some(Body::Result(proto::ReportResult {
+        partial,
+        work_done: 1,
+    }))
+}
+
+fn result(partial: &Partial) -> Option<Body> {
+    result_bytes(partial.encode())
+}
+
+fn output(data: Vec<u8>) -> Option<Body> {
+    Some(Body::Output(proto::OutputChunk { data }))
+}
+
+fn checkpoint(state: Vec<u8>, partial: Vec<u8>) -> Option<Body> {
+    Some(Body::Checkpoint(proto::ReportCheckpoint {
+        state,
+        partial,
+        work_done: 1,
+    }))
+}
+
+fn failure(message: &str) -> Option<Body> {
+    Some(Body::Failure(proto::ReportFailure {
+        message: message.into(),
+        permanent: true,
+        handed_back: false,
+    }))
+}
+
+/// A report of `lease` by its holder with these messages after the header.
+fn by_holder(lease: &proto::ShardLease, rest: Vec<Option<Body>>) -> Call {
+    let mut messages = vec![header(HOLDER, &lease.lease_id)];
+    messages.extend(rest);
+    Call::Report(messages)
+}
+
+/// Computes a shard as an honest worker would.
+fn compute(lease: &proto::ShardLease, input: Option<&[u32]>) -> jobs::ShardOutcome {
+    let spec = JobSpec::try_from(lease.spec.as_ref().unwrap()).unwrap();
+    let task = ShardTask::decode(&lease.task).unwrap();
+    jobs::execute(
+        &spec,
+        &task,
+        input,
+        &lease.checkpoint,
+        &KernelCache::new(),
+        &Control::new(),
+        jobs::CHECKPOINT_EVERY,
+        &mut |_| {},
+    )
+    .unwrap()
+}
+
+async fn lease_all(workers: &mut WorkerServiceClient<Channel>) -> Vec<proto::ShardLease> {
+    workers
+        .lease(proto::LeaseRequest {
+            worker_id: HOLDER.into(),
+            free_slots: 1024,
+            wait_ms: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .leases
+}
+
+async fn stage_input(
+    workers: &mut WorkerServiceClient<Channel>,
+    lease: &proto::ShardLease,
+) -> Option<Vec<u32>> {
+    let spec = JobSpec::try_from(lease.spec.as_ref().unwrap()).unwrap();
+    if !jobs::needs_stage_input(&spec, lease.stage) {
+        return None;
+    }
+    let mut stream = workers
+        .fetch_stage_data(proto::FetchStageDataRequest {
+            job_id: lease.job_id.clone(),
+            stage: lease.stage - 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.message().await.unwrap() {
+        bytes.extend_from_slice(&chunk.data);
+    }
+    Some(jobs::decode_stage_input(&spec, &bytes).unwrap())
+}
+
+fn with_ttl(mut spec: JobSpec) -> JobSpec {
+    // Long enough that the held leases outlive the whole table.
+    spec.options.lease_ttl_ms = 600_000;
+    spec
+}
+
+fn cell_step(side: u32, shards_per_step: u32) -> JobSpec {
+    with_ttl(JobSpec::new(KindSpec::Hex(HexSpec {
+        side,
+        modulus: hex::DEFAULT_MODULUS,
+        plan: HexPlan::CellStep,
+        shards_per_step,
+        exact: false,
+    })))
+}
+
+/// Malformed, misdirected and stale worker messages, and requests about jobs,
+/// shards and stages that do not exist: each is refused with its code and a
+/// message naming the problem, and changes no job, log or lease. Afterwards the
+/// same leases report their honest results and every job reaches the direct
+/// answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_worker_messages_are_refused_and_change_nothing() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let mut w = workers_client(&url).await;
+
+    let kayles_spec = with_ttl(JobSpec::try_from(&kayles(24, 0)).unwrap());
+    let points_spec = with_ttl(JobSpec::try_from(&hex(4, 0)).unwrap());
+    let sliders_spec = with_ttl(
+        JobSpec::try_from(&sliders_with(2, 3, "WRRBBB", "BBBRRW", |s| s.prefixes = 4)).unwrap(),
+    );
+    let step_spec = cell_step(3, 2);
+    let last_spec = cell_step(2, 1);
+    let specs = [
+        &kayles_spec,
+        &points_spec,
+        &sliders_spec,
+        &step_spec,
+        &last_spec,
+    ];
+    let mut ids = Vec::new();
+    for spec in specs {
+        ids.push(submit(&mut client, spec, "").await.id);
+    }
+    let [k, p, s, c, l] = <[String; 5]>::try_from(ids.clone()).unwrap();
+
+    // Hold every first-stage shard; finish the first stage of the two-stage job
+    // so that its last stage, which returns crossing sums, is held too.
+    let mut held = lease_all(&mut w).await;
+    for lease in held.iter().filter(|x| x.job_id == l) {
+        let outcome = compute(lease, None);
+        let mut messages = vec![header(HOLDER, &lease.lease_id)];
+        messages.push(output(outcome.output));
+        messages.push(result(&outcome.partial));
+        send(&mut w, messages)
+            .await
+            .expect("an honest result is accepted");
+    }
+    held.retain(|x| x.job_id != l);
+    held.extend(lease_all(&mut w).await);
+    let of = |job: &str| -> Vec<proto::ShardLease> {
+        held.iter().filter(|x| x.job_id == job).cloned().collect()
+    };
+    let (kl, pl, sl, cl, ll) = (of(&k), of(&p), of(&s), of(&c), of(&l));
+    assert!(kl.len() >= 2 && !pl.is_empty() && !sl.is_empty() && cl.len() == 2);
+    assert_eq!(
+        (ll.len(), ll[0].stage),
+        (1, 2),
+        "the last stage of {l} is held"
+    );
+
+    let k0 = &kl[0];
+    let k0_partial = compute(k0, None).partial;
+    let k1_partial = compute(&kl[1], None).partial;
+    let Partial::HexEvaluations {
+        modulus,
+        evaluations,
+    } = compute(&pl[0], None).partial
+    else {
+        panic!("points shards return evaluations");
+    };
+    let evaluations_with = |adjust: &dyn Fn(&mut Evaluations)| {
+        let mut e = evaluations.clone();
+        adjust(&mut e);
+        Partial::HexEvaluations {
+            modulus,
+            evaluations: e,
+        }
+    };
+    let slider_prefixes = match ShardTask::decode(&sl[0].task).unwrap() {
+        ShardTask::SliderPrefixes { prefixes } => prefixes.len() as u32,
+        other => panic!("{other:?}"),
+    };
+    let slider_sums = |done: u32| Partial::SliderSums {
+        prefixes_done: done,
+        sums: Default::default(),
+    };
+    let step_output = compute(&cl[0], None).output;
+    let step_polys = jobs::check_polynomials(&step_output, 5, hex::DEFAULT_MODULUS).unwrap();
+    let stride = 3; // side 2: 2 * 2 / 2 + 1 coefficients
+    let sums = |residues: Vec<u32>| Partial::HexCrossings { residues };
+    let stale = |attempt: u64| {
+        let (job, stage, index, _) =
+            tally_coordinator::records::parse_lease_id(&k0.lease_id).unwrap();
+        tally_coordinator::records::lease_id(&job, stage, index, attempt)
+    };
+    let own = |lease: &str| Call::Report(vec![header(HOLDER, lease), result(&k0_partial)]);
+    let long_id = "w".repeat(129);
+    let big = vec![0u8; OVERSIZED];
+    let p0 = tally_common::hex::DEFAULT_MODULUS;
+
+    let mut rows = vec![
+        // Attempts, jobs, stages and shards that are not current.
+        row(
+            "a later attempt",
+            own(&stale(k0.attempt + 1)),
+            Code::FailedPrecondition,
+            "is stale (current attempt 1)",
+        ),
+        row(
+            "attempt 0",
+            own(&stale(0)),
+            Code::FailedPrecondition,
+            format!("attempt 0 of shard 1/{}", k0.index),
+        ),
+        row(
+            "unknown job",
+            own("job-999999/1/0/1"),
+            Code::NotFound,
+            "no job \"job-999999\"",
+        ),
+        row(
+            "unknown shard",
+            own(&format!("{k}/1/999/1")),
+            Code::FailedPrecondition,
+            "shard 999 of stage 1",
+        ),
+        row(
+            "unknown stage",
+            own(&format!("{k}/2/0/1")),
+            Code::FailedPrecondition,
+            "not current (the job is at stage 1)",
+        ),
+        row(
+            "stage 0",
+            own(&format!("{k}/0/0/1")),
+            Code::FailedPrecondition,
+            "not current",
+        ),
+        row(
+            "a finished stage",
+            Call::Report(vec![
+                header(HOLDER, &format!("{l}/1/0/1")),
+                result(&Partial::None),
+            ]),
+            Code::FailedPrecondition,
+            "not current (the job is at stage 2)",
+        ),
+    ];
+    for bad in [
+        String::new(),
+        "garbage".into(),
+        format!("{k}/1/0"),
+        format!("{k}/1/0/x"),
+        "/1/0/1".into(),
+        format!("{k}/1/-1/1"),
+        format!("{k}/1/0/-1"),
+        format!("{k}/1/0/18446744073709551616"),
+        format!("{k}/4294967296/0/1"),
+    ] {
+        rows.push(row(
+            format!("malformed lease id {bad:?}"),
+            own(&bad),
+            Code::InvalidArgument,
+            "malformed lease id",
+        ));
+    }
+    rows.extend([
+        // The shape of the stream.
+        row(
+            "empty report",
+            Call::Report(vec![]),
+            Code::InvalidArgument,
+            "a report must start with its header",
+        ),
+        row(
+            "a message without a body first",
+            Call::Report(vec![None]),
+            Code::InvalidArgument,
+            "a report must start with its header",
+        ),
+        row(
+            "a result before the header",
+            Call::Report(vec![result(&k0_partial), header(HOLDER, &k0.lease_id)]),
+            Code::InvalidArgument,
+            "a report must start with its header",
+        ),
+        row(
+            "two headers",
+            by_holder(k0, vec![header(HOLDER, &k0.lease_id), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "a report has exactly one header, first",
+        ),
+        row(
+            "a message without a body after the header",
+            by_holder(k0, vec![None, result(&k0_partial)]),
+            Code::InvalidArgument,
+            "exactly one header",
+        ),
+        row(
+            "output but no result",
+            by_holder(&cl[0], vec![output(step_output.clone())]),
+            Code::InvalidArgument,
+            "stage output without a result",
+        ),
+        row(
+            "a checkpoint after the result",
+            by_holder(
+                k0,
+                vec![result(&k0_partial), checkpoint(vec![1], Vec::new())],
+            ),
+            Code::InvalidArgument,
+            "nothing may follow a result or a failure",
+        ),
+        row(
+            "two results",
+            by_holder(k0, vec![result(&k0_partial), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "nothing may follow",
+        ),
+        row(
+            "a failure after the result",
+            by_holder(k0, vec![result(&k0_partial), failure("late")]),
+            Code::InvalidArgument,
+            "nothing may follow",
+        ),
+        row(
+            "a result after a failure",
+            by_holder(k0, vec![failure("gave up"), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "nothing may follow",
+        ),
+        // Who reports.
+        row(
+            "a result from a worker without the lease",
+            Call::Report(vec![header("intruder", &k0.lease_id), result(&k0_partial)]),
+            Code::FailedPrecondition,
+            "belongs to another worker",
+        ),
+        row(
+            "a failure from a worker without the lease",
+            Call::Report(vec![header("intruder", &k0.lease_id), failure("not mine")]),
+            Code::FailedPrecondition,
+            "belongs to another worker",
+        ),
+        row(
+            "a checkpoint from a worker without the lease",
+            Call::Report(vec![
+                header("intruder", &k0.lease_id),
+                checkpoint(vec![1], Vec::new()),
+            ]),
+            Code::FailedPrecondition,
+            "belongs to another worker",
+        ),
+        row(
+            "an empty worker id in a report",
+            Call::Report(vec![header("", &k0.lease_id), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "a 129-byte worker id in a report",
+            Call::Report(vec![header(&long_id, &k0.lease_id), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        // Results of the wrong shape.
+        row(
+            "malformed partial",
+            by_holder(k0, vec![result_bytes(b"{not json".to_vec())]),
+            Code::InvalidArgument,
+            "malformed partial result",
+        ),
+        row(
+            "a partial of another kind",
+            by_holder(k0, vec![result(&evaluations_with(&|_| {}))]),
+            Code::InvalidArgument,
+            "does not match the kayles shard",
+        ),
+        row(
+            "no partial for a kayles shard",
+            by_holder(k0, vec![result_bytes(Vec::new())]),
+            Code::InvalidArgument,
+            "does not match the kayles shard",
+        ),
+        row(
+            "the result of another character",
+            by_holder(k0, vec![result(&k1_partial)]),
+            Code::InvalidArgument,
+            "reported on the shard of character",
+        ),
+        row(
+            "stage output from a shard that has none",
+            by_holder(k0, vec![output(vec![0, 0]), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "this shard produces no stage output",
+        ),
+        row(
+            "a malformed checkpoint partial",
+            by_holder(k0, vec![checkpoint(vec![1], b"{".to_vec())]),
+            Code::InvalidArgument,
+            "malformed partial result",
+        ),
+        row(
+            "evaluations at other points",
+            by_holder(&pl[0], vec![result(&evaluations_with(&|e| e[0].0 += 1000))]),
+            Code::InvalidArgument,
+            "reported on the shard of points",
+        ),
+        row(
+            "one evaluation too few",
+            by_holder(
+                &pl[0],
+                vec![result(&evaluations_with(&|e| {
+                    e.pop();
+                }))],
+            ),
+            Code::InvalidArgument,
+            "reported on the shard of points",
+        ),
+        row(
+            "one evaluation too many",
+            by_holder(
+                &pl[0],
+                vec![result(&evaluations_with(&|e| e.push((u32::MAX, 0))))],
+            ),
+            Code::InvalidArgument,
+            "reported on the shard of points",
+        ),
+        row(
+            "evaluations modulo another prime",
+            by_holder(
+                &pl[0],
+                vec![result(&Partial::HexEvaluations {
+                    modulus: 998_244_353,
+                    evaluations: evaluations.clone(),
+                })],
+            ),
+            Code::InvalidArgument,
+            "modulo 998244353 reported on the shard",
+        ),
+        row(
+            "an evaluation equal to the modulus",
+            by_holder(&pl[0], vec![result(&evaluations_with(&|e| e[0].1 = p0))]),
+            Code::InvalidArgument,
+            "evaluations must be residues modulo 1000000007",
+        ),
+        row(
+            "an evaluation of u32::MAX",
+            by_holder(
+                &pl[0],
+                vec![result(&evaluations_with(&|e| e[0].1 = u32::MAX))],
+            ),
+            Code::InvalidArgument,
+            "evaluations must be residues",
+        ),
+        row(
+            "sliders: one prefix short",
+            by_holder(&sl[0], vec![result(&slider_sums(slider_prefixes - 1))]),
+            Code::InvalidArgument,
+            format!(
+                "slider result covers {} of {slider_prefixes} prefixes",
+                slider_prefixes - 1
+            ),
+        ),
+        row(
+            "sliders: one prefix too many",
+            by_holder(&sl[0], vec![result(&slider_sums(slider_prefixes + 1))]),
+            Code::InvalidArgument,
+            "slider result covers",
+        ),
+        row(
+            "hex step: a partial instead of polynomials",
+            by_holder(
+                &cl[0],
+                vec![output(step_output.clone()), result(&sums(vec![0; 5]))],
+            ),
+            Code::InvalidArgument,
+            "a hex step returns polynomials, not a partial",
+        ),
+        row(
+            "hex step: no output",
+            by_holder(&cl[0], vec![result(&Partial::None)]),
+            Code::InvalidArgument,
+            format!("hex step output holds 0 polynomials, expected {step_polys}"),
+        ),
+        row(
+            "hex step: one polynomial short",
+            by_holder(
+                &cl[0],
+                vec![
+                    output(jobs::encode_polynomials(&vec![1; 5 * (step_polys - 1)], 5)),
+                    result(&Partial::None),
+                ],
+            ),
+            Code::InvalidArgument,
+            "polynomials, expected",
+        ),
+        row(
+            "hex step: output cut inside a run",
+            by_holder(
+                &cl[0],
+                vec![
+                    output(step_output[..step_output.len() - 1].to_vec()),
+                    result(&Partial::None),
+                ],
+            ),
+            Code::InvalidArgument,
+            "polynomial data ends inside",
+        ),
+        row(
+            "hex step: a run past the stride",
+            by_holder(
+                &cl[0],
+                vec![
+                    output(vec![4, 2, 1, 0, 0, 0, 1, 0, 0, 0]),
+                    result(&Partial::None),
+                ],
+            ),
+            Code::InvalidArgument,
+            "exceeds 5 coefficients",
+        ),
+        row(
+            "hex step: a coefficient equal to the modulus",
+            by_holder(
+                &cl[0],
+                vec![
+                    output(jobs::encode_polynomials(&vec![p0; 5 * step_polys], 5)),
+                    result(&Partial::None),
+                ],
+            ),
+            Code::InvalidArgument,
+            "is not a residue modulo 1000000007",
+        ),
+        row(
+            "last hex step: one residue short",
+            by_holder(&ll[0], vec![result(&sums(vec![0; stride - 1]))]),
+            Code::InvalidArgument,
+            "crossing sums have 2 residues, expected 3",
+        ),
+        row(
+            "last hex step: one residue too many",
+            by_holder(&ll[0], vec![result(&sums(vec![0; stride + 1]))]),
+            Code::InvalidArgument,
+            "crossing sums have 4 residues, expected 3",
+        ),
+        row(
+            "last hex step: a residue equal to the modulus",
+            by_holder(&ll[0], vec![result(&sums(vec![0, p0, 0]))]),
+            Code::InvalidArgument,
+            "crossing sums must be residues modulo 1000000007",
+        ),
+        row(
+            "last hex step: no crossing sums",
+            by_holder(&ll[0], vec![result(&Partial::None)]),
+            Code::InvalidArgument,
+            "the last hex stage must return crossing sums",
+        ),
+        row(
+            "last hex step: stage output",
+            by_holder(
+                &ll[0],
+                vec![output(step_output.clone()), result(&sums(vec![0; stride]))],
+            ),
+            Code::InvalidArgument,
+            "this shard produces no stage output",
+        ),
+        // Size limits.
+        row(
+            "an output chunk over the message limit",
+            by_holder(&cl[0], vec![output(big.clone()), result(&Partial::None)]),
+            Code::OutOfRange,
+            "message length too large",
+        ),
+        row(
+            "a checkpoint over the message limit",
+            by_holder(k0, vec![checkpoint(big.clone(), Vec::new())]),
+            Code::OutOfRange,
+            "message length too large",
+        ),
+        // Other worker calls.
+        row(
+            "lease with an empty worker id",
+            Call::Lease(proto::LeaseRequest {
+                worker_id: String::new(),
+                free_slots: 1,
+                wait_ms: 0,
+            }),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "lease with a 129-byte worker id",
+            Call::Lease(proto::LeaseRequest {
+                worker_id: long_id.clone(),
+                free_slots: 1,
+                wait_ms: 0,
+            }),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "lease 1025 slots",
+            Call::Lease(proto::LeaseRequest {
+                worker_id: "greedy".into(),
+                free_slots: 1025,
+                wait_ms: 0,
+            }),
+            Code::InvalidArgument,
+            "free slots must be at most 1024",
+        ),
+        row(
+            "lease u32::MAX slots",
+            Call::Lease(proto::LeaseRequest {
+                worker_id: "greedy".into(),
+                free_slots: u32::MAX,
+                wait_ms: 0,
+            }),
+            Code::InvalidArgument,
+            "free slots must be at most 1024",
+        ),
+        row(
+            "register with an empty worker id",
+            Call::Register(proto::RegisterRequest {
+                worker_id: String::new(),
+                hostname: "h".into(),
+                slots: 1,
+                version: "0".into(),
+            }),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "register with a 129-byte worker id",
+            Call::Register(proto::RegisterRequest {
+                worker_id: long_id.clone(),
+                hostname: "h".into(),
+                slots: 1,
+                version: "0".into(),
+            }),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "heartbeat with an empty worker id",
+            Call::Heartbeat(proto::HeartbeatRequest {
+                worker_id: String::new(),
+                leases: vec![proto::LeaseProgress {
+                    lease_id: k0.lease_id.clone(),
+                    work_done: 1,
+                }],
+            }),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "stage data of an unknown job",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: "job-999999".into(),
+                stage: 1,
+            }),
+            Code::NotFound,
+            "no job \"job-999999\"",
+        ),
+        row(
+            "stage data of an empty job id",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: String::new(),
+                stage: 1,
+            }),
+            Code::NotFound,
+            "no job \"\"",
+        ),
+        row(
+            "stage data of a stage not finished",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: c.clone(),
+                stage: 1,
+            }),
+            Code::FailedPrecondition,
+            "has no readable output of stage 1 (it is at stage 1, running)",
+        ),
+        row(
+            "stage data of stage 0",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: l.clone(),
+                stage: 0,
+            }),
+            Code::FailedPrecondition,
+            "has no readable output of stage 0",
+        ),
+        row(
+            "stage data of a later stage",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: l.clone(),
+                stage: 2,
+            }),
+            Code::FailedPrecondition,
+            "has no readable output of stage 2",
+        ),
+        row(
+            "stage data of a single-stage job",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: k.clone(),
+                stage: 1,
+            }),
+            Code::FailedPrecondition,
+            "has no readable output",
+        ),
+        // Client calls about jobs that do not exist or have no result.
+        row(
+            "get an unknown job",
+            Call::Get("job-999999".into()),
+            Code::NotFound,
+            "no job",
+        ),
+        row(
+            "cancel an unknown job",
+            Call::Cancel("job-999999".into()),
+            Code::NotFound,
+            "no job",
+        ),
+        row(
+            "result of an unknown job",
+            Call::Result(String::new()),
+            Code::NotFound,
+            "no job",
+        ),
+        row(
+            "events of an unknown job",
+            Call::Events("../job-000001".into()),
+            Code::NotFound,
+            "no job",
+        ),
+        row(
+            "result of a running job",
+            Call::Result(k.clone()),
+            Code::FailedPrecondition,
+            "is running and has no result yet",
+        ),
+    ]);
+
+    let before = observe(&mut client).await;
+    let held_ids: Vec<proto::LeaseProgress> = held
+        .iter()
+        .map(|x| proto::LeaseProgress {
+            lease_id: x.lease_id.clone(),
+            work_done: 0,
+        })
+        .collect();
+    let tried = rows.len();
+    for Row {
+        name,
+        call: request,
+        code,
+        needle,
+    } in rows
+    {
+        let status = call(&mut client, &mut w, request)
+            .await
+            .expect_err(&format!("{name}: accepted"));
+        check_status(&name, &status, code, &needle);
+        assert_eq!(observe(&mut client).await, before, "{name}: state changed");
+        let revoked = w
+            .heartbeat(proto::HeartbeatRequest {
+                worker_id: HOLDER.into(),
+                leases: held_ids.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .revoked_lease_ids;
+        assert!(revoked.is_empty(), "{name}: leases lost: {revoked:?}");
+    }
+    // Leases a worker does not hold are revoked, never renewed.
+    let foreign = w
+        .heartbeat(proto::HeartbeatRequest {
+            worker_id: "intruder".into(),
+            leases: vec![
+                proto::LeaseProgress {
+                    lease_id: k0.lease_id.clone(),
+                    work_done: 1,
+                },
+                proto::LeaseProgress {
+                    lease_id: "garbage".into(),
+                    work_done: 1,
+                },
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .revoked_lease_ids;
+    assert_eq!(foreign, [k0.lease_id.clone(), "garbage".to_string()]);
+    assert_eq!(
+        observe(&mut client).await,
+        before,
+        "heartbeat changed state"
+    );
+
+    // The honest results of the same leases are still accepted, and every job
+    // reaches the direct answer.
+    for lease in &held {
+        let input = stage_input(&mut w, lease).await;
+        let outcome = compute(lease, input.as_deref());
+        let mut messages = vec![header(HOLDER, &lease.lease_id)];
+        if !outcome.output.is_empty() {
+            messages.push(output(outcome.output));
+        }
+        messages.push(result(&outcome.partial));
+        send(&mut w, messages)
+            .await
+            .unwrap_or_else(|e| panic!("{}: honest result refused: {e:?}", lease.lease_id));
+    }
+    let workers = Workers::start(&url, 1, 2);
+    for (id, spec) in ids.iter().zip(specs) {
+        let done = wait_finished(&mut client, id, std::time::Duration::from_secs(60)).await;
+        assert_eq!(
+            state(&done),
+            proto::JobState::Succeeded,
+            "{id}: {}",
+            done.error
+        );
+        assert_eq!(done.answer, direct_answer(spec), "{id}");
+    }
+    workers.stop().await;
+    eprintln!(
+        "worker messages: {tried} bad inputs refused, {} jobs then finished",
+        ids.len()
+    );
     coordinator.shutdown().await;
 }

@@ -1789,3 +1789,435 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
     );
     coordinator.shutdown().await;
 }
+
+// ------------------------------------------------------------ fuzzing
+
+/// Spec parsing under arbitrary input: proto values through the service's
+/// conversion, JSON and TOML text through serde (what `--spec FILE` reads) and
+/// `validate`. Nothing may panic, and every accepted spec must survive the trip
+/// to proto and back unchanged, since that is how a file's spec reaches the
+/// coordinator. Puzzle files for sliding blocks will need the same treatment
+/// once their parser exists.
+mod fuzz {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use proptest::prelude::*;
+    use proptest::sample::select;
+    use proptest::strategy::BoxedStrategy;
+    use proptest::test_runner::{Config, TestRunner};
+    use serde_json::{Map, Value, json};
+    use tally_common::proto::{self, job_spec::Kind};
+    use tally_common::spec::JobSpec;
+
+    const CASES: u32 = 20_000;
+
+    fn runner() -> TestRunner {
+        TestRunner::new(Config {
+            cases: CASES,
+            failure_persistence: None,
+            ..Config::default()
+        })
+    }
+
+    fn edge_u32() -> impl Strategy<Value = u32> + Clone {
+        prop_oneof![
+            0u32..40,
+            select(vec![
+                0,
+                1,
+                2,
+                16,
+                17,
+                18,
+                19,
+                100,
+                101,
+                243,
+                244,
+                1_024,
+                1_025,
+                100_000,
+                100_001,
+                998_244_353,
+                1_000_000_007,
+                2_147_483_647,
+                1 << 31,
+                u32::MAX,
+            ]),
+            any::<u32>(),
+        ]
+    }
+
+    fn edge_u64() -> impl Strategy<Value = u64> + Clone {
+        prop_oneof![
+            (0u64..40).prop_map(|n| n * 2),
+            0u64..40,
+            select(vec![
+                0,
+                1,
+                499,
+                500,
+                3_600_000,
+                3_600_001,
+                200_000,
+                200_001,
+                200_002,
+                100_000_007,
+                i64::MAX as u64,
+                i64::MAX as u64 + 1,
+                u64::MAX - 1,
+                u64::MAX,
+            ]),
+            any::<u64>(),
+        ]
+    }
+
+    fn edge_i32() -> impl Strategy<Value = i32> + Clone {
+        prop_oneof![
+            -5i32..5,
+            select(vec![
+                i32::MIN,
+                i32::MIN + 1,
+                -1_001,
+                -1_000,
+                1_000,
+                1_001,
+                i32::MAX
+            ]),
+            any::<i32>(),
+        ]
+    }
+
+    fn board() -> impl Strategy<Value = String> + Clone {
+        prop_oneof![
+            Just(String::new()),
+            Just("WRBB".to_string()),
+            Just("BRBW".to_string()),
+            prop::collection::vec(
+                select(vec!['W', 'R', 'B', 'G', 'w', 'r', 'b', '/', 'X', ' ', 'é']),
+                0..30
+            )
+            .prop_map(|c| c.into_iter().collect()),
+            any::<String>(),
+        ]
+    }
+
+    fn plan() -> impl Strategy<Value = String> + Clone {
+        prop_oneof![
+            select(vec!["", "points", "cell-step", "Points", "cell_step"]).prop_map(String::from),
+            any::<String>(),
+        ]
+    }
+
+    fn proto_spec() -> impl Strategy<Value = proto::JobSpec> {
+        let small = prop_oneof![0u32..8, edge_u32()];
+        let hex = (small.clone(), edge_u32(), plan(), edge_u32(), any::<bool>()).prop_map(
+            |(side, modulus, plan, shards_per_step, exact)| {
+                Kind::Hex(proto::HexSpec {
+                    side,
+                    modulus,
+                    plan,
+                    shards_per_step,
+                    exact,
+                })
+            },
+        );
+        let kayles = (edge_u64(), edge_u32())
+            .prop_map(|(pins, digits)| Kind::Kayles(proto::KaylesSpec { pins, digits }));
+        let sliders = (
+            small.clone(),
+            small,
+            board(),
+            board(),
+            edge_u64(),
+            edge_u64(),
+            edge_u32(),
+        )
+            .prop_map(|(rows, cols, start, target, base, modulus, prefixes)| {
+                Kind::Sliders(proto::SlidersSpec {
+                    rows,
+                    cols,
+                    start,
+                    target,
+                    checksum_base: base,
+                    checksum_modulus: modulus,
+                    prefixes,
+                })
+            });
+        let options = (
+            edge_i32(),
+            edge_u32(),
+            edge_u64(),
+            any::<bool>(),
+            edge_u32(),
+        )
+            .prop_map(|(priority, max_attempts, lease_ttl_ms, force, replicas)| {
+                proto::RunnerOptions {
+                    priority,
+                    max_attempts,
+                    lease_ttl_ms,
+                    force,
+                    replicas,
+                }
+            });
+        (
+            prop::option::weighted(0.95, prop_oneof![hex, kayles, sliders]),
+            prop::option::of(options),
+        )
+            .prop_map(|(kind, options)| proto::JobSpec { kind, options })
+    }
+
+    /// A value for `key`: mostly of the right type and near the limits, now
+    /// and then of another type.
+    fn value_for(key: &'static str) -> BoxedStrategy<Value> {
+        let typed: BoxedStrategy<Value> = match key {
+            "kind" => select(vec!["hex", "kayles", "sliders", "Hex", "", "pegs"])
+                .prop_map(Value::from)
+                .boxed(),
+            "side" => prop_oneof![3 => 1u32..4, 1 => 0u32..8, 1 => edge_u32()]
+                .prop_map(Value::from)
+                .boxed(),
+            // The boards below are 2 x 2.
+            "rows" | "cols" => prop_oneof![4 => Just(2u32), 1 => 0u32..8, 1 => edge_u32()]
+                .prop_map(Value::from)
+                .boxed(),
+            "plan" => plan().prop_map(Value::from).boxed(),
+            "exact" | "force" => any::<bool>().prop_map(Value::from).boxed(),
+            // Both boards of a 2 x 2 puzzle with the same tiles, most of the time.
+            "start" | "target" => prop_oneof![
+                3 => select(vec!["WRBB", "BRBW", "wr/bb"]).prop_map(String::from),
+                1 => board(),
+            ]
+            .prop_map(Value::from)
+            .boxed(),
+            "priority" => edge_i32().prop_map(Value::from).boxed(),
+            "base" => prop_oneof![0u64..4, edge_u64()]
+                .prop_map(Value::from)
+                .boxed(),
+            "modulus" => prop_oneof![
+                3 => select(vec![2u64, 5, 17, 101, 244, 100_000_007, 998_244_353, 2_147_483_647]),
+                1 => edge_u64(),
+            ]
+            .prop_map(Value::from)
+            .boxed(),
+            "pins" => prop_oneof![3 => (0u64..100).prop_map(|n| 2 * n), 1 => edge_u64()]
+                .prop_map(Value::from)
+                .boxed(),
+            "lease_ttl_ms" => prop_oneof![3 => 500u64..=3_600_000, 1 => edge_u64()]
+                .prop_map(Value::from)
+                .boxed(),
+            "digits" => prop_oneof![3 => 1u32..=18, 1 => edge_u32()]
+                .prop_map(Value::from)
+                .boxed(),
+            "max_attempts" => prop_oneof![3 => 1u32..=100, 1 => edge_u32()]
+                .prop_map(Value::from)
+                .boxed(),
+            "replicas" => prop_oneof![3 => 1u32..=3, 1 => edge_u32()]
+                .prop_map(Value::from)
+                .boxed(),
+            _ => edge_u32().prop_map(Value::from).boxed(),
+        };
+        prop_oneof![
+            9 => typed,
+            1 => prop_oneof![
+                any::<f64>().prop_map(Value::from),
+                (-5i64..0).prop_map(Value::from),
+                select(vec![Value::Null, json!([]), json!({}), json!("7"), json!(true)]),
+            ],
+        ]
+        .boxed()
+    }
+
+    const KIND_KEYS: [(&str, &[&str]); 3] = [
+        (
+            "hex",
+            &["side", "modulus", "plan", "shards_per_step", "exact"],
+        ),
+        ("kayles", &["pins", "digits"]),
+        (
+            "sliders",
+            &[
+                "rows", "cols", "start", "target", "base", "modulus", "prefixes",
+            ],
+        ),
+    ];
+    const OPTION_KEYS: [&str; 5] = [
+        "priority",
+        "max_attempts",
+        "lease_ttl_ms",
+        "force",
+        "replicas",
+    ];
+
+    /// Some of `keys`, each with a value, and now and then a key that does
+    /// not belong.
+    fn fields(keys: &'static [&'static str]) -> impl Strategy<Value = Vec<(String, Value)>> {
+        let each: Vec<BoxedStrategy<Option<(String, Value)>>> = keys
+            .iter()
+            .map(|&key| {
+                prop::option::weighted(0.85, value_for(key).prop_map(move |v| (key.to_string(), v)))
+                    .boxed()
+            })
+            .collect();
+        let stray = prop::option::weighted(
+            0.1,
+            (select(vec!["side", "pins", "rows", "bogus"]), edge_u32())
+                .prop_map(|(k, v)| (k.to_string(), Value::from(v))),
+        );
+        (each, stray).prop_map(|(each, stray)| each.into_iter().flatten().chain(stray).collect())
+    }
+
+    /// A spec-shaped JSON object: a kind (sometimes wrong or missing), its
+    /// fields, sometimes an options table.
+    fn spec_object() -> impl Strategy<Value = Value> {
+        let kinds: Vec<BoxedStrategy<Value>> = KIND_KEYS
+            .iter()
+            .map(|&(kind, keys)| {
+                (
+                    prop::option::weighted(0.95, value_for("kind")),
+                    any::<bool>(),
+                    fields(keys),
+                    prop::option::of(fields(&OPTION_KEYS)),
+                )
+                    .prop_map(move |(named, right, fields, options)| {
+                        let mut object = Map::new();
+                        if let Some(named) = named {
+                            object.insert("kind".into(), if right { kind.into() } else { named });
+                        }
+                        object.extend(fields);
+                        if let Some(options) = options {
+                            object.insert(
+                                "options".into(),
+                                Value::Object(options.into_iter().collect()),
+                            );
+                        }
+                        Value::Object(object)
+                    })
+                    .boxed()
+            })
+            .collect();
+        prop::strategy::Union::new(kinds)
+    }
+
+    /// `key = value` lines and an `[options]` table: TOML when the values allow.
+    fn toml_text(spec: &Value) -> String {
+        fn render(v: &Value) -> String {
+            match v {
+                Value::Object(m) => {
+                    let inner: Vec<String> = m
+                        .iter()
+                        .map(|(k, v)| format!("{k} = {}", render(v)))
+                        .collect();
+                    format!("{{ {} }}", inner.join(", "))
+                }
+                Value::Null => "nan".into(),
+                other => other.to_string(),
+            }
+        }
+        let mut lines = Vec::new();
+        let mut options = None;
+        for (key, value) in spec.as_object().unwrap() {
+            if key == "options" {
+                options = Some(value);
+            } else {
+                lines.push(format!("{key} = {}", render(value)));
+            }
+        }
+        if let Some(Value::Object(o)) = options {
+            lines.push("[options]".into());
+            lines.extend(o.iter().map(|(k, v)| format!("{k} = {}", render(v))));
+        }
+        lines.join("\n")
+    }
+
+    fn spec_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => spec_object().prop_map(|v| v.to_string()),
+            3 => spec_object().prop_map(|v| toml_text(&v)),
+            // Cut or garbled: a file saved half-way, a stray byte.
+            2 => (spec_object(), any::<prop::sample::Index>(), any::<char>()).prop_map(
+                |(v, at, c)| {
+                    let text = v.to_string();
+                    let mut cut: String = text.chars().take(at.index(text.len() + 1)).collect();
+                    cut.push(c);
+                    cut
+                }
+            ),
+            1 => any::<String>(),
+        ]
+    }
+
+    /// An accepted spec is valid, and its proto form converts back to itself
+    /// and is a fixed point of the normalisation.
+    fn round_trips(spec: &JobSpec) -> Result<(), TestCaseError> {
+        prop_assert!(spec.validate().is_ok());
+        let wire = proto::JobSpec::from(spec);
+        let back = JobSpec::try_from(&wire);
+        prop_assert_eq!(back.as_ref().ok(), Some(spec), "through proto: {:?}", back);
+        prop_assert_eq!(proto::JobSpec::from(&back.unwrap()), wire);
+        let json = serde_json::to_string(spec).unwrap();
+        prop_assert_eq!(&serde_json::from_str::<JobSpec>(&json).unwrap(), spec);
+        Ok(())
+    }
+
+    /// Found by the text fuzzing below: a value that means "the default" on the
+    /// wire must not be a valid value in a file.
+    #[test]
+    fn a_spec_file_value_the_wire_cannot_carry_is_refused() {
+        let text = r#"{"kind": "sliders", "rows": 2, "cols": 2, "start": "WRBB",
+            "target": "BRBW", "base": 0, "modulus": 5}"#;
+        let err = JobSpec::from_json(text).expect_err("base 0 is refused");
+        assert!(
+            err.to_string().contains("checksum base must be at least 1"),
+            "{err}"
+        );
+        let with_base_1 = text.replace("\"base\": 0", "\"base\": 1");
+        round_trips(&JobSpec::from_json(&with_base_1).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn arbitrary_proto_specs_never_panic_and_accepted_ones_round_trip() {
+        let accepted = AtomicUsize::new(0);
+        runner()
+            .run(&proto_spec(), |p| {
+                if let Ok(spec) = JobSpec::try_from(&p) {
+                    accepted.fetch_add(1, Ordering::Relaxed);
+                    round_trips(&spec)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let accepted = accepted.into_inner();
+        eprintln!("proto specs: {CASES} tried, {accepted} accepted");
+        assert!(
+            accepted as u32 > CASES / 100,
+            "too few valid specs to test the round trip"
+        );
+    }
+
+    #[test]
+    fn arbitrary_spec_text_never_panics_and_accepted_specs_round_trip() {
+        let (json_ok, toml_ok) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        runner()
+            .run(&spec_text(), |text| {
+                if let Ok(spec) = JobSpec::from_json(&text) {
+                    json_ok.fetch_add(1, Ordering::Relaxed);
+                    round_trips(&spec)?;
+                }
+                if let Ok(spec) = toml::from_str::<JobSpec>(&text)
+                    && spec.validate().is_ok()
+                {
+                    toml_ok.fetch_add(1, Ordering::Relaxed);
+                    round_trips(&spec)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let (json_ok, toml_ok) = (json_ok.into_inner(), toml_ok.into_inner());
+        eprintln!("spec text: {CASES} tried, {json_ok} accepted as JSON, {toml_ok} as TOML");
+        assert!(
+            json_ok > 0 && toml_ok > 0,
+            "no valid spec text was generated"
+        );
+    }
+}

@@ -237,6 +237,14 @@ impl JobSpec {
             }
             KindSpec::Kayles(k) => kayles::validate(k.pins, k.digits),
             KindSpec::Sliders(s) => {
+                // On the wire 0 stands for the default base, so a spec file's
+                // base 0 would reach the coordinator as 243.
+                if s.board.base == 0 {
+                    return Err(invalid!(
+                        "checksum base must be at least 1, got 0 (0 selects the default, {}, over gRPC)",
+                        sliders::DEFAULT_BASE
+                    ));
+                }
                 sliders::validate(&s.board)?;
                 if s.prefixes > MAX_PREFIX_TASKS {
                     return Err(invalid!(

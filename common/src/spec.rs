@@ -224,7 +224,8 @@ impl JobSpec {
     /// Checks every value; the message names the value and the accepted range.
     pub fn validate(&self) -> Result<()> {
         let o = &self.options;
-        if o.priority.abs() > MAX_PRIORITY {
+        // Not `abs()`: it overflows on i32::MIN.
+        if !(-MAX_PRIORITY..=MAX_PRIORITY).contains(&o.priority) {
             return Err(invalid!(
                 "priority must be between -{MAX_PRIORITY} and {MAX_PRIORITY}, got {}",
                 o.priority
@@ -262,6 +263,20 @@ impl JobSpec {
                         "exact hex counts need the points plan (--plan points)"
                     ));
                 }
+                // The points plan evaluates at x = 2, 3, ... below the modulus: a
+                // tiny prime may not have enough of them to solve and check.
+                if h.plan == HexPlan::Points && !h.exact {
+                    let layout = hex::points_layout(h.side, h.modulus);
+                    if layout.points.len() <= layout.unknowns {
+                        return Err(invalid!(
+                            "modulus {} is too small for the points plan of side {}: it has {} evaluation points, the plan needs {}; use a larger prime or the cell-step plan",
+                            h.modulus,
+                            h.side,
+                            layout.points.len(),
+                            layout.unknowns + 1
+                        ));
+                    }
+                }
                 if !o.force {
                     let estimate = crate::jobs::hex_estimate(h);
                     if estimate.worker_memory_bytes > crate::jobs::WORKER_MEMORY_BUDGET {
@@ -276,6 +291,14 @@ impl JobSpec {
             }
             KindSpec::Kayles(k) => kayles::validate(k.pins, k.digits),
             KindSpec::Sliders(s) => {
+                // On the wire 0 stands for the default base, so a spec file's
+                // base 0 would reach the coordinator as 243.
+                if s.board.base == 0 {
+                    return Err(invalid!(
+                        "checksum base must be at least 1, got 0 (0 selects the default, {}, over gRPC)",
+                        sliders::DEFAULT_BASE
+                    ));
+                }
                 sliders::validate(&s.board)?;
                 if s.prefixes > MAX_PREFIX_TASKS {
                     return Err(invalid!(

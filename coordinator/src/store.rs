@@ -194,6 +194,11 @@ const SCHEMA_KEY: &[u8] = b"schema";
 const PRODUCT_KEY: &[u8] = b"product";
 const PRODUCT: &[u8] = b"tally";
 
+/// Present in the data directory while a fresh store is initialised. A
+/// directory with sled's files but no readable tally schema is refused as
+/// damaged, unless this marker shows that its first start was interrupted.
+const INIT_MARKER: &str = "tally-init";
+
 /// The on-disk backend: one sled database, one sled tree per [`Tree`].
 pub struct SledStore {
     db: sled::Db,
@@ -202,37 +207,79 @@ pub struct SledStore {
 
 impl SledStore {
     /// Opens (or creates) the store in `dir`. Refuses a directory that holds
-    /// something other than a tally store, or a store of another schema version.
+    /// something other than a tally store, a store that sled cannot read back
+    /// (damaged), or a store of another schema version.
     pub fn open(dir: &Path) -> Result<SledStore> {
-        let fresh = !dir.exists()
-            || std::fs::read_dir(dir)
-                .map(|mut d| d.next().is_none())
-                .unwrap_or(false);
+        let refuse = |why: String| {
+            Err(CoordinatorError::InvalidArgument(format!(
+                "data directory {} {why}; refusing to use it",
+                dir.display()
+            )))
+        };
         if dir.exists() && !dir.is_dir() {
             return Err(CoordinatorError::InvalidArgument(format!(
                 "data directory {} is not a directory",
                 dir.display()
             )));
         }
-        if !fresh && !dir.join("db").exists() && !dir.join("conf").exists() {
-            return Err(CoordinatorError::InvalidArgument(format!(
-                "data directory {} is not empty and holds no tally store; refusing to use it",
-                dir.display()
-            )));
+        // Read the directory once: `exists` says false for what it cannot read,
+        // which would make an unreadable store look foreign.
+        let empty = match std::fs::read_dir(dir) {
+            Ok(mut entries) => entries.next().is_none(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => {
+                return Err(CoordinatorError::InvalidArgument(format!(
+                    "cannot read data directory {}: {e}",
+                    dir.display()
+                )));
+            }
+        };
+        let fresh = empty || dir.join(INIT_MARKER).exists();
+        if fresh {
+            begin_init(dir)?;
+        } else {
+            // sled writes both files when it creates a store; checked before sled
+            // opens anything, so that it never writes into a foreign file.
+            match (dir.join("conf").exists(), dir.join("db").exists()) {
+                (true, true) => {}
+                (false, false) => {
+                    return refuse("is not empty and holds no tally store".into());
+                }
+                (conf, _) => {
+                    let missing = if conf { "db" } else { "conf" };
+                    return refuse(format!(
+                        "lacks the store file {missing}: it is damaged or not a tally store"
+                    ));
+                }
+            }
         }
         let db = sled::Config::new()
             .path(dir)
             .mode(sled::Mode::HighThroughput)
             .open()
             .map_err(|e| {
-                CoordinatorError::Store(format!("cannot open the store in {}: {e}", dir.display()))
+                let hint = if fresh {
+                    ""
+                } else {
+                    " (it is damaged or not a tally store)"
+                };
+                CoordinatorError::Store(format!(
+                    "cannot open the store in {}{hint}: {e}",
+                    dir.display()
+                ))
             })?;
+        if !fresh {
+            check_existing(&db, dir)?;
+        }
         let trees = Tree::ALL
             .iter()
             .map(|t| db.open_tree(t.name()))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let store = SledStore { db, trees };
         store.check_schema(dir)?;
+        if fresh {
+            end_init(dir)?;
+        }
         Ok(store)
     }
 
@@ -260,29 +307,100 @@ impl SledStore {
                 );
                 self.commit(batch)
             }
-            (Some(product), Some(version)) if product.as_ref() == PRODUCT => {
-                let found = <[u8; 4]>::try_from(version.as_ref())
-                    .map(u32::from_be_bytes)
-                    .map_err(|_| {
-                        CoordinatorError::InvalidArgument(format!(
-                            "the store in {} has a malformed schema version",
-                            dir.display()
-                        ))
-                    })?;
-                if found != SCHEMA_VERSION {
-                    return Err(CoordinatorError::InvalidArgument(format!(
-                        "the store in {} has schema version {found}; this tally reads version {SCHEMA_VERSION}",
-                        dir.display()
-                    )));
-                }
-                Ok(())
-            }
-            _ => Err(CoordinatorError::InvalidArgument(format!(
-                "the store in {} was not written by tally; refusing to use it",
-                dir.display()
-            ))),
+            (product, version) => check_marker(product.as_deref(), version.as_deref(), dir),
         }
     }
+}
+
+/// Refuses an existing sled database without a tally schema before any tree is
+/// created in it: one written by another program, or one whose data sled could
+/// not read back.
+fn check_existing(db: &sled::Db, dir: &Path) -> Result<()> {
+    let refuse = |why: &str| {
+        Err(CoordinatorError::InvalidArgument(format!(
+            "the store in {} {why}; refusing to use it",
+            dir.display()
+        )))
+    };
+    let names = db.tree_names();
+    if !names
+        .iter()
+        .any(|n| n.as_ref() == Tree::Meta.name().as_bytes())
+    {
+        // sled always has its default tree, which tally never writes.
+        if names.len() > 1 || !db.is_empty() {
+            return refuse("was not written by tally");
+        }
+        return refuse(
+            "holds nothing sled can read back: it is damaged, or it was never a tally store",
+        );
+    }
+    let meta = db.open_tree(Tree::Meta.name())?;
+    match (meta.get(PRODUCT_KEY)?, meta.get(SCHEMA_KEY)?) {
+        (None, None) => {
+            let mut trees = names.iter().map(|n| db.open_tree(n));
+            if trees.all(|t| t.is_ok_and(|t| t.is_empty())) {
+                refuse(
+                    "is empty and has no schema version: its first start did not finish; remove it to start afresh",
+                )
+            } else {
+                refuse("has data but no schema version")
+            }
+        }
+        (product, version) => check_marker(product.as_deref(), version.as_deref(), dir),
+    }
+}
+
+/// Accepts this product's marker with this schema version only.
+fn check_marker(product: Option<&[u8]>, version: Option<&[u8]>, dir: &Path) -> Result<()> {
+    match (product, version) {
+        (Some(PRODUCT), Some(version)) => {
+            let found = <[u8; 4]>::try_from(version)
+                .map(u32::from_be_bytes)
+                .map_err(|_| {
+                    CoordinatorError::InvalidArgument(format!(
+                        "the store in {} has a malformed schema version",
+                        dir.display()
+                    ))
+                })?;
+            if found != SCHEMA_VERSION {
+                return Err(CoordinatorError::InvalidArgument(format!(
+                    "the store in {} has schema version {found}; this tally reads version {SCHEMA_VERSION}",
+                    dir.display()
+                )));
+            }
+            Ok(())
+        }
+        _ => Err(CoordinatorError::InvalidArgument(format!(
+            "the store in {} was not written by tally; refusing to use it",
+            dir.display()
+        ))),
+    }
+}
+
+/// Marks `dir` as being initialised, durably, before sled creates its files.
+fn begin_init(dir: &Path) -> Result<()> {
+    let io = |e: std::io::Error| {
+        CoordinatorError::Store(format!("cannot create the store in {}: {e}", dir.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::File::create(dir.join(INIT_MARKER))
+        .and_then(|f| f.sync_all())
+        .map_err(io)?;
+    sync_dir(dir).map_err(io)
+}
+
+/// Removes the marker once the schema is durable.
+fn end_init(dir: &Path) -> Result<()> {
+    let io = |e: std::io::Error| {
+        CoordinatorError::Store(format!("cannot create the store in {}: {e}", dir.display()))
+    };
+    std::fs::remove_file(dir.join(INIT_MARKER)).map_err(io)?;
+    sync_dir(dir).map_err(io)
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 impl Store for SledStore {

@@ -1,0 +1,2223 @@
+//! Bad input against a running coordinator, table by table: every spec value at
+//! its limit (accepted) and just past it (refused), and malformed or misdirected
+//! worker messages. A refused row must give its gRPC code and a message naming
+//! the problem, and leave the jobs, their event logs and the leases held on
+//! them exactly as they were.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use support::*;
+use tally_common::jobs::{self, KernelCache, Partial, ShardTask};
+use tally_common::proto::job_service_client::JobServiceClient;
+use tally_common::proto::worker_service_client::WorkerServiceClient;
+use tally_common::proto::{self, job_spec::Kind, report_message::Body};
+use tally_common::spec::{self, HexPlan, HexSpec, JobSpec, KindSpec};
+use tally_common::{Control, hex, kayles};
+use tonic::Code;
+use tonic::transport::Channel;
+
+/// What a row expects.
+#[derive(Debug)]
+enum Expect {
+    /// Stored; the job that comes back carries the same spec.
+    Accepted,
+    /// Valid, but not submitted because planning it would build a large graph:
+    /// checked through the same conversion and validation the service runs.
+    Valid,
+    Refused(Code, &'static str),
+}
+
+use Expect::*;
+
+/// Anything past tonic's decoding limit is refused by tonic itself.
+const OVERSIZED: usize = tally_coordinator::server::MAX_MESSAGE_BYTES + 1;
+
+// ------------------------------------------------------------ spec values
+
+fn kind(kind: Kind) -> proto::JobSpec {
+    proto::JobSpec {
+        kind: Some(kind),
+        options: None,
+    }
+}
+
+fn hex_spec(side: u32, modulus: u32, plan: &str) -> proto::HexSpec {
+    proto::HexSpec {
+        side,
+        modulus,
+        plan: plan.into(),
+        shards_per_step: 0,
+        exact: false,
+    }
+}
+
+fn hex(side: u32, modulus: u32) -> proto::JobSpec {
+    kind(Kind::Hex(hex_spec(side, modulus, "")))
+}
+
+fn hex_with(side: u32, adjust: impl FnOnce(&mut proto::HexSpec)) -> proto::JobSpec {
+    let mut h = hex_spec(side, 0, "");
+    adjust(&mut h);
+    kind(Kind::Hex(h))
+}
+
+fn kayles(pins: u64, digits: u32) -> proto::JobSpec {
+    kind(Kind::Kayles(proto::KaylesSpec { pins, digits }))
+}
+
+fn sliders(rows: u32, cols: u32, start: &str, target: &str) -> proto::JobSpec {
+    sliders_with(rows, cols, start, target, |_| {})
+}
+
+fn sliders_with(
+    rows: u32,
+    cols: u32,
+    start: &str,
+    target: &str,
+    adjust: impl FnOnce(&mut proto::SlidersSpec),
+) -> proto::JobSpec {
+    let mut s = proto::SlidersSpec {
+        rows,
+        cols,
+        start: start.into(),
+        target: target.into(),
+        checksum_base: 0,
+        checksum_modulus: 0,
+        prefixes: 0,
+    };
+    adjust(&mut s);
+    kind(Kind::Sliders(s))
+}
+
+/// A small kayles job with adjusted runner options.
+fn options(adjust: impl FnOnce(&mut proto::RunnerOptions)) -> proto::JobSpec {
+    let mut o = proto::RunnerOptions::default();
+    adjust(&mut o);
+    proto::JobSpec {
+        options: Some(o),
+        ..kayles(10, 0)
+    }
+}
+
+/// The smallest hex side whose cell-step plan is refused by the resource
+/// estimate (without --force), from the estimate itself.
+fn first_side_over_budget() -> u32 {
+    (1..=hex::MAX_SIDE)
+        .find(|&side| {
+            let h = HexSpec {
+                side,
+                modulus: hex::DEFAULT_MODULUS,
+                plan: HexPlan::CellStep,
+                shards_per_step: 0,
+                exact: false,
+            };
+            jobs::hex_estimate(&h).worker_memory_bytes > jobs::WORKER_MEMORY_BUDGET
+        })
+        .expect("some side is over the budget")
+}
+
+fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
+    let max_side = hex::MAX_SIDE;
+    let max_pins = kayles::MAX_PINS;
+    let max_digits = kayles::MAX_DIGITS;
+    let over = first_side_over_budget();
+    let cells_25 = format!("W{}", "R".repeat(24));
+    vec![
+        // Runner options.
+        (
+            "priority max".into(),
+            options(|o| o.priority = spec::MAX_PRIORITY),
+            Accepted,
+        ),
+        (
+            "priority min".into(),
+            options(|o| o.priority = -spec::MAX_PRIORITY),
+            Accepted,
+        ),
+        (
+            "priority max+1".into(),
+            options(|o| o.priority = spec::MAX_PRIORITY + 1),
+            Refused(
+                Code::InvalidArgument,
+                "priority must be between -1000 and 1000, got 1001",
+            ),
+        ),
+        (
+            "priority min-1".into(),
+            options(|o| o.priority = -spec::MAX_PRIORITY - 1),
+            Refused(Code::InvalidArgument, "got -1001"),
+        ),
+        (
+            "priority i32::MIN".into(),
+            options(|o| o.priority = i32::MIN),
+            Refused(Code::InvalidArgument, "priority must be between"),
+        ),
+        (
+            "priority i32::MAX".into(),
+            options(|o| o.priority = i32::MAX),
+            Refused(Code::InvalidArgument, "priority must be between"),
+        ),
+        (
+            "max attempts 0 (default)".into(),
+            options(|o| o.max_attempts = 0),
+            Accepted,
+        ),
+        (
+            "max attempts 1".into(),
+            options(|o| o.max_attempts = 1),
+            Accepted,
+        ),
+        (
+            "max attempts max".into(),
+            options(|o| o.max_attempts = spec::MAX_ATTEMPTS),
+            Accepted,
+        ),
+        (
+            "max attempts max+1".into(),
+            options(|o| o.max_attempts = spec::MAX_ATTEMPTS + 1),
+            Refused(
+                Code::InvalidArgument,
+                "max attempts must be between 1 and 100, got 101",
+            ),
+        ),
+        (
+            "max attempts u32::MAX".into(),
+            options(|o| o.max_attempts = u32::MAX),
+            Refused(Code::InvalidArgument, "max attempts"),
+        ),
+        (
+            "lease TTL 0 (default)".into(),
+            options(|o| o.lease_ttl_ms = 0),
+            Accepted,
+        ),
+        (
+            "lease TTL min".into(),
+            options(|o| o.lease_ttl_ms = spec::MIN_LEASE_TTL_MS),
+            Accepted,
+        ),
+        (
+            "lease TTL min-1".into(),
+            options(|o| o.lease_ttl_ms = spec::MIN_LEASE_TTL_MS - 1),
+            Refused(
+                Code::InvalidArgument,
+                "lease TTL must be between 500 and 3600000 ms, got 499",
+            ),
+        ),
+        (
+            "lease TTL max".into(),
+            options(|o| o.lease_ttl_ms = spec::MAX_LEASE_TTL_MS),
+            Accepted,
+        ),
+        (
+            "lease TTL max+1".into(),
+            options(|o| o.lease_ttl_ms = spec::MAX_LEASE_TTL_MS + 1),
+            Refused(Code::InvalidArgument, "got 3600001"),
+        ),
+        (
+            "lease TTL u64::MAX".into(),
+            options(|o| o.lease_ttl_ms = u64::MAX),
+            Refused(Code::InvalidArgument, "lease TTL"),
+        ),
+        (
+            "replicas 0 (default)".into(),
+            options(|o| o.replicas = 0),
+            Accepted,
+        ),
+        ("replicas 1".into(), options(|o| o.replicas = 1), Accepted),
+        (
+            "replicas max".into(),
+            options(|o| o.replicas = spec::MAX_REPLICAS),
+            Accepted,
+        ),
+        (
+            "replicas max+1".into(),
+            options(|o| o.replicas = spec::MAX_REPLICAS + 1),
+            Refused(
+                Code::InvalidArgument,
+                "replicas must be between 1 and 3, got 4",
+            ),
+        ),
+        // Hex.
+        (
+            "hex side 0".into(),
+            hex(0, 0),
+            Refused(
+                Code::InvalidArgument,
+                "side must be between 1 and 16, got 0",
+            ),
+        ),
+        ("hex side 1".into(), hex(1, 0), Accepted),
+        ("hex side max".into(), hex(max_side, 0), Accepted),
+        (
+            "hex side max, exact".into(),
+            hex_with(max_side, |h| h.exact = true),
+            Accepted,
+        ),
+        (
+            "hex side max+1".into(),
+            hex(max_side + 1, 0),
+            Refused(
+                Code::InvalidArgument,
+                "side must be between 1 and 16, got 17",
+            ),
+        ),
+        (
+            "hex side u32::MAX".into(),
+            hex(u32::MAX, 0),
+            Refused(Code::InvalidArgument, "side must be between"),
+        ),
+        (
+            "hex cell-step, one cell, modulus 2".into(),
+            hex_with(1, |h| {
+                h.plan = "cell-step".into();
+                h.modulus = 2;
+            }),
+            Accepted,
+        ),
+        (
+            "hex points, one cell, modulus 2 (no evaluation point)".into(),
+            hex(1, 2),
+            Refused(
+                Code::InvalidArgument,
+                "modulus 2 is too small for the points plan of side 1: it has 0 evaluation points, the plan needs 1",
+            ),
+        ),
+        (
+            "hex points, one cell, modulus 3".into(),
+            hex(1, 3),
+            Refused(
+                Code::InvalidArgument,
+                "modulus 3 is too small for the points plan",
+            ),
+        ),
+        (
+            "hex points, one cell, modulus 5 (one evaluation point)".into(),
+            hex(1, 5),
+            Accepted,
+        ),
+        (
+            "hex modulus 1".into(),
+            hex(1, 1),
+            Refused(
+                Code::InvalidArgument,
+                "modulus must be greater than the number of cells 1^2 = 1, got 1",
+            ),
+        ),
+        (
+            "hex modulus not prime".into(),
+            hex(1, 4),
+            Refused(Code::InvalidArgument, "modulus must be a prime, got 4"),
+        ),
+        (
+            "hex modulus Carmichael".into(),
+            hex(3, 561),
+            Refused(Code::InvalidArgument, "modulus must be a prime, got 561"),
+        ),
+        (
+            "hex modulus 1e9+8".into(),
+            hex(3, 1_000_000_008),
+            Refused(Code::InvalidArgument, "modulus must be a prime"),
+        ),
+        (
+            "hex modulus = cells".into(),
+            hex(4, 16),
+            Refused(
+                Code::InvalidArgument,
+                "greater than the number of cells 4^2 = 16",
+            ),
+        ),
+        (
+            "hex modulus prime below cells".into(),
+            hex(4, 13),
+            Refused(Code::InvalidArgument, "greater than the number of cells"),
+        ),
+        (
+            "hex modulus smallest prime above cells".into(),
+            hex(4, 17),
+            Accepted,
+        ),
+        (
+            "hex modulus largest prime below 2^31".into(),
+            hex(5, 2_147_483_647),
+            Accepted,
+        ),
+        (
+            "hex modulus 2^31".into(),
+            hex(5, 1 << 31),
+            Refused(Code::InvalidArgument, "modulus must be below 2^31"),
+        ),
+        (
+            "hex modulus u32::MAX".into(),
+            hex(5, u32::MAX),
+            Refused(Code::InvalidArgument, "modulus must be below 2^31"),
+        ),
+        (
+            "hex plan points".into(),
+            hex_with(3, |h| h.plan = "points".into()),
+            Accepted,
+        ),
+        (
+            "hex plan cell-step".into(),
+            hex_with(3, |h| h.plan = "cell-step".into()),
+            Accepted,
+        ),
+        (
+            "hex plan capitalised".into(),
+            hex_with(3, |h| h.plan = "Points".into()),
+            Refused(Code::InvalidArgument, "unknown hex plan \"Points\""),
+        ),
+        (
+            "hex plan misspelt".into(),
+            hex_with(3, |h| h.plan = "cellstep".into()),
+            Refused(Code::InvalidArgument, "unknown hex plan"),
+        ),
+        (
+            "hex shards per step max".into(),
+            hex_with(2, |h| {
+                h.plan = "cell-step".into();
+                h.shards_per_step = spec::MAX_SHARDS_PER_STEP;
+            }),
+            Accepted,
+        ),
+        (
+            "hex shards per step max+1".into(),
+            hex_with(2, |h| {
+                h.plan = "cell-step".into();
+                h.shards_per_step = spec::MAX_SHARDS_PER_STEP + 1;
+            }),
+            Refused(
+                Code::InvalidArgument,
+                "shards per step must be at most 1024, got 1025",
+            ),
+        ),
+        (
+            "hex exact cell-step".into(),
+            hex_with(3, |h| {
+                h.plan = "cell-step".into();
+                h.exact = true;
+            }),
+            Refused(
+                Code::InvalidArgument,
+                "exact hex counts need the points plan",
+            ),
+        ),
+        (
+            format!(
+                "hex cell-step side {} (last within the memory budget)",
+                over - 1
+            ),
+            hex_with(over - 1, |h| h.plan = "cell-step".into()),
+            Valid,
+        ),
+        (
+            format!("hex cell-step side {over} (over the memory budget)"),
+            hex_with(over, |h| h.plan = "cell-step".into()),
+            Refused(Code::InvalidArgument, "use the points plan, or --force"),
+        ),
+        (
+            "hex cell-step side max, forced".into(),
+            proto::JobSpec {
+                options: Some(proto::RunnerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+                ..hex_with(max_side, |h| h.plan = "cell-step".into())
+            },
+            Valid,
+        ),
+        // Kayles.
+        ("kayles pins 0".into(), kayles(0, 0), Accepted),
+        (
+            "kayles pins odd".into(),
+            kayles(1, 0),
+            Refused(Code::InvalidArgument, "pins must be even, got 1"),
+        ),
+        ("kayles pins max".into(), kayles(max_pins, 0), Accepted),
+        (
+            "kayles pins max+1 (odd)".into(),
+            kayles(max_pins + 1, 0),
+            Refused(Code::InvalidArgument, "pins must be even"),
+        ),
+        (
+            "kayles pins max+2".into(),
+            kayles(max_pins + 2, 0),
+            Refused(
+                Code::InvalidArgument,
+                "pins must be at most 200000, got 200002",
+            ),
+        ),
+        (
+            "kayles pins u64::MAX-1".into(),
+            kayles(u64::MAX - 1, 0),
+            Refused(Code::InvalidArgument, "pins must be at most"),
+        ),
+        ("kayles digits 0 (default)".into(), kayles(10, 0), Accepted),
+        ("kayles digits 1".into(), kayles(10, 1), Accepted),
+        ("kayles digits max".into(), kayles(10, max_digits), Accepted),
+        (
+            "kayles digits max+1".into(),
+            kayles(10, max_digits + 1),
+            Refused(
+                Code::InvalidArgument,
+                "digits must be between 1 and 18, got 19",
+            ),
+        ),
+        (
+            "kayles digits u32::MAX".into(),
+            kayles(10, u32::MAX),
+            Refused(Code::InvalidArgument, "digits must be between"),
+        ),
+        // Sliders.
+        (
+            "sliders default boards".into(),
+            sliders(0, 0, "", ""),
+            Accepted,
+        ),
+        (
+            "sliders smallest board".into(),
+            sliders(2, 2, "WRBB", "BRBW"),
+            Accepted,
+        ),
+        (
+            "sliders largest board".into(),
+            sliders(5, 5, &cells_25, &cells_25.chars().rev().collect::<String>()),
+            Accepted,
+        ),
+        (
+            "sliders rows min-1".into(),
+            sliders(1, 4, "WRBB", "BRBW"),
+            Refused(Code::InvalidArgument, "rows must be between 2 and 5, got 1"),
+        ),
+        (
+            "sliders rows max+1".into(),
+            sliders(6, 2, "WRBBRRBBRRBB", "RBBWRRBBRRBB"),
+            Refused(Code::InvalidArgument, "rows must be between 2 and 5, got 6"),
+        ),
+        (
+            "sliders cols min-1".into(),
+            sliders(4, 1, "WRBB", "BRBW"),
+            Refused(Code::InvalidArgument, "cols must be between 2 and 5, got 1"),
+        ),
+        (
+            "sliders cols max+1".into(),
+            sliders(2, 6, "WRBBRRBBRRBB", "RBBWRRBBRRBB"),
+            Refused(Code::InvalidArgument, "cols must be between 2 and 5, got 6"),
+        ),
+        (
+            "sliders start without target".into(),
+            sliders(2, 2, "WRBB", ""),
+            Refused(
+                Code::InvalidArgument,
+                "give both a start and a target board, or neither",
+            ),
+        ),
+        (
+            "sliders target without start".into(),
+            sliders(2, 2, "", "WRBB"),
+            Refused(
+                Code::InvalidArgument,
+                "give both a start and a target board, or neither",
+            ),
+        ),
+        (
+            "sliders board too short".into(),
+            sliders(2, 2, "WRB", "BRBW"),
+            Refused(
+                Code::InvalidArgument,
+                "start board has 3 cells, a 2 x 2 board needs 4",
+            ),
+        ),
+        (
+            "sliders board too long".into(),
+            sliders(2, 2, "WRBB", "BRBWR"),
+            Refused(Code::InvalidArgument, "target board has 5 cells"),
+        ),
+        (
+            "sliders rows of the wrong width".into(),
+            sliders(2, 2, "WRB/B", "BRBW"),
+            Refused(Code::InvalidArgument, "start board row 1 has 3 cells"),
+        ),
+        (
+            "sliders unknown letter".into(),
+            sliders(2, 2, "WRBX", "BRBW"),
+            Refused(Code::InvalidArgument, "unknown character 'X'"),
+        ),
+        (
+            "sliders no empty cell".into(),
+            sliders(2, 2, "RRBB", "BRBW"),
+            Refused(Code::InvalidArgument, "start board has no empty cell W"),
+        ),
+        (
+            "sliders two empty cells".into(),
+            sliders(2, 2, "WRBW", "BRBW"),
+            Refused(Code::InvalidArgument, "2 empty cells W"),
+        ),
+        (
+            "sliders different tiles".into(),
+            sliders(2, 2, "WRBB", "WRRB"),
+            Refused(Code::InvalidArgument, "different tiles"),
+        ),
+        (
+            "sliders 5 x 5, 12 + 12 tiles (within the board limit)".into(),
+            sliders(
+                5,
+                5,
+                "WRRRRRRRRRRRRBBBBBBBBBBBB",
+                "RRRRRRRRRRRRBBBBBBBBBBBBW",
+            ),
+            Valid,
+        ),
+        (
+            "sliders too many boards".into(),
+            sliders(
+                5,
+                5,
+                "WRRRRRRRRBBBBBBBBGGGGGGGG",
+                "RRRRRRRRBBBBBBBBGGGGGGGGW",
+            ),
+            Refused(Code::InvalidArgument, "more than the limit"),
+        ),
+        (
+            "sliders modulus 1".into(),
+            sliders_with(2, 2, "WRBB", "BRBW", |s| s.checksum_modulus = 1),
+            Refused(Code::InvalidArgument, "modulus must be at least 2, got 1"),
+        ),
+        (
+            "sliders modulus = base".into(),
+            sliders_with(2, 2, "WRBB", "BRBW", |s| s.checksum_modulus = 243),
+            Refused(Code::InvalidArgument, "base must be below the modulus"),
+        ),
+        (
+            "sliders modulus = base + 1".into(),
+            sliders_with(2, 2, "WRBB", "BRBW", |s| s.checksum_modulus = 244),
+            Accepted,
+        ),
+        (
+            "sliders base and modulus overflow".into(),
+            sliders_with(2, 2, "WRBB", "BRBW", |s| {
+                s.checksum_base = u64::MAX - 1;
+                s.checksum_modulus = u64::MAX;
+            }),
+            Refused(Code::InvalidArgument, "must be below 2^64"),
+        ),
+        (
+            "sliders prefixes max".into(),
+            sliders_with(2, 3, "WRRBBB", "BBBRRW", |s| {
+                s.prefixes = spec::MAX_PREFIX_TASKS
+            }),
+            Accepted,
+        ),
+        (
+            "sliders prefixes max+1".into(),
+            sliders_with(2, 3, "WRRBBB", "BBBRRW", |s| {
+                s.prefixes = spec::MAX_PREFIX_TASKS + 1
+            }),
+            Refused(
+                Code::InvalidArgument,
+                "prefixes must be at most 100000, got 100001",
+            ),
+        ),
+        // The request itself.
+        (
+            "no kind".into(),
+            proto::JobSpec {
+                kind: None,
+                options: None,
+            },
+            Refused(Code::InvalidArgument, "names no kind"),
+        ),
+    ]
+}
+
+/// A job as the client sees it, without the fields that move with the clock.
+fn frozen(mut job: proto::Job) -> proto::Job {
+    job.elapsed_ms = 0;
+    job.eta_ms = 0;
+    job
+}
+
+/// Everything a refused request must leave as it was.
+#[derive(Debug, PartialEq)]
+struct Observed {
+    jobs: Vec<proto::Job>,
+    events: BTreeMap<String, Vec<proto::Event>>,
+}
+
+async fn observe(client: &mut JobServiceClient<Channel>) -> Observed {
+    let jobs: Vec<proto::Job> = client
+        .list(proto::ListJobsRequest {})
+        .await
+        .expect("list")
+        .into_inner()
+        .jobs
+        .into_iter()
+        .map(frozen)
+        .collect();
+    let mut all = BTreeMap::new();
+    for job in &jobs {
+        all.insert(job.id.clone(), events(client, &job.id).await);
+    }
+    Observed { jobs, events: all }
+}
+
+fn check_status(name: &str, status: &tonic::Status, code: Code, needle: &str) {
+    assert_eq!(status.code(), code, "{name}: {status:?}");
+    assert!(
+        status.message().contains(needle),
+        "{name}: {:?} does not contain {needle:?}",
+        status.message()
+    );
+}
+
+/// Every spec value at its limit is accepted and comes back unchanged; just
+/// past it the submission is refused with a message naming the value, and
+/// nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
+    let coordinator = start_coordinator(None).await;
+    let mut client = jobs_client(&coordinator.url()).await;
+    let rows = spec_rows();
+    let (mut accepted, mut valid, mut refused) = (0, 0, 0);
+    for (name, spec, expect) in rows {
+        let before = observe(&mut client).await;
+        match expect {
+            Valid => {
+                JobSpec::try_from(&spec).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
+                valid += 1;
+            }
+            Accepted => {
+                let job = client
+                    .submit(proto::SubmitRequest {
+                        spec: Some(spec.clone()),
+                        idempotency_key: String::new(),
+                    })
+                    .await
+                    .unwrap_or_else(|e| panic!("{name}: refused: {e:?}"))
+                    .into_inner()
+                    .job
+                    .unwrap();
+                let sent = JobSpec::try_from(&spec).unwrap();
+                let stored = JobSpec::try_from(job.spec.as_ref().unwrap()).unwrap();
+                assert_eq!(sent, stored, "{name}: the stored spec differs");
+                // Cancelled at once so that the table's jobs never run.
+                client
+                    .cancel(proto::CancelRequest {
+                        job_id: job.id.clone(),
+                    })
+                    .await
+                    .unwrap();
+                let after = observe(&mut client).await;
+                assert_eq!(after.jobs.len(), before.jobs.len() + 1, "{name}");
+                accepted += 1;
+            }
+            Refused(code, needle) => {
+                let status = client
+                    .submit(proto::SubmitRequest {
+                        spec: Some(spec.clone()),
+                        idempotency_key: format!("refused {name}"),
+                    })
+                    .await
+                    .expect_err(&name);
+                check_status(&name, &status, code, needle);
+                // The same refusal as the spec conversion gives in process.
+                assert!(JobSpec::try_from(&spec).is_err(), "{name}");
+                assert_eq!(observe(&mut client).await, before, "{name}: state changed");
+                refused += 1;
+            }
+        }
+    }
+    // The request around the spec.
+    let before = observe(&mut client).await;
+    let small = Some(kayles(10, 0));
+    let requests = [
+        (
+            "no spec",
+            None,
+            String::new(),
+            Code::InvalidArgument,
+            "the request has no job spec",
+        ),
+        (
+            "idempotency key 257 bytes",
+            small.clone(),
+            "k".repeat(257),
+            Code::InvalidArgument,
+            "longer than 256 bytes",
+        ),
+        (
+            "message over the limit",
+            small.clone(),
+            "k".repeat(OVERSIZED),
+            Code::OutOfRange,
+            "message length too large",
+        ),
+    ];
+    for (name, spec, key, code, needle) in requests {
+        let status = client
+            .submit(proto::SubmitRequest {
+                spec,
+                idempotency_key: key,
+            })
+            .await
+            .expect_err(name);
+        check_status(name, &status, code, needle);
+        assert_eq!(observe(&mut client).await, before, "{name}: state changed");
+        refused += 1;
+    }
+    let key = "k".repeat(256);
+    let first = submit(
+        &mut client,
+        &JobSpec::try_from(&kayles(10, 0)).unwrap(),
+        &key,
+    )
+    .await;
+    let again = submit(
+        &mut client,
+        &JobSpec::try_from(&kayles(12, 0)).unwrap(),
+        &key,
+    )
+    .await;
+    assert_eq!(first.id, again.id, "a 256-byte key is kept");
+    accepted += 1;
+    eprintln!(
+        "spec limits: {accepted} accepted, {valid} validated only (large plans), {refused} refused"
+    );
+    coordinator.shutdown().await;
+}
+
+/// Accepted at a limit means it runs: the extreme values that are cheap to
+/// compute go through a cluster and must give the kernels' own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_at_their_limits_run_to_the_direct_answer() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    // Three workers: three replicas must come from three different ones.
+    let workers = Workers::start(&url, 3, 1);
+    let one_colour = format!("W{}", "R".repeat(24));
+    let cases = [
+        (
+            "hex cell-step, one cell, modulus 2",
+            hex_with(1, |h| {
+                h.plan = "cell-step".into();
+                h.modulus = 2;
+            }),
+        ),
+        ("hex points, one cell, modulus 5", hex(1, 5)),
+        ("hex points, side 2, modulus 5", hex(2, 5)),
+        (
+            "hex points, side 3, modulus 11 (no spare point)",
+            hex(3, 11),
+        ),
+        ("hex points, side 4, modulus 17", hex(4, 17)),
+        (
+            "hex points, side 5, modulus 2^31 - 1",
+            hex(5, 2_147_483_647),
+        ),
+        ("hex exact, one cell", hex_with(1, |h| h.exact = true)),
+        ("kayles, no pins", kayles(0, 0)),
+        ("kayles, one digit", kayles(30, 1)),
+        ("kayles, 18 digits", kayles(30, kayles::MAX_DIGITS)),
+        ("sliders 2 x 2", sliders(2, 2, "WRBB", "BRBW")),
+        (
+            "sliders 5 x 5 of one colour",
+            sliders(
+                5,
+                5,
+                &one_colour,
+                &one_colour.chars().rev().collect::<String>(),
+            ),
+        ),
+        (
+            "sliders modulus = base + 1",
+            sliders_with(2, 3, "WRRBBB", "BBBRRW", |s| s.checksum_modulus = 244),
+        ),
+        ("max attempts 1", options(|o| o.max_attempts = 1)),
+        ("replicas 3", options(|o| o.replicas = spec::MAX_REPLICAS)),
+        ("priority max", options(|o| o.priority = spec::MAX_PRIORITY)),
+        (
+            "priority min",
+            options(|o| o.priority = -spec::MAX_PRIORITY),
+        ),
+    ];
+    let mut submitted = Vec::new();
+    for (name, wire) in &cases {
+        let spec = JobSpec::try_from(wire).unwrap_or_else(|e| panic!("{name}: {e}"));
+        submitted.push((name, submit(&mut client, &spec, "").await.id, spec));
+    }
+    for (name, id, spec) in submitted {
+        let done = wait_finished(&mut client, &id, std::time::Duration::from_secs(60)).await;
+        assert_eq!(
+            state(&done),
+            proto::JobState::Succeeded,
+            "{name}: {}",
+            done.error
+        );
+        assert_eq!(done.answer, direct_answer(&spec), "{name}");
+    }
+    eprintln!(
+        "limits: {} jobs at their limits ran to the direct answer",
+        cases.len()
+    );
+    workers.stop().await;
+    coordinator.shutdown().await;
+}
+
+// ------------------------------------------------------------ worker messages
+
+/// One request of a bad-input row.
+enum Call {
+    /// The messages of one report stream (`None` is a message without a body).
+    Report(Vec<Option<Body>>),
+    Lease(proto::LeaseRequest),
+    Register(proto::RegisterRequest),
+    Heartbeat(proto::HeartbeatRequest),
+    Fetch(proto::FetchStageDataRequest),
+    Get(String),
+    Cancel(String),
+    Result(String),
+    Events(String),
+}
+
+struct Row {
+    name: String,
+    call: Call,
+    code: Code,
+    needle: String,
+}
+
+fn row(name: impl Into<String>, call: Call, code: Code, needle: impl Into<String>) -> Row {
+    Row {
+        name: name.into(),
+        call,
+        code,
+        needle: needle.into(),
+    }
+}
+
+async fn send(
+    workers: &mut WorkerServiceClient<Channel>,
+    messages: Vec<Option<Body>>,
+) -> Result<proto::ReportResponse, tonic::Status> {
+    let stream = tokio_stream::iter(
+        messages
+            .into_iter()
+            .map(|body| proto::ReportMessage { body }),
+    );
+    workers.report(stream).await.map(|r| r.into_inner())
+}
+
+async fn call(
+    jobs: &mut JobServiceClient<Channel>,
+    workers: &mut WorkerServiceClient<Channel>,
+    call: Call,
+) -> Result<(), tonic::Status> {
+    match call {
+        Call::Report(messages) => send(workers, messages).await.map(drop),
+        Call::Lease(r) => workers.lease(r).await.map(drop),
+        Call::Register(r) => workers.register(r).await.map(drop),
+        Call::Heartbeat(r) => workers.heartbeat(r).await.map(drop),
+        Call::Fetch(r) => workers.fetch_stage_data(r).await.map(drop),
+        Call::Get(id) => jobs
+            .get(proto::GetJobRequest { job_id: id })
+            .await
+            .map(drop),
+        Call::Cancel(id) => jobs
+            .cancel(proto::CancelRequest { job_id: id })
+            .await
+            .map(drop),
+        Call::Result(id) => jobs
+            .result(proto::ResultRequest { job_id: id })
+            .await
+            .map(drop),
+        Call::Events(id) => jobs
+            .events(proto::EventsRequest {
+                job_id: id,
+                from_sequence: 0,
+            })
+            .await
+            .map(drop),
+    }
+}
+
+const HOLDER: &str = "bad-input-holder";
+
+/// (x, P(x) mod p) of a hex points shard.
+type Evaluations = Vec<(u32, u32)>;
+
+fn header(worker: &str, lease: &str) -> Option<Body> {
+    Some(Body::Header(proto::ReportHeader {
+        worker_id: worker.into(),
+        lease_id: lease.into(),
+    }))
+}
+
+fn result_bytes(partial: Vec<u8>) -> Option<Body> {
+    Some(Body::Result(proto::ReportResult {
+        partial,
+        work_done: 1,
+    }))
+}
+
+fn result(partial: &Partial) -> Option<Body> {
+    result_bytes(partial.encode())
+}
+
+fn output(data: Vec<u8>) -> Option<Body> {
+    Some(Body::Output(proto::OutputChunk { data }))
+}
+
+fn checkpoint(state: Vec<u8>, partial: Vec<u8>) -> Option<Body> {
+    Some(Body::Checkpoint(proto::ReportCheckpoint {
+        state,
+        partial,
+        work_done: 1,
+    }))
+}
+
+fn failure(message: &str) -> Option<Body> {
+    Some(Body::Failure(proto::ReportFailure {
+        message: message.into(),
+        permanent: true,
+        handed_back: false,
+    }))
+}
+
+/// A report of `lease` by its holder with these messages after the header.
+fn by_holder(lease: &proto::ShardLease, rest: Vec<Option<Body>>) -> Call {
+    let mut messages = vec![header(HOLDER, &lease.lease_id)];
+    messages.extend(rest);
+    Call::Report(messages)
+}
+
+/// Computes a shard as an honest worker would.
+fn compute(lease: &proto::ShardLease, input: Option<&[u32]>) -> jobs::ShardOutcome {
+    let spec = JobSpec::try_from(lease.spec.as_ref().unwrap()).unwrap();
+    let task = ShardTask::decode(&lease.task).unwrap();
+    jobs::execute(
+        &spec,
+        &task,
+        input,
+        &lease.checkpoint,
+        &KernelCache::new(),
+        &Control::new(),
+        jobs::CHECKPOINT_EVERY,
+        &mut |_| {},
+    )
+    .unwrap()
+}
+
+async fn lease_all(workers: &mut WorkerServiceClient<Channel>) -> Vec<proto::ShardLease> {
+    workers
+        .lease(proto::LeaseRequest {
+            worker_id: HOLDER.into(),
+            free_slots: 1024,
+            wait_ms: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .leases
+}
+
+async fn stage_input(
+    workers: &mut WorkerServiceClient<Channel>,
+    lease: &proto::ShardLease,
+) -> Option<Vec<u32>> {
+    let spec = JobSpec::try_from(lease.spec.as_ref().unwrap()).unwrap();
+    if !jobs::needs_stage_input(&spec, lease.stage) {
+        return None;
+    }
+    let mut stream = workers
+        .fetch_stage_data(proto::FetchStageDataRequest {
+            job_id: lease.job_id.clone(),
+            stage: lease.stage - 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.message().await.unwrap() {
+        bytes.extend_from_slice(&chunk.data);
+    }
+    Some(jobs::decode_stage_input(&spec, &bytes).unwrap())
+}
+
+fn with_ttl(mut spec: JobSpec) -> JobSpec {
+    // Long enough that the held leases outlive the whole table.
+    spec.options.lease_ttl_ms = 600_000;
+    spec
+}
+
+fn cell_step(side: u32, shards_per_step: u32) -> JobSpec {
+    with_ttl(JobSpec::new(KindSpec::Hex(HexSpec {
+        side,
+        modulus: hex::DEFAULT_MODULUS,
+        plan: HexPlan::CellStep,
+        shards_per_step,
+        exact: false,
+    })))
+}
+
+/// Malformed, misdirected and stale worker messages, and requests about jobs,
+/// shards and stages that do not exist: each is refused with its code and a
+/// message naming the problem, and changes no job, log or lease. Afterwards the
+/// same leases report their honest results and every job reaches the direct
+/// answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_worker_messages_are_refused_and_change_nothing() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let mut w = workers_client(&url).await;
+
+    let kayles_spec = with_ttl(JobSpec::try_from(&kayles(24, 0)).unwrap());
+    let points_spec = with_ttl(JobSpec::try_from(&hex(4, 0)).unwrap());
+    let sliders_spec = with_ttl(
+        JobSpec::try_from(&sliders_with(2, 3, "WRRBBB", "BBBRRW", |s| s.prefixes = 4)).unwrap(),
+    );
+    let step_spec = cell_step(3, 2);
+    let last_spec = cell_step(2, 1);
+    let specs = [
+        &kayles_spec,
+        &points_spec,
+        &sliders_spec,
+        &step_spec,
+        &last_spec,
+    ];
+    let mut ids = Vec::new();
+    for spec in specs {
+        ids.push(submit(&mut client, spec, "").await.id);
+    }
+    let [k, p, s, c, l] = <[String; 5]>::try_from(ids.clone()).unwrap();
+
+    // Hold every first-stage shard; finish the first stage of the two-stage job
+    // so that its last stage, which returns crossing sums, is held too.
+    let mut held = lease_all(&mut w).await;
+    for lease in held.iter().filter(|x| x.job_id == l) {
+        let outcome = compute(lease, None);
+        let mut messages = vec![header(HOLDER, &lease.lease_id)];
+        messages.push(output(outcome.output));
+        messages.push(result(&outcome.partial));
+        send(&mut w, messages)
+            .await
+            .expect("an honest result is accepted");
+    }
+    held.retain(|x| x.job_id != l);
+    held.extend(lease_all(&mut w).await);
+    let of = |job: &str| -> Vec<proto::ShardLease> {
+        held.iter().filter(|x| x.job_id == job).cloned().collect()
+    };
+    let (kl, pl, sl, cl, ll) = (of(&k), of(&p), of(&s), of(&c), of(&l));
+    assert!(kl.len() >= 2 && !pl.is_empty() && !sl.is_empty() && cl.len() == 2);
+    assert_eq!(
+        (ll.len(), ll[0].stage),
+        (1, 2),
+        "the last stage of {l} is held"
+    );
+
+    let k0 = &kl[0];
+    let k0_partial = compute(k0, None).partial;
+    let k1_partial = compute(&kl[1], None).partial;
+    let Partial::HexEvaluations {
+        modulus,
+        evaluations,
+    } = compute(&pl[0], None).partial
+    else {
+        panic!("points shards return evaluations");
+    };
+    let evaluations_with = |adjust: &dyn Fn(&mut Evaluations)| {
+        let mut e = evaluations.clone();
+        adjust(&mut e);
+        Partial::HexEvaluations {
+            modulus,
+            evaluations: e,
+        }
+    };
+    let slider_prefixes = match ShardTask::decode(&sl[0].task).unwrap() {
+        ShardTask::SliderPrefixes { prefixes } => prefixes.len() as u32,
+        other => panic!("{other:?}"),
+    };
+    let slider_sums = |done: u32| Partial::SliderSums {
+        prefixes_done: done,
+        sums: Default::default(),
+    };
+    let step_output = compute(&cl[0], None).output;
+    let step_polys = jobs::check_polynomials(&step_output, 5, hex::DEFAULT_MODULUS).unwrap();
+    let stride = 3; // side 2: 2 * 2 / 2 + 1 coefficients
+    let sums = |residues: Vec<u32>| Partial::HexCrossings { residues };
+    let stale = |attempt: u64| {
+        let (job, stage, index, _) =
+            tally_coordinator::records::parse_lease_id(&k0.lease_id).unwrap();
+        tally_coordinator::records::lease_id(&job, stage, index, attempt)
+    };
+    let own = |lease: &str| Call::Report(vec![header(HOLDER, lease), result(&k0_partial)]);
+    let long_id = "w".repeat(129);
+    let big = vec![0u8; OVERSIZED];
+    let p0 = tally_common::hex::DEFAULT_MODULUS;
+
+    let mut rows = vec![
+        // Attempts, jobs, stages and shards that are not current.
+        row(
+            "a later attempt",
+            own(&stale(k0.attempt + 1)),
+            Code::FailedPrecondition,
+            "is stale (current attempt 1)",
+        ),
+        row(
+            "attempt 0",
+            own(&stale(0)),
+            Code::FailedPrecondition,
+            format!("attempt 0 of shard 1/{}", k0.index),
+        ),
+        row(
+            "unknown job",
+            own("job-999999/1/0/1"),
+            Code::NotFound,
+            "no job \"job-999999\"",
+        ),
+        row(
+            "unknown shard",
+            own(&format!("{k}/1/999/1")),
+            Code::FailedPrecondition,
+            "shard 999 of stage 1",
+        ),
+        row(
+            "unknown stage",
+            own(&format!("{k}/2/0/1")),
+            Code::FailedPrecondition,
+            "not current (the job is at stage 1)",
+        ),
+        row(
+            "stage 0",
+            own(&format!("{k}/0/0/1")),
+            Code::FailedPrecondition,
+            "not current",
+        ),
+        row(
+            "a finished stage",
+            Call::Report(vec![
+                header(HOLDER, &format!("{l}/1/0/1")),
+                result(&Partial::None),
+            ]),
+            Code::FailedPrecondition,
+            "not current (the job is at stage 2)",
+        ),
+    ];
+    for bad in [
+        String::new(),
+        "garbage".into(),
+        format!("{k}/1/0"),
+        format!("{k}/1/0/x"),
+        "/1/0/1".into(),
+        format!("{k}/1/-1/1"),
+        format!("{k}/1/0/-1"),
+        format!("{k}/1/0/18446744073709551616"),
+        format!("{k}/4294967296/0/1"),
+    ] {
+        rows.push(row(
+            format!("malformed lease id {bad:?}"),
+            own(&bad),
+            Code::InvalidArgument,
+            "malformed lease id",
+        ));
+    }
+    rows.extend([
+        // The shape of the stream.
+        row(
+            "empty report",
+            Call::Report(vec![]),
+            Code::InvalidArgument,
+            "a report must start with its header",
+        ),
+        row(
+            "a message without a body first",
+            Call::Report(vec![None]),
+            Code::InvalidArgument,
+            "a report must start with its header",
+        ),
+        row(
+            "a result before the header",
+            Call::Report(vec![result(&k0_partial), header(HOLDER, &k0.lease_id)]),
+            Code::InvalidArgument,
+            "a report must start with its header",
+        ),
+        row(
+            "two headers",
+            by_holder(k0, vec![header(HOLDER, &k0.lease_id), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "a report has exactly one header, first",
+        ),
+        row(
+            "a message without a body after the header",
+            by_holder(k0, vec![None, result(&k0_partial)]),
+            Code::InvalidArgument,
+            "exactly one header",
+        ),
+        row(
+            "output but no result",
+            by_holder(&cl[0], vec![output(step_output.clone())]),
+            Code::InvalidArgument,
+            "stage output without a result",
+        ),
+        row(
+            "a checkpoint after the result",
+            by_holder(
+                k0,
+                vec![result(&k0_partial), checkpoint(vec![1], Vec::new())],
+            ),
+            Code::InvalidArgument,
+            "nothing may follow a result or a failure",
+        ),
+        row(
+            "two results",
+            by_holder(k0, vec![result(&k0_partial), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "nothing may follow",
+        ),
+        row(
+            "a failure after the result",
+            by_holder(k0, vec![result(&k0_partial), failure("late")]),
+            Code::InvalidArgument,
+            "nothing may follow",
+        ),
+        row(
+            "a result after a failure",
+            by_holder(k0, vec![failure("gave up"), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "nothing may follow",
+        ),
+        // Who reports.
+        row(
+            "a result from a worker without the lease",
+            Call::Report(vec![header("intruder", &k0.lease_id), result(&k0_partial)]),
+            Code::FailedPrecondition,
+            "belongs to another worker",
+        ),
+        row(
+            "a failure from a worker without the lease",
+            Call::Report(vec![header("intruder", &k0.lease_id), failure("not mine")]),
+            Code::FailedPrecondition,
+            "belongs to another worker",
+        ),
+        row(
+            "a checkpoint from a worker without the lease",
+            Call::Report(vec![
+                header("intruder", &k0.lease_id),
+                checkpoint(vec![1], Vec::new()),
+            ]),
+            Code::FailedPrecondition,
+            "belongs to another worker",
+        ),
+        row(
+            "an empty worker id in a report",
+            Call::Report(vec![header("", &k0.lease_id), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "a 129-byte worker id in a report",
+            Call::Report(vec![header(&long_id, &k0.lease_id), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        // Results of the wrong shape.
+        row(
+            "malformed partial",
+            by_holder(k0, vec![result_bytes(b"{not json".to_vec())]),
+            Code::InvalidArgument,
+            "malformed partial result",
+        ),
+        row(
+            "a partial of another kind",
+            by_holder(k0, vec![result(&evaluations_with(&|_| {}))]),
+            Code::InvalidArgument,
+            "does not match the kayles shard",
+        ),
+        row(
+            "no partial for a kayles shard",
+            by_holder(k0, vec![result_bytes(Vec::new())]),
+            Code::InvalidArgument,
+            "does not match the kayles shard",
+        ),
+        row(
+            "the result of another character",
+            by_holder(k0, vec![result(&k1_partial)]),
+            Code::InvalidArgument,
+            "reported on the shard of character",
+        ),
+        row(
+            "stage output from a shard that has none",
+            by_holder(k0, vec![output(vec![0, 0]), result(&k0_partial)]),
+            Code::InvalidArgument,
+            "this shard produces no stage output",
+        ),
+        row(
+            "a malformed checkpoint partial",
+            by_holder(k0, vec![checkpoint(vec![1], b"{".to_vec())]),
+            Code::InvalidArgument,
+            "malformed partial result",
+        ),
+        row(
+            "evaluations at other points",
+            by_holder(&pl[0], vec![result(&evaluations_with(&|e| e[0].0 += 1000))]),
+            Code::InvalidArgument,
+            "reported on the shard of points",
+        ),
+        row(
+            "one evaluation too few",
+            by_holder(
+                &pl[0],
+                vec![result(&evaluations_with(&|e| {
+                    e.pop();
+                }))],
+            ),
+            Code::InvalidArgument,
+            "reported on the shard of points",
+        ),
+        row(
+            "one evaluation too many",
+            by_holder(
+                &pl[0],
+                vec![result(&evaluations_with(&|e| e.push((u32::MAX, 0))))],
+            ),
+            Code::InvalidArgument,
+            "reported on the shard of points",
+        ),
+        row(
+            "evaluations modulo another prime",
+            by_holder(
+                &pl[0],
+                vec![result(&Partial::HexEvaluations {
+                    modulus: 998_244_353,
+                    evaluations: evaluations.clone(),
+                })],
+            ),
+            Code::InvalidArgument,
+            "modulo 998244353 reported on the shard",
+        ),
+        row(
+            "an evaluation equal to the modulus",
+            by_holder(&pl[0], vec![result(&evaluations_with(&|e| e[0].1 = p0))]),
+            Code::InvalidArgument,
+            "evaluations must be residues modulo 1000000007",
+        ),
+        row(
+            "an evaluation of u32::MAX",
+            by_holder(
+                &pl[0],
+                vec![result(&evaluations_with(&|e| e[0].1 = u32::MAX))],
+            ),
+            Code::InvalidArgument,
+            "evaluations must be residues",
+        ),
+        row(
+            "sliders: one prefix short",
+            by_holder(&sl[0], vec![result(&slider_sums(slider_prefixes - 1))]),
+            Code::InvalidArgument,
+            format!(
+                "slider result covers {} of {slider_prefixes} prefixes",
+                slider_prefixes - 1
+            ),
+        ),
+        row(
+            "sliders: one prefix too many",
+            by_holder(&sl[0], vec![result(&slider_sums(slider_prefixes + 1))]),
+            Code::InvalidArgument,
+            "slider result covers",
+        ),
+        row(
+            "hex step: a partial instead of polynomials",
+            by_holder(
+                &cl[0],
+                vec![output(step_output.clone()), result(&sums(vec![0; 5]))],
+            ),
+            Code::InvalidArgument,
+            "a hex step returns polynomials, not a partial",
+        ),
+        row(
+            "hex step: no output",
+            by_holder(&cl[0], vec![result(&Partial::None)]),
+            Code::InvalidArgument,
+            format!("hex step output holds 0 polynomials, expected {step_polys}"),
+        ),
+        row(
+            "hex step: one polynomial short",
+            by_holder(
+                &cl[0],
+                vec![
+                    output(jobs::encode_polynomials(&vec![1; 5 * (step_polys - 1)], 5)),
+                    result(&Partial::None),
+                ],
+            ),
+            Code::InvalidArgument,
+            "polynomials, expected",
+        ),
+        row(
+            "hex step: output cut inside a run",
+            by_holder(
+                &cl[0],
+                vec![
+                    output(step_output[..step_output.len() - 1].to_vec()),
+                    result(&Partial::None),
+                ],
+            ),
+            Code::InvalidArgument,
+            "polynomial data ends inside",
+        ),
+        row(
+            "hex step: a run past the stride",
+            by_holder(
+                &cl[0],
+                vec![
+                    output(vec![4, 2, 1, 0, 0, 0, 1, 0, 0, 0]),
+                    result(&Partial::None),
+                ],
+            ),
+            Code::InvalidArgument,
+            "exceeds 5 coefficients",
+        ),
+        row(
+            "hex step: a coefficient equal to the modulus",
+            by_holder(
+                &cl[0],
+                vec![
+                    output(jobs::encode_polynomials(&vec![p0; 5 * step_polys], 5)),
+                    result(&Partial::None),
+                ],
+            ),
+            Code::InvalidArgument,
+            "is not a residue modulo 1000000007",
+        ),
+        row(
+            "last hex step: one residue short",
+            by_holder(&ll[0], vec![result(&sums(vec![0; stride - 1]))]),
+            Code::InvalidArgument,
+            "crossing sums have 2 residues, expected 3",
+        ),
+        row(
+            "last hex step: one residue too many",
+            by_holder(&ll[0], vec![result(&sums(vec![0; stride + 1]))]),
+            Code::InvalidArgument,
+            "crossing sums have 4 residues, expected 3",
+        ),
+        row(
+            "last hex step: a residue equal to the modulus",
+            by_holder(&ll[0], vec![result(&sums(vec![0, p0, 0]))]),
+            Code::InvalidArgument,
+            "crossing sums must be residues modulo 1000000007",
+        ),
+        row(
+            "last hex step: no crossing sums",
+            by_holder(&ll[0], vec![result(&Partial::None)]),
+            Code::InvalidArgument,
+            "the last hex stage must return crossing sums",
+        ),
+        row(
+            "last hex step: stage output",
+            by_holder(
+                &ll[0],
+                vec![output(step_output.clone()), result(&sums(vec![0; stride]))],
+            ),
+            Code::InvalidArgument,
+            "this shard produces no stage output",
+        ),
+        // Size limits.
+        row(
+            "an output chunk over the message limit",
+            by_holder(&cl[0], vec![output(big.clone()), result(&Partial::None)]),
+            Code::OutOfRange,
+            "message length too large",
+        ),
+        row(
+            "a checkpoint over the message limit",
+            by_holder(k0, vec![checkpoint(big.clone(), Vec::new())]),
+            Code::OutOfRange,
+            "message length too large",
+        ),
+        // Other worker calls.
+        row(
+            "lease with an empty worker id",
+            Call::Lease(proto::LeaseRequest {
+                worker_id: String::new(),
+                free_slots: 1,
+                wait_ms: 0,
+            }),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "lease with a 129-byte worker id",
+            Call::Lease(proto::LeaseRequest {
+                worker_id: long_id.clone(),
+                free_slots: 1,
+                wait_ms: 0,
+            }),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "lease 1025 slots",
+            Call::Lease(proto::LeaseRequest {
+                worker_id: "greedy".into(),
+                free_slots: 1025,
+                wait_ms: 0,
+            }),
+            Code::InvalidArgument,
+            "free slots must be at most 1024",
+        ),
+        row(
+            "lease u32::MAX slots",
+            Call::Lease(proto::LeaseRequest {
+                worker_id: "greedy".into(),
+                free_slots: u32::MAX,
+                wait_ms: 0,
+            }),
+            Code::InvalidArgument,
+            "free slots must be at most 1024",
+        ),
+        row(
+            "register with an empty worker id",
+            Call::Register(proto::RegisterRequest {
+                worker_id: String::new(),
+                hostname: "h".into(),
+                slots: 1,
+                version: "0".into(),
+            }),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "register with a 129-byte worker id",
+            Call::Register(proto::RegisterRequest {
+                worker_id: long_id.clone(),
+                hostname: "h".into(),
+                slots: 1,
+                version: "0".into(),
+            }),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "heartbeat with an empty worker id",
+            Call::Heartbeat(proto::HeartbeatRequest {
+                worker_id: String::new(),
+                leases: vec![proto::LeaseProgress {
+                    lease_id: k0.lease_id.clone(),
+                    work_done: 1,
+                }],
+            }),
+            Code::InvalidArgument,
+            "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "stage data of an unknown job",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: "job-999999".into(),
+                stage: 1,
+            }),
+            Code::NotFound,
+            "no job \"job-999999\"",
+        ),
+        row(
+            "stage data of an empty job id",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: String::new(),
+                stage: 1,
+            }),
+            Code::NotFound,
+            "no job \"\"",
+        ),
+        row(
+            "stage data of a stage not finished",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: c.clone(),
+                stage: 1,
+            }),
+            Code::FailedPrecondition,
+            "has no readable output of stage 1 (it is at stage 1, running)",
+        ),
+        row(
+            "stage data of stage 0",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: l.clone(),
+                stage: 0,
+            }),
+            Code::FailedPrecondition,
+            "has no readable output of stage 0",
+        ),
+        row(
+            "stage data of a later stage",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: l.clone(),
+                stage: 2,
+            }),
+            Code::FailedPrecondition,
+            "has no readable output of stage 2",
+        ),
+        row(
+            "stage data of a single-stage job",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: k.clone(),
+                stage: 1,
+            }),
+            Code::FailedPrecondition,
+            "has no readable output",
+        ),
+        // Client calls about jobs that do not exist or have no result.
+        row(
+            "get an unknown job",
+            Call::Get("job-999999".into()),
+            Code::NotFound,
+            "no job",
+        ),
+        row(
+            "cancel an unknown job",
+            Call::Cancel("job-999999".into()),
+            Code::NotFound,
+            "no job",
+        ),
+        row(
+            "result of an unknown job",
+            Call::Result(String::new()),
+            Code::NotFound,
+            "no job",
+        ),
+        row(
+            "events of an unknown job",
+            Call::Events("../job-000001".into()),
+            Code::NotFound,
+            "no job",
+        ),
+        row(
+            "result of a running job",
+            Call::Result(k.clone()),
+            Code::FailedPrecondition,
+            "is running and has no result yet",
+        ),
+    ]);
+
+    let before = observe(&mut client).await;
+    let held_ids: Vec<proto::LeaseProgress> = held
+        .iter()
+        .map(|x| proto::LeaseProgress {
+            lease_id: x.lease_id.clone(),
+            work_done: 0,
+        })
+        .collect();
+    let tried = rows.len();
+    for Row {
+        name,
+        call: request,
+        code,
+        needle,
+    } in rows
+    {
+        let status = call(&mut client, &mut w, request)
+            .await
+            .expect_err(&format!("{name}: accepted"));
+        check_status(&name, &status, code, &needle);
+        assert_eq!(observe(&mut client).await, before, "{name}: state changed");
+        let revoked = w
+            .heartbeat(proto::HeartbeatRequest {
+                worker_id: HOLDER.into(),
+                leases: held_ids.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .revoked_lease_ids;
+        assert!(revoked.is_empty(), "{name}: leases lost: {revoked:?}");
+    }
+    // Leases a worker does not hold are revoked, never renewed.
+    let foreign = w
+        .heartbeat(proto::HeartbeatRequest {
+            worker_id: "intruder".into(),
+            leases: vec![
+                proto::LeaseProgress {
+                    lease_id: k0.lease_id.clone(),
+                    work_done: 1,
+                },
+                proto::LeaseProgress {
+                    lease_id: "garbage".into(),
+                    work_done: 1,
+                },
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .revoked_lease_ids;
+    assert_eq!(foreign, [k0.lease_id.clone(), "garbage".to_string()]);
+    assert_eq!(
+        observe(&mut client).await,
+        before,
+        "heartbeat changed state"
+    );
+
+    // The honest results of the same leases are still accepted, and every job
+    // reaches the direct answer.
+    for lease in &held {
+        let input = stage_input(&mut w, lease).await;
+        let outcome = compute(lease, input.as_deref());
+        let mut messages = vec![header(HOLDER, &lease.lease_id)];
+        if !outcome.output.is_empty() {
+            messages.push(output(outcome.output));
+        }
+        messages.push(result(&outcome.partial));
+        send(&mut w, messages)
+            .await
+            .unwrap_or_else(|e| panic!("{}: honest result refused: {e:?}", lease.lease_id));
+    }
+    let workers = Workers::start(&url, 1, 2);
+    for (id, spec) in ids.iter().zip(specs) {
+        let done = wait_finished(&mut client, id, std::time::Duration::from_secs(60)).await;
+        assert_eq!(
+            state(&done),
+            proto::JobState::Succeeded,
+            "{id}: {}",
+            done.error
+        );
+        assert_eq!(done.answer, direct_answer(spec), "{id}");
+    }
+    workers.stop().await;
+    eprintln!(
+        "worker messages: {tried} bad inputs refused, {} jobs then finished",
+        ids.len()
+    );
+    coordinator.shutdown().await;
+}
+
+// ------------------------------------------------------------ fuzzing
+
+/// Spec parsing under arbitrary input: proto values through the service's
+/// conversion, JSON and TOML text through serde (what `--spec FILE` reads) and
+/// `validate`. Nothing may panic, and every accepted spec must survive the trip
+/// to proto and back unchanged, since that is how a file's spec reaches the
+/// coordinator. Puzzle files for sliding blocks will need the same treatment
+/// once their parser exists.
+mod fuzz {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use proptest::prelude::*;
+    use proptest::sample::select;
+    use proptest::strategy::BoxedStrategy;
+    use proptest::test_runner::{Config, TestRunner};
+    use serde_json::{Map, Value, json};
+    use tally_common::proto::{self, job_spec::Kind};
+    use tally_common::spec::JobSpec;
+
+    const CASES: u32 = 20_000;
+
+    fn runner() -> TestRunner {
+        TestRunner::new(Config {
+            cases: CASES,
+            failure_persistence: None,
+            ..Config::default()
+        })
+    }
+
+    fn edge_u32() -> impl Strategy<Value = u32> + Clone {
+        prop_oneof![
+            0u32..40,
+            select(vec![
+                0,
+                1,
+                2,
+                16,
+                17,
+                18,
+                19,
+                100,
+                101,
+                243,
+                244,
+                1_024,
+                1_025,
+                100_000,
+                100_001,
+                998_244_353,
+                1_000_000_007,
+                2_147_483_647,
+                1 << 31,
+                u32::MAX,
+            ]),
+            any::<u32>(),
+        ]
+    }
+
+    fn edge_u64() -> impl Strategy<Value = u64> + Clone {
+        prop_oneof![
+            (0u64..40).prop_map(|n| n * 2),
+            0u64..40,
+            select(vec![
+                0,
+                1,
+                499,
+                500,
+                3_600_000,
+                3_600_001,
+                200_000,
+                200_001,
+                200_002,
+                100_000_007,
+                i64::MAX as u64,
+                i64::MAX as u64 + 1,
+                u64::MAX - 1,
+                u64::MAX,
+            ]),
+            any::<u64>(),
+        ]
+    }
+
+    fn edge_i32() -> impl Strategy<Value = i32> + Clone {
+        prop_oneof![
+            -5i32..5,
+            select(vec![
+                i32::MIN,
+                i32::MIN + 1,
+                -1_001,
+                -1_000,
+                1_000,
+                1_001,
+                i32::MAX
+            ]),
+            any::<i32>(),
+        ]
+    }
+
+    fn board() -> impl Strategy<Value = String> + Clone {
+        prop_oneof![
+            Just(String::new()),
+            Just("WRBB".to_string()),
+            Just("BRBW".to_string()),
+            prop::collection::vec(
+                select(vec!['W', 'R', 'B', 'G', 'w', 'r', 'b', '/', 'X', ' ', 'é']),
+                0..30
+            )
+            .prop_map(|c| c.into_iter().collect()),
+            any::<String>(),
+        ]
+    }
+
+    fn plan() -> impl Strategy<Value = String> + Clone {
+        prop_oneof![
+            select(vec!["", "points", "cell-step", "Points", "cell_step"]).prop_map(String::from),
+            any::<String>(),
+        ]
+    }
+
+    fn proto_spec() -> impl Strategy<Value = proto::JobSpec> {
+        let small = prop_oneof![0u32..8, edge_u32()];
+        let hex = (small.clone(), edge_u32(), plan(), edge_u32(), any::<bool>()).prop_map(
+            |(side, modulus, plan, shards_per_step, exact)| {
+                Kind::Hex(proto::HexSpec {
+                    side,
+                    modulus,
+                    plan,
+                    shards_per_step,
+                    exact,
+                })
+            },
+        );
+        let kayles = (edge_u64(), edge_u32())
+            .prop_map(|(pins, digits)| Kind::Kayles(proto::KaylesSpec { pins, digits }));
+        let sliders = (
+            small.clone(),
+            small,
+            board(),
+            board(),
+            edge_u64(),
+            edge_u64(),
+            edge_u32(),
+        )
+            .prop_map(|(rows, cols, start, target, base, modulus, prefixes)| {
+                Kind::Sliders(proto::SlidersSpec {
+                    rows,
+                    cols,
+                    start,
+                    target,
+                    checksum_base: base,
+                    checksum_modulus: modulus,
+                    prefixes,
+                })
+            });
+        let options = (
+            edge_i32(),
+            edge_u32(),
+            edge_u64(),
+            any::<bool>(),
+            edge_u32(),
+        )
+            .prop_map(|(priority, max_attempts, lease_ttl_ms, force, replicas)| {
+                proto::RunnerOptions {
+                    priority,
+                    max_attempts,
+                    lease_ttl_ms,
+                    force,
+                    replicas,
+                }
+            });
+        (
+            prop::option::weighted(0.95, prop_oneof![hex, kayles, sliders]),
+            prop::option::of(options),
+        )
+            .prop_map(|(kind, options)| proto::JobSpec { kind, options })
+    }
+
+    /// A value for `key`: mostly of the right type and near the limits, now
+    /// and then of another type.
+    fn value_for(key: &'static str) -> BoxedStrategy<Value> {
+        let typed: BoxedStrategy<Value> = match key {
+            "kind" => select(vec!["hex", "kayles", "sliders", "Hex", "", "pegs"])
+                .prop_map(Value::from)
+                .boxed(),
+            "side" => prop_oneof![3 => 1u32..4, 1 => 0u32..8, 1 => edge_u32()]
+                .prop_map(Value::from)
+                .boxed(),
+            // The boards below are 2 x 2.
+            "rows" | "cols" => prop_oneof![4 => Just(2u32), 1 => 0u32..8, 1 => edge_u32()]
+                .prop_map(Value::from)
+                .boxed(),
+            "plan" => plan().prop_map(Value::from).boxed(),
+            "exact" | "force" => any::<bool>().prop_map(Value::from).boxed(),
+            // Both boards of a 2 x 2 puzzle with the same tiles, most of the time.
+            "start" | "target" => prop_oneof![
+                3 => select(vec!["WRBB", "BRBW", "wr/bb"]).prop_map(String::from),
+                1 => board(),
+            ]
+            .prop_map(Value::from)
+            .boxed(),
+            "priority" => edge_i32().prop_map(Value::from).boxed(),
+            "base" => prop_oneof![0u64..4, edge_u64()]
+                .prop_map(Value::from)
+                .boxed(),
+            "modulus" => prop_oneof![
+                3 => select(vec![2u64, 5, 17, 101, 244, 100_000_007, 998_244_353, 2_147_483_647]),
+                1 => edge_u64(),
+            ]
+            .prop_map(Value::from)
+            .boxed(),
+            "pins" => prop_oneof![3 => (0u64..100).prop_map(|n| 2 * n), 1 => edge_u64()]
+                .prop_map(Value::from)
+                .boxed(),
+            "lease_ttl_ms" => prop_oneof![3 => 500u64..=3_600_000, 1 => edge_u64()]
+                .prop_map(Value::from)
+                .boxed(),
+            "digits" => prop_oneof![3 => 1u32..=18, 1 => edge_u32()]
+                .prop_map(Value::from)
+                .boxed(),
+            "max_attempts" => prop_oneof![3 => 1u32..=100, 1 => edge_u32()]
+                .prop_map(Value::from)
+                .boxed(),
+            "replicas" => prop_oneof![3 => 1u32..=3, 1 => edge_u32()]
+                .prop_map(Value::from)
+                .boxed(),
+            _ => edge_u32().prop_map(Value::from).boxed(),
+        };
+        prop_oneof![
+            9 => typed,
+            1 => prop_oneof![
+                any::<f64>().prop_map(Value::from),
+                (-5i64..0).prop_map(Value::from),
+                select(vec![Value::Null, json!([]), json!({}), json!("7"), json!(true)]),
+            ],
+        ]
+        .boxed()
+    }
+
+    const KIND_KEYS: [(&str, &[&str]); 3] = [
+        (
+            "hex",
+            &["side", "modulus", "plan", "shards_per_step", "exact"],
+        ),
+        ("kayles", &["pins", "digits"]),
+        (
+            "sliders",
+            &[
+                "rows", "cols", "start", "target", "base", "modulus", "prefixes",
+            ],
+        ),
+    ];
+    const OPTION_KEYS: [&str; 5] = [
+        "priority",
+        "max_attempts",
+        "lease_ttl_ms",
+        "force",
+        "replicas",
+    ];
+
+    /// Some of `keys`, each with a value, and now and then a key that does
+    /// not belong.
+    fn fields(keys: &'static [&'static str]) -> impl Strategy<Value = Vec<(String, Value)>> {
+        let each: Vec<BoxedStrategy<Option<(String, Value)>>> = keys
+            .iter()
+            .map(|&key| {
+                prop::option::weighted(0.85, value_for(key).prop_map(move |v| (key.to_string(), v)))
+                    .boxed()
+            })
+            .collect();
+        let stray = prop::option::weighted(
+            0.1,
+            (select(vec!["side", "pins", "rows", "bogus"]), edge_u32())
+                .prop_map(|(k, v)| (k.to_string(), Value::from(v))),
+        );
+        (each, stray).prop_map(|(each, stray)| each.into_iter().flatten().chain(stray).collect())
+    }
+
+    /// A spec-shaped JSON object: a kind (sometimes wrong or missing), its
+    /// fields, sometimes an options table.
+    fn spec_object() -> impl Strategy<Value = Value> {
+        let kinds: Vec<BoxedStrategy<Value>> = KIND_KEYS
+            .iter()
+            .map(|&(kind, keys)| {
+                (
+                    prop::option::weighted(0.95, value_for("kind")),
+                    any::<bool>(),
+                    fields(keys),
+                    prop::option::of(fields(&OPTION_KEYS)),
+                )
+                    .prop_map(move |(named, right, fields, options)| {
+                        let mut object = Map::new();
+                        if let Some(named) = named {
+                            object.insert("kind".into(), if right { kind.into() } else { named });
+                        }
+                        object.extend(fields);
+                        if let Some(options) = options {
+                            object.insert(
+                                "options".into(),
+                                Value::Object(options.into_iter().collect()),
+                            );
+                        }
+                        Value::Object(object)
+                    })
+                    .boxed()
+            })
+            .collect();
+        prop::strategy::Union::new(kinds)
+    }
+
+    /// `key = value` lines and an `[options]` table: TOML when the values allow.
+    fn toml_text(spec: &Value) -> String {
+        fn render(v: &Value) -> String {
+            match v {
+                Value::Object(m) => {
+                    let inner: Vec<String> = m
+                        .iter()
+                        .map(|(k, v)| format!("{k} = {}", render(v)))
+                        .collect();
+                    format!("{{ {} }}", inner.join(", "))
+                }
+                Value::Null => "nan".into(),
+                other => other.to_string(),
+            }
+        }
+        let mut lines = Vec::new();
+        let mut options = None;
+        for (key, value) in spec.as_object().unwrap() {
+            if key == "options" {
+                options = Some(value);
+            } else {
+                lines.push(format!("{key} = {}", render(value)));
+            }
+        }
+        if let Some(Value::Object(o)) = options {
+            lines.push("[options]".into());
+            lines.extend(o.iter().map(|(k, v)| format!("{k} = {}", render(v))));
+        }
+        lines.join("\n")
+    }
+
+    fn spec_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => spec_object().prop_map(|v| v.to_string()),
+            3 => spec_object().prop_map(|v| toml_text(&v)),
+            // Cut or garbled: a file saved half-way, a stray byte.
+            2 => (spec_object(), any::<prop::sample::Index>(), any::<char>()).prop_map(
+                |(v, at, c)| {
+                    let text = v.to_string();
+                    let mut cut: String = text.chars().take(at.index(text.len() + 1)).collect();
+                    cut.push(c);
+                    cut
+                }
+            ),
+            1 => any::<String>(),
+        ]
+    }
+
+    /// An accepted spec is valid, and its proto form converts back to itself
+    /// and is a fixed point of the normalisation.
+    fn round_trips(spec: &JobSpec) -> Result<(), TestCaseError> {
+        prop_assert!(spec.validate().is_ok());
+        let wire = proto::JobSpec::from(spec);
+        let back = JobSpec::try_from(&wire);
+        prop_assert_eq!(back.as_ref().ok(), Some(spec), "through proto: {:?}", back);
+        prop_assert_eq!(proto::JobSpec::from(&back.unwrap()), wire);
+        let json = serde_json::to_string(spec).unwrap();
+        prop_assert_eq!(&serde_json::from_str::<JobSpec>(&json).unwrap(), spec);
+        Ok(())
+    }
+
+    /// Found by the text fuzzing below: a value that means "the default" on the
+    /// wire must not be a valid value in a file.
+    #[test]
+    fn a_spec_file_value_the_wire_cannot_carry_is_refused() {
+        let text = r#"{"kind": "sliders", "rows": 2, "cols": 2, "start": "WRBB",
+            "target": "BRBW", "base": 0, "modulus": 5}"#;
+        let err = JobSpec::from_json(text).expect_err("base 0 is refused");
+        assert!(
+            err.to_string().contains("checksum base must be at least 1"),
+            "{err}"
+        );
+        let with_base_1 = text.replace("\"base\": 0", "\"base\": 1");
+        round_trips(&JobSpec::from_json(&with_base_1).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn arbitrary_proto_specs_never_panic_and_accepted_ones_round_trip() {
+        let accepted = AtomicUsize::new(0);
+        runner()
+            .run(&proto_spec(), |p| {
+                if let Ok(spec) = JobSpec::try_from(&p) {
+                    accepted.fetch_add(1, Ordering::Relaxed);
+                    round_trips(&spec)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let accepted = accepted.into_inner();
+        eprintln!("proto specs: {CASES} tried, {accepted} accepted");
+        assert!(
+            accepted as u32 > CASES / 100,
+            "too few valid specs to test the round trip"
+        );
+    }
+
+    #[test]
+    fn arbitrary_spec_text_never_panics_and_accepted_specs_round_trip() {
+        let (json_ok, toml_ok) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        runner()
+            .run(&spec_text(), |text| {
+                if let Ok(spec) = JobSpec::from_json(&text) {
+                    json_ok.fetch_add(1, Ordering::Relaxed);
+                    round_trips(&spec)?;
+                }
+                if let Ok(spec) = toml::from_str::<JobSpec>(&text)
+                    && spec.validate().is_ok()
+                {
+                    toml_ok.fetch_add(1, Ordering::Relaxed);
+                    round_trips(&spec)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let (json_ok, toml_ok) = (json_ok.into_inner(), toml_ok.into_inner());
+        eprintln!("spec text: {CASES} tried, {json_ok} accepted as JSON, {toml_ok} as TOML");
+        assert!(
+            json_ok > 0 && toml_ok > 0,
+            "no valid spec text was generated"
+        );
+    }
+}

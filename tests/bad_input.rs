@@ -2220,4 +2220,88 @@ mod fuzz {
             "no valid spec text was generated"
         );
     }
+
+    /// A puzzle file: the built-in one, a small one, or random grid text, each
+    /// then mutated by a few random edits (insert, replace or delete a
+    /// character, among those the format gives meaning to and some it does not).
+    fn puzzle_text() -> impl Strategy<Value = String> {
+        let base = prop_oneof![
+            Just(include_str!("../examples/pe766.blocks").to_string()),
+            Just("aab\n.cb\n.c.\nsame: ac\n".to_string()),
+            prop::collection::vec(
+                select(vec![
+                    '.', '.', '.', '#', 'a', 'a', 'b', 'c', 'X', '1', '2', '\n', '\n', ' ', ';',
+                ]),
+                0..80
+            )
+            .prop_map(|c| c.into_iter().collect::<String>()),
+        ];
+        let edit = (
+            any::<prop::sample::Index>(),
+            0u8..3,
+            select(vec![
+                '.', '#', 'a', 'b', 'z', 'Z', '0', '9', '\n', ' ', ';', ':', '\t', '-', 'é', '\0',
+            ]),
+        );
+        (base, prop::collection::vec(edit, 0..6)).prop_map(|(text, edits)| {
+            let mut chars: Vec<char> = text.chars().collect();
+            for (at, op, ch) in edits {
+                let i = at.index(chars.len() + 1);
+                match op {
+                    0 => chars.insert(i, ch),
+                    1 if i < chars.len() => chars[i] = ch,
+                    _ if i < chars.len() => {
+                        chars.remove(i);
+                    }
+                    _ => chars.push(ch),
+                }
+            }
+            let mut text: String = chars.into_iter().collect();
+            if text.len().is_multiple_of(7) {
+                text.push_str("same: ab\n");
+            }
+            text
+        })
+    }
+
+    /// Puzzle parsing never panics; an accepted puzzle's initial configuration
+    /// is valid, every configuration one slide away is valid and slides back,
+    /// and a blocks spec carrying the text round-trips as every other spec.
+    #[test]
+    fn arbitrary_puzzle_text_never_panics_and_accepted_puzzles_are_consistent() {
+        use tally_common::blocks;
+        use tally_common::spec::{BlocksSpec, KindSpec};
+        let accepted = AtomicUsize::new(0);
+        runner()
+            .run(&puzzle_text(), |text| {
+                let parsed = blocks::parse_puzzle(&text);
+                let spec = JobSpec::new(KindSpec::Blocks(BlocksSpec {
+                    puzzle: text.clone(),
+                }));
+                prop_assert_eq!(parsed.is_ok(), spec.validate().is_ok(), "{:?}", text);
+                let Ok(puzzle) = parsed else {
+                    return Ok(());
+                };
+                accepted.fetch_add(1, Ordering::Relaxed);
+                round_trips(&spec)?;
+                let initial = puzzle.initial_state();
+                prop_assert!(puzzle.check_state(initial).is_ok(), "{:?}", text);
+                let mut next = Vec::new();
+                let mut back = Vec::new();
+                puzzle.neighbours(initial, &mut next);
+                for &state in &next {
+                    prop_assert!(puzzle.check_state(state).is_ok(), "{:?}", text);
+                    puzzle.neighbours(state, &mut back);
+                    prop_assert!(back.contains(&initial), "a slide does not slide back");
+                }
+                Ok(())
+            })
+            .unwrap();
+        let accepted = accepted.into_inner();
+        eprintln!("puzzle text: {CASES} tried, {accepted} accepted");
+        assert!(
+            accepted as u32 > CASES / 100,
+            "too few valid puzzles to test their invariants"
+        );
+    }
 }

@@ -89,6 +89,13 @@ impl JobEntry {
         }
     }
 
+    /// Queues shard `index` for its next attempt, once.
+    fn requeue(&mut self, index: u32) {
+        if !self.pending.contains(&index) {
+            self.pending.push_back(index);
+        }
+    }
+
     fn shards_done(&self) -> u64 {
         self.shards_done_before
             + self
@@ -553,6 +560,12 @@ impl Scheduler {
                 }
                 let index = entry.pending[skipped];
                 let shard = &entry.shards[index as usize];
+                // Defensive: a shard accepted while queued (its expired attempt
+                // reported) must never be handed out again.
+                if shard.state != ShardState::Pending {
+                    entry.pending.remove(skipped);
+                    continue;
+                }
                 // A replica must come from a worker that has not computed the shard.
                 if shard.not_before_ms > now_ms || shard.replicas.iter().any(|r| r.worker == worker)
                 {
@@ -703,6 +716,11 @@ impl Scheduler {
             );
         }
         if let Some(failure) = &report.failure {
+            if shard.state == ShardState::Pending {
+                // The attempt's lease expired and was counted as a failed attempt
+                // then; the shard is already queued for its next attempt.
+                return Ok(ReportOutcome { stop: true });
+            }
             return self.record_failure(&job, index, failure, &report.worker, now_ms, false);
         }
         if let Some((state, partial, work_done)) = &report.checkpoint {
@@ -807,10 +825,14 @@ impl Scheduler {
         let saved = self.jobs.get(job).unwrap().shards[index as usize].clone();
         let saved_rec = self.jobs.get(job).unwrap().rec.clone();
         let saved_event = self.jobs.get(job).unwrap().next_event;
+        let was_queued = self.jobs.get(job).unwrap().pending.contains(&index);
         {
             let entry = self.jobs.get_mut(job).unwrap();
             entry.shards[index as usize] = shard.clone();
             entry.outputs[index as usize] = Some(Arc::new(output.to_vec()));
+            // The attempt may have expired and been queued again without being
+            // re-leased; its result is accepted, so the queued copy goes.
+            entry.pending.retain(|&i| i != index);
             push_event(
                 entry,
                 &mut batch,
@@ -835,6 +857,9 @@ impl Scheduler {
                 entry.restore_stage(s);
             }
             entry.shards[index as usize] = saved;
+            if was_queued {
+                entry.requeue(index);
+            }
             return Err(e);
         }
         let finished = self.jobs.get(job).unwrap().rec.state.is_finished();
@@ -880,7 +905,7 @@ impl Scheduler {
         }
         let entry = self.jobs.get_mut(job).unwrap();
         entry.shards[index as usize] = shard;
-        entry.pending.push_back(index);
+        entry.requeue(index);
         Ok(ReportOutcome { stop: false })
     }
 
@@ -960,7 +985,7 @@ impl Scheduler {
         if fail_job {
             entry.pending.clear();
         } else {
-            entry.pending.push_back(index);
+            entry.requeue(index);
         }
         Ok(ReportOutcome { stop: true })
     }
@@ -1134,7 +1159,7 @@ impl Scheduler {
                 expired += 1;
                 let i = shard.index;
                 entry.shards[i as usize] = shard;
-                entry.pending.push_back(i);
+                entry.requeue(i);
             }
             if rec.state == JobState::Failed {
                 entry.pending.clear();

@@ -253,21 +253,43 @@ impl SledStore {
                 }
             }
         }
-        let db = sled::Config::new()
-            .path(dir)
-            .mode(sled::Mode::HighThroughput)
-            .open()
-            .map_err(|e| {
-                let hint = if fresh {
-                    ""
-                } else {
-                    " (it is damaged or not a tally store)"
-                };
-                CoordinatorError::Store(format!(
-                    "cannot open the store in {}{hint}: {e}",
-                    dir.display()
-                ))
-            })?;
+        let open = || {
+            sled::Config::new()
+                .path(dir)
+                .mode(sled::Mode::HighThroughput)
+                .open()
+        };
+        let db = match open() {
+            Err(sled::Error::Corruption { .. }) if !fresh => {
+                // sled 0.34 writes a snapshot to `snap.<lsn>.generating`, then
+                // renames it; but on open it also reads such a file, so a crash
+                // while writing one leaves a store sled calls corrupt. The file is
+                // by construction unfinished and the snapshot before it and the
+                // log are intact: remove it and open again. A live coordinator on
+                // the same directory would have refused the lock before this.
+                let removed = remove_unfinished_snapshots(dir)?;
+                if removed > 0 {
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        removed,
+                        "removed unfinished sled snapshot files left by a crash"
+                    );
+                }
+                open()
+            }
+            other => other,
+        }
+        .map_err(|e| {
+            let hint = if fresh {
+                ""
+            } else {
+                " (it is damaged or not a tally store)"
+            };
+            CoordinatorError::Store(format!(
+                "cannot open the store in {}{hint}: {e}",
+                dir.display()
+            ))
+        })?;
         if !fresh {
             check_existing(&db, dir)?;
         }
@@ -379,6 +401,26 @@ fn check_marker(product: Option<&[u8]>, version: Option<&[u8]>, dir: &Path) -> R
 }
 
 /// Marks `dir` as being initialised, durably, before sled creates its files.
+/// Removes sled's unfinished snapshot files (`snap.*.generating`) from `dir`;
+/// returns how many there were.
+fn remove_unfinished_snapshots(dir: &Path) -> Result<usize> {
+    let mut removed = 0;
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        CoordinatorError::Store(format!("cannot read data directory {}: {e}", dir.display()))
+    })?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            std::fs::remove_file(entry.path()).map_err(|e| {
+                CoordinatorError::Store(format!("cannot remove {}: {e}", entry.path().display()))
+            })?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 fn begin_init(dir: &Path) -> Result<()> {
     let io = |e: std::io::Error| {
         CoordinatorError::Store(format!("cannot create the store in {}: {e}", dir.display()))
@@ -488,6 +530,28 @@ mod tests {
         }
         let store = SledStore::open(dir.path()).unwrap();
         assert_eq!(store.get(Tree::Jobs, b"a/2").unwrap(), Some(b"y".to_vec()));
+    }
+
+    /// A crash while sled writes a snapshot leaves a partial
+    /// `snap.<lsn>.generating`, which sled alone then reads as corruption.
+    #[test]
+    fn an_unfinished_snapshot_left_by_a_crash_does_not_lose_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            exercise(&store);
+        }
+        let partial = dir.path().join("snap.00000000FFFFFFFF.generating");
+        std::fs::write(&partial, [7u8; 40]).unwrap();
+        let plain = sled::Config::new().path(dir.path()).open();
+        assert!(
+            matches!(plain, Err(sled::Error::Corruption { .. })),
+            "sled alone opens it: {:?}",
+            plain.map(|_| ())
+        );
+        let store = SledStore::open(dir.path()).expect("opens after removing the partial file");
+        assert_eq!(store.get(Tree::Jobs, b"a/2").unwrap(), Some(b"y".to_vec()));
+        assert!(!partial.exists());
     }
 
     #[test]

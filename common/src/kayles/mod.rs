@@ -16,18 +16,36 @@
 //!
 //! ## Computation
 //!
-//! Each character `h` is one [`CharacterSeries`]: the quotient `s` follows from a
-//! short linear recurrence (the signs are periodic, see `rational`), the root
-//! `r` from `2 r_k = s_k - sum_{0<i<k} r_i r_{k-i}`, which costs `k / 2`
-//! multiplications by symmetry. The right side is needed modulo
-//! `2M = 2^(b+1) 10^d` to get `r_k` modulo `M = 2^b 10^d` (the halving rule), and
-//! `2M = 2^(b+1+d) * 5^d` is split by the CRT: modulo `2^(b+1+d)` the products
-//! wrap in `u16`/`u32` lanes and halving keeps `b + d` bits (proof in
-//! `residues`); modulo `5^d` two is invertible. The two root residues join into
-//! `c_h(m) mod M`, and [`combine`] sums the characters (the true sum is
-//! `2^b f(n)`, so the sum modulo `M` is divisible by `2^b`) and divides.
+//! Two independent methods give the coefficients `c_h(k) mod M` of a character,
+//! `M = 2^b 10^d`; both take the quotient `s` from a short linear recurrence
+//! (the signs are periodic, see `rational`).
+//!
+//! *Quadratic*, [`CharacterSeries`]: the root `r` from
+//! `2 r_k = s_k - sum_{0<i<k} r_i r_{k-i}`, which costs `k / 2` multiplications
+//! by symmetry. The right side is needed modulo `2M = 2^(b+1) 10^d` to get `r_k`
+//! modulo `M` (the halving rule), and `2M = 2^(b+1+d) * 5^d` is split by the
+//! CRT: modulo `2^(b+1+d)` the products wrap in `u16`/`u32` lanes and halving
+//! keeps `b + d` bits (proof in `residues`); modulo `5^d` two is invertible. The
+//! two root residues join into `c_h(m) mod M`.
+//!
+//! *Fast*, [`character_coefficients_fast`] and [`fair_rows_fast`]: the root by
+//! Newton's iteration, `O(m log m)`, on exact integer convolutions (number
+//! theoretic transforms over three or more primes below `2^30`, joined by
+//! Garner's form of the CRT, `ntt`). It works modulo `2M` itself while `2M` is
+//! below `2^63`, and otherwise modulo `2^(b+1+d)` and `5^d` joined by the CRT;
+//! `newton` proves why a square modulo `2M` needs the root only modulo `M` and
+//! why each step's values to halve are even.
+//!
+//! [`combine`] sums the characters (the true sum is `2^b f(n)`, so the sum
+//! modulo `M` is divisible by `2^b`) and divides. [`fair_rows`] takes the fast
+//! path from [`FAST_PINS`] pins on.
 
+mod fast;
 mod grundy;
+mod newton;
+mod ntt;
+#[cfg(target_arch = "x86_64")]
+mod ntt_avx2;
 mod rational;
 mod residues;
 #[cfg(test)]
@@ -39,6 +57,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::modular::{inv_mod, mul_mod};
 use crate::{Control, Error, Result, invalid};
 
+pub use fast::{character_coefficients_fast, character_value_fast, fair_rows_fast};
 pub use grundy::{character_bits, grundy_values};
 use residues::Residues;
 
@@ -356,8 +375,29 @@ pub fn combine(pins: u64, digits: u32, character_values: &[u128]) -> Result<u64>
     Ok((sum / u128::from(count)) as u64)
 }
 
-/// `f(pins) mod 10^digits`, computing the characters on `threads` threads.
+/// From this many pins on, [`fair_rows`] takes the fast path.
+pub const FAST_PINS: u64 = 3_000;
+
+/// `f(pins) mod 10^digits`, computing the characters on `threads` threads: by
+/// [`fair_rows_fast`] from [`FAST_PINS`] pins on, by [`fair_rows_quadratic`]
+/// below. Adds [`total_work`]`(pins)` work units in all.
 pub fn fair_rows(pins: u64, digits: u32, threads: usize, control: &Control) -> Result<u64> {
+    if pins >= FAST_PINS {
+        fair_rows_fast(pins, digits, threads, control)
+    } else {
+        fair_rows_quadratic(pins, digits, threads, control)
+    }
+}
+
+/// `f(pins) mod 10^digits` by the `O(n^2)` recurrences of [`CharacterSeries`]
+/// (the independent check of the fast path), the characters shared among
+/// `threads` threads.
+pub fn fair_rows_quadratic(
+    pins: u64,
+    digits: u32,
+    threads: usize,
+    control: &Control,
+) -> Result<u64> {
     validate(pins, digits)?;
     control.check()?;
     let count = character_count(pins) as usize;

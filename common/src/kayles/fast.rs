@@ -9,14 +9,10 @@
 //! modulo `2^(b+1+d)` (root modulo `2^(b+d)`) and modulo `5^d` separately, and
 //! the two roots join by the CRT into `c_h(k) mod M`.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
 use super::newton::{self, RootModuli};
 use super::ntt::{Convolution, Reducer};
 use super::rational::{self, Fraction};
-use super::{character_count, combine, grundy, validate};
-use crate::modular::{inv_mod, mul_mod};
+use super::{Crt, character_count, character_values, combine, grundy, validate};
 use crate::{Control, Error, Result, invalid};
 
 /// Block lengths whose signs fix the periodic form of a fraction; the rest of
@@ -82,8 +78,9 @@ impl FastPlan {
         ((1u128 << self.bits) * 10u128.pow(self.digits)) as u64
     }
 
-    /// `c_h(k) mod M` for `k <= m`. `progress(k)` is told whenever the first `k`
-    /// coefficients of the root are known (in the last part).
+    /// `c_h(k) mod M` for `k <= m`. As the Newton steps finish, `progress(k)`
+    /// is told that `k` of the `m + 1` coefficients are known (with two parts,
+    /// each part counts for half of them).
     pub(super) fn coefficients(
         &self,
         character: u32,
@@ -107,20 +104,15 @@ impl FastPlan {
         }
         let (five, five_modulus) = roots.pop().expect("two parts");
         let (two, two_modulus) = roots.pop().expect("two parts");
-        let two_inverse = inv_mod(two_modulus % five_modulus, five_modulus)
-            .ok_or_else(|| Error::Internal("kayles: CRT moduli not coprime".into()))?;
-        let modulus = self.modulus();
+        let crt = Crt::new(two_modulus, five_modulus)?;
+        debug_assert_eq!(
+            u128::from(two_modulus) * u128::from(five_modulus),
+            u128::from(self.modulus())
+        );
         Ok(two
             .iter()
             .zip(&five)
-            .map(|(&a, &c)| {
-                // x = a + 2^(b+d) t with t = (c - a) / 2^(b+d) mod 5^d.
-                let diff = (c + five_modulus - a % five_modulus) % five_modulus;
-                let t = mul_mod(diff, two_inverse, five_modulus);
-                let x = u128::from(a) + u128::from(two_modulus) * u128::from(t);
-                debug_assert!(x < u128::from(modulus));
-                x as u64
-            })
+            .map(|(&a, &c)| crt.join(a, c))
             .collect())
     }
 }
@@ -194,7 +186,7 @@ fn quotient_series(
                 (0..k).map(|j| den_f[terms - k + j] * s[j] as f64).sum()
             };
             let head = num.get(k).copied().unwrap_or(0);
-            let value = reduce(i128::from(head) - sum as i128);
+            let value = reduce(i128::from(head) - i128::from(sum as i64));
             if terms > 0 {
                 let at = k % terms;
                 window[at] = value as f64;
@@ -289,57 +281,20 @@ fn check_character(pins: u64, character: u32) -> Result<()> {
 pub fn fair_rows_fast(pins: u64, digits: u32, threads: usize, control: &Control) -> Result<u64> {
     validate(pins, digits)?;
     control.check()?;
-    let count = character_count(pins) as usize;
-    let workers = threads.clamp(1, count);
-    let plan = FastPlan::new(pins, digits, (threads / workers).max(1))?;
-    let values: Vec<Mutex<Option<u128>>> = (0..count).map(|_| Mutex::new(None)).collect();
-    let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
-    let work = || -> Result<()> {
-        while !failed.load(Ordering::Relaxed) {
-            let h = next.fetch_add(1, Ordering::Relaxed);
-            if h >= count {
-                break;
-            }
-            let mut reported = 0;
-            let outcome = plan.coefficients(h as u32, control, &mut |known| {
-                control.add_work((known - reported) as u64);
-                reported = known;
-            });
-            match outcome {
-                Ok(coefficients) => {
-                    let value = coefficients.last().map(|&v| u128::from(v));
-                    *values[h].lock().unwrap_or_else(|e| e.into_inner()) = value;
-                }
-                Err(e) => {
-                    failed.store(true, Ordering::Relaxed);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(())
-    };
-    let outcomes: Vec<Result<()>> = if workers == 1 {
-        vec![work()]
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..workers).map(|_| scope.spawn(work)).collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
-        })
-    };
-    // An internal error outranks the cancellation it may have raced with.
-    let mut errors: Vec<Error> = outcomes.into_iter().filter_map(|r| r.err()).collect();
-    errors.sort_by_key(|e| matches!(e, Error::Cancelled));
-    if let Some(e) = errors.into_iter().next() {
-        return Err(e);
-    }
-    let values: Vec<u128> = values
-        .into_iter()
-        .map(|v| v.into_inner().unwrap_or_else(|e| e.into_inner()))
-        .collect::<Option<_>>()
-        .ok_or_else(|| Error::Internal("kayles: a character was not computed".into()))?;
+    let count = character_count(pins);
+    // Threads beyond one per character share the primes of each convolution.
+    let per_character = (threads / count as usize).max(1);
+    let plan = FastPlan::new(pins, digits, per_character)?;
+    let values = character_values(count, threads, |h| {
+        let mut reported = 0;
+        let coefficients = plan.coefficients(h, control, &mut |known| {
+            control.add_work((known - reported) as u64);
+            reported = known;
+        })?;
+        coefficients
+            .last()
+            .map(|&v| u128::from(v))
+            .ok_or_else(|| Error::Internal("kayles: empty series".into()))
+    })?;
     combine(pins, digits, &values)
 }

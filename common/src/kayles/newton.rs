@@ -37,9 +37,15 @@
 //! 4. *The correction*: `ρ*δ ≡ rδ (mod u^{2a})` and `yr = 1`, so
 //!    `δ u^-a ≡ y (ρ*δ u^-a) (mod u^{t-a})`, a product modulo `R` of `ψ'` (of
 //!    precision `a >= t - a`) and the halved values. Then `ρ + δ ≡ r (mod u^t)`.
+//!    All `a` coefficients of `ψ'` enter: the product has degree below `t`, so on
+//!    `N2 >= t` points nothing wraps, the terms past `t - a` only reach degrees
+//!    past `t - a`, and the transform of `ψ'` is the one step 1 of the next
+//!    step needs (its `N1` is `N2`).
 //!
 //! Every product is an exact integer convolution reduced modulo `R` or `Q`
-//! (see `ntt`), and is used only on coefficients that no cyclic wrap reaches.
+//! (see `ntt`), and is used only on coefficients that no cyclic wrap reaches:
+//! in step 1, `ρψ` on `N1 >= a` points wraps only below `a'`, and `ψ (1 - ρψ)`
+//! has degree below `a - 1`.
 
 use super::ntt::{Convolution, Reducer, Spectrum};
 use crate::{Control, Error, Result};
@@ -283,7 +289,8 @@ pub(super) fn sqrt_newton(
         let delta = conv.coefficient_range(product, 0..t - a, &moduli.root);
         debug_assert!(delta.iter().all(|&d| d < r));
         rho.extend(delta);
-        psi_hat = Some(psi_spectrum);
+        // Kept for the next step only; the last one frees it at once.
+        psi_hat = (t < len).then_some(psi_spectrum);
         progress(t);
     }
     Ok(rho)

@@ -287,7 +287,7 @@ fn pin_dp_matches_the_series() {
 // Series checks.
 
 fn run(pins: u64, digits: u32, character: u32) -> CharacterSeries {
-    let mut series = CharacterSeries::new(pins, digits, character).unwrap();
+    let mut series = CharacterSeries::quadratic(pins, digits, character).unwrap();
     series.advance(usize::MAX, &Control::new()).unwrap();
     assert!(series.is_done());
     series
@@ -494,7 +494,7 @@ fn cancellation_stops_the_kernel() {
     assert_eq!(series.computed(), 0);
     // Cancelled during a long run: the computed prefix stays usable.
     let control = Control::new();
-    let mut series = CharacterSeries::new(20_000, 9, 1).unwrap();
+    let mut series = CharacterSeries::quadratic(20_000, 9, 1).unwrap();
     std::thread::scope(|scope| {
         scope.spawn(|| {
             while control.work_done() == 0 {
@@ -709,10 +709,61 @@ fn cancellation_stops_the_fast_path() {
             }
             control.cancel();
         });
-        let outcome = fair_rows_fast(MAX_PINS, 9, 2, &control);
+        let outcome = fair_rows_fast(1_000_000, 9, 2, &control);
         finished.store(true, Ordering::Relaxed);
         outcome
     });
     assert_eq!(outcome, Err(Error::Cancelled));
-    assert!(control.work_done() < total_work(MAX_PINS));
+    assert!(control.work_done() < total_work(1_000_000));
+}
+
+#[test]
+fn long_series_take_the_fast_path_and_checkpoint_alike() {
+    let control = Control::new();
+    let (pins, digits, h) = (FAST_PINS + 1000, 9, 6);
+    let quadratic = run(pins, digits, h);
+    let mut series = CharacterSeries::new(pins, digits, h).unwrap();
+    assert!(format!("{series:?}").contains("fast"));
+    series.advance(300, &control).unwrap();
+    assert_eq!((series.computed(), control.work_done()), (300, 300));
+    assert_eq!(series.value(), None);
+    for k in 0..300 {
+        assert_eq!(series.coefficient(k), quadratic.coefficient(k), "k {k}");
+    }
+    assert_eq!(series.coefficient(300), None);
+    // A fast checkpoint equals the quadratic checkpoint of the same prefix.
+    let mut partial = CharacterSeries::quadratic(pins, digits, h).unwrap();
+    partial.advance(300, &control).unwrap();
+    let words = series.checkpoint();
+    assert_eq!(words, partial.checkpoint());
+    // Restored into a fast series, the prefix is checked against the fast result.
+    let mut resumed = CharacterSeries::restore(pins, digits, h, &words).unwrap();
+    assert_eq!(resumed.computed(), 300);
+    resumed.advance(usize::MAX, &control).unwrap();
+    assert_eq!(resumed.value(), quadratic.value());
+    series.advance(usize::MAX, &control).unwrap();
+    assert_eq!(series.checkpoint(), quadratic.checkpoint());
+    // A quadratic series resumes a fast checkpoint as well.
+    let mut crossed = CharacterSeries::quadratic(pins, digits, h)
+        .unwrap()
+        .restored(&words)
+        .unwrap();
+    crossed.advance(usize::MAX, &control).unwrap();
+    assert_eq!(crossed.value(), quadratic.value());
+    // A prefix that passes the checksum but is not the series' is refused.
+    let mut forged = words.clone();
+    forged.pop();
+    forged[CHECKPOINT_HEADER + 2 * 7] ^= 1;
+    forged.push(checksum(&forged));
+    let mut wrong = CharacterSeries::restore(pins, digits, h, &forged).unwrap();
+    assert!(matches!(
+        wrong.advance(usize::MAX, &control),
+        Err(Error::Internal(_))
+    ));
+    // Cancelled before the fast computation ends: nothing is kept.
+    let cancelled = Control::new();
+    cancelled.cancel();
+    let mut fresh = CharacterSeries::new(pins, digits, h).unwrap();
+    assert_eq!(fresh.advance(10, &cancelled), Err(Error::Cancelled));
+    assert_eq!(fresh.computed(), 0);
 }

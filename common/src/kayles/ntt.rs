@@ -594,10 +594,10 @@ impl Convolution {
     }
 
     /// Runs `job(i, &mut item_i)` for each prime's item, on up to `threads`
-    /// threads.
-    fn per_prime<T: Send>(&self, items: &mut [T], job: impl Fn(usize, &mut T) + Sync) {
+    /// threads when transforms of `size` points are worth a thread.
+    fn per_prime<T: Send>(&self, items: &mut [T], size: usize, job: impl Fn(usize, &mut T) + Sync) {
         let size_worth_threads = 1 << 14;
-        if self.threads == 1 || items.len() == 1 || self.max_size < size_worth_threads {
+        if self.threads == 1 || items.len() == 1 || size < size_worth_threads {
             for (i, item) in items.iter_mut().enumerate() {
                 job(i, item);
             }
@@ -623,7 +623,7 @@ impl Convolution {
         let r = self.input_modulus;
         debug_assert!(x.iter().all(|&v| v < r));
         let mut values: Vec<Vec<u32>> = (0..self.fields.len()).map(|_| Vec::new()).collect();
-        self.per_prime(&mut values, |i, out| {
+        self.per_prime(&mut values, size, |i, out| {
             let field = &self.fields[i];
             let p = u64::from(field.mont.p);
             // Residues above R/2 stand for v - R = v + offset - p ceil(R/p).
@@ -651,7 +651,7 @@ impl Convolution {
     pub(super) fn multiply_into(&self, mut a: Spectrum, b: &Spectrum) -> Spectrum {
         assert_eq!(a.size, b.size);
         let size = a.size;
-        self.per_prime(&mut a.values, |i, out| {
+        self.per_prime(&mut a.values, size, |i, out| {
             let field = &self.fields[i];
             pointwise(out, &b.values[i], field.pointwise_factor(size), field.mont);
         });
@@ -661,7 +661,7 @@ impl Convolution {
     /// The pointwise square of a spectrum, in its place.
     pub(super) fn square_into(&self, mut a: Spectrum) -> Spectrum {
         let size = a.size;
-        self.per_prime(&mut a.values, |i, out| {
+        self.per_prime(&mut a.values, size, |i, out| {
             let field = &self.fields[i];
             square(out, field.pointwise_factor(size), field.mont);
         });
@@ -677,7 +677,7 @@ impl Convolution {
         out: &Reducer,
     ) -> Vec<Vec<u64>> {
         assert!(ranges.iter().all(|range| range.end <= product.size));
-        self.per_prime(&mut product.values, |i, values| {
+        self.per_prime(&mut product.values, product.size, |i, values| {
             inverse(values, &self.fields[i]);
         });
         // Garner's digits in place: values[i] becomes d_i with
@@ -705,18 +705,9 @@ impl Convolution {
             prefix = out.mul(prefix, u64::from(field.mont.p));
         }
         let minus_p_mod_q = (q - prefix) % q;
-        let top = k - 1;
         let values = &product.values;
         let exact = |index: usize| {
-            // Above (P - 1) / 2 the class stands for the negative x - P; the
-            // top digit nearly always decides.
-            let high = values[top][index];
-            let negative = high > self.half_digits[0]
-                || (high == self.half_digits[0]
-                    && (0..top)
-                        .rev()
-                        .map(|j| values[j][index])
-                        .gt(self.half_digits[1..].iter().copied()));
+            let negative = self.above_half(|j| values[j][index]);
             let mut total: u128 = (0..k)
                 .map(|j| u128::from(values[j][index]) * u128::from(radix_mod_q[j]))
                 .sum();
@@ -729,6 +720,21 @@ impl Convolution {
             .iter()
             .map(|range| range.clone().map(exact).collect())
             .collect()
+    }
+
+    /// Whether the mixed-radix number with digits `digit(0)` (least
+    /// significant) to `digit(k - 1)` exceeds `(P - 1) / 2`: then its class
+    /// stands for the negative `x - P`. The top digit nearly always decides.
+    #[inline(always)]
+    fn above_half(&self, digit: impl Fn(usize) -> u32) -> bool {
+        let top = self.fields.len() - 1;
+        let high = digit(top);
+        high > self.half_digits[0]
+            || (high == self.half_digits[0]
+                && (0..top)
+                    .rev()
+                    .map(&digit)
+                    .gt(self.half_digits[1..].iter().copied()))
     }
 
     /// Coefficients `range` of the cyclic convolution whose spectrum is
@@ -900,6 +906,40 @@ mod tests {
                 garner_digit(&mut value, &views, &radix, 12345, m);
                 garner_digit_portable(&mut slow, &views, &radix, 12345, m);
                 assert_eq!(value, slow, "garner p {p} n {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_sign_turns_just_above_half_the_product() {
+        for modulus in [16_000_000_000u64, 1_953_125, 1_600_000_000_000_000_000] {
+            let conv = Convolution::new(modulus, 1 << 20, 1).unwrap();
+            let primes: Vec<u32> = conv.fields.iter().map(|f| f.mont.p).collect();
+            let product: BigUint = primes.iter().map(|&p| BigUint::from(p)).product();
+            let half = (&product - 1u32) / 2u32;
+            let digits_of = |x: &BigUint| {
+                let mut rest = x.clone();
+                primes
+                    .iter()
+                    .map(|&p| {
+                        let digit = (&rest % p).to_u32_digits().first().copied().unwrap_or(0);
+                        rest /= p;
+                        digit
+                    })
+                    .collect::<Vec<u32>>()
+            };
+            let one = BigUint::from(1u32);
+            for (x, negative) in [
+                (BigUint::from(0u32), false),
+                (half.clone() - &one, false),
+                (half.clone(), false),
+                (half.clone() + &one, true),
+                (half.clone() + BigUint::from(primes[0]), true),
+                (half.clone() - BigUint::from(primes[0]), false),
+                (&product - &one, true),
+            ] {
+                let digits = digits_of(&x);
+                assert_eq!(conv.above_half(|j| digits[j]), negative, "{x}");
             }
         }
     }

@@ -25,7 +25,8 @@
 //!    `1 - ρψ ≡ r (y - ψ)`, so `y - ψ' ≡ r (y - ψ)^2 ≡ 0 (mod u^{2a'})`: an
 //!    identity in any commutative ring, here the integers modulo `R`.
 //! 2. *The square's new coefficients*: the transforms give the exact integer
-//!    cyclic convolution `c` of the representatives of `ρ` on `N1 >= a` points,
+//!    cyclic convolution `c` of the representatives of `ρ` on `N1 >= a` points
+//!    (from here on `ρ^2` is the square of those integers),
 //!    `c_i = (ρ^2)_i + (ρ^2)_{i+N1}`. The square has degree `<= 2a - 2`, so for
 //!    `a <= i < N1` nothing wraps onto `c_i`; for `N1 <= i < t`,
 //!    `(ρ^2)_i = c_{i-N1} - (ρ^2)_{i-N1}` with `i - N1 < a`, and
@@ -41,6 +42,10 @@
 //!    `N2 >= t` points nothing wraps, the terms past `t - a` only reach degrees
 //!    past `t - a`, and the transform of `ψ'` is the one step 1 of the next
 //!    step needs (its `N1` is `N2`).
+//!
+//! The first `a` coefficients come from the schoolbook recurrences, whose
+//! halving rests on the same lemma (see `residues`), with `ψ` to the same
+//! precision.
 //!
 //! Every product is an exact integer convolution reduced modulo `R` or `Q`
 //! (see `ntt`), and is used only on coefficients that no cyclic wrap reaches:
@@ -238,8 +243,12 @@ pub(super) fn sqrt_newton(
     assert!(s.len() >= len, "the square is too short");
     let (q, r) = (moduli.square_modulus(), moduli.root_modulus());
     let steps = schedule(len);
-    let mut rho = sqrt_schoolbook(s, steps[0], moduli)?;
-    let mut psi = inverse_schoolbook(&rho, steps[0], &moduli.root);
+    // Room for the final lengths up front: growing by doubling would briefly
+    // hold two copies of the longest arrays.
+    let mut rho = Vec::with_capacity(len);
+    rho.extend(sqrt_schoolbook(s, steps[0], moduli)?);
+    let mut psi = Vec::with_capacity(len.div_ceil(2));
+    psi.extend(inverse_schoolbook(&rho, steps[0], &moduli.root));
     progress(steps[0]);
     // The transform of psi from the previous step's correction, which has the
     // size the next inverse update needs.

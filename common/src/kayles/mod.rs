@@ -64,8 +64,8 @@ use residues::Residues;
 /// The default number of trailing digits of `f(n)`.
 pub const DEFAULT_DIGITS: u32 = 9;
 /// The largest accepted pin count. The fast path's time is `O(n log n)` and its
-/// memory linear in the pins (about 1.15 GB for `f(10^7)` on two threads); its
-/// transforms would allow up to about `1.6 * 10^7` pins.
+/// memory linear in the pins (a peak of 1.0 to 1.15 GB measured for `f(10^7)`
+/// on two threads); its transforms would allow up to about `1.6 * 10^7` pins.
 pub const MAX_PINS: u64 = 10_000_000;
 /// The largest accepted number of digits.
 pub const MAX_DIGITS: u32 = 18;

@@ -16,18 +16,36 @@
 //!
 //! ## Computation
 //!
-//! Each character `h` is one [`CharacterSeries`]: the quotient `s` follows from a
-//! short linear recurrence (the signs are periodic, see `rational`), the root
-//! `r` from `2 r_k = s_k - sum_{0<i<k} r_i r_{k-i}`, which costs `k / 2`
-//! multiplications by symmetry. The right side is needed modulo
-//! `2M = 2^(b+1) 10^d` to get `r_k` modulo `M = 2^b 10^d` (the halving rule), and
-//! `2M = 2^(b+1+d) * 5^d` is split by the CRT: modulo `2^(b+1+d)` the products
-//! wrap in `u16`/`u32` lanes and halving keeps `b + d` bits (proof in
-//! `residues`); modulo `5^d` two is invertible. The two root residues join into
-//! `c_h(m) mod M`, and [`combine`] sums the characters (the true sum is
-//! `2^b f(n)`, so the sum modulo `M` is divisible by `2^b`) and divides.
+//! Two independent methods give the coefficients `c_h(k) mod M` of a character,
+//! `M = 2^b 10^d`; both take the quotient `s` from a short linear recurrence
+//! (the signs are periodic, see `rational`).
+//!
+//! *Quadratic*, [`CharacterSeries`]: the root `r` from
+//! `2 r_k = s_k - sum_{0<i<k} r_i r_{k-i}`, which costs `k / 2` multiplications
+//! by symmetry. The right side is needed modulo `2M = 2^(b+1) 10^d` to get `r_k`
+//! modulo `M` (the halving rule), and `2M = 2^(b+1+d) * 5^d` is split by the
+//! CRT: modulo `2^(b+1+d)` the products wrap in `u16`/`u32` lanes and halving
+//! keeps `b + d` bits (proof in `residues`); modulo `5^d` two is invertible. The
+//! two root residues join into `c_h(m) mod M`.
+//!
+//! *Fast*, [`character_coefficients_fast`] and [`fair_rows_fast`]: the root by
+//! Newton's iteration, `O(m log m)`, on exact integer convolutions (number
+//! theoretic transforms over three or more primes below `2^30`, joined by
+//! Garner's form of the CRT, `ntt`). It works modulo `2M` itself while `2M` is
+//! below `2^63`, and otherwise modulo `2^(b+1+d)` and `5^d` joined by the CRT;
+//! `newton` proves why a square modulo `2M` needs the root only modulo `M` and
+//! why each step's values to halve are even.
+//!
+//! [`combine`] sums the characters (the true sum is `2^b f(n)`, so the sum
+//! modulo `M` is divisible by `2^b`) and divides. [`fair_rows`] takes the fast
+//! path from [`FAST_PINS`] pins on.
 
+mod fast;
 mod grundy;
+mod newton;
+mod ntt;
+#[cfg(target_arch = "x86_64")]
+mod ntt_avx2;
 mod rational;
 mod residues;
 #[cfg(test)]
@@ -39,13 +57,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::modular::{inv_mod, mul_mod};
 use crate::{Control, Error, Result, invalid};
 
+pub use fast::{character_coefficients_fast, character_value_fast, fair_rows_fast};
 pub use grundy::{character_bits, grundy_values};
 use residues::Residues;
 
 /// The default number of trailing digits of `f(n)`.
 pub const DEFAULT_DIGITS: u32 = 9;
-/// The largest accepted pin count: the square root costs `O(n^2)` per character.
-pub const MAX_PINS: u64 = 200_000;
+/// The largest accepted pin count. The fast path's time is `O(n log n)` and its
+/// memory linear in the pins (a peak of 1.0 to 1.15 GB measured for `f(10^7)`
+/// on two threads); its transforms would allow up to about `1.6 * 10^7` pins.
+pub const MAX_PINS: u64 = 10_000_000;
 /// The largest accepted number of digits.
 pub const MAX_DIGITS: u32 = 18;
 
@@ -66,7 +87,8 @@ pub fn validate(pins: u64, digits: u32) -> Result<()> {
     }
     if pins > MAX_PINS {
         return Err(invalid!(
-            "pins must be at most {MAX_PINS}, got {pins} (the computation is quadratic in the pins)"
+            "pins must be at most {MAX_PINS}, got {pins} (the limit bounds the memory and \
+             time of a job, which grow with the pins)"
         ));
     }
     if !(1..=MAX_DIGITS).contains(&digits) {
@@ -88,7 +110,11 @@ pub fn character_modulus(pins: u64, digits: u32) -> u128 {
 }
 
 /// Work units of a whole job: one per coefficient of every character, as
-/// [`CharacterSeries::advance`] adds them to its [`Control`].
+/// [`CharacterSeries::advance`], [`fair_rows_quadratic`] and the fast path
+/// ([`fair_rows_fast`], [`character_coefficients_fast`]) add them to their
+/// [`Control`]. The fast path adds a character's units as its Newton steps
+/// finish: after the step to `k` known coefficients, `k` units in all, which
+/// tracks its time since each step costs about twice the one before.
 pub fn total_work(pins: u64) -> u64 {
     u64::from(character_count(pins)) * (pins / 2 + 1)
 }
@@ -96,6 +122,12 @@ pub fn total_work(pins: u64) -> u64 {
 /// One Walsh character `h`: the coefficients `r_k = c_h(k) mod M` of its series
 /// for `k <= m = pins / 2`, computed incrementally so that a worker can report
 /// progress, stop, checkpoint and resume.
+///
+/// From [`FAST_PINS`] pins on, the first [`Self::advance`] computes every
+/// coefficient at once by the fast path (seconds even for the longest rows) and
+/// later calls only reveal them; a cancelled fast computation keeps nothing.
+/// Checkpoints look the same for both methods, and a prefix restored into a
+/// fast series must agree with the fast result.
 pub struct CharacterSeries {
     pins: u64,
     digits: u32,
@@ -103,22 +135,36 @@ pub struct CharacterSeries {
     bits: u32,
     target: usize,
     computed: usize,
-    /// Multiply-adds of one coefficient besides the root's `k / 2`.
-    quotient_terms: u64,
-    /// Quotient modulo `2^(b+1+d)`, root modulo `2^(b+d)`.
-    two: Box<dyn Residues>,
-    /// Quotient and root modulo `5^d`.
-    five: Box<dyn Residues>,
-    /// `(2^(b+d))^-1 mod 5^d`, for the CRT.
-    two_inverse: u64,
+    method: Method,
+}
+
+/// How a [`CharacterSeries`] computes its coefficients.
+enum Method {
+    /// The quadratic recurrences, one coefficient after another.
+    Quadratic {
+        /// Multiply-adds of one coefficient besides the root's `k / 2`.
+        quotient_terms: u64,
+        /// Quotient modulo `2^(b+1+d)`, root modulo `2^(b+d)`.
+        two: Box<dyn Residues>,
+        /// Quotient and root modulo `5^d`.
+        five: Box<dyn Residues>,
+    },
+    /// All coefficients by the fast path: `known` holds them once computed, or
+    /// the prefix restored from a checkpoint before that.
+    Fast { known: Vec<u64> },
 }
 
 impl std::fmt::Debug for CharacterSeries {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let method = match self.method {
+            Method::Quadratic { .. } => "quadratic",
+            Method::Fast { .. } => "fast",
+        };
         f.debug_struct("CharacterSeries")
             .field("pins", &self.pins)
             .field("digits", &self.digits)
             .field("character", &self.character)
+            .field("method", &method)
             .field("computed", &self.computed)
             .field("target", &self.target)
             .finish_non_exhaustive()
@@ -127,8 +173,44 @@ impl std::fmt::Debug for CharacterSeries {
 
 impl CharacterSeries {
     /// Prepares character `character` of the job `(pins, digits)`; nothing is
-    /// computed yet.
+    /// computed yet. The fast path serves rows of [`FAST_PINS`] pins or more.
     pub fn new(pins: u64, digits: u32, character: u32) -> Result<CharacterSeries> {
+        if pins >= FAST_PINS {
+            CharacterSeries::fast(pins, digits, character)
+        } else {
+            CharacterSeries::quadratic(pins, digits, character)
+        }
+    }
+
+    /// The series computed by the quadratic recurrences, whatever the length.
+    fn quadratic(pins: u64, digits: u32, character: u32) -> Result<CharacterSeries> {
+        let mut series = CharacterSeries::empty(pins, digits, character)?;
+        let pins_len = usize::try_from(pins).map_err(|_| invalid!("pins too large"))?;
+        let grundy = grundy_values(pins_len);
+        let fraction = rational::character_fraction(&grundy, character, series.target);
+        let two = residues::two_adic(series.bits + 1 + digits, &fraction, series.target);
+        let five = residues::five_adic(digits, &fraction, series.target);
+        if (two.root_modulus(), five.root_modulus()) != series.factor_moduli() {
+            return Err(Error::Internal(
+                "kayles: residue moduli do not split M".into(),
+            ));
+        }
+        series.method = Method::Quadratic {
+            quotient_terms: fraction.den.len() as u64,
+            two,
+            five,
+        };
+        Ok(series)
+    }
+
+    /// The series computed by the fast path, whatever the length.
+    fn fast(pins: u64, digits: u32, character: u32) -> Result<CharacterSeries> {
+        CharacterSeries::empty(pins, digits, character)
+    }
+
+    /// A checked series with no coefficient, on the fast path until told
+    /// otherwise.
+    fn empty(pins: u64, digits: u32, character: u32) -> Result<CharacterSeries> {
         validate(pins, digits)?;
         let count = character_count(pins);
         if character >= count {
@@ -136,27 +218,15 @@ impl CharacterSeries {
                 "character must be below {count} for {pins} pins, got {character}"
             ));
         }
-        let pins_len = usize::try_from(pins).map_err(|_| invalid!("pins too large"))?;
-        let grundy = grundy_values(pins_len);
-        let bits = character_bits(&grundy);
-        let target = pins_len / 2 + 1;
-        let fraction = rational::character_fraction(&grundy, character, target);
-        let two = residues::two_adic(bits + 1 + digits, &fraction, target);
-        let five = residues::five_adic(digits, &fraction, target);
-        let (two_modulus, five_modulus) = (two.root_modulus(), five.root_modulus());
-        let two_inverse = inv_mod(two_modulus % five_modulus, five_modulus)
-            .ok_or_else(|| Error::Internal("kayles: CRT moduli not coprime".into()))?;
+        let target = usize::try_from(pins / 2 + 1).map_err(|_| invalid!("pins too large"))?;
         Ok(CharacterSeries {
             pins,
             digits,
             character,
-            bits,
+            bits: grundy::bits_for_pins(pins),
             target,
             computed: 0,
-            quotient_terms: fraction.den.len() as u64,
-            two,
-            five,
-            two_inverse,
+            method: Method::Fast { known: Vec::new() },
         })
     }
 
@@ -191,6 +261,11 @@ impl CharacterSeries {
         (1u128 << self.bits) * 10u128.pow(self.digits)
     }
 
+    /// The coprime factors `2^(b+d)` and `5^d` of `M`.
+    fn factor_moduli(&self) -> (u64, u64) {
+        (1u64 << (self.bits + self.digits), 5u64.pow(self.digits))
+    }
+
     /// Computes coefficients until `upto` (clamped to [`Self::target`]) are known,
     /// adding one work unit per coefficient to `control` and stopping with
     /// `Err(Cancelled)` when it is cancelled; the coefficients computed so far
@@ -201,22 +276,44 @@ impl CharacterSeries {
             return Ok(());
         }
         control.check()?;
-        let mut reported = self.computed;
-        let mut work = 0u64;
-        while self.computed < end {
-            let k = self.computed;
-            self.two.step(k)?;
-            self.five.step(k)?;
-            self.computed += 1;
-            work += k as u64 / 2 + self.quotient_terms;
-            if work >= POLL_WORK {
+        match &mut self.method {
+            Method::Quadratic {
+                quotient_terms,
+                two,
+                five,
+            } => {
+                let mut reported = self.computed;
+                let mut work = 0u64;
+                while self.computed < end {
+                    let k = self.computed;
+                    two.step(k)?;
+                    five.step(k)?;
+                    self.computed += 1;
+                    work += k as u64 / 2 + *quotient_terms;
+                    if work >= POLL_WORK {
+                        control.add_work((self.computed - reported) as u64);
+                        reported = self.computed;
+                        work = 0;
+                        control.check()?;
+                    }
+                }
                 control.add_work((self.computed - reported) as u64);
-                reported = self.computed;
-                work = 0;
-                control.check()?;
+            }
+            Method::Fast { known } => {
+                if known.len() < end {
+                    let plan = fast::FastPlan::new(self.pins, self.digits, 1)?;
+                    let all = plan.coefficients(self.character, control, &mut |_| {})?;
+                    if all[..known.len()] != known[..] {
+                        return Err(Error::Internal(
+                            "kayles: the checkpointed coefficients disagree with the series".into(),
+                        ));
+                    }
+                    *known = all;
+                }
+                control.add_work((end - self.computed) as u64);
+                self.computed = end;
             }
         }
-        control.add_work((self.computed - reported) as u64);
         Ok(())
     }
 
@@ -225,12 +322,14 @@ impl CharacterSeries {
         if k >= self.computed {
             return None;
         }
-        let (a, two_modulus) = (self.two.root(k), self.two.root_modulus());
-        let (c, five_modulus) = (self.five.root(k), self.five.root_modulus());
-        // x = a + 2^(b+d) t with t = (c - a) / 2^(b+d) mod 5^d.
-        let diff = (c + five_modulus - a % five_modulus) % five_modulus;
-        let t = mul_mod(diff, self.two_inverse, five_modulus);
-        Some(u128::from(a) + u128::from(two_modulus) * u128::from(t))
+        match &self.method {
+            Method::Quadratic { two, five, .. } => {
+                let (two_modulus, five_modulus) = self.factor_moduli();
+                let crt = Crt::new(two_modulus, five_modulus).ok()?;
+                Some(u128::from(crt.join(two.root(k), five.root(k))))
+            }
+            Method::Fast { known } => known.get(k).map(|&v| u128::from(v)),
+        }
     }
 
     /// `c_h(m) mod M = 2^b * 10^d` once the series is done.
@@ -239,6 +338,15 @@ impl CharacterSeries {
             self.coefficient(self.target - 1)
         } else {
             None
+        }
+    }
+
+    /// The residues of coefficient `k` modulo `2^(b+d)` and `5^d`.
+    fn residue_pair(&self, k: usize) -> (u64, u64) {
+        let (two_modulus, five_modulus) = self.factor_moduli();
+        match &self.method {
+            Method::Quadratic { two, five, .. } => (two.root(k), five.root(k)),
+            Method::Fast { known } => (known[k] % two_modulus, known[k] % five_modulus),
         }
     }
 
@@ -255,8 +363,9 @@ impl CharacterSeries {
             self.computed as u64,
         ]);
         for k in 0..self.computed {
-            words.push(self.two.root(k));
-            words.push(self.five.root(k));
+            let (a, c) = self.residue_pair(k);
+            words.push(a);
+            words.push(c);
         }
         words.push(checksum(&words));
         words
@@ -270,7 +379,13 @@ impl CharacterSeries {
         character: u32,
         checkpoint: &[u64],
     ) -> Result<CharacterSeries> {
-        let mut series = CharacterSeries::new(pins, digits, character)?;
+        let series = CharacterSeries::new(pins, digits, character)?;
+        series.restored(checkpoint)
+    }
+
+    /// This fresh series advanced to the state of `checkpoint`.
+    fn restored(mut self, checkpoint: &[u64]) -> Result<CharacterSeries> {
+        let (pins, digits, character) = (self.pins, self.digits, self.character);
         let Some((&sum, words)) = checkpoint.split_last() else {
             return Err(invalid!("kayles checkpoint is empty"));
         };
@@ -281,7 +396,7 @@ impl CharacterSeries {
             pins,
             u64::from(digits),
             u64::from(character),
-            u64::from(series.bits),
+            u64::from(self.bits),
         ];
         if words[1..5] != expected {
             return Err(invalid!(
@@ -293,7 +408,7 @@ impl CharacterSeries {
             ));
         }
         let computed = words[5];
-        if computed > series.target as u64
+        if computed > self.target as u64
             || words.len() as u64 != CHECKPOINT_HEADER as u64 + 2 * computed
         {
             return Err(invalid!(
@@ -304,20 +419,53 @@ impl CharacterSeries {
         if checksum(words) != sum {
             return Err(invalid!("kayles checkpoint checksum mismatch"));
         }
-        let (two_modulus, five_modulus) = (series.two.root_modulus(), series.five.root_modulus());
+        let (two_modulus, five_modulus) = self.factor_moduli();
+        let crt = Crt::new(two_modulus, five_modulus)?;
         let roots = &words[CHECKPOINT_HEADER..];
         for (k, pair) in roots.chunks_exact(2).enumerate() {
             let (a, c) = (pair[0], pair[1]);
             if a >= two_modulus || c >= five_modulus || (k == 0 && (a, c) != (1, 1)) {
                 return Err(invalid!("kayles checkpoint has an invalid coefficient {k}"));
             }
-            series.two.quotient(k);
-            series.five.quotient(k);
-            series.two.set_root(k, a);
-            series.five.set_root(k, c);
+            match &mut self.method {
+                Method::Quadratic { two, five, .. } => {
+                    two.quotient(k);
+                    five.quotient(k);
+                    two.set_root(k, a);
+                    five.set_root(k, c);
+                }
+                Method::Fast { known } => known.push(crt.join(a, c)),
+            }
         }
-        series.computed = computed as usize;
-        Ok(series)
+        self.computed = computed as usize;
+        Ok(self)
+    }
+}
+
+/// Joins residues modulo coprime `m` and `n`, `m n < 2^64`, into one modulo
+/// `m n`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Crt {
+    m: u64,
+    n: u64,
+    /// `m^-1 mod n`.
+    m_inverse: u64,
+}
+
+impl Crt {
+    pub(super) fn new(m: u64, n: u64) -> Result<Crt> {
+        let m_inverse = inv_mod(m % n, n)
+            .filter(|_| m.checked_mul(n).is_some())
+            .ok_or_else(|| Error::Internal("kayles: CRT moduli not coprime".into()))?;
+        Ok(Crt { m, n, m_inverse })
+    }
+
+    /// `x mod m n` from `a = x mod m` and `c = x mod n`.
+    pub(super) fn join(&self, a: u64, c: u64) -> u64 {
+        // x = a + m t with t = (c - a) / m mod n.
+        let diff = (c + self.n - a % self.n) % self.n;
+        let t = mul_mod(diff, self.m_inverse, self.n);
+        a + self.m * t
     }
 }
 
@@ -356,11 +504,52 @@ pub fn combine(pins: u64, digits: u32, character_values: &[u128]) -> Result<u64>
     Ok((sum / u128::from(count)) as u64)
 }
 
-/// `f(pins) mod 10^digits`, computing the characters on `threads` threads.
+/// From this many pins on, [`fair_rows`] and [`CharacterSeries`] take the fast
+/// path: the measured crossover, below which the vectorised quadratic
+/// recurrences are quicker than the transforms.
+pub const FAST_PINS: u64 = 4_000;
+
+/// `f(pins) mod 10^digits`, computing the characters on `threads` threads: by
+/// [`fair_rows_fast`] from [`FAST_PINS`] pins on, by [`fair_rows_quadratic`]
+/// below. Adds [`total_work`]`(pins)` work units in all.
 pub fn fair_rows(pins: u64, digits: u32, threads: usize, control: &Control) -> Result<u64> {
+    if pins >= FAST_PINS {
+        fair_rows_fast(pins, digits, threads, control)
+    } else {
+        fair_rows_quadratic(pins, digits, threads, control)
+    }
+}
+
+/// `f(pins) mod 10^digits` by the `O(n^2)` recurrences of [`CharacterSeries`]
+/// (the independent check of the fast path), the characters shared among
+/// `threads` threads.
+pub fn fair_rows_quadratic(
+    pins: u64,
+    digits: u32,
+    threads: usize,
+    control: &Control,
+) -> Result<u64> {
     validate(pins, digits)?;
     control.check()?;
-    let count = character_count(pins) as usize;
+    let values = character_values(character_count(pins), threads, |h| {
+        let mut series = CharacterSeries::quadratic(pins, digits, h)?;
+        series.advance(series.target(), control)?;
+        series
+            .value()
+            .ok_or_else(|| Error::Internal("kayles: series not done".into()))
+    })?;
+    combine(pins, digits, &values)
+}
+
+/// `value(h)` for every character `h < count`, on up to `threads` threads that
+/// take the characters in turn. The first error stops the others; an internal
+/// error outranks the cancellation it may have raced with.
+fn character_values(
+    count: u32,
+    threads: usize,
+    value: impl Fn(u32) -> Result<u128> + Sync,
+) -> Result<Vec<u128>> {
+    let count = count as usize;
     let values: Vec<Mutex<Option<u128>>> = (0..count).map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
@@ -370,14 +559,7 @@ pub fn fair_rows(pins: u64, digits: u32, threads: usize, control: &Control) -> R
             if h >= count {
                 break;
             }
-            let run = || -> Result<u128> {
-                let mut series = CharacterSeries::new(pins, digits, h as u32)?;
-                series.advance(series.target(), control)?;
-                series
-                    .value()
-                    .ok_or_else(|| Error::Internal("kayles: series not done".into()))
-            };
-            match run() {
+            match value(h as u32) {
                 Ok(v) => *values[h].lock().unwrap_or_else(|e| e.into_inner()) = Some(v),
                 Err(e) => {
                     failed.store(true, Ordering::Relaxed);
@@ -387,7 +569,7 @@ pub fn fair_rows(pins: u64, digits: u32, threads: usize, control: &Control) -> R
         }
         Ok(())
     };
-    let threads = threads.clamp(1, count);
+    let threads = threads.clamp(1, count.max(1));
     let outcomes: Vec<Result<()>> = if threads == 1 {
         vec![work()]
     } else {
@@ -399,18 +581,16 @@ pub fn fair_rows(pins: u64, digits: u32, threads: usize, control: &Control) -> R
                 .collect()
         })
     };
-    // An internal error outranks the cancellation it may have raced with.
     let mut errors: Vec<Error> = outcomes.into_iter().filter_map(|r| r.err()).collect();
     errors.sort_by_key(|e| matches!(e, Error::Cancelled));
     if let Some(e) = errors.into_iter().next() {
         return Err(e);
     }
-    let values: Vec<u128> = values
+    values
         .into_iter()
         .map(|v| v.into_inner().unwrap_or_else(|e| e.into_inner()))
         .collect::<Option<_>>()
-        .ok_or_else(|| Error::Internal("kayles: a character was not computed".into()))?;
-    combine(pins, digits, &values)
+        .ok_or_else(|| Error::Internal("kayles: a character was not computed".into()))
 }
 
 /// The answer as its last `digits` digits, zero-padded.

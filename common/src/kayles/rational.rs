@@ -63,19 +63,47 @@ pub(super) fn character_fraction(grundy: &[u8], character: u32, len: usize) -> F
         "Grundy table too short"
     );
     let (even, odd) = block_series(grundy, character, len);
-    let q = best_period(&even, &odd);
+    fraction_of(&periodic_form(&even, &odd), len)
+}
+
+/// `E` and `P` through a period `q` of their coefficient lists:
+/// `R_E = (1 - u^q) E` and `R_P = (1 - u^q) P`, modulo the lists' lengths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct PeriodicForm {
+    /// `q`, or 0 for `T = 1`.
+    pub(super) period: usize,
+    even_difference: Vec<i64>,
+    odd_difference: Vec<i64>,
+}
+
+/// The periodic form of smallest degree of the lists `even` (`E`) and `odd`
+/// (`P`).
+pub(super) fn periodic_form(even: &[i64], odd: &[i64]) -> PeriodicForm {
+    let q = best_period(even, odd);
+    PeriodicForm {
+        period: q,
+        even_difference: difference(even, q),
+        odd_difference: difference(odd, q),
+    }
+}
+
+/// `s = ((T + R_E)^2 - u R_P^2) / ((T - R_E)^2 - u R_P^2)` modulo `u^len`: the
+/// quotient series of the character whenever `(1 - u^q) E ≡ R_E (mod u^len)`
+/// and `(1 - u^q) P ≡ R_P (mod u^(len-1))`.
+pub(super) fn fraction_of(form: &PeriodicForm, len: usize) -> Fraction {
+    let q = form.period;
     let mut t = vec![0i64; if q == 0 { 1 } else { q + 1 }];
     t[0] = 1;
     if q > 0 {
         t[q] = -1;
     }
-    let re = difference(&even, q);
-    let ro = difference(&odd, q);
-    let plus = add(&t, &re, 1);
-    let minus = add(&t, &re, -1);
+    let re = &form.even_difference;
+    let ro = &form.odd_difference;
+    let plus = add(&t, re, 1);
+    let minus = add(&t, re, -1);
     // u * R_P^2 modulo u^len.
     let mut odd_square = vec![0i64];
-    odd_square.extend(mul(&ro, &ro, len - 1));
+    odd_square.extend(mul(ro, ro, len.saturating_sub(1)));
     let num = add(&mul(&plus, &plus, len), &odd_square, -1);
     let den = add(&mul(&minus, &minus, len), &odd_square, -1);
     debug_assert_eq!(den.first(), Some(&1));

@@ -1,6 +1,24 @@
-use super::grundy::{mex_values, proven_period};
+use super::grundy::{Periodicity, mex_values, periodicity, proven_period};
 use super::rational::{block_series, character_fraction};
 use super::*;
+
+/// SplitMix64: a small deterministic generator for test data.
+pub(super) struct TestRng(pub(super) u64);
+
+impl TestRng {
+    pub(super) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..bound`.
+    pub(super) fn below(&mut self, bound: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(bound)) >> 64) as u64
+    }
+}
 
 /// `f(n) mod 10^digits` through the public driver (odd `n`: 0).
 fn f(n: u64, digits: u32) -> u64 {
@@ -31,7 +49,15 @@ fn grundy_values_match_the_seed() {
 
 #[test]
 fn periodic_extension_matches_the_mex_rule() {
-    assert_eq!(proven_period(&mex_values(1024)), Some(34));
+    let proven = Periodicity {
+        start: 53,
+        period: 34,
+    };
+    assert_eq!(proven_period(&mex_values(1024)), Some(proven));
+    assert_eq!(periodicity(), Some(proven));
+    // Too few values to satisfy the test: 2 * 53 + 34 + 2 > 160 - 34 + 1.
+    assert_eq!(proven_period(&mex_values(160)), None);
+    assert_eq!(grundy_values(6000), mex_values(6000));
     assert_eq!(grundy_values(3000), mex_values(3000));
     assert_eq!(grundy_values(5), mex_values(5));
 }
@@ -261,7 +287,7 @@ fn pin_dp_matches_the_series() {
 // Series checks.
 
 fn run(pins: u64, digits: u32, character: u32) -> CharacterSeries {
-    let mut series = CharacterSeries::new(pins, digits, character).unwrap();
+    let mut series = CharacterSeries::quadratic(pins, digits, character).unwrap();
     series.advance(usize::MAX, &Control::new()).unwrap();
     assert!(series.is_done());
     series
@@ -468,7 +494,7 @@ fn cancellation_stops_the_kernel() {
     assert_eq!(series.computed(), 0);
     // Cancelled during a long run: the computed prefix stays usable.
     let control = Control::new();
-    let mut series = CharacterSeries::new(20_000, 9, 1).unwrap();
+    let mut series = CharacterSeries::quadratic(20_000, 9, 1).unwrap();
     std::thread::scope(|scope| {
         scope.spawn(|| {
             while control.work_done() == 0 {
@@ -530,4 +556,214 @@ fn series_can_move_to_a_worker_thread() {
     .join()
     .unwrap();
     assert_eq!(value, run(50, 9, 2).value());
+}
+
+// ---------------------------------------------------------------------------
+// The fast path against the quadratic recurrences.
+
+/// Every coefficient of every character for rows of up to `pins` pins, by the
+/// quadratic series and by the fast path, and `f(n)` for every even `n <= pins`
+/// from both.
+fn compare_all_prefixes(pins: u64, digits: u32) {
+    let control = Control::new();
+    let count = character_count(pins);
+    let quadratic: Vec<CharacterSeries> = (0..count).map(|h| run(pins, digits, h)).collect();
+    let fast: Vec<Vec<u64>> = (0..count)
+        .map(|h| character_coefficients_fast(pins, digits, h, 1, &control).unwrap())
+        .collect();
+    let m = pins as usize / 2;
+    for (h, coefficients) in fast.iter().enumerate() {
+        assert_eq!(coefficients.len(), m + 1);
+        for (k, &c) in coefficients.iter().enumerate() {
+            assert_eq!(
+                quadratic[h].coefficient(k),
+                Some(u128::from(c)),
+                "pins {pins}, digits {digits}, h {h}, k {k}"
+            );
+        }
+    }
+    // f(2k) from the first 2^b(2k) characters, reduced to their modulus.
+    let fast_at = |h: usize, k: usize| u128::from(fast[h][k]);
+    for k in 0..=m {
+        let n = 2 * k as u64;
+        let modulus = character_modulus(n, digits);
+        let values = |source: &dyn Fn(usize) -> u128| -> Vec<u128> {
+            (0..character_count(n) as usize)
+                .map(|h| source(h) % modulus)
+                .collect()
+        };
+        let by_fast = values(&|h| fast_at(h, k));
+        let by_quadratic = values(&|h| quadratic[h].coefficient(k).unwrap());
+        assert_eq!(
+            combine(n, digits, &by_fast),
+            combine(n, digits, &by_quadratic),
+            "n {n}, digits {digits}"
+        );
+    }
+}
+
+#[test]
+fn fast_path_equals_the_quadratic_series_for_every_row_up_to_4000_pins() {
+    // 9 digits: one working modulus 2M; 18: the CRT split of 2M; 1, 12 and 17:
+    // other prime counts of the exact convolutions.
+    for digits in [9, 18, 1, 12, 17] {
+        compare_all_prefixes(4000, digits);
+    }
+}
+
+#[test]
+fn fast_driver_equals_the_quadratic_driver_on_short_rows() {
+    let control = Control::new();
+    let dp = fair_rows_by_pins(200);
+    for n in (0..=300u64).step_by(2) {
+        for digits in [9, 18] {
+            let fast = fair_rows_fast(n, digits, 2, &control).unwrap();
+            assert_eq!(
+                fast,
+                fair_rows_quadratic(n, digits, 1, &control).unwrap(),
+                "n {n}"
+            );
+            if n <= 200 && digits == 18 {
+                assert_eq!(fast, dp[n as usize], "n {n}");
+            }
+        }
+    }
+    assert_eq!(fair_rows_fast(0, 18, 1, &control), Ok(1));
+    assert_eq!(fair_rows_fast(6, 18, 1, &control), Ok(8));
+    assert_eq!(fair_rows_fast(20, 18, 1, &control), Ok(49844));
+    assert_eq!(fair_rows_fast(20, 3, 1, &control), Ok(844));
+}
+
+#[test]
+fn fast_path_equals_the_quadratic_series_on_random_long_rows() {
+    let control = Control::new();
+    let mut rng = TestRng(1015);
+    for (i, digits) in [9u32, 9, 1, 18, 13].into_iter().enumerate() {
+        let n = 2 * (1 + rng.below(10_000));
+        let fast = fair_rows_fast(n, digits, 2, &control).unwrap();
+        let quadratic = fair_rows_quadratic(n, digits, 2, &control).unwrap();
+        assert_eq!(fast, quadratic, "n {n}, digits {digits}");
+        // Per character as well, for a few of them.
+        if i < 2 {
+            for h in [0, 5, 15] {
+                assert_eq!(
+                    character_value_fast(n, digits, h, 2, &control).unwrap(),
+                    run(n, digits, h).value().unwrap(),
+                    "n {n}, digits {digits}, h {h}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn fast_path_counts_its_work_and_checks_its_input() {
+    let control = Control::new();
+    fair_rows_fast(5000, 9, 2, &control).unwrap();
+    assert_eq!(control.work_done(), total_work(5000));
+    let control = Control::new();
+    character_value_fast(5000, 9, 3, 1, &control).unwrap();
+    assert_eq!(control.work_done(), 2501);
+    assert!(matches!(
+        character_value_fast(5000, 9, 16, 1, &control),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        character_value_fast(6, 9, 4, 1, &control),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        fair_rows_fast(7, 9, 1, &control),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        fair_rows_fast(MAX_PINS + 2, 9, 1, &control),
+        Err(Error::InvalidArgument(_))
+    ));
+    // The dispatching driver takes either path and agrees with both.
+    assert_eq!(
+        fair_rows(FAST_PINS, 9, 2, &control),
+        fair_rows_quadratic(FAST_PINS, 9, 2, &control)
+    );
+}
+
+#[test]
+fn cancellation_stops_the_fast_path() {
+    let control = Control::new();
+    control.cancel();
+    assert_eq!(
+        fair_rows_fast(100_000, 9, 2, &control),
+        Err(Error::Cancelled)
+    );
+    assert_eq!(
+        character_value_fast(100_000, 9, 1, 1, &control),
+        Err(Error::Cancelled)
+    );
+    // Cancelled while running: the computation stops early.
+    let control = Control::new();
+    let finished = AtomicBool::new(false);
+    let outcome = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while control.work_done() == 0 && !finished.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+            }
+            control.cancel();
+        });
+        let outcome = fair_rows_fast(1_000_000, 9, 2, &control);
+        finished.store(true, Ordering::Relaxed);
+        outcome
+    });
+    assert_eq!(outcome, Err(Error::Cancelled));
+    assert!(control.work_done() < total_work(1_000_000));
+}
+
+#[test]
+fn long_series_take_the_fast_path_and_checkpoint_alike() {
+    let control = Control::new();
+    let (pins, digits, h) = (FAST_PINS + 1000, 9, 6);
+    let quadratic = run(pins, digits, h);
+    let mut series = CharacterSeries::new(pins, digits, h).unwrap();
+    assert!(format!("{series:?}").contains("fast"));
+    series.advance(300, &control).unwrap();
+    assert_eq!((series.computed(), control.work_done()), (300, 300));
+    assert_eq!(series.value(), None);
+    for k in 0..300 {
+        assert_eq!(series.coefficient(k), quadratic.coefficient(k), "k {k}");
+    }
+    assert_eq!(series.coefficient(300), None);
+    // A fast checkpoint equals the quadratic checkpoint of the same prefix.
+    let mut partial = CharacterSeries::quadratic(pins, digits, h).unwrap();
+    partial.advance(300, &control).unwrap();
+    let words = series.checkpoint();
+    assert_eq!(words, partial.checkpoint());
+    // Restored into a fast series, the prefix is checked against the fast result.
+    let mut resumed = CharacterSeries::restore(pins, digits, h, &words).unwrap();
+    assert_eq!(resumed.computed(), 300);
+    resumed.advance(usize::MAX, &control).unwrap();
+    assert_eq!(resumed.value(), quadratic.value());
+    series.advance(usize::MAX, &control).unwrap();
+    assert_eq!(series.checkpoint(), quadratic.checkpoint());
+    // A quadratic series resumes a fast checkpoint as well.
+    let mut crossed = CharacterSeries::quadratic(pins, digits, h)
+        .unwrap()
+        .restored(&words)
+        .unwrap();
+    crossed.advance(usize::MAX, &control).unwrap();
+    assert_eq!(crossed.value(), quadratic.value());
+    // A prefix that passes the checksum but is not the series' is refused.
+    let mut forged = words.clone();
+    forged.pop();
+    forged[CHECKPOINT_HEADER + 2 * 7] ^= 1;
+    forged.push(checksum(&forged));
+    let mut wrong = CharacterSeries::restore(pins, digits, h, &forged).unwrap();
+    assert!(matches!(
+        wrong.advance(usize::MAX, &control),
+        Err(Error::Internal(_))
+    ));
+    // Cancelled before the fast computation ends: nothing is kept.
+    let cancelled = Control::new();
+    cancelled.cancel();
+    let mut fresh = CharacterSeries::new(pins, digits, h).unwrap();
+    assert_eq!(fresh.advance(10, &cancelled), Err(Error::Cancelled));
+    assert_eq!(fresh.computed(), 0);
 }

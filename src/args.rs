@@ -312,6 +312,9 @@ pub struct WorkerArgs {
     /// Fault injection for tests: alter every result before reporting it.
     #[arg(long, hide = true)]
     pub corrupt_results: bool,
+    /// Fault injection for tests: stall a shard this long after its first checkpoint.
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub pause_after_checkpoint_ms: u64,
     /// Address to serve Prometheus `/metrics` on.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<std::net::SocketAddr>,

@@ -246,6 +246,7 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     config.drain_timeout = Duration::from_secs(args.drain_seconds);
     config.shard_delay = Duration::from_millis(args.shard_delay_ms);
     config.corrupt_results = args.corrupt_results;
+    config.pause_after_checkpoint = Duration::from_millis(args.pause_after_checkpoint_ms);
     config.http = args.http;
     anyhow::ensure!(
         args.checkpoint_ms >= 10,

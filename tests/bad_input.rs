@@ -445,7 +445,7 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
             kayles(max_pins + 2, 0),
             Refused(
                 Code::InvalidArgument,
-                "pins must be at most 200000, got 200002",
+                format!("pins must be at most {max_pins}, got {}", max_pins + 2).leak(),
             ),
         ),
         (
@@ -1796,8 +1796,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
 /// conversion, JSON and TOML text through serde (what `--spec FILE` reads) and
 /// `validate`. Nothing may panic, and every accepted spec must survive the trip
 /// to proto and back unchanged, since that is how a file's spec reaches the
-/// coordinator. Puzzle files for sliding blocks will need the same treatment
-/// once their parser exists.
+/// coordinator. Puzzle files for sliding blocks get the same treatment.
 mod fuzz {
     use std::sync::atomic::{AtomicUsize, Ordering};
 

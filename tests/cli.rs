@@ -242,7 +242,7 @@ async fn submit_status_watch_result_list_and_cancel_against_a_coordinator() {
         "submit",
         "kayles",
         "--pins",
-        "200000",
+        "2000000",
         "--priority",
         "-5",
     ]));

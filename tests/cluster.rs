@@ -439,7 +439,7 @@ async fn cancel_stops_the_work_and_survives_a_restart() {
     let mut client = jobs_client(&url).await;
     // Long enough to be running when cancelled.
     let spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
-        pins: 200_000,
+        pins: 2_000_000,
         digits: 9,
     }));
     let job = submit(&mut client, &spec, "").await;

@@ -163,7 +163,8 @@ async fn worker_kill_mid_shard_lets_another_worker_finish_it() {
 }
 
 /// A worker killed after its shard checkpointed: the next attempt is leased with
-/// the checkpoint and continues from it; the answer is right.
+/// the checkpoint and continues from it; the answer is right. The first worker
+/// stalls after its first checkpoint, so the kill surely lands mid-shard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_re_leased_shard_resumes_from_its_last_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -174,12 +175,23 @@ async fn a_re_leased_shard_resumes_from_its_last_checkpoint() {
     let _coordinator = spawn_coordinator(port, &data, &log);
     let mut client = jobs_client(&url).await;
     let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
-        pins: 100_000,
+        pins: 200_000,
         digits: 9,
     }));
     spec.options.lease_ttl_ms = 1_000;
     let job = submit(&mut client, &spec, "").await;
-    let mut first = spawn_worker(&url, "first", 1, &["--checkpoint-ms", "50"], &log);
+    let mut first = spawn_worker(
+        &url,
+        "first",
+        1,
+        &[
+            "--checkpoint-ms",
+            "10",
+            "--pause-after-checkpoint-ms",
+            "120000",
+        ],
+        &log,
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     let checkpointed = loop {
         let ev = events(&mut client, &job.id).await;

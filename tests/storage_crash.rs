@@ -1254,7 +1254,7 @@ fn file_len(path: &Path) -> u64 {
 
 /// Writes raw entries into the store's meta tree with sled itself.
 fn set_meta(dir: &Path, key: &[u8], value: Option<&[u8]>) {
-    let db = sled::open(dir).unwrap();
+    let db = sled_open(dir);
     let meta = db.open_tree("meta").unwrap();
     match value {
         Some(v) => meta.insert(key, v).unwrap(),
@@ -1274,20 +1274,25 @@ fn kept(dir: &Path, kept: Kept) -> Vec<(Vec<u8>, Vec<u8>)> {
     }
 }
 
-/// Every tree's entries as sled reads them, each key prefixed by its tree.
-fn records(dir: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
-    // A store the coordinator just refused may hold sled's file lock until its
-    // background flusher notices the drop: wait for it, briefly.
+/// Opens `dir` with sled itself. A store just closed or refused in this
+/// process may hold sled's file lock until its background flusher notices the
+/// drop: wait for it, briefly.
+fn sled_open(dir: &Path) -> sled::Db {
     let deadline = Instant::now() + Duration::from_secs(5);
-    let db = loop {
+    loop {
         match sled::open(dir) {
-            Ok(db) => break db,
+            Ok(db) => return db,
             Err(e) if e.to_string().contains("acquire lock") && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(e) => panic!("sled cannot read {}: {e}", dir.display()),
         }
-    };
+    }
+}
+
+/// Every tree's entries as sled reads them, each key prefixed by its tree.
+fn records(dir: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let db = sled_open(dir);
     let mut all = Vec::new();
     for name in db.tree_names() {
         for entry in db.open_tree(&name).unwrap().iter() {
@@ -1444,7 +1449,7 @@ fn damages() -> Vec<Damage> {
         Damage {
             name: "another program's sled database",
             make: |dir, _| {
-                let db = sled::open(dir).unwrap();
+                let db = sled_open(dir);
                 db.insert(b"user:1", b"alice").unwrap();
                 db.open_tree("sessions")
                     .unwrap()
@@ -1500,7 +1505,7 @@ fn damages() -> Vec<Damage> {
         Damage {
             name: "an empty store without a schema version",
             make: |dir, _| {
-                let db = sled::open(dir).unwrap();
+                let db = sled_open(dir);
                 for tree in ["meta", "jobs", "shards", "blobs", "events", "keys"] {
                     db.open_tree(tree).unwrap();
                 }
@@ -1729,7 +1734,7 @@ fn an_interrupted_first_start_is_completed_by_the_next() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("data");
     {
-        let db = sled::open(&dir).unwrap();
+        let db = sled_open(&dir);
         db.open_tree("meta").unwrap();
         db.flush().unwrap();
     }

@@ -253,11 +253,33 @@ impl SledStore {
                 }
             }
         }
+        // A store dropped a moment ago (a coordinator restarted in the same
+        // process) keeps its file lock until sled's flusher thread notices, so
+        // a held lock is retried briefly before it means another coordinator.
         let open = || {
-            sled::Config::new()
-                .path(dir)
-                .mode(sled::Mode::HighThroughput)
-                .open()
+            let deadline = std::time::Instant::now() + LOCK_WAIT;
+            loop {
+                match sled::Config::new()
+                    .path(dir)
+                    .mode(sled::Mode::HighThroughput)
+                    .open()
+                {
+                    Err(sled::Error::Io(e))
+                        if e.kind() == std::io::ErrorKind::WouldBlock
+                            || e.to_string().contains("acquire lock") =>
+                    {
+                        if std::time::Instant::now() >= deadline {
+                            return Err(sled::Error::Io(std::io::Error::new(
+                                e.kind(),
+                                "the data directory is in use by another tally coordinator \
+                                 (its lock is held)",
+                            )));
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(25));
+                    }
+                    other => return other,
+                }
+            }
         };
         let db = match open() {
             Err(sled::Error::Corruption { .. }) if !fresh => {
@@ -403,6 +425,9 @@ fn check_marker(product: Option<&[u8]>, version: Option<&[u8]>, dir: &Path) -> R
 /// Marks `dir` as being initialised, durably, before sled creates its files.
 /// Removes sled's unfinished snapshot files (`snap.*.generating`) from `dir`;
 /// returns how many there were.
+/// How long [`SledStore::open`] waits for a held store lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 fn remove_unfinished_snapshots(dir: &Path) -> Result<usize> {
     let mut removed = 0;
     let entries = std::fs::read_dir(dir).map_err(|e| {
@@ -552,6 +577,16 @@ mod tests {
         let store = SledStore::open(dir.path()).expect("opens after removing the partial file");
         assert_eq!(store.get(Tree::Jobs, b"a/2").unwrap(), Some(b"y".to_vec()));
         assert!(!partial.exists());
+    }
+
+    #[test]
+    fn a_store_in_use_is_refused_after_a_short_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = SledStore::open(dir.path()).unwrap();
+        let started = std::time::Instant::now();
+        let err = SledStore::open(dir.path()).err().expect("refused");
+        assert!(err.to_string().contains("in use by another"), "{err}");
+        assert!(started.elapsed() >= LOCK_WAIT);
     }
 
     #[test]

@@ -62,6 +62,10 @@ pub struct WorkerConfig {
     /// Fault injection: alter every result before reporting it, as a faulty
     /// machine would (tests of the checks that must catch it).
     pub corrupt_results: bool,
+    /// Fault injection: after a shard's first checkpoint is handed to the
+    /// forwarder, stall its computation this long (holding the lease), so tests
+    /// can kill a worker that has surely checkpointed mid-shard.
+    pub pause_after_checkpoint: Duration,
     /// How often a long shard sends a resumable checkpoint.
     pub checkpoint_interval: Duration,
     /// The bearer token and TLS material presented to the coordinator.
@@ -84,6 +88,7 @@ impl WorkerConfig {
             drain_timeout: Duration::from_secs(30),
             shard_delay: Duration::ZERO,
             corrupt_results: false,
+            pause_after_checkpoint: Duration::ZERO,
             checkpoint_interval: jobs::CHECKPOINT_EVERY,
             security: ClientSecurity::default(),
             http: None,
@@ -462,9 +467,15 @@ async fn compute_shard(
     let kernel_handle = handle.clone();
     let checkpoint = lease.checkpoint.clone();
     let checkpoint_every = inner.config.checkpoint_interval;
+    let pause = inner.config.pause_after_checkpoint;
     let result = inner.pool.run(move || {
+        let mut paused = false;
         let mut on_event = |event: ShardEvent| {
             let _ = events_tx.send(event);
+            if !pause.is_zero() && !paused {
+                paused = true;
+                std::thread::sleep(pause);
+            }
         };
         jobs::execute(
             &spec,

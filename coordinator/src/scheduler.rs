@@ -161,6 +161,10 @@ pub struct ReportedFailure {
 pub struct ReportOutcome {
     /// The worker should stop working on this shard.
     pub stop: bool,
+    /// The report's result was stored (as the shard's result or a replica); a
+    /// result for a job that is already finished is answered with `stop` and
+    /// dropped.
+    pub accepted: bool,
 }
 
 pub struct Scheduler {
@@ -553,6 +557,13 @@ impl Scheduler {
                 }
                 let index = entry.pending[skipped];
                 let shard = &entry.shards[index as usize];
+                // Only pending shards are leased: an index queued twice (an
+                // expiry and a failure report of the same attempt) or a shard
+                // already done is dropped from the queue.
+                if shard.state != ShardState::Pending {
+                    entry.pending.remove(skipped);
+                    continue;
+                }
                 // A replica must come from a worker that has not computed the shard.
                 if shard.not_before_ms > now_ms || shard.replicas.iter().any(|r| r.worker == worker)
                 {
@@ -666,7 +677,10 @@ impl Scheduler {
         let (job, stage, index, attempt) = records::parse_lease_id(&report.lease_id)?;
         let entry = self.entry(&job)?;
         if entry.rec.state.is_finished() {
-            return Ok(ReportOutcome { stop: true });
+            return Ok(ReportOutcome {
+                stop: true,
+                accepted: false,
+            });
         }
         if stage != entry.rec.stage || index as usize >= entry.shards.len() {
             return Err(CoordinatorError::FailedPrecondition(format!(
@@ -739,7 +753,10 @@ impl Scheduler {
             let entry = self.jobs.get_mut(&job).unwrap();
             entry.shards[index as usize] = shard;
         }
-        Ok(ReportOutcome { stop: false })
+        Ok(ReportOutcome {
+            stop: false,
+            accepted: false,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -807,9 +824,14 @@ impl Scheduler {
         let saved = self.jobs.get(job).unwrap().shards[index as usize].clone();
         let saved_rec = self.jobs.get(job).unwrap().rec.clone();
         let saved_event = self.jobs.get(job).unwrap().next_event;
+        let saved_pending = self.jobs.get(job).unwrap().pending.clone();
         {
             let entry = self.jobs.get_mut(job).unwrap();
             entry.shards[index as usize] = shard.clone();
+            // The attempt may have expired and queued the shard again (its
+            // result still counts while no later attempt exists): done shards
+            // leave the queue, or they would be computed and accepted twice.
+            entry.pending.retain(|&i| i != index);
             entry.outputs[index as usize] = Some(Arc::new(output.to_vec()));
             push_event(
                 entry,
@@ -834,11 +856,15 @@ impl Scheduler {
             if let Some(s) = snapshot {
                 entry.restore_stage(s);
             }
+            entry.pending = saved_pending;
             entry.shards[index as usize] = saved;
             return Err(e);
         }
         let finished = self.jobs.get(job).unwrap().rec.state.is_finished();
-        Ok(ReportOutcome { stop: finished })
+        Ok(ReportOutcome {
+            stop: finished,
+            accepted: true,
+        })
     }
 
     /// Keeps one replica's result and puts the shard back for another worker.
@@ -881,7 +907,10 @@ impl Scheduler {
         let entry = self.jobs.get_mut(job).unwrap();
         entry.shards[index as usize] = shard;
         entry.pending.push_back(index);
-        Ok(ReportOutcome { stop: false })
+        Ok(ReportOutcome {
+            stop: false,
+            accepted: true,
+        })
     }
 
     fn record_failure(
@@ -962,7 +991,10 @@ impl Scheduler {
         } else {
             entry.pending.push_back(index);
         }
-        Ok(ReportOutcome { stop: true })
+        Ok(ReportOutcome {
+            stop: true,
+            accepted: false,
+        })
     }
 
     fn snapshot_stage(&self, job: &str) -> Option<StageSnapshot> {
@@ -1553,6 +1585,38 @@ mod tests {
         let direct = jobs::compute_direct(&spec, 1, &Control::new()).unwrap();
         assert_eq!(job.answer, direct.line);
         assert_eq!(job.shards_done, grants.len() as u64);
+    }
+
+    /// Found by the chaos suite: a result of an attempt that expired but was not
+    /// yet re-issued is accepted; the shard must then leave the queue, or it is
+    /// leased (computed) and accepted a second time.
+    #[test]
+    fn a_late_result_of_an_expired_attempt_takes_the_shard_out_of_the_queue() {
+        let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+        let id = submit(&mut s, &kayles(10));
+        let grants = s.lease("w", 100, 0).unwrap();
+        assert_eq!(s.expire_leases(5_000).unwrap(), grants.len());
+        // The holder was only slow (a SIGSTOP, a paused coordinator): its result
+        // arrives before anyone else leased the shard, and is accepted.
+        let late = &grants[0];
+        s.report(result_of(late), 5_001).unwrap();
+        let again = s.lease("other", 100, 60_000).unwrap();
+        assert_eq!(again.len(), grants.len() - 1);
+        assert!(again.iter().all(|g| g.index != late.index));
+        for g in &again {
+            let mut r = result_of(g);
+            r.worker = "other".into();
+            s.report(r, 60_001).unwrap();
+        }
+        let job = s.job(&id, 60_002).unwrap();
+        assert_eq!(job.state, proto::JobState::Succeeded as i32);
+        let accepted = s
+            .events(&id, 0)
+            .unwrap()
+            .iter()
+            .filter(|e| e.kind == "accepted")
+            .count();
+        assert_eq!(accepted, grants.len(), "a shard was accepted twice");
     }
 
     #[test]

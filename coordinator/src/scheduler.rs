@@ -168,6 +168,10 @@ pub struct ReportedFailure {
 pub struct ReportOutcome {
     /// The worker should stop working on this shard.
     pub stop: bool,
+    /// The report's result was stored (as the shard's result or a replica); a
+    /// result for a job that is already finished is answered with `stop` and
+    /// dropped.
+    pub accepted: bool,
 }
 
 pub struct Scheduler {
@@ -560,8 +564,8 @@ impl Scheduler {
                 }
                 let index = entry.pending[skipped];
                 let shard = &entry.shards[index as usize];
-                // Defensive: a shard accepted while queued (its expired attempt
-                // reported) must never be handed out again.
+                // Only pending shards are leased: a shard done while it was
+                // queued (its expired attempt reported) is dropped from the queue.
                 if shard.state != ShardState::Pending {
                     entry.pending.remove(skipped);
                     continue;
@@ -679,7 +683,10 @@ impl Scheduler {
         let (job, stage, index, attempt) = records::parse_lease_id(&report.lease_id)?;
         let entry = self.entry(&job)?;
         if entry.rec.state.is_finished() {
-            return Ok(ReportOutcome { stop: true });
+            return Ok(ReportOutcome {
+                stop: true,
+                accepted: false,
+            });
         }
         if stage != entry.rec.stage || index as usize >= entry.shards.len() {
             return Err(CoordinatorError::FailedPrecondition(format!(
@@ -719,7 +726,10 @@ impl Scheduler {
             if shard.state == ShardState::Pending {
                 // The attempt's lease expired and was counted as a failed attempt
                 // then; the shard is already queued for its next attempt.
-                return Ok(ReportOutcome { stop: true });
+                return Ok(ReportOutcome {
+                    stop: true,
+                    accepted: false,
+                });
             }
             return self.record_failure(&job, index, failure, &report.worker, now_ms, false);
         }
@@ -757,7 +767,10 @@ impl Scheduler {
             let entry = self.jobs.get_mut(&job).unwrap();
             entry.shards[index as usize] = shard;
         }
-        Ok(ReportOutcome { stop: false })
+        Ok(ReportOutcome {
+            stop: false,
+            accepted: false,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -825,14 +838,15 @@ impl Scheduler {
         let saved = self.jobs.get(job).unwrap().shards[index as usize].clone();
         let saved_rec = self.jobs.get(job).unwrap().rec.clone();
         let saved_event = self.jobs.get(job).unwrap().next_event;
-        let was_queued = self.jobs.get(job).unwrap().pending.contains(&index);
+        let saved_pending = self.jobs.get(job).unwrap().pending.clone();
         {
             let entry = self.jobs.get_mut(job).unwrap();
             entry.shards[index as usize] = shard.clone();
-            entry.outputs[index as usize] = Some(Arc::new(output.to_vec()));
-            // The attempt may have expired and been queued again without being
-            // re-leased; its result is accepted, so the queued copy goes.
+            // The attempt may have expired and queued the shard again (its
+            // result still counts while no later attempt exists): done shards
+            // leave the queue, or they would be computed and accepted twice.
             entry.pending.retain(|&i| i != index);
+            entry.outputs[index as usize] = Some(Arc::new(output.to_vec()));
             push_event(
                 entry,
                 &mut batch,
@@ -856,14 +870,15 @@ impl Scheduler {
             if let Some(s) = snapshot {
                 entry.restore_stage(s);
             }
+            entry.pending = saved_pending;
             entry.shards[index as usize] = saved;
-            if was_queued {
-                entry.requeue(index);
-            }
             return Err(e);
         }
         let finished = self.jobs.get(job).unwrap().rec.state.is_finished();
-        Ok(ReportOutcome { stop: finished })
+        Ok(ReportOutcome {
+            stop: finished,
+            accepted: true,
+        })
     }
 
     /// Keeps one replica's result and puts the shard back for another worker.
@@ -906,7 +921,10 @@ impl Scheduler {
         let entry = self.jobs.get_mut(job).unwrap();
         entry.shards[index as usize] = shard;
         entry.requeue(index);
-        Ok(ReportOutcome { stop: false })
+        Ok(ReportOutcome {
+            stop: false,
+            accepted: true,
+        })
     }
 
     fn record_failure(
@@ -987,7 +1005,10 @@ impl Scheduler {
         } else {
             entry.requeue(index);
         }
-        Ok(ReportOutcome { stop: true })
+        Ok(ReportOutcome {
+            stop: true,
+            accepted: false,
+        })
     }
 
     fn snapshot_stage(&self, job: &str) -> Option<StageSnapshot> {
@@ -1578,6 +1599,38 @@ mod tests {
         let direct = jobs::compute_direct(&spec, 1, &Control::new()).unwrap();
         assert_eq!(job.answer, direct.line);
         assert_eq!(job.shards_done, grants.len() as u64);
+    }
+
+    /// Found by the chaos suite: a result of an attempt that expired but was not
+    /// yet re-issued is accepted; the shard must then leave the queue, or it is
+    /// leased (computed) and accepted a second time.
+    #[test]
+    fn a_late_result_of_an_expired_attempt_takes_the_shard_out_of_the_queue() {
+        let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+        let id = submit(&mut s, &kayles(10));
+        let grants = s.lease("w", 100, 0).unwrap();
+        assert_eq!(s.expire_leases(5_000).unwrap(), grants.len());
+        // The holder was only slow (a SIGSTOP, a paused coordinator): its result
+        // arrives before anyone else leased the shard, and is accepted.
+        let late = &grants[0];
+        s.report(result_of(late), 5_001).unwrap();
+        let again = s.lease("other", 100, 60_000).unwrap();
+        assert_eq!(again.len(), grants.len() - 1);
+        assert!(again.iter().all(|g| g.index != late.index));
+        for g in &again {
+            let mut r = result_of(g);
+            r.worker = "other".into();
+            s.report(r, 60_001).unwrap();
+        }
+        let job = s.job(&id, 60_002).unwrap();
+        assert_eq!(job.state, proto::JobState::Succeeded as i32);
+        let accepted = s
+            .events(&id, 0)
+            .unwrap()
+            .iter()
+            .filter(|e| e.kind == "accepted")
+            .count();
+        assert_eq!(accepted, grants.len(), "a shard was accepted twice");
     }
 
     #[test]

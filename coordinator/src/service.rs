@@ -513,7 +513,9 @@ impl WorkerService for WorkerApi {
             }
         };
         match accepted_work {
-            Some(work) => metrics.accepted(&lease_id, work),
+            Some(work) if outcome.accepted => metrics.accepted(&lease_id, work),
+            // A late result of a finished job: answered, not stored.
+            Some(_) => metrics.lease_ended(&lease_id),
             None if finished_shard => metrics.lease_ended(&lease_id),
             None => {}
         }

@@ -2,6 +2,8 @@
 //! clusters, gRPC clients and small waits.
 #![allow(dead_code)]
 
+pub mod chaos;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -151,6 +153,30 @@ pub async fn events(client: &mut JobServiceClient<Channel>, id: &str) -> Vec<pro
         .expect("events")
         .into_inner()
         .events
+}
+
+/// The job's whole event log, retrying for up to 20 s while the coordinator
+/// does not answer.
+pub async fn events_with_retry(
+    client: &mut JobServiceClient<Channel>,
+    id: &str,
+) -> Option<Vec<proto::Event>> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let request = proto::EventsRequest {
+            job_id: id.into(),
+            from_sequence: 0,
+        };
+        if let Ok(Ok(r)) =
+            tokio::time::timeout(Duration::from_secs(5), client.events(request)).await
+        {
+            return Some(r.into_inner().events);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The answer line computed by the kernels alone.

@@ -633,7 +633,15 @@ async fn deliver_final_report(inner: &Arc<Inner>, lease: &proto::ShardLease, end
     let mut backoff = Backoff::new();
     loop {
         match send_report(inner, messages.clone()).await {
-            Ok(_) => return,
+            Ok(stop) => {
+                if is_result(&messages) {
+                    // The coordinator has stored the result (or, with `stop`,
+                    // the job is finished): the chaos tests check from this
+                    // line that an accepted shard is never computed again.
+                    tracing::info!(lease = %lease_id, stop, "result accepted");
+                }
+                return;
+            }
             Err(status)
                 if status.code() == tonic::Code::InvalidArgument && is_result(&messages) =>
             {

@@ -1137,7 +1137,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         }
     };
     let slider_prefixes = match ShardTask::decode(&sl[0].task).unwrap() {
-        ShardTask::SliderPrefixes { prefixes } => prefixes.len() as u32,
+        ShardTask::SliderPrefixes { prefixes, .. } => prefixes.len() as u32,
         other => panic!("{other:?}"),
     };
     let slider_sums = |done: u32| Partial::SliderSums {

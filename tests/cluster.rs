@@ -6,8 +6,9 @@ mod support;
 use std::time::Duration;
 
 use support::*;
+use tally_common::Control;
 use tally_common::proto::{self, JobState};
-use tally_common::sliders::SliderParams;
+use tally_common::sliders::{SliderParams, SliderSpace};
 use tally_common::spec::{
     BlocksSpec, HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, PegsSpec, SlidersSpec,
 };
@@ -206,6 +207,93 @@ async fn kayles_and_sliders_equal_the_direct_kernels() {
             done.error
         );
         assert_eq!(done.answer, direct_answer(&spec), "{}", spec.describe());
+    }
+    workers.stop().await;
+    coordinator.shutdown().await;
+}
+
+/// Every move sequence of exactly `len` moves from `start`, over board strings
+/// (row by row, `W` empty; the letter is the direction the tile moves): the
+/// number reaching `target` and the exact sum of their checksums.
+fn brute_force_sliders(cols: usize, start: &[u8], target: &[u8], len: u32) -> (u128, u128) {
+    fn go(b: &mut Vec<u8>, cols: usize, left: u32, c: u64, target: &[u8], acc: &mut (u128, u128)) {
+        if left == 0 {
+            if b == target {
+                acc.0 += 1;
+                acc.1 += u128::from(c);
+            }
+            return;
+        }
+        let z = b.iter().position(|&x| x == b'W').unwrap();
+        let (r, k, rows) = (z / cols, z % cols, b.len() / cols);
+        // (letter, the cell whose tile slides into the empty cell)
+        let mut moves = Vec::new();
+        if k + 1 < cols {
+            moves.push((b'L', z + 1));
+        }
+        if k > 0 {
+            moves.push((b'R', z - 1));
+        }
+        if r + 1 < rows {
+            moves.push((b'U', z + cols));
+        }
+        if r > 0 {
+            moves.push((b'D', z - cols));
+        }
+        for (letter, src) in moves {
+            b.swap(z, src);
+            go(
+                b,
+                cols,
+                left - 1,
+                (243 * c + u64::from(letter)) % 100_000_007,
+                target,
+                acc,
+            );
+            b.swap(z, src);
+        }
+    }
+    let mut acc = (0, 0);
+    go(&mut start.to_vec(), cols, len, 0, target, &mut acc);
+    acc
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_5x5_slider_job_on_several_workers_equals_brute_force_and_the_layer_count() {
+    let coordinator = start_coordinator(None).await;
+    let workers = Workers::start(&coordinator.url(), 3, 2);
+    let mut client = jobs_client(&coordinator.url()).await;
+    // One red and one blue tile among 22 green: the blank crosses the board
+    // around both.
+    let (start, target) = ("WGGGGGRGGGGGGGGGGGBGGGGGG", "GGGGGGRGGGGGGGGGGGBGGGGGW");
+    let params = SliderParams::new(5, 5, start, target);
+    let space = SliderSpace::build(&params, &Control::new()).unwrap();
+    let dp = space.dp_totals();
+    let d = space.shortest_length();
+    // No shorter sequence reaches the target; brute force over all of length D.
+    for len in 0..d {
+        assert_eq!(
+            brute_force_sliders(5, start.as_bytes(), target.as_bytes(), len).0,
+            0
+        );
+    }
+    let (count, sum) = brute_force_sliders(5, start.as_bytes(), target.as_bytes(), d);
+    assert!(count > 4, "{count} sequences");
+    assert_eq!(dp.count, count);
+    assert_eq!(u128::from(dp.checksum_sum_mod), sum % 100_000_007);
+    for prefixes in [3, 8] {
+        let spec = JobSpec::new(KindSpec::Sliders(SlidersSpec {
+            board: params.clone(),
+            prefixes,
+        }));
+        let job = submit(&mut client, &spec, "").await;
+        assert!(job.shards_total > 1, "{} shards", job.shards_total);
+        // The work units are sequences: the shards' weights sum to the count.
+        assert_eq!(u128::from(job.work_total), count);
+        let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+        assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+        assert_eq!(done.answer, sum.to_string());
+        assert_eq!(done.work_done, done.work_total);
     }
     workers.stop().await;
     coordinator.shutdown().await;

@@ -6,14 +6,22 @@
 //!
 //! `cargo bench -p tally-common --bench sliders`
 //! Optional: `SLIDERS_BENCH_ROWS`/`SLIDERS_BENCH_COLS`/`SLIDERS_BENCH_START`/
-//! `SLIDERS_BENCH_TARGET` time another instance instead; `SLIDERS_BENCH_RUNS`
-//! changes the number of runs.
+//! `SLIDERS_BENCH_TARGET` time another instance instead; `SLIDERS_BENCH_5X5=1`
+//! times the 5 x 5 analogue of the Project Euler boards (12 red and 12 blue
+//! tiles, the blank in the top-left corner, to a checkerboard; 67,603,900
+//! boards); `SLIDERS_BENCH_RUNS` changes the number of runs. The prefix tasks
+//! and shard weights of a 64-shard plan are printed too.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tally_common::Control;
+use tally_common::jobs::group_by_weight;
 use tally_common::sliders::{SliderParams, SliderSpace};
+
+/// The 5 x 5 analogue of the Project Euler 244 boards.
+const START_5X5: &str = "WRRBB/RRRBB/RRBBB/RRRBB/RRBBB";
+const TARGET_5X5: &str = "WBRBR/BRBRB/RBRBR/BRBRB/RBRBR";
 
 fn runs() -> usize {
     std::env::var("SLIDERS_BENCH_RUNS")
@@ -31,6 +39,9 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn params() -> SliderParams {
     let mut p = SliderParams::default();
     let var = |name: &str| std::env::var(name).ok();
+    if var("SLIDERS_BENCH_5X5").is_some_and(|v| v == "1") {
+        p = SliderParams::new(5, 5, START_5X5, TARGET_5X5);
+    }
     if let (Some(r), Some(c)) = (var("SLIDERS_BENCH_ROWS"), var("SLIDERS_BENCH_COLS")) {
         p.rows = r.parse().expect("SLIDERS_BENCH_ROWS");
         p.cols = c.parse().expect("SLIDERS_BENCH_COLS");
@@ -50,6 +61,7 @@ fn main() {
     let mut times = Vec::new();
     let mut phases = Vec::new();
     let mut last = None;
+    let mut plan = None;
     for _ in 0..runs {
         let control = Control::new();
         let t0 = Instant::now();
@@ -68,14 +80,37 @@ fn main() {
             "layer count and enumeration disagree"
         );
         last = Some((space.shortest_length(), space.reachable_boards(), sums));
+        plan = Some(space.balanced_prefix_tasks(64, 64));
     }
+    let tasks = plan.expect("runs");
+    let weights: Vec<u128> = tasks.iter().map(|t| t.1).collect();
+    let loads: Vec<u128> = group_by_weight(&weights, 64)
+        .iter()
+        .map(|g| g.iter().map(|&i| weights[i]).sum())
+        .collect();
+    println!(
+        "64-shard plan: {} prefixes of length {}, heaviest prefix {}, {} shards weighing {}..={} sequences",
+        tasks.len(),
+        tasks.first().map_or(0, |t| t.0.len()),
+        weights.iter().max().copied().unwrap_or(0),
+        loads.len(),
+        loads.iter().min().copied().unwrap_or(0),
+        loads.iter().max().copied().unwrap_or(0),
+    );
     let ours = median(times);
     let (d, boards, sums) = last.expect("runs");
     phases.sort();
     let (b, p, e) = phases[runs / 2];
     println!(
-        "sliders {}x{}: D = {d}, count = {}, sum = {}, boards = {boards}",
-        params.rows, params.cols, sums.count, sums.checksum_sum
+        "sliders {}x{} {} -> {}: D = {d}, count = {}, sum = {}, boards = {boards} \
+         (layer count agrees: count exact, sum mod {})",
+        params.rows,
+        params.cols,
+        params.start,
+        params.target,
+        sums.count,
+        sums.checksum_sum,
+        params.modulus
     );
     println!(
         "kernel median of {runs}: {:.3} ms (build {:.3} ms, layer count {:.3} ms, enumeration {:.3} ms)",

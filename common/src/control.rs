@@ -6,11 +6,13 @@
 //! another thread to report progress and sets the flag to stop the kernel; atomics
 //! keep the kernel free of channels, locks and I/O.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[derive(Debug, Default)]
 pub struct Control {
-    cancelled: AtomicBool,
+    /// Shared with the controls made by [`Control::with_own_counter`].
+    cancelled: Arc<AtomicBool>,
     work_done: AtomicU64,
 }
 
@@ -40,6 +42,17 @@ impl Control {
     /// Records `units` more units of finished work.
     pub fn add_work(&self, units: u64) {
         self.work_done.fetch_add(units, Ordering::Relaxed);
+    }
+
+    /// A control with the same cancellation flag (cancelling either cancels
+    /// both) and a counter of its own, starting at zero: for a preliminary step
+    /// whose work units are not those of the caller's progress (building a
+    /// kernel's graph before the counted work starts).
+    pub fn with_own_counter(&self) -> Control {
+        Control {
+            cancelled: self.cancelled.clone(),
+            work_done: AtomicU64::new(0),
+        }
     }
 
     pub fn work_done(&self) -> u64 {

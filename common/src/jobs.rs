@@ -38,8 +38,15 @@ pub enum ShardTask {
     PegTasks { tasks: Vec<PegShardTask> },
     /// The whole breadth-first search of a sliding-block puzzle.
     BlocksSearch,
-    /// A batch of slider prefixes, enumerated one after the other.
-    SliderPrefixes { prefixes: Vec<String> },
+    /// A batch of slider prefixes, enumerated one after the other. `weighted`:
+    /// the work units are shortest sequences (the shard's `work_total` is the
+    /// sum of the prefixes' weights); false in shards planned before weights
+    /// existed, whose units are prefixes.
+    SliderPrefixes {
+        prefixes: Vec<String>,
+        #[serde(default)]
+        weighted: bool,
+    },
 }
 
 /// A peg solitaire task as it travels in a shard: the multiplicity as a
@@ -139,6 +146,11 @@ pub struct JobPlan {
     pub characters: u32,
     /// Sliders: the prefix tasks, and facts about the board graph.
     pub prefixes: Vec<String>,
+    /// Sliders: the weight of each prefix (the number of shortest sequences
+    /// extending it), by which the prefixes are grouped into shards. Empty in
+    /// plans made before weights existed: those group the prefixes by count.
+    #[serde(default)]
+    pub prefix_weights: Vec<u128>,
     pub shortest_length: u32,
     pub boards: u64,
     /// Pegs: the prefix tasks.
@@ -160,6 +172,7 @@ impl JobPlan {
             stride: 0,
             characters: 0,
             prefixes: Vec::new(),
+            prefix_weights: Vec::new(),
             shortest_length: 0,
             boards: 0,
             peg_tasks: Vec::new(),
@@ -246,10 +259,59 @@ pub fn default_hex_shards_per_step(states: u64) -> u32 {
 /// Points per hex points shard: one vectorised pass of the scalar sweep.
 pub const HEX_POINTS_PER_SHARD: usize = hex::POINTS_PER_PASS;
 
-/// Default minimum number of slider prefix tasks.
+/// Default minimum number of slider prefix tasks, and of shards.
 pub const DEFAULT_SLIDER_PREFIXES: u32 = 64;
 /// At most this many shards for the prefixes of one slider job.
 pub const MAX_SLIDER_SHARDS: usize = 256;
+/// Largest `work_total` of one slider shard (sequences). Only a shard that
+/// could never finish reaches it; the cap keeps a job's sum of `work_total`
+/// far from overflowing.
+pub const MAX_SLIDER_SHARD_UNITS: u64 = 1 << 55;
+
+/// Number of shards the prefixes of a slider job are grouped into (fewer if
+/// there are fewer prefixes): the `prefixes` asked for (default
+/// [`DEFAULT_SLIDER_PREFIXES`]), at most [`MAX_SLIDER_SHARDS`].
+pub fn slider_shards(s: &crate::spec::SlidersSpec) -> usize {
+    slider_min_prefixes(s).clamp(1, MAX_SLIDER_SHARDS)
+}
+
+fn slider_min_prefixes(s: &crate::spec::SlidersSpec) -> usize {
+    if s.prefixes == 0 {
+        DEFAULT_SLIDER_PREFIXES as usize
+    } else {
+        s.prefixes as usize
+    }
+}
+
+/// Groups weighted tasks into `parts` groups (fewer if there are fewer tasks)
+/// of about equal total weight, by the longest-processing-time rule: the tasks
+/// in decreasing weight (ties: lower index first) each go to the group with the
+/// least weight so far (ties: lower group first). Deterministic. Each group
+/// lists its task indices in increasing order. A group's weight differs from
+/// the mean by at most the heaviest task; in practice far less, because the
+/// light tasks placed last fill the gaps the heavy ones left.
+pub fn group_by_weight(weights: &[u128], parts: usize) -> Vec<Vec<usize>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    if weights.is_empty() {
+        return Vec::new();
+    }
+    let parts = parts.clamp(1, weights.len());
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    order.sort_by(|&a, &b| weights[b].cmp(&weights[a]).then(a.cmp(&b)));
+    let mut loads: BinaryHeap<Reverse<(u128, usize)>> =
+        (0..parts).map(|g| Reverse((0, g))).collect();
+    let mut groups = vec![Vec::new(); parts];
+    for i in order {
+        let Reverse((load, g)) = loads.pop().expect("parts >= 1");
+        groups[g].push(i);
+        loads.push(Reverse((load.saturating_add(weights[i]), g)));
+    }
+    for group in &mut groups {
+        group.sort_unstable();
+    }
+    groups
+}
 /// Default minimum number of peg solitaire prefix tasks. Tasks of one shard share
 /// their layers, so a shard holds several tasks and the shards stay few.
 pub const DEFAULT_PEG_PREFIXES: u32 = 256;
@@ -286,12 +348,8 @@ pub fn prepare(spec: &JobSpec, cache: &KernelCache, control: &Control) -> Result
         KindSpec::Kayles(k) => plan.characters = kayles::character_count(k.pins),
         KindSpec::Sliders(s) => {
             let space = cache.slider_space(&s.board, control)?;
-            let wanted = if s.prefixes == 0 {
-                DEFAULT_SLIDER_PREFIXES
-            } else {
-                s.prefixes
-            };
-            plan.prefixes = space.prefix_tasks(wanted as usize);
+            let tasks = space.balanced_prefix_tasks(slider_min_prefixes(s), slider_shards(s));
+            (plan.prefixes, plan.prefix_weights) = tasks.into_iter().unzip();
             plan.shortest_length = space.shortest_length();
             plan.boards = space.reachable_boards() as u64;
         }
@@ -388,6 +446,24 @@ pub fn plan_stage(spec: &JobSpec, plan: &JobPlan, stage: u32) -> Result<Vec<Plan
                 })
                 .collect()
         }
+        KindSpec::Sliders(s) if plan.prefix_weights.len() == plan.prefixes.len() => {
+            group_by_weight(&plan.prefix_weights, slider_shards(s))
+                .into_iter()
+                .map(|group| {
+                    let weight = group
+                        .iter()
+                        .fold(0u128, |acc, &i| acc.saturating_add(plan.prefix_weights[i]));
+                    PlannedShard {
+                        task: ShardTask::SliderPrefixes {
+                            prefixes: group.iter().map(|&i| plan.prefixes[i].clone()).collect(),
+                            weighted: true,
+                        },
+                        work_total: slider_units(weight).min(MAX_SLIDER_SHARD_UNITS),
+                    }
+                })
+                .collect()
+        }
+        // A plan stored before prefixes had weights: batches by count.
         KindSpec::Sliders(_) => {
             let n = plan.prefixes.len();
             let batch = n.div_ceil(MAX_SLIDER_SHARDS).max(1);
@@ -396,6 +472,7 @@ pub fn plan_stage(spec: &JobSpec, plan: &JobPlan, stage: u32) -> Result<Vec<Plan
                 .map(|chunk| PlannedShard {
                     task: ShardTask::SliderPrefixes {
                         prefixes: chunk.to_vec(),
+                        weighted: false,
                     },
                     work_total: chunk.len() as u64,
                 })
@@ -403,6 +480,11 @@ pub fn plan_stage(spec: &JobSpec, plan: &JobPlan, stage: u32) -> Result<Vec<Plan
         }
     };
     Ok(shards)
+}
+
+/// Slider work units (sequences) as a counter value, saturating.
+fn slider_units(sequences: u128) -> u64 {
+    u64::try_from(sequences).unwrap_or(u64::MAX)
 }
 
 fn hex_steps(spec: &JobSpec) -> u32 {
@@ -502,11 +584,13 @@ pub fn execute(
             checkpoint_every,
             on_event,
         ),
-        (KindSpec::Sliders(s), ShardTask::SliderPrefixes { prefixes }) => {
-            let space = cache.slider_space(&s.board, control)?;
+        (KindSpec::Sliders(s), ShardTask::SliderPrefixes { prefixes, weighted }) => {
+            // The searches are not the shard's work units: count them apart.
+            let space = cache.slider_space(&s.board, &control.with_own_counter())?;
             execute_sliders(
                 &space,
                 prefixes,
+                *weighted,
                 checkpoint,
                 control,
                 checkpoint_every,
@@ -796,9 +880,16 @@ struct SliderCheckpoint {
     sums: sliders::PathSums,
 }
 
+/// Enumerates the prefixes of a slider shard one after the other, with a
+/// checkpoint between two prefixes. Weighted shards count sequences: the
+/// kernel adds the sequences it finds to `control` as it goes, and a finished
+/// prefix has added exactly its weight, which is checked. Unweighted (older)
+/// shards count prefixes, with the kernel's units on a counter of its own.
+#[allow(clippy::too_many_arguments)]
 fn execute_sliders(
     space: &sliders::SliderSpace,
     prefixes: &[String],
+    weighted: bool,
     checkpoint: &[u8],
     control: &Control,
     checkpoint_every: std::time::Duration,
@@ -814,9 +905,42 @@ fn execute_sliders(
         }
         (c.prefixes_done as usize, c.sums)
     };
+    let units_of = |prefix: &str| -> Result<u64> {
+        if weighted {
+            space.prefix_weight(prefix).map(slider_units)
+        } else {
+            Ok(1)
+        }
+    };
+    let own_counter;
+    let kernel_control = if weighted {
+        control
+    } else {
+        own_counter = control.with_own_counter();
+        &own_counter
+    };
+    // A resumed shard's progress continues from its checkpoint.
+    let mut units = 0u64;
+    for prefix in &prefixes[..done] {
+        units = units.saturating_add(units_of(prefix)?);
+    }
+    control.add_work(units);
     let mut last_checkpoint = std::time::Instant::now();
     while done < prefixes.len() {
-        sums.merge(space.enumerate(&prefixes[done], control)?);
+        let prefix = &prefixes[done];
+        let part = space.enumerate(prefix, kernel_control)?;
+        let weight = units_of(prefix)?;
+        if weighted && slider_units(part.count) != weight {
+            return Err(Error::Internal(format!(
+                "prefix {prefix:?} has {} shortest sequences, but the graph counts {weight}",
+                part.count
+            )));
+        }
+        if !weighted {
+            control.add_work(1);
+        }
+        sums.merge(part);
+        units = units.saturating_add(weight);
         done += 1;
         if done < prefixes.len() && last_checkpoint.elapsed() >= checkpoint_every {
             last_checkpoint = std::time::Instant::now();
@@ -830,7 +954,7 @@ fn execute_sliders(
                     prefixes_done: done as u32,
                     sums,
                 },
-                work_done: done as u64,
+                work_done: units,
             });
         }
     }
@@ -840,7 +964,7 @@ fn execute_sliders(
             prefixes_done: done as u32,
             sums,
         },
-        work_done: done as u64,
+        work_done: units,
     })
 }
 

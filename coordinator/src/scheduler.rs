@@ -310,6 +310,7 @@ impl Scheduler {
         // The slider prefixes are copied into the shard tasks; the job record
         // keeps only the summary.
         plan.prefixes.clear();
+        plan.prefix_weights.clear();
         let rec = JobRecord {
             id: id.clone(),
             seq,
@@ -1445,7 +1446,7 @@ fn validate_result(
                 ));
             }
         }
-        (ShardTask::SliderPrefixes { prefixes }, Partial::SliderSums { prefixes_done, .. }) => {
+        (ShardTask::SliderPrefixes { prefixes, .. }, Partial::SliderSums { prefixes_done, .. }) => {
             if *prefixes_done as usize != prefixes.len() {
                 return bad(format!(
                     "slider result covers {prefixes_done} of {} prefixes",

@@ -31,7 +31,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use space::SliderSpace;
+pub use space::{MAX_BALANCED_PREFIXES, SliderSpace};
 
 use arith::Arith;
 use board::{Geometry, describe_counts, format_codes, parse_board};

@@ -26,6 +26,9 @@ struct Dag {
     succ: Vec<(u32, u8)>,
     /// Number of shortest sequences from the start to each node (saturating).
     paths: Vec<u128>,
+    /// Number of shortest sequences from each node to the target (saturating):
+    /// the weight of a prefix ending on the node.
+    to_target: Vec<u128>,
 }
 
 impl Dag {
@@ -222,11 +225,22 @@ fn extract_dag(
             paths[w as usize] = paths[w as usize].saturating_add(n);
         }
     }
+    // Backwards: successors have larger numbers, so one reverse pass suffices.
+    let mut to_target = vec![0u128; nodes];
+    to_target[nodes - 1] = 1;
+    for v in (0..nodes - 1).rev() {
+        to_target[v] = succ[succ_start[v] as usize..succ_start[v + 1] as usize]
+            .iter()
+            .fold(0u128, |acc, &(w, _)| {
+                acc.saturating_add(to_target[w as usize])
+            });
+    }
     Ok(Dag {
         layer_start,
         succ_start,
         succ,
         paths,
+        to_target,
     })
 }
 
@@ -368,6 +382,15 @@ impl SliderSpace {
     pub fn prefix_tasks(&self, min_count: usize) -> Vec<String> {
         let depth = self.prefix_depth(min_count) as usize;
         let mut out = Vec::new();
+        self.prefixes_at(depth, |word, _| {
+            out.push(String::from_utf8_lossy(word).into_owned());
+        });
+        out
+    }
+
+    /// Calls `visit(prefix, end node)` for every useful prefix of length
+    /// `depth`, in ASCII order.
+    fn prefixes_at(&self, depth: usize, mut visit: impl FnMut(&[u8], usize)) {
         let mut word: Vec<u8> = Vec::with_capacity(depth);
         // Explicit stack of (node, index of the next successor to try).
         let mut stack: Vec<(usize, usize)> = vec![(0, 0)];
@@ -375,7 +398,7 @@ impl SliderSpace {
             let succ = self.dag.successors(v);
             if stack.len() - 1 == depth || k == succ.len() {
                 if stack.len() - 1 == depth {
-                    out.push(String::from_utf8_lossy(&word).into_owned());
+                    visit(&word, v);
                 }
                 stack.pop();
                 word.pop();
@@ -388,6 +411,56 @@ impl SliderSpace {
             word.push(letter);
             stack.push((w as usize, 0));
         }
+    }
+
+    /// Number of shortest sequences extending `prefix` (a useful prefix, else
+    /// `InvalidArgument`), saturating: the weight of its prefix task, read from
+    /// the count of sequences from each board to the target.
+    pub fn prefix_weight(&self, prefix: &str) -> Result<u128> {
+        self.walk(prefix).map(|(v, _)| self.dag.to_target[v])
+    }
+
+    /// The weight of the heaviest prefix of length `depth <= D`: the largest
+    /// number of sequences from a board of layer `depth` to the target.
+    pub fn heaviest_prefix(&self, depth: u32) -> u128 {
+        self.layer(depth as usize)
+            .and_then(|range| range.map(|v| self.dag.to_target[v]).max())
+            .unwrap_or(0)
+    }
+
+    /// The depth [`SliderSpace::balanced_prefix_tasks`] uses: the smallest depth
+    /// at least [`SliderSpace::prefix_depth`]`(min_count)` whose heaviest prefix
+    /// holds at most `1 / (4 * parts)` of all shortest sequences, but not beyond
+    /// the last depth with at most `max(min_count, MAX_BALANCED_PREFIXES)`
+    /// prefixes (nor beyond `D`).
+    pub fn balanced_prefix_depth(&self, min_count: usize, parts: usize) -> u32 {
+        let total = self.path_count();
+        let share = 4 * parts.max(1) as u128;
+        let cap = min_count.max(MAX_BALANCED_PREFIXES) as u128;
+        let mut depth = self.prefix_depth(min_count);
+        while depth < self.shortest
+            && self.heaviest_prefix(depth).saturating_mul(share) > total
+            && self.prefix_count(depth + 1) <= cap
+        {
+            depth += 1;
+        }
+        depth
+    }
+
+    /// The prefix tasks at [`SliderSpace::balanced_prefix_depth`], sorted, each
+    /// with its weight (the number of shortest sequences extending it,
+    /// saturating). The weights sum to [`SliderSpace::path_count`] (unless it
+    /// saturates). With the heaviest task below `1 / (4 * parts)` of the total,
+    /// `parts` groups of tasks can be made equal to within that much.
+    pub fn balanced_prefix_tasks(&self, min_count: usize, parts: usize) -> Vec<(String, u128)> {
+        let depth = self.balanced_prefix_depth(min_count, parts) as usize;
+        let mut out = Vec::new();
+        self.prefixes_at(depth, |word, v| {
+            out.push((
+                String::from_utf8_lossy(word).into_owned(),
+                self.dag.to_target[v],
+            ));
+        });
         out
     }
 
@@ -419,7 +492,9 @@ impl SliderSpace {
 
     /// Enumerates every shortest sequence extending `prefix` (a useful prefix,
     /// else `InvalidArgument`) by depth-first search along useful moves, with
-    /// exact sums of the checksums. Polls `control`, adds the nodes expanded.
+    /// exact sums of the checksums. Polls `control`; its work units are the
+    /// sequences found, so a finished prefix adds exactly its
+    /// [`SliderSpace::prefix_weight`].
     pub fn enumerate(&self, prefix: &str, control: &Control) -> Result<PathSums> {
         control.check()?;
         let (root, c0) = self.walk(prefix)?;
@@ -428,16 +503,19 @@ impl SliderSpace {
         if root == target as usize {
             out.count = 1;
             out.checksum_sum = u128::from(c0);
+            control.add_work(1);
             return Ok(out);
         }
         let mut count = 0u128;
         let mut sum = 0u128;
         let mut stack: Vec<(u32, u64)> = vec![(root as u32, c0)];
         let mut expanded = 0u64;
+        let mut reported = 0u128;
         while let Some((v, c)) = stack.pop() {
             expanded += 1;
             if expanded & (POLL_EVERY as u64 - 1) == 0 {
-                control.add_work(POLL_EVERY as u64);
+                control.add_work(units(count - reported));
+                reported = count;
                 control.check()?;
             }
             let bc = self.arith.base * c;
@@ -451,7 +529,7 @@ impl SliderSpace {
                 }
             }
         }
-        control.add_work(expanded % POLL_EVERY as u64);
+        control.add_work(units(count - reported));
         out.count = count;
         out.checksum_sum = sum;
         Ok(out)
@@ -545,6 +623,15 @@ impl SliderSpace {
             checksum_sum_mod: sum_mod,
         })
     }
+}
+
+/// Largest number of prefixes [`SliderSpace::balanced_prefix_depth`] goes
+/// deeper for (unless more are asked for).
+pub const MAX_BALANCED_PREFIXES: usize = 1 << 16;
+
+/// Work units (sequences) as a counter increment.
+fn units(n: u128) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 fn to_u32(n: usize) -> Result<u32> {

@@ -125,6 +125,8 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         "127.0.0.1:0".parse().expect("loopback address"),
         Some(data_dir),
     );
+    // One process: the workers reuse what planning built (slider graphs).
+    let kernel_cache = config.kernel_cache.clone();
     let coordinator = tally_coordinator::start(config).await?;
     let url = coordinator.url();
     let remote = Remote::open(url.clone());
@@ -136,6 +138,7 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         config.slots = threads;
         config.worker_id = format!("{}-run{i}", tally_worker::default_worker_id());
         config.lease_wait = Duration::from_secs(1);
+        config.kernel_cache = kernel_cache.clone();
         let mut stop = stop_rx.clone();
         workers.push(tokio::spawn(tally_worker::run(config, async move {
             let _ = stop.wait_for(|stop| *stop).await;

@@ -209,6 +209,15 @@ pub struct KernelCache {
     sliders: Mutex<HashMap<String, Arc<sliders::SliderSpace>>>,
 }
 
+impl std::fmt::Debug for KernelCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelCache")
+            .field("hex_sides", &self.hex.lock().unwrap().len())
+            .field("slider_spaces", &self.sliders.lock().unwrap().len())
+            .finish()
+    }
+}
+
 impl KernelCache {
     pub fn new() -> Self {
         Self::default()

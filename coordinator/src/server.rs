@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tally_common::jobs::KernelCache;
 use tally_common::proto::job_service_server::JobServiceServer;
 use tally_common::proto::worker_service_server::WorkerServiceServer;
 use tally_common::transport::{RequireToken, ServerTls};
@@ -37,6 +38,8 @@ pub struct CoordinatorConfig {
     pub tls: Option<ServerTls>,
     /// Where to serve `/metrics` and the status page over HTTP, if anywhere.
     pub http: Option<SocketAddr>,
+    /// The kernel cache planning fills; `tally run` shares it with its workers.
+    pub kernel_cache: Arc<KernelCache>,
 }
 
 impl CoordinatorConfig {
@@ -49,6 +52,7 @@ impl CoordinatorConfig {
             token: None,
             tls: None,
             http: None,
+            kernel_cache: Arc::new(KernelCache::new()),
         }
     }
 }
@@ -125,7 +129,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         tokio::task::spawn_blocking(move || Scheduler::load(store, scheduler_config, now_ms()))
             .await
             .map_err(|e| CoordinatorError::Internal(e.to_string()))??;
-    let shared = Shared::new(scheduler, metrics);
+    let shared = Shared::new(scheduler, metrics, config.kernel_cache.clone());
     // Bound before serving gRPC so that a taken port fails the start cleanly.
     let http_listener = match config.http {
         Some(addr) => Some(crate::metrics::bind(addr).await?),

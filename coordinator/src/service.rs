@@ -38,7 +38,9 @@ pub struct Shared {
     /// `None` once the coordinator has shut down: dropping the scheduler closes
     /// the store, so a restart in the same process can open it again.
     pub scheduler: Mutex<Option<Scheduler>>,
-    pub cache: KernelCache,
+    /// Structures built while planning (slider graphs); shared with in-process
+    /// workers so that they do not build them again.
+    pub cache: Arc<KernelCache>,
     /// Woken when shards may have become leasable.
     pub work_ready: Notify,
     /// Ids of jobs that changed.
@@ -47,11 +49,15 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(scheduler: Scheduler, metrics: Arc<CoordinatorMetrics>) -> Arc<Shared> {
+    pub fn new(
+        scheduler: Scheduler,
+        metrics: Arc<CoordinatorMetrics>,
+        cache: Arc<KernelCache>,
+    ) -> Arc<Shared> {
         let (changes, _) = broadcast::channel(1024);
         Arc::new(Shared {
             scheduler: Mutex::new(Some(scheduler)),
-            cache: KernelCache::new(),
+            cache,
             work_ready: Notify::new(),
             changes,
             metrics,

@@ -66,6 +66,9 @@ pub struct WorkerConfig {
     /// forwarder, stall its computation this long (holding the lease), so tests
     /// can kill a worker that has surely checkpointed mid-shard.
     pub pause_after_checkpoint: Duration,
+    /// The cache of per-job structures (slider graphs, hex graphs); a worker in
+    /// the coordinator's process shares the coordinator's.
+    pub kernel_cache: Arc<KernelCache>,
     /// How often a long shard sends a resumable checkpoint.
     pub checkpoint_interval: Duration,
     /// The bearer token and TLS material presented to the coordinator.
@@ -89,6 +92,7 @@ impl WorkerConfig {
             shard_delay: Duration::ZERO,
             corrupt_results: false,
             pause_after_checkpoint: Duration::ZERO,
+            kernel_cache: Arc::new(KernelCache::new()),
             checkpoint_interval: jobs::CHECKPOINT_EVERY,
             security: ClientSecurity::default(),
             http: None,
@@ -178,7 +182,7 @@ pub async fn run(
     let client = connect(&config.coordinator, &config.security)?;
     let inner = Arc::new(Inner {
         pool: ComputePool::new(config.threads),
-        cache: Arc::new(KernelCache::new()),
+        cache: config.kernel_cache.clone(),
         active: Mutex::new(HashMap::new()),
         slot_freed: Notify::new(),
         stage_cache: tokio::sync::Mutex::new(None),

@@ -1544,14 +1544,19 @@ mod tests {
         Scheduler::load(store, SchedulerConfig::default(), 0).unwrap()
     }
 
-    fn submit(s: &mut Scheduler, spec: &JobSpec) -> String {
+    pub(super) fn submit(s: &mut Scheduler, spec: &JobSpec) -> String {
         let plan = jobs::prepare(spec, &KernelCache::new(), &Control::new()).unwrap();
         s.submit(spec.clone(), plan, None, 0).unwrap().0.id
     }
 
     fn result_of(grant: &Grant) -> Report {
+        report_from("w", grant, false)
+    }
+
+    /// The worker's report for `grant`, optionally corrupted as a faulty machine would.
+    pub(super) fn report_from(worker: &str, grant: &Grant, corrupt: bool) -> Report {
         let task = ShardTask::decode(&grant.task).unwrap();
-        let outcome = jobs::execute(
+        let mut outcome = jobs::execute(
             &grant.spec,
             &task,
             None,
@@ -1562,8 +1567,11 @@ mod tests {
             &mut |_| {},
         )
         .unwrap();
+        if corrupt {
+            jobs::corrupt_for_testing(&mut outcome.partial);
+        }
         Report {
-            worker: "w".into(),
+            worker: worker.into(),
             lease_id: grant.lease_id.clone(),
             output: outcome.output,
             result: Some((outcome.partial.encode(), outcome.work_done)),
@@ -1807,10 +1815,10 @@ mod tests {
 
 #[cfg(test)]
 mod replica_tests {
+    use super::tests::{report_from as report, submit};
     use super::*;
     use crate::store::MemoryStore;
     use tally_common::Control;
-    use tally_common::jobs::{KernelCache, ShardTask};
     use tally_common::spec::{KaylesSpec, KindSpec};
 
     fn replicated(replicas: u32, max_attempts: u32) -> JobSpec {
@@ -1821,37 +1829,6 @@ mod replica_tests {
         spec.options.replicas = replicas;
         spec.options.max_attempts = max_attempts;
         spec
-    }
-
-    fn submit(s: &mut Scheduler, spec: &JobSpec) -> String {
-        let plan = jobs::prepare(spec, &KernelCache::new(), &Control::new()).unwrap();
-        s.submit(spec.clone(), plan, None, 0).unwrap().0.id
-    }
-
-    /// The worker's report for `grant`, optionally corrupted as a faulty machine would.
-    fn report(worker: &str, grant: &Grant, corrupt: bool) -> Report {
-        let task = ShardTask::decode(&grant.task).unwrap();
-        let mut outcome = jobs::execute(
-            &grant.spec,
-            &task,
-            None,
-            &[],
-            &KernelCache::new(),
-            &Control::new(),
-            jobs::CHECKPOINT_EVERY,
-            &mut |_| {},
-        )
-        .unwrap();
-        if corrupt {
-            jobs::corrupt_for_testing(&mut outcome.partial);
-        }
-        Report {
-            worker: worker.into(),
-            lease_id: grant.lease_id.clone(),
-            output: outcome.output,
-            result: Some((outcome.partial.encode(), outcome.work_done)),
-            ..Report::default()
-        }
     }
 
     /// Leases everything `worker` may take and reports it.

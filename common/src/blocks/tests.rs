@@ -75,21 +75,7 @@ fn assert_rejected(text: &str, line: &str, reason: &str) {
     );
 }
 
-/// xorshift64*: deterministic test data.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+use crate::test_rng::Rng;
 
 // ---------------------------------------------------------------------------
 // Brute force: reads the grid itself, enumerates every placement of the

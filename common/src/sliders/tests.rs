@@ -22,21 +22,14 @@ fn invalid_message(r: Result<impl std::fmt::Debug>) -> String {
     }
 }
 
-/// xorshift64*: deterministic test boards.
-struct Rng(u64);
+use crate::test_rng::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
+/// Random boards for the tests.
+trait RandomBoard {
+    fn board(&mut self, cells: usize, counts: [usize; 3]) -> String;
+}
 
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
+impl RandomBoard for Rng {
     /// A random board with `counts` R, B, G tiles (the rest of the cells is one W).
     fn board(&mut self, cells: usize, counts: [usize; 3]) -> String {
         assert_eq!(counts.iter().sum::<usize>() + 1, cells);

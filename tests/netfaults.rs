@@ -1,17 +1,29 @@
 //! Network faults between real processes: the coordinator and two workers each
-//! in its own network namespace, joined by veth pairs, with `tc netem` for a
-//! partition (100% loss both ways: a silent black hole), delay and loss. All
-//! traffic stays inside those namespaces; the test talks to the coordinator
-//! from a thread that has entered the coordinator's namespace.
+//! in its own network namespace, joined by veth pairs. One worker's link gets
+//! delay and loss, the other a partition (a silent black hole). All traffic
+//! stays inside those namespaces; the test talks to the coordinator from a
+//! thread that has entered the coordinator's namespace.
 //!
-//! Needs root and `ip`/`tc` (iproute2). Without them the test says so and
-//! passes, except under CI (`CI` set), where it fails.
+//! Delay and loss come from `tc netem` where the kernel has the netem qdisc.
+//! Kernels without it (`CONFIG_NET_SCH_NETEM` unset, as on some VM kernels) get
+//! a userspace netem instead: an iptables `NFQUEUE` rule in the worker's
+//! namespace hands its gRPC packets, both ways, to a thread of this test
+//! ([`NfqNetem`]) that drops each with a seeded probability or accepts it after
+//! a fixed delay. (nftables' own `queue` statement needs `CONFIG_NFT_QUEUE`,
+//! which those kernels lack too; iptables' NFQUEUE target goes through
+//! `nft_compat` or the legacy tables.)
+//!
+//! Needs root and `ip`/`tc` (iproute2), and `iptables` without netem. Without
+//! them the test says so and passes, except under CI (`CI` set), where it
+//! fails.
 
 mod support;
 
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::{ChildGuard, direct_answer, jobs_client, submit, tally_bin};
@@ -121,6 +133,192 @@ fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static)
     }
 }
 
+/// Delay of each packet, each way, on b's link: the RTT grows by twice this.
+const DELAY: Duration = Duration::from_millis(200);
+/// Loss on b's link, each way, in percent.
+const LOSS_PERCENT: u64 = 10;
+/// The NFQUEUE number of the userspace netem.
+const QUEUE_NUM: u16 = 7;
+
+/// Counters of the userspace netem.
+#[derive(Default)]
+struct NetemStats {
+    queued: AtomicU64,
+    delayed: AtomicU64,
+    dropped: AtomicU64,
+}
+
+/// netem in userspace, for kernels without the netem qdisc: iptables rules in
+/// one namespace queue the packets to and from the coordinator's port to
+/// NFQUEUE `QUEUE_NUM`, and a thread that entered that namespace binds the
+/// queue and drops each packet with probability `LOSS_PERCENT`% (a seeded
+/// RNG) or accepts it `DELAY` after it arrived. The kernel holds a queued
+/// packet until its verdict, so the pending verdicts are the delay line; with a
+/// fixed delay they are already in time order.
+///
+/// A thread rather than a child process: the queue socket belongs to the
+/// namespace it is created in, which a thread after `setns` gives as well as
+/// `ip netns exec`, and the counters come back without a side channel.
+///
+/// Fails closed: the rules have no `--queue-bypass` and the queue is not
+/// fail-open, so if the thread stops (or panics, which `stop` reports) the
+/// kernel drops the packets it held and every later one: b's link becomes a
+/// black hole, never an unimpaired link.
+struct NfqNetem {
+    stop: Arc<AtomicBool>,
+    stats: Arc<NetemStats>,
+    handle: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl NfqNetem {
+    /// Binds the queue inside `ns`, then adds the rules for traffic on `dev`
+    /// to and from TCP port `port`.
+    fn start(ns: &str, dev: &str, port: u16, seed: u64) -> Result<NfqNetem, String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(NetemStats::default());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let path = format!("/var/run/netns/{ns}");
+        let (stop2, stats2) = (stop.clone(), stats.clone());
+        let handle = std::thread::spawn(move || -> Result<(), String> {
+            let queue = (|| -> Result<nfq::Queue, String> {
+                let file = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+                use std::os::fd::AsRawFd;
+                // SAFETY: setns on a valid namespace fd affects only this thread.
+                if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    return Err(format!("setns: {}", std::io::Error::last_os_error()));
+                }
+                let mut q = nfq::Queue::open().map_err(|e| format!("nfqueue socket: {e}"))?;
+                q.bind(QUEUE_NUM)
+                    .map_err(|e| format!("bind queue {QUEUE_NUM}: {e}"))?;
+                q.set_fail_open(QUEUE_NUM, false)
+                    .and_then(|()| q.set_queue_max_len(QUEUE_NUM, 8192))
+                    .map_err(|e| format!("configure queue {QUEUE_NUM}: {e}"))?;
+                q.set_nonblocking(true);
+                Ok(q)
+            })();
+            let mut queue = match queue {
+                Ok(q) => {
+                    let _ = ready_tx.send(Ok(()));
+                    q
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.clone()));
+                    return Err(e);
+                }
+            };
+            let mut rng = support::chaos::Rng::new(seed);
+            let mut pending = std::collections::VecDeque::<(Instant, nfq::Message)>::new();
+            let verdict_err = |e: std::io::Error| format!("verdict: {e}");
+            while !stop2.load(Ordering::Relaxed) {
+                loop {
+                    match queue.recv() {
+                        Ok(mut msg) => {
+                            stats2.queued.fetch_add(1, Ordering::Relaxed);
+                            if rng.next_u64() % 100 < LOSS_PERCENT {
+                                msg.set_verdict(nfq::Verdict::Drop);
+                                queue.verdict(msg).map_err(verdict_err)?;
+                                stats2.dropped.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                msg.set_verdict(nfq::Verdict::Accept);
+                                pending.push_back((Instant::now() + DELAY, msg));
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => return Err(format!("nfqueue recv: {e}")),
+                    }
+                }
+                let now = Instant::now();
+                while pending.front().is_some_and(|(due, _)| *due <= now) {
+                    let (_, msg) = pending.pop_front().unwrap();
+                    queue.verdict(msg).map_err(verdict_err)?;
+                    stats2.delayed.fetch_add(1, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Stopping: let what is held through rather than have it dropped
+            // with the socket.
+            for (_, msg) in pending {
+                queue.verdict(msg).map_err(verdict_err)?;
+            }
+            Ok(())
+        });
+        let mut netem = NfqNetem {
+            stop,
+            stats,
+            handle: Some(handle),
+        };
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(netem
+                    .finish()
+                    .err()
+                    .unwrap_or_else(|| "userspace netem: the thread ended".into()));
+            }
+        }
+        let port = port.to_string();
+        for (chain, dir, ports) in [("OUTPUT", "-o", "--dport"), ("INPUT", "-i", "--sport")] {
+            run(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    ns,
+                    "iptables",
+                    "-w",
+                    "-A",
+                    chain,
+                    dir,
+                    dev,
+                    "-p",
+                    "tcp",
+                    ports,
+                    &port,
+                    "-j",
+                    "NFQUEUE",
+                    "--queue-num",
+                    &QUEUE_NUM.to_string(),
+                ],
+            )?;
+        }
+        Ok(netem)
+    }
+
+    /// Stops the thread: Err if it failed on the way.
+    fn finish(&mut self) -> Result<(), String> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.handle.take().map(|h| h.join()) {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(format!("userspace netem: {e}")),
+            Some(Err(_)) => Err("userspace netem: the thread panicked".into()),
+        }
+    }
+}
+
+impl Drop for NfqNetem {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// TCP connect times (the handshake's RTT) to `addr` from namespace `ns`:
+/// `n` samples, sorted.
+fn connect_rtts(ns: &str, addr: std::net::SocketAddr, n: usize) -> Vec<Duration> {
+    let mut v = in_netns(ns, move || {
+        (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+                    .expect("connect to the coordinator");
+                t.elapsed()
+            })
+            .collect::<Vec<_>>()
+    });
+    v.sort();
+    v
+}
+
 fn spawn_in(ns: &str, args: &[&str], log: &Path) -> ChildGuard {
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -213,8 +411,9 @@ fn partition_expires_leases_and_the_shard_is_re_leased_elsewhere() {
         ip(&["-n", &c, "link", "set", dev_c, "up"]);
         ip(&["-n", peer, "link", "set", dev_p, "up"]);
     }
-    // b's link is slow and lossy from the start, both ways. Kernels built
-    // without netem (CONFIG_NET_SCH_NETEM) get a token-bucket shaper instead.
+    // b's link gets delay and loss, both ways, once the coordinator runs (so
+    // that the RTT before can be measured): with the netem qdisc if the
+    // kernel has it, else with the userspace netem over NFQUEUE.
     let netem = run(
         "tc",
         &[
@@ -224,25 +423,20 @@ fn partition_expires_leases_and_the_shard_is_re_leased_elsewhere() {
     .is_ok();
     if netem {
         tc(&["-n", &c, "qdisc", "del", "dev", "lo", "root"]);
-    } else {
-        eprintln!(
-            "NOTE: this kernel has no netem qdisc: b's link is shaped by tbf (1 mbit/s) \
-             instead of 200 ms delay and 10% loss, and the partition is a link down"
-        );
-    }
-    for (n, dev) in [(&c, "vcb"), (&b, "vbc")] {
-        if netem {
-            tc(&[
-                "-n", n, "qdisc", "add", "dev", dev, "root", "netem", "delay", "200ms", "loss",
-                "10%",
-            ]);
-        } else {
-            tc(&[
-                "-n", n, "qdisc", "add", "dev", dev, "root", "tbf", "rate", "1mbit", "burst",
-                "16kb", "latency", "200ms",
-            ]);
+    } else if let Err(why) = run("ip", &["netns", "exec", &c, "iptables", "-w", "-L", "-n"]) {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set, the kernel has no netem qdisc and iptables is unusable: {why}");
         }
+        eprintln!(
+            "SKIPPED: the kernel has no netem qdisc and iptables (for the NFQUEUE netem) \
+             is unusable: {why}"
+        );
+        return;
     }
+    let seed = std::env::var("TALLY_NETFAULTS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(now_ms);
 
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log.txt");
@@ -254,7 +448,7 @@ fn partition_expires_leases_and_the_shard_is_re_leased_elsewhere() {
             .enable_all()
             .build()
             .unwrap()
-            .block_on(scenario(&c2, &a2, &b2, netem, &data, &log2))
+            .block_on(scenario(&c2, &a2, &b2, netem, seed, &data, &log2))
     });
     if let Err(e) = result {
         let logs = std::fs::read_to_string(&log).unwrap_or_default();
@@ -298,6 +492,7 @@ async fn scenario(
     a: &str,
     b: &str,
     netem: bool,
+    seed: u64,
     data: &Path,
     log: &Path,
 ) -> Result<(), String> {
@@ -317,6 +512,45 @@ async fn scenario(
         log,
     );
     let mut client = jobs_client(&format!("http://127.0.0.1:{COORD_PORT}")).await;
+
+    // b's link: RTT before, delay and loss, RTT after.
+    let coord_b: std::net::SocketAddr = ([10, 201, 2, 1], COORD_PORT).into();
+    let b_ = b.to_string();
+    let rtt_before = tokio::task::spawn_blocking(move || connect_rtts(&b_, coord_b, 5))
+        .await
+        .unwrap();
+    let (delay_ms, loss) = (DELAY.as_millis().to_string(), format!("{LOSS_PERCENT}%"));
+    let mut userspace = None;
+    if netem {
+        for (n, dev) in [(c, "vcb"), (b, "vbc")] {
+            tc(&[
+                "-n",
+                n,
+                "qdisc",
+                "add",
+                "dev",
+                dev,
+                "root",
+                "netem",
+                "delay",
+                &format!("{delay_ms}ms"),
+                "loss",
+                &loss,
+            ]);
+        }
+    } else {
+        userspace = Some(NfqNetem::start(b, "vbc", COORD_PORT, seed)?);
+    }
+    let b_ = b.to_string();
+    let rtt_after = tokio::task::spawn_blocking(move || connect_rtts(&b_, coord_b, 5))
+        .await
+        .unwrap();
+    if rtt_after[0] < rtt_before[0] + 2 * DELAY - Duration::from_millis(5) {
+        return Err(format!(
+            "b's connect time went from {rtt_before:?} to {rtt_after:?}, \
+             not up by twice the {DELAY:?} delay"
+        ));
+    }
 
     let ttl_ms = 2_000;
     let mut spec1 = JobSpec::new(KindSpec::Kayles(KaylesSpec {
@@ -374,7 +608,7 @@ async fn scenario(
             "--id",
             "nf-b",
             "--slots",
-            "1",
+            "4",
             "--threads",
             "1",
         ],
@@ -429,6 +663,7 @@ async fn scenario(
     // Job 1 may be done already; b stops so that job 2 waits for a, which
     // shows a works again, then b returns to finish job 2 quickly.
     let _ = support::wait_finished(&mut client, &job1.id, Duration::from_secs(60)).await;
+    let job1_done_ms = now_ms();
     wb.kill9();
     let job2 = submit(&mut client, &spec2, "").await;
     let back = wait_event(
@@ -448,7 +683,7 @@ async fn scenario(
             "--id",
             "nf-b2",
             "--slots",
-            "1",
+            "4",
             "--threads",
             "1",
         ],
@@ -457,6 +692,7 @@ async fn scenario(
 
     let mut shards_total = 0;
     let mut expiries_in_events = 0;
+    let mut expiries_of_b = 0;
     let mut re_leases = 0;
     for (job, spec) in [(&job1, &spec1), (&job2, &spec2)] {
         let done = support::wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
@@ -477,7 +713,12 @@ async fn scenario(
             match e.kind.as_str() {
                 "accepted" => *accepted.entry((e.stage, e.shard)).or_insert(0) += 1,
                 "leased" => *leased.entry((e.stage, e.shard)).or_default() += 1,
-                "expired" => expiries_in_events += 1,
+                "expired" => {
+                    expiries_in_events += 1;
+                    if e.worker_id.starts_with("nf-b") {
+                        expiries_of_b += 1;
+                    }
+                }
                 _ => {}
             }
         }
@@ -491,27 +732,45 @@ async fn scenario(
     let accepted_total = metric(&m, "tally_results_accepted_total");
     let expired_total = metric(&m, "tally_leases_expired_total");
     let refused_total = metric(&m, "tally_reports_refused_total");
+    let link = match &userspace {
+        None => format!(
+            "netem qdisc, {} ms delay and {LOSS_PERCENT}% loss each way",
+            DELAY.as_millis()
+        ),
+        Some(u) => format!(
+            "userspace netem over NFQUEUE (seed {seed}), {} ms delay and {LOSS_PERCENT}% loss \
+             each way: {} packets queued, {} delayed, {} dropped",
+            DELAY.as_millis(),
+            u.stats.queued.load(Ordering::Relaxed),
+            u.stats.delayed.load(Ordering::Relaxed),
+            u.stats.dropped.load(Ordering::Relaxed),
+        ),
+    };
+    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
+    let rtts = |v: &[Duration]| v.iter().map(|&d| ms(d)).collect::<Vec<_>>().join(" ");
     eprintln!(
         "netfaults summary:\n  \
+         b's link: {link}\n  \
+         b's TCP connect to the coordinator, ms, before: {}; after: {}\n  \
          lease held by a: shard {}/{} attempt {}\n  \
          partition -> expiry:          {} ms (TTL {ttl_ms} ms)\n  \
          partition -> re-lease to b:   {} ms\n  \
-         partition -> b's result:      {} ms (link: {})\n  \
+         partition -> b's result:      {} ms\n  \
+         partition -> job 1 finished:  {} ms\n  \
          heal -> a's next result:      {} ms (a holds each lease 2.5 s)\n  \
-         leases expired (metrics/events): {expired_total} / {expiries_in_events}\n  \
+         leases expired (metrics/events): {expired_total} / {expiries_in_events} \
+         (of b over the impaired link: {expiries_of_b})\n  \
          re-leases: {re_leases}; reports refused: {refused_total}\n  \
          results accepted (metrics): {accepted_total}; shards: {shards_total}",
+        rtts(&rtt_before),
+        rtts(&rtt_after),
         held.stage,
         held.shard,
         held.attempt,
         expired.time_ms.saturating_sub(partitioned_ms),
         released.time_ms.saturating_sub(partitioned_ms),
         done_by_b.time_ms.saturating_sub(partitioned_ms),
-        if netem {
-            "netem 200 ms delay, 10% loss"
-        } else {
-            "tbf 1 mbit/s"
-        },
+        job1_done_ms.saturating_sub(partitioned_ms),
         back.time_ms.saturating_sub(healed_ms),
     );
     if accepted_total != shards_total {
@@ -521,6 +780,12 @@ async fn scenario(
     }
     if expired_total == 0 {
         return Err("no lease expiry counted".into());
+    }
+    if let Some(mut u) = userspace {
+        u.finish()?;
+        if u.stats.delayed.load(Ordering::Relaxed) == 0 {
+            return Err("the userspace netem delayed no packet".into());
+        }
     }
     Ok(())
 }

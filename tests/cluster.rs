@@ -507,13 +507,7 @@ async fn a_report_from_a_stale_attempt_is_refused() {
 
     let after = events(&mut client, &job.id).await;
     assert_eq!(before, after, "the refused report changed the job's log");
-    let job_now = client
-        .get(proto::GetJobRequest {
-            job_id: job.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let job_now = get_job(&mut client, &job.id).await;
     assert_eq!(job_now.shards_done, 0);
     coordinator.shutdown().await;
 }
@@ -533,13 +527,7 @@ async fn cancel_stops_the_work_and_survives_a_restart() {
     let job = submit(&mut client, &spec, "").await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let j = client
-            .get(proto::GetJobRequest {
-                job_id: job.id.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let j = get_job(&mut client, &job.id).await;
         if j.shards_leased > 0 {
             break;
         }
@@ -580,13 +568,7 @@ async fn cancel_stops_the_work_and_survives_a_restart() {
 
     let coordinator = start_coordinator(Some(dir.path())).await;
     let mut client = jobs_client(&coordinator.url()).await;
-    let reloaded = client
-        .get(proto::GetJobRequest {
-            job_id: job.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let reloaded = get_job(&mut client, &job.id).await;
     assert_eq!(state(&reloaded), JobState::Cancelled);
     let result = client
         .result(proto::ResultRequest {

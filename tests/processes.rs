@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use support::*;
-use tally_common::proto::{self, JobState};
+use tally_common::proto::JobState;
 use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec};
 
 /// kill -9 of the coordinator in the middle of a hex cell-step job: after a
@@ -36,13 +36,7 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
     // Let a good part of the job be accepted, then kill the coordinator.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let j = client
-            .get(proto::GetJobRequest {
-                job_id: job.id.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let j = get_job(&mut client, &job.id).await;
         assert!(
             !finished(&j),
             "the job finished before the kill; make it longer"

@@ -121,6 +121,15 @@ pub fn finished(job: &Job) -> bool {
     )
 }
 
+/// The job as `Get` returns it now.
+pub async fn get_job(client: &mut JobServiceClient<Channel>, id: &str) -> Job {
+    client
+        .get(proto::GetJobRequest { job_id: id.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// Polls the job until it finishes (panics after `timeout`).
 pub async fn wait_finished(
     client: &mut JobServiceClient<Channel>,

@@ -9,9 +9,11 @@
 //! `BLOCKS_BENCH_RUNS` changes the number of runs, `BLOCKS_BENCH_THREADS`
 //! (e.g. `1,2,4`) the thread counts.
 
-use std::process::{Command, Stdio};
+mod support;
+
 use std::time::{Duration, Instant};
 
+use support::{median, peak, time_program};
 use tally_common::Control;
 use tally_common::blocks::{BlocksCount, PE766, count_reachable, parse_puzzle};
 
@@ -26,23 +28,6 @@ fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
         })
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| default.to_vec())
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-/// Peak resident set size of this process, from `/proc/self/status`.
-fn peak_rss() -> String {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .map(|l| l["VmHWM:".len()..].trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".to_string())
 }
 
 fn main() {
@@ -74,26 +59,14 @@ fn main() {
             count.largest_layer
         );
     }
-    println!("peak resident memory (VmHWM): {}", peak_rss());
+    println!("peak resident memory (VmHWM): {}", peak());
     let ours = best_single.expect("at least one thread count");
 
     let Ok(reference) = std::env::var("BLOCKS_REFERENCE") else {
         println!("(set BLOCKS_REFERENCE to an external reference program to compare)");
         return;
     };
-    let mut ref_times = Vec::new();
-    let mut ref_output = String::new();
-    for _ in 0..runs {
-        let t0 = Instant::now();
-        let out = Command::new(&reference)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run the reference program");
-        ref_times.push(t0.elapsed());
-        assert!(out.status.success(), "reference program failed");
-        ref_output = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    }
-    let theirs = median(ref_times);
+    let (theirs, ref_output) = time_program(&reference, runs);
     println!(
         "reference median of {runs}: {:.3} s (whole process; printed {ref_output}{})",
         theirs.as_secs_f64(),

@@ -18,9 +18,12 @@
 //!
 //! Without a section word the sides go to both `sweep` and `points`.
 
+mod support;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use support::{median, peak};
 use tally_common::Control;
 use tally_common::hex::{
     DEFAULT_MODULUS, HexGraph, POINTS_PER_PASS, game_count, points_layout, solve_crossings,
@@ -29,29 +32,12 @@ use tally_common::hex::{
 const RUNS: usize = 5;
 const THREADS: usize = 2;
 
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
-}
-
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
 fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1 << 20) as f64
-}
-
-/// Peak resident memory of this process so far (Linux), in MiB.
-fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
-}
-
-fn peak() -> String {
-    peak_rss_mib().map_or("?".into(), |m| format!("{m:.0} MiB"))
 }
 
 /// One run: (total time, build time, states, residue).

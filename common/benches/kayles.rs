@@ -15,9 +15,12 @@
 //! takes no pin count); set `KAYLES_REFERENCE_PINS_ARG=1` for a program that
 //! takes the pin count as its only argument.
 
+mod support;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use support::{median, peak_rss_mib};
 use tally_common::Control;
 use tally_common::kayles::{
     DEFAULT_DIGITS, fair_rows, fair_rows_fast, fair_rows_quadratic, format_answer,
@@ -26,11 +29,6 @@ use tally_common::kayles::{
 const RUNS: usize = 5;
 const THREADS: usize = 2;
 const REFERENCE_PINS: u64 = 1000;
-
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
-}
 
 /// User and system CPU time of this process so far (all threads), from
 /// `/proc/self/stat`, in clock ticks of 10 ms; zero where unavailable.
@@ -92,14 +90,6 @@ fn time_reference(program: &str, pins: u64, pass_pins: bool) -> (Duration, Strin
         })
         .collect();
     (median(times), answer)
-}
-
-/// Peak resident memory of this process so far (`VmHWM`), in MiB.
-fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
 }
 
 fn print_peak() {

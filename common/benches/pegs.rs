@@ -13,18 +13,13 @@
 //! allow), and batches of `PEGS_BENCH_FRENCH_TASKS` (default 3) random boards
 //! after 14, 12 and 10 jumps from hole 1, counted to the end.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
+use support::peak;
 use tally_common::Control;
 use tally_common::pegs::{BoardShape, PegCount, PegGame, PegTask};
-
-/// Peak resident memory of this process so far (Linux), in MiB.
-fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
-}
 
 /// User plus system CPU time of this process so far, all threads (Linux; the
 /// kernel counts it in ticks of 1/100 s).
@@ -42,10 +37,6 @@ fn cpu_seconds() -> f64 {
         .filter_map(|t| t.parse().ok())
         .collect();
     ticks.iter().sum::<f64>() / 100.0
-}
-
-fn peak() -> String {
-    peak_rss_mib().map_or("?".into(), |m| format!("{m:.0} MiB"))
 }
 
 fn report(name: &str, threads: usize, elapsed: Duration, cpu: f64, count: &PegCount) {

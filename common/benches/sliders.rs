@@ -12,9 +12,11 @@
 //! boards); `SLIDERS_BENCH_RUNS` changes the number of runs. The prefix tasks
 //! and shard weights of a 64-shard plan are printed too.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod support;
 
+use std::time::Instant;
+
+use support::{median, time_program};
 use tally_common::Control;
 use tally_common::jobs::group_by_weight;
 use tally_common::sliders::{SliderParams, SliderSpace};
@@ -29,11 +31,6 @@ fn runs() -> usize {
         .and_then(|r| r.parse().ok())
         .filter(|&r| r > 0)
         .unwrap_or(5)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn params() -> SliderParams {
@@ -124,19 +121,7 @@ fn main() {
         println!("(set SLIDERS_REFERENCE to an external reference program to compare)");
         return;
     };
-    let mut ref_times = Vec::new();
-    let mut ref_output = String::new();
-    for _ in 0..runs {
-        let t0 = Instant::now();
-        let out = Command::new(&reference)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run the reference program");
-        ref_times.push(t0.elapsed());
-        assert!(out.status.success(), "reference program failed");
-        ref_output = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    }
-    let theirs = median(ref_times);
+    let (theirs, ref_output) = time_program(&reference, runs);
     println!(
         "reference median of {runs}: {:.3} ms (whole process; printed {ref_output})",
         theirs.as_secs_f64() * 1e3

@@ -206,7 +206,7 @@ impl NfqNetem {
                     return Err(e);
                 }
             };
-            let mut rng = support::chaos::Rng::new(seed);
+            let mut rng = support::Rng::new(seed);
             let mut pending = std::collections::VecDeque::<(Instant, nfq::Message)>::new();
             let verdict_err = |e: std::io::Error| format!("verdict: {e}");
             while !stop2.load(Ordering::Relaxed) {
@@ -214,7 +214,7 @@ impl NfqNetem {
                     match queue.recv() {
                         Ok(mut msg) => {
                             stats2.queued.fetch_add(1, Ordering::Relaxed);
-                            if rng.next_u64() % 100 < LOSS_PERCENT {
+                            if rng.chance(LOSS_PERCENT) {
                                 msg.set_verdict(nfq::Verdict::Drop);
                                 queue.verdict(msg).map_err(verdict_err)?;
                                 stats2.dropped.fetch_add(1, Ordering::Relaxed);

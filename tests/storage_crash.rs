@@ -32,6 +32,8 @@ use tally_coordinator::records::{
 use tally_coordinator::scheduler::{Grant, Report, ReportedFailure, Scheduler, SchedulerConfig};
 use tally_coordinator::store::{SledStore, Store, Tree};
 
+use support::Rng;
+
 // ------------------------------------------------------------ the crash loop
 
 /// The child's environment: its data directory, acknowledgement log, seed and
@@ -85,31 +87,6 @@ enum Ack {
     Cancelled {
         job: String,
     },
-}
-
-/// SplitMix64: small, seedable, and the same on every platform.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
 }
 
 fn scheduler_config() -> SchedulerConfig {

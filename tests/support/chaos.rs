@@ -21,36 +21,9 @@ use tally_common::proto::{self, JobState};
 use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, SlidersSpec};
 use tonic::transport::Channel;
 
-use super::{ChildGuard, free_port, tally_bin};
+use super::{ChildGuard, Rng, free_port, tally_bin};
 
 // ------------------------------------------------------------------ rng
-
-/// SplitMix64: a tiny seeded generator, so a seed replays the same schedule
-/// whatever crate versions are in the lock file.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-
-    pub fn millis(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(self.range(lo, hi))
-    }
-}
 
 // ------------------------------------------------------------------ config
 

@@ -2,11 +2,13 @@
 
 use std::path::PathBuf;
 
+use std::path::Path;
+
 use clap::{Args, Parser, Subcommand};
-use tally_common::spec::{
-    BlocksSpec, HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, PegsSpec, SlidersSpec,
-};
-use tally_common::{hex, kayles, sliders};
+use tally_common::invalid;
+use tally_common::kind::FileReader;
+use tally_common::kinds;
+use tally_common::spec::{JobSpec, RunnerOptions, ValidSpec};
 
 pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:7878";
 
@@ -19,29 +21,53 @@ pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:7878";
 )]
 pub struct Cli {
     /// Coordinator URL for client and worker commands.
-    #[arg(long, global = true, env = "TALLY_COORDINATOR", default_value = DEFAULT_COORDINATOR)]
+    #[arg(help_heading = "Connection options", long, global = true, env = "TALLY_COORDINATOR", default_value = DEFAULT_COORDINATOR)]
     pub coordinator: String,
     /// Print one JSON object instead of text.
-    #[arg(long, global = true)]
+    #[arg(help_heading = "Output options", long, global = true)]
     pub json: bool,
     /// Log level (error, warn, info, debug, trace) or a tracing filter.
-    #[arg(long, global = true, env = "TALLY_LOG")]
+    #[arg(
+        help_heading = "Output options",
+        long,
+        global = true,
+        env = "TALLY_LOG"
+    )]
     pub log_level: Option<String>,
     /// Log format on stderr.
-    #[arg(long, global = true, value_parser = ["text", "json"], default_value = "text")]
+    #[arg(
+        help_heading = "Output options",
+        long,
+        global = true,
+        value_parser = ["text", "json"],
+        default_value = "text"
+    )]
     pub log_format: String,
     /// File holding the shared bearer token. The coordinator requires it on
     /// every call; clients and workers send it. Env TALLY_TOKEN gives the token
     /// itself instead.
-    #[arg(long, global = true, env = "TALLY_TOKEN_FILE", value_name = "PATH")]
+    #[arg(
+        help_heading = "Connection options",
+        long,
+        global = true,
+        env = "TALLY_TOKEN_FILE",
+        value_name = "PATH"
+    )]
     pub token_file: Option<PathBuf>,
     /// PEM CA certificate: clients trust it for the coordinator's certificate;
     /// the coordinator requires client certificates signed by it (mutual TLS).
-    #[arg(long, global = true, env = "TALLY_TLS_CA", value_name = "PATH")]
+    #[arg(
+        help_heading = "Connection options",
+        long,
+        global = true,
+        env = "TALLY_TLS_CA",
+        value_name = "PATH"
+    )]
     pub tls_ca: Option<PathBuf>,
     /// PEM certificate: the coordinator's server certificate, or a client's
     /// certificate for mutual TLS. Needs --tls-key.
     #[arg(
+        help_heading = "Connection options",
         long,
         global = true,
         env = "TALLY_TLS_CERT",
@@ -51,6 +77,7 @@ pub struct Cli {
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of --tls-cert.
     #[arg(
+        help_heading = "Connection options",
         long,
         global = true,
         env = "TALLY_TLS_KEY",
@@ -59,7 +86,13 @@ pub struct Cli {
     )]
     pub tls_key: Option<PathBuf>,
     /// Server name to verify in the coordinator's certificate, if not the URL's host.
-    #[arg(long, global = true, env = "TALLY_TLS_DOMAIN", value_name = "NAME")]
+    #[arg(
+        help_heading = "Connection options",
+        long,
+        global = true,
+        env = "TALLY_TLS_DOMAIN",
+        value_name = "NAME"
+    )]
     pub tls_domain: Option<String>,
     #[command(subcommand)]
     pub command: Command,
@@ -125,16 +158,21 @@ pub struct JobArg {
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// In-process workers.
-    #[arg(long, global = true, default_value_t = 1)]
+    #[arg(
+        help_heading = "Runner options",
+        long,
+        global = true,
+        default_value_t = 1
+    )]
     pub workers: usize,
     /// Compute threads (and concurrent shards) per worker; default: all cores.
-    #[arg(long, global = true)]
+    #[arg(help_heading = "Runner options", long, global = true)]
     pub threads: Option<usize>,
     /// Keep the job's store here (default: a temporary directory).
-    #[arg(long, global = true)]
+    #[arg(help_heading = "Runner options", long, global = true)]
     pub data: Option<PathBuf>,
     /// Compute in this process with the kernel alone, without the runner.
-    #[arg(long, global = true)]
+    #[arg(help_heading = "Runner options", long, global = true)]
     pub direct: bool,
     #[command(flatten)]
     pub spec: SpecArgs,
@@ -152,7 +190,7 @@ pub struct SubmitArgs {
 #[derive(Args, Debug)]
 pub struct SpecArgs {
     /// Read the job spec from a JSON or TOML file instead of flags.
-    #[arg(long, global = true)]
+    #[arg(help_heading = "Runner options", long, global = true)]
     pub spec_file: Option<PathBuf>,
     #[command(flatten)]
     pub options: RunnerArgs,
@@ -163,117 +201,67 @@ pub struct SpecArgs {
 #[derive(Args, Debug)]
 pub struct RunnerArgs {
     /// Higher-priority jobs are leased first (-1000 to 1000).
-    #[arg(long, global = true, allow_negative_numbers = true)]
+    #[arg(
+        help_heading = "Runner options",
+        long,
+        global = true,
+        allow_negative_numbers = true
+    )]
     pub priority: Option<i32>,
     /// Failed attempts of one shard before the job fails.
-    #[arg(long, global = true)]
+    #[arg(help_heading = "Runner options", long, global = true)]
     pub max_attempts: Option<u32>,
     /// Lease time-to-live in milliseconds.
-    #[arg(long, global = true)]
+    #[arg(help_heading = "Runner options", long, global = true)]
     pub lease_ttl_ms: Option<u64>,
     /// Run even if the resource estimate says the job does not fit.
-    #[arg(long, global = true)]
+    #[arg(help_heading = "Runner options", long, global = true)]
     pub force: bool,
     /// Compute every shard on this many different workers (1 to 3) and fail
     /// the attempt when their results differ.
-    #[arg(long, global = true)]
+    #[arg(help_heading = "Runner options", long, global = true)]
     pub replicas: Option<u32>,
 }
 
-#[derive(Subcommand, Debug)]
-pub enum KindArgs {
-    /// Number of Hex games on a side x side board, modulo a prime.
-    Hex(HexArgs),
-    /// Fair Partisan Kayles rows of n pins, last digits.
-    Kayles(KaylesArgs),
-    /// Sum of the checksums of all shortest slider sequences.
-    Sliders(SlidersArgs),
-    /// Configurations a sliding-block puzzle reaches (exact).
-    #[command(
-        after_help = "Examples:\n  tally run blocks                      # Project Euler 766\n  tally run blocks --puzzle my.blocks"
-    )]
-    Blocks(BlocksArgs),
-    /// Number of peg solitaire solutions (exact).
-    #[command(
-        after_help = "Examples:\n  tally run pegs --board triangle:5 --start 1\n  tally run pegs --board english --end 17\n  tally submit pegs --board triangle:6 --start 4"
-    )]
-    Pegs(PegsArgs),
+/// The kind named on the command line and its own options, parsed by the
+/// kind (every kind of the registry is a subcommand).
+#[derive(Debug, Clone)]
+pub struct KindArgs {
+    pub name: String,
+    pub matches: clap::ArgMatches,
 }
 
-#[derive(Args, Debug)]
-pub struct BlocksArgs {
-    /// Puzzle file (format in the README). Default: the Project Euler 766 puzzle.
-    #[arg(long, value_name = "FILE")]
-    pub puzzle: Option<PathBuf>,
+impl clap::FromArgMatches for KindArgs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        match matches.subcommand() {
+            Some((name, sub)) => Ok(KindArgs {
+                name: name.to_string(),
+                matches: sub.clone(),
+            }),
+            None => Err(clap::Error::new(clap::error::ErrorKind::MissingSubcommand)),
+        }
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = KindArgs::from_arg_matches(matches)?;
+        Ok(())
+    }
 }
 
-#[derive(Args, Debug)]
-pub struct PegsArgs {
-    /// english (33 holes), french (37) or triangle:N (N = 4 to 7).
-    #[arg(long, default_value = "english")]
-    pub board: String,
-    /// The hole empty at the start, numbered row by row from 1 (default: the
-    /// centre; 1 on a triangle).
-    #[arg(long)]
-    pub start: Option<u32>,
-    /// The hole the last peg must end in (default: any).
-    #[arg(long)]
-    pub end: Option<u32>,
-    /// Minimum number of prefix tasks (0 chooses).
-    #[arg(long, default_value_t = 0)]
-    pub prefixes: u32,
-}
+impl clap::Subcommand for KindArgs {
+    fn augment_subcommands(command: clap::Command) -> clap::Command {
+        kinds::KINDS
+            .iter()
+            .fold(command, |command, kind| command.subcommand(kind.command()))
+    }
 
-#[derive(Args, Debug)]
-pub struct HexArgs {
-    /// Board side, 1 to 16.
-    #[arg(long)]
-    pub side: u32,
-    /// Prime modulus with side^2 < P < 2^31.
-    #[arg(long, default_value_t = hex::DEFAULT_MODULUS)]
-    pub modulus: u32,
-    /// Shard plan: points (independent shards; the default) or cell-step.
-    #[arg(long, default_value = "points")]
-    pub plan: String,
-    /// Exact count (several primes and the CRT; points plan) instead of a residue.
-    #[arg(long)]
-    pub exact: bool,
-    /// Shards per cell step (default: from the number of frontier states).
-    #[arg(long, default_value_t = 0)]
-    pub shards_per_step: u32,
-}
+    fn augment_subcommands_for_update(command: clap::Command) -> clap::Command {
+        KindArgs::augment_subcommands(command)
+    }
 
-#[derive(Args, Debug)]
-pub struct KaylesArgs {
-    /// Number of pins (even).
-    #[arg(long)]
-    pub pins: u64,
-    /// Last digits to compute (1 to 18), printed zero-padded.
-    #[arg(long, default_value_t = kayles::DEFAULT_DIGITS)]
-    pub digits: u32,
-}
-
-#[derive(Args, Debug)]
-pub struct SlidersArgs {
-    /// Start board, row by row (W empty; R, B, G tiles). Default: Project Euler 244.
-    #[arg(long)]
-    pub start: Option<String>,
-    /// Target board, row by row.
-    #[arg(long)]
-    pub target: Option<String>,
-    #[arg(long, default_value_t = 4)]
-    pub rows: u32,
-    #[arg(long, default_value_t = 4)]
-    pub cols: u32,
-    /// Checksum base.
-    #[arg(long, default_value_t = sliders::DEFAULT_BASE)]
-    pub base: u64,
-    /// Checksum modulus.
-    #[arg(long, default_value_t = sliders::DEFAULT_MODULUS)]
-    pub checksum_modulus: u64,
-    /// Minimum number of prefix tasks (default 64).
-    #[arg(long, default_value_t = 0)]
-    pub prefixes: u32,
+    fn has_subcommand(name: &str) -> bool {
+        kinds::lookup(name).is_ok()
+    }
 }
 
 #[derive(Args, Debug)]
@@ -321,19 +309,24 @@ pub struct WorkerArgs {
 }
 
 impl SpecArgs {
-    /// The validated job spec from the kind flags or the spec file.
-    pub fn to_spec(&self) -> anyhow::Result<JobSpec> {
+    /// The checked job spec from the kind flags or the spec file.
+    pub fn to_spec(&self) -> anyhow::Result<ValidSpec> {
         let mut spec = match (&self.spec_file, &self.kind) {
             (Some(_), Some(_)) => {
                 anyhow::bail!("give either a job kind with flags or --spec-file, not both")
             }
             (None, None) => {
                 anyhow::bail!(
-                    "name a job kind (hex, kayles, sliders, pegs, blocks) or give --spec-file"
+                    "name a job kind ({}) or give --spec-file",
+                    kinds::names().join(", ")
                 )
             }
             (Some(path), None) => read_spec_file(path)?,
-            (None, Some(kind)) => JobSpec::new(kind.to_kind()?),
+            (None, Some(kind)) => JobSpec {
+                kind: kind.name.clone(),
+                params: kinds::lookup(&kind.name)?.params_from_matches(&kind.matches, &Files)?,
+                options: RunnerOptions::default(),
+            },
         };
         let o = &self.options;
         spec.options.priority = o.priority.unwrap_or(spec.options.priority);
@@ -341,14 +334,37 @@ impl SpecArgs {
         spec.options.lease_ttl_ms = o.lease_ttl_ms.unwrap_or(spec.options.lease_ttl_ms);
         spec.options.force |= o.force;
         spec.options.replicas = o.replicas.unwrap_or(spec.options.replicas);
-        spec.validate()?;
-        Ok(spec)
+        Ok(ValidSpec::new(spec)?)
+    }
+}
+
+/// Largest file a kind's option may name (a puzzle, say): read no further.
+const MAX_KIND_FILE_BYTES: u64 = 1 << 20;
+
+/// Reads the files kinds' options name, up to [`MAX_KIND_FILE_BYTES`].
+struct Files;
+
+impl FileReader for Files {
+    fn read_to_string(&self, path: &Path) -> tally_common::Result<String> {
+        use std::io::Read;
+        let cannot = |e: &dyn std::fmt::Display| invalid!("cannot read {}: {e}", path.display());
+        let file = std::fs::File::open(path).map_err(|e| cannot(&e))?;
+        let mut text = String::new();
+        file.take(MAX_KIND_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| cannot(&e))?;
+        if text.len() as u64 > MAX_KIND_FILE_BYTES {
+            return Err(invalid!(
+                "{} is larger than {MAX_KIND_FILE_BYTES} bytes",
+                path.display()
+            ));
+        }
+        Ok(text)
     }
 }
 
 fn read_spec_file(path: &std::path::Path) -> anyhow::Result<JobSpec> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let text = Files.read_to_string(path)?;
     let is_toml = path.extension().is_some_and(|e| e == "toml");
     let spec: JobSpec = if is_toml {
         toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
@@ -356,62 +372,4 @@ fn read_spec_file(path: &std::path::Path) -> anyhow::Result<JobSpec> {
         serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
     };
     Ok(spec)
-}
-
-impl KindArgs {
-    pub fn to_kind(&self) -> anyhow::Result<KindSpec> {
-        Ok(match self {
-            KindArgs::Hex(h) => KindSpec::Hex(HexSpec {
-                side: h.side,
-                modulus: h.modulus,
-                plan: HexPlan::parse(&h.plan)?,
-                shards_per_step: h.shards_per_step,
-                exact: h.exact,
-            }),
-            KindArgs::Kayles(k) => KindSpec::Kayles(KaylesSpec {
-                pins: k.pins,
-                digits: k.digits,
-            }),
-            KindArgs::Sliders(s) => {
-                let defaults = sliders::SliderParams::default();
-                let (start, target) = match (&s.start, &s.target) {
-                    (Some(a), Some(b)) => (a.clone(), b.clone()),
-                    (None, None) if s.rows == defaults.rows && s.cols == defaults.cols => {
-                        (defaults.start.clone(), defaults.target.clone())
-                    }
-                    (None, None) => anyhow::bail!(
-                        "the default boards are 4 x 4; give --start and --target for a {} x {} board",
-                        s.rows,
-                        s.cols
-                    ),
-                    _ => anyhow::bail!("give both --start and --target, or neither"),
-                };
-                KindSpec::Sliders(SlidersSpec {
-                    board: sliders::SliderParams {
-                        rows: s.rows,
-                        cols: s.cols,
-                        start,
-                        target,
-                        base: s.base,
-                        modulus: s.checksum_modulus,
-                    },
-                    prefixes: s.prefixes,
-                })
-            }
-            KindArgs::Blocks(b) => KindSpec::Blocks(BlocksSpec {
-                puzzle: match &b.puzzle {
-                    None => tally_common::blocks::PE766.to_string(),
-                    Some(path) => std::fs::read_to_string(path).map_err(|e| {
-                        anyhow::anyhow!("cannot read the puzzle {}: {e}", path.display())
-                    })?,
-                },
-            }),
-            KindArgs::Pegs(p) => KindSpec::Pegs(PegsSpec {
-                board: p.board.trim().to_ascii_lowercase(),
-                start: p.start,
-                end: p.end,
-                prefixes: p.prefixes,
-            }),
-        })
-    }
 }

@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tally_common::Control;
-use tally_common::jobs;
 use tally_common::proto::job_service_client::JobServiceClient;
 use tally_common::proto::{self, Job, JobState};
-use tally_common::spec::JobSpec;
+use tally_common::spec::ValidSpec;
 use tally_common::transport::{self, AuthChannel, BearerToken, ClientSecurity};
 use tonic::service::interceptor::InterceptedService;
 
@@ -60,7 +59,7 @@ pub fn is_finished(job: &Job) -> bool {
 
 /// A key that makes `run` with the same spec and data directory resume the job
 /// it started before instead of starting another (FNV-1a of the spec).
-fn run_key(spec: &JobSpec) -> String {
+fn run_key(spec: &ValidSpec) -> String {
     let text = serde_json::to_string(spec).expect("specs serialise");
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.bytes() {
@@ -89,7 +88,7 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         let started = std::time::Instant::now();
         let direct_spec = spec.clone();
         let answer = tokio::task::spawn_blocking(move || {
-            jobs::compute_direct(&direct_spec, threads, &Control::new())
+            direct_spec.compute_direct(threads, &Control::new())
         })
         .await??;
         let elapsed = started.elapsed();

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use support::{median, time_program};
 use tally_common::Control;
-use tally_common::jobs::group_by_weight;
+use tally_common::balance::group_by_weight;
 use tally_common::sliders::{SliderParams, SliderSpace};
 
 /// The 5 x 5 analogue of the Project Euler 244 boards.

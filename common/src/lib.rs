@@ -1,21 +1,35 @@
-//! Pure, synchronous core of tally: job specifications, counting kernels and the
-//! modular arithmetic they share. Nothing here performs I/O or knows about the
-//! async runtime, the network or the store; the coordinator and the worker call
-//! into it (`transport` only checks and applies credentials the callers read).
+//! Pure, synchronous core of tally: job kinds and their specifications, the
+//! counting kernels and the modular arithmetic they share. Nothing here performs
+//! I/O or knows about the async runtime, the network or the store; the
+//! coordinator and the worker call into it (`transport` only checks and applies
+//! credentials the callers read).
+//!
+//! Layers, from the bottom: the kernels (`hex`, `kayles`, `sliders`, `pegs`,
+//! `blocks`, `queens`) and their helpers; `kind` (what a kind means to the
+//! runner), `cache` and `values` (the encoded forms the runner holds);
+//! `dynamic` (the runner's object-safe face of a kind); `kinds` (one file per
+//! kind, and the registry); `spec` (job specs checked into a `ValidSpec`).
 
+pub mod balance;
 pub mod blocks;
+pub mod cache;
 pub mod control;
+pub mod dynamic;
 pub mod error;
 pub mod hex;
-pub mod jobs;
 pub mod kayles;
+pub mod kind;
+pub mod kinds;
+pub mod local;
 pub mod metrics;
 pub mod modular;
 pub mod pegs;
 pub mod proto;
+pub mod queens;
 pub mod sliders;
 pub mod spec;
 pub mod transport;
+pub mod values;
 
 #[cfg(test)]
 mod test_rng;

@@ -1,11 +1,17 @@
-//! Job specifications: what to count (the kind and its parameters) and how to run
-//! it (priority, attempts, lease TTL). Specs come from CLI flags, from TOML/JSON
-//! files or from gRPC, are normalised (defaults filled in) and validated here, in
-//! one place, before anything is stored.
+//! Job specifications: what to count (a kind and its parameters) and how to run
+//! it (priority, attempts, lease TTL, replicas). Specs come from CLI flags, from
+//! TOML/JSON files or from gRPC, and are checked once, at that edge, into a
+//! [`ValidSpec`]: the proof that every value was accepted, which the runner
+//! takes from then on instead of checking again.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
-use crate::{Result, blocks, hex, invalid, kayles, pegs, proto, sliders};
+use crate::cache::KernelCache;
+use crate::dynamic::{Kind, ShardContext, StageInput, TypedSpec};
+use crate::kind::{Answer, JobKind, ResourceEstimate, SpecOf};
+use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardOutcome};
+use crate::{Control, Result, invalid, kinds, proto};
 
 /// Upper bounds that keep one job within what a cluster can hold.
 pub const MAX_PRIORITY: i32 = 1_000;
@@ -14,134 +20,8 @@ pub const MAX_ATTEMPTS: u32 = 100;
 pub const MAX_REPLICAS: u32 = 3;
 pub const MIN_LEASE_TTL_MS: u64 = 500;
 pub const MAX_LEASE_TTL_MS: u64 = 3_600_000;
-pub const MAX_SHARDS_PER_STEP: u32 = 1_024;
-pub const MAX_PREFIX_TASKS: u32 = 100_000;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum HexPlan {
-    /// Independent shards, each evaluating the full crossing polynomial at a few
-    /// points; the coordinator solves for the counts. Nothing is exchanged
-    /// between shards, so it scales with workers.
-    #[default]
-    Points,
-    /// State ranges per cell step, a barrier per step; the frontier vector passes
-    /// through the coordinator at every step.
-    CellStep,
-}
-
-impl HexPlan {
-    pub fn name(self) -> &'static str {
-        match self {
-            HexPlan::Points => "points",
-            HexPlan::CellStep => "cell-step",
-        }
-    }
-
-    /// The empty name selects the default plan.
-    pub fn parse(name: &str) -> Result<HexPlan> {
-        match name {
-            "" => Ok(HexPlan::default()),
-            "points" => Ok(HexPlan::Points),
-            "cell-step" => Ok(HexPlan::CellStep),
-            other => Err(invalid!(
-                "unknown hex plan {other:?}: expected \"points\" or \"cell-step\""
-            )),
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HexSpec {
-    pub side: u32,
-    #[serde(default = "default_hex_modulus")]
-    pub modulus: u32,
-    #[serde(default)]
-    pub plan: HexPlan,
-    /// Cell-step plan: shards per cell step; 0 chooses from the number of states.
-    #[serde(default)]
-    pub shards_per_step: u32,
-    /// Points plan: the exact count (several primes and the CRT) instead of a
-    /// residue.
-    #[serde(default)]
-    pub exact: bool,
-}
-
-fn default_hex_modulus() -> u32 {
-    hex::DEFAULT_MODULUS
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KaylesSpec {
-    pub pins: u64,
-    #[serde(default = "default_kayles_digits")]
-    pub digits: u32,
-}
-
-fn default_kayles_digits() -> u32 {
-    kayles::DEFAULT_DIGITS
-}
-
-// No deny_unknown_fields: serde does not support it together with flatten.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SlidersSpec {
-    #[serde(flatten)]
-    pub board: sliders::SliderParams,
-    /// Minimum number of prefix tasks; 0 chooses.
-    #[serde(default)]
-    pub prefixes: u32,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PegsSpec {
-    /// `english`, `french` or `triangle:N`.
-    #[serde(default = "default_peg_board")]
-    pub board: String,
-    /// The hole empty at the start; `None` is the board's default.
-    #[serde(default)]
-    pub start: Option<u32>,
-    /// The hole the last peg must end in; `None` accepts any.
-    #[serde(default)]
-    pub end: Option<u32>,
-    /// Minimum number of prefix tasks; 0 chooses.
-    #[serde(default)]
-    pub prefixes: u32,
-}
-
-fn default_peg_board() -> String {
-    "english".into()
-}
-
-/// Longest accepted puzzle text.
-pub const MAX_PUZZLE_BYTES: usize = 64 * 1024;
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BlocksSpec {
-    /// The puzzle in the text format of `blocks` (the file's contents).
-    #[serde(default = "default_puzzle")]
-    pub puzzle: String,
-}
-
-fn default_puzzle() -> String {
-    blocks::PE766.to_string()
-}
-
-/// What to count.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum KindSpec {
-    Hex(HexSpec),
-    Kayles(KaylesSpec),
-    Sliders(SlidersSpec),
-    Pegs(PegsSpec),
-    Blocks(BlocksSpec),
-}
-
-/// How to run it.
+/// How to run a job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunnerOptions {
@@ -166,331 +46,283 @@ impl Default for RunnerOptions {
     }
 }
 
+impl RunnerOptions {
+    /// Checks every value; the message names the value and the accepted range.
+    pub fn validate(&self) -> Result<()> {
+        // Not `abs()`: it overflows on i32::MIN.
+        if !(-MAX_PRIORITY..=MAX_PRIORITY).contains(&self.priority) {
+            return Err(invalid!(
+                "priority must be between -{MAX_PRIORITY} and {MAX_PRIORITY}, got {}",
+                self.priority
+            ));
+        }
+        if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
+            return Err(invalid!(
+                "max attempts must be between 1 and {MAX_ATTEMPTS}, got {}",
+                self.max_attempts
+            ));
+        }
+        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
+            return Err(invalid!(
+                "replicas must be between 1 and {MAX_REPLICAS}, got {}",
+                self.replicas
+            ));
+        }
+        if !(MIN_LEASE_TTL_MS..=MAX_LEASE_TTL_MS).contains(&self.lease_ttl_ms) {
+            return Err(invalid!(
+                "lease TTL must be between {MIN_LEASE_TTL_MS} and {MAX_LEASE_TTL_MS} ms, got {}",
+                self.lease_ttl_ms
+            ));
+        }
+        Ok(())
+    }
+
+    fn from_proto(o: Option<&proto::RunnerOptions>) -> RunnerOptions {
+        let defaults = RunnerOptions::default();
+        let Some(o) = o else {
+            return defaults;
+        };
+        let or_default = |value: u64, default: u64| if value == 0 { default } else { value };
+        RunnerOptions {
+            priority: o.priority,
+            max_attempts: or_default(o.max_attempts.into(), defaults.max_attempts.into()) as u32,
+            lease_ttl_ms: or_default(o.lease_ttl_ms, defaults.lease_ttl_ms),
+            force: o.force,
+            replicas: or_default(o.replicas.into(), defaults.replicas.into()) as u32,
+        }
+    }
+}
+
+/// A job spec as written: `{"kind": "hex", "side": 11, "options": {...}}`.
+/// Unchecked; [`ValidSpec::new`] checks it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSpec {
+    pub kind: String,
+    /// The kind's parameters, read by the kind alone.
     #[serde(flatten)]
-    pub kind: KindSpec,
+    pub params: Map<String, Value>,
     #[serde(default)]
     pub options: RunnerOptions,
 }
 
 impl JobSpec {
-    pub fn new(kind: KindSpec) -> JobSpec {
+    /// A spec of the kind whose parameters `params` are, with default options.
+    pub fn new<S: SpecOf>(params: S) -> JobSpec {
+        let params = match serde_json::to_value(&params) {
+            Ok(Value::Object(map)) => map,
+            _ => unreachable!("kind specs serialise to JSON objects"),
+        };
         JobSpec {
-            kind,
+            kind: S::Kind::NAME.to_string(),
+            params,
             options: RunnerOptions::default(),
         }
     }
 
+    /// Parses a JSON spec file's text and checks it.
+    pub fn from_json(text: &str) -> Result<ValidSpec> {
+        let spec: JobSpec =
+            serde_json::from_str(text).map_err(|e| invalid!("invalid job spec: {e}"))?;
+        ValidSpec::new(spec)
+    }
+}
+
+/// A spec whose every value was checked, with the kind's decoded parameters.
+/// Made only by [`ValidSpec::new`] (and the conversions that call it); stored as
+/// the [`JobSpec`] it came from, with every default filled in.
+#[derive(Clone)]
+pub struct ValidSpec {
+    spec: JobSpec,
+    kind: &'static dyn Kind,
+    typed: TypedSpec,
+}
+
+impl std::fmt::Debug for ValidSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.spec.fmt(f)
+    }
+}
+
+impl PartialEq for ValidSpec {
+    fn eq(&self, other: &ValidSpec) -> bool {
+        self.spec == other.spec
+    }
+}
+
+impl ValidSpec {
+    /// Checks the options and the kind's parameters (and the kind's resource
+    /// estimate, unless forced).
+    pub fn new(spec: JobSpec) -> Result<ValidSpec> {
+        spec.options.validate()?;
+        let kind = kinds::lookup(&spec.kind)?;
+        let (typed, params) = kind.check(&spec.params, spec.options.force)?;
+        Ok(ValidSpec {
+            spec: JobSpec { params, ..spec },
+            kind,
+            typed,
+        })
+    }
+
+    /// A spec of `params`' kind with default options.
+    pub fn of<S: SpecOf>(params: S) -> Result<ValidSpec> {
+        ValidSpec::new(JobSpec::new(params))
+    }
+
+    pub fn spec(&self) -> &JobSpec {
+        &self.spec
+    }
+
+    pub fn options(&self) -> &RunnerOptions {
+        &self.spec.options
+    }
+
+    /// The same job with other runner options.
+    pub fn with_options(&self, options: RunnerOptions) -> Result<ValidSpec> {
+        options.validate()?;
+        ValidSpec::new(JobSpec {
+            options,
+            ..self.spec.clone()
+        })
+    }
+
     pub fn kind_name(&self) -> &'static str {
-        match self.kind {
-            KindSpec::Hex(_) => "hex",
-            KindSpec::Kayles(_) => "kayles",
-            KindSpec::Sliders(_) => "sliders",
-            KindSpec::Pegs(_) => "pegs",
-            KindSpec::Blocks(_) => "blocks",
-        }
+        self.kind.name()
+    }
+
+    /// The kind's own parameters, when the spec is of kind `S`.
+    pub fn params<S: SpecOf>(&self) -> Option<&S> {
+        self.typed.downcast_ref::<S>()
     }
 
     /// A one-line human description, e.g. `hex side 11 mod 1000000007 (cell-step)`.
     pub fn describe(&self) -> String {
-        match &self.kind {
-            KindSpec::Hex(h) if h.exact => format!("hex side {} exact ({})", h.side, h.plan.name()),
-            KindSpec::Hex(h) => {
-                format!("hex side {} mod {} ({})", h.side, h.modulus, h.plan.name())
-            }
-            KindSpec::Kayles(k) => format!("kayles {} pins, {} digits", k.pins, k.digits),
-            KindSpec::Sliders(s) => format!(
-                "sliders {}x{} {} -> {}",
-                s.board.rows, s.board.cols, s.board.start, s.board.target
-            ),
-            KindSpec::Blocks(b) => match blocks::parse_puzzle(&b.puzzle) {
-                Ok(puzzle) => format!("blocks {}", puzzle.describe()),
-                Err(_) => "blocks (invalid puzzle)".into(),
-            },
-            KindSpec::Pegs(p) => {
-                let start = p
-                    .start
-                    .or_else(|| pegs::parse_board(&p.board).ok().map(|b| b.default_start()))
-                    .unwrap_or(0);
-                match p.end {
-                    Some(end) => format!("pegs {} from hole {start} to hole {end}", p.board),
-                    None => format!("pegs {} from hole {start}", p.board),
-                }
-            }
-        }
+        self.kind.describe(&self.typed)
     }
 
-    /// Checks every value; the message names the value and the accepted range.
-    pub fn validate(&self) -> Result<()> {
-        let o = &self.options;
-        // Not `abs()`: it overflows on i32::MIN.
-        if !(-MAX_PRIORITY..=MAX_PRIORITY).contains(&o.priority) {
-            return Err(invalid!(
-                "priority must be between -{MAX_PRIORITY} and {MAX_PRIORITY}, got {}",
-                o.priority
-            ));
-        }
-        if !(1..=MAX_ATTEMPTS).contains(&o.max_attempts) {
-            return Err(invalid!(
-                "max attempts must be between 1 and {MAX_ATTEMPTS}, got {}",
-                o.max_attempts
-            ));
-        }
-        if !(1..=MAX_REPLICAS).contains(&o.replicas) {
-            return Err(invalid!(
-                "replicas must be between 1 and {MAX_REPLICAS}, got {}",
-                o.replicas
-            ));
-        }
-        if !(MIN_LEASE_TTL_MS..=MAX_LEASE_TTL_MS).contains(&o.lease_ttl_ms) {
-            return Err(invalid!(
-                "lease TTL must be between {MIN_LEASE_TTL_MS} and {MAX_LEASE_TTL_MS} ms, got {}",
-                o.lease_ttl_ms
-            ));
-        }
-        match &self.kind {
-            KindSpec::Hex(h) => {
-                hex::validate(h.side, h.modulus)?;
-                if h.shards_per_step > MAX_SHARDS_PER_STEP {
-                    return Err(invalid!(
-                        "shards per step must be at most {MAX_SHARDS_PER_STEP}, got {}",
-                        h.shards_per_step
-                    ));
-                }
-                if h.exact && h.plan != HexPlan::Points {
-                    return Err(invalid!(
-                        "exact hex counts need the points plan (--plan points)"
-                    ));
-                }
-                // The points plan evaluates at x = 2, 3, ... below the modulus: a
-                // tiny prime may not have enough of them to solve and check.
-                if h.plan == HexPlan::Points && !h.exact {
-                    let layout = hex::points_layout(h.side, h.modulus);
-                    if layout.points.len() <= layout.unknowns {
-                        return Err(invalid!(
-                            "modulus {} is too small for the points plan of side {}: it has {} evaluation points, the plan needs {}; use a larger prime or the cell-step plan",
-                            h.modulus,
-                            h.side,
-                            layout.points.len(),
-                            layout.unknowns + 1
-                        ));
-                    }
-                }
-                if !o.force {
-                    let estimate = crate::jobs::hex_estimate(h);
-                    if estimate.worker_memory_bytes > crate::jobs::WORKER_MEMORY_BUDGET {
-                        return Err(invalid!(
-                            "{}; this is more than the {} a worker is assumed to have: use the points plan, or --force",
-                            estimate.describe(),
-                            crate::jobs::format_bytes(crate::jobs::WORKER_MEMORY_BUDGET)
-                        ));
-                    }
-                }
-                Ok(())
-            }
-            KindSpec::Kayles(k) => kayles::validate(k.pins, k.digits),
-            KindSpec::Sliders(s) => {
-                // On the wire 0 stands for the default base, so a spec file's
-                // base 0 would reach the coordinator as 243.
-                if s.board.base == 0 {
-                    return Err(invalid!(
-                        "checksum base must be at least 1, got 0 (0 selects the default, {}, over gRPC)",
-                        sliders::DEFAULT_BASE
-                    ));
-                }
-                sliders::validate(&s.board)?;
-                if s.prefixes > MAX_PREFIX_TASKS {
-                    return Err(invalid!(
-                        "prefixes must be at most {MAX_PREFIX_TASKS}, got {}",
-                        s.prefixes
-                    ));
-                }
-                Ok(())
-            }
-            KindSpec::Blocks(b) => {
-                if b.puzzle.len() > MAX_PUZZLE_BYTES {
-                    return Err(invalid!(
-                        "the puzzle is longer than {MAX_PUZZLE_BYTES} bytes"
-                    ));
-                }
-                blocks::parse_puzzle(&b.puzzle).map(|_| ())
-            }
-            KindSpec::Pegs(p) => {
-                pegs::validate(pegs::parse_board(&p.board)?, p.start, p.end)?;
-                if p.prefixes > MAX_PREFIX_TASKS {
-                    return Err(invalid!(
-                        "prefixes must be at most {MAX_PREFIX_TASKS}, got {}",
-                        p.prefixes
-                    ));
-                }
-                Ok(())
-            }
-        }
+    pub fn estimate(&self) -> Option<ResourceEstimate> {
+        self.kind.estimate(&self.typed)
     }
 
-    /// Parses a spec file: TOML-like `key = value` lines are not supported; JSON is
-    /// the file format (`{"kind": "hex", "side": 11}`).
-    pub fn from_json(text: &str) -> Result<JobSpec> {
-        let spec: JobSpec =
-            serde_json::from_str(text).map_err(|e| invalid!("invalid job spec: {e}"))?;
-        spec.validate()?;
-        Ok(spec)
+    /// Computes the facts the plan needs (the expensive part of planning: building
+    /// a graph, a search). Runs once per job, at submission.
+    pub fn prepare(&self, cache: &KernelCache, control: &Control) -> Result<JobPlan> {
+        self.kind.prepare(&self.typed, cache, control)
+    }
+
+    /// The shards of stage `stage` (1-based). Deterministic.
+    pub fn plan_stage(&self, plan: &JobPlan, stage: u32) -> Result<Vec<PlannedShard>> {
+        self.kind.plan_stage(&self.typed, plan, stage)
+    }
+
+    /// The plan as the job record keeps it once the first stage is planned.
+    pub fn trim_plan(&self, plan: &mut JobPlan) -> Result<()> {
+        self.kind.trim_plan(plan)
+    }
+
+    pub fn needs_stage_input(&self, stage: u32) -> bool {
+        self.kind.needs_stage_input(&self.typed, stage)
+    }
+
+    pub fn decode_stage_input(&self, bytes: &[u8]) -> Result<StageInput> {
+        self.kind.decode_stage_input(&self.typed, bytes)
+    }
+
+    /// Runs one shard (see [`ShardContext`]).
+    pub fn execute(&self, task: &EncodedTask, context: ShardContext<'_>) -> Result<ShardOutcome> {
+        self.kind.execute(&self.typed, task, context)
+    }
+
+    pub fn check_checkpoint(&self, partial: &EncodedPartial) -> Result<()> {
+        self.kind.check_checkpoint(partial)
+    }
+
+    /// Checks the shape of a reported result against its shard before it is
+    /// accepted.
+    pub fn check_result(
+        &self,
+        plan: &JobPlan,
+        task: &EncodedTask,
+        partial: &EncodedPartial,
+        output: &[u8],
+    ) -> Result<()> {
+        self.kind
+            .check_result(&self.typed, plan, task, partial, output)
+    }
+
+    /// The answer from the partial results of the last stage, in shard order.
+    pub fn finish(&self, plan: &JobPlan, partials: &[EncodedPartial]) -> Result<Answer> {
+        self.kind.finish(&self.typed, plan, partials)
+    }
+
+    /// The answer computed in this process by the kernel alone, without shards:
+    /// the reference every run through the runner must equal.
+    pub fn compute_direct(&self, threads: usize, control: &Control) -> Result<Answer> {
+        self.kind.direct(&self.typed, threads, control)
+    }
+
+    /// Fault injection for tests: alters a result the way a faulty machine might.
+    pub fn corrupt_for_testing(&self, partial: &mut EncodedPartial) -> Result<()> {
+        self.kind.corrupt_for_testing(partial)
+    }
+}
+
+impl Serialize for ValidSpec {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        self.spec.serialize(serializer)
+    }
+}
+
+/// Stored specs are checked again when they are read back: a record is an
+/// edge too (written by another version, or damaged).
+impl<'de> Deserialize<'de> for ValidSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<ValidSpec, D::Error> {
+        let spec = JobSpec::deserialize(deserializer)?;
+        ValidSpec::new(spec).map_err(serde::de::Error::custom)
     }
 }
 
 // ------------------------------------------------------------------ proto
 
-impl From<&JobSpec> for proto::JobSpec {
-    fn from(spec: &JobSpec) -> proto::JobSpec {
-        use proto::job_spec::Kind;
-        let kind = match &spec.kind {
-            KindSpec::Hex(h) => Kind::Hex(proto::HexSpec {
-                side: h.side,
-                modulus: h.modulus,
-                plan: h.plan.name().to_string(),
-                shards_per_step: h.shards_per_step,
-                exact: h.exact,
-            }),
-            KindSpec::Kayles(k) => Kind::Kayles(proto::KaylesSpec {
-                pins: k.pins,
-                digits: k.digits,
-            }),
-            KindSpec::Sliders(s) => Kind::Sliders(proto::SlidersSpec {
-                rows: s.board.rows,
-                cols: s.board.cols,
-                start: s.board.start.clone(),
-                target: s.board.target.clone(),
-                checksum_base: s.board.base,
-                checksum_modulus: s.board.modulus,
-                prefixes: s.prefixes,
-            }),
-            KindSpec::Blocks(b) => Kind::Blocks(proto::BlocksSpec {
-                puzzle: b.puzzle.clone(),
-            }),
-            KindSpec::Pegs(p) => Kind::Pegs(proto::PegsSpec {
-                board: p.board.clone(),
-                start: p.start.unwrap_or(0),
-                end: p.end.unwrap_or(0),
-                prefixes: p.prefixes,
-            }),
-        };
+impl From<&ValidSpec> for proto::JobSpec {
+    fn from(spec: &ValidSpec) -> proto::JobSpec {
+        let o = spec.options();
         proto::JobSpec {
-            kind: Some(kind),
+            kind: Some(spec.kind.to_proto(&spec.typed)),
             options: Some(proto::RunnerOptions {
-                priority: spec.options.priority,
-                max_attempts: spec.options.max_attempts,
-                lease_ttl_ms: spec.options.lease_ttl_ms,
-                force: spec.options.force,
-                replicas: spec.options.replicas,
+                priority: o.priority,
+                max_attempts: o.max_attempts,
+                lease_ttl_ms: o.lease_ttl_ms,
+                force: o.force,
+                replicas: o.replicas,
             }),
         }
     }
 }
 
-impl TryFrom<&proto::JobSpec> for JobSpec {
+impl TryFrom<&proto::JobSpec> for ValidSpec {
     type Error = crate::Error;
 
-    /// Fills defaults for zero values and validates the result.
-    fn try_from(p: &proto::JobSpec) -> Result<JobSpec> {
-        use proto::job_spec::Kind;
-        let kind = match p.kind.as_ref() {
-            None => {
-                return Err(invalid!(
-                    "the job spec names no kind (hex, kayles, sliders, pegs or blocks)"
-                ));
-            }
-            Some(Kind::Hex(h)) => KindSpec::Hex(HexSpec {
-                side: h.side,
-                modulus: if h.modulus == 0 {
-                    hex::DEFAULT_MODULUS
-                } else {
-                    h.modulus
-                },
-                plan: HexPlan::parse(&h.plan)?,
-                shards_per_step: h.shards_per_step,
-                exact: h.exact,
-            }),
-            Some(Kind::Kayles(k)) => KindSpec::Kayles(KaylesSpec {
-                pins: k.pins,
-                digits: if k.digits == 0 {
-                    kayles::DEFAULT_DIGITS
-                } else {
-                    k.digits
-                },
-            }),
-            Some(Kind::Sliders(s)) => {
-                let defaults = sliders::SliderParams::default();
-                let rows = if s.rows == 0 { defaults.rows } else { s.rows };
-                let cols = if s.cols == 0 { defaults.cols } else { s.cols };
-                let (start, target) = match (s.start.is_empty(), s.target.is_empty()) {
-                    (true, true) => (defaults.start.clone(), defaults.target.clone()),
-                    (false, false) => (s.start.clone(), s.target.clone()),
-                    _ => return Err(invalid!("give both a start and a target board, or neither")),
-                };
-                KindSpec::Sliders(SlidersSpec {
-                    board: sliders::SliderParams {
-                        rows,
-                        cols,
-                        start,
-                        target,
-                        base: if s.checksum_base == 0 {
-                            defaults.base
-                        } else {
-                            s.checksum_base
-                        },
-                        modulus: if s.checksum_modulus == 0 {
-                            defaults.modulus
-                        } else {
-                            s.checksum_modulus
-                        },
-                    },
-                    prefixes: s.prefixes,
-                })
-            }
-            Some(Kind::Blocks(b)) => KindSpec::Blocks(BlocksSpec {
-                puzzle: if b.puzzle.is_empty() {
-                    default_puzzle()
-                } else {
-                    b.puzzle.clone()
-                },
-            }),
-            Some(Kind::Pegs(g)) => KindSpec::Pegs(PegsSpec {
-                board: if g.board.is_empty() {
-                    default_peg_board()
-                } else {
-                    g.board.clone()
-                },
-                start: (g.start != 0).then_some(g.start),
-                end: (g.end != 0).then_some(g.end),
-                prefixes: g.prefixes,
-            }),
+    /// Fills defaults for zero values and checks the result.
+    fn try_from(p: &proto::JobSpec) -> Result<ValidSpec> {
+        let Some(message) = p.kind.as_ref() else {
+            return Err(invalid!(
+                "the job spec names no kind ({})",
+                kinds::names().join(", ")
+            ));
         };
-        let defaults = RunnerOptions::default();
-        let options = match p.options.as_ref() {
-            None => defaults,
-            Some(o) => RunnerOptions {
-                priority: o.priority,
-                max_attempts: if o.max_attempts == 0 {
-                    defaults.max_attempts
-                } else {
-                    o.max_attempts
-                },
-                lease_ttl_ms: if o.lease_ttl_ms == 0 {
-                    defaults.lease_ttl_ms
-                } else {
-                    o.lease_ttl_ms
-                },
-                force: o.force,
-                replicas: if o.replicas == 0 {
-                    defaults.replicas
-                } else {
-                    o.replicas
-                },
-            },
-        };
-        let spec = JobSpec { kind, options };
-        spec.validate()?;
-        Ok(spec)
+        let (kind, params) = kinds::KINDS
+            .iter()
+            .find_map(|kind| Some((kind, kind.params_from_proto(message)?)))
+            .ok_or_else(|| crate::Error::Internal("a proto kind with no registered kind".into()))?;
+        ValidSpec::new(JobSpec {
+            kind: kind.name().to_string(),
+            params: params?,
+            options: RunnerOptions::from_proto(p.options.as_ref()),
+        })
     }
 }

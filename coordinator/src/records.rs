@@ -5,8 +5,8 @@
 //! blobs or events in (stage, index) or sequence order.
 
 use serde::{Deserialize, Serialize};
-use tally_common::jobs::{JobPlan, Partial, ShardTask};
-use tally_common::spec::JobSpec;
+use tally_common::spec::ValidSpec;
+use tally_common::values::{EncodedPartial, EncodedTask, JobPlan};
 
 use crate::{CoordinatorError, Result};
 
@@ -44,7 +44,7 @@ pub struct JobRecord {
     pub id: String,
     /// Submission order, for ordering jobs of equal priority.
     pub seq: u64,
-    pub spec: JobSpec,
+    pub spec: ValidSpec,
     /// The plan facts, without the slider prefixes (those live in the shards).
     pub plan: JobPlan,
     pub state: JobState,
@@ -74,7 +74,7 @@ pub struct ShardRecord {
     pub job: String,
     pub stage: u32,
     pub index: u32,
-    pub task: ShardTask,
+    pub task: EncodedTask,
     pub work_total: u64,
     pub state: ShardState,
     /// The number of the latest lease (the fencing token); 0 before the first.
@@ -87,7 +87,7 @@ pub struct ShardRecord {
     pub not_before_ms: u64,
     pub work_done: u64,
     /// The accepted result once done; the partial of the last checkpoint before.
-    pub partial: Option<Partial>,
+    pub partial: Option<EncodedPartial>,
     pub has_checkpoint: bool,
     pub output_chunks: u32,
     pub last_error: Option<String>,
@@ -102,7 +102,7 @@ pub struct ShardRecord {
 pub struct ReplicaRecord {
     pub worker: String,
     pub attempt: u64,
-    pub partial: Partial,
+    pub partial: EncodedPartial,
     /// FNV-1a of the stage output, so that outputs are compared without being kept.
     pub output_digest: u64,
 }

@@ -19,9 +19,9 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use tally_common::jobs::{self, JobPlan, Partial};
 use tally_common::proto;
-use tally_common::spec::JobSpec;
+use tally_common::spec::ValidSpec;
+use tally_common::values::{EncodedPartial, JobPlan, PlannedShard};
 
 use crate::records::{
     self, EventRecord, JobRecord, JobState, ReplicaRecord, ShardRecord, ShardState, checkpoint_key,
@@ -137,7 +137,7 @@ pub struct Grant {
     pub stage: u32,
     pub index: u32,
     pub attempt: u64,
-    pub spec: JobSpec,
+    pub spec: ValidSpec,
     pub task: Vec<u8>,
     pub checkpoint: Vec<u8>,
     pub ttl_ms: u64,
@@ -239,7 +239,7 @@ impl Scheduler {
                 match shard.state {
                     ShardState::Pending => entry.pending.push_back(shard.index),
                     ShardState::Leased => {
-                        let ttl = entry.rec.spec.options.lease_ttl_ms;
+                        let ttl = entry.rec.spec.options().lease_ttl_ms;
                         shard.lease_expires_ms = shard.lease_expires_ms.max(now_ms + ttl);
                     }
                     ShardState::Done => {}
@@ -290,7 +290,7 @@ impl Scheduler {
     /// already submitted under the same idempotency key (`created` is false).
     pub fn submit(
         &mut self,
-        spec: JobSpec,
+        spec: ValidSpec,
         mut plan: JobPlan,
         idempotency_key: Option<String>,
         now_ms: u64,
@@ -300,17 +300,14 @@ impl Scheduler {
         {
             return Ok((self.job(id, now_ms)?, false));
         }
-        spec.validate()?;
         let seq = self.next_job;
         let id = format!("job-{seq:06}");
-        let first = jobs::plan_stage(&spec, &plan, 1)?;
+        let first = spec.plan_stage(&plan, 1)?;
         if first.is_empty() {
             return Err(CoordinatorError::Internal("the plan has no shards".into()));
         }
-        // The slider prefixes are copied into the shard tasks; the job record
-        // keeps only the summary.
-        plan.prefixes.clear();
-        plan.prefix_weights.clear();
+        // What the shards' tasks hold, the job record need not keep.
+        spec.trim_plan(&mut plan)?;
         let rec = JobRecord {
             id: id.clone(),
             seq,
@@ -486,7 +483,7 @@ impl Scheduler {
             match self.current_lease(worker, lease_id) {
                 Ok((job, index)) => {
                     let entry = self.jobs.get_mut(&job).unwrap();
-                    let ttl = entry.rec.spec.options.lease_ttl_ms;
+                    let ttl = entry.rec.spec.options().lease_ttl_ms;
                     let shard = &mut entry.shards[index];
                     shard.lease_expires_ms = now_ms + ttl;
                     shard.work_done = (*work_done).min(shard.work_total);
@@ -547,7 +544,7 @@ impl Scheduler {
             .filter(|e| {
                 matches!(e.rec.state, JobState::Queued | JobState::Running) && !e.pending.is_empty()
             })
-            .map(|e| (-e.rec.spec.options.priority, e.rec.seq, e.rec.id.clone()))
+            .map(|e| (-e.rec.spec.options().priority, e.rec.seq, e.rec.id.clone()))
             .collect();
         order.sort();
         let mut batch = Batch::default();
@@ -557,7 +554,7 @@ impl Scheduler {
         let mut started: Vec<String> = Vec::new();
         'jobs: for (_, _, id) in order {
             let entry = self.jobs.get_mut(&id).unwrap();
-            let ttl = entry.rec.spec.options.lease_ttl_ms;
+            let ttl = entry.rec.spec.options().lease_ttl_ms;
             let mut skipped = 0;
             while skipped < entry.pending.len() {
                 if grants.len() as u32 >= free_slots {
@@ -601,7 +598,7 @@ impl Scheduler {
                     index: shard.index,
                     attempt: shard.attempt,
                     spec: entry.rec.spec.clone(),
-                    task: shard.task.encode(),
+                    task: shard.task.to_bytes(),
                     checkpoint,
                     ttl_ms: ttl,
                     work_total: shard.work_total,
@@ -735,11 +732,17 @@ impl Scheduler {
             return self.record_failure(&job, index, failure, &report.worker, now_ms, false);
         }
         if let Some((state, partial, work_done)) = &report.checkpoint {
-            let partial = Partial::decode(partial)?;
+            let partial = if partial.is_empty() {
+                None
+            } else {
+                let partial = EncodedPartial::from_bytes(partial)?;
+                entry.rec.spec.check_checkpoint(&partial)?;
+                Some(partial)
+            };
             let entry = self.jobs.get_mut(&job).unwrap();
             let mut shard = entry.shards[index as usize].clone();
             shard.has_checkpoint = true;
-            shard.partial = Some(partial);
+            shard.partial = partial;
             shard.work_done = (*work_done).min(shard.work_total);
             let mut batch = Batch::default();
             batch.put(
@@ -785,11 +788,14 @@ impl Scheduler {
         worker: &str,
         now_ms: u64,
     ) -> Result<ReportOutcome> {
-        let partial = Partial::decode(partial)?;
+        let partial = EncodedPartial::from_bytes(partial)?;
         let entry = self.jobs.get(job).unwrap();
         let shard = entry.shards[index as usize].clone();
-        validate_result(&entry.rec, &shard, &partial, output)?;
-        let replicas = entry.rec.spec.options.replicas as usize;
+        entry
+            .rec
+            .spec
+            .check_result(&entry.rec.plan, &shard.task, &partial, output)?;
+        let replicas = entry.rec.spec.options().replicas as usize;
         if replicas > 1 {
             let this = ReplicaRecord {
                 worker: worker.to_string(),
@@ -891,7 +897,7 @@ impl Scheduler {
         now_ms: u64,
     ) -> Result<ReportOutcome> {
         let entry = self.jobs.get_mut(job).unwrap();
-        let needed = entry.rec.spec.options.replicas;
+        let needed = entry.rec.spec.options().replicas;
         let mut shard = entry.shards[index as usize].clone();
         let (stage, attempt, worker) = (shard.stage, shard.attempt, replica.worker.clone());
         shard.replicas.push(replica);
@@ -982,7 +988,7 @@ impl Scheduler {
             );
         }
         let fail_job = !failure.handed_back
-            && (failure.permanent || shard.failed_attempts >= rec.spec.options.max_attempts);
+            && (failure.permanent || shard.failed_attempts >= rec.spec.options().max_attempts);
         if fail_job {
             rec.state = JobState::Failed;
             rec.finished_ms = Some(now_ms);
@@ -1045,7 +1051,7 @@ impl Scheduler {
             chunks: entry.shards.iter().map(|s| s.output_chunks).collect(),
         };
         if stage < entry.rec.plan.stages_total {
-            let next = jobs::plan_stage(&entry.rec.spec, &entry.rec.plan, stage + 1)?;
+            let next = entry.rec.spec.plan_stage(&entry.rec.plan, stage + 1)?;
             entry.finished = Some(current);
             entry.shards_done_before += entry.shards.len() as u64;
             entry.work_done_before += entry.shards.iter().map(|s| s.work_total).sum::<u64>();
@@ -1055,13 +1061,13 @@ impl Scheduler {
             push_event(entry, batch, now_ms, "stage", stage + 1, 0, 0, "", "");
         } else {
             delete_outputs(&current, job, batch);
-            let partials: Vec<Partial> = entry
-                .shards
-                .iter()
-                .map(|s| s.partial.clone().unwrap_or(Partial::None))
-                .collect();
+            let partials: Option<Vec<EncodedPartial>> =
+                entry.shards.iter().map(|s| s.partial.clone()).collect();
             let mut rec = entry.rec.clone();
-            match jobs::finish(&rec.spec, &rec.plan, &partials) {
+            let answer = partials
+                .ok_or_else(|| tally_common::Error::Internal("a done shard has no result".into()))
+                .and_then(|partials| rec.spec.finish(&rec.plan, &partials));
+            match answer {
                 Ok(answer) => {
                     rec.state = JobState::Succeeded;
                     rec.answer = Some(answer.line.clone());
@@ -1145,7 +1151,7 @@ impl Scheduler {
                     &worker,
                     "",
                 );
-                if shard.failed_attempts >= rec.spec.options.max_attempts
+                if shard.failed_attempts >= rec.spec.options().max_attempts
                     && rec.state != JobState::Failed
                 {
                     rec.state = JobState::Failed;
@@ -1288,12 +1294,7 @@ fn backoff_ms(config: &SchedulerConfig, failures: u32) -> u64 {
 }
 
 /// Replaces the entry's current shards by a new stage's, all pending.
-fn install_stage(
-    entry: &mut JobEntry,
-    stage: u32,
-    planned: Vec<jobs::PlannedShard>,
-    batch: &mut Batch,
-) {
+fn install_stage(entry: &mut JobEntry, stage: u32, planned: Vec<PlannedShard>, batch: &mut Batch) {
     entry.shards.clear();
     entry.pending.clear();
     entry.outputs = vec![None; planned.len()];
@@ -1355,116 +1356,6 @@ fn push_event(
         encode(&event),
     );
     entry.next_event += 1;
-}
-
-/// Checks the shape of a result against its shard: the partial's type and length,
-/// and the size of the stage output.
-fn validate_result(
-    rec: &JobRecord,
-    shard: &ShardRecord,
-    partial: &Partial,
-    output: &[u8],
-) -> Result<()> {
-    use tally_common::jobs::ShardTask;
-    let bad = |m: String| Err(CoordinatorError::InvalidArgument(m));
-    match (&shard.task, partial) {
-        (
-            ShardTask::HexStep {
-                start, end, last, ..
-            },
-            partial,
-        ) => {
-            let stride = rec.plan.stride as usize;
-            if *last {
-                let Partial::HexCrossings { residues } = partial else {
-                    return bad("the last hex stage must return crossing sums".into());
-                };
-                if residues.len() != stride {
-                    return bad(format!(
-                        "crossing sums have {} residues, expected {stride}",
-                        residues.len()
-                    ));
-                }
-                let modulus = match &rec.spec.kind {
-                    tally_common::spec::KindSpec::Hex(h) => h.modulus,
-                    _ => unreachable!("hex task of a hex job"),
-                };
-                if residues.iter().any(|&r| r >= modulus) {
-                    return bad(format!("crossing sums must be residues modulo {modulus}"));
-                }
-            } else {
-                if !matches!(partial, Partial::None) {
-                    return bad("a hex step returns polynomials, not a partial".into());
-                }
-                let modulus = match &rec.spec.kind {
-                    tally_common::spec::KindSpec::Hex(h) => h.modulus,
-                    _ => unreachable!("hex task of a hex job"),
-                };
-                // Checked in place: the scheduler lock is held here.
-                let polynomials = jobs::check_polynomials(output, stride, modulus)?;
-                if polynomials != (end - start) as usize {
-                    return bad(format!(
-                        "hex step output holds {polynomials} polynomials, expected {}",
-                        end - start
-                    ));
-                }
-            }
-        }
-        (
-            ShardTask::HexPoints { modulus, points },
-            Partial::HexEvaluations {
-                modulus: m,
-                evaluations,
-            },
-        ) => {
-            let xs: Vec<u32> = evaluations.iter().map(|(x, _)| *x).collect();
-            if m != modulus || xs != *points {
-                return bad(format!(
-                    "evaluations at {xs:?} modulo {m} reported on the shard of points {points:?} modulo {modulus}"
-                ));
-            }
-            if evaluations.iter().any(|(_, v)| v >= modulus) {
-                return bad(format!("evaluations must be residues modulo {modulus}"));
-            }
-        }
-        (
-            ShardTask::KaylesCharacter { character },
-            Partial::KaylesCharacter { character: c, .. },
-        ) => {
-            if c != character {
-                return bad(format!(
-                    "result for character {c} reported on the shard of character {character}"
-                ));
-            }
-        }
-        (ShardTask::BlocksSearch, Partial::BlocksCount { .. }) => {}
-        (ShardTask::PegTasks { tasks }, Partial::PegCount { tasks: counted, .. }) => {
-            if *counted as usize != tasks.len() {
-                return bad(format!(
-                    "peg result covers {counted} of {} tasks",
-                    tasks.len()
-                ));
-            }
-        }
-        (ShardTask::SliderPrefixes { prefixes, .. }, Partial::SliderSums { prefixes_done, .. }) => {
-            if *prefixes_done as usize != prefixes.len() {
-                return bad(format!(
-                    "slider result covers {prefixes_done} of {} prefixes",
-                    prefixes.len()
-                ));
-            }
-        }
-        _ => {
-            return bad(format!(
-                "the result does not match the {} shard",
-                rec.spec.kind_name()
-            ));
-        }
-    }
-    if !matches!(shard.task, ShardTask::HexStep { last: false, .. }) && !output.is_empty() {
-        return bad("this shard produces no stage output".into());
-    }
-    Ok(())
 }
 
 pub fn state_to_proto(state: JobState) -> proto::JobState {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_common::jobs::KernelCache;
+use tally_common::cache::KernelCache;
 use tally_common::proto::job_service_server::JobServiceServer;
 use tally_common::proto::worker_service_server::WorkerServiceServer;
 use tally_common::transport::{RequireToken, ServerTls};

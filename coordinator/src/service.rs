@@ -6,11 +6,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tally_common::jobs::{self, KernelCache};
+use tally_common::cache::KernelCache;
 use tally_common::proto::job_service_server::JobService;
 use tally_common::proto::worker_service_server::WorkerService;
 use tally_common::proto::{self, report_message::Body};
-use tally_common::spec::JobSpec;
+use tally_common::spec::ValidSpec;
 use tally_common::{Control, proto::Job};
 use tokio::sync::{Notify, broadcast};
 use tokio_stream::{Stream, StreamExt};
@@ -122,7 +122,7 @@ impl JobService for JobApi {
         let spec_proto = request
             .spec
             .ok_or_else(|| Status::invalid_argument("the request has no job spec"))?;
-        let spec = JobSpec::try_from(&spec_proto).map_err(CoordinatorError::from)?;
+        let spec = ValidSpec::try_from(&spec_proto).map_err(CoordinatorError::from)?;
         let key = Some(request.idempotency_key).filter(|k| !k.is_empty());
         if let Some(k) = &key
             && k.len() > 256
@@ -147,12 +147,11 @@ impl JobService for JobApi {
         // Planning may build a large graph: do it outside the scheduler lock.
         let shared = self.shared.clone();
         let plan_spec = spec.clone();
-        let plan = tokio::task::spawn_blocking(move || {
-            jobs::prepare(&plan_spec, &shared.cache, &Control::new())
-        })
-        .await
-        .map_err(|e| Status::internal(format!("planning failed: {e}")))?
-        .map_err(CoordinatorError::from)?;
+        let plan =
+            tokio::task::spawn_blocking(move || plan_spec.prepare(&shared.cache, &Control::new()))
+                .await
+                .map_err(|e| Status::internal(format!("planning failed: {e}")))?
+                .map_err(CoordinatorError::from)?;
         let (job, created) = self
             .shared
             .with_scheduler(move |s| s.submit(spec, plan, key, now_ms()))

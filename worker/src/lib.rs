@@ -14,12 +14,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tally_common::jobs::{self, KernelCache, Partial, ShardEvent, ShardTask};
+use tally_common::cache::KernelCache;
+use tally_common::dynamic::{ShardContext, StageInput};
+use tally_common::kind::CHECKPOINT_EVERY;
 use tally_common::metrics::{Counter, Exposition, Histogram};
 use tally_common::proto::worker_service_client::WorkerServiceClient;
 use tally_common::proto::{self, report_message::Body};
-use tally_common::spec::JobSpec;
+use tally_common::spec::ValidSpec;
 use tally_common::transport::{AuthChannel, ClientSecurity};
+use tally_common::values::{EncodedTask, ShardEvent, ShardOutcome};
 use tally_common::{Control, Error as CommonError};
 use tokio::sync::Notify;
 
@@ -93,7 +96,7 @@ impl WorkerConfig {
             corrupt_results: false,
             pause_after_checkpoint: Duration::ZERO,
             kernel_cache: Arc::new(KernelCache::new()),
-            checkpoint_interval: jobs::CHECKPOINT_EVERY,
+            checkpoint_interval: CHECKPOINT_EVERY,
             security: ClientSecurity::default(),
             http: None,
         }
@@ -150,7 +153,7 @@ impl ShardHandle {
     }
 }
 
-type CachedStage = ((String, u32), Arc<Vec<u32>>);
+type CachedStage = ((String, u32), StageInput);
 
 struct Inner {
     config: WorkerConfig,
@@ -363,7 +366,7 @@ async fn heartbeat_loop(inner: Arc<Inner>) {
 
 /// How a shard attempt ended, for the final report.
 enum Ending {
-    Done(jobs::ShardOutcome),
+    Done(ShardOutcome),
     Failed { message: String, permanent: bool },
     HandedBack,
     Stopped,
@@ -414,17 +417,17 @@ async fn compute_shard(
     inner: &Arc<Inner>,
     lease: &proto::ShardLease,
     handle: &Arc<ShardHandle>,
-) -> Result<jobs::ShardOutcome> {
+) -> Result<ShardOutcome> {
     let spec_proto = lease
         .spec
         .as_ref()
         .ok_or_else(|| CommonError::InvalidArgument("the lease carries no job spec".into()))?;
-    let spec = JobSpec::try_from(spec_proto)?;
-    let task = ShardTask::decode(&lease.task)?;
+    let spec = ValidSpec::try_from(spec_proto)?;
+    let task = EncodedTask::from_bytes(&lease.task)?;
     if !inner.config.shard_delay.is_zero() {
         tokio::time::sleep(inner.config.shard_delay).await;
     }
-    let input = if jobs::needs_stage_input(&spec, lease.stage) {
+    let input = if spec.needs_stage_input(lease.stage) {
         Some(fetch_stage(inner, &spec, &lease.job_id, lease.stage - 1).await?)
     } else {
         None
@@ -437,7 +440,7 @@ async fn compute_shard(
         let lease_id = lease.lease_id.clone();
         let handle = handle.clone();
         tokio::spawn(async move {
-            while let Some(ShardEvent::Checkpoint {
+            while let Some(ShardEvent {
                 state,
                 partial,
                 work_done,
@@ -447,7 +450,7 @@ async fn compute_shard(
                     header(&inner, &lease_id),
                     Body::Checkpoint(proto::ReportCheckpoint {
                         state,
-                        partial: partial.encode(),
+                        partial: partial.map(|p| p.to_bytes()).unwrap_or_default(),
                         work_done,
                     }),
                 ];
@@ -472,6 +475,7 @@ async fn compute_shard(
     let checkpoint = lease.checkpoint.clone();
     let checkpoint_every = inner.config.checkpoint_interval;
     let pause = inner.config.pause_after_checkpoint;
+    let kernel_spec = spec.clone();
     let result = inner.pool.run(move || {
         let mut paused = false;
         let mut on_event = |event: ShardEvent| {
@@ -481,15 +485,16 @@ async fn compute_shard(
                 std::thread::sleep(pause);
             }
         };
-        jobs::execute(
-            &spec,
+        kernel_spec.execute(
             &task,
-            input.as_deref().map(|v| v.as_slice()),
-            &checkpoint,
-            &cache,
-            &kernel_handle.control,
-            checkpoint_every,
-            &mut on_event,
+            ShardContext {
+                input: input.as_ref(),
+                checkpoint: &checkpoint,
+                cache: &cache,
+                control: &kernel_handle.control,
+                checkpoint_every,
+                on_event: &mut on_event,
+            },
         )
     });
     let mut outcome = result
@@ -497,7 +502,7 @@ async fn compute_shard(
         .map_err(|_| CommonError::Internal("the compute thread stopped".into()))??;
     let _ = forwarder.await;
     if inner.config.corrupt_results {
-        jobs::corrupt_for_testing(&mut outcome.partial);
+        spec.corrupt_for_testing(&mut outcome.partial)?;
     }
     Ok(outcome)
 }
@@ -506,10 +511,10 @@ async fn compute_shard(
 /// the shards of the next stage.
 async fn fetch_stage(
     inner: &Arc<Inner>,
-    spec: &JobSpec,
+    spec: &ValidSpec,
     job: &str,
     stage: u32,
-) -> Result<Arc<Vec<u32>>> {
+) -> Result<StageInput> {
     let mut cached = inner.stage_cache.lock().await;
     if let Some(((j, s), data)) = cached.as_ref()
         && j == job
@@ -529,14 +534,10 @@ async fn fetch_stage(
         }
     };
     let spec = spec.clone();
-    let decoded = inner
-        .pool
-        .run(move || jobs::decode_stage_input(&spec, &data));
-    let data = Arc::new(
-        decoded
-            .await
-            .map_err(|_| CommonError::Internal("the compute thread stopped".into()))??,
-    );
+    let decoded = inner.pool.run(move || spec.decode_stage_input(&data));
+    let data = decoded
+        .await
+        .map_err(|_| CommonError::Internal("the compute thread stopped".into()))??;
     *cached = Some(((job.to_string(), stage), data.clone()));
     Ok(data)
 }
@@ -609,10 +610,7 @@ async fn deliver_final_report(inner: &Arc<Inner>, lease: &proto::ShardLease, end
                     data: chunk.to_vec(),
                 }));
             }
-            let partial = match outcome.partial {
-                Partial::None => Vec::new(),
-                p => p.encode(),
-            };
+            let partial = outcome.partial.to_bytes();
             messages.push(Body::Result(proto::ReportResult {
                 partial,
                 work_done: outcome.work_done,

@@ -33,6 +33,7 @@
 //! from its occupied cells and its row), and residues are added eight at a time
 //! with AVX2 where the CPU has it, reduced by one conditional subtraction.
 
+mod codec;
 mod eval;
 mod exact;
 mod frontier;
@@ -49,6 +50,7 @@ use crate::{Control, Result, invalid};
 
 use graph::Block;
 
+pub use codec::{check_polynomials, decode_polynomials, encode_polynomials};
 pub use eval::POINTS_PER_PASS;
 pub use exact::{exact_crossings, exact_game_count, exact_primes};
 pub use points::{PointsLayout, SPARE_POINTS, full_crossings, points_layout, solve_crossings};

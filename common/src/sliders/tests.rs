@@ -852,39 +852,64 @@ fn prefix_weights_count_the_sequences_extending_them() {
     }
 }
 
-fn sliders_spec(rows: u32, cols: u32, start: &str, target: &str, prefixes: u32) -> JobSpecAlias {
-    crate::spec::JobSpec::new(crate::spec::KindSpec::Sliders(crate::spec::SlidersSpec {
+use crate::cache::KernelCache;
+use crate::kind::{CHECKPOINT_EVERY, Checkpoint, JobKind, Planned, ShardRun};
+use crate::kinds::sliders::{Sliders, SlidersPartial, SlidersPlan, SlidersSpec, SlidersTask};
+
+fn sliders_spec(rows: u32, cols: u32, start: &str, target: &str, prefixes: u32) -> SlidersSpec {
+    SlidersSpec {
         board: SliderParams::new(rows, cols, start, target),
         prefixes,
-    }))
+    }
 }
 
-type JobSpecAlias = crate::spec::JobSpec;
+fn weights_of(plan: &SlidersPlan) -> Vec<u128> {
+    plan.prefix_weights
+        .iter()
+        .map(|w| w.parse().unwrap())
+        .collect()
+}
 
-fn shard_prefixes(shard: &crate::jobs::PlannedShard) -> &[String] {
-    match &shard.task {
-        crate::jobs::ShardTask::SliderPrefixes { prefixes, weighted } => {
-            assert!(weighted);
-            prefixes
-        }
-        other => panic!("not a slider shard: {other:?}"),
-    }
+fn shard_prefixes(shard: &Planned<SlidersTask>) -> &[String] {
+    let SlidersTask::SliderPrefixes { prefixes, weighted } = &shard.task;
+    assert!(weighted);
+    prefixes
+}
+
+/// Runs one shard in this thread, collecting its checkpoints.
+fn run_shard(
+    spec: &SlidersSpec,
+    task: &SlidersTask,
+    checkpoint: &[u8],
+    control: &Control,
+    checkpoint_every: std::time::Duration,
+    on_checkpoint: &mut dyn FnMut(Checkpoint<SlidersPartial>),
+) -> crate::kind::Outcome<SlidersPartial> {
+    let cache = KernelCache::new();
+    let mut run = ShardRun {
+        input: None,
+        checkpoint,
+        cache: &cache,
+        control,
+        checkpoint_every,
+        on_checkpoint,
+    };
+    Sliders::execute(spec, task, &mut run).unwrap()
 }
 
 #[test]
 fn shards_have_equal_weights_summing_to_the_path_count() {
-    use crate::jobs::{KernelCache, plan_stage, prepare};
     for &(rows, cols, start, target) in WEIGHTED {
         let s = space(&SliderParams::new(rows, cols, start, target));
         let total = s.path_count();
         for parts in [2u32, 8, 16, 64] {
             let spec = sliders_spec(rows, cols, start, target, parts);
-            let plan = prepare(&spec, &KernelCache::new(), &Control::new()).unwrap();
+            let plan = Sliders::prepare(&spec, &KernelCache::new(), &Control::new()).unwrap();
             assert_eq!(plan.prefixes.len(), plan.prefix_weights.len());
-            let shards = plan_stage(&spec, &plan, 1).unwrap();
+            let shards = Sliders::plan_stage(&spec, &plan, 1).unwrap();
             assert_eq!(
                 shards,
-                plan_stage(&spec, &plan, 1).unwrap(),
+                Sliders::plan_stage(&spec, &plan, 1).unwrap(),
                 "deterministic"
             );
             assert_eq!(shards.len(), (parts as usize).min(plan.prefixes.len()));
@@ -904,7 +929,7 @@ fn shards_have_equal_weights_summing_to_the_path_count() {
             // The greedy rule keeps every two shards within one prefix of each
             // other; with the heaviest prefix below 1/(4 * shards) of the total,
             // the heaviest shard is within 5/4 of the mean.
-            let heaviest = plan.prefix_weights.iter().max().copied().unwrap();
+            let heaviest = weights_of(&plan).into_iter().max().unwrap();
             let (max, min) = (*loads.iter().max().unwrap(), *loads.iter().min().unwrap());
             assert!(max - min <= heaviest, "{start}/{parts}: {loads:?}");
             if heaviest * 4 * u128::from(parts) <= total {
@@ -924,7 +949,7 @@ fn shards_have_equal_weights_summing_to_the_path_count() {
 
 #[test]
 fn grouping_by_weight_is_greedy_and_deterministic() {
-    use crate::jobs::group_by_weight;
+    use crate::balance::group_by_weight;
     assert!(group_by_weight(&[], 4).is_empty());
     assert_eq!(group_by_weight(&[7], 4), vec![vec![0]]);
     assert_eq!(group_by_weight(&[1, 2, 3], 0), vec![vec![0, 1, 2]]);
@@ -956,30 +981,23 @@ fn grouping_by_weight_is_greedy_and_deterministic() {
 
 #[test]
 fn a_shard_counts_sequences_and_resumes_from_a_checkpoint() {
-    use crate::jobs::{KernelCache, Partial, ShardEvent, execute, plan_stage, prepare};
     let (rows, cols, start, target) = WEIGHTED[0];
     let spec = sliders_spec(rows, cols, start, target, 2);
-    let cache = KernelCache::new();
-    let plan = prepare(&spec, &cache, &Control::new()).unwrap();
-    let shards = plan_stage(&spec, &plan, 1).unwrap();
+    let plan = Sliders::prepare(&spec, &KernelCache::new(), &Control::new()).unwrap();
+    let shards = Sliders::plan_stage(&spec, &plan, 1).unwrap();
     let shard = &shards[0];
     assert!(shard_prefixes(shard).len() >= 3);
     // A checkpoint after every prefix.
     let control = Control::new();
     let mut checkpoints = Vec::new();
-    let whole = execute(
+    let whole = run_shard(
         &spec,
         &shard.task,
-        None,
         &[],
-        &cache,
         &control,
         std::time::Duration::ZERO,
-        &mut |ShardEvent::Checkpoint {
-                  state, work_done, ..
-              }| checkpoints.push((state, work_done)),
-    )
-    .unwrap();
+        &mut |c| checkpoints.push((c.state, c.work_done)),
+    );
     assert_eq!(whole.work_done, shard.work_total);
     assert_eq!(
         control.work_done(),
@@ -990,17 +1008,14 @@ fn a_shard_counts_sequences_and_resumes_from_a_checkpoint() {
     assert!(checkpoints.windows(2).all(|w| w[0].1 < w[1].1));
     let (state, at) = checkpoints[checkpoints.len() / 2].clone();
     let resumed_control = Control::new();
-    let resumed = execute(
+    let resumed = run_shard(
         &spec,
         &shard.task,
-        None,
         &state,
-        &cache,
         &resumed_control,
-        crate::jobs::CHECKPOINT_EVERY,
+        CHECKPOINT_EVERY,
         &mut |_| {},
-    )
-    .unwrap();
+    );
     assert!(at < shard.work_total);
     assert_eq!(
         resumed_control.work_done(),
@@ -1009,48 +1024,33 @@ fn a_shard_counts_sequences_and_resumes_from_a_checkpoint() {
     );
     assert_eq!(resumed.work_done, shard.work_total);
     assert_eq!(resumed.partial, whole.partial);
-    let Partial::SliderSums { sums, .. } = whole.partial else {
-        panic!("not slider sums");
-    };
+    let SlidersPartial::SliderSums { sums, .. } = whole.partial;
     assert_eq!(u128::from(shard.work_total), sums.count);
 }
 
 #[test]
 fn plans_stored_without_weights_still_plan_by_count() {
-    use crate::jobs::{JobPlan, KernelCache, ShardTask, execute, plan_stage, prepare};
     let (rows, cols, start, target) = WEIGHTED[1];
     let spec = sliders_spec(rows, cols, start, target, 40);
-    let plan = prepare(&spec, &KernelCache::new(), &Control::new()).unwrap();
+    let plan = Sliders::prepare(&spec, &KernelCache::new(), &Control::new()).unwrap();
     // The plan as an older coordinator stored it: no weights.
     let mut json = serde_json::to_value(&plan).unwrap();
     json.as_object_mut().unwrap().remove("prefix_weights");
-    let old: JobPlan = serde_json::from_value(json).unwrap();
+    let old: SlidersPlan = serde_json::from_value(json).unwrap();
     assert!(old.prefix_weights.is_empty());
-    let shards = plan_stage(&spec, &old, 1).unwrap();
+    let shards = Sliders::plan_stage(&spec, &old, 1).unwrap();
     let mut count = 0;
     for shard in &shards {
-        let ShardTask::SliderPrefixes { prefixes, weighted } = &shard.task else {
-            panic!("not a slider shard");
-        };
+        let SlidersTask::SliderPrefixes { prefixes, weighted } = &shard.task;
         assert!(!weighted);
         assert_eq!(shard.work_total, prefixes.len() as u64);
         count += prefixes.len();
         // An unweighted task as an older coordinator encoded it.
         let encoded = serde_json::json!({"type": "slider-prefixes", "prefixes": prefixes});
-        let task = ShardTask::decode(encoded.to_string().as_bytes()).unwrap();
+        let task: SlidersTask = serde_json::from_value(encoded).unwrap();
         assert_eq!(&task, &shard.task);
         let control = Control::new();
-        let outcome = execute(
-            &spec,
-            &task,
-            None,
-            &[],
-            &KernelCache::new(),
-            &control,
-            crate::jobs::CHECKPOINT_EVERY,
-            &mut |_| {},
-        )
-        .unwrap();
+        let outcome = run_shard(&spec, &task, &[], &control, CHECKPOINT_EVERY, &mut |_| {});
         assert_eq!(outcome.work_done, shard.work_total);
         assert_eq!(control.work_done(), shard.work_total);
     }

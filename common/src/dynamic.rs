@@ -1,0 +1,327 @@
+//! The runner's handle on a kind: [`Kind`], an object-safe face of
+//! [`JobKind`] that takes and returns encoded values, implemented once for
+//! every kind by [`Registered`]. Decoding, checking and encoding happen here,
+//! at the boundary, so neither the kinds nor the runner deal with both forms.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::cache::KernelCache;
+use crate::kind::{
+    Answer, Checkpoint, FileReader, JobKind, Outcome, ResourceEstimate, ShardRun,
+    WORKER_MEMORY_BUDGET, format_bytes,
+};
+use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
+use crate::{Control, Error, Result, invalid, proto};
+
+/// A kind's decoded, validated spec, behind the runner's back.
+pub type TypedSpec = Arc<dyn Any + Send + Sync>;
+/// A stage's decoded input, shared by the shards of the stage.
+pub type StageInput = Arc<dyn Any + Send + Sync>;
+
+/// What a running shard has at hand besides its task (see [`ShardRun`]).
+pub struct ShardContext<'a> {
+    pub input: Option<&'a StageInput>,
+    pub checkpoint: &'a [u8],
+    pub cache: &'a KernelCache,
+    pub control: &'a Control,
+    pub checkpoint_every: Duration,
+    pub on_event: &'a mut dyn FnMut(ShardEvent),
+}
+
+/// A kind as the runner sees it. See [`JobKind`] for what each method means;
+/// the `spec` arguments are the [`TypedSpec`] made by [`Kind::check`].
+pub trait Kind: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// `tally run|submit NAME` with the kind's own options.
+    fn command(&self) -> clap::Command;
+    fn params_from_matches(
+        &self,
+        matches: &clap::ArgMatches,
+        files: &dyn FileReader,
+    ) -> Result<Map<String, Value>>;
+    fn params_from_proto(&self, kind: &proto::job_spec::Kind)
+    -> Option<Result<Map<String, Value>>>;
+    /// Parses and validates the spec's parameters; returns the typed spec and
+    /// the parameters with every default filled in.
+    fn check(
+        &self,
+        params: &Map<String, Value>,
+        force: bool,
+    ) -> Result<(TypedSpec, Map<String, Value>)>;
+    fn to_proto(&self, spec: &TypedSpec) -> proto::job_spec::Kind;
+    fn describe(&self, spec: &TypedSpec) -> String;
+    fn estimate(&self, spec: &TypedSpec) -> Option<ResourceEstimate>;
+    fn prepare(&self, spec: &TypedSpec, cache: &KernelCache, control: &Control) -> Result<JobPlan>;
+    fn plan_stage(&self, spec: &TypedSpec, plan: &JobPlan, stage: u32)
+    -> Result<Vec<PlannedShard>>;
+    fn trim_plan(&self, plan: &mut JobPlan) -> Result<()>;
+    fn needs_stage_input(&self, spec: &TypedSpec, stage: u32) -> bool;
+    fn decode_stage_input(&self, spec: &TypedSpec, bytes: &[u8]) -> Result<StageInput>;
+    fn execute(
+        &self,
+        spec: &TypedSpec,
+        task: &EncodedTask,
+        context: ShardContext<'_>,
+    ) -> Result<ShardOutcome>;
+    /// Checks that a checkpoint's partial is one of the kind's partials.
+    fn check_checkpoint(&self, partial: &EncodedPartial) -> Result<()>;
+    fn check_result(
+        &self,
+        spec: &TypedSpec,
+        plan: &JobPlan,
+        task: &EncodedTask,
+        partial: &EncodedPartial,
+        output: &[u8],
+    ) -> Result<()>;
+    fn finish(
+        &self,
+        spec: &TypedSpec,
+        plan: &JobPlan,
+        partials: &[EncodedPartial],
+    ) -> Result<Answer>;
+    fn direct(&self, spec: &TypedSpec, threads: usize, control: &Control) -> Result<Answer>;
+    fn corrupt_for_testing(&self, partial: &mut EncodedPartial) -> Result<()>;
+}
+
+/// The [`Kind`] of a [`JobKind`]: `&Registered::<Hex>::KIND` in the registry.
+pub struct Registered<K>(PhantomData<fn() -> K>);
+
+impl<K> Registered<K> {
+    pub const KIND: Registered<K> = Registered(PhantomData);
+}
+
+fn typed<K: JobKind>(spec: &TypedSpec) -> &K::Spec {
+    spec.downcast_ref::<K::Spec>()
+        .unwrap_or_else(|| unreachable!("a {} spec handed to another kind", K::NAME))
+}
+
+fn to_map<T: Serialize>(value: &T) -> Result<Map<String, Value>> {
+    match serde_json::to_value(value) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(Error::Internal(format!(
+            "expected a JSON object, got {other}"
+        ))),
+        Err(e) => Err(Error::Internal(format!("cannot serialise: {e}"))),
+    }
+}
+
+fn plan_of<K: JobKind>(plan: &JobPlan) -> Result<K::Plan> {
+    K::Plan::deserialize(Value::Object(plan.facts.clone()))
+        .map_err(|e| Error::Internal(format!("stored {} plan does not load: {e}", K::NAME)))
+}
+
+impl<K: JobKind> Kind for Registered<K> {
+    fn name(&self) -> &'static str {
+        K::NAME
+    }
+
+    fn command(&self) -> clap::Command {
+        use clap::Args;
+        let command = clap::Command::new(K::NAME).about(K::ABOUT);
+        let command = if K::EXAMPLES.is_empty() {
+            command
+        } else {
+            command.after_help(format!("Examples:\n{}", K::EXAMPLES))
+        };
+        K::Args::augment_args(command)
+    }
+
+    fn params_from_matches(
+        &self,
+        matches: &clap::ArgMatches,
+        files: &dyn FileReader,
+    ) -> Result<Map<String, Value>> {
+        let args = <K::Args as clap::FromArgMatches>::from_arg_matches(matches)
+            .map_err(|e| invalid!("{e}"))?;
+        to_map(&K::spec_from_args(args, files)?)
+    }
+
+    fn params_from_proto(
+        &self,
+        kind: &proto::job_spec::Kind,
+    ) -> Option<Result<Map<String, Value>>> {
+        K::spec_from_proto(kind).map(|spec| to_map(&spec?))
+    }
+
+    fn check(
+        &self,
+        params: &Map<String, Value>,
+        force: bool,
+    ) -> Result<(TypedSpec, Map<String, Value>)> {
+        let spec = K::Spec::deserialize(Value::Object(params.clone()))
+            .map_err(|e| invalid!("invalid {} job spec: {e}", K::NAME))?;
+        K::validate(&spec)?;
+        if !force
+            && let Some(estimate) = K::estimate(&spec)
+            && estimate.worker_memory_bytes > WORKER_MEMORY_BUDGET
+        {
+            return Err(invalid!(
+                "{}; this is more than the {} a worker is assumed to have: {}, or --force",
+                estimate.describe(),
+                format_bytes(WORKER_MEMORY_BUDGET),
+                estimate.advice
+            ));
+        }
+        let normalised = to_map(&spec)?;
+        Ok((Arc::new(spec), normalised))
+    }
+
+    fn to_proto(&self, spec: &TypedSpec) -> proto::job_spec::Kind {
+        K::spec_to_proto(typed::<K>(spec))
+    }
+
+    fn describe(&self, spec: &TypedSpec) -> String {
+        K::describe(typed::<K>(spec))
+    }
+
+    fn estimate(&self, spec: &TypedSpec) -> Option<ResourceEstimate> {
+        K::estimate(typed::<K>(spec))
+    }
+
+    fn prepare(&self, spec: &TypedSpec, cache: &KernelCache, control: &Control) -> Result<JobPlan> {
+        let spec = typed::<K>(spec);
+        let plan = K::prepare(spec, cache, control)?;
+        Ok(JobPlan {
+            stages_total: K::stages(spec, &plan),
+            facts: to_map(&plan)?,
+        })
+    }
+
+    fn plan_stage(
+        &self,
+        spec: &TypedSpec,
+        plan: &JobPlan,
+        stage: u32,
+    ) -> Result<Vec<PlannedShard>> {
+        if stage == 0 || stage > plan.stages_total {
+            return Err(Error::Internal(format!(
+                "stage {stage} is outside 1..={}",
+                plan.stages_total
+            )));
+        }
+        let shards = K::plan_stage(typed::<K>(spec), &plan_of::<K>(plan)?, stage)?;
+        Ok(shards
+            .into_iter()
+            .map(|p| PlannedShard {
+                task: EncodedTask::encode(&p.task),
+                work_total: p.work_total,
+            })
+            .collect())
+    }
+
+    fn trim_plan(&self, plan: &mut JobPlan) -> Result<()> {
+        let mut facts = plan_of::<K>(plan)?;
+        K::trim_plan(&mut facts);
+        plan.facts = to_map(&facts)?;
+        Ok(())
+    }
+
+    fn needs_stage_input(&self, spec: &TypedSpec, stage: u32) -> bool {
+        K::needs_stage_input(typed::<K>(spec), stage)
+    }
+
+    fn decode_stage_input(&self, spec: &TypedSpec, bytes: &[u8]) -> Result<StageInput> {
+        Ok(Arc::new(K::decode_stage_input(typed::<K>(spec), bytes)?))
+    }
+
+    fn execute(
+        &self,
+        spec: &TypedSpec,
+        task: &EncodedTask,
+        context: ShardContext<'_>,
+    ) -> Result<ShardOutcome> {
+        let task: K::Task = task.decode()?;
+        let input = match context.input {
+            None => None,
+            Some(input) => Some(input.downcast_ref::<K::StageInput>().ok_or_else(|| {
+                Error::Internal(format!(
+                    "stage input of another kind for a {} shard",
+                    K::NAME
+                ))
+            })?),
+        };
+        let on_event = context.on_event;
+        let mut forward = |c: Checkpoint<K::Partial>| {
+            on_event(ShardEvent {
+                state: c.state,
+                partial: c.partial.map(|p| EncodedPartial::encode(&p)),
+                work_done: c.work_done,
+            })
+        };
+        let mut run = ShardRun {
+            input,
+            checkpoint: context.checkpoint,
+            cache: context.cache,
+            control: context.control,
+            checkpoint_every: context.checkpoint_every,
+            on_checkpoint: &mut forward,
+        };
+        let Outcome {
+            output,
+            partial,
+            work_done,
+        } = K::execute(typed::<K>(spec), &task, &mut run)?;
+        Ok(ShardOutcome {
+            output,
+            partial: EncodedPartial::encode(&partial),
+            work_done,
+        })
+    }
+
+    fn check_checkpoint(&self, partial: &EncodedPartial) -> Result<()> {
+        partial.decode::<K::Partial>().map(|_| ())
+    }
+
+    fn check_result(
+        &self,
+        spec: &TypedSpec,
+        plan: &JobPlan,
+        task: &EncodedTask,
+        partial: &EncodedPartial,
+        output: &[u8],
+    ) -> Result<()> {
+        let task: K::Task = task.decode()?;
+        let partial: K::Partial = partial.decode()?;
+        K::check_result(
+            typed::<K>(spec),
+            &plan_of::<K>(plan)?,
+            &task,
+            &partial,
+            output,
+        )
+    }
+
+    fn finish(
+        &self,
+        spec: &TypedSpec,
+        plan: &JobPlan,
+        partials: &[EncodedPartial],
+    ) -> Result<Answer> {
+        let partials = partials
+            .iter()
+            .map(|p| {
+                p.decode::<K::Partial>().map_err(|e| {
+                    Error::Internal(format!("stored {} result does not load: {e}", K::NAME))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        K::finish(typed::<K>(spec), &plan_of::<K>(plan)?, partials)
+    }
+
+    fn direct(&self, spec: &TypedSpec, threads: usize, control: &Control) -> Result<Answer> {
+        K::direct(typed::<K>(spec), threads.max(1), control)
+    }
+
+    fn corrupt_for_testing(&self, partial: &mut EncodedPartial) -> Result<()> {
+        let mut typed: K::Partial = partial.decode()?;
+        K::corrupt_for_testing(&mut typed);
+        *partial = EncodedPartial::encode(&typed);
+        Ok(())
+    }
+}

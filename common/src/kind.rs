@@ -1,0 +1,253 @@
+//! What one job kind means to the runner: the [`JobKind`] trait, and the typed
+//! values a kind plans, computes and returns.
+//!
+//! A kind lives in one file under `kinds/` beside its kernel. It owns its spec
+//! (validation, description, proto and CLI forms), its plan (prepared once at
+//! submission, split into stages of shards), shard execution, the check of a
+//! reported result, the final answer and the direct computation without the
+//! runner. The runner sees none of these types: it holds them encoded (see
+//! `values`) and reaches the kind through the registry (`kinds`), so that the
+//! coordinator and the worker name no kind.
+//!
+//! Everything here is synchronous and deterministic: the same spec and plan
+//! always give the same shards, which is what makes re-planning after a crash
+//! safe, and partial results are combined only in [`JobKind::finish`], so
+//! accepting a shard twice (which attempt fencing prevents) could not change a sum.
+
+use std::fmt::Debug;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::cache::KernelCache;
+use crate::{Control, Result, proto};
+
+/// Default interval between checkpoints of a running shard.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(3);
+
+/// What one worker is assumed to have for a job unless `--force` says otherwise.
+pub const WORKER_MEMORY_BUDGET: u64 = 8_000_000_000;
+
+/// Values a kind stores and sends: JSON through serde, compared for replicas.
+pub trait KindValue:
+    Serialize + DeserializeOwned + Clone + Debug + PartialEq + Send + Sync
+{
+}
+impl<T: Serialize + DeserializeOwned + Clone + Debug + PartialEq + Send + Sync> KindValue for T {}
+
+/// One kind of count. Implemented by a unit struct per kind; every method is an
+/// associated function, so the kind carries no state of its own.
+pub trait JobKind: Send + Sync + 'static {
+    /// The parameters of a job of this kind (`{"kind": NAME, ...fields}` in a
+    /// spec file, the kind's message in the proto `oneof`).
+    type Spec: KindValue + 'static;
+    /// The kind's own command-line options, under `tally run|submit NAME`.
+    type Args: clap::Args + clap::FromArgMatches;
+    /// Facts computed once at submission and stored with the job. Fields must
+    /// tolerate unknown names and default missing ones: stored plans outlive
+    /// versions.
+    type Plan: Serialize + DeserializeOwned + Send + Sync;
+    /// What one shard computes.
+    type Task: KindValue;
+    /// A shard's (partial) result.
+    type Partial: KindValue;
+    /// The previous stage's merged output, decoded once per worker and stage;
+    /// `()` for kinds whose shards read none.
+    type StageInput: Send + Sync + 'static;
+
+    /// The kind's name in specs, on the CLI and in job descriptions.
+    const NAME: &'static str;
+    /// One line for `tally run --help`.
+    const ABOUT: &'static str;
+    /// Example command lines for the kind's help, one per line (may be empty).
+    const EXAMPLES: &'static str = "";
+
+    // ------------------------------------------------------------- the spec
+
+    /// The spec from the kind's command-line options; `files` reads the files
+    /// they name (the kind itself does no I/O).
+    fn spec_from_args(args: Self::Args, files: &dyn FileReader) -> Result<Self::Spec>;
+    fn spec_to_proto(spec: &Self::Spec) -> proto::job_spec::Kind;
+    /// The spec from the proto `oneof` (zero values select defaults), or `None`
+    /// when the message is another kind's.
+    fn spec_from_proto(kind: &proto::job_spec::Kind) -> Option<Result<Self::Spec>>;
+    /// Checks every value; the message names the value and the accepted range.
+    fn validate(spec: &Self::Spec) -> Result<()>;
+    /// A one-line human description, e.g. `hex side 11 mod 1000000007 (points)`.
+    fn describe(spec: &Self::Spec) -> String;
+    /// What the job needs; a job whose workers would need more than
+    /// [`WORKER_MEMORY_BUDGET`] is refused unless forced.
+    fn estimate(_spec: &Self::Spec) -> Option<ResourceEstimate> {
+        None
+    }
+
+    // ------------------------------------------------------------- planning
+
+    /// Computes the facts the plan needs (the expensive part of planning).
+    fn prepare(spec: &Self::Spec, cache: &KernelCache, control: &Control) -> Result<Self::Plan>;
+    /// Number of stages; each stage's shards start when the previous stage's
+    /// are all done.
+    fn stages(_spec: &Self::Spec, _plan: &Self::Plan) -> u32 {
+        1
+    }
+    /// The shards of `stage` (1-based). Deterministic.
+    fn plan_stage(
+        spec: &Self::Spec,
+        plan: &Self::Plan,
+        stage: u32,
+    ) -> Result<Vec<Planned<Self::Task>>>;
+    /// Drops what the stored job record need not keep once the first stage is
+    /// planned (facts that live in the shards' tasks).
+    fn trim_plan(_plan: &mut Self::Plan) {}
+
+    // ------------------------------------------------------------- execution
+
+    /// Whether the shards of `stage` read the previous stage's merged output.
+    fn needs_stage_input(_spec: &Self::Spec, _stage: u32) -> bool {
+        false
+    }
+    /// Decodes the previous stage's merged output for the shards of a stage.
+    fn decode_stage_input(_spec: &Self::Spec, _bytes: &[u8]) -> Result<Self::StageInput> {
+        Err(crate::invalid!("{} jobs have no stage data", Self::NAME))
+    }
+    /// Runs one shard.
+    fn execute(
+        spec: &Self::Spec,
+        task: &Self::Task,
+        run: &mut ShardRun<'_, Self::StageInput, Self::Partial>,
+    ) -> Result<Outcome<Self::Partial>>;
+
+    // ------------------------------------------------------------- results
+
+    /// Checks the shape of a reported result against its shard (the partial's
+    /// variant, lengths, ranges, the size of any stage output) before it is
+    /// accepted; a refusal changes nothing.
+    fn check_result(
+        spec: &Self::Spec,
+        plan: &Self::Plan,
+        task: &Self::Task,
+        partial: &Self::Partial,
+        output: &[u8],
+    ) -> Result<()>;
+    /// The answer from the partial results of the last stage, in shard order.
+    fn finish(spec: &Self::Spec, plan: &Self::Plan, partials: Vec<Self::Partial>)
+    -> Result<Answer>;
+    /// The answer computed in this process by the kernel's own driver, without
+    /// shards: the reference every run through the runner must equal.
+    fn direct(spec: &Self::Spec, threads: usize, control: &Control) -> Result<Answer>;
+    /// Fault injection for tests: alters a result the way a faulty machine
+    /// might, so that the checks downstream can be exercised.
+    fn corrupt_for_testing(partial: &mut Self::Partial);
+}
+
+/// Reads the files that command-line options name, for the kinds' parsers.
+pub trait FileReader {
+    fn read_to_string(&self, path: &Path) -> Result<String>;
+}
+
+/// One shard of a stage, ready to be stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned<T> {
+    pub task: T,
+    /// Work units of the shard, for progress.
+    pub work_total: u64,
+}
+
+/// What a shard returns.
+#[derive(Debug)]
+pub struct Outcome<P> {
+    /// Stage data for the next stage, else empty.
+    pub output: Vec<u8>,
+    pub partial: P,
+    pub work_done: u64,
+}
+
+/// A resumable state of a running shard and the partial result it stands for.
+#[derive(Debug)]
+pub struct Checkpoint<P> {
+    pub state: Vec<u8>,
+    pub partial: Option<P>,
+    pub work_done: u64,
+}
+
+/// What a running shard has at hand besides its task.
+pub struct ShardRun<'a, I, P> {
+    /// The previous stage's merged output when [`JobKind::needs_stage_input`].
+    pub input: Option<&'a I>,
+    /// The last accepted checkpoint of an earlier attempt, or empty.
+    pub checkpoint: &'a [u8],
+    pub cache: &'a KernelCache,
+    /// Cancellation and the live work counter.
+    pub control: &'a Control,
+    /// Kinds that can resume checkpoint at most this often.
+    pub checkpoint_every: Duration,
+    pub on_checkpoint: &'a mut dyn FnMut(Checkpoint<P>),
+}
+
+impl<I, P> ShardRun<'_, I, P> {
+    /// Hands a checkpoint to the worker.
+    pub fn checkpoint(&mut self, checkpoint: Checkpoint<P>) {
+        (self.on_checkpoint)(checkpoint)
+    }
+}
+
+/// The final result of a job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    /// The answer line, as printed by the CLI.
+    pub line: String,
+    /// The full result as a JSON object.
+    pub details: serde_json::Value,
+}
+
+/// What a job needs: memory per worker and in the coordinator, and the data
+/// moved between them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceEstimate {
+    /// E.g. `hex side 16 with the cell-step plan`.
+    pub subject: String,
+    pub worker_memory_bytes: u64,
+    pub coordinator_memory_bytes: u64,
+    pub traffic_bytes: u64,
+    /// What to do instead when the job does not fit, e.g. `use the points plan`.
+    pub advice: &'static str,
+}
+
+impl ResourceEstimate {
+    pub fn describe(&self) -> String {
+        format!(
+            "{} needs about {} per worker and {} in the coordinator, and moves about {} between them",
+            self.subject,
+            format_bytes(self.worker_memory_bytes),
+            format_bytes(self.coordinator_memory_bytes),
+            format_bytes(self.traffic_bytes)
+        )
+    }
+}
+
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < UNITS.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// A kind's spec type, which names its kind: `JobSpec::new(HexSpec { .. })`.
+pub trait SpecOf: Serialize + Send + Sync + 'static {
+    type Kind: JobKind<Spec = Self>;
+}
+
+/// The check of [`JobKind::check_result`] for shards that produce no stage output.
+pub fn no_output(output: &[u8]) -> Result<()> {
+    if output.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::invalid!("this shard produces no stage output"))
+    }
+}

@@ -1,0 +1,753 @@
+//! `hex`: the number of Hex games on an N x N board, modulo a prime or exactly.
+//! Two plans: `points` (independent shards, each evaluating the full crossing
+//! polynomial at a few points; the coordinator solves for the counts) and
+//! `cell-step` (state ranges per cell step, a barrier per step; the frontier
+//! vector passes through the coordinator at every step).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache::KernelCache;
+use crate::kind::{
+    Answer, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun, SpecOf, no_output,
+};
+use crate::local::run_locally;
+use crate::{Control, Error, Result, hex, invalid, proto};
+
+pub struct Hex;
+
+/// Most shards per cell step a job may ask for.
+pub const MAX_SHARDS_PER_STEP: u32 = 1_024;
+/// Points per points shard: one vectorised pass of the scalar sweep.
+pub const POINTS_PER_SHARD: usize = hex::POINTS_PER_PASS;
+/// State graphs kept per process (one per side).
+const CACHED_GRAPHS: usize = 16;
+/// Measured size of the state graph per frontier state (states, the per-column
+/// transition lists and their offsets).
+const GRAPH_BYTES_PER_STATE: u64 = 125;
+/// Workers assumed when estimating traffic.
+const ESTIMATE_WORKERS: u64 = 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum HexPlan {
+    /// Independent shards, each evaluating the full crossing polynomial at a few
+    /// points; the coordinator solves for the counts. Nothing is exchanged
+    /// between shards, so it scales with workers.
+    #[default]
+    Points,
+    /// State ranges per cell step, a barrier per step; the frontier vector passes
+    /// through the coordinator at every step.
+    CellStep,
+}
+
+impl HexPlan {
+    pub fn name(self) -> &'static str {
+        match self {
+            HexPlan::Points => "points",
+            HexPlan::CellStep => "cell-step",
+        }
+    }
+
+    /// The empty name selects the default plan.
+    pub fn parse(name: &str) -> Result<HexPlan> {
+        match name {
+            "" => Ok(HexPlan::default()),
+            "points" => Ok(HexPlan::Points),
+            "cell-step" => Ok(HexPlan::CellStep),
+            other => Err(invalid!(
+                "unknown hex plan {other:?}: expected \"points\" or \"cell-step\""
+            )),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HexSpec {
+    pub side: u32,
+    #[serde(default = "default_modulus")]
+    pub modulus: u32,
+    #[serde(default)]
+    pub plan: HexPlan,
+    /// Cell-step plan: shards per cell step; 0 chooses from the number of states.
+    #[serde(default)]
+    pub shards_per_step: u32,
+    /// Points plan: the exact count (several primes and the CRT) instead of a
+    /// residue.
+    #[serde(default)]
+    pub exact: bool,
+}
+
+fn default_modulus() -> u32 {
+    hex::DEFAULT_MODULUS
+}
+
+impl SpecOf for HexSpec {
+    type Kind = Hex;
+}
+
+#[derive(clap::Args, Debug)]
+pub struct HexArgs {
+    /// Board side, 1 to 16.
+    #[arg(long)]
+    pub side: u32,
+    /// Prime modulus with side^2 < P < 2^31.
+    #[arg(long, default_value_t = hex::DEFAULT_MODULUS)]
+    pub modulus: u32,
+    /// Shard plan: points (independent shards; the default) or cell-step.
+    #[arg(long, default_value = "points")]
+    pub plan: String,
+    /// Exact count (several primes and the CRT; points plan) instead of a residue.
+    #[arg(long)]
+    pub exact: bool,
+    /// Shards per cell step (default: from the number of frontier states).
+    #[arg(long, default_value_t = 0)]
+    pub shards_per_step: u32,
+}
+
+/// Facts about a job computed at submission.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HexFacts {
+    /// Number of frontier states.
+    #[serde(default)]
+    pub states: u64,
+    /// Coefficients per state.
+    #[serde(default)]
+    pub stride: u64,
+    /// Cell-step plan: the number of stages.
+    #[serde(default)]
+    pub steps: u32,
+    /// Points plan: the primes (one, or several for exact counts) and the
+    /// evaluation points used with each.
+    #[serde(default)]
+    pub primes: Vec<u32>,
+    #[serde(default)]
+    pub points: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum HexTask {
+    /// Target states `[start, end)` of cell step `step` (0 is the top row). On
+    /// the last stage the shard returns the sum of its polynomials instead of
+    /// the polynomials themselves.
+    HexStep {
+        step: u32,
+        start: u32,
+        end: u32,
+        last: bool,
+    },
+    /// The full crossing polynomial at a few points, modulo one prime.
+    HexPoints { modulus: u32, points: Vec<u32> },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HexPartial {
+    /// Nothing to merge: the shard's output is stage data.
+    None,
+    /// Sum of the crossing polynomials over a range of states, mod p.
+    HexCrossings { residues: Vec<u32> },
+    /// (x, P(x) mod p) for the shard's points, P the full crossing polynomial.
+    HexEvaluations {
+        modulus: u32,
+        evaluations: Vec<(u32, u32)>,
+    },
+}
+
+/// Default number of shards per cell step for a graph of `states` states.
+pub fn default_shards_per_step(states: u64) -> u32 {
+    states.div_ceil(4096).clamp(1, 8) as u32
+}
+
+fn stride(side: u32) -> u64 {
+    (side * side / 2 + 1) as u64
+}
+
+/// The state graph of `side`, built once per process with all cores: the other
+/// shards of the worker wait for it.
+fn graph(cache: &KernelCache, side: u32) -> Result<Arc<hex::HexGraph>> {
+    cache.get_or_build(&side.to_string(), CACHED_GRAPHS, || {
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        hex::HexGraph::build_parallel(side, threads)
+    })
+}
+
+impl JobKind for Hex {
+    type Spec = HexSpec;
+    type Args = HexArgs;
+    type Plan = HexFacts;
+    type Task = HexTask;
+    type Partial = HexPartial;
+    type StageInput = Vec<u32>;
+
+    const NAME: &'static str = "hex";
+    const ABOUT: &'static str = "Number of Hex games on a side x side board, modulo a prime.";
+    const EXAMPLES: &'static str = "  tally run hex --side 11\n  tally run hex --side 9 --exact\n  tally run hex --side 8 --plan cell-step --workers 2";
+
+    fn spec_from_args(h: HexArgs, _files: &dyn FileReader) -> Result<HexSpec> {
+        Ok(HexSpec {
+            side: h.side,
+            modulus: h.modulus,
+            plan: HexPlan::parse(&h.plan)?,
+            shards_per_step: h.shards_per_step,
+            exact: h.exact,
+        })
+    }
+
+    fn spec_to_proto(h: &HexSpec) -> proto::job_spec::Kind {
+        proto::job_spec::Kind::Hex(proto::HexSpec {
+            side: h.side,
+            modulus: h.modulus,
+            plan: h.plan.name().to_string(),
+            shards_per_step: h.shards_per_step,
+            exact: h.exact,
+        })
+    }
+
+    fn spec_from_proto(kind: &proto::job_spec::Kind) -> Option<Result<HexSpec>> {
+        let proto::job_spec::Kind::Hex(h) = kind else {
+            return None;
+        };
+        Some(HexPlan::parse(&h.plan).map(|plan| HexSpec {
+            side: h.side,
+            modulus: if h.modulus == 0 {
+                hex::DEFAULT_MODULUS
+            } else {
+                h.modulus
+            },
+            plan,
+            shards_per_step: h.shards_per_step,
+            exact: h.exact,
+        }))
+    }
+
+    fn validate(h: &HexSpec) -> Result<()> {
+        hex::validate(h.side, h.modulus)?;
+        if h.shards_per_step > MAX_SHARDS_PER_STEP {
+            return Err(invalid!(
+                "shards per step must be at most {MAX_SHARDS_PER_STEP}, got {}",
+                h.shards_per_step
+            ));
+        }
+        if h.exact && h.plan != HexPlan::Points {
+            return Err(invalid!(
+                "exact hex counts need the points plan (--plan points)"
+            ));
+        }
+        // The points plan evaluates at x = 2, 3, ... below the modulus: a tiny
+        // prime may not have enough of them to solve and check.
+        if h.plan == HexPlan::Points && !h.exact {
+            let layout = hex::points_layout(h.side, h.modulus);
+            if layout.points.len() <= layout.unknowns {
+                return Err(invalid!(
+                    "modulus {} is too small for the points plan of side {}: it has {} evaluation points, the plan needs {}; use a larger prime or the cell-step plan",
+                    h.modulus,
+                    h.side,
+                    layout.points.len(),
+                    layout.unknowns + 1
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(h: &HexSpec) -> String {
+        if h.exact {
+            format!("hex side {} exact ({})", h.side, h.plan.name())
+        } else {
+            format!("hex side {} mod {} ({})", h.side, h.modulus, h.plan.name())
+        }
+    }
+
+    fn estimate(h: &HexSpec) -> Option<ResourceEstimate> {
+        Some(estimate(h))
+    }
+
+    fn prepare(h: &HexSpec, cache: &KernelCache, _control: &Control) -> Result<HexFacts> {
+        if h.plan == HexPlan::Points {
+            // No graph here: each worker builds its own, the coordinator only solves.
+            let primes = if h.exact {
+                hex::exact_primes(h.side)
+            } else {
+                vec![h.modulus]
+            };
+            let smallest = *primes.iter().min().expect("at least one prime");
+            return Ok(HexFacts {
+                states: hex::known_state_count(h.side).unwrap_or(0),
+                stride: stride(h.side),
+                steps: 0,
+                points: hex::points_layout(h.side, smallest).points,
+                primes,
+            });
+        }
+        let graph = graph(cache, h.side)?;
+        Ok(HexFacts {
+            states: graph.num_states() as u64,
+            stride: graph.stride() as u64,
+            steps: graph.num_steps() as u32,
+            primes: Vec::new(),
+            points: Vec::new(),
+        })
+    }
+
+    fn stages(h: &HexSpec, facts: &HexFacts) -> u32 {
+        match h.plan {
+            HexPlan::Points => 1,
+            HexPlan::CellStep => facts.steps.max(1),
+        }
+    }
+
+    fn plan_stage(h: &HexSpec, facts: &HexFacts, stage: u32) -> Result<Vec<Planned<HexTask>>> {
+        match h.plan {
+            HexPlan::Points => Ok(points_shards(facts)),
+            HexPlan::CellStep => Ok(step_shards(h, facts, stage)),
+        }
+    }
+
+    fn needs_stage_input(_h: &HexSpec, stage: u32) -> bool {
+        stage >= 2
+    }
+
+    fn decode_stage_input(h: &HexSpec, bytes: &[u8]) -> Result<Vec<u32>> {
+        hex::decode_polynomials(bytes, stride(h.side) as usize, h.modulus)
+    }
+
+    fn execute(
+        h: &HexSpec,
+        task: &HexTask,
+        run: &mut ShardRun<'_, Vec<u32>, HexPartial>,
+    ) -> Result<Outcome<HexPartial>> {
+        match task {
+            HexTask::HexStep {
+                step,
+                start,
+                end,
+                last,
+            } => {
+                let graph = graph(run.cache, h.side)?;
+                let shard = StepShard {
+                    step: *step,
+                    states: *start as usize..*end as usize,
+                    last: *last,
+                };
+                execute_step(
+                    &graph,
+                    h.modulus,
+                    &shard,
+                    run.input.map(|v| v.as_slice()),
+                    run.control,
+                )
+            }
+            HexTask::HexPoints { modulus, points } => execute_points(h, *modulus, points, run),
+        }
+    }
+
+    fn check_result(
+        h: &HexSpec,
+        facts: &HexFacts,
+        task: &HexTask,
+        partial: &HexPartial,
+        output: &[u8],
+    ) -> Result<()> {
+        match (task, partial) {
+            (HexTask::HexStep { last: true, .. }, HexPartial::HexCrossings { residues }) => {
+                check_crossing_sums(h, facts, residues)?;
+                no_output(output)
+            }
+            (HexTask::HexStep { last: true, .. }, _) => {
+                Err(invalid!("the last hex stage must return crossing sums"))
+            }
+            (HexTask::HexStep { start, end, .. }, HexPartial::None) => {
+                // Checked in place: the scheduler lock is held here.
+                let polynomials = hex::check_polynomials(output, facts.stride as usize, h.modulus)?;
+                if polynomials != (end - start) as usize {
+                    return Err(invalid!(
+                        "hex step output holds {polynomials} polynomials, expected {}",
+                        end - start
+                    ));
+                }
+                Ok(())
+            }
+            (HexTask::HexStep { .. }, _) => {
+                Err(invalid!("a hex step returns polynomials, not a partial"))
+            }
+            (
+                HexTask::HexPoints { modulus, points },
+                HexPartial::HexEvaluations {
+                    modulus: m,
+                    evaluations,
+                },
+            ) => {
+                check_evaluations(*modulus, points, *m, evaluations)?;
+                no_output(output)
+            }
+            (HexTask::HexPoints { .. }, _) => {
+                Err(invalid!("the result does not match the hex shard"))
+            }
+        }
+    }
+
+    fn finish(h: &HexSpec, facts: &HexFacts, partials: Vec<HexPartial>) -> Result<Answer> {
+        match h.plan {
+            HexPlan::Points => finish_points(h, facts, partials),
+            HexPlan::CellStep => finish_cell_step(h, facts, partials),
+        }
+    }
+
+    fn direct(h: &HexSpec, threads: usize, control: &Control) -> Result<Answer> {
+        if h.exact {
+            // Exact counts have no single-sweep driver: evaluate every point here.
+            return run_locally::<Hex>(h, threads, control);
+        }
+        let answer = hex::count_games(h.side, h.modulus, threads, control)?;
+        let facts = HexFacts {
+            states: answer.states as u64,
+            stride: answer.crossings.len() as u64,
+            ..HexFacts::default()
+        };
+        let sweep = HexSpec {
+            plan: HexPlan::CellStep,
+            ..h.clone()
+        };
+        let partial = HexPartial::HexCrossings {
+            residues: answer.crossings,
+        };
+        finish_cell_step(&sweep, &facts, vec![partial])
+    }
+
+    fn corrupt_for_testing(partial: &mut HexPartial) {
+        match partial {
+            HexPartial::None => {}
+            HexPartial::HexCrossings { residues } => {
+                if let Some(r) = residues.first_mut() {
+                    *r = r.wrapping_add(1) % hex::DEFAULT_MODULUS;
+                }
+            }
+            HexPartial::HexEvaluations {
+                modulus,
+                evaluations,
+            } => {
+                if let Some((_, v)) = evaluations.first_mut() {
+                    *v = (*v + 1) % *modulus;
+                }
+            }
+        }
+    }
+}
+
+fn points_shards(facts: &HexFacts) -> Vec<Planned<HexTask>> {
+    let mut shards = Vec::new();
+    for &modulus in &facts.primes {
+        for points in facts.points.chunks(POINTS_PER_SHARD) {
+            shards.push(Planned {
+                task: HexTask::HexPoints {
+                    modulus,
+                    points: points.to_vec(),
+                },
+                work_total: points.len() as u64,
+            });
+        }
+    }
+    shards
+}
+
+fn step_shards(h: &HexSpec, facts: &HexFacts, stage: u32) -> Vec<Planned<HexTask>> {
+    let states = facts.states;
+    let wanted = if h.shards_per_step == 0 {
+        default_shards_per_step(states)
+    } else {
+        h.shards_per_step
+    };
+    let count = (wanted as u64).clamp(1, states.max(1));
+    // Side 1 has no cell steps: its single stage reduces the top row (step 0).
+    let steps = h.side * h.side.saturating_sub(1);
+    let step = if steps == 0 { 0 } else { stage };
+    let last = stage == steps.max(1);
+    (0..count)
+        .map(|i| {
+            let start = (states * i / count) as u32;
+            let end = (states * (i + 1) / count) as u32;
+            Planned {
+                task: HexTask::HexStep {
+                    step,
+                    start,
+                    end,
+                    last,
+                },
+                work_total: (end - start) as u64,
+            }
+        })
+        .collect()
+}
+
+/// A cell-step shard: the target states of one step.
+struct StepShard {
+    step: u32,
+    states: std::ops::Range<usize>,
+    last: bool,
+}
+
+fn execute_step(
+    graph: &hex::HexGraph,
+    modulus: u32,
+    shard: &StepShard,
+    input: Option<&[u32]>,
+    control: &Control,
+) -> Result<Outcome<HexPartial>> {
+    control.check()?;
+    let (states, stride) = (graph.num_states(), graph.stride());
+    let (start, end, step) = (shard.states.start, shard.states.end, shard.step);
+    if start >= end || end > states || step as usize > graph.num_steps() {
+        return Err(invalid!(
+            "hex shard [{start}, {end}) at step {step} does not fit {states} states and {} steps",
+            graph.num_steps()
+        ));
+    }
+    let initial;
+    let previous: &[u32] = if step <= 1 {
+        initial = graph.initial_vector(modulus);
+        &initial
+    } else {
+        let words =
+            input.ok_or_else(|| invalid!("hex step {step} needs the previous stage's data"))?;
+        if words.len() != states * stride {
+            return Err(invalid!(
+                "stage data holds {} residues, expected {}",
+                words.len(),
+                states * stride
+            ));
+        }
+        words
+    };
+    let out = if step == 0 {
+        previous[start * stride..end * stride].to_vec()
+    } else {
+        let mut out = vec![0u32; (end - start) * stride];
+        graph.step_range(step as usize, previous, start..end, modulus, &mut out);
+        out
+    };
+    control.add_work((end - start) as u64);
+    let work_done = (end - start) as u64;
+    if shard.last {
+        let residues = sum_polynomials(&out, stride, modulus);
+        Ok(Outcome {
+            output: Vec::new(),
+            partial: HexPartial::HexCrossings { residues },
+            work_done,
+        })
+    } else {
+        Ok(Outcome {
+            output: hex::encode_polynomials(&out, stride),
+            partial: HexPartial::None,
+            work_done,
+        })
+    }
+}
+
+fn sum_polynomials(values: &[u32], stride: usize, modulus: u32) -> Vec<u32> {
+    let mut sums = vec![0u64; stride];
+    for poly in values.chunks_exact(stride) {
+        for (s, &c) in sums.iter_mut().zip(poly) {
+            *s = (*s + c as u64) % modulus as u64;
+        }
+    }
+    sums.into_iter().map(|s| s as u32).collect()
+}
+
+fn execute_points(
+    h: &HexSpec,
+    modulus: u32,
+    points: &[u32],
+    run: &mut ShardRun<'_, Vec<u32>, HexPartial>,
+) -> Result<Outcome<HexPartial>> {
+    run.control.check()?;
+    let valid = modulus == h.modulus || (h.exact && hex::exact_primes(h.side).contains(&modulus));
+    if !valid || points.is_empty() || points.len() > POINTS_PER_SHARD {
+        return Err(invalid!("hex points shard does not belong to this job"));
+    }
+    let graph = graph(run.cache, h.side)?;
+    let values = graph.evaluate_points(points, modulus);
+    run.control.check()?;
+    run.control.add_work(points.len() as u64);
+    Ok(Outcome {
+        output: Vec::new(),
+        partial: HexPartial::HexEvaluations {
+            modulus,
+            evaluations: points.iter().copied().zip(values).collect(),
+        },
+        work_done: points.len() as u64,
+    })
+}
+
+fn check_crossing_sums(h: &HexSpec, facts: &HexFacts, residues: &[u32]) -> Result<()> {
+    let stride = facts.stride as usize;
+    if residues.len() != stride {
+        return Err(invalid!(
+            "crossing sums have {} residues, expected {stride}",
+            residues.len()
+        ));
+    }
+    if residues.iter().any(|&r| r >= h.modulus) {
+        return Err(invalid!(
+            "crossing sums must be residues modulo {}",
+            h.modulus
+        ));
+    }
+    Ok(())
+}
+
+fn check_evaluations(
+    modulus: u32,
+    points: &[u32],
+    reported_modulus: u32,
+    evaluations: &[(u32, u32)],
+) -> Result<()> {
+    let xs: Vec<u32> = evaluations.iter().map(|(x, _)| *x).collect();
+    if reported_modulus != modulus || xs != points {
+        return Err(invalid!(
+            "evaluations at {xs:?} modulo {reported_modulus} reported on the shard of points {points:?} modulo {modulus}"
+        ));
+    }
+    if evaluations.iter().any(|&(_, v)| v >= modulus) {
+        return Err(invalid!("evaluations must be residues modulo {modulus}"));
+    }
+    Ok(())
+}
+
+fn finish_cell_step(h: &HexSpec, facts: &HexFacts, partials: Vec<HexPartial>) -> Result<Answer> {
+    let p = h.modulus as u64;
+    let mut crossings = vec![0u64; facts.stride as usize];
+    for partial in partials {
+        let HexPartial::HexCrossings { residues } = partial else {
+            return Err(Error::Internal("hex job with a foreign partial".into()));
+        };
+        if residues.len() != crossings.len() {
+            return Err(Error::Internal("hex partial of the wrong length".into()));
+        }
+        for (c, r) in crossings.iter_mut().zip(residues) {
+            *c = (*c + r as u64) % p;
+        }
+    }
+    let crossings: Vec<u32> = crossings.into_iter().map(|c| c as u32).collect();
+    Ok(residue_answer(h, facts, &crossings))
+}
+
+/// Solves each prime's evaluations for the crossing counts, checks them at the
+/// point not used to solve, and computes H(N) modulo the prime or, with several
+/// primes, exactly.
+fn finish_points(h: &HexSpec, facts: &HexFacts, partials: Vec<HexPartial>) -> Result<Answer> {
+    let mut per_prime: Vec<Vec<(u32, u32)>> = vec![Vec::new(); facts.primes.len()];
+    for partial in partials {
+        let HexPartial::HexEvaluations {
+            modulus,
+            evaluations,
+        } = partial
+        else {
+            return Err(Error::Internal(
+                "hex points job with a foreign partial".into(),
+            ));
+        };
+        let i = facts
+            .primes
+            .iter()
+            .position(|&p| p == modulus)
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "evaluations modulo {modulus}, not a prime of the job"
+                ))
+            })?;
+        per_prime[i].extend_from_slice(&evaluations);
+    }
+    let crossings: Vec<Vec<u32>> = facts
+        .primes
+        .iter()
+        .zip(&per_prime)
+        .map(|(&p, evaluations)| hex::solve_crossings(h.side, p, evaluations))
+        .collect::<Result<_>>()?;
+    if h.exact {
+        exact_answer(h, facts, &crossings)
+    } else {
+        Ok(residue_answer(h, facts, &crossings[0]))
+    }
+}
+
+fn exact_answer(h: &HexSpec, facts: &HexFacts, crossings: &[Vec<u32>]) -> Result<Answer> {
+    let half = (h.side * h.side / 2) as usize;
+    let exact = hex::exact_crossings(h.side, &facts.primes, crossings)?;
+    let games = hex::exact_game_count(h.side, &exact);
+    let modulus = hex::DEFAULT_MODULUS;
+    let residues: Vec<u32> = exact[..=half]
+        .iter()
+        .map(|c| (c % modulus).try_into().expect("a residue fits"))
+        .collect();
+    Ok(Answer {
+        line: games.to_string(),
+        details: serde_json::json!({
+            "kind": "hex",
+            "side": h.side,
+            "plan": h.plan.name(),
+            "exact": true,
+            "primes": facts.primes,
+            "games": games.to_string(),
+            "games_mod_1000000007": hex::game_count(h.side, &residues, modulus),
+            "crossings": exact.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+        }),
+    })
+}
+
+/// H(N) mod p from crossing counts mod p: C_0..C_(M/2) at least (the points plan
+/// has all of them, the cell-step plan the lower half).
+fn residue_answer(h: &HexSpec, facts: &HexFacts, crossings: &[u32]) -> Answer {
+    let half = (h.side * h.side / 2) as usize;
+    let games = hex::game_count(h.side, &crossings[..=half], h.modulus);
+    Answer {
+        line: games.to_string(),
+        details: serde_json::json!({
+            "kind": "hex",
+            "side": h.side,
+            "modulus": h.modulus,
+            "plan": h.plan.name(),
+            "states": facts.states,
+            "games_mod": games,
+            "crossings_mod": crossings,
+        }),
+    }
+}
+
+/// What a job needs, by plan: memory per worker and in the coordinator, and the
+/// data moved between them.
+pub fn estimate(h: &HexSpec) -> ResourceEstimate {
+    let side = h.side as u64;
+    let states = hex::known_state_count(h.side).unwrap_or(0);
+    let steps = side * side.saturating_sub(1);
+    let graph = states * GRAPH_BYTES_PER_STATE;
+    let vector = states * stride(h.side) * 4;
+    let (worker, coordinator, traffic) = match h.plan {
+        // Input, output and the decoded copy; the coordinator keeps the previous
+        // stage and assembles the current one (about half of each is zero runs).
+        HexPlan::CellStep => (
+            graph + 3 * vector,
+            vector,
+            steps * vector / 2 * (ESTIMATE_WORKERS + 1),
+        ),
+        // One in-place vector of one lane per point for each of two slots, plus
+        // the pass's private buffers.
+        HexPlan::Points => (
+            graph + 2 * (states * POINTS_PER_SHARD as u64 * 4 + (20 << 20)),
+            1 << 20,
+            1 << 20,
+        ),
+    };
+    ResourceEstimate {
+        subject: format!("hex side {} with the {} plan", h.side, h.plan.name()),
+        worker_memory_bytes: worker,
+        coordinator_memory_bytes: coordinator,
+        traffic_bytes: traffic,
+        advice: "use the points plan",
+    }
+}

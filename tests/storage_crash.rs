@@ -1253,9 +1253,9 @@ fn kept(dir: &Path, kept: Kept) -> Vec<(Vec<u8>, Vec<u8>)> {
 
 /// Opens `dir` with sled itself. A store just closed or refused in this
 /// process may hold sled's file lock until its background flusher notices the
-/// drop: wait for it, briefly.
+/// drop: wait for it (as long as a busy machine may delay that thread).
 fn sled_open(dir: &Path) -> sled::Db {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match sled::open(dir) {
             Ok(db) => return db,
@@ -1542,7 +1542,7 @@ fn coordinator_exit(dir: &Path, as_nobody: bool) -> (std::process::ExitStatus, S
         .stderr(Stdio::piped())
         .spawn()
         .expect("the coordinator starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if child.try_wait().unwrap().is_some() {
             let output = child.wait_with_output().unwrap();

@@ -8,7 +8,7 @@
 //! after a random delay, reopens the store and checks it against that log and
 //! against what it found after the previous kill.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
@@ -990,7 +990,11 @@ fn the_store_survives_sigkill_at_random_moments() {
         let clock = (iteration as u64 + 1) * CLOCK_GAP_MS;
         let delay = Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1));
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "store_writer_child_process", "--nocapture"])
+            .args([
+                "--exact",
+                "storage_crash::store_writer_child_process",
+                "--nocapture",
+            ])
             .env(CHILD_DIR, &data)
             .env(CHILD_ACKS, &acks_path)
             .env(CHILD_SEED, rng.next().to_string())

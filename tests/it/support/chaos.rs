@@ -5,7 +5,7 @@
 //! faults stop, every job must finish with the answer of the kernels alone, and
 //! no shard whose result was acknowledged may ever be leased again.
 //!
-//! Used by `tests/chaos.rs`; parameterised by [`ChaosConfig::from_env`]
+//! Used by `tests/it/chaos.rs`; parameterised by [`ChaosConfig::from_env`]
 //! (`TALLY_CHAOS_SEED`, `TALLY_CHAOS_SECS`). It lives with the tests, not in
 //! the product CLI: it needs the test binary's path, tempdirs, SIGSTOP and
 //! in-process reference answers, none of which belong in `tally`.

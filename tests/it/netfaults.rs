@@ -17,7 +17,7 @@
 //! them the test says so and passes, except under CI (`CI` set), where it
 //! fails.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! The runner in one process: a coordinator and workers on loopback. Every job's
 //! answer through the runner must equal the kernels' own answer.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

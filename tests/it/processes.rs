@@ -1,7 +1,7 @@
 //! Real processes on loopback: a coordinator and workers as child processes of
 //! the `tally` binary, killed with SIGKILL in the middle of jobs.
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

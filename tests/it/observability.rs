@@ -1,7 +1,7 @@
 //! What operators look at: Prometheus text at `/metrics` on the coordinator and
 //! the workers, and the status page, loaded in headless Chromium during a job.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -14,6 +14,9 @@ pub struct Control {
     /// Shared with the controls made by [`Control::with_own_counter`].
     cancelled: Arc<AtomicBool>,
     work_done: AtomicU64,
+    /// Tests only: cancel once this many work units are recorded.
+    #[cfg(test)]
+    cancel_at: Option<u64>,
 }
 
 impl Control {
@@ -41,7 +44,11 @@ impl Control {
 
     /// Records `units` more units of finished work.
     pub fn add_work(&self, units: u64) {
-        self.work_done.fetch_add(units, Ordering::Relaxed);
+        let _done = self.work_done.fetch_add(units, Ordering::Relaxed) + units;
+        #[cfg(test)]
+        if self.cancel_at.is_some_and(|at| _done >= at) {
+            self.cancel();
+        }
     }
 
     /// A control with the same cancellation flag (cancelling either cancels
@@ -52,10 +59,26 @@ impl Control {
         Control {
             cancelled: self.cancelled.clone(),
             work_done: AtomicU64::new(0),
+            #[cfg(test)]
+            cancel_at: None,
         }
     }
 
     pub fn work_done(&self) -> u64 {
         self.work_done.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+impl Control {
+    /// A control that cancels itself as the kernel records its `units`-th work
+    /// unit: the kernel is then stopped in the middle of its run at a point the
+    /// test chooses, whatever the threads' scheduling (a helper thread that
+    /// cancels may run only after a short kernel has finished).
+    pub(crate) fn cancelled_at_work(units: u64) -> Control {
+        Control {
+            cancel_at: Some(units),
+            ..Control::default()
+        }
     }
 }

@@ -691,18 +691,9 @@ fn cancellation_stops_the_search() {
         expand_layer(&p, &s, &[], 0..1, &control),
         Err(Error::Cancelled)
     );
-    // Cancelled from another thread while running.
-    let control = Control::new();
-    let result = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while control.work_done() < 50_000 {
-                std::thread::yield_now();
-            }
-            control.cancel();
-        });
-        count_reachable(&p, 2, &control)
-    });
-    assert_eq!(result, Err(Error::Cancelled));
+    // Cancelled while running, once 50 000 units of work are done.
+    let control = Control::cancelled_at_work(50_000);
+    assert_eq!(count_reachable(&p, 2, &control), Err(Error::Cancelled));
 }
 
 #[test]

@@ -492,18 +492,11 @@ fn cancellation_stops_the_kernel() {
     let mut series = CharacterSeries::new(1000, 9, 1).unwrap();
     assert_eq!(series.advance(10, &control), Err(Error::Cancelled));
     assert_eq!(series.computed(), 0);
-    // Cancelled during a long run: the computed prefix stays usable.
-    let control = Control::new();
+    // Cancelled during a long run, as it reports its first progress: the
+    // computed prefix stays usable.
+    let control = Control::cancelled_at_work(1);
     let mut series = CharacterSeries::quadratic(20_000, 9, 1).unwrap();
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while control.work_done() == 0 {
-                std::thread::yield_now();
-            }
-            control.cancel();
-        });
-        assert_eq!(series.advance(usize::MAX, &control), Err(Error::Cancelled));
-    });
+    assert_eq!(series.advance(usize::MAX, &control), Err(Error::Cancelled));
     assert!(series.computed() > 0 && !series.is_done());
 }
 
@@ -699,21 +692,13 @@ fn cancellation_stops_the_fast_path() {
         character_value_fast(100_000, 9, 1, 1, &control),
         Err(Error::Cancelled)
     );
-    // Cancelled while running: the computation stops early.
-    let control = Control::new();
-    let finished = AtomicBool::new(false);
-    let outcome = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while control.work_done() == 0 && !finished.load(Ordering::Relaxed) {
-                std::thread::yield_now();
-            }
-            control.cancel();
-        });
-        let outcome = fair_rows_fast(1_000_000, 9, 2, &control);
-        finished.store(true, Ordering::Relaxed);
-        outcome
-    });
-    assert_eq!(outcome, Err(Error::Cancelled));
+    // Cancelled while running, as it reports its first progress: the
+    // computation stops early.
+    let control = Control::cancelled_at_work(1);
+    assert_eq!(
+        fair_rows_fast(1_000_000, 9, 2, &control),
+        Err(Error::Cancelled)
+    );
     assert!(control.work_done() < total_work(1_000_000));
 }
 

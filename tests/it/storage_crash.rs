@@ -8,7 +8,7 @@
 //! after a random delay, reopens the store and checks it against that log and
 //! against what it found after the previous kill.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
@@ -990,7 +990,11 @@ fn the_store_survives_sigkill_at_random_moments() {
         let clock = (iteration as u64 + 1) * CLOCK_GAP_MS;
         let delay = Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1));
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "store_writer_child_process", "--nocapture"])
+            .args([
+                "--exact",
+                "storage_crash::store_writer_child_process",
+                "--nocapture",
+            ])
             .env(CHILD_DIR, &data)
             .env(CHILD_ACKS, &acks_path)
             .env(CHILD_SEED, rng.next().to_string())
@@ -1253,9 +1257,9 @@ fn kept(dir: &Path, kept: Kept) -> Vec<(Vec<u8>, Vec<u8>)> {
 
 /// Opens `dir` with sled itself. A store just closed or refused in this
 /// process may hold sled's file lock until its background flusher notices the
-/// drop: wait for it, briefly.
+/// drop: wait for it (as long as a busy machine may delay that thread).
 fn sled_open(dir: &Path) -> sled::Db {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match sled::open(dir) {
             Ok(db) => return db,
@@ -1542,7 +1546,7 @@ fn coordinator_exit(dir: &Path, as_nobody: bool) -> (std::process::ExitStatus, S
         .stderr(Stdio::piped())
         .spawn()
         .expect("the coordinator starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if child.try_wait().unwrap().is_some() {
             let output = child.wait_with_output().unwrap();

@@ -5,7 +5,7 @@
 //! faults stop, every job must finish with the answer of the kernels alone, and
 //! no shard whose result was acknowledged may ever be leased again.
 //!
-//! Used by `tests/chaos.rs`; parameterised by [`ChaosConfig::from_env`]
+//! Used by `tests/it/chaos.rs`; parameterised by [`ChaosConfig::from_env`]
 //! (`TALLY_CHAOS_SEED`, `TALLY_CHAOS_SECS`). It lives with the tests, not in
 //! the product CLI: it needs the test binary's path, tempdirs, SIGSTOP and
 //! in-process reference answers, none of which belong in `tally`.
@@ -106,7 +106,12 @@ pub struct ChaosConfig {
     /// Time allowed after the faults stop for the jobs in flight to finish.
     pub settle: Duration,
     pub workers: usize,
+    /// Long enough that a heartbeat delayed by a busy machine does not lose
+    /// the lease: the faults, not the load, make leases expire.
     pub lease_ttl_ms: u64,
+    /// High enough that the faults' expiries never fail a job: its answer is
+    /// what the run checks.
+    pub max_attempts: u32,
     /// Workers hold each lease this long before computing (the hidden
     /// `--shard-delay-ms`), so faults often hit shards in flight even though
     /// the menu's shards compute in milliseconds.
@@ -143,9 +148,10 @@ impl ChaosConfig {
         ChaosConfig {
             seed,
             duration: Duration::from_secs(secs),
-            settle: Duration::from_secs(60),
+            settle: Duration::from_secs(180),
             workers: 3,
-            lease_ttl_ms: 1_500,
+            lease_ttl_ms: 3_000,
+            max_attempts: 20,
             shard_delay_ms: 100,
             fault_gap_ms: (400, 2_500),
             menu: default_menu(),
@@ -393,10 +399,11 @@ async fn connect(url: &str) -> JobServiceClient<Channel> {
 
 /// `tally submit` with an idempotency key, so a retry after a lost answer
 /// returns the same job. `None` when the coordinator did not answer in time.
-async fn cli_submit(url: &str, key: &str, ttl_ms: u64, args: &[String]) -> Option<String> {
+async fn cli_submit(url: &str, key: &str, config: &ChaosConfig, args: &[String]) -> Option<String> {
     let mut cmd = tokio::process::Command::new(tally_bin());
     cmd.args(["submit", "--coordinator", url, "--idempotency-key", key])
-        .args(["--lease-ttl-ms", &ttl_ms.to_string()])
+        .args(["--lease-ttl-ms", &config.lease_ttl_ms.to_string()])
+        .args(["--max-attempts", &config.max_attempts.to_string()])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -600,7 +607,7 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
                 };
                 let template = &config.menu[job.template];
                 if job.id.is_none() {
-                    job.id = cli_submit(&url, &job.key, config.lease_ttl_ms, &template.args).await;
+                    job.id = cli_submit(&url, &job.key, config, &template.args).await;
                     if let Some(id) = &job.id {
                         jobs.insert(id.clone(), job.template);
                     }
@@ -770,6 +777,7 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
         }
         let mut expected_spec = t.spec.clone();
         expected_spec.options.lease_ttl_ms = config.lease_ttl_ms;
+        expected_spec.options.max_attempts = config.max_attempts;
         match job.spec.as_ref().map(JobSpec::try_from) {
             Some(Ok(s)) if s == expected_spec => {}
             other => report.violations.push(format!(

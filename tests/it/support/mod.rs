@@ -195,6 +195,60 @@ pub fn direct_answer(spec: &JobSpec) -> String {
         .line
 }
 
+/// Leases one shard as the fake worker `worker` and holds it: nothing renews
+/// the lease, so it lasts the job's lease TTL, and the job cannot finish
+/// before the test reports the shard (or the lease expires).
+pub async fn hold_a_shard(url: &str, worker: &str) -> proto::ShardLease {
+    workers_client(url)
+        .await
+        .lease(proto::LeaseRequest {
+            worker_id: worker.into(),
+            free_slots: 1,
+            wait_ms: 5_000,
+        })
+        .await
+        .expect("lease")
+        .into_inner()
+        .leases
+        .pop()
+        .expect("a shard to hold")
+}
+
+/// The report stream of a leased shard's honest result, computed here by the
+/// kernels, as worker `worker` would send it.
+pub fn result_report(
+    spec: &JobSpec,
+    lease: &proto::ShardLease,
+    worker: &str,
+) -> Vec<proto::ReportMessage> {
+    use proto::report_message::Body;
+    let task = tally_common::jobs::ShardTask::decode(&lease.task).unwrap();
+    let outcome = tally_common::jobs::execute(
+        spec,
+        &task,
+        None,
+        &[],
+        &tally_common::jobs::KernelCache::new(),
+        &tally_common::Control::new(),
+        tally_common::jobs::CHECKPOINT_EVERY,
+        &mut |_| {},
+    )
+    .unwrap();
+    [
+        Body::Header(proto::ReportHeader {
+            worker_id: worker.into(),
+            lease_id: lease.lease_id.clone(),
+        }),
+        Body::Result(proto::ReportResult {
+            partial: outcome.partial.encode(),
+            work_done: lease.work_total,
+        }),
+    ]
+    .into_iter()
+    .map(|b| proto::ReportMessage { body: Some(b) })
+    .collect()
+}
+
 // ------------------------------------------------------------ processes
 
 pub fn tally_bin() -> PathBuf {

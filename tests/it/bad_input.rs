@@ -4,7 +4,7 @@
 //! the problem, and leave the jobs, their event logs and the leases held on
 //! them exactly as they were.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 
@@ -2225,7 +2225,7 @@ mod fuzz {
     /// character, among those the format gives meaning to and some it does not).
     fn puzzle_text() -> impl Strategy<Value = String> {
         let base = prop_oneof![
-            Just(include_str!("../examples/pe766.blocks").to_string()),
+            Just(include_str!("../../examples/pe766.blocks").to_string()),
             Just("aab\n.cb\n.c.\nsame: ac\n".to_string()),
             prop::collection::vec(
                 select(vec![

@@ -7,10 +7,10 @@
 //! window. The long run (README, "Reliability testing"):
 //!
 //! ```sh
-//! TALLY_CHAOS_SECS=600 cargo nextest run --release --test chaos --run-ignored all chaos_long
+//! TALLY_CHAOS_SECS=600 cargo nextest run --release --test it --run-ignored all chaos::chaos_long
 //! ```
 
-mod support;
+use crate::support;
 
 use support::chaos::{ChaosConfig, ChaosReport, run};
 

@@ -1,7 +1,7 @@
 //! Standard gRPC tooling against the coordinator: health checks and a Python
 //! grpcio client that knows the API only through server reflection.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

@@ -1,7 +1,7 @@
 //! Real processes on loopback: a coordinator and workers as child processes of
 //! the `tally` binary, killed with SIGKILL in the middle of jobs.
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -21,8 +21,11 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let mut coordinator = spawn_coordinator(port, &data, &log);
-    let _w1 = spawn_worker(&url, "w1", 1, &[], &log);
-    let _w2 = spawn_worker(&url, "w2", 1, &[], &log);
+    // Each shard takes at least 50 ms, so the steps after the 20th take
+    // seconds: the kill lands mid-job even when this test is slow to look.
+    let delay = ["--shard-delay-ms", "50"];
+    let _w1 = spawn_worker(&url, "w1", 1, &delay, &log);
+    let _w2 = spawn_worker(&url, "w2", 1, &delay, &log);
     let mut client = jobs_client(&url).await;
 
     let spec = JobSpec::new(KindSpec::Hex(HexSpec {

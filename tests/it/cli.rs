@@ -1,7 +1,7 @@
 //! The `tally` command line: the answer is the last stdout line, `--json` is one
 //! object, bad input is one clear stderr line and a non-zero exit, never a panic.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Output};
 

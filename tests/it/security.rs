@@ -2,7 +2,7 @@
 //! a worker with it completes jobs, and TLS with client certificates (mutual
 //! TLS) lets in only clients holding a certificate from the configured CA.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

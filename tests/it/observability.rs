@@ -1,7 +1,7 @@
 //! What operators look at: Prometheus text at `/metrics` on the coordinator and
 //! the workers, and the status page, loaded in headless Chromium during a job.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -49,12 +49,15 @@ fn metric_type(body: &str, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// A kayles job with 16 shards that each take at least `delay`.
+/// A kayles job with 16 shards, whose leases last long enough for a shard the
+/// test holds to keep the job running as long as the test looks.
 fn slow_job() -> JobSpec {
-    JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
         pins: 2000,
         digits: 9,
-    }))
+    }));
+    spec.options.lease_ttl_ms = 600_000;
+    spec
 }
 
 async fn start_observed(data: &std::path::Path) -> tally_coordinator::RunningCoordinator {
@@ -94,17 +97,19 @@ async fn metrics_move_during_a_job() {
     }
     assert_eq!(sample(&before, "tally_leases_granted_total"), Some(0.0));
 
+    let mut client = jobs_client(&coordinator.url()).await;
+    let spec = slow_job();
+    let job = submit(&mut client, &spec, "").await;
+    // The test holds one shard until it has read the metrics of the running job.
+    let held = hold_a_shard(&coordinator.url(), "holder").await;
     let worker_http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let workers = Workers::start_with(&coordinator.url(), 1, 2, |c| {
         c.shard_delay = Duration::from_millis(150);
         c.http = Some(worker_http);
     });
-    let mut client = jobs_client(&coordinator.url()).await;
-    let spec = slow_job();
-    let job = submit(&mut client, &spec, "").await;
 
     // While it runs: one running job, leases granted, and the counters only grow.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     let during = loop {
         let (_, body) = tokio::task::spawn_blocking(move || http_get(http, "/metrics"))
             .await
@@ -119,7 +124,12 @@ async fn metrics_move_during_a_job() {
     };
     assert!(sample(&during, "tally_leases_granted_total").unwrap() > 0.0);
 
-    let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+    workers_client(&coordinator.url())
+        .await
+        .report(tokio_stream::iter(result_report(&spec, &held, "holder")))
+        .await
+        .expect("the held shard's result is accepted");
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
     assert_eq!(state(&done), JobState::Succeeded);
     let (_, after) = tokio::task::spawn_blocking(move || http_get(http, "/metrics"))
         .await
@@ -160,13 +170,14 @@ async fn metrics_move_during_a_job() {
         metric_type(&worker_body, "tally_worker_shards_completed_total").as_deref(),
         Some("counter")
     );
+    // Every shard but the held one.
     assert_eq!(
         sample(&worker_body, "tally_worker_shards_completed_total"),
-        Some(done.shards_total as f64)
+        Some(done.shards_total as f64 - 1.0)
     );
     assert_eq!(
         sample(&worker_body, "tally_worker_work_units_total"),
-        Some(done.work_total as f64)
+        Some((done.work_total - held.work_total) as f64)
     );
     workers.stop().await;
     coordinator.shutdown().await;
@@ -226,13 +237,13 @@ async fn the_status_page_shows_a_running_job_in_a_browser() {
     let dir = tempfile::tempdir().unwrap();
     let coordinator = start_observed(dir.path()).await;
     let http = coordinator.http_addr.unwrap();
-    // Slow enough to be running while the browser looks.
-    let workers = Workers::start_with(&coordinator.url(), 1, 1, |c| {
-        c.shard_delay = Duration::from_millis(600);
-    });
     let mut client = jobs_client(&coordinator.url()).await;
     let job = submit(&mut client, &slow_job(), "").await;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Running while the browser looks, however long it takes: the test holds
+    // one shard and never reports it.
+    let _held = hold_a_shard(&coordinator.url(), "holder").await;
+    let workers = Workers::start(&coordinator.url(), 1, 1);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let j = client
             .get(tally_common::proto::GetJobRequest {

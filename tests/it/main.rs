@@ -1,0 +1,16 @@
+//! The integration tests, in one binary (one link of the workspace instead of
+//! one per suite). Each module is a suite; `support` holds what they share.
+//! The process suites run the `tally` binary; python helpers live in
+//! `tests/python`.
+
+mod bad_input;
+mod chaos;
+mod cli;
+mod cluster;
+mod grpc_clients;
+mod netfaults;
+mod observability;
+mod processes;
+mod security;
+mod storage_crash;
+mod support;

@@ -232,6 +232,26 @@ impl ValidSpec {
         self.kind.execute(&self.typed, task, context)
     }
 
+    /// Runs a shard from its start, with no stage input and no checkpoints.
+    pub fn execute_once(
+        &self,
+        task: &EncodedTask,
+        cache: &KernelCache,
+        control: &Control,
+    ) -> Result<ShardOutcome> {
+        self.execute(
+            task,
+            ShardContext {
+                input: None,
+                checkpoint: &[],
+                cache,
+                control,
+                checkpoint_every: crate::kind::CHECKPOINT_EVERY,
+                on_event: &mut |_| {},
+            },
+        )
+    }
+
     pub fn check_checkpoint(&self, partial: &EncodedPartial) -> Result<()> {
         self.kind.check_checkpoint(partial)
     }

@@ -1422,13 +1422,22 @@ mod tests {
     use super::*;
     use crate::store::MemoryStore;
     use tally_common::Control;
-    use tally_common::jobs::{KernelCache, ShardTask};
-    use tally_common::spec::{KaylesSpec, KindSpec};
+    use tally_common::cache::KernelCache;
+    use tally_common::kinds::kayles::KaylesSpec;
+    use tally_common::spec::JobSpec;
+    use tally_common::values::EncodedTask;
 
     fn kayles(pins: u64) -> JobSpec {
-        let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec { pins, digits: 9 }));
+        let mut spec = JobSpec::new(KaylesSpec { pins, digits: 9 });
         spec.options.lease_ttl_ms = 1_000;
         spec
+    }
+
+    pub(super) fn direct_answer(spec: &JobSpec) -> tally_common::kind::Answer {
+        ValidSpec::new(spec.clone())
+            .unwrap()
+            .compute_direct(1, &Control::new())
+            .unwrap()
     }
 
     fn new_scheduler(store: Arc<dyn Store>) -> Scheduler {
@@ -1436,8 +1445,9 @@ mod tests {
     }
 
     pub(super) fn submit(s: &mut Scheduler, spec: &JobSpec) -> String {
-        let plan = jobs::prepare(spec, &KernelCache::new(), &Control::new()).unwrap();
-        s.submit(spec.clone(), plan, None, 0).unwrap().0.id
+        let spec = ValidSpec::new(spec.clone()).unwrap();
+        let plan = spec.prepare(&KernelCache::new(), &Control::new()).unwrap();
+        s.submit(spec, plan, None, 0).unwrap().0.id
     }
 
     fn result_of(grant: &Grant) -> Report {
@@ -1446,26 +1456,19 @@ mod tests {
 
     /// The worker's report for `grant`, optionally corrupted as a faulty machine would.
     pub(super) fn report_from(worker: &str, grant: &Grant, corrupt: bool) -> Report {
-        let task = ShardTask::decode(&grant.task).unwrap();
-        let mut outcome = jobs::execute(
-            &grant.spec,
-            &task,
-            None,
-            &[],
-            &KernelCache::new(),
-            &Control::new(),
-            jobs::CHECKPOINT_EVERY,
-            &mut |_| {},
-        )
-        .unwrap();
+        let task = EncodedTask::from_bytes(&grant.task).unwrap();
+        let mut outcome = grant
+            .spec
+            .execute_once(&task, &KernelCache::new(), &Control::new())
+            .unwrap();
         if corrupt {
-            jobs::corrupt_for_testing(&mut outcome.partial);
+            grant.spec.corrupt_for_testing(&mut outcome.partial).unwrap();
         }
         Report {
             worker: worker.into(),
             lease_id: grant.lease_id.clone(),
             output: outcome.output,
-            result: Some((outcome.partial.encode(), outcome.work_done)),
+            result: Some((outcome.partial.to_bytes(), outcome.work_done)),
             ..Report::default()
         }
     }
@@ -1496,7 +1499,7 @@ mod tests {
         }
         let job = s.job(&id, 3).unwrap();
         assert_eq!(job.state, proto::JobState::Succeeded as i32);
-        let direct = jobs::compute_direct(&spec, 1, &Control::new()).unwrap();
+        let direct = direct_answer(&spec);
         assert_eq!(job.answer, direct.line);
         assert_eq!(job.shards_done, grants.len() as u64);
     }
@@ -1706,17 +1709,17 @@ mod tests {
 
 #[cfg(test)]
 mod replica_tests {
-    use super::tests::{report_from as report, submit};
+    use super::tests::{direct_answer, report_from as report, submit};
     use super::*;
     use crate::store::MemoryStore;
-    use tally_common::Control;
-    use tally_common::spec::{KaylesSpec, KindSpec};
+    use tally_common::kinds::kayles::KaylesSpec;
+    use tally_common::spec::JobSpec;
 
     fn replicated(replicas: u32, max_attempts: u32) -> JobSpec {
-        let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+        let mut spec = JobSpec::new(KaylesSpec {
             pins: 30,
             digits: 9,
-        }));
+        });
         spec.options.replicas = replicas;
         spec.options.max_attempts = max_attempts;
         spec
@@ -1748,7 +1751,7 @@ mod replica_tests {
         assert_eq!(serve(&mut s, "b", false, 4), shards);
         let job = s.job(&id, 5).unwrap();
         assert_eq!(job.state, proto::JobState::Succeeded as i32);
-        let direct = jobs::compute_direct(&replicated(1, 3), 1, &Control::new()).unwrap();
+        let direct = direct_answer(&replicated(1, 3));
         assert_eq!(job.answer, direct.line);
         let events = s.events(&id, 0).unwrap();
         let kinds = |k: &str| events.iter().filter(|e| e.kind == k).count();

@@ -408,10 +408,9 @@ fn enumerate_prefixes(
     let control = run.control;
     let kernel_control = if weighted { control } else { &own_counter };
     // A resumed shard's progress continues from its checkpoint.
-    let mut work = 0u64;
-    for prefix in &prefixes[..done] {
-        work = work.saturating_add(units_of(prefix)?);
-    }
+    let mut work = prefixes[..done]
+        .iter()
+        .try_fold(0u64, |w, p| Ok::<_, Error>(w.saturating_add(units_of(p)?)))?;
     control.add_work(work);
     let mut last_checkpoint = std::time::Instant::now();
     while done < prefixes.len() {
@@ -432,18 +431,7 @@ fn enumerate_prefixes(
         done += 1;
         if done < prefixes.len() && last_checkpoint.elapsed() >= run.checkpoint_every {
             last_checkpoint = std::time::Instant::now();
-            let state = SliderCheckpoint {
-                prefixes_done: done as u32,
-                sums,
-            };
-            run.checkpoint(Checkpoint {
-                state: serde_json::to_vec(&state).expect("checkpoint serialises"),
-                partial: Some(SlidersPartial::SliderSums {
-                    prefixes_done: done as u32,
-                    sums,
-                }),
-                work_done: work,
-            });
+            run.checkpoint(checkpoint(done, sums, work));
         }
     }
     Ok(Outcome {
@@ -454,6 +442,23 @@ fn enumerate_prefixes(
         },
         work_done: work,
     })
+}
+
+/// A checkpoint after the first `done` prefixes of a shard.
+fn checkpoint(done: usize, sums: sliders::PathSums, work: u64) -> Checkpoint<SlidersPartial> {
+    let prefixes_done = done as u32;
+    let state = SliderCheckpoint {
+        prefixes_done,
+        sums,
+    };
+    Checkpoint {
+        state: serde_json::to_vec(&state).expect("checkpoint serialises"),
+        partial: Some(SlidersPartial::SliderSums {
+            prefixes_done,
+            sums,
+        }),
+        work_done: work,
+    }
 }
 
 /// Where a shard resumes: the prefixes done and their sums, from the checkpoint.

@@ -83,36 +83,9 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         "--workers must be between 1 and 64, got {}",
         args.workers
     );
-
     if args.direct {
-        let started = std::time::Instant::now();
-        let direct_spec = spec.clone();
-        let answer = tokio::task::spawn_blocking(move || {
-            direct_spec.compute_direct(threads, &Control::new())
-        })
-        .await??;
-        let elapsed = started.elapsed();
-        if json {
-            let value = serde_json::json!({
-                "kind": spec.kind_name(),
-                "state": "succeeded",
-                "answer": answer.line,
-                "details": answer.details,
-                "elapsed_ms": elapsed.as_millis() as u64,
-                "direct": true,
-            });
-            println!("{value}");
-        } else {
-            eprintln!(
-                "{} in {:.3} s (direct)",
-                spec.describe(),
-                elapsed.as_secs_f64()
-            );
-            println!("{}", answer.line);
-        }
-        return Ok(ExitCode::SUCCESS);
+        return run_direct(spec, threads, json).await;
     }
-
     let (data_dir, _temporary) = match &args.data {
         Some(dir) => (dir.clone(), None),
         None => {
@@ -120,72 +93,131 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             (dir.path().to_path_buf(), Some(dir))
         }
     };
-    let config = tally_coordinator::CoordinatorConfig::new(
-        "127.0.0.1:0".parse().expect("loopback address"),
-        Some(data_dir),
-    );
-    // One process: the workers reuse what planning built (slider graphs).
-    let kernel_cache = config.kernel_cache.clone();
-    let coordinator = tally_coordinator::start(config).await?;
-    let url = coordinator.url();
-    let remote = Remote::open(url.clone());
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut workers = Vec::new();
-    for i in 0..args.workers {
-        let mut config = tally_worker::WorkerConfig::new(url.clone());
-        config.threads = threads;
-        config.slots = threads;
-        config.worker_id = format!("{}-run{i}", tally_worker::default_worker_id());
-        config.lease_wait = Duration::from_secs(1);
-        config.kernel_cache = kernel_cache.clone();
-        let mut stop = stop_rx.clone();
-        workers.push(tokio::spawn(tally_worker::run(config, async move {
-            let _ = stop.wait_for(|stop| *stop).await;
-        })));
-    }
-
-    let outcome = async {
-        let mut client = connect(&remote).await?;
-        let request = proto::SubmitRequest {
-            spec: Some((&spec).into()),
-            idempotency_key: run_key(&spec),
-        };
-        let submitted = client.submit(request).await?.into_inner();
-        let job = submitted.job.context("the coordinator returned no job")?;
-        if !submitted.created {
-            eprintln!(
-                "resuming {} from {}",
-                job.id,
-                args.data
-                    .as_ref()
-                    .map(|d| d.display().to_string())
-                    .unwrap_or_default()
-            );
-        }
-        let finished = tokio::select! {
-            finished = follow(&remote, &job.id, !json) => finished?,
-            _ = crate::shutdown_signal() => {
-                let _ = client.cancel(proto::CancelRequest { job_id: job.id.clone() }).await;
-                anyhow::bail!("interrupted; job {} cancelled", job.id);
-            }
-        };
-        let result = client
-            .result(proto::ResultRequest {
-                job_id: finished.id.clone(),
-            })
-            .await?
-            .into_inner();
-        anyhow::Ok((finished, result))
-    }
-    .await;
-
-    let _ = stop_tx.send(true);
-    for worker in workers {
-        let _ = worker.await;
-    }
-    coordinator.shutdown().await;
+    let cluster = LocalCluster::start(data_dir, args.workers, threads).await?;
+    let outcome = submit_and_follow(&cluster.remote, &spec, args.data.as_deref(), json).await;
+    cluster.stop().await;
     let (job, result) = outcome?;
     output::print_result(&job, &result, json)
+}
+
+/// `run --direct`: the kernel alone, in this process.
+async fn run_direct(spec: ValidSpec, threads: usize, json: bool) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
+    let direct_spec = spec.clone();
+    let answer =
+        tokio::task::spawn_blocking(move || direct_spec.compute_direct(threads, &Control::new()))
+            .await??;
+    let elapsed = started.elapsed();
+    if json {
+        let value = serde_json::json!({
+            "kind": spec.kind_name(),
+            "state": "succeeded",
+            "answer": answer.line,
+            "details": answer.details,
+            "elapsed_ms": elapsed.as_millis() as u64,
+            "direct": true,
+        });
+        println!("{value}");
+    } else {
+        eprintln!(
+            "{} in {:.3} s (direct)",
+            spec.describe(),
+            elapsed.as_secs_f64()
+        );
+        println!("{}", answer.line);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A coordinator on loopback and in-process workers, for `run`.
+struct LocalCluster {
+    coordinator: tally_coordinator::RunningCoordinator,
+    remote: Remote,
+    stop: tokio::sync::watch::Sender<bool>,
+    workers: Vec<
+        tokio::task::JoinHandle<tally_worker::Result<std::sync::Arc<tally_worker::WorkerStats>>>,
+    >,
+}
+
+impl LocalCluster {
+    async fn start(
+        data_dir: std::path::PathBuf,
+        workers: usize,
+        threads: usize,
+    ) -> anyhow::Result<LocalCluster> {
+        let config = tally_coordinator::CoordinatorConfig::new(
+            "127.0.0.1:0".parse().expect("loopback address"),
+            Some(data_dir),
+        );
+        // One process: the workers reuse what planning built (slider graphs).
+        let kernel_cache = config.kernel_cache.clone();
+        let coordinator = tally_coordinator::start(config).await?;
+        let url = coordinator.url();
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let workers = (0..workers)
+            .map(|i| {
+                let mut config = tally_worker::WorkerConfig::new(url.clone());
+                config.threads = threads;
+                config.slots = threads;
+                config.worker_id = format!("{}-run{i}", tally_worker::default_worker_id());
+                config.lease_wait = Duration::from_secs(1);
+                config.kernel_cache = kernel_cache.clone();
+                let mut stop = stop_rx.clone();
+                tokio::spawn(tally_worker::run(config, async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                }))
+            })
+            .collect();
+        Ok(LocalCluster {
+            coordinator,
+            remote: Remote::open(url),
+            stop,
+            workers,
+        })
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        for worker in self.workers {
+            let _ = worker.await;
+        }
+        self.coordinator.shutdown().await;
+    }
+}
+
+/// Submits the job (or finds the one a previous `run` with the same spec and
+/// data directory started) and follows it to its result.
+async fn submit_and_follow(
+    remote: &Remote,
+    spec: &ValidSpec,
+    data: Option<&std::path::Path>,
+    json: bool,
+) -> anyhow::Result<(Job, proto::JobResult)> {
+    let mut client = connect(remote).await?;
+    let request = proto::SubmitRequest {
+        spec: Some(spec.into()),
+        idempotency_key: run_key(spec),
+    };
+    let submitted = client.submit(request).await?.into_inner();
+    let job = submitted.job.context("the coordinator returned no job")?;
+    if !submitted.created {
+        let from = data.map(|d| d.display().to_string()).unwrap_or_default();
+        eprintln!("resuming {} from {from}", job.id);
+    }
+    let finished = tokio::select! {
+        finished = follow(remote, &job.id, !json) => finished?,
+        _ = crate::shutdown_signal() => {
+            let _ = client.cancel(proto::CancelRequest { job_id: job.id.clone() }).await;
+            anyhow::bail!("interrupted; job {} cancelled", job.id);
+        }
+    };
+    let result = client
+        .result(proto::ResultRequest {
+            job_id: finished.id.clone(),
+        })
+        .await?
+        .into_inner();
+    Ok((finished, result))
 }
 
 /// Follows a job until it finishes, showing a progress bar on stderr; survives a
@@ -389,6 +421,36 @@ struct Check {
     detail: String,
 }
 
+impl Check {
+    fn pass(name: &'static str, detail: impl Into<String>) -> Check {
+        Check {
+            name,
+            ok: true,
+            warning: false,
+            detail: detail.into(),
+        }
+    }
+
+    fn fail(name: &'static str, detail: impl Into<String>) -> Check {
+        Check {
+            name,
+            ok: false,
+            warning: false,
+            detail: detail.into(),
+        }
+    }
+
+    /// Passes when `ok`, else warns without failing the doctor.
+    fn warn_unless(name: &'static str, ok: bool, detail: String) -> Check {
+        Check {
+            name,
+            ok,
+            warning: !ok,
+            detail,
+        }
+    }
+}
+
 /// Checks what a user needs before submitting: the config, the coordinator's
 /// reachability and health, the token, the versions and live workers.
 pub async fn doctor(
@@ -396,118 +458,100 @@ pub async fn doctor(
     config_path: Option<&std::path::Path>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let mut checks = vec![Check {
-        name: "config",
-        ok: true,
-        warning: false,
-        detail: match config_path {
+    let mut checks = vec![Check::pass(
+        "config",
+        match config_path {
             Some(p) => format!("{} loaded", p.display()),
             None => "no config file (flags and environment only)".into(),
         },
-    }];
+    )];
     let url = &remote.url;
     let channel = match transport::endpoint(url, &remote.security) {
         Ok(endpoint) => endpoint.connect().await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     match channel {
-        Err(e) => checks.push(Check {
-            name: "reachable",
-            ok: false,
-            warning: false,
-            detail: format!("cannot connect to {url}: {e}"),
-        }),
+        Err(e) => checks.push(Check::fail(
+            "reachable",
+            format!("cannot connect to {url}: {e}"),
+        )),
         Ok(channel) => {
-            checks.push(Check {
-                name: "reachable",
-                ok: true,
-                warning: false,
-                detail: format!(
-                    "{url}{}",
-                    if url.starts_with("https://") {
-                        " over TLS"
-                    } else {
-                        " (plain text)"
-                    }
-                ),
-            });
-            let health = tonic_health::pb::health_client::HealthClient::new(channel.clone())
-                .check(tonic_health::pb::HealthCheckRequest {
-                    service: String::new(),
-                })
-                .await;
-            checks.push(match health {
-                Ok(r) if r.get_ref().status == 1 => Check {
-                    name: "health",
-                    ok: true,
-                    warning: false,
-                    detail: "serving".into(),
-                },
-                Ok(r) => Check {
-                    name: "health",
-                    ok: false,
-                    warning: false,
-                    detail: format!("status {}", r.get_ref().status),
-                },
-                Err(e) => Check {
-                    name: "health",
-                    ok: false,
-                    warning: false,
-                    detail: e.message().to_string(),
-                },
-            });
-            let auth = BearerToken::new(remote.security.token.as_deref())?;
-            let info = JobServiceClient::new(InterceptedService::new(channel, auth))
-                .info(proto::InfoRequest {})
-                .await;
-            match info {
-                Ok(info) => {
-                    let info = info.into_inner();
-                    checks.push(Check {
-                        name: "token",
-                        ok: true,
-                        warning: false,
-                        detail: if remote.security.token.is_some() {
-                            "accepted".into()
-                        } else {
-                            "none needed".into()
-                        },
-                    });
-                    let ours = env!("CARGO_PKG_VERSION");
-                    checks.push(Check {
-                        name: "version",
-                        ok: info.version == ours,
-                        warning: info.version != ours,
-                        detail: format!("tally {ours}, coordinator {}", info.version),
-                    });
-                    checks.push(Check {
-                        name: "workers",
-                        ok: info.workers_live > 0,
-                        warning: info.workers_live == 0,
-                        detail: format!(
-                            "{} live; {} job(s), {} unfinished",
-                            info.workers_live, info.jobs, info.jobs_unfinished
-                        ),
-                    });
-                }
-                Err(e) if e.code() == tonic::Code::Unauthenticated => checks.push(Check {
-                    name: "token",
-                    ok: false,
-                    warning: false,
-                    detail: format!(
-                        "{} (set TALLY_TOKEN or --token-file to the coordinator's token)",
-                        e.message()
-                    ),
-                }),
-                Err(e) => checks.push(Check {
-                    name: "token",
-                    ok: false,
-                    warning: false,
-                    detail: e.message().to_string(),
-                }),
-            }
+            let how = if url.starts_with("https://") {
+                " over TLS"
+            } else {
+                " (plain text)"
+            };
+            checks.push(Check::pass("reachable", format!("{url}{how}")));
+            checks.push(check_health(channel.clone()).await);
+            checks.extend(check_service(remote, channel).await?);
         }
     }
+    Ok(print_checks(&checks, json))
+}
+
+async fn check_health(channel: tonic::transport::Channel) -> Check {
+    let health = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await;
+    match health {
+        Ok(r) if r.get_ref().status == 1 => Check::pass("health", "serving"),
+        Ok(r) => Check::fail("health", format!("status {}", r.get_ref().status)),
+        Err(e) => Check::fail("health", e.message()),
+    }
+}
+
+/// The token, the versions and the live workers, from one `Info` call.
+async fn check_service(
+    remote: &Remote,
+    channel: tonic::transport::Channel,
+) -> anyhow::Result<Vec<Check>> {
+    let auth = BearerToken::new(remote.security.token.as_deref())?;
+    let info = JobServiceClient::new(InterceptedService::new(channel, auth))
+        .info(proto::InfoRequest {})
+        .await;
+    let info = match info {
+        Ok(info) => info.into_inner(),
+        Err(e) if e.code() == tonic::Code::Unauthenticated => {
+            return Ok(vec![Check::fail(
+                "token",
+                format!(
+                    "{} (set TALLY_TOKEN or --token-file to the coordinator's token)",
+                    e.message()
+                ),
+            )]);
+        }
+        Err(e) => return Ok(vec![Check::fail("token", e.message())]),
+    };
+    let ours = env!("CARGO_PKG_VERSION");
+    Ok(vec![
+        Check::pass(
+            "token",
+            if remote.security.token.is_some() {
+                "accepted"
+            } else {
+                "none needed"
+            },
+        ),
+        Check::warn_unless(
+            "version",
+            info.version == ours,
+            format!("tally {ours}, coordinator {}", info.version),
+        ),
+        Check::warn_unless(
+            "workers",
+            info.workers_live > 0,
+            format!(
+                "{} live; {} job(s), {} unfinished",
+                info.workers_live, info.jobs, info.jobs_unfinished
+            ),
+        ),
+    ])
+}
+
+/// Prints the checks; the exit code fails when a check failed (not warned).
+fn print_checks(checks: &[Check], json: bool) -> ExitCode {
     let failed = checks.iter().any(|c| !c.ok && !c.warning);
     if json {
         let list: Vec<_> = checks
@@ -523,7 +567,7 @@ pub async fn doctor(
             .collect();
         println!("{}", serde_json::json!({ "ok": !failed, "checks": list }));
     } else {
-        for c in &checks {
+        for c in checks {
             let mark = match (c.ok, c.warning) {
                 (true, _) => "ok  ",
                 (false, true) => "warn",
@@ -532,9 +576,9 @@ pub async fn doctor(
             println!("{mark} {:<10} {}", c.name, c.detail);
         }
     }
-    Ok(if failed {
+    if failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
-    })
+    }
 }

@@ -8,12 +8,20 @@ use crate::support;
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
 use support::*;
-use tally_common::jobs::{self, KernelCache, Partial, ShardTask};
+use tally_common::cache::KernelCache;
+use tally_common::dynamic::{ShardContext, StageInput};
+use tally_common::kind::{CHECKPOINT_EVERY, WORKER_MEMORY_BUDGET};
+use tally_common::kinds::hex::{
+    self as hex_kind, HexPartial, HexPlan, HexSpec, MAX_SHARDS_PER_STEP,
+};
+use tally_common::kinds::sliders::{MAX_PREFIX_TASKS, SlidersPartial, SlidersTask};
 use tally_common::proto::job_service_client::JobServiceClient;
 use tally_common::proto::worker_service_client::WorkerServiceClient;
 use tally_common::proto::{self, job_spec::Kind, report_message::Body};
-use tally_common::spec::{self, HexPlan, HexSpec, JobSpec, KindSpec};
+use tally_common::spec::{self, JobSpec, ValidSpec};
+use tally_common::values::{EncodedTask, ShardOutcome};
 use tally_common::{Control, hex, kayles};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -113,7 +121,7 @@ fn first_side_over_budget() -> u32 {
                 shards_per_step: 0,
                 exact: false,
             };
-            jobs::hex_estimate(&h).worker_memory_bytes > jobs::WORKER_MEMORY_BUDGET
+            hex_kind::estimate(&h).worker_memory_bytes > WORKER_MEMORY_BUDGET
         })
         .expect("some side is over the budget")
 }
@@ -377,7 +385,7 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
             "hex shards per step max".into(),
             hex_with(2, |h| {
                 h.plan = "cell-step".into();
-                h.shards_per_step = spec::MAX_SHARDS_PER_STEP;
+                h.shards_per_step = MAX_SHARDS_PER_STEP;
             }),
             Accepted,
         ),
@@ -385,7 +393,7 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
             "hex shards per step max+1".into(),
             hex_with(2, |h| {
                 h.plan = "cell-step".into();
-                h.shards_per_step = spec::MAX_SHARDS_PER_STEP + 1;
+                h.shards_per_step = MAX_SHARDS_PER_STEP + 1;
             }),
             Refused(
                 Code::InvalidArgument,
@@ -604,15 +612,13 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
         ),
         (
             "sliders prefixes max".into(),
-            sliders_with(2, 3, "WRRBBB", "BBBRRW", |s| {
-                s.prefixes = spec::MAX_PREFIX_TASKS
-            }),
+            sliders_with(2, 3, "WRRBBB", "BBBRRW", |s| s.prefixes = MAX_PREFIX_TASKS),
             Accepted,
         ),
         (
             "sliders prefixes max+1".into(),
             sliders_with(2, 3, "WRRBBB", "BBBRRW", |s| {
-                s.prefixes = spec::MAX_PREFIX_TASKS + 1
+                s.prefixes = MAX_PREFIX_TASKS + 1
             }),
             Refused(
                 Code::InvalidArgument,
@@ -684,7 +690,7 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
         let before = observe(&mut client).await;
         match expect {
             Valid => {
-                JobSpec::try_from(&spec).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
+                ValidSpec::try_from(&spec).unwrap_or_else(|e| panic!("{name}: refused: {e}"));
                 valid += 1;
             }
             Accepted => {
@@ -698,8 +704,8 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
                     .into_inner()
                     .job
                     .unwrap();
-                let sent = JobSpec::try_from(&spec).unwrap();
-                let stored = JobSpec::try_from(job.spec.as_ref().unwrap()).unwrap();
+                let sent = ValidSpec::try_from(&spec).unwrap();
+                let stored = ValidSpec::try_from(job.spec.as_ref().unwrap()).unwrap();
                 assert_eq!(sent, stored, "{name}: the stored spec differs");
                 // Cancelled at once so that the table's jobs never run.
                 client
@@ -722,7 +728,7 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
                     .expect_err(&name);
                 check_status(&name, &status, code, needle);
                 // The same refusal as the spec conversion gives in process.
-                assert!(JobSpec::try_from(&spec).is_err(), "{name}");
+                assert!(ValidSpec::try_from(&spec).is_err(), "{name}");
                 assert_eq!(observe(&mut client).await, before, "{name}: state changed");
                 refused += 1;
             }
@@ -767,18 +773,8 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
         refused += 1;
     }
     let key = "k".repeat(256);
-    let first = submit(
-        &mut client,
-        &JobSpec::try_from(&kayles(10, 0)).unwrap(),
-        &key,
-    )
-    .await;
-    let again = submit(
-        &mut client,
-        &JobSpec::try_from(&kayles(12, 0)).unwrap(),
-        &key,
-    )
-    .await;
+    let first = submit(&mut client, &checked(&kayles(10, 0)), &key).await;
+    let again = submit(&mut client, &checked(&kayles(12, 0)), &key).await;
     assert_eq!(first.id, again.id, "a 256-byte key is kept");
     accepted += 1;
     eprintln!(
@@ -844,7 +840,10 @@ async fn values_at_their_limits_run_to_the_direct_answer() {
     ];
     let mut submitted = Vec::new();
     for (name, wire) in &cases {
-        let spec = JobSpec::try_from(wire).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let spec = ValidSpec::try_from(wire)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .spec()
+            .clone();
         submitted.push((name, submit(&mut client, &spec, "").await.id, spec));
     }
     for (name, id, spec) in submitted {
@@ -961,8 +960,9 @@ fn result_bytes(partial: Vec<u8>) -> Option<Body> {
     }))
 }
 
-fn result(partial: &Partial) -> Option<Body> {
-    result_bytes(partial.encode())
+/// A result with this partial, typed or encoded, in the JSON a worker sends.
+fn result(partial: &impl Serialize) -> Option<Body> {
+    result_bytes(serde_json::to_vec(partial).expect("partials serialise"))
 }
 
 fn output(data: Vec<u8>) -> Option<Body> {
@@ -993,18 +993,19 @@ fn by_holder(lease: &proto::ShardLease, rest: Vec<Option<Body>>) -> Call {
 }
 
 /// Computes a shard as an honest worker would.
-fn compute(lease: &proto::ShardLease, input: Option<&[u32]>) -> jobs::ShardOutcome {
-    let spec = JobSpec::try_from(lease.spec.as_ref().unwrap()).unwrap();
-    let task = ShardTask::decode(&lease.task).unwrap();
-    jobs::execute(
-        &spec,
+fn compute(lease: &proto::ShardLease, input: Option<&StageInput>) -> ShardOutcome {
+    let spec = ValidSpec::try_from(lease.spec.as_ref().unwrap()).unwrap();
+    let task = EncodedTask::from_bytes(&lease.task).unwrap();
+    spec.execute(
         &task,
-        input,
-        &lease.checkpoint,
-        &KernelCache::new(),
-        &Control::new(),
-        jobs::CHECKPOINT_EVERY,
-        &mut |_| {},
+        ShardContext {
+            input,
+            checkpoint: &lease.checkpoint,
+            cache: &KernelCache::new(),
+            control: &Control::new(),
+            checkpoint_every: CHECKPOINT_EVERY,
+            on_event: &mut |_| {},
+        },
     )
     .unwrap()
 }
@@ -1025,9 +1026,9 @@ async fn lease_all(workers: &mut WorkerServiceClient<Channel>) -> Vec<proto::Sha
 async fn stage_input(
     workers: &mut WorkerServiceClient<Channel>,
     lease: &proto::ShardLease,
-) -> Option<Vec<u32>> {
-    let spec = JobSpec::try_from(lease.spec.as_ref().unwrap()).unwrap();
-    if !jobs::needs_stage_input(&spec, lease.stage) {
+) -> Option<StageInput> {
+    let spec = ValidSpec::try_from(lease.spec.as_ref().unwrap()).unwrap();
+    if !spec.needs_stage_input(lease.stage) {
         return None;
     }
     let mut stream = workers
@@ -1042,7 +1043,12 @@ async fn stage_input(
     while let Some(chunk) = stream.message().await.unwrap() {
         bytes.extend_from_slice(&chunk.data);
     }
-    Some(jobs::decode_stage_input(&spec, &bytes).unwrap())
+    Some(spec.decode_stage_input(&bytes).unwrap())
+}
+
+/// The spec as the coordinator checks it (defaults filled in).
+fn checked(wire: &proto::JobSpec) -> JobSpec {
+    ValidSpec::try_from(wire).unwrap().spec().clone()
 }
 
 fn with_ttl(mut spec: JobSpec) -> JobSpec {
@@ -1052,13 +1058,13 @@ fn with_ttl(mut spec: JobSpec) -> JobSpec {
 }
 
 fn cell_step(side: u32, shards_per_step: u32) -> JobSpec {
-    with_ttl(JobSpec::new(KindSpec::Hex(HexSpec {
+    with_ttl(JobSpec::new(HexSpec {
         side,
         modulus: hex::DEFAULT_MODULUS,
         plan: HexPlan::CellStep,
         shards_per_step,
         exact: false,
-    })))
+    }))
 }
 
 /// Malformed, misdirected and stale worker messages, and requests about jobs,
@@ -1073,11 +1079,11 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
     let mut client = jobs_client(&url).await;
     let mut w = workers_client(&url).await;
 
-    let kayles_spec = with_ttl(JobSpec::try_from(&kayles(24, 0)).unwrap());
-    let points_spec = with_ttl(JobSpec::try_from(&hex(4, 0)).unwrap());
-    let sliders_spec = with_ttl(
-        JobSpec::try_from(&sliders_with(2, 3, "WRRBBB", "BBBRRW", |s| s.prefixes = 4)).unwrap(),
-    );
+    let kayles_spec = with_ttl(checked(&kayles(24, 0)));
+    let points_spec = with_ttl(checked(&hex(4, 0)));
+    let sliders_spec = with_ttl(checked(&sliders_with(2, 3, "WRRBBB", "BBBRRW", |s| {
+        s.prefixes = 4
+    })));
     let step_spec = cell_step(3, 2);
     let last_spec = cell_step(2, 1);
     let specs = [
@@ -1121,33 +1127,34 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
     let k0 = &kl[0];
     let k0_partial = compute(k0, None).partial;
     let k1_partial = compute(&kl[1], None).partial;
-    let Partial::HexEvaluations {
+    let Ok(HexPartial::HexEvaluations {
         modulus,
         evaluations,
-    } = compute(&pl[0], None).partial
+    }) = compute(&pl[0], None).partial.decode::<HexPartial>()
     else {
         panic!("points shards return evaluations");
     };
     let evaluations_with = |adjust: &dyn Fn(&mut Evaluations)| {
         let mut e = evaluations.clone();
         adjust(&mut e);
-        Partial::HexEvaluations {
+        HexPartial::HexEvaluations {
             modulus,
             evaluations: e,
         }
     };
-    let slider_prefixes = match ShardTask::decode(&sl[0].task).unwrap() {
-        ShardTask::SliderPrefixes { prefixes, .. } => prefixes.len() as u32,
-        other => panic!("{other:?}"),
-    };
-    let slider_sums = |done: u32| Partial::SliderSums {
+    let SlidersTask::SliderPrefixes { prefixes, .. } = EncodedTask::from_bytes(&sl[0].task)
+        .unwrap()
+        .decode::<SlidersTask>()
+        .unwrap();
+    let slider_prefixes = prefixes.len() as u32;
+    let slider_sums = |done: u32| SlidersPartial::SliderSums {
         prefixes_done: done,
         sums: Default::default(),
     };
     let step_output = compute(&cl[0], None).output;
-    let step_polys = jobs::check_polynomials(&step_output, 5, hex::DEFAULT_MODULUS).unwrap();
+    let step_polys = hex::check_polynomials(&step_output, 5, hex::DEFAULT_MODULUS).unwrap();
     let stride = 3; // side 2: 2 * 2 / 2 + 1 coefficients
-    let sums = |residues: Vec<u32>| Partial::HexCrossings { residues };
+    let sums = |residues: Vec<u32>| HexPartial::HexCrossings { residues };
     let stale = |attempt: u64| {
         let (job, stage, index, _) =
             tally_coordinator::records::parse_lease_id(&k0.lease_id).unwrap();
@@ -1200,7 +1207,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             "a finished stage",
             Call::Report(vec![
                 header(HOLDER, &format!("{l}/1/0/1")),
-                result(&Partial::None),
+                result(&HexPartial::None),
             ]),
             Code::FailedPrecondition,
             "not current (the job is at stage 2)",
@@ -1334,13 +1341,13 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             "a partial of another kind",
             by_holder(k0, vec![result(&evaluations_with(&|_| {}))]),
             Code::InvalidArgument,
-            "does not match the kayles shard",
+            "malformed partial result",
         ),
         row(
             "no partial for a kayles shard",
             by_holder(k0, vec![result_bytes(Vec::new())]),
             Code::InvalidArgument,
-            "does not match the kayles shard",
+            "malformed partial result",
         ),
         row(
             "the result of another character",
@@ -1390,7 +1397,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             "evaluations modulo another prime",
             by_holder(
                 &pl[0],
-                vec![result(&Partial::HexEvaluations {
+                vec![result(&HexPartial::HexEvaluations {
                     modulus: 998_244_353,
                     evaluations: evaluations.clone(),
                 })],
@@ -1439,7 +1446,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         ),
         row(
             "hex step: no output",
-            by_holder(&cl[0], vec![result(&Partial::None)]),
+            by_holder(&cl[0], vec![result(&HexPartial::None)]),
             Code::InvalidArgument,
             format!("hex step output holds 0 polynomials, expected {step_polys}"),
         ),
@@ -1448,8 +1455,8 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             by_holder(
                 &cl[0],
                 vec![
-                    output(jobs::encode_polynomials(&vec![1; 5 * (step_polys - 1)], 5)),
-                    result(&Partial::None),
+                    output(hex::encode_polynomials(&vec![1; 5 * (step_polys - 1)], 5)),
+                    result(&HexPartial::None),
                 ],
             ),
             Code::InvalidArgument,
@@ -1461,7 +1468,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 &cl[0],
                 vec![
                     output(step_output[..step_output.len() - 1].to_vec()),
-                    result(&Partial::None),
+                    result(&HexPartial::None),
                 ],
             ),
             Code::InvalidArgument,
@@ -1473,7 +1480,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 &cl[0],
                 vec![
                     output(vec![4, 2, 1, 0, 0, 0, 1, 0, 0, 0]),
-                    result(&Partial::None),
+                    result(&HexPartial::None),
                 ],
             ),
             Code::InvalidArgument,
@@ -1484,8 +1491,8 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             by_holder(
                 &cl[0],
                 vec![
-                    output(jobs::encode_polynomials(&vec![p0; 5 * step_polys], 5)),
-                    result(&Partial::None),
+                    output(hex::encode_polynomials(&vec![p0; 5 * step_polys], 5)),
+                    result(&HexPartial::None),
                 ],
             ),
             Code::InvalidArgument,
@@ -1511,7 +1518,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         ),
         row(
             "last hex step: no crossing sums",
-            by_holder(&ll[0], vec![result(&Partial::None)]),
+            by_holder(&ll[0], vec![result(&HexPartial::None)]),
             Code::InvalidArgument,
             "the last hex stage must return crossing sums",
         ),
@@ -1527,7 +1534,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         // Size limits.
         row(
             "an output chunk over the message limit",
-            by_holder(&cl[0], vec![output(big.clone()), result(&Partial::None)]),
+            by_holder(&cl[0], vec![output(big.clone()), result(&HexPartial::None)]),
             Code::OutOfRange,
             "message length too large",
         ),
@@ -1761,7 +1768,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
     // reaches the direct answer.
     for lease in &held {
         let input = stage_input(&mut w, lease).await;
-        let outcome = compute(lease, input.as_deref());
+        let outcome = compute(lease, input.as_ref());
         let mut messages = vec![header(HOLDER, &lease.lease_id)];
         if !outcome.output.is_empty() {
             messages.push(output(outcome.output));
@@ -1806,7 +1813,7 @@ mod fuzz {
     use proptest::test_runner::{Config, TestRunner};
     use serde_json::{Map, Value, json};
     use tally_common::proto::{self, job_spec::Kind};
-    use tally_common::spec::JobSpec;
+    use tally_common::spec::{JobSpec, ValidSpec};
 
     const CASES: u32 = 20_000;
 
@@ -2148,14 +2155,24 @@ mod fuzz {
 
     /// An accepted spec is valid, and its proto form converts back to itself
     /// and is a fixed point of the normalisation.
-    fn round_trips(spec: &JobSpec) -> Result<(), TestCaseError> {
-        prop_assert!(spec.validate().is_ok());
+    fn round_trips(spec: &ValidSpec) -> Result<(), TestCaseError> {
+        let again = ValidSpec::new(spec.spec().clone());
+        prop_assert_eq!(
+            again.as_ref().ok(),
+            Some(spec),
+            "checked again: {:?}",
+            again
+        );
         let wire = proto::JobSpec::from(spec);
-        let back = JobSpec::try_from(&wire);
+        let back = ValidSpec::try_from(&wire);
         prop_assert_eq!(back.as_ref().ok(), Some(spec), "through proto: {:?}", back);
         prop_assert_eq!(proto::JobSpec::from(&back.unwrap()), wire);
         let json = serde_json::to_string(spec).unwrap();
-        prop_assert_eq!(&serde_json::from_str::<JobSpec>(&json).unwrap(), spec);
+        prop_assert_eq!(&serde_json::from_str::<ValidSpec>(&json).unwrap(), spec);
+        prop_assert_eq!(
+            &serde_json::from_str::<JobSpec>(&json).unwrap(),
+            spec.spec()
+        );
         Ok(())
     }
 
@@ -2179,7 +2196,7 @@ mod fuzz {
         let accepted = AtomicUsize::new(0);
         runner()
             .run(&proto_spec(), |p| {
-                if let Ok(spec) = JobSpec::try_from(&p) {
+                if let Ok(spec) = ValidSpec::try_from(&p) {
                     accepted.fetch_add(1, Ordering::Relaxed);
                     round_trips(&spec)?;
                 }
@@ -2204,7 +2221,7 @@ mod fuzz {
                     round_trips(&spec)?;
                 }
                 if let Ok(spec) = toml::from_str::<JobSpec>(&text)
-                    && spec.validate().is_ok()
+                    && let Ok(spec) = ValidSpec::new(spec)
                 {
                     toml_ok.fetch_add(1, Ordering::Relaxed);
                     round_trips(&spec)?;
@@ -2269,16 +2286,16 @@ mod fuzz {
     #[test]
     fn arbitrary_puzzle_text_never_panics_and_accepted_puzzles_are_consistent() {
         use tally_common::blocks;
-        use tally_common::spec::{BlocksSpec, KindSpec};
+        use tally_common::kinds::blocks::BlocksSpec;
         let accepted = AtomicUsize::new(0);
         runner()
             .run(&puzzle_text(), |text| {
                 let parsed = blocks::parse_puzzle(&text);
-                let spec = JobSpec::new(KindSpec::Blocks(BlocksSpec {
+                let spec = ValidSpec::new(JobSpec::new(BlocksSpec {
                     puzzle: text.clone(),
                 }));
-                prop_assert_eq!(parsed.is_ok(), spec.validate().is_ok(), "{:?}", text);
-                let Ok(puzzle) = parsed else {
+                prop_assert_eq!(parsed.is_ok(), spec.is_ok(), "{:?}", text);
+                let (Ok(puzzle), Ok(spec)) = (parsed, spec) else {
                     return Ok(());
                 };
                 accepted.fetch_add(1, Ordering::Relaxed);

@@ -7,30 +7,33 @@ use std::time::Duration;
 
 use support::*;
 use tally_common::Control;
+use tally_common::kinds::blocks::BlocksSpec;
+use tally_common::kinds::hex::{HexPlan, HexSpec};
+use tally_common::kinds::kayles::KaylesSpec;
+use tally_common::kinds::pegs::PegsSpec;
+use tally_common::kinds::sliders::SlidersSpec;
 use tally_common::proto::{self, JobState};
 use tally_common::sliders::{SliderParams, SliderSpace};
-use tally_common::spec::{
-    BlocksSpec, HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, PegsSpec, SlidersSpec,
-};
+use tally_common::spec::JobSpec;
 
 fn hex(side: u32, shards_per_step: u32) -> JobSpec {
-    JobSpec::new(KindSpec::Hex(HexSpec {
+    JobSpec::new(HexSpec {
         side,
         modulus: 1_000_000_007,
         plan: HexPlan::CellStep,
         shards_per_step,
         exact: false,
-    }))
+    })
 }
 
 fn hex_points(side: u32, modulus: u32, exact: bool) -> JobSpec {
-    JobSpec::new(KindSpec::Hex(HexSpec {
+    JobSpec::new(HexSpec {
         side,
         modulus,
         plan: HexPlan::Points,
         shards_per_step: 0,
         exact,
-    }))
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -41,10 +44,13 @@ async fn hex_points_equals_cell_step_and_the_direct_kernel() {
     for side in 1..=9 {
         for modulus in [1_000_000_007, 998_244_353] {
             let points = hex_points(side, modulus, false);
-            let mut cell = hex(side, 2);
-            if let KindSpec::Hex(h) = &mut cell.kind {
-                h.modulus = modulus;
-            }
+            let cell = JobSpec::new(HexSpec {
+                side,
+                modulus,
+                plan: HexPlan::CellStep,
+                shards_per_step: 2,
+                exact: false,
+            });
             let a = submit(&mut client, &points, "").await;
             let b = submit(&mut client, &cell, "").await;
             let a = wait_finished(&mut client, &a.id, Duration::from_secs(120)).await;
@@ -175,26 +181,26 @@ async fn kayles_and_sliders_equal_the_direct_kernels() {
     let workers = Workers::start(&coordinator.url(), 3, 1);
     let mut client = jobs_client(&coordinator.url()).await;
     let mut specs = vec![
-        JobSpec::new(KindSpec::Kayles(KaylesSpec { pins: 0, digits: 9 })),
-        JobSpec::new(KindSpec::Kayles(KaylesSpec {
+        JobSpec::new(KaylesSpec { pins: 0, digits: 9 }),
+        JobSpec::new(KaylesSpec {
             pins: 20,
             digits: 18,
-        })),
-        JobSpec::new(KindSpec::Kayles(KaylesSpec {
+        }),
+        JobSpec::new(KaylesSpec {
             pins: 3000,
             digits: 9,
-        })),
-        JobSpec::new(KindSpec::Sliders(SlidersSpec {
+        }),
+        JobSpec::new(SlidersSpec {
             board: SliderParams::default(),
             prefixes: 0,
-        })),
+        }),
     ];
     // A three-colour board with many shortest sequences, split into many prefixes.
     for prefixes in [1, 10, 200] {
-        specs.push(JobSpec::new(KindSpec::Sliders(SlidersSpec {
+        specs.push(JobSpec::new(SlidersSpec {
             board: SliderParams::new(4, 4, "WRRRRRRGRRRRRRRB", "BRRRRRRGRRRRRRRW"),
             prefixes,
-        })));
+        }));
     }
     for spec in specs {
         let job = submit(&mut client, &spec, "").await;
@@ -203,10 +209,15 @@ async fn kayles_and_sliders_equal_the_direct_kernels() {
             state(&done),
             JobState::Succeeded,
             "{}: {}",
-            spec.describe(),
+            valid(&spec).describe(),
             done.error
         );
-        assert_eq!(done.answer, direct_answer(&spec), "{}", spec.describe());
+        assert_eq!(
+            done.answer,
+            direct_answer(&spec),
+            "{}",
+            valid(&spec).describe()
+        );
     }
     workers.stop().await;
     coordinator.shutdown().await;
@@ -282,10 +293,10 @@ async fn a_5x5_slider_job_on_several_workers_equals_brute_force_and_the_layer_co
     assert_eq!(dp.count, count);
     assert_eq!(u128::from(dp.checksum_sum_mod), sum % 100_000_007);
     for prefixes in [3, 8] {
-        let spec = JobSpec::new(KindSpec::Sliders(SlidersSpec {
+        let spec = JobSpec::new(SlidersSpec {
             board: params.clone(),
             prefixes,
-        }));
+        });
         let job = submit(&mut client, &spec, "").await;
         assert!(job.shards_total > 1, "{} shards", job.shards_total);
         // The work units are sequences: the shards' weights sum to the count.
@@ -303,10 +314,10 @@ async fn a_5x5_slider_job_on_several_workers_equals_brute_force_and_the_layer_co
 async fn slider_jobs_really_split_into_many_shards() {
     let coordinator = start_coordinator(None).await;
     let mut client = jobs_client(&coordinator.url()).await;
-    let spec = JobSpec::new(KindSpec::Sliders(SlidersSpec {
+    let spec = JobSpec::new(SlidersSpec {
         board: SliderParams::new(4, 4, "WRRRRRRGRRRRRRRB", "BRRRRRRGRRRRRRRW"),
         prefixes: 200,
-    }));
+    });
     let job = submit(&mut client, &spec, "").await;
     assert!(job.shards_total >= 20, "only {} shards", job.shards_total);
     coordinator.shutdown().await;
@@ -319,7 +330,7 @@ async fn same_idempotency_key_returns_the_same_job() {
     let spec = hex(3, 1);
     let first = client
         .submit(proto::SubmitRequest {
-            spec: Some((&spec).into()),
+            spec: Some(proto_spec(&spec)),
             idempotency_key: "k-1".into(),
         })
         .await
@@ -327,7 +338,7 @@ async fn same_idempotency_key_returns_the_same_job() {
         .into_inner();
     let again = client
         .submit(proto::SubmitRequest {
-            spec: Some((&spec).into()),
+            spec: Some(proto_spec(&spec)),
             idempotency_key: "k-1".into(),
         })
         .await
@@ -335,7 +346,7 @@ async fn same_idempotency_key_returns_the_same_job() {
         .into_inner();
     let other = client
         .submit(proto::SubmitRequest {
-            spec: Some((&spec).into()),
+            spec: Some(proto_spec(&spec)),
             idempotency_key: "k-2".into(),
         })
         .await
@@ -433,10 +444,10 @@ async fn a_report_from_a_stale_attempt_is_refused() {
     let coordinator = start_coordinator(None).await;
     let url = coordinator.url();
     let mut client = jobs_client(&url).await;
-    let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    let mut spec = JobSpec::new(KaylesSpec {
         pins: 20,
         digits: 9,
-    }));
+    });
     spec.options.lease_ttl_ms = 500;
     spec.options.max_attempts = 10;
     let job = submit(&mut client, &spec, "").await;
@@ -514,10 +525,10 @@ async fn cancel_stops_the_work_and_survives_a_restart() {
     let workers = Workers::start_with(&url, 1, 2, |c| c.drain_timeout = Duration::from_secs(120));
     let mut client = jobs_client(&url).await;
     // Long enough to be running when cancelled.
-    let spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    let spec = JobSpec::new(KaylesSpec {
         pins: 2_000_000,
         digits: 9,
-    }));
+    });
     let job = submit(&mut client, &spec, "").await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -608,10 +619,10 @@ async fn watch_streams_progress_until_the_job_finishes() {
 async fn replicas_catch_a_worker_that_returns_wrong_numbers() {
     let coordinator = start_coordinator(None).await;
     let url = coordinator.url();
-    let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    let mut spec = JobSpec::new(KaylesSpec {
         pins: 600,
         digits: 9,
-    }));
+    });
     spec.options.replicas = 2;
     spec.options.max_attempts = 2;
     let mut client = jobs_client(&url).await;
@@ -669,12 +680,12 @@ async fn pegs_through_several_workers_equal_the_single_process_count() {
         ("triangle:6", Some(4), None, 40),
         ("triangle:6", Some(1), Some(1), 0),
     ] {
-        let spec = JobSpec::new(KindSpec::Pegs(PegsSpec {
+        let spec = JobSpec::new(PegsSpec {
             board: board.into(),
             start,
             end,
             prefixes,
-        }));
+        });
         let job = submit(&mut client, &spec, "").await;
         let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
         assert_eq!(state(&done), JobState::Succeeded, "{board}: {}", done.error);
@@ -699,9 +710,9 @@ async fn blocks_through_the_runner_equal_the_single_process_count() {
         "ab.\ncd#\n..e\nsame: abcde\n",
         "aab\n.cb\n.cd\n",
     ] {
-        let spec = JobSpec::new(KindSpec::Blocks(BlocksSpec {
+        let spec = JobSpec::new(BlocksSpec {
             puzzle: puzzle.into(),
-        }));
+        });
         let job = submit(&mut client, &spec, "").await;
         let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
         assert_eq!(
@@ -713,12 +724,12 @@ async fn blocks_through_the_runner_equal_the_single_process_count() {
         assert_eq!(done.answer, direct_answer(&spec), "{puzzle}");
     }
     // A bad puzzle is refused at submission with its line and reason.
-    let bad = JobSpec::new(KindSpec::Blocks(BlocksSpec {
+    let bad = JobSpec::new(BlocksSpec {
         puzzle: "aa1.\na2a.\n".into(),
-    }));
+    });
     let status = client
         .submit(proto::SubmitRequest {
-            spec: Some((&bad).into()),
+            spec: Some(proto_spec(&bad)),
             idempotency_key: String::new(),
         })
         .await

@@ -91,12 +91,10 @@ async fn python_client_with_only_reflection_submits_and_reads_a_job() {
         );
     }
     assert_eq!(seen["state"], "JOB_STATE_SUCCEEDED");
-    let spec = tally_common::spec::JobSpec::new(tally_common::spec::KindSpec::Kayles(
-        tally_common::spec::KaylesSpec {
-            pins: 20,
-            digits: 9,
-        },
-    ));
+    let spec = tally_common::spec::JobSpec::new(tally_common::kinds::kayles::KaylesSpec {
+        pins: 20,
+        digits: 9,
+    });
     assert_eq!(seen["answer"], direct_answer(&spec));
     workers.stop().await;
     coordinator.shutdown().await;

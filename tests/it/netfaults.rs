@@ -27,8 +27,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::{ChildGuard, direct_answer, jobs_client, submit, tally_bin};
+use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::proto::{self, JobState};
-use tally_common::spec::{JobSpec, KaylesSpec, KindSpec};
+use tally_common::spec::JobSpec;
 
 const PREFIX: &str = "tallynf";
 const COORD_PORT: u16 = 7878;
@@ -556,10 +557,10 @@ async fn scenario(
     }
 
     let ttl_ms = 2_000;
-    let mut spec1 = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    let mut spec1 = JobSpec::new(KaylesSpec {
         pins: 4_000,
         digits: 9,
-    }));
+    });
     spec1.options.lease_ttl_ms = ttl_ms;
     let job1 = submit(&mut client, &spec1, "").await;
 
@@ -658,10 +659,10 @@ async fn scenario(
         ip(&["-n", a, "link", "set", "vac", "up"]);
     }
     let healed_ms = now_ms();
-    let mut spec2 = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    let mut spec2 = JobSpec::new(KaylesSpec {
         pins: 3_000,
         digits: 9,
-    }));
+    });
     spec2.options.lease_ttl_ms = ttl_ms;
     // Job 1 may be done already; b stops so that job 2 waits for a, which
     // shows a works again, then b returns to finish job 2 quickly.

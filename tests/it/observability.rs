@@ -9,8 +9,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::*;
+use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::proto::JobState;
-use tally_common::spec::{JobSpec, KaylesSpec, KindSpec};
+use tally_common::spec::JobSpec;
 use tally_coordinator::CoordinatorConfig;
 
 /// A plain HTTP/1.1 GET: status code and body.
@@ -52,10 +53,10 @@ fn metric_type(body: &str, name: &str) -> Option<String> {
 /// A kayles job with 16 shards, whose leases last long enough for a shard the
 /// test holds to keep the job running as long as the test looks.
 fn slow_job() -> JobSpec {
-    let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    let mut spec = JobSpec::new(KaylesSpec {
         pins: 2000,
         digits: 9,
-    }));
+    });
     spec.options.lease_ttl_ms = 600_000;
     spec
 }

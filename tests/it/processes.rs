@@ -7,8 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use support::*;
+use tally_common::kinds::hex::{HexPlan, HexSpec};
+use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::proto::JobState;
-use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec};
+use tally_common::spec::JobSpec;
 
 /// kill -9 of the coordinator in the middle of a hex cell-step job: after a
 /// restart on the same data directory the job completes with the right answer,
@@ -28,13 +30,13 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
     let _w2 = spawn_worker(&url, "w2", 1, &delay, &log);
     let mut client = jobs_client(&url).await;
 
-    let spec = JobSpec::new(KindSpec::Hex(HexSpec {
+    let spec = JobSpec::new(HexSpec {
         side: 9,
         modulus: 1_000_000_007,
         plan: HexPlan::CellStep,
         shards_per_step: 3,
         exact: false,
-    }));
+    });
     let job = submit(&mut client, &spec, "").await;
     // Let a good part of the job be accepted, then kill the coordinator.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -120,10 +122,10 @@ async fn worker_kill_mid_shard_lets_another_worker_finish_it() {
     let _coordinator = spawn_coordinator(port, &data, &log);
     let mut client = jobs_client(&url).await;
 
-    let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    let mut spec = JobSpec::new(KaylesSpec {
         pins: 4_000,
         digits: 9,
-    }));
+    });
     spec.options.lease_ttl_ms = 1_500;
     let job = submit(&mut client, &spec, "").await;
     // The doomed worker holds each lease for 30 s before computing.
@@ -171,10 +173,10 @@ async fn a_re_leased_shard_resumes_from_its_last_checkpoint() {
     let url = format!("http://127.0.0.1:{port}");
     let _coordinator = spawn_coordinator(port, &data, &log);
     let mut client = jobs_client(&url).await;
-    let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    let mut spec = JobSpec::new(KaylesSpec {
         pins: 200_000,
         digits: 9,
-    }));
+    });
     spec.options.lease_ttl_ms = 1_000;
     let job = submit(&mut client, &spec, "").await;
     let mut first = spawn_worker(

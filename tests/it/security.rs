@@ -7,10 +7,11 @@ use crate::support;
 use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::proto::job_service_client::JobServiceClient;
 use tally_common::proto::worker_service_client::WorkerServiceClient;
 use tally_common::proto::{self, JobState};
-use tally_common::spec::{JobSpec, KaylesSpec, KindSpec};
+use tally_common::spec::JobSpec;
 use tally_common::transport::{self, AuthChannel, ClientSecurity, ClientTls, ServerTls};
 use tally_coordinator::{CoordinatorConfig, RunningCoordinator};
 use tonic::Code;
@@ -42,10 +43,10 @@ fn workers(url: &str, security: &ClientSecurity) -> WorkerServiceClient<AuthChan
 }
 
 fn small_job() -> JobSpec {
-    JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    JobSpec::new(KaylesSpec {
         pins: 400,
         digits: 9,
-    }))
+    })
 }
 
 fn code<T>(result: Result<T, tonic::Status>) -> Code {
@@ -62,7 +63,7 @@ async fn call_everything(url: &str, security: &ClientSecurity) -> Vec<(&'static 
             "Submit",
             code(
                 j.submit(proto::SubmitRequest {
-                    spec: Some((&small_job()).into()),
+                    spec: Some(support::proto_spec(&small_job())),
                     idempotency_key: String::new(),
                 })
                 .await,
@@ -237,7 +238,7 @@ async fn workers_with_the_token_finish_jobs_and_without_it_stop() {
     let spec = small_job();
     let job = client
         .submit(proto::SubmitRequest {
-            spec: Some((&spec).into()),
+            spec: Some(support::proto_spec(&spec)),
             idempotency_key: String::new(),
         })
         .await
@@ -363,7 +364,7 @@ async fn mutual_tls_lets_in_only_clients_with_a_trusted_certificate() {
     let spec = small_job();
     let job = client
         .submit(proto::SubmitRequest {
-            spec: Some((&spec).into()),
+            spec: Some(support::proto_spec(&spec)),
             idempotency_key: String::new(),
         })
         .await

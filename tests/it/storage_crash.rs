@@ -20,10 +20,15 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tally_common::Control;
-use tally_common::jobs::{self, KernelCache, Partial, ShardEvent, ShardOutcome, ShardTask};
+use tally_common::cache::KernelCache;
+use tally_common::dynamic::ShardContext;
+use tally_common::kinds::hex::{HexPlan, HexSpec};
+use tally_common::kinds::kayles::KaylesSpec;
+use tally_common::kinds::sliders::SlidersSpec;
 use tally_common::proto;
 use tally_common::sliders::SliderParams;
-use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, SlidersSpec};
+use tally_common::spec::{JobSpec, ValidSpec};
+use tally_common::values::{EncodedPartial, EncodedTask, ShardOutcome};
 use tally_coordinator::CoordinatorError;
 use tally_coordinator::records::{
     self, EventRecord, JobRecord, JobState, ShardRecord, ShardState, checkpoint_key, decode,
@@ -72,7 +77,7 @@ enum Ack {
     Submitted {
         job: String,
         key: Option<String>,
-        spec: JobSpec,
+        spec: ValidSpec,
     },
     Leased {
         lease: String,
@@ -82,7 +87,7 @@ enum Ack {
     },
     Accepted {
         lease: String,
-        partial: Partial,
+        partial: EncodedPartial,
     },
     Cancelled {
         job: String,
@@ -99,41 +104,40 @@ fn scheduler_config() -> SchedulerConfig {
 /// Small jobs of every kind and plan: multi-stage hex cell steps (barriers and
 /// stage output), kayles rows long enough to checkpoint, sliders with
 /// checkpoints, replicated jobs, and jobs that fail after two lost leases.
-fn random_spec(rng: &mut Rng) -> JobSpec {
-    let kind = match rng.below(7) {
-        0 => KindSpec::Kayles(KaylesSpec {
+fn random_spec(rng: &mut Rng) -> ValidSpec {
+    let mut spec = match rng.below(7) {
+        0 => JobSpec::new(KaylesSpec {
             pins: *rng.pick(&[0, 10, 24, 40]),
             digits: 9,
         }),
-        1 => KindSpec::Kayles(KaylesSpec {
+        1 => JobSpec::new(KaylesSpec {
             pins: 4_500,
             digits: *rng.pick(&[3, 18]),
         }),
-        2 | 3 => KindSpec::Hex(HexSpec {
+        2 | 3 => JobSpec::new(HexSpec {
             side: *rng.pick(&[2, 3]),
             modulus: *rng.pick(&[1_000_000_007, 998_244_353, 101]),
             plan: HexPlan::CellStep,
             shards_per_step: 1 + rng.below(3) as u32,
             exact: false,
         }),
-        4 => KindSpec::Hex(HexSpec {
+        4 => JobSpec::new(HexSpec {
             side: 1 + rng.below(5) as u32,
             modulus: 1_000_000_007,
             plan: HexPlan::Points,
             shards_per_step: 0,
             exact: rng.chance(30),
         }),
-        _ => KindSpec::Sliders(SlidersSpec {
+        _ => JobSpec::new(SlidersSpec {
             board: SliderParams::new(3, 3, "WRRRRBBBB", "WBBBBRRRR"),
             prefixes: *rng.pick(&[2, 8]),
         }),
     };
-    let mut spec = JobSpec::new(kind);
     spec.options.lease_ttl_ms = tally_common::spec::MIN_LEASE_TTL_MS;
     spec.options.max_attempts = if rng.chance(15) { 2 } else { 100 };
     spec.options.replicas = if rng.chance(20) { 2 } else { 1 };
     spec.options.priority = rng.below(5) as i32 - 2;
-    spec
+    ValidSpec::new(spec).expect("the random specs are valid")
 }
 
 /// Appends acknowledgements, one JSON line each, durable before it returns.
@@ -176,7 +180,7 @@ fn read_acks(path: &Path) -> Vec<Ack> {
 }
 
 /// A checkpoint a kernel offered: resumable state, partial, work done.
-type Offered = (Vec<u8>, Partial, u64);
+type Offered = (Vec<u8>, Option<EncodedPartial>, u64);
 
 /// Runs one shard as a worker would: the previous stage's data if the shard
 /// needs it, the grant's checkpoint, and every checkpoint the kernel offers.
@@ -186,32 +190,35 @@ fn compute(
     grant: &Grant,
     cache: &KernelCache,
 ) -> Option<(ShardOutcome, Vec<Offered>)> {
-    let task = ShardTask::decode(&grant.task).expect("stored tasks decode");
-    let input = if jobs::needs_stage_input(&grant.spec, grant.stage) {
+    let task = EncodedTask::from_bytes(&grant.task).expect("stored tasks decode");
+    let input = if grant.spec.needs_stage_input(grant.stage) {
         let bytes = scheduler.stage_data(&grant.job, grant.stage - 1).ok()?;
-        Some(jobs::decode_stage_input(&grant.spec, &bytes).expect("stage data decodes"))
+        Some(
+            grant
+                .spec
+                .decode_stage_input(&bytes)
+                .expect("stage data decodes"),
+        )
     } else {
         None
     };
     let mut checkpoints = Vec::new();
-    let outcome = jobs::execute(
-        &grant.spec,
-        &task,
-        input.as_deref(),
-        &grant.checkpoint,
-        cache,
-        &Control::new(),
-        Duration::ZERO,
-        &mut |event| {
-            let ShardEvent::Checkpoint {
-                state,
-                partial,
-                work_done,
-            } = event;
-            checkpoints.push((state, partial, work_done));
-        },
-    )
-    .unwrap_or_else(|e| panic!("shard {} does not compute: {e}", grant.lease_id));
+    let outcome = grant
+        .spec
+        .execute(
+            &task,
+            ShardContext {
+                input: input.as_ref(),
+                checkpoint: &grant.checkpoint,
+                cache,
+                control: &Control::new(),
+                checkpoint_every: Duration::ZERO,
+                on_event: &mut |event| {
+                    checkpoints.push((event.state, event.partial, event.work_done));
+                },
+            },
+        )
+        .unwrap_or_else(|e| panic!("shard {} does not compute: {e}", grant.lease_id));
     Some((outcome, checkpoints))
 }
 
@@ -220,7 +227,7 @@ fn result_report(worker: &str, grant: &Grant, outcome: &ShardOutcome) -> Report 
         worker: worker.to_string(),
         lease_id: grant.lease_id.clone(),
         output: outcome.output.clone(),
-        result: Some((outcome.partial.encode(), outcome.work_done)),
+        result: Some((outcome.partial.to_bytes(), outcome.work_done)),
         ..Report::default()
     }
 }
@@ -284,7 +291,7 @@ fn run_child(dir: &Path, acks: &Path, seed: u64, mut now: u64) {
             }
             let spec = random_spec(&mut rng);
             let key = rng.chance(30).then(|| format!("key-{seed}-{step}"));
-            let plan = jobs::prepare(&spec, &cache, &Control::new()).expect("plans");
+            let plan = spec.prepare(&cache, &Control::new()).expect("plans");
             let (job, created) = scheduler
                 .submit(spec.clone(), plan, key.clone(), now)
                 .expect("submits");
@@ -372,7 +379,12 @@ fn work_on(
         let report = Report {
             worker: worker.to_string(),
             lease_id: grant.lease_id.clone(),
-            checkpoint: Some((state, partial.encode(), work_done)),
+            // As a worker sends it: no partial is empty bytes.
+            checkpoint: Some((
+                state,
+                partial.map(|p| p.to_bytes()).unwrap_or_default(),
+                work_done,
+            )),
             ..Report::default()
         };
         // A finished job answers `stop` and stores nothing.
@@ -431,9 +443,9 @@ fn parse_lease(lease: &str) -> (ShardId, u64) {
 struct Acknowledged {
     leases: HashSet<String>,
     highest_attempt: HashMap<ShardId, u64>,
-    accepted: HashMap<ShardId, (u64, Partial)>,
+    accepted: HashMap<ShardId, (u64, EncodedPartial)>,
     checkpoints: Vec<(ShardId, u64)>,
-    submitted: BTreeMap<String, (Option<String>, JobSpec)>,
+    submitted: BTreeMap<String, (Option<String>, ValidSpec)>,
     cancelled: HashSet<String>,
 }
 
@@ -745,7 +757,7 @@ fn check_acknowledged(s: &Snapshot, acked: &Acknowledged, t: &mut Tally) {
     for (shard, attempt) in &acked.checkpoints {
         let rec = s.shards.get(shard).expect("checkpointed shard exists");
         // Replicas start over from scratch, dropping the checkpoint on purpose.
-        if s.jobs[&shard.0].spec.options.replicas == 1 {
+        if s.jobs[&shard.0].spec.options().replicas == 1 {
             t.check(
                 "an acknowledged checkpoint is kept until the shard is done",
                 rec.state == ShardState::Done || (rec.has_checkpoint && rec.attempt >= *attempt),
@@ -810,11 +822,12 @@ fn check_monotonic(now: &Snapshot, before: &Snapshot, t: &mut Tally) {
 }
 
 /// The answer of the kernels alone, computed once per kind and parameters.
-fn direct_answer(spec: &JobSpec, cache: &mut HashMap<String, String>) -> String {
-    let key = serde_json::to_string(&spec.kind).unwrap();
+fn direct_answer(spec: &ValidSpec, cache: &mut HashMap<String, String>) -> String {
+    let job = spec.spec();
+    let key = serde_json::to_string(&(&job.kind, &job.params)).unwrap();
     cache
         .entry(key)
-        .or_insert_with(|| support::direct_answer(spec))
+        .or_insert_with(|| support::direct_answer(job))
         .clone()
 }
 
@@ -874,9 +887,9 @@ fn resume_to_completion(
             index: id.2,
             attempt: shard.attempt,
             spec: rec.spec.clone(),
-            task: shard.task.encode(),
+            task: shard.task.to_bytes(),
             checkpoint,
-            ttl_ms: rec.spec.options.lease_ttl_ms,
+            ttl_ms: rec.spec.options().lease_ttl_ms,
             work_total: shard.work_total,
         };
         held.push((
@@ -1121,12 +1134,13 @@ fn keep_for_diagnosis(data: &Path, seed: u64, iteration: usize) -> String {
 fn expired_first_lease(dir: &Path) -> (Scheduler, Arc<dyn Store>, Grant, ShardOutcome) {
     let store: Arc<dyn Store> = Arc::new(SledStore::open(dir).unwrap());
     let mut scheduler = Scheduler::load(store.clone(), scheduler_config(), 0).unwrap();
-    let mut spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    let mut spec = JobSpec::new(KaylesSpec {
         pins: 10,
         digits: 9,
-    }));
+    });
     spec.options.lease_ttl_ms = tally_common::spec::MIN_LEASE_TTL_MS;
-    let plan = jobs::prepare(&spec, &KernelCache::new(), &Control::new()).unwrap();
+    let spec = ValidSpec::new(spec).unwrap();
+    let plan = spec.prepare(&KernelCache::new(), &Control::new()).unwrap();
     scheduler.submit(spec, plan, None, 0).unwrap();
     let grant = scheduler.lease("a", 1, 0).unwrap().remove(0);
     assert_eq!(scheduler.expire_leases(1_000).unwrap(), 1);
@@ -1190,11 +1204,12 @@ fn a_result_on_an_expired_lease_stays_accepted() {
 fn populated_store(dir: &Path) {
     let store: Arc<dyn Store> = Arc::new(SledStore::open(dir).unwrap());
     let mut scheduler = Scheduler::load(store, scheduler_config(), 0).unwrap();
-    let spec = JobSpec::new(KindSpec::Kayles(KaylesSpec {
+    let spec = JobSpec::new(KaylesSpec {
         pins: 24,
         digits: 9,
-    }));
-    let plan = jobs::prepare(&spec, &KernelCache::new(), &Control::new()).unwrap();
+    });
+    let spec = ValidSpec::new(spec).unwrap();
+    let plan = spec.prepare(&KernelCache::new(), &Control::new()).unwrap();
     scheduler.submit(spec, plan, None, 0).unwrap();
     let grants = scheduler.lease("a", 2, 0).unwrap();
     let (outcome, _) = compute(&scheduler, &grants[0], &KernelCache::new()).unwrap();
@@ -1644,7 +1659,8 @@ fn damaged_and_foreign_data_directories_are_refused() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("data");
         (damage.make)(&dir, &mut rng);
-        let checked = std::panic::catch_unwind(|| {
+        // The closure only reads `reference`, which a panic leaves as it was.
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let before = kept(&dir, damage.kept);
             let Some(message) = refusal(&dir, damage.name) else {
                 assert!(damage.may_roll_back, "{}: the store opened", damage.name);
@@ -1664,7 +1680,7 @@ fn damaged_and_foreign_data_directories_are_refused() {
                 damage.name
             );
             format!("refused: {message}")
-        });
+        }));
         match checked {
             Ok(outcome) => eprintln!("{}: {outcome}", damage.name),
             Err(e) => failures.push(

@@ -16,9 +16,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use tally_common::kind::SpecOf;
+use tally_common::kinds::hex::{HexPlan, HexSpec};
+use tally_common::kinds::kayles::KaylesSpec;
+use tally_common::kinds::sliders::SlidersSpec;
 use tally_common::proto::job_service_client::JobServiceClient;
 use tally_common::proto::{self, JobState};
-use tally_common::spec::{HexPlan, HexSpec, JobSpec, KaylesSpec, KindSpec, SlidersSpec};
+use tally_common::spec::{JobSpec, ValidSpec};
 use tonic::transport::Channel;
 
 use super::{ChildGuard, Rng, free_port, tally_bin};
@@ -33,12 +37,12 @@ use super::{ChildGuard, Rng, free_port, tally_bin};
 pub struct JobTemplate {
     pub kind: &'static str,
     pub args: Vec<String>,
-    pub spec: JobSpec,
+    pub spec: ValidSpec,
 }
 
 impl JobTemplate {
-    fn new(kind: KindSpec, args: &[&str]) -> JobTemplate {
-        let spec = JobSpec::new(kind);
+    fn new<S: SpecOf>(params: S, args: &[&str]) -> JobTemplate {
+        let spec = ValidSpec::of(params).expect("the menu's specs are valid");
         JobTemplate {
             kind: spec.kind_name(),
             args: args.iter().map(|s| s.to_string()).collect(),
@@ -52,13 +56,13 @@ impl JobTemplate {
 pub fn default_menu() -> Vec<JobTemplate> {
     let hex = |side: u32, shards: u32| {
         JobTemplate::new(
-            KindSpec::Hex(HexSpec {
+            HexSpec {
                 side,
                 modulus: 1_000_000_007,
                 plan: HexPlan::CellStep,
                 shards_per_step: shards,
                 exact: false,
-            }),
+            },
             &[
                 "hex",
                 "--side",
@@ -72,16 +76,16 @@ pub fn default_menu() -> Vec<JobTemplate> {
     };
     let kayles = |pins: u64| {
         JobTemplate::new(
-            KindSpec::Kayles(KaylesSpec { pins, digits: 9 }),
+            KaylesSpec { pins, digits: 9 },
             &["kayles", "--pins", &pins.to_string()],
         )
     };
     let sliders = |prefixes: u32| {
         JobTemplate::new(
-            KindSpec::Sliders(SlidersSpec {
+            SlidersSpec {
                 board: tally_common::sliders::SliderParams::default(),
                 prefixes,
-            }),
+            },
             &["sliders", "--prefixes", &prefixes.to_string()],
         )
     };
@@ -775,10 +779,11 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
                 job.shards_total
             ));
         }
-        let mut expected_spec = t.spec.clone();
+        let mut expected_spec: JobSpec = t.spec.spec().clone();
         expected_spec.options.lease_ttl_ms = config.lease_ttl_ms;
         expected_spec.options.max_attempts = config.max_attempts;
-        match job.spec.as_ref().map(JobSpec::try_from) {
+        let expected_spec = super::valid(&expected_spec);
+        match job.spec.as_ref().map(ValidSpec::try_from) {
             Some(Ok(s)) if s == expected_spec => {}
             other => report.violations.push(format!(
                 "{id}: stored spec {other:?} differs from the submitted {expected_spec:?}"
@@ -788,7 +793,7 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
             Some(a) => a.clone(),
             None => {
                 let spec = t.spec.clone();
-                let a = tokio::task::spawn_blocking(move || super::direct_answer(&spec))
+                let a = tokio::task::spawn_blocking(move || super::direct_answer(spec.spec()))
                     .await
                     .unwrap();
                 direct.insert(template, a.clone());

@@ -9,10 +9,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tally_common::cache::KernelCache;
+use tally_common::kind::JobKind;
+use tally_common::kinds::{
+    blocks::Blocks, hex::Hex, kayles::Kayles, pegs::Pegs, queens::Queens, sliders::Sliders,
+};
 use tally_common::proto::job_service_client::JobServiceClient;
 use tally_common::proto::worker_service_client::WorkerServiceClient;
 use tally_common::proto::{self, Job, JobState};
-use tally_common::spec::JobSpec;
+use tally_common::spec::{JobSpec, ValidSpec};
+use tally_common::values::EncodedTask;
 use tally_coordinator::{CoordinatorConfig, RunningCoordinator};
 use tonic::transport::Channel;
 
@@ -97,10 +103,48 @@ pub async fn workers_client(url: &str) -> WorkerServiceClient<Channel> {
         .expect("connects")
 }
 
+/// The spec checked as the coordinator checks it; a test's own specs are valid.
+pub fn valid(spec: &JobSpec) -> ValidSpec {
+    ValidSpec::new(spec.clone()).unwrap_or_else(|e| panic!("{spec:?} is refused: {e}"))
+}
+
+/// The spec's proto form, unchecked (the coordinator checks what it receives),
+/// through the kind's own conversion.
+pub fn proto_spec(spec: &JobSpec) -> proto::JobSpec {
+    fn kind<K: JobKind>(
+        params: &serde_json::Map<String, serde_json::Value>,
+    ) -> proto::job_spec::Kind {
+        let typed: K::Spec = serde_json::from_value(serde_json::Value::Object(params.clone()))
+            .unwrap_or_else(|e| panic!("not the parameters of a {} job: {e}", K::NAME));
+        K::spec_to_proto(&typed)
+    }
+    let params = &spec.params;
+    let kind = match spec.kind.as_str() {
+        Hex::NAME => kind::<Hex>(params),
+        Kayles::NAME => kind::<Kayles>(params),
+        Sliders::NAME => kind::<Sliders>(params),
+        Pegs::NAME => kind::<Pegs>(params),
+        Blocks::NAME => kind::<Blocks>(params),
+        Queens::NAME => kind::<Queens>(params),
+        other => panic!("no proto form for a job of kind {other:?}"),
+    };
+    let o = &spec.options;
+    proto::JobSpec {
+        kind: Some(kind),
+        options: Some(proto::RunnerOptions {
+            priority: o.priority,
+            max_attempts: o.max_attempts,
+            lease_ttl_ms: o.lease_ttl_ms,
+            force: o.force,
+            replicas: o.replicas,
+        }),
+    }
+}
+
 pub async fn submit(client: &mut JobServiceClient<Channel>, spec: &JobSpec, key: &str) -> Job {
     client
         .submit(proto::SubmitRequest {
-            spec: Some(spec.into()),
+            spec: Some(proto_spec(spec)),
             idempotency_key: key.into(),
         })
         .await
@@ -190,7 +234,8 @@ pub async fn events_with_retry(
 
 /// The answer line computed by the kernels alone.
 pub fn direct_answer(spec: &JobSpec) -> String {
-    tally_common::jobs::compute_direct(spec, 2, &tally_common::Control::new())
+    valid(spec)
+        .compute_direct(2, &tally_common::Control::new())
         .expect("direct")
         .line
 }
@@ -222,25 +267,17 @@ pub fn result_report(
     worker: &str,
 ) -> Vec<proto::ReportMessage> {
     use proto::report_message::Body;
-    let task = tally_common::jobs::ShardTask::decode(&lease.task).unwrap();
-    let outcome = tally_common::jobs::execute(
-        spec,
-        &task,
-        None,
-        &[],
-        &tally_common::jobs::KernelCache::new(),
-        &tally_common::Control::new(),
-        tally_common::jobs::CHECKPOINT_EVERY,
-        &mut |_| {},
-    )
-    .unwrap();
+    let task = EncodedTask::from_bytes(&lease.task).unwrap();
+    let outcome = valid(spec)
+        .execute_once(&task, &KernelCache::new(), &tally_common::Control::new())
+        .unwrap();
     [
         Body::Header(proto::ReportHeader {
             worker_id: worker.into(),
             lease_id: lease.lease_id.clone(),
         }),
         Body::Result(proto::ReportResult {
-            partial: outcome.partial.encode(),
+            partial: outcome.partial.to_bytes(),
             work_done: lease.work_total,
         }),
     ]

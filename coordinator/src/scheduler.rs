@@ -1462,7 +1462,10 @@ mod tests {
             .execute_once(&task, &KernelCache::new(), &Control::new())
             .unwrap();
         if corrupt {
-            grant.spec.corrupt_for_testing(&mut outcome.partial).unwrap();
+            grant
+                .spec
+                .corrupt_for_testing(&mut outcome.partial)
+                .unwrap();
         }
         Report {
             worker: worker.into(),

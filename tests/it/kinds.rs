@@ -43,7 +43,13 @@ async fn run_to_answer(
         .job
         .unwrap();
     let done = wait_finished(client, &job.id, Duration::from_secs(600)).await;
-    assert_eq!(state(&done), JobState::Succeeded, "{}: {}", job.description, done.error);
+    assert_eq!(
+        state(&done),
+        JobState::Succeeded,
+        "{}: {}",
+        job.description,
+        done.error
+    );
     done
 }
 

@@ -17,8 +17,8 @@ pub mod sliders;
 pub mod spec;
 pub mod transport;
 
-#[cfg(test)]
-mod test_rng;
+#[doc(hidden)]
+pub mod test_rng;
 
 pub use control::Control;
 pub use error::{Error, Result};

@@ -31,8 +31,8 @@ pub mod spec;
 pub mod transport;
 pub mod values;
 
-#[cfg(test)]
-mod test_rng;
+#[doc(hidden)]
+pub mod test_rng;
 
 pub use control::Control;
 pub use error::{Error, Result};

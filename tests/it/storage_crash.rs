@@ -136,7 +136,7 @@ fn random_spec(rng: &mut Rng) -> ValidSpec {
     spec.options.lease_ttl_ms = tally_common::spec::MIN_LEASE_TTL_MS;
     spec.options.max_attempts = if rng.chance(15) { 2 } else { 100 };
     spec.options.replicas = if rng.chance(20) { 2 } else { 1 };
-    spec.options.priority = rng.below(5) as i32 - 2;
+    spec.options.priority = rng.below(5) - 2;
     ValidSpec::new(spec).expect("the random specs are valid")
 }
 
@@ -1010,7 +1010,7 @@ fn the_store_survives_sigkill_at_random_moments() {
             ])
             .env(CHILD_DIR, &data)
             .env(CHILD_ACKS, &acks_path)
-            .env(CHILD_SEED, rng.next().to_string())
+            .env(CHILD_SEED, rng.next_u64().to_string())
             .env(CHILD_CLOCK, clock.to_string())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr_path).unwrap())
@@ -1240,7 +1240,7 @@ fn overwrite(path: &Path, from: u64, len: u64, rng: &mut Rng) {
     use std::io::{Seek, SeekFrom};
     let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     file.seek(SeekFrom::Start(from)).unwrap();
-    let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    let bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
     file.write_all(&bytes).unwrap();
 }
 

@@ -579,7 +579,7 @@ fn foreign_states_are_rejected() {
     let mut rng = Rng(7);
     let mut out = Vec::new();
     for _ in 0..10_000 {
-        let garbage = (rng.next() as u128) << 64 | rng.next() as u128;
+        let garbage = (rng.next_u64() as u128) << 64 | rng.next_u64() as u128;
         p.neighbours(garbage, &mut out);
         let _ = p.render(garbage);
         assert!(p.check_state(garbage).is_err() || garbage == s);
@@ -598,7 +598,7 @@ fn frontier_bytes_round_trip() {
     ];
     for len in [10, 1000] {
         let mut v: Vec<u128> = (0..len)
-            .map(|_| ((rng.next() as u128) << 64 | rng.next() as u128) >> rng.below(120))
+            .map(|_| ((rng.next_u64() as u128) << 64 | rng.next_u64() as u128) >> rng.below(120))
             .collect();
         v.sort_unstable();
         v.dedup();
@@ -661,7 +661,7 @@ fn frontier_garbage_is_refused_without_panics() {
     let mut rng = Rng(3);
     for _ in 0..20_000 {
         let len = rng.below(40);
-        let mut bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let mut bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         if !bytes.is_empty() && rng.below(2) == 0 {
             bytes[0] = rng.below(8) as u8; // plausible counts
         }
@@ -720,7 +720,7 @@ fn state_set_finds_what_it_holds() {
             if i % 3 == 0 {
                 i as u128
             } else {
-                (rng.next() as u128) << 64 | rng.next() as u128
+                (rng.next_u64() as u128) << 64 | rng.next_u64() as u128
             }
         })
         .collect();

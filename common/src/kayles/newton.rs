@@ -308,7 +308,7 @@ pub(super) fn sqrt_newton(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kayles::tests::TestRng;
+    use crate::test_rng::Rng;
 
     /// `x * y mod (u^len, m)` by schoolbook.
     fn product(x: &[u64], y: &[u64], len: usize, m: u64) -> Vec<u64> {
@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn newton_inverse_equals_schoolbook() {
-        let mut rng = TestRng(3);
+        let mut rng = Rng(3);
         for m in [
             1_953_125u64,
             5u64.pow(18),
@@ -352,7 +352,7 @@ mod tests {
 
     #[test]
     fn newton_sqrt_equals_schoolbook() {
-        let mut rng = TestRng(4);
+        let mut rng = Rng(4);
         // Squares modulo Q of random roots modulo R.
         for q in [
             1_953_125u64,

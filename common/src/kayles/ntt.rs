@@ -761,7 +761,7 @@ impl Convolution {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kayles::tests::TestRng;
+    use crate::test_rng::Rng;
 
     #[test]
     fn transform_primes_are_primes_with_deep_roots() {
@@ -774,7 +774,7 @@ mod tests {
 
     #[test]
     fn reducer_matches_division() {
-        let mut rng = TestRng(1);
+        let mut rng = Rng(1);
         let moduli = [
             1u64,
             2,
@@ -790,7 +790,7 @@ mod tests {
         for &q in &moduli {
             let reducer = Reducer::new(q);
             for _ in 0..20_000 {
-                let x = (u128::from(rng.below(q)) << 64) | u128::from(rng.next());
+                let x = (u128::from(rng.below(q)) << 64) | u128::from(rng.next_u64());
                 assert_eq!(u128::from(reducer.rem(x)), x % u128::from(q), "{x} mod {q}");
             }
             for x in [0u128, 1, u128::from(q) - 1, (u128::from(q) << 64) - 1] {
@@ -821,7 +821,7 @@ mod tests {
 
     #[test]
     fn convolution_equals_schoolbook() {
-        let mut rng = TestRng(2);
+        let mut rng = Rng(2);
         // Odd and even moduli, small and up to 2^62, as inputs and as outputs.
         let moduli = [
             (1_953_125u64, 1_953_125u64),
@@ -857,7 +857,7 @@ mod tests {
         if !avx2() {
             return;
         }
-        let mut rng = TestRng(5);
+        let mut rng = Rng(5);
         for &p in &PRIMES[..3] {
             // Past 2^15 points the vector transforms run by cache blocks.
             for log in (4..=12).chain([16, 17]) {

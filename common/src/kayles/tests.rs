@@ -1,24 +1,7 @@
 use super::grundy::{Periodicity, mex_values, periodicity, proven_period};
 use super::rational::{block_series, character_fraction};
 use super::*;
-
-/// SplitMix64: a small deterministic generator for test data.
-pub(super) struct TestRng(pub(super) u64);
-
-impl TestRng {
-    pub(super) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..bound`.
-    pub(super) fn below(&mut self, bound: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(bound)) >> 64) as u64
-    }
-}
+use crate::test_rng::Rng;
 
 /// `f(n) mod 10^digits` through the public driver (odd `n`: 0).
 fn f(n: u64, digits: u32) -> u64 {
@@ -630,7 +613,7 @@ fn fast_driver_equals_the_quadratic_driver_on_short_rows() {
 #[test]
 fn fast_path_equals_the_quadratic_series_on_random_long_rows() {
     let control = Control::new();
-    let mut rng = TestRng(1015);
+    let mut rng = Rng(1015);
     for (i, digits) in [9u32, 9, 1, 18, 13].into_iter().enumerate() {
         let n = 2 * (1 + rng.below(10_000));
         let fast = fair_rows_fast(n, digits, 2, &control).unwrap();

@@ -738,7 +738,7 @@ fn barrett_reduction_matches_the_remainder() {
             assert_eq!(a.reduce(x), x % modulus);
         }
         for _ in 0..10_000 {
-            let x = rng.next();
+            let x = rng.next_u64();
             assert_eq!(a.reduce(x), x % modulus, "{x} mod {modulus}");
         }
     }

@@ -368,44 +368,5 @@ pub fn spawn_worker(url: &str, id: &str, slots: usize, extra: &[&str], log: &Pat
     )
 }
 
-/// SplitMix64: a tiny seeded generator, the same on every platform and whatever
-/// crate versions are in the lock file, so a seed replays the same run.
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// A generator whose state is the seed mixed with a constant (the chaos
-    /// suite's seeds replay through this).
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-
-    pub fn millis(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(self.range(lo, hi))
-    }
-
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
+/// The tests' seeded generator (SplitMix64), shared with the kernels' tests.
+pub use tally_common::test_rng::Rng;

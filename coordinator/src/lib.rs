@@ -12,6 +12,8 @@
 //! - [`server`]: wires the services, health, reflection and background tasks;
 //! - [`metrics`]: counters, the Prometheus endpoint and the status page.
 
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod metrics;
 pub mod records;

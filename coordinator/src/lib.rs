@@ -10,12 +10,14 @@
 //! - [`service`]: the tonic JobService and WorkerService, a thin async shell that
 //!   runs scheduler calls off the async runtime;
 //! - [`server`]: wires the services, health, reflection and background tasks;
-//! - [`metrics`]: counters, the Prometheus endpoint and the status page.
+//! - [`counters`]: what the coordinator measures (the bottom layer);
+//! - [`http`]: the `--http` listener: the Prometheus endpoint and the status page.
 
 #![forbid(unsafe_code)]
 
+pub mod counters;
 pub mod error;
-pub mod metrics;
+pub mod http;
 pub mod records;
 pub mod scheduler;
 pub mod server;

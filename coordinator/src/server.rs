@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
-use crate::metrics::CoordinatorMetrics;
+use crate::counters::CoordinatorMetrics;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::{JobApi, Shared, WorkerApi, now_ms};
 use crate::store::{MemoryStore, SledStore, Store, TimedStore};
@@ -132,7 +132,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     let shared = Shared::new(scheduler, metrics, config.kernel_cache.clone());
     // Bound before serving gRPC so that a taken port fails the start cleanly.
     let http_listener = match config.http {
-        Some(addr) => Some(crate::metrics::bind(addr).await?),
+        Some(addr) => Some(crate::http::bind(addr).await?),
         None => None,
     };
 
@@ -203,13 +203,13 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
             ),
     );
     let expiry = tokio::spawn(expire_leases(shared.clone(), config.expiry_interval));
-    let sampler = tokio::spawn(crate::metrics::sample_loop(shared.clone()));
+    let sampler = tokio::spawn(crate::http::sample_loop(shared.clone()));
     let mut http_addr = None;
     let http = match http_listener {
         Some(listener) => {
             http_addr = listener.local_addr().ok();
             let (stop, stopped) = oneshot::channel::<()>();
-            let task = crate::metrics::serve(shared.clone(), listener, async {
+            let task = crate::http::serve(shared.clone(), listener, async {
                 let _ = stopped.await;
             });
             tracing::info!(addr = ?http_addr, "serving /metrics and the status page");

@@ -16,7 +16,7 @@ use tokio::sync::{Notify, broadcast};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::metrics::CoordinatorMetrics;
+use crate::counters::CoordinatorMetrics;
 use crate::scheduler::{Report, ReportedFailure, Scheduler};
 use crate::{CoordinatorError, Result};
 
@@ -305,7 +305,7 @@ impl JobService for JobApi {
                     workers_live: s
                         .workers()
                         .values()
-                        .filter(|w| w.last_seen_ms + crate::metrics::WORKER_LOST_MS >= now)
+                        .filter(|w| w.last_seen_ms + crate::counters::WORKER_LOST_MS >= now)
                         .count() as u32,
                     jobs: jobs.len() as u32,
                     jobs_unfinished: jobs.iter().filter(|j| !is_finished(j)).count() as u32,

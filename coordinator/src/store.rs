@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::metrics::CoordinatorMetrics;
+use crate::counters::CoordinatorMetrics;
 use crate::{CoordinatorError, Result};
 
 /// The trees of the store.

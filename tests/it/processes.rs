@@ -126,7 +126,10 @@ async fn worker_kill_mid_shard_lets_another_worker_finish_it() {
         pins: 4_000,
         digits: 9,
     });
-    spec.options.lease_ttl_ms = 1_500;
+    // Workers heartbeat every second: a lease of 3 s survives a busy machine,
+    // and spare attempts keep an expiry under load from failing the job.
+    spec.options.lease_ttl_ms = 3_000;
+    spec.options.max_attempts = 10;
     let job = submit(&mut client, &spec, "").await;
     // The doomed worker holds each lease for 30 s before computing.
     let mut doomed = spawn_worker(&url, "doomed", 1, &["--shard-delay-ms", "30000"], &log);
@@ -177,7 +180,8 @@ async fn a_re_leased_shard_resumes_from_its_last_checkpoint() {
         pins: 200_000,
         digits: 9,
     });
-    spec.options.lease_ttl_ms = 1_000;
+    spec.options.lease_ttl_ms = 3_000;
+    spec.options.max_attempts = 10;
     let job = submit(&mut client, &spec, "").await;
     let mut first = spawn_worker(
         &url,

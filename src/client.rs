@@ -61,10 +61,7 @@ pub fn is_finished(job: &Job) -> bool {
 /// it started before instead of starting another (FNV-1a of the spec).
 fn run_key(spec: &ValidSpec) -> String {
     let text = serde_json::to_string(spec).expect("specs serialise");
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash = (hash ^ byte as u64).wrapping_mul(0x0100_0000_01b3);
-    }
+    let hash = tally_coordinator::records::fnv1a64(text.as_bytes());
     format!("run-{hash:016x}")
 }
 

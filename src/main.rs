@@ -4,6 +4,8 @@
 //! Contract: the answer is the last line of stdout, alone; progress and logs go
 //! to stderr; `--json` prints one JSON object instead.
 
+#![forbid(unsafe_code)]
+
 mod args;
 mod client;
 mod config;

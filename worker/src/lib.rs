@@ -6,6 +6,8 @@
 //! crash, and the coordinator re-leases the shard (from its last accepted
 //! checkpoint) once the lease expires.
 
+#![forbid(unsafe_code)]
+
 pub mod pool;
 
 use std::collections::HashMap;

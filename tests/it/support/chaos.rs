@@ -542,9 +542,8 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
         // Inject the next fault.
         if faulting && now >= next_fault {
             next_fault = now + rng.millis(config.fault_gap_ms.0, config.fault_gap_ms.1);
-            let mut fault = opening
-                .pop()
-                .unwrap_or_else(|| FAULTS[rng.range(0, 3) as usize]);
+            let opened = opening.pop();
+            let mut fault = opened.unwrap_or_else(|| FAULTS[rng.range(0, 3) as usize]);
             // Let a restarted coordinator show progress (or 10 s pass) before
             // the next coordinator fault, so resume times are measurable.
             let coordinator_ready = cluster.coordinator.up()
@@ -555,6 +554,11 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
             if matches!(fault, Fault::KillCoordinator | Fault::StopCoordinator)
                 && !coordinator_ready
             {
+                // An opening fault is put off, not dropped: every run must see
+                // each kind of fault at least once.
+                if opened.is_some() {
+                    opening.push(fault);
+                }
                 fault = Fault::KillWorker;
             }
             let live: Vec<usize> = (0..cluster.workers.len())

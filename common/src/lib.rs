@@ -23,6 +23,7 @@ pub mod kinds;
 pub mod local;
 pub mod metrics;
 pub mod modular;
+pub mod parallel;
 pub mod pegs;
 pub mod proto;
 pub mod queens;

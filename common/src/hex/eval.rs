@@ -19,14 +19,14 @@
 //! come in long runs. With AVX2 the 16 residues of a state are two registers.
 
 use std::hint::select_unpredictable;
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::HexGraph;
 use super::graph::{Block, COUNT_MASK, Gather, OCCUPIED};
 use super::kernel::has_avx2;
 use crate::modular::pow_mod;
-use crate::{Control, Error, Result};
+use crate::parallel::in_rounds;
+use crate::{Control, Result};
 
 /// Points swept together by one pass (64 bytes per state: one cache line).
 pub const POINTS_PER_PASS: usize = 16;
@@ -161,59 +161,36 @@ impl HexGraph {
                     x.map(|v| pow_mod(u64::from(v), degree, q) as u32);
             }
         }
-        let stages = self.stages();
+        let stages = &self.stages();
+        let groups: Vec<usize> = stages
+            .iter()
+            .map(|s| self.blocks[s.block].groups())
+            .collect();
         let max_group = self.blocks.iter().map(|b| b.max_group).max().unwrap_or(0);
-        let groups_total: usize = stages.iter().map(|s| self.blocks[s.block].groups()).sum();
+        let groups_total: usize = groups.iter().sum();
         let threads = threads.clamp(1, (groups_total / stages.len().max(1)).max(1));
         let shared = SharedVec(home.as_mut_ptr());
-        let claimed: Vec<AtomicUsize> = stages.iter().map(|_| AtomicUsize::new(0)).collect();
-        let barrier = Barrier::new(threads);
-        let stop = AtomicBool::new(false);
         let avx2 = has_avx2();
-        let work = || {
+        // Round i is stage i; its items are the groups of the stage's block.
+        let worker = || {
             let mut local = [vec![[0u32; NP]; max_group], vec![[0u32; NP]; max_group]];
-            for (i, stage) in stages.iter().enumerate() {
-                if stop.load(Ordering::Relaxed) {
-                    return;
-                }
+            move |i: usize, g: usize| {
+                let block = stages[i].block;
                 let run = GroupPass {
-                    block: &self.blocks[stage.block],
+                    block: &self.blocks[block],
                     home_block,
-                    is_home: stage.block == 0,
+                    is_home: block == 0,
                     two_blocks: self.blocks.len() == 2,
                     lanes,
                     avx2,
                 };
-                loop {
-                    let g = claimed[i].fetch_add(1, Ordering::Relaxed);
-                    if g >= run.block.groups() {
-                        break;
-                    }
-                    // SAFETY: group `g` was claimed by this thread alone, and its
-                    // entries of the vector belong to no other group of the block;
-                    // AVX2 only where the CPU has it.
-                    unsafe { run.run(avx2, g, shared, &mut local) };
-                }
-                if threads > 1 {
-                    if barrier.wait().is_leader() && control.is_cancelled() {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    barrier.wait();
-                } else if control.is_cancelled() {
-                    stop.store(true, Ordering::Relaxed);
-                }
+                // SAFETY: group `g` was taken by this thread alone, and its
+                // entries of the vector belong to no other group of the block;
+                // AVX2 only where the CPU has it.
+                unsafe { run.run(avx2, g, shared, &mut local) };
             }
         };
-        std::thread::scope(|scope| {
-            for _ in 1..threads {
-                scope.spawn(work);
-            }
-            work();
-        });
-        if stop.load(Ordering::Relaxed) {
-            return Err(Error::Cancelled);
-        }
-        control.check()?;
+        in_rounds(threads, &groups, control, worker, |_| {})?;
         let mut sums = [0u64; NP];
         for value in &home {
             for k in 0..NP {

@@ -18,6 +18,7 @@
 //! 10% above the finished graph.
 
 use super::frontier::{advance, top_row_state};
+use crate::parallel::map_indices;
 
 /// Marks a dropped transition while the graph is built.
 const NONE: u32 = u32::MAX;
@@ -271,36 +272,6 @@ pub(crate) fn block_layout(side: usize, width: usize) -> Vec<std::ops::Range<usi
         .collect()
 }
 
-/// Runs `f(i)` for `i` in `0..count` on up to `threads` threads (the calling one
-/// included), each taking the next index in turn; returns the results in order.
-fn parallel_map<T: Send>(count: usize, threads: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    let threads = threads.clamp(1, count.max(1));
-    if threads == 1 {
-        return (0..count).map(f).collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let work = || {
-        let mut done = Vec::new();
-        loop {
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if i >= count {
-                return done;
-            }
-            done.push((i, f(i)));
-        }
-    };
-    let mut all: Vec<(usize, T)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
-        let mut all = work();
-        for h in handles {
-            all.extend(h.join().expect("graph builder thread panicked"));
-        }
-        all
-    });
-    all.sort_unstable_by_key(|&(i, _)| i);
-    all.into_iter().map(|(_, t)| t).collect()
-}
-
 /// Marks a transition whose target was not yet numbered during the search.
 const FRESH_TARGET: u32 = u32::MAX - 1;
 
@@ -339,7 +310,7 @@ fn closure(side: usize, threads: usize) -> (Vec<u64>, Vec<Vec<u32>>) {
         // Per chunk: the flip target of every state and column ([state][col]),
         // FRESH_TARGET when it is new, and the new targets in the order of the
         // search, each with its slot in the first list or NOT_STORED.
-        let found = parallel_map(chunks, threads, |c| {
+        let found = map_indices(chunks, threads, |c| {
             let range = round.start + c * CHUNK..(round.start + (c + 1) * CHUNK).min(round.end);
             let mut ids = vec![NONE; range.len() * side];
             let mut fresh: Vec<(u64, u32)> = Vec::new();
@@ -420,7 +391,7 @@ pub(crate) fn build(side: usize, width: usize, threads: usize) -> Built {
             col_block[col] = (b, j);
         }
     }
-    let mut blocks = parallel_map(layout.len(), threads, |b| {
+    let mut blocks = map_indices(layout.len(), threads, |b| {
         group_states(side, layout[b].clone(), &masks)
     });
     // The gather lists, a few columns at a time; each column's flips are freed
@@ -430,7 +401,7 @@ pub(crate) fn build(side: usize, width: usize, threads: usize) -> Built {
     for cols in (0..side).collect::<Vec<_>>().chunks(threads.max(1)) {
         let blocks_ref = &blocks;
         let flips_ref = &flips;
-        gathers.extend(parallel_map(cols.len(), threads, |k| {
+        gathers.extend(map_indices(cols.len(), threads, |k| {
             let col = cols[k];
             let flip = flips_ref[col].as_ref().expect("each column is built once");
             column_gather(&blocks_ref[col_block[col].0], flip, col)

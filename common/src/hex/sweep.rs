@@ -2,13 +2,12 @@
 //! distributed plan) and the whole sweep on local threads.
 
 use std::ops::Range;
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::graph::{Block, MAX_SOURCES};
 use super::kernel::{Prior, Shape, Sources, has_avx2, target_poly};
 use super::{HexGraph, validate_modulus};
-use crate::{Control, Error, Result};
+use crate::parallel::in_rounds;
+use crate::{Control, Result};
 
 /// A buffer shared by the sweep threads: during a block of steps each thread
 /// writes the polynomials of the groups it took, and only reads the other buffer.
@@ -164,7 +163,7 @@ impl HexGraph {
         validate_modulus(self.side, modulus)?;
         control.check()?;
         let n = self.num_states();
-        let stages = self.stages();
+        let stages = &self.stages();
         let threads = threads.clamp(1, n.div_ceil(64).max(1));
         let mut current = self.initial_vector(modulus);
         let mut next = vec![0u32; current.len()];
@@ -174,58 +173,38 @@ impl HexGraph {
             SharedBuf(next.as_mut_ptr()),
         ];
         let local_len = self.blocks.iter().map(|b| b.max_group).max().unwrap_or(0) * self.stride;
-        let claimed: Vec<AtomicUsize> = stages.iter().map(|_| AtomicUsize::new(0)).collect();
-        let barrier = Barrier::new(threads);
-        let stop = AtomicBool::new(false);
+        let groups: Vec<usize> = stages
+            .iter()
+            .map(|s| self.blocks[s.block].groups())
+            .collect();
         let avx2 = has_avx2();
-        let work = || {
+        // Round i is stage i; its items are the groups of the stage's block.
+        let worker = || {
             let mut local = [vec![0u32; local_len], vec![0u32; local_len]];
-            for (i, stage) in stages.iter().enumerate() {
-                if stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                let block = &self.blocks[stage.block];
+            move |i: usize, g: usize| {
+                let stage = stages[i];
                 // SAFETY: during this stage no thread writes the input buffer (all
                 // writes go to the other one), and it is `len` residues long.
                 let input = unsafe { std::slice::from_raw_parts(bufs[i % 2].0, len) };
-                let output = bufs[(i + 1) % 2];
-                loop {
-                    let g = claimed[i].fetch_add(1, Ordering::Relaxed);
-                    if g >= block.groups() {
-                        break;
-                    }
-                    let run = GroupRun {
-                        graph: self,
-                        block,
-                        first: stage.first,
-                        group: g,
-                        canonical_input: i == 0,
-                        p: modulus,
-                    };
-                    // SAFETY: group `g` was claimed by this thread alone, so the
-                    // output polynomials it writes are written by no other thread;
-                    // AVX2 is used only when the CPU has it.
-                    unsafe { run.run(avx2, input, output.0, &mut local) };
-                }
-                if barrier.wait().is_leader() {
-                    control.add_work((n * block.cols.len()) as u64);
-                    if control.is_cancelled() {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                }
-                barrier.wait();
+                let run = GroupRun {
+                    graph: self,
+                    block: &self.blocks[stage.block],
+                    first: stage.first,
+                    group: g,
+                    canonical_input: i == 0,
+                    p: modulus,
+                };
+                // SAFETY: group `g` was taken by this thread alone, so the output
+                // polynomials it writes are written by no other thread; AVX2 is
+                // used only when the CPU has it.
+                unsafe { run.run(avx2, input, bufs[(i + 1) % 2].0, &mut local) };
             }
         };
-        std::thread::scope(|scope| {
-            for _ in 1..threads {
-                scope.spawn(work);
-            }
-            work();
-        });
-        if stop.load(Ordering::Relaxed) {
-            return Err(Error::Cancelled);
-        }
-        control.check()?;
+        let block_done = |i: usize| {
+            let width = self.blocks[stages[i].block].cols.len();
+            control.add_work((n * width) as u64);
+        };
+        in_rounds(threads, &groups, control, worker, block_done)?;
         let last = if stages.len().is_multiple_of(2) {
             &current
         } else {

@@ -1,0 +1,37 @@
+//! One shard attempt, from its lease to its final report: computed, counted,
+//! reported, and its slot given back.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tally_common::proto;
+
+use crate::context::{Context, ShardHandle};
+use crate::execute;
+use crate::reports::{self, Ending};
+
+pub(crate) async fn run_shard(
+    ctx: Arc<Context>,
+    lease: proto::ShardLease,
+    handle: Arc<ShardHandle>,
+) {
+    let lease_id = &lease.lease_id;
+    let started = Instant::now();
+    tracing::debug!(lease = %lease_id, "shard started");
+    let computed = execute::compute_shard(&ctx, &lease, &handle).await;
+    let ending = Ending::of(computed, handle.is_revoked());
+    match &ending {
+        Ending::Done(result) => {
+            ctx.stats
+                .record_completed(started.elapsed(), result.work_done);
+            tracing::info!(lease = %lease_id, seconds = started.elapsed().as_secs_f64(), "shard finished");
+        }
+        Ending::Failed { message, .. } => {
+            ctx.stats.record_failed();
+            tracing::warn!(lease = %lease_id, error = %message, "shard failed");
+        }
+        Ending::HandedBack | Ending::Stopped => ctx.stats.record_abandoned(),
+    }
+    reports::deliver_final_report(&ctx, lease_id, ending).await;
+    ctx.release(lease_id);
+}

@@ -1,0 +1,85 @@
+//! What a worker is told: where the coordinator is, how much to run at once,
+//! and the fault injection the reliability tests use.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tally_common::cache::KernelCache;
+use tally_common::kind::CHECKPOINT_EVERY;
+use tally_common::transport::ClientSecurity;
+
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    pub coordinator: String,
+    /// Shards run at the same time.
+    pub slots: usize,
+    /// Threads of the compute pool.
+    pub threads: usize,
+    /// Stable identity across reconnects.
+    pub worker_id: String,
+    /// How long a lease request waits for work.
+    pub lease_wait: Duration,
+    /// On shutdown, how long running shards may take to finish before they are
+    /// handed back.
+    pub drain_timeout: Duration,
+    /// Fault injection: wait this long before computing each shard (holding its
+    /// lease), so tests can kill a worker that is surely mid-shard.
+    pub shard_delay: Duration,
+    /// Fault injection: alter every result before reporting it, as a faulty
+    /// machine would (tests of the checks that must catch it).
+    pub corrupt_results: bool,
+    /// Fault injection: after a shard's first checkpoint is handed to the
+    /// forwarder, stall its computation this long (holding the lease), so tests
+    /// can kill a worker that has surely checkpointed mid-shard.
+    pub pause_after_checkpoint: Duration,
+    /// The cache of per-job structures (slider graphs, hex graphs); a worker in
+    /// the coordinator's process shares the coordinator's.
+    pub kernel_cache: Arc<KernelCache>,
+    /// How often a long shard sends a resumable checkpoint.
+    pub checkpoint_interval: Duration,
+    /// The bearer token and TLS material presented to the coordinator.
+    pub security: ClientSecurity,
+    /// Where to serve Prometheus `/metrics` over HTTP, if anywhere.
+    pub http: Option<std::net::SocketAddr>,
+}
+
+impl WorkerConfig {
+    pub fn new(coordinator: impl Into<String>) -> Self {
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        WorkerConfig {
+            coordinator: coordinator.into(),
+            slots: threads,
+            threads,
+            worker_id: default_worker_id(),
+            lease_wait: Duration::from_secs(5),
+            drain_timeout: Duration::from_secs(30),
+            shard_delay: Duration::ZERO,
+            corrupt_results: false,
+            pause_after_checkpoint: Duration::ZERO,
+            kernel_cache: Arc::new(KernelCache::new()),
+            checkpoint_interval: CHECKPOINT_EVERY,
+            security: ClientSecurity::default(),
+            http: None,
+        }
+    }
+}
+
+/// `<host>-<pid>-<random>`: unique per process, readable in logs.
+pub fn default_worker_id() -> String {
+    let host = hostname();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{host}-{}-{:05x}", std::process::id(), nanos & 0xfffff)
+}
+
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_string())
+}

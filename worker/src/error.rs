@@ -1,0 +1,15 @@
+//! The worker's errors.
+
+use tally_common::Error as CommonError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("invalid coordinator address {0:?}: {1}")]
+    Address(String, String),
+    #[error("{0}")]
+    Rpc(#[from] tonic::Status),
+    #[error("{0}")]
+    Kernel(#[from] CommonError),
+}
+
+pub type Result<T> = std::result::Result<T, WorkerError>;

@@ -1,0 +1,167 @@
+//! Shard execution: a lease's job and task decoded, the previous stage's output
+//! fetched when the shard needs it, and the kernel run on the compute pool while
+//! its checkpoints stream out. The worker's only calls into the kind layer
+//! (`ValidSpec`) are here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tally_common::cache::KernelCache;
+use tally_common::dynamic::{ShardContext, StageInput};
+use tally_common::proto;
+use tally_common::spec::ValidSpec;
+use tally_common::values::{EncodedTask, ShardEvent, ShardOutcome};
+use tally_common::{Error as CommonError, Result as CommonResult};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::backoff::Backoff;
+use crate::context::{Context, ShardHandle};
+use crate::error::Result;
+use crate::reports::{self, Checkpoint, ShardResult};
+
+/// Computes the shard of `lease`: its checkpoints are sent while it runs, and
+/// all of them before this returns its result.
+pub(crate) async fn compute_shard(
+    ctx: &Arc<Context>,
+    lease: &proto::ShardLease,
+    handle: &Arc<ShardHandle>,
+) -> Result<ShardResult> {
+    let spec_proto = lease
+        .spec
+        .as_ref()
+        .ok_or_else(|| CommonError::InvalidArgument("the lease carries no job spec".into()))?;
+    let spec = ValidSpec::try_from(spec_proto)?;
+    let task = EncodedTask::from_bytes(&lease.task)?;
+    if !ctx.config.shard_delay.is_zero() {
+        tokio::time::sleep(ctx.config.shard_delay).await;
+    }
+    let input = if spec.needs_stage_input(lease.stage) {
+        Some(stage_input(ctx, &spec, &lease.job_id, lease.stage - 1).await?)
+    } else {
+        None
+    };
+    let (checkpoints, forwarder) =
+        reports::forward_checkpoints(ctx.clone(), lease.lease_id.clone(), handle.clone());
+    let kernel = Kernel {
+        spec: spec.clone(),
+        task,
+        input,
+        checkpoint: lease.checkpoint.clone(),
+        cache: ctx.config.kernel_cache.clone(),
+        handle: handle.clone(),
+        checkpoint_every: ctx.config.checkpoint_interval,
+        pause_after_checkpoint: ctx.config.pause_after_checkpoint,
+    };
+    let mut outcome = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
+    let _ = forwarder.await;
+    if ctx.config.corrupt_results {
+        spec.corrupt_for_testing(&mut outcome.partial)?;
+    }
+    Ok(ShardResult {
+        output: outcome.output,
+        partial: outcome.partial.to_bytes(),
+        work_done: outcome.work_done,
+    })
+}
+
+/// One shard's kernel call, with all it needs, for a compute thread.
+struct Kernel {
+    spec: ValidSpec,
+    task: EncodedTask,
+    input: Option<StageInput>,
+    /// The last accepted checkpoint of an earlier attempt, or empty.
+    checkpoint: Vec<u8>,
+    cache: Arc<KernelCache>,
+    handle: Arc<ShardHandle>,
+    checkpoint_every: Duration,
+    /// Fault injection: see `WorkerConfig::pause_after_checkpoint`.
+    pause_after_checkpoint: Duration,
+}
+
+impl Kernel {
+    /// Runs the kernel on this thread, sending its checkpoints to `checkpoints`.
+    fn run(self, checkpoints: mpsc::UnboundedSender<Checkpoint>) -> CommonResult<ShardOutcome> {
+        let mut paused = false;
+        let mut on_event = |event: ShardEvent| {
+            let ShardEvent {
+                state,
+                partial,
+                work_done,
+            } = event;
+            let _ = checkpoints.send(Checkpoint {
+                state,
+                partial: partial.map(|p| p.to_bytes()).unwrap_or_default(),
+                work_done,
+            });
+            if !self.pause_after_checkpoint.is_zero() && !paused {
+                paused = true;
+                std::thread::sleep(self.pause_after_checkpoint);
+            }
+        };
+        self.spec.execute(
+            &self.task,
+            ShardContext {
+                input: self.input.as_ref(),
+                checkpoint: &self.checkpoint,
+                cache: &self.cache,
+                control: &self.handle.control,
+                checkpoint_every: self.checkpoint_every,
+                on_event: &mut on_event,
+            },
+        )
+    }
+}
+
+/// The value a compute thread sends back.
+async fn computed<T>(receiver: oneshot::Receiver<CommonResult<T>>) -> Result<T> {
+    let result = receiver
+        .await
+        .map_err(|_| CommonError::Internal("the compute thread stopped".into()))?;
+    Ok(result?)
+}
+
+/// The merged output of `stage`, fetched and decoded once per worker and shared
+/// by the shards of the next stage.
+async fn stage_input(ctx: &Context, spec: &ValidSpec, job: &str, stage: u32) -> Result<StageInput> {
+    let mut cached = ctx.stage_cache.lock().await;
+    if let Some(((j, s), data)) = cached.as_ref()
+        && j == job
+        && *s == stage
+    {
+        return Ok(data.clone());
+    }
+    let mut backoff = Backoff::new();
+    let bytes = loop {
+        match fetch_stage(ctx, job, stage).await {
+            Ok(bytes) => break bytes,
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                tracing::warn!(error = %status.message(), "stage data fetch failed; retrying");
+                backoff.wait().await;
+            }
+            Err(status) => return Err(status.into()),
+        }
+    };
+    let spec = spec.clone();
+    let decoded = ctx.pool.run(move || spec.decode_stage_input(&bytes));
+    let data = computed(decoded).await?;
+    *cached = Some(((job.to_string(), stage), data.clone()));
+    Ok(data)
+}
+
+/// The raw output of `stage`, in one call.
+async fn fetch_stage(
+    ctx: &Context,
+    job: &str,
+    stage: u32,
+) -> std::result::Result<Vec<u8>, tonic::Status> {
+    let request = proto::FetchStageDataRequest {
+        job_id: job.to_string(),
+        stage,
+    };
+    let mut stream = ctx.client().fetch_stage_data(request).await?.into_inner();
+    let mut data = Vec::new();
+    while let Some(chunk) = stream.message().await? {
+        data.extend_from_slice(&chunk.data);
+    }
+    Ok(data)
+}

@@ -1,0 +1,41 @@
+//! The heartbeat: once a second the worker tells the coordinator how far each
+//! running shard has got, which renews their leases, and stops the shards whose
+//! leases the coordinator has revoked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tally_common::proto;
+
+use crate::context::Context;
+
+const EVERY: Duration = Duration::from_secs(1);
+
+/// Beats until aborted.
+pub(crate) async fn heartbeat_loop(ctx: Arc<Context>) {
+    let mut ticker = tokio::time::interval(EVERY);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let leases = ctx
+            .progress()
+            .into_iter()
+            .map(|(lease_id, work_done)| proto::LeaseProgress {
+                lease_id,
+                work_done,
+            })
+            .collect();
+        let request = proto::HeartbeatRequest {
+            worker_id: ctx.config.worker_id.clone(),
+            leases,
+        };
+        match ctx.client().heartbeat(request).await {
+            Ok(response) => {
+                for id in response.into_inner().revoked_lease_ids {
+                    ctx.revoke(&id);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e.message(), "heartbeat failed"),
+        }
+    }
+}

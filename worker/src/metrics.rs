@@ -1,0 +1,90 @@
+//! The worker's counters and their Prometheus text; the HTTP listener that
+//! serves them is in `http`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tally_common::metrics::{Counter, Exposition, Histogram};
+
+/// Counters of one worker's life, returned when it stops.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    pub shards_completed: AtomicU64,
+    pub shards_failed: AtomicU64,
+    pub shards_abandoned: AtomicU64,
+    /// Wall time of shards that finished, from lease to result.
+    pub compute_seconds: Histogram,
+    /// Work units of finished shards.
+    pub work_units: Counter,
+}
+
+impl WorkerStats {
+    pub(crate) fn record_completed(&self, wall_time: Duration, work_units: u64) {
+        self.shards_completed.fetch_add(1, Ordering::Relaxed);
+        self.compute_seconds.observe(wall_time);
+        self.work_units.add(work_units);
+    }
+
+    pub(crate) fn record_failed(&self) {
+        self.shards_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A shard handed back or stopped (revoked, drained).
+    pub(crate) fn record_abandoned(&self) {
+        self.shards_abandoned.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The worker's state now, beside its counters.
+pub(crate) struct Gauges {
+    pub active_shards: usize,
+    pub slots: usize,
+    /// Work units done so far by the running shards.
+    pub work_in_progress: u64,
+}
+
+/// The Prometheus text exposition of `stats` and `gauges`.
+pub(crate) fn exposition(stats: &WorkerStats, gauges: &Gauges) -> String {
+    let mut e = Exposition::new();
+    e.counter(
+        "tally_worker_shards_completed_total",
+        "Shards this worker finished and reported.",
+        stats.shards_completed.load(Ordering::Relaxed),
+    );
+    e.counter(
+        "tally_worker_shards_failed_total",
+        "Shards that failed on this worker.",
+        stats.shards_failed.load(Ordering::Relaxed),
+    );
+    e.counter(
+        "tally_worker_shards_abandoned_total",
+        "Shards handed back or stopped (revoked, drained).",
+        stats.shards_abandoned.load(Ordering::Relaxed),
+    );
+    e.counter(
+        "tally_worker_work_units_total",
+        "Work units of finished shards.",
+        stats.work_units.get(),
+    );
+    e.gauge(
+        "tally_worker_active_shards",
+        "Shards running now.",
+        gauges.active_shards as f64,
+    );
+    e.gauge(
+        "tally_worker_slots",
+        "Shards this worker runs at once.",
+        gauges.slots as f64,
+    );
+    e.gauge(
+        "tally_worker_work_in_progress",
+        "Work units done so far by the running shards.",
+        gauges.work_in_progress as f64,
+    );
+    e.histogram(
+        "tally_worker_shard_compute_seconds",
+        "Wall time of finished shards.",
+        &stats.compute_seconds,
+    );
+    e.finish()
+}

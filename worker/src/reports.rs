@@ -1,0 +1,201 @@
+//! Reports to the coordinator: the checkpoints of a running shard, then the
+//! final report of its attempt (result, failure or hand-back), retried until
+//! the coordinator has it or refuses it for good.
+
+use std::sync::Arc;
+
+use tally_common::Error as CommonError;
+use tally_common::proto::{self, report_message::Body};
+use tokio::sync::mpsc;
+
+use crate::backoff::Backoff;
+use crate::context::{Context, ShardHandle};
+use crate::error::WorkerError;
+
+/// Stage output is sent in chunks of this size.
+const OUTPUT_CHUNK: usize = 1 << 20;
+
+/// A resumable state of a running shard, encoded for the wire.
+pub(crate) struct Checkpoint {
+    pub state: Vec<u8>,
+    /// The encoded partial result the state stands for.
+    pub partial: Vec<u8>,
+    pub work_done: u64,
+}
+
+/// What a finished shard reports, encoded for the wire.
+pub(crate) struct ShardResult {
+    /// Stage data for the next stage, else empty.
+    pub output: Vec<u8>,
+    /// The encoded partial result; empty when the output is all.
+    pub partial: Vec<u8>,
+    pub work_done: u64,
+}
+
+/// How a shard attempt ended, for the final report.
+pub(crate) enum Ending {
+    Done(ShardResult),
+    Failed {
+        message: String,
+        permanent: bool,
+    },
+    HandedBack,
+    /// The coordinator no longer wants the attempt: no final report.
+    Stopped,
+}
+
+impl Ending {
+    /// The ending of an attempt that computed `computed`; `revoked` tells a
+    /// cancellation by the coordinator from one by the drain timeout.
+    pub(crate) fn of(computed: Result<ShardResult, WorkerError>, revoked: bool) -> Ending {
+        match computed {
+            Ok(result) => Ending::Done(result),
+            Err(WorkerError::Kernel(CommonError::Cancelled)) if revoked => Ending::Stopped,
+            Err(WorkerError::Kernel(CommonError::Cancelled)) => Ending::HandedBack,
+            Err(WorkerError::Kernel(CommonError::InvalidArgument(message))) => Ending::Failed {
+                message,
+                permanent: true,
+            },
+            Err(e) => Ending::Failed {
+                message: e.to_string(),
+                permanent: false,
+            },
+        }
+    }
+
+    /// The messages after the header; `None` for an attempt that sends none.
+    fn body(self) -> Option<Vec<Body>> {
+        Some(match self {
+            Ending::Done(result) => {
+                let chunks = result.output.chunks(OUTPUT_CHUNK);
+                let mut messages: Vec<Body> = chunks
+                    .map(|chunk| {
+                        Body::Output(proto::OutputChunk {
+                            data: chunk.to_vec(),
+                        })
+                    })
+                    .collect();
+                messages.push(Body::Result(proto::ReportResult {
+                    partial: result.partial,
+                    work_done: result.work_done,
+                }));
+                messages
+            }
+            Ending::Failed { message, permanent } => vec![failure(message, permanent, false)],
+            Ending::HandedBack => vec![failure("worker shutting down".into(), false, true)],
+            Ending::Stopped => return None,
+        })
+    }
+}
+
+fn failure(message: String, permanent: bool, handed_back: bool) -> Body {
+    Body::Failure(proto::ReportFailure {
+        message,
+        permanent,
+        handed_back,
+    })
+}
+
+fn header(ctx: &Context, lease_id: &str) -> Body {
+    Body::Header(proto::ReportHeader {
+        worker_id: ctx.config.worker_id.clone(),
+        lease_id: lease_id.to_string(),
+    })
+}
+
+/// Sends one report stream; returns the coordinator's `stop`.
+async fn send_report(ctx: &Context, messages: Vec<Body>) -> Result<bool, tonic::Status> {
+    let stream = tokio_stream::iter(
+        messages
+            .into_iter()
+            .map(|body| proto::ReportMessage { body: Some(body) }),
+    );
+    let response = ctx.client().report(stream).await?;
+    Ok(response.into_inner().stop)
+}
+
+/// The coordinator refused the report for good: the attempt is stale, the job or
+/// shard is unknown, or the report is malformed.
+fn is_refusal(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::FailedPrecondition | tonic::Code::NotFound | tonic::Code::InvalidArgument
+    )
+}
+
+/// Starts the task that sends a shard's checkpoints as they come, each once: a
+/// lost checkpoint only costs recomputation after a crash. A refusal, or the
+/// coordinator's `stop`, revokes the shard. The task ends when the sender is
+/// dropped and every checkpoint is sent.
+pub(crate) fn forward_checkpoints(
+    ctx: Arc<Context>,
+    lease_id: String,
+    handle: Arc<ShardHandle>,
+) -> (
+    mpsc::UnboundedSender<Checkpoint>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (sender, mut checkpoints) = mpsc::unbounded_channel::<Checkpoint>();
+    let forwarder = tokio::spawn(async move {
+        while let Some(checkpoint) = checkpoints.recv().await {
+            let messages = vec![
+                header(&ctx, &lease_id),
+                Body::Checkpoint(proto::ReportCheckpoint {
+                    state: checkpoint.state,
+                    partial: checkpoint.partial,
+                    work_done: checkpoint.work_done,
+                }),
+            ];
+            match send_report(&ctx, messages).await {
+                Ok(stop) if stop => handle.revoke(),
+                Ok(_) => {}
+                Err(status) if is_refusal(&status) => {
+                    tracing::info!(lease = %lease_id, reason = %status.message(), "checkpoint refused; stopping");
+                    handle.revoke();
+                }
+                Err(status) => {
+                    tracing::debug!(error = %status.message(), "checkpoint not delivered")
+                }
+            }
+        }
+    });
+    (sender, forwarder)
+}
+
+/// Sends the final report of an attempt, retrying while the coordinator is
+/// unreachable, until it is accepted or refused for good.
+pub(crate) async fn deliver_final_report(ctx: &Context, lease_id: &str, ending: Ending) {
+    let Some(body) = ending.body() else { return };
+    let mut is_result = body.iter().any(|m| matches!(m, Body::Result(_)));
+    let mut messages = [vec![header(ctx, lease_id)], body].concat();
+    let mut backoff = Backoff::new();
+    loop {
+        match send_report(ctx, messages.clone()).await {
+            Ok(stop) => {
+                if is_result {
+                    // The coordinator has stored the result (or, with `stop`,
+                    // the job is finished): the chaos tests check from this
+                    // line that an accepted shard is never computed again.
+                    tracing::info!(lease = %lease_id, stop, "result accepted");
+                }
+                return;
+            }
+            Err(status) if status.code() == tonic::Code::InvalidArgument && is_result => {
+                // The coordinator found the result malformed: say so as a failed
+                // attempt, so the shard is retried now rather than at lease expiry.
+                tracing::warn!(lease = %lease_id, reason = %status.message(), "result refused as malformed");
+                let message = format!("result refused: {}", status.message());
+                messages = vec![header(ctx, lease_id), failure(message, false, false)];
+                is_result = false;
+            }
+            Err(status) if is_refusal(&status) => {
+                tracing::info!(lease = %lease_id, reason = %status.message(), "report refused");
+                return;
+            }
+            Err(status) => {
+                tracing::warn!(lease = %lease_id, error = %status.message(), "report not delivered; retrying");
+                backoff.wait().await;
+            }
+        }
+    }
+}

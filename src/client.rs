@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tally_common::Control;
+use tally_common::digest::fnv1a64;
 use tally_common::proto::job_service_client::JobServiceClient;
-use tally_common::proto::{self, Job, JobState};
+use tally_common::proto::{self, Job};
 use tally_common::spec::ValidSpec;
 use tally_common::transport::{self, AuthChannel, BearerToken, ClientSecurity};
+use tally_common::wire::MAX_MESSAGE_BYTES;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::args::{RunArgs, SubmitArgs};
@@ -42,18 +44,7 @@ pub async fn connect(remote: &Remote) -> anyhow::Result<JobServiceClient<AuthCha
     let auth = BearerToken::new(remote.security.token.as_deref())?;
     Ok(
         JobServiceClient::new(InterceptedService::new(channel, auth))
-            .max_decoding_message_size(tally_coordinator::server::MAX_MESSAGE_BYTES),
-    )
-}
-
-fn job_state(job: &Job) -> JobState {
-    JobState::try_from(job.state).unwrap_or(JobState::Unspecified)
-}
-
-pub fn is_finished(job: &Job) -> bool {
-    matches!(
-        job_state(job),
-        JobState::Succeeded | JobState::Failed | JobState::Cancelled
+            .max_decoding_message_size(MAX_MESSAGE_BYTES),
     )
 }
 
@@ -61,8 +52,7 @@ pub fn is_finished(job: &Job) -> bool {
 /// it started before instead of starting another (FNV-1a of the spec).
 fn run_key(spec: &ValidSpec) -> String {
     let text = serde_json::to_string(spec).expect("specs serialise");
-    let hash = tally_coordinator::records::fnv1a64(text.as_bytes());
-    format!("run-{hash:016x}")
+    format!("run-{:016x}", fnv1a64(text.as_bytes()))
 }
 
 pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
@@ -233,7 +223,7 @@ pub async fn follow(remote: &Remote, job_id: &str, progress: bool) -> anyhow::Re
                 .into_inner();
             while let Some(job) = stream.message().await? {
                 bar.update(&job);
-                if is_finished(&job) {
+                if job.is_finished() {
                     return anyhow::Ok(Some(job));
                 }
             }
@@ -352,7 +342,7 @@ pub async fn cancel(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result
     if json {
         println!("{}", output::job_json(&job));
     } else {
-        println!("{} {}", job.id, output::state_name(&job));
+        println!("{} {}", job.id, job.state_name());
     }
     Ok(ExitCode::SUCCESS)
 }

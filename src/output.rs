@@ -6,23 +6,12 @@ use std::time::Duration;
 
 use tally_common::proto::{Job, JobResult, JobState};
 
-pub fn state_name(job: &Job) -> &'static str {
-    match JobState::try_from(job.state).unwrap_or(JobState::Unspecified) {
-        JobState::Unspecified => "unknown",
-        JobState::Queued => "queued",
-        JobState::Running => "running",
-        JobState::Succeeded => "succeeded",
-        JobState::Failed => "failed",
-        JobState::Cancelled => "cancelled",
-    }
-}
-
 /// The job as JSON. These field names are a stable interface (see the README).
 pub fn job_json(job: &Job) -> serde_json::Value {
     serde_json::json!({
         "id": job.id,
         "kind": job.kind,
-        "state": state_name(job),
+        "state": job.state_name(),
         "description": job.description,
         "stage": job.stage,
         "stages_total": job.stages_total,
@@ -62,7 +51,7 @@ fn percent(done: u64, total: u64) -> f64 {
 }
 
 pub fn status_text(job: &Job) -> String {
-    let mut out = format!("{}  {}  {}\n", job.id, state_name(job), job.description);
+    let mut out = format!("{}  {}  {}\n", job.id, job.state_name(), job.description);
     out += &format!("  stage     {}/{}\n", job.stage, job.stages_total);
     out += &format!(
         "  shards    {}/{} done, {} leased, {} failed attempt(s)\n",
@@ -101,7 +90,7 @@ pub fn job_table(jobs: &[Job]) -> String {
     for job in jobs {
         rows.push([
             job.id.clone(),
-            state_name(job).into(),
+            job.state_name().into(),
             job.kind.clone(),
             format!("{:.0}%", percent(job.work_done, job.work_total)),
             duration(job.elapsed_ms),
@@ -230,7 +219,7 @@ impl ProgressView {
         if let Some(bar) = &self.bar {
             bar.set_length(job.work_total.max(1));
             bar.set_position(job.work_done);
-            bar.set_prefix(format!("{} {}", job.id, state_name(job)));
+            bar.set_prefix(format!("{} {}", job.id, job.state_name()));
             let stage = if job.stages_total > 1 {
                 format!("stage {}/{}, ", job.stage, job.stages_total)
             } else {
@@ -256,7 +245,7 @@ impl ProgressView {
             eprintln!(
                 "{} {} in {}",
                 job.id,
-                state_name(job),
+                job.state_name(),
                 duration(job.elapsed_ms)
             );
         }

@@ -14,12 +14,14 @@ pub mod balance;
 pub mod blocks;
 pub mod cache;
 pub mod control;
+pub mod digest;
 pub mod dynamic;
 pub mod error;
 pub mod hex;
 pub mod kayles;
 pub mod kind;
 pub mod kinds;
+pub mod lease;
 pub mod local;
 pub mod metrics;
 pub mod modular;
@@ -31,6 +33,7 @@ pub mod sliders;
 pub mod spec;
 pub mod transport;
 pub mod values;
+pub mod wire;
 
 #[doc(hidden)]
 pub mod test_rng;

@@ -1,21 +1,29 @@
-//! Counters and histograms in the Prometheus text exposition format, shared by
-//! the coordinator and the workers. Plain atomics: recording never blocks and
-//! never allocates, so it is cheap enough for every report and every commit.
+//! Counters and histograms, and the Prometheus text exposition (format 0.0.4)
+//! that the coordinator and the workers serve at `/metrics`. A thin layer over
+//! `prometheus-client`: recording is an atomic add for counters and a short
+//! lock for histograms, cheap enough for every report and every commit.
+//!
+//! An [`Exposition`] is built afresh for each scrape from the current values,
+//! in the order its metrics are added, and encoded by `prometheus-client`.
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram as PromHistogram;
+use prometheus_client::registry::Registry;
 
 /// A monotonically increasing count.
-#[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
+#[derive(Clone, Debug, Default)]
+pub struct Counter(prometheus_client::metrics::counter::Counter);
 
 impl Counter {
     pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
+        self.0.inc_by(n);
     }
 
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.get()
     }
 }
 
@@ -25,47 +33,43 @@ pub const SECONDS_BUCKETS: [f64; 12] = [
     1048.576,
 ];
 
-/// A histogram of durations with fixed buckets.
-#[derive(Debug)]
-pub struct Histogram {
-    buckets: [AtomicU64; SECONDS_BUCKETS.len()],
-    count: AtomicU64,
-    sum_nanos: AtomicU64,
-}
+/// A histogram of durations over [`SECONDS_BUCKETS`].
+#[derive(Clone, Debug)]
+pub struct Histogram(PromHistogram);
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum_nanos: AtomicU64::new(0),
-        }
+        Histogram(PromHistogram::new(SECONDS_BUCKETS))
     }
 }
 
 impl Histogram {
     pub fn observe(&self, duration: std::time::Duration) {
-        let seconds = duration.as_secs_f64();
-        // Counts are per bucket, not cumulative; exposition accumulates them.
-        if let Some(i) = SECONDS_BUCKETS.iter().position(|&b| seconds <= b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_nanos.fetch_add(
-            duration.as_nanos().min(u64::MAX as u128) as u64,
-            Ordering::Relaxed,
-        );
-    }
-
-    pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
+        self.0.observe(duration.as_secs_f64());
     }
 }
 
-/// Builds one exposition: `# HELP`, `# TYPE` and samples, metric by metric.
+/// One exposition: the metrics of a scrape, in the order they were added.
 #[derive(Debug, Default)]
 pub struct Exposition {
-    text: String,
+    metrics: Vec<Metric>,
+}
+
+#[derive(Debug)]
+struct Metric {
+    /// The name as exported; a counter's ends in `_total`.
+    name: String,
+    help: String,
+    value: Value,
+}
+
+#[derive(Debug)]
+enum Value {
+    Counter(u64),
+    Gauge(f64),
+    /// One sample per value of a single label.
+    Labelled(String, Vec<(String, f64)>),
+    Histogram(PromHistogram),
 }
 
 impl Exposition {
@@ -73,57 +77,80 @@ impl Exposition {
         Self::default()
     }
 
-    fn header(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.text, "# HELP {name} {help}");
-        let _ = writeln!(self.text, "# TYPE {name} {kind}");
+    fn push(&mut self, name: &str, help: &str, value: Value) {
+        self.metrics.push(Metric {
+            name: name.to_string(),
+            help: help.to_string(),
+            value,
+        });
     }
 
+    /// A counter; `name` is the exported name, `_total` included.
     pub fn counter(&mut self, name: &str, help: &str, value: u64) {
-        self.header(name, "counter", help);
-        let _ = writeln!(self.text, "{name} {value}");
+        self.push(name, help, Value::Counter(value));
     }
 
     pub fn gauge(&mut self, name: &str, help: &str, value: f64) {
-        self.header(name, "gauge", help);
-        let _ = writeln!(self.text, "{name} {value}");
+        self.push(name, help, Value::Gauge(value));
     }
 
     /// A gauge with one label: `name{label="value"} sample` per entry.
     pub fn labelled_gauge(&mut self, name: &str, help: &str, label: &str, values: &[(&str, f64)]) {
-        self.header(name, "gauge", help);
-        for (value_of_label, sample) in values {
-            let _ = writeln!(
-                self.text,
-                "{name}{{{label}=\"{}\"}} {sample}",
-                escape_label(value_of_label)
-            );
-        }
+        let values = values.iter().map(|&(v, s)| (v.to_string(), s)).collect();
+        self.push(name, help, Value::Labelled(label.to_string(), values));
     }
 
     pub fn histogram(&mut self, name: &str, help: &str, h: &Histogram) {
-        self.header(name, "histogram", help);
-        let mut cumulative = 0;
-        for (bound, bucket) in SECONDS_BUCKETS.iter().zip(&h.buckets) {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let _ = writeln!(self.text, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        let count = h.count.load(Ordering::Relaxed);
-        let _ = writeln!(self.text, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let sum = h.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(self.text, "{name}_sum {sum}");
-        let _ = writeln!(self.text, "{name}_count {count}");
+        self.push(name, help, Value::Histogram(h.0.clone()));
     }
 
+    /// The exposition as Prometheus text.
     pub fn finish(self) -> String {
-        self.text
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)
+            .expect("writing to a String cannot fail");
+        text
     }
 }
 
-fn escape_label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// The content type of [`Exposition::finish`]'s text.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+impl Collector for Exposition {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for m in &self.metrics {
+            match &m.value {
+                Value::Counter(v) => {
+                    // The encoder appends `_total` to a counter's name.
+                    let name = m.name.strip_suffix("_total").unwrap_or(&m.name);
+                    encode(&mut encoder, name, &m.help, &ConstCounter::new(*v))?;
+                }
+                Value::Gauge(v) => encode(&mut encoder, &m.name, &m.help, &ConstGauge::new(*v))?,
+                Value::Labelled(label, values) => {
+                    let gauge = ConstGauge::new(0.0);
+                    let mut family =
+                        encoder.encode_descriptor(&m.name, &m.help, None, gauge.metric_type())?;
+                    for (value, sample) in values {
+                        let labels = [(label.as_str(), value.as_str())];
+                        ConstGauge::new(*sample).encode(family.encode_family(&labels)?)?;
+                    }
+                }
+                Value::Histogram(h) => encode(&mut encoder, &m.name, &m.help, h)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+fn encode(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric: &impl EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
 
 #[cfg(test)]

@@ -2,22 +2,24 @@
 //! leases shards to workers, checkpoints every accepted result in a durable store
 //! and computes each job's answer.
 //!
-//! Layers, from the bottom up:
-//! - [`store`]: a transactional key-value store (sled on disk, or in memory) and
-//!   the typed records kept in it;
+//! Layers, from the bottom up; a module imports only modules below it:
+//! - [`error`], [`records`] (the typed records kept in the store and their
+//!   keys) and [`metrics`] (what the coordinator measures);
+//! - [`store`]: a transactional key-value store (sled on disk, or in memory);
 //! - [`scheduler`]: the synchronous state machine of jobs, stages, shards and
 //!   leases; every state change is one atomic, flushed store commit;
 //! - [`service`]: the tonic JobService and WorkerService, a thin async shell that
 //!   runs scheduler calls off the async runtime;
-//! - [`server`]: wires the services, health, reflection and background tasks;
-//! - [`counters`]: what the coordinator measures (the bottom layer);
-//! - [`http`]: the `--http` listener: the Prometheus endpoint and the status page.
+//! - [`http`]: the `--http` listener: Prometheus text, a JSON status and the
+//!   status page;
+//! - [`server`]: wires the services, health, reflection, the HTTP listener and
+//!   the background tasks.
 
 #![forbid(unsafe_code)]
 
-pub mod counters;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod records;
 pub mod scheduler;
 pub mod server;

@@ -5,10 +5,11 @@
 //! blobs or events in (stage, index) or sequence order.
 
 use serde::{Deserialize, Serialize};
+use tally_common::proto;
 use tally_common::spec::ValidSpec;
 use tally_common::values::{EncodedPartial, EncodedTask, JobPlan};
 
-use crate::{CoordinatorError, Result};
+use crate::error::{CoordinatorError, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -21,21 +22,22 @@ pub enum JobState {
 }
 
 impl JobState {
+    pub fn to_proto(self) -> proto::JobState {
+        match self {
+            JobState::Queued => proto::JobState::Queued,
+            JobState::Running => proto::JobState::Running,
+            JobState::Succeeded => proto::JobState::Succeeded,
+            JobState::Failed => proto::JobState::Failed,
+            JobState::Cancelled => proto::JobState::Cancelled,
+        }
+    }
+
     pub fn is_finished(self) -> bool {
-        matches!(
-            self,
-            JobState::Succeeded | JobState::Failed | JobState::Cancelled
-        )
+        self.to_proto().is_finished()
     }
 
     pub fn name(self) -> &'static str {
-        match self {
-            JobState::Queued => "queued",
-            JobState::Running => "running",
-            JobState::Succeeded => "succeeded",
-            JobState::Failed => "failed",
-            JobState::Cancelled => "cancelled",
-        }
+        self.to_proto().name()
     }
 }
 
@@ -107,13 +109,6 @@ pub struct ReplicaRecord {
     pub output_digest: u64,
 }
 
-/// 64-bit FNV-1a: stable across versions and platforms, unlike std's hasher.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
     pub seq: u64,
@@ -163,36 +158,9 @@ pub fn decode<T: for<'de> Deserialize<'de>>(what: &str, bytes: &[u8]) -> Result<
         .map_err(|e| CoordinatorError::Store(format!("corrupt {what} record: {e}")))
 }
 
-/// A lease id names one attempt of one shard: `<job>/<stage>/<index>/<attempt>`.
-pub fn lease_id(job: &str, stage: u32, index: u32, attempt: u64) -> String {
-    format!("{job}/{stage}/{index}/{attempt}")
-}
-
-pub fn parse_lease_id(id: &str) -> Result<(String, u32, u32, u64)> {
-    let bad = || CoordinatorError::InvalidArgument(format!("malformed lease id {id:?}"));
-    let mut parts = id.rsplitn(4, '/');
-    let attempt = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    let index = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    let stage = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    let job = parts.next().filter(|s| !s.is_empty()).ok_or_else(bad)?;
-    Ok((job.to_string(), stage, index, attempt))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lease_ids_round_trip_and_reject_garbage() {
-        let id = lease_id("job-000007", 3, 12, 2);
-        assert_eq!(
-            parse_lease_id(&id).unwrap(),
-            ("job-000007".to_string(), 3, 12, 2)
-        );
-        for bad in ["", "a/b/c", "job/1/2/x", "/1/2/3", "job/1/-2/3"] {
-            assert!(parse_lease_id(bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn output_keys_sort_by_shard_then_chunk() {

@@ -1,5 +1,7 @@
 //! Starting a coordinator: the store, the scheduler, the gRPC services (with
-//! health and reflection) and the background lease-expiry task.
+//! health, reflection and the token check on all but health), the HTTP
+//! listener, and the background tasks (lease expiry, metrics sampling).
+//! Shutdown drops the scheduler, which closes the store.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,19 +12,18 @@ use tally_common::cache::KernelCache;
 use tally_common::proto::job_service_server::JobServiceServer;
 use tally_common::proto::worker_service_server::WorkerServiceServer;
 use tally_common::transport::{RequireToken, ServerTls};
+use tally_common::wire::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
-use crate::counters::CoordinatorMetrics;
+use crate::error::{CoordinatorError, Result};
+use crate::http;
+use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::{JobApi, Shared, WorkerApi, now_ms};
 use crate::store::{MemoryStore, SledStore, Store, TimedStore};
-use crate::{CoordinatorError, Result};
-
-/// Largest gRPC message either side may send (one output chunk is 1 MiB).
-pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 #[derive(Clone, Debug)]
 pub struct CoordinatorConfig {
@@ -111,38 +112,80 @@ impl RunningCoordinator {
 
 /// Opens the store, reloads every job and starts serving on `config.listen`.
 pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
-    let store: Arc<dyn Store> = match &config.data_dir {
-        Some(dir) => {
-            let dir = dir.clone();
-            Arc::new(
-                tokio::task::spawn_blocking(move || SledStore::open(&dir))
-                    .await
-                    .map_err(|e| CoordinatorError::Internal(e.to_string()))??,
-            )
-        }
-        None => Arc::new(MemoryStore::new()),
-    };
     let metrics = Arc::new(CoordinatorMetrics::default());
-    let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
+    let store: Arc<dyn Store> =
+        Arc::new(TimedStore::new(open_store(&config).await?, metrics.clone()));
     let scheduler_config = config.scheduler.clone();
-    let scheduler =
-        tokio::task::spawn_blocking(move || Scheduler::load(store, scheduler_config, now_ms()))
-            .await
-            .map_err(|e| CoordinatorError::Internal(e.to_string()))??;
+    let scheduler = blocking(move || Scheduler::load(store, scheduler_config, now_ms())).await?;
     let shared = Shared::new(scheduler, metrics, config.kernel_cache.clone());
     // Bound before serving gRPC so that a taken port fails the start cleanly.
     let http_listener = match config.http {
-        Some(addr) => Some(crate::http::bind(addr).await?),
+        Some(addr) => Some(http::bind(addr).await?),
         None => None,
     };
-
     let listener = TcpListener::bind(config.listen).await.map_err(|e| {
         CoordinatorError::InvalidArgument(format!("cannot listen on {}: {e}", config.listen))
     })?;
     let addr = listener
         .local_addr()
         .map_err(|e| CoordinatorError::Internal(e.to_string()))?;
+    let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+    let server = serve_grpc(&config, shared.clone(), listener, async {
+        let _ = shutdown_rx.await;
+    })
+    .await?;
+    let expiry = tokio::spawn(expire_leases(shared.clone(), config.expiry_interval));
+    let sampler = tokio::spawn(sample_loop(shared.clone()));
+    let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let http = http_listener.map(|listener| {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = http::serve(shared.clone(), listener, async {
+            let _ = stopped.await;
+        });
+        tracing::info!(addr = ?http_addr, "serving /metrics and the status page");
+        (stop, task)
+    });
+    tracing::info!(%addr, "coordinator listening");
+    Ok(RunningCoordinator {
+        addr,
+        http_addr,
+        http,
+        sampler,
+        shutdown: Some(shutdown_tx),
+        server,
+        expiry,
+        shared,
+    })
+}
 
+/// Runs `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| CoordinatorError::Internal(e.to_string()))?
+}
+
+/// The sled store in the data directory, or a store in memory without one.
+async fn open_store(config: &CoordinatorConfig) -> Result<Arc<dyn Store>> {
+    Ok(match &config.data_dir {
+        Some(dir) => {
+            let dir = dir.clone();
+            Arc::new(blocking(move || SledStore::open(&dir)).await?)
+        }
+        None => Arc::new(MemoryStore::new()),
+    })
+}
+
+type GrpcServer = JoinHandle<std::result::Result<(), tonic::transport::Error>>;
+
+/// Serves health, reflection, JobService and WorkerService on `listener` until
+/// `shutdown`.
+async fn serve_grpc(
+    config: &CoordinatorConfig,
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<GrpcServer> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<JobServiceServer<JobApi>>()
@@ -150,16 +193,14 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     health_reporter
         .set_serving::<WorkerServiceServer<WorkerApi>>()
         .await;
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(tally_common::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| CoordinatorError::Internal(format!("reflection: {e}")))?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(tally_common::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()
-        .map_err(|e| CoordinatorError::Internal(format!("reflection: {e}")))?;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(tally_common::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_error = |e| CoordinatorError::Internal(format!("reflection: {e}"));
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
     // Health stays open so that orchestrators' probes (which send no headers)
     // work; it reveals only whether the coordinator is serving.
@@ -171,7 +212,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         auth.clone(),
     );
     let workers = InterceptedService::new(
-        WorkerServiceServer::new(WorkerApi::new(shared.clone()))
+        WorkerServiceServer::new(WorkerApi::new(shared))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         auth.clone(),
@@ -185,49 +226,18 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
             .tls_config(tls.config())
             .map_err(|e| CoordinatorError::InvalidArgument(format!("TLS configuration: {e}")))?;
     }
-    let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
-    let server = tokio::spawn(
+    // Small request/response pairs: without NODELAY, delayed ACKs add 40 ms to
+    // every exchange.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    Ok(tokio::spawn(
         builder
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(jobs)
             .add_service(workers)
-            .serve_with_incoming_shutdown(
-                // Small request/response pairs: without NODELAY, delayed ACKs add
-                // 40 ms to every exchange.
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                async {
-                    let _ = shutdown_rx.await;
-                },
-            ),
-    );
-    let expiry = tokio::spawn(expire_leases(shared.clone(), config.expiry_interval));
-    let sampler = tokio::spawn(crate::http::sample_loop(shared.clone()));
-    let mut http_addr = None;
-    let http = match http_listener {
-        Some(listener) => {
-            http_addr = listener.local_addr().ok();
-            let (stop, stopped) = oneshot::channel::<()>();
-            let task = crate::http::serve(shared.clone(), listener, async {
-                let _ = stopped.await;
-            });
-            tracing::info!(addr = ?http_addr, "serving /metrics and the status page");
-            Some((stop, task))
-        }
-        None => None,
-    };
-    tracing::info!(%addr, "coordinator listening");
-    Ok(RunningCoordinator {
-        addr,
-        http_addr,
-        http,
-        sampler,
-        shutdown: Some(shutdown_tx),
-        server,
-        expiry,
-        shared,
-    })
+            .serve_with_incoming_shutdown(incoming, shutdown),
+    ))
 }
 
 async fn expire_leases(shared: Arc<Shared>, every: Duration) {
@@ -244,6 +254,22 @@ async fn expire_leases(shared: Arc<Shared>, every: Duration) {
                 let _ = shared.changes.send(String::new());
             }
             Err(e) => tracing::error!(error = %e, "lease expiry failed"),
+        }
+    }
+}
+
+/// Samples every job's finished work every second, for the status page's
+/// throughput charts, until the coordinator stops.
+async fn sample_loop(shared: Arc<Shared>) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let now = now_ms();
+        match shared.with_scheduler(move |s| Ok(s.list(now))).await {
+            Ok(jobs) => shared.metrics.sample(&jobs, now),
+            Err(CoordinatorError::Unavailable(_)) => return,
+            Err(e) => tracing::warn!(error = %e, "metrics sampling failed"),
         }
     }
 }

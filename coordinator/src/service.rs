@@ -7,18 +7,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tally_common::cache::KernelCache;
+use tally_common::lease::LeaseId;
 use tally_common::proto::job_service_server::JobService;
 use tally_common::proto::worker_service_server::WorkerService;
 use tally_common::proto::{self, report_message::Body};
 use tally_common::spec::ValidSpec;
+use tally_common::wire::OUTPUT_CHUNK;
 use tally_common::{Control, proto::Job};
 use tokio::sync::{Notify, broadcast};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::counters::CoordinatorMetrics;
-use crate::scheduler::{Report, ReportedFailure, Scheduler};
-use crate::{CoordinatorError, Result};
+use crate::error::{CoordinatorError, Result};
+use crate::metrics::CoordinatorMetrics;
+use crate::scheduler::{
+    Grant, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult, Scheduler,
+};
 
 /// Longest long-poll a worker may ask for.
 pub const MAX_LEASE_WAIT: Duration = Duration::from_secs(30);
@@ -205,7 +209,7 @@ impl JobService for JobApi {
                 return;
             }
             loop {
-                if is_finished(&last) {
+                if last.is_finished() {
                     return;
                 }
                 // Wake on a change of this job, or every second for elapsed/ETA.
@@ -302,26 +306,15 @@ impl JobService for JobApi {
                 let jobs = s.list(now);
                 Ok(proto::InfoResponse {
                     version: env!("CARGO_PKG_VERSION").to_string(),
-                    workers_live: s
-                        .workers()
-                        .values()
-                        .filter(|w| w.last_seen_ms + crate::counters::WORKER_LOST_MS >= now)
-                        .count() as u32,
+                    workers_live: s.workers().values().filter(|w| w.is_live(now)).count() as u32,
                     jobs: jobs.len() as u32,
-                    jobs_unfinished: jobs.iter().filter(|j| !is_finished(j)).count() as u32,
+                    jobs_unfinished: jobs.iter().filter(|j| !j.is_finished()).count() as u32,
                     store_bytes: s.store_size_on_disk().unwrap_or(0),
                 })
             })
             .await?;
         Ok(Response::new(info))
     }
-}
-
-fn is_finished(job: &Job) -> bool {
-    matches!(
-        proto::JobState::try_from(job.state),
-        Ok(proto::JobState::Succeeded | proto::JobState::Failed | proto::JobState::Cancelled)
-    )
 }
 
 #[derive(Clone)]
@@ -372,14 +365,9 @@ impl WorkerService for WorkerApi {
     ) -> std::result::Result<Response<proto::HeartbeatResponse>, Status> {
         let r = request.into_inner();
         require_worker_id(&r.worker_id)?;
-        let leases: Vec<(String, u64)> = r
-            .leases
-            .into_iter()
-            .map(|l| (l.lease_id, l.work_done))
-            .collect();
         let revoked = self
             .shared
-            .with_scheduler(move |s| Ok(s.heartbeat(&r.worker_id, &leases, now_ms())))
+            .with_scheduler(move |s| Ok(s.heartbeat(&r.worker_id, &r.leases, now_ms())))
             .await?;
         Ok(Response::new(proto::HeartbeatResponse {
             revoked_lease_ids: revoked,
@@ -411,24 +399,10 @@ impl WorkerService for WorkerApi {
                 .await?;
             if !grants.is_empty() || tokio::time::Instant::now() >= deadline {
                 for g in &grants {
-                    self.shared.changed(&g.job);
-                    self.shared.metrics.leased(&g.lease_id);
+                    self.shared.changed(&g.lease.job);
+                    self.shared.metrics.leased(&g.lease);
                 }
-                let leases = grants
-                    .into_iter()
-                    .map(|g| proto::ShardLease {
-                        lease_id: g.lease_id,
-                        job_id: g.job,
-                        stage: g.stage,
-                        index: g.index,
-                        attempt: g.attempt,
-                        spec: Some((&g.spec).into()),
-                        task: g.task,
-                        checkpoint: g.checkpoint,
-                        ttl_ms: g.ttl_ms,
-                        work_total: g.work_total,
-                    })
-                    .collect();
+                let leases = grants.into_iter().map(shard_lease).collect();
                 return Ok(Response::new(proto::LeaseResponse { leases }));
             }
             // Backoff timers also make work ready: look again at least every 250 ms.
@@ -444,65 +418,10 @@ impl WorkerService for WorkerApi {
         &self,
         request: Request<Streaming<proto::ReportMessage>>,
     ) -> std::result::Result<Response<proto::ReportResponse>, Status> {
-        let mut stream = request.into_inner();
-        let header = match stream.next().await {
-            Some(Ok(proto::ReportMessage {
-                body: Some(Body::Header(h)),
-            })) => h,
-            Some(Err(e)) => return Err(e),
-            _ => {
-                return Err(Status::invalid_argument(
-                    "a report must start with its header",
-                ));
-            }
-        };
-        require_worker_id(&header.worker_id)?;
-        let mut report = Report {
-            worker: header.worker_id,
-            lease_id: header.lease_id,
-            ..Report::default()
-        };
-        while let Some(message) = stream.next().await {
-            let body = message?.body;
-            if report.result.is_some() || report.failure.is_some() {
-                return Err(Status::invalid_argument(
-                    "nothing may follow a result or a failure",
-                ));
-            }
-            match body {
-                None | Some(Body::Header(_)) => {
-                    return Err(Status::invalid_argument(
-                        "a report has exactly one header, first",
-                    ));
-                }
-                Some(Body::Checkpoint(c)) => {
-                    report.checkpoint = Some((c.state, c.partial, c.work_done))
-                }
-                Some(Body::Output(o)) => {
-                    if report.output.len() + o.data.len() > MAX_REPORT_BYTES {
-                        return Err(Status::resource_exhausted(
-                            "the report's output is too large",
-                        ));
-                    }
-                    report.output.extend_from_slice(&o.data);
-                }
-                Some(Body::Result(r)) => report.result = Some((r.partial, r.work_done)),
-                Some(Body::Failure(f)) => {
-                    report.failure = Some(ReportedFailure {
-                        message: f.message,
-                        permanent: f.permanent,
-                        handed_back: f.handed_back,
-                    })
-                }
-            }
-        }
-        if !report.output.is_empty() && report.result.is_none() {
-            return Err(Status::invalid_argument("stage output without a result"));
-        }
-        let job = crate::records::parse_lease_id(&report.lease_id).map(|(job, ..)| job)?;
+        let report = receive_report(request.into_inner()).await?;
+        let lease = report.lease.clone();
         let finished_shard = report.result.is_some() || report.failure.is_some();
-        let accepted_work = report.result.as_ref().map(|(_, work)| *work);
-        let lease_id = report.lease_id.clone();
+        let accepted_work = report.result.as_ref().map(|r| r.work_done);
         let started = std::time::Instant::now();
         let outcome = self
             .shared
@@ -517,15 +436,9 @@ impl WorkerService for WorkerApi {
                 return Err(e.into());
             }
         };
-        match accepted_work {
-            Some(work) if outcome.accepted => metrics.accepted(&lease_id, work),
-            // A late result of a finished job: answered, not stored.
-            Some(_) => metrics.lease_ended(&lease_id),
-            None if finished_shard => metrics.lease_ended(&lease_id),
-            None => {}
-        }
+        record_outcome(metrics, &lease, accepted_work, finished_shard, &outcome);
         if finished_shard {
-            self.shared.changed(&job);
+            self.shared.changed(&lease.job);
             self.shared.work_ready.notify_waiters();
         }
         Ok(Response::new(proto::ReportResponse { stop: outcome.stop }))
@@ -542,13 +455,137 @@ impl WorkerService for WorkerApi {
             .shared
             .with_scheduler(move |s| s.stage_data(&r.job_id, r.stage))
             .await?;
-        let chunks = data.len().div_ceil(crate::scheduler::OUTPUT_CHUNK);
+        let chunks = data.len().div_ceil(OUTPUT_CHUNK);
         let stream = tokio_stream::iter((0..chunks).map(move |i| {
-            let end = ((i + 1) * crate::scheduler::OUTPUT_CHUNK).min(data.len());
+            let end = ((i + 1) * OUTPUT_CHUNK).min(data.len());
             Ok(proto::StageDataChunk {
-                data: data[i * crate::scheduler::OUTPUT_CHUNK..end].to_vec(),
+                data: data[i * OUTPUT_CHUNK..end].to_vec(),
             })
         }));
         Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// The lease as the worker receives it.
+fn shard_lease(g: Grant) -> proto::ShardLease {
+    proto::ShardLease {
+        lease_id: g.lease.to_string(),
+        job_id: g.lease.job,
+        stage: g.lease.stage,
+        index: g.lease.index,
+        attempt: g.lease.attempt,
+        spec: Some((&g.spec).into()),
+        task: g.task,
+        checkpoint: g.checkpoint,
+        ttl_ms: g.ttl_ms,
+        work_total: g.work_total,
+    }
+}
+
+/// Reads a report stream: exactly one header first, then checkpoints and
+/// output, then at most one result or failure, and nothing after it.
+async fn receive_report(
+    mut stream: Streaming<proto::ReportMessage>,
+) -> std::result::Result<Report, Status> {
+    let header = match stream.next().await {
+        Some(Ok(proto::ReportMessage {
+            body: Some(Body::Header(h)),
+        })) => h,
+        Some(Err(e)) => return Err(e),
+        _ => {
+            return Err(Status::invalid_argument(
+                "a report must start with its header",
+            ));
+        }
+    };
+    require_worker_id(&header.worker_id)?;
+    let mut parts = ReportParts::default();
+    while let Some(message) = stream.next().await {
+        parts.add(message?.body)?;
+    }
+    if !parts.output.is_empty() && parts.result.is_none() {
+        return Err(Status::invalid_argument("stage output without a result"));
+    }
+    // The lease id is parsed once the stream has been read, so that a
+    // malformed stream is refused as such whatever its header says.
+    let lease: LeaseId = header.lease_id.parse().map_err(CoordinatorError::from)?;
+    Ok(Report {
+        checkpoint: parts.checkpoint,
+        output: parts.output,
+        result: parts.result,
+        failure: parts.failure,
+        ..Report::new(header.worker_id, lease)
+    })
+}
+
+/// The body of a report as it arrives.
+#[derive(Default)]
+struct ReportParts {
+    checkpoint: Option<ReportedCheckpoint>,
+    output: Vec<u8>,
+    result: Option<ReportedResult>,
+    failure: Option<ReportedFailure>,
+}
+
+impl ReportParts {
+    fn add(&mut self, body: Option<Body>) -> std::result::Result<(), Status> {
+        if self.result.is_some() || self.failure.is_some() {
+            return Err(Status::invalid_argument(
+                "nothing may follow a result or a failure",
+            ));
+        }
+        match body {
+            None | Some(Body::Header(_)) => {
+                return Err(Status::invalid_argument(
+                    "a report has exactly one header, first",
+                ));
+            }
+            Some(Body::Checkpoint(c)) => {
+                self.checkpoint = Some(ReportedCheckpoint {
+                    state: c.state,
+                    partial: c.partial,
+                    work_done: c.work_done,
+                })
+            }
+            Some(Body::Output(o)) => {
+                if self.output.len() + o.data.len() > MAX_REPORT_BYTES {
+                    return Err(Status::resource_exhausted(
+                        "the report's output is too large",
+                    ));
+                }
+                self.output.extend_from_slice(&o.data);
+            }
+            Some(Body::Result(r)) => {
+                self.result = Some(ReportedResult {
+                    partial: r.partial,
+                    work_done: r.work_done,
+                })
+            }
+            Some(Body::Failure(f)) => {
+                self.failure = Some(ReportedFailure {
+                    message: f.message,
+                    permanent: f.permanent,
+                    handed_back: f.handed_back,
+                })
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counts an answered report: an accepted result ends its lease's timing.
+fn record_outcome(
+    metrics: &CoordinatorMetrics,
+    lease: &LeaseId,
+    accepted_work: Option<u64>,
+    finished_shard: bool,
+    outcome: &ReportOutcome,
+) {
+    match accepted_work {
+        Some(work) if outcome.accepted => metrics.accepted(lease, work),
+        // A late result of a finished job: answered, not stored.
+        Some(_) => metrics.lease_ended(lease),
+        None if finished_shard => metrics.lease_ended(lease),
+        None => {}
     }
 }

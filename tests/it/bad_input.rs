@@ -40,7 +40,7 @@ enum Expect {
 use Expect::*;
 
 /// Anything past tonic's decoding limit is refused by tonic itself.
-const OVERSIZED: usize = tally_coordinator::server::MAX_MESSAGE_BYTES + 1;
+const OVERSIZED: usize = tally_common::wire::MAX_MESSAGE_BYTES + 1;
 
 // ------------------------------------------------------------ spec values
 
@@ -1156,9 +1156,9 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
     let stride = 3; // side 2: 2 * 2 / 2 + 1 coefficients
     let sums = |residues: Vec<u32>| HexPartial::HexCrossings { residues };
     let stale = |attempt: u64| {
-        let (job, stage, index, _) =
-            tally_coordinator::records::parse_lease_id(&k0.lease_id).unwrap();
-        tally_coordinator::records::lease_id(&job, stage, index, attempt)
+        let mut lease: tally_common::lease::LeaseId = k0.lease_id.parse().unwrap();
+        lease.attempt = attempt;
+        lease.to_string()
     };
     let own = |lease: &str| Call::Report(vec![header(HOLDER, lease), result(&k0_partial)]);
     let long_id = "w".repeat(129);

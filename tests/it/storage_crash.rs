@@ -25,6 +25,7 @@ use tally_common::dynamic::ShardContext;
 use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::kinds::sliders::SlidersSpec;
+use tally_common::lease::LeaseId;
 use tally_common::proto;
 use tally_common::sliders::SliderParams;
 use tally_common::spec::{JobSpec, ValidSpec};
@@ -34,7 +35,9 @@ use tally_coordinator::records::{
     self, EventRecord, JobRecord, JobState, ShardRecord, ShardState, checkpoint_key, decode,
     shard_key,
 };
-use tally_coordinator::scheduler::{Grant, Report, ReportedFailure, Scheduler, SchedulerConfig};
+use tally_coordinator::scheduler::{
+    Grant, Report, ReportedCheckpoint, ReportedFailure, ReportedResult, Scheduler, SchedulerConfig,
+};
 use tally_coordinator::store::{SledStore, Store, Tree};
 
 use support::Rng;
@@ -191,8 +194,10 @@ fn compute(
     cache: &KernelCache,
 ) -> Option<(ShardOutcome, Vec<Offered>)> {
     let task = EncodedTask::from_bytes(&grant.task).expect("stored tasks decode");
-    let input = if grant.spec.needs_stage_input(grant.stage) {
-        let bytes = scheduler.stage_data(&grant.job, grant.stage - 1).ok()?;
+    let input = if grant.spec.needs_stage_input(grant.lease.stage) {
+        let bytes = scheduler
+            .stage_data(&grant.lease.job, grant.lease.stage - 1)
+            .ok()?;
         Some(
             grant
                 .spec
@@ -218,18 +223,16 @@ fn compute(
                 },
             },
         )
-        .unwrap_or_else(|e| panic!("shard {} does not compute: {e}", grant.lease_id));
+        .unwrap_or_else(|e| panic!("shard {} does not compute: {e}", grant.lease));
     Some((outcome, checkpoints))
 }
 
 fn result_report(worker: &str, grant: &Grant, outcome: &ShardOutcome) -> Report {
-    Report {
-        worker: worker.to_string(),
-        lease_id: grant.lease_id.clone(),
-        output: outcome.output.clone(),
-        result: Some((outcome.partial.to_bytes(), outcome.work_done)),
-        ..Report::default()
-    }
+    let result = ReportedResult {
+        partial: outcome.partial.to_bytes(),
+        work_done: outcome.work_done,
+    };
+    Report::result(worker, grant.lease.clone(), result, outcome.output.clone())
 }
 
 /// A refusal a worker may meet in normal operation: its attempt was superseded
@@ -309,7 +312,7 @@ fn run_child(dir: &Path, acks: &Path, seed: u64, mut now: u64) {
             let slots = 1 + rng.below(3) as u32;
             for grant in scheduler.lease(&worker, slots, now).expect("leases") {
                 log.append(&Ack::Leased {
-                    lease: grant.lease_id.clone(),
+                    lease: grant.lease.to_string(),
                 });
                 let expires = now + grant.ttl_ms;
                 held.push((worker.clone(), grant, expires));
@@ -337,13 +340,16 @@ fn run_child(dir: &Path, acks: &Path, seed: u64, mut now: u64) {
         } else {
             let worker = format!("w{}", rng.below(3));
             // A worker renews only what it still believes it holds.
-            let leases: Vec<(String, u64)> = held
+            let leases: Vec<proto::LeaseProgress> = held
                 .iter()
                 .filter(|(w, _, expires)| *w == worker && now < *expires)
-                .map(|(_, g, _)| (g.lease_id.clone(), 0))
+                .map(|(_, g, _)| proto::LeaseProgress {
+                    lease_id: g.lease.to_string(),
+                    work_done: 0,
+                })
                 .collect();
             let revoked = scheduler.heartbeat(&worker, &leases, now);
-            held.retain(|(w, g, _)| *w != worker || !revoked.contains(&g.lease_id));
+            held.retain(|(w, g, _)| *w != worker || !revoked.contains(&g.lease.to_string()));
             for (w, grant, expires) in &mut held {
                 if *w == worker && now < *expires {
                     *expires = now + grant.ttl_ms;
@@ -376,17 +382,13 @@ fn work_on(
     };
     if !checkpoints.is_empty() && rng.chance(70) {
         let (state, partial, work_done) = rng.pick(&checkpoints).clone();
-        let report = Report {
-            worker: worker.to_string(),
-            lease_id: grant.lease_id.clone(),
+        let checkpoint = ReportedCheckpoint {
+            state,
             // As a worker sends it: no partial is empty bytes.
-            checkpoint: Some((
-                state,
-                partial.map(|p| p.to_bytes()).unwrap_or_default(),
-                work_done,
-            )),
-            ..Report::default()
+            partial: partial.map(|p| p.to_bytes()).unwrap_or_default(),
+            work_done,
         };
+        let report = Report::checkpoint(worker, grant.lease.clone(), checkpoint);
         // A finished job answers `stop` and stores nothing.
         match scheduler.report(report, now) {
             Ok(outcome) if !outcome.stop => {}
@@ -396,23 +398,19 @@ fn work_on(
             }
         }
         log.append(&Ack::Checkpoint {
-            lease: grant.lease_id.clone(),
+            lease: grant.lease.to_string(),
         });
         if fate < 16 {
             return; // the worker dies after its checkpoint
         }
     }
     if fate < 24 {
-        let failure = Report {
-            worker: worker.to_string(),
-            lease_id: grant.lease_id.clone(),
-            failure: Some(ReportedFailure {
-                message: "the worker ran out of memory".into(),
-                permanent: false,
-                handed_back: rng.chance(30),
-            }),
-            ..Report::default()
+        let failure = ReportedFailure {
+            message: "the worker ran out of memory".into(),
+            permanent: false,
+            handed_back: rng.chance(30),
         };
+        let failure = Report::failure(worker, grant.lease.clone(), failure);
         expect_stale(scheduler.report(failure, now), "failure");
         return;
     }
@@ -422,10 +420,11 @@ fn work_on(
     }
     // With replicas the first result is kept but not yet accepted; a finished
     // job acknowledges a report without accepting it.
-    let shard = read_shard(store, &grant.job, grant.stage, grant.index).expect("shard exists");
-    if shard.state == ShardState::Done && shard.attempt == grant.attempt {
+    let lease = &grant.lease;
+    let shard = read_shard(store, &lease.job, lease.stage, lease.index).expect("shard exists");
+    if shard.state == ShardState::Done && shard.attempt == lease.attempt {
         log.append(&Ack::Accepted {
-            lease: grant.lease_id.clone(),
+            lease: lease.to_string(),
             partial: outcome.partial,
         });
     }
@@ -434,8 +433,8 @@ fn work_on(
 type ShardId = (String, u32, u32);
 
 fn parse_lease(lease: &str) -> (ShardId, u64) {
-    let (job, stage, index, attempt) = records::parse_lease_id(lease).expect("lease ids parse");
-    ((job, stage, index), attempt)
+    let lease: LeaseId = lease.parse().expect("lease ids parse");
+    ((lease.job, lease.stage, lease.index), lease.attempt)
 }
 
 /// Everything the children acknowledged, over the whole run.
@@ -855,7 +854,7 @@ fn resume_to_completion(
         .jobs
         .iter()
         .map(|(id, r)| {
-            let state = tally_coordinator::scheduler::state_to_proto(r.state) as i32;
+            let state = r.state.to_proto() as i32;
             (id.clone(), (state, r.stage))
         })
         .collect();
@@ -881,11 +880,7 @@ fn resume_to_completion(
             Vec::new()
         };
         let grant = Grant {
-            lease_id: records::lease_id(&id.0, id.1, id.2, shard.attempt),
-            job: id.0.clone(),
-            stage: id.1,
-            index: id.2,
-            attempt: shard.attempt,
+            lease: LeaseId::new(id.0.clone(), id.1, id.2, shard.attempt),
             spec: rec.spec.clone(),
             task: shard.task.to_bytes(),
             checkpoint,
@@ -919,10 +914,10 @@ fn resume_to_completion(
         for (worker, grant) in std::mem::take(&mut held) {
             now += 1;
             let (outcome, _) = compute(&scheduler, &grant, &cache)
-                .unwrap_or_else(|| panic!("no stage data for {}", grant.lease_id));
+                .unwrap_or_else(|| panic!("no stage data for {}", grant.lease));
             scheduler
                 .report(result_report(&worker, &grant, &outcome), now)
-                .unwrap_or_else(|e| panic!("result of {} refused: {e}", grant.lease_id));
+                .unwrap_or_else(|e| panic!("result of {} refused: {e}", grant.lease));
         }
     }
     for id in open {
@@ -946,7 +941,7 @@ fn resume_to_completion(
         let job = scheduler.job(id, now).unwrap();
         t.check(
             "a finished job stays finished after a restart",
-            job.state == tally_coordinator::scheduler::state_to_proto(rec.state) as i32,
+            job.state == rec.state.to_proto() as i32,
             || id.clone(),
         );
     }
@@ -1154,24 +1149,20 @@ fn expired_first_lease(dir: &Path) -> (Scheduler, Arc<dyn Store>, Grant, ShardOu
 fn a_failure_on_an_expired_lease_never_hands_out_an_attempt_twice() {
     let dir = tempfile::tempdir().unwrap();
     let (mut scheduler, _, grant, _) = expired_first_lease(dir.path());
-    let failure = Report {
-        worker: "a".into(),
-        lease_id: grant.lease_id.clone(),
-        failure: Some(ReportedFailure {
-            message: "out of memory".into(),
-            permanent: false,
-            handed_back: false,
-        }),
-        ..Report::default()
+    let failure = ReportedFailure {
+        message: "out of memory".into(),
+        permanent: false,
+        handed_back: false,
     };
+    let failure = Report::failure("a", grant.lease.clone(), failure);
     scheduler.report(failure, 1_001).unwrap();
-    let leases: Vec<String> = scheduler
+    let leases: Vec<LeaseId> = scheduler
         .lease("b", 16, 2_000)
         .unwrap()
         .into_iter()
-        .map(|g| g.lease_id)
+        .map(|g| g.lease)
         .collect();
-    let distinct: HashSet<&String> = leases.iter().collect();
+    let distinct: HashSet<&LeaseId> = leases.iter().collect();
     assert_eq!(
         distinct.len(),
         leases.len(),
@@ -1190,10 +1181,11 @@ fn a_result_on_an_expired_lease_stays_accepted() {
         .unwrap();
     let again: Vec<Grant> = scheduler.lease("b", 16, 2_000).unwrap();
     assert!(
-        again.iter().all(|g| g.index != grant.index),
+        again.iter().all(|g| g.lease.index != grant.lease.index),
         "the accepted shard was leased again"
     );
-    let shard = read_shard(&*store, &grant.job, grant.stage, grant.index).unwrap();
+    let lease = &grant.lease;
+    let shard = read_shard(&*store, &lease.job, lease.stage, lease.index).unwrap();
     assert_eq!(shard.state, ShardState::Done);
     assert_eq!(shard.partial, Some(outcome.partial));
 }

@@ -9,15 +9,13 @@ use tally_common::Control;
 use tally_common::dynamic::StageInput;
 use tally_common::proto::worker_service_client::WorkerServiceClient;
 use tally_common::transport::{AuthChannel, ClientSecurity};
+use tally_common::wire::MAX_MESSAGE_BYTES;
 use tokio::sync::Notify;
 
 use crate::config::WorkerConfig;
 use crate::error::{Result, WorkerError};
 use crate::metrics::{Gauges, WorkerStats};
 use crate::pool::ComputePool;
-
-/// Largest gRPC message the worker sends or accepts.
-pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 pub(crate) type Client = WorkerServiceClient<AuthChannel>;
 

@@ -31,7 +31,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub use config::{WorkerConfig, default_worker_id};
-pub use context::{MAX_MESSAGE_BYTES, connect};
+pub use context::connect;
 pub use error::{Result, WorkerError};
 pub use metrics::WorkerStats;
 

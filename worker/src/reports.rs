@@ -6,14 +6,12 @@ use std::sync::Arc;
 
 use tally_common::Error as CommonError;
 use tally_common::proto::{self, report_message::Body};
+use tally_common::wire::OUTPUT_CHUNK;
 use tokio::sync::mpsc;
 
 use crate::backoff::Backoff;
 use crate::context::{Context, ShardHandle};
 use crate::error::WorkerError;
-
-/// Stage output is sent in chunks of this size.
-const OUTPUT_CHUNK: usize = 1 << 20;
 
 /// A resumable state of a running shard, encoded for the wire.
 pub(crate) struct Checkpoint {

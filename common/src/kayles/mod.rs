@@ -41,6 +41,7 @@
 //! path from [`FAST_PINS`] pins on.
 
 mod fast;
+mod field;
 mod grundy;
 mod newton;
 mod ntt;

@@ -12,7 +12,7 @@ use std::arch::x86_64::{
     _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
 };
 
-use super::ntt::{Montgomery, PrimeField};
+use super::field::{Montgomery, PrimeField};
 
 /// Lanes per register.
 const LANES: usize = 8;

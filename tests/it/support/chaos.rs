@@ -20,6 +20,7 @@ use tally_common::kind::SpecOf;
 use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::kinds::sliders::SlidersSpec;
+use tally_common::lease::LeaseId;
 use tally_common::proto::job_service_client::JobServiceClient;
 use tally_common::proto::{self, JobState};
 use tally_common::spec::{JobSpec, ValidSpec};
@@ -879,17 +880,14 @@ pub fn read_acknowledgements(dir: &Path) -> Vec<Ack> {
             let Some(lease) = fields["lease"].as_str() else {
                 continue;
             };
-            let mut parts = lease.rsplitn(4, '/');
-            let (Some(attempt), Some(shard), Some(stage), Some(job)) =
-                (parts.next(), parts.next(), parts.next(), parts.next())
-            else {
+            let Ok(lease) = lease.parse::<LeaseId>() else {
                 continue;
             };
             acks.push(Ack {
-                job: job.to_string(),
-                stage: stage.parse().unwrap(),
-                shard: shard.parse().unwrap(),
-                attempt: attempt.parse().unwrap(),
+                job: lease.job,
+                stage: lease.stage,
+                shard: lease.index,
+                attempt: lease.attempt,
                 stop: fields["stop"].as_bool().unwrap_or(false),
             });
         }

@@ -1,0 +1,129 @@
+//! What clients change: submitting and cancelling jobs, and reading a job's
+//! event log.
+
+use tally_common::proto;
+use tally_common::spec::ValidSpec;
+use tally_common::values::{JobPlan, PlannedShard};
+
+use crate::error::{CoordinatorError, Result};
+use crate::records::{EventRecord, JobRecord, JobState, decode, encode, event_prefix, job_key};
+use crate::store::{Batch, Tree};
+
+use super::events::Event;
+use super::stages::install_stage;
+use super::state::{JobEntry, NEXT_JOB_KEY, Scheduler};
+
+impl Scheduler {
+    /// Stores a new job with the shards of its first stage, or returns the job
+    /// already submitted under the same idempotency key (`created` is false).
+    pub fn submit(
+        &mut self,
+        spec: ValidSpec,
+        mut plan: JobPlan,
+        idempotency_key: Option<String>,
+        now_ms: u64,
+    ) -> Result<(proto::Job, bool)> {
+        if let Some(key) = &idempotency_key
+            && let Some(id) = self.keys.get(key)
+        {
+            return Ok((self.job(id, now_ms)?, false));
+        }
+        let seq = self.next_job;
+        let first = spec.plan_stage(&plan, 1)?;
+        if first.is_empty() {
+            return Err(CoordinatorError::Internal("the plan has no shards".into()));
+        }
+        // What the shards' tasks hold, the job record need not keep.
+        spec.trim_plan(&mut plan)?;
+        let rec = new_job(seq, spec, plan, idempotency_key.clone(), &first, now_ms);
+        let id = rec.id.clone();
+        let mut entry = JobEntry::new(rec);
+        let mut batch = Batch::default();
+        install_stage(&mut entry, 1, first, &mut batch);
+        batch.put(Tree::Jobs, job_key(&id), encode(&entry.rec));
+        batch.put(Tree::Meta, NEXT_JOB_KEY, (seq + 1).to_be_bytes().to_vec());
+        if let Some(key) = &idempotency_key {
+            batch.put(Tree::Keys, key.as_bytes().to_vec(), id.as_bytes().to_vec());
+        }
+        let description = entry.rec.spec.describe();
+        entry.log(&mut batch, now_ms, Event::job("submitted", &description));
+        self.store.commit(batch)?;
+        self.next_job = seq + 1;
+        if let Some(key) = idempotency_key {
+            self.keys.insert(key, id.clone());
+        }
+        self.jobs.insert(id.clone(), entry);
+        Ok((self.job(&id, now_ms)?, true))
+    }
+
+    pub fn job_by_key(&self, key: &str, now_ms: u64) -> Option<proto::Job> {
+        self.keys.get(key).and_then(|id| self.job(id, now_ms).ok())
+    }
+
+    /// Cancels a queued or running job; cancelling a cancelled job is a no-op.
+    pub fn cancel(&mut self, id: &str, now_ms: u64) -> Result<proto::Job> {
+        let entry = self.entry_mut(id)?;
+        match entry.rec.state {
+            JobState::Cancelled => return Ok(entry.view(now_ms)),
+            JobState::Succeeded | JobState::Failed => {
+                return Err(CoordinatorError::FailedPrecondition(format!(
+                    "job {id} already {}",
+                    entry.rec.state.name()
+                )));
+            }
+            JobState::Queued | JobState::Running => {}
+        }
+        let mut rec = entry.rec.clone();
+        rec.state = JobState::Cancelled;
+        rec.finished_ms = Some(now_ms);
+        let mut batch = Batch::default();
+        batch.put(Tree::Jobs, job_key(id), encode(&rec));
+        let cancelled = Event::job("cancelled", "cancelled by request");
+        entry.log(&mut batch, now_ms, cancelled);
+        self.store.commit(batch)?;
+        let entry = self.entry_mut(id)?;
+        entry.rec = rec;
+        entry.pending.clear();
+        Ok(entry.view(now_ms))
+    }
+
+    /// The job's events from sequence number `from` on.
+    pub fn events(&self, id: &str, from: u64) -> Result<Vec<EventRecord>> {
+        self.entry(id)?;
+        let mut start = event_prefix(id);
+        start.extend_from_slice(format!("{from:012}").as_bytes());
+        let all = self.store.scan_prefix(Tree::Events, &event_prefix(id))?;
+        all.into_iter()
+            .filter(|(k, _)| *k >= start)
+            .map(|(_, v)| decode("event", &v))
+            .collect()
+    }
+}
+
+/// The record of job number `seq`, queued, at its first stage.
+fn new_job(
+    seq: u64,
+    spec: ValidSpec,
+    plan: JobPlan,
+    idempotency_key: Option<String>,
+    first: &[PlannedShard],
+    now_ms: u64,
+) -> JobRecord {
+    JobRecord {
+        id: format!("job-{seq:06}"),
+        seq,
+        spec,
+        plan,
+        state: JobState::Queued,
+        idempotency_key,
+        created_ms: now_ms,
+        started_ms: None,
+        finished_ms: None,
+        stage: 1,
+        shards_per_stage: first.len() as u64,
+        work_per_stage: first.iter().map(|s| s.work_total).sum(),
+        answer: None,
+        details: None,
+        error: None,
+    }
+}

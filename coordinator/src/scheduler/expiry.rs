@@ -1,0 +1,105 @@
+//! Lease expiry. An expired lease returns its shard to the queue with backoff
+//! and a failed attempt counted; a shard whose failed attempts reach the job's
+//! limit fails its job. The expired attempt stays the shard's latest until the
+//! shard is leased again, so its late result is still accepted.
+
+use crate::error::Result;
+use crate::records::{JobRecord, JobState, ShardRecord, ShardState, encode, job_key, shard_key};
+use crate::store::{Batch, Tree};
+
+use super::events::Event;
+use super::state::{JobEntry, Scheduler, SchedulerConfig};
+
+impl Scheduler {
+    /// Returns expired leases to the queue (with backoff); a shard whose failed
+    /// attempts reach the job's limit fails its job. Returns how many expired.
+    pub fn expire_leases(&mut self, now_ms: u64) -> Result<usize> {
+        let ids: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, e)| !e.rec.state.is_finished())
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut expired = 0;
+        for id in ids {
+            expired += self.expire_job_leases(&id, now_ms)?;
+        }
+        Ok(expired)
+    }
+
+    /// Expires the job's due leases in one batch; returns how many.
+    fn expire_job_leases(&mut self, id: &str, now_ms: u64) -> Result<usize> {
+        let config = self.config.clone();
+        let entry = self.known_entry(id);
+        let due: Vec<usize> = entry
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.state == ShardState::Leased && s.lease_expires_ms <= now_ms)
+            .map(|(i, _)| i)
+            .collect();
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let mut batch = Batch::default();
+        let mut rec = entry.rec.clone();
+        let mut changed = Vec::new();
+        for i in due {
+            let shard = expire(entry, &mut rec, i, &config, &mut batch, now_ms);
+            changed.push(shard);
+        }
+        self.store.commit(batch)?;
+        let entry = self.known_entry(id);
+        let expired = changed.len();
+        for shard in changed {
+            let i = shard.index;
+            entry.shards[i as usize] = shard;
+            entry.requeue(i);
+        }
+        if rec.state == JobState::Failed {
+            entry.pending.clear();
+        }
+        entry.rec = rec;
+        Ok(expired)
+    }
+}
+
+/// The shard at position `i` with its lease expired, and the job failed in
+/// `rec` if that was the shard's last attempt; the writes go to `batch`.
+fn expire(
+    entry: &mut JobEntry,
+    rec: &mut JobRecord,
+    i: usize,
+    config: &SchedulerConfig,
+    batch: &mut Batch,
+    now_ms: u64,
+) -> ShardRecord {
+    let mut shard = entry.shards[i].clone();
+    let worker = shard.worker.take().unwrap_or_default();
+    shard.state = ShardState::Pending;
+    shard.failed_attempts += 1;
+    shard.last_error = Some(format!("lease of attempt {} expired", shard.attempt));
+    shard.not_before_ms = now_ms + config.backoff_ms(shard.failed_attempts);
+    entry.log(batch, now_ms, Event::shard("expired", &shard, &worker, ""));
+    if shard.failed_attempts >= rec.spec.options().max_attempts && rec.state != JobState::Failed {
+        rec.state = JobState::Failed;
+        rec.finished_ms = Some(now_ms);
+        let message = format!(
+            "shard {}/{} failed after {} attempt(s): its lease expired each time",
+            shard.stage, shard.index, shard.failed_attempts
+        );
+        rec.error = Some(message.clone());
+        entry.log(
+            batch,
+            now_ms,
+            Event::shard("failed", &shard, &worker, &message),
+        );
+        batch.put(Tree::Jobs, job_key(&rec.id), encode(&*rec));
+    }
+    batch.put(
+        Tree::Shards,
+        shard_key(&rec.id, shard.stage, shard.index),
+        encode(&shard),
+    );
+    shard
+}

@@ -1,0 +1,217 @@
+//! Handing shards to workers. A shard's attempt number grows and is committed
+//! before the lease that carries it is returned, so attempt numbers never
+//! repeat, even across restarts: they are fencing tokens. Only pending shards
+//! are leased, highest priority first, then oldest job first.
+
+use tally_common::lease::LeaseId;
+
+use crate::error::Result;
+use crate::records::{
+    JobState, ShardRecord, ShardState, checkpoint_key, encode, job_key, shard_key,
+};
+use crate::store::{Batch, Store, Tree};
+
+use super::events::Event;
+use super::protocol::Grant;
+use super::state::{JobEntry, Scheduler};
+
+/// Who asks for work, and how much it can take.
+struct LeaseRequest<'a> {
+    worker: &'a str,
+    free_slots: u32,
+    now_ms: u64,
+}
+
+impl LeaseRequest<'_> {
+    fn is_full(&self, staged: &StagedLeases) -> bool {
+        staged.grants.len() as u32 >= self.free_slots
+    }
+
+    /// Whether this worker may take the shard now: its backoff is over, and a
+    /// replica comes from a worker that has not computed the shard.
+    fn may_take(&self, shard: &ShardRecord) -> bool {
+        shard.not_before_ms <= self.now_ms
+            && !shard.replicas.iter().any(|r| r.worker == self.worker)
+    }
+}
+
+/// Leases prepared but not yet committed: the in-memory shards change only
+/// after the commit.
+#[derive(Default)]
+struct StagedLeases {
+    batch: Batch,
+    grants: Vec<Grant>,
+    /// The leased shards' new records, by job.
+    updated: Vec<(String, ShardRecord)>,
+    /// Jobs that start running with these leases.
+    started: Vec<String>,
+}
+
+impl Scheduler {
+    /// Leases up to `free_slots` ready shards to `worker`, highest priority first,
+    /// then oldest job first. The new attempt numbers are durable before return.
+    pub fn lease(&mut self, worker: &str, free_slots: u32, now_ms: u64) -> Result<Vec<Grant>> {
+        if free_slots == 0 {
+            return Ok(Vec::new());
+        }
+        if let Some(info) = self.workers.get_mut(worker) {
+            info.last_seen_ms = now_ms;
+        }
+        let request = LeaseRequest {
+            worker,
+            free_slots,
+            now_ms,
+        };
+        let mut staged = StagedLeases::default();
+        for id in self.leasing_order() {
+            if request.is_full(&staged) {
+                break;
+            }
+            self.stage_job_leases(&id, &request, &mut staged)?;
+        }
+        self.stage_started_jobs(&mut staged, now_ms);
+        if staged.grants.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.commit_leases(staged, now_ms)
+    }
+
+    /// Whether some shard could be leased now.
+    pub fn has_ready_work(&self, now_ms: u64) -> bool {
+        self.jobs.values().any(|e| {
+            matches!(e.rec.state, JobState::Queued | JobState::Running)
+                && e.pending
+                    .iter()
+                    .any(|&i| e.shards[i as usize].not_before_ms <= now_ms)
+        })
+    }
+
+    /// Jobs with pending shards, highest priority first, then oldest first.
+    fn leasing_order(&self) -> Vec<String> {
+        let mut order: Vec<(i32, u64, &String)> = self
+            .jobs
+            .values()
+            .filter(|e| {
+                matches!(e.rec.state, JobState::Queued | JobState::Running) && !e.pending.is_empty()
+            })
+            .map(|e| (-e.rec.spec.options().priority, e.rec.seq, &e.rec.id))
+            .collect();
+        order.sort();
+        order.into_iter().map(|(_, _, id)| id.clone()).collect()
+    }
+
+    /// Leases the job's ready shards until the request is full.
+    fn stage_job_leases(
+        &mut self,
+        id: &str,
+        request: &LeaseRequest,
+        staged: &mut StagedLeases,
+    ) -> Result<()> {
+        let store = self.store.clone();
+        let entry = self.known_entry(id);
+        let mut skipped = 0;
+        while skipped < entry.pending.len() && !request.is_full(staged) {
+            let index = entry.pending[skipped];
+            let shard = &entry.shards[index as usize];
+            // Only pending shards are leased: a shard done while it was
+            // queued (its expired attempt reported) is dropped from the queue.
+            if shard.state != ShardState::Pending {
+                entry.pending.remove(skipped);
+                continue;
+            }
+            if !request.may_take(shard) {
+                skipped += 1;
+                continue;
+            }
+            let grant = lease_shard(entry, store.as_ref(), index, request, staged)?;
+            staged.grants.push(grant);
+            entry.pending.remove(skipped);
+        }
+        Ok(())
+    }
+
+    /// Jobs that got their first lease start running now (recorded in the same batch).
+    fn stage_started_jobs(&self, staged: &mut StagedLeases, now_ms: u64) {
+        for (id, _) in &staged.updated {
+            let entry = &self.jobs[id];
+            if entry.rec.state == JobState::Queued && !staged.started.contains(id) {
+                let mut rec = entry.rec.clone();
+                rec.state = JobState::Running;
+                rec.started_ms = Some(now_ms);
+                staged.batch.put(Tree::Jobs, job_key(id), encode(&rec));
+                staged.started.push(id.clone());
+            }
+        }
+    }
+
+    /// Commits the staged leases and then applies them in memory; if the commit
+    /// fails, nothing was handed out and the shards go back to the queue.
+    fn commit_leases(&mut self, staged: StagedLeases, now_ms: u64) -> Result<Vec<Grant>> {
+        if let Err(e) = self.store.commit(staged.batch) {
+            for (id, shard) in staged.updated {
+                self.known_entry(&id).pending.push_front(shard.index);
+            }
+            for entry in self.jobs.values_mut() {
+                entry.pending.make_contiguous().sort();
+            }
+            return Err(e);
+        }
+        for (id, shard) in staged.updated {
+            let i = shard.index as usize;
+            self.known_entry(&id).shards[i] = shard;
+        }
+        for id in staged.started {
+            let entry = self.known_entry(&id);
+            entry.rec.state = JobState::Running;
+            entry.rec.started_ms = Some(now_ms);
+        }
+        Ok(staged.grants)
+    }
+}
+
+/// Stages the next attempt of shard `index` for the request's worker: its
+/// record, its `leased` event and the grant, with the shard's checkpoint.
+fn lease_shard(
+    entry: &mut JobEntry,
+    store: &dyn Store,
+    index: u32,
+    request: &LeaseRequest,
+    staged: &mut StagedLeases,
+) -> Result<Grant> {
+    let id = entry.rec.id.clone();
+    let ttl = entry.rec.spec.options().lease_ttl_ms;
+    let mut shard = entry.shards[index as usize].clone();
+    shard.attempt += 1;
+    shard.state = ShardState::Leased;
+    shard.worker = Some(request.worker.to_string());
+    shard.lease_expires_ms = request.now_ms + ttl;
+    staged.batch.put(
+        Tree::Shards,
+        shard_key(&id, shard.stage, shard.index),
+        encode(&shard),
+    );
+    let checkpoint = if shard.has_checkpoint {
+        store
+            .get(Tree::Blobs, &checkpoint_key(&id, shard.stage, shard.index))?
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let grant = Grant {
+        lease: LeaseId::new(id.clone(), shard.stage, shard.index, shard.attempt),
+        spec: entry.rec.spec.clone(),
+        task: shard.task.to_bytes(),
+        checkpoint,
+        ttl_ms: ttl,
+        work_total: shard.work_total,
+    };
+    let note = if shard.has_checkpoint {
+        format!("from checkpoint at work {}", shard.work_done)
+    } else {
+        String::new()
+    };
+    let leased = Event::shard("leased", &shard, request.worker, &note);
+    entry.log(&mut staged.batch, request.now_ms, leased);
+    staged.updated.push((id, shard));
+    Ok(grant)
+}

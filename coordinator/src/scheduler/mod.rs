@@ -1,0 +1,45 @@
+//! The scheduler: the synchronous state machine of jobs, stages, shards and leases.
+//!
+//! Invariants (see ARCHITECTURE.md, "The checkpoint protocol"):
+//! - every change that a client or worker may rely on is written to the store as
+//!   one batch, and the store has flushed it before the call returns;
+//! - a shard's `attempt` only grows, and is persisted before the lease that
+//!   carries it is handed out, so two leases never share an attempt number, even
+//!   across coordinator restarts;
+//! - a result is accepted only from the shard's current attempt, once: the shard
+//!   becomes `Done` in the same batch that stores its partial and output;
+//! - a stage's shards are planned only when every shard of the previous stage is
+//!   done (the barrier), deterministically from the spec, so planning again after
+//!   a crash yields the same shards.
+//!
+//! The in-memory state is derived from the store at [`Scheduler::load`]; nothing
+//! that matters lives only in memory except lease renewals (a restart gives every
+//! outstanding lease a fresh TTL) and live progress.
+//!
+//! Each submodule adds one responsibility's methods to [`Scheduler`]; they
+//! share the state of `state` and the event log of `events`, and none imports
+//! this module.
+
+mod acceptance;
+mod clients;
+mod events;
+mod expiry;
+mod leasing;
+mod protocol;
+mod recovery;
+mod reports;
+mod stages;
+mod state;
+mod views;
+mod workers;
+
+#[cfg(test)]
+mod replica_tests;
+#[cfg(test)]
+mod tests;
+
+pub use protocol::{
+    Grant, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult,
+    WORKER_LOST_MS, WorkerInfo,
+};
+pub use state::{Scheduler, SchedulerConfig};

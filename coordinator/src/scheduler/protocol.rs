@@ -1,0 +1,140 @@
+//! What crosses the scheduler's boundary: the leases it hands out, the reports
+//! it receives, what it answers to them, and what it knows of each worker.
+
+use tally_common::lease::LeaseId;
+use tally_common::spec::ValidSpec;
+
+/// A worker not heard from for this long is shown as lost.
+pub const WORKER_LOST_MS: u64 = 10_000;
+
+#[derive(Clone, Debug)]
+pub struct WorkerInfo {
+    pub hostname: String,
+    pub slots: u32,
+    pub version: String,
+    pub last_seen_ms: u64,
+}
+
+impl WorkerInfo {
+    /// Heard from within [`WORKER_LOST_MS`] of `now_ms`.
+    pub fn is_live(&self, now_ms: u64) -> bool {
+        self.last_seen_ms + WORKER_LOST_MS >= now_ms
+    }
+}
+
+/// A lease handed to a worker.
+#[derive(Clone, Debug)]
+pub struct Grant {
+    pub lease: LeaseId,
+    pub spec: ValidSpec,
+    pub task: Vec<u8>,
+    pub checkpoint: Vec<u8>,
+    pub ttl_ms: u64,
+    pub work_total: u64,
+}
+
+/// One report of a shard attempt, as received from a worker.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub worker: String,
+    pub lease: LeaseId,
+    /// The last checkpoint of the report.
+    pub checkpoint: Option<ReportedCheckpoint>,
+    /// The stage output that comes with the result.
+    pub output: Vec<u8>,
+    pub result: Option<ReportedResult>,
+    pub failure: Option<ReportedFailure>,
+}
+
+impl Report {
+    /// A report that carries nothing yet.
+    pub fn new(worker: impl Into<String>, lease: LeaseId) -> Report {
+        Report {
+            worker: worker.into(),
+            lease,
+            checkpoint: None,
+            output: Vec::new(),
+            result: None,
+            failure: None,
+        }
+    }
+
+    /// A final result, with the stage output it produced.
+    pub fn result(
+        worker: impl Into<String>,
+        lease: LeaseId,
+        result: ReportedResult,
+        output: Vec<u8>,
+    ) -> Report {
+        Report {
+            result: Some(result),
+            output,
+            ..Report::new(worker, lease)
+        }
+    }
+
+    pub fn checkpoint(
+        worker: impl Into<String>,
+        lease: LeaseId,
+        checkpoint: ReportedCheckpoint,
+    ) -> Report {
+        Report {
+            checkpoint: Some(checkpoint),
+            ..Report::new(worker, lease)
+        }
+    }
+
+    pub fn failure(worker: impl Into<String>, lease: LeaseId, failure: ReportedFailure) -> Report {
+        Report {
+            failure: Some(failure),
+            ..Report::new(worker, lease)
+        }
+    }
+}
+
+/// A resumable point of a shard: the kernel's state and its partial so far,
+/// both encoded as the worker sent them.
+#[derive(Clone, Debug)]
+pub struct ReportedCheckpoint {
+    pub state: Vec<u8>,
+    pub partial: Vec<u8>,
+    pub work_done: u64,
+}
+
+/// A shard's final partial result, encoded as the worker sent it.
+#[derive(Clone, Debug)]
+pub struct ReportedResult {
+    pub partial: Vec<u8>,
+    pub work_done: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct ReportedFailure {
+    pub message: String,
+    pub permanent: bool,
+    pub handed_back: bool,
+}
+
+/// What the scheduler tells the worker after a report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportOutcome {
+    /// The worker should stop working on this shard.
+    pub stop: bool,
+    /// The report's result was stored (as the shard's result or a replica); a
+    /// result for a job that is already finished is answered with `stop` and
+    /// dropped.
+    pub accepted: bool,
+}
+
+impl ReportOutcome {
+    /// Stop: the report changed nothing (a finished job, an attempt already counted).
+    pub const STOP: ReportOutcome = ReportOutcome {
+        stop: true,
+        accepted: false,
+    };
+    /// Carry on: a checkpoint, or nothing, was recorded.
+    pub const CONTINUE: ReportOutcome = ReportOutcome {
+        stop: false,
+        accepted: false,
+    };
+}

@@ -1,0 +1,130 @@
+//! Rebuilding the scheduler from the store after a start or a crash.
+//!
+//! Every job, the shards of its current stage and its counters come back as
+//! they were committed. Leases outstanding at the crash get a fresh TTL: a live
+//! worker keeps reporting under its attempt number, a dead one's lease expires.
+//! A barrier that was passed but not acted on is acted on.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::error::{CoordinatorError, Result};
+use crate::records::shard_prefix;
+use crate::records::{EventRecord, JobRecord, ShardRecord, ShardState, decode, event_prefix};
+use crate::store::{Batch, Store, Tree};
+
+use super::events::Event;
+use super::stages::read_outputs;
+use super::state::{FinishedStage, JobEntry, NEXT_JOB_KEY, Scheduler, SchedulerConfig};
+
+impl Scheduler {
+    /// Rebuilds the state from the store: every job, the shards of its current
+    /// stage, and its counters. Leases outstanding at the crash get a fresh TTL
+    /// from `now_ms`: their workers may still report; dead ones expire normally.
+    /// Also finishes any stage barrier that was passed but not yet acted on.
+    pub fn load(store: Arc<dyn Store>, config: SchedulerConfig, now_ms: u64) -> Result<Scheduler> {
+        let mut scheduler = Scheduler {
+            store: store.clone(),
+            config,
+            jobs: BTreeMap::new(),
+            keys: HashMap::new(),
+            next_job: read_job_counter(store.as_ref())?,
+            workers: HashMap::new(),
+        };
+        for (_, bytes) in store.scan_prefix(Tree::Jobs, b"")? {
+            let entry = load_job(store.as_ref(), decode("job", &bytes)?, now_ms)?;
+            let id = entry.rec.id.clone();
+            if let Some(key) = &entry.rec.idempotency_key {
+                scheduler.keys.insert(key.clone(), id.clone());
+            }
+            scheduler.jobs.insert(id, entry);
+        }
+        scheduler.resume(now_ms)?;
+        Ok(scheduler)
+    }
+
+    /// Notes the restart in each unfinished job's log, and passes any barrier
+    /// whose stage completed just before the crash.
+    fn resume(&mut self, now_ms: u64) -> Result<()> {
+        let unfinished: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, e)| !e.rec.state.is_finished())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in unfinished {
+            let mut batch = Batch::default();
+            let resumed = Event::job("resumed", "coordinator restarted");
+            self.known_entry(&id).log(&mut batch, now_ms, resumed);
+            self.advance_if_stage_done(&id, &mut batch, now_ms)?;
+            self.store.commit(batch)?;
+        }
+        Ok(())
+    }
+}
+
+fn read_job_counter(store: &dyn Store) -> Result<u64> {
+    match store.get(Tree::Meta, NEXT_JOB_KEY)? {
+        Some(v) => {
+            Ok(u64::from_be_bytes(v.as_slice().try_into().map_err(
+                |_| CoordinatorError::Store("corrupt job counter".into()),
+            )?))
+        }
+        None => Ok(1),
+    }
+}
+
+/// One job as it was committed, its leased shards given a fresh TTL.
+fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<JobEntry> {
+    let mut entry = JobEntry::new(rec);
+    let id = entry.rec.id.clone();
+    let previous = load_shards(store, &mut entry)?;
+    if !previous.is_empty() && !entry.rec.state.is_finished() {
+        let data = read_outputs(store, &previous, &[])?;
+        entry.finished = Some(FinishedStage {
+            stage: entry.rec.stage - 1,
+            data: Arc::new(data),
+            chunks: previous.iter().map(|s| s.output_chunks).collect(),
+        });
+    }
+    let ttl = entry.rec.spec.options().lease_ttl_ms;
+    for shard in &mut entry.shards {
+        match shard.state {
+            ShardState::Pending => entry.pending.push_back(shard.index),
+            ShardState::Leased => {
+                shard.lease_expires_ms = shard.lease_expires_ms.max(now_ms + ttl);
+            }
+            ShardState::Done => {}
+        }
+    }
+    entry.next_event = store
+        .scan_prefix(Tree::Events, &event_prefix(&id))?
+        .last()
+        .map(|(_, v)| decode::<EventRecord>("event", v).map(|e| e.seq + 1))
+        .transpose()?
+        .unwrap_or(0);
+    Ok(entry)
+}
+
+/// Puts the current stage's shards into `entry` and counts the earlier stages'
+/// as done; returns the previous stage's shards (whose output the current
+/// stage reads), in index order.
+fn load_shards(store: &dyn Store, entry: &mut JobEntry) -> Result<Vec<ShardRecord>> {
+    let mut previous = Vec::new();
+    for (_, bytes) in store.scan_prefix(Tree::Shards, &shard_prefix(&entry.rec.id))? {
+        let shard: ShardRecord = decode("shard", &bytes)?;
+        if shard.stage < entry.rec.stage {
+            entry.shards_done_before += 1;
+            entry.work_done_before += shard.work_total;
+            if shard.stage + 1 == entry.rec.stage {
+                previous.push(shard);
+            }
+        } else if shard.stage == entry.rec.stage {
+            entry.shards.push(shard);
+        }
+    }
+    entry.shards.sort_by_key(|s| s.index);
+    entry.outputs = vec![None; entry.shards.len()];
+    previous.sort_by_key(|s| s.index);
+    Ok(previous)
+}

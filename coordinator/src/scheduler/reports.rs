@@ -1,0 +1,228 @@
+//! Reports of shard attempts: checkpoints and failures here, results in
+//! `acceptance`. A report is accepted only from the shard's current attempt; a
+//! report of any other attempt is refused with FailedPrecondition and changes
+//! nothing.
+
+use tally_common::lease::LeaseId;
+use tally_common::values::EncodedPartial;
+
+use crate::error::{CoordinatorError, Result};
+use crate::records::{
+    JobRecord, JobState, ShardRecord, ShardState, checkpoint_key, encode, job_key, shard_key,
+};
+use crate::store::{Batch, Tree};
+
+use super::events::Event;
+use super::protocol::{Report, ReportOutcome, ReportedCheckpoint, ReportedFailure};
+use super::state::{JobEntry, Scheduler, SchedulerConfig};
+
+impl Scheduler {
+    /// Accepts a report of the current attempt of a shard: a checkpoint, a result
+    /// (with the stage output), or a failure. A report of any other attempt is
+    /// refused with FailedPrecondition and changes nothing.
+    pub fn report(&mut self, report: Report, now_ms: u64) -> Result<ReportOutcome> {
+        let entry = self.entry(&report.lease.job)?;
+        if entry.rec.state.is_finished() {
+            return Ok(ReportOutcome::STOP);
+        }
+        let state = current_attempt(entry, &report)?.state;
+        if let Some(result) = &report.result {
+            return self.accept_result(&report, result, now_ms);
+        }
+        if let Some(failure) = &report.failure {
+            if state == ShardState::Pending {
+                // The attempt's lease expired and was counted as a failed attempt
+                // then; the shard is already queued for its next attempt.
+                return Ok(ReportOutcome::STOP);
+            }
+            let failed = FailedAttempt {
+                lease: &report.lease,
+                worker: &report.worker,
+                failure,
+                discard_replicas: false,
+            };
+            return self.record_failure(failed, now_ms);
+        }
+        if let Some(checkpoint) = &report.checkpoint {
+            self.record_checkpoint(&report, checkpoint, now_ms)?;
+        }
+        Ok(ReportOutcome::CONTINUE)
+    }
+
+    /// Keeps the checkpoint's state and partial: a later attempt of the shard
+    /// continues from it.
+    fn record_checkpoint(
+        &mut self,
+        report: &Report,
+        checkpoint: &ReportedCheckpoint,
+        now_ms: u64,
+    ) -> Result<()> {
+        let LeaseId {
+            job, stage, index, ..
+        } = &report.lease;
+        let entry = self.known_entry(job);
+        // As a worker sends it: no partial is empty bytes.
+        let partial = if checkpoint.partial.is_empty() {
+            None
+        } else {
+            let partial = EncodedPartial::from_bytes(&checkpoint.partial)?;
+            entry.rec.spec.check_checkpoint(&partial)?;
+            Some(partial)
+        };
+        let mut shard = entry.shards[*index as usize].clone();
+        shard.has_checkpoint = true;
+        shard.partial = partial;
+        shard.work_done = checkpoint.work_done.min(shard.work_total);
+        let mut batch = Batch::default();
+        batch.put(
+            Tree::Blobs,
+            checkpoint_key(job, *stage, *index),
+            checkpoint.state.clone(),
+        );
+        batch.put(Tree::Shards, shard_key(job, *stage, *index), encode(&shard));
+        let seq = entry.next_event;
+        let note = format!("work {}", shard.work_done);
+        let event = Event::shard("checkpoint", &shard, &report.worker, &note);
+        entry.log(&mut batch, now_ms, event);
+        if let Err(e) = self.store.commit(batch) {
+            self.known_entry(job).next_event = seq;
+            return Err(e);
+        }
+        self.known_entry(job).shards[*index as usize] = shard;
+        Ok(())
+    }
+
+    /// Ends an attempt without a result: the shard returns to the queue with
+    /// backoff and a failed attempt counted (none for a shard handed back); at
+    /// the job's limit, or for a permanent error, the job fails.
+    pub(super) fn record_failure(
+        &mut self,
+        failed: FailedAttempt,
+        now_ms: u64,
+    ) -> Result<ReportOutcome> {
+        let config = self.config.clone();
+        let LeaseId { job, index, .. } = failed.lease;
+        let entry = self.known_entry(job);
+        let mut shard = entry.shards[*index as usize].clone();
+        let mut rec = entry.rec.clone();
+        let mut batch = Batch::default();
+        shard.state = ShardState::Pending;
+        shard.worker = None;
+        if failed.discard_replicas {
+            shard.replicas.clear();
+            if shard.has_checkpoint {
+                batch.remove(Tree::Blobs, checkpoint_key(job, shard.stage, *index));
+                shard.has_checkpoint = false;
+            }
+        }
+        end_attempt(entry, &mut shard, &failed, &config, &mut batch, now_ms);
+        let fail_job = !failed.failure.handed_back
+            && (failed.failure.permanent
+                || shard.failed_attempts >= rec.spec.options().max_attempts);
+        if fail_job {
+            fail(entry, &mut rec, &shard, &failed, &mut batch, now_ms);
+        }
+        batch.put(
+            Tree::Shards,
+            shard_key(job, shard.stage, *index),
+            encode(&shard),
+        );
+        self.store.commit(batch)?;
+        let entry = self.known_entry(job);
+        entry.shards[*index as usize] = shard;
+        entry.rec = rec;
+        if fail_job {
+            entry.pending.clear();
+        } else {
+            entry.requeue(*index);
+        }
+        Ok(ReportOutcome::STOP)
+    }
+}
+
+/// An attempt that ends without a result.
+pub(super) struct FailedAttempt<'a> {
+    pub(super) lease: &'a LeaseId,
+    pub(super) worker: &'a str,
+    pub(super) failure: &'a ReportedFailure,
+    /// The replicas kept so far are dropped with it (they disagreed).
+    pub(super) discard_replicas: bool,
+}
+
+/// The shard of `report`'s lease if the report comes from its current attempt.
+/// A lease that expired but was not yet re-issued is still the latest attempt:
+/// its result is as good as any, so it is accepted.
+fn current_attempt<'a>(entry: &'a JobEntry, report: &Report) -> Result<&'a ShardRecord> {
+    let LeaseId {
+        job,
+        stage,
+        index,
+        attempt,
+    } = &report.lease;
+    if *stage != entry.rec.stage || *index as usize >= entry.shards.len() {
+        return Err(CoordinatorError::FailedPrecondition(format!(
+            "shard {index} of stage {stage} of job {job} is not current (the job is at stage {})",
+            entry.rec.stage
+        )));
+    }
+    let shard = &entry.shards[*index as usize];
+    if shard.attempt != *attempt || shard.state == ShardState::Done {
+        return Err(CoordinatorError::FailedPrecondition(format!(
+            "attempt {attempt} of shard {stage}/{index} of job {job} is stale (current attempt {})",
+            shard.attempt
+        )));
+    }
+    if shard.state == ShardState::Leased && shard.worker.as_deref() != Some(report.worker.as_str())
+    {
+        return Err(CoordinatorError::FailedPrecondition(format!(
+            "lease {} belongs to another worker",
+            report.lease
+        )));
+    }
+    Ok(shard)
+}
+
+/// Returns the shard to the queue: at once if it was handed back, after a
+/// backoff with one more failed attempt otherwise.
+fn end_attempt(
+    entry: &mut JobEntry,
+    shard: &mut ShardRecord,
+    failed: &FailedAttempt,
+    config: &SchedulerConfig,
+    batch: &mut Batch,
+    now_ms: u64,
+) {
+    let message = &failed.failure.message;
+    if failed.failure.handed_back {
+        shard.not_before_ms = now_ms;
+        let event = Event::shard("handed-back", shard, failed.worker, message);
+        entry.log(batch, now_ms, event);
+    } else {
+        shard.failed_attempts += 1;
+        shard.last_error = Some(message.clone());
+        shard.not_before_ms = now_ms + config.backoff_ms(shard.failed_attempts);
+        let event = Event::shard("failed-attempt", shard, failed.worker, message);
+        entry.log(batch, now_ms, event);
+    }
+}
+
+/// Fails the job with the failure's message.
+fn fail(
+    entry: &mut JobEntry,
+    rec: &mut JobRecord,
+    shard: &ShardRecord,
+    failed: &FailedAttempt,
+    batch: &mut Batch,
+    now_ms: u64,
+) {
+    rec.state = JobState::Failed;
+    rec.finished_ms = Some(now_ms);
+    let message = format!(
+        "shard {}/{} failed after {} attempt(s): {}",
+        shard.stage, shard.index, shard.failed_attempts, failed.failure.message
+    );
+    rec.error = Some(message.clone());
+    batch.put(Tree::Jobs, job_key(&rec.id), encode(&*rec));
+    let event = Event::shard("failed", shard, failed.worker, &message);
+    entry.log(batch, now_ms, event);
+}

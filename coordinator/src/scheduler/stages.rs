@@ -1,0 +1,235 @@
+//! Stage barriers. When every shard of a job's current stage is done, the next
+//! stage is planned (deterministically from the spec, so planning again after
+//! a crash yields the same shards) or the job's answer is computed. The stage
+//! output that the next stage reads is kept in memory and in the store until
+//! the stage after it is done.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tally_common::values::{EncodedPartial, PlannedShard};
+
+use crate::error::{CoordinatorError, Result};
+use crate::records::{JobState, ShardRecord, ShardState, encode, job_key, output_key, shard_key};
+use crate::store::{Batch, Store, Tree};
+
+use super::events::Event;
+use super::state::{FinishedStage, JobEntry, Scheduler};
+
+impl Scheduler {
+    /// If every shard of the job's current stage is done: plan the next stage, or
+    /// finish the job. Adds the writes to `batch` and updates memory; the caller
+    /// commits (and restores memory if the commit fails).
+    pub(super) fn advance_if_stage_done(
+        &mut self,
+        job: &str,
+        batch: &mut Batch,
+        now_ms: u64,
+    ) -> Result<()> {
+        let store = self.store.clone();
+        let entry = self.known_entry(job);
+        if entry.rec.state.is_finished() || entry.shards.iter().any(|s| s.state != ShardState::Done)
+        {
+            return Ok(());
+        }
+        // The previous stage's output is no longer needed once this one is done.
+        if let Some(previous) = entry.finished.take() {
+            delete_outputs(&previous, job, batch);
+        }
+        let data = read_outputs(store.as_ref(), &entry.shards, &entry.outputs)?;
+        let current = FinishedStage {
+            stage: entry.rec.stage,
+            data: Arc::new(data),
+            chunks: entry.shards.iter().map(|s| s.output_chunks).collect(),
+        };
+        if entry.rec.stage < entry.rec.plan.stages_total {
+            start_next_stage(entry, current, batch, now_ms)
+        } else {
+            delete_outputs(&current, job, batch);
+            finish_job(entry, batch, now_ms);
+            Ok(())
+        }
+    }
+
+    /// The merged output of the previous stage, which the current stage reads.
+    pub fn stage_data(&self, job: &str, stage: u32) -> Result<Arc<Vec<u8>>> {
+        let entry = self.entry(job)?;
+        match &entry.finished {
+            Some(finished) if finished.stage == stage && !entry.rec.state.is_finished() => {
+                Ok(finished.data.clone())
+            }
+            _ => Err(CoordinatorError::FailedPrecondition(format!(
+                "job {job} has no readable output of stage {stage} (it is at stage {}, {})",
+                entry.rec.stage,
+                entry.rec.state.name()
+            ))),
+        }
+    }
+}
+
+/// Plans the stage after the current one, whose output is `current`.
+fn start_next_stage(
+    entry: &mut JobEntry,
+    current: FinishedStage,
+    batch: &mut Batch,
+    now_ms: u64,
+) -> Result<()> {
+    let next = entry.rec.stage + 1;
+    let planned = entry.rec.spec.plan_stage(&entry.rec.plan, next)?;
+    entry.finished = Some(current);
+    entry.shards_done_before += entry.shards.len() as u64;
+    entry.work_done_before += entry.shards.iter().map(|s| s.work_total).sum::<u64>();
+    entry.rec.stage = next;
+    install_stage(entry, next, planned, batch);
+    batch.put(Tree::Jobs, job_key(&entry.rec.id), encode(&entry.rec));
+    let event = Event {
+        stage: next,
+        ..Event::job("stage", "")
+    };
+    entry.log(batch, now_ms, event);
+    Ok(())
+}
+
+/// Computes the answer from the last stage's partials; a job whose partials do
+/// not combine fails.
+fn finish_job(entry: &mut JobEntry, batch: &mut Batch, now_ms: u64) {
+    let stage = entry.rec.stage;
+    let partials: Option<Vec<EncodedPartial>> =
+        entry.shards.iter().map(|s| s.partial.clone()).collect();
+    let mut rec = entry.rec.clone();
+    let answer = partials
+        .ok_or_else(|| tally_common::Error::Internal("a done shard has no result".into()))
+        .and_then(|partials| rec.spec.finish(&rec.plan, &partials));
+    let (kind, message) = match answer {
+        Ok(answer) => {
+            rec.state = JobState::Succeeded;
+            rec.answer = Some(answer.line.clone());
+            rec.details = Some(answer.details);
+            ("succeeded", answer.line)
+        }
+        Err(e) => {
+            rec.state = JobState::Failed;
+            rec.error = Some(format!("could not combine the results: {e}"));
+            ("failed", e.to_string())
+        }
+    };
+    let event = Event {
+        stage,
+        ..Event::job(kind, &message)
+    };
+    entry.log(batch, now_ms, event);
+    rec.finished_ms = Some(now_ms);
+    batch.put(Tree::Jobs, job_key(&rec.id), encode(&rec));
+    entry.rec = rec;
+}
+
+/// Replaces the entry's current shards by a new stage's, all pending.
+pub(super) fn install_stage(
+    entry: &mut JobEntry,
+    stage: u32,
+    planned: Vec<PlannedShard>,
+    batch: &mut Batch,
+) {
+    entry.shards.clear();
+    entry.pending.clear();
+    entry.outputs = vec![None; planned.len()];
+    for (i, p) in planned.into_iter().enumerate() {
+        let shard = ShardRecord {
+            job: entry.rec.id.clone(),
+            stage,
+            index: i as u32,
+            task: p.task,
+            work_total: p.work_total,
+            state: ShardState::Pending,
+            attempt: 0,
+            failed_attempts: 0,
+            worker: None,
+            lease_expires_ms: 0,
+            not_before_ms: 0,
+            work_done: 0,
+            partial: None,
+            has_checkpoint: false,
+            output_chunks: 0,
+            last_error: None,
+            replicas: Vec::new(),
+        };
+        batch.put(
+            Tree::Shards,
+            shard_key(&entry.rec.id, stage, i as u32),
+            encode(&shard),
+        );
+        entry.shards.push(shard);
+        entry.pending.push_back(i as u32);
+    }
+}
+
+/// The stored output of `shards` in index order, preferring the copies in
+/// `memory` (by index) over reading the store.
+pub(super) fn read_outputs(
+    store: &dyn Store,
+    shards: &[ShardRecord],
+    memory: &[Option<Arc<Vec<u8>>>],
+) -> Result<Vec<u8>> {
+    let mut data = Vec::new();
+    for shard in shards {
+        if let Some(Some(bytes)) = memory.get(shard.index as usize) {
+            data.extend_from_slice(bytes);
+            continue;
+        }
+        for chunk in 0..shard.output_chunks {
+            let key = output_key(&shard.job, shard.stage, shard.index, chunk);
+            let bytes = store.get(Tree::Blobs, &key)?.ok_or_else(|| {
+                CoordinatorError::Store(format!(
+                    "output chunk {chunk} of shard {}/{} of job {} is missing",
+                    shard.stage, shard.index, shard.job
+                ))
+            })?;
+            data.extend_from_slice(&bytes);
+        }
+    }
+    Ok(data)
+}
+
+/// Removes the stored output of a finished stage, by key (no scan).
+fn delete_outputs(finished: &FinishedStage, job: &str, batch: &mut Batch) {
+    for (index, &chunks) in finished.chunks.iter().enumerate() {
+        for chunk in 0..chunks {
+            batch.remove(
+                Tree::Blobs,
+                output_key(job, finished.stage, index as u32, chunk),
+            );
+        }
+    }
+}
+
+/// What a stage transition changes in memory, to undo it if its commit fails.
+pub(super) struct StageSnapshot {
+    shards: Vec<ShardRecord>,
+    pending: VecDeque<u32>,
+    shards_done_before: u64,
+    work_done_before: u64,
+    outputs: Vec<Option<Arc<Vec<u8>>>>,
+    finished: Option<FinishedStage>,
+}
+
+impl JobEntry {
+    pub(super) fn snapshot_stage(&self) -> StageSnapshot {
+        StageSnapshot {
+            shards: self.shards.clone(),
+            pending: self.pending.clone(),
+            shards_done_before: self.shards_done_before,
+            work_done_before: self.work_done_before,
+            outputs: self.outputs.clone(),
+            finished: self.finished.clone(),
+        }
+    }
+
+    pub(super) fn restore_stage(&mut self, s: StageSnapshot) {
+        self.shards = s.shards;
+        self.pending = s.pending;
+        self.shards_done_before = s.shards_done_before;
+        self.work_done_before = s.work_done_before;
+        self.outputs = s.outputs;
+        self.finished = s.finished;
+    }
+}

@@ -1,0 +1,150 @@
+//! The scheduler's in-memory state: every job with the shards of its current
+//! stage, the idempotency keys, the job counter and the workers heard from.
+//! Everything here except lease renewals, live progress and the workers is
+//! derived from the store (see `recovery`).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::error::{CoordinatorError, Result};
+use crate::records::{JobRecord, ShardRecord, ShardState};
+use crate::store::Store;
+
+use super::protocol::WorkerInfo;
+
+/// The key of the job counter in the meta tree.
+pub(super) const NEXT_JOB_KEY: &[u8] = b"next_job";
+
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// First retry delay after a failed attempt; doubles per failure.
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            backoff_base_ms: 250,
+            backoff_max_ms: 10_000,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// The delay before a shard's next attempt after `failures` failed ones.
+    pub(super) fn backoff_ms(&self, failures: u32) -> u64 {
+        let factor = 1u64 << failures.saturating_sub(1).min(20);
+        self.backoff_base_ms
+            .saturating_mul(factor)
+            .min(self.backoff_max_ms)
+    }
+}
+
+/// The state machine of jobs, stages, shards and leases. Its methods live in
+/// the submodules of `scheduler`, one responsibility each.
+pub struct Scheduler {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) config: SchedulerConfig,
+    pub(super) jobs: BTreeMap<String, JobEntry>,
+    /// Idempotency keys to job ids.
+    pub(super) keys: HashMap<String, String>,
+    pub(super) next_job: u64,
+    pub(super) workers: HashMap<String, WorkerInfo>,
+}
+
+impl Scheduler {
+    pub(super) fn entry(&self, id: &str) -> Result<&JobEntry> {
+        self.jobs
+            .get(id)
+            .ok_or_else(|| CoordinatorError::NotFound(format!("no job {id:?}")))
+    }
+
+    pub(super) fn entry_mut(&mut self, id: &str) -> Result<&mut JobEntry> {
+        self.jobs
+            .get_mut(id)
+            .ok_or_else(|| CoordinatorError::NotFound(format!("no job {id:?}")))
+    }
+
+    /// The job of a shard the caller has already found: a missing job is a bug.
+    pub(super) fn known_entry(&mut self, id: &str) -> &mut JobEntry {
+        self.jobs.get_mut(id).expect("the job was looked up before")
+    }
+
+    pub fn store_size_on_disk(&self) -> Option<u64> {
+        self.store.size_on_disk()
+    }
+}
+
+/// One job and the shards of its current stage.
+pub(super) struct JobEntry {
+    pub(super) rec: JobRecord,
+    /// The current stage's shards, by index.
+    pub(super) shards: Vec<ShardRecord>,
+    /// Indexes of pending shards, in order. *Invariant:* each at most once.
+    pub(super) pending: VecDeque<u32>,
+    /// Shards and work finished in earlier stages.
+    pub(super) shards_done_before: u64,
+    pub(super) work_done_before: u64,
+    pub(super) next_event: u64,
+    /// Accepted stage output of the current stage's shards, kept in memory so the
+    /// barrier can publish it without reading the store back.
+    pub(super) outputs: Vec<Option<Arc<Vec<u8>>>>,
+    /// The merged output of the previous stage (what the current stage reads),
+    /// and the number of stored chunks of each of its shards.
+    pub(super) finished: Option<FinishedStage>,
+}
+
+#[derive(Clone)]
+pub(super) struct FinishedStage {
+    pub(super) stage: u32,
+    pub(super) data: Arc<Vec<u8>>,
+    pub(super) chunks: Vec<u32>,
+}
+
+impl JobEntry {
+    /// A job with no shards in memory yet.
+    pub(super) fn new(rec: JobRecord) -> JobEntry {
+        JobEntry {
+            rec,
+            shards: Vec::new(),
+            pending: VecDeque::new(),
+            shards_done_before: 0,
+            work_done_before: 0,
+            next_event: 0,
+            outputs: Vec::new(),
+            finished: None,
+        }
+    }
+
+    /// Queues shard `index` for its next attempt, once.
+    pub(super) fn requeue(&mut self, index: u32) {
+        if !self.pending.contains(&index) {
+            self.pending.push_back(index);
+        }
+    }
+
+    pub(super) fn shards_done(&self) -> u64 {
+        self.shards_done_before
+            + self
+                .shards
+                .iter()
+                .filter(|s| s.state == ShardState::Done)
+                .count() as u64
+    }
+
+    pub(super) fn work_done(&self) -> u64 {
+        self.work_done_before
+            + self
+                .shards
+                .iter()
+                .map(|s| {
+                    if s.state == ShardState::Done {
+                        s.work_total
+                    } else {
+                        s.work_done.min(s.work_total)
+                    }
+                })
+                .sum::<u64>()
+    }
+}

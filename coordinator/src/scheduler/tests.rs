@@ -1,0 +1,291 @@
+//! The scheduler's state machine, driven without clocks or networks.
+
+use std::sync::Arc;
+
+use tally_common::Control;
+use tally_common::cache::KernelCache;
+use tally_common::kinds::kayles::KaylesSpec;
+use tally_common::proto;
+use tally_common::spec::{JobSpec, ValidSpec};
+use tally_common::values::EncodedTask;
+
+use crate::error::CoordinatorError;
+use crate::store::{MemoryStore, Store};
+
+use super::{Grant, Report, ReportedFailure, ReportedResult, Scheduler, SchedulerConfig};
+
+fn kayles(pins: u64) -> JobSpec {
+    let mut spec = JobSpec::new(KaylesSpec { pins, digits: 9 });
+    spec.options.lease_ttl_ms = 1_000;
+    spec
+}
+
+/// The answer computed in one call, without the scheduler.
+pub(super) fn direct_answer(spec: &JobSpec) -> tally_common::kind::Answer {
+    ValidSpec::new(spec.clone())
+        .unwrap()
+        .compute_direct(1, &Control::new())
+        .unwrap()
+}
+
+fn new_scheduler(store: Arc<dyn Store>) -> Scheduler {
+    Scheduler::load(store, SchedulerConfig::default(), 0).unwrap()
+}
+
+pub(super) fn submit(s: &mut Scheduler, spec: &JobSpec) -> String {
+    let spec = ValidSpec::new(spec.clone()).unwrap();
+    let plan = spec.prepare(&KernelCache::new(), &Control::new()).unwrap();
+    s.submit(spec, plan, None, 0).unwrap().0.id
+}
+
+fn result_of(grant: &Grant) -> Report {
+    report_from("w", grant, false)
+}
+
+/// The worker's report for `grant`, optionally corrupted as a faulty machine would.
+pub(super) fn report_from(worker: &str, grant: &Grant, corrupt: bool) -> Report {
+    let task = EncodedTask::from_bytes(&grant.task).unwrap();
+    let mut outcome = grant
+        .spec
+        .execute_once(&task, &KernelCache::new(), &Control::new())
+        .unwrap();
+    if corrupt {
+        grant
+            .spec
+            .corrupt_for_testing(&mut outcome.partial)
+            .unwrap();
+    }
+    let result = ReportedResult {
+        partial: outcome.partial.to_bytes(),
+        work_done: outcome.work_done,
+    };
+    Report::result(worker, grant.lease.clone(), result, outcome.output)
+}
+
+fn event_count(s: &Scheduler, job: &str) -> usize {
+    s.events(job, 0).unwrap().len()
+}
+
+#[test]
+fn a_job_runs_to_the_direct_answer() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let spec = kayles(30);
+    let id = submit(&mut s, &spec);
+    // A first lease that fills the worker's slots still starts the job.
+    let first = s.lease("w", 1, 1).unwrap();
+    let running = s.job(&id, 1).unwrap();
+    assert_eq!(running.state, proto::JobState::Running as i32);
+    assert_eq!(running.started_ms, 1);
+    let mut grants = s.lease("w", 100, 5).unwrap();
+    grants.extend(first);
+    assert_eq!(
+        grants.len() as u32,
+        tally_common::kayles::character_count(30)
+    );
+    assert_eq!(s.job(&id, 6).unwrap().started_ms, 1);
+    for g in &grants {
+        s.report(result_of(g), 2).unwrap();
+    }
+    let job = s.job(&id, 3).unwrap();
+    assert_eq!(job.state, proto::JobState::Succeeded as i32);
+    let direct = direct_answer(&spec);
+    assert_eq!(job.answer, direct.line);
+    assert_eq!(job.shards_done, grants.len() as u64);
+}
+
+/// Found by the chaos suite: a result of an attempt that expired but was not
+/// yet re-issued is accepted; the shard must then leave the queue, or it is
+/// leased (computed) and accepted a second time.
+#[test]
+fn a_late_result_of_an_expired_attempt_takes_the_shard_out_of_the_queue() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let id = submit(&mut s, &kayles(10));
+    let grants = s.lease("w", 100, 0).unwrap();
+    assert_eq!(s.expire_leases(5_000).unwrap(), grants.len());
+    // The holder was only slow (a SIGSTOP, a paused coordinator): its result
+    // arrives before anyone else leased the shard, and is accepted.
+    let late = &grants[0];
+    s.report(result_of(late), 5_001).unwrap();
+    let again = s.lease("other", 100, 60_000).unwrap();
+    assert_eq!(again.len(), grants.len() - 1);
+    assert!(again.iter().all(|g| g.lease.index != late.lease.index));
+    for g in &again {
+        let mut r = result_of(g);
+        r.worker = "other".into();
+        s.report(r, 60_001).unwrap();
+    }
+    let job = s.job(&id, 60_002).unwrap();
+    assert_eq!(job.state, proto::JobState::Succeeded as i32);
+    let accepted = s
+        .events(&id, 0)
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == "accepted")
+        .count();
+    assert_eq!(accepted, grants.len(), "a shard was accepted twice");
+}
+
+#[test]
+fn stale_attempts_are_refused_and_change_nothing() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let id = submit(&mut s, &kayles(10));
+    let first = s.lease("a", 1, 0).unwrap().remove(0);
+    assert_eq!(s.expire_leases(5_000).unwrap(), 1);
+    // Backoff: not leased again before its delay.
+    assert!(
+        s.lease("b", 100, 5_001)
+            .unwrap()
+            .iter()
+            .all(|g| g.lease.index != first.lease.index)
+    );
+    let again = s.lease("b", 100, 60_000).unwrap();
+    let second = again
+        .iter()
+        .find(|g| g.lease.index == first.lease.index)
+        .unwrap();
+    assert_eq!(second.lease.attempt, first.lease.attempt + 1);
+    let before = event_count(&s, &id);
+    let err = s.report(result_of(&first), 60_001).unwrap_err();
+    assert!(
+        matches!(err, CoordinatorError::FailedPrecondition(_)),
+        "{err}"
+    );
+    assert_eq!(event_count(&s, &id), before);
+    assert_eq!(s.job(&id, 60_002).unwrap().shards_done, 0);
+    // The current attempt is accepted; a second report of it is refused.
+    let mut current = result_of(second);
+    current.worker = "b".into();
+    s.report(current.clone(), 60_003).unwrap();
+    assert!(matches!(
+        s.report(current, 60_004),
+        Err(CoordinatorError::FailedPrecondition(_))
+    ));
+}
+
+#[test]
+fn malformed_results_are_refused_and_change_nothing() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let id = submit(&mut s, &kayles(10));
+    let grants = s.lease("w", 2, 0).unwrap();
+    let before = event_count(&s, &id);
+    // The result of character 1 reported on the shard of character 0.
+    let mut wrong = result_of(&grants[1]);
+    wrong.lease = grants[0].lease.clone();
+    assert!(matches!(
+        s.report(wrong, 1),
+        Err(CoordinatorError::InvalidArgument(_))
+    ));
+    let mut garbage = result_of(&grants[0]);
+    garbage.result = Some(ReportedResult {
+        partial: b"{not json".to_vec(),
+        work_done: 1,
+    });
+    assert!(matches!(
+        s.report(garbage, 1),
+        Err(CoordinatorError::InvalidArgument(_))
+    ));
+    let mut unknown = result_of(&grants[0]);
+    unknown.lease = "job-424242/1/0/1".parse().unwrap();
+    assert!(matches!(
+        s.report(unknown, 1),
+        Err(CoordinatorError::NotFound(_))
+    ));
+    assert_eq!(event_count(&s, &id), before);
+    assert_eq!(s.job(&id, 2).unwrap().shards_done, 0);
+}
+
+#[test]
+fn a_reload_keeps_accepted_results_and_attempt_numbers() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut s = new_scheduler(store.clone());
+    let id = submit(&mut s, &kayles(20));
+    let grants = s.lease("w", 3, 0).unwrap();
+    s.report(result_of(&grants[0]), 1).unwrap();
+    drop(s);
+    let mut s = Scheduler::load(store, SchedulerConfig::default(), 10).unwrap();
+    let job = s.job(&id, 10).unwrap();
+    assert_eq!(job.shards_done, 1);
+    assert_eq!(job.shards_leased, 2);
+    // The surviving leases are still valid: their workers may report.
+    s.report(result_of(&grants[1]), 11).unwrap();
+    // After expiry the third shard is leased again with a new attempt number.
+    s.expire_leases(100_000).unwrap();
+    let again = s.lease("v", 100, 200_000).unwrap();
+    let third = again
+        .iter()
+        .find(|g| g.lease.index == grants[2].lease.index)
+        .unwrap();
+    assert_eq!(third.lease.attempt, grants[2].lease.attempt + 1);
+    assert!(
+        again
+            .iter()
+            .all(|g| g.lease.index != grants[0].lease.index
+                && g.lease.index != grants[1].lease.index)
+    );
+    assert!(
+        s.events(&id, 0)
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == "resumed")
+    );
+}
+
+#[test]
+fn repeated_failures_fail_the_job_with_the_workers_message() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let spec = kayles(0); // a single shard
+    let id = submit(&mut s, &spec);
+    let mut now = 0;
+    for attempt in 1..=spec.options.max_attempts as u64 {
+        now += 100_000;
+        let grant = s.lease("w", 1, now).unwrap().remove(0);
+        assert_eq!((grant.lease.index, grant.lease.attempt), (0, attempt));
+        let failure = ReportedFailure {
+            message: "disk on fire".into(),
+            permanent: false,
+            handed_back: false,
+        };
+        s.report(Report::failure("w", grant.lease, failure), now)
+            .unwrap();
+    }
+    let job = s.job(&id, now).unwrap();
+    assert_eq!(job.state, proto::JobState::Failed as i32);
+    assert!(job.error.contains("disk on fire"), "{}", job.error);
+    assert!(s.lease("w", 100, now + 100_000).unwrap().is_empty());
+}
+
+#[test]
+fn handed_back_shards_return_at_once_without_counting_an_attempt() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let id = submit(&mut s, &kayles(10));
+    let grant = s.lease("w", 1, 0).unwrap().remove(0);
+    let failure = ReportedFailure {
+        message: "draining".into(),
+        permanent: false,
+        handed_back: true,
+    };
+    s.report(Report::failure("w", grant.lease.clone(), failure), 1)
+        .unwrap();
+    let again = s.lease("v", 100, 1).unwrap();
+    assert!(
+        again
+            .iter()
+            .any(|g| g.lease.index == grant.lease.index
+                && g.lease.attempt == grant.lease.attempt + 1)
+    );
+    assert_eq!(s.job(&id, 2).unwrap().shards_failed_attempts, 0);
+}
+
+#[test]
+fn higher_priority_jobs_are_leased_first() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let low = submit(&mut s, &kayles(10));
+    let mut urgent = kayles(12);
+    urgent.options.priority = 5;
+    let high = submit(&mut s, &urgent);
+    let grants = s.lease("w", 100, 0).unwrap();
+    let high_count = tally_common::kayles::character_count(12) as usize;
+    assert!(grants.len() > high_count);
+    assert!(grants[..high_count].iter().all(|g| g.lease.job == high));
+    assert!(grants[high_count..].iter().all(|g| g.lease.job == low));
+}

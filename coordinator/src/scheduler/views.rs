@@ -1,0 +1,115 @@
+//! What clients read: the proto views of jobs and their results, derived from
+//! the records and the in-memory progress.
+
+use tally_common::proto;
+
+use crate::error::{CoordinatorError, Result};
+use crate::records::{JobState, ShardState};
+
+use super::state::{JobEntry, Scheduler};
+
+impl Scheduler {
+    pub fn job(&self, id: &str, now_ms: u64) -> Result<proto::Job> {
+        Ok(self.entry(id)?.view(now_ms))
+    }
+
+    pub fn list(&self, now_ms: u64) -> Vec<proto::Job> {
+        self.jobs.values().map(|e| e.view(now_ms)).collect()
+    }
+
+    /// The answer or the error of a finished job.
+    pub fn result(&self, id: &str) -> Result<proto::JobResult> {
+        let rec = &self.entry(id)?.rec;
+        if !rec.state.is_finished() {
+            return Err(CoordinatorError::FailedPrecondition(format!(
+                "job {id} is {} and has no result yet",
+                rec.state.name()
+            )));
+        }
+        Ok(proto::JobResult {
+            job_id: rec.id.clone(),
+            state: rec.state.to_proto() as i32,
+            answer: rec.answer.clone().unwrap_or_default(),
+            details_json: rec
+                .details
+                .as_ref()
+                .map(|d| d.to_string())
+                .unwrap_or_default(),
+            error: rec.error.clone().unwrap_or_default(),
+        })
+    }
+}
+
+/// Work and shards over all stages, and the timing derived from them.
+struct Progress {
+    shards_done: u64,
+    shards_total: u64,
+    work_done: u64,
+    work_total: u64,
+    elapsed_ms: u64,
+    eta_ms: u64,
+}
+
+impl JobEntry {
+    /// The job as clients see it at `now_ms`.
+    pub(super) fn view(&self, now_ms: u64) -> proto::Job {
+        let rec = &self.rec;
+        let p = self.progress(now_ms);
+        proto::Job {
+            id: rec.id.clone(),
+            kind: rec.spec.kind_name().to_string(),
+            state: rec.state.to_proto() as i32,
+            spec: Some((&rec.spec).into()),
+            created_ms: rec.created_ms,
+            started_ms: rec.started_ms.unwrap_or(0),
+            finished_ms: rec.finished_ms.unwrap_or(0),
+            stage: rec.stage,
+            stages_total: rec.plan.stages_total,
+            shards_done: p.shards_done,
+            shards_total: p.shards_total,
+            work_done: p.work_done,
+            work_total: p.work_total,
+            elapsed_ms: p.elapsed_ms,
+            eta_ms: p.eta_ms,
+            answer: rec.answer.clone().unwrap_or_default(),
+            error: rec.error.clone().unwrap_or_default(),
+            shards_leased: self
+                .shards
+                .iter()
+                .filter(|s| s.state == ShardState::Leased)
+                .count() as u64,
+            shards_failed_attempts: self.shards.iter().map(|s| s.failed_attempts as u64).sum(),
+            description: rec.spec.describe(),
+        }
+    }
+
+    fn progress(&self, now_ms: u64) -> Progress {
+        let rec = &self.rec;
+        let stages = rec.plan.stages_total as u64;
+        let shards_total = rec.shards_per_stage * stages;
+        let work_total = rec.work_per_stage * stages;
+        let (shards_done, work_done) = if rec.state == JobState::Succeeded {
+            (shards_total, work_total)
+        } else {
+            (self.shards_done(), self.work_done())
+        };
+        let elapsed_ms = match rec.started_ms {
+            Some(start) => rec.finished_ms.unwrap_or(now_ms).saturating_sub(start),
+            None => 0,
+        };
+        let eta_ms = if rec.state.is_finished() || work_done == 0 || elapsed_ms == 0 {
+            0
+        } else {
+            let remaining = work_total.saturating_sub(work_done) as u128;
+            (remaining * elapsed_ms as u128 / work_done as u128) as u64
+        };
+        Progress {
+            shards_done,
+            shards_total,
+            work_done,
+            work_total,
+            elapsed_ms,
+            eta_ms,
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Workers as the scheduler knows them: registration, heartbeats (which renew
+//! their live leases in memory and revoke the others) and the check that a
+//! lease is the current, live attempt of its shard.
+
+use std::collections::HashMap;
+
+use tally_common::lease::LeaseId;
+use tally_common::proto;
+
+use crate::error::{CoordinatorError, Result};
+use crate::records::ShardState;
+
+use super::protocol::WorkerInfo;
+use super::state::Scheduler;
+
+impl Scheduler {
+    pub fn register(
+        &mut self,
+        worker: &str,
+        hostname: &str,
+        slots: u32,
+        version: &str,
+        now_ms: u64,
+    ) {
+        self.workers.insert(
+            worker.to_string(),
+            WorkerInfo {
+                hostname: hostname.to_string(),
+                slots,
+                version: version.to_string(),
+                last_seen_ms: now_ms,
+            },
+        );
+    }
+
+    pub fn workers(&self) -> &HashMap<String, WorkerInfo> {
+        &self.workers
+    }
+
+    /// Renews the worker's valid leases and records their progress; returns the
+    /// leases it must stop (unknown, superseded, or of a job that is not running).
+    pub fn heartbeat(
+        &mut self,
+        worker: &str,
+        leases: &[proto::LeaseProgress],
+        now_ms: u64,
+    ) -> Vec<String> {
+        if let Some(info) = self.workers.get_mut(worker) {
+            info.last_seen_ms = now_ms;
+        } else {
+            self.register(worker, "", 0, "", now_ms);
+        }
+        let mut revoked = Vec::new();
+        for progress in leases {
+            let current = progress
+                .lease_id
+                .parse::<LeaseId>()
+                .map_err(CoordinatorError::from)
+                .and_then(|lease| Ok((self.current_lease(worker, &lease)?, lease)));
+            match current {
+                Ok((position, lease)) => {
+                    let entry = self.known_entry(&lease.job);
+                    let ttl = entry.rec.spec.options().lease_ttl_ms;
+                    let shard = &mut entry.shards[position];
+                    shard.lease_expires_ms = now_ms + ttl;
+                    shard.work_done = progress.work_done.min(shard.work_total);
+                }
+                Err(_) => revoked.push(progress.lease_id.clone()),
+            }
+        }
+        revoked
+    }
+
+    /// Checks that `lease` is the current, live lease of `worker` on a running
+    /// job; returns the shard's position in the job's current stage.
+    fn current_lease(&self, worker: &str, lease: &LeaseId) -> Result<usize> {
+        let LeaseId {
+            job,
+            stage,
+            index,
+            attempt,
+        } = lease;
+        let entry = self.entry(job)?;
+        if entry.rec.state.is_finished() {
+            return Err(CoordinatorError::FailedPrecondition(format!(
+                "job {job} is {}",
+                entry.rec.state.name()
+            )));
+        }
+        let pos = entry
+            .shards
+            .iter()
+            .position(|s| s.stage == *stage && s.index == *index)
+            .ok_or_else(|| {
+                CoordinatorError::FailedPrecondition(format!(
+                    "shard {index} of stage {stage} of job {job} is not current"
+                ))
+            })?;
+        let shard = &entry.shards[pos];
+        if shard.attempt != *attempt || shard.state == ShardState::Done {
+            return Err(CoordinatorError::FailedPrecondition(format!(
+                "attempt {attempt} of shard {stage}/{index} of job {job} is stale (current attempt {}, {:?})",
+                shard.attempt, shard.state
+            )));
+        }
+        if shard.state == ShardState::Leased && shard.worker.as_deref() != Some(worker) {
+            return Err(CoordinatorError::FailedPrecondition(format!(
+                "lease {lease} belongs to another worker"
+            )));
+        }
+        Ok(pos)
+    }
+}

@@ -1,0 +1,96 @@
+//! The store's contract: the trees, the batches of writes and the [`Store`]
+//! trait that every backend implements.
+
+use crate::error::Result;
+
+/// The trees of the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Tree {
+    /// Schema version and counters.
+    Meta,
+    /// Job records by job id.
+    Jobs,
+    /// Shard records by (job, stage, index).
+    Shards,
+    /// Stage output and checkpoints: large opaque blobs.
+    Blobs,
+    /// Per-job event log by (job, sequence).
+    Events,
+    /// Idempotency keys to job ids.
+    Keys,
+}
+
+impl Tree {
+    pub const ALL: [Tree; 6] = [
+        Tree::Meta,
+        Tree::Jobs,
+        Tree::Shards,
+        Tree::Blobs,
+        Tree::Events,
+        Tree::Keys,
+    ];
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Tree::Meta => "meta",
+            Tree::Jobs => "jobs",
+            Tree::Shards => "shards",
+            Tree::Blobs => "blobs",
+            Tree::Events => "events",
+            Tree::Keys => "keys",
+        }
+    }
+}
+
+/// One write of a commit: `None` removes the key.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub tree: Tree,
+    pub key: Vec<u8>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// A set of writes applied all together or not at all.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    pub writes: Vec<Write>,
+}
+
+impl Batch {
+    pub fn put(&mut self, tree: Tree, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.writes.push(Write {
+            tree,
+            key: key.into(),
+            value: Some(value.into()),
+        });
+    }
+
+    pub fn remove(&mut self, tree: Tree, key: impl Into<Vec<u8>>) {
+        self.writes.push(Write {
+            tree,
+            key: key.into(),
+            value: None,
+        });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.writes.len()
+    }
+}
+
+/// A transactional key-value store. `commit` returns only once the batch is
+/// durable: callers acknowledge nothing before it returns.
+pub trait Store: Send + Sync {
+    fn commit(&self, batch: Batch) -> Result<()>;
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// All entries whose key starts with `prefix`, in key order.
+    fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// Bytes the store occupies on disk, if it has a disk.
+    fn size_on_disk(&self) -> Option<u64> {
+        None
+    }
+}

@@ -1,0 +1,61 @@
+//! The in-memory backend, for tests and for coordinators without a data
+//! directory: nothing survives the process.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use crate::error::Result;
+
+use super::api::{Batch, Store, Tree};
+
+/// The in-memory backend, for unit tests.
+#[derive(Default)]
+pub struct MemoryStore {
+    trees: Mutex<BTreeMap<Tree, KeyValues>>,
+}
+
+type KeyValues = BTreeMap<Vec<u8>, Vec<u8>>;
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Store for MemoryStore {
+    fn commit(&self, batch: Batch) -> Result<()> {
+        let mut trees = self.trees.lock().unwrap();
+        for w in batch.writes {
+            let tree = trees.entry(w.tree).or_default();
+            match w.value {
+                Some(v) => {
+                    tree.insert(w.key, v);
+                }
+                None => {
+                    tree.remove(&w.key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .trees
+            .lock()
+            .unwrap()
+            .get(&tree)
+            .and_then(|t| t.get(key).cloned()))
+    }
+
+    fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let trees = self.trees.lock().unwrap();
+        let Some(t) = trees.get(&tree) else {
+            return Ok(Vec::new());
+        };
+        Ok(t.range(prefix.to_vec()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+}

@@ -1,0 +1,20 @@
+//! The durable store: a few named trees of byte keys and values, with atomic,
+//! flushed multi-tree commits. [`SledStore`] keeps them on disk; [`MemoryStore`]
+//! keeps them in memory; [`TimedStore`] times the commits of either. The typed
+//! records on top live in [`crate::records`].
+//!
+//! *Invariant:* `commit` returns only once its batch is durable, all of it or
+//! none of it; callers acknowledge nothing before it returns.
+
+mod api;
+mod memory;
+mod sled_store;
+mod timed;
+
+#[cfg(test)]
+mod tests;
+
+pub use api::{Batch, Store, Tree, Write};
+pub use memory::MemoryStore;
+pub use sled_store::{SCHEMA_VERSION, SledStore};
+pub use timed::TimedStore;

@@ -320,16 +320,14 @@ fn run_child(dir: &Path, acks: &Path, seed: u64, mut now: u64) {
         } else if roll < 88 && !held.is_empty() {
             let (worker, grant, expires) = held.swap_remove(rng.below(held.len() as u64) as usize);
             if REPORT_ON_EXPIRED_LEASES || now < expires {
-                work_on(
-                    &mut scheduler,
-                    &*store,
-                    &cache,
-                    &mut rng,
-                    &mut log,
-                    &worker,
-                    &grant,
-                    now,
-                );
+                let child = Child {
+                    scheduler: &mut scheduler,
+                    store: &*store,
+                    cache: &cache,
+                    rng: &mut rng,
+                    log: &mut log,
+                };
+                work_on(child, &worker, &grant, now);
             }
         } else if roll < 94 {
             scheduler.expire_leases(now).expect("expires");
@@ -360,19 +358,25 @@ fn run_child(dir: &Path, acks: &Path, seed: u64, mut now: u64) {
     panic!("the child was not killed within {MAX_CHILD_STEPS} operations");
 }
 
+/// What a worker's handling of one lease touches in the child process.
+struct Child<'a> {
+    scheduler: &'a mut Scheduler,
+    store: &'a dyn Store,
+    cache: &'a KernelCache,
+    rng: &'a mut Rng,
+    log: &'a mut AckLog,
+}
+
 /// One worker's handling of a lease: lost (the lease will expire), failed, or
 /// computed and reported, with a checkpoint first when the kernel offered one.
-#[allow(clippy::too_many_arguments)]
-fn work_on(
-    scheduler: &mut Scheduler,
-    store: &dyn Store,
-    cache: &KernelCache,
-    rng: &mut Rng,
-    log: &mut AckLog,
-    worker: &str,
-    grant: &Grant,
-    now: u64,
-) {
+fn work_on(child: Child<'_>, worker: &str, grant: &Grant, now: u64) {
+    let Child {
+        scheduler,
+        store,
+        cache,
+        rng,
+        log,
+    } = child;
     let fate = rng.below(100);
     if fate < 8 {
         return;

@@ -275,6 +275,11 @@ pub struct CoordinatorArgs {
     /// Address to serve HTTP on: Prometheus `/metrics` and the status page at `/`.
     #[arg(long, env = "TALLY_HTTP", value_name = "ADDR")]
     pub http: Option<std::net::SocketAddr>,
+    /// Start even if the store has lost acknowledged commits (a damaged file):
+    /// continue from what is intact, note it in each unfinished job's events and
+    /// name the jobs that were lost. Job ids never go back.
+    #[arg(long)]
+    pub recover: bool,
 }
 
 #[derive(Args, Debug)]

@@ -80,11 +80,79 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             (dir.path().to_path_buf(), Some(dir))
         }
     };
+    let mut interrupts = crate::Interrupts::new()?;
     let cluster = LocalCluster::start(data_dir, args.workers, threads).await?;
-    let outcome = submit_and_follow(&cluster.remote, &spec, args.data.as_deref(), json).await;
-    cluster.stop().await;
-    let (job, result) = outcome?;
-    output::print_result(&job, &result, json)
+    let data = args.data.as_deref();
+    let outcome = submit_and_follow(&cluster.remote, &spec, data, json, &mut interrupts).await;
+    match outcome {
+        Ok(Followed::Finished(finished)) => {
+            cluster.stop().await;
+            let (job, result) = *finished;
+            output::print_result(&job, &result, json)
+        }
+        Ok(Followed::Interrupted(job)) => interrupted(cluster, &job, data, &mut interrupts).await,
+        Err(e) => {
+            cluster.stop().await;
+            Err(e)
+        }
+    }
+}
+
+/// The exit status of a command stopped by Ctrl-C or SIGTERM.
+const INTERRUPTED: u8 = 130;
+
+/// `run` after Ctrl-C. With `--data` the job is kept: the workers hand their
+/// shards back and the same command resumes it; a second Ctrl-C while they
+/// stop cancels it instead. Without `--data` nothing could resume it, so it
+/// is cancelled.
+async fn interrupted(
+    cluster: LocalCluster,
+    job: &str,
+    data: Option<&std::path::Path>,
+    interrupts: &mut crate::Interrupts,
+) -> anyhow::Result<ExitCode> {
+    let Some(dir) = data else {
+        cancel_quietly(&cluster.remote, job).await;
+        cluster.stop().await;
+        eprintln!("interrupted; job {job} cancelled (with --data DIR a run can be resumed)");
+        return Ok(ExitCode::from(INTERRUPTED));
+    };
+    eprintln!(
+        "interrupted; stopping (press Ctrl-C again to cancel job {job} instead of keeping it)"
+    );
+    let remote = cluster.remote.clone();
+    let stopping = cluster.stop();
+    tokio::pin!(stopping);
+    tokio::select! {
+        () = &mut stopping => {
+            eprintln!(
+                "job {job} is kept in {}: run the same command again to resume it",
+                dir.display()
+            );
+        }
+        () = interrupts.next() => {
+            cancel_quietly(&remote, job).await;
+            stopping.await;
+            eprintln!("job {job} cancelled");
+        }
+    }
+    Ok(ExitCode::from(INTERRUPTED))
+}
+
+async fn cancel_quietly(remote: &Remote, job: &str) {
+    let request = proto::CancelRequest {
+        job_id: job.to_string(),
+    };
+    let cancelled = async {
+        connect(remote)
+            .await?
+            .cancel(request)
+            .await
+            .map_err(Into::into)
+    };
+    if let Err(e) = cancelled.await {
+        eprintln!("could not cancel job {job}: {}", output::error_line(&e));
+    }
 }
 
 /// `run --direct`: the kernel alone, in this process.
@@ -132,10 +200,13 @@ impl LocalCluster {
         workers: usize,
         threads: usize,
     ) -> anyhow::Result<LocalCluster> {
-        let config = tally_coordinator::CoordinatorConfig::new(
+        let mut config = tally_coordinator::CoordinatorConfig::new(
             "127.0.0.1:0".parse().expect("loopback address"),
             Some(data_dir),
         );
+        // The store is this process's alone: whoever held a lease in it was
+        // an in-process worker of a run that has stopped.
+        config.release_leases_on_start = true;
         // One process: the workers reuse what planning built (slider graphs).
         let kernel_cache = config.kernel_cache.clone();
         let coordinator = tally_coordinator::start(config).await?;
@@ -148,6 +219,9 @@ impl LocalCluster {
                 config.slots = threads;
                 config.worker_id = format!("{}-run{i}", tally_worker::default_worker_id());
                 config.lease_wait = Duration::from_secs(1);
+                // Stopping `run` hands shards back at once: the job resumes
+                // from their last checkpoints.
+                config.drain_timeout = Duration::ZERO;
                 config.kernel_cache = kernel_cache.clone();
                 let mut stop = stop_rx.clone();
                 tokio::spawn(tally_worker::run(config, async move {
@@ -172,6 +246,13 @@ impl LocalCluster {
     }
 }
 
+/// How following a job ended.
+enum Followed {
+    Finished(Box<(Job, proto::JobResult)>),
+    /// Ctrl-C or SIGTERM: the job, still running.
+    Interrupted(String),
+}
+
 /// Submits the job (or finds the one a previous `run` with the same spec and
 /// data directory started) and follows it to its result.
 async fn submit_and_follow(
@@ -179,7 +260,8 @@ async fn submit_and_follow(
     spec: &ValidSpec,
     data: Option<&std::path::Path>,
     json: bool,
-) -> anyhow::Result<(Job, proto::JobResult)> {
+    interrupts: &mut crate::Interrupts,
+) -> anyhow::Result<Followed> {
     let mut client = connect(remote).await?;
     let request = proto::SubmitRequest {
         spec: Some(spec.into()),
@@ -187,16 +269,18 @@ async fn submit_and_follow(
     };
     let submitted = client.submit(request).await?.into_inner();
     let job = submitted.job.context("the coordinator returned no job")?;
-    if !submitted.created {
-        let from = data.map(|d| d.display().to_string()).unwrap_or_default();
-        eprintln!("resuming {} from {from}", job.id);
+    match data {
+        Some(dir) if submitted.created => eprintln!(
+            "started {} in {} (Ctrl-C stops it; the same command resumes it)",
+            job.id,
+            dir.display()
+        ),
+        Some(dir) => eprintln!("resuming {} from {}", job.id, dir.display()),
+        None => {}
     }
     let finished = tokio::select! {
         finished = follow(remote, &job.id, !json) => finished?,
-        _ = crate::shutdown_signal() => {
-            let _ = client.cancel(proto::CancelRequest { job_id: job.id.clone() }).await;
-            anyhow::bail!("interrupted; job {} cancelled", job.id);
-        }
+        () = interrupts.next() => return Ok(Followed::Interrupted(job.id)),
     };
     let result = client
         .result(proto::ResultRequest {
@@ -204,7 +288,7 @@ async fn submit_and_follow(
         })
         .await?
         .into_inner();
-    Ok((finished, result))
+    Ok(Followed::Finished(Box::new((finished, result))))
 }
 
 /// Follows a job until it finishes, showing a progress bar on stderr; survives a

@@ -43,7 +43,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(dispatch(cli, config_path)) {
+    let outcome = runtime.block_on(dispatch(cli, config_path));
+    // Work still running on the blocking pool (a store that will not close, a
+    // kernel that has not seen its cancellation) must not hold the exit up.
+    runtime.shutdown_timeout(RUNTIME_EXIT_LIMIT);
+    match outcome {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", output::error_line(&e));
@@ -51,6 +55,9 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// How long the process waits at exit for blocking work to end.
+const RUNTIME_EXIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn init_logging(cli: &Cli) {
     // Servers log what they do; one-shot commands only warn.
@@ -173,6 +180,31 @@ fn server_tls(cli: &Cli) -> anyhow::Result<Option<ServerTls>> {
     }
 }
 
+/// SIGINT and SIGTERM, caught from the moment this is created (so one that
+/// arrives before anyone waits is not lost, nor fatal), delivered one by one.
+pub struct Interrupts {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    pub fn new() -> anyhow::Result<Interrupts> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Interrupts {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// The next SIGINT or SIGTERM.
+    pub async fn next(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
@@ -205,6 +237,7 @@ async fn serve_coordinator(
     config.token = token;
     config.tls = tls;
     config.http = args.http;
+    config.recover = args.recover;
     let mut coordinator = tally_coordinator::start(config).await?;
     eprintln!(
         "coordinator listening on {} (data in {}; {secured})",

@@ -14,8 +14,15 @@ pub enum CoordinatorError {
     FailedPrecondition(String),
     #[error("{0}")]
     ResourceExhausted(String),
+    /// The request conflicts with what exists: an idempotency key reused for
+    /// a different spec.
+    #[error("{0}")]
+    AlreadyExists(String),
     #[error("store: {0}")]
     Store(String),
+    /// The store's disk is full: nothing can be written until space is freed.
+    #[error("store: {0}")]
+    StoreFull(String),
     /// Temporarily unable to serve (shutting down); clients retry.
     #[error("{0}")]
     Unavailable(String),
@@ -50,7 +57,9 @@ impl From<CoordinatorError> for tonic::Status {
             CoordinatorError::NotFound(m) => Status::not_found(m),
             CoordinatorError::FailedPrecondition(m) => Status::failed_precondition(m),
             CoordinatorError::ResourceExhausted(m) => Status::resource_exhausted(m),
+            CoordinatorError::AlreadyExists(m) => Status::already_exists(m),
             CoordinatorError::Store(m) => Status::unavailable(format!("store: {m}")),
+            CoordinatorError::StoreFull(m) => Status::resource_exhausted(format!("store: {m}")),
             CoordinatorError::Unavailable(m) => Status::unavailable(m),
             CoordinatorError::Internal(m) => Status::internal(m),
         }

@@ -121,6 +121,11 @@ pub struct EventRecord {
     pub message: String,
 }
 
+/// The id of job number `seq`.
+pub fn job_id(seq: u64) -> String {
+    format!("job-{seq:06}")
+}
+
 pub fn job_key(job: &str) -> Vec<u8> {
     job.as_bytes().to_vec()
 }

@@ -23,7 +23,7 @@ use crate::http;
 use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::{JobApi, Shared, WorkerApi, now_ms};
-use crate::store::{MemoryStore, SledStore, Store, TimedStore};
+use crate::store::{MemoryStore, OnLoss, Recovery, SledStore, Store, TimedStore};
 
 #[derive(Clone, Debug)]
 pub struct CoordinatorConfig {
@@ -41,6 +41,13 @@ pub struct CoordinatorConfig {
     pub http: Option<SocketAddr>,
     /// The kernel cache planning fills; `tally run` shares it with its workers.
     pub kernel_cache: Arc<KernelCache>,
+    /// Start from what is intact if the store has lost acknowledged commits,
+    /// instead of refusing to start.
+    pub recover: bool,
+    /// Hand back every lease found in the store at start: the caller knows
+    /// that no worker that held one is alive (`tally run` resuming, whose
+    /// in-process workers died with it). Otherwise leases get a fresh TTL.
+    pub release_leases_on_start: bool,
 }
 
 impl CoordinatorConfig {
@@ -54,9 +61,17 @@ impl CoordinatorConfig {
             tls: None,
             http: None,
             kernel_cache: Arc::new(KernelCache::new()),
+            recover: false,
+            release_leases_on_start: false,
         }
     }
 }
+
+/// How long calls in flight may take to finish once a shutdown begins.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How long closing the store may take once serving has stopped.
+pub const STORE_CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 /// A coordinator serving in the background.
 pub struct RunningCoordinator {
@@ -77,24 +92,39 @@ impl RunningCoordinator {
         format!("http://{}", self.addr)
     }
 
-    /// Stops serving and waits for the server to finish.
+    /// Stops serving: calls in flight get [`SHUTDOWN_GRACE`] to finish, then
+    /// the server is stopped; the store gets [`STORE_CLOSE_LIMIT`] to close.
+    /// So a shutdown ends within their sum, whatever the clients, the workers
+    /// and the disk do. Nothing acknowledged depends on it: every commit was
+    /// durable before it was acknowledged.
     pub async fn shutdown(mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
         self.expiry.abort();
         self.sampler.abort();
-        if let Some((stop, task)) = self.http.take() {
-            let _ = stop.send(());
-            let _ = task.await;
+        let http = self.http.take();
+        let stopped = async {
+            if let Some((stop, task)) = http {
+                let _ = stop.send(());
+                let _ = task.await;
+            }
+            let _ = (&mut self.server).await;
+        };
+        if tokio::time::timeout(SHUTDOWN_GRACE, stopped).await.is_err() {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "calls still in flight after the grace; stopping them");
+            self.server.abort();
         }
-        let _ = (&mut self.server).await;
-        let _ = (&mut self.expiry).await;
-        let _ = (&mut self.sampler).await;
         // Connections and streams may outlive the server future; closing the
         // scheduler releases the store's lock now rather than when they end.
         let shared = self.shared.clone();
-        let _ = tokio::task::spawn_blocking(move || shared.close()).await;
+        let close = tokio::task::spawn_blocking(move || shared.close());
+        if tokio::time::timeout(STORE_CLOSE_LIMIT, close)
+            .await
+            .is_err()
+        {
+            tracing::error!(limit = ?STORE_CLOSE_LIMIT, "the store did not close in time; stopping without it (every acknowledged commit is already durable)");
+        }
     }
 
     /// Waits until the server stops on its own (an error, or a signal handled by
@@ -113,10 +143,28 @@ impl RunningCoordinator {
 /// Opens the store, reloads every job and starts serving on `config.listen`.
 pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     let metrics = Arc::new(CoordinatorMetrics::default());
-    let store: Arc<dyn Store> =
-        Arc::new(TimedStore::new(open_store(&config).await?, metrics.clone()));
+    let (store, recovery) = open_store(&config).await?;
+    let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
     let scheduler_config = config.scheduler.clone();
-    let scheduler = blocking(move || Scheduler::load(store, scheduler_config, now_ms())).await?;
+    let release_leases = config.release_leases_on_start;
+    let scheduler = blocking(move || {
+        let mut scheduler = Scheduler::load(store, scheduler_config, now_ms())?;
+        if let Some(recovery) = recovery {
+            note_recovery(&mut scheduler, &recovery)?;
+        }
+        if release_leases {
+            let reason = "its worker stopped with the previous run";
+            let released = scheduler.release_all_leases(reason, now_ms())?;
+            if released > 0 {
+                tracing::info!(
+                    released,
+                    "handed back the leases of the previous run's workers"
+                );
+            }
+        }
+        Ok(scheduler)
+    })
+    .await?;
     let shared = Shared::new(scheduler, metrics, config.kernel_cache.clone());
     // Bound before serving gRPC so that a taken port fails the start cleanly.
     let http_listener = match config.http {
@@ -165,15 +213,34 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| CoordinatorError::Internal(e.to_string()))?
 }
 
-/// The sled store in the data directory, or a store in memory without one.
-async fn open_store(config: &CoordinatorConfig) -> Result<Arc<dyn Store>> {
-    Ok(match &config.data_dir {
-        Some(dir) => {
-            let dir = dir.clone();
-            Arc::new(blocking(move || SledStore::open(&dir)).await?)
-        }
-        None => Arc::new(MemoryStore::new()),
-    })
+/// The sled store in the data directory, or a store in memory without one;
+/// with what `--recover` accepted, if the store had lost commits.
+async fn open_store(config: &CoordinatorConfig) -> Result<(Arc<dyn Store>, Option<Recovery>)> {
+    let Some(dir) = config.data_dir.clone() else {
+        return Ok((Arc::new(MemoryStore::new()), None));
+    };
+    let on_loss = if config.recover {
+        OnLoss::Recover
+    } else {
+        OnLoss::Refuse
+    };
+    let store = blocking(move || SledStore::open_with(&dir, on_loss)).await?;
+    let recovery = store.recovery().cloned();
+    Ok((Arc::new(store), recovery))
+}
+
+/// Marks what a recovered store lost: each unfinished job's log says so, and
+/// the jobs whose records are gone are named in the coordinator's log.
+fn note_recovery(scheduler: &mut Scheduler, recovery: &Recovery) -> Result<()> {
+    let lost = scheduler.note_recovery(recovery.lost_commits(), now_ms())?;
+    tracing::warn!(
+        lost_commits = recovery.lost_commits(),
+        acknowledged = recovery.acknowledged,
+        intact = recovery.intact,
+        lost_jobs = %if lost.is_empty() { "none".to_string() } else { lost.join(", ") },
+        "recovered a damaged store from what is intact; the lost jobs must be submitted again"
+    );
+    Ok(())
 }
 
 type GrpcServer = JoinHandle<std::result::Result<(), tonic::transport::Error>>;
@@ -243,9 +310,17 @@ async fn serve_grpc(
 async fn expire_leases(shared: Arc<Shared>, every: Duration) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A store that cannot be written (a full disk) fails every tick: say so
+    // when it starts and when it ends, not four times a second.
+    let mut failing = false;
     loop {
         ticker.tick().await;
-        match shared.with_scheduler(|s| s.expire_leases(now_ms())).await {
+        let expired = shared.with_scheduler(|s| s.expire_leases(now_ms())).await;
+        if failing && expired.is_ok() {
+            failing = false;
+            tracing::info!("lease expiry works again");
+        }
+        match expired {
             Ok(0) => {}
             Ok(n) => {
                 shared.metrics.leases_expired.add(n as u64);
@@ -253,7 +328,11 @@ async fn expire_leases(shared: Arc<Shared>, every: Duration) {
                 shared.work_ready.notify_waiters();
                 let _ = shared.changes.send(String::new());
             }
-            Err(e) => tracing::error!(error = %e, "lease expiry failed"),
+            Err(e) if !failing => {
+                failing = true;
+                tracing::error!(error = %e, "lease expiry failed; retrying every tick");
+            }
+            Err(_) => {}
         }
     }
 }

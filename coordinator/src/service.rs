@@ -137,9 +137,10 @@ impl JobService for JobApi {
         }
         // A repeated key answers at once, without planning again.
         if let Some(k) = key.clone() {
+            let asked = spec.clone();
             let existing = self
                 .shared
-                .with_scheduler(move |s| Ok(s.job_by_key(&k, now_ms())))
+                .with_scheduler(move |s| s.job_for_key(&k, &asked, now_ms()))
                 .await?;
             if let Some(job) = existing {
                 return Ok(Response::new(proto::SubmitResponse {

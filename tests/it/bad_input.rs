@@ -774,9 +774,25 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
     }
     let key = "k".repeat(256);
     let first = submit(&mut client, &checked(&kayles(10, 0)), &key).await;
-    let again = submit(&mut client, &checked(&kayles(12, 0)), &key).await;
+    let again = submit(&mut client, &checked(&kayles(10, 0)), &key).await;
     assert_eq!(first.id, again.id, "a 256-byte key is kept");
     accepted += 1;
+    let before = observe(&mut client).await;
+    let status = client
+        .submit(proto::SubmitRequest {
+            spec: Some(kayles(12, 0)),
+            idempotency_key: key,
+        })
+        .await
+        .expect_err("a key reused for another spec");
+    check_status("key reused", &status, Code::AlreadyExists, "different spec");
+    assert!(status.message().len() < 300, "the key is not echoed whole");
+    assert_eq!(
+        observe(&mut client).await,
+        before,
+        "key reused: state changed"
+    );
+    refused += 1;
     eprintln!(
         "spec limits: {accepted} accepted, {valid} validated only (large plans), {refused} refused"
     );

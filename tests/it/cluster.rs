@@ -358,6 +358,19 @@ async fn same_idempotency_key_returns_the_same_job() {
         again.job.as_ref().unwrap().id
     );
     assert_ne!(first.job.unwrap().id, other.job.unwrap().id);
+    // The same key with another spec is a conflict, not the old job.
+    let conflict = client
+        .submit(proto::SubmitRequest {
+            spec: Some(proto_spec(&hex(4, 1))),
+            idempotency_key: "k-1".into(),
+        })
+        .await
+        .expect_err("a key reused for another spec is refused");
+    assert_eq!(conflict.code(), tonic::Code::AlreadyExists, "{conflict:?}");
+    assert!(
+        conflict.message().contains("different spec"),
+        "{conflict:?}"
+    );
     let listed = client
         .list(proto::ListJobsRequest {})
         .await

@@ -229,3 +229,60 @@ async fn a_re_leased_shard_resumes_from_its_last_checkpoint() {
     );
     assert_eq!(done.answer, direct_answer(&spec));
 }
+
+/// Ctrl-C during `tally run --data DIR` stops the run and keeps its job: the
+/// same command resumes it instead of finding it cancelled.
+#[test]
+fn ctrl_c_keeps_a_run_with_a_data_directory_resumable() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.display().to_string();
+    // Far longer than the moment it takes to interrupt it.
+    let args = ["run", "hex", "--side", "16", "--data", data_arg.as_str()];
+    for expected in ["started job-000001", "resuming job-000001"] {
+        let mut child = Command::new(tally_bin())
+            .args(args)
+            .env_remove("TALLY_COORDINATOR")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tally runs");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            let read = stderr.read_line(&mut line).unwrap();
+            assert!(read > 0, "run ended before {expected:?}: {seen}");
+            seen += &line;
+            if line.contains(expected) {
+                break;
+            }
+        }
+        let pid = child.id().to_string();
+        let sent = Command::new("kill").args(["-INT", &pid]).status().unwrap();
+        assert!(sent.success());
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+        seen += &rest;
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "{seen}");
+        assert!(
+            seen.contains("job job-000001 is kept in") && !seen.contains("cancelled"),
+            "{seen}"
+        );
+    }
+    let store = std::sync::Arc::new(tally_coordinator::store::SledStore::open(&data).unwrap());
+    let scheduler = tally_coordinator::scheduler::Scheduler::load(
+        store,
+        tally_coordinator::scheduler::SchedulerConfig::default(),
+        0,
+    )
+    .unwrap();
+    let job = scheduler.job("job-000001", 0).unwrap();
+    assert!(
+        matches!(state(&job), JobState::Queued | JobState::Running),
+        "{job:?}"
+    );
+}

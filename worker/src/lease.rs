@@ -17,6 +17,11 @@ use crate::error::{Result, WorkerError};
 /// With every slot taken, how long to wait for one to free before looking again.
 const FULL_RECHECK: Duration = Duration::from_millis(500);
 
+/// After the drain timeout, how long the hand-backs and final reports still
+/// in flight may take. Past it the worker stops without them: when the
+/// coordinator is unreachable their leases simply expire there.
+pub const REPORT_GRACE: Duration = Duration::from_secs(5);
+
 pub(crate) struct LeaseLoop {
     ctx: Arc<Context>,
     registered: bool,
@@ -82,7 +87,9 @@ impl LeaseLoop {
             Ok(_) => {
                 tracing::info!(worker = %config.worker_id, coordinator = %config.coordinator, "registered");
                 self.registered = true;
-                self.backoff.reset();
+                // The backoff is reset by a lease that works, not here: a
+                // coordinator that registers workers but cannot lease (its
+                // disk is full) must not be asked again ten times a second.
             }
             // Retrying cannot help: the operator must fix the token.
             Err(e) if e.code() == tonic::Code::Unauthenticated => return Err(WorkerError::Rpc(e)),
@@ -120,22 +127,39 @@ impl LeaseLoop {
         }
     }
 
-    /// Lets the running shards finish within the drain timeout, then cancels
-    /// the rest, which hand their leases back.
+    /// Lets the running shards finish and report within the drain timeout,
+    /// then cancels the rest, which hand their leases back within
+    /// [`REPORT_GRACE`]; whatever is still unreported then is dropped. So a
+    /// drain ends within the drain timeout plus the grace, whether or not the
+    /// coordinator answers.
     async fn drain(mut self) {
         let running = self.ctx.running();
         let timeout = self.ctx.config.drain_timeout;
         if running > 0 {
             tracing::info!(running, ?timeout, "draining: finishing running shards");
         }
-        let drained = tokio::time::timeout(timeout, async {
+        if self.join_all_within(timeout).await {
+            return;
+        }
+        tracing::warn!("drain timeout: handing back unfinished shards");
+        self.ctx.cancel_all();
+        if self.join_all_within(REPORT_GRACE).await {
+            return;
+        }
+        tracing::warn!(
+            unreported = self.shards.len(),
+            "the coordinator did not take the last reports in time; stopping without them \
+             (their leases expire at the coordinator)"
+        );
+        self.shards.shutdown().await;
+    }
+
+    /// Whether every attempt ended within `limit`.
+    async fn join_all_within(&mut self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, async {
             while self.shards.join_next().await.is_some() {}
         })
-        .await;
-        if drained.is_err() {
-            tracing::warn!("drain timeout: handing back unfinished shards");
-            self.ctx.cancel_all();
-            while self.shards.join_next().await.is_some() {}
-        }
+        .await
+        .is_ok()
     }
 }

@@ -33,6 +33,7 @@ use std::sync::Arc;
 pub use config::{WorkerConfig, default_worker_id};
 pub use context::connect;
 pub use error::{Result, WorkerError};
+pub use lease::REPORT_GRACE;
 pub use metrics::WorkerStats;
 
 /// Runs the worker until `shutdown` completes, then drains: no new leases,

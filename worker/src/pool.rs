@@ -3,39 +3,34 @@
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 type Task = Box<dyn FnOnce() + Send + 'static>;
 
 pub struct ComputePool {
     sender: Option<mpsc::Sender<Task>>,
-    threads: Vec<JoinHandle<()>>,
 }
 
 impl ComputePool {
     pub fn new(threads: usize) -> ComputePool {
         let (sender, receiver) = mpsc::channel::<Task>();
         let receiver = Arc::new(Mutex::new(receiver));
-        let threads = (0..threads.max(1))
-            .map(|i| {
-                let receiver = receiver.clone();
-                std::thread::Builder::new()
-                    .name(format!("tally-compute-{i}"))
-                    .spawn(move || {
-                        loop {
-                            let task = receiver.lock().unwrap().recv();
-                            match task {
-                                Ok(task) => task(),
-                                Err(_) => return,
-                            }
+        for i in 0..threads.max(1) {
+            let receiver = receiver.clone();
+            std::thread::Builder::new()
+                .name(format!("tally-compute-{i}"))
+                .spawn(move || {
+                    loop {
+                        let task = receiver.lock().unwrap().recv();
+                        match task {
+                            Ok(task) => task(),
+                            Err(_) => return,
                         }
-                    })
-                    .expect("spawning a compute thread")
-            })
-            .collect();
+                    }
+                })
+                .expect("spawning a compute thread");
+        }
         ComputePool {
             sender: Some(sender),
-            threads,
         }
     }
 
@@ -59,10 +54,11 @@ impl ComputePool {
 }
 
 impl Drop for ComputePool {
+    /// Closes the pool: each thread ends once its current kernel returns.
+    /// They are not joined: a drop must never block (it may run on the async
+    /// runtime, and shutdown has a bound), and kernels hold no resources that
+    /// outlive the process.
     fn drop(&mut self) {
         self.sender.take();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }

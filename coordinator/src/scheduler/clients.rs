@@ -6,16 +6,20 @@ use tally_common::spec::ValidSpec;
 use tally_common::values::{JobPlan, PlannedShard};
 
 use crate::error::{CoordinatorError, Result};
-use crate::records::{EventRecord, JobRecord, JobState, decode, encode, event_prefix, job_key};
-use crate::store::{Batch, Tree};
+use crate::records::{
+    EventRecord, JobRecord, JobState, decode, encode, event_prefix, job_id, job_key,
+};
+use crate::store::{Batch, NEXT_JOB_KEY, Tree};
 
 use super::events::Event;
 use super::stages::install_stage;
-use super::state::{JobEntry, NEXT_JOB_KEY, Scheduler};
+use super::state::{JobEntry, Scheduler};
 
 impl Scheduler {
     /// Stores a new job with the shards of its first stage, or returns the job
     /// already submitted under the same idempotency key (`created` is false).
+    /// A key already used for a different spec is a conflict: the caller
+    /// would otherwise follow someone else's job.
     pub fn submit(
         &mut self,
         spec: ValidSpec,
@@ -24,9 +28,9 @@ impl Scheduler {
         now_ms: u64,
     ) -> Result<(proto::Job, bool)> {
         if let Some(key) = &idempotency_key
-            && let Some(id) = self.keys.get(key)
+            && let Some(job) = self.job_for_key(key, &spec, now_ms)?
         {
-            return Ok((self.job(id, now_ms)?, false));
+            return Ok((job, false));
         }
         let seq = self.next_job;
         let first = spec.plan_stage(&plan, 1)?;
@@ -58,6 +62,30 @@ impl Scheduler {
 
     pub fn job_by_key(&self, key: &str, now_ms: u64) -> Option<proto::Job> {
         self.keys.get(key).and_then(|id| self.job(id, now_ms).ok())
+    }
+
+    /// The job submitted under `key`, if any, provided it was submitted with
+    /// `spec`; a key already used for another spec is a conflict.
+    pub fn job_for_key(
+        &self,
+        key: &str,
+        spec: &ValidSpec,
+        now_ms: u64,
+    ) -> Result<Option<proto::Job>> {
+        let Some(id) = self.keys.get(key) else {
+            return Ok(None);
+        };
+        let existing = &self.entry(id)?.rec.spec;
+        if existing.spec() != spec.spec() {
+            // The key is echoed in part: it may be 256 bytes long.
+            let shown: String = key.chars().take(32).collect();
+            let more = if shown.len() < key.len() { "..." } else { "" };
+            return Err(CoordinatorError::AlreadyExists(format!(
+                "idempotency key {shown:?}{more} already names job {id}, submitted with a different spec ({})",
+                existing.describe()
+            )));
+        }
+        self.job(id, now_ms).map(Some)
     }
 
     /// Cancels a queued or running job; cancelling a cancelled job is a no-op.
@@ -110,7 +138,7 @@ fn new_job(
     now_ms: u64,
 ) -> JobRecord {
     JobRecord {
-        id: format!("job-{seq:06}"),
+        id: job_id(seq),
         seq,
         spec,
         plan,

@@ -3,11 +3,15 @@
 //! limit fails its job. The expired attempt stays the shard's latest until the
 //! shard is leased again, so its late result is still accepted.
 
+use tally_common::lease::LeaseId;
+
 use crate::error::Result;
 use crate::records::{JobRecord, JobState, ShardRecord, ShardState, encode, job_key, shard_key};
 use crate::store::{Batch, Tree};
 
 use super::events::Event;
+use super::protocol::ReportedFailure;
+use super::reports::FailedAttempt;
 use super::state::{JobEntry, Scheduler, SchedulerConfig};
 
 impl Scheduler {
@@ -25,6 +29,48 @@ impl Scheduler {
             expired += self.expire_job_leases(&id, now_ms)?;
         }
         Ok(expired)
+    }
+
+    /// Hands every outstanding lease back at once, as its worker would, with
+    /// no failed attempt counted: for a coordinator that knows the workers
+    /// holding them are gone (`tally run` resuming: its in-process workers
+    /// died with the process before). Returns how many.
+    pub fn release_all_leases(&mut self, reason: &str, now_ms: u64) -> Result<usize> {
+        let leased: Vec<(LeaseId, String)> = self
+            .jobs
+            .values()
+            .filter(|e| !e.rec.state.is_finished())
+            .flat_map(|e| {
+                let job = &e.rec.id;
+                e.shards
+                    .iter()
+                    .filter(|s| s.state == ShardState::Leased)
+                    .map(move |s| {
+                        let lease = LeaseId {
+                            job: job.clone(),
+                            stage: s.stage,
+                            index: s.index,
+                            attempt: s.attempt,
+                        };
+                        (lease, s.worker.clone().unwrap_or_default())
+                    })
+            })
+            .collect();
+        let failure = ReportedFailure {
+            message: reason.to_string(),
+            permanent: false,
+            handed_back: true,
+        };
+        for (lease, worker) in &leased {
+            let released = FailedAttempt {
+                lease,
+                worker,
+                failure: &failure,
+                discard_replicas: false,
+            };
+            self.record_failure(released, now_ms)?;
+        }
+        Ok(leased.len())
     }
 
     /// Expires the job's due leases in one batch; returns how many.

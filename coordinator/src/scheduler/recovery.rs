@@ -9,13 +9,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::error::{CoordinatorError, Result};
-use crate::records::shard_prefix;
 use crate::records::{EventRecord, JobRecord, ShardRecord, ShardState, decode, event_prefix};
-use crate::store::{Batch, Store, Tree};
+use crate::records::{job_id, shard_prefix};
+use crate::store::{Batch, NEXT_JOB_KEY, Store, Tree};
 
 use super::events::Event;
 use super::stages::read_outputs;
-use super::state::{FinishedStage, JobEntry, NEXT_JOB_KEY, Scheduler, SchedulerConfig};
+use super::state::{FinishedStage, JobEntry, Scheduler, SchedulerConfig};
 
 impl Scheduler {
     /// Rebuilds the state from the store: every job, the shards of its current
@@ -60,6 +60,35 @@ impl Scheduler {
             self.store.commit(batch)?;
         }
         Ok(())
+    }
+}
+
+impl Scheduler {
+    /// After a damaged store was recovered: logs a `recovered` event in every
+    /// unfinished job (its progress may have gone back) and returns the ids
+    /// handed out whose jobs the store no longer holds.
+    pub fn note_recovery(&mut self, lost_commits: u64, now_ms: u64) -> Result<Vec<String>> {
+        let lost: Vec<String> = (1..self.next_job)
+            .map(job_id)
+            .filter(|id| !self.jobs.contains_key(id))
+            .collect();
+        let unfinished: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, e)| !e.rec.state.is_finished())
+            .map(|(id, _)| id.clone())
+            .collect();
+        let note = format!(
+            "the store lost {lost_commits} acknowledged commits and was recovered; \
+             this job may redo work"
+        );
+        let mut batch = Batch::default();
+        for id in unfinished {
+            let recovered = Event::job("recovered", &note);
+            self.known_entry(&id).log(&mut batch, now_ms, recovered);
+        }
+        self.store.commit(batch)?;
+        Ok(lost)
     }
 }
 

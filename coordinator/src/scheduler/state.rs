@@ -12,9 +12,6 @@ use crate::store::Store;
 
 use super::protocol::WorkerInfo;
 
-/// The key of the job counter in the meta tree.
-pub(super) const NEXT_JOB_KEY: &[u8] = b"next_job";
-
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
     /// First retry delay after a failed attempt; doubles per failure.

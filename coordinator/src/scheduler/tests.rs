@@ -289,3 +289,34 @@ fn higher_priority_jobs_are_leased_first() {
     assert!(grants[..high_count].iter().all(|g| g.lease.job == high));
     assert!(grants[high_count..].iter().all(|g| g.lease.job == low));
 }
+
+/// `tally run` resuming: the in-process workers that held leases died with
+/// the previous process, so their shards are handed back at once, without a
+/// failed attempt, instead of waiting out the lease TTL.
+#[test]
+fn leases_released_at_start_are_handed_back_at_once_without_a_failed_attempt() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut s = new_scheduler(store.clone());
+    let id = submit(&mut s, &kayles(30));
+    let held = s.lease("gone", 3, 1).unwrap();
+    assert_eq!(held.len(), 3);
+    let mut s = Scheduler::load(store, SchedulerConfig::default(), 2).unwrap();
+    // Without a release, nothing held is leased again before the TTL.
+    let total = tally_common::kayles::character_count(30) as usize;
+    assert_eq!(s.lease("w", 100, 2).unwrap().len(), total - 3);
+    assert_eq!(
+        s.release_all_leases("its worker stopped", 3).unwrap(),
+        total
+    );
+    let again = s.lease("w", 100, 3).unwrap();
+    assert_eq!(again.len(), total, "every shard is leased again at once");
+    let job = s.job(&id, 3).unwrap();
+    assert_eq!(job.shards_failed_attempts, 0);
+    let handed_back = s
+        .events(&id, 0)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "handed-back")
+        .count();
+    assert_eq!(handed_back, total);
+}

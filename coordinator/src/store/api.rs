@@ -42,6 +42,11 @@ impl Tree {
     }
 }
 
+/// The job counter in [`Tree::Meta`]: the next job's number, big-endian u64.
+/// The disk store keeps its highest value beside its commit mark too, so job
+/// ids never go back, even when a damaged store is recovered.
+pub const NEXT_JOB_KEY: &[u8] = b"next_job";
+
 /// One write of a commit: `None` removes the key.
 #[derive(Clone, Debug)]
 pub struct Write {

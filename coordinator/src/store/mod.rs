@@ -7,6 +7,7 @@
 //! none of it; callers acknowledge nothing before it returns.
 
 mod api;
+mod mark;
 mod memory;
 mod sled_store;
 mod timed;
@@ -14,7 +15,8 @@ mod timed;
 #[cfg(test)]
 mod tests;
 
-pub use api::{Batch, Store, Tree, Write};
+pub use api::{Batch, NEXT_JOB_KEY, Store, Tree, Write};
+pub use mark::MARK_FILE;
 pub use memory::MemoryStore;
-pub use sled_store::{SCHEMA_VERSION, SledStore};
+pub use sled_store::{OnLoss, Recovery, SCHEMA_VERSION, SledStore};
 pub use timed::TimedStore;

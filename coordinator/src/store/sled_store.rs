@@ -2,13 +2,19 @@
 //! multi-tree transaction per batch, then a flush.
 //!
 //! The store carries a product marker and a schema version; a foreign,
-//! unversioned or newer data directory is refused rather than misread.
+//! unversioned or newer data directory is refused rather than misread. Every
+//! commit also counts itself, and the count is checked against the commit mark
+//! (`mark.rs`) on open, so a store that lost acknowledged commits is refused
+//! instead of silently rolled back.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use crate::error::{CoordinatorError, Result};
 
-use super::api::{Batch, Store, Tree};
+use super::api::{Batch, NEXT_JOB_KEY, Store, Tree};
+use super::mark::{MARK_FILE, Mark, MarkFile, MarkRead};
 
 /// The current layout of the store. A data directory written by another layout
 /// is refused rather than misread.
@@ -16,6 +22,8 @@ pub const SCHEMA_VERSION: u32 = 1;
 const SCHEMA_KEY: &[u8] = b"schema";
 const PRODUCT_KEY: &[u8] = b"product";
 const PRODUCT: &[u8] = b"tally";
+/// The number of commits, written by every commit in its own transaction.
+const COMMITS_KEY: &[u8] = b"commits";
 
 /// Present in the data directory while a fresh store is initialised. A
 /// directory with sled's files but no readable tally schema is refused as
@@ -24,16 +32,29 @@ const INIT_MARKER: &str = "tally-init";
 
 /// The on-disk backend: one sled database, one sled tree per [`Tree`].
 pub struct SledStore {
+    dir: PathBuf,
+    /// sled's handles, replaced when a failed write left sled unusable
+    /// (`None` only while they are being replaced, or if that failed).
+    handles: RwLock<Option<Handles>>,
+    /// Set by a failed write: sled refuses everything after a failed write
+    /// (a full disk, an I/O error) until it is opened again, so the next
+    /// commit opens it again first. That is how work resumes by itself once
+    /// space is freed.
+    broken: AtomicBool,
+    /// Held across a whole commit, so that the commit count, the store and
+    /// the mark file advance in the order of the commits.
+    mark: Mutex<Marked>,
+    recovery: Option<Recovery>,
+}
+
+struct Handles {
+    dir: PathBuf,
     db: sled::Db,
     trees: Vec<sled::Tree>,
 }
 
-impl SledStore {
-    /// Opens (or creates) the store in `dir`. Refuses a directory that holds
-    /// something other than a tally store, a store that sled cannot read back
-    /// (damaged), or a store of another schema version.
-    pub fn open(dir: &Path) -> Result<SledStore> {
-        let fresh = prepare_directory(dir)?;
+impl Handles {
+    fn open(dir: &Path, fresh: bool) -> Result<Handles> {
         let db = open_db(dir, fresh)?;
         if !fresh {
             check_existing(&db, dir)?;
@@ -41,8 +62,167 @@ impl SledStore {
         let trees = Tree::ALL
             .iter()
             .map(|t| db.open_tree(t.name()))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let store = SledStore { db, trees };
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| fault(dir, &e))?;
+        Ok(Handles {
+            dir: dir.to_path_buf(),
+            db,
+            trees,
+        })
+    }
+
+    fn tree(&self, tree: Tree) -> &sled::Tree {
+        &self.trees[Tree::ALL.iter().position(|t| *t == tree).unwrap()]
+    }
+}
+
+/// What kind of storage failure an error is: each has its own message, and a
+/// full disk its own status (the work waits for space).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageFault {
+    Full,
+    Permission,
+    Io,
+    Corruption,
+}
+
+impl StorageFault {
+    pub fn of(e: &sled::Error) -> StorageFault {
+        match e {
+            sled::Error::Io(io) => StorageFault::of_io(io),
+            sled::Error::Corruption { .. } => StorageFault::Corruption,
+            _ => StorageFault::Io,
+        }
+    }
+
+    pub fn of_io(e: &std::io::Error) -> StorageFault {
+        use std::io::ErrorKind;
+        // ENOSPC, EDQUOT; EACCES, EPERM, EROFS.
+        match (e.kind(), e.raw_os_error()) {
+            (ErrorKind::StorageFull | ErrorKind::QuotaExceeded, _) | (_, Some(28 | 122)) => {
+                StorageFault::Full
+            }
+            (ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem, _)
+            | (_, Some(1 | 13 | 30)) => StorageFault::Permission,
+            _ => StorageFault::Io,
+        }
+    }
+}
+
+/// Runs a call into sled, turning a panic into an error: sled 0.34 panics on
+/// some damaged files instead of returning its corruption error, and a damaged
+/// store must be refused with a clear line, not crash the coordinator.
+fn guarded<T>(dir: &Path, call: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("no message");
+        // sled's message may dump a whole page: one short line is enough.
+        let why: String = why.chars().take(120).collect::<String>().replace('\n', " ");
+        Err(CoordinatorError::Store(format!(
+            "the store in {} is damaged: sled failed reading it ({why})",
+            dir.display()
+        )))
+    })
+}
+
+/// The coordinator's error for a storage failure in `dir`, classified, in one line.
+fn fault(dir: &Path, e: &sled::Error) -> CoordinatorError {
+    let dir = dir.display();
+    let detail = match e {
+        // sled wraps the OS error in another: name the OS error itself.
+        sled::Error::Io(io) => match io
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<std::io::Error>())
+        {
+            Some(inner) => inner.to_string(),
+            None => io.to_string(),
+        },
+        other => other.to_string(),
+    };
+    match StorageFault::of(e) {
+        StorageFault::Full => CoordinatorError::StoreFull(format!(
+            "the disk holding the store in {dir} is full ({detail}); work is paused until space is freed"
+        )),
+        StorageFault::Permission => CoordinatorError::Store(format!(
+            "no permission to write the store in {dir} ({detail})"
+        )),
+        StorageFault::Io => {
+            CoordinatorError::Store(format!("I/O error in the store in {dir} ({detail})"))
+        }
+        StorageFault::Corruption => {
+            CoordinatorError::Store(format!("the store in {dir} is damaged ({detail})"))
+        }
+    }
+}
+
+/// The mark file and what it last recorded.
+struct Marked {
+    file: MarkFile,
+    current: Mark,
+}
+
+/// What `--recover` accepted when it opened a store that had lost
+/// acknowledged commits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// Commits acknowledged before the damage, per the mark (0 if the mark
+    /// itself was lost).
+    pub acknowledged: u64,
+    /// Commits the store still holds.
+    pub intact: u64,
+    /// The next job number: never below one already handed out.
+    pub next_job: u64,
+}
+
+impl Recovery {
+    pub fn lost_commits(&self) -> u64 {
+        self.acknowledged.saturating_sub(self.intact)
+    }
+}
+
+/// How to treat a store that has lost acknowledged commits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnLoss {
+    /// Refuse to open it (the default).
+    #[default]
+    Refuse,
+    /// Open it with what is intact (`tally coordinator --recover`).
+    Recover,
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in `dir`. Refuses a directory that holds
+    /// something other than a tally store, a store that sled cannot read back
+    /// (damaged), a store of another schema version, or one that lost
+    /// acknowledged commits.
+    pub fn open(dir: &Path) -> Result<SledStore> {
+        SledStore::open_with(dir, OnLoss::Refuse)
+    }
+
+    /// Opens the store in `dir`; `on_loss` says what to do if it has lost
+    /// acknowledged commits.
+    pub fn open_with(dir: &Path, on_loss: OnLoss) -> Result<SledStore> {
+        guarded(dir, || SledStore::open_unguarded(dir, on_loss))
+    }
+
+    fn open_unguarded(dir: &Path, on_loss: OnLoss) -> Result<SledStore> {
+        let fresh = prepare_directory(dir)?;
+        let handles = Handles::open(dir, fresh)?;
+        let stored = stored_mark(handles.tree(Tree::Meta), dir)?;
+        let (marked, recovery) = reconcile_mark(dir, fresh, stored, on_loss)?;
+        let store = SledStore {
+            dir: dir.to_path_buf(),
+            handles: RwLock::new(Some(handles)),
+            broken: AtomicBool::new(false),
+            mark: Mutex::new(marked),
+            recovery,
+        };
+        if let Some(recovery) = &store.recovery {
+            store.write_recovered(recovery)?;
+        }
         store.check_schema(dir)?;
         if fresh {
             end_init(dir)?;
@@ -50,15 +230,62 @@ impl SledStore {
         Ok(store)
     }
 
-    fn tree(&self, tree: Tree) -> &sled::Tree {
-        &self.trees[Tree::ALL.iter().position(|t| *t == tree).unwrap()]
+    /// What `--recover` accepted, if this open recovered a damaged store.
+    pub fn recovery(&self) -> Option<&Recovery> {
+        self.recovery.as_ref()
+    }
+
+    /// Makes the recovered store agree with the mark: the commit count and the
+    /// job counter never go back.
+    fn write_recovered(&self, recovery: &Recovery) -> Result<()> {
+        let mut batch = Batch::default();
+        batch.put(
+            Tree::Meta,
+            NEXT_JOB_KEY,
+            recovery.next_job.to_be_bytes().to_vec(),
+        );
+        self.commit(batch)
+    }
+
+    /// Runs `f` on sled's handles.
+    fn with_handles<T>(&self, f: impl FnOnce(&Handles) -> Result<T>) -> Result<T> {
+        let handles = self.handles.read().unwrap_or_else(|p| p.into_inner());
+        match handles.as_ref() {
+            Some(handles) => f(handles),
+            None => Err(CoordinatorError::Store(format!(
+                "the store in {} could not be opened again after a failed write",
+                self.dir.display()
+            ))),
+        }
+    }
+
+    /// Opens sled again after a failed write left it unusable. The store
+    /// must still hold every commit acknowledged before.
+    fn reopen(&self, acknowledged: Mark) -> Result<()> {
+        let mut handles = self.handles.write().unwrap_or_else(|p| p.into_inner());
+        // The old handles must be gone before sled can take its lock again.
+        drop(handles.take());
+        let reopened = Handles::open(&self.dir, false)?;
+        let stored = stored_mark(reopened.tree(Tree::Meta), &self.dir)?;
+        if stored.commits < acknowledged.commits {
+            return Err(CoordinatorError::Store(
+                Loss::Behind(acknowledged).message(&self.dir, stored),
+            ));
+        }
+        *handles = Some(reopened);
+        self.broken.store(false, Ordering::SeqCst);
+        tracing::info!(dir = %self.dir.display(), "the store is writable again");
+        Ok(())
     }
 
     fn check_schema(&self, dir: &Path) -> Result<()> {
-        let meta = self.tree(Tree::Meta);
-        match (meta.get(PRODUCT_KEY)?, meta.get(SCHEMA_KEY)?) {
+        let (product, version, empty) = self.with_handles(|handles| {
+            let meta = handles.tree(Tree::Meta);
+            let empty = Tree::ALL.iter().all(|t| handles.tree(*t).is_empty());
+            Ok((meta.get(PRODUCT_KEY)?, meta.get(SCHEMA_KEY)?, empty))
+        })?;
+        match (product, version) {
             (None, None) => {
-                let empty = Tree::ALL.iter().all(|t| self.tree(*t).is_empty());
                 if !empty {
                     return Err(CoordinatorError::InvalidArgument(format!(
                         "the store in {} has data but no schema version; refusing to use it",
@@ -300,53 +527,234 @@ fn end_init(dir: &Path) -> Result<()> {
     sync_dir(dir).map_err(io)
 }
 
+/// The job counter a batch writes, or 0.
+fn written_job_counter(batch: &Batch) -> u64 {
+    batch
+        .writes
+        .iter()
+        .filter(|w| w.tree == Tree::Meta && w.key == NEXT_JOB_KEY)
+        .filter_map(|w| w.value.as_deref()?.try_into().ok())
+        .map(u64::from_be_bytes)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The commit count and job counter the store itself holds.
+fn stored_mark(meta: &sled::Tree, dir: &Path) -> Result<Mark> {
+    let counter = |key: &[u8]| -> Result<u64> {
+        match meta.get(key)? {
+            None => Ok(0),
+            Some(v) => <[u8; 8]>::try_from(v.as_ref())
+                .map(u64::from_be_bytes)
+                .map_err(|_| {
+                    CoordinatorError::Store(format!(
+                        "the store in {} has a malformed {} counter",
+                        dir.display(),
+                        String::from_utf8_lossy(key)
+                    ))
+                }),
+        }
+    };
+    Ok(Mark {
+        commits: counter(COMMITS_KEY)?,
+        next_job: counter(NEXT_JOB_KEY)?,
+    })
+}
+
+/// Checks the store's own count against the mark file. A fresh store, or one
+/// written before marks existed (no count, no mark), gets a new mark; a store
+/// behind its mark, or one whose mark is missing or unreadable, has lost
+/// acknowledged data and is refused, or with [`OnLoss::Recover`] accepted as
+/// it is, its counters raised to the mark's.
+fn reconcile_mark(
+    dir: &Path,
+    fresh: bool,
+    stored: Mark,
+    on_loss: OnLoss,
+) -> Result<(Marked, Option<Recovery>)> {
+    let keep = |current: Mark| -> Result<(Marked, Option<Recovery>)> {
+        let file = MarkFile::open(dir)?;
+        Ok((Marked { file, current }, None))
+    };
+    let read = if fresh {
+        MarkRead::Missing
+    } else {
+        MarkFile::read(dir)?
+    };
+    let lost = match read {
+        MarkRead::Missing if fresh || stored.commits == 0 => {
+            let file = MarkFile::create(dir, stored)?;
+            return Ok((
+                Marked {
+                    file,
+                    current: stored,
+                },
+                None,
+            ));
+        }
+        MarkRead::Found(mark) if stored.commits >= mark.commits => {
+            return keep(Mark {
+                commits: stored.commits,
+                next_job: stored.next_job.max(mark.next_job),
+            });
+        }
+        MarkRead::Found(mark) => Loss::Behind(mark),
+        MarkRead::Missing => Loss::Unverifiable("its commit mark file is missing"),
+        MarkRead::Damaged => Loss::Unverifiable("its commit mark file is damaged"),
+    };
+    if on_loss == OnLoss::Refuse {
+        return Err(CoordinatorError::Store(lost.message(dir, stored)));
+    }
+    let acknowledged = match lost {
+        Loss::Behind(mark) => mark,
+        Loss::Unverifiable(_) => Mark::default(),
+    };
+    let current = Mark {
+        commits: stored.commits.max(acknowledged.commits),
+        next_job: stored.next_job.max(acknowledged.next_job),
+    };
+    tracing::warn!(dir = %dir.display(), "{}; recovering from what is intact", lost.message(dir, stored));
+    let file = MarkFile::create(dir, current)?;
+    let recovery = Recovery {
+        acknowledged: acknowledged.commits,
+        intact: stored.commits,
+        next_job: current.next_job.max(1),
+    };
+    Ok((Marked { file, current }, Some(recovery)))
+}
+
+/// Why a store cannot be trusted as it is.
+enum Loss {
+    /// The store holds fewer commits than were acknowledged.
+    Behind(Mark),
+    /// Whether commits were lost cannot be told.
+    Unverifiable(&'static str),
+}
+
+impl Loss {
+    fn message(&self, dir: &Path, stored: Mark) -> String {
+        let what = match self {
+            Loss::Behind(mark) => format!(
+                "has lost acknowledged data: it holds {} commits, but {} were acknowledged \
+                 ({} lost; a file in it is damaged)",
+                stored.commits,
+                mark.commits,
+                mark.commits - stored.commits
+            ),
+            Loss::Unverifiable(why) => {
+                format!("cannot be checked for lost data: {why} ({MARK_FILE})")
+            }
+        };
+        format!(
+            "the store in {} {what}. Refusing to start; `tally coordinator --recover` \
+             continues from what is intact, and jobs may go back to an earlier state",
+            dir.display()
+        )
+    }
+}
+
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
 impl Store for SledStore {
     fn size_on_disk(&self) -> Option<u64> {
-        self.db.size_on_disk().ok()
+        self.with_handles(|h| Ok(h.db.size_on_disk().ok()))
+            .ok()
+            .flatten()
     }
 
     fn commit(&self, batch: Batch) -> Result<()> {
-        use sled::Transactional;
-        use sled::transaction::ConflictableTransactionError;
         if batch.is_empty() {
             return Ok(());
         }
-        let mut per_tree: Vec<sled::Batch> =
-            Tree::ALL.iter().map(|_| sled::Batch::default()).collect();
-        for w in batch.writes {
-            let i = Tree::ALL.iter().position(|t| *t == w.tree).unwrap();
-            match w.value {
-                Some(v) => per_tree[i].insert(w.key, v),
-                None => per_tree[i].remove(w.key),
-            }
+        let mut marked = self
+            .mark
+            .lock()
+            .map_err(|_| CoordinatorError::Internal("the commit mark lock is poisoned".into()))?;
+        if self.broken.load(Ordering::SeqCst) {
+            self.reopen(marked.current)?;
         }
-        let t = &self.trees;
-        (&t[0], &t[1], &t[2], &t[3], &t[4], &t[5])
-            .transaction(|(a, b, c, d, e, f)| {
-                for (tx, batch) in [a, b, c, d, e, f].into_iter().zip(&per_tree) {
-                    tx.apply_batch(batch)?;
-                }
-                Ok::<(), ConflictableTransactionError<()>>(())
-            })
-            .map_err(|e| CoordinatorError::Store(format!("commit failed: {e:?}")))?;
-        let started = std::time::Instant::now();
-        self.db.flush()?;
-        tracing::debug!(target: "tally_coordinator::store", flush_ms = started.elapsed().as_secs_f64() * 1e3, "flushed");
+        let next = Mark {
+            commits: marked.current.commits + 1,
+            next_job: marked.current.next_job.max(written_job_counter(&batch)),
+        };
+        let written = guarded(&self.dir, || {
+            self.with_handles(|handles| write_batch(handles, batch, next.commits))
+        });
+        if let Err(e) = written {
+            if matches!(
+                e,
+                CoordinatorError::StoreFull(_) | CoordinatorError::Store(_)
+            ) {
+                self.broken.store(true, Ordering::SeqCst);
+            }
+            return Err(e);
+        }
+        marked.file.write(next)?;
+        marked.current = next;
         Ok(())
     }
 
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.tree(tree).get(key)?.map(|v| v.to_vec()))
+        guarded(&self.dir, || self.get_unguarded(tree, key))
     }
 
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.tree(tree)
-            .scan_prefix(prefix)
-            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(Into::into))
-            .collect()
+        guarded(&self.dir, || self.scan_unguarded(tree, prefix))
     }
+}
+
+impl SledStore {
+    fn get_unguarded(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.with_handles(|h| {
+            let value = h.tree(tree).get(key).map_err(|e| fault(&self.dir, &e))?;
+            Ok(value.map(|v| v.to_vec()))
+        })
+    }
+
+    fn scan_unguarded(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.with_handles(|h| {
+            h.tree(tree)
+                .scan_prefix(prefix)
+                .map(|r| {
+                    r.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                        .map_err(|e| fault(&self.dir, &e))
+                })
+                .collect()
+        })
+    }
+}
+
+/// Applies `batch`, with the commit count `commits`, in one transaction over
+/// every tree, then flushes: durable when this returns.
+fn write_batch(handles: &Handles, batch: Batch, commits: u64) -> Result<()> {
+    use sled::Transactional;
+    use sled::transaction::{ConflictableTransactionError, TransactionError};
+    let mut per_tree: Vec<sled::Batch> = Tree::ALL.iter().map(|_| sled::Batch::default()).collect();
+    for w in batch.writes {
+        let i = Tree::ALL.iter().position(|t| *t == w.tree).unwrap();
+        match w.value {
+            Some(v) => per_tree[i].insert(w.key, v),
+            None => per_tree[i].remove(w.key),
+        }
+    }
+    let meta = Tree::ALL.iter().position(|t| *t == Tree::Meta).unwrap();
+    per_tree[meta].insert(COMMITS_KEY, commits.to_be_bytes().to_vec());
+    let t = &handles.trees;
+    (&t[0], &t[1], &t[2], &t[3], &t[4], &t[5])
+        .transaction(|(a, b, c, d, e, f)| {
+            for (tx, batch) in [a, b, c, d, e, f].into_iter().zip(&per_tree) {
+                tx.apply_batch(batch)?;
+            }
+            Ok::<(), ConflictableTransactionError<()>>(())
+        })
+        .map_err(|e| match e {
+            TransactionError::Storage(e) => fault(&handles.dir, &e),
+            TransactionError::Abort(()) => CoordinatorError::Internal("a commit aborted".into()),
+        })?;
+    let started = std::time::Instant::now();
+    handles.db.flush().map_err(|e| fault(&handles.dir, &e))?;
+    tracing::debug!(target: "tally_coordinator::store", flush_ms = started.elapsed().as_secs_f64() * 1e3, "flushed");
+    Ok(())
 }

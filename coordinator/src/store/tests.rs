@@ -2,7 +2,7 @@
 //! and recoveries.
 
 use super::sled_store::LOCK_WAIT;
-use super::{Batch, MemoryStore, SledStore, Store, Tree};
+use super::{Batch, MARK_FILE, MemoryStore, NEXT_JOB_KEY, OnLoss, SledStore, Store, Tree};
 
 fn exercise(store: &dyn Store) {
     let mut b = Batch::default();
@@ -78,4 +78,116 @@ fn foreign_directory_is_refused() {
     std::fs::write(dir.path().join("notes.txt"), "hello").unwrap();
     let err = SledStore::open(dir.path()).err().expect("refused");
     assert!(err.to_string().contains("holds no tally store"), "{err}");
+}
+
+/// Commits `n` batches, each naming a new job and raising the job counter.
+fn commit_jobs(store: &SledStore, range: std::ops::Range<u64>) {
+    for seq in range {
+        let mut b = Batch::default();
+        b.put(Tree::Jobs, format!("job-{seq}").into_bytes(), b"r".to_vec());
+        b.put(Tree::Meta, NEXT_JOB_KEY, (seq + 1).to_be_bytes().to_vec());
+        store.commit(b).unwrap();
+    }
+}
+
+fn copy_files(from: &std::path::Path, to: &std::path::Path, except: &str) {
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        if entry.file_name() != except && entry.path().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// A store whose files went back to an earlier state (what sled makes of a
+/// log damaged in the middle) is refused, and `--recover` starts from what is
+/// intact without ever handing out a job number twice.
+#[test]
+fn a_store_that_went_back_is_refused_and_recovered_without_reusing_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let earlier = tempfile::tempdir().unwrap();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        commit_jobs(&store, 1..4);
+    }
+    copy_files(dir.path(), earlier.path(), MARK_FILE);
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        commit_jobs(&store, 4..9);
+    }
+    // sled's files as they were three jobs ago, the mark as it is now.
+    copy_files(earlier.path(), dir.path(), MARK_FILE);
+    let err = SledStore::open(dir.path()).err().expect("refused");
+    let line = err.to_string();
+    assert!(line.contains("lost acknowledged data"), "{line}");
+    assert!(line.contains("--recover") && !line.contains('\n'), "{line}");
+    // Refusing changed nothing: it is refused again.
+    assert!(SledStore::open(dir.path()).is_err());
+
+    let store = SledStore::open_with(dir.path(), OnLoss::Recover).unwrap();
+    let recovery = store.recovery().cloned().expect("a recovery");
+    assert!(recovery.lost_commits() > 0, "{recovery:?}");
+    assert_eq!(recovery.next_job, 9);
+    assert_eq!(
+        store.get(Tree::Jobs, b"job-3").unwrap(),
+        Some(b"r".to_vec())
+    );
+    assert_eq!(store.get(Tree::Jobs, b"job-5").unwrap(), None);
+    let counter = store.get(Tree::Meta, NEXT_JOB_KEY).unwrap().unwrap();
+    assert_eq!(counter, 9u64.to_be_bytes());
+    commit_jobs(&store, 9..10);
+    drop(store);
+    // Once recovered, the store and its mark agree again.
+    let store = SledStore::open(dir.path()).unwrap();
+    assert!(store.recovery().is_none());
+    assert_eq!(
+        store.get(Tree::Jobs, b"job-9").unwrap(),
+        Some(b"r".to_vec())
+    );
+}
+
+#[test]
+fn a_store_whose_commit_mark_is_missing_cannot_be_checked_and_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        commit_jobs(&store, 1..3);
+    }
+    std::fs::remove_file(dir.path().join(MARK_FILE)).unwrap();
+    let err = SledStore::open(dir.path()).err().expect("refused");
+    assert!(err.to_string().contains("mark file is missing"), "{err}");
+    let store = SledStore::open_with(dir.path(), OnLoss::Recover).unwrap();
+    assert_eq!(store.recovery().map(|r| r.next_job), Some(3));
+    assert_eq!(
+        store.get(Tree::Jobs, b"job-2").unwrap(),
+        Some(b"r".to_vec())
+    );
+}
+
+/// A store written before commit marks existed has no count and no mark: it
+/// opens, and is marked from then on.
+#[test]
+fn a_store_without_a_count_or_a_mark_is_marked_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        commit_jobs(&store, 1..3);
+    }
+    // What an older release left: its own keys, no count, no mark.
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("meta").unwrap().remove(b"commits").unwrap();
+        db.flush().unwrap();
+    }
+    std::fs::remove_file(dir.path().join(MARK_FILE)).unwrap();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        assert!(store.recovery().is_none());
+        commit_jobs(&store, 3..4);
+    }
+    assert!(dir.path().join(MARK_FILE).exists());
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(
+        store.get(Tree::Jobs, b"job-3").unwrap(),
+        Some(b"r".to_vec())
+    );
 }

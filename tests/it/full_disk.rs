@@ -1,0 +1,146 @@
+//! A full disk under the coordinator's store: work pauses with a clear
+//! "disk is full" status (no raw error), resumes by itself once space is
+//! freed, without a restart, and every answer is the direct kernel's. Needs
+//! root to mount a small tmpfs; outside CI it says so and passes without it.
+
+use crate::support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use support::*;
+use tally_common::kinds::kayles::KaylesSpec;
+use tally_common::proto::JobState;
+use tally_common::spec::JobSpec;
+
+/// A small tmpfs, unmounted on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(path: &Path, bytes: u64) -> Result<Tmpfs, String> {
+        std::fs::create_dir_all(path).map_err(|e| e.to_string())?;
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(path)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        Ok(Tmpfs(path.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Writes `path` until the filesystem is full.
+fn fill(path: &Path) -> u64 {
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = vec![0x5a; 16 << 10];
+    let mut written = 0;
+    while file
+        .write_all(&chunk)
+        .and_then(|()| file.sync_data())
+        .is_ok()
+    {
+        written += chunk.len() as u64;
+    }
+    written
+}
+
+fn kayles(pins: u64) -> JobSpec {
+    JobSpec::new(KaylesSpec { pins, digits: 9 })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_disk_pauses_work_and_it_resumes_by_itself_when_space_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path().join("small");
+    let _tmpfs = match Tmpfs::mount(&mount, 8 << 20) {
+        Ok(t) => t,
+        Err(why) if std::env::var_os("CI").is_none() => {
+            eprintln!(
+                "skipped: cannot mount a tmpfs here ({why}); run as root to test a full disk"
+            );
+            return;
+        }
+        Err(why) => panic!("CI is set but a tmpfs cannot be mounted: {why}"),
+    };
+    let started = Instant::now();
+    let at = || format!("{:.1} s", started.elapsed().as_secs_f64());
+    let coordinator = start_coordinator(Some(&mount.join("data"))).await;
+    let mut client = jobs_client(&coordinator.url()).await;
+    // Each job with its pins, to check its answer at the end.
+    let mut submitted = vec![(submit(&mut client, &kayles(300), "").await, 300)];
+    let filled = fill(&mount.join("filler"));
+    eprintln!("{}: filled the disk ({filled} bytes)", at());
+
+    // Submitting writes the store: once the disk is full, it is refused with
+    // a status that says so.
+    let mut refusal = None;
+    for pins in 10..400 {
+        let request = tally_common::proto::SubmitRequest {
+            spec: Some(proto_spec(&kayles(pins))),
+            idempotency_key: String::new(),
+        };
+        match client.submit(request).await {
+            Ok(response) => submitted.push((response.into_inner().job.unwrap(), pins)),
+            Err(status) => {
+                refusal = Some(status);
+                break;
+            }
+        }
+    }
+    let refusal = refusal.expect("a full disk refuses a submission");
+    eprintln!("{}: refused: {}", at(), refusal.message());
+    assert_eq!(
+        refusal.code(),
+        tonic::Code::ResourceExhausted,
+        "{refusal:?}"
+    );
+    assert!(
+        refusal.message().contains("is full") && !refusal.message().contains('\n'),
+        "{}",
+        refusal.message()
+    );
+
+    // Workers find nothing they can finish while the disk is full.
+    let workers = Workers::start(&coordinator.url(), 2, 2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    std::fs::remove_file(mount.join("filler")).unwrap();
+    eprintln!("{}: freed the space", at());
+
+    // Without a restart: new work is accepted and everything finishes right.
+    submitted.push((submit(&mut client, &kayles(1000), "").await, 1000));
+    for (job, pins) in &submitted {
+        let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
+        assert_eq!(
+            state(&done),
+            JobState::Succeeded,
+            "{}: {}",
+            job.id,
+            done.error
+        );
+        assert_eq!(done.answer, direct_answer(&kayles(*pins)), "{}", job.id);
+    }
+    eprintln!(
+        "{}: {} jobs finished, each equal to the direct kernel",
+        at(),
+        submitted.len()
+    );
+    workers.stop().await;
+    let limit = tally_coordinator::server::SHUTDOWN_GRACE
+        + tally_coordinator::server::STORE_CLOSE_LIMIT
+        + Duration::from_secs(5);
+    tokio::time::timeout(limit, coordinator.shutdown())
+        .await
+        .expect("the shutdown ends within its bound");
+}

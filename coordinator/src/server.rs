@@ -147,24 +147,8 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
     let scheduler_config = config.scheduler.clone();
     let release_leases = config.release_leases_on_start;
-    let scheduler = blocking(move || {
-        let mut scheduler = Scheduler::load(store, scheduler_config, now_ms())?;
-        if let Some(recovery) = recovery {
-            note_recovery(&mut scheduler, &recovery)?;
-        }
-        if release_leases {
-            let reason = "its worker stopped with the previous run";
-            let released = scheduler.release_all_leases(reason, now_ms())?;
-            if released > 0 {
-                tracing::info!(
-                    released,
-                    "handed back the leases of the previous run's workers"
-                );
-            }
-        }
-        Ok(scheduler)
-    })
-    .await?;
+    let scheduler =
+        blocking(move || load_scheduler(store, scheduler_config, recovery, release_leases)).await?;
     let shared = Shared::new(scheduler, metrics, config.kernel_cache.clone());
     // Bound before serving gRPC so that a taken port fails the start cleanly.
     let http_listener = match config.http {
@@ -227,6 +211,31 @@ async fn open_store(config: &CoordinatorConfig) -> Result<(Arc<dyn Store>, Optio
     let store = blocking(move || SledStore::open_with(&dir, on_loss)).await?;
     let recovery = store.recovery().cloned();
     Ok((Arc::new(store), recovery))
+}
+
+/// The scheduler rebuilt from the store, with what `--recover` accepted noted
+/// and, for `tally run`, the leases of its previous workers handed back.
+fn load_scheduler(
+    store: Arc<dyn Store>,
+    config: SchedulerConfig,
+    recovery: Option<Recovery>,
+    release_leases: bool,
+) -> Result<Scheduler> {
+    let mut scheduler = Scheduler::load(store, config, now_ms())?;
+    if let Some(recovery) = recovery {
+        note_recovery(&mut scheduler, &recovery)?;
+    }
+    if release_leases {
+        let reason = "its worker stopped with the previous run";
+        let released = scheduler.release_all_leases(reason, now_ms())?;
+        if released > 0 {
+            tracing::info!(
+                released,
+                "handed back the leases of the previous run's workers"
+            );
+        }
+    }
+    Ok(scheduler)
 }
 
 /// Marks what a recovered store lost: each unfinished job's log says so, and

@@ -351,30 +351,42 @@ struct Files;
 
 impl FileReader for Files {
     fn read_to_string(&self, path: &Path) -> tally_common::Result<String> {
-        use std::io::Read;
-        let cannot = |e: &dyn std::fmt::Display| invalid!("cannot read {}: {e}", path.display());
-        let file = std::fs::File::open(path).map_err(|e| cannot(&e))?;
-        let mut text = String::new();
-        file.take(MAX_KIND_FILE_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(|e| cannot(&e))?;
-        if text.len() as u64 > MAX_KIND_FILE_BYTES {
-            return Err(invalid!(
-                "{} is larger than {MAX_KIND_FILE_BYTES} bytes",
-                path.display()
-            ));
-        }
-        Ok(text)
+        let bytes = read_bounded(path, MAX_KIND_FILE_BYTES, "")
+            .map_err(|e| invalid!("{}", crate::output::error_line(&e)))?;
+        String::from_utf8(bytes).map_err(|_| invalid!("{} is not UTF-8 text", path.display()))
     }
+}
+
+/// Reads at most `limit` bytes of `path` (`what` names it in messages); a
+/// longer file is refused without reading the rest, so `/dev/zero` costs
+/// nothing. Errors are bad input.
+pub fn read_bounded(path: &Path, limit: u64, what: &str) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let named = if what.is_empty() {
+        path.display().to_string()
+    } else {
+        format!("{what} {}", path.display())
+    };
+    let cannot = |e: std::io::Error| invalid!("cannot read {named}: {e}");
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > limit {
+        return Err(invalid!("{named} is larger than {limit} bytes").into());
+    }
+    Ok(bytes)
 }
 
 fn read_spec_file(path: &std::path::Path) -> anyhow::Result<JobSpec> {
     let text = Files.read_to_string(path)?;
     let is_toml = path.extension().is_some_and(|e| e == "toml");
+    // A spec file that does not parse is bad input (exit code 2), like a bad flag.
     let spec: JobSpec = if is_toml {
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        toml::from_str(&text).map_err(|e| invalid!("{}: {e}", path.display()))?
     } else {
-        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        serde_json::from_str(&text).map_err(|e| invalid!("{}: {e}", path.display()))?
     };
     Ok(spec)
 }

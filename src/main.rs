@@ -14,7 +14,6 @@ mod output;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
 use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches};
@@ -33,6 +32,7 @@ fn main() -> ExitCode {
     let matches = config::apply(Cli::command(), &config).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(&cli);
+    let json = cli.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -50,8 +50,17 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", output::error_line(&e));
-            ExitCode::from(output::exit_code(&e))
+            let line = output::error_line(&e);
+            let code = output::exit_code(&e);
+            eprintln!("error: {line}");
+            if json {
+                // `--json` promises one object on stdout, failures included.
+                println!(
+                    "{}",
+                    serde_json::json!({ "error": line, "exit_code": code })
+                );
+            }
+            ExitCode::from(code)
         }
     }
 }
@@ -119,8 +128,9 @@ async fn dispatch(cli: Cli, config_path: Option<PathBuf>) -> anyhow::Result<Exit
 /// The bearer token: from --token-file, else from env TALLY_TOKEN.
 fn token(cli: &Cli) -> anyhow::Result<Option<String>> {
     if let Some(path) = &cli.token_file {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the token file {}", path.display()))?;
+        let text = args::read_bounded(path, MAX_CREDENTIAL_BYTES, "the token file")?;
+        let text = String::from_utf8(text)
+            .map_err(|_| anyhow::anyhow!("the token file {} is not text", path.display()))?;
         let token = transport::parse_token(text.trim())
             .map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))?;
         return Ok(Some(token));
@@ -133,8 +143,12 @@ fn token(cli: &Cli) -> anyhow::Result<Option<String>> {
     }
 }
 
+/// Largest token or PEM file read: credentials are small, and a path such as
+/// `/dev/zero` must not be read for gigabytes.
+const MAX_CREDENTIAL_BYTES: u64 = 1 << 20;
+
 fn read_pem(path: &std::path::Path, what: &str) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("cannot read the {what} {}", path.display()))
+    args::read_bounded(path, MAX_CREDENTIAL_BYTES, &format!("the {what}"))
 }
 
 fn client_security(cli: &Cli, token: Option<String>) -> anyhow::Result<ClientSecurity> {

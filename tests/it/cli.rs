@@ -166,6 +166,51 @@ fn bad_input_gets_one_clear_line_and_a_non_zero_exit() {
     }
 }
 
+/// Files named on the command line are read with a bound (`/dev/zero` is
+/// refused at once), a spec file that does not parse is bad input (exit 2),
+/// and with `--json` a failure is one JSON object on stdout too.
+#[test]
+fn named_files_are_read_with_a_bound_and_bad_spec_files_are_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("job.json");
+    std::fs::write(&spec, "{\"kind\": \"kayles\", \"pins\": ").unwrap();
+    let spec = spec.display().to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--token-file", "/dev/zero", "list"], "larger than"),
+        (
+            &[
+                "--tls-ca",
+                "/dev/zero",
+                "list",
+                "--coordinator",
+                "https://127.0.0.1:1",
+            ],
+            "larger than",
+        ),
+        (&["submit", "--spec-file", "/dev/zero"], "larger than"),
+        (&["run", "blocks", "--puzzle", "/dev/zero"], "larger than"),
+        (&["submit", "--spec-file", &spec], "job.json"),
+    ];
+    for (args, needle) in cases {
+        let out = tally(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: {needle:?} not in {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+    let out = tally(&["--json", "submit", "--spec-file", &spec]);
+    assert_eq!(out.status.code(), Some(2));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(value["exit_code"], 2);
+    assert!(
+        value["error"].as_str().unwrap().contains("job.json"),
+        "{value}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_status_watch_result_list_and_cancel_against_a_coordinator() {
     let dir = tempfile::tempdir().unwrap();

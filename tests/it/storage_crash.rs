@@ -441,6 +441,19 @@ fn parse_lease(lease: &str) -> (ShardId, u64) {
     ((lease.job, lease.stage, lease.index), lease.attempt)
 }
 
+/// Waits until the child has logged that it opened the store, or has ended.
+fn wait_until_opened(child: &mut std::process::Child, acks: &Path) {
+    let limit = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < limit {
+        let opened = !read_acks(acks).is_empty();
+        if opened || !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    panic!("the child did not open the store within two minutes");
+}
+
 /// Everything the children acknowledged, over the whole run.
 #[derive(Default)]
 struct Acknowledged {
@@ -1015,6 +1028,12 @@ fn the_store_survives_sigkill_at_random_moments() {
             .stderr(std::fs::File::create(&stderr_path).unwrap())
             .spawn()
             .expect("the child starts");
+        // Most kills land while the child writes: after it says it opened the
+        // store (waiting for that line, not guessing how long opening takes on
+        // a busy machine); the rest at any moment from its start.
+        if rng.chance(80) {
+            wait_until_opened(&mut child, &acks_path);
+        }
         std::thread::sleep(delay);
         let _ = child.kill();
         let status = child.wait().unwrap();

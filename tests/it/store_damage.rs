@@ -179,7 +179,7 @@ fn damage_anywhere_in_a_store_is_refused_or_harmless_never_a_silent_rollback() {
         std::fs::remove_dir_all(&copy).unwrap();
     }
     eprintln!(
-        "{CASES} damaged copies over {} files: {} intact, {} refused ({} lost commits, {} mark unreadable, {} unreadable by sled; {} then recovered, {} unreadable even with --recover), {} silent rollbacks",
+        "{CASES} damaged copies over {} files: {} intact, {} refused ({} lost acknowledged data, {} mark unreadable, {} unreadable by sled; {} then recovered, {} unreadable even with --recover), {} silent rollbacks",
         files.len(),
         tally.intact,
         tally.refused,

@@ -24,6 +24,12 @@ const PRODUCT_KEY: &[u8] = b"product";
 const PRODUCT: &[u8] = b"tally";
 /// The number of commits, written by every commit in its own transaction.
 const COMMITS_KEY: &[u8] = b"commits";
+/// The content digest: the sum (mod 2^64) of [`entry_hash`] over every entry
+/// but these two keys, kept by every commit in its own transaction. sled
+/// skips a damaged message and keeps reading its log, so a store can lose an
+/// old entry and still hold the latest commit count; the digest, recomputed
+/// on open, tells.
+const DIGEST_KEY: &[u8] = b"digest";
 
 /// Present in the data directory while a fresh store is initialised. A
 /// directory with sled's files but no readable tally schema is refused as
@@ -162,6 +168,8 @@ fn fault(dir: &Path, e: &sled::Error) -> CoordinatorError {
 struct Marked {
     file: MarkFile,
     current: Mark,
+    /// The content digest after the last commit.
+    digest: u64,
 }
 
 /// What `--recover` accepted when it opened a store that had lost
@@ -212,7 +220,21 @@ impl SledStore {
         let fresh = prepare_directory(dir)?;
         let handles = Handles::open(dir, fresh)?;
         let stored = stored_mark(handles.tree(Tree::Meta), dir)?;
-        let (marked, recovery) = reconcile_mark(dir, fresh, stored, on_loss)?;
+        let (mut marked, mut recovery) = reconcile_mark(dir, fresh, stored, on_loss)?;
+        let digest = content_digest(&handles)?;
+        if !content_intact(handles.tree(Tree::Meta), dir, stored, digest)? {
+            let lost = Loss::Changed;
+            if on_loss == OnLoss::Refuse {
+                return Err(CoordinatorError::Store(lost.message(dir, stored)));
+            }
+            tracing::warn!(dir = %dir.display(), "{}; recovering from what is intact", lost.message(dir, stored));
+            recovery.get_or_insert(Recovery {
+                acknowledged: marked.current.commits,
+                intact: stored.commits,
+                next_job: marked.current.next_job.max(1),
+            });
+        }
+        marked.digest = digest;
         let store = SledStore {
             dir: dir.to_path_buf(),
             handles: RwLock::new(Some(handles)),
@@ -260,18 +282,28 @@ impl SledStore {
     }
 
     /// Opens sled again after a failed write left it unusable. The store
-    /// must still hold every commit acknowledged before.
-    fn reopen(&self, acknowledged: Mark) -> Result<()> {
+    /// must still hold every commit acknowledged before; the failed commit
+    /// may have reached the disk too, so the count and the digest go on from
+    /// what the store holds.
+    fn reopen(&self, marked: &mut Marked) -> Result<()> {
         let mut handles = self.handles.write().unwrap_or_else(|p| p.into_inner());
         // The old handles must be gone before sled can take its lock again.
         drop(handles.take());
         let reopened = Handles::open(&self.dir, false)?;
-        let stored = stored_mark(reopened.tree(Tree::Meta), &self.dir)?;
-        if stored.commits < acknowledged.commits {
+        let meta = reopened.tree(Tree::Meta);
+        let stored = stored_mark(meta, &self.dir)?;
+        let acknowledged = marked.current;
+        let digest = content_digest(&reopened)?;
+        if stored.commits < acknowledged.commits
+            || !content_intact(meta, &self.dir, stored, digest)?
+        {
             return Err(CoordinatorError::Store(
                 Loss::Behind(acknowledged).message(&self.dir, stored),
             ));
         }
+        marked.current.commits = stored.commits;
+        marked.current.next_job = acknowledged.next_job.max(stored.next_job);
+        marked.digest = digest;
         *handles = Some(reopened);
         self.broken.store(false, Ordering::SeqCst);
         tracing::info!(dir = %self.dir.display(), "the store is writable again");
@@ -442,7 +474,9 @@ fn open_db(dir: &Path, fresh: bool) -> Result<sled::Db> {
         other => other,
     }
     .map_err(|e| {
-        let hint = if fresh {
+        // Another coordinator holds the store: it is in use, not damaged.
+        let in_use = matches!(&e, sled::Error::Io(io) if io.to_string().contains(IN_USE));
+        let hint = if fresh || in_use {
             ""
         } else {
             " (it is damaged or not a tally store)"
@@ -453,6 +487,8 @@ fn open_db(dir: &Path, fresh: bool) -> Result<sled::Db> {
         ))
     })
 }
+
+const IN_USE: &str = "the data directory is in use by another tally coordinator (its lock is held)";
 
 /// How long [`SledStore::open`] waits for a held store lock.
 pub(super) const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -473,11 +509,7 @@ fn open_waiting_for_lock(dir: &Path) -> sled::Result<sled::Db> {
                     || e.to_string().contains("acquire lock") =>
             {
                 if std::time::Instant::now() >= deadline {
-                    return Err(sled::Error::Io(std::io::Error::new(
-                        e.kind(),
-                        "the data directory is in use by another tally coordinator \
-                         (its lock is held)",
-                    )));
+                    return Err(sled::Error::Io(std::io::Error::new(e.kind(), IN_USE)));
                 }
                 std::thread::sleep(std::time::Duration::from_millis(25));
             }
@@ -561,6 +593,17 @@ fn stored_mark(meta: &sled::Tree, dir: &Path) -> Result<Mark> {
     })
 }
 
+/// Whether the entries the store holds still sum to the digest its last
+/// commit wrote. A store without a digest has never been counted (a fresh
+/// store, or one written before digests existed) and passes; one with a
+/// commit count but no digest has lost it.
+fn content_intact(meta: &sled::Tree, dir: &Path, stored: Mark, digest: u64) -> Result<bool> {
+    match meta.get(DIGEST_KEY).map_err(|e| fault(dir, &e))? {
+        Some(v) => Ok(<[u8; 8]>::try_from(v.as_ref()).ok().map(u64::from_be_bytes) == Some(digest)),
+        None => Ok(stored.commits == 0),
+    }
+}
+
 /// Checks the store's own count against the mark file. A fresh store, or one
 /// written before marks existed (no count, no mark), gets a new mark; a store
 /// behind its mark, or one whose mark is missing or unreadable, has lost
@@ -574,7 +617,14 @@ fn reconcile_mark(
 ) -> Result<(Marked, Option<Recovery>)> {
     let keep = |current: Mark| -> Result<(Marked, Option<Recovery>)> {
         let file = MarkFile::open(dir)?;
-        Ok((Marked { file, current }, None))
+        Ok((
+            Marked {
+                file,
+                current,
+                digest: 0,
+            },
+            None,
+        ))
     };
     let read = if fresh {
         MarkRead::Missing
@@ -588,6 +638,7 @@ fn reconcile_mark(
                 Marked {
                     file,
                     current: stored,
+                    digest: 0,
                 },
                 None,
             ));
@@ -607,7 +658,7 @@ fn reconcile_mark(
     }
     let acknowledged = match lost {
         Loss::Behind(mark) => mark,
-        Loss::Unverifiable(_) => Mark::default(),
+        Loss::Unverifiable(_) | Loss::Changed => Mark::default(),
     };
     let current = Mark {
         commits: stored.commits.max(acknowledged.commits),
@@ -620,7 +671,14 @@ fn reconcile_mark(
         intact: stored.commits,
         next_job: current.next_job.max(1),
     };
-    Ok((Marked { file, current }, Some(recovery)))
+    Ok((
+        Marked {
+            file,
+            current,
+            digest: 0,
+        },
+        Some(recovery),
+    ))
 }
 
 /// Why a store cannot be trusted as it is.
@@ -629,6 +687,9 @@ enum Loss {
     Behind(Mark),
     /// Whether commits were lost cannot be told.
     Unverifiable(&'static str),
+    /// The entries no longer sum to the digest of the last commit: one was
+    /// lost or changed, though the latest commit is there.
+    Changed,
 }
 
 impl Loss {
@@ -644,6 +705,9 @@ impl Loss {
             Loss::Unverifiable(why) => {
                 format!("cannot be checked for lost data: {why} ({MARK_FILE})")
             }
+            Loss::Changed => "has lost acknowledged data: its entries no longer match the \
+                 digest of its last commit (an entry was lost or changed; a file in it is damaged)"
+                .to_string(),
         };
         format!(
             "the store in {} {what}. Refusing to start; `tally coordinator --recover` \
@@ -673,24 +737,29 @@ impl Store for SledStore {
             .lock()
             .map_err(|_| CoordinatorError::Internal("the commit mark lock is poisoned".into()))?;
         if self.broken.load(Ordering::SeqCst) {
-            self.reopen(marked.current)?;
+            self.reopen(&mut marked)?;
         }
         let next = Mark {
             commits: marked.current.commits + 1,
             next_job: marked.current.next_job.max(written_job_counter(&batch)),
         };
+        let digest = marked.digest;
         let written = guarded(&self.dir, || {
-            self.with_handles(|handles| write_batch(handles, batch, next.commits))
+            self.with_handles(|handles| write_batch(handles, &batch, next.commits, digest))
         });
-        if let Err(e) = written {
-            if matches!(
-                e,
-                CoordinatorError::StoreFull(_) | CoordinatorError::Store(_)
-            ) {
-                self.broken.store(true, Ordering::SeqCst);
+        let digest = match written {
+            Ok(digest) => digest,
+            Err(e) => {
+                if matches!(
+                    e,
+                    CoordinatorError::StoreFull(_) | CoordinatorError::Store(_)
+                ) {
+                    self.broken.store(true, Ordering::SeqCst);
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
+        marked.digest = digest;
         marked.file.write(next)?;
         marked.current = next;
         Ok(())
@@ -726,28 +795,38 @@ impl SledStore {
     }
 }
 
-/// Applies `batch`, with the commit count `commits`, in one transaction over
-/// every tree, then flushes: durable when this returns.
-fn write_batch(handles: &Handles, batch: Batch, commits: u64) -> Result<()> {
+/// Applies `batch` in one transaction over every tree, with the commit count
+/// `commits` and the content digest moved on from `digest`, then flushes:
+/// durable when this returns. Returns the new digest.
+fn write_batch(handles: &Handles, batch: &Batch, commits: u64, digest: u64) -> Result<u64> {
     use sled::Transactional;
     use sled::transaction::{ConflictableTransactionError, TransactionError};
-    let mut per_tree: Vec<sled::Batch> = Tree::ALL.iter().map(|_| sled::Batch::default()).collect();
-    for w in batch.writes {
-        let i = Tree::ALL.iter().position(|t| *t == w.tree).unwrap();
-        match w.value {
-            Some(v) => per_tree[i].insert(w.key, v),
-            None => per_tree[i].remove(w.key),
-        }
-    }
-    let meta = Tree::ALL.iter().position(|t| *t == Tree::Meta).unwrap();
-    per_tree[meta].insert(COMMITS_KEY, commits.to_be_bytes().to_vec());
     let t = &handles.trees;
-    (&t[0], &t[1], &t[2], &t[3], &t[4], &t[5])
+    let meta = tree_index(Tree::Meta);
+    let written = (&t[0], &t[1], &t[2], &t[3], &t[4], &t[5])
         .transaction(|(a, b, c, d, e, f)| {
-            for (tx, batch) in [a, b, c, d, e, f].into_iter().zip(&per_tree) {
-                tx.apply_batch(batch)?;
+            let trees = [a, b, c, d, e, f];
+            // Each write's old value comes back from sled: the digest moves by
+            // the difference, without reading the store.
+            let mut next = digest;
+            for w in &batch.writes {
+                let tx = trees[tree_index(w.tree)];
+                let old = match &w.value {
+                    Some(v) => tx.insert(w.key.as_slice(), v.as_slice())?,
+                    None => tx.remove(w.key.as_slice())?,
+                };
+                if digested(w.tree, &w.key) {
+                    if let Some(old) = old {
+                        next = next.wrapping_sub(entry_hash(w.tree, &w.key, &old));
+                    }
+                    if let Some(v) = &w.value {
+                        next = next.wrapping_add(entry_hash(w.tree, &w.key, v));
+                    }
+                }
             }
-            Ok::<(), ConflictableTransactionError<()>>(())
+            trees[meta].insert(COMMITS_KEY, &commits.to_be_bytes())?;
+            trees[meta].insert(DIGEST_KEY, &next.to_be_bytes())?;
+            Ok::<u64, ConflictableTransactionError<()>>(next)
         })
         .map_err(|e| match e {
             TransactionError::Storage(e) => fault(&handles.dir, &e),
@@ -756,5 +835,37 @@ fn write_batch(handles: &Handles, batch: Batch, commits: u64) -> Result<()> {
     let started = std::time::Instant::now();
     handles.db.flush().map_err(|e| fault(&handles.dir, &e))?;
     tracing::debug!(target: "tally_coordinator::store", flush_ms = started.elapsed().as_secs_f64() * 1e3, "flushed");
-    Ok(())
+    Ok(written)
+}
+
+fn tree_index(tree: Tree) -> usize {
+    Tree::ALL.iter().position(|t| *t == tree).unwrap()
+}
+
+/// Whether an entry counts in the content digest: all but the commit count
+/// and the digest itself, which every commit rewrites.
+fn digested(tree: Tree, key: &[u8]) -> bool {
+    !(tree == Tree::Meta && (key == COMMITS_KEY || key == DIGEST_KEY))
+}
+
+/// One entry's share of the content digest: FNV-1a of its tree, key length,
+/// key and value.
+fn entry_hash(tree: Tree, key: &[u8], value: &[u8]) -> u64 {
+    let tree = [tree_index(tree) as u8];
+    let key_len = (key.len() as u32).to_le_bytes();
+    tally_common::digest::fnv1a64_parts(&[&tree, &key_len, key, value])
+}
+
+/// The content digest recomputed from every entry the store holds.
+fn content_digest(handles: &Handles) -> Result<u64> {
+    let mut digest = 0u64;
+    for tree in Tree::ALL {
+        for entry in handles.tree(tree).iter() {
+            let (key, value) = entry.map_err(|e| fault(&handles.dir, &e))?;
+            if digested(tree, &key) {
+                digest = digest.wrapping_add(entry_hash(tree, &key, &value));
+            }
+        }
+    }
+    Ok(digest)
 }

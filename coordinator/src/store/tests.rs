@@ -69,6 +69,7 @@ fn a_store_in_use_is_refused_after_a_short_wait() {
     let started = std::time::Instant::now();
     let err = SledStore::open(dir.path()).err().expect("refused");
     assert!(err.to_string().contains("in use by another"), "{err}");
+    assert!(!err.to_string().contains("damaged"), "{err}");
     assert!(started.elapsed() >= LOCK_WAIT);
 }
 
@@ -190,4 +191,37 @@ fn a_store_without_a_count_or_a_mark_is_marked_on_open() {
         store.get(Tree::Jobs, b"job-3").unwrap(),
         Some(b"r".to_vec())
     );
+}
+
+/// sled can skip a damaged message in the middle of its log and still hold the
+/// latest commit: an old entry is gone but the commit count is whole. The
+/// content digest tells, and the store is refused.
+#[test]
+fn a_store_that_lost_an_old_entry_but_kept_its_last_commit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        commit_jobs(&store, 1..6);
+    }
+    // What such damage leaves: one early entry missing, nothing else changed.
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("jobs").unwrap().remove(b"job-2").unwrap();
+        db.flush().unwrap();
+    }
+    let err = SledStore::open(dir.path()).err().expect("refused");
+    assert!(
+        err.to_string().contains("no longer match the digest"),
+        "{err}"
+    );
+    let store = SledStore::open_with(dir.path(), OnLoss::Recover).unwrap();
+    assert!(store.recovery().is_some());
+    assert_eq!(
+        store.get(Tree::Jobs, b"job-3").unwrap(),
+        Some(b"r".to_vec())
+    );
+    drop(store);
+    // Recovered, the digest is that of what is there: it opens plainly again.
+    let store = SledStore::open(dir.path()).unwrap();
+    assert!(store.recovery().is_none());
 }

@@ -280,6 +280,10 @@ pub struct CoordinatorArgs {
     /// name the jobs that were lost. Job ids never go back.
     #[arg(long)]
     pub recover: bool,
+    /// Serve a non-loopback address with no token and no client certificates
+    /// (refused without this flag).
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 #[derive(Args, Debug)]

@@ -235,6 +235,34 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Refuses to serve beyond this host with no authentication at all, unless
+/// `--insecure` says that is meant: then anyone who reaches the port could
+/// submit and cancel jobs and act as a worker.
+fn check_exposure(
+    args: &args::CoordinatorArgs,
+    has_token: bool,
+    tls: Option<&ServerTls>,
+) -> anyhow::Result<()> {
+    let client_certificates = tls.is_some_and(|t| t.client_ca.is_some());
+    if args.listen.ip().is_loopback() || has_token || client_certificates {
+        return Ok(());
+    }
+    if !args.insecure {
+        return Err(tally_common::Error::InvalidArgument(format!(
+            "refusing to listen on {} with no authentication: give a token (--token-file or \
+             TALLY_TOKEN) or client certificates (--tls-ca), or --insecure to serve anyone who \
+             reaches the port",
+            args.listen
+        ))
+        .into());
+    }
+    tracing::warn!(
+        listen = %args.listen,
+        "serving with no authentication (--insecure): anyone who reaches the port can submit jobs and act as a worker"
+    );
+    Ok(())
+}
+
 async fn serve_coordinator(
     args: &args::CoordinatorArgs,
     tls: Option<ServerTls>,
@@ -242,6 +270,7 @@ async fn serve_coordinator(
 ) -> anyhow::Result<ExitCode> {
     let mut config =
         tally_coordinator::CoordinatorConfig::new(args.listen, Some(args.data.clone()));
+    check_exposure(args, token.is_some(), tls.as_ref())?;
     let secured = match (&token, &tls) {
         (Some(_), Some(_)) => "token and TLS",
         (Some(_), None) => "token, no TLS",

@@ -324,7 +324,13 @@ async fn expire_leases(shared: Arc<Shared>, every: Duration) {
     let mut failing = false;
     loop {
         ticker.tick().await;
-        let expired = shared.with_scheduler(|s| s.expire_leases(now_ms())).await;
+        let expired = shared
+            .with_scheduler(|s| {
+                let now = now_ms();
+                s.forget_silent_workers(now);
+                s.expire_leases(now)
+            })
+            .await;
         if failing && expired.is_ok() {
             failing = false;
             tracing::info!("lease expiry works again");

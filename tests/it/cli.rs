@@ -211,6 +211,23 @@ fn named_files_are_read_with_a_bound_and_bad_spec_files_are_bad_input() {
     );
 }
 
+/// A coordinator open to the network with no authentication at all must be
+/// asked for explicitly; the refusal touches nothing.
+#[test]
+fn a_coordinator_beyond_loopback_needs_authentication_or_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data_arg = data.display().to_string();
+    let out = tally(&["coordinator", "--listen", "0.0.0.0:0", "--data", &data_arg]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no authentication") && stderr.contains("--insecure"),
+        "{stderr}"
+    );
+    assert!(!data.exists(), "the refusal created the data directory");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_status_watch_result_list_and_cancel_against_a_coordinator() {
     let dir = tempfile::tempdir().unwrap();

@@ -509,6 +509,8 @@ async fn scenario(
             data.to_str().unwrap(),
             "--http",
             &format!("127.0.0.1:{HTTP_PORT}"),
+            // Private namespaces joined by veth pairs: nothing else can reach it.
+            "--insecure",
         ],
         log,
     );

@@ -40,6 +40,6 @@ mod tests;
 
 pub use protocol::{
     Grant, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult,
-    WORKER_LOST_MS, WorkerInfo,
+    WORKER_FORGOTTEN_MS, WORKER_LOST_MS, WorkerInfo,
 };
 pub use state::{Scheduler, SchedulerConfig};

@@ -7,6 +7,9 @@ use tally_common::spec::ValidSpec;
 /// A worker not heard from for this long is shown as lost.
 pub const WORKER_LOST_MS: u64 = 10_000;
 
+/// A worker silent this long is dropped from the list of workers.
+pub const WORKER_FORGOTTEN_MS: u64 = 10 * 60 * 1000;
+
 #[derive(Clone, Debug)]
 pub struct WorkerInfo {
     pub hostname: String,

@@ -320,3 +320,19 @@ fn leases_released_at_start_are_handed_back_at_once_without_a_failed_attempt() {
         .count();
     assert_eq!(handed_back, total);
 }
+
+#[test]
+fn workers_silent_for_long_are_dropped_from_the_list() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    s.register("quiet", "h", 1, "v", 0);
+    s.register("busy", "h", 1, "v", 0);
+    let later = super::WORKER_FORGOTTEN_MS;
+    s.heartbeat("busy", &[], later);
+    assert_eq!(
+        s.forget_silent_workers(later),
+        0,
+        "silent exactly the limit"
+    );
+    assert_eq!(s.forget_silent_workers(later + 1), 1);
+    assert!(s.workers().contains_key("busy") && !s.workers().contains_key("quiet"));
+}

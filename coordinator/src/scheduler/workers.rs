@@ -10,7 +10,7 @@ use tally_common::proto;
 use crate::error::{CoordinatorError, Result};
 use crate::records::ShardState;
 
-use super::protocol::WorkerInfo;
+use super::protocol::{WORKER_FORGOTTEN_MS, WorkerInfo};
 use super::state::Scheduler;
 
 impl Scheduler {
@@ -35,6 +35,15 @@ impl Scheduler {
 
     pub fn workers(&self) -> &HashMap<String, WorkerInfo> {
         &self.workers
+    }
+
+    /// Drops the workers not heard from for [`WORKER_FORGOTTEN_MS`] from the
+    /// list (a worker that comes back registers again); returns how many.
+    pub fn forget_silent_workers(&mut self, now_ms: u64) -> usize {
+        let before = self.workers.len();
+        self.workers
+            .retain(|_, w| w.last_seen_ms + WORKER_FORGOTTEN_MS >= now_ms);
+        before - self.workers.len()
     }
 
     /// Renews the worker's valid leases and records their progress; returns the

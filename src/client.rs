@@ -48,6 +48,31 @@ pub async fn connect(remote: &Remote) -> anyhow::Result<JobServiceClient<AuthCha
     )
 }
 
+/// How long a client call may take before it fails: a coordinator that is
+/// stopped (not down) accepts the connection and never answers.
+const CALL_DEADLINE: Duration = Duration::from_secs(15);
+
+/// How long `watch` keeps trying a coordinator it cannot reach.
+const COORDINATOR_LOST_LIMIT: Duration = Duration::from_secs(60);
+
+/// A submission plans the job first, which for large jobs takes a while.
+const SUBMIT_DEADLINE: Duration = Duration::from_secs(600);
+
+/// `message` as a request with the call deadline (for a Watch, the deadline
+/// of its first answer; the stream itself lives as long as the job).
+fn quick<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(CALL_DEADLINE);
+    request
+}
+
+/// A submission as a request with the planning deadline.
+fn planned<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(SUBMIT_DEADLINE);
+    request
+}
+
 /// A key that makes `run` with the same spec and data directory resume the job
 /// it started before instead of starting another (FNV-1a of the spec).
 fn run_key(spec: &ValidSpec) -> String {
@@ -146,7 +171,7 @@ async fn cancel_quietly(remote: &Remote, job: &str) {
     let cancelled = async {
         connect(remote)
             .await?
-            .cancel(request)
+            .cancel(quick(request))
             .await
             .map_err(Into::into)
     };
@@ -267,7 +292,7 @@ async fn submit_and_follow(
         spec: Some(spec.into()),
         idempotency_key: run_key(spec),
     };
-    let submitted = client.submit(request).await?.into_inner();
+    let submitted = client.submit(planned(request)).await?.into_inner();
     let job = submitted.job.context("the coordinator returned no job")?;
     match data {
         Some(dir) if submitted.created => eprintln!(
@@ -283,9 +308,9 @@ async fn submit_and_follow(
         () = interrupts.next() => return Ok(Followed::Interrupted(job.id)),
     };
     let result = client
-        .result(proto::ResultRequest {
+        .result(quick(proto::ResultRequest {
             job_id: finished.id.clone(),
-        })
+        }))
         .await?
         .into_inner();
     Ok(Followed::Finished(Box::new((finished, result))))
@@ -295,14 +320,15 @@ async fn submit_and_follow(
 /// coordinator restart by watching again.
 pub async fn follow(remote: &Remote, job_id: &str, progress: bool) -> anyhow::Result<Job> {
     let bar = output::ProgressView::new(progress);
-    let mut failures = 0u32;
+    // Since when every attempt to watch has failed, if they do.
+    let mut failing_since: Option<std::time::Instant> = None;
     loop {
         let attempt = async {
             let mut client = connect(remote).await?;
             let mut stream = client
-                .watch(proto::WatchRequest {
+                .watch(quick(proto::WatchRequest {
                     job_id: job_id.to_string(),
-                })
+                }))
                 .await?
                 .into_inner();
             while let Some(job) = stream.message().await? {
@@ -319,7 +345,7 @@ pub async fn follow(remote: &Remote, job_id: &str, progress: bool) -> anyhow::Re
                 bar.finish(&job);
                 return Ok(job);
             }
-            Ok(None) => failures = 0,
+            Ok(None) => failing_since = None,
             Err(e) => {
                 if let Some(status) = e.downcast_ref::<tonic::Status>()
                     && matches!(
@@ -330,8 +356,8 @@ pub async fn follow(remote: &Remote, job_id: &str, progress: bool) -> anyhow::Re
                     bar.abandon();
                     return Err(e);
                 }
-                failures += 1;
-                if failures > 60 {
+                let since = *failing_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() > COORDINATOR_LOST_LIMIT {
                     bar.abandon();
                     return Err(e.context("lost the coordinator for a minute"));
                 }
@@ -349,10 +375,10 @@ pub async fn submit(remote: &Remote, args: SubmitArgs, json: bool) -> anyhow::Re
     let spec = args.spec.to_spec()?;
     let mut client = connect(remote).await?;
     let response = client
-        .submit(proto::SubmitRequest {
+        .submit(planned(proto::SubmitRequest {
             spec: Some((&spec).into()),
             idempotency_key: args.idempotency_key.unwrap_or_default(),
-        })
+        }))
         .await?
         .into_inner();
     let job = response.job.context("the coordinator returned no job")?;
@@ -373,9 +399,9 @@ pub async fn submit(remote: &Remote, args: SubmitArgs, json: bool) -> anyhow::Re
 pub async fn status(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(remote).await?;
     let job = client
-        .get(proto::GetJobRequest {
+        .get(quick(proto::GetJobRequest {
             job_id: job_id.to_string(),
-        })
+        }))
         .await?
         .into_inner();
     if json {
@@ -390,9 +416,9 @@ pub async fn watch(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<
     let job = follow(remote, job_id, !json).await?;
     let mut client = connect(remote).await?;
     let result = client
-        .result(proto::ResultRequest {
+        .result(quick(proto::ResultRequest {
             job_id: job.id.clone(),
-        })
+        }))
         .await?
         .into_inner();
     output::print_result(&job, &result, json)
@@ -401,15 +427,15 @@ pub async fn watch(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<
 pub async fn result(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(remote).await?;
     let job = client
-        .get(proto::GetJobRequest {
+        .get(quick(proto::GetJobRequest {
             job_id: job_id.to_string(),
-        })
+        }))
         .await?
         .into_inner();
     let result = client
-        .result(proto::ResultRequest {
+        .result(quick(proto::ResultRequest {
             job_id: job_id.to_string(),
-        })
+        }))
         .await?
         .into_inner();
     output::print_result(&job, &result, json)
@@ -418,9 +444,9 @@ pub async fn result(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result
 pub async fn cancel(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(remote).await?;
     let job = client
-        .cancel(proto::CancelRequest {
+        .cancel(quick(proto::CancelRequest {
             job_id: job_id.to_string(),
-        })
+        }))
         .await?
         .into_inner();
     if json {
@@ -434,7 +460,7 @@ pub async fn cancel(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result
 pub async fn list(remote: &Remote, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(remote).await?;
     let jobs = client
-        .list(proto::ListJobsRequest {})
+        .list(quick(proto::ListJobsRequest {}))
         .await?
         .into_inner()
         .jobs;
@@ -450,10 +476,10 @@ pub async fn list(remote: &Remote, json: bool) -> anyhow::Result<ExitCode> {
 pub async fn events(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(remote).await?;
     let events = client
-        .events(proto::EventsRequest {
+        .events(quick(proto::EventsRequest {
             job_id: job_id.to_string(),
             from_sequence: 0,
-        })
+        }))
         .await?
         .into_inner()
         .events;
@@ -580,7 +606,7 @@ async fn check_service(
 ) -> anyhow::Result<Vec<Check>> {
     let auth = BearerToken::new(remote.security.token.as_deref())?;
     let info = JobServiceClient::new(InterceptedService::new(channel, auth))
-        .info(proto::InfoRequest {})
+        .info(quick(proto::InfoRequest {}))
         .await;
     let info = match info {
         Ok(info) => info.into_inner(),

@@ -157,6 +157,12 @@ pub fn error_line(e: &anyhow::Error) -> String {
         return match status.code() {
             tonic::Code::Unavailable => format!("coordinator unavailable: {}", status.message()),
             tonic::Code::Unauthenticated => format!("not authorised: {}", status.message()),
+            // tonic reports its own client-side deadline as Cancelled.
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+                if status.message().contains("Timeout expired") =>
+            {
+                "the coordinator did not answer before the call's deadline".to_string()
+            }
             _ => status.message().to_string(),
         };
     }

@@ -286,3 +286,58 @@ fn ctrl_c_keeps_a_run_with_a_data_directory_resumable() {
         "{job:?}"
     );
 }
+
+/// A coordinator that is stopped (SIGSTOP: it accepts connections and never
+/// answers) makes a client call fail at its deadline, not hang.
+#[test]
+fn a_call_to_a_stopped_coordinator_fails_at_its_deadline() {
+    use std::process::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let coordinator = spawn_coordinator(port, &dir.path().join("data"), &dir.path().join("log"));
+    let list = || {
+        Command::new(tally_bin())
+            .args(["list", "--coordinator", &url])
+            .output()
+            .unwrap()
+    };
+    let ready = Instant::now() + Duration::from_secs(60);
+    while !list().status.success() {
+        assert!(Instant::now() < ready, "the coordinator never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = coordinator.pid().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let started = Instant::now();
+    let out = list();
+    let took = started.elapsed();
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    // The deadline is 15 s; the slack is for a loaded machine. Without a
+    // deadline the call never returns.
+    assert!(took < Duration::from_secs(60), "took {took:?}: {stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("did not answer"), "{stderr}");
+    eprintln!(
+        "failed after {:.1} s: {}",
+        took.as_secs_f64(),
+        stderr.trim()
+    );
+}

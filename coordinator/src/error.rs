@@ -42,16 +42,54 @@ impl From<CommonError> for CoordinatorError {
     }
 }
 
+impl CoordinatorError {
+    /// The same error with its message passed through `f`.
+    fn map_message(self, f: impl FnOnce(String) -> String) -> CoordinatorError {
+        use CoordinatorError::*;
+        match self {
+            InvalidArgument(m) => InvalidArgument(f(m)),
+            NotFound(m) => NotFound(f(m)),
+            FailedPrecondition(m) => FailedPrecondition(f(m)),
+            ResourceExhausted(m) => ResourceExhausted(f(m)),
+            AlreadyExists(m) => AlreadyExists(f(m)),
+            Store(m) => Store(f(m)),
+            StoreFull(m) => StoreFull(f(m)),
+            Unavailable(m) => Unavailable(f(m)),
+            Internal(m) => Internal(f(m)),
+        }
+    }
+}
+
 impl From<sled::Error> for CoordinatorError {
     fn from(e: sled::Error) -> Self {
         CoordinatorError::Store(e.to_string())
     }
 }
 
+/// The longest status message sent. Messages may quote what a client sent (a
+/// kind name, a board); a status travels in HTTP/2 headers, which clients
+/// limit to a few KiB, so a long quote would break the client, not inform it.
+pub const MAX_STATUS_MESSAGE: usize = 1024;
+
+/// `message` cut to [`MAX_STATUS_MESSAGE`] bytes at a character boundary.
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_STATUS_MESSAGE {
+        let mut end = MAX_STATUS_MESSAGE - 30;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = message.len() - end;
+        message.truncate(end);
+        message.push_str(&format!("... ({cut} more bytes)"));
+    }
+    message
+}
+
 /// The one place where coordinator errors become gRPC statuses.
 impl From<CoordinatorError> for tonic::Status {
     fn from(e: CoordinatorError) -> Self {
         use tonic::Status;
+        let e = e.map_message(bounded);
         match e {
             CoordinatorError::InvalidArgument(m) => Status::invalid_argument(m),
             CoordinatorError::NotFound(m) => Status::not_found(m),
@@ -63,5 +101,25 @@ impl From<CoordinatorError> for tonic::Status {
             CoordinatorError::Unavailable(m) => Status::unavailable(m),
             CoordinatorError::Internal(m) => Status::internal(m),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_messages_are_bounded_at_a_character_boundary() {
+        let long = format!("unknown kind {}", "é".repeat(100_000));
+        let status = tonic::Status::from(CoordinatorError::InvalidArgument(long));
+        assert!(
+            status.message().len() <= MAX_STATUS_MESSAGE,
+            "{}",
+            status.message().len()
+        );
+        assert!(status.message().starts_with("unknown kind é"));
+        assert!(status.message().ends_with("more bytes)"));
+        let short = tonic::Status::from(CoordinatorError::NotFound("no job \"x\"".into()));
+        assert_eq!(short.message(), "no job \"x\"");
     }
 }

@@ -414,6 +414,17 @@ async fn bad_specs_are_refused_with_invalid_argument_and_change_nothing() {
             })),
             options: None,
         },
+        // A megabyte board: the refusal may quote it, but only in part.
+        proto::JobSpec {
+            kind: Some(proto::job_spec::Kind::Sliders(proto::SlidersSpec {
+                rows: 4,
+                cols: 4,
+                start: "X".repeat(1 << 20),
+                target: "WBRBBRBRRBRBBRBR".into(),
+                ..Default::default()
+            })),
+            options: None,
+        },
     ];
     for spec in bad {
         let status = client
@@ -429,6 +440,11 @@ async fn bad_specs_are_refused_with_invalid_argument_and_change_nothing() {
             "{spec:?}: {status:?}"
         );
         assert!(!status.message().is_empty());
+        assert!(
+            status.message().len() <= tally_coordinator::error::MAX_STATUS_MESSAGE,
+            "a status message of {} bytes",
+            status.message().len()
+        );
     }
     let listed = client
         .list(proto::ListJobsRequest {})

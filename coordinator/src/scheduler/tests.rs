@@ -336,3 +336,21 @@ fn workers_silent_for_long_are_dropped_from_the_list() {
     assert_eq!(s.forget_silent_workers(later + 1), 1);
     assert!(s.workers().contains_key("busy") && !s.workers().contains_key("quiet"));
 }
+
+#[test]
+fn a_cancelled_job_shows_no_leases_and_its_workers_are_told_to_stop() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let id = submit(&mut s, &kayles(30));
+    let grants = s.lease("w", 2, 1).unwrap();
+    assert_eq!(s.job(&id, 1).unwrap().shards_leased, 2);
+    s.cancel(&id, 2).unwrap();
+    assert_eq!(s.job(&id, 2).unwrap().shards_leased, 0);
+    let held: Vec<proto::LeaseProgress> = grants
+        .iter()
+        .map(|g| proto::LeaseProgress {
+            lease_id: g.lease.to_string(),
+            work_done: 0,
+        })
+        .collect();
+    assert_eq!(s.heartbeat("w", &held, 3).len(), 2, "both leases revoked");
+}

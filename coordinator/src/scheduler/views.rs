@@ -73,11 +73,16 @@ impl JobEntry {
             eta_ms: p.eta_ms,
             answer: rec.answer.clone().unwrap_or_default(),
             error: rec.error.clone().unwrap_or_default(),
-            shards_leased: self
-                .shards
-                .iter()
-                .filter(|s| s.state == ShardState::Leased)
-                .count() as u64,
+            // A finished job holds no lease: its workers are told to stop at
+            // their next heartbeat, whatever its shard records last said.
+            shards_leased: if rec.state.is_finished() {
+                0
+            } else {
+                self.shards
+                    .iter()
+                    .filter(|s| s.state == ShardState::Leased)
+                    .count() as u64
+            },
             shards_failed_attempts: self.shards.iter().map(|s| s.failed_attempts as u64).sum(),
             description: rec.spec.describe(),
         }

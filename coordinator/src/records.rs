@@ -97,6 +97,10 @@ pub struct ShardRecord {
     /// a different worker (jobs with more than one replica).
     #[serde(default)]
     pub replicas: Vec<ReplicaRecord>,
+    /// When the current lease last made progress (leased, or its work grew),
+    /// by the scheduler's clock; in memory only (0: not known since a load).
+    #[serde(skip)]
+    pub progress_ms: u64,
 }
 
 /// One worker's result for a replicated shard.

@@ -101,6 +101,7 @@ fn scheduler_config() -> SchedulerConfig {
     SchedulerConfig {
         backoff_base_ms: 1,
         backoff_max_ms: 10,
+        ..SchedulerConfig::default()
     }
 }
 

@@ -185,6 +185,7 @@ fn lease_shard(
     shard.state = ShardState::Leased;
     shard.worker = Some(request.worker.to_string());
     shard.lease_expires_ms = request.now_ms + ttl;
+    shard.progress_ms = request.now_ms;
     staged.batch.put(
         Tree::Shards,
         shard_key(&id, shard.stage, shard.index),

@@ -122,6 +122,7 @@ fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<JobEntry> 
             ShardState::Pending => entry.pending.push_back(shard.index),
             ShardState::Leased => {
                 shard.lease_expires_ms = shard.lease_expires_ms.max(now_ms + ttl);
+                shard.progress_ms = now_ms;
             }
             ShardState::Done => {}
         }

@@ -152,6 +152,7 @@ pub(super) fn install_stage(
             output_chunks: 0,
             last_error: None,
             replicas: Vec::new(),
+            progress_ms: 0,
         };
         batch.put(
             Tree::Shards,

@@ -17,6 +17,11 @@ pub struct SchedulerConfig {
     /// First retry delay after a failed attempt; doubles per failure.
     pub backoff_base_ms: u64,
     pub backoff_max_ms: u64,
+    /// Heartbeats stop renewing a lease whose shard has made no progress for
+    /// this long (its work counter did not grow), so a shard stuck in a live
+    /// worker expires and is leased again. Far above any kernel's quiet
+    /// stretch between progress updates.
+    pub stall_limit_ms: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -24,6 +29,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             backoff_base_ms: 250,
             backoff_max_ms: 10_000,
+            stall_limit_ms: 30 * 60 * 1000,
         }
     }
 }

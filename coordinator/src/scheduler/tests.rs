@@ -354,3 +354,54 @@ fn a_cancelled_job_shows_no_leases_and_its_workers_are_told_to_stop() {
         .collect();
     assert_eq!(s.heartbeat("w", &held, 3).len(), 2, "both leases revoked");
 }
+
+/// A shard stuck in a live worker: heartbeats keep coming, its work does not
+/// grow. Past the stall limit they no longer renew it; it expires and goes to
+/// another attempt, while a shard that progresses is renewed all along.
+#[test]
+fn a_shard_that_makes_no_progress_is_not_renewed_past_the_stall_limit() {
+    let config = SchedulerConfig {
+        stall_limit_ms: 5_000,
+        ..SchedulerConfig::default()
+    };
+    let mut s = Scheduler::load(Arc::new(MemoryStore::new()), config, 0).unwrap();
+    let id = submit(&mut s, &kayles(30));
+    let grants = s.lease("w", 2, 0).unwrap();
+    let (stuck, moving) = (&grants[0], &grants[1]);
+    let ttl = 1_000; // the spec's lease TTL
+    let mut now = 0;
+    let mut work = 0;
+    while now < 8_000 {
+        now += 500;
+        work += 1;
+        let leases = [
+            proto::LeaseProgress {
+                lease_id: stuck.lease.to_string(),
+                work_done: 0,
+            },
+            proto::LeaseProgress {
+                lease_id: moving.lease.to_string(),
+                work_done: work,
+            },
+        ];
+        assert!(s.heartbeat("w", &leases, now).is_empty());
+        s.expire_leases(now).unwrap();
+    }
+    let events = s.events(&id, 0).unwrap();
+    let expired: Vec<u32> = events
+        .iter()
+        .filter(|e| e.kind == "expired")
+        .map(|e| e.shard)
+        .collect();
+    assert_eq!(
+        expired,
+        vec![stuck.lease.index],
+        "only the stuck shard expires"
+    );
+    // It expired once its last renewal (at the stall limit) ran out.
+    let at = events.iter().find(|e| e.kind == "expired").unwrap().time_ms;
+    assert!(
+        (5_000 + ttl..=5_000 + ttl + 500).contains(&at),
+        "expired at {at}"
+    );
+}

@@ -68,11 +68,21 @@ impl Scheduler {
                 .and_then(|lease| Ok((self.current_lease(worker, &lease)?, lease)));
             match current {
                 Ok((position, lease)) => {
+                    let stall_limit = self.config.stall_limit_ms;
                     let entry = self.known_entry(&lease.job);
                     let ttl = entry.rec.spec.options().lease_ttl_ms;
                     let shard = &mut entry.shards[position];
-                    shard.lease_expires_ms = now_ms + ttl;
-                    shard.work_done = progress.work_done.min(shard.work_total);
+                    let work_done = progress.work_done.min(shard.work_total);
+                    if work_done > shard.work_done || shard.progress_ms == 0 {
+                        shard.progress_ms = now_ms;
+                    }
+                    shard.work_done = work_done;
+                    // A shard stuck in a live worker (no progress for the
+                    // stall limit) is no longer renewed: its lease expires and
+                    // the shard goes to another attempt.
+                    if now_ms.saturating_sub(shard.progress_ms) <= stall_limit {
+                        shard.lease_expires_ms = now_ms + ttl;
+                    }
                 }
                 Err(_) => revoked.push(progress.lease_id.clone()),
             }

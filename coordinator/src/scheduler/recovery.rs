@@ -78,10 +78,11 @@ impl Scheduler {
             .filter(|(_, e)| !e.rec.state.is_finished())
             .map(|(id, _)| id.clone())
             .collect();
-        let note = format!(
-            "the store lost {lost_commits} acknowledged commits and was recovered; \
-             this job may redo work"
-        );
+        let what = match lost_commits {
+            0 => "lost acknowledged data".to_string(),
+            n => format!("lost {n} acknowledged commits"),
+        };
+        let note = format!("the store {what} and was recovered; this job may redo work");
         let mut batch = Batch::default();
         for id in unfinished {
             let recovered = Event::job("recovered", &note);

@@ -405,3 +405,30 @@ fn a_shard_that_makes_no_progress_is_not_renewed_past_the_stall_limit() {
         "expired at {at}"
     );
 }
+
+#[test]
+fn a_recovery_names_the_lost_jobs_and_marks_the_unfinished_ones() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut s = new_scheduler(store.clone());
+    let first = submit(&mut s, &kayles(30));
+    let second = submit(&mut s, &kayles(32));
+    // What a recovered store holds: the job counter raised to the mark's, the
+    // records of jobs 3 and 4 gone.
+    let mut batch = crate::store::Batch::default();
+    batch.put(
+        crate::store::Tree::Meta,
+        crate::store::NEXT_JOB_KEY,
+        5u64.to_be_bytes().to_vec(),
+    );
+    store.commit(batch).unwrap();
+    let mut s = new_scheduler(store);
+    let lost = s.note_recovery(7, 10).unwrap();
+    assert_eq!(lost, ["job-000003", "job-000004"]);
+    for id in [&first, &second] {
+        let events = s.events(id, 0).unwrap();
+        let recovered = events.iter().find(|e| e.kind == "recovered").unwrap();
+        assert!(recovered.message.contains("lost 7 acknowledged commits"));
+    }
+    // Ids never go back: the next job is number 5.
+    assert_eq!(submit(&mut s, &kayles(34)), "job-000005");
+}

@@ -1027,6 +1027,7 @@ fn compute(lease: &proto::ShardLease, input: Option<&StageInput>) -> ShardOutcom
 }
 
 async fn lease_all(workers: &mut WorkerServiceClient<Channel>) -> Vec<proto::ShardLease> {
+    register(workers, HOLDER).await;
     workers
         .lease(proto::LeaseRequest {
             worker_id: HOLDER.into(),
@@ -1580,6 +1581,16 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             }),
             Code::InvalidArgument,
             "worker id must be 1 to 128 bytes",
+        ),
+        row(
+            "lease by a worker that never registered",
+            Call::Lease(proto::LeaseRequest {
+                worker_id: "made-up".into(),
+                free_slots: 1,
+                wait_ms: 0,
+            }),
+            Code::NotFound,
+            "not registered",
         ),
         row(
             "lease 1025 slots",

@@ -486,6 +486,8 @@ async fn a_report_from_a_stale_attempt_is_refused() {
         free_slots: 1,
         wait_ms: 5_000,
     };
+    register(&mut w, "stale").await;
+    register(&mut w, "fresh").await;
     let first = w
         .lease(lease("stale"))
         .await

@@ -97,6 +97,16 @@ enum Ack {
     },
 }
 
+/// The scheduler of `store`, with the workers the tests lease for registered
+/// (work goes only to registered workers).
+fn load_scheduler(store: Arc<dyn Store>, now: u64) -> tally_coordinator::Result<Scheduler> {
+    let mut scheduler = Scheduler::load(store, scheduler_config(), now)?;
+    for worker in ["w0", "w1", "w2", "r0", "r1", "r2", "a", "b"] {
+        scheduler.register(worker, "test", 4, "test", now);
+    }
+    Ok(scheduler)
+}
+
 fn scheduler_config() -> SchedulerConfig {
     SchedulerConfig {
         backoff_base_ms: 1,
@@ -269,8 +279,7 @@ fn store_writer_child_process() {
 fn run_child(dir: &Path, acks: &Path, seed: u64, mut now: u64) {
     let mut log = AckLog::open(acks);
     let store: Arc<dyn Store> = Arc::new(SledStore::open(dir).expect("the store opens"));
-    let mut scheduler =
-        Scheduler::load(store.clone(), scheduler_config(), now).expect("the scheduler loads");
+    let mut scheduler = load_scheduler(store.clone(), now).expect("the scheduler loads");
     log.append(&Ack::Opened);
     let mut rng = Rng(seed);
     let cache = KernelCache::new();
@@ -861,7 +870,7 @@ fn resume_to_completion(
 ) {
     let store: Arc<dyn Store> = Arc::new(SledStore::open(copy).expect("the copy opens"));
     let mut now = clock;
-    let mut scheduler = Scheduler::load(store.clone(), scheduler_config(), now)
+    let mut scheduler = load_scheduler(store.clone(), now)
         .unwrap_or_else(|e| panic!("the scheduler does not load: {e}"));
     let listed: BTreeMap<String, (i32, u32)> = scheduler
         .list(now)
@@ -1152,7 +1161,7 @@ fn keep_for_diagnosis(data: &Path, seed: u64, iteration: usize) -> String {
 /// expired without being leased again; and the honest result of that lease.
 fn expired_first_lease(dir: &Path) -> (Scheduler, Arc<dyn Store>, Grant, ShardOutcome) {
     let store: Arc<dyn Store> = Arc::new(SledStore::open(dir).unwrap());
-    let mut scheduler = Scheduler::load(store.clone(), scheduler_config(), 0).unwrap();
+    let mut scheduler = load_scheduler(store.clone(), 0).unwrap();
     let mut spec = JobSpec::new(KaylesSpec {
         pins: 10,
         digits: 9,
@@ -1219,7 +1228,7 @@ fn a_result_on_an_expired_lease_stays_accepted() {
 /// A closed store with one job, two leases and an accepted result.
 fn populated_store(dir: &Path) {
     let store: Arc<dyn Store> = Arc::new(SledStore::open(dir).unwrap());
-    let mut scheduler = Scheduler::load(store, scheduler_config(), 0).unwrap();
+    let mut scheduler = load_scheduler(store, 0).unwrap();
     let spec = JobSpec::new(KaylesSpec {
         pins: 24,
         digits: 9,

@@ -119,7 +119,9 @@ impl LeaseLoop {
             }
             Err(e) => {
                 tracing::warn!(error = %e.message(), code = ?e.code(), "lease request failed; retrying");
-                if e.code() == tonic::Code::Unavailable {
+                // Unavailable: the coordinator may have restarted; NotFound: it
+                // does not know this worker (restarted, or forgot it).
+                if matches!(e.code(), tonic::Code::Unavailable | tonic::Code::NotFound) {
                     self.registered = false;
                 }
                 self.backoff.wait().await;

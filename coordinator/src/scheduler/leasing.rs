@@ -5,7 +5,7 @@
 
 use tally_common::lease::LeaseId;
 
-use crate::error::Result;
+use crate::error::{CoordinatorError, Result};
 use crate::records::{
     JobState, ShardRecord, ShardState, checkpoint_key, encode, job_key, shard_key,
 };
@@ -54,9 +54,15 @@ impl Scheduler {
         if free_slots == 0 {
             return Ok(Vec::new());
         }
-        if let Some(info) = self.workers.get_mut(worker) {
-            info.last_seen_ms = now_ms;
-        }
+        // Work goes only to a worker that introduced itself: a made-up id gets
+        // nothing. A worker forgotten after a long silence, or unknown to a
+        // restarted coordinator, registers again and then leases.
+        let Some(info) = self.workers.get_mut(worker) else {
+            return Err(CoordinatorError::NotFound(
+                "this worker is not registered (or was forgotten): register first".into(),
+            ));
+        };
+        info.last_seen_ms = now_ms;
         let request = LeaseRequest {
             worker,
             free_slots,

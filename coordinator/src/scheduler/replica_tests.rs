@@ -8,7 +8,7 @@ use tally_common::spec::JobSpec;
 
 use crate::store::{MemoryStore, Store};
 
-use super::tests::{direct_answer, report_from as report, submit};
+use super::tests::{direct_answer, registered, report_from as report, submit};
 use super::{Scheduler, SchedulerConfig};
 
 fn replicated(replicas: u32, max_attempts: u32) -> JobSpec {
@@ -33,7 +33,7 @@ fn serve(s: &mut Scheduler, worker: &str, corrupt: bool, now: u64) -> usize {
 #[test]
 fn each_replica_comes_from_a_different_worker_and_they_must_agree() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let mut s = Scheduler::load(store.clone(), SchedulerConfig::default(), 0).unwrap();
+    let mut s = registered(Scheduler::load(store.clone(), SchedulerConfig::default(), 0).unwrap());
     let id = submit(&mut s, &replicated(2, 3));
     let shards = serve(&mut s, "a", false, 1);
     assert!(shards > 0);
@@ -42,7 +42,7 @@ fn each_replica_comes_from_a_different_worker_and_they_must_agree() {
     let job = s.job(&id, 2).unwrap();
     assert_eq!(job.shards_done, 0, "one replica does not finish a shard");
     // The first replicas survive a restart.
-    let mut s = Scheduler::load(store, SchedulerConfig::default(), 3).unwrap();
+    let mut s = registered(Scheduler::load(store, SchedulerConfig::default(), 3).unwrap());
     assert_eq!(s.lease("a", 100, 3).unwrap().len(), 0);
     assert_eq!(serve(&mut s, "b", false, 4), shards);
     let job = s.job(&id, 5).unwrap();
@@ -60,8 +60,9 @@ fn each_replica_comes_from_a_different_worker_and_they_must_agree() {
 
 #[test]
 fn a_disagreement_discards_both_results_and_fails_the_job_after_max_attempts() {
-    let mut s =
-        Scheduler::load(Arc::new(MemoryStore::new()), SchedulerConfig::default(), 0).unwrap();
+    let mut s = registered(
+        Scheduler::load(Arc::new(MemoryStore::new()), SchedulerConfig::default(), 0).unwrap(),
+    );
     let id = submit(&mut s, &replicated(2, 2));
     let mut now = 1;
     // An honest worker and a faulty one: every shard disagrees.

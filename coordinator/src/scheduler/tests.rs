@@ -29,7 +29,15 @@ pub(super) fn direct_answer(spec: &JobSpec) -> tally_common::kind::Answer {
 }
 
 fn new_scheduler(store: Arc<dyn Store>) -> Scheduler {
-    Scheduler::load(store, SchedulerConfig::default(), 0).unwrap()
+    registered(Scheduler::load(store, SchedulerConfig::default(), 0).unwrap())
+}
+
+/// The scheduler with the workers the tests lease for registered.
+pub(super) fn registered(mut s: Scheduler) -> Scheduler {
+    for worker in ["w", "v", "a", "b", "other", "gone", "honest", "faulty"] {
+        s.register(worker, "test", 4, "test", 0);
+    }
+    s
 }
 
 pub(super) fn submit(s: &mut Scheduler, spec: &JobSpec) -> String {
@@ -202,7 +210,7 @@ fn a_reload_keeps_accepted_results_and_attempt_numbers() {
     let grants = s.lease("w", 3, 0).unwrap();
     s.report(result_of(&grants[0]), 1).unwrap();
     drop(s);
-    let mut s = Scheduler::load(store, SchedulerConfig::default(), 10).unwrap();
+    let mut s = registered(Scheduler::load(store, SchedulerConfig::default(), 10).unwrap());
     let job = s.job(&id, 10).unwrap();
     assert_eq!(job.shards_done, 1);
     assert_eq!(job.shards_leased, 2);
@@ -300,7 +308,7 @@ fn leases_released_at_start_are_handed_back_at_once_without_a_failed_attempt() {
     let id = submit(&mut s, &kayles(30));
     let held = s.lease("gone", 3, 1).unwrap();
     assert_eq!(held.len(), 3);
-    let mut s = Scheduler::load(store, SchedulerConfig::default(), 2).unwrap();
+    let mut s = registered(Scheduler::load(store, SchedulerConfig::default(), 2).unwrap());
     // Without a release, nothing held is leased again before the TTL.
     let total = tally_common::kayles::character_count(30) as usize;
     assert_eq!(s.lease("w", 100, 2).unwrap().len(), total - 3);
@@ -323,7 +331,8 @@ fn leases_released_at_start_are_handed_back_at_once_without_a_failed_attempt() {
 
 #[test]
 fn workers_silent_for_long_are_dropped_from_the_list() {
-    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let store = Arc::new(MemoryStore::new());
+    let mut s = Scheduler::load(store, SchedulerConfig::default(), 0).unwrap();
     s.register("quiet", "h", 1, "v", 0);
     s.register("busy", "h", 1, "v", 0);
     let later = super::WORKER_FORGOTTEN_MS;
@@ -364,7 +373,7 @@ fn a_shard_that_makes_no_progress_is_not_renewed_past_the_stall_limit() {
         stall_limit_ms: 5_000,
         ..SchedulerConfig::default()
     };
-    let mut s = Scheduler::load(Arc::new(MemoryStore::new()), config, 0).unwrap();
+    let mut s = registered(Scheduler::load(Arc::new(MemoryStore::new()), config, 0).unwrap());
     let id = submit(&mut s, &kayles(30));
     let grants = s.lease("w", 2, 0).unwrap();
     let (stuck, moving) = (&grants[0], &grants[1]);
@@ -431,4 +440,18 @@ fn a_recovery_names_the_lost_jobs_and_marks_the_unfinished_ones() {
     }
     // Ids never go back: the next job is number 5.
     assert_eq!(submit(&mut s, &kayles(34)), "job-000005");
+}
+
+#[test]
+fn a_worker_that_never_registered_gets_no_work() {
+    let store = Arc::new(MemoryStore::new());
+    let mut s = Scheduler::load(store, SchedulerConfig::default(), 0).unwrap();
+    submit(&mut s, &kayles(30));
+    let err = s.lease("made-up", 4, 1).expect_err("refused");
+    assert!(matches!(err, CoordinatorError::NotFound(_)), "{err:?}");
+    // A heartbeat does not register it either.
+    assert!(s.heartbeat("made-up", &[], 2).is_empty());
+    assert!(s.lease("made-up", 4, 3).is_err());
+    s.register("made-up", "h", 4, "v", 4);
+    assert_eq!(s.lease("made-up", 4, 5).unwrap().len(), 4);
 }

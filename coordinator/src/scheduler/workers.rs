@@ -54,10 +54,11 @@ impl Scheduler {
         leases: &[proto::LeaseProgress],
         now_ms: u64,
     ) -> Vec<String> {
+        // An unknown worker's heartbeat still renews the leases it holds (a
+        // restarted coordinator knows its leases but not its workers); it
+        // registers again when it next asks for work.
         if let Some(info) = self.workers.get_mut(worker) {
             info.last_seen_ms = now_ms;
-        } else {
-            self.register(worker, "", 0, "", now_ms);
         }
         let mut revoked = Vec::new();
         for progress in leases {

@@ -243,9 +243,23 @@ pub fn direct_answer(spec: &JobSpec) -> String {
 /// Leases one shard as the fake worker `worker` and holds it: nothing renews
 /// the lease, so it lasts the job's lease TTL, and the job cannot finish
 /// before the test reports the shard (or the lease expires).
-pub async fn hold_a_shard(url: &str, worker: &str) -> proto::ShardLease {
-    workers_client(url)
+/// Registers `worker` (work goes only to registered workers).
+pub async fn register(client: &mut WorkerServiceClient<Channel>, worker: &str) {
+    client
+        .register(proto::RegisterRequest {
+            worker_id: worker.into(),
+            hostname: "test".into(),
+            slots: 4,
+            version: "test".into(),
+        })
         .await
+        .expect("register");
+}
+
+pub async fn hold_a_shard(url: &str, worker: &str) -> proto::ShardLease {
+    let mut client = workers_client(url).await;
+    register(&mut client, worker).await;
+    client
         .lease(proto::LeaseRequest {
             worker_id: worker.into(),
             free_slots: 1,

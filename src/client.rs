@@ -40,7 +40,7 @@ pub async fn connect(remote: &Remote) -> anyhow::Result<JobServiceClient<AuthCha
     let channel = transport::endpoint(url, &remote.security)?
         .connect()
         .await
-        .map_err(|e| anyhow::anyhow!("cannot reach the coordinator at {url}: {e}"))?;
+        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
     let auth = BearerToken::new(remote.security.token.as_deref())?;
     Ok(
         JobServiceClient::new(InterceptedService::new(channel, auth))

@@ -154,17 +154,23 @@ pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result
 /// One line for an error: the gRPC status message without its code noise.
 pub fn error_line(e: &anyhow::Error) -> String {
     if let Some(status) = e.downcast_ref::<tonic::Status>() {
-        return match status.code() {
-            tonic::Code::Unavailable => format!("coordinator unavailable: {}", status.message()),
-            tonic::Code::Unauthenticated => format!("not authorised: {}", status.message()),
-            // tonic reports its own client-side deadline as Cancelled.
-            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
-                if status.message().contains("Timeout expired") =>
-            {
-                "the coordinator did not answer before the call's deadline".to_string()
+        let line = status_line(status);
+        // A connection failure says only "transport error"; its causes (an
+        // unknown CA, a name mismatch, a refused connection) are the news.
+        let mut causes = Vec::new();
+        let mut source = std::error::Error::source(status);
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !line.contains(&text) && !causes.contains(&text) {
+                causes.push(text);
             }
-            _ => status.message().to_string(),
-        };
+            source = cause.source();
+        }
+        return std::iter::once(line)
+            .chain(causes)
+            .collect::<Vec<_>>()
+            .join(": ")
+            .replace('\n', " ");
     }
     let mut line = e.to_string();
     for cause in e.chain().skip(1) {
@@ -174,6 +180,21 @@ pub fn error_line(e: &anyhow::Error) -> String {
         }
     }
     line.replace('\n', " ")
+}
+
+/// A status in words, without its code's noise.
+fn status_line(status: &tonic::Status) -> String {
+    match status.code() {
+        tonic::Code::Unavailable => format!("coordinator unavailable: {}", status.message()),
+        tonic::Code::Unauthenticated => format!("not authorised: {}", status.message()),
+        // tonic reports its own client-side deadline as Cancelled.
+        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+            if status.message().contains("Timeout expired") =>
+        {
+            "the coordinator did not answer before the call's deadline".to_string()
+        }
+        _ => status.message().to_string(),
+    }
 }
 
 /// 2 for bad input, 1 for everything else.

@@ -391,3 +391,58 @@ async fn mutual_tls_lets_in_only_clients_with_a_trusted_certificate() {
     workers_tls.stop().await;
     coordinator.shutdown().await;
 }
+
+/// A TLS failure is named: an unknown CA or a certificate for another name,
+/// not just "transport error".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_failures_say_what_failed() {
+    let pki = pki();
+    let coordinator = start(
+        Some(TOKEN),
+        Some(ServerTls {
+            cert: pki.server_cert.clone().into_bytes(),
+            key: pki.server_key.clone().into_bytes(),
+            client_ca: None,
+        }),
+    )
+    .await;
+    let port = coordinator.addr.port();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let wrong_ca = dir.path().join("wrong-ca.pem");
+    std::fs::write(&wrong_ca, &pki.rogue_cert).unwrap();
+    let cases = [
+        (
+            "an unknown CA",
+            format!("https://localhost:{port}"),
+            wrong_ca.clone(),
+        ),
+        (
+            "another name",
+            format!("https://127.0.0.1:{port}"),
+            ca.clone(),
+        ),
+    ];
+    for (name, url, ca) in cases {
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(support::tally_bin())
+                .args(["list", "--coordinator", &url, "--tls-ca"])
+                .arg(ca)
+                .env("TALLY_TOKEN", TOKEN)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
+        assert!(
+            stderr.to_lowercase().contains("certificate"),
+            "{name}: the line does not say what failed: {stderr}"
+        );
+        eprintln!("{name}: {}", stderr.trim());
+    }
+    coordinator.shutdown().await;
+}

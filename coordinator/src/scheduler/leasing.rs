@@ -30,8 +30,12 @@ impl LeaseRequest<'_> {
     /// Whether this worker may take the shard now: its backoff is over, and a
     /// replica comes from a worker that has not computed the shard.
     fn may_take(&self, shard: &ShardRecord) -> bool {
-        shard.not_before_ms <= self.now_ms
-            && !shard.replicas.iter().any(|r| r.worker == self.worker)
+        shard.not_before_ms <= self.now_ms && !self.gave_a_replica(shard)
+    }
+
+    /// Whether this worker has computed a replica of the shard already.
+    fn gave_a_replica(&self, shard: &ShardRecord) -> bool {
+        shard.replicas.iter().any(|r| r.worker == self.worker)
     }
 }
 
@@ -76,7 +80,7 @@ impl Scheduler {
             self.stage_job_leases(&id, &request, &mut staged)?;
         }
         self.stage_started_jobs(&mut staged, now_ms);
-        if staged.grants.is_empty() {
+        if staged.batch.is_empty() {
             return Ok(Vec::new());
         }
         self.commit_leases(staged, now_ms)
@@ -126,6 +130,9 @@ impl Scheduler {
                 continue;
             }
             if !request.may_take(shard) {
+                if !entry.waiting_noted && request.gave_a_replica(shard) {
+                    note_waiting(entry, index, request, staged);
+                }
                 skipped += 1;
                 continue;
             }
@@ -221,4 +228,23 @@ fn lease_shard(
     entry.log(&mut staged.batch, request.now_ms, leased);
     staged.updated.push((id, shard));
     Ok(grant)
+}
+
+/// Says once in the job's log that a replicated shard waits for a worker that
+/// has not computed it: with fewer live workers than replicas, the job would
+/// otherwise wait without a word.
+fn note_waiting(
+    entry: &mut JobEntry,
+    index: u32,
+    request: &LeaseRequest,
+    staged: &mut StagedLeases,
+) {
+    let replicas = entry.rec.spec.options().replicas;
+    let message = format!(
+        "waiting for another worker: each of the {replicas} replicas of a shard must come from a different worker"
+    );
+    let shard = &entry.shards[index as usize];
+    let event = Event::shard("waiting", shard, request.worker, &message);
+    entry.log(&mut staged.batch, request.now_ms, event);
+    entry.waiting_noted = true;
 }

@@ -85,3 +85,35 @@ fn a_disagreement_discards_both_results_and_fails_the_job_after_max_attempts() {
     let events = s.events(&id, 0).unwrap();
     assert!(events.iter().all(|e| e.kind != "accepted"));
 }
+
+/// With one worker and two replicas per shard, the job cannot go on: it says
+/// so, once, instead of waiting without a word.
+#[test]
+fn a_job_waiting_for_another_worker_says_so_once() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut s = registered(Scheduler::load(store, SchedulerConfig::default(), 0).unwrap());
+    let id = submit(&mut s, &replicated(2, 3));
+    assert!(serve(&mut s, "a", false, 1) > 0);
+    for now in 2..5 {
+        assert!(s.lease("a", 100, now).unwrap().is_empty());
+    }
+    let waiting: Vec<_> = s
+        .events(&id, 0)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "waiting")
+        .collect();
+    assert_eq!(waiting.len(), 1, "said once");
+    assert!(
+        waiting[0].message.contains("different worker"),
+        "{:?}",
+        waiting[0]
+    );
+    assert_eq!(waiting[0].worker, "a");
+    // Another worker lets it go on.
+    assert!(serve(&mut s, "b", false, 6) > 0);
+    assert_eq!(
+        s.job(&id, 7).unwrap().state,
+        proto::JobState::Succeeded as i32
+    );
+}

@@ -96,6 +96,9 @@ pub(super) struct JobEntry {
     /// The merged output of the previous stage (what the current stage reads),
     /// and the number of stored chunks of each of its shards.
     pub(super) finished: Option<FinishedStage>,
+    /// Whether the log already says the job waits for another worker (its
+    /// replicas must come from different workers); said once per start.
+    pub(super) waiting_noted: bool,
 }
 
 #[derive(Clone)]
@@ -117,6 +120,7 @@ impl JobEntry {
             next_event: 0,
             outputs: Vec::new(),
             finished: None,
+            waiting_noted: false,
         }
     }
 

@@ -168,8 +168,18 @@ fn fault(dir: &Path, e: &sled::Error) -> CoordinatorError {
 struct Marked {
     file: MarkFile,
     current: Mark,
-    /// The content digest after the last commit.
+    /// The content digest after the last commit (set once the store is read).
     digest: u64,
+}
+
+impl Marked {
+    fn new(file: MarkFile, current: Mark) -> Marked {
+        Marked {
+            file,
+            current,
+            digest: 0,
+        }
+    }
 }
 
 /// What `--recover` accepted when it opened a store that had lost
@@ -617,14 +627,7 @@ fn reconcile_mark(
 ) -> Result<(Marked, Option<Recovery>)> {
     let keep = |current: Mark| -> Result<(Marked, Option<Recovery>)> {
         let file = MarkFile::open(dir)?;
-        Ok((
-            Marked {
-                file,
-                current,
-                digest: 0,
-            },
-            None,
-        ))
+        Ok((Marked::new(file, current), None))
     };
     let read = if fresh {
         MarkRead::Missing
@@ -634,14 +637,7 @@ fn reconcile_mark(
     let lost = match read {
         MarkRead::Missing if fresh || stored.commits == 0 => {
             let file = MarkFile::create(dir, stored)?;
-            return Ok((
-                Marked {
-                    file,
-                    current: stored,
-                    digest: 0,
-                },
-                None,
-            ));
+            return Ok((Marked::new(file, stored), None));
         }
         MarkRead::Found(mark) if stored.commits >= mark.commits => {
             return keep(Mark {
@@ -671,14 +667,7 @@ fn reconcile_mark(
         intact: stored.commits,
         next_job: current.next_job.max(1),
     };
-    Ok((
-        Marked {
-            file,
-            current,
-            digest: 0,
-        },
-        Some(recovery),
-    ))
+    Ok((Marked::new(file, current), Some(recovery)))
 }
 
 /// Why a store cannot be trusted as it is.

@@ -631,11 +631,14 @@ async fn scenario(
         |e| e.kind == "expired" && same(e) && e.attempt == held.attempt,
     )
     .await?;
+    // b may take other shards first, and over its lossy link one report can
+    // sit in TCP retransmission backoff for 15 s or more (four losses of one
+    // segment): the bound allows several such stalls.
     let released = wait_event(
         &mut client,
         &job1.id,
         "the shard re-leased to worker b",
-        Duration::from_secs(30),
+        Duration::from_secs(120),
         |e| e.kind == "leased" && same(e) && e.worker_id == "nf-b",
     )
     .await?;
@@ -643,7 +646,7 @@ async fn scenario(
         &mut client,
         &job1.id,
         "worker b's result for the shard",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         |e| e.kind == "accepted" && same(e),
     )
     .await?;

@@ -18,12 +18,7 @@ impl Scheduler {
     /// Returns expired leases to the queue (with backoff); a shard whose failed
     /// attempts reach the job's limit fails its job. Returns how many expired.
     pub fn expire_leases(&mut self, now_ms: u64) -> Result<usize> {
-        let ids: Vec<String> = self
-            .jobs
-            .iter()
-            .filter(|(_, e)| !e.rec.state.is_finished())
-            .map(|(id, _)| id.clone())
-            .collect();
+        let ids = self.unfinished_jobs();
         let mut expired = 0;
         for id in ids {
             expired += self.expire_job_leases(&id, now_ms)?;

@@ -46,12 +46,7 @@ impl Scheduler {
     /// Notes the restart in each unfinished job's log, and passes any barrier
     /// whose stage completed just before the crash.
     fn resume(&mut self, now_ms: u64) -> Result<()> {
-        let unfinished: Vec<String> = self
-            .jobs
-            .iter()
-            .filter(|(_, e)| !e.rec.state.is_finished())
-            .map(|(id, _)| id.clone())
-            .collect();
+        let unfinished = self.unfinished_jobs();
         for id in unfinished {
             let mut batch = Batch::default();
             let resumed = Event::job("resumed", "coordinator restarted");
@@ -72,12 +67,7 @@ impl Scheduler {
             .map(job_id)
             .filter(|id| !self.jobs.contains_key(id))
             .collect();
-        let unfinished: Vec<String> = self
-            .jobs
-            .iter()
-            .filter(|(_, e)| !e.rec.state.is_finished())
-            .map(|(id, _)| id.clone())
-            .collect();
+        let unfinished = self.unfinished_jobs();
         let what = match lost_commits {
             0 => "lost acknowledged data".to_string(),
             n => format!("lost {n} acknowledged commits"),

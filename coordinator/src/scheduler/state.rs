@@ -70,6 +70,15 @@ impl Scheduler {
     }
 
     /// The job of a shard the caller has already found: a missing job is a bug.
+    /// The ids of the jobs still queued or running.
+    pub(super) fn unfinished_jobs(&self) -> Vec<String> {
+        self.jobs
+            .iter()
+            .filter(|(_, e)| !e.rec.state.is_finished())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     pub(super) fn known_entry(&mut self, id: &str) -> &mut JobEntry {
         self.jobs.get_mut(id).expect("the job was looked up before")
     }

@@ -61,15 +61,17 @@ const SUBMIT_DEADLINE: Duration = Duration::from_secs(600);
 /// `message` as a request with the call deadline (for a Watch, the deadline
 /// of its first answer; the stream itself lives as long as the job).
 fn quick<T>(message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.set_timeout(CALL_DEADLINE);
-    request
+    with_deadline(message, CALL_DEADLINE)
 }
 
 /// A submission as a request with the planning deadline.
 fn planned<T>(message: T) -> tonic::Request<T> {
+    with_deadline(message, SUBMIT_DEADLINE)
+}
+
+fn with_deadline<T>(message: T, limit: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
-    request.set_timeout(SUBMIT_DEADLINE);
+    request.set_timeout(limit);
     request
 }
 

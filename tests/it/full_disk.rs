@@ -112,7 +112,7 @@ async fn a_full_disk_pauses_work_and_it_resumes_by_itself_when_space_returns() {
         refusal.message()
     );
 
-    // Workers find nothing they can finish while the disk is full.
+    // Workers start while the disk is still full (their leases are refused).
     let workers = Workers::start(&coordinator.url(), 2, 2);
     tokio::time::sleep(Duration::from_millis(500)).await;
     std::fs::remove_file(mount.join("filler")).unwrap();

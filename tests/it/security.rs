@@ -277,6 +277,17 @@ struct Pki {
     rogue_key: String,
 }
 
+impl Pki {
+    /// The coordinator's TLS, requiring client certificates from the CA or not.
+    fn server_tls(&self, client_certificates: bool) -> ServerTls {
+        ServerTls {
+            cert: self.server_cert.clone().into_bytes(),
+            key: self.server_key.clone().into_bytes(),
+            client_ca: client_certificates.then(|| self.ca_pem.clone().into_bytes()),
+        }
+    }
+}
+
 fn pki() -> Pki {
     let ca = |name: &str| {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -313,15 +324,7 @@ fn pki() -> Pki {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutual_tls_lets_in_only_clients_with_a_trusted_certificate() {
     let pki = pki();
-    let coordinator = start(
-        Some(TOKEN),
-        Some(ServerTls {
-            cert: pki.server_cert.clone().into_bytes(),
-            key: pki.server_key.clone().into_bytes(),
-            client_ca: Some(pki.ca_pem.clone().into_bytes()),
-        }),
-    )
-    .await;
+    let coordinator = start(Some(TOKEN), Some(pki.server_tls(true))).await;
     let url = format!("https://localhost:{}", coordinator.addr.port());
     let tls = |identity: Option<(&str, &str)>| ClientSecurity {
         token: Some(TOKEN.into()),
@@ -397,15 +400,7 @@ async fn mutual_tls_lets_in_only_clients_with_a_trusted_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tls_failures_say_what_failed() {
     let pki = pki();
-    let coordinator = start(
-        Some(TOKEN),
-        Some(ServerTls {
-            cert: pki.server_cert.clone().into_bytes(),
-            key: pki.server_key.clone().into_bytes(),
-            client_ca: None,
-        }),
-    )
-    .await;
+    let coordinator = start(Some(TOKEN), Some(pki.server_tls(false))).await;
     let port = coordinator.addr.port();
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");

@@ -11,6 +11,14 @@ use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::proto;
 use tally_common::spec::JobSpec;
 
+/// A job of a few shards that takes no time to compute.
+fn kayles_40() -> JobSpec {
+    JobSpec::new(KaylesSpec {
+        pins: 40,
+        digits: 9,
+    })
+}
+
 /// Generous slack over each bound, for a loaded machine: the behaviour under
 /// test used to never end at all.
 const SLACK: Duration = Duration::from_secs(20);
@@ -21,15 +29,7 @@ async fn a_worker_stops_within_its_drain_bound_while_the_coordinator_is_gone() {
     let coordinator = start_coordinator(Some(dir.path())).await;
     let url = coordinator.url();
     let mut client = jobs_client(&url).await;
-    let job = submit(
-        &mut client,
-        &JobSpec::new(KaylesSpec {
-            pins: 40,
-            digits: 9,
-        }),
-        "",
-    )
-    .await;
+    let job = submit(&mut client, &kayles_40(), "").await;
     let drain = Duration::from_secs(1);
     // Every shard it leases, it holds for a minute before computing.
     let workers = Workers::start_with(&url, 1, 2, |config| {
@@ -61,15 +61,7 @@ async fn a_coordinator_stops_within_its_bound_with_a_watch_stream_open() {
     let coordinator = start_coordinator(Some(dir.path())).await;
     let mut client = jobs_client(&coordinator.url()).await;
     // Never leased: the job stays queued, so the Watch stream never ends.
-    let job = submit(
-        &mut client,
-        &JobSpec::new(KaylesSpec {
-            pins: 40,
-            digits: 9,
-        }),
-        "",
-    )
-    .await;
+    let job = submit(&mut client, &kayles_40(), "").await;
     let mut stream = client
         .watch(proto::WatchRequest {
             job_id: job.id.clone(),

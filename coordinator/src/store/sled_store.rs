@@ -304,12 +304,15 @@ impl SledStore {
         let stored = stored_mark(meta, &self.dir)?;
         let acknowledged = marked.current;
         let digest = content_digest(&reopened)?;
-        if stored.commits < acknowledged.commits
-            || !content_intact(meta, &self.dir, stored, digest)?
-        {
-            return Err(CoordinatorError::Store(
-                Loss::Behind(acknowledged).message(&self.dir, stored),
-            ));
+        let lost = if stored.commits < acknowledged.commits {
+            Some(Loss::Behind(acknowledged))
+        } else if !content_intact(meta, &self.dir, stored, digest)? {
+            Some(Loss::Changed)
+        } else {
+            None
+        };
+        if let Some(lost) = lost {
+            return Err(CoordinatorError::Store(lost.message(&self.dir, stored)));
         }
         marked.current.commits = stored.commits;
         marked.current.next_job = acknowledged.next_job.max(stored.next_job);

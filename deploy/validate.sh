@@ -42,9 +42,10 @@ echo "valid for Kubernetes ${k8s_versions[*]}"
 
 echo "== docker compose config"
 if docker compose version >/dev/null 2>&1; then
-    # The token file is the user's; a stand-in lets the file be checked without it.
-    touch "$tmp/tally-token"
-    TALLY_TOKEN_FILE=$tmp/tally-token docker compose -f "$here/docker-compose.yml" config --quiet
+    # The token files are the user's; stand-ins let the file be checked without them.
+    touch "$tmp/tally-token" "$tmp/tally-worker-token"
+    TALLY_TOKEN_FILE=$tmp/tally-token TALLY_WORKER_TOKEN_FILE=$tmp/tally-worker-token \
+        docker compose -f "$here/docker-compose.yml" config --quiet
 else
     echo "skipped: the docker compose plugin is not installed"
 fi

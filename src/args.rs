@@ -43,9 +43,9 @@ pub struct Cli {
         default_value = "text"
     )]
     pub log_format: String,
-    /// File holding the shared bearer token. The coordinator requires it on
-    /// every call; clients and workers send it. Env TALLY_TOKEN gives the token
-    /// itself instead.
+    /// File holding the client token. The coordinator requires it on the job
+    /// API (submit, watch, cancel, ...); `tally` commands send it. Env
+    /// TALLY_TOKEN gives the token itself instead.
     #[arg(
         help_heading = "Connection options",
         long,
@@ -54,6 +54,17 @@ pub struct Cli {
         value_name = "PATH"
     )]
     pub token_file: Option<PathBuf>,
+    /// File holding the worker token, distinct from the client token. The
+    /// coordinator requires it on the worker API (register, lease, report);
+    /// `tally worker` sends it. Env TALLY_WORKER_TOKEN gives the token itself.
+    #[arg(
+        help_heading = "Connection options",
+        long,
+        global = true,
+        env = "TALLY_WORKER_TOKEN_FILE",
+        value_name = "PATH"
+    )]
+    pub worker_token_file: Option<PathBuf>,
     /// PEM CA certificate: clients trust it for the coordinator's certificate;
     /// the coordinator requires client certificates signed by it (mutual TLS).
     #[arg(
@@ -280,8 +291,8 @@ pub struct CoordinatorArgs {
     /// name the jobs that were lost. Job ids never go back.
     #[arg(long)]
     pub recover: bool,
-    /// Serve a non-loopback address with no token and no client certificates
-    /// (refused without this flag).
+    /// Serve a non-loopback address with an API that has no token and no
+    /// client certificates (refused without this flag).
     #[arg(long)]
     pub insecure: bool,
 }

@@ -14,6 +14,7 @@ use serde::Deserialize;
 pub struct Config {
     pub coordinator: Option<String>,
     pub token_file: Option<PathBuf>,
+    pub worker_token_file: Option<PathBuf>,
     pub tls_ca: Option<PathBuf>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
@@ -57,6 +58,7 @@ pub fn apply(mut command: clap::Command, config: &Config) -> clap::Command {
     let values = [
         ("coordinator", config.coordinator.clone()),
         ("token_file", paths(&config.token_file)),
+        ("worker_token_file", paths(&config.worker_token_file)),
         ("tls_ca", paths(&config.tls_ca)),
         ("tls_cert", paths(&config.tls_cert)),
         ("tls_key", paths(&config.tls_key)),

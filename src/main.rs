@@ -17,7 +17,7 @@ use std::time::Duration;
 use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches};
-use tally_common::transport::{self, ClientSecurity, ClientTls, ServerTls};
+use tally_common::transport::{self, ClientSecurity, ClientTls, ServerTls, Tokens};
 
 use args::{Cli, Command};
 
@@ -89,13 +89,18 @@ fn init_logging(cli: &Cli) {
 
 async fn dispatch(cli: Cli, config_path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let json = cli.json;
-    let token = token(&cli)?;
-    // Credentials are read only by the commands that use them.
+    let tokens = tokens(&cli)?;
+    // Credentials are read only by the commands that use them; a worker
+    // presents the worker token, every other command the client token.
     let remote = match &cli.command {
         Command::Run(_) | Command::Coordinator(_) | Command::Completions { .. } => None,
+        Command::Worker(_) => Some(client::Remote {
+            url: cli.coordinator.clone(),
+            security: client_security(&cli, tokens.worker.clone())?,
+        }),
         _ => Some(client::Remote {
             url: cli.coordinator.clone(),
-            security: client_security(&cli, token.clone())?,
+            security: client_security(&cli, tokens.client.clone())?,
         }),
     };
     let tls = match &cli.command {
@@ -105,7 +110,7 @@ async fn dispatch(cli: Cli, config_path: Option<PathBuf>) -> anyhow::Result<Exit
     let remote = || remote.clone().expect("client commands have a remote");
     match cli.command {
         Command::Run(run) => client::run(run, json).await,
-        Command::Coordinator(args) => serve_coordinator(&args, tls, token).await,
+        Command::Coordinator(args) => serve_coordinator(&args, tls, tokens).await,
         Command::Worker(args) => serve_worker(&args, remote()).await,
         Command::Submit(args) => client::submit(&remote(), args, json).await,
         Command::Status(job) => client::status(&remote(), &job.job, json).await,
@@ -125,9 +130,9 @@ async fn dispatch(cli: Cli, config_path: Option<PathBuf>) -> anyhow::Result<Exit
     }
 }
 
-/// The bearer token: from --token-file, else from env TALLY_TOKEN.
-fn token(cli: &Cli) -> anyhow::Result<Option<String>> {
-    if let Some(path) = &cli.token_file {
+/// A bearer token: from the file `path`, else from the environment variable `env`.
+fn token(path: Option<&std::path::Path>, env: &str) -> anyhow::Result<Option<String>> {
+    if let Some(path) = path {
         let text = args::read_bounded(path, MAX_CREDENTIAL_BYTES, "the token file")?;
         let text = String::from_utf8(text)
             .map_err(|_| anyhow::anyhow!("the token file {} is not text", path.display()))?;
@@ -135,12 +140,35 @@ fn token(cli: &Cli) -> anyhow::Result<Option<String>> {
             .map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))?;
         return Ok(Some(token));
     }
-    match std::env::var("TALLY_TOKEN") {
+    match std::env::var(env) {
         Ok(t) if !t.trim().is_empty() => Ok(Some(
-            transport::parse_token(t.trim()).map_err(|e| anyhow::anyhow!("TALLY_TOKEN: {e}"))?,
+            transport::parse_token(t.trim()).map_err(|e| anyhow::anyhow!("{env}: {e}"))?,
         )),
         _ => Ok(None),
     }
+}
+
+/// The tokens this command uses: the client token (--token-file, TALLY_TOKEN)
+/// and the worker token (--worker-token-file, TALLY_WORKER_TOKEN). Read only
+/// where needed, so a command never fails over a file it does not use.
+fn tokens(cli: &Cli) -> anyhow::Result<Tokens> {
+    let client = || token(cli.token_file.as_deref(), "TALLY_TOKEN");
+    let worker = || token(cli.worker_token_file.as_deref(), "TALLY_WORKER_TOKEN");
+    Ok(match &cli.command {
+        Command::Run(_) | Command::Completions { .. } => Tokens::default(),
+        Command::Coordinator(_) => Tokens {
+            client: client()?,
+            worker: worker()?,
+        },
+        Command::Worker(_) => Tokens {
+            client: None,
+            worker: worker()?,
+        },
+        _ => Tokens {
+            client: client()?,
+            worker: None,
+        },
+    })
 }
 
 /// Largest token or PEM file read: credentials are small, and a path such as
@@ -235,30 +263,45 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Refuses to serve beyond this host with no authentication at all, unless
-/// `--insecure` says that is meant: then anyone who reaches the port could
-/// submit and cancel jobs and act as a worker.
+/// Refuses to serve beyond this host with an API that has no authentication,
+/// unless `--insecure` says that is meant: then anyone who reaches the port
+/// could submit and cancel jobs, or act as a worker.
 fn check_exposure(
     args: &args::CoordinatorArgs,
-    has_token: bool,
+    tokens: &Tokens,
     tls: Option<&ServerTls>,
 ) -> anyhow::Result<()> {
     let client_certificates = tls.is_some_and(|t| t.client_ca.is_some());
-    if args.listen.ip().is_loopback() || has_token || client_certificates {
+    let open: Vec<&str> = [
+        (
+            tokens.client.is_none(),
+            "the job API (--token-file or TALLY_TOKEN)",
+        ),
+        (
+            tokens.worker.is_none(),
+            "the worker API (--worker-token-file or TALLY_WORKER_TOKEN)",
+        ),
+    ]
+    .into_iter()
+    .filter(|(missing, _)| *missing)
+    .map(|(_, api)| api)
+    .collect();
+    if args.listen.ip().is_loopback() || client_certificates || open.is_empty() {
         return Ok(());
     }
     if !args.insecure {
         return Err(tally_common::Error::InvalidArgument(format!(
-            "refusing to listen on {} with no authentication: give a token (--token-file or \
-             TALLY_TOKEN) or client certificates (--tls-ca), or --insecure to serve anyone who \
-             reaches the port",
-            args.listen
+            "refusing to listen on {} with no authentication on {}: give its token, or client \
+             certificates (--tls-ca), or --insecure to serve anyone who reaches the port",
+            args.listen,
+            open.join(" and ")
         ))
         .into());
     }
     tracing::warn!(
         listen = %args.listen,
-        "serving with no authentication (--insecure): anyone who reaches the port can submit jobs and act as a worker"
+        open = %open.join(", "),
+        "serving with no authentication (--insecure): anyone who reaches the port can use these APIs"
     );
     Ok(())
 }
@@ -266,18 +309,19 @@ fn check_exposure(
 async fn serve_coordinator(
     args: &args::CoordinatorArgs,
     tls: Option<ServerTls>,
-    token: Option<String>,
+    tokens: Tokens,
 ) -> anyhow::Result<ExitCode> {
     let mut config =
         tally_coordinator::CoordinatorConfig::new(args.listen, Some(args.data.clone()));
-    check_exposure(args, token.is_some(), tls.as_ref())?;
-    let secured = match (&token, &tls) {
-        (Some(_), Some(_)) => "token and TLS",
-        (Some(_), None) => "token, no TLS",
-        (None, Some(_)) => "TLS, no token",
-        (None, None) => "no token, no TLS",
+    tokens.check()?;
+    check_exposure(args, &tokens, tls.as_ref())?;
+    let secured = match (tokens.client.is_some() || tokens.worker.is_some(), &tls) {
+        (true, Some(_)) => "tokens and TLS",
+        (true, None) => "tokens, no TLS",
+        (false, Some(_)) => "TLS, no token",
+        (false, None) => "no token, no TLS",
     };
-    config.token = token;
+    config.tokens = tokens;
     config.tls = tls;
     config.http = args.http;
     config.recover = args.recover;

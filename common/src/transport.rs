@@ -1,6 +1,7 @@
 //! How clients and workers reach a coordinator, and how the coordinator checks
-//! them: a shared bearer token in the `authorization` header of every call, and
-//! optional TLS (rustls) with an optional client certificate for mutual TLS.
+//! them: a bearer token in the `authorization` header of every call (one token
+//! for clients, another for workers), and optional TLS (rustls) with an
+//! optional client certificate for mutual TLS.
 //!
 //! The token is compared in constant time so that response timing does not
 //! reveal how many leading bytes of a guess were right. Callers read the token
@@ -70,18 +71,94 @@ impl Interceptor for BearerToken {
     }
 }
 
-/// The coordinator's check: calls without `authorization: Bearer <token>`
-/// matching the configured token get UNAUTHENTICATED.
+/// Who a credential belongs to. Clients submit and watch jobs; workers lease
+/// shards and report results. The two never share a token, so a client's
+/// token cannot lease work or report a forged result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Client,
+    Worker,
+}
+
+impl Role {
+    fn api(self) -> &'static str {
+        match self {
+            Role::Client => "the job API",
+            Role::Worker => "the worker API",
+        }
+    }
+
+    fn credential(self) -> &'static str {
+        match self {
+            Role::Client => "a client token",
+            Role::Worker => "a worker token",
+        }
+    }
+
+    fn how_to(self) -> &'static str {
+        match self {
+            Role::Client => "set TALLY_TOKEN or --token-file",
+            Role::Worker => "set TALLY_WORKER_TOKEN or --worker-token-file",
+        }
+    }
+}
+
+/// The tokens a coordinator accepts, one per role; `None` leaves that role's
+/// API open (a coordinator on loopback, or one behind client certificates).
+#[derive(Clone, Debug, Default)]
+pub struct Tokens {
+    pub client: Option<String>,
+    pub worker: Option<String>,
+}
+
+impl Tokens {
+    /// Refuses configurations that would blur the roles: the same token for
+    /// both, or a client token with no worker token (anyone holding the client
+    /// token could then act as a worker).
+    pub fn check(&self) -> Result<()> {
+        match (&self.client, &self.worker) {
+            (Some(c), Some(w)) if constant_time_eq(c.as_bytes(), w.as_bytes()) => Err(invalid!(
+                "the client token and the worker token are the same: give workers a token of their own"
+            )),
+            (Some(_), None) => Err(invalid!(
+                "a client token needs a worker token too (--worker-token-file or TALLY_WORKER_TOKEN): \
+                 with only a client token, anyone holding it could act as a worker"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The interceptor for the API of `role`.
+    pub fn require(&self, role: Role) -> RequireToken {
+        let (mine, other) = match role {
+            Role::Client => (&self.client, &self.worker),
+            Role::Worker => (&self.worker, &self.client),
+        };
+        RequireToken {
+            role,
+            expected: mine.as_ref().map(|t| t.as_bytes().to_vec()),
+            other_role: other.as_ref().map(|t| t.as_bytes().to_vec()),
+        }
+    }
+}
+
+/// The coordinator's check on one API: calls without `authorization: Bearer
+/// <token>` matching the role's token get UNAUTHENTICATED; the other role's
+/// token gets PERMISSION_DENIED (it is a valid credential, for the other API).
 #[derive(Clone, Debug)]
 pub struct RequireToken {
+    role: Role,
     expected: Option<Vec<u8>>,
+    other_role: Option<Vec<u8>>,
 }
 
 impl RequireToken {
-    /// `None` accepts every call (no token configured).
-    pub fn new(token: Option<&str>) -> RequireToken {
+    /// One token for `role`'s API (`None` accepts every call).
+    pub fn new(role: Role, token: Option<&str>) -> RequireToken {
         RequireToken {
+            role,
             expected: token.map(|t| t.as_bytes().to_vec()),
+            other_role: None,
         }
     }
 }
@@ -96,12 +173,35 @@ impl Interceptor for RequireToken {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
+        let role = self.role;
+        let other = match role {
+            Role::Client => Role::Worker,
+            Role::Worker => Role::Client,
+        };
         match presented {
             Some(token) if constant_time_eq(token.as_bytes(), expected) => Ok(request),
-            Some(_) => Err(Status::unauthenticated("invalid bearer token")),
-            None => Err(Status::unauthenticated(
-                "missing bearer token: set TALLY_TOKEN or --token-file",
-            )),
+            Some(token)
+                if self
+                    .other_role
+                    .as_ref()
+                    .is_some_and(|o| constant_time_eq(token.as_bytes(), o)) =>
+            {
+                Err(Status::permission_denied(format!(
+                    "{} cannot call {}: it needs {}",
+                    other.credential(),
+                    role.api(),
+                    role.credential()
+                )))
+            }
+            Some(_) => Err(Status::unauthenticated(format!(
+                "invalid bearer token for {}",
+                role.api()
+            ))),
+            None => Err(Status::unauthenticated(format!(
+                "missing bearer token for {}: {}",
+                role.api(),
+                role.how_to()
+            ))),
         }
     }
 }
@@ -218,7 +318,7 @@ mod tests {
 
     #[test]
     fn require_token_checks_the_header() {
-        let mut check = RequireToken::new(Some("s3cret"));
+        let mut check = RequireToken::new(Role::Client, Some("s3cret"));
         let with = |value: Option<&str>| {
             let mut request = Request::new(());
             if let Some(v) = value {
@@ -238,11 +338,71 @@ mod tests {
             let status = check.call(with(bad)).unwrap_err();
             assert_eq!(status.code(), tonic::Code::Unauthenticated, "{bad:?}");
         }
-        let mut open = RequireToken::new(None);
+        let mut open = RequireToken::new(Role::Client, None);
         assert!(open.call(with(None)).is_ok());
         // The client side adds exactly what the server expects.
         let mut add = BearerToken::new(Some("s3cret")).unwrap();
         assert!(check.call(add.call(Request::new(())).unwrap()).is_ok());
+    }
+
+    #[test]
+    fn each_role_accepts_only_its_own_token() {
+        let tokens = Tokens {
+            client: Some("client-secret".into()),
+            worker: Some("worker-secret".into()),
+        };
+        tokens.check().unwrap();
+        let call = |check: &mut RequireToken, token: Option<&str>| {
+            let mut add = BearerToken::new(token).unwrap();
+            check
+                .call(add.call(Request::new(())).unwrap())
+                .map(|_| ())
+                .map_err(|s| s.code())
+        };
+        let mut jobs = tokens.require(Role::Client);
+        let mut work = tokens.require(Role::Worker);
+        assert_eq!(call(&mut jobs, Some("client-secret")), Ok(()));
+        assert_eq!(call(&mut work, Some("worker-secret")), Ok(()));
+        use tonic::Code;
+        assert_eq!(
+            call(&mut work, Some("client-secret")),
+            Err(Code::PermissionDenied)
+        );
+        assert_eq!(
+            call(&mut jobs, Some("worker-secret")),
+            Err(Code::PermissionDenied)
+        );
+        assert_eq!(call(&mut work, Some("guess")), Err(Code::Unauthenticated));
+        assert_eq!(call(&mut work, None), Err(Code::Unauthenticated));
+    }
+
+    #[test]
+    fn tokens_that_blur_the_roles_are_refused() {
+        let same = Tokens {
+            client: Some("same".into()),
+            worker: Some("same".into()),
+        };
+        assert!(same.check().unwrap_err().to_string().contains("same"));
+        let client_only = Tokens {
+            client: Some("c".into()),
+            worker: None,
+        };
+        assert!(
+            client_only
+                .check()
+                .unwrap_err()
+                .to_string()
+                .contains("worker token")
+        );
+        for fine in [
+            Tokens::default(),
+            Tokens {
+                client: None,
+                worker: Some("w".into()),
+            },
+        ] {
+            fine.check().unwrap();
+        }
     }
 
     #[test]

@@ -18,6 +18,9 @@ pub enum CoordinatorError {
     /// a different spec.
     #[error("{0}")]
     AlreadyExists(String),
+    /// A worker call without a live session of that worker.
+    #[error("{0}")]
+    Unauthenticated(String),
     #[error("store: {0}")]
     Store(String),
     /// The store's disk is full: nothing can be written until space is freed.
@@ -52,6 +55,7 @@ impl CoordinatorError {
             FailedPrecondition(m) => FailedPrecondition(f(m)),
             ResourceExhausted(m) => ResourceExhausted(f(m)),
             AlreadyExists(m) => AlreadyExists(f(m)),
+            Unauthenticated(m) => Unauthenticated(f(m)),
             Store(m) => Store(f(m)),
             StoreFull(m) => StoreFull(f(m)),
             Unavailable(m) => Unavailable(f(m)),
@@ -96,6 +100,7 @@ impl From<CoordinatorError> for tonic::Status {
             CoordinatorError::FailedPrecondition(m) => Status::failed_precondition(m),
             CoordinatorError::ResourceExhausted(m) => Status::resource_exhausted(m),
             CoordinatorError::AlreadyExists(m) => Status::already_exists(m),
+            CoordinatorError::Unauthenticated(m) => Status::unauthenticated(m),
             CoordinatorError::Store(m) => Status::unavailable(format!("store: {m}")),
             CoordinatorError::StoreFull(m) => Status::resource_exhausted(format!("store: {m}")),
             CoordinatorError::Unavailable(m) => Status::unavailable(m),

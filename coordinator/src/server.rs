@@ -11,7 +11,7 @@ use std::time::Duration;
 use tally_common::cache::KernelCache;
 use tally_common::proto::job_service_server::JobServiceServer;
 use tally_common::proto::worker_service_server::WorkerServiceServer;
-use tally_common::transport::{RequireToken, ServerTls};
+use tally_common::transport::{Role, ServerTls, Tokens};
 use tally_common::wire::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -33,8 +33,9 @@ pub struct CoordinatorConfig {
     pub scheduler: SchedulerConfig,
     /// How often expired leases are looked for.
     pub expiry_interval: Duration,
-    /// When set, every call except health checks must carry this bearer token.
-    pub token: Option<String>,
+    /// The bearer tokens of clients (job API, reflection) and of workers
+    /// (worker API); a role without one is open. Health checks need none.
+    pub tokens: Tokens,
     /// Serve over TLS (and require client certificates when it names a CA).
     pub tls: Option<ServerTls>,
     /// Where to serve `/metrics` and the status page over HTTP, if anywhere.
@@ -57,7 +58,7 @@ impl CoordinatorConfig {
             data_dir,
             scheduler: SchedulerConfig::default(),
             expiry_interval: Duration::from_millis(250),
-            token: None,
+            tokens: Tokens::default(),
             tls: None,
             http: None,
             kernel_cache: Arc::new(KernelCache::new()),
@@ -142,6 +143,7 @@ impl RunningCoordinator {
 
 /// Opens the store, reloads every job and starts serving on `config.listen`.
 pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
+    config.tokens.check()?;
     let metrics = Arc::new(CoordinatorMetrics::default());
     let (store, recovery) = open_store(&config).await?;
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
@@ -280,7 +282,7 @@ async fn serve_grpc(
 
     // Health stays open so that orchestrators' probes (which send no headers)
     // work; it reveals only whether the coordinator is serving.
-    let auth = RequireToken::new(config.token.as_deref());
+    let auth = config.tokens.require(Role::Client);
     let jobs = InterceptedService::new(
         JobServiceServer::new(JobApi::new(shared.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -291,7 +293,7 @@ async fn serve_grpc(
         WorkerServiceServer::new(WorkerApi::new(shared))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        auth.clone(),
+        config.tokens.require(Role::Worker),
     );
     let reflection_v1 = InterceptedService::new(reflection_v1, auth.clone());
     let reflection_v1alpha = InterceptedService::new(reflection_v1alpha, auth);

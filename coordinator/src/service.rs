@@ -332,6 +332,14 @@ impl WorkerApi {
 type ChunkStream =
     Pin<Box<dyn Stream<Item = std::result::Result<proto::StageDataChunk, Status>> + Send>>;
 
+/// A new session secret: 128 random bits from the operating system, in hex.
+fn new_session() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| CoordinatorError::Internal(format!("no randomness for a session: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 fn require_worker_id(id: &str) -> std::result::Result<(), Status> {
     if id.is_empty() || id.len() > 128 {
         return Err(Status::invalid_argument("worker id must be 1 to 128 bytes"));
@@ -348,15 +356,25 @@ impl WorkerService for WorkerApi {
         let r = request.into_inner();
         require_worker_id(&r.worker_id)?;
         tracing::info!(worker = %r.worker_id, host = %r.hostname, slots = r.slots, "worker registered");
+        let session = new_session()?;
+        let given = session.clone();
         self.shared
             .with_scheduler(move |s| {
-                s.register(&r.worker_id, &r.hostname, r.slots, &r.version, now_ms());
+                s.register(
+                    &r.worker_id,
+                    &r.hostname,
+                    r.slots,
+                    &r.version,
+                    given,
+                    now_ms(),
+                );
                 Ok(())
             })
             .await?;
         Ok(Response::new(proto::RegisterResponse {
             heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
             coordinator_version: env!("CARGO_PKG_VERSION").to_string(),
+            session,
         }))
     }
 
@@ -368,7 +386,10 @@ impl WorkerService for WorkerApi {
         require_worker_id(&r.worker_id)?;
         let revoked = self
             .shared
-            .with_scheduler(move |s| Ok(s.heartbeat(&r.worker_id, &r.leases, now_ms())))
+            .with_scheduler(move |s| {
+                s.check_session(&r.worker_id, &r.session)?;
+                Ok(s.heartbeat(&r.worker_id, &r.leases, now_ms()))
+            })
             .await?;
         Ok(Response::new(proto::HeartbeatResponse {
             revoked_lease_ids: revoked,
@@ -393,10 +414,14 @@ impl WorkerService for WorkerApi {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let worker = r.worker_id.clone();
+            let session = r.session.clone();
             let slots = r.free_slots;
             let grants = self
                 .shared
-                .with_scheduler(move |s| s.lease(&worker, slots, now_ms()))
+                .with_scheduler(move |s| {
+                    s.check_session(&worker, &session)?;
+                    s.lease(&worker, slots, now_ms())
+                })
                 .await?;
             if !grants.is_empty() || tokio::time::Instant::now() >= deadline {
                 for g in &grants {
@@ -419,14 +444,17 @@ impl WorkerService for WorkerApi {
         &self,
         request: Request<Streaming<proto::ReportMessage>>,
     ) -> std::result::Result<Response<proto::ReportResponse>, Status> {
-        let report = receive_report(request.into_inner()).await?;
+        let (report, session) = receive_report(request.into_inner()).await?;
         let lease = report.lease.clone();
         let finished_shard = report.result.is_some() || report.failure.is_some();
         let accepted_work = report.result.as_ref().map(|r| r.work_done);
         let started = std::time::Instant::now();
         let outcome = self
             .shared
-            .with_scheduler(move |s| s.report(report, now_ms()))
+            .with_scheduler(move |s| {
+                s.check_session(&report.worker, &session)?;
+                s.report(report, now_ms())
+            })
             .await;
         let metrics = &self.shared.metrics;
         metrics.report_latency.observe(started.elapsed());
@@ -452,9 +480,13 @@ impl WorkerService for WorkerApi {
         request: Request<proto::FetchStageDataRequest>,
     ) -> std::result::Result<Response<Self::FetchStageDataStream>, Status> {
         let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
         let data = self
             .shared
-            .with_scheduler(move |s| s.stage_data(&r.job_id, r.stage))
+            .with_scheduler(move |s| {
+                s.check_session(&r.worker_id, &r.session)?;
+                s.stage_data(&r.job_id, r.stage)
+            })
             .await?;
         let chunks = data.len().div_ceil(OUTPUT_CHUNK);
         let stream = tokio_stream::iter((0..chunks).map(move |i| {
@@ -484,10 +516,11 @@ fn shard_lease(g: Grant) -> proto::ShardLease {
 }
 
 /// Reads a report stream: exactly one header first, then checkpoints and
-/// output, then at most one result or failure, and nothing after it.
+/// output, then at most one result or failure, and nothing after it. Returns
+/// the report and the session it came with.
 async fn receive_report(
     mut stream: Streaming<proto::ReportMessage>,
-) -> std::result::Result<Report, Status> {
+) -> std::result::Result<(Report, String), Status> {
     let header = match stream.next().await {
         Some(Ok(proto::ReportMessage {
             body: Some(Body::Header(h)),
@@ -510,13 +543,14 @@ async fn receive_report(
     // The lease id is parsed once the stream has been read, so that a
     // malformed stream is refused as such whatever its header says.
     let lease: LeaseId = header.lease_id.parse().map_err(CoordinatorError::from)?;
-    Ok(Report {
+    let report = Report {
         checkpoint: parts.checkpoint,
         output: parts.output,
         result: parts.result,
         failure: parts.failure,
         ..Report::new(header.worker_id, lease)
-    })
+    };
+    Ok((report, header.session))
 }
 
 /// The body of a report as it arrives.

@@ -962,10 +962,11 @@ const HOLDER: &str = "bad-input-holder";
 /// (x, P(x) mod p) of a hex points shard.
 type Evaluations = Vec<(u32, u32)>;
 
-fn header(worker: &str, lease: &str) -> Option<Body> {
+fn header(worker: &str, session: &str, lease: &str) -> Option<Body> {
     Some(Body::Header(proto::ReportHeader {
         worker_id: worker.into(),
         lease_id: lease.into(),
+        session: session.into(),
     }))
 }
 
@@ -1001,9 +1002,10 @@ fn failure(message: &str) -> Option<Body> {
     }))
 }
 
-/// A report of `lease` by its holder with these messages after the header.
-fn by_holder(lease: &proto::ShardLease, rest: Vec<Option<Body>>) -> Call {
-    let mut messages = vec![header(HOLDER, &lease.lease_id)];
+/// A report of `lease` by its holder (in `session`) with these messages after
+/// the header.
+fn by_holder(session: &str, lease: &proto::ShardLease, rest: Vec<Option<Body>>) -> Call {
+    let mut messages = vec![header(HOLDER, session, &lease.lease_id)];
     messages.extend(rest);
     Call::Report(messages)
 }
@@ -1026,13 +1028,16 @@ fn compute(lease: &proto::ShardLease, input: Option<&StageInput>) -> ShardOutcom
     .unwrap()
 }
 
-async fn lease_all(workers: &mut WorkerServiceClient<Channel>) -> Vec<proto::ShardLease> {
-    register(workers, HOLDER).await;
+async fn lease_all(
+    workers: &mut WorkerServiceClient<Channel>,
+    session: &str,
+) -> Vec<proto::ShardLease> {
     workers
         .lease(proto::LeaseRequest {
             worker_id: HOLDER.into(),
             free_slots: 1024,
             wait_ms: 0,
+            session: session.into(),
         })
         .await
         .unwrap()
@@ -1042,6 +1047,7 @@ async fn lease_all(workers: &mut WorkerServiceClient<Channel>) -> Vec<proto::Sha
 
 async fn stage_input(
     workers: &mut WorkerServiceClient<Channel>,
+    session: &str,
     lease: &proto::ShardLease,
 ) -> Option<StageInput> {
     let spec = ValidSpec::try_from(lease.spec.as_ref().unwrap()).unwrap();
@@ -1052,6 +1058,8 @@ async fn stage_input(
         .fetch_stage_data(proto::FetchStageDataRequest {
             job_id: lease.job_id.clone(),
             stage: lease.stage - 1,
+            worker_id: HOLDER.into(),
+            session: session.into(),
         })
         .await
         .unwrap()
@@ -1118,10 +1126,12 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
 
     // Hold every first-stage shard; finish the first stage of the two-stage job
     // so that its last stage, which returns crossing sums, is held too.
-    let mut held = lease_all(&mut w).await;
+    let hs = register(&mut w, HOLDER).await;
+    let intruder = register(&mut w, "intruder").await;
+    let mut held = lease_all(&mut w, &hs).await;
     for lease in held.iter().filter(|x| x.job_id == l) {
         let outcome = compute(lease, None);
-        let mut messages = vec![header(HOLDER, &lease.lease_id)];
+        let mut messages = vec![header(HOLDER, &hs, &lease.lease_id)];
         messages.push(output(outcome.output));
         messages.push(result(&outcome.partial));
         send(&mut w, messages)
@@ -1129,7 +1139,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             .expect("an honest result is accepted");
     }
     held.retain(|x| x.job_id != l);
-    held.extend(lease_all(&mut w).await);
+    held.extend(lease_all(&mut w, &hs).await);
     let of = |job: &str| -> Vec<proto::ShardLease> {
         held.iter().filter(|x| x.job_id == job).cloned().collect()
     };
@@ -1177,7 +1187,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         lease.attempt = attempt;
         lease.to_string()
     };
-    let own = |lease: &str| Call::Report(vec![header(HOLDER, lease), result(&k0_partial)]);
+    let own = |lease: &str| Call::Report(vec![header(HOLDER, &hs, lease), result(&k0_partial)]);
     let long_id = "w".repeat(129);
     let big = vec![0u8; OVERSIZED];
     let p0 = tally_common::hex::DEFAULT_MODULUS;
@@ -1223,7 +1233,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "a finished stage",
             Call::Report(vec![
-                header(HOLDER, &format!("{l}/1/0/1")),
+                header(HOLDER, &hs, &format!("{l}/1/0/1")),
                 result(&HexPartial::None),
             ]),
             Code::FailedPrecondition,
@@ -1264,31 +1274,36 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         ),
         row(
             "a result before the header",
-            Call::Report(vec![result(&k0_partial), header(HOLDER, &k0.lease_id)]),
+            Call::Report(vec![result(&k0_partial), header(HOLDER, &hs, &k0.lease_id)]),
             Code::InvalidArgument,
             "a report must start with its header",
         ),
         row(
             "two headers",
-            by_holder(k0, vec![header(HOLDER, &k0.lease_id), result(&k0_partial)]),
+            by_holder(
+                &hs,
+                k0,
+                vec![header(HOLDER, &hs, &k0.lease_id), result(&k0_partial)],
+            ),
             Code::InvalidArgument,
             "a report has exactly one header, first",
         ),
         row(
             "a message without a body after the header",
-            by_holder(k0, vec![None, result(&k0_partial)]),
+            by_holder(&hs, k0, vec![None, result(&k0_partial)]),
             Code::InvalidArgument,
             "exactly one header",
         ),
         row(
             "output but no result",
-            by_holder(&cl[0], vec![output(step_output.clone())]),
+            by_holder(&hs, &cl[0], vec![output(step_output.clone())]),
             Code::InvalidArgument,
             "stage output without a result",
         ),
         row(
             "a checkpoint after the result",
             by_holder(
+                &hs,
                 k0,
                 vec![result(&k0_partial), checkpoint(vec![1], Vec::new())],
             ),
@@ -1297,39 +1312,45 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         ),
         row(
             "two results",
-            by_holder(k0, vec![result(&k0_partial), result(&k0_partial)]),
+            by_holder(&hs, k0, vec![result(&k0_partial), result(&k0_partial)]),
             Code::InvalidArgument,
             "nothing may follow",
         ),
         row(
             "a failure after the result",
-            by_holder(k0, vec![result(&k0_partial), failure("late")]),
+            by_holder(&hs, k0, vec![result(&k0_partial), failure("late")]),
             Code::InvalidArgument,
             "nothing may follow",
         ),
         row(
             "a result after a failure",
-            by_holder(k0, vec![failure("gave up"), result(&k0_partial)]),
+            by_holder(&hs, k0, vec![failure("gave up"), result(&k0_partial)]),
             Code::InvalidArgument,
             "nothing may follow",
         ),
         // Who reports.
         row(
             "a result from a worker without the lease",
-            Call::Report(vec![header("intruder", &k0.lease_id), result(&k0_partial)]),
+            Call::Report(vec![
+                header("intruder", &intruder, &k0.lease_id),
+                result(&k0_partial),
+            ]),
             Code::FailedPrecondition,
             "belongs to another worker",
         ),
         row(
             "a failure from a worker without the lease",
-            Call::Report(vec![header("intruder", &k0.lease_id), failure("not mine")]),
+            Call::Report(vec![
+                header("intruder", &intruder, &k0.lease_id),
+                failure("not mine"),
+            ]),
             Code::FailedPrecondition,
             "belongs to another worker",
         ),
         row(
             "a checkpoint from a worker without the lease",
             Call::Report(vec![
-                header("intruder", &k0.lease_id),
+                header("intruder", &intruder, &k0.lease_id),
                 checkpoint(vec![1], Vec::new()),
             ]),
             Code::FailedPrecondition,
@@ -1337,62 +1358,70 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         ),
         row(
             "an empty worker id in a report",
-            Call::Report(vec![header("", &k0.lease_id), result(&k0_partial)]),
+            Call::Report(vec![header("", &hs, &k0.lease_id), result(&k0_partial)]),
             Code::InvalidArgument,
             "worker id must be 1 to 128 bytes",
         ),
         row(
             "a 129-byte worker id in a report",
-            Call::Report(vec![header(&long_id, &k0.lease_id), result(&k0_partial)]),
+            Call::Report(vec![
+                header(&long_id, &hs, &k0.lease_id),
+                result(&k0_partial),
+            ]),
             Code::InvalidArgument,
             "worker id must be 1 to 128 bytes",
         ),
         // Results of the wrong shape.
         row(
             "malformed partial",
-            by_holder(k0, vec![result_bytes(b"{not json".to_vec())]),
+            by_holder(&hs, k0, vec![result_bytes(b"{not json".to_vec())]),
             Code::InvalidArgument,
             "malformed partial result",
         ),
         row(
             "a partial of another kind",
-            by_holder(k0, vec![result(&evaluations_with(&|_| {}))]),
+            by_holder(&hs, k0, vec![result(&evaluations_with(&|_| {}))]),
             Code::InvalidArgument,
             "malformed partial result",
         ),
         row(
             "no partial for a kayles shard",
-            by_holder(k0, vec![result_bytes(Vec::new())]),
+            by_holder(&hs, k0, vec![result_bytes(Vec::new())]),
             Code::InvalidArgument,
             "malformed partial result",
         ),
         row(
             "the result of another character",
-            by_holder(k0, vec![result(&k1_partial)]),
+            by_holder(&hs, k0, vec![result(&k1_partial)]),
             Code::InvalidArgument,
             "reported on the shard of character",
         ),
         row(
             "stage output from a shard that has none",
-            by_holder(k0, vec![output(vec![0, 0]), result(&k0_partial)]),
+            by_holder(&hs, k0, vec![output(vec![0, 0]), result(&k0_partial)]),
             Code::InvalidArgument,
             "this shard produces no stage output",
         ),
         row(
             "a malformed checkpoint partial",
-            by_holder(k0, vec![checkpoint(vec![1], b"{".to_vec())]),
+            by_holder(&hs, k0, vec![checkpoint(vec![1], b"{".to_vec())]),
             Code::InvalidArgument,
             "malformed partial result",
         ),
         row(
             "evaluations at other points",
-            by_holder(&pl[0], vec![result(&evaluations_with(&|e| e[0].0 += 1000))]),
+            by_holder(
+                &hs,
+                &pl[0],
+                vec![result(&evaluations_with(&|e| e[0].0 += 1000))],
+            ),
             Code::InvalidArgument,
             "reported on the shard of points",
         ),
         row(
             "one evaluation too few",
             by_holder(
+                &hs,
                 &pl[0],
                 vec![result(&evaluations_with(&|e| {
                     e.pop();
@@ -1404,6 +1433,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "one evaluation too many",
             by_holder(
+                &hs,
                 &pl[0],
                 vec![result(&evaluations_with(&|e| e.push((u32::MAX, 0))))],
             ),
@@ -1413,6 +1443,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "evaluations modulo another prime",
             by_holder(
+                &hs,
                 &pl[0],
                 vec![result(&HexPartial::HexEvaluations {
                     modulus: 998_244_353,
@@ -1424,13 +1455,18 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         ),
         row(
             "an evaluation equal to the modulus",
-            by_holder(&pl[0], vec![result(&evaluations_with(&|e| e[0].1 = p0))]),
+            by_holder(
+                &hs,
+                &pl[0],
+                vec![result(&evaluations_with(&|e| e[0].1 = p0))],
+            ),
             Code::InvalidArgument,
             "evaluations must be residues modulo 1000000007",
         ),
         row(
             "an evaluation of u32::MAX",
             by_holder(
+                &hs,
                 &pl[0],
                 vec![result(&evaluations_with(&|e| e[0].1 = u32::MAX))],
             ),
@@ -1439,7 +1475,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         ),
         row(
             "sliders: one prefix short",
-            by_holder(&sl[0], vec![result(&slider_sums(slider_prefixes - 1))]),
+            by_holder(&hs, &sl[0], vec![result(&slider_sums(slider_prefixes - 1))]),
             Code::InvalidArgument,
             format!(
                 "slider result covers {} of {slider_prefixes} prefixes",
@@ -1448,13 +1484,14 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         ),
         row(
             "sliders: one prefix too many",
-            by_holder(&sl[0], vec![result(&slider_sums(slider_prefixes + 1))]),
+            by_holder(&hs, &sl[0], vec![result(&slider_sums(slider_prefixes + 1))]),
             Code::InvalidArgument,
             "slider result covers",
         ),
         row(
             "hex step: a partial instead of polynomials",
             by_holder(
+                &hs,
                 &cl[0],
                 vec![output(step_output.clone()), result(&sums(vec![0; 5]))],
             ),
@@ -1463,13 +1500,14 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         ),
         row(
             "hex step: no output",
-            by_holder(&cl[0], vec![result(&HexPartial::None)]),
+            by_holder(&hs, &cl[0], vec![result(&HexPartial::None)]),
             Code::InvalidArgument,
             format!("hex step output holds 0 polynomials, expected {step_polys}"),
         ),
         row(
             "hex step: one polynomial short",
             by_holder(
+                &hs,
                 &cl[0],
                 vec![
                     output(hex::encode_polynomials(&vec![1; 5 * (step_polys - 1)], 5)),
@@ -1482,6 +1520,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "hex step: output cut inside a run",
             by_holder(
+                &hs,
                 &cl[0],
                 vec![
                     output(step_output[..step_output.len() - 1].to_vec()),
@@ -1494,6 +1533,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "hex step: a run past the stride",
             by_holder(
+                &hs,
                 &cl[0],
                 vec![
                     output(vec![4, 2, 1, 0, 0, 0, 1, 0, 0, 0]),
@@ -1506,6 +1546,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "hex step: a coefficient equal to the modulus",
             by_holder(
+                &hs,
                 &cl[0],
                 vec![
                     output(hex::encode_polynomials(&vec![p0; 5 * step_polys], 5)),
@@ -1517,31 +1558,32 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         ),
         row(
             "last hex step: one residue short",
-            by_holder(&ll[0], vec![result(&sums(vec![0; stride - 1]))]),
+            by_holder(&hs, &ll[0], vec![result(&sums(vec![0; stride - 1]))]),
             Code::InvalidArgument,
             "crossing sums have 2 residues, expected 3",
         ),
         row(
             "last hex step: one residue too many",
-            by_holder(&ll[0], vec![result(&sums(vec![0; stride + 1]))]),
+            by_holder(&hs, &ll[0], vec![result(&sums(vec![0; stride + 1]))]),
             Code::InvalidArgument,
             "crossing sums have 4 residues, expected 3",
         ),
         row(
             "last hex step: a residue equal to the modulus",
-            by_holder(&ll[0], vec![result(&sums(vec![0, p0, 0]))]),
+            by_holder(&hs, &ll[0], vec![result(&sums(vec![0, p0, 0]))]),
             Code::InvalidArgument,
             "crossing sums must be residues modulo 1000000007",
         ),
         row(
             "last hex step: no crossing sums",
-            by_holder(&ll[0], vec![result(&HexPartial::None)]),
+            by_holder(&hs, &ll[0], vec![result(&HexPartial::None)]),
             Code::InvalidArgument,
             "the last hex stage must return crossing sums",
         ),
         row(
             "last hex step: stage output",
             by_holder(
+                &hs,
                 &ll[0],
                 vec![output(step_output.clone()), result(&sums(vec![0; stride]))],
             ),
@@ -1551,13 +1593,17 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         // Size limits.
         row(
             "an output chunk over the message limit",
-            by_holder(&cl[0], vec![output(big.clone()), result(&HexPartial::None)]),
+            by_holder(
+                &hs,
+                &cl[0],
+                vec![output(big.clone()), result(&HexPartial::None)],
+            ),
             Code::OutOfRange,
             "message length too large",
         ),
         row(
             "a checkpoint over the message limit",
-            by_holder(k0, vec![checkpoint(big.clone(), Vec::new())]),
+            by_holder(&hs, k0, vec![checkpoint(big.clone(), Vec::new())]),
             Code::OutOfRange,
             "message length too large",
         ),
@@ -1568,6 +1614,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 worker_id: String::new(),
                 free_slots: 1,
                 wait_ms: 0,
+                session: hs.clone(),
             }),
             Code::InvalidArgument,
             "worker id must be 1 to 128 bytes",
@@ -1578,6 +1625,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 worker_id: long_id.clone(),
                 free_slots: 1,
                 wait_ms: 0,
+                session: hs.clone(),
             }),
             Code::InvalidArgument,
             "worker id must be 1 to 128 bytes",
@@ -1588,9 +1636,74 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 worker_id: "made-up".into(),
                 free_slots: 1,
                 wait_ms: 0,
+                session: String::new(),
             }),
-            Code::NotFound,
-            "not registered",
+            Code::Unauthenticated,
+            "no live session given for worker made-up: register again",
+        ),
+        row(
+            "lease with a guessed session",
+            Call::Lease(proto::LeaseRequest {
+                worker_id: HOLDER.into(),
+                free_slots: 1,
+                wait_ms: 0,
+                session: "0123456789abcdef0123456789abcdef".into(),
+            }),
+            Code::Unauthenticated,
+            "no live session matches",
+        ),
+        row(
+            "lease with another worker's session",
+            Call::Lease(proto::LeaseRequest {
+                worker_id: HOLDER.into(),
+                free_slots: 1,
+                wait_ms: 0,
+                session: intruder.clone(),
+            }),
+            Code::Unauthenticated,
+            "no live session matches",
+        ),
+        row(
+            "a result without a session",
+            Call::Report(vec![header(HOLDER, "", &k0.lease_id), result(&k0_partial)]),
+            Code::Unauthenticated,
+            "no live session given",
+        ),
+        row(
+            "a result with another worker's session",
+            Call::Report(vec![
+                header(HOLDER, &intruder, &k0.lease_id),
+                result(&k0_partial),
+            ]),
+            Code::Unauthenticated,
+            "no live session matches",
+        ),
+        row(
+            "a failure with a guessed session",
+            Call::Report(vec![header(HOLDER, "guess", &k0.lease_id), failure("x")]),
+            Code::Unauthenticated,
+            "no live session matches",
+        ),
+        row(
+            "a heartbeat without a session",
+            Call::Heartbeat(proto::HeartbeatRequest {
+                worker_id: HOLDER.into(),
+                leases: Vec::new(),
+                session: String::new(),
+            }),
+            Code::Unauthenticated,
+            "no live session given",
+        ),
+        row(
+            "stage data without a session",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: l.clone(),
+                stage: 1,
+                worker_id: HOLDER.into(),
+                session: String::new(),
+            }),
+            Code::Unauthenticated,
+            "no live session given",
         ),
         row(
             "lease 1025 slots",
@@ -1598,6 +1711,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 worker_id: "greedy".into(),
                 free_slots: 1025,
                 wait_ms: 0,
+                session: String::new(),
             }),
             Code::InvalidArgument,
             "free slots must be at most 1024",
@@ -1608,6 +1722,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 worker_id: "greedy".into(),
                 free_slots: u32::MAX,
                 wait_ms: 0,
+                session: String::new(),
             }),
             Code::InvalidArgument,
             "free slots must be at most 1024",
@@ -1642,6 +1757,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                     lease_id: k0.lease_id.clone(),
                     work_done: 1,
                 }],
+                session: hs.clone(),
             }),
             Code::InvalidArgument,
             "worker id must be 1 to 128 bytes",
@@ -1651,6 +1767,8 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             Call::Fetch(proto::FetchStageDataRequest {
                 job_id: "job-999999".into(),
                 stage: 1,
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
             }),
             Code::NotFound,
             "no job \"job-999999\"",
@@ -1660,6 +1778,8 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             Call::Fetch(proto::FetchStageDataRequest {
                 job_id: String::new(),
                 stage: 1,
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
             }),
             Code::NotFound,
             "no job \"\"",
@@ -1669,6 +1789,8 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             Call::Fetch(proto::FetchStageDataRequest {
                 job_id: c.clone(),
                 stage: 1,
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
             }),
             Code::FailedPrecondition,
             "has no readable output of stage 1 (it is at stage 1, running)",
@@ -1678,6 +1800,8 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             Call::Fetch(proto::FetchStageDataRequest {
                 job_id: l.clone(),
                 stage: 0,
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
             }),
             Code::FailedPrecondition,
             "has no readable output of stage 0",
@@ -1687,6 +1811,8 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             Call::Fetch(proto::FetchStageDataRequest {
                 job_id: l.clone(),
                 stage: 2,
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
             }),
             Code::FailedPrecondition,
             "has no readable output of stage 2",
@@ -1696,6 +1822,8 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             Call::Fetch(proto::FetchStageDataRequest {
                 job_id: k.clone(),
                 stage: 1,
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
             }),
             Code::FailedPrecondition,
             "has no readable output",
@@ -1758,6 +1886,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             .heartbeat(proto::HeartbeatRequest {
                 worker_id: HOLDER.into(),
                 leases: held_ids.clone(),
+                session: hs.clone(),
             })
             .await
             .unwrap()
@@ -1769,6 +1898,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
     let foreign = w
         .heartbeat(proto::HeartbeatRequest {
             worker_id: "intruder".into(),
+            session: intruder.clone(),
             leases: vec![
                 proto::LeaseProgress {
                     lease_id: k0.lease_id.clone(),
@@ -1794,9 +1924,9 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
     // The honest results of the same leases are still accepted, and every job
     // reaches the direct answer.
     for lease in &held {
-        let input = stage_input(&mut w, lease).await;
+        let input = stage_input(&mut w, &hs, lease).await;
         let outcome = compute(lease, input.as_ref());
-        let mut messages = vec![header(HOLDER, &lease.lease_id)];
+        let mut messages = vec![header(HOLDER, &hs, &lease.lease_id)];
         if !outcome.output.is_empty() {
             messages.push(output(outcome.output));
         }

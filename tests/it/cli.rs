@@ -321,8 +321,26 @@ async fn doctor_token_and_config_file() {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let worker_token_file = dir.path().join("worker-token");
+    std::fs::write(&worker_token_file, "w0rker-token\n").unwrap();
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
+
+    // A client token alone would let its holders act as workers: refused.
+    let alone = Command::new(tally_bin())
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path().join("refused"))
+        .arg("--token-file")
+        .arg(&token_file)
+        .env_remove("TALLY_WORKER_TOKEN")
+        .env_remove("TALLY_WORKER_TOKEN_FILE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&alone.stderr);
+    assert_eq!(alone.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("needs a worker token too"), "{stderr}");
+
     let log = std::fs::File::create(dir.path().join("coordinator.log")).unwrap();
     let child = Command::new(tally_bin())
         .args([
@@ -334,6 +352,8 @@ async fn doctor_token_and_config_file() {
         .arg(dir.path().join("data"))
         .arg("--token-file")
         .arg(&token_file)
+        .arg("--worker-token-file")
+        .arg(&worker_token_file)
         .stderr(log)
         .spawn()
         .unwrap();

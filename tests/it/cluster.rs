@@ -481,13 +481,14 @@ async fn a_report_from_a_stale_attempt_is_refused() {
     spec.options.max_attempts = 10;
     let job = submit(&mut client, &spec, "").await;
     let mut w = workers_client(&url).await;
+    let stale = register(&mut w, "stale").await;
+    let fresh = register(&mut w, "fresh").await;
     let lease = |worker: &str| proto::LeaseRequest {
         worker_id: worker.into(),
         free_slots: 1,
         wait_ms: 5_000,
+        session: if worker == "stale" { &stale } else { &fresh }.clone(),
     };
-    register(&mut w, "stale").await;
-    register(&mut w, "fresh").await;
     let first = w
         .lease(lease("stale"))
         .await
@@ -535,7 +536,7 @@ async fn a_report_from_a_stale_attempt_is_refused() {
     );
 
     // A well-formed result for the stale attempt.
-    let stream = tokio_stream::iter(result_report(&spec, &first, "stale"));
+    let stream = tokio_stream::iter(result_report(&spec, &first, "stale", &stale));
     let status = w.report(stream).await.expect_err("stale report refused");
     assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
     assert!(status.message().contains("stale"), "{}", status.message());

@@ -102,7 +102,7 @@ async fn metrics_move_during_a_job() {
     let spec = slow_job();
     let job = submit(&mut client, &spec, "").await;
     // The test holds one shard until it has read the metrics of the running job.
-    let held = hold_a_shard(&coordinator.url(), "holder").await;
+    let (held, session) = hold_a_shard(&coordinator.url(), "holder").await;
     let worker_http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let workers = Workers::start_with(&coordinator.url(), 1, 2, |c| {
         c.shard_delay = Duration::from_millis(150);
@@ -127,7 +127,9 @@ async fn metrics_move_during_a_job() {
 
     workers_client(&coordinator.url())
         .await
-        .report(tokio_stream::iter(result_report(&spec, &held, "holder")))
+        .report(tokio_stream::iter(result_report(
+            &spec, &held, "holder", &session,
+        )))
         .await
         .expect("the held shard's result is accepted");
     let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;

@@ -1,6 +1,9 @@
-//! The bearer token and TLS: calls without the right token are UNAUTHENTICATED,
-//! a worker with it completes jobs, and TLS with client certificates (mutual
-//! TLS) lets in only clients holding a certificate from the configured CA.
+//! Credentials and TLS: calls without the right token are UNAUTHENTICATED; a
+//! client token cannot call the worker API nor a worker token the job API
+//! (PERMISSION_DENIED); worker calls need the session given at registration;
+//! a worker with its token completes jobs, and registers again when the
+//! coordinator restarts; TLS with client certificates (mutual TLS) lets in only
+//! clients holding a certificate from the configured CA.
 
 use crate::support;
 
@@ -12,17 +15,24 @@ use tally_common::proto::job_service_client::JobServiceClient;
 use tally_common::proto::worker_service_client::WorkerServiceClient;
 use tally_common::proto::{self, JobState};
 use tally_common::spec::JobSpec;
-use tally_common::transport::{self, AuthChannel, ClientSecurity, ClientTls, ServerTls};
+use tally_common::transport::{self, AuthChannel, ClientSecurity, ClientTls, ServerTls, Tokens};
 use tally_coordinator::{CoordinatorConfig, RunningCoordinator};
 use tonic::Code;
 
 use support::Workers;
 
 const TOKEN: &str = "correct-horse-battery-staple";
+const WORKER_TOKEN: &str = "worker-horse-battery-staple";
 
-async fn start(token: Option<&str>, tls: Option<ServerTls>) -> RunningCoordinator {
+/// A coordinator that requires the client and worker tokens (or none).
+async fn start(secured: bool, tls: Option<ServerTls>) -> RunningCoordinator {
     let mut config = CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
-    config.token = token.map(str::to_string);
+    if secured {
+        config.tokens = Tokens {
+            client: Some(TOKEN.into()),
+            worker: Some(WORKER_TOKEN.into()),
+        };
+    }
     config.tls = tls;
     tally_coordinator::start(config).await.expect("starts")
 }
@@ -53,10 +63,9 @@ fn code<T>(result: Result<T, tonic::Status>) -> Code {
     result.map_or_else(|s| s.code(), |_| Code::Ok)
 }
 
-/// Every RPC of both services, with what it returned.
-async fn call_everything(url: &str, security: &ClientSecurity) -> Vec<(&'static str, Code)> {
+/// Every RPC of the job API, with what it returned.
+async fn call_jobs(url: &str, security: &ClientSecurity) -> Vec<(&'static str, Code)> {
     let mut j = jobs(url, security);
-    let mut w = workers(url, security);
     let job_id = "job-000001".to_string();
     vec![
         (
@@ -116,24 +125,40 @@ async fn call_everything(url: &str, security: &ClientSecurity) -> Vec<(&'static 
                 .await,
             ),
         ),
-        (
-            "Register",
-            code(
-                w.register(proto::RegisterRequest {
-                    worker_id: "w".into(),
-                    hostname: "h".into(),
-                    slots: 1,
-                    version: "0".into(),
-                })
-                .await,
-            ),
-        ),
+        ("Info", code(j.info(proto::InfoRequest {}).await)),
+    ]
+}
+
+/// Every RPC of the worker API, with what it returned; the calls after
+/// registration carry the session it gave, if it gave one.
+async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str, Code)> {
+    let mut w = workers(url, security);
+    let registered = w
+        .register(proto::RegisterRequest {
+            worker_id: "w".into(),
+            hostname: "h".into(),
+            slots: 1,
+            version: "0".into(),
+        })
+        .await;
+    let register = code(registered.as_ref().map(drop).map_err(Clone::clone));
+    let session = registered.map_or_else(|_| String::new(), |r| r.into_inner().session);
+    let header = proto::ReportMessage {
+        body: Some(proto::report_message::Body::Header(proto::ReportHeader {
+            worker_id: "w".into(),
+            lease_id: "job-000001/0/0/1".into(),
+            session: session.clone(),
+        })),
+    };
+    vec![
+        ("Register", register),
         (
             "Heartbeat",
             code(
                 w.heartbeat(proto::HeartbeatRequest {
                     worker_id: "w".into(),
-                    ..Default::default()
+                    leases: Vec::new(),
+                    session: session.clone(),
                 })
                 .await,
             ),
@@ -145,23 +170,23 @@ async fn call_everything(url: &str, security: &ClientSecurity) -> Vec<(&'static 
                     worker_id: "w".into(),
                     free_slots: 1,
                     wait_ms: 0,
+                    session: session.clone(),
                 })
                 .await,
             ),
         ),
         (
             "Report",
-            code(
-                w.report(tokio_stream::iter(Vec::<proto::ReportMessage>::new()))
-                    .await,
-            ),
+            code(w.report(tokio_stream::iter(vec![header])).await),
         ),
         (
             "FetchStageData",
             code(
                 w.fetch_stage_data(proto::FetchStageDataRequest {
-                    job_id: job_id.clone(),
+                    job_id: "job-000001".into(),
                     stage: 0,
+                    worker_id: "w".into(),
+                    session,
                 })
                 .await,
             ),
@@ -169,19 +194,28 @@ async fn call_everything(url: &str, security: &ClientSecurity) -> Vec<(&'static 
     ]
 }
 
+async fn call_everything(url: &str, security: &ClientSecurity) -> Vec<(&'static str, Code)> {
+    let mut calls = call_jobs(url, security).await;
+    calls.extend(call_workers(url, security).await);
+    calls
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_call_without_the_token_is_unauthenticated() {
-    let coordinator = start(Some(TOKEN), None).await;
+async fn every_call_without_a_valid_token_is_unauthenticated() {
+    let coordinator = start(true, None).await;
     let url = coordinator.url();
     for presented in [None, Some("wrong"), Some("correct-horse-battery-stapl")] {
         for (rpc, code) in call_everything(&url, &security(presented)).await {
             assert_eq!(code, Code::Unauthenticated, "{rpc} with {presented:?}");
         }
     }
-    // Nothing was created by the refused calls; with the token, calls get through.
-    let with_token = call_everything(&url, &security(Some(TOKEN))).await;
-    for (rpc, code) in &with_token {
-        assert_ne!(*code, Code::Unauthenticated, "{rpc} with the token");
+    // Nothing was created by the refused calls; with the tokens, calls get through.
+    let passed = |code: &Code| !matches!(code, Code::Unauthenticated | Code::PermissionDenied);
+    for (rpc, code) in call_jobs(&url, &security(Some(TOKEN))).await {
+        assert!(passed(&code), "{rpc} with the client token: {code:?}");
+    }
+    for (rpc, code) in call_workers(&url, &security(Some(WORKER_TOKEN))).await {
+        assert!(passed(&code), "{rpc} with the worker token: {code:?}");
     }
     let listed = jobs(&url, &security(Some(TOKEN)))
         .list(proto::ListJobsRequest {})
@@ -212,28 +246,155 @@ async fn every_call_without_the_token_is_unauthenticated() {
     coordinator.shutdown().await;
 }
 
+/// The role checks: every worker RPC with the client token, and every job RPC
+/// with the worker token, is PERMISSION_DENIED and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_credential_is_refused_the_other_roles_api() {
+    let coordinator = start(true, None).await;
+    let url = coordinator.url();
+    let mut checked = Vec::new();
+    for (rpc, code) in call_workers(&url, &security(Some(TOKEN))).await {
+        assert_eq!(
+            code,
+            Code::PermissionDenied,
+            "worker RPC {rpc} with the client token"
+        );
+        checked.push(format!("{rpc} with the client token: {code:?}"));
+    }
+    for (rpc, code) in call_jobs(&url, &security(Some(WORKER_TOKEN))).await {
+        assert_eq!(
+            code,
+            Code::PermissionDenied,
+            "job RPC {rpc} with the worker token"
+        );
+        checked.push(format!("{rpc} with the worker token: {code:?}"));
+    }
+    // The refusal names what went wrong.
+    let status = workers(&url, &security(Some(TOKEN)))
+        .lease(proto::LeaseRequest {
+            worker_id: "w".into(),
+            free_slots: 1,
+            wait_ms: 0,
+            session: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        status.message(),
+        "a client token cannot call the worker API: it needs a worker token"
+    );
+    // Nothing was submitted with the worker token; no worker was registered
+    // with the client token.
+    let info = jobs(&url, &security(Some(TOKEN)))
+        .info(proto::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.workers_live, 0);
+    let listed = jobs(&url, &security(Some(TOKEN)))
+        .list(proto::ListJobsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.jobs.is_empty());
+    eprintln!(
+        "role checks ({}):\n  {}",
+        checked.len(),
+        checked.join("\n  ")
+    );
+    coordinator.shutdown().await;
+}
+
+/// A coordinator with a client token and no worker token, or one token for
+/// both roles, does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_that_blur_the_roles_do_not_start() {
+    for (client, worker) in [(Some(TOKEN), None), (Some(TOKEN), Some(TOKEN))] {
+        let mut config = CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
+        config.tokens = Tokens {
+            client: client.map(str::to_string),
+            worker: worker.map(str::to_string),
+        };
+        let Err(e) = tally_coordinator::start(config).await else {
+            panic!("started with {client:?} / {worker:?}");
+        };
+        assert!(e.to_string().contains("worker"), "{e}");
+    }
+}
+
+/// Sessions live in the coordinator's memory: after a restart every worker's
+/// session is unknown, its next call is refused, and it registers again and
+/// finishes the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_register_again_when_the_coordinator_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = support::start_coordinator(Some(dir.path())).await;
+    let addr = first.addr;
+    let url = first.url();
+    let workers = Workers::start_with(&url, 2, 1, |c| {
+        c.shard_delay = Duration::from_millis(100);
+    });
+    let mut client = support::jobs_client(&url).await;
+    let spec = JobSpec::new(KaylesSpec {
+        pins: 3_000,
+        digits: 9,
+    });
+    let job = support::submit(&mut client, &spec, "").await;
+    // Restart once some but not all shards are done.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let j = support::get_job(&mut client, &job.id).await;
+        if j.shards_done > 0 {
+            assert!(
+                j.shards_done < j.shards_total,
+                "finished before the restart"
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.shutdown().await;
+    let second = support::start_coordinator_on(addr, dir.path()).await;
+    let mut client = support::jobs_client(&url).await;
+    let done = support::wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+    assert_eq!(support::state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, support::direct_answer(&spec));
+    let info = client
+        .info(proto::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.workers_live, 2, "both workers registered again");
+    workers.stop().await;
+    second.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn workers_with_the_token_finish_jobs_and_without_it_stop() {
-    let coordinator = start(Some(TOKEN), None).await;
+    let coordinator = start(true, None).await;
     let url = coordinator.url();
 
-    // A worker with a wrong token fails fast with UNAUTHENTICATED.
-    let mut config = tally_worker::WorkerConfig::new(url.clone());
-    config.security = security(Some("wrong"));
-    let refused = tokio::time::timeout(
-        Duration::from_secs(10),
-        tally_worker::run(config, std::future::pending()),
-    )
-    .await
-    .expect("a refused worker stops on its own");
-    match refused {
-        Err(tally_worker::WorkerError::Rpc(status)) => {
-            assert_eq!(status.code(), Code::Unauthenticated)
+    // A worker with a wrong token, or with the client token, fails fast.
+    for (token, expected) in [
+        ("wrong", Code::Unauthenticated),
+        (TOKEN, Code::PermissionDenied),
+    ] {
+        let mut config = tally_worker::WorkerConfig::new(url.clone());
+        config.security = security(Some(token));
+        let refused = tokio::time::timeout(
+            Duration::from_secs(10),
+            tally_worker::run(config, std::future::pending()),
+        )
+        .await
+        .expect("a refused worker stops on its own");
+        match refused {
+            Err(tally_worker::WorkerError::Rpc(status)) => assert_eq!(status.code(), expected),
+            other => panic!("expected {expected:?}, got {other:?}"),
         }
-        other => panic!("expected UNAUTHENTICATED, got {other:?}"),
     }
 
-    let workers_ok = Workers::start_with(&url, 1, 2, |c| c.security = security(Some(TOKEN)));
+    let workers_ok = Workers::start_with(&url, 1, 2, |c| c.security = security(Some(WORKER_TOKEN)));
     let mut client = jobs(&url, &security(Some(TOKEN)));
     let spec = small_job();
     let job = client
@@ -324,7 +485,7 @@ fn pki() -> Pki {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutual_tls_lets_in_only_clients_with_a_trusted_certificate() {
     let pki = pki();
-    let coordinator = start(Some(TOKEN), Some(pki.server_tls(true))).await;
+    let coordinator = start(true, Some(pki.server_tls(true))).await;
     let url = format!("https://localhost:{}", coordinator.addr.port());
     let tls = |identity: Option<(&str, &str)>| ClientSecurity {
         token: Some(TOKEN.into()),
@@ -361,8 +522,12 @@ async fn mutual_tls_lets_in_only_clients_with_a_trusted_certificate() {
         Code::Unauthenticated
     );
 
-    // A worker over mutual TLS finishes a job.
-    let workers_tls = Workers::start_with(&url, 1, 2, |c| c.security = good.clone());
+    // A worker over mutual TLS, with its token, finishes a job.
+    let worker_security = ClientSecurity {
+        token: Some(WORKER_TOKEN.into()),
+        ..good.clone()
+    };
+    let workers_tls = Workers::start_with(&url, 1, 2, |c| c.security = worker_security.clone());
     let mut client = jobs(&url, &good);
     let spec = small_job();
     let job = client
@@ -400,7 +565,7 @@ async fn mutual_tls_lets_in_only_clients_with_a_trusted_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tls_failures_say_what_failed() {
     let pki = pki();
-    let coordinator = start(Some(TOKEN), Some(pki.server_tls(false))).await;
+    let coordinator = start(true, Some(pki.server_tls(false))).await;
     let port = coordinator.addr.port();
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");

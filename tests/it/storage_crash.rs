@@ -102,7 +102,7 @@ enum Ack {
 fn load_scheduler(store: Arc<dyn Store>, now: u64) -> tally_coordinator::Result<Scheduler> {
     let mut scheduler = Scheduler::load(store, scheduler_config(), now)?;
     for worker in ["w0", "w1", "w2", "r0", "r1", "r2", "a", "b"] {
-        scheduler.register(worker, "test", 4, "test", now);
+        scheduler.register(worker, "test", 4, "test", format!("session-{worker}"), now);
     }
     Ok(scheduler)
 }

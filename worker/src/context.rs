@@ -61,6 +61,11 @@ pub(crate) struct Context {
     /// The decoded output of the last stage fetched.
     pub stage_cache: tokio::sync::Mutex<Option<CachedStage>>,
     pub stats: Arc<WorkerStats>,
+    /// The session of the current registration; empty before the first.
+    session: Mutex<String>,
+    /// Set when a call was refused for its session (the coordinator restarted
+    /// or forgot this worker): the lease loop registers again.
+    session_lost: AtomicBool,
 }
 
 impl Context {
@@ -72,8 +77,34 @@ impl Context {
             slot_freed: Notify::new(),
             stage_cache: tokio::sync::Mutex::new(None),
             stats: Arc::new(WorkerStats::default()),
+            session: Mutex::new(String::new()),
+            session_lost: AtomicBool::new(false),
             config,
         })
+    }
+
+    /// The session every call but registration carries.
+    pub(crate) fn session(&self) -> String {
+        self.session.lock().unwrap().clone()
+    }
+
+    /// Keeps the session of a new registration.
+    pub(crate) fn set_session(&self, session: String) {
+        *self.session.lock().unwrap() = session;
+        self.session_lost.store(false, Ordering::Relaxed);
+    }
+
+    /// A call that carried `session` was refused as UNAUTHENTICATED: unless a
+    /// newer registration has replaced it already, the worker registers again.
+    pub(crate) fn session_refused(&self, session: &str) {
+        if *self.session.lock().unwrap() == session {
+            self.session_lost.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the session was refused since the last registration.
+    pub(crate) fn session_lost(&self) -> bool {
+        self.session_lost.load(Ordering::Relaxed)
     }
 
     /// A handle on the connection for one call.

@@ -134,11 +134,16 @@ async fn stage_input(ctx: &Context, spec: &ValidSpec, job: &str, stage: u32) -> 
     let bytes = loop {
         match fetch_stage(ctx, job, stage).await {
             Ok(bytes) => break bytes,
-            Err(status) if status.code() == tonic::Code::Unavailable => {
+            Err((status, _)) if status.code() == tonic::Code::Unavailable => {
                 tracing::warn!(error = %status.message(), "stage data fetch failed; retrying");
                 backoff.wait().await;
             }
-            Err(status) => return Err(status.into()),
+            Err((status, session)) if status.code() == tonic::Code::Unauthenticated => {
+                tracing::info!(error = %status.message(), "stage data fetch refused; registering again");
+                ctx.session_refused(&session);
+                backoff.wait().await;
+            }
+            Err((status, _)) => return Err(status.into()),
         }
     };
     let spec = spec.clone();
@@ -148,20 +153,27 @@ async fn stage_input(ctx: &Context, spec: &ValidSpec, job: &str, stage: u32) -> 
     Ok(data)
 }
 
-/// The raw output of `stage`, in one call.
+/// The raw output of `stage`, in one call; a failure comes with the session
+/// the call carried.
 async fn fetch_stage(
     ctx: &Context,
     job: &str,
     stage: u32,
-) -> std::result::Result<Vec<u8>, tonic::Status> {
+) -> std::result::Result<Vec<u8>, (tonic::Status, String)> {
+    let session = ctx.session();
     let request = proto::FetchStageDataRequest {
         job_id: job.to_string(),
         stage,
+        worker_id: ctx.config.worker_id.clone(),
+        session: session.clone(),
     };
-    let mut stream = ctx.client().fetch_stage_data(request).await?.into_inner();
-    let mut data = Vec::new();
-    while let Some(chunk) = stream.message().await? {
-        data.extend_from_slice(&chunk.data);
-    }
-    Ok(data)
+    let fetched = async {
+        let mut stream = ctx.client().fetch_stage_data(request).await?.into_inner();
+        let mut data = Vec::new();
+        while let Some(chunk) = stream.message().await? {
+            data.extend_from_slice(&chunk.data);
+        }
+        Ok(data)
+    };
+    fetched.await.map_err(|status| (status, session))
 }

@@ -25,15 +25,21 @@ pub(crate) async fn heartbeat_loop(ctx: Arc<Context>) {
                 work_done,
             })
             .collect();
+        let session = ctx.session();
         let request = proto::HeartbeatRequest {
             worker_id: ctx.config.worker_id.clone(),
             leases,
+            session: session.clone(),
         };
         match ctx.client().heartbeat(request).await {
             Ok(response) => {
                 for id in response.into_inner().revoked_lease_ids {
                     ctx.revoke(&id);
                 }
+            }
+            Err(e) if e.code() == tonic::Code::Unauthenticated => {
+                tracing::debug!(error = %e.message(), "heartbeat refused; registering again");
+                ctx.session_refused(&session);
             }
             Err(e) => tracing::debug!(error = %e.message(), "heartbeat failed"),
         }

@@ -62,7 +62,7 @@ impl LeaseLoop {
 
     /// One step: register, wait for a free slot, or lease.
     async fn turn(&mut self) -> Result<()> {
-        if !self.registered {
+        if !self.registered || self.ctx.session_lost() {
             return self.register().await;
         }
         while self.shards.try_join_next().is_some() {}
@@ -84,15 +84,24 @@ impl LeaseLoop {
             version: env!("CARGO_PKG_VERSION").to_string(),
         };
         match self.ctx.client().register(request).await {
-            Ok(_) => {
+            Ok(response) => {
                 tracing::info!(worker = %config.worker_id, coordinator = %config.coordinator, "registered");
+                self.ctx.set_session(response.into_inner().session);
                 self.registered = true;
                 // The backoff is reset by a lease that works, not here: a
                 // coordinator that registers workers but cannot lease (its
                 // disk is full) must not be asked again ten times a second.
             }
-            // Retrying cannot help: the operator must fix the token.
-            Err(e) if e.code() == tonic::Code::Unauthenticated => return Err(WorkerError::Rpc(e)),
+            // Retrying cannot help: the operator must fix the token (a wrong
+            // one, or the client token where the worker token belongs).
+            Err(e)
+                if matches!(
+                    e.code(),
+                    tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                ) =>
+            {
+                return Err(WorkerError::Rpc(e));
+            }
             Err(e) => {
                 tracing::warn!(error = %e.message(), "coordinator unreachable; retrying");
                 self.backoff.wait().await;
@@ -107,6 +116,7 @@ impl LeaseLoop {
             worker_id: self.ctx.config.worker_id.clone(),
             free_slots: free as u32,
             wait_ms: self.ctx.config.lease_wait.as_millis() as u64,
+            session: self.ctx.session(),
         };
         match self.ctx.client().lease(request).await {
             Ok(response) => {
@@ -119,9 +129,13 @@ impl LeaseLoop {
             }
             Err(e) => {
                 tracing::warn!(error = %e.message(), code = ?e.code(), "lease request failed; retrying");
-                // Unavailable: the coordinator may have restarted; NotFound: it
-                // does not know this worker (restarted, or forgot it).
-                if matches!(e.code(), tonic::Code::Unavailable | tonic::Code::NotFound) {
+                // Unavailable: the coordinator may have restarted; NotFound or
+                // Unauthenticated: it does not know this worker or its session
+                // (restarted, or forgot it).
+                if matches!(
+                    e.code(),
+                    tonic::Code::Unavailable | tonic::Code::NotFound | tonic::Code::Unauthenticated
+                ) {
                     self.registered = false;
                 }
                 self.backoff.wait().await;

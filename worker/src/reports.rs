@@ -94,26 +94,39 @@ fn failure(message: String, permanent: bool, handed_back: bool) -> Body {
     })
 }
 
-fn header(ctx: &Context, lease_id: &str) -> Body {
-    Body::Header(proto::ReportHeader {
+/// Sends one report of `lease_id`, its header then `body`, with the current
+/// session; returns the coordinator's `stop`. A report refused for its
+/// session asks for a new registration (and is sent again by the caller).
+async fn send_report(
+    ctx: &Context,
+    lease_id: &str,
+    body: Vec<Body>,
+) -> Result<bool, tonic::Status> {
+    let session = ctx.session();
+    let header = Body::Header(proto::ReportHeader {
         worker_id: ctx.config.worker_id.clone(),
         lease_id: lease_id.to_string(),
-    })
-}
-
-/// Sends one report stream; returns the coordinator's `stop`.
-async fn send_report(ctx: &Context, messages: Vec<Body>) -> Result<bool, tonic::Status> {
+        session: session.clone(),
+    });
     let stream = tokio_stream::iter(
-        messages
-            .into_iter()
+        std::iter::once(header)
+            .chain(body)
             .map(|body| proto::ReportMessage { body: Some(body) }),
     );
-    let response = ctx.client().report(stream).await?;
-    Ok(response.into_inner().stop)
+    match ctx.client().report(stream).await {
+        Ok(response) => Ok(response.into_inner().stop),
+        Err(status) => {
+            if status.code() == tonic::Code::Unauthenticated {
+                ctx.session_refused(&session);
+            }
+            Err(status)
+        }
+    }
 }
 
 /// The coordinator refused the report for good: the attempt is stale, the job or
-/// shard is unknown, or the report is malformed.
+/// shard is unknown, or the report is malformed. (A refused session is not a
+/// refusal of the report: the worker registers again and resends it.)
 fn is_refusal(status: &tonic::Status) -> bool {
     matches!(
         status.code(),
@@ -136,15 +149,12 @@ pub(crate) fn forward_checkpoints(
     let (sender, mut checkpoints) = mpsc::unbounded_channel::<Checkpoint>();
     let forwarder = tokio::spawn(async move {
         while let Some(checkpoint) = checkpoints.recv().await {
-            let messages = vec![
-                header(&ctx, &lease_id),
-                Body::Checkpoint(proto::ReportCheckpoint {
-                    state: checkpoint.state,
-                    partial: checkpoint.partial,
-                    work_done: checkpoint.work_done,
-                }),
-            ];
-            match send_report(&ctx, messages).await {
+            let body = vec![Body::Checkpoint(proto::ReportCheckpoint {
+                state: checkpoint.state,
+                partial: checkpoint.partial,
+                work_done: checkpoint.work_done,
+            })];
+            match send_report(&ctx, &lease_id, body).await {
                 Ok(stop) if stop => handle.revoke(),
                 Ok(_) => {}
                 Err(status) if is_refusal(&status) => {
@@ -165,10 +175,10 @@ pub(crate) fn forward_checkpoints(
 pub(crate) async fn deliver_final_report(ctx: &Context, lease_id: &str, ending: Ending) {
     let Some(body) = ending.body() else { return };
     let mut is_result = body.iter().any(|m| matches!(m, Body::Result(_)));
-    let mut messages = [vec![header(ctx, lease_id)], body].concat();
+    let mut body = body;
     let mut backoff = Backoff::new();
     loop {
-        match send_report(ctx, messages.clone()).await {
+        match send_report(ctx, lease_id, body.clone()).await {
             Ok(stop) => {
                 if is_result {
                     // The coordinator has stored the result (or, with `stop`,
@@ -183,7 +193,7 @@ pub(crate) async fn deliver_final_report(ctx: &Context, lease_id: &str, ending: 
                 // attempt, so the shard is retried now rather than at lease expiry.
                 tracing::warn!(lease = %lease_id, reason = %status.message(), "result refused as malformed");
                 let message = format!("result refused: {}", status.message());
-                messages = vec![header(ctx, lease_id), failure(message, false, false)];
+                body = vec![failure(message, false, false)];
                 is_result = false;
             }
             Err(status) if is_refusal(&status) => {

@@ -13,6 +13,9 @@ pub const WORKER_FORGOTTEN_MS: u64 = 10 * 60 * 1000;
 #[derive(Clone, Debug)]
 pub struct WorkerInfo {
     pub hostname: String,
+    /// The secret of the worker's current session, given at registration;
+    /// every later call of the worker carries it.
+    pub session: String,
     pub slots: u32,
     pub version: String,
     pub last_seen_ms: u64,

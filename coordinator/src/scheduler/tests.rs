@@ -9,7 +9,7 @@ use tally_common::proto;
 use tally_common::spec::{JobSpec, ValidSpec};
 use tally_common::values::EncodedTask;
 
-use crate::error::CoordinatorError;
+use crate::error::{CoordinatorError, Result};
 use crate::store::{MemoryStore, Store};
 
 use super::{Grant, Report, ReportedFailure, ReportedResult, Scheduler, SchedulerConfig};
@@ -35,7 +35,7 @@ fn new_scheduler(store: Arc<dyn Store>) -> Scheduler {
 /// The scheduler with the workers the tests lease for registered.
 pub(super) fn registered(mut s: Scheduler) -> Scheduler {
     for worker in ["w", "v", "a", "b", "other", "gone", "honest", "faulty"] {
-        s.register(worker, "test", 4, "test", 0);
+        s.register(worker, "test", 4, "test", format!("session-{worker}"), 0);
     }
     s
 }
@@ -333,8 +333,8 @@ fn leases_released_at_start_are_handed_back_at_once_without_a_failed_attempt() {
 fn workers_silent_for_long_are_dropped_from_the_list() {
     let store = Arc::new(MemoryStore::new());
     let mut s = Scheduler::load(store, SchedulerConfig::default(), 0).unwrap();
-    s.register("quiet", "h", 1, "v", 0);
-    s.register("busy", "h", 1, "v", 0);
+    s.register("quiet", "h", 1, "v", "q".into(), 0);
+    s.register("busy", "h", 1, "v", "b".into(), 0);
     let later = super::WORKER_FORGOTTEN_MS;
     s.heartbeat("busy", &[], later);
     assert_eq!(
@@ -452,6 +452,31 @@ fn a_worker_that_never_registered_gets_no_work() {
     // A heartbeat does not register it either.
     assert!(s.heartbeat("made-up", &[], 2).is_empty());
     assert!(s.lease("made-up", 4, 3).is_err());
-    s.register("made-up", "h", 4, "v", 4);
+    s.register("made-up", "h", 4, "v", "m".into(), 4);
     assert_eq!(s.lease("made-up", 4, 5).unwrap().len(), 4);
+}
+
+#[test]
+fn only_the_current_session_of_a_worker_is_accepted() {
+    let store = Arc::new(MemoryStore::new());
+    let mut s = Scheduler::load(store, SchedulerConfig::default(), 0).unwrap();
+    let unauthenticated = |r: Result<()>| matches!(r, Err(CoordinatorError::Unauthenticated(_)));
+    // Never registered: no session is accepted, not even an empty one.
+    assert!(unauthenticated(s.check_session("w", "")));
+    assert!(unauthenticated(s.check_session("w", "guess")));
+    s.register("w", "h", 1, "v", "first".into(), 0);
+    s.check_session("w", "first").unwrap();
+    assert!(unauthenticated(s.check_session("w", "firs")));
+    assert!(unauthenticated(s.check_session("w", "")));
+    // Another worker's session is not this worker's.
+    s.register("v", "h", 1, "v", "second".into(), 0);
+    assert!(unauthenticated(s.check_session("w", "second")));
+    // Registering again replaces the session: the old one is refused.
+    s.register("w", "h", 1, "v", "third".into(), 1);
+    assert!(unauthenticated(s.check_session("w", "first")));
+    s.check_session("w", "third").unwrap();
+    // A forgotten worker's session expires with it.
+    let forgotten_at = 1 + super::protocol::WORKER_FORGOTTEN_MS + 1;
+    assert_eq!(s.forget_silent_workers(forgotten_at), 2);
+    assert!(unauthenticated(s.check_session("w", "third")));
 }

@@ -1,11 +1,13 @@
-//! Workers as the scheduler knows them: registration, heartbeats (which renew
-//! their live leases in memory and revoke the others) and the check that a
-//! lease is the current, live attempt of its shard.
+//! Workers as the scheduler knows them: registration (which opens a session),
+//! the session check on every later call, heartbeats (which renew their live
+//! leases in memory and revoke the others) and the check that a lease is the
+//! current, live attempt of its shard.
 
 use std::collections::HashMap;
 
 use tally_common::lease::LeaseId;
 use tally_common::proto;
+use tally_common::transport::constant_time_eq;
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::ShardState;
@@ -14,23 +16,45 @@ use super::protocol::{WORKER_FORGOTTEN_MS, WorkerInfo};
 use super::state::Scheduler;
 
 impl Scheduler {
+    /// Registers `worker` with a new session: a worker registering again (it
+    /// restarted, or this coordinator did) replaces its old session.
     pub fn register(
         &mut self,
         worker: &str,
         hostname: &str,
         slots: u32,
         version: &str,
+        session: String,
         now_ms: u64,
     ) {
         self.workers.insert(
             worker.to_string(),
             WorkerInfo {
                 hostname: hostname.to_string(),
+                session,
                 slots,
                 version: version.to_string(),
                 last_seen_ms: now_ms,
             },
         );
+    }
+
+    /// Refuses a call of `worker` that does not carry its current session:
+    /// a worker never registered, forgotten after a long silence, replaced by
+    /// a later registration, or registered with a coordinator that has since
+    /// restarted (sessions live in memory). The worker registers again.
+    pub fn check_session(&self, worker: &str, session: &str) -> Result<()> {
+        match self.workers.get(worker) {
+            Some(info) if constant_time_eq(info.session.as_bytes(), session.as_bytes()) => Ok(()),
+            _ => Err(CoordinatorError::Unauthenticated(format!(
+                "no live session {} for worker {worker}: register again",
+                if session.is_empty() {
+                    "given"
+                } else {
+                    "matches"
+                }
+            ))),
+        }
     }
 
     pub fn workers(&self) -> &HashMap<String, WorkerInfo> {
@@ -54,9 +78,6 @@ impl Scheduler {
         leases: &[proto::LeaseProgress],
         now_ms: u64,
     ) -> Vec<String> {
-        // An unknown worker's heartbeat still renews the leases it holds (a
-        // restarted coordinator knows its leases but not its workers); it
-        // registers again when it next asks for work.
         if let Some(info) = self.workers.get_mut(worker) {
             info.last_seen_ms = now_ms;
         }

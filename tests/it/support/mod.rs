@@ -240,11 +240,9 @@ pub fn direct_answer(spec: &JobSpec) -> String {
         .line
 }
 
-/// Leases one shard as the fake worker `worker` and holds it: nothing renews
-/// the lease, so it lasts the job's lease TTL, and the job cannot finish
-/// before the test reports the shard (or the lease expires).
-/// Registers `worker` (work goes only to registered workers).
-pub async fn register(client: &mut WorkerServiceClient<Channel>, worker: &str) {
+/// Registers `worker` (work goes only to registered workers); returns the
+/// session its later calls carry.
+pub async fn register(client: &mut WorkerServiceClient<Channel>, worker: &str) -> String {
     client
         .register(proto::RegisterRequest {
             worker_id: worker.into(),
@@ -253,24 +251,32 @@ pub async fn register(client: &mut WorkerServiceClient<Channel>, worker: &str) {
             version: "test".into(),
         })
         .await
-        .expect("register");
+        .expect("register")
+        .into_inner()
+        .session
 }
 
-pub async fn hold_a_shard(url: &str, worker: &str) -> proto::ShardLease {
+/// Leases one shard as the fake worker `worker` and holds it: nothing renews
+/// the lease, so it lasts the job's lease TTL, and the job cannot finish
+/// before the test reports the shard (or the lease expires). Returns the
+/// lease and the worker's session.
+pub async fn hold_a_shard(url: &str, worker: &str) -> (proto::ShardLease, String) {
     let mut client = workers_client(url).await;
-    register(&mut client, worker).await;
-    client
+    let session = register(&mut client, worker).await;
+    let lease = client
         .lease(proto::LeaseRequest {
             worker_id: worker.into(),
             free_slots: 1,
             wait_ms: 5_000,
+            session: session.clone(),
         })
         .await
         .expect("lease")
         .into_inner()
         .leases
         .pop()
-        .expect("a shard to hold")
+        .expect("a shard to hold");
+    (lease, session)
 }
 
 /// The report stream of a leased shard's honest result, computed here by the
@@ -279,6 +285,7 @@ pub fn result_report(
     spec: &JobSpec,
     lease: &proto::ShardLease,
     worker: &str,
+    session: &str,
 ) -> Vec<proto::ReportMessage> {
     use proto::report_message::Body;
     let task = EncodedTask::from_bytes(&lease.task).unwrap();
@@ -289,6 +296,7 @@ pub fn result_report(
         Body::Header(proto::ReportHeader {
             worker_id: worker.into(),
             lease_id: lease.lease_id.clone(),
+            session: session.into(),
         }),
         Body::Result(proto::ReportResult {
             partial: outcome.partial.to_bytes(),

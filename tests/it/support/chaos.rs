@@ -1,9 +1,10 @@
 //! The chaos driver: a coordinator and workers as child processes of the `tally`
 //! binary, a seeded schedule of faults (kill -9 of the coordinator or a worker,
-//! SIGSTOP for a while then SIGCONT, restarts of killed processes), and a stream
-//! of hex, kayles and sliders jobs submitted with `tally submit`. After the
-//! faults stop, every job must finish with the answer of the kernels alone, and
-//! no shard whose result was acknowledged may ever be leased again.
+//! SIGSTOP for a while then SIGCONT, restarts of killed processes), and a
+//! steady stream of hex, kayles and sliders jobs submitted with `tally submit`
+//! at a fixed rate whatever the faults do. After the faults stop, every job
+//! must finish within the settle bound with the answer of the kernels alone,
+//! and no shard whose result was acknowledged may ever be leased again.
 //!
 //! Used by `tests/it/chaos.rs`; parameterised by [`ChaosConfig::from_env`]
 //! (`TALLY_CHAOS_SEED`, `TALLY_CHAOS_SECS`). It lives with the tests, not in
@@ -123,6 +124,12 @@ pub struct ChaosConfig {
     pub shard_delay_ms: u64,
     /// Pause between two faults, drawn uniformly.
     pub fault_gap_ms: (u64, u64),
+    /// A job is submitted this often while the faults run (kinds in turn),
+    /// whether or not earlier jobs have finished...
+    pub submit_every: Duration,
+    /// ...unless this many are unfinished: the stream then waits, so a long
+    /// run does not pile up more work than the workers can do in the settle time.
+    pub max_unfinished: usize,
     pub menu: Vec<JobTemplate>,
 }
 
@@ -159,6 +166,8 @@ impl ChaosConfig {
             max_attempts: 20,
             shard_delay_ms: 100,
             fault_gap_ms: (400, 2_500),
+            submit_every: Duration::from_millis(1_500),
+            max_unfinished: 9,
             menu: default_menu(),
         }
     }
@@ -179,6 +188,12 @@ pub struct ChaosReport {
     pub jobs_verified: BTreeMap<&'static str, u32>,
     /// Jobs that were unfinished when the coordinator was killed.
     pub jobs_interrupted: u32,
+    /// The most jobs unfinished at once, and the submissions put off because
+    /// `max_unfinished` jobs were unfinished.
+    pub most_unfinished: usize,
+    pub submissions_deferred: u32,
+    /// Seconds from the end of the faults until the last job finished.
+    pub drained_after_faults: Duration,
     pub shards: u64,
     /// Leases beyond the first of each shard: work redone because its holder
     /// was killed, stopped past its TTL, or cut off by a coordinator fault.
@@ -231,6 +246,14 @@ impl ChaosReport {
         row(
             "jobs unfinished at a coordinator kill",
             self.jobs_interrupted.to_string(),
+        );
+        row(
+            "most jobs unfinished at once / deferred",
+            format!("{} / {}", self.most_unfinished, self.submissions_deferred),
+        );
+        row(
+            "all jobs finished after the faults within",
+            format!("{:.1} s", self.drained_after_faults.as_secs_f64()),
         );
         row("shards accepted", self.shards.to_string());
         row(
@@ -448,6 +471,15 @@ struct ActiveJob {
     key: String,
 }
 
+/// The next template of the stream: kinds in turn, a random size of each.
+fn next_template(config: &ChaosConfig, kinds: &[&'static str], turn: u32, rng: &mut Rng) -> usize {
+    let kind = kinds[turn as usize % kinds.len()];
+    let candidates: Vec<usize> = (0..config.menu.len())
+        .filter(|&i| config.menu[i].kind == kind)
+        .collect();
+    candidates[rng.range(0, candidates.len() as u64 - 1) as usize]
+}
+
 /// Runs the chaos schedule of `config` and checks the invariants; the report
 /// lists any violation (the caller asserts there are none).
 pub async fn run(config: &ChaosConfig) -> ChaosReport {
@@ -481,12 +513,13 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
     }
     let mut client = connect(&url).await;
 
-    // One job of each kind in flight at a time; a finished job is replaced by
-    // another drawn from the menu of its kind.
+    // A steady stream: one job every `submit_every` while the faults run,
+    // kinds in turn, up to `max_unfinished` unfinished at once.
     let mut kinds: Vec<&'static str> = config.menu.iter().map(|t| t.kind).collect();
     kinds.dedup();
-    let mut active: Vec<Option<ActiveJob>> = kinds.iter().map(|_| None).collect();
+    let mut active: Vec<ActiveJob> = Vec::new();
     let mut submitted = 0u32;
+    let mut next_submit = Instant::now();
     // job id -> template index; observed events per job (in order).
     let mut jobs: BTreeMap<String, usize> = BTreeMap::new();
     let mut observed: HashMap<String, Vec<proto::Event>> = HashMap::new();
@@ -567,10 +600,7 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
                 .collect();
             match fault {
                 Fault::KillCoordinator => {
-                    let unfinished = active
-                        .iter()
-                        .filter(|a| a.as_ref().is_some_and(|a| a.id.is_some()))
-                        .count();
+                    let unfinished = active.iter().filter(|a| a.id.is_some()).count();
                     report.jobs_interrupted += unfinished as u32;
                     cluster.coordinator.kill9(rng.millis(100, 2_000));
                     coordinator_faults.push(now_ms());
@@ -595,25 +625,32 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
             }
         }
 
-        // Observe and keep the jobs coming, while the coordinator answers.
+        // The stream goes on whatever the faults do: a job submitted while the
+        // coordinator is down is sent (with its idempotency key) once it is up.
+        if faulting && now >= next_submit {
+            next_submit += config.submit_every;
+            if active.len() >= config.max_unfinished {
+                report.submissions_deferred += 1;
+            } else {
+                let template = next_template(config, &kinds, submitted, &mut rng);
+                submitted += 1;
+                active.push(ActiveJob {
+                    template,
+                    id: None,
+                    key: format!("chaos-{}-{submitted}", config.seed),
+                });
+                *report
+                    .jobs_submitted
+                    .entry(config.menu[template].kind)
+                    .or_default() += 1;
+                report.most_unfinished = report.most_unfinished.max(active.len());
+            }
+        }
+
+        // Observe the jobs, while the coordinator answers.
         if cluster.coordinator.up() {
-            for (slot, kind) in kinds.iter().enumerate() {
-                if active[slot].is_none() && faulting {
-                    let candidates: Vec<usize> = (0..config.menu.len())
-                        .filter(|&i| config.menu[i].kind == *kind)
-                        .collect();
-                    let template = candidates[rng.range(0, candidates.len() as u64 - 1) as usize];
-                    submitted += 1;
-                    active[slot] = Some(ActiveJob {
-                        template,
-                        id: None,
-                        key: format!("chaos-{}-{submitted}", config.seed),
-                    });
-                    *report.jobs_submitted.entry(kind).or_default() += 1;
-                }
-                let Some(job) = active[slot].as_mut() else {
-                    continue;
-                };
+            let mut done: Vec<usize> = Vec::new();
+            for (slot, job) in active.iter_mut().enumerate() {
                 let template = &config.menu[job.template];
                 if job.id.is_none() {
                     job.id = cli_submit(&url, &job.key, config, &template.args).await;
@@ -650,15 +687,18 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
                     let j = j.into_inner();
                     if super::finished(&j) {
                         finished.insert(id.clone(), j);
-                        active[slot] = None;
+                        done.push(slot);
                     }
                 }
+            }
+            for slot in done.into_iter().rev() {
+                active.remove(slot);
             }
         }
 
         if !faulting {
-            let waiting = active.iter().any(|a| a.is_some());
-            if !waiting {
+            if active.is_empty() {
+                report.drained_after_faults = now.saturating_duration_since(end_of_faults);
                 break;
             }
             if now > end_of_faults + config.settle {
@@ -667,7 +707,6 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
                     config.settle.as_secs(),
                     active
                         .iter()
-                        .flatten()
                         .map(|a| a.id.clone().unwrap_or_else(|| a.key.clone()))
                         .collect::<Vec<_>>()
                 ));

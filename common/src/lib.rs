@@ -13,6 +13,7 @@
 pub mod balance;
 pub mod blocks;
 pub mod cache;
+pub mod codec;
 pub mod control;
 pub mod digest;
 pub mod dynamic;

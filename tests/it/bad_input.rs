@@ -1954,6 +1954,113 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
     coordinator.shutdown().await;
 }
 
+// ------------------------------------------------------------ raw bytes
+
+/// Sends arbitrary bytes as the request message; the response is not decoded.
+#[derive(Clone, Default)]
+struct RawBytes;
+
+#[derive(Clone, Default)]
+struct RawEncoder;
+
+#[derive(Clone, Default)]
+struct IgnoreDecoder;
+
+impl tonic::codec::Codec for RawBytes {
+    type Encode = Vec<u8>;
+    type Decode = ();
+    type Encoder = RawEncoder;
+    type Decoder = IgnoreDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> IgnoreDecoder {
+        IgnoreDecoder
+    }
+}
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        buf.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for IgnoreDecoder {
+    type Item = ();
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<()>, tonic::Status> {
+        use bytes::Buf;
+        buf.advance(buf.remaining());
+        Ok(Some(()))
+    }
+}
+
+/// Bytes that are not the method's protobuf message (a truncated varint, an
+/// invalid wire type, a length past the end, invalid UTF-8 in a string) are
+/// INVALID_ARGUMENT naming the message, on unary and streaming methods, and
+/// change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_that_are_not_a_protobuf_message_are_invalid_arguments() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let before = observe(&mut client).await;
+    let channel = Channel::from_shared(url.clone()).unwrap().connect().await.unwrap();
+    let garbage: [(&str, Vec<u8>); 4] = [
+        ("a truncated varint", vec![0x08, 0xff]),
+        ("an invalid wire type", vec![0x0f]),
+        ("a length past the end", vec![0x0a, 0x40, 0x01]),
+        ("invalid UTF-8 in a string", vec![0x0a, 0x02, 0xff, 0xfe]),
+    ];
+    let methods = [
+        ("/tally.v1.JobService/Get", "GetJobRequest"),
+        ("/tally.v1.JobService/Cancel", "CancelRequest"),
+        ("/tally.v1.WorkerService/Register", "RegisterRequest"),
+        ("/tally.v1.WorkerService/Report", "ReportMessage"),
+    ];
+    let mut tried = 0;
+    for (method, message) in methods {
+        for (name, bytes) in &garbage {
+            let mut grpc = tonic::client::Grpc::new(channel.clone());
+            grpc.ready().await.unwrap();
+            let path = tonic::codegen::http::uri::PathAndQuery::from_static(method);
+            let status = if method.ends_with("Report") {
+                let stream = tokio_stream::iter(vec![bytes.clone()]);
+                grpc.client_streaming(tonic::Request::new(stream), path, RawBytes)
+                    .await
+                    .map(drop)
+                    .expect_err(name)
+            } else {
+                grpc.unary(tonic::Request::new(bytes.clone()), path, RawBytes)
+                    .await
+                    .map(drop)
+                    .expect_err(name)
+            };
+            assert_eq!(status.code(), Code::InvalidArgument, "{method} {name}: {status:?}");
+            assert!(
+                status.message().contains(&format!("not a valid {message}")),
+                "{method} {name}: {}",
+                status.message()
+            );
+            tried += 1;
+        }
+    }
+    assert_eq!(observe(&mut client).await, before, "state changed");
+    eprintln!("raw bytes: {tried} malformed messages refused");
+    coordinator.shutdown().await;
+}
+
 // ------------------------------------------------------------ fuzzing
 
 /// Spec parsing under arbitrary input: proto values through the service's

@@ -56,7 +56,10 @@ impl<U: Message + Default> Decoder for StrictDecoder<U> {
         self.0.decode(buf).map_err(|status| {
             Status::invalid_argument(format!(
                 "the message is not a valid {}: {}",
-                std::any::type_name::<U>().rsplit("::").next().unwrap_or("message"),
+                std::any::type_name::<U>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or("message"),
                 status.message()
             ))
         })

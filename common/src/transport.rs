@@ -260,7 +260,7 @@ pub fn endpoint(url: &str, security: &ClientSecurity) -> Result<Endpoint> {
         }
         endpoint = endpoint
             .tls_config(config)
-            .map_err(|e| invalid!("TLS configuration: {e}"))?;
+            .map_err(|e| invalid!("{}", tls_config_error(&e)))?;
     }
     Ok(endpoint)
 }
@@ -272,6 +272,39 @@ pub fn lazy_channel(url: &str, security: &ClientSecurity) -> Result<AuthChannel>
         channel,
         BearerToken::new(security.token.as_deref())?,
     ))
+}
+
+/// An error and its causes on one line: TLS and transport errors say only
+/// "transport error" at the top; what went wrong (a key that does not match
+/// its certificate, a certificate that cannot be parsed) is in the causes.
+pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line = format!("{line}: {text}");
+        }
+        source = cause.source();
+    }
+    line.replace('\n', " ")
+}
+
+/// A TLS configuration that cannot work, named: the causes, led by what they
+/// mean for the two mistakes rustls names only by a code.
+pub fn tls_config_error(error: &(dyn std::error::Error + 'static)) -> String {
+    let causes = with_causes(error);
+    let meaning = if causes.contains("KeyMismatch") {
+        Some("the private key does not belong to the certificate")
+    } else if causes.contains("UnsupportedCertVersion") {
+        Some("the certificate is X.509 v1; TLS needs v3 certificates (with a subjectAltName)")
+    } else {
+        None
+    };
+    match meaning {
+        Some(meaning) => format!("TLS configuration: {meaning} ({causes})"),
+        None => format!("TLS configuration: {causes}"),
+    }
 }
 
 /// Server-side TLS material, PEM encoded.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tally_common::cache::KernelCache;
 use tally_common::proto::job_service_server::JobServiceServer;
 use tally_common::proto::worker_service_server::WorkerServiceServer;
-use tally_common::transport::{Role, ServerTls, Tokens};
+use tally_common::transport::{Role, ServerTls, Tokens, tls_config_error};
 use tally_common::wire::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -144,6 +144,8 @@ impl RunningCoordinator {
 /// Opens the store, reloads every job and starts serving on `config.listen`.
 pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     config.tokens.check()?;
+    // TLS material that cannot work is refused before the store is touched.
+    let builder = grpc_builder(&config)?;
     let metrics = Arc::new(CoordinatorMetrics::default());
     let (store, recovery) = open_store(&config).await?;
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
@@ -164,7 +166,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         .local_addr()
         .map_err(|e| CoordinatorError::Internal(e.to_string()))?;
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
-    let server = serve_grpc(&config, shared.clone(), listener, async {
+    let server = serve_grpc(builder, &config, shared.clone(), listener, async {
         let _ = shutdown_rx.await;
     })
     .await?;
@@ -259,6 +261,7 @@ type GrpcServer = JoinHandle<std::result::Result<(), tonic::transport::Error>>;
 /// Serves health, reflection, JobService and WorkerService on `listener` until
 /// `shutdown`.
 async fn serve_grpc(
+    mut builder: tonic::transport::Server,
     config: &CoordinatorConfig,
     shared: Arc<Shared>,
     listener: TcpListener,
@@ -298,12 +301,6 @@ async fn serve_grpc(
     let reflection_v1 = InterceptedService::new(reflection_v1, auth.clone());
     let reflection_v1alpha = InterceptedService::new(reflection_v1alpha, auth);
 
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &config.tls {
-        builder = builder
-            .tls_config(tls.config())
-            .map_err(|e| CoordinatorError::InvalidArgument(format!("TLS configuration: {e}")))?;
-    }
     // Small request/response pairs: without NODELAY, delayed ACKs add 40 ms to
     // every exchange.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
@@ -316,6 +313,17 @@ async fn serve_grpc(
             .add_service(workers)
             .serve_with_incoming_shutdown(incoming, shutdown),
     ))
+}
+
+/// The gRPC server builder, with TLS when configured.
+fn grpc_builder(config: &CoordinatorConfig) -> Result<tonic::transport::Server> {
+    let builder = tonic::transport::Server::builder();
+    match &config.tls {
+        Some(tls) => builder
+            .tls_config(tls.config())
+            .map_err(|e| CoordinatorError::InvalidArgument(tls_config_error(&e))),
+        None => Ok(builder),
+    }
 }
 
 async fn expire_leases(shared: Arc<Shared>, every: Duration) {

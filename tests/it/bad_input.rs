@@ -2016,7 +2016,11 @@ async fn bytes_that_are_not_a_protobuf_message_are_invalid_arguments() {
     let url = coordinator.url();
     let mut client = jobs_client(&url).await;
     let before = observe(&mut client).await;
-    let channel = Channel::from_shared(url.clone()).unwrap().connect().await.unwrap();
+    let channel = Channel::from_shared(url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let garbage: [(&str, Vec<u8>); 4] = [
         ("a truncated varint", vec![0x08, 0xff]),
         ("an invalid wire type", vec![0x0f]),
@@ -2047,7 +2051,11 @@ async fn bytes_that_are_not_a_protobuf_message_are_invalid_arguments() {
                     .map(drop)
                     .expect_err(name)
             };
-            assert_eq!(status.code(), Code::InvalidArgument, "{method} {name}: {status:?}");
+            assert_eq!(
+                status.code(),
+                Code::InvalidArgument,
+                "{method} {name}: {status:?}"
+            );
             assert!(
                 status.message().contains(&format!("not a valid {message}")),
                 "{method} {name}: {}",

@@ -606,3 +606,99 @@ async fn tls_failures_say_what_failed() {
     }
     coordinator.shutdown().await;
 }
+
+/// TLS material that cannot work is refused before anything is served or
+/// sent, with one line saying why: a key that does not belong to its
+/// certificate (server or client side), or an X.509 v1 certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_material_that_cannot_work_is_refused_with_its_reason() {
+    let pki = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let cert = write("cert.pem", &pki.server_cert);
+    let other_key = write("other.key", &pki.client_key);
+    let ca = write("ca.pem", &pki.ca_pem);
+    let v1 = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls-v1");
+    let v1_cert = v1.join("server.pem").display().to_string();
+    let v1_key = v1.join("server.key").display().to_string();
+    let data = dir.path().join("data").display().to_string();
+    let coordinator = |cert: &str, key: &str| -> Vec<String> {
+        ["coordinator", "--listen", "127.0.0.1:0", "--data", &data]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                "--tls-cert".into(),
+                cert.into(),
+                "--tls-key".into(),
+                key.into(),
+            ])
+            .collect()
+    };
+    let client = |cert: &str, key: &str| -> Vec<String> {
+        [
+            "list",
+            "--coordinator",
+            "https://localhost:1",
+            "--tls-ca",
+            &ca,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([
+            "--tls-cert".into(),
+            cert.into(),
+            "--tls-key".into(),
+            key.into(),
+        ])
+        .collect()
+    };
+    let mismatch = "the private key does not belong to the certificate";
+    let version = "the certificate is X.509 v1";
+    let cases = [
+        (
+            "a coordinator key of another certificate",
+            coordinator(&cert, &other_key),
+            mismatch,
+        ),
+        (
+            "a coordinator certificate of version 1",
+            coordinator(&v1_cert, &v1_key),
+            version,
+        ),
+        (
+            "a client key of another certificate",
+            client(&cert, &other_key),
+            mismatch,
+        ),
+        (
+            "a client certificate of version 1",
+            client(&v1_cert, &v1_key),
+            version,
+        ),
+    ];
+    for (name, args, reason) in cases {
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(support::tally_bin())
+                .args(&args)
+                .env("TALLY_TOKEN", TOKEN)
+                .env("TALLY_WORKER_TOKEN", WORKER_TOKEN)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
+        assert!(stderr.contains(reason), "{name}: {stderr}");
+        eprintln!("{name}: {}", stderr.trim());
+    }
+    assert!(
+        !dir.path().join("data").exists(),
+        "a refused coordinator made a store"
+    );
+}

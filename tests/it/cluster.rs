@@ -771,3 +771,47 @@ async fn blocks_through_the_runner_equal_the_single_process_count() {
     workers.stop().await;
     coordinator.shutdown().await;
 }
+
+/// A staged job's stage data goes with it: after a hex cell-step job that
+/// moved tens of megabytes of frontier vectors through the store, the data
+/// directory holds no value file and no sled blob file, and stays small.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_finished_staged_job_leaves_no_stage_data_in_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = start_coordinator(Some(dir.path())).await;
+    let url = coordinator.url();
+    let workers = Workers::start(&url, 2, 1);
+    let mut client = jobs_client(&url).await;
+    let spec = hex(9, 2);
+    let job = submit(&mut client, &spec, "").await;
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, direct_answer(&spec));
+    workers.stop().await;
+    coordinator.shutdown().await;
+    let files_in = |sub: &str| {
+        std::fs::read_dir(dir.path().join(sub))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    assert_eq!(files_in("values"), 0, "value files left behind");
+    assert_eq!(files_in("blobs"), 0, "sled blob files left behind");
+    let size: u64 = walk_sizes(dir.path());
+    eprintln!("data directory after the job: {size} bytes");
+    assert!(size < 8 << 20, "the store holds {size} bytes after the job");
+}
+
+fn walk_sizes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                walk_sizes(&e.path())
+            } else {
+                m.len()
+            }
+        })
+        .sum()
+}

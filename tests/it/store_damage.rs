@@ -122,12 +122,23 @@ fn damage_anywhere_in_a_store_is_refused_or_harmless_never_a_silent_rollback() {
     let original = work.path().join("original");
     let acknowledged = write_store(&original, &mut rng);
     let files = files_of(&original);
+    let (values, targets): (Vec<PathBuf>, Vec<PathBuf>) = files
+        .iter()
+        .cloned()
+        .partition(|f| f.parent().is_some_and(|p| p.ends_with("values")));
+    assert!(!values.is_empty(), "large values are kept in files");
     let mut tally = Tally::default();
     const CASES: usize = 160;
     for case in 0..CASES {
         let copy = work.path().join(format!("case-{case}"));
         copy_dir(&original, &copy);
-        let file = copy.join(rng.pick(&files).strip_prefix(&original).unwrap());
+        // sled's files and the mark one by one; the value files as one more
+        // choice, so that their number does not crowd out the rest.
+        let pick = match rng.below(targets.len() as u64 + 1) as usize {
+            i if i < targets.len() => &targets[i],
+            _ => rng.pick(&values),
+        };
+        let file = copy.join(pick.strip_prefix(&original).unwrap());
         let how = damage(&file, &mut rng);
         match SledStore::open(&copy) {
             Ok(store) => {
@@ -179,8 +190,9 @@ fn damage_anywhere_in_a_store_is_refused_or_harmless_never_a_silent_rollback() {
         std::fs::remove_dir_all(&copy).unwrap();
     }
     eprintln!(
-        "{CASES} damaged copies over {} files: {} intact, {} refused ({} lost acknowledged data, {} mark unreadable, {} unreadable by sled; {} then recovered, {} unreadable even with --recover), {} silent rollbacks",
+        "{CASES} damaged copies over {} files ({} of them value files): {} intact, {} refused ({} lost acknowledged data, {} mark unreadable, {} unreadable by sled; {} then recovered, {} unreadable even with --recover), {} silent rollbacks",
         files.len(),
+        values.len(),
         tally.intact,
         tally.refused,
         tally.lost_commits,

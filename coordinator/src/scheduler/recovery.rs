@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::error::{CoordinatorError, Result};
-use crate::records::{EventRecord, JobRecord, ShardRecord, ShardState, decode, event_prefix};
+use crate::records::{EventRecord, JobRecord, JobState, ShardRecord, ShardState};
+use crate::records::{decode, encode, event_prefix, job_key};
 use crate::records::{job_id, shard_prefix};
 use crate::store::{Batch, NEXT_JOB_KEY, Store, Tree};
 
@@ -31,16 +32,46 @@ impl Scheduler {
             next_job: read_job_counter(store.as_ref())?,
             workers: HashMap::new(),
         };
+        let mut lost = Vec::new();
         for (_, bytes) in store.scan_prefix(Tree::Jobs, b"")? {
-            let entry = load_job(store.as_ref(), decode("job", &bytes)?, now_ms)?;
+            let (entry, lost_input) = load_job(store.as_ref(), decode("job", &bytes)?, now_ms)?;
             let id = entry.rec.id.clone();
             if let Some(key) = &entry.rec.idempotency_key {
                 scheduler.keys.insert(key.clone(), id.clone());
             }
+            if let Some(why) = lost_input {
+                lost.push((id.clone(), why));
+            }
             scheduler.jobs.insert(id, entry);
+        }
+        for (id, why) in lost {
+            scheduler.fail_for_lost_input(&id, &why, now_ms)?;
         }
         scheduler.resume(now_ms)?;
         Ok(scheduler)
+    }
+
+    /// Fails a job whose current stage cannot run because the output of its
+    /// previous stage is gone (only a store recovered with `--recover` lacks
+    /// it): its shards would read nothing.
+    fn fail_for_lost_input(&mut self, id: &str, why: &str, now_ms: u64) -> Result<()> {
+        let entry = self.known_entry(id);
+        let mut rec = entry.rec.clone();
+        rec.state = JobState::Failed;
+        rec.finished_ms = Some(now_ms);
+        let message = format!(
+            "the output of stage {} was lost with the damaged store ({why}); submit the job again",
+            rec.stage.saturating_sub(1)
+        );
+        rec.error = Some(message.clone());
+        let mut batch = Batch::default();
+        batch.put(Tree::Jobs, job_key(id), encode(&rec));
+        entry.log(&mut batch, now_ms, Event::job("failed", &message));
+        entry.pending.clear();
+        self.store.commit(batch)?;
+        self.known_entry(id).rec = rec;
+        tracing::warn!(job = %id, "{message}");
+        Ok(())
     }
 
     /// Notes the restart in each unfinished job's log, and passes any barrier
@@ -94,18 +125,25 @@ fn read_job_counter(store: &dyn Store) -> Result<u64> {
     }
 }
 
-/// One job as it was committed, its leased shards given a fresh TTL.
-fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<JobEntry> {
+/// One job as it was committed, its leased shards given a fresh TTL; and why
+/// the input of its current stage cannot be read, if it cannot.
+fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<(JobEntry, Option<String>)> {
     let mut entry = JobEntry::new(rec);
     let id = entry.rec.id.clone();
     let previous = load_shards(store, &mut entry)?;
+    let mut lost_input = None;
     if !previous.is_empty() && !entry.rec.state.is_finished() {
-        let data = read_outputs(store, &previous, &[])?;
-        entry.finished = Some(FinishedStage {
-            stage: entry.rec.stage - 1,
-            data: Arc::new(data),
-            chunks: previous.iter().map(|s| s.output_chunks).collect(),
-        });
+        match read_outputs(store, &previous, &[]) {
+            Ok(data) => {
+                entry.finished = Some(FinishedStage {
+                    stage: entry.rec.stage - 1,
+                    data: Arc::new(data),
+                    chunks: previous.iter().map(|s| s.output_chunks).collect(),
+                })
+            }
+            Err(CoordinatorError::Store(why)) => lost_input = Some(why),
+            Err(e) => return Err(e),
+        }
     }
     let ttl = entry.rec.spec.options().lease_ttl_ms;
     for shard in &mut entry.shards {
@@ -124,7 +162,7 @@ fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<JobEntry> 
         .map(|(_, v)| decode::<EventRecord>("event", v).map(|e| e.seq + 1))
         .transpose()?
         .unwrap_or(0);
-    Ok(entry)
+    Ok((entry, lost_input))
 }
 
 /// Puts the current stage's shards into `entry` and counts the earlier stages'

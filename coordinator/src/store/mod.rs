@@ -10,6 +10,7 @@ mod api;
 mod mark;
 mod memory;
 mod sled_store;
+mod spill;
 mod timed;
 
 #[cfg(test)]

@@ -5,8 +5,10 @@
 //! unversioned or newer data directory is refused rather than misread. Every
 //! commit also counts itself, and the count is checked against the commit mark
 //! (`mark.rs`) on open, so a store that lost acknowledged commits is refused
-//! instead of silently rolled back.
+//! instead of silently rolled back. Large blob values are kept in files beside
+//! sled (`spill.rs`), which sled references.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
@@ -15,6 +17,7 @@ use crate::error::{CoordinatorError, Result};
 
 use super::api::{Batch, NEXT_JOB_KEY, Store, Tree};
 use super::mark::{MARK_FILE, Mark, MarkFile, MarkRead};
+use super::spill::{SPILL_THRESHOLD, SpillRef, ValueFiles};
 
 /// The current layout of the store. A data directory written by another layout
 /// is refused rather than misread.
@@ -51,11 +54,19 @@ pub struct SledStore {
     /// the mark file advance in the order of the commits.
     mark: Mutex<Marked>,
     recovery: Option<Recovery>,
+    /// The spilled values of [`Tree::Blobs`].
+    values: ValueFiles,
 }
+
+/// The sled tree of references to spilled values, after the [`Tree::ALL`]
+/// trees: its index in [`Handles::trees`] and in the content digest.
+const SPILLED: usize = Tree::ALL.len();
+const SPILLED_NAME: &str = "spilled";
 
 struct Handles {
     dir: PathBuf,
     db: sled::Db,
+    /// The trees of [`Tree::ALL`], in order, then the [`SPILLED`] tree.
     trees: Vec<sled::Tree>,
 }
 
@@ -67,7 +78,9 @@ impl Handles {
         }
         let trees = Tree::ALL
             .iter()
-            .map(|t| db.open_tree(t.name()))
+            .map(|t| t.name())
+            .chain([SPILLED_NAME])
+            .map(|name| db.open_tree(name))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| fault(dir, &e))?;
         Ok(Handles {
@@ -78,7 +91,28 @@ impl Handles {
     }
 
     fn tree(&self, tree: Tree) -> &sled::Tree {
-        &self.trees[Tree::ALL.iter().position(|t| *t == tree).unwrap()]
+        &self.trees[tree_index(tree)]
+    }
+
+    fn spilled(&self) -> &sled::Tree {
+        &self.trees[SPILLED]
+    }
+
+    /// Every spilled value's key and reference.
+    fn spilled_refs(&self) -> Result<Vec<(Vec<u8>, SpillRef)>> {
+        self.spilled()
+            .iter()
+            .map(|entry| {
+                let (key, value) = entry.map_err(|e| fault(&self.dir, &e))?;
+                let spilled = SpillRef::decode(&value).ok_or_else(|| {
+                    CoordinatorError::Store(format!(
+                        "the store in {} has a malformed value reference",
+                        self.dir.display()
+                    ))
+                })?;
+                Ok((key.to_vec(), spilled))
+            })
+            .collect()
     }
 }
 
@@ -245,21 +279,65 @@ impl SledStore {
             });
         }
         marked.digest = digest;
-        let store = SledStore {
+        let values = ValueFiles::open(dir)?;
+        let damaged = damaged_values(&handles, &values)?;
+        if let Some((_, why)) = damaged.first() {
+            let lost = format!(
+                "the store in {} has lost acknowledged data: {} of its value files are \
+                 missing or damaged ({why})",
+                dir.display(),
+                damaged.len()
+            );
+            if on_loss == OnLoss::Refuse {
+                return Err(CoordinatorError::Store(format!(
+                    "{lost}. Refusing to start; `tally coordinator --recover` continues from \
+                     what is intact, and jobs may go back to an earlier state"
+                )));
+            }
+            tracing::warn!("{lost}; recovering from what is intact");
+            recovery.get_or_insert(Recovery {
+                acknowledged: marked.current.commits,
+                intact: marked.current.commits,
+                next_job: marked.current.next_job.max(1),
+            });
+        }
+        let mut store = SledStore {
             dir: dir.to_path_buf(),
             handles: RwLock::new(Some(handles)),
             broken: AtomicBool::new(false),
             mark: Mutex::new(marked),
             recovery,
+            values,
         };
-        if let Some(recovery) = &store.recovery {
-            store.write_recovered(recovery)?;
+        if !damaged.is_empty() {
+            // The entries of lost values go: their readers see them missing.
+            let mut batch = Batch::default();
+            for (key, _) in damaged {
+                batch.remove(Tree::Blobs, key);
+            }
+            store.commit(batch)?;
+        }
+        store.sweep_values()?;
+        if let Some(recovery) = store.recovery.take() {
+            store.write_recovered(&recovery)?;
+            store.recovery = Some(recovery);
         }
         store.check_schema(dir)?;
         if fresh {
             end_init(dir)?;
         }
         Ok(store)
+    }
+
+    /// Deletes the value files no entry references.
+    fn sweep_values(&self) -> Result<()> {
+        let referenced: HashSet<String> = self
+            .with_handles(|h| Ok(h.spilled_refs()?.into_iter().map(|(_, r)| r.name).collect()))?;
+        let removed = self.values.sweep(&referenced)?;
+        if removed > 0 {
+            tracing::info!(dir = %self.dir.display(), removed, "removed value files of unfinished commits");
+        }
+        Ok(())
     }
 
     /// What `--recover` accepted, if this open recovered a damaged store.
@@ -715,9 +793,11 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 
 impl Store for SledStore {
     fn size_on_disk(&self) -> Option<u64> {
-        self.with_handles(|h| Ok(h.db.size_on_disk().ok()))
+        let sled = self
+            .with_handles(|h| Ok(h.db.size_on_disk().ok()))
             .ok()
-            .flatten()
+            .flatten()?;
+        Some(sled + self.values.size())
     }
 
     fn commit(&self, batch: Batch) -> Result<()> {
@@ -736,11 +816,12 @@ impl Store for SledStore {
             next_job: marked.current.next_job.max(written_job_counter(&batch)),
         };
         let digest = marked.digest;
+        let spills = self.spill(&batch, next.commits)?;
         let written = guarded(&self.dir, || {
-            self.with_handles(|handles| write_batch(handles, &batch, next.commits, digest))
+            self.with_handles(|handles| write_batch(handles, &batch, &spills, next.commits, digest))
         });
-        let digest = match written {
-            Ok(digest) => digest,
+        let (digest, unreferenced) = match written {
+            Ok(written) => written,
             Err(e) => {
                 if matches!(
                     e,
@@ -754,6 +835,9 @@ impl Store for SledStore {
         marked.digest = digest;
         marked.file.write(next)?;
         marked.current = next;
+        for name in unreferenced {
+            self.values.remove(&name);
+        }
         Ok(())
     }
 
@@ -767,58 +851,158 @@ impl Store for SledStore {
 }
 
 impl SledStore {
+    /// Writes the large blob values of `batch` to files, durably, before the
+    /// commit that references them; one entry per write, `None` for a value
+    /// kept in sled.
+    fn spill(&self, batch: &Batch, commit: u64) -> Result<Vec<Option<SpillRef>>> {
+        let mut spills = Vec::with_capacity(batch.writes.len());
+        let mut any = false;
+        for (i, w) in batch.writes.iter().enumerate() {
+            spills.push(match &w.value {
+                Some(v) if w.tree == Tree::Blobs && v.len() > SPILL_THRESHOLD => {
+                    any = true;
+                    Some(self.values.write(&format!("{commit}-{i}"), v)?)
+                }
+                _ => None,
+            });
+        }
+        if any {
+            self.values.sync()?;
+        }
+        Ok(spills)
+    }
+
     fn get_unguarded(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.with_handles(|h| {
+        let (value, spilled) = self.with_handles(|h| {
             let value = h.tree(tree).get(key).map_err(|e| fault(&self.dir, &e))?;
-            Ok(value.map(|v| v.to_vec()))
-        })
+            let spilled = match tree {
+                Tree::Blobs => h.spilled().get(key).map_err(|e| fault(&self.dir, &e))?,
+                _ => None,
+            };
+            Ok((value, spilled))
+        })?;
+        match spilled {
+            Some(reference) => self.read_spilled(&reference).map(Some),
+            None => Ok(value.map(|v| v.to_vec())),
+        }
+    }
+
+    fn read_spilled(&self, reference: &[u8]) -> Result<Vec<u8>> {
+        let spilled = SpillRef::decode(reference).ok_or_else(|| {
+            CoordinatorError::Store(format!(
+                "the store in {} has a malformed value reference",
+                self.dir.display()
+            ))
+        })?;
+        self.values.read(&spilled)
     }
 
     fn scan_unguarded(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.with_handles(|h| {
-            h.tree(tree)
-                .scan_prefix(prefix)
+        let scan = |t: &sled::Tree| -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+            t.scan_prefix(prefix)
                 .map(|r| {
                     r.map(|(k, v)| (k.to_vec(), v.to_vec()))
                         .map_err(|e| fault(&self.dir, &e))
                 })
                 .collect()
-        })
+        };
+        let (mut entries, spilled) = self.with_handles(|h| {
+            let spilled = match tree {
+                Tree::Blobs => scan(h.spilled())?,
+                _ => Vec::new(),
+            };
+            Ok((scan(h.tree(tree))?, spilled))
+        })?;
+        if spilled.is_empty() {
+            return Ok(entries);
+        }
+        for (key, reference) in spilled {
+            entries.push((key, self.read_spilled(&reference)?));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(entries)
     }
 }
 
+/// The spilled values whose files are missing or no longer match their
+/// reference: their keys, and why.
+fn damaged_values(handles: &Handles, values: &ValueFiles) -> Result<Vec<(Vec<u8>, String)>> {
+    let mut damaged = Vec::new();
+    for (key, spilled) in handles.spilled_refs()? {
+        if let Err(e) = values.read(&spilled) {
+            damaged.push((key, e.to_string()));
+        }
+    }
+    Ok(damaged)
+}
+
+/// One insert (`Some`) or removal (`None`) of a key in the sled tree at an
+/// index of [`Handles::trees`].
+type TreeOp<'a> = (usize, &'a [u8], Option<Vec<u8>>);
+
 /// Applies `batch` in one transaction over every tree, with the commit count
 /// `commits` and the content digest moved on from `digest`, then flushes:
-/// durable when this returns. Returns the new digest.
-fn write_batch(handles: &Handles, batch: &Batch, commits: u64, digest: u64) -> Result<u64> {
+/// durable when this returns. A blob write with a spilled value (`spills`, by
+/// write) stores its reference instead. Returns the new digest and the value
+/// files no longer referenced.
+fn write_batch(
+    handles: &Handles,
+    batch: &Batch,
+    spills: &[Option<SpillRef>],
+    commits: u64,
+    digest: u64,
+) -> Result<(u64, Vec<String>)> {
     use sled::Transactional;
     use sled::transaction::{ConflictableTransactionError, TransactionError};
-    let t = &handles.trees;
+    // Each write as operations on sled's trees: a blob write also clears the
+    // key from the tree it does not use.
+    let blobs = tree_index(Tree::Blobs);
+    let mut ops: Vec<TreeOp> = Vec::new();
+    for (w, spilled) in batch.writes.iter().zip(spills) {
+        let key = w.key.as_slice();
+        match (w.tree, spilled) {
+            (Tree::Blobs, Some(spilled)) => {
+                ops.push((SPILLED, key, Some(spilled.encode())));
+                ops.push((blobs, key, None));
+            }
+            (Tree::Blobs, None) => {
+                ops.push((blobs, key, w.value.clone()));
+                ops.push((SPILLED, key, None));
+            }
+            (tree, _) => ops.push((tree_index(tree), key, w.value.clone())),
+        }
+    }
     let meta = tree_index(Tree::Meta);
-    let written = (&t[0], &t[1], &t[2], &t[3], &t[4], &t[5])
-        .transaction(|(a, b, c, d, e, f)| {
-            let trees = [a, b, c, d, e, f];
-            // Each write's old value comes back from sled: the digest moves by
-            // the difference, without reading the store.
+    let written = handles
+        .trees
+        .as_slice()
+        .transaction(|trees| {
+            // Each operation's old value comes back from sled: the digest
+            // moves by the difference, without reading the store.
             let mut next = digest;
-            for w in &batch.writes {
-                let tx = trees[tree_index(w.tree)];
-                let old = match &w.value {
-                    Some(v) => tx.insert(w.key.as_slice(), v.as_slice())?,
-                    None => tx.remove(w.key.as_slice())?,
+            let mut unreferenced = Vec::new();
+            for (tree, key, value) in &ops {
+                let old = match value {
+                    Some(v) => trees[*tree].insert(*key, v.as_slice())?,
+                    None => trees[*tree].remove(*key)?,
                 };
-                if digested(w.tree, &w.key) {
-                    if let Some(old) = old {
-                        next = next.wrapping_sub(entry_hash(w.tree, &w.key, &old));
+                if digested(*tree, key) {
+                    if let Some(old) = &old {
+                        next = next.wrapping_sub(entry_hash(*tree, key, old));
                     }
-                    if let Some(v) = &w.value {
-                        next = next.wrapping_add(entry_hash(w.tree, &w.key, v));
+                    if let Some(v) = value {
+                        next = next.wrapping_add(entry_hash(*tree, key, v));
                     }
+                }
+                if *tree == SPILLED
+                    && let Some(old) = old.as_deref().and_then(SpillRef::decode)
+                {
+                    unreferenced.push(old.name);
                 }
             }
             trees[meta].insert(COMMITS_KEY, &commits.to_be_bytes())?;
             trees[meta].insert(DIGEST_KEY, &next.to_be_bytes())?;
-            Ok::<u64, ConflictableTransactionError<()>>(next)
+            Ok::<_, ConflictableTransactionError<()>>((next, unreferenced))
         })
         .map_err(|e| match e {
             TransactionError::Storage(e) => fault(&handles.dir, &e),
@@ -834,16 +1018,18 @@ fn tree_index(tree: Tree) -> usize {
     Tree::ALL.iter().position(|t| *t == tree).unwrap()
 }
 
-/// Whether an entry counts in the content digest: all but the commit count
-/// and the digest itself, which every commit rewrites.
-fn digested(tree: Tree, key: &[u8]) -> bool {
-    !(tree == Tree::Meta && (key == COMMITS_KEY || key == DIGEST_KEY))
+/// Whether an entry of the tree at `tree` (an index into [`Handles::trees`])
+/// counts in the content digest: all but the commit count and the digest
+/// itself, which every commit rewrites.
+fn digested(tree: usize, key: &[u8]) -> bool {
+    !(tree == tree_index(Tree::Meta) && (key == COMMITS_KEY || key == DIGEST_KEY))
 }
 
-/// One entry's share of the content digest: FNV-1a of its tree, key length,
-/// key and value.
-fn entry_hash(tree: Tree, key: &[u8], value: &[u8]) -> u64 {
-    let tree = [tree_index(tree) as u8];
+/// One entry's share of the content digest: FNV-1a of its tree's index, key
+/// length, key and value. (A spilled value counts through its reference,
+/// which holds the file's digest.)
+fn entry_hash(tree: usize, key: &[u8], value: &[u8]) -> u64 {
+    let tree = [tree as u8];
     let key_len = (key.len() as u32).to_le_bytes();
     tally_common::digest::fnv1a64_parts(&[&tree, &key_len, key, value])
 }
@@ -851,8 +1037,8 @@ fn entry_hash(tree: Tree, key: &[u8], value: &[u8]) -> u64 {
 /// The content digest recomputed from every entry the store holds.
 fn content_digest(handles: &Handles) -> Result<u64> {
     let mut digest = 0u64;
-    for tree in Tree::ALL {
-        for entry in handles.tree(tree).iter() {
+    for (tree, sled_tree) in handles.trees.iter().enumerate() {
+        for entry in sled_tree.iter() {
             let (key, value) = entry.map_err(|e| fault(&handles.dir, &e))?;
             if digested(tree, &key) {
                 digest = digest.wrapping_add(entry_hash(tree, &key, &value));

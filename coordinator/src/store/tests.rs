@@ -225,3 +225,78 @@ fn a_store_that_lost_an_old_entry_but_kept_its_last_commit_is_refused() {
     let store = SledStore::open(dir.path()).unwrap();
     assert!(store.recovery().is_none());
 }
+
+/// Large blob values live in files beside sled: the store reads them back,
+/// deletes a file once nothing references it, deletes files a crash left
+/// unreferenced, and refuses a store whose file was damaged or lost
+/// (`--recover` drops the entry).
+#[test]
+fn large_blob_values_live_in_files_that_go_with_their_entries() {
+    use super::spill::{SPILL_THRESHOLD, VALUES_DIR};
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join(VALUES_DIR);
+    let files = || std::fs::read_dir(&values).unwrap().count();
+    let big = |fill: u8| vec![fill; SPILL_THRESHOLD + 1];
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        let mut b = Batch::default();
+        b.put(Tree::Blobs, b"j/1".to_vec(), big(1));
+        b.put(Tree::Blobs, b"j/2".to_vec(), big(2));
+        b.put(Tree::Blobs, b"j/3".to_vec(), b"small".to_vec());
+        store.commit(b).unwrap();
+        assert_eq!(files(), 2);
+        assert_eq!(store.get(Tree::Blobs, b"j/1").unwrap(), Some(big(1)));
+        let all = store.scan_prefix(Tree::Blobs, b"j/").unwrap();
+        let keys: Vec<&[u8]> = all.iter().map(|(k, _)| k.as_slice()).collect();
+        assert_eq!(keys, [b"j/1".as_slice(), b"j/2", b"j/3"]);
+        assert_eq!(all[1].1, big(2));
+        // Replaced by a small value, removed: the files go.
+        let mut b = Batch::default();
+        b.put(Tree::Blobs, b"j/1".to_vec(), b"now small".to_vec());
+        b.remove(Tree::Blobs, b"j/2".to_vec());
+        b.put(Tree::Blobs, b"j/4".to_vec(), big(4));
+        store.commit(b).unwrap();
+        assert_eq!(files(), 1);
+        assert_eq!(
+            store.get(Tree::Blobs, b"j/1").unwrap(),
+            Some(b"now small".to_vec())
+        );
+        assert_eq!(store.get(Tree::Blobs, b"j/2").unwrap(), None);
+    }
+    // A file no entry references (a crash between writing it and committing).
+    std::fs::write(values.join("99-0"), big(9)).unwrap();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        assert_eq!(files(), 1, "the unreferenced file is swept");
+        assert_eq!(store.get(Tree::Blobs, b"j/4").unwrap(), Some(big(4)));
+    }
+    // The referenced file damaged: refused with one line; recovered without it.
+    let file = std::fs::read_dir(&values)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[100] ^= 0x40;
+    std::fs::write(&file, bytes).unwrap();
+    let refused = SledStore::open(dir.path())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        refused.contains("value files are missing or damaged"),
+        "{refused}"
+    );
+    assert!(refused.contains("--recover"), "{refused}");
+    let store = SledStore::open_with(dir.path(), OnLoss::Recover).unwrap();
+    assert!(store.recovery().is_some());
+    assert_eq!(store.get(Tree::Blobs, b"j/4").unwrap(), None);
+    assert_eq!(
+        store.get(Tree::Blobs, b"j/3").unwrap(),
+        Some(b"small".to_vec())
+    );
+    assert_eq!(files(), 0);
+    drop(store);
+    SledStore::open(dir.path()).expect("the recovered store opens plainly");
+}

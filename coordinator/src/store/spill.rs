@@ -1,0 +1,213 @@
+//! Large values kept beside sled, one file each in `<data>/values/`.
+//!
+//! sled 0.34 writes any page above about 128 KiB as a separate blob file and
+//! never deletes those files when the value is removed, so stage outputs and
+//! large checkpoints grew the store without bound (a hex cell-step job of side
+//! 11 left 180 MB behind). Values of [`Tree::Blobs`](super::Tree::Blobs) above
+//! [`SPILL_THRESHOLD`] are therefore written here, and sled holds only a
+//! reference (name, length, FNV-1a digest) in a tree of its own: sled's leaves
+//! (at most 16 entries) then stay far below its blob size.
+//!
+//! Order of a commit: the files are written and fsynced (and the directory),
+//! then the sled transaction that references them is flushed, then the files
+//! it no longer references are deleted. A crash in between leaves files no
+//! entry references; opening the store deletes them. Opening also checks every
+//! referenced file's length and digest, so a lost or damaged file is found
+//! there like any other loss of acknowledged data.
+
+use std::collections::HashSet;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use tally_common::digest::fnv1a64;
+
+use crate::error::{CoordinatorError, Result};
+
+/// Values of the blob tree larger than this are spilled to files.
+pub const SPILL_THRESHOLD: usize = 4 << 10;
+
+/// The directory of spilled values, inside the data directory.
+pub const VALUES_DIR: &str = "values";
+
+/// Where a spilled value lives, as sled stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpillRef {
+    pub name: String,
+    pub len: u64,
+    pub digest: u64,
+}
+
+impl SpillRef {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(16 + self.name.len());
+        bytes.extend_from_slice(&self.len.to_be_bytes());
+        bytes.extend_from_slice(&self.digest.to_be_bytes());
+        bytes.extend_from_slice(self.name.as_bytes());
+        bytes
+    }
+
+    /// `None` for bytes that are not a reference, or that name a file outside
+    /// the values directory.
+    pub fn decode(bytes: &[u8]) -> Option<SpillRef> {
+        let len = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+        let digest = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
+        let name = std::str::from_utf8(bytes.get(16..)?).ok()?;
+        let plain = !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit() || b == b'-');
+        plain.then(|| SpillRef {
+            name: name.to_string(),
+            len,
+            digest,
+        })
+    }
+}
+
+/// The values directory of one store.
+pub struct ValueFiles {
+    dir: PathBuf,
+}
+
+impl ValueFiles {
+    /// The values directory of the store in `store_dir`, created if missing.
+    pub fn open(store_dir: &Path) -> Result<ValueFiles> {
+        let dir = store_dir.join(VALUES_DIR);
+        std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, "create", &e))?;
+        Ok(ValueFiles { dir })
+    }
+
+    /// Writes `value` durably as the file `name` (replacing a leftover of a
+    /// commit that failed); the directory still needs [`ValueFiles::sync`].
+    pub fn write(&self, name: &str, value: &[u8]) -> Result<SpillRef> {
+        let path = self.dir.join(name);
+        let mut file = std::fs::File::create(&path).map_err(|e| io_error(&path, "create", &e))?;
+        file.write_all(value)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| io_error(&path, "write", &e))?;
+        Ok(SpillRef {
+            name: name.to_string(),
+            len: value.len() as u64,
+            digest: fnv1a64(value),
+        })
+    }
+
+    /// Makes the files written so far durable as directory entries.
+    pub fn sync(&self) -> Result<()> {
+        std::fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_error(&self.dir, "sync", &e))
+    }
+
+    /// The value `spilled` refers to, checked against its length and digest.
+    pub fn read(&self, spilled: &SpillRef) -> Result<Vec<u8>> {
+        let path = self.dir.join(&spilled.name);
+        let bytes = std::fs::read(&path).map_err(|e| io_error(&path, "read", &e))?;
+        if bytes.len() as u64 != spilled.len || fnv1a64(&bytes) != spilled.digest {
+            return Err(CoordinatorError::Store(format!(
+                "the value file {} is damaged: its length or digest differs from what was committed",
+                path.display()
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// Deletes the file `name`, if there; a file left behind is deleted by
+    /// the next [`ValueFiles::sweep`].
+    pub fn remove(&self, name: &str) {
+        let _ = std::fs::remove_file(self.dir.join(name));
+    }
+
+    /// Deletes every file not in `referenced` (left by a commit that failed or
+    /// by a crash before its old files were deleted); returns how many.
+    pub fn sweep(&self, referenced: &HashSet<String>) -> Result<usize> {
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| io_error(&self.dir, "read", &e))?;
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if !referenced.contains(&name) {
+                std::fs::remove_file(entry.path())
+                    .map_err(|e| io_error(&entry.path(), "remove", &e))?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Bytes the files occupy.
+    pub fn size(&self) -> u64 {
+        std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// A failed file operation as the store's error, classified like sled's.
+fn io_error(path: &Path, what: &str, e: &std::io::Error) -> CoordinatorError {
+    use super::sled_store::StorageFault;
+    let path = path.display();
+    match StorageFault::of_io(e) {
+        StorageFault::Full => CoordinatorError::StoreFull(format!(
+            "the disk holding {path} is full ({e}); work is paused until space is freed"
+        )),
+        StorageFault::Permission => {
+            CoordinatorError::Store(format!("no permission to {what} {path} ({e})"))
+        }
+        _ => CoordinatorError::Store(format!("cannot {what} {path} ({e})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_round_trip_and_never_name_another_path() {
+        let spilled = SpillRef {
+            name: "17-3".into(),
+            len: 5000,
+            digest: 0xdead_beef,
+        };
+        assert_eq!(SpillRef::decode(&spilled.encode()), Some(spilled.clone()));
+        for name in ["../etc/passwd", "a/b", "", "17.3", "x"] {
+            let bad = SpillRef {
+                name: name.into(),
+                ..spilled.clone()
+            };
+            assert_eq!(SpillRef::decode(&bad.encode()), None, "{name:?}");
+        }
+        assert_eq!(SpillRef::decode(&[0; 15]), None);
+    }
+
+    #[test]
+    fn a_changed_or_missing_file_is_refused_and_unreferenced_files_are_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = ValueFiles::open(dir.path()).unwrap();
+        let value = vec![7u8; 10_000];
+        let kept = files.write("1-0", &value).unwrap();
+        let damaged = files.write("1-1", &value).unwrap();
+        files.write("2-0", b"left by a failed commit").unwrap();
+        files.sync().unwrap();
+        assert_eq!(files.read(&kept).unwrap(), value);
+        let path = dir.path().join(VALUES_DIR).join("1-1");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[4321] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        assert!(
+            files
+                .read(&damaged)
+                .unwrap_err()
+                .to_string()
+                .contains("damaged")
+        );
+        files.remove("1-1");
+        assert!(files.read(&damaged).is_err());
+        let referenced: HashSet<String> = ["1-0".to_string()].into();
+        assert_eq!(files.sweep(&referenced).unwrap(), 1);
+        assert_eq!(files.read(&kept).unwrap(), value);
+        assert_eq!(files.size(), 10_000);
+    }
+}

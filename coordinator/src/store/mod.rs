@@ -7,6 +7,9 @@
 //! none of it; callers acknowledge nothing before it returns.
 
 mod api;
+mod directory;
+mod faults;
+mod integrity;
 mod mark;
 mod memory;
 mod sled_store;
@@ -17,7 +20,9 @@ mod timed;
 mod tests;
 
 pub use api::{Batch, NEXT_JOB_KEY, Store, Tree, Write};
+pub use directory::SCHEMA_VERSION;
+pub use integrity::{OnLoss, Recovery};
 pub use mark::MARK_FILE;
 pub use memory::MemoryStore;
-pub use sled_store::{OnLoss, Recovery, SCHEMA_VERSION, SledStore};
+pub use sled_store::SledStore;
 pub use timed::TimedStore;

@@ -147,7 +147,7 @@ impl ValueFiles {
 
 /// A failed file operation as the store's error, classified like sled's.
 fn io_error(path: &Path, what: &str, e: &std::io::Error) -> CoordinatorError {
-    use super::sled_store::StorageFault;
+    use super::faults::StorageFault;
     let path = path.display();
     match StorageFault::of_io(e) {
         StorageFault::Full => CoordinatorError::StoreFull(format!(

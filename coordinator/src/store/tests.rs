@@ -1,7 +1,7 @@
 //! Both backends against the same exercise, and the sled backend's refusals
 //! and recoveries.
 
-use super::sled_store::LOCK_WAIT;
+use super::directory::LOCK_WAIT;
 use super::{Batch, MARK_FILE, MemoryStore, NEXT_JOB_KEY, OnLoss, SledStore, Store, Tree};
 
 fn exercise(store: &dyn Store) {

@@ -1,0 +1,245 @@
+//! What tells a store that lost acknowledged data from one that did not: the
+//! commit count and content digest every commit writes, checked on open
+//! against the mark file and the entries themselves; what `--recover` then
+//! accepts.
+
+use std::path::Path;
+
+use crate::error::{CoordinatorError, Result};
+
+use super::api::{Batch, NEXT_JOB_KEY, Tree};
+use super::faults::fault;
+use super::mark::{MARK_FILE, Mark, MarkFile, MarkRead};
+
+/// The number of commits, written by every commit in its own transaction.
+pub(super) const COMMITS_KEY: &[u8] = b"commits";
+
+/// The content digest: the sum (mod 2^64) of [`entry_hash`] over every entry
+/// but these two keys, kept by every commit in its own transaction. sled
+/// skips a damaged message and keeps reading its log, so a store can lose an
+/// old entry and still hold the latest commit count; the digest, recomputed
+/// on open, tells.
+pub(super) const DIGEST_KEY: &[u8] = b"digest";
+
+/// The mark file and what it last recorded.
+pub(super) struct Marked {
+    pub(super) file: MarkFile,
+    pub(super) current: Mark,
+    /// The content digest after the last commit (set once the store is read).
+    pub(super) digest: u64,
+}
+
+impl Marked {
+    pub(super) fn new(file: MarkFile, current: Mark) -> Marked {
+        Marked {
+            file,
+            current,
+            digest: 0,
+        }
+    }
+}
+
+/// What `--recover` accepted when it opened a store that had lost
+/// acknowledged commits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// Commits acknowledged before the damage, per the mark (0 if the mark
+    /// itself was lost).
+    pub acknowledged: u64,
+    /// Commits the store still holds.
+    pub intact: u64,
+    /// The next job number: never below one already handed out.
+    pub next_job: u64,
+}
+
+impl Recovery {
+    pub fn lost_commits(&self) -> u64 {
+        self.acknowledged.saturating_sub(self.intact)
+    }
+}
+
+/// How to treat a store that has lost acknowledged commits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnLoss {
+    /// Refuse to open it (the default).
+    #[default]
+    Refuse,
+    /// Open it with what is intact (`tally coordinator --recover`).
+    Recover,
+}
+
+/// The job counter a batch writes, or 0.
+pub(super) fn written_job_counter(batch: &Batch) -> u64 {
+    batch
+        .writes
+        .iter()
+        .filter(|w| w.tree == Tree::Meta && w.key == NEXT_JOB_KEY)
+        .filter_map(|w| w.value.as_deref()?.try_into().ok())
+        .map(u64::from_be_bytes)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The commit count and job counter the store itself holds.
+pub(super) fn stored_mark(meta: &sled::Tree, dir: &Path) -> Result<Mark> {
+    let counter = |key: &[u8]| -> Result<u64> {
+        match meta.get(key)? {
+            None => Ok(0),
+            Some(v) => <[u8; 8]>::try_from(v.as_ref())
+                .map(u64::from_be_bytes)
+                .map_err(|_| {
+                    CoordinatorError::Store(format!(
+                        "the store in {} has a malformed {} counter",
+                        dir.display(),
+                        String::from_utf8_lossy(key)
+                    ))
+                }),
+        }
+    };
+    Ok(Mark {
+        commits: counter(COMMITS_KEY)?,
+        next_job: counter(NEXT_JOB_KEY)?,
+    })
+}
+
+/// Whether the entries the store holds still sum to the digest its last
+/// commit wrote. A store without a digest has never been counted (a fresh
+/// store, or one written before digests existed) and passes; one with a
+/// commit count but no digest has lost it.
+pub(super) fn content_intact(
+    meta: &sled::Tree,
+    dir: &Path,
+    stored: Mark,
+    digest: u64,
+) -> Result<bool> {
+    match meta.get(DIGEST_KEY).map_err(|e| fault(dir, &e))? {
+        Some(v) => Ok(<[u8; 8]>::try_from(v.as_ref()).ok().map(u64::from_be_bytes) == Some(digest)),
+        None => Ok(stored.commits == 0),
+    }
+}
+
+/// Checks the store's own count against the mark file. A fresh store, or one
+/// written before marks existed (no count, no mark), gets a new mark; a store
+/// behind its mark, or one whose mark is missing or unreadable, has lost
+/// acknowledged data and is refused, or with [`OnLoss::Recover`] accepted as
+/// it is, its counters raised to the mark's.
+pub(super) fn reconcile_mark(
+    dir: &Path,
+    fresh: bool,
+    stored: Mark,
+    on_loss: OnLoss,
+) -> Result<(Marked, Option<Recovery>)> {
+    let keep = |current: Mark| -> Result<(Marked, Option<Recovery>)> {
+        let file = MarkFile::open(dir)?;
+        Ok((Marked::new(file, current), None))
+    };
+    let read = if fresh {
+        MarkRead::Missing
+    } else {
+        MarkFile::read(dir)?
+    };
+    let lost = match read {
+        MarkRead::Missing if fresh || stored.commits == 0 => {
+            let file = MarkFile::create(dir, stored)?;
+            return Ok((Marked::new(file, stored), None));
+        }
+        MarkRead::Found(mark) if stored.commits >= mark.commits => {
+            return keep(Mark {
+                commits: stored.commits,
+                next_job: stored.next_job.max(mark.next_job),
+            });
+        }
+        MarkRead::Found(mark) => Loss::Behind(mark),
+        MarkRead::Missing => Loss::Unverifiable("its commit mark file is missing"),
+        MarkRead::Damaged => Loss::Unverifiable("its commit mark file is damaged"),
+    };
+    if on_loss == OnLoss::Refuse {
+        return Err(CoordinatorError::Store(lost.message(dir, stored)));
+    }
+    let acknowledged = match lost {
+        Loss::Behind(mark) => mark,
+        Loss::Unverifiable(_) | Loss::Changed => Mark::default(),
+    };
+    let current = Mark {
+        commits: stored.commits.max(acknowledged.commits),
+        next_job: stored.next_job.max(acknowledged.next_job),
+    };
+    tracing::warn!(dir = %dir.display(), "{}; recovering from what is intact", lost.message(dir, stored));
+    let file = MarkFile::create(dir, current)?;
+    let recovery = Recovery {
+        acknowledged: acknowledged.commits,
+        intact: stored.commits,
+        next_job: current.next_job.max(1),
+    };
+    Ok((Marked::new(file, current), Some(recovery)))
+}
+
+/// Why a store cannot be trusted as it is.
+pub(super) enum Loss {
+    /// The store holds fewer commits than were acknowledged.
+    Behind(Mark),
+    /// Whether commits were lost cannot be told.
+    Unverifiable(&'static str),
+    /// The entries no longer sum to the digest of the last commit: one was
+    /// lost or changed, though the latest commit is there.
+    Changed,
+}
+
+impl Loss {
+    pub(super) fn message(&self, dir: &Path, stored: Mark) -> String {
+        let what = match self {
+            Loss::Behind(mark) => format!(
+                "has lost acknowledged data: it holds {} commits, but {} were acknowledged \
+                 ({} lost; a file in it is damaged)",
+                stored.commits,
+                mark.commits,
+                mark.commits - stored.commits
+            ),
+            Loss::Unverifiable(why) => {
+                format!("cannot be checked for lost data: {why} ({MARK_FILE})")
+            }
+            Loss::Changed => "has lost acknowledged data: its entries no longer match the \
+                 digest of its last commit (an entry was lost or changed; a file in it is damaged)"
+                .to_string(),
+        };
+        format!(
+            "the store in {} {what}. Refusing to start; `tally coordinator --recover` \
+             continues from what is intact, and jobs may go back to an earlier state",
+            dir.display()
+        )
+    }
+}
+
+pub(super) fn tree_index(tree: Tree) -> usize {
+    Tree::ALL.iter().position(|t| *t == tree).unwrap()
+}
+
+/// Whether an entry of the tree at `tree` (an index into [`Handles::trees`])
+/// counts in the content digest: all but the commit count and the digest
+/// itself, which every commit rewrites.
+pub(super) fn digested(tree: usize, key: &[u8]) -> bool {
+    !(tree == tree_index(Tree::Meta) && (key == COMMITS_KEY || key == DIGEST_KEY))
+}
+
+/// One entry's share of the content digest: FNV-1a of its tree's index, key
+/// length, key and value. (A spilled value counts through its reference,
+/// which holds the file's digest.)
+pub(super) fn entry_hash(tree: usize, key: &[u8], value: &[u8]) -> u64 {
+    let tree = [tree as u8];
+    let key_len = (key.len() as u32).to_le_bytes();
+    tally_common::digest::fnv1a64_parts(&[&tree, &key_len, key, value])
+}
+
+/// The content digest recomputed from every entry the store holds.
+pub(super) fn content_digest(trees: &[sled::Tree], dir: &Path) -> Result<u64> {
+    let mut digest = 0u64;
+    for (tree, sled_tree) in trees.iter().enumerate() {
+        for entry in sled_tree.iter() {
+            let (key, value) = entry.map_err(|e| fault(dir, &e))?;
+            if digested(tree, &key) {
+                digest = digest.wrapping_add(entry_hash(tree, &key, &value));
+            }
+        }
+    }
+    Ok(digest)
+}

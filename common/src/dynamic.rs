@@ -13,8 +13,8 @@ use serde_json::{Map, Value};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, Checkpoint, FileReader, JobKind, Outcome, ResourceEstimate, ShardRun,
-    WORKER_MEMORY_BUDGET, format_bytes,
+    Answer, Checkpoint, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
+    ResourceEstimate, ShardRun, WORKER_MEMORY_BUDGET, format_bytes,
 };
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
 use crate::{Control, Error, Result, invalid, proto};
@@ -61,7 +61,17 @@ pub trait Kind: Send + Sync {
     fn plan_stage(&self, spec: &TypedSpec, plan: &JobPlan, stage: u32)
     -> Result<Vec<PlannedShard>>;
     fn trim_plan(&self, plan: &mut JobPlan) -> Result<()>;
+    /// The next stage's shards and a line for the events, or `None` when the
+    /// job is done; may update the plan (see [`JobKind::next_stage`]).
+    fn next_stage(
+        &self,
+        spec: &TypedSpec,
+        plan: &mut JobPlan,
+        finished: u32,
+        partials: &[EncodedPartial],
+    ) -> Result<Option<(Vec<PlannedShard>, String)>>;
     fn needs_stage_input(&self, spec: &TypedSpec, stage: u32) -> bool;
+    fn input_bucket(&self, spec: &TypedSpec, task: &EncodedTask) -> Result<Option<u32>>;
     fn decode_stage_input(&self, spec: &TypedSpec, bytes: &[u8]) -> Result<StageInput>;
     fn execute(
         &self,
@@ -114,6 +124,27 @@ fn to_map<T: Serialize>(value: &T) -> Result<Map<String, Value>> {
 fn plan_of<K: JobKind>(plan: &JobPlan) -> Result<K::Plan> {
     K::Plan::deserialize(Value::Object(plan.facts.clone()))
         .map_err(|e| Error::Internal(format!("stored {} plan does not load: {e}", K::NAME)))
+}
+
+fn encode_planned<K: JobKind>(shards: Vec<Planned<K::Task>>) -> Vec<PlannedShard> {
+    shards
+        .into_iter()
+        .map(|p| PlannedShard {
+            task: EncodedTask::encode(&p.task),
+            work_total: p.work_total,
+        })
+        .collect()
+}
+
+fn decode_partials<K: JobKind>(partials: &[EncodedPartial]) -> Result<Vec<K::Partial>> {
+    partials
+        .iter()
+        .map(|p| {
+            p.decode::<K::Partial>().map_err(|e| {
+                Error::Internal(format!("stored {} result does not load: {e}", K::NAME))
+            })
+        })
+        .collect()
 }
 
 impl<K: JobKind> Kind for Registered<K> {
@@ -206,13 +237,7 @@ impl<K: JobKind> Kind for Registered<K> {
             )));
         }
         let shards = K::plan_stage(typed::<K>(spec), &plan_of::<K>(plan)?, stage)?;
-        Ok(shards
-            .into_iter()
-            .map(|p| PlannedShard {
-                task: EncodedTask::encode(&p.task),
-                work_total: p.work_total,
-            })
-            .collect())
+        Ok(encode_planned::<K>(shards))
     }
 
     fn trim_plan(&self, plan: &mut JobPlan) -> Result<()> {
@@ -222,8 +247,38 @@ impl<K: JobKind> Kind for Registered<K> {
         Ok(())
     }
 
+    fn next_stage(
+        &self,
+        spec: &TypedSpec,
+        plan: &mut JobPlan,
+        finished: u32,
+        partials: &[EncodedPartial],
+    ) -> Result<Option<(Vec<PlannedShard>, String)>> {
+        let partials = decode_partials::<K>(partials)?;
+        let mut facts = plan_of::<K>(plan)?;
+        let stage = FinishedStage {
+            stage: finished,
+            stages_total: plan.stages_total,
+            partials: &partials,
+        };
+        let next = K::next_stage(typed::<K>(spec), &mut facts, stage)?;
+        plan.facts = to_map(&facts)?;
+        Ok(match next {
+            NextStage::Finish => None,
+            NextStage::Shards(shards, note) => {
+                // A plan whose stages are found as it goes counts the stages so far.
+                plan.stages_total = plan.stages_total.max(finished + 1);
+                Some((encode_planned::<K>(shards), note))
+            }
+        })
+    }
+
     fn needs_stage_input(&self, spec: &TypedSpec, stage: u32) -> bool {
         K::needs_stage_input(typed::<K>(spec), stage)
+    }
+
+    fn input_bucket(&self, spec: &TypedSpec, task: &EncodedTask) -> Result<Option<u32>> {
+        Ok(K::input_bucket(typed::<K>(spec), &task.decode()?))
     }
 
     fn decode_stage_input(&self, spec: &TypedSpec, bytes: &[u8]) -> Result<StageInput> {
@@ -303,14 +358,7 @@ impl<K: JobKind> Kind for Registered<K> {
         plan: &JobPlan,
         partials: &[EncodedPartial],
     ) -> Result<Answer> {
-        let partials = partials
-            .iter()
-            .map(|p| {
-                p.decode::<K::Partial>().map_err(|e| {
-                    Error::Internal(format!("stored {} result does not load: {e}", K::NAME))
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let partials = decode_partials::<K>(partials)?;
         K::finish(typed::<K>(spec), &plan_of::<K>(plan)?, partials)
     }
 

@@ -101,12 +101,37 @@ pub trait JobKind: Send + Sync + 'static {
     /// Drops what the stored job record need not keep once the first stage is
     /// planned (facts that live in the shards' tasks).
     fn trim_plan(_plan: &mut Self::Plan) {}
+    /// What follows a stage once all its shards are done: the next stage's
+    /// shards, or the end of the job. The plan may record what the stage found
+    /// (a frontier plan keeps each level's size and decides here how many
+    /// shards the next level gets); it is stored with the stage transition, so
+    /// this runs once per barrier, or again with the same inputs after a
+    /// crash. The default follows the stage count [`JobKind::stages`] gave at
+    /// planning, and [`JobKind::plan_stage`].
+    fn next_stage(
+        spec: &Self::Spec,
+        plan: &mut Self::Plan,
+        finished: FinishedStage<'_, Self::Partial>,
+    ) -> Result<NextStage<Self::Task>> {
+        if finished.stage < finished.stages_total {
+            let shards = Self::plan_stage(spec, plan, finished.stage + 1)?;
+            Ok(NextStage::Shards(shards, String::new()))
+        } else {
+            Ok(NextStage::Finish)
+        }
+    }
 
     // ------------------------------------------------------------- execution
 
     /// Whether the shards of `stage` read the previous stage's merged output.
     fn needs_stage_input(_spec: &Self::Spec, _stage: u32) -> bool {
         false
+    }
+    /// For a shard of a frontier plan: the bucket of the previous stage's
+    /// outputs it reads (see `buckets`); it is then handed bucket `q` of every
+    /// previous shard's output instead of the merged output. `None`: all of it.
+    fn input_bucket(_spec: &Self::Spec, _task: &Self::Task) -> Option<u32> {
+        None
     }
     /// Decodes the previous stage's merged output for the shards of a stage.
     fn decode_stage_input(_spec: &Self::Spec, _bytes: &[u8]) -> Result<Self::StageInput> {
@@ -153,6 +178,27 @@ pub struct Planned<T> {
     pub task: T,
     /// Work units of the shard, for progress.
     pub work_total: u64,
+}
+
+/// A stage whose shards are all done (see [`JobKind::next_stage`]).
+#[derive(Clone, Copy, Debug)]
+pub struct FinishedStage<'a, P> {
+    pub stage: u32,
+    /// The stages known: [`JobKind::stages`] at planning, or as many as a
+    /// plan that finds its stages as it goes has found.
+    pub stages_total: u32,
+    /// The stage's partial results, in shard order.
+    pub partials: &'a [P],
+}
+
+/// What follows a finished stage (see [`JobKind::next_stage`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NextStage<T> {
+    /// The next stage's shards, and a line for the job's events about the
+    /// stage just finished (may be empty).
+    Shards(Vec<Planned<T>>, String),
+    /// The job is done: its answer comes from [`JobKind::finish`].
+    Finish,
 }
 
 /// What a shard returns.

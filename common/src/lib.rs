@@ -12,6 +12,7 @@
 
 pub mod balance;
 pub mod blocks;
+pub mod buckets;
 pub mod cache;
 pub mod codec;
 pub mod control;

@@ -485,7 +485,7 @@ impl WorkerService for WorkerApi {
             .shared
             .with_scheduler(move |s| {
                 s.check_session(&r.worker_id, &r.session)?;
-                s.stage_data(&r.job_id, r.stage)
+                s.stage_data(&r.job_id, r.stage, r.bucket)
             })
             .await?;
         let chunks = data.len().div_ceil(OUTPUT_CHUNK);

@@ -1060,6 +1060,7 @@ async fn stage_input(
             stage: lease.stage - 1,
             worker_id: HOLDER.into(),
             session: session.into(),
+            bucket: None,
         })
         .await
         .unwrap()
@@ -1701,6 +1702,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 stage: 1,
                 worker_id: HOLDER.into(),
                 session: String::new(),
+                bucket: None,
             }),
             Code::Unauthenticated,
             "no live session given",
@@ -1769,6 +1771,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 stage: 1,
                 worker_id: HOLDER.into(),
                 session: hs.clone(),
+                bucket: None,
             }),
             Code::NotFound,
             "no job \"job-999999\"",
@@ -1780,6 +1783,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 stage: 1,
                 worker_id: HOLDER.into(),
                 session: hs.clone(),
+                bucket: None,
             }),
             Code::NotFound,
             "no job \"\"",
@@ -1791,6 +1795,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 stage: 1,
                 worker_id: HOLDER.into(),
                 session: hs.clone(),
+                bucket: None,
             }),
             Code::FailedPrecondition,
             "has no readable output of stage 1 (it is at stage 1, running)",
@@ -1802,6 +1807,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 stage: 0,
                 worker_id: HOLDER.into(),
                 session: hs.clone(),
+                bucket: None,
             }),
             Code::FailedPrecondition,
             "has no readable output of stage 0",
@@ -1813,6 +1819,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 stage: 2,
                 worker_id: HOLDER.into(),
                 session: hs.clone(),
+                bucket: None,
             }),
             Code::FailedPrecondition,
             "has no readable output of stage 2",
@@ -1824,6 +1831,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 stage: 1,
                 worker_id: HOLDER.into(),
                 session: hs.clone(),
+                bucket: None,
             }),
             Code::FailedPrecondition,
             "has no readable output",
@@ -2565,6 +2573,8 @@ mod fuzz {
                 let parsed = blocks::parse_puzzle(&text);
                 let spec = ValidSpec::new(JobSpec::new(BlocksSpec {
                     puzzle: text.clone(),
+                    plan: Default::default(),
+                    buckets: 0,
                 }));
                 prop_assert_eq!(parsed.is_ok(), spec.is_ok(), "{:?}", text);
                 let (Ok(puzzle), Ok(spec)) = (parsed, spec) else {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use support::*;
 use tally_common::Control;
-use tally_common::kinds::blocks::BlocksSpec;
+use tally_common::kinds::blocks::{BlocksPlanName, BlocksSpec};
 use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::kinds::pegs::PegsSpec;
@@ -744,6 +744,8 @@ async fn blocks_through_the_runner_equal_the_single_process_count() {
     ] {
         let spec = JobSpec::new(BlocksSpec {
             puzzle: puzzle.into(),
+            plan: BlocksPlanName::Search,
+            buckets: 0,
         });
         let job = submit(&mut client, &spec, "").await;
         let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
@@ -758,6 +760,8 @@ async fn blocks_through_the_runner_equal_the_single_process_count() {
     // A bad puzzle is refused at submission with its line and reason.
     let bad = JobSpec::new(BlocksSpec {
         puzzle: "aa1.\na2a.\n".into(),
+        plan: BlocksPlanName::Frontier,
+        buckets: 0,
     });
     let status = client
         .submit(proto::SubmitRequest {
@@ -769,6 +773,73 @@ async fn blocks_through_the_runner_equal_the_single_process_count() {
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().contains("line 2"), "{}", status.message());
     workers.stop().await;
+    coordinator.shutdown().await;
+}
+
+/// The frontier plan: a stage per layer, each layer's states in buckets over
+/// shards. With 1, 2 and 7 buckets per layer and the automatic choice, on one
+/// worker and on three, every puzzle's count, layers and largest layer equal
+/// the single-process search's; the events name each layer's size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn blocks_frontier_layers_over_buckets_equal_the_single_process_search() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    for workers in [1, 3] {
+        let running = Workers::start(&url, workers, 1);
+        // 208, 120 and 13,860 configurations in 37 layers.
+        let cases: [(&str, &[u32]); 3] = [
+            ("aa1.\na23.\n4567\nsame: 1234567\n", &[1, 2, 7, 0]),
+            ("ab.\ncd#\n..e\nsame: abcde\n", &[1, 2, 7, 0]),
+            ("aab.\naab.\ncd..\nefgh\nsame: cdefgh\n", &[7]),
+        ];
+        for (puzzle, bucket_counts) in cases {
+            for &buckets in bucket_counts {
+                let spec = JobSpec::new(BlocksSpec {
+                    puzzle: puzzle.into(),
+                    plan: BlocksPlanName::Frontier,
+                    buckets,
+                });
+                let job = submit(&mut client, &spec, "").await;
+                let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
+                assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+                let direct = valid(&spec)
+                    .compute_direct(2, &tally_common::Control::new())
+                    .unwrap();
+                assert_eq!(
+                    done.answer, direct.line,
+                    "{buckets} buckets, {workers} workers"
+                );
+                let result = client
+                    .result(proto::ResultRequest {
+                        job_id: job.id.clone(),
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                let details: serde_json::Value =
+                    serde_json::from_str(&result.details_json).unwrap();
+                assert_eq!(details["layers"], direct.details["layers"]);
+                assert_eq!(details["largest_layer"], direct.details["largest_layer"]);
+                let layers = details["layers"].as_u64().unwrap();
+                assert_eq!(
+                    u64::from(done.stages_total),
+                    layers + 1,
+                    "a stage per layer and an empty one"
+                );
+                if buckets > 1 {
+                    assert!(done.shards_total > layers + 1, "layers were split");
+                }
+                let noted = events(&mut client, &job.id)
+                    .await
+                    .iter()
+                    .filter(|e| e.kind == "stage" && e.message.starts_with("layer "))
+                    .count() as u64;
+                assert_eq!(noted, layers);
+            }
+        }
+        running.stop().await;
+    }
     coordinator.shutdown().await;
 }
 

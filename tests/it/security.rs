@@ -187,6 +187,7 @@ async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str
                     stage: 0,
                     worker_id: "w".into(),
                     session,
+                    bucket: None,
                 })
                 .await,
             ),

@@ -207,7 +207,7 @@ fn compute(
     let task = EncodedTask::from_bytes(&grant.task).expect("stored tasks decode");
     let input = if grant.spec.needs_stage_input(grant.lease.stage) {
         let bytes = scheduler
-            .stage_data(&grant.lease.job, grant.lease.stage - 1)
+            .stage_data(&grant.lease.job, grant.lease.stage - 1, None)
             .ok()?;
         Some(
             grant

@@ -48,8 +48,8 @@ impl ShardHandle {
     }
 }
 
-/// The decoded output of a stage, for (job, stage).
-pub(crate) type CachedStage = ((String, u32), StageInput);
+/// The decoded output of a stage, for (job, stage, bucket).
+pub(crate) type CachedStage = ((String, u32, Option<u32>), StageInput);
 
 pub(crate) struct Context {
     pub config: WorkerConfig,

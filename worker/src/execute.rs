@@ -36,7 +36,8 @@ pub(crate) async fn compute_shard(
         tokio::time::sleep(ctx.config.shard_delay).await;
     }
     let input = if spec.needs_stage_input(lease.stage) {
-        Some(stage_input(ctx, &spec, &lease.job_id, lease.stage - 1).await?)
+        let bucket = spec.input_bucket(&task)?;
+        Some(stage_input(ctx, &spec, &lease.job_id, lease.stage - 1, bucket).await?)
     } else {
         None
     };
@@ -120,19 +121,26 @@ async fn computed<T>(receiver: oneshot::Receiver<CommonResult<T>>) -> Result<T> 
     Ok(result?)
 }
 
-/// The merged output of `stage`, fetched and decoded once per worker and shared
-/// by the shards of the next stage.
-async fn stage_input(ctx: &Context, spec: &ValidSpec, job: &str, stage: u32) -> Result<StageInput> {
+/// The output of `stage` (merged, or one bucket of it), fetched and decoded
+/// once per worker, stage and bucket, and shared by the shards that read it.
+async fn stage_input(
+    ctx: &Context,
+    spec: &ValidSpec,
+    job: &str,
+    stage: u32,
+    bucket: Option<u32>,
+) -> Result<StageInput> {
     let mut cached = ctx.stage_cache.lock().await;
-    if let Some(((j, s), data)) = cached.as_ref()
+    if let Some(((j, s, b), data)) = cached.as_ref()
         && j == job
         && *s == stage
+        && *b == bucket
     {
         return Ok(data.clone());
     }
     let mut backoff = Backoff::new();
     let bytes = loop {
-        match fetch_stage(ctx, job, stage).await {
+        match fetch_stage(ctx, job, stage, bucket).await {
             Ok(bytes) => break bytes,
             Err((status, _)) if status.code() == tonic::Code::Unavailable => {
                 tracing::warn!(error = %status.message(), "stage data fetch failed; retrying");
@@ -149,16 +157,17 @@ async fn stage_input(ctx: &Context, spec: &ValidSpec, job: &str, stage: u32) -> 
     let spec = spec.clone();
     let decoded = ctx.pool.run(move || spec.decode_stage_input(&bytes));
     let data = computed(decoded).await?;
-    *cached = Some(((job.to_string(), stage), data.clone()));
+    *cached = Some(((job.to_string(), stage, bucket), data.clone()));
     Ok(data)
 }
 
-/// The raw output of `stage`, in one call; a failure comes with the session
-/// the call carried.
+/// The raw output of `stage` (or one bucket of it), in one call; a failure
+/// comes with the session the call carried.
 async fn fetch_stage(
     ctx: &Context,
     job: &str,
     stage: u32,
+    bucket: Option<u32>,
 ) -> std::result::Result<Vec<u8>, (tonic::Status, String)> {
     let session = ctx.session();
     let request = proto::FetchStageDataRequest {
@@ -166,6 +175,7 @@ async fn fetch_stage(
         stage,
         worker_id: ctx.config.worker_id.clone(),
         session: session.clone(),
+        bucket,
     };
     let fetched = async {
         let mut stream = ctx.client().fetch_stage_data(request).await?.into_inner();

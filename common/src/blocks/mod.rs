@@ -80,6 +80,7 @@
 
 mod format;
 mod frontier;
+mod levels;
 mod puzzle;
 mod search;
 mod state_set;
@@ -88,6 +89,7 @@ mod tests;
 
 pub use format::PieceType;
 pub use frontier::{decode_states, encode_states};
+pub use levels::{LevelBucket, bucket_of, expand_bucket, start_bucket};
 pub use puzzle::{Puzzle, parse_puzzle};
 pub use search::{BlocksCount, count_reachable, expand_layer, merge_states};
 

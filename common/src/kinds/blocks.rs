@@ -1,10 +1,18 @@
-//! `blocks`: the configurations a sliding-block puzzle reaches (exact). One
-//! shard: the breadth-first search runs on one worker.
+//! `blocks`: the configurations a sliding-block puzzle reaches (exact). Two
+//! plans: `search`, one shard running the whole breadth-first search on one
+//! worker; and `frontier`, a stage per layer of the search, each layer split
+//! into buckets by a hash of the state, one shard per bucket (see
+//! `blocks::levels`), so that the layers are spread over the workers.
 
 use serde::{Deserialize, Serialize};
 
+use crate::blocks::LevelBucket;
+use crate::buckets::{encode_buckets, split_buckets, split_gathered};
 use crate::cache::KernelCache;
-use crate::kind::{Answer, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output};
+use crate::kind::{
+    Answer, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun, SpecOf,
+    no_output,
+};
 use crate::{Control, Result, blocks, invalid, proto};
 
 pub struct Blocks;
@@ -12,12 +20,55 @@ pub struct Blocks;
 /// Longest accepted puzzle text.
 pub const MAX_PUZZLE_BYTES: usize = 64 * 1024;
 
+/// Most shards of one layer of the frontier plan.
+pub const MAX_BUCKETS: u32 = 1024;
+
+/// States of a layer per shard of the next layer when the frontier plan
+/// chooses the bucket count: about 100 MB of lists per shard.
+const STATES_PER_BUCKET: u64 = 2_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BlocksPlanName {
+    /// One shard: the whole search on one worker.
+    #[default]
+    Search,
+    /// A stage per layer, each layer's states split into buckets over shards.
+    Frontier,
+}
+
+impl BlocksPlanName {
+    pub fn name(self) -> &'static str {
+        match self {
+            BlocksPlanName::Search => "search",
+            BlocksPlanName::Frontier => "frontier",
+        }
+    }
+
+    /// The empty name selects the default plan.
+    pub fn parse(name: &str) -> Result<BlocksPlanName> {
+        match name {
+            "" => Ok(BlocksPlanName::default()),
+            "search" => Ok(BlocksPlanName::Search),
+            "frontier" => Ok(BlocksPlanName::Frontier),
+            other => Err(invalid!(
+                "unknown blocks plan {other:?}: expected \"search\" or \"frontier\""
+            )),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BlocksSpec {
     /// The puzzle in the text format of `blocks` (the file's contents).
     #[serde(default = "default_puzzle")]
     pub puzzle: String,
+    #[serde(default)]
+    pub plan: BlocksPlanName,
+    /// Frontier plan: shards per layer; 0 chooses from each layer's size.
+    #[serde(default)]
+    pub buckets: u32,
 }
 
 fn default_puzzle() -> String {
@@ -33,17 +84,39 @@ pub struct BlocksArgs {
     /// Puzzle file (format in the README). Default: the Project Euler 766 puzzle.
     #[arg(long, value_name = "FILE")]
     pub puzzle: Option<std::path::PathBuf>,
+    /// Shard plan: search (the whole search on one worker; the default) or
+    /// frontier (a stage per layer, each layer split over shards).
+    #[arg(long, default_value = "search")]
+    pub plan: String,
+    /// Frontier plan: shards per layer (default: from each layer's size).
+    #[arg(long, value_name = "N")]
+    pub buckets: Option<u32>,
 }
 
-/// Nothing is known before the search.
+/// What the frontier plan has found so far: nothing is known before the search.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BlocksPlan {}
+pub struct BlocksPlan {
+    /// The size of each layer found so far.
+    #[serde(default)]
+    pub layers: Vec<u64>,
+    /// The buckets the shards of the layer being computed write: the number
+    /// of shards of the next layer.
+    #[serde(default)]
+    pub buckets: u32,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum BlocksTask {
     /// The whole breadth-first search.
     BlocksSearch,
+    /// Bucket `bucket` of layer `layer` (0 is the initial configuration),
+    /// sending its results to the `buckets_out` buckets of the next layer.
+    BlocksLayer {
+        layer: u32,
+        bucket: u32,
+        buckets_out: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +127,31 @@ pub enum BlocksPartial {
         layers: u32,
         largest_layer: u64,
     },
+    /// The states of one bucket of a layer.
+    LayerStates { states: u64 },
+}
+
+/// Shards of the layer after one of `states` states.
+fn buckets_after(spec: &BlocksSpec, states: u64) -> u32 {
+    match spec.buckets {
+        0 => states
+            .div_ceil(STATES_PER_BUCKET)
+            .clamp(1, u64::from(MAX_BUCKETS)) as u32,
+        fixed => fixed,
+    }
+}
+
+fn layer_shards(layer: u32, buckets: u32, buckets_out: u32) -> Vec<Planned<BlocksTask>> {
+    (0..buckets)
+        .map(|bucket| Planned {
+            task: BlocksTask::BlocksLayer {
+                layer,
+                bucket,
+                buckets_out,
+            },
+            work_total: 1,
+        })
+        .collect()
 }
 
 impl JobKind for Blocks {
@@ -62,11 +160,13 @@ impl JobKind for Blocks {
     type Plan = BlocksPlan;
     type Task = BlocksTask;
     type Partial = BlocksPartial;
-    type StageInput = ();
+    /// The frontier plan's shard input: what each shard of the previous layer
+    /// sent this bucket.
+    type StageInput = Vec<LevelBucket>;
 
     const NAME: &'static str = "blocks";
     const ABOUT: &'static str = "Configurations a sliding-block puzzle reaches (exact).";
-    const EXAMPLES: &'static str = "  tally run blocks                      # Project Euler 766\n  tally run blocks --puzzle my.blocks";
+    const EXAMPLES: &'static str = "  tally run blocks                      # Project Euler 766\n  tally run blocks --puzzle my.blocks\n  tally run blocks --plan frontier --workers 4";
 
     fn spec_from_args(args: BlocksArgs, files: &dyn FileReader) -> Result<BlocksSpec> {
         Ok(BlocksSpec {
@@ -74,12 +174,16 @@ impl JobKind for Blocks {
                 None => default_puzzle(),
                 Some(path) => files.read_to_string(path)?,
             },
+            plan: BlocksPlanName::parse(&args.plan)?,
+            buckets: args.buckets.unwrap_or(0),
         })
     }
 
     fn spec_to_proto(spec: &BlocksSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Blocks(proto::BlocksSpec {
             puzzle: spec.puzzle.clone(),
+            plan: spec.plan.name().to_string(),
+            buckets: spec.buckets,
         })
     }
 
@@ -87,12 +191,14 @@ impl JobKind for Blocks {
         let proto::job_spec::Kind::Blocks(b) = kind else {
             return None;
         };
-        Some(Ok(BlocksSpec {
+        Some(BlocksPlanName::parse(&b.plan).map(|plan| BlocksSpec {
             puzzle: if b.puzzle.is_empty() {
                 default_puzzle()
             } else {
                 b.puzzle.clone()
             },
+            plan,
+            buckets: b.buckets,
         }))
     }
 
@@ -102,39 +208,135 @@ impl JobKind for Blocks {
                 "the puzzle is longer than {MAX_PUZZLE_BYTES} bytes"
             ));
         }
+        if spec.buckets > MAX_BUCKETS {
+            return Err(invalid!(
+                "buckets must be at most {MAX_BUCKETS} (0 chooses from each layer's size), got {}",
+                spec.buckets
+            ));
+        }
+        if spec.buckets > 0 && spec.plan != BlocksPlanName::Frontier {
+            return Err(invalid!(
+                "buckets are for the frontier plan (--plan frontier)"
+            ));
+        }
         blocks::parse_puzzle(&spec.puzzle).map(|_| ())
     }
 
     fn describe(spec: &BlocksSpec) -> String {
-        match blocks::parse_puzzle(&spec.puzzle) {
-            Ok(puzzle) => format!("blocks {}", puzzle.describe()),
-            Err(_) => "blocks (invalid puzzle)".into(),
+        let puzzle = match blocks::parse_puzzle(&spec.puzzle) {
+            Ok(puzzle) => puzzle.describe(),
+            Err(_) => "(invalid puzzle)".into(),
+        };
+        match (spec.plan, spec.buckets) {
+            (BlocksPlanName::Search, _) => format!("blocks {puzzle}"),
+            (BlocksPlanName::Frontier, 0) => format!("blocks {puzzle} (frontier)"),
+            (BlocksPlanName::Frontier, n) => format!("blocks {puzzle} (frontier, {n} buckets)"),
         }
     }
 
-    fn prepare(_spec: &BlocksSpec, _cache: &KernelCache, _control: &Control) -> Result<BlocksPlan> {
-        Ok(BlocksPlan {})
+    fn prepare(spec: &BlocksSpec, _cache: &KernelCache, _control: &Control) -> Result<BlocksPlan> {
+        Ok(BlocksPlan {
+            layers: Vec::new(),
+            buckets: match spec.plan {
+                BlocksPlanName::Search => 0,
+                // The buckets layer 0 (one configuration) writes.
+                BlocksPlanName::Frontier => buckets_after(spec, 1),
+            },
+        })
     }
 
     fn plan_stage(
-        _spec: &BlocksSpec,
-        _plan: &BlocksPlan,
+        spec: &BlocksSpec,
+        plan: &BlocksPlan,
         _stage: u32,
     ) -> Result<Vec<Planned<BlocksTask>>> {
-        Ok(vec![Planned {
-            task: BlocksTask::BlocksSearch,
-            // Configurations are not known in advance: progress counts the shard.
-            work_total: 1,
-        }])
+        Ok(match spec.plan {
+            BlocksPlanName::Search => vec![Planned {
+                task: BlocksTask::BlocksSearch,
+                // Configurations are not known in advance: progress counts the shard.
+                work_total: 1,
+            }],
+            // Layer 0 is the initial configuration alone.
+            BlocksPlanName::Frontier => layer_shards(0, 1, plan.buckets.max(1)),
+        })
+    }
+
+    fn next_stage(
+        spec: &BlocksSpec,
+        plan: &mut BlocksPlan,
+        finished: FinishedStage<'_, BlocksPartial>,
+    ) -> Result<NextStage<BlocksTask>> {
+        if spec.plan == BlocksPlanName::Search {
+            return Ok(NextStage::Finish);
+        }
+        let mut states = 0u64;
+        for partial in finished.partials {
+            match partial {
+                BlocksPartial::LayerStates { states: s } => states += s,
+                other => return Err(invalid!("a frontier layer returned {other:?}")),
+            }
+        }
+        if states == 0 {
+            return Ok(NextStage::Finish);
+        }
+        plan.layers.push(states);
+        // Stage `finished` computed layer `finished - 1`, and its shards wrote
+        // `plan.buckets` buckets: one per shard of the next layer, which
+        // writes as many as the size of the layer just found calls for.
+        let layer = finished.stage;
+        let shards = plan.buckets;
+        plan.buckets = buckets_after(spec, states);
+        Ok(NextStage::Shards(
+            layer_shards(layer, shards, plan.buckets),
+            format!("layer {}: {states} configurations", layer - 1),
+        ))
+    }
+
+    fn needs_stage_input(spec: &BlocksSpec, stage: u32) -> bool {
+        spec.plan == BlocksPlanName::Frontier && stage > 1
+    }
+
+    fn input_bucket(_spec: &BlocksSpec, task: &BlocksTask) -> Option<u32> {
+        match task {
+            BlocksTask::BlocksLayer { layer, bucket, .. } if *layer > 0 => Some(*bucket),
+            _ => None,
+        }
+    }
+
+    fn decode_stage_input(_spec: &BlocksSpec, bytes: &[u8]) -> Result<Vec<LevelBucket>> {
+        split_gathered(bytes)?
+            .into_iter()
+            .map(LevelBucket::decode)
+            .collect()
     }
 
     fn execute(
         spec: &BlocksSpec,
         task: &BlocksTask,
-        run: &mut ShardRun<'_, (), BlocksPartial>,
+        run: &mut ShardRun<'_, Vec<LevelBucket>, BlocksPartial>,
     ) -> Result<Outcome<BlocksPartial>> {
-        let BlocksTask::BlocksSearch = task;
         let puzzle = blocks::parse_puzzle(&spec.puzzle)?;
+        if let BlocksTask::BlocksLayer {
+            layer, buckets_out, ..
+        } = *task
+        {
+            let inputs = match (layer, run.input) {
+                (0, _) => vec![blocks::start_bucket(&puzzle)],
+                (_, Some(input)) => input.clone(),
+                (_, None) => {
+                    return Err(invalid!("layer {layer} needs the previous layer's buckets"));
+                }
+            };
+            let inner = run.control.with_own_counter();
+            let (states, out) = blocks::expand_bucket(&puzzle, inputs, buckets_out, &inner)?;
+            run.control.add_work(1);
+            let buckets: Vec<Vec<u8>> = out.iter().map(LevelBucket::encode).collect();
+            return Ok(Outcome {
+                output: encode_buckets(&buckets),
+                partial: BlocksPartial::LayerStates { states },
+                work_done: 1,
+            });
+        }
         // The search's own units would exceed work_total: count on a private
         // counter, sharing only the cancellation flag.
         let inner = run.control.with_own_counter();
@@ -154,18 +356,54 @@ impl JobKind for Blocks {
     fn check_result(
         _spec: &BlocksSpec,
         _plan: &BlocksPlan,
-        _task: &BlocksTask,
-        _partial: &BlocksPartial,
+        task: &BlocksTask,
+        partial: &BlocksPartial,
         output: &[u8],
     ) -> Result<()> {
-        no_output(output)
+        match (task, partial) {
+            (BlocksTask::BlocksSearch, BlocksPartial::BlocksCount { .. }) => no_output(output),
+            (BlocksTask::BlocksLayer { buckets_out, .. }, BlocksPartial::LayerStates { .. }) => {
+                let buckets = split_buckets(output)?;
+                if buckets.len() != *buckets_out as usize {
+                    return Err(invalid!(
+                        "the layer shard wrote {} buckets; the next layer has {buckets_out}",
+                        buckets.len()
+                    ));
+                }
+                for (q, bytes) in buckets.into_iter().enumerate() {
+                    let bucket = LevelBucket::decode(bytes)?;
+                    let lists = [&bucket.candidates, &bucket.current, &bucket.previous];
+                    if let Some(&state) = lists
+                        .into_iter()
+                        .flatten()
+                        .find(|&&s| blocks::bucket_of(s, *buckets_out) != q as u32)
+                    {
+                        return Err(invalid!(
+                            "state {state:#x} was sent to bucket {q}, not its own"
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            (task, partial) => Err(invalid!("a {partial:?} result for the task {task:?}")),
+        }
     }
 
     fn finish(
         spec: &BlocksSpec,
-        _plan: &BlocksPlan,
+        plan: &BlocksPlan,
         partials: Vec<BlocksPartial>,
     ) -> Result<Answer> {
+        if spec.plan == BlocksPlanName::Frontier {
+            let configurations = plan.layers.iter().sum();
+            let largest = plan.layers.iter().max().copied().unwrap_or(0);
+            return Ok(answer(
+                spec,
+                configurations,
+                plan.layers.len() as u32,
+                largest,
+            ));
+        }
         match partials.as_slice() {
             [
                 BlocksPartial::BlocksCount {
@@ -192,8 +430,12 @@ impl JobKind for Blocks {
     }
 
     fn corrupt_for_testing(partial: &mut BlocksPartial) {
-        let BlocksPartial::BlocksCount { configurations, .. } = partial;
-        *configurations = configurations.wrapping_add(1);
+        match partial {
+            BlocksPartial::BlocksCount { configurations, .. } => {
+                *configurations = configurations.wrapping_add(1)
+            }
+            BlocksPartial::LayerStates { states } => *states = states.wrapping_add(1),
+        }
     }
 }
 

@@ -134,10 +134,11 @@ fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<(JobEntry,
     let mut lost_input = None;
     if !previous.is_empty() && !entry.rec.state.is_finished() {
         match read_outputs(store, &previous, &[]) {
-            Ok(data) => {
+            Ok((data, lengths)) => {
                 entry.finished = Some(FinishedStage {
                     stage: entry.rec.stage - 1,
                     data: Arc::new(data),
+                    lengths,
                     chunks: previous.iter().map(|s| s.output_chunks).collect(),
                 })
             }

@@ -1,8 +1,9 @@
-//! Stage barriers. When every shard of a job's current stage is done, the next
-//! stage is planned (deterministically from the spec, so planning again after
-//! a crash yields the same shards) or the job's answer is computed. The stage
-//! output that the next stage reads is kept in memory and in the store until
-//! the stage after it is done.
+//! Stage barriers. When every shard of a job's current stage is done, the kind
+//! says what follows from the stage's partials (deterministically, so deciding
+//! again after a crash yields the same shards): the next stage's shards, or
+//! the job's answer. The stage output that the next stage reads is kept in
+//! memory and in the store until the stage after it is done; a frontier plan's
+//! shards each read one bucket of it (`tally_common::buckets`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -36,46 +37,80 @@ impl Scheduler {
         if let Some(previous) = entry.finished.take() {
             delete_outputs(&previous, job, batch);
         }
-        let data = read_outputs(store.as_ref(), &entry.shards, &entry.outputs)?;
+        let (data, lengths) = read_outputs(store.as_ref(), &entry.shards, &entry.outputs)?;
         let current = FinishedStage {
             stage: entry.rec.stage,
             data: Arc::new(data),
+            lengths,
             chunks: entry.shards.iter().map(|s| s.output_chunks).collect(),
         };
-        if entry.rec.stage < entry.rec.plan.stages_total {
-            start_next_stage(entry, current, batch, now_ms)
-        } else {
-            delete_outputs(&current, job, batch);
-            finish_job(entry, batch, now_ms);
-            Ok(())
+        let partials: Vec<EncodedPartial> = entry
+            .shards
+            .iter()
+            .map(|s| s.partial.clone())
+            .collect::<Option<_>>()
+            .ok_or_else(|| CoordinatorError::Internal("a done shard has no result".into()))?;
+        let mut plan = entry.rec.plan.clone();
+        let next = entry
+            .rec
+            .spec
+            .next_stage(&mut plan, entry.rec.stage, &partials)?;
+        entry.rec.plan = plan;
+        match next {
+            Some((planned, note)) => {
+                start_next_stage(entry, current, planned, &note, batch, now_ms)
+            }
+            None => {
+                delete_outputs(&current, job, batch);
+                finish_job(entry, batch, now_ms);
+                Ok(())
+            }
         }
     }
 
-    /// The merged output of the previous stage, which the current stage reads.
-    pub fn stage_data(&self, job: &str, stage: u32) -> Result<Arc<Vec<u8>>> {
+    /// The output of the previous stage, which the current stage reads: all of
+    /// it merged, or with `bucket`, that bucket of every shard's output.
+    pub fn stage_data(&self, job: &str, stage: u32, bucket: Option<u32>) -> Result<Arc<Vec<u8>>> {
         let entry = self.entry(job)?;
-        match &entry.finished {
-            Some(finished) if finished.stage == stage && !entry.rec.state.is_finished() => {
-                Ok(finished.data.clone())
+        let finished = match &entry.finished {
+            Some(finished) if finished.stage == stage && !entry.rec.state.is_finished() => finished,
+            _ => {
+                return Err(CoordinatorError::FailedPrecondition(format!(
+                    "job {job} has no readable output of stage {stage} (it is at stage {}, {})",
+                    entry.rec.stage,
+                    entry.rec.state.name()
+                )));
             }
-            _ => Err(CoordinatorError::FailedPrecondition(format!(
-                "job {job} has no readable output of stage {stage} (it is at stage {}, {})",
-                entry.rec.stage,
-                entry.rec.state.name()
-            ))),
+        };
+        let Some(bucket) = bucket else {
+            return Ok(finished.data.clone());
+        };
+        let mut outputs = Vec::with_capacity(finished.lengths.len());
+        let mut at = 0;
+        for &len in &finished.lengths {
+            outputs.push(&finished.data[at..at + len]);
+            at += len;
         }
+        let gathered = tally_common::buckets::gather_bucket(&outputs, bucket).map_err(|e| {
+            CoordinatorError::FailedPrecondition(format!(
+                "job {job} has no bucket {bucket} in the output of stage {stage}: {e}"
+            ))
+        })?;
+        Ok(Arc::new(gathered))
     }
 }
 
-/// Plans the stage after the current one, whose output is `current`.
+/// Starts the stage after the current one, whose output is `current`, with
+/// the `planned` shards; `note` goes with its `stage` event.
 fn start_next_stage(
     entry: &mut JobEntry,
     current: FinishedStage,
+    planned: Vec<PlannedShard>,
+    note: &str,
     batch: &mut Batch,
     now_ms: u64,
 ) -> Result<()> {
     let next = entry.rec.stage + 1;
-    let planned = entry.rec.spec.plan_stage(&entry.rec.plan, next)?;
     entry.finished = Some(current);
     entry.shards_done_before += entry.shards.len() as u64;
     entry.work_done_before += entry.shards.iter().map(|s| s.work_total).sum::<u64>();
@@ -84,7 +119,7 @@ fn start_next_stage(
     batch.put(Tree::Jobs, job_key(&entry.rec.id), encode(&entry.rec));
     let event = Event {
         stage: next,
-        ..Event::job("stage", "")
+        ..Event::job("stage", note)
     };
     entry.log(batch, now_ms, event);
     Ok(())
@@ -165,16 +200,19 @@ pub(super) fn install_stage(
 }
 
 /// The stored output of `shards` in index order, preferring the copies in
-/// `memory` (by index) over reading the store.
+/// `memory` (by index) over reading the store; and each shard's length.
 pub(super) fn read_outputs(
     store: &dyn Store,
     shards: &[ShardRecord],
     memory: &[Option<Arc<Vec<u8>>>],
-) -> Result<Vec<u8>> {
+) -> Result<(Vec<u8>, Vec<usize>)> {
     let mut data = Vec::new();
+    let mut lengths = Vec::with_capacity(shards.len());
     for shard in shards {
+        let before = data.len();
         if let Some(Some(bytes)) = memory.get(shard.index as usize) {
             data.extend_from_slice(bytes);
+            lengths.push(bytes.len());
             continue;
         }
         for chunk in 0..shard.output_chunks {
@@ -187,8 +225,9 @@ pub(super) fn read_outputs(
             })?;
             data.extend_from_slice(&bytes);
         }
+        lengths.push(data.len() - before);
     }
-    Ok(data)
+    Ok((data, lengths))
 }
 
 /// Removes the stored output of a finished stage, by key (no scan).

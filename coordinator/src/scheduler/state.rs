@@ -114,6 +114,8 @@ pub(super) struct JobEntry {
 pub(super) struct FinishedStage {
     pub(super) stage: u32,
     pub(super) data: Arc<Vec<u8>>,
+    /// Each shard's share of `data`, in shard order.
+    pub(super) lengths: Vec<usize>,
     pub(super) chunks: Vec<u32>,
 }
 

@@ -90,9 +90,15 @@ impl JobEntry {
 
     fn progress(&self, now_ms: u64) -> Progress {
         let rec = &self.rec;
-        let stages = rec.plan.stages_total as u64;
-        let shards_total = rec.shards_per_stage * stages;
-        let work_total = rec.work_per_stage * stages;
+        // The stages done and the current one as they are; the stages known
+        // to follow (a fixed plan's) as the first stage was. A frontier plan
+        // knows no stage beyond the current one.
+        let later = rec.plan.stages_total.saturating_sub(rec.stage) as u64;
+        let shards_total =
+            self.shards_done_before + self.shards.len() as u64 + rec.shards_per_stage * later;
+        let work_total = self.work_done_before
+            + self.shards.iter().map(|s| s.work_total).sum::<u64>()
+            + rec.work_per_stage * later;
         let (shards_done, work_done) = if rec.state == JobState::Succeeded {
             (shards_total, work_total)
         } else {

@@ -1,0 +1,146 @@
+//! Bucketed stage output, the runner's part of frontier plans.
+//!
+//! A shard of a frontier plan splits what it hands to the next stage into
+//! buckets, one per shard of that stage; shard `q` of the next stage reads
+//! bucket `q` of every shard of this one, and nothing else. The runner routes
+//! the buckets without reading them, so it fixes only their framing:
+//!
+//! - a shard's output: the bucket count (u32, little-endian), each bucket's
+//!   length (u64, little-endian), then the buckets one after another;
+//! - what shard `q` fetches: for each shard of the previous stage in order,
+//!   the length of its bucket `q` (u64, little-endian), then the bucket.
+//!
+//! Both readers refuse anything malformed (truncated, lengths past the end,
+//! trailing bytes) without panicking or allocating more than the input holds.
+
+use crate::{Result, invalid};
+
+/// Frames `buckets` as one shard's output.
+pub fn encode_buckets(buckets: &[Vec<u8>]) -> Vec<u8> {
+    let body: usize = buckets.iter().map(Vec::len).sum();
+    let mut out = Vec::with_capacity(4 + 8 * buckets.len() + body);
+    out.extend_from_slice(&(buckets.len() as u32).to_le_bytes());
+    for bucket in buckets {
+        out.extend_from_slice(&(bucket.len() as u64).to_le_bytes());
+    }
+    for bucket in buckets {
+        out.extend_from_slice(bucket);
+    }
+    out
+}
+
+/// The buckets of one shard's output, as slices of it.
+pub fn split_buckets(output: &[u8]) -> Result<Vec<&[u8]>> {
+    let count = output
+        .get(..4)
+        .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize)
+        .ok_or_else(|| invalid!("bucketed output: shorter than its bucket count"))?;
+    let lengths_end = count
+        .checked_mul(8)
+        .and_then(|n| n.checked_add(4))
+        .filter(|&end| end <= output.len())
+        .ok_or_else(|| {
+            invalid!("bucketed output: {count} buckets announced, their lengths missing")
+        })?;
+    let mut buckets = Vec::with_capacity(count);
+    let mut at = lengths_end;
+    for i in 0..count {
+        let field = &output[4 + 8 * i..12 + 8 * i];
+        let len = u64::from_le_bytes(field.try_into().unwrap());
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|len| at.checked_add(len))
+            .filter(|&end| end <= output.len())
+            .ok_or_else(|| invalid!("bucketed output: bucket {i} runs past the end"))?;
+        buckets.push(&output[at..end]);
+        at = end;
+    }
+    if at != output.len() {
+        return Err(invalid!(
+            "bucketed output: {} bytes after the last bucket",
+            output.len() - at
+        ));
+    }
+    Ok(buckets)
+}
+
+/// Bucket `q` of each output in `outputs`, framed as one shard's input.
+pub fn gather_bucket(outputs: &[&[u8]], q: u32) -> Result<Vec<u8>> {
+    let mut input = Vec::new();
+    for (shard, output) in outputs.iter().enumerate() {
+        let buckets = split_buckets(output)?;
+        let bucket = buckets.get(q as usize).ok_or_else(|| {
+            invalid!(
+                "shard {shard} wrote {} buckets; bucket {q} was asked for",
+                buckets.len()
+            )
+        })?;
+        input.extend_from_slice(&(bucket.len() as u64).to_le_bytes());
+        input.extend_from_slice(bucket);
+    }
+    Ok(input)
+}
+
+/// The segments of a gathered input: one bucket from each shard, in order.
+pub fn split_gathered(input: &[u8]) -> Result<Vec<&[u8]>> {
+    let mut segments = Vec::new();
+    let mut at = 0;
+    while at < input.len() {
+        let field = input
+            .get(at..at + 8)
+            .ok_or_else(|| invalid!("gathered input: a length cut short at byte {at}"))?;
+        let len = u64::from_le_bytes(field.try_into().unwrap());
+        let start = at + 8;
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|len| start.checked_add(len))
+            .filter(|&end| end <= input.len())
+            .ok_or_else(|| {
+                invalid!(
+                    "gathered input: segment {} runs past the end",
+                    segments.len()
+                )
+            })?;
+        segments.push(&input[start..end]);
+        at = end;
+    }
+    Ok(segments)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_round_trip_and_gather_by_index() {
+        let a = encode_buckets(&[b"a0".to_vec(), Vec::new(), b"a2!".to_vec()]);
+        let b = encode_buckets(&[b"b0".to_vec(), b"b1".to_vec(), Vec::new()]);
+        assert_eq!(split_buckets(&a).unwrap(), [b"a0".as_slice(), b"", b"a2!"]);
+        let gathered = gather_bucket(&[&a, &b], 2).unwrap();
+        assert_eq!(split_gathered(&gathered).unwrap(), [b"a2!".as_slice(), b""]);
+        assert!(gather_bucket(&[&a], 3).is_err());
+        assert_eq!(split_gathered(&[]).unwrap(), Vec::<&[u8]>::new());
+        assert_eq!(split_buckets(&encode_buckets(&[])).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn malformed_framing_is_refused_without_panicking() {
+        let good = encode_buckets(&[b"xyz".to_vec(), b"w".to_vec()]);
+        for cut in 0..good.len() {
+            assert!(split_buckets(&good[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut long = good.clone();
+        long.push(0);
+        assert!(split_buckets(&long).is_err());
+        let mut huge = good.clone();
+        huge[4..12].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(split_buckets(&huge).is_err());
+        let mut many = good.clone();
+        many[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(split_buckets(&many).is_err());
+        let gathered = gather_bucket(&[&good], 0).unwrap();
+        for cut in 1..gathered.len() {
+            assert!(split_gathered(&gathered[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+}

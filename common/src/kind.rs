@@ -181,7 +181,7 @@ pub struct Planned<T> {
 }
 
 /// A stage whose shards are all done (see [`JobKind::next_stage`]).
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct FinishedStage<'a, P> {
     pub stage: u32,
     /// The stages known: [`JobKind::stages`] at planning, or as many as a
@@ -190,6 +190,15 @@ pub struct FinishedStage<'a, P> {
     /// The stage's partial results, in shard order.
     pub partials: &'a [P],
 }
+
+// Copied whatever `P` is: it holds only a reference to the partials.
+impl<P> Clone for FinishedStage<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P> Copy for FinishedStage<'_, P> {}
 
 /// What follows a finished stage (see [`JobKind::next_stage`]).
 #[derive(Clone, Debug, PartialEq, Eq)]

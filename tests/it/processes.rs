@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use support::*;
+use tally_common::kinds::blocks::{BlocksPlanName, BlocksSpec};
 use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::proto::JobState;
@@ -103,6 +104,89 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
             assert!(
                 !accepted_before.contains(&(e.stage, e.shard)),
                 "shard {}/{} accepted before the kill was leased again",
+                e.stage,
+                e.shard
+            );
+        }
+    }
+}
+
+/// kill -9 of the coordinator and of a worker in the middle of a frontier job
+/// (blocks, a stage per layer, three buckets per layer): after restarts the
+/// job ends with the single-process search's count, no shard is accepted twice,
+/// and no shard accepted before the kills is leased again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frontier_job_survives_kills_of_the_coordinator_and_a_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("log.txt");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut coordinator = spawn_coordinator(port, &data, &log);
+    // 37 layers of 3 shards, each at least 30 ms: seconds of work after layer 10.
+    let delay = ["--shard-delay-ms", "30"];
+    let mut w1 = spawn_worker(&url, "w1", 1, &delay, &log);
+    let _w2 = spawn_worker(&url, "w2", 1, &delay, &log);
+    let mut client = jobs_client(&url).await;
+    let mut spec = JobSpec::new(BlocksSpec {
+        puzzle: "aab.\naab.\ncd..\nefgh\nsame: cdefgh\n".into(),
+        plan: BlocksPlanName::Frontier,
+        buckets: 3,
+    });
+    // The killed worker's lease lapses soon after the restart.
+    spec.options.lease_ttl_ms = 3_000;
+    let job = submit(&mut client, &spec, "").await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let j = get_job(&mut client, &job.id).await;
+        assert!(
+            !finished(&j),
+            "the job finished before the kills; make it longer"
+        );
+        if j.stage >= 10 {
+            break;
+        }
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before = events(&mut client, &job.id).await;
+    w1.kill9();
+    coordinator.kill9();
+    let accepted_before: HashSet<(u32, u32)> = before
+        .iter()
+        .filter(|e| e.kind == "accepted")
+        .map(|e| (e.stage, e.shard))
+        .collect();
+    assert!(!accepted_before.is_empty());
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _coordinator = spawn_coordinator(port, &data, &log);
+    let _w3 = spawn_worker(&url, "w3", 1, &delay, &log);
+    let mut client = jobs_client(&url).await;
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, direct_answer(&spec));
+
+    let all = events(&mut client, &job.id).await;
+    assert_eq!(
+        &all[..before.len()],
+        &before[..],
+        "events before the kills changed"
+    );
+    let mut accepted: HashMap<(u32, u32), usize> = HashMap::new();
+    for e in all.iter().filter(|e| e.kind == "accepted") {
+        *accepted.entry((e.stage, e.shard)).or_default() += 1;
+    }
+    assert!(
+        accepted.values().all(|&n| n == 1),
+        "a shard was accepted twice"
+    );
+    assert_eq!(accepted.len() as u64, done.shards_total);
+    for e in &all[before.len()..] {
+        if e.kind == "leased" {
+            assert!(
+                !accepted_before.contains(&(e.stage, e.shard)),
+                "shard {}/{} accepted before the kills was leased again",
                 e.stage,
                 e.shard
             );

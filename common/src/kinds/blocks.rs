@@ -27,6 +27,10 @@ pub const MAX_BUCKETS: u32 = 1024;
 /// chooses the bucket count: about 100 MB of lists per shard.
 const STATES_PER_BUCKET: u64 = 2_000_000;
 
+/// Most states of a layer per shard of the next layer: its lists then take up
+/// to a few gigabytes in a worker. A layer beyond it fails the job.
+pub const MAX_STATES_PER_BUCKET: u64 = 50_000_000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum BlocksPlanName {
@@ -279,13 +283,22 @@ impl JobKind for Blocks {
         if states == 0 {
             return Ok(NextStage::Finish);
         }
-        plan.layers.push(states);
         // Stage `finished` computed layer `finished - 1`, and its shards wrote
         // `plan.buckets` buckets: one per shard of the next layer, which
         // writes as many as the size of the layer just found calls for.
         let layer = finished.stage;
         let shards = plan.buckets;
-        plan.buckets = buckets_after(spec, states);
+        let next_buckets = buckets_after(spec, states);
+        if states > MAX_STATES_PER_BUCKET * u64::from(next_buckets) {
+            return Err(invalid!(
+                "layer {} has {states} configurations, more than {MAX_STATES_PER_BUCKET} per \
+                 shard over the {next_buckets} shards of the next layer; give more --buckets \
+                 (at most {MAX_BUCKETS}) or let the plan choose",
+                layer - 1
+            ));
+        }
+        plan.layers.push(states);
+        plan.buckets = next_buckets;
         Ok(NextStage::Shards(
             layer_shards(layer, shards, plan.buckets),
             format!("layer {}: {states} configurations", layer - 1),
@@ -362,7 +375,11 @@ impl JobKind for Blocks {
     ) -> Result<()> {
         match (task, partial) {
             (BlocksTask::BlocksSearch, BlocksPartial::BlocksCount { .. }) => no_output(output),
-            (BlocksTask::BlocksLayer { buckets_out, .. }, BlocksPartial::LayerStates { .. }) => {
+            (
+                BlocksTask::BlocksLayer { buckets_out, .. },
+                BlocksPartial::LayerStates { states },
+            ) => {
+                let mut sent = 0u64;
                 let buckets = split_buckets(output)?;
                 if buckets.len() != *buckets_out as usize {
                     return Err(invalid!(
@@ -372,6 +389,7 @@ impl JobKind for Blocks {
                 }
                 for (q, bytes) in buckets.into_iter().enumerate() {
                     let bucket = LevelBucket::decode(bytes)?;
+                    sent += bucket.current.len() as u64;
                     let lists = [&bucket.candidates, &bucket.current, &bucket.previous];
                     if let Some(&state) = lists
                         .into_iter()
@@ -382,6 +400,12 @@ impl JobKind for Blocks {
                             "state {state:#x} was sent to bucket {q}, not its own"
                         ));
                     }
+                }
+                // The layer's states go on as the next layer's `current` lists.
+                if sent != *states {
+                    return Err(invalid!(
+                        "the shard counted {states} states of its layer but sent on {sent}"
+                    ));
                 }
                 Ok(())
             }
@@ -452,5 +476,105 @@ fn answer(spec: &BlocksSpec, configurations: u64, layers: u32, largest_layer: u6
             "layers": layers,
             "largest_layer": largest_layer,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frontier(buckets: u32) -> BlocksSpec {
+        BlocksSpec {
+            puzzle: default_puzzle(),
+            plan: BlocksPlanName::Frontier,
+            buckets,
+        }
+    }
+
+    #[test]
+    fn a_layer_past_the_limit_ends_the_plan_with_its_number_and_size() {
+        let spec = frontier(2);
+        let mut plan = BlocksPlan {
+            layers: vec![1, 4, 9],
+            buckets: 2,
+        };
+        let states = MAX_STATES_PER_BUCKET * 2 + 1;
+        let partials = [BlocksPartial::LayerStates { states }];
+        let finished = FinishedStage {
+            stage: 4,
+            stages_total: 4,
+            partials: &partials,
+        };
+        let e = Blocks::next_stage(&spec, &mut plan, finished)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("layer 3 has 100000001 configurations"), "{e}");
+        assert_eq!(plan.layers, [1, 4, 9], "the plan is unchanged");
+        // At the limit, the next layer is planned.
+        let partials = [BlocksPartial::LayerStates { states: states - 1 }];
+        let finished = FinishedStage {
+            partials: &partials,
+            ..finished
+        };
+        match Blocks::next_stage(&spec, &mut plan, finished).unwrap() {
+            NextStage::Shards(shards, note) => {
+                assert_eq!(shards.len(), 2);
+                assert_eq!(note, "layer 3: 100000000 configurations");
+            }
+            NextStage::Finish => panic!("finished"),
+        }
+    }
+
+    #[test]
+    fn a_layer_result_must_send_on_the_states_it_counted() {
+        let spec = frontier(2);
+        let puzzle = blocks::parse_puzzle(&spec.puzzle).unwrap();
+        let (states, out) = blocks::expand_bucket(
+            &puzzle,
+            vec![blocks::start_bucket(&puzzle)],
+            2,
+            &Control::new(),
+        )
+        .unwrap();
+        let output = encode_buckets(&out.iter().map(LevelBucket::encode).collect::<Vec<_>>());
+        let task = BlocksTask::BlocksLayer {
+            layer: 0,
+            bucket: 0,
+            buckets_out: 2,
+        };
+        let plan = BlocksPlan::default();
+        let check = |states: u64, output: &[u8]| {
+            Blocks::check_result(
+                &spec,
+                &plan,
+                &task,
+                &BlocksPartial::LayerStates { states },
+                output,
+            )
+        };
+        check(states, &output).unwrap();
+        assert!(
+            check(states + 1, &output)
+                .unwrap_err()
+                .to_string()
+                .contains("sent on")
+        );
+        let three = encode_buckets(&[Vec::new(), Vec::new(), Vec::new()]);
+        assert!(
+            check(0, &three)
+                .unwrap_err()
+                .to_string()
+                .contains("3 buckets")
+        );
+        // The two buckets swapped: their states are in the wrong buckets.
+        let mut swapped = out.clone();
+        swapped.swap(0, 1);
+        let swapped = encode_buckets(&swapped.iter().map(LevelBucket::encode).collect::<Vec<_>>());
+        assert!(
+            check(states, &swapped)
+                .unwrap_err()
+                .to_string()
+                .contains("not its own")
+        );
     }
 }

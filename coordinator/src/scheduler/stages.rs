@@ -54,15 +54,24 @@ impl Scheduler {
         let next = entry
             .rec
             .spec
-            .next_stage(&mut plan, entry.rec.stage, &partials)?;
-        entry.rec.plan = plan;
+            .next_stage(&mut plan, entry.rec.stage, &partials);
         match next {
-            Some((planned, note)) => {
+            Ok(Some((planned, note))) => {
+                entry.rec.plan = plan;
                 start_next_stage(entry, current, planned, &note, batch, now_ms)
             }
-            None => {
+            Ok(None) => {
+                entry.rec.plan = plan;
                 delete_outputs(&current, job, batch);
                 finish_job(entry, batch, now_ms);
+                Ok(())
+            }
+            // The kind cannot go on (a level past its limits): retrying the
+            // barrier would fail the same way, so the job fails, saying why.
+            Err(e) => {
+                delete_outputs(&current, job, batch);
+                let message = format!("after stage {}: {e}", entry.rec.stage);
+                fail_job(entry, &message, batch, now_ms);
                 Ok(())
             }
         }
@@ -154,6 +163,21 @@ fn finish_job(entry: &mut JobEntry, batch: &mut Batch, now_ms: u64) {
     };
     entry.log(batch, now_ms, event);
     rec.finished_ms = Some(now_ms);
+    batch.put(Tree::Jobs, job_key(&rec.id), encode(&rec));
+    entry.rec = rec;
+}
+
+/// Fails the job with `message`, at a barrier.
+fn fail_job(entry: &mut JobEntry, message: &str, batch: &mut Batch, now_ms: u64) {
+    let mut rec = entry.rec.clone();
+    rec.state = JobState::Failed;
+    rec.error = Some(message.to_string());
+    rec.finished_ms = Some(now_ms);
+    let event = Event {
+        stage: rec.stage,
+        ..Event::job("failed", message)
+    };
+    entry.log(batch, now_ms, event);
     batch.put(Tree::Jobs, job_key(&rec.id), encode(&rec));
     entry.rec = rec;
 }

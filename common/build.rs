@@ -7,7 +7,10 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../proto");
     let proto_file = proto_root.join("tally/v1/tally.proto");
-    println!("cargo:rerun-if-changed={}", proto_file.display());
+    // Relative to this package, not absolute: a target directory shared by two
+    // checkouts of the workspace (their build outputs share one hash) must see
+    // each checkout's own contract, not the one built last.
+    println!("cargo:rerun-if-changed=../proto/tally/v1/tally.proto");
 
     let descriptors = protox::compile([&proto_file], [&proto_root])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);

@@ -178,6 +178,25 @@ pub fn expand_bucket(
     Ok((layer.len() as u64, out))
 }
 
+/// One bucket's lists split into `buckets` buckets (at least 1), for a shard
+/// that computed the next layers alone and must now hand them to several.
+pub fn rebucket(bucket: LevelBucket, buckets: u32) -> Vec<LevelBucket> {
+    let buckets = buckets.max(1);
+    let mut out = vec![LevelBucket::default(); buckets as usize];
+    for state in bucket.candidates {
+        out[bucket_of(state, buckets) as usize]
+            .candidates
+            .push(state);
+    }
+    for state in bucket.current {
+        out[bucket_of(state, buckets) as usize].current.push(state);
+    }
+    for state in bucket.previous {
+        out[bucket_of(state, buckets) as usize].previous.push(state);
+    }
+    out
+}
+
 /// Removes from the sorted `states` every element of the sorted `known`.
 fn remove_present(states: &mut Vec<u128>, known: &[u128]) {
     let mut at = 0;
@@ -243,6 +262,19 @@ mod tests {
                 assert_eq!(sizes.iter().max().copied(), Some(direct.largest_layer));
             }
         }
+    }
+
+    #[test]
+    fn rebucketing_one_bucket_equals_bucketing_at_once() {
+        let puzzle = parse_puzzle("aab.\naab.\ncd..\nefgh\nsame: cdefgh\n").unwrap();
+        let control = Control::new();
+        let (_, one) = expand_bucket(&puzzle, vec![start_bucket(&puzzle)], 1, &control).unwrap();
+        let (_, one) = expand_bucket(&puzzle, one, 1, &control).unwrap();
+        let (_, five) = expand_bucket(&puzzle, one.clone(), 5, &control).unwrap();
+        let (_, single) = expand_bucket(&puzzle, one, 1, &control).unwrap();
+        let single = single.into_iter().next().unwrap();
+        assert!(!single.candidates.is_empty() && !single.previous.is_empty());
+        assert_eq!(rebucket(single, 5), five);
     }
 
     #[test]

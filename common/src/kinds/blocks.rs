@@ -1,8 +1,9 @@
 //! `blocks`: the configurations a sliding-block puzzle reaches (exact). Two
-//! plans: `search`, one shard running the whole breadth-first search on one
-//! worker; and `frontier`, a stage per layer of the search, each layer split
-//! into buckets by a hash of the state, one shard per bucket (see
-//! `blocks::levels`), so that the layers are spread over the workers.
+//! plans: `frontier` (the default), the breadth-first search by layers, each
+//! large layer split into buckets by a hash of the state, one shard per bucket
+//! (see `blocks::levels`), so that layers are spread over the workers, while
+//! layers small enough for one shard run together in one stage; and `search`,
+//! one shard running the whole search on one worker.
 
 use serde::{Deserialize, Serialize};
 
@@ -35,9 +36,10 @@ pub const MAX_STATES_PER_BUCKET: u64 = 50_000_000;
 #[serde(rename_all = "kebab-case")]
 pub enum BlocksPlanName {
     /// One shard: the whole search on one worker.
-    #[default]
     Search,
-    /// A stage per layer, each layer's states split into buckets over shards.
+    /// Layers split into buckets over shards; layers small enough for one
+    /// shard run together in one stage.
+    #[default]
     Frontier,
 }
 
@@ -88,9 +90,10 @@ pub struct BlocksArgs {
     /// Puzzle file (format in the README). Default: the Project Euler 766 puzzle.
     #[arg(long, value_name = "FILE")]
     pub puzzle: Option<std::path::PathBuf>,
-    /// Shard plan: search (the whole search on one worker; the default) or
-    /// frontier (a stage per layer, each layer split over shards).
-    #[arg(long, default_value = "search")]
+    /// Shard plan: frontier (the default: layers split over shards when they
+    /// are large, thin layers together on one) or search (the whole search on
+    /// one worker).
+    #[arg(long, default_value = "frontier")]
     pub plan: String,
     /// Frontier plan: shards per layer (default: from each layer's size).
     #[arg(long, value_name = "N")]
@@ -103,10 +106,6 @@ pub struct BlocksPlan {
     /// The size of each layer found so far.
     #[serde(default)]
     pub layers: Vec<u64>,
-    /// The buckets the shards of the layer being computed write: the number
-    /// of shards of the next layer.
-    #[serde(default)]
-    pub buckets: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,11 +114,16 @@ pub enum BlocksTask {
     /// The whole breadth-first search.
     BlocksSearch,
     /// Bucket `bucket` of layer `layer` (0 is the initial configuration),
-    /// sending its results to the `buckets_out` buckets of the next layer.
+    /// sending its results to the `buckets_out` buckets of the next layer. A
+    /// shard `alone` in its stage goes on to the layers after it while they
+    /// would have one shard too, and then writes as many buckets as the last
+    /// layer it computed calls for: thin layers cost no barrier each.
     BlocksLayer {
         layer: u32,
         bucket: u32,
         buckets_out: u32,
+        #[serde(default)]
+        alone: bool,
     },
 }
 
@@ -131,8 +135,9 @@ pub enum BlocksPartial {
         layers: u32,
         largest_layer: u64,
     },
-    /// The states of one bucket of a layer.
-    LayerStates { states: u64 },
+    /// The states of one bucket of each layer the shard computed (one, unless
+    /// it was alone in its stage), and the buckets it wrote.
+    Layers { sizes: Vec<u64>, buckets: u32 },
 }
 
 /// Shards of the layer after one of `states` states.
@@ -152,10 +157,26 @@ fn layer_shards(layer: u32, buckets: u32, buckets_out: u32) -> Vec<Planned<Block
                 layer,
                 bucket,
                 buckets_out,
+                alone: buckets == 1,
             },
             work_total: 1,
         })
         .collect()
+}
+
+/// The buckets a layer shard that computed layers of `sizes` writes.
+fn buckets_written(spec: &BlocksSpec, task: &BlocksTask, sizes: &[u64]) -> Result<u32> {
+    match task {
+        BlocksTask::BlocksLayer { alone: true, .. } => {
+            Ok(buckets_after(spec, sizes.last().copied().unwrap_or(0)))
+        }
+        BlocksTask::BlocksLayer { buckets_out, .. } if sizes.len() == 1 => Ok(*buckets_out),
+        BlocksTask::BlocksLayer { .. } => Err(invalid!(
+            "a layer shard that shares its stage computes one layer, not {}",
+            sizes.len()
+        )),
+        BlocksTask::BlocksSearch => Err(invalid!("the search plan writes no buckets")),
+    }
 }
 
 impl JobKind for Blocks {
@@ -232,26 +253,19 @@ impl JobKind for Blocks {
             Err(_) => "(invalid puzzle)".into(),
         };
         match (spec.plan, spec.buckets) {
-            (BlocksPlanName::Search, _) => format!("blocks {puzzle}"),
-            (BlocksPlanName::Frontier, 0) => format!("blocks {puzzle} (frontier)"),
-            (BlocksPlanName::Frontier, n) => format!("blocks {puzzle} (frontier, {n} buckets)"),
+            (BlocksPlanName::Search, _) => format!("blocks {puzzle} (search)"),
+            (BlocksPlanName::Frontier, 0) => format!("blocks {puzzle}"),
+            (BlocksPlanName::Frontier, n) => format!("blocks {puzzle} ({n} buckets per layer)"),
         }
     }
 
-    fn prepare(spec: &BlocksSpec, _cache: &KernelCache, _control: &Control) -> Result<BlocksPlan> {
-        Ok(BlocksPlan {
-            layers: Vec::new(),
-            buckets: match spec.plan {
-                BlocksPlanName::Search => 0,
-                // The buckets layer 0 (one configuration) writes.
-                BlocksPlanName::Frontier => buckets_after(spec, 1),
-            },
-        })
+    fn prepare(_spec: &BlocksSpec, _cache: &KernelCache, _control: &Control) -> Result<BlocksPlan> {
+        Ok(BlocksPlan::default())
     }
 
     fn plan_stage(
         spec: &BlocksSpec,
-        plan: &BlocksPlan,
+        _plan: &BlocksPlan,
         _stage: u32,
     ) -> Result<Vec<Planned<BlocksTask>>> {
         Ok(match spec.plan {
@@ -261,7 +275,7 @@ impl JobKind for Blocks {
                 work_total: 1,
             }],
             // Layer 0 is the initial configuration alone.
-            BlocksPlanName::Frontier => layer_shards(0, 1, plan.buckets.max(1)),
+            BlocksPlanName::Frontier => layer_shards(0, 1, buckets_after(spec, 1)),
         })
     }
 
@@ -270,38 +284,64 @@ impl JobKind for Blocks {
         plan: &mut BlocksPlan,
         finished: FinishedStage<'_, BlocksPartial>,
     ) -> Result<NextStage<BlocksTask>> {
-        if spec.plan == BlocksPlanName::Search {
+        // The search plan's one shard (also a job stored before frontier plans
+        // were the default: the partials, not the spec's default, say which).
+        if let [BlocksPartial::BlocksCount { .. }] = finished.partials {
             return Ok(NextStage::Finish);
         }
-        let mut states = 0u64;
+        // Each layer's size, summed over the shards; the buckets they wrote.
+        let mut sizes: Vec<u64> = Vec::new();
+        let mut written = None;
         for partial in finished.partials {
-            match partial {
-                BlocksPartial::LayerStates { states: s } => states += s,
-                other => return Err(invalid!("a frontier layer returned {other:?}")),
+            let BlocksPartial::Layers {
+                sizes: own,
+                buckets,
+            } = partial
+            else {
+                return Err(invalid!("a frontier layer returned {partial:?}"));
+            };
+            if written.is_some_and(|w| w != *buckets)
+                || (!sizes.is_empty() && sizes.len() != own.len())
+            {
+                return Err(invalid!("the shards of one layer disagree on its shape"));
+            }
+            written = Some(*buckets);
+            sizes.resize(own.len(), 0);
+            for (total, size) in sizes.iter_mut().zip(own) {
+                *total += size;
             }
         }
-        if states == 0 {
-            return Ok(NextStage::Finish);
-        }
-        // Stage `finished` computed layer `finished - 1`, and its shards wrote
-        // `plan.buckets` buckets: one per shard of the next layer, which
-        // writes as many as the size of the layer just found calls for.
-        let layer = finished.stage;
-        let shards = plan.buckets;
-        let next_buckets = buckets_after(spec, states);
-        if states > MAX_STATES_PER_BUCKET * u64::from(next_buckets) {
+        let first = plan.layers.len();
+        let found: Vec<u64> = sizes.iter().copied().take_while(|&n| n > 0).collect();
+        let shards = written.unwrap_or(1);
+        if let Some(&last) = found.last()
+            && last > MAX_STATES_PER_BUCKET * u64::from(shards)
+        {
             return Err(invalid!(
-                "layer {} has {states} configurations, more than {MAX_STATES_PER_BUCKET} per \
-                 shard over the {next_buckets} shards of the next layer; give more --buckets \
+                "layer {} has {last} configurations, more than {MAX_STATES_PER_BUCKET} per \
+                 shard over the {shards} shards of the next layer; give more --buckets \
                  (at most {MAX_BUCKETS}) or let the plan choose",
-                layer - 1
+                first + found.len() - 1
             ));
         }
-        plan.layers.push(states);
-        plan.buckets = next_buckets;
+        plan.layers.extend(&found);
+        let note = match found.as_slice() {
+            [] => String::new(),
+            [one] => format!("layer {first}: {one} configurations"),
+            many => format!(
+                "layers {first} to {}: {} configurations",
+                first + many.len() - 1,
+                many.iter().sum::<u64>()
+            ),
+        };
+        // A layer of no configurations ends the search.
+        if found.len() < sizes.len() || found.is_empty() {
+            return Ok(NextStage::Finish);
+        }
+        let last = *found.last().unwrap_or(&0);
         Ok(NextStage::Shards(
-            layer_shards(layer, shards, plan.buckets),
-            format!("layer {}: {states} configurations", layer - 1),
+            layer_shards(plan.layers.len() as u32, shards, buckets_after(spec, last)),
+            note,
         ))
     }
 
@@ -330,10 +370,13 @@ impl JobKind for Blocks {
     ) -> Result<Outcome<BlocksPartial>> {
         let puzzle = blocks::parse_puzzle(&spec.puzzle)?;
         if let BlocksTask::BlocksLayer {
-            layer, buckets_out, ..
+            layer,
+            buckets_out,
+            alone,
+            ..
         } = *task
         {
-            let inputs = match (layer, run.input) {
+            let mut inputs = match (layer, run.input) {
                 (0, _) => vec![blocks::start_bucket(&puzzle)],
                 (_, Some(input)) => input.clone(),
                 (_, None) => {
@@ -341,12 +384,29 @@ impl JobKind for Blocks {
                 }
             };
             let inner = run.control.with_own_counter();
-            let (states, out) = blocks::expand_bucket(&puzzle, inputs, buckets_out, &inner)?;
+            let mut sizes = Vec::new();
+            let out = loop {
+                let out_buckets = if alone { 1 } else { buckets_out };
+                let (states, mut out) =
+                    blocks::expand_bucket(&puzzle, inputs, out_buckets, &inner)?;
+                sizes.push(states);
+                if !alone {
+                    break out;
+                }
+                let next = buckets_after(spec, states);
+                if states == 0 || next > 1 {
+                    break blocks::rebucket(out.pop().unwrap_or_default(), next);
+                }
+                inputs = out;
+            };
             run.control.add_work(1);
             let buckets: Vec<Vec<u8>> = out.iter().map(LevelBucket::encode).collect();
             return Ok(Outcome {
                 output: encode_buckets(&buckets),
-                partial: BlocksPartial::LayerStates { states },
+                partial: BlocksPartial::Layers {
+                    sizes,
+                    buckets: buckets.len() as u32,
+                },
                 work_done: 1,
             });
         }
@@ -367,7 +427,7 @@ impl JobKind for Blocks {
     }
 
     fn check_result(
-        _spec: &BlocksSpec,
+        spec: &BlocksSpec,
         _plan: &BlocksPlan,
         task: &BlocksTask,
         partial: &BlocksPartial,
@@ -376,17 +436,25 @@ impl JobKind for Blocks {
         match (task, partial) {
             (BlocksTask::BlocksSearch, BlocksPartial::BlocksCount { .. }) => no_output(output),
             (
-                BlocksTask::BlocksLayer { buckets_out, .. },
-                BlocksPartial::LayerStates { states },
+                BlocksTask::BlocksLayer { .. },
+                BlocksPartial::Layers {
+                    sizes,
+                    buckets: said,
+                },
             ) => {
                 let mut sent = 0u64;
+                let expected = buckets_written(spec, task, sizes)?;
                 let buckets = split_buckets(output)?;
-                if buckets.len() != *buckets_out as usize {
+                if buckets.len() != expected as usize || *said != expected {
                     return Err(invalid!(
-                        "the layer shard wrote {} buckets; the next layer has {buckets_out}",
+                        "the layer shard wrote {} buckets and said {said}; the next layer has {expected}",
                         buckets.len()
                     ));
                 }
+                let buckets_out = &expected;
+                let states = sizes
+                    .last()
+                    .ok_or_else(|| invalid!("a layer shard computed no layer"))?;
                 for (q, bytes) in buckets.into_iter().enumerate() {
                     let bucket = LevelBucket::decode(bytes)?;
                     sent += bucket.current.len() as u64;
@@ -404,7 +472,7 @@ impl JobKind for Blocks {
                 // The layer's states go on as the next layer's `current` lists.
                 if sent != *states {
                     return Err(invalid!(
-                        "the shard counted {states} states of its layer but sent on {sent}"
+                        "the shard counted {states} states of its last layer but sent on {sent}"
                     ));
                 }
                 Ok(())
@@ -418,7 +486,10 @@ impl JobKind for Blocks {
         plan: &BlocksPlan,
         partials: Vec<BlocksPartial>,
     ) -> Result<Answer> {
-        if spec.plan == BlocksPlanName::Frontier {
+        if partials
+            .iter()
+            .all(|p| matches!(p, BlocksPartial::Layers { .. }))
+        {
             let configurations = plan.layers.iter().sum();
             let largest = plan.layers.iter().max().copied().unwrap_or(0);
             return Ok(answer(
@@ -458,7 +529,11 @@ impl JobKind for Blocks {
             BlocksPartial::BlocksCount { configurations, .. } => {
                 *configurations = configurations.wrapping_add(1)
             }
-            BlocksPartial::LayerStates { states } => *states = states.wrapping_add(1),
+            BlocksPartial::Layers { sizes, .. } => {
+                if let Some(last) = sizes.last_mut() {
+                    *last = last.wrapping_add(1)
+                }
+            }
         }
     }
 }
@@ -491,15 +566,21 @@ mod tests {
         }
     }
 
+    fn layers(sizes: &[u64], buckets: u32) -> BlocksPartial {
+        BlocksPartial::Layers {
+            sizes: sizes.to_vec(),
+            buckets,
+        }
+    }
+
     #[test]
     fn a_layer_past_the_limit_ends_the_plan_with_its_number_and_size() {
         let spec = frontier(2);
         let mut plan = BlocksPlan {
             layers: vec![1, 4, 9],
-            buckets: 2,
         };
         let states = MAX_STATES_PER_BUCKET * 2 + 1;
-        let partials = [BlocksPartial::LayerStates { states }];
+        let partials = [layers(&[states], 2)];
         let finished = FinishedStage {
             stage: 4,
             stages_total: 4,
@@ -511,7 +592,7 @@ mod tests {
         assert!(e.contains("layer 3 has 100000001 configurations"), "{e}");
         assert_eq!(plan.layers, [1, 4, 9], "the plan is unchanged");
         // At the limit, the next layer is planned.
-        let partials = [BlocksPartial::LayerStates { states: states - 1 }];
+        let partials = [layers(&[states - 1], 2)];
         let finished = FinishedStage {
             partials: &partials,
             ..finished
@@ -523,6 +604,53 @@ mod tests {
             }
             NextStage::Finish => panic!("finished"),
         }
+    }
+
+    #[test]
+    fn layers_computed_together_are_recorded_and_an_empty_one_ends_the_search() {
+        let spec = frontier(0);
+        let mut plan = BlocksPlan { layers: vec![1] };
+        let partials = [layers(&[2, 5, 3], 1)];
+        let finished = FinishedStage {
+            stage: 2,
+            stages_total: 2,
+            partials: &partials,
+        };
+        match Blocks::next_stage(&spec, &mut plan, finished).unwrap() {
+            NextStage::Shards(shards, note) => {
+                assert_eq!(note, "layers 1 to 3: 10 configurations");
+                assert_eq!(shards.len(), 1);
+                assert!(matches!(
+                    shards[0].task,
+                    BlocksTask::BlocksLayer {
+                        layer: 4,
+                        alone: true,
+                        ..
+                    }
+                ));
+            }
+            NextStage::Finish => panic!("finished"),
+        }
+        assert_eq!(plan.layers, [1, 2, 5, 3]);
+        let partials = [layers(&[4, 0], 1)];
+        let finished = FinishedStage {
+            stage: 3,
+            stages_total: 3,
+            partials: &partials,
+        };
+        assert_eq!(
+            Blocks::next_stage(&spec, &mut plan, finished).unwrap(),
+            NextStage::Finish
+        );
+        assert_eq!(plan.layers, [1, 2, 5, 3, 4]);
+        // Shards of one layer that disagree on its shape are refused.
+        let partials = [layers(&[4], 2), layers(&[4, 1], 2)];
+        let finished = FinishedStage {
+            stage: 3,
+            stages_total: 3,
+            partials: &partials,
+        };
+        assert!(Blocks::next_stage(&spec, &mut plan, finished).is_err());
     }
 
     #[test]
@@ -541,27 +669,30 @@ mod tests {
             layer: 0,
             bucket: 0,
             buckets_out: 2,
+            alone: false,
         };
         let plan = BlocksPlan::default();
-        let check = |states: u64, output: &[u8]| {
-            Blocks::check_result(
-                &spec,
-                &plan,
-                &task,
-                &BlocksPartial::LayerStates { states },
-                output,
-            )
+        let check = |sizes: &[u64], buckets: u32, output: &[u8]| {
+            Blocks::check_result(&spec, &plan, &task, &layers(sizes, buckets), output)
         };
-        check(states, &output).unwrap();
+        check(&[states], 2, &output).unwrap();
         assert!(
-            check(states + 1, &output)
+            check(&[states + 1], 2, &output)
                 .unwrap_err()
                 .to_string()
                 .contains("sent on")
         );
+        assert!(
+            check(&[states, states], 2, &output).is_err(),
+            "two layers in a shared stage"
+        );
+        assert!(
+            check(&[states], 3, &output).is_err(),
+            "the bucket count it says"
+        );
         let three = encode_buckets(&[Vec::new(), Vec::new(), Vec::new()]);
         assert!(
-            check(0, &three)
+            check(&[0], 2, &three)
                 .unwrap_err()
                 .to_string()
                 .contains("3 buckets")
@@ -571,7 +702,7 @@ mod tests {
         swapped.swap(0, 1);
         let swapped = encode_buckets(&swapped.iter().map(LevelBucket::encode).collect::<Vec<_>>());
         assert!(
-            check(states, &swapped)
+            check(&[states], 2, &swapped)
                 .unwrap_err()
                 .to_string()
                 .contains("not its own")

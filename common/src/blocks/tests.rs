@@ -740,3 +740,32 @@ fn state_set_finds_what_it_holds() {
     assert!(!set.insert(u128::MAX));
     assert!(!set.contains(u128::MAX));
 }
+
+/// The benchmark puzzle of `examples/` (235,378,560 configurations, too many
+/// for the suite): it parses as documented, and its first layers by buckets
+/// equal the single-process search's first layers.
+#[test]
+fn the_large_example_puzzle_parses_and_starts_as_the_search_does() {
+    let p = puzzle(include_str!("../../../examples/puzzle-235m.blocks"));
+    assert_eq!((p.rows(), p.cols()), (4, 6));
+    assert_eq!(p.piece_count(), 14);
+    assert_eq!(p.piece_types().len(), 6);
+    // Twelve layers both ways.
+    let control = Control::new();
+    let mut previous: Vec<u128> = Vec::new();
+    let mut current = vec![p.initial_state()];
+    let mut inbox = vec![super::start_bucket(&p)];
+    for _ in 0..12 {
+        let (states, out) = super::expand_bucket(&p, inbox, 3, &control).unwrap();
+        assert_eq!(states, current.len() as u64);
+        inbox = out;
+        let next = expand_layer(&p, &current, &previous, 0..current.len(), &control).unwrap();
+        previous = std::mem::replace(&mut current, next);
+        // Re-gather the three buckets into one for the next layer.
+        inbox = vec![super::LevelBucket {
+            candidates: merge_states(inbox.iter().map(|b| b.candidates.clone()).collect()),
+            current: merge_states(inbox.iter().map(|b| b.current.clone()).collect()),
+            previous: merge_states(inbox.iter().map(|b| b.previous.clone()).collect()),
+        }];
+    }
+}

@@ -10,7 +10,7 @@ use support::*;
 use tally_common::kinds::blocks::{BlocksPlanName, BlocksSpec};
 use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::proto::JobState;
+use tally_common::proto::{self, JobState};
 use tally_common::spec::JobSpec;
 
 /// kill -9 of the coordinator in the middle of a hex cell-step job: after a
@@ -56,12 +56,6 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
     let before = events(&mut client, &job.id).await;
     coordinator.kill9();
     let killed_at = Instant::now();
-    let accepted_before: HashSet<(u32, u32)> = before
-        .iter()
-        .filter(|e| e.kind == "accepted")
-        .map(|e| (e.stage, e.shard))
-        .collect();
-    assert!(!accepted_before.is_empty());
 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let _coordinator = spawn_coordinator(port, &data, &log);
@@ -71,12 +65,6 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
     assert_eq!(done.answer, direct_answer(&spec));
 
     let all = events(&mut client, &job.id).await;
-    // The log kept everything that was there at the kill.
-    assert_eq!(
-        &all[..before.len()],
-        &before[..],
-        "events before the kill changed"
-    );
     let resumed = all
         .iter()
         .position(|e| e.kind == "resumed")
@@ -90,6 +78,28 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
             .saturating_sub(all[resumed].time_ms),
         killed_at.elapsed().as_millis()
     );
+    each_shard_accepted_once(&before, &all, done.shards_total);
+}
+
+/// Across kills whose log up to the kill was `before` and whose whole log is
+/// `all`: the log before the kill is kept unchanged, every shard was accepted
+/// exactly once (`shards_total` of them), and none accepted before the kill
+/// was leased again after it.
+fn each_shard_accepted_once(before: &[proto::Event], all: &[proto::Event], shards_total: u64) {
+    assert_eq!(
+        &all[..before.len()],
+        before,
+        "events before the kill changed"
+    );
+    let accepted_before: HashSet<(u32, u32)> = before
+        .iter()
+        .filter(|e| e.kind == "accepted")
+        .map(|e| (e.stage, e.shard))
+        .collect();
+    assert!(
+        !accepted_before.is_empty(),
+        "nothing was accepted before the kill"
+    );
     let mut accepted: HashMap<(u32, u32), usize> = HashMap::new();
     for e in all.iter().filter(|e| e.kind == "accepted") {
         *accepted.entry((e.stage, e.shard)).or_default() += 1;
@@ -98,7 +108,7 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
         accepted.values().all(|&n| n == 1),
         "a shard was accepted twice"
     );
-    assert_eq!(accepted.len() as u64, done.shards_total);
+    assert_eq!(accepted.len() as u64, shards_total);
     for e in &all[before.len()..] {
         if e.kind == "leased" {
             assert!(
@@ -152,12 +162,6 @@ async fn a_frontier_job_survives_kills_of_the_coordinator_and_a_worker() {
     let before = events(&mut client, &job.id).await;
     w1.kill9();
     coordinator.kill9();
-    let accepted_before: HashSet<(u32, u32)> = before
-        .iter()
-        .filter(|e| e.kind == "accepted")
-        .map(|e| (e.stage, e.shard))
-        .collect();
-    assert!(!accepted_before.is_empty());
 
     tokio::time::sleep(Duration::from_millis(300)).await;
     let _coordinator = spawn_coordinator(port, &data, &log);
@@ -168,30 +172,7 @@ async fn a_frontier_job_survives_kills_of_the_coordinator_and_a_worker() {
     assert_eq!(done.answer, direct_answer(&spec));
 
     let all = events(&mut client, &job.id).await;
-    assert_eq!(
-        &all[..before.len()],
-        &before[..],
-        "events before the kills changed"
-    );
-    let mut accepted: HashMap<(u32, u32), usize> = HashMap::new();
-    for e in all.iter().filter(|e| e.kind == "accepted") {
-        *accepted.entry((e.stage, e.shard)).or_default() += 1;
-    }
-    assert!(
-        accepted.values().all(|&n| n == 1),
-        "a shard was accepted twice"
-    );
-    assert_eq!(accepted.len() as u64, done.shards_total);
-    for e in &all[before.len()..] {
-        if e.kind == "leased" {
-            assert!(
-                !accepted_before.contains(&(e.stage, e.shard)),
-                "shard {}/{} accepted before the kills was leased again",
-                e.stage,
-                e.shard
-            );
-        }
-    }
+    each_shard_accepted_once(&before, &all, done.shards_total);
 }
 
 /// kill -9 of a worker that holds a lease: the lease expires and another worker

@@ -37,7 +37,8 @@ pub(crate) async fn compute_shard(
     }
     let input = if spec.needs_stage_input(lease.stage) {
         let bucket = spec.input_bucket(&task)?;
-        Some(stage_input(ctx, &spec, &lease.job_id, lease.stage - 1, bucket).await?)
+        let control = &handle.control;
+        Some(stage_input(ctx, &spec, &lease.job_id, lease.stage - 1, bucket, control).await?)
     } else {
         None
     };
@@ -123,12 +124,15 @@ async fn computed<T>(receiver: oneshot::Receiver<CommonResult<T>>) -> Result<T> 
 
 /// The output of `stage` (merged, or one bucket of it), fetched and decoded
 /// once per worker, stage and bucket, and shared by the shards that read it.
+/// Retries while the coordinator is unreachable, until the shard is stopped
+/// (its lease revoked, or the worker draining).
 async fn stage_input(
     ctx: &Context,
     spec: &ValidSpec,
     job: &str,
     stage: u32,
     bucket: Option<u32>,
+    control: &tally_common::Control,
 ) -> Result<StageInput> {
     let mut cached = ctx.stage_cache.lock().await;
     if let Some(((j, s, b), data)) = cached.as_ref()
@@ -140,6 +144,7 @@ async fn stage_input(
     }
     let mut backoff = Backoff::new();
     let bytes = loop {
+        control.check()?;
         match fetch_stage(ctx, job, stage, bucket).await {
             Ok(bytes) => break bytes,
             Err((status, _)) if status.code() == tonic::Code::Unavailable => {

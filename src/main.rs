@@ -313,7 +313,6 @@ async fn serve_coordinator(
 ) -> anyhow::Result<ExitCode> {
     let mut config =
         tally_coordinator::CoordinatorConfig::new(args.listen, Some(args.data.clone()));
-    tokens.check()?;
     check_exposure(args, &tokens, tls.as_ref())?;
     let secured = match (tokens.client.is_some() || tokens.worker.is_some(), &tls) {
         (true, Some(_)) => "tokens and TLS",

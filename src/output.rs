@@ -1,10 +1,12 @@
 //! Everything the CLI prints: job status (text and JSON with stable field
 //! names), the job table, progress bars, results and error lines.
 
+use std::error::Error as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use tally_common::proto::{Job, JobResult, JobState};
+use tally_common::transport;
 
 /// The job as JSON. These field names are a stable interface (see the README).
 pub fn job_json(job: &Job) -> serde_json::Value {
@@ -153,33 +155,15 @@ pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result
 
 /// One line for an error: the gRPC status message without its code noise.
 pub fn error_line(e: &anyhow::Error) -> String {
-    if let Some(status) = e.downcast_ref::<tonic::Status>() {
-        let line = status_line(status);
-        // A connection failure says only "transport error"; its causes (an
-        // unknown CA, a name mismatch, a refused connection) are the news.
-        let mut causes = Vec::new();
-        let mut source = std::error::Error::source(status);
-        while let Some(cause) = source {
-            let text = cause.to_string();
-            if !line.contains(&text) && !causes.contains(&text) {
-                causes.push(text);
-            }
-            source = cause.source();
-        }
-        return std::iter::once(line)
-            .chain(causes)
-            .collect::<Vec<_>>()
-            .join(": ")
-            .replace('\n', " ");
-    }
-    let mut line = e.to_string();
-    for cause in e.chain().skip(1) {
-        let cause = cause.to_string();
-        if !line.contains(&cause) {
-            line = format!("{line}: {cause}");
+    // A connection failure says only "transport error"; its causes (an
+    // unknown CA, a name mismatch, a refused connection) are the news.
+    match e.downcast_ref::<tonic::Status>() {
+        Some(status) => transport::append_causes(status_line(status), status.source()),
+        None => {
+            let error: &(dyn std::error::Error + 'static) = e.as_ref();
+            transport::append_causes(e.to_string(), error.source())
         }
     }
-    line.replace('\n', " ")
 }
 
 /// A status in words, without its code's noise.

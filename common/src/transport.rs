@@ -152,17 +152,6 @@ pub struct RequireToken {
     other_role: Option<Vec<u8>>,
 }
 
-impl RequireToken {
-    /// One token for `role`'s API (`None` accepts every call).
-    pub fn new(role: Role, token: Option<&str>) -> RequireToken {
-        RequireToken {
-            role,
-            expected: token.map(|t| t.as_bytes().to_vec()),
-            other_role: None,
-        }
-    }
-}
-
 impl Interceptor for RequireToken {
     fn call(&mut self, request: Request<()>) -> std::result::Result<Request<()>, Status> {
         let Some(expected) = &self.expected else {
@@ -278,8 +267,15 @@ pub fn lazy_channel(url: &str, security: &ClientSecurity) -> Result<AuthChannel>
 /// "transport error" at the top; what went wrong (a key that does not match
 /// its certificate, a certificate that cannot be parsed) is in the causes.
 pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
+    append_causes(error.to_string(), error.source())
+}
+
+/// `line`, then each cause from `source` down that it does not already say,
+/// all on one line.
+pub fn append_causes(
+    mut line: String,
+    mut source: Option<&(dyn std::error::Error + 'static)>,
+) -> String {
     while let Some(cause) = source {
         let text = cause.to_string();
         if !line.contains(&text) {
@@ -351,7 +347,11 @@ mod tests {
 
     #[test]
     fn require_token_checks_the_header() {
-        let mut check = RequireToken::new(Role::Client, Some("s3cret"));
+        let only = |client: Option<&str>| Tokens {
+            client: client.map(str::to_string),
+            worker: None,
+        };
+        let mut check = only(Some("s3cret")).require(Role::Client);
         let with = |value: Option<&str>| {
             let mut request = Request::new(());
             if let Some(v) = value {
@@ -371,7 +371,7 @@ mod tests {
             let status = check.call(with(bad)).unwrap_err();
             assert_eq!(status.code(), tonic::Code::Unauthenticated, "{bad:?}");
         }
-        let mut open = RequireToken::new(Role::Client, None);
+        let mut open = only(None).require(Role::Client);
         assert!(open.call(with(None)).is_ok());
         // The client side adds exactly what the server expects.
         let mut add = BearerToken::new(Some("s3cret")).unwrap();

@@ -40,19 +40,7 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
     });
     let job = submit(&mut client, &spec, "").await;
     // Let a good part of the job be accepted, then kill the coordinator.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let j = get_job(&mut client, &job.id).await;
-        assert!(
-            !finished(&j),
-            "the job finished before the kill; make it longer"
-        );
-        if j.stage >= 20 {
-            break;
-        }
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_stage(&mut client, &job.id, 20).await;
     let before = events(&mut client, &job.id).await;
     coordinator.kill9();
     let killed_at = Instant::now();
@@ -79,6 +67,30 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
         killed_at.elapsed().as_millis()
     );
     each_shard_accepted_once(&before, &all, done.shards_total);
+}
+
+/// Waits until job `id` is at stage `stage`; it must not have finished by
+/// then (the test's kills would land after the job).
+async fn wait_for_stage(
+    client: &mut tally_common::proto::job_service_client::JobServiceClient<
+        tonic::transport::Channel,
+    >,
+    id: &str,
+    stage: u32,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let j = get_job(client, id).await;
+        assert!(
+            !finished(&j),
+            "the job finished before the kill; make it longer"
+        );
+        if j.stage >= stage {
+            return;
+        }
+        assert!(Instant::now() < deadline, "stage {stage} not reached");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Across kills whose log up to the kill was `before` and whose whole log is
@@ -146,19 +158,7 @@ async fn a_frontier_job_survives_kills_of_the_coordinator_and_a_worker() {
     // The killed worker's lease lapses soon after the restart.
     spec.options.lease_ttl_ms = 3_000;
     let job = submit(&mut client, &spec, "").await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let j = get_job(&mut client, &job.id).await;
-        assert!(
-            !finished(&j),
-            "the job finished before the kills; make it longer"
-        );
-        if j.stage >= 10 {
-            break;
-        }
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_stage(&mut client, &job.id, 10).await;
     let before = events(&mut client, &job.id).await;
     w1.kill9();
     coordinator.kill9();

@@ -627,36 +627,23 @@ async fn tls_material_that_cannot_work_is_refused_with_its_reason() {
     let v1_cert = v1.join("server.pem").display().to_string();
     let v1_key = v1.join("server.key").display().to_string();
     let data = dir.path().join("data").display().to_string();
-    let coordinator = |cert: &str, key: &str| -> Vec<String> {
-        ["coordinator", "--listen", "127.0.0.1:0", "--data", &data]
-            .iter()
+    // A command line, then the certificate and key it presents.
+    let with_identity = |args: &[&str], cert: &str, key: &str| -> Vec<String> {
+        args.iter()
+            .chain(&["--tls-cert", cert, "--tls-key", key])
             .map(|s| s.to_string())
-            .chain([
-                "--tls-cert".into(),
-                cert.into(),
-                "--tls-key".into(),
-                key.into(),
-            ])
             .collect()
     };
-    let client = |cert: &str, key: &str| -> Vec<String> {
-        [
-            "list",
-            "--coordinator",
-            "https://localhost:1",
-            "--tls-ca",
-            &ca,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([
-            "--tls-cert".into(),
-            cert.into(),
-            "--tls-key".into(),
-            key.into(),
-        ])
-        .collect()
-    };
+    let coordinator_args = ["coordinator", "--listen", "127.0.0.1:0", "--data", &data];
+    let client_args = [
+        "list",
+        "--coordinator",
+        "https://localhost:1",
+        "--tls-ca",
+        &ca,
+    ];
+    let coordinator = |cert: &str, key: &str| with_identity(&coordinator_args, cert, key);
+    let client = |cert: &str, key: &str| with_identity(&client_args, cert, key);
     let mismatch = "the private key does not belong to the certificate";
     let version = "the certificate is X.509 v1";
     let cases = [

@@ -370,13 +370,15 @@ impl SledStore {
     }
 
     fn get_unguarded(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        // A blob key is in one of its two trees: the reference, if any, first.
         let (value, spilled) = self.with_handles(|h| {
-            let value = h.tree(tree).get(key).map_err(|e| fault(&self.dir, &e))?;
-            let spilled = match tree {
-                Tree::Blobs => h.spilled().get(key).map_err(|e| fault(&self.dir, &e))?,
-                _ => None,
-            };
-            Ok((value, spilled))
+            let read = |t: &sled::Tree| t.get(key).map_err(|e| fault(&self.dir, &e));
+            if tree == Tree::Blobs
+                && let Some(reference) = read(h.spilled())?
+            {
+                return Ok((None, Some(reference)));
+            }
+            Ok((read(h.tree(tree))?, None))
         })?;
         match spilled {
             Some(reference) => self.read_spilled(&reference).map(Some),

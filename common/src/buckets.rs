@@ -15,6 +15,21 @@
 
 use crate::{Result, invalid};
 
+/// The bucket of `key` among `buckets` (at least 1): a 64-bit mix of the key
+/// scaled to the bucket count, so buckets are even whatever the states look
+/// like. Every frontier plan routes its states with it.
+pub fn bucket_of(key: u128, buckets: u32) -> u32 {
+    let mixed = splitmix64(splitmix64(key as u64) ^ (key >> 64) as u64);
+    ((u128::from(mixed) * u128::from(buckets)) >> 64) as u32
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Frames `buckets` as one shard's output.
 pub fn encode_buckets(buckets: &[Vec<u8>]) -> Vec<u8> {
     let body: usize = buckets.iter().map(Vec::len).sum();
@@ -110,6 +125,20 @@ pub fn split_gathered(input: &[u8]) -> Result<Vec<&[u8]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buckets_are_even_and_stable() {
+        let counts = (0..70_000u128).fold([0u32; 7], |mut c, s| {
+            c[bucket_of(s * 8, 7) as usize] += 1;
+            c
+        });
+        assert!(
+            counts.iter().all(|&c| (9_000..11_000).contains(&c)),
+            "{counts:?}"
+        );
+        assert!((0..1000u128).all(|s| bucket_of(s, 1) == 0));
+        assert_eq!(bucket_of(12345, 7), bucket_of(12345, 7));
+    }
 
     #[test]
     fn buckets_round_trip_and_gather_by_index() {

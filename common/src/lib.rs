@@ -35,6 +35,7 @@ pub mod sliders;
 pub mod spec;
 pub mod transport;
 pub mod values;
+pub mod varint;
 pub mod wire;
 
 #[doc(hidden)]

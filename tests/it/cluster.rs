@@ -10,7 +10,7 @@ use tally_common::Control;
 use tally_common::kinds::blocks::{BlocksPlanName, BlocksSpec};
 use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::kinds::pegs::PegsSpec;
+use tally_common::kinds::pegs::{PegsPlanName, PegsSpec};
 use tally_common::kinds::sliders::SlidersSpec;
 use tally_common::proto::{self, JobState};
 use tally_common::sliders::{SliderParams, SliderSpace};
@@ -704,31 +704,64 @@ async fn replicas_catch_a_worker_that_returns_wrong_numbers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pegs_through_several_workers_equal_the_single_process_count() {
     let coordinator = start_coordinator(None).await;
-    let workers = Workers::start(&coordinator.url(), 3, 1);
-    let mut client = jobs_client(&coordinator.url()).await;
-    for (board, start, end, prefixes) in [
-        ("triangle:5", Some(1), None, 0),
-        ("triangle:5", Some(4), Some(13), 5),
-        ("triangle:6", Some(4), None, 40),
-        ("triangle:6", Some(1), Some(1), 0),
-    ] {
-        let spec = JobSpec::new(PegsSpec {
-            board: board.into(),
-            start,
-            end,
-            prefixes,
-        });
-        let job = submit(&mut client, &spec, "").await;
-        let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
-        assert_eq!(state(&done), JobState::Succeeded, "{board}: {}", done.error);
-        assert!(done.shards_total > 1, "{board}: one shard only");
-        assert_eq!(
-            done.answer,
-            direct_answer(&spec),
-            "{board} {start:?} {end:?}"
-        );
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    // Without a final hole (one search to the last peg), and with one: the
+    // start hole (one search meeting itself) or another hole (two searches),
+    // with odd (triangles 5, 6) and even (triangle 4) numbers of jumps.
+    let games = [
+        ("triangle:5", Some(1), None),
+        ("triangle:6", Some(4), None),
+        ("triangle:5", Some(13), Some(13)),
+        ("triangle:6", Some(1), Some(1)),
+        ("triangle:6", Some(2), Some(8)),
+        ("triangle:4", Some(2), Some(3)),
+    ];
+    // The prefixes plan, and the frontier plan with 1, 2, 7 and chosen buckets.
+    let plans = [
+        (PegsPlanName::Prefixes, 5, 0),
+        (PegsPlanName::Frontier, 0, 1),
+        (PegsPlanName::Frontier, 0, 2),
+        (PegsPlanName::Frontier, 0, 7),
+        (PegsPlanName::Frontier, 0, 0),
+    ];
+    for workers in [1, 3] {
+        let running = Workers::start(&url, workers, 1);
+        for (board, start, end) in games {
+            for (plan, prefixes, buckets) in plans {
+                let spec = JobSpec::new(PegsSpec {
+                    board: board.into(),
+                    start,
+                    end,
+                    prefixes,
+                    plan,
+                    buckets,
+                });
+                let name = format!("{board} {start:?} {end:?} {plan:?} {buckets} buckets");
+                let job = submit(&mut client, &spec, "").await;
+                let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+                assert_eq!(state(&done), JobState::Succeeded, "{name}: {}", done.error);
+                assert_eq!(
+                    done.answer,
+                    direct_answer(&spec),
+                    "{name}, {workers} workers"
+                );
+                let stages = u64::from(done.stages_total);
+                if buckets > 1 && end.is_none() {
+                    // The start alone, then a stage per level, each split.
+                    assert!(stages >= 10, "{name}: {stages} stages");
+                    assert_eq!(done.shards_total, 1 + u64::from(buckets) * (stages - 1));
+                } else if buckets > 1 {
+                    // Half the levels of each search, then the join.
+                    assert!(stages >= 4, "{name}: {stages} stages");
+                    assert!(done.shards_total > stages * (u64::from(buckets) - 1));
+                } else if plan == PegsPlanName::Prefixes {
+                    assert!(done.shards_total > 1, "{name}: one shard only");
+                }
+            }
+        }
+        running.stop().await;
     }
-    workers.stop().await;
     coordinator.shutdown().await;
 }
 

@@ -17,24 +17,11 @@
 use super::frontier::{decode_states, encode_states};
 use super::puzzle::Puzzle;
 use super::search::merge_states;
+use crate::buckets::bucket_of;
 use crate::{Control, Result, invalid};
 
 /// States expanded between two polls of the control.
 const POLL_STATES: usize = 1024;
-
-/// The bucket of `state` among `buckets` (at least 1): a 64-bit mix of the
-/// state scaled to the bucket count, so buckets are even whatever the puzzle.
-pub fn bucket_of(state: u128, buckets: u32) -> u32 {
-    let mixed = splitmix64(splitmix64(state as u64) ^ (state >> 64) as u64);
-    ((u128::from(mixed) * u128::from(buckets)) >> 64) as u32
-}
-
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 /// What one shard of a layer sends one bucket of the next layer: sorted,
 /// deduplicated lists of states.
@@ -275,20 +262,6 @@ mod tests {
         let single = single.into_iter().next().unwrap();
         assert!(!single.candidates.is_empty() && !single.previous.is_empty());
         assert_eq!(rebucket(single, 5), five);
-    }
-
-    #[test]
-    fn buckets_are_even_and_stable() {
-        let counts = (0..70_000u128).fold([0u32; 7], |mut c, s| {
-            c[bucket_of(s * 8, 7) as usize] += 1;
-            c
-        });
-        assert!(
-            counts.iter().all(|&c| (9_000..11_000).contains(&c)),
-            "{counts:?}"
-        );
-        assert!((0..1000u128).all(|s| bucket_of(s, 1) == 0));
-        assert_eq!(bucket_of(12345, 7), bucket_of(12345, 7));
     }
 
     #[test]

@@ -89,7 +89,7 @@ mod tests;
 
 pub use format::PieceType;
 pub use frontier::{decode_states, encode_states};
-pub use levels::{LevelBucket, bucket_of, expand_bucket, rebucket, start_bucket};
+pub use levels::{LevelBucket, expand_bucket, rebucket, start_bucket};
 pub use puzzle::{Puzzle, parse_puzzle};
 pub use search::{BlocksCount, count_reachable, expand_layer, merge_states};
 

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::blocks::LevelBucket;
-use crate::buckets::{encode_buckets, split_buckets, split_gathered};
+use crate::buckets::{bucket_of, encode_buckets, split_buckets, split_gathered};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun, SpecOf,
@@ -462,7 +462,7 @@ impl JobKind for Blocks {
                     if let Some(&state) = lists
                         .into_iter()
                         .flatten()
-                        .find(|&&s| blocks::bucket_of(s, *buckets_out) != q as u32)
+                        .find(|&&s| bucket_of(s, *buckets_out) != q as u32)
                     {
                         return Err(invalid!(
                             "state {state:#x} was sent to bucket {q}, not its own"

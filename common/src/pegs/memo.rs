@@ -176,7 +176,7 @@ impl Memo {
 
 /// Asks the CPU to start loading the cache line at `p`.
 #[inline(always)]
-fn prefetch(p: *const i8) {
+pub(crate) fn prefetch(p: *const i8) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};

@@ -55,6 +55,8 @@
 
 mod board;
 mod count;
+mod levels;
+mod meet;
 mod memo;
 mod set;
 #[cfg(test)]
@@ -67,6 +69,10 @@ use crate::{Control, Error, Result, invalid};
 
 pub use board::Jump;
 use board::{Axis, Canonicalizer, Images, Symmetries, bits, cell_bit, hole_cells};
+pub use levels::{
+    PegBucket, PegLevel, StageBucket, expand_level, pegs_at_level, rebucket, start_bucket,
+};
+pub use meet::{AtMeeting, Meeting, Side, join_level, meet_level, meeting, side_start};
 
 /// The smallest and largest triangle side. A count on side 7 (28 holes) visits
 /// up to 18 million boards; side 8 (36 holes) would still fit the bitboards

@@ -1,0 +1,740 @@
+//! The forward count by levels, the kernel of the pegs frontier plan.
+//!
+//! Level `k` holds the classes of boards reached after `k` jumps (every jump
+//! removes a peg, so a level is a peg count and levels never meet), each with
+//! the number of `k`-jump sequences from the start that end in the class: the
+//! sum of `f(b)` over the boards `b` of the class, where `f(b)` counts the
+//! sequences reaching `b`. These class sums add up level by level: a symmetry
+//! maps the jumps of a board one to one onto the jumps of its image, so every
+//! board of a class has the same number of jumps into each class of the next
+//! level, and the sum for a class of level `k + 1` is the sum over the classes
+//! of level `k` of their sum times the jumps of their representative into it.
+//! The symmetries fix the final hole, so the class of the one-peg board on it
+//! is that board alone and its sum is the number of solutions.
+//!
+//! Level `k` is split into buckets by a hash of the board. A shard owns one
+//! bucket: it merges what every shard of the previous level sent it (sorted
+//! lists, summing the counts of equal boards), expands every board, and sends
+//! each child with its count to the bucket of the next level the child falls
+//! in. Counts are summed in cache-sized hash tables before the children are
+//! sorted, so a shard's memory follows the distinct children, not the jumps.
+
+use std::collections::HashMap;
+
+use super::PegGame;
+use super::memo::prefetch;
+use crate::buckets::bucket_of;
+use crate::varint::{self, Reader};
+use crate::{Control, Error, Result, invalid};
+
+/// Boards expanded between two polls of the control.
+const POLL_BOARDS: usize = 4096;
+
+/// Distinct boards per partition of the count tables aimed at: a partition's
+/// table (32 bytes a slot, at most half full) then stays in the L2 cache
+/// while a batch goes in.
+const BOARDS_PER_PARTITION: usize = 16384;
+const MAX_PARTITIONS: usize = 8192;
+/// Children gathered for a partition before they are summed into its table:
+/// at least this many, and at least half the table, so that each cache line
+/// of the table loaded for a batch takes several children.
+const MIN_BATCH: usize = 1024;
+
+/// Part of one level sent to one bucket: boards strictly increasing, each with
+/// the (nonzero) number of jump sequences reaching its class.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PegBucket {
+    pub boards: Vec<u64>,
+    pub counts: Vec<u128>,
+}
+
+impl PegBucket {
+    pub fn len(&self) -> usize {
+        self.boards.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.boards.is_empty()
+    }
+
+    /// The number of boards, then for each board its gap from the previous
+    /// one (the first board itself) and its count, all varints.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + self.len() * 6);
+        varint::push(&mut out, self.len() as u128);
+        let mut previous = 0;
+        for (&board, &count) in self.boards.iter().zip(&self.counts) {
+            varint::push(&mut out, u128::from(board - previous));
+            varint::push(&mut out, count);
+            previous = board;
+        }
+        out
+    }
+
+    /// Reads [`PegBucket::encode`]'s bytes. Anything else (truncated, boards
+    /// not strictly increasing or wider than 64 bits, a zero count, trailing
+    /// bytes) is `InvalidArgument`, and nothing is allocated beyond what the
+    /// input can describe.
+    pub fn decode(bytes: &[u8]) -> Result<PegBucket> {
+        let mut reader = Reader::new(bytes, "peg level bucket");
+        let count = reader.varint("the board count")?;
+        // Every board takes at least two bytes (its gap and its count).
+        if count > (reader.remaining() / 2) as u128 {
+            return Err(invalid!(
+                "peg level bucket: {count} boards announced in {} bytes",
+                bytes.len()
+            ));
+        }
+        let mut bucket = PegBucket {
+            boards: Vec::with_capacity(count as usize),
+            counts: Vec::with_capacity(count as usize),
+        };
+        let mut previous: u64 = 0;
+        for index in 0..count as usize {
+            let gap = reader.varint("a board")?;
+            if gap == 0 && index > 0 {
+                return Err(invalid!(
+                    "peg level bucket: board {index} repeats the previous one"
+                ));
+            }
+            let board = u64::try_from(gap)
+                .ok()
+                .and_then(|gap| previous.checked_add(gap))
+                .ok_or_else(|| invalid!("peg level bucket: board {index} exceeds 64 bits"))?;
+            let ways = reader.varint("a count")?;
+            if ways == 0 {
+                return Err(invalid!("peg level bucket: board {index} has a zero count"));
+            }
+            bucket.boards.push(board);
+            bucket.counts.push(ways);
+            previous = board;
+        }
+        reader.finish(&format!("{count} boards"))?;
+        Ok(bucket)
+    }
+}
+
+/// One bucket of a level shard's output: positions of the next level, and at
+/// the meeting level (see `meet`) positions keyed by their complements.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StageBucket {
+    pub level: PegBucket,
+    pub joined: PegBucket,
+}
+
+impl StageBucket {
+    /// The level's bytes after their length (u64, little-endian), then the
+    /// joined positions' bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let level = self.level.encode();
+        let mut out = Vec::with_capacity(8 + level.len() + 1);
+        out.extend_from_slice(&(level.len() as u64).to_le_bytes());
+        out.extend_from_slice(&level);
+        out.extend_from_slice(&self.joined.encode());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<StageBucket> {
+        let len = bytes
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            .ok_or_else(|| invalid!("peg stage bucket: shorter than its length"))?;
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|len| len.checked_add(8))
+            .filter(|&end| end <= bytes.len())
+            .ok_or_else(|| invalid!("peg stage bucket: its level runs past the end"))?;
+        Ok(StageBucket {
+            level: PegBucket::decode(&bytes[8..end])?,
+            joined: PegBucket::decode(&bytes[end..])?,
+        })
+    }
+}
+
+/// What the first level's only shard receives: the start position's class,
+/// reached once.
+pub fn start_bucket(game: &PegGame) -> PegBucket {
+    PegBucket {
+        boards: vec![game.canonical(game.start_board())],
+        counts: vec![1],
+    }
+}
+
+/// The number of pegs of the boards of `level`: the start has one hole empty.
+pub fn pegs_at_level(game: &PegGame, level: u32) -> Option<u32> {
+    game.start_board().count_ones().checked_sub(level)
+}
+
+/// One shard's part of one level.
+#[derive(Debug, Default)]
+pub struct PegLevel {
+    /// Distinct classes of the level in this shard's bucket.
+    pub states: u64,
+    /// Solutions among them: the sum for the final position when the boards
+    /// have one peg.
+    pub solutions: u128,
+    /// What the shard sends to each bucket of the next level.
+    pub sent: Vec<PegBucket>,
+}
+
+/// Bucket `q` of level `level`, from what every shard of the previous level
+/// sent it (`inputs`): its classes and solutions, and what it sends each of
+/// the `buckets_out` buckets of the next level.
+///
+/// Every input must be sorted, with boards of the level's peg count on the
+/// board; otherwise `InvalidArgument`. One unit of work per class expanded.
+pub fn expand_level(
+    game: &PegGame,
+    level: u32,
+    inputs: Vec<PegBucket>,
+    buckets_out: u32,
+    control: &Control,
+) -> Result<PegLevel> {
+    if buckets_out == 0 {
+        return Err(invalid!("a level needs at least one bucket"));
+    }
+    let pegs = pegs_at_level(game, level)
+        .filter(|&p| p >= 1)
+        .ok_or_else(|| invalid!("level {level} is past the last peg of the {}", game.shape()))?;
+    let merged = checked_merge(game, inputs, pegs)?;
+    control.check()?;
+    let mut outcome = PegLevel {
+        states: merged.len() as u64,
+        ..PegLevel::default()
+    };
+    if pegs == 1 {
+        for (&board, &ways) in merged.boards.iter().zip(&merged.counts) {
+            outcome.solutions = game
+                .final_value(board)
+                .checked_mul(ways)
+                .and_then(|w| w.checked_add(outcome.solutions))
+                .ok_or_else(|| Error::Internal("pegs: count exceeds 128 bits".into()))?;
+        }
+        control.add_work(merged.len() as u64);
+        outcome.sent = vec![PegBucket::default(); buckets_out as usize];
+        return Ok(outcome);
+    }
+    outcome.sent = children(game, &merged, buckets_out, control)?;
+    Ok(outcome)
+}
+
+/// The children of the sorted `level` with their summed counts, in
+/// `buckets_out` buckets.
+pub(super) fn children(
+    game: &PegGame,
+    level: &PegBucket,
+    buckets_out: u32,
+    control: &Control,
+) -> Result<Vec<PegBucket>> {
+    let mut sums = CountSums::for_boards(level.len());
+    let mut children = Vec::with_capacity(64);
+    let mut at = 0;
+    for block in level.boards.chunks(POLL_BOARDS) {
+        control.check()?;
+        for &board in block {
+            let ways = level.counts[at];
+            at += 1;
+            children.clear();
+            game.push_children(board, &mut children);
+            for &child in &children {
+                sums.add(child, ways);
+            }
+        }
+        control.add_work(block.len() as u64);
+    }
+    sums.into_buckets(buckets_out)
+}
+
+/// One bucket split into `buckets` buckets (at least 1), for a shard that
+/// computed the next levels alone and must now hand them to several.
+pub fn rebucket(bucket: PegBucket, buckets: u32) -> Vec<PegBucket> {
+    let buckets = buckets.max(1);
+    let mut out = vec![PegBucket::default(); buckets as usize];
+    for (board, ways) in bucket.boards.into_iter().zip(bucket.counts) {
+        let q = &mut out[bucket_of(u128::from(board), buckets) as usize];
+        q.boards.push(board);
+        q.counts.push(ways);
+    }
+    out
+}
+
+/// The `inputs`, each checked to hold boards of `pegs` pegs, merged.
+pub(super) fn checked_merge(
+    game: &PegGame,
+    inputs: Vec<PegBucket>,
+    pegs: u32,
+) -> Result<PegBucket> {
+    for input in &inputs {
+        check_bucket(game, input, pegs)?;
+    }
+    merge_buckets(inputs)
+}
+
+fn check_bucket(game: &PegGame, bucket: &PegBucket, pegs: u32) -> Result<()> {
+    if bucket.boards.len() != bucket.counts.len() {
+        return Err(invalid!(
+            "peg level bucket: boards and counts differ in number"
+        ));
+    }
+    if bucket.boards.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(invalid!(
+            "peg level bucket: its boards are not sorted and distinct"
+        ));
+    }
+    if let Some(&board) = bucket
+        .boards
+        .iter()
+        .find(|&&b| b & !game.hole_mask() != 0 || b.count_ones() != pegs)
+    {
+        return Err(invalid!(
+            "peg level bucket: board {board:#x} is not a board of {pegs} pegs on the {}",
+            game.shape()
+        ));
+    }
+    Ok(())
+}
+
+/// The sorted lists merged, counts of equal boards summed.
+fn merge_buckets(inputs: Vec<PegBucket>) -> Result<PegBucket> {
+    let mut lists = inputs;
+    // Pairwise: each board is copied about log2(inputs) times.
+    while lists.len() > 1 {
+        let mut merged = Vec::with_capacity(lists.len().div_ceil(2));
+        let mut iter = lists.into_iter();
+        while let Some(a) = iter.next() {
+            merged.push(match iter.next() {
+                Some(b) => merge_two(a, b)?,
+                None => a,
+            });
+        }
+        lists = merged;
+    }
+    Ok(lists.pop().unwrap_or_default())
+}
+
+fn merge_two(a: PegBucket, b: PegBucket) -> Result<PegBucket> {
+    let mut out = PegBucket {
+        boards: Vec::with_capacity(a.len() + b.len()),
+        counts: Vec::with_capacity(a.len() + b.len()),
+    };
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let (x, y) = (a.boards[i], b.boards[j]);
+        if x < y {
+            out.boards.push(x);
+            out.counts.push(a.counts[i]);
+            i += 1;
+        } else if y < x {
+            out.boards.push(y);
+            out.counts.push(b.counts[j]);
+            j += 1;
+        } else {
+            let sum = a.counts[i]
+                .checked_add(b.counts[j])
+                .ok_or_else(|| Error::Internal("pegs: count exceeds 128 bits".into()))?;
+            out.boards.push(x);
+            out.counts.push(sum);
+            i += 1;
+            j += 1;
+        }
+    }
+    out.boards.extend_from_slice(&a.boards[i..]);
+    out.counts.extend_from_slice(&a.counts[i..]);
+    out.boards.extend_from_slice(&b.boards[j..]);
+    out.counts.extend_from_slice(&b.counts[j..]);
+    Ok(out)
+}
+
+// ---- summing the counts of the children ----
+
+const EMPTY: u64 = 0;
+const PARTITION_MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
+const SLOT_MULTIPLIER: u64 = 0xbf58_476d_1ce4_e5b9;
+const MIN_TABLE_BITS: u32 = 10;
+/// Batch entries between the prefetch of a slot and its probe.
+const PREFETCH_AHEAD: usize = 8;
+
+/// A board and a count below 2^64: counts of the cross boards stay far below
+/// it, and 16 bytes a slot put four slots in a cache line. Larger counts go to
+/// the partition's side table.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(16))]
+struct Slot {
+    board: u64,
+    ways: u64,
+}
+
+/// A hash table from boards to summed counts (open addressing, linear
+/// probing, at most half full), filled from a batch at a time.
+struct Partition {
+    slots: Vec<Slot>,
+    len: usize,
+    batch: Vec<Slot>,
+    /// Sums of 2^64 and more, and the boards they belong to.
+    wide: HashMap<u64, u128>,
+    overflow: bool,
+}
+
+impl Partition {
+    fn new() -> Partition {
+        Partition {
+            slots: vec![Slot::default(); 1 << MIN_TABLE_BITS],
+            len: 0,
+            batch: Vec::with_capacity(MIN_BATCH),
+            wide: HashMap::new(),
+            overflow: false,
+        }
+    }
+
+    fn flush(&mut self) {
+        // The table may grow during the batch: grow it first, so that the
+        // slots prefetched ahead are the ones probed.
+        while 2 * (self.len + self.batch.len()) > self.slots.len() && self.slots.len() < 1 << 30 {
+            self.grow();
+        }
+        for i in 0..self.batch.len() {
+            if let Some(ahead) = self.batch.get(i + PREFETCH_AHEAD) {
+                prefetch(
+                    self.slots
+                        .as_ptr()
+                        .wrapping_add(self.home(ahead.board))
+                        .cast(),
+                );
+            }
+            if 2 * (self.len + 1) > self.slots.len() {
+                self.grow();
+            }
+            let Slot { board, ways } = self.batch[i];
+            if self.place(board, ways) {
+                self.len += 1;
+            }
+        }
+        self.batch.clear();
+    }
+
+    #[inline(always)]
+    fn home(&self, board: u64) -> usize {
+        let bits = self.slots.len().trailing_zeros();
+        (board.wrapping_mul(SLOT_MULTIPLIER) >> (64 - bits)) as usize
+    }
+
+    /// Adds `ways` to `board`'s sum; true when the board is new.
+    #[inline]
+    fn place(&mut self, board: u64, ways: u64) -> bool {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(board);
+        loop {
+            let slot = &mut self.slots[i];
+            if slot.board == board {
+                match slot.ways.checked_add(ways) {
+                    Some(sum) => slot.ways = sum,
+                    None => {
+                        // The slot keeps the board; its sum moves to `wide`.
+                        let total = u128::from(ways) + u128::from(std::mem::take(&mut slot.ways));
+                        self.add_wide(board, total);
+                    }
+                }
+                return false;
+            }
+            if slot.board == EMPTY {
+                *slot = Slot { board, ways };
+                return true;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn add_wide(&mut self, board: u64, ways: u128) {
+        let sum = self.wide.entry(board).or_insert(0);
+        let (total, over) = sum.overflowing_add(ways);
+        *sum = total;
+        self.overflow |= over;
+    }
+
+    fn grow(&mut self) {
+        let doubled = vec![Slot::default(); self.slots.len() * 2];
+        let old = std::mem::replace(&mut self.slots, doubled);
+        for slot in old.into_iter().filter(|s| s.board != EMPTY) {
+            self.place(slot.board, slot.ways);
+        }
+    }
+}
+
+/// The children of a level with their summed counts, in partitions by a hash
+/// of the board so that each partition's table stays in the cache while a
+/// batch goes in.
+pub(super) struct CountSums {
+    partitions: Vec<Partition>,
+    shift: u32,
+}
+
+impl CountSums {
+    /// Room for the children of `boards` boards (a level has about as many
+    /// classes as the one before it; the tables grow when it has more).
+    pub(super) fn for_boards(boards: usize) -> CountSums {
+        let partitions = (boards / BOARDS_PER_PARTITION)
+            .clamp(1, MAX_PARTITIONS)
+            .next_power_of_two();
+        CountSums {
+            partitions: (0..partitions).map(|_| Partition::new()).collect(),
+            shift: 64 - partitions.trailing_zeros(),
+        }
+    }
+
+    #[inline]
+    pub(super) fn add(&mut self, board: u64, ways: u128) {
+        let index = if self.shift == 64 {
+            0
+        } else {
+            (board.wrapping_mul(PARTITION_MULTIPLIER) >> self.shift) as usize
+        };
+        let partition = &mut self.partitions[index];
+        match u64::try_from(ways) {
+            Ok(ways) => {
+                partition.batch.push(Slot { board, ways });
+                if partition.batch.len() >= MIN_BATCH.max(partition.slots.len()) {
+                    partition.flush();
+                }
+            }
+            Err(_) => partition.add_wide(board, ways),
+        }
+    }
+
+    /// The sums split into `buckets` buckets, each sorted by board.
+    pub(super) fn into_buckets(self, buckets: u32) -> Result<Vec<PegBucket>> {
+        let too_large = || Error::Internal("pegs: count exceeds 128 bits".into());
+        // Sums below 2^64 sort as 16-byte slots; the few wide ones apart.
+        let mut narrow: Vec<Vec<Slot>> = vec![Vec::new(); buckets as usize];
+        let mut wide: Vec<Vec<(u64, u128)>> = vec![Vec::new(); buckets as usize];
+        for mut partition in self.partitions {
+            partition.flush();
+            if partition.overflow {
+                return Err(too_large());
+            }
+            let mut wide_sums = std::mem::take(&mut partition.wide);
+            for slot in partition.slots.into_iter().filter(|s| s.board != EMPTY) {
+                let q = bucket_of(u128::from(slot.board), buckets) as usize;
+                match wide_sums.remove(&slot.board) {
+                    None => narrow[q].push(slot),
+                    Some(extra) => {
+                        let ways = extra.checked_add(slot.ways.into()).ok_or_else(too_large)?;
+                        wide[q].push((slot.board, ways));
+                    }
+                }
+            }
+            // Boards whose every count was wide have no slot.
+            for (board, ways) in wide_sums {
+                wide[bucket_of(u128::from(board), buckets) as usize].push((board, ways));
+            }
+        }
+        Ok(narrow
+            .into_iter()
+            .zip(wide)
+            .map(|(mut narrow, mut wide)| {
+                narrow.sort_unstable_by_key(|slot| slot.board);
+                wide.sort_unstable_by_key(|&(board, _)| board);
+                let mut bucket = PegBucket {
+                    boards: Vec::with_capacity(narrow.len() + wide.len()),
+                    counts: Vec::with_capacity(narrow.len() + wide.len()),
+                };
+                let mut wide = wide.into_iter().peekable();
+                for slot in narrow {
+                    while let Some((board, ways)) = wide.next_if(|&(b, _)| b < slot.board) {
+                        bucket.boards.push(board);
+                        bucket.counts.push(ways);
+                    }
+                    bucket.boards.push(slot.board);
+                    bucket.counts.push(slot.ways.into());
+                }
+                for (board, ways) in wide {
+                    bucket.boards.push(board);
+                    bucket.counts.push(ways);
+                }
+                bucket
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pegs::{BoardShape, PegGame};
+
+    /// The whole count run as levels of `buckets(level)` shards in this
+    /// process, shipped through the bytes: the solutions and level sizes.
+    fn by_levels(game: &PegGame, buckets: impl Fn(u32) -> u32) -> (u128, Vec<u64>) {
+        let control = Control::new();
+        let mut sizes = Vec::new();
+        let mut solutions = 0;
+        let mut inbox: Vec<Vec<PegBucket>> = vec![vec![start_bucket(game)]];
+        for level in 0.. {
+            let out_buckets = buckets(level + 1);
+            let mut next: Vec<Vec<PegBucket>> = vec![Vec::new(); out_buckets as usize];
+            let mut size = 0;
+            for inputs in inbox {
+                let inputs = inputs
+                    .iter()
+                    .map(|b| PegBucket::decode(&b.encode()).unwrap())
+                    .collect();
+                let part = expand_level(game, level, inputs, out_buckets, &control).unwrap();
+                size += part.states;
+                solutions += part.solutions;
+                for (q, bucket) in part.sent.into_iter().enumerate() {
+                    next[q].push(bucket);
+                }
+            }
+            if size == 0 {
+                break;
+            }
+            sizes.push(size);
+            if pegs_at_level(game, level) == Some(1) {
+                break;
+            }
+            inbox = next;
+        }
+        (solutions, sizes)
+    }
+
+    #[test]
+    fn levels_in_buckets_count_what_the_layered_kernel_counts() {
+        let games = [
+            PegGame::new(BoardShape::Triangle(5), Some(1), None).unwrap(),
+            PegGame::new(BoardShape::Triangle(5), Some(4), Some(15)).unwrap(),
+            PegGame::new(BoardShape::Triangle(6), Some(4), None).unwrap(),
+            PegGame::new(BoardShape::Triangle(5), Some(1), None)
+                .unwrap()
+                .without_symmetry(),
+        ];
+        type Shape = fn(u32) -> u32;
+        let shapes: [Shape; 4] = [|_| 1, |_| 2, |_| 7, |k| 1 + k % 5];
+        for game in &games {
+            let direct = game.count(&Control::new()).unwrap().solutions;
+            let name = (game.shape(), game.start_hole(), game.end_hole());
+            assert!(direct > 0, "{name:?} has solutions");
+            for shape in shapes {
+                let (solutions, sizes) = by_levels(game, shape);
+                assert_eq!(solutions, direct, "{name:?}");
+                assert_eq!(sizes[0], 1);
+            }
+        }
+    }
+
+    #[test]
+    fn counts_beyond_64_bits_are_summed_exactly() {
+        let mut rng = crate::test_rng::Rng::new(766);
+        let mut sums = CountSums::for_boards(40_000);
+        let mut expected = std::collections::BTreeMap::<u64, u128>::new();
+        for _ in 0..200_000 {
+            let board = 1 + rng.below(30_000u64) * 0x1_0001;
+            let ways: u128 = match rng.below(4u64) {
+                0 => u128::from(rng.next_u64()),
+                1 => u128::from(u64::MAX - rng.below(3u64)),
+                2 => (u128::from(rng.below(1u64 << 20)) << 64) | 5,
+                _ => u128::from(rng.below(1000u64)) + 1,
+            };
+            sums.add(board, ways);
+            *expected.entry(board).or_default() += ways;
+        }
+        let buckets = sums.into_buckets(3).unwrap();
+        let mut got = std::collections::BTreeMap::new();
+        for (q, bucket) in buckets.iter().enumerate() {
+            assert!(bucket.boards.windows(2).all(|w| w[0] < w[1]), "sorted");
+            for (&board, &ways) in bucket.boards.iter().zip(&bucket.counts) {
+                assert_eq!(bucket_of(u128::from(board), 3), q as u32);
+                got.insert(board, ways);
+            }
+        }
+        assert_eq!(got, expected);
+        assert!(expected.values().any(|&w| w > u128::from(u64::MAX)));
+        // A sum past 128 bits is an error, not a wrapped count.
+        let mut sums = CountSums::for_boards(1);
+        sums.add(7, u128::MAX);
+        sums.add(7, 1);
+        assert!(sums.into_buckets(1).is_err());
+    }
+
+    #[test]
+    fn rebucketing_one_bucket_equals_bucketing_at_once() {
+        let game = PegGame::new(BoardShape::Triangle(6), Some(4), None).unwrap();
+        let control = Control::new();
+        let mut one = vec![start_bucket(&game)];
+        for level in 0..4 {
+            one = expand_level(&game, level, one, 1, &control).unwrap().sent;
+        }
+        let five = expand_level(&game, 4, one.clone(), 5, &control)
+            .unwrap()
+            .sent;
+        let single = expand_level(&game, 4, one, 1, &control).unwrap().sent;
+        let single = single.into_iter().next().unwrap();
+        assert!(single.len() > 20);
+        assert_eq!(rebucket(single, 5), five);
+    }
+
+    #[test]
+    fn malformed_buckets_are_refused() {
+        let game = PegGame::new(BoardShape::Triangle(5), Some(1), None).unwrap();
+        let control = Control::new();
+        let first = expand_level(&game, 0, vec![start_bucket(&game)], 1, &control).unwrap();
+        let good = expand_level(&game, 1, first.sent, 1, &control)
+            .unwrap()
+            .sent
+            .remove(0);
+        let bytes = good.encode();
+        assert_eq!(PegBucket::decode(&bytes).unwrap(), good);
+        for cut in 0..bytes.len() {
+            assert!(PegBucket::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(PegBucket::decode(&longer).is_err());
+        // Counts of zero, repeated boards, boards past 64 bits.
+        let zero = [1, 5, 0];
+        assert!(
+            PegBucket::decode(&zero)
+                .unwrap_err()
+                .to_string()
+                .contains("zero count")
+        );
+        let repeated = [2, 5, 1, 0, 1];
+        assert!(
+            PegBucket::decode(&repeated)
+                .unwrap_err()
+                .to_string()
+                .contains("repeats")
+        );
+        let mut wide = vec![1];
+        varint::push(&mut wide, 1 << 64);
+        wide.push(1);
+        assert!(
+            PegBucket::decode(&wide)
+                .unwrap_err()
+                .to_string()
+                .contains("64 bits")
+        );
+        let huge = [0xff, 0xff, 0xff, 0x0f, 1, 1];
+        assert!(PegBucket::decode(&huge).is_err());
+        // Boards of the wrong peg count, off the board, or unsorted.
+        let level_two = |bucket: PegBucket| expand_level(&game, 2, vec![bucket], 1, &control);
+        assert!(level_two(good.clone()).is_ok());
+        assert!(
+            level_two(start_bucket(&game)).is_err(),
+            "a board of 14 pegs at level 2"
+        );
+        let off = PegBucket {
+            boards: vec![u64::MAX >> 1],
+            counts: vec![1],
+        };
+        assert!(level_two(off).is_err());
+        let mut unsorted = good.clone();
+        unsorted.boards.reverse();
+        unsorted.counts.reverse();
+        assert!(unsorted.len() > 1);
+        assert!(level_two(unsorted).is_err());
+        assert!(expand_level(&game, 0, vec![start_bucket(&game)], 0, &control).is_err());
+        assert!(
+            expand_level(&game, 15, Vec::new(), 1, &control).is_err(),
+            "past the last peg"
+        );
+    }
+}

@@ -8,6 +8,13 @@
 //! - `-- scale [sides]`: wall time and peak memory of `tally run hex --side N` for
 //!   N = 14, 15, 16 (or the sides given).
 //!
+//! - `-- frontier`: the frontier plans. Pegs (English, centre to centre) through
+//!   the runner with one worker against the kernel alone; the same job through a
+//!   coordinator with one worker process of two slots and with two worker
+//!   processes of one slot each (the same cores), wall time and each worker's
+//!   peak memory; blocks (Project Euler 766) with one and two workers against the
+//!   kernel alone.
+//!
 //! Run: `cargo bench --bench runner` (add `-- quick` for one repetition).
 
 use std::process::{Command, Stdio};
@@ -61,6 +68,9 @@ fn main() {
     }
     let quick = args.iter().any(|a| a == "quick");
     let runs = if quick { 1 } else { 3 };
+    if args.first().map(String::as_str) == Some("frontier") {
+        return frontier(runs);
+    }
 
     for plan in ["points", "cell-step"] {
         let (direct, a) = median(
@@ -204,4 +214,157 @@ fn restart_to_first_report() {
     let _ = coordinator.kill();
     let _ = worker.wait();
     let _ = coordinator.wait();
+}
+
+fn frontier(runs: usize) {
+    let pegs = ["run", "pegs", "--board", "english", "--end", "17"];
+    let (direct, a) = median(&[&pegs[..], &["--direct", "--threads", "2"]].concat(), runs);
+    let (runner, b) = median(&[&pegs[..], &["--workers", "1"]].concat(), runs);
+    assert_eq!(a, b, "runner and kernel disagree");
+    println!(
+        "pegs english 17 to 17: kernel alone {direct:.2} s, frontier plan with 1 worker {runner:.2} s, \
+         ratio {:.2} (answer {a})",
+        runner / direct
+    );
+    let (prefixes, c) = median(&[&pegs[..], &["--plan", "prefixes"]].concat(), 1);
+    assert_eq!(a, c);
+    println!("pegs english 17 to 17: prefixes plan with 1 worker {prefixes:.2} s (one run)");
+    let submit = ["pegs", "--board", "english", "--end", "17"];
+    let one = median_cluster(&submit, &[2], runs);
+    let two = median_cluster(&submit, &[1, 1], runs);
+    assert_eq!(one.answer, a);
+    assert_eq!(two.answer, a);
+    let peak = |c: &Cluster| {
+        c.worker_rss
+            .iter()
+            .map(|b| format!("{:.0} MB", *b as f64 / 1e6))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let largest = |c: &Cluster| c.worker_rss.iter().copied().max().unwrap_or(0) as f64;
+    println!(
+        "pegs english 17 to 17 through a coordinator: 1 worker process (2 slots) {:.2} s, peak {}; \
+         2 worker processes (1 slot each) {:.2} s, peaks {}: largest worker {:.2}x the single one",
+        one.wall,
+        peak(&one),
+        two.wall,
+        peak(&two),
+        largest(&two) / largest(&one)
+    );
+
+    let (direct, a) = median(&["run", "blocks", "--direct", "--threads", "2"], runs);
+    for workers in ["1", "2"] {
+        let (runner, b) = median(
+            &["run", "blocks", "--workers", workers, "--threads", "1"],
+            runs,
+        );
+        assert_eq!(a, b, "runner and kernel disagree");
+        println!(
+            "blocks PE 766: kernel alone {direct:.2} s, frontier plan with {workers} worker(s) of 1 \
+             thread {runner:.2} s, ratio {:.2} (answer {a})",
+            runner / direct
+        );
+    }
+}
+
+struct Cluster {
+    wall: f64,
+    answer: String,
+    worker_rss: Vec<u64>,
+}
+
+/// The run with the median wall time of `runs` runs of [`cluster`].
+fn median_cluster(submit: &[&str], slots: &[usize], runs: usize) -> Cluster {
+    let mut all: Vec<Cluster> = (0..runs).map(|_| cluster(submit, slots)).collect();
+    all.sort_by(|a, b| a.wall.partial_cmp(&b.wall).unwrap());
+    all.swap_remove(all.len() / 2)
+}
+
+/// Runs `tally submit SUBMIT...` on a coordinator with one worker process per
+/// entry of `slots` (that many slots and threads each) and waits for it: the
+/// wall time from submission to the answer, and each worker's peak memory.
+// The workers are reaped by wait4, which also returns their peak memory.
+#[allow(clippy::zombie_processes)]
+fn cluster(submit: &[&str], slots: &[usize]) -> Cluster {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut coordinator = tally()
+        .args([
+            "coordinator",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data",
+        ])
+        .arg(dir.path().join("data"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let workers: Vec<_> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let n = n.to_string();
+            tally()
+                .args([
+                    "worker",
+                    "--coordinator",
+                    &url,
+                    "--slots",
+                    &n,
+                    "--threads",
+                    &n,
+                ])
+                .args(["--id", &format!("bench-{i}")])
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let started = Instant::now();
+    let out = tally()
+        .arg("submit")
+        .args(submit)
+        .args(["--coordinator", &url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "submit failed");
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = tally()
+        .args(["watch", &job, "--coordinator", &url])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let wall = started.elapsed().as_secs_f64();
+    assert!(out.status.success(), "the job failed");
+    let answer = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    let worker_rss = workers
+        .into_iter()
+        .map(|w| {
+            let pid = w.id() as libc::pid_t;
+            // SAFETY: signals and reaps our own child; the pointers are valid locals.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+                let mut status = 0;
+                let mut usage: libc::rusage = std::mem::zeroed();
+                assert_eq!(libc::wait4(pid, &mut status, 0, &mut usage), pid);
+                usage.ru_maxrss as u64 * 1024
+            }
+        })
+        .collect();
+    let _ = coordinator.kill();
+    let _ = coordinator.wait();
+    Cluster {
+        wall,
+        answer,
+        worker_rss,
+    }
 }

@@ -734,7 +734,7 @@ async fn pegs_through_several_workers_equal_the_single_process_count() {
                     start,
                     end,
                     prefixes,
-                    plan,
+                    plan: Some(plan),
                     buckets,
                 });
                 let name = format!("{board} {start:?} {end:?} {plan:?} {buckets} buckets");

@@ -10,6 +10,7 @@ use support::*;
 use tally_common::kinds::blocks::{BlocksPlanName, BlocksSpec};
 use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::kayles::KaylesSpec;
+use tally_common::kinds::pegs::{PegsPlanName, PegsSpec};
 use tally_common::proto::{self, JobState};
 use tally_common::spec::JobSpec;
 
@@ -139,26 +140,48 @@ fn each_shard_accepted_once(before: &[proto::Event], all: &[proto::Event], shard
 /// and no shard accepted before the kills is leased again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frontier_job_survives_kills_of_the_coordinator_and_a_worker() {
+    // 37 layers of 3 shards, each at least 30 ms: seconds of work after layer 10.
+    let spec = JobSpec::new(BlocksSpec {
+        puzzle: "aab.\naab.\ncd..\nefgh\nsame: cdefgh\n".into(),
+        plan: BlocksPlanName::Frontier,
+        buckets: 3,
+    });
+    survives_kills(spec, 10).await;
+}
+
+/// The same for the pegs frontier plan with two searches meeting in the
+/// middle: 10 stages of both searches in 3 buckets each, then the join.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pegs_frontier_job_survives_kills_of_the_coordinator_and_a_worker() {
+    let spec = JobSpec::new(PegsSpec {
+        board: "triangle:6".into(),
+        start: Some(2),
+        end: Some(8),
+        prefixes: 0,
+        plan: Some(PegsPlanName::Frontier),
+        buckets: 3,
+    });
+    survives_kills(spec, 5).await;
+}
+
+/// Runs `spec` on two workers that hold each shard 30 ms, kill -9s one worker
+/// and the coordinator once the job reaches `stage`, restarts the coordinator
+/// with a new worker, and checks the answer and that no shard ran twice.
+async fn survives_kills(mut spec: JobSpec, stage: u32) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let log = dir.path().join("log.txt");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let mut coordinator = spawn_coordinator(port, &data, &log);
-    // 37 layers of 3 shards, each at least 30 ms: seconds of work after layer 10.
     let delay = ["--shard-delay-ms", "30"];
     let mut w1 = spawn_worker(&url, "w1", 1, &delay, &log);
     let _w2 = spawn_worker(&url, "w2", 1, &delay, &log);
     let mut client = jobs_client(&url).await;
-    let mut spec = JobSpec::new(BlocksSpec {
-        puzzle: "aab.\naab.\ncd..\nefgh\nsame: cdefgh\n".into(),
-        plan: BlocksPlanName::Frontier,
-        buckets: 3,
-    });
     // The killed worker's lease lapses soon after the restart.
     spec.options.lease_ttl_ms = 3_000;
     let job = submit(&mut client, &spec, "").await;
-    wait_for_stage(&mut client, &job.id, 10).await;
+    wait_for_stage(&mut client, &job.id, stage).await;
     let before = events(&mut client, &job.id).await;
     w1.kill9();
     coordinator.kill9();

@@ -51,7 +51,20 @@ fn an_unfinished_snapshot_left_by_a_crash_does_not_lose_the_store() {
     }
     let partial = dir.path().join("snap.00000000FFFFFFFF.generating");
     std::fs::write(&partial, [7u8; 40]).unwrap();
-    let plain = sled::Config::new().path(dir.path()).open();
+    // sled's flusher thread may hold the lock a moment after the store is
+    // dropped: wait for it (bounded), as the coordinator's own open does.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let plain = loop {
+        match sled::Config::new().path(dir.path()).open() {
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other,
+        }
+    };
     assert!(
         matches!(plain, Err(sled::Error::Corruption { .. })),
         "sled alone opens it: {:?}",

@@ -383,8 +383,8 @@ pub(super) fn next_stage(
             *total += size;
         }
     }
-    plan.solutions = solutions.to_string();
     if let Some(positions) = joined {
+        plan.solutions = solutions.to_string();
         // The joined level is the end search's (or, with one search, the
         // start search's level after the meeting level).
         match meeting {
@@ -417,6 +417,7 @@ pub(super) fn next_stage(
              {MAX_BUCKETS}) or let the plan choose"
         ));
     }
+    plan.solutions = solutions.to_string();
     let first = plan.levels.len();
     let first_end = plan.end_levels.len();
     plan.levels.extend(&start_found);
@@ -472,4 +473,194 @@ pub(super) fn next_stage(
         ));
     }
     Ok(NextStage::Shards(planned, note))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::pegs::PegsPlanName;
+
+    fn spec(end: Option<u32>, buckets: u32) -> PegsSpec {
+        PegsSpec {
+            board: "english".into(),
+            start: None,
+            end,
+            prefixes: 0,
+            plan: Some(PegsPlanName::Frontier),
+            buckets,
+        }
+    }
+
+    fn levels(sizes: &[u64], buckets: u32, side: PegSide) -> PegsPartial {
+        PegsPartial::PegLevels {
+            sizes: sizes.to_vec(),
+            solutions: String::new(),
+            buckets,
+            side,
+        }
+    }
+
+    #[test]
+    fn a_level_past_the_limit_fails_the_plan_naming_it_and_changes_nothing() {
+        let spec = spec(None, 2);
+        let before = PegsPlan {
+            levels: vec![1, 1, 2],
+            ..PegsPlan::default()
+        };
+        let mut plan = before.clone();
+        let too_many = MAX_POSITIONS_PER_BUCKET * 2 + 1;
+        let partials = [
+            levels(&[too_many / 2], 2, PegSide::Start),
+            levels(&[too_many - too_many / 2], 2, PegSide::Start),
+        ];
+        let finished = FinishedStage {
+            stage: 4,
+            stages_total: 4,
+            partials: &partials,
+        };
+        let e = next_stage(&spec, &mut plan, finished)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("level 3 has {too_many} positions")),
+            "{e}"
+        );
+        assert_eq!(plan, before);
+        // One position fewer and the next level is planned, split in two.
+        let partials = [
+            levels(&[too_many / 2], 2, PegSide::Start),
+            levels(&[too_many - too_many / 2 - 1], 2, PegSide::Start),
+        ];
+        let finished = FinishedStage {
+            partials: &partials,
+            ..finished
+        };
+        match next_stage(&spec, &mut plan, finished).unwrap() {
+            NextStage::Shards(shards, note) => {
+                assert_eq!(shards.len(), 2);
+                assert_eq!(note, format!("level 3: {} positions", too_many - 1));
+            }
+            NextStage::Finish => panic!("finished"),
+        }
+    }
+
+    #[test]
+    fn two_searches_run_side_by_side_and_end_in_a_join() {
+        // English from hole 10 to the centre: 31 jumps, the start search to
+        // level 15 and the end search to level 16, side by side.
+        let spec = PegsSpec {
+            start: Some(10),
+            ..spec(Some(17), 3)
+        };
+        let m = pegs::meeting(&game(&spec).unwrap()).unwrap();
+        assert_eq!((m.start_level, m.end_level, m.end_delay), (15, 16, 0));
+        let first = first_stage(&spec).unwrap();
+        assert_eq!(first.len(), 2, "both searches start in the first stage");
+        let mut plan = PegsPlan::default();
+        let mut stage = 1;
+        let mut partials = vec![
+            levels(&[1], 3, PegSide::Start),
+            levels(&[1], 3, PegSide::End),
+        ];
+        loop {
+            let finished = FinishedStage {
+                stage,
+                stages_total: stage,
+                partials: &partials,
+            };
+            match next_stage(&spec, &mut plan, finished).unwrap() {
+                NextStage::Finish => break,
+                NextStage::Shards(shards, _) => {
+                    stage += 1;
+                    partials = shards
+                        .iter()
+                        .map(|s| match s.task {
+                            PegsTask::PegLevel { side, .. } => levels(&[10], 3, side),
+                            _ => panic!("{s:?}"),
+                        })
+                        .collect();
+                    let sides: Vec<PegSide> = shards
+                        .iter()
+                        .map(|s| match s.task {
+                            PegsTask::PegLevel { side, .. } => side,
+                            _ => unreachable!(),
+                        })
+                        .collect();
+                    if sides.contains(&PegSide::Join) {
+                        assert!(sides.iter().all(|&s| s == PegSide::Join));
+                        assert_eq!(stage, 17, "the join follows level 15");
+                    } else {
+                        assert_eq!(sides.len(), 6, "stage {stage}: {sides:?}");
+                    }
+                }
+            }
+        }
+        assert_eq!(plan.levels.len(), 16, "start levels 0 to 15");
+        assert_eq!(
+            plan.end_levels.len(),
+            17,
+            "end levels 0 to 15, and 16 at the join"
+        );
+    }
+}
+
+#[cfg(test)]
+mod validation {
+    use super::*;
+    use crate::kind::JobKind;
+    use crate::kinds::pegs::{Pegs, PegsPlanName};
+
+    fn spec(plan: Option<PegsPlanName>, prefixes: u32, buckets: u32) -> PegsSpec {
+        PegsSpec {
+            board: "english".into(),
+            start: None,
+            end: Some(17),
+            prefixes,
+            plan,
+            buckets,
+        }
+    }
+
+    #[test]
+    fn plans_and_their_values_are_checked_and_named() {
+        use PegsPlanName::{Frontier, Prefixes};
+        for (ok, plan) in [
+            (spec(None, 0, 0), Frontier),
+            (spec(None, 0, MAX_BUCKETS), Frontier),
+            (spec(None, 7, 0), Prefixes),
+            (spec(Some(Prefixes), 0, 0), Prefixes),
+            (spec(Some(Frontier), 0, 3), Frontier),
+        ] {
+            Pegs::validate(&ok).unwrap();
+            assert_eq!(ok.plan_name(), plan);
+            // The proto form keeps the choice, or its absence.
+            let back = Pegs::spec_from_proto(&Pegs::spec_to_proto(&ok))
+                .unwrap()
+                .unwrap();
+            assert_eq!(back, ok);
+        }
+        for (bad, needle) in [
+            (
+                spec(None, 0, MAX_BUCKETS + 1),
+                "buckets must be at most 1024",
+            ),
+            (spec(None, 7, 2), "buckets are for the frontier plan"),
+            (
+                spec(Some(Frontier), 7, 0),
+                "prefixes are for the prefixes plan",
+            ),
+        ] {
+            let e = Pegs::validate(&bad).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+        let mut sideways = Pegs::spec_to_proto(&spec(None, 0, 0));
+        if let crate::proto::job_spec::Kind::Pegs(p) = &mut sideways {
+            p.plan = "sideways".into();
+        }
+        let e = Pegs::spec_from_proto(&sideways)
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown pegs plan \"sideways\""), "{e}");
+    }
 }

@@ -90,11 +90,24 @@ pub struct PegsSpec {
     /// Prefixes plan: minimum number of prefix tasks; 0 chooses.
     #[serde(default)]
     pub prefixes: u32,
-    #[serde(default)]
-    pub plan: PegsPlanName,
+    /// The shard plan; `None`: the prefixes plan when `prefixes` is given (as
+    /// before there was a choice), else the frontier plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PegsPlanName>,
     /// Frontier plan: shards per level; 0 chooses from each level's size.
     #[serde(default)]
     pub buckets: u32,
+}
+
+impl PegsSpec {
+    /// The plan the job runs (see [`PegsSpec::plan`]).
+    pub fn plan_name(&self) -> PegsPlanName {
+        match self.plan {
+            Some(plan) => plan,
+            None if self.prefixes > 0 => PegsPlanName::Prefixes,
+            None => PegsPlanName::Frontier,
+        }
+    }
 }
 
 fn default_board() -> String {
@@ -119,9 +132,9 @@ pub struct PegsArgs {
     pub end: Option<u32>,
     /// Shard plan: frontier (the default: the count by levels, large levels
     /// split over shards) or prefixes (positions after a few jumps counted in
-    /// batches).
-    #[arg(long, default_value = "frontier")]
-    pub plan: String,
+    /// batches; the default when --prefixes is given).
+    #[arg(long)]
+    pub plan: Option<String>,
     /// Frontier plan: shards per level (default: from each level's size).
     #[arg(long, value_name = "N")]
     pub buckets: Option<u32>,
@@ -262,7 +275,7 @@ impl JobKind for Pegs {
             start: args.start,
             end: args.end,
             prefixes: args.prefixes,
-            plan: PegsPlanName::parse(&args.plan)?,
+            plan: args.plan.as_deref().map(PegsPlanName::parse).transpose()?,
             buckets: args.buckets.unwrap_or(0),
         })
     }
@@ -273,7 +286,7 @@ impl JobKind for Pegs {
             start: spec.start.unwrap_or(0),
             end: spec.end.unwrap_or(0),
             prefixes: spec.prefixes,
-            plan: spec.plan.name().to_string(),
+            plan: spec.plan.map(|p| p.name().to_string()).unwrap_or_default(),
             buckets: spec.buckets,
         })
     }
@@ -282,7 +295,11 @@ impl JobKind for Pegs {
         let proto::job_spec::Kind::Pegs(g) = kind else {
             return None;
         };
-        Some(PegsPlanName::parse(&g.plan).map(|plan| PegsSpec {
+        let plan = match g.plan.as_str() {
+            "" => Ok(None),
+            name => PegsPlanName::parse(name).map(Some),
+        };
+        Some(plan.map(|plan| PegsSpec {
             board: if g.board.is_empty() {
                 default_board()
             } else {
@@ -304,7 +321,7 @@ impl JobKind for Pegs {
                 spec.prefixes
             ));
         }
-        if spec.prefixes > 0 && spec.plan != PegsPlanName::Prefixes {
+        if spec.prefixes > 0 && spec.plan_name() != PegsPlanName::Prefixes {
             return Err(invalid!(
                 "prefixes are for the prefixes plan (--plan prefixes)"
             ));
@@ -315,7 +332,7 @@ impl JobKind for Pegs {
                 spec.buckets
             ));
         }
-        if spec.buckets > 0 && spec.plan != PegsPlanName::Frontier {
+        if spec.buckets > 0 && spec.plan_name() != PegsPlanName::Frontier {
             return Err(invalid!(
                 "buckets are for the frontier plan (--plan frontier)"
             ));
@@ -329,7 +346,7 @@ impl JobKind for Pegs {
             Some(end) => format!("pegs {} from hole {start} to hole {end}", spec.board),
             None => format!("pegs {} from hole {start}", spec.board),
         };
-        match (spec.plan, spec.buckets) {
+        match (spec.plan_name(), spec.buckets) {
             (PegsPlanName::Prefixes, _) => format!("{game} (prefixes)"),
             (PegsPlanName::Frontier, 0) => game,
             (PegsPlanName::Frontier, n) => format!("{game} ({n} buckets per level)"),
@@ -337,7 +354,7 @@ impl JobKind for Pegs {
     }
 
     fn prepare(spec: &PegsSpec, _cache: &KernelCache, _control: &Control) -> Result<PegsPlan> {
-        if spec.plan == PegsPlanName::Frontier {
+        if spec.plan_name() == PegsPlanName::Frontier {
             return Ok(PegsPlan::default());
         }
         let wanted = if spec.prefixes == 0 {
@@ -352,7 +369,7 @@ impl JobKind for Pegs {
     }
 
     fn plan_stage(spec: &PegsSpec, plan: &PegsPlan, _stage: u32) -> Result<Vec<Planned<PegsTask>>> {
-        if spec.plan == PegsPlanName::Frontier {
+        if spec.plan_name() == PegsPlanName::Frontier {
             return frontier::first_stage(spec);
         }
         let batch = plan.peg_tasks.len().div_ceil(MAX_SHARDS).max(1);
@@ -390,7 +407,7 @@ impl JobKind for Pegs {
     }
 
     fn needs_stage_input(spec: &PegsSpec, stage: u32) -> bool {
-        spec.plan == PegsPlanName::Frontier && stage > 1
+        spec.plan_name() == PegsPlanName::Frontier && stage > 1
     }
 
     fn input_bucket(_spec: &PegsSpec, task: &PegsTask) -> Option<u32> {

@@ -141,9 +141,11 @@ pub enum Command {
     /// Cancel a queued or running job.
     #[command(after_help = "Example:\n  tally cancel job-000001")]
     Cancel(JobArg),
-    /// List all jobs.
-    #[command(after_help = "Example:\n  tally list --json")]
-    List,
+    /// List jobs in submission order, a page at a time.
+    #[command(
+        after_help = "Examples:\n  tally list\n  tally list --state running --state queued --kind hex\n  tally list --limit 20 --page-token 20 --json\n  tally list --all"
+    )]
+    List(ListArgs),
     /// Print a job's durable event log (leases, accepted results, stages).
     #[command(after_help = "Example:\n  tally events job-000001")]
     Events(JobArg),
@@ -158,6 +160,26 @@ pub enum Command {
         after_help = "Examples:\n  tally completions bash > /etc/bash_completion.d/tally\n  tally completions zsh > ~/.zfunc/_tally\n  tally completions fish > ~/.config/fish/completions/tally.fish"
     )]
     Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Jobs per page (at most 1000).
+    #[arg(long, default_value_t = 100)]
+    pub limit: u32,
+    /// Start after this page: the token a previous page printed.
+    #[arg(long, value_name = "TOKEN")]
+    pub page_token: Option<String>,
+    /// Only jobs in this state (queued, running, succeeded, failed, cancelled);
+    /// repeat for several.
+    #[arg(long, value_name = "STATE")]
+    pub state: Vec<String>,
+    /// Only jobs of this kind (hex, kayles, sliders, pegs, blocks, queens).
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Every page, one after another.
+    #[arg(long, conflicts_with = "page_token")]
+    pub all: bool,
 }
 
 #[derive(Args, Debug)]

@@ -15,7 +15,7 @@ use tally_common::transport::{self, AuthChannel, BearerToken, ClientSecurity};
 use tally_common::wire::MAX_MESSAGE_BYTES;
 use tonic::service::interceptor::InterceptedService;
 
-use crate::args::{RunArgs, SubmitArgs};
+use crate::args::{ListArgs, RunArgs, SubmitArgs};
 use crate::output;
 
 /// A coordinator to talk to and the credentials to present.
@@ -459,18 +459,63 @@ pub async fn cancel(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn list(remote: &Remote, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn list(remote: &Remote, args: &ListArgs, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(remote).await?;
-    let jobs = client
-        .list(quick(proto::ListJobsRequest {}))
-        .await?
-        .into_inner()
-        .jobs;
+    let mut states = Vec::new();
+    for name in &args.state {
+        let state = [
+            proto::JobState::Queued,
+            proto::JobState::Running,
+            proto::JobState::Succeeded,
+            proto::JobState::Failed,
+            proto::JobState::Cancelled,
+        ]
+        .into_iter()
+        .find(|s| s.name().eq_ignore_ascii_case(name))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "unknown state {name:?}: expected queued, running, succeeded, failed or cancelled"
+            )
+        })?;
+        states.push(state as i32);
+    }
+    let mut request = proto::ListJobsRequest {
+        limit: args.limit,
+        page_token: args.page_token.clone().unwrap_or_default(),
+        states,
+        kind: args.kind.clone().unwrap_or_default(),
+    };
+    let mut jobs = Vec::new();
+    // With --all, pages until the last; each page is one call with its own deadline.
+    let next = loop {
+        let page = client.list(quick(request.clone())).await?.into_inner();
+        jobs.extend(page.jobs);
+        if !args.all || page.next_page_token.is_empty() {
+            break page.next_page_token;
+        }
+        request.page_token = page.next_page_token;
+    };
     if json {
         let list: Vec<_> = jobs.iter().map(output::job_json).collect();
-        println!("{}", serde_json::json!({ "jobs": list }));
+        println!(
+            "{}",
+            serde_json::json!({ "jobs": list, "next_page_token": next })
+        );
     } else {
         print!("{}", output::job_table(&jobs));
+        if !next.is_empty() {
+            let mut hint = format!("more: tally list --page-token {next}");
+            if args.limit != 100 {
+                hint += &format!(" --limit {}", args.limit);
+            }
+            for state in &args.state {
+                hint += &format!(" --state {state}");
+            }
+            if let Some(kind) = &args.kind {
+                hint += &format!(" --kind {kind}");
+            }
+            println!("{hint}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -117,7 +117,7 @@ async fn dispatch(cli: Cli, config_path: Option<PathBuf>) -> anyhow::Result<Exit
         Command::Watch(job) => client::watch(&remote(), &job.job, json).await,
         Command::Result(job) => client::result(&remote(), &job.job, json).await,
         Command::Cancel(job) => client::cancel(&remote(), &job.job, json).await,
-        Command::List => client::list(&remote(), json).await,
+        Command::List(args) => client::list(&remote(), &args, json).await,
         Command::Events(job) => client::events(&remote(), &job.job, json).await,
         Command::Doctor => client::doctor(&remote(), config_path.as_deref(), json).await,
         Command::Completions { shell } => {

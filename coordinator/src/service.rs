@@ -21,7 +21,8 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::error::{CoordinatorError, Result};
 use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::{
-    Grant, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult, Scheduler,
+    Grant, ListPage, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult,
+    Scheduler,
 };
 
 /// Longest long-poll a worker may ask for.
@@ -184,10 +185,17 @@ impl JobService for JobApi {
 
     async fn list(
         &self,
-        _request: Request<proto::ListJobsRequest>,
+        request: Request<proto::ListJobsRequest>,
     ) -> std::result::Result<Response<proto::ListJobsResponse>, Status> {
-        let jobs = self.shared.with_scheduler(|s| Ok(s.list(now_ms()))).await?;
-        Ok(Response::new(proto::ListJobsResponse { jobs }))
+        let page = ListPage::from_request(request.get_ref())?;
+        let (jobs, next_page_token) = self
+            .shared
+            .with_scheduler(move |s| Ok(s.list_page(&page, now_ms())))
+            .await?;
+        Ok(Response::new(proto::ListJobsResponse {
+            jobs,
+            next_page_token,
+        }))
     }
 
     type WatchStream = JobStream;
@@ -470,7 +478,10 @@ impl WorkerService for WorkerApi {
             self.shared.changed(&lease.job);
             self.shared.work_ready.notify_waiters();
         }
-        Ok(Response::new(proto::ReportResponse { stop: outcome.stop }))
+        Ok(Response::new(proto::ReportResponse {
+            stop: outcome.stop,
+            accepted: outcome.accepted,
+        }))
     }
 
     type FetchStageDataStream = ChunkStream;

@@ -653,7 +653,7 @@ struct Observed {
 
 async fn observe(client: &mut JobServiceClient<Channel>) -> Observed {
     let jobs: Vec<proto::Job> = client
-        .list(proto::ListJobsRequest {})
+        .list(proto::ListJobsRequest::default())
         .await
         .expect("list")
         .into_inner()

@@ -314,6 +314,43 @@ async fn submit_status_watch_result_list_and_cancel_against_a_coordinator() {
     let refused = run(vec!["cancel", &id]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("already succeeded"));
+
+    // Pages and filters: two jobs, one a page; the hint names the next page.
+    let text = |args: Vec<&str>| {
+        let out = run(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let first = text(vec!["list", "--limit", "1"]);
+    assert!(first.contains(&id) && !first.contains(&queued), "{first}");
+    let hint = first.lines().last().unwrap();
+    assert!(
+        hint.starts_with("more: tally list --page-token "),
+        "{first}"
+    );
+    let mut next: Vec<&str> = hint["more: tally ".len()..].split(' ').collect();
+    let second = text(std::mem::take(&mut next));
+    assert!(
+        second.contains(&queued) && !second.contains(&id),
+        "{hint:?} gave {second}"
+    );
+    let all = text(vec!["list", "--limit", "1", "--all"]);
+    assert!(
+        all.contains(&id) && all.contains(&queued) && !all.contains("more:"),
+        "{all}"
+    );
+    let cancelled = text(vec!["list", "--state", "cancelled", "--kind", "kayles"]);
+    assert!(
+        cancelled.contains(&queued) && !cancelled.contains(&id),
+        "{cancelled}"
+    );
+    let bad = run(vec!["list", "--state", "sleeping"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown state \"sleeping\""));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -372,7 +372,7 @@ async fn same_idempotency_key_returns_the_same_job() {
         "{conflict:?}"
     );
     let listed = client
-        .list(proto::ListJobsRequest {})
+        .list(proto::ListJobsRequest::default())
         .await
         .unwrap()
         .into_inner()
@@ -447,7 +447,7 @@ async fn bad_specs_are_refused_with_invalid_argument_and_change_nothing() {
         );
     }
     let listed = client
-        .list(proto::ListJobsRequest {})
+        .list(proto::ListJobsRequest::default())
         .await
         .unwrap()
         .into_inner()
@@ -920,4 +920,151 @@ fn walk_sizes(dir: &std::path::Path) -> u64 {
             }
         })
         .sum()
+}
+
+/// A lease shorter than the default heartbeat interval (1 s) is renewed in
+/// time: heartbeats come three times per lease. Each shard holds its lease
+/// 1.5 s, two leases' worth; with beats once a second most attempts lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leases_shorter_than_a_second_are_renewed_in_time() {
+    let coordinator = start_coordinator(None).await;
+    let workers = Workers::start_with(&coordinator.url(), 1, 8, |c| {
+        c.shard_delay = Duration::from_millis(1_500);
+    });
+    let mut client = jobs_client(&coordinator.url()).await;
+    let mut spec = JobSpec::new(KaylesSpec {
+        pins: 300,
+        digits: 6,
+    });
+    spec.options.lease_ttl_ms = 800;
+    // Spare attempts absorb a stall of the machine longer than a lease.
+    spec.options.max_attempts = 10;
+    let job = submit(&mut client, &spec, "").await;
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, direct_answer(&spec));
+    // Beats once a second let most attempts lapse; three per lease, at most
+    // one in a stall of the machine.
+    let expired = events(&mut client, &job.id)
+        .await
+        .iter()
+        .filter(|e| e.kind == "expired")
+        .count() as u64;
+    assert!(expired * 4 <= done.shards_total, "{expired} leases lapsed");
+    workers.stop().await;
+    coordinator.shutdown().await;
+}
+
+/// `List` pages in submission order and filters by state and kind; a bad
+/// request is refused, naming the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_listed_a_page_at_a_time_and_filtered() {
+    use tally_common::kinds::queens::QueensSpec;
+    let coordinator = start_coordinator(None).await;
+    let mut client = jobs_client(&coordinator.url()).await;
+    // No workers: the jobs stay queued; every third is a queens job, every
+    // fourth cancelled.
+    let mut ids = Vec::new();
+    for i in 0..25u64 {
+        let spec = if i % 3 == 0 {
+            JobSpec::new(QueensSpec { n: 6 })
+        } else {
+            JobSpec::new(KaylesSpec {
+                pins: 10 + 2 * i,
+                digits: 3,
+            })
+        };
+        let job = submit(&mut client, &spec, "").await;
+        if i % 4 == 0 {
+            client
+                .cancel(proto::CancelRequest {
+                    job_id: job.id.clone(),
+                })
+                .await
+                .unwrap();
+        }
+        ids.push(job.id);
+    }
+    let list = |limit: u32, page_token: String, states: Vec<JobState>, kind: &str| {
+        proto::ListJobsRequest {
+            limit,
+            page_token,
+            states: states.into_iter().map(|s| s as i32).collect(),
+            kind: kind.into(),
+        }
+    };
+    // Pages of 10 chain through every job once, in submission order.
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = client
+            .list(list(10, token, vec![], ""))
+            .await
+            .unwrap()
+            .into_inner();
+        pages += 1;
+        assert!(page.jobs.len() <= 10);
+        seen.extend(page.jobs.into_iter().map(|j| j.id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen, ids);
+    // Filters, alone and together.
+    let ids_where = |keep: &dyn Fn(usize) -> bool| -> Vec<String> {
+        (0..25)
+            .filter(|&i| keep(i))
+            .map(|i| ids[i].clone())
+            .collect()
+    };
+    let page_of = |r: proto::ListJobsResponse| -> Vec<String> {
+        assert!(r.next_page_token.is_empty());
+        r.jobs.into_iter().map(|j| j.id).collect()
+    };
+    let cancelled = client
+        .list(list(0, String::new(), vec![JobState::Cancelled], ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(page_of(cancelled), ids_where(&|i| i % 4 == 0));
+    let queens = client
+        .list(list(0, String::new(), vec![], "queens"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(page_of(queens), ids_where(&|i| i % 3 == 0));
+    let queued_kayles = client
+        .list(list(0, String::new(), vec![JobState::Queued], "kayles"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        page_of(queued_kayles),
+        ids_where(&|i| i % 3 != 0 && i % 4 != 0)
+    );
+    // Bad requests.
+    for (request, needle) in [
+        (
+            list(1001, String::new(), vec![], ""),
+            "limit must be at most 1000",
+        ),
+        (list(0, "page 2".into(), vec![], ""), "malformed page token"),
+        (list(0, String::new(), vec![], "chess"), "unknown job kind"),
+    ] {
+        let status = client.list(request).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().contains(needle), "{}", status.message());
+    }
+    let mut bad_state = list(0, String::new(), vec![], "");
+    bad_state.states = vec![99];
+    let status = client.list(bad_state).await.unwrap_err();
+    assert!(
+        status.message().contains("unknown job state 99"),
+        "{}",
+        status.message()
+    );
+    coordinator.shutdown().await;
 }

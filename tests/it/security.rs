@@ -87,7 +87,10 @@ async fn call_jobs(url: &str, security: &ClientSecurity) -> Vec<(&'static str, C
                 .await,
             ),
         ),
-        ("List", code(j.list(proto::ListJobsRequest {}).await)),
+        (
+            "List",
+            code(j.list(proto::ListJobsRequest::default()).await),
+        ),
         (
             "Watch",
             code(
@@ -219,7 +222,7 @@ async fn every_call_without_a_valid_token_is_unauthenticated() {
         assert!(passed(&code), "{rpc} with the worker token: {code:?}");
     }
     let listed = jobs(&url, &security(Some(TOKEN)))
-        .list(proto::ListJobsRequest {})
+        .list(proto::ListJobsRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -293,7 +296,7 @@ async fn each_credential_is_refused_the_other_roles_api() {
         .into_inner();
     assert_eq!(info.workers_live, 0);
     let listed = jobs(&url, &security(Some(TOKEN)))
-        .list(proto::ListJobsRequest {})
+        .list(proto::ListJobsRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -498,7 +501,7 @@ async fn mutual_tls_lets_in_only_clients_with_a_trusted_certificate() {
     };
     let list = |security: ClientSecurity, url: String| async move {
         jobs(&url, &security)
-            .list(proto::ListJobsRequest {})
+            .list(proto::ListJobsRequest::default())
             .await
             .map(|_| ())
     };

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tally_common::Control;
 use tally_common::dynamic::StageInput;
@@ -28,10 +29,26 @@ pub fn connect(url: &str, security: &ClientSecurity) -> Result<Client> {
         .max_encoding_message_size(MAX_MESSAGE_BYTES))
 }
 
+/// Heartbeats when no lease asks for more.
+pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// The fastest heartbeat: the shortest lease a job may ask for (500 ms) gets
+/// three beats.
+pub(crate) const MIN_HEARTBEAT_EVERY: Duration = Duration::from_millis(100);
+
+/// The heartbeat interval for leases whose shortest lives `shortest`.
+pub(crate) fn heartbeat_every(shortest: Option<Duration>) -> Duration {
+    shortest
+        .map(|ttl| ttl / 3)
+        .unwrap_or(HEARTBEAT_EVERY)
+        .clamp(MIN_HEARTBEAT_EVERY, HEARTBEAT_EVERY)
+}
+
 /// A running shard as the worker's other tasks see it.
 #[derive(Default)]
 pub(crate) struct ShardHandle {
     pub control: Control,
+    /// The lease's time to live: heartbeats come at least three times within it.
+    pub ttl: Duration,
     /// Set when the coordinator no longer wants this attempt (revoked lease,
     /// refused report): the shard then stops without a final report.
     revoked: AtomicBool,
@@ -58,6 +75,7 @@ pub(crate) struct Context {
     /// The running shards by lease id.
     active: Mutex<HashMap<String, Arc<ShardHandle>>>,
     slot_freed: Notify,
+    leases_changed: Notify,
     /// The decoded output of the last stage fetched.
     pub stage_cache: tokio::sync::Mutex<Option<CachedStage>>,
     pub stats: Arc<WorkerStats>,
@@ -75,6 +93,7 @@ impl Context {
             pool: ComputePool::new(config.threads),
             active: Mutex::new(HashMap::new()),
             slot_freed: Notify::new(),
+            leases_changed: Notify::new(),
             stage_cache: tokio::sync::Mutex::new(None),
             stats: Arc::new(WorkerStats::default()),
             session: Mutex::new(String::new()),
@@ -112,12 +131,30 @@ impl Context {
         self.client.clone()
     }
 
-    /// Takes a slot for a newly leased shard.
-    pub(crate) fn track(&self, lease_id: &str) -> Arc<ShardHandle> {
-        let handle = Arc::new(ShardHandle::default());
+    /// Takes a slot for a newly leased shard whose lease lives `ttl`.
+    pub(crate) fn track(&self, lease_id: &str, ttl: Duration) -> Arc<ShardHandle> {
+        let handle = Arc::new(ShardHandle {
+            ttl,
+            ..ShardHandle::default()
+        });
         let mut active = self.active.lock().unwrap();
         active.insert(lease_id.to_string(), handle.clone());
+        drop(active);
+        self.leases_changed.notify_one();
         handle
+    }
+
+    /// The time between heartbeats: [`HEARTBEAT_EVERY`], or a third of the
+    /// shortest lease held, so that a lease is renewed at least twice before
+    /// it could lapse; never below [`MIN_HEARTBEAT_EVERY`].
+    pub(crate) fn heartbeat_every(&self) -> Duration {
+        let shortest = self.active.lock().unwrap().values().map(|h| h.ttl).min();
+        heartbeat_every(shortest)
+    }
+
+    /// Resolves when a shard starts (its lease may call for faster heartbeats).
+    pub(crate) async fn leases_changed(&self) {
+        self.leases_changed.notified().await
     }
 
     /// Gives back the slot of a shard whose attempt has ended.
@@ -168,6 +205,27 @@ impl Context {
             active_shards: active.len(),
             slots: self.config.slots,
             work_in_progress: active.values().map(|h| h.control.work_done()).sum(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_come_three_times_per_shortest_lease() {
+        let ms = Duration::from_millis;
+        assert_eq!(heartbeat_every(None), HEARTBEAT_EVERY);
+        assert_eq!(heartbeat_every(Some(ms(15_000))), HEARTBEAT_EVERY);
+        assert_eq!(heartbeat_every(Some(ms(2_400))), ms(800));
+        assert_eq!(heartbeat_every(Some(ms(30))), MIN_HEARTBEAT_EVERY);
+        for ttl in [500, 501, 750, 1_000, 2_999, 3_000, 60_000] {
+            let every = heartbeat_every(Some(ms(ttl)));
+            assert!(
+                every * 3 <= ms(ttl).max(MIN_HEARTBEAT_EVERY * 3),
+                "{ttl} ms"
+            );
         }
     }
 }

@@ -1,22 +1,25 @@
-//! The heartbeat: once a second the worker tells the coordinator how far each
-//! running shard has got, which renews their leases, and stops the shards whose
-//! leases the coordinator has revoked.
+//! The heartbeat: once a second, or three times within the shortest lease it
+//! holds, the worker tells the coordinator how far each running shard has got,
+//! which renews their leases, and stops the shards whose leases the
+//! coordinator has revoked.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tally_common::proto;
 
 use crate::context::Context;
 
-const EVERY: Duration = Duration::from_secs(1);
-
 /// Beats until aborted.
 pub(crate) async fn heartbeat_loop(ctx: Arc<Context>) {
-    let mut ticker = tokio::time::interval(EVERY);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = tokio::time::Instant::now();
     loop {
-        ticker.tick().await;
+        // A new lease may be shorter than the interval: look again when one starts.
+        let next = last + ctx.heartbeat_every();
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            _ = ctx.leases_changed() => continue,
+        }
+        last = tokio::time::Instant::now();
         let leases = ctx
             .progress()
             .into_iter()

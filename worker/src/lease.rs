@@ -122,7 +122,8 @@ impl LeaseLoop {
             Ok(response) => {
                 self.backoff.reset();
                 for lease in response.into_inner().leases {
-                    let handle = self.ctx.track(&lease.lease_id);
+                    let ttl = Duration::from_millis(lease.ttl_ms);
+                    let handle = self.ctx.track(&lease.lease_id, ttl);
                     let shard = attempt::run_shard(self.ctx.clone(), lease, handle);
                     self.shards.spawn(shard);
                 }

@@ -95,13 +95,14 @@ fn failure(message: String, permanent: bool, handed_back: bool) -> Body {
 }
 
 /// Sends one report of `lease_id`, its header then `body`, with the current
-/// session; returns the coordinator's `stop`. A report refused for its
-/// session asks for a new registration (and is sent again by the caller).
+/// session; returns the coordinator's answer (`stop`, and `accepted` for a
+/// result). A report refused for its session asks for a new registration
+/// (and is sent again by the caller).
 async fn send_report(
     ctx: &Context,
     lease_id: &str,
     body: Vec<Body>,
-) -> Result<bool, tonic::Status> {
+) -> Result<proto::ReportResponse, tonic::Status> {
     let session = ctx.session();
     let header = Body::Header(proto::ReportHeader {
         worker_id: ctx.config.worker_id.clone(),
@@ -114,7 +115,7 @@ async fn send_report(
             .map(|body| proto::ReportMessage { body: Some(body) }),
     );
     match ctx.client().report(stream).await {
-        Ok(response) => Ok(response.into_inner().stop),
+        Ok(response) => Ok(response.into_inner()),
         Err(status) => {
             if status.code() == tonic::Code::Unauthenticated {
                 ctx.session_refused(&session);
@@ -155,7 +156,7 @@ pub(crate) fn forward_checkpoints(
                 work_done: checkpoint.work_done,
             })];
             match send_report(&ctx, &lease_id, body).await {
-                Ok(stop) if stop => handle.revoke(),
+                Ok(answer) if answer.stop => handle.revoke(),
                 Ok(_) => {}
                 Err(status) if is_refusal(&status) => {
                     tracing::info!(lease = %lease_id, reason = %status.message(), "checkpoint refused; stopping");
@@ -179,12 +180,14 @@ pub(crate) async fn deliver_final_report(ctx: &Context, lease_id: &str, ending: 
     let mut backoff = Backoff::new();
     loop {
         match send_report(ctx, lease_id, body.clone()).await {
-            Ok(stop) => {
-                if is_result {
-                    // The coordinator has stored the result (or, with `stop`,
-                    // the job is finished): the chaos tests check from this
-                    // line that an accepted shard is never computed again.
-                    tracing::info!(lease = %lease_id, stop, "result accepted");
+            Ok(answer) => {
+                if is_result && answer.accepted {
+                    // The coordinator has stored the result: the chaos tests
+                    // check from this line that an accepted shard is never
+                    // computed again.
+                    tracing::info!(lease = %lease_id, stop = answer.stop, "result accepted");
+                } else if is_result {
+                    tracing::info!(lease = %lease_id, "result not needed: the job has finished or the attempt was counted");
                 }
                 return;
             }

@@ -43,3 +43,4 @@ pub use protocol::{
     WORKER_FORGOTTEN_MS, WORKER_LOST_MS, WorkerInfo,
 };
 pub use state::{Scheduler, SchedulerConfig};
+pub use views::{DEFAULT_PAGE, ListPage, MAX_PAGE};

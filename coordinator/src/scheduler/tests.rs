@@ -170,6 +170,23 @@ fn stale_attempts_are_refused_and_change_nothing() {
     ));
 }
 
+/// A worker can tell a stored result from one dropped because its job had
+/// finished: both say stop at the end, only the first says accepted.
+#[test]
+fn a_result_for_a_finished_job_is_answered_as_not_accepted() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let id = submit(&mut s, &kayles(10));
+    let grants = s.lease("w", 2, 0).unwrap();
+    assert_eq!(grants.len(), 2);
+    let stored = s.report(result_of(&grants[0]), 1).unwrap();
+    assert!(stored.accepted && !stored.stop);
+    s.cancel(&id, 2).unwrap();
+    let before = event_count(&s, &id);
+    let dropped = s.report(result_of(&grants[1]), 3).unwrap();
+    assert!(dropped.stop && !dropped.accepted);
+    assert_eq!(event_count(&s, &id), before, "nothing recorded");
+}
+
 #[test]
 fn malformed_results_are_refused_and_change_nothing() {
     let mut s = new_scheduler(Arc::new(MemoryStore::new()));

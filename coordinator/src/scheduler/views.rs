@@ -17,6 +17,31 @@ impl Scheduler {
         self.jobs.values().map(|e| e.view(now_ms)).collect()
     }
 
+    /// One page of jobs in submission order, filtered (see `ListJobsRequest`),
+    /// and the token of the next page (empty on the last).
+    pub fn list_page(&self, request: &ListPage, now_ms: u64) -> (Vec<proto::Job>, String) {
+        let mut matching = self
+            .jobs
+            .values()
+            .filter(|e| request.after.is_none_or(|a| e.rec.seq > a))
+            .filter(|e| request.states.is_empty() || request.states.contains(&e.rec.state))
+            .filter(|e| {
+                request
+                    .kind
+                    .as_deref()
+                    .is_none_or(|k| e.rec.spec.kind_name() == k)
+            })
+            .collect::<Vec<_>>();
+        matching.sort_by_key(|e| e.rec.seq);
+        let more = matching.len() > request.limit;
+        matching.truncate(request.limit);
+        let next = match matching.last() {
+            Some(last) if more => last.rec.seq.to_string(),
+            _ => String::new(),
+        };
+        (matching.iter().map(|e| e.view(now_ms)).collect(), next)
+    }
+
     /// The answer or the error of a finished job.
     pub fn result(&self, id: &str) -> Result<proto::JobResult> {
         let rec = &self.entry(id)?.rec;
@@ -122,5 +147,71 @@ impl JobEntry {
             elapsed_ms,
             eta_ms,
         }
+    }
+}
+
+/// Jobs of a page when the request gives no limit, and the most it may ask for.
+pub const DEFAULT_PAGE: usize = 100;
+pub const MAX_PAGE: usize = 1000;
+
+/// A checked `ListJobsRequest`.
+#[derive(Clone, Debug, Default)]
+pub struct ListPage {
+    pub limit: usize,
+    /// The submission number of the last job of the previous page (the page
+    /// token is that number).
+    pub after: Option<u64>,
+    pub states: Vec<JobState>,
+    pub kind: Option<String>,
+}
+
+impl ListPage {
+    /// Checks a request; every bad value is `InvalidArgument`, named.
+    pub fn from_request(r: &proto::ListJobsRequest) -> Result<ListPage> {
+        let invalid = |m: String| CoordinatorError::InvalidArgument(m);
+        let limit = match r.limit as usize {
+            0 => DEFAULT_PAGE,
+            n if n > MAX_PAGE => {
+                return Err(invalid(format!(
+                    "limit must be at most {MAX_PAGE}, got {n}"
+                )));
+            }
+            n => n,
+        };
+        let after = match r.page_token.as_str() {
+            "" => None,
+            token => Some(token.parse::<u64>().map_err(|_| {
+                invalid(format!(
+                    "malformed page token {token:?}: pass a next_page_token"
+                ))
+            })?),
+        };
+        let states = r
+            .states
+            .iter()
+            .map(|&s| match proto::JobState::try_from(s) {
+                Ok(proto::JobState::Queued) => Ok(JobState::Queued),
+                Ok(proto::JobState::Running) => Ok(JobState::Running),
+                Ok(proto::JobState::Succeeded) => Ok(JobState::Succeeded),
+                Ok(proto::JobState::Failed) => Ok(JobState::Failed),
+                Ok(proto::JobState::Cancelled) => Ok(JobState::Cancelled),
+                _ => Err(invalid(format!("unknown job state {s} in the filter"))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let kind = match r.kind.as_str() {
+            "" => None,
+            name => Some(
+                tally_common::kinds::lookup(name)
+                    .map_err(|e| invalid(e.to_string()))?
+                    .name()
+                    .to_string(),
+            ),
+        };
+        Ok(ListPage {
+            limit,
+            after,
+            states,
+            kind,
+        })
     }
 }

@@ -141,6 +141,12 @@ pub enum Command {
     /// Cancel a queued or running job.
     #[command(after_help = "Example:\n  tally cancel job-000001")]
     Cancel(JobArg),
+    /// Delete a finished job: its shards, events, stage data and checkpoints.
+    /// Its id is never given again.
+    #[command(
+        after_help = "Examples:\n  tally delete job-000001\n  tally delete job-000002 --force   # cancel it first if it is running"
+    )]
+    Delete(DeleteArgs),
     /// List jobs in submission order, a page at a time.
     #[command(
         after_help = "Examples:\n  tally list\n  tally list --state running --state queued --kind hex\n  tally list --limit 20 --page-token 20 --json\n  tally list --all"
@@ -160,6 +166,15 @@ pub enum Command {
         after_help = "Examples:\n  tally completions bash > /etc/bash_completion.d/tally\n  tally completions zsh > ~/.zfunc/_tally\n  tally completions fish > ~/.config/fish/completions/tally.fish"
     )]
     Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Args, Debug)]
+pub struct DeleteArgs {
+    /// The job id, as printed by submit.
+    pub job: String,
+    /// Cancel the job first if it is queued or running.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Args, Debug)]
@@ -317,6 +332,15 @@ pub struct CoordinatorArgs {
     /// client certificates (refused without this flag).
     #[arg(long)]
     pub insecure: bool,
+    /// Delete finished jobs (their shards, events, stage data and checkpoints)
+    /// this long after they finished, e.g. `7d`, `12h`, `30m`. Default: keep them.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub retain_finished: Option<std::time::Duration>,
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (a duration such as 7d, 12h, 30m or 90s)"))
 }
 
 #[derive(Args, Debug)]

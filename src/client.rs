@@ -15,7 +15,7 @@ use tally_common::transport::{self, AuthChannel, BearerToken, ClientSecurity};
 use tally_common::wire::MAX_MESSAGE_BYTES;
 use tonic::service::interceptor::InterceptedService;
 
-use crate::args::{ListArgs, RunArgs, SubmitArgs};
+use crate::args::{DeleteArgs, ListArgs, RunArgs, SubmitArgs};
 use crate::output;
 
 /// A coordinator to talk to and the credentials to present.
@@ -455,6 +455,34 @@ pub async fn cancel(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result
         println!("{}", output::job_json(&job));
     } else {
         println!("{} {}", job.id, job.state_name());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn delete(remote: &Remote, args: &DeleteArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(remote).await?;
+    let deleted = client
+        .delete(quick(proto::DeleteRequest {
+            job_id: args.job.clone(),
+            force: args.force,
+        }))
+        .await?
+        .into_inner();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "job_id": deleted.job_id,
+                "deleted": true,
+                "store_bytes_before": deleted.store_bytes_before,
+                "store_bytes_after": deleted.store_bytes_after,
+            })
+        );
+    } else {
+        println!(
+            "{} deleted (store {} -> {} bytes)",
+            deleted.job_id, deleted.store_bytes_before, deleted.store_bytes_after
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

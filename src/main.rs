@@ -118,6 +118,7 @@ async fn dispatch(cli: Cli, config_path: Option<PathBuf>) -> anyhow::Result<Exit
         Command::Result(job) => client::result(&remote(), &job.job, json).await,
         Command::Cancel(job) => client::cancel(&remote(), &job.job, json).await,
         Command::List(args) => client::list(&remote(), &args, json).await,
+        Command::Delete(args) => client::delete(&remote(), &args, json).await,
         Command::Events(job) => client::events(&remote(), &job.job, json).await,
         Command::Doctor => client::doctor(&remote(), config_path.as_deref(), json).await,
         Command::Completions { shell } => {
@@ -324,6 +325,7 @@ async fn serve_coordinator(
     config.tls = tls;
     config.http = args.http;
     config.recover = args.recover;
+    config.retain_finished = args.retain_finished;
     let mut coordinator = tally_coordinator::start(config).await?;
     eprintln!(
         "coordinator listening on {} (data in {}; {secured})",

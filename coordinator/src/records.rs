@@ -61,6 +61,10 @@ pub struct JobRecord {
     pub answer: Option<String>,
     pub details: Option<serde_json::Value>,
     pub error: Option<String>,
+    /// Set on the record left when the job was deleted (a tombstone: the rest
+    /// of the job is gone; the id stays taken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_ms: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -49,6 +49,8 @@ pub struct CoordinatorConfig {
     /// that no worker that held one is alive (`tally run` resuming, whose
     /// in-process workers died with it). Otherwise leases get a fresh TTL.
     pub release_leases_on_start: bool,
+    /// Delete finished jobs this long after they finished; `None` keeps them.
+    pub retain_finished: Option<Duration>,
 }
 
 impl CoordinatorConfig {
@@ -64,6 +66,7 @@ impl CoordinatorConfig {
             kernel_cache: Arc::new(KernelCache::new()),
             recover: false,
             release_leases_on_start: false,
+            retain_finished: None,
         }
     }
 }
@@ -170,7 +173,11 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         let _ = shutdown_rx.await;
     })
     .await?;
-    let expiry = tokio::spawn(expire_leases(shared.clone(), config.expiry_interval));
+    let expiry = tokio::spawn(expire_leases(
+        shared.clone(),
+        config.expiry_interval,
+        config.retain_finished,
+    ));
     let sampler = tokio::spawn(sample_loop(shared.clone()));
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     let http = http_listener.map(|listener| {
@@ -326,14 +333,41 @@ fn grpc_builder(config: &CoordinatorConfig) -> Result<tonic::transport::Server> 
     }
 }
 
-async fn expire_leases(shared: Arc<Shared>, every: Duration) {
+/// Expires leases every `every`, and deletes the finished jobs older than
+/// `retain` (if given) at most once a second.
+async fn expire_leases(shared: Arc<Shared>, every: Duration, retain: Option<Duration>) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // A store that cannot be written (a full disk) fails every tick: say so
     // when it starts and when it ends, not four times a second.
     let mut failing = false;
+    let mut retention_due = tokio::time::Instant::now();
     loop {
         ticker.tick().await;
+        if let Some(retain) = retain
+            && tokio::time::Instant::now() >= retention_due
+        {
+            retention_due = tokio::time::Instant::now() + Duration::from_secs(1);
+            let retain_ms = retain.as_millis() as u64;
+            let deleted = shared
+                .with_scheduler(move |s| {
+                    let now = now_ms();
+                    let before = s.store_size_on_disk().unwrap_or(0);
+                    let n = s.delete_finished_before(now.saturating_sub(retain_ms), now)?;
+                    Ok((n, before, s.store_size_on_disk().unwrap_or(0)))
+                })
+                .await;
+            match deleted {
+                Ok((0, _, _)) => {}
+                Ok((n, before, after)) => tracing::info!(
+                    deleted = n,
+                    store_bytes_before = before,
+                    store_bytes_after = after,
+                    "finished jobs past their retention deleted"
+                ),
+                Err(e) => tracing::warn!(error = %e, "retention failed; trying again"),
+            }
+        }
         let expired = shared
             .with_scheduler(|s| {
                 let now = now_ms();

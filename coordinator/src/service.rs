@@ -270,6 +270,29 @@ impl JobService for JobApi {
         Ok(Response::new(job))
     }
 
+    async fn delete(
+        &self,
+        request: Request<proto::DeleteRequest>,
+    ) -> std::result::Result<Response<proto::DeleteResponse>, Status> {
+        let r = request.into_inner();
+        let id = r.job_id.clone();
+        let (before, after) = self
+            .shared
+            .with_scheduler(move |s| {
+                let before = s.store_size_on_disk().unwrap_or(0);
+                s.delete(&id, r.force, now_ms())?;
+                Ok((before, s.store_size_on_disk().unwrap_or(0)))
+            })
+            .await?;
+        tracing::info!(job = %r.job_id, store_bytes_before = before, store_bytes_after = after, "job deleted");
+        self.shared.changed(&r.job_id);
+        Ok(Response::new(proto::DeleteResponse {
+            job_id: r.job_id,
+            store_bytes_before: before,
+            store_bytes_after: after,
+        }))
+    }
+
     async fn result(
         &self,
         request: Request<proto::ResultRequest>,

@@ -351,6 +351,21 @@ async fn submit_status_watch_result_list_and_cancel_against_a_coordinator() {
     let bad = run(vec!["list", "--state", "sleeping"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown state \"sleeping\""));
+
+    // Delete: the job goes, asking for it says so, the list no longer has it.
+    let deleted = text(vec!["delete", &queued]);
+    assert!(
+        deleted.starts_with(&format!("{queued} deleted (store ")),
+        "{deleted}"
+    );
+    let asked = run(vec!["result", &queued]);
+    assert!(!asked.status.success());
+    assert!(String::from_utf8_lossy(&asked.stderr).contains("was deleted"));
+    let listed = text(vec!["list", "--all"]);
+    assert!(
+        listed.contains(&id) && !listed.contains(&queued),
+        "{listed}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1068,3 +1068,71 @@ async fn jobs_are_listed_a_page_at_a_time_and_filtered() {
     );
     coordinator.shutdown().await;
 }
+
+/// `--retain-finished`: a finished job, its stage data and events go after
+/// the retention time; an unfinished one stays; the id is not reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn finished_jobs_are_deleted_after_their_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = tally_coordinator::CoordinatorConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        Some(dir.path().join("data")),
+    );
+    config.retain_finished = Some(Duration::from_millis(300));
+    let coordinator = tally_coordinator::start(config).await.unwrap();
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let workers = Workers::start(&url, 1, 2);
+    // A staged job: its stage outputs were in the store while it ran.
+    let spec = hex(5, 2);
+    let job = submit(&mut client, &spec, "").await;
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    workers.stop().await;
+    let waiting = submit(
+        &mut client,
+        &JobSpec::new(KaylesSpec {
+            pins: 10,
+            digits: 3,
+        }),
+        "",
+    )
+    .await;
+    // Gone within a bound that holds under load (retention runs every second).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let gone = loop {
+        match client
+            .result(proto::ResultRequest {
+                job_id: job.id.clone(),
+            })
+            .await
+        {
+            Err(status) => break status,
+            Ok(_) => {
+                assert!(std::time::Instant::now() < deadline, "never deleted");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(gone.code(), tonic::Code::NotFound);
+    assert!(gone.message().contains("was deleted"), "{}", gone.message());
+    let listed = client
+        .list(proto::ListJobsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    let ids: Vec<&str> = listed.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, [waiting.id.as_str()], "the queued job stays");
+    let next = submit(
+        &mut client,
+        &JobSpec::new(KaylesSpec {
+            pins: 10,
+            digits: 3,
+        }),
+        "",
+    )
+    .await;
+    assert!(next.id != job.id && next.id != waiting.id);
+    coordinator.shutdown().await;
+}

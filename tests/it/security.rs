@@ -129,6 +129,17 @@ async fn call_jobs(url: &str, security: &ClientSecurity) -> Vec<(&'static str, C
             ),
         ),
         ("Info", code(j.info(proto::InfoRequest {}).await)),
+        (
+            "Delete",
+            code(
+                // A job that does not exist: the call must not undo the others.
+                j.delete(proto::DeleteRequest {
+                    job_id: "job-999999".into(),
+                    force: false,
+                })
+                .await,
+            ),
+        ),
     ]
 }
 

@@ -7,7 +7,7 @@ use tally_common::values::{JobPlan, PlannedShard};
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{
-    EventRecord, JobRecord, JobState, decode, encode, event_prefix, job_id, job_key,
+    EventRecord, JobRecord, JobState, decode, encode, event_prefix, job_id, job_key, shard_prefix,
 };
 use crate::store::{Batch, NEXT_JOB_KEY, Tree};
 
@@ -115,6 +115,64 @@ impl Scheduler {
         Ok(entry.view(now_ms))
     }
 
+    /// Deletes a finished job (with `force`, a queued or running one is
+    /// cancelled first): its shards, events, stage output and checkpoints go
+    /// in one batch, and a tombstone keeps its id, so the id is never reused
+    /// and asking for the job says it was deleted. Refused, changing nothing,
+    /// for an unfinished job without `force`.
+    pub fn delete(&mut self, id: &str, force: bool, now_ms: u64) -> Result<()> {
+        let entry = self.entry(id)?;
+        if !entry.rec.state.is_finished() {
+            if !force {
+                return Err(CoordinatorError::FailedPrecondition(format!(
+                    "job {id} is {}: cancel it first, or delete it with --force",
+                    entry.rec.state.name()
+                )));
+            }
+            self.cancel(id, now_ms)?;
+        }
+        let entry = self.entry(id)?;
+        let mut batch = Batch::default();
+        for tree in [Tree::Shards, Tree::Events, Tree::Blobs] {
+            for (key, _) in self.store.scan_prefix(tree, &shard_prefix(id))? {
+                batch.remove(tree, key);
+            }
+        }
+        let mut tombstone = entry.rec.clone();
+        tombstone.deleted_ms = Some(now_ms);
+        tombstone.details = None;
+        if let Some(key) = &tombstone.idempotency_key {
+            batch.remove(Tree::Keys, key.as_bytes().to_vec());
+        }
+        tombstone.idempotency_key = None;
+        batch.put(Tree::Jobs, job_key(id), encode(&tombstone));
+        self.store.commit(batch)?;
+        if let Some(entry) = self.jobs.remove(id)
+            && let Some(key) = &entry.rec.idempotency_key
+        {
+            self.keys.remove(key);
+        }
+        self.deleted.insert(id.to_string(), now_ms);
+        Ok(())
+    }
+
+    /// Deletes every job that finished at or before `cutoff_ms` (retention);
+    /// returns how many.
+    pub fn delete_finished_before(&mut self, cutoff_ms: u64, now_ms: u64) -> Result<usize> {
+        let due: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|e| {
+                e.rec.state.is_finished() && e.rec.finished_ms.is_some_and(|f| f <= cutoff_ms)
+            })
+            .map(|e| e.rec.id.clone())
+            .collect();
+        for id in &due {
+            self.delete(id, false, now_ms)?;
+        }
+        Ok(due.len())
+    }
+
     /// The job's events from sequence number `from` on.
     pub fn events(&self, id: &str, from: u64) -> Result<Vec<EventRecord>> {
         self.entry(id)?;
@@ -147,6 +205,7 @@ fn new_job(
         created_ms: now_ms,
         started_ms: None,
         finished_ms: None,
+        deleted_ms: None,
         stage: 1,
         shards_per_stage: first.len() as u64,
         work_per_stage: first.iter().map(|s| s.work_total).sum(),

@@ -52,8 +52,10 @@ struct StagedLeases {
 }
 
 impl Scheduler {
-    /// Leases up to `free_slots` ready shards to `worker`, highest priority first,
-    /// then oldest job first. The new attempt numbers are durable before return.
+    /// Leases up to `free_slots` ready shards to `worker`, highest priority
+    /// first; jobs of equal priority take turns, one shard each a round,
+    /// starting after the job served last, so that one job's many shards never
+    /// hold back the others. The new attempt numbers are durable before return.
     pub fn lease(&mut self, worker: &str, free_slots: u32, now_ms: u64) -> Result<Vec<Grant>> {
         if free_slots == 0 {
             return Ok(Vec::new());
@@ -73,11 +75,28 @@ impl Scheduler {
             now_ms,
         };
         let mut staged = StagedLeases::default();
-        for id in self.leasing_order() {
+        for group in self.leasing_order() {
+            // Rounds of one shard per job until the request is full or a round
+            // leases nothing.
+            loop {
+                let before = staged.grants.len();
+                for (seq, id) in &group {
+                    if request.is_full(&staged) {
+                        break;
+                    }
+                    let had = staged.grants.len();
+                    self.stage_job_leases(id, &request, &mut staged, 1)?;
+                    if staged.grants.len() > had {
+                        self.served_last = Some(*seq);
+                    }
+                }
+                if request.is_full(&staged) || staged.grants.len() == before {
+                    break;
+                }
+            }
             if request.is_full(&staged) {
                 break;
             }
-            self.stage_job_leases(&id, &request, &mut staged)?;
         }
         self.stage_started_jobs(&mut staged, now_ms);
         if staged.batch.is_empty() {
@@ -96,8 +115,10 @@ impl Scheduler {
         })
     }
 
-    /// Jobs with pending shards, highest priority first, then oldest first.
-    fn leasing_order(&self) -> Vec<String> {
+    /// Jobs with pending shards (submission number and id) in groups of equal
+    /// priority, highest first; within a group in submission order, turned to
+    /// start after the job served last.
+    fn leasing_order(&self) -> Vec<Vec<(u64, String)>> {
         let mut order: Vec<(i32, u64, &String)> = self
             .jobs
             .values()
@@ -107,20 +128,40 @@ impl Scheduler {
             .map(|e| (-e.rec.spec.options().priority, e.rec.seq, &e.rec.id))
             .collect();
         order.sort();
-        order.into_iter().map(|(_, _, id)| id.clone()).collect()
+        let mut groups: Vec<Vec<(u64, String)>> = Vec::new();
+        let mut priority = None;
+        for (p, seq, id) in order {
+            if priority != Some(p) {
+                groups.push(Vec::new());
+                priority = Some(p);
+            }
+            if let Some(group) = groups.last_mut() {
+                group.push((seq, id.clone()));
+            }
+        }
+        if let Some(last) = self.served_last {
+            for group in &mut groups {
+                let turn = group.partition_point(|&(seq, _)| seq <= last);
+                group.rotate_left(turn);
+            }
+        }
+        groups
     }
 
-    /// Leases the job's ready shards until the request is full.
+    /// Leases up to `most` of the job's ready shards, while the request is
+    /// not full.
     fn stage_job_leases(
         &mut self,
         id: &str,
         request: &LeaseRequest,
         staged: &mut StagedLeases,
+        most: usize,
     ) -> Result<()> {
         let store = self.store.clone();
         let entry = self.known_entry(id);
         let mut skipped = 0;
-        while skipped < entry.pending.len() && !request.is_full(staged) {
+        let mut leased = 0;
+        while skipped < entry.pending.len() && !request.is_full(staged) && leased < most {
             let index = entry.pending[skipped];
             let shard = &entry.shards[index as usize];
             // Only pending shards are leased: a shard done while it was
@@ -139,6 +180,7 @@ impl Scheduler {
             let grant = lease_shard(entry, store.as_ref(), index, request, staged)?;
             staged.grants.push(grant);
             entry.pending.remove(skipped);
+            leased += 1;
         }
         Ok(())
     }

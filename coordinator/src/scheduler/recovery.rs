@@ -31,10 +31,17 @@ impl Scheduler {
             keys: HashMap::new(),
             next_job: read_job_counter(store.as_ref())?,
             workers: HashMap::new(),
+            served_last: None,
+            deleted: HashMap::new(),
         };
         let mut lost = Vec::new();
         for (_, bytes) in store.scan_prefix(Tree::Jobs, b"")? {
-            let (entry, lost_input) = load_job(store.as_ref(), decode("job", &bytes)?, now_ms)?;
+            let rec: JobRecord = decode("job", &bytes)?;
+            if let Some(when) = rec.deleted_ms {
+                scheduler.deleted.insert(rec.id, when);
+                continue;
+            }
+            let (entry, lost_input) = load_job(store.as_ref(), rec, now_ms)?;
             let id = entry.rec.id.clone();
             if let Some(key) = &entry.rec.idempotency_key {
                 scheduler.keys.insert(key.clone(), id.clone());

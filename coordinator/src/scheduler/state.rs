@@ -54,19 +54,35 @@ pub struct Scheduler {
     pub(super) keys: HashMap<String, String>,
     pub(super) next_job: u64,
     pub(super) workers: HashMap<String, WorkerInfo>,
+    /// The submission number of the job the last lease served: jobs of equal
+    /// priority are served in turn from the one after it (fairness needs no
+    /// durability, so this is not stored).
+    pub(super) served_last: Option<u64>,
+    /// Deleted jobs' ids, with when they were deleted: only their tombstones
+    /// remain in the store.
+    pub(super) deleted: HashMap<String, u64>,
 }
 
 impl Scheduler {
     pub(super) fn entry(&self, id: &str) -> Result<&JobEntry> {
-        self.jobs
-            .get(id)
-            .ok_or_else(|| CoordinatorError::NotFound(format!("no job {id:?}")))
+        self.jobs.get(id).ok_or_else(|| self.missing(id))
     }
 
     pub(super) fn entry_mut(&mut self, id: &str) -> Result<&mut JobEntry> {
-        self.jobs
-            .get_mut(id)
-            .ok_or_else(|| CoordinatorError::NotFound(format!("no job {id:?}")))
+        let missing = self.missing(id);
+        self.jobs.get_mut(id).ok_or(missing)
+    }
+
+    /// The error for a job id that names no job: deleted, or never given.
+    fn missing(&self, id: &str) -> CoordinatorError {
+        match self.deleted.get(id) {
+            Some(&when) => CoordinatorError::NotFound(format!(
+                "job {id} was deleted (at {} ms after the Unix epoch); its results and \
+                 events are gone",
+                when
+            )),
+            None => CoordinatorError::NotFound(format!("no job {id:?}")),
+        }
     }
 
     /// The job of a shard the caller has already found: a missing job is a bug.

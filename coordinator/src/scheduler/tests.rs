@@ -315,6 +315,106 @@ fn higher_priority_jobs_are_leased_first() {
     assert!(grants[high_count..].iter().all(|g| g.lease.job == low));
 }
 
+/// Jobs of equal priority take turns, one shard each, across lease calls and
+/// within one; a job of higher priority still goes first.
+#[test]
+fn jobs_of_equal_priority_are_leased_in_turn() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let jobs: Vec<String> = (0..3).map(|_| submit(&mut s, &kayles(30))).collect();
+    let job_of = |g: &Grant| jobs.iter().position(|j| *j == g.lease.job).unwrap();
+    // One shard a call: 0, 1, 2, 0, 1, 2, ...
+    let one_at_a_time: Vec<usize> = (0..7)
+        .map(|t| job_of(&s.lease("w", 1, t).unwrap()[0]))
+        .collect();
+    assert_eq!(one_at_a_time, [0, 1, 2, 0, 1, 2, 0]);
+    // Five in one call go on from job 1, round by round.
+    let five: Vec<usize> = s.lease("w", 5, 10).unwrap().iter().map(job_of).collect();
+    assert_eq!(five, [1, 2, 0, 1, 2]);
+    // A job of higher priority takes everything it has first.
+    let mut urgent = kayles(10);
+    urgent.options.priority = 1;
+    let high = submit(&mut s, &urgent);
+    let urgent_shards = tally_common::kayles::character_count(10) as u32;
+    let grants = s.lease("w", urgent_shards + 2, 20).unwrap();
+    let (first, rest) = grants.split_at(urgent_shards as usize);
+    assert!(first.iter().all(|g| g.lease.job == high));
+    assert_eq!(rest.iter().map(job_of).collect::<Vec<_>>(), [0, 1]);
+}
+
+/// Deleting: an unfinished job only with force; afterwards only the
+/// tombstone remains, asking for the job says it was deleted, and its id is
+/// never given again, after a reload too.
+#[test]
+fn a_deleted_job_leaves_only_its_tombstone_and_its_id_is_never_reused() {
+    use crate::records::shard_prefix;
+    use crate::store::Tree;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut s = new_scheduler(store.clone());
+    let id = submit(&mut s, &kayles(10));
+    let grants = s.lease("w", 1, 0).unwrap();
+    let events_before = event_count(&s, &id);
+    let refused = s.delete(&id, false, 1).unwrap_err();
+    assert!(
+        matches!(&refused, CoordinatorError::FailedPrecondition(m) if m.contains("cancel it first")),
+        "{refused}"
+    );
+    assert_eq!(event_count(&s, &id), events_before, "nothing changed");
+    let kept = submit(&mut s, &kayles(12));
+    s.delete(&id, true, 2).unwrap();
+    for tree in [Tree::Shards, Tree::Events, Tree::Blobs] {
+        assert!(
+            store
+                .scan_prefix(tree, &shard_prefix(&id))
+                .unwrap()
+                .is_empty(),
+            "{tree:?}"
+        );
+    }
+    assert!(
+        !store
+            .scan_prefix(Tree::Shards, &shard_prefix(&kept))
+            .unwrap()
+            .is_empty()
+    );
+    let gone = s.result(&id).unwrap_err().to_string();
+    assert!(gone.contains("was deleted"), "{gone}");
+    assert!(s.events(&id, 0).is_err());
+    assert_eq!(s.list(3).len(), 1, "the other job stays");
+    // The deleted job's worker reports: refused, nothing comes back.
+    let late = s.report(result_of(&grants[0]), 4).unwrap_err().to_string();
+    assert!(late.contains("was deleted"), "{late}");
+    let next = submit(&mut s, &kayles(10));
+    assert!(next != id && next != kept);
+    let mut s = registered(Scheduler::load(store, SchedulerConfig::default(), 5).unwrap());
+    assert!(
+        s.job(&id, 5)
+            .unwrap_err()
+            .to_string()
+            .contains("was deleted")
+    );
+    let after_reload = submit(&mut s, &kayles(10));
+    assert!(![&id, &kept, &next].contains(&&after_reload));
+    assert_eq!(s.list(6).len(), 3);
+}
+
+/// Retention deletes finished jobs whose end is at or before the cutoff,
+/// and nothing unfinished.
+#[test]
+fn retention_deletes_only_jobs_finished_long_enough_ago() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let early = submit(&mut s, &kayles(10));
+    let late = submit(&mut s, &kayles(10));
+    let running = submit(&mut s, &kayles(10));
+    s.cancel(&early, 100).unwrap();
+    s.cancel(&late, 200).unwrap();
+    assert_eq!(s.delete_finished_before(99, 300).unwrap(), 0);
+    assert_eq!(s.delete_finished_before(150, 300).unwrap(), 1);
+    assert!(s.job(&early, 300).is_err());
+    assert!(s.job(&late, 300).is_ok());
+    assert_eq!(s.delete_finished_before(1_000, 1_000).unwrap(), 1);
+    assert!(s.job(&running, 1_000).is_ok(), "an unfinished job is kept");
+}
+
 /// `tally run` resuming: the in-process workers that held leases died with
 /// the previous process, so their shards are handed back at once, without a
 /// failed attempt, instead of waiting out the lease TTL.

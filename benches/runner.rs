@@ -15,6 +15,10 @@
 //!   peak memory; blocks (Project Euler 766) with one and two workers against the
 //!   kernel alone. `-- frontier prefixes` adds one run of the pegs prefixes plan.
 //!
+//! - `-- restart [JOBS]`: a coordinator given JOBS queued jobs (default 16,000
+//!   queens jobs of 64 shards: about a million shards) is killed with SIGKILL
+//!   and started again: the time until it answers, and the store's size.
+//!
 //! Run: `cargo bench --bench runner` (add `-- quick` for one repetition).
 
 use std::process::{Command, Stdio};
@@ -70,6 +74,10 @@ fn main() {
     let runs = if quick { 1 } else { 3 };
     if args.first().map(String::as_str) == Some("frontier") {
         return frontier(runs);
+    }
+    if args.first().map(String::as_str) == Some("restart") {
+        let jobs = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(16_000);
+        return restart_at_scale(jobs);
     }
 
     for plan in ["points", "cell-step"] {
@@ -378,4 +386,115 @@ fn cluster(submit: &[&str], slots: &[usize]) -> Cluster {
         answer,
         worker_rss,
     }
+}
+
+/// Fills a coordinator's store with `jobs` queued queens jobs, kills it and
+/// times its restart until it answers `Info` (which reads every job).
+fn restart_at_scale(jobs: usize) {
+    use tally_common::proto::job_service_client::JobServiceClient;
+    use tally_common::proto::{self, job_spec::Kind};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{port}");
+    let spawn = || {
+        tally()
+            .args(["coordinator", "--listen", &listen, "--data"])
+            .arg(&data)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let connect = |url: String| async move {
+        loop {
+            match JobServiceClient::connect(url.clone()).await {
+                Ok(client) => return client,
+                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    };
+    let mut coordinator = spawn();
+    let filled = Instant::now();
+    let shards: u64 = runtime.block_on(async {
+        let client = connect(url.clone()).await;
+        // Sixteen submissions in flight at a time.
+        let mut tasks = tokio::task::JoinSet::new();
+        for worker in 0..16 {
+            let mut client = client.clone();
+            tasks.spawn(async move {
+                let mut shards = 0;
+                for _ in (worker..jobs).step_by(16) {
+                    let request = proto::SubmitRequest {
+                        spec: Some(proto::JobSpec {
+                            kind: Some(Kind::Queens(proto::QueensSpec { n: 10 })),
+                            options: None,
+                        }),
+                        idempotency_key: String::new(),
+                    };
+                    let job = client
+                        .submit(request)
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .job
+                        .unwrap();
+                    shards += job.shards_total;
+                }
+                shards
+            });
+        }
+        let mut shards = 0;
+        while let Some(done) = tasks.join_next().await {
+            shards += done.unwrap();
+        }
+        shards
+    });
+    let fill = filled.elapsed().as_secs_f64();
+    coordinator.kill().unwrap();
+    coordinator.wait().unwrap();
+    let store_mb = dir_size(&data) as f64 / 1e6;
+    let started = Instant::now();
+    let mut coordinator = spawn();
+    let (ready, listed) = runtime.block_on(async {
+        let mut client = connect(url.clone()).await;
+        let info = client
+            .info(proto::InfoRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        (started.elapsed(), info.jobs)
+    });
+    assert_eq!(listed as usize, jobs);
+    println!(
+        "restart with {jobs} jobs and {shards} shards in the store ({store_mb:.0} MB, filled in \
+         {fill:.1} s): ready to serve in {:.0} ms",
+        ready.as_secs_f64() * 1e3
+    );
+    let _ = coordinator.kill();
+    let _ = coordinator.wait();
+    if std::env::var_os("TALLY_BENCH_KEEP_STORE").is_some() {
+        println!("store kept in {}", data.display());
+        std::mem::forget(dir);
+    }
+}
+
+fn dir_size(path: &std::path::Path) -> u64 {
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_size(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
 }

@@ -161,21 +161,7 @@ fn scale(sides: &[u32]) {
 fn restart_to_first_report() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
-    let listen = format!("127.0.0.1:{port}");
-    let spawn_coordinator = || {
-        tally()
-            .args(["coordinator", "--listen", &listen, "--data"])
-            .arg(&data)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let (url, spawn_coordinator) = coordinator_on_a_free_port(&data);
     let mut coordinator = spawn_coordinator();
     let mut worker = tally()
         .args(["worker", "--coordinator", &url, "--slots", "2"])
@@ -297,23 +283,8 @@ fn median_cluster(submit: &[&str], slots: &[usize], runs: usize) -> Cluster {
 #[allow(clippy::zombie_processes)]
 fn cluster(submit: &[&str], slots: &[usize]) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
-    let mut coordinator = tally()
-        .args([
-            "coordinator",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data",
-        ])
-        .arg(dir.path().join("data"))
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (url, spawn_coordinator) = coordinator_on_a_free_port(&dir.path().join("data"));
+    let mut coordinator = spawn_coordinator();
     let workers: Vec<_> = slots
         .iter()
         .enumerate()
@@ -395,21 +366,7 @@ fn restart_at_scale(jobs: usize) {
     use tally_common::proto::{self, job_spec::Kind};
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
-    let listen = format!("127.0.0.1:{port}");
-    let spawn = || {
-        tally()
-            .args(["coordinator", "--listen", &listen, "--data"])
-            .arg(&data)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let (url, spawn) = coordinator_on_a_free_port(&data);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let connect = |url: String| async move {
         loop {
@@ -482,6 +439,33 @@ fn restart_at_scale(jobs: usize) {
         println!("store kept in {}", data.display());
         std::mem::forget(dir);
     }
+}
+
+/// A free loopback port's URL, and a function that starts a coordinator
+/// process there on the store in `data` (again after it was killed).
+fn coordinator_on_a_free_port(
+    data: &std::path::Path,
+) -> (String, impl Fn() -> std::process::Child + use<>) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = data.to_path_buf();
+    let spawn = move || {
+        tally()
+            .args([
+                "coordinator",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--data",
+            ])
+            .arg(&data)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    (format!("http://127.0.0.1:{port}"), spawn)
 }
 
 fn dir_size(path: &std::path::Path) -> u64 {

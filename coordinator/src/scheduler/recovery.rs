@@ -164,10 +164,10 @@ fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<(JobEntry,
             ShardState::Done => {}
         }
     }
+    // Only the last event: a long job has millions.
     entry.next_event = store
-        .scan_prefix(Tree::Events, &event_prefix(&id))?
-        .last()
-        .map(|(_, v)| decode::<EventRecord>("event", v).map(|e| e.seq + 1))
+        .last_in_prefix(Tree::Events, &event_prefix(&id))?
+        .map(|(_, v)| decode::<EventRecord>("event", &v).map(|e| e.seq + 1))
         .transpose()?
         .unwrap_or(0);
     Ok((entry, lost_input))

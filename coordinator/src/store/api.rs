@@ -94,6 +94,11 @@ pub trait Store: Send + Sync {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// All entries whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// The entry with the greatest key that starts with `prefix` (a job's
+    /// last event, without reading the others). Not for spilled blobs.
+    fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        Ok(self.scan_prefix(tree, prefix)?.pop())
+    }
     /// Bytes the store occupies on disk, if it has a disk.
     fn size_on_disk(&self) -> Option<u64> {
         None

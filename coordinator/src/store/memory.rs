@@ -58,4 +58,14 @@ impl Store for MemoryStore {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
     }
+
+    fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let trees = self.trees.lock().unwrap();
+        Ok(trees.get(&tree).and_then(|t| {
+            t.range(prefix.to_vec()..)
+                .take_while(|(k, _)| k.starts_with(prefix))
+                .last()
+                .map(|(k, v)| (k.clone(), v.clone()))
+        }))
+    }
 }

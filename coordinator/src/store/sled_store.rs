@@ -345,6 +345,23 @@ impl Store for SledStore {
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         guarded(&self.dir, || self.scan_unguarded(tree, prefix))
     }
+
+    fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        if tree == Tree::Blobs {
+            // Spilled blobs live in a tree of their own: merge them as a scan does.
+            return Ok(self.scan_prefix(tree, prefix)?.pop());
+        }
+        guarded(&self.dir, || {
+            self.with_handles(|h| {
+                h.tree(tree)
+                    .scan_prefix(prefix)
+                    .next_back()
+                    .transpose()
+                    .map(|last| last.map(|(k, v)| (k.to_vec(), v.to_vec())))
+                    .map_err(|e| fault(&self.dir, &e))
+            })
+        })
+    }
 }
 
 impl SledStore {

@@ -22,6 +22,38 @@ fn exercise(store: &dyn Store) {
         store.get(Tree::Events, b"a/1").unwrap(),
         Some(b"e".to_vec())
     );
+    // The last entry of a prefix is the scan's last, whatever is around it.
+    let mut b = Batch::default();
+    for key in [
+        "j-1/0001",
+        "j-1/0002",
+        "j-1/0010",
+        "j-10/0001",
+        "j-2/0000",
+        "j-1",
+    ] {
+        b.put(
+            Tree::Events,
+            key.as_bytes().to_vec(),
+            key.as_bytes().to_vec(),
+        );
+    }
+    store.commit(b).unwrap();
+    for prefix in ["j-1/", "j-10/", "j-2/", "j-3/", "j-", "a/", "z"] {
+        let scanned = store.scan_prefix(Tree::Events, prefix.as_bytes()).unwrap();
+        let last = store
+            .last_in_prefix(Tree::Events, prefix.as_bytes())
+            .unwrap();
+        assert_eq!(last.as_ref(), scanned.last(), "{prefix}");
+    }
+    assert_eq!(
+        store
+            .last_in_prefix(Tree::Events, b"j-1/")
+            .unwrap()
+            .unwrap()
+            .0,
+        b"j-1/0010"
+    );
 }
 
 #[test]

@@ -36,6 +36,10 @@ impl Store for TimedStore {
         self.inner.scan_prefix(tree, prefix)
     }
 
+    fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.inner.last_in_prefix(tree, prefix)
+    }
+
     fn size_on_disk(&self) -> Option<u64> {
         self.inner.size_on_disk()
     }

@@ -65,6 +65,20 @@ pub struct JobRecord {
     /// of the job is gone; the id stays taken).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleted_ms: Option<u64>,
+    /// A finished job's counts, once its shards are no longer kept in memory
+    /// (nor read at start): what its view shows from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_counts: Option<FinalCounts>,
+}
+
+/// What a finished job's view needs of its shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalCounts {
+    pub shards_done: u64,
+    pub shards_total: u64,
+    pub work_done: u64,
+    pub work_total: u64,
+    pub failed_attempts: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

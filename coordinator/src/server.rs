@@ -372,6 +372,10 @@ async fn expire_leases(shared: Arc<Shared>, every: Duration, retain: Option<Dura
             .with_scheduler(|s| {
                 let now = now_ms();
                 s.forget_silent_workers(now);
+                // Best effort: a job left unsettled stays whole in memory.
+                if let Err(e) = s.settle_finished(now) {
+                    tracing::debug!(error = %e, "settling finished jobs failed");
+                }
                 s.expire_leases(now)
             })
             .await;

@@ -156,6 +156,37 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Keeps the counts of newly finished jobs in their records and lets their
+    /// shards and stage data go from memory, so that memory follows the
+    /// unfinished jobs, not the history (and a restart reads no shard of a
+    /// settled job). Returns how many were settled.
+    pub fn settle_finished(&mut self, now_ms: u64) -> Result<usize> {
+        let mut batch = Batch::default();
+        let mut settled = Vec::new();
+        for entry in self.jobs.values() {
+            if entry.rec.state.is_finished() && entry.rec.final_counts.is_none() {
+                let mut rec = entry.rec.clone();
+                rec.final_counts = Some(entry.final_counts(now_ms));
+                batch.put(Tree::Jobs, job_key(&rec.id), encode(&rec));
+                settled.push(rec);
+            }
+        }
+        if settled.is_empty() {
+            return Ok(0);
+        }
+        self.store.commit(batch)?;
+        let count = settled.len();
+        for rec in settled {
+            let entry = self.known_entry(&rec.id.clone());
+            entry.rec = rec;
+            entry.shards = Vec::new();
+            entry.outputs = Vec::new();
+            entry.pending.clear();
+            entry.finished = None;
+        }
+        Ok(count)
+    }
+
     /// Deletes every job that finished at or before `cutoff_ms` (retention);
     /// returns how many.
     pub fn delete_finished_before(&mut self, cutoff_ms: u64, now_ms: u64) -> Result<usize> {
@@ -206,6 +237,7 @@ fn new_job(
         started_ms: None,
         finished_ms: None,
         deleted_ms: None,
+        final_counts: None,
         stage: 1,
         shards_per_stage: first.len() as u64,
         work_per_stage: first.iter().map(|s| s.work_total).sum(),

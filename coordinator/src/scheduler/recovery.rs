@@ -137,7 +137,12 @@ fn read_job_counter(store: &dyn Store) -> Result<u64> {
 fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<(JobEntry, Option<String>)> {
     let mut entry = JobEntry::new(rec);
     let id = entry.rec.id.clone();
-    let previous = load_shards(store, &mut entry)?;
+    // A settled job's view needs none of its shards.
+    let previous = if entry.rec.final_counts.is_some() {
+        Vec::new()
+    } else {
+        load_shards(store, &mut entry)?
+    };
     let mut lost_input = None;
     if !previous.is_empty() && !entry.rec.state.is_finished() {
         match read_outputs(store, &previous, &[]) {

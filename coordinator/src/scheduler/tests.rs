@@ -397,6 +397,42 @@ fn a_deleted_job_leaves_only_its_tombstone_and_its_id_is_never_reused() {
     assert_eq!(s.list(6).len(), 3);
 }
 
+/// A finished job's counts go into its record and its shards out of memory;
+/// its view stays the same, after a reload too, which reads no shard of it.
+#[test]
+fn finished_jobs_keep_their_view_without_their_shards() {
+    use crate::records::shard_prefix;
+    use crate::store::Tree;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut s = new_scheduler(store.clone());
+    let id = submit(&mut s, &kayles(30));
+    let running = submit(&mut s, &kayles(10));
+    let grants = s.lease("w", 3, 0).unwrap();
+    s.report(result_of(&grants[0]), 1).unwrap();
+    // One attempt fails (its lease expires), then the job is cancelled.
+    s.expire_leases(1_000_000).unwrap();
+    s.cancel(&id, 1_000_001).unwrap();
+    let before = s.job(&id, 2_000_000).unwrap();
+    assert!(before.shards_failed_attempts >= 1 && before.shards_done == 1);
+    assert_eq!(
+        s.settle_finished(2_000_000).unwrap(),
+        1,
+        "only the finished job"
+    );
+    assert_eq!(s.settle_finished(2_000_001).unwrap(), 0, "once");
+    assert!(s.entry(&id).unwrap().shards.is_empty());
+    assert!(!s.entry(&running).unwrap().shards.is_empty());
+    assert_eq!(s.job(&id, 3_000_000).unwrap(), before);
+    // Without its shard records, a reload shows the same job.
+    let mut batch = crate::store::Batch::default();
+    for (key, _) in store.scan_prefix(Tree::Shards, &shard_prefix(&id)).unwrap() {
+        batch.remove(Tree::Shards, key);
+    }
+    store.commit(batch).unwrap();
+    let s = Scheduler::load(store, SchedulerConfig::default(), 4_000_000).unwrap();
+    assert_eq!(s.job(&id, 5_000_000).unwrap(), before);
+}
+
 /// Retention deletes finished jobs whose end is at or before the cutoff,
 /// and nothing unfinished.
 #[test]

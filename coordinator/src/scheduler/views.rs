@@ -4,7 +4,7 @@
 use tally_common::proto;
 
 use crate::error::{CoordinatorError, Result};
-use crate::records::{JobState, ShardState};
+use crate::records::{FinalCounts, JobRecord, JobState, ShardState};
 
 use super::state::{JobEntry, Scheduler};
 
@@ -108,13 +108,26 @@ impl JobEntry {
                     .filter(|s| s.state == ShardState::Leased)
                     .count() as u64
             },
-            shards_failed_attempts: self.shards.iter().map(|s| s.failed_attempts as u64).sum(),
+            shards_failed_attempts: match rec.final_counts {
+                Some(counts) => counts.failed_attempts,
+                None => self.shards.iter().map(|s| s.failed_attempts as u64).sum(),
+            },
             description: rec.spec.describe(),
         }
     }
 
     fn progress(&self, now_ms: u64) -> Progress {
         let rec = &self.rec;
+        if let Some(c) = rec.final_counts {
+            return Progress {
+                shards_done: c.shards_done,
+                shards_total: c.shards_total,
+                work_done: c.work_done,
+                work_total: c.work_total,
+                elapsed_ms: elapsed_ms(rec, now_ms),
+                eta_ms: 0,
+            };
+        }
         // The stages done and the current one as they are; the stages known
         // to follow (a fixed plan's) as the first stage was. A frontier plan
         // knows no stage beyond the current one.
@@ -129,10 +142,7 @@ impl JobEntry {
         } else {
             (self.shards_done(), self.work_done())
         };
-        let elapsed_ms = match rec.started_ms {
-            Some(start) => rec.finished_ms.unwrap_or(now_ms).saturating_sub(start),
-            None => 0,
-        };
+        let elapsed_ms = elapsed_ms(rec, now_ms);
         let eta_ms = if rec.state.is_finished() || work_done == 0 || elapsed_ms == 0 {
             0
         } else {
@@ -147,6 +157,27 @@ impl JobEntry {
             elapsed_ms,
             eta_ms,
         }
+    }
+}
+
+impl JobEntry {
+    /// The counts a finished job's view shows, from its shards.
+    pub(super) fn final_counts(&self, now_ms: u64) -> FinalCounts {
+        let p = self.progress(now_ms);
+        FinalCounts {
+            shards_done: p.shards_done,
+            shards_total: p.shards_total,
+            work_done: p.work_done,
+            work_total: p.work_total,
+            failed_attempts: self.shards.iter().map(|s| s.failed_attempts as u64).sum(),
+        }
+    }
+}
+
+fn elapsed_ms(rec: &JobRecord, now_ms: u64) -> u64 {
+    match rec.started_ms {
+        Some(start) => rec.finished_ms.unwrap_or(now_ms).saturating_sub(start),
+        None => 0,
     }
 }
 

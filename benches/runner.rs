@@ -17,7 +17,8 @@
 //!
 //! - `-- restart [JOBS]`: a coordinator given JOBS queued jobs (default 16,000
 //!   queens jobs of 64 shards: about a million shards) is killed with SIGKILL
-//!   and started again: the time until it answers, and the store's size.
+//!   and started again: the time until it answers, and the store's size; then
+//!   the same with the jobs finished (cancelled, hence settled).
 //!
 //! Run: `cargo bench --bench runner` (add `-- quick` for one repetition).
 
@@ -77,7 +78,8 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("restart") {
         let jobs = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(16_000);
-        return restart_at_scale(jobs);
+        restart_at_scale(jobs, false);
+        return restart_at_scale(jobs, true);
     }
 
     for plan in ["points", "cell-step"] {
@@ -359,9 +361,10 @@ fn cluster(submit: &[&str], slots: &[usize]) -> Cluster {
     }
 }
 
-/// Fills a coordinator's store with `jobs` queued queens jobs, kills it and
-/// times its restart until it answers `Info` (which reads every job).
-fn restart_at_scale(jobs: usize) {
+/// Fills a coordinator's store with `jobs` queued queens jobs (cancelled, so
+/// finished, if `finished`), kills it and times its restart until it answers
+/// `Info` (which reads every job).
+fn restart_at_scale(jobs: usize, finished: bool) {
     use tally_common::proto::job_service_client::JobServiceClient;
     use tally_common::proto::{self, job_spec::Kind};
     let dir = tempfile::tempdir().unwrap();
@@ -410,6 +413,18 @@ fn restart_at_scale(jobs: usize) {
         while let Some(done) = tasks.join_next().await {
             shards += done.unwrap();
         }
+        if finished {
+            let mut client = client.clone();
+            for n in 1..=jobs {
+                let job_id = format!("job-{n:06}");
+                client
+                    .cancel(proto::CancelRequest { job_id })
+                    .await
+                    .unwrap();
+            }
+            // Finished jobs are settled at the next expiry tick (250 ms).
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
         shards
     });
     let fill = filled.elapsed().as_secs_f64();
@@ -428,9 +443,10 @@ fn restart_at_scale(jobs: usize) {
         (started.elapsed(), info.jobs)
     });
     assert_eq!(listed as usize, jobs);
+    let state = if finished { "finished" } else { "queued" };
     println!(
-        "restart with {jobs} jobs and {shards} shards in the store ({store_mb:.0} MB, filled in \
-         {fill:.1} s): ready to serve in {:.0} ms",
+        "restart with {jobs} {state} jobs and {shards} shards in the store ({store_mb:.0} MB, \
+         filled in {fill:.1} s): ready to serve in {:.0} ms",
         ready.as_secs_f64() * 1e3
     );
     let _ = coordinator.kill();

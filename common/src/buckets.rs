@@ -23,6 +23,44 @@ pub fn bucket_of(key: u128, buckets: u32) -> u32 {
     ((u128::from(mixed) * u128::from(buckets)) >> 64) as u32
 }
 
+/// The buckets of the next level of a frontier plan: `fixed` when the spec
+/// gives it, else one per `per_bucket` states of `states` (the size of the
+/// level just found), from 1 to `max`.
+pub fn bucket_count(states: u64, per_bucket: u64, fixed: u32, max: u32) -> u32 {
+    match fixed {
+        0 => states.div_ceil(per_bucket).clamp(1, u64::from(max)) as u32,
+        fixed => fixed,
+    }
+}
+
+/// Adds one shard's level sizes to a stage's sums; the shards of a stage
+/// report as many levels, or the stage is refused (`level` names them).
+pub fn add_level_sizes(total: &mut Vec<u64>, own: &[u64], level: &str) -> Result<()> {
+    if !total.is_empty() && total.len() != own.len() {
+        return Err(invalid!("the shards of one {level} disagree on its shape"));
+    }
+    total.resize(own.len(), 0);
+    for (sum, size) in total.iter_mut().zip(own) {
+        *sum += size;
+    }
+    Ok(())
+}
+
+/// The stage event's note for the levels found from level `first` on:
+/// `layer 3: 12 configurations`, `layers 3 to 5: 40 configurations`, or
+/// nothing.
+pub fn levels_note(level: &str, first: usize, found: &[u64], unit: &str) -> String {
+    match found {
+        [] => String::new(),
+        [one] => format!("{level} {first}: {one} {unit}"),
+        many => format!(
+            "{level}s {first} to {}: {} {unit}",
+            first + many.len() - 1,
+            many.iter().sum::<u64>()
+        ),
+    }
+}
+
 fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

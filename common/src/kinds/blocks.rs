@@ -8,7 +8,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::blocks::LevelBucket;
-use crate::buckets::{bucket_of, encode_buckets, split_buckets, split_gathered};
+use crate::buckets::{
+    add_level_sizes, bucket_count, bucket_of, encode_buckets, levels_note, split_buckets,
+    split_gathered,
+};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun, SpecOf,
@@ -142,12 +145,7 @@ pub enum BlocksPartial {
 
 /// Shards of the layer after one of `states` states.
 fn buckets_after(spec: &BlocksSpec, states: u64) -> u32 {
-    match spec.buckets {
-        0 => states
-            .div_ceil(STATES_PER_BUCKET)
-            .clamp(1, u64::from(MAX_BUCKETS)) as u32,
-        fixed => fixed,
-    }
+    bucket_count(states, STATES_PER_BUCKET, spec.buckets, MAX_BUCKETS)
 }
 
 fn layer_shards(layer: u32, buckets: u32, buckets_out: u32) -> Vec<Planned<BlocksTask>> {
@@ -300,16 +298,11 @@ impl JobKind for Blocks {
             else {
                 return Err(invalid!("a frontier layer returned {partial:?}"));
             };
-            if written.is_some_and(|w| w != *buckets)
-                || (!sizes.is_empty() && sizes.len() != own.len())
-            {
+            if written.is_some_and(|w| w != *buckets) {
                 return Err(invalid!("the shards of one layer disagree on its shape"));
             }
             written = Some(*buckets);
-            sizes.resize(own.len(), 0);
-            for (total, size) in sizes.iter_mut().zip(own) {
-                *total += size;
-            }
+            add_level_sizes(&mut sizes, own, "layer")?;
         }
         let first = plan.layers.len();
         let found: Vec<u64> = sizes.iter().copied().take_while(|&n| n > 0).collect();
@@ -325,15 +318,7 @@ impl JobKind for Blocks {
             ));
         }
         plan.layers.extend(&found);
-        let note = match found.as_slice() {
-            [] => String::new(),
-            [one] => format!("layer {first}: {one} configurations"),
-            many => format!(
-                "layers {first} to {}: {} configurations",
-                first + many.len() - 1,
-                many.iter().sum::<u64>()
-            ),
-        };
+        let note = levels_note("layer", first, &found, "configurations");
         // A layer of no configurations ends the search.
         if found.len() < sizes.len() || found.is_empty() {
             return Ok(NextStage::Finish);

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{MAX_BUCKETS, MAX_POSITIONS_PER_BUCKET, PegsPartial, PegsPlan, PegsSpec, PegsTask};
 use super::{buckets_after, game, parse_solutions};
-use crate::buckets::{bucket_of, encode_buckets, split_buckets};
+use crate::buckets::{add_level_sizes, bucket_of, encode_buckets, levels_note, split_buckets};
 use crate::kind::{FinishedStage, NextStage, Outcome, Planned, ShardRun};
 use crate::pegs::{self, AtMeeting, Meeting, PegBucket, PegGame, Side, StageBucket};
 use crate::{Error, Result, invalid};
@@ -372,15 +372,11 @@ pub(super) fn next_stage(
         } else {
             &mut end
         };
-        if written.is_some_and(|w| w != *buckets) || (!sizes.is_empty() && sizes.len() != own.len())
-        {
+        if written.is_some_and(|w| w != *buckets) {
             return Err(invalid!("the shards of one level disagree on its shape"));
         }
         written = Some(*buckets);
-        sizes.resize(own.len(), 0);
-        for (total, size) in sizes.iter_mut().zip(own) {
-            *total += size;
-        }
+        add_level_sizes(sizes, own, "level")?;
     }
     if let Some(positions) = joined {
         plan.solutions = solutions.to_string();
@@ -421,15 +417,7 @@ pub(super) fn next_stage(
     let first_end = plan.end_levels.len();
     plan.levels.extend(&start_found);
     plan.end_levels.extend(&end_found);
-    let mut note = match start_found.as_slice() {
-        [] => String::new(),
-        [one] => format!("level {first}: {one} positions"),
-        many => format!(
-            "levels {first} to {}: {} positions",
-            first + many.len() - 1,
-            many.iter().sum::<u64>()
-        ),
-    };
+    let mut note = levels_note("level", first, &start_found, "positions");
     if let [one] = end_found.as_slice() {
         note = format!("{note}; from the end, level {first_end}: {one} positions");
     }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 pub use frontier::PegSide;
 
-use crate::buckets::split_gathered;
+use crate::buckets::{bucket_count, split_gathered};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun, SpecOf,
@@ -35,13 +35,12 @@ pub const MAX_PREFIX_TASKS: u32 = 100_000;
 pub const MAX_BUCKETS: u32 = 1024;
 
 /// Positions of a level per shard of the next level when the frontier plan
-/// chooses the bucket count. A shard's children (about ten per position on
-/// the cross boards, deduplicated only within the shard) dominate its memory,
-/// some 100 bytes each while they are summed, sorted and encoded: about
-/// 500 MB a shard, and the largest English levels (3.6 million positions) are
-/// spread over 8 shards. Half as many positions a shard halve that and cost a
-/// quarter more time on the English board (measured: 616 MB against 996 MB
-/// for a worker of two slots, 10.1 s against 8.1 s).
+/// chooses the bucket count. A shard's memory follows its children, which are
+/// deduplicated only within the shard (by estimate, several per position and
+/// some tens of bytes each while they are summed, sorted and encoded); the
+/// largest English levels (3.6 million positions) go to 8 shards. Measured on
+/// the English board, centre to centre: a worker of two slots peaks at 996 MB
+/// and the job takes 8.1 s; with 250,000 positions a shard, 616 MB and 10.1 s.
 const POSITIONS_PER_BUCKET: u64 = 500_000;
 
 /// Most positions of a level per shard of the next level: a shard's lists and
@@ -239,12 +238,7 @@ pub enum PegsPartial {
 
 /// Shards of the level after one of `positions` positions.
 fn buckets_after(spec: &PegsSpec, positions: u64) -> u32 {
-    match spec.buckets {
-        0 => positions
-            .div_ceil(POSITIONS_PER_BUCKET)
-            .clamp(1, u64::from(MAX_BUCKETS)) as u32,
-        fixed => fixed,
-    }
+    bucket_count(positions, POSITIONS_PER_BUCKET, spec.buckets, MAX_BUCKETS)
 }
 
 fn parse_solutions(text: &str) -> Result<u128> {

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, Checkpoint, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
-    ResourceEstimate, ShardRun, WORKER_MEMORY_BUDGET, format_bytes,
+    ResourceEstimate, ShardRun, StageRead, WORKER_MEMORY_BUDGET, format_bytes,
 };
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
 use crate::{Control, Error, Result, invalid, proto};
@@ -73,6 +73,14 @@ pub trait Kind: Send + Sync {
     fn needs_stage_input(&self, spec: &TypedSpec, stage: u32) -> bool;
     fn input_bucket(&self, spec: &TypedSpec, task: &EncodedTask) -> Result<Option<u32>>;
     fn decode_stage_input(&self, spec: &TypedSpec, bytes: &[u8]) -> Result<StageInput>;
+    fn stage_reads(
+        &self,
+        spec: &TypedSpec,
+        stage: u32,
+        task: &EncodedTask,
+    ) -> Result<Vec<StageRead>>;
+    fn decode_stage_inputs(&self, spec: &TypedSpec, parts: &[&[u8]]) -> Result<StageInput>;
+    fn kept_stages(&self, spec: &TypedSpec, plan: &JobPlan, stage: u32) -> Result<Vec<u32>>;
     fn execute(
         &self,
         spec: &TypedSpec,
@@ -283,6 +291,27 @@ impl<K: JobKind> Kind for Registered<K> {
 
     fn decode_stage_input(&self, spec: &TypedSpec, bytes: &[u8]) -> Result<StageInput> {
         Ok(Arc::new(K::decode_stage_input(typed::<K>(spec), bytes)?))
+    }
+
+    fn stage_reads(
+        &self,
+        spec: &TypedSpec,
+        stage: u32,
+        task: &EncodedTask,
+    ) -> Result<Vec<StageRead>> {
+        Ok(K::stage_reads(typed::<K>(spec), stage, &task.decode()?))
+    }
+
+    fn decode_stage_inputs(&self, spec: &TypedSpec, parts: &[&[u8]]) -> Result<StageInput> {
+        Ok(Arc::new(K::decode_stage_inputs(typed::<K>(spec), parts)?))
+    }
+
+    fn kept_stages(&self, spec: &TypedSpec, plan: &JobPlan, stage: u32) -> Result<Vec<u32>> {
+        Ok(K::kept_stages(
+            typed::<K>(spec),
+            &plan_of::<K>(plan)?,
+            stage,
+        ))
     }
 
     fn execute(

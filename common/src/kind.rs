@@ -137,6 +137,39 @@ pub trait JobKind: Send + Sync + 'static {
     fn decode_stage_input(_spec: &Self::Spec, _bytes: &[u8]) -> Result<Self::StageInput> {
         Err(crate::invalid!("{} jobs have no stage data", Self::NAME))
     }
+    /// The stage outputs a shard of `stage` with `task` reads, in order: by
+    /// default the previous stage's (all of it, or its [`JobKind::input_bucket`])
+    /// when [`JobKind::needs_stage_input`]. A kind whose shards also read an
+    /// older stage names it here and keeps it with [`JobKind::kept_stages`].
+    fn stage_reads(spec: &Self::Spec, stage: u32, task: &Self::Task) -> Vec<StageRead> {
+        if Self::needs_stage_input(spec, stage) {
+            vec![StageRead {
+                stage: stage - 1,
+                bucket: Self::input_bucket(spec, task),
+            }]
+        } else {
+            Vec::new()
+        }
+    }
+    /// Decodes what [`JobKind::stage_reads`] named, in its order; by default
+    /// the one input of [`JobKind::decode_stage_input`].
+    fn decode_stage_inputs(spec: &Self::Spec, parts: &[&[u8]]) -> Result<Self::StageInput> {
+        match parts {
+            [one] => Self::decode_stage_input(spec, one),
+            _ => Err(crate::invalid!(
+                "{} shards read one stage output, not {}",
+                Self::NAME,
+                parts.len()
+            )),
+        }
+    }
+    /// The stages older than `stage - 1` whose output the shards of `stage` or
+    /// of a later stage still read: the coordinator keeps them (in its store)
+    /// and deletes every other output once the stage after it is done. Called
+    /// at each barrier and at recovery, with the plan as stored.
+    fn kept_stages(_spec: &Self::Spec, _plan: &Self::Plan, _stage: u32) -> Vec<u32> {
+        Vec::new()
+    }
     /// Runs one shard.
     fn execute(
         spec: &Self::Spec,
@@ -208,6 +241,14 @@ pub enum NextStage<T> {
     Shards(Vec<Planned<T>>, String),
     /// The job is done: its answer comes from [`JobKind::finish`].
     Finish,
+}
+
+/// One stage output a shard reads (see [`JobKind::stage_reads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StageRead {
+    pub stage: u32,
+    /// One bucket of every shard's output (see `buckets`), or all of it.
+    pub bucket: Option<u32>,
 }
 
 /// What a shard returns.

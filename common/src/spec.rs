@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::cache::KernelCache;
 use crate::dynamic::{Kind, ShardContext, StageInput, TypedSpec};
-use crate::kind::{Answer, JobKind, ResourceEstimate, SpecOf};
+use crate::kind::{Answer, JobKind, ResourceEstimate, SpecOf, StageRead};
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardOutcome};
 use crate::{Control, Result, invalid, kinds, proto};
 
@@ -243,6 +243,22 @@ impl ValidSpec {
 
     pub fn decode_stage_input(&self, bytes: &[u8]) -> Result<StageInput> {
         self.kind.decode_stage_input(&self.typed, bytes)
+    }
+
+    /// The stage outputs a shard of `stage` with `task` reads, in order.
+    pub fn stage_reads(&self, stage: u32, task: &EncodedTask) -> Result<Vec<StageRead>> {
+        self.kind.stage_reads(&self.typed, stage, task)
+    }
+
+    /// Decodes the outputs [`ValidSpec::stage_reads`] named, in its order.
+    pub fn decode_stage_inputs(&self, parts: &[&[u8]]) -> Result<StageInput> {
+        self.kind.decode_stage_inputs(&self.typed, parts)
+    }
+
+    /// The outputs of stages before `stage - 1` that must be kept while the
+    /// job is at `stage` (see [`crate::kind::JobKind::kept_stages`]).
+    pub fn kept_stages(&self, plan: &JobPlan, stage: u32) -> Result<Vec<u32>> {
+        self.kind.kept_stages(&self.typed, plan, stage)
     }
 
     /// Runs one shard (see [`ShardContext`]).

@@ -110,6 +110,71 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Appends a strictly increasing list: its length, the first value, then the
+/// gap to each next one (at least 1).
+///
+/// # Panics
+/// If `values` is not strictly increasing (the lists shipped are sorted and
+/// deduplicated by construction, so this is a bug in the caller).
+pub fn push_increasing<T: Copy + Into<u128>>(out: &mut Vec<u8>, values: &[T]) {
+    push(out, values.len() as u128);
+    let mut previous: Option<u128> = None;
+    for &value in values {
+        let value: u128 = value.into();
+        match previous {
+            None => push(out, value),
+            Some(p) => {
+                assert!(
+                    value > p,
+                    "push_increasing needs strictly increasing values"
+                );
+                push(out, value - p);
+            }
+        }
+        previous = Some(value);
+    }
+}
+
+impl Reader<'_> {
+    /// Reads a list written by [`push_increasing`], each value of `noun`
+    /// (plural) fitting `T`. Truncated, overlong or overflowing numbers, a gap
+    /// of 0 and a count larger than the bytes left are `InvalidArgument`; no
+    /// input can make it allocate more than the input can describe.
+    pub fn increasing<T: TryFrom<u128>>(&mut self, noun: &str) -> Result<Vec<T>> {
+        let label = self.label;
+        let count = self.varint(&format!("the count of {noun}"))?;
+        // Every value takes at least one byte: a larger count is garbage.
+        let remaining = self.remaining() as u128;
+        if count > remaining {
+            return Err(invalid!(
+                "{label}: {count} {noun} announced but only {remaining} bytes follow"
+            ));
+        }
+        let mut values = Vec::with_capacity(count as usize);
+        let mut previous: Option<u128> = None;
+        for index in 0..count as usize {
+            let gap = self.varint(noun)?;
+            let value = match previous {
+                None => gap,
+                Some(_) if gap == 0 => {
+                    return Err(invalid!(
+                        "{label}: {noun} are not strictly increasing (number {index} repeats \
+                         the previous one)"
+                    ));
+                }
+                Some(p) => p
+                    .checked_add(gap)
+                    .ok_or_else(|| invalid!("{label}: number {index} overflows 128 bits"))?,
+            };
+            let fitted = T::try_from(value)
+                .map_err(|_| invalid!("{label}: number {index} of the {noun} is too large"))?;
+            values.push(fitted);
+            previous = Some(value);
+        }
+        Ok(values)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,6 +94,7 @@ fn sliders_with(
         checksum_base: 0,
         checksum_modulus: 0,
         prefixes: 0,
+        ..Default::default()
     };
     adjust(&mut s);
     kind(Kind::Sliders(s))
@@ -1173,7 +1174,10 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
     let SlidersTask::SliderPrefixes { prefixes, .. } = EncodedTask::from_bytes(&sl[0].task)
         .unwrap()
         .decode::<SlidersTask>()
-        .unwrap();
+        .unwrap()
+    else {
+        panic!("the prefixes plan plans prefix tasks");
+    };
     let slider_prefixes = prefixes.len() as u32;
     let slider_sums = |done: u32| SlidersPartial::SliderSums {
         prefixes_done: done,
@@ -2228,6 +2232,7 @@ mod fuzz {
                     checksum_base: base,
                     checksum_modulus: modulus,
                     prefixes,
+                    ..Default::default()
                 })
             });
         let options = (

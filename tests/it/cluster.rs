@@ -193,6 +193,7 @@ async fn kayles_and_sliders_equal_the_direct_kernels() {
         JobSpec::new(SlidersSpec {
             board: SliderParams::default(),
             prefixes: 0,
+            ..Default::default()
         }),
     ];
     // A three-colour board with many shortest sequences, split into many prefixes.
@@ -200,6 +201,7 @@ async fn kayles_and_sliders_equal_the_direct_kernels() {
         specs.push(JobSpec::new(SlidersSpec {
             board: SliderParams::new(4, 4, "WRRRRRRGRRRRRRRB", "BRRRRRRGRRRRRRRW"),
             prefixes,
+            ..Default::default()
         }));
     }
     for spec in specs {
@@ -296,6 +298,7 @@ async fn a_5x5_slider_job_on_several_workers_equals_brute_force_and_the_layer_co
         let spec = JobSpec::new(SlidersSpec {
             board: params.clone(),
             prefixes,
+            ..Default::default()
         });
         let job = submit(&mut client, &spec, "").await;
         assert!(job.shards_total > 1, "{} shards", job.shards_total);
@@ -317,6 +320,7 @@ async fn slider_jobs_really_split_into_many_shards() {
     let spec = JobSpec::new(SlidersSpec {
         board: SliderParams::new(4, 4, "WRRRRRRGRRRRRRRB", "BRRRRRRGRRRRRRRW"),
         prefixes: 200,
+        ..Default::default()
     });
     let job = submit(&mut client, &spec, "").await;
     assert!(job.shards_total >= 20, "only {} shards", job.shards_total);

@@ -145,6 +145,7 @@ fn random_spec(rng: &mut Rng) -> ValidSpec {
         _ => JobSpec::new(SlidersSpec {
             board: SliderParams::new(3, 3, "WRRRRBBBB", "WBBBBRRRR"),
             prefixes: *rng.pick(&[2, 8]),
+            ..Default::default()
         }),
     };
     spec.options.lease_ttl_ms = tally_common::spec::MIN_LEASE_TTL_MS;
@@ -200,23 +201,33 @@ type Offered = (Vec<u8>, Option<EncodedPartial>, u64);
 /// needs it, the grant's checkpoint, and every checkpoint the kernel offers.
 /// `None` when the job has moved on and its stage data is gone.
 fn compute(
-    scheduler: &Scheduler,
+    scheduler: &mut Scheduler,
     grant: &Grant,
     cache: &KernelCache,
 ) -> Option<(ShardOutcome, Vec<Offered>)> {
     let task = EncodedTask::from_bytes(&grant.task).expect("stored tasks decode");
-    let input = if grant.spec.needs_stage_input(grant.lease.stage) {
-        let bytes = scheduler
-            .stage_data(&grant.lease.job, grant.lease.stage - 1, None)
-            .ok()?;
+    let reads = grant
+        .spec
+        .stage_reads(grant.lease.stage, &task)
+        .expect("stored tasks decode");
+    let input = if reads.is_empty() {
+        None
+    } else {
+        let mut parts = Vec::new();
+        for read in reads {
+            parts.push(
+                scheduler
+                    .stage_data(&grant.lease.job, read.stage, read.bucket)
+                    .ok()?,
+            );
+        }
+        let slices: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
         Some(
             grant
                 .spec
-                .decode_stage_input(&bytes)
+                .decode_stage_inputs(&slices)
                 .expect("stage data decodes"),
         )
-    } else {
-        None
     };
     let mut checkpoints = Vec::new();
     let outcome = grant
@@ -940,7 +951,7 @@ fn resume_to_completion(
         }
         for (worker, grant) in std::mem::take(&mut held) {
             now += 1;
-            let (outcome, _) = compute(&scheduler, &grant, &cache)
+            let (outcome, _) = compute(&mut scheduler, &grant, &cache)
                 .unwrap_or_else(|| panic!("no stage data for {}", grant.lease));
             scheduler
                 .report(result_report(&worker, &grant, &outcome), now)
@@ -1172,7 +1183,7 @@ fn expired_first_lease(dir: &Path) -> (Scheduler, Arc<dyn Store>, Grant, ShardOu
     scheduler.submit(spec, plan, None, 0).unwrap();
     let grant = scheduler.lease("a", 1, 0).unwrap().remove(0);
     assert_eq!(scheduler.expire_leases(1_000).unwrap(), 1);
-    let (outcome, _) = compute(&scheduler, &grant, &KernelCache::new()).unwrap();
+    let (outcome, _) = compute(&mut scheduler, &grant, &KernelCache::new()).unwrap();
     (scheduler, store, grant, outcome)
 }
 
@@ -1237,7 +1248,7 @@ fn populated_store(dir: &Path) {
     let plan = spec.prepare(&KernelCache::new(), &Control::new()).unwrap();
     scheduler.submit(spec, plan, None, 0).unwrap();
     let grants = scheduler.lease("a", 2, 0).unwrap();
-    let (outcome, _) = compute(&scheduler, &grants[0], &KernelCache::new()).unwrap();
+    let (outcome, _) = compute(&mut scheduler, &grants[0], &KernelCache::new()).unwrap();
     scheduler
         .report(result_report("a", &grants[0], &outcome), 1)
         .unwrap();

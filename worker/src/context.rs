@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tally_common::Control;
 use tally_common::dynamic::StageInput;
+use tally_common::kind::StageRead;
 use tally_common::proto::worker_service_client::WorkerServiceClient;
 use tally_common::transport::{AuthChannel, ClientSecurity};
 use tally_common::wire::MAX_MESSAGE_BYTES;
@@ -65,8 +66,8 @@ impl ShardHandle {
     }
 }
 
-/// The decoded output of a stage, for (job, stage, bucket).
-pub(crate) type CachedStage = ((String, u32, Option<u32>), StageInput);
+/// The decoded stage outputs a shard reads, for (job, what it reads).
+pub(crate) type CachedStage = ((String, Vec<StageRead>), StageInput);
 
 pub(crate) struct Context {
     pub config: WorkerConfig,

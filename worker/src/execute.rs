@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tally_common::cache::KernelCache;
 use tally_common::dynamic::{ShardContext, StageInput};
+use tally_common::kind::StageRead;
 use tally_common::proto;
 use tally_common::spec::ValidSpec;
 use tally_common::values::{EncodedTask, ShardEvent, ShardOutcome};
@@ -35,12 +36,11 @@ pub(crate) async fn compute_shard(
     if !ctx.config.shard_delay.is_zero() {
         tokio::time::sleep(ctx.config.shard_delay).await;
     }
-    let input = if spec.needs_stage_input(lease.stage) {
-        let bucket = spec.input_bucket(&task)?;
-        let control = &handle.control;
-        Some(stage_input(ctx, &spec, &lease.job_id, lease.stage - 1, bucket, control).await?)
-    } else {
+    let reads = spec.stage_reads(lease.stage, &task)?;
+    let input = if reads.is_empty() {
         None
+    } else {
+        Some(stage_input(ctx, &spec, &lease.job_id, reads, &handle.control).await?)
     };
     let (checkpoints, forwarder) =
         reports::forward_checkpoints(ctx.clone(), lease.lease_id.clone(), handle.clone());
@@ -122,47 +122,52 @@ async fn computed<T>(receiver: oneshot::Receiver<CommonResult<T>>) -> Result<T> 
     Ok(result?)
 }
 
-/// The output of `stage` (merged, or one bucket of it), fetched and decoded
-/// once per worker, stage and bucket, and shared by the shards that read it.
-/// Retries while the coordinator is unreachable, until the shard is stopped
-/// (its lease revoked, or the worker draining).
+/// The stage outputs a shard reads (each merged, or one bucket of it),
+/// fetched and decoded once per worker, job and reads, and shared by the
+/// shards that read the same. Retries while the coordinator is unreachable,
+/// until the shard is stopped (its lease revoked, or the worker draining).
 async fn stage_input(
     ctx: &Context,
     spec: &ValidSpec,
     job: &str,
-    stage: u32,
-    bucket: Option<u32>,
+    reads: Vec<StageRead>,
     control: &tally_common::Control,
 ) -> Result<StageInput> {
     let mut cached = ctx.stage_cache.lock().await;
-    if let Some(((j, s, b), data)) = cached.as_ref()
+    if let Some(((j, r), data)) = cached.as_ref()
         && j == job
-        && *s == stage
-        && *b == bucket
+        && *r == reads
     {
         return Ok(data.clone());
     }
-    let mut backoff = Backoff::new();
-    let bytes = loop {
-        control.check()?;
-        match fetch_stage(ctx, job, stage, bucket).await {
-            Ok(bytes) => break bytes,
-            Err((status, _)) if status.code() == tonic::Code::Unavailable => {
-                tracing::warn!(error = %status.message(), "stage data fetch failed; retrying");
-                backoff.wait().await;
+    let mut parts = Vec::with_capacity(reads.len());
+    for read in &reads {
+        let mut backoff = Backoff::new();
+        let bytes = loop {
+            control.check()?;
+            match fetch_stage(ctx, job, read.stage, read.bucket).await {
+                Ok(bytes) => break bytes,
+                Err((status, _)) if status.code() == tonic::Code::Unavailable => {
+                    tracing::warn!(error = %status.message(), "stage data fetch failed; retrying");
+                    backoff.wait().await;
+                }
+                Err((status, session)) if status.code() == tonic::Code::Unauthenticated => {
+                    tracing::info!(error = %status.message(), "stage data fetch refused; registering again");
+                    ctx.session_refused(&session);
+                    backoff.wait().await;
+                }
+                Err((status, _)) => return Err(status.into()),
             }
-            Err((status, session)) if status.code() == tonic::Code::Unauthenticated => {
-                tracing::info!(error = %status.message(), "stage data fetch refused; registering again");
-                ctx.session_refused(&session);
-                backoff.wait().await;
-            }
-            Err((status, _)) => return Err(status.into()),
-        }
-    };
+        };
+        parts.push(bytes);
+    }
     let spec = spec.clone();
-    let decoded = ctx.pool.run(move || spec.decode_stage_input(&bytes));
+    let decoded = ctx.pool.run(move || {
+        let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        spec.decode_stage_inputs(&slices)
+    });
     let data = computed(decoded).await?;
-    *cached = Some(((job.to_string(), stage, bucket), data.clone()));
+    *cached = Some(((job.to_string(), reads), data.clone()));
     Ok(data)
 }
 

@@ -26,6 +26,7 @@
 mod arith;
 mod board;
 mod index;
+pub mod levels;
 mod space;
 mod state;
 #[cfg(test)]

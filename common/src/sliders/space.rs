@@ -50,8 +50,9 @@ pub struct SliderSpace {
     arith: Arith,
     start: State,
     target: State,
-    /// Distances from the start, modulo 3, for every reachable board.
-    dist_start: Dist3,
+    /// Distances from the start, modulo 3, for every reachable board; `None`
+    /// for a graph rebuilt from its layers ([`SliderSpace::from_layers`]).
+    dist_start: Option<Dist3>,
     reachable: usize,
     edges: usize,
     shortest: u32,
@@ -192,9 +193,19 @@ fn extract_dag(
             "the first layer of the shortest-path graph is not the start".into(),
         ));
     }
+    let sizes: Vec<usize> = layers.iter().map(Vec::len).collect();
+    assemble_dag(&sizes, edges)
+}
+
+/// The graph of layers of `sizes` boards (the start alone in the first, the
+/// target alone in the last) and the useful moves `edges[i]` from layer `i`
+/// to layer `i + 1` (position in layer `i`, position in layer `i + 1`,
+/// letter), with the path counts both ways.
+fn assemble_dag(sizes: &[usize], mut edges: Vec<Vec<(u32, u32, u8)>>) -> Result<Dag> {
+    let d = sizes.len() - 1;
     let mut layer_start = vec![0usize];
-    for layer in &layers {
-        layer_start.push(layer_start.last().unwrap_or(&0) + layer.len());
+    for size in sizes {
+        layer_start.push(layer_start.last().unwrap_or(&0) + size);
     }
     let nodes = layer_start[d + 1];
     let moves: usize = edges.iter().map(Vec::len).sum();
@@ -205,7 +216,7 @@ fn extract_dag(
     for (i, layer_edges) in edges.iter_mut().enumerate() {
         layer_edges.sort_unstable_by_key(|&(u, _, letter)| (u, letter));
         let mut e = 0;
-        for u in 0..layers[i].len() as u32 {
+        for u in 0..sizes[i] as u32 {
             succ_start.push(succ.len() as u32);
             while e < layer_edges.len() && layer_edges[e].0 == u {
                 let (_, w, letter) = layer_edges[e];
@@ -308,10 +319,89 @@ impl SliderSpace {
             arith: parsed.arith,
             start,
             target,
-            dist_start,
+            dist_start: Some(dist_start),
             reachable,
             edges: degree_sum / 2,
             shortest,
+            dag,
+        })
+    }
+
+    /// The shortest-path graph from its layers of boards, as dense indices
+    /// (`layers[i]`: the boards at distance `i` from the start on a shortest
+    /// sequence to the target; the start alone first, the target alone last),
+    /// as a frontier plan finds them. The useful moves are the moves from a
+    /// board of one layer to a board of the next. Without the search behind
+    /// it, [`SliderSpace::reachable_boards`] and [`SliderSpace::edges`] are 0
+    /// and [`SliderSpace::dp_totals_checked`] refuses. Layers that do not form
+    /// such a graph (a board out of range, a layer board with no move to the
+    /// next layer, the wrong ends) are `InvalidArgument`.
+    pub fn from_layers(
+        params: &SliderParams,
+        layers: &[Vec<u64>],
+        control: &Control,
+    ) -> Result<SliderSpace> {
+        let parsed = parse_params(params)?;
+        let layout = Layout::new(&parsed.geom, &parsed.counts);
+        let (start, target) = (layout.state(&parsed.start), layout.state(&parsed.target));
+        let ends = (layers.first(), layers.last());
+        if ends
+            != (
+                Some(&vec![layout.index(start)]),
+                Some(&vec![layout.index(target)]),
+            )
+        {
+            return Err(invalid!(
+                "a shortest-path graph's first layer must be the start alone and its last \
+                 the target alone"
+            ));
+        }
+        let d = layers.len() - 1;
+        let mut edges: Vec<Vec<(u32, u32, u8)>> = vec![Vec::new(); d];
+        let mut ids: IndexMap<u32> = IndexMap::default();
+        for i in 0..d {
+            control.check()?;
+            ids.clear();
+            for (pos, &w) in layers[i + 1].iter().enumerate() {
+                ids.insert(w, to_u32(pos)?);
+            }
+            for (pos, &u) in layers[i].iter().enumerate() {
+                let board = layout
+                    .state_at(u)
+                    .ok_or_else(|| invalid!("layer {i}: board index {u} is out of range"))?;
+                let before = edges[i].len();
+                for m in layout.moves(board.blank()) {
+                    if let Some(&to) = ids.get(&layout.index(layout.apply(m, board))) {
+                        edges[i].push((pos as u32, to, m.letter));
+                    }
+                }
+                if edges[i].len() == before {
+                    return Err(invalid!(
+                        "layer {i}: board index {u} has no move to layer {}",
+                        i + 1
+                    ));
+                }
+            }
+            control.add_work(layers[i].len() as u64);
+        }
+        let sizes: Vec<usize> = layers.iter().map(Vec::len).collect();
+        to_u32(sizes.iter().sum())?;
+        let dag = assemble_dag(&sizes, edges)?;
+        if dag.to_target[0] == 0 {
+            return Err(invalid!(
+                "the layers hold no sequence from the start to the target"
+            ));
+        }
+        Ok(SliderSpace {
+            params: params.clone(),
+            layout,
+            arith: parsed.arith,
+            start,
+            target,
+            dist_start: None,
+            reachable: 0,
+            edges: 0,
+            shortest: d as u32,
             dag,
         })
     }
@@ -553,6 +643,12 @@ impl SliderSpace {
     /// expanded) and reporting a failed allocation as an error.
     pub fn dp_totals_checked(&self, control: &Control) -> Result<DpTotals> {
         control.check()?;
+        let Some(dist_start) = &self.dist_start else {
+            return Err(invalid!(
+                "the layer-by-layer count needs the search from the start, which a graph \
+                 rebuilt from its layers does not have"
+            ));
+        };
         let mut dist_target = Dist3::new(self.layout.total())?;
         bfs(
             &self.layout,
@@ -588,7 +684,7 @@ impl SliderSpace {
                 for m in self.layout.moves(e.board.blank()) {
                     let (w, letter) = (self.layout.apply(m, e.board), m.letter);
                     let iw = self.layout.index(w);
-                    if self.dist_start.get(iw) != want_s || dist_target.get(iw) != want_t {
+                    if dist_start.get(iw) != want_s || dist_target.get(iw) != want_t {
                         continue;
                     }
                     let slot = *slots.entry(iw).or_insert_with(|| {

@@ -24,7 +24,7 @@
 //! two boards share a cache line.
 
 use super::board::Geometry;
-use super::index::binomials;
+use super::index::{BinomTable, binomials};
 
 const MASK_BITS: u32 = 24;
 const MASK: u64 = (1 << MASK_BITS) - 1;
@@ -168,6 +168,10 @@ pub(crate) struct Layout {
     span_b: u64,
     /// Number of tile sequences `M`.
     per_blank: u64,
+    /// Set bits of `A` and of `B`.
+    k_a: usize,
+    k_b: usize,
+    binom: BinomTable,
 }
 
 impl Layout {
@@ -264,6 +268,9 @@ impl Layout {
             rank_b: ColexTable::new(k1),
             span_b,
             per_blank,
+            k_a,
+            k_b: k1,
+            binom,
         }
     }
 
@@ -373,6 +380,39 @@ impl Layout {
             codes.push(0);
         }
         codes
+    }
+
+    /// The board with dense index `index` (the inverse of [`Layout::index`]),
+    /// or `None` past the last index.
+    pub(crate) fn state_at(&self, index: u64) -> Option<State> {
+        if index >= self.total() {
+            return None;
+        }
+        let cells = self.cells as u64;
+        let (rest, z) = (index / cells, index % cells);
+        let a = self.unrank(rest / self.span_b, self.k_a);
+        let b = if self.three_colours {
+            self.unrank(rest % self.span_b, self.k_b)
+        } else {
+            0
+        };
+        Some(State(a | b << MASK_BITS | z << BLANK_SHIFT))
+    }
+
+    /// The `k`-subset of colex rank `rank`: its `j`-th position (from the
+    /// top) is the largest `p` with `binom(p, j) <= rank` left.
+    fn unrank(&self, mut rank: u64, k: usize) -> u64 {
+        let mut mask = 0u64;
+        let mut p = MASK_BITS as usize;
+        for j in (1..=k).rev() {
+            p -= 1;
+            while self.binom[p][j] > rank {
+                p -= 1;
+            }
+            rank -= self.binom[p][j];
+            mask |= 1 << p;
+        }
+        mask
     }
 
     /// The dense index of a state, in `0..total()`.

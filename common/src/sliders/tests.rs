@@ -395,6 +395,7 @@ fn the_dense_index_is_a_bijection() {
         let counts = parse_board(letters, &geom, "test").unwrap().counts;
         let layout = Layout::new(&geom, &counts);
         assert_eq!(layout.total() as usize, all.len());
+        assert_eq!(layout.state_at(layout.total()), None);
         let mut seen = HashSet::new();
         for a in &all {
             let codes = parse_board(std::str::from_utf8(a).unwrap(), &geom, "test")
@@ -405,6 +406,11 @@ fn the_dense_index_is_a_bijection() {
             let i = layout.index(state);
             assert!(i < layout.total());
             assert!(seen.insert(i), "index {i} twice");
+            assert_eq!(
+                layout.state_at(i),
+                Some(state),
+                "index {i} back to its board"
+            );
             // Every move on the masks is the move on the cells.
             let string_moves = string_moves(a, rows as usize, cols as usize);
             let mask_moves = layout.moves(state.blank());
@@ -860,6 +866,8 @@ fn sliders_spec(rows: u32, cols: u32, start: &str, target: &str, prefixes: u32) 
     SlidersSpec {
         board: SliderParams::new(rows, cols, start, target),
         prefixes,
+        plan: crate::kinds::sliders::SlidersPlanName::Prefixes,
+        buckets: 0,
     }
 }
 
@@ -871,7 +879,12 @@ fn weights_of(plan: &SlidersPlan) -> Vec<u128> {
 }
 
 fn shard_prefixes(shard: &Planned<SlidersTask>) -> &[String] {
-    let SlidersTask::SliderPrefixes { prefixes, weighted } = &shard.task;
+    let SlidersTask::SliderPrefixes {
+        prefixes, weighted, ..
+    } = &shard.task
+    else {
+        panic!("not a prefix task: {:?}", shard.task);
+    };
     assert!(weighted);
     prefixes
 }
@@ -1024,7 +1037,9 @@ fn a_shard_counts_sequences_and_resumes_from_a_checkpoint() {
     );
     assert_eq!(resumed.work_done, shard.work_total);
     assert_eq!(resumed.partial, whole.partial);
-    let SlidersPartial::SliderSums { sums, .. } = whole.partial;
+    let SlidersPartial::SliderSums { sums, .. } = whole.partial else {
+        panic!("not sums: {:?}", whole.partial);
+    };
     assert_eq!(u128::from(shard.work_total), sums.count);
 }
 
@@ -1041,7 +1056,12 @@ fn plans_stored_without_weights_still_plan_by_count() {
     let shards = Sliders::plan_stage(&spec, &old, 1).unwrap();
     let mut count = 0;
     for shard in &shards {
-        let SlidersTask::SliderPrefixes { prefixes, weighted } = &shard.task;
+        let SlidersTask::SliderPrefixes {
+            prefixes, weighted, ..
+        } = &shard.task
+        else {
+            panic!("not a prefix task: {:?}", shard.task);
+        };
         assert!(!weighted);
         assert_eq!(shard.work_total, prefixes.len() as u64);
         count += prefixes.len();

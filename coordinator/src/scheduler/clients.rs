@@ -183,6 +183,8 @@ impl Scheduler {
             entry.outputs = Vec::new();
             entry.pending.clear();
             entry.finished = None;
+            entry.kept.clear();
+            entry.kept_loaded = None;
         }
         Ok(count)
     }

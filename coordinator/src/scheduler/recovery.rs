@@ -138,10 +138,24 @@ fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<(JobEntry,
     let mut entry = JobEntry::new(rec);
     let id = entry.rec.id.clone();
     // A settled job's view needs none of its shards.
+    // Older outputs the kind keeps for later stages; a plan that cannot say
+    // keeps none, and its readers then fail on the fetch, saying why.
+    let keep = if entry.rec.state.is_finished() {
+        Vec::new()
+    } else {
+        entry
+            .rec
+            .spec
+            .kept_stages(&entry.rec.plan, entry.rec.stage)
+            .unwrap_or_else(|e| {
+                tracing::warn!(job = %id, error = %e, "cannot tell which stage outputs to keep");
+                Vec::new()
+            })
+    };
     let previous = if entry.rec.final_counts.is_some() {
         Vec::new()
     } else {
-        load_shards(store, &mut entry)?
+        load_shards(store, &mut entry, &keep)?
     };
     let mut lost_input = None;
     if !previous.is_empty() && !entry.rec.state.is_finished() {
@@ -179,9 +193,10 @@ fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<(JobEntry,
 }
 
 /// Puts the current stage's shards into `entry` and counts the earlier stages'
-/// as done; returns the previous stage's shards (whose output the current
-/// stage reads), in index order.
-fn load_shards(store: &dyn Store, entry: &mut JobEntry) -> Result<Vec<ShardRecord>> {
+/// as done, and the output chunks of the stages in `keep` into
+/// `entry.kept`; returns the previous stage's shards (whose output the
+/// current stage reads), in index order.
+fn load_shards(store: &dyn Store, entry: &mut JobEntry, keep: &[u32]) -> Result<Vec<ShardRecord>> {
     let mut previous = Vec::new();
     for (_, bytes) in store.scan_prefix(Tree::Shards, &shard_prefix(&entry.rec.id))? {
         let shard: ShardRecord = decode("shard", &bytes)?;
@@ -190,6 +205,13 @@ fn load_shards(store: &dyn Store, entry: &mut JobEntry) -> Result<Vec<ShardRecor
             entry.work_done_before += shard.work_total;
             if shard.stage + 1 == entry.rec.stage {
                 previous.push(shard);
+            } else if keep.contains(&shard.stage) {
+                let chunks = entry.kept.entry(shard.stage).or_default();
+                let index = shard.index as usize;
+                if chunks.len() <= index {
+                    chunks.resize(index + 1, 0);
+                }
+                chunks[index] = shard.output_chunks;
             }
         } else if shard.stage == entry.rec.stage {
             entry.shards.push(shard);

@@ -5,7 +5,7 @@
 //! memory and in the store until the stage after it is done; a frontier plan's
 //! shards each read one bucket of it (`tally_common::buckets`).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use tally_common::values::{EncodedPartial, PlannedShard};
@@ -33,10 +33,9 @@ impl Scheduler {
         {
             return Ok(());
         }
-        // The previous stage's output is no longer needed once this one is done.
-        if let Some(previous) = entry.finished.take() {
-            delete_outputs(&previous, job, batch);
-        }
+        // The previous stage's output is no longer read once this one is
+        // done, unless the kind keeps it for a later stage.
+        let previous = entry.finished.take();
         let (data, lengths) = read_outputs(store.as_ref(), &entry.shards, &entry.outputs)?;
         let current = FinishedStage {
             stage: entry.rec.stage,
@@ -55,13 +54,23 @@ impl Scheduler {
             .rec
             .spec
             .next_stage(&mut plan, entry.rec.stage, &partials);
+        let next_stage = entry.rec.stage + 1;
+        let next = next.and_then(|next| {
+            let keep = match &next {
+                Some(_) => entry.rec.spec.kept_stages(&plan, next_stage)?,
+                None => Vec::new(),
+            };
+            Ok((next, keep))
+        });
         match next {
-            Ok(Some((planned, note))) => {
+            Ok((Some((planned, note)), keep)) => {
                 entry.rec.plan = plan;
+                retire_outputs(entry, previous, &keep, batch);
                 start_next_stage(entry, current, planned, &note, batch, now_ms)
             }
-            Ok(None) => {
+            Ok((None, _)) => {
                 entry.rec.plan = plan;
+                retire_outputs(entry, previous, &[], batch);
                 delete_outputs(&current, job, batch);
                 finish_job(entry, batch, now_ms);
                 Ok(())
@@ -69,6 +78,7 @@ impl Scheduler {
             // The kind cannot go on (a level past its limits): retrying the
             // barrier would fail the same way, so the job fails, saying why.
             Err(e) => {
+                retire_outputs(entry, previous, &[], batch);
                 delete_outputs(&current, job, batch);
                 let message = format!("after stage {}: {e}", entry.rec.stage);
                 fail_job(entry, &message, batch, now_ms);
@@ -77,19 +87,44 @@ impl Scheduler {
         }
     }
 
-    /// The output of the previous stage, which the current stage reads: all of
-    /// it merged, or with `bucket`, that bucket of every shard's output.
-    pub fn stage_data(&self, job: &str, stage: u32, bucket: Option<u32>) -> Result<Arc<Vec<u8>>> {
-        let entry = self.entry(job)?;
-        let finished = match &entry.finished {
-            Some(finished) if finished.stage == stage && !entry.rec.state.is_finished() => finished,
-            _ => {
-                return Err(CoordinatorError::FailedPrecondition(format!(
-                    "job {job} has no readable output of stage {stage} (it is at stage {}, {})",
-                    entry.rec.stage,
-                    entry.rec.state.name()
-                )));
+    /// The output of the previous stage, which the current stage reads, or of
+    /// a stage the kind keeps: all of it merged, or with `bucket`, that bucket
+    /// of every shard's output. A kept stage is read from the store on its
+    /// first fetch and held until another is read.
+    pub fn stage_data(
+        &mut self,
+        job: &str,
+        stage: u32,
+        bucket: Option<u32>,
+    ) -> Result<Arc<Vec<u8>>> {
+        let store = self.store.clone();
+        let entry = self.entry_mut(job)?;
+        let unreadable = |entry: &JobEntry| {
+            CoordinatorError::FailedPrecondition(format!(
+                "job {job} has no readable output of stage {stage} (it is at stage {}, {})",
+                entry.rec.stage,
+                entry.rec.state.name()
+            ))
+        };
+        if entry.rec.state.is_finished() {
+            return Err(unreadable(entry));
+        }
+        let finished = match (&entry.finished, entry.kept.get(&stage)) {
+            (Some(finished), _) if finished.stage == stage => finished,
+            (_, Some(chunks)) => {
+                if entry.kept_loaded.as_ref().map(|k| k.stage) != Some(stage) {
+                    let chunks = chunks.clone();
+                    let (data, lengths) = read_stage_outputs(store.as_ref(), job, stage, &chunks)?;
+                    entry.kept_loaded = Some(FinishedStage {
+                        stage,
+                        data: Arc::new(data),
+                        lengths,
+                        chunks,
+                    });
+                }
+                entry.kept_loaded.as_ref().expect("loaded above")
             }
+            _ => return Err(unreadable(entry)),
         };
         let Some(bucket) = bucket else {
             return Ok(finished.data.clone());
@@ -254,14 +289,77 @@ pub(super) fn read_outputs(
     Ok((data, lengths))
 }
 
+/// The stored output of the shards of `stage` (with `chunks[i]` chunks for
+/// shard `i`) in index order, and each shard's length.
+pub(super) fn read_stage_outputs(
+    store: &dyn Store,
+    job: &str,
+    stage: u32,
+    chunks: &[u32],
+) -> Result<(Vec<u8>, Vec<usize>)> {
+    let mut data = Vec::new();
+    let mut lengths = Vec::with_capacity(chunks.len());
+    for (index, &count) in chunks.iter().enumerate() {
+        let before = data.len();
+        for chunk in 0..count {
+            let key = output_key(job, stage, index as u32, chunk);
+            let bytes = store.get(Tree::Blobs, &key)?.ok_or_else(|| {
+                CoordinatorError::Store(format!(
+                    "output chunk {chunk} of shard {stage}/{index} of job {job} is missing"
+                ))
+            })?;
+            data.extend_from_slice(&bytes);
+        }
+        lengths.push(data.len() - before);
+    }
+    Ok((data, lengths))
+}
+
+/// At a barrier: moves the output of the stage before the one just done
+/// (`previous`) among the kept ones if `keep` names it, else deletes it, and
+/// deletes the kept outputs `keep` no longer names.
+fn retire_outputs(
+    entry: &mut JobEntry,
+    previous: Option<FinishedStage>,
+    keep: &[u32],
+    batch: &mut Batch,
+) {
+    let job = entry.rec.id.clone();
+    if let Some(previous) = previous {
+        if keep.contains(&previous.stage) {
+            entry.kept.insert(previous.stage, previous.chunks);
+        } else {
+            delete_outputs(&previous, &job, batch);
+        }
+    }
+    let dropped: Vec<u32> = entry
+        .kept
+        .keys()
+        .copied()
+        .filter(|stage| !keep.contains(stage))
+        .collect();
+    for stage in dropped {
+        let chunks = entry.kept.remove(&stage).unwrap_or_default();
+        delete_stage_outputs(&job, stage, &chunks, batch);
+    }
+    if entry
+        .kept_loaded
+        .as_ref()
+        .is_some_and(|k| !entry.kept.contains_key(&k.stage))
+    {
+        entry.kept_loaded = None;
+    }
+}
+
 /// Removes the stored output of a finished stage, by key (no scan).
 fn delete_outputs(finished: &FinishedStage, job: &str, batch: &mut Batch) {
-    for (index, &chunks) in finished.chunks.iter().enumerate() {
-        for chunk in 0..chunks {
-            batch.remove(
-                Tree::Blobs,
-                output_key(job, finished.stage, index as u32, chunk),
-            );
+    delete_stage_outputs(job, finished.stage, &finished.chunks, batch);
+}
+
+fn delete_stage_outputs(job: &str, stage: u32, chunks: &[u32], batch: &mut Batch) {
+    for (index, &count) in chunks.iter().enumerate() {
+        for chunk in 0..count {
+            batch.remove(Tree::Blobs, output_key(job, stage, index as u32, chunk));
         }
     }
 }
@@ -274,6 +372,8 @@ pub(super) struct StageSnapshot {
     work_done_before: u64,
     outputs: Vec<Option<Arc<Vec<u8>>>>,
     finished: Option<FinishedStage>,
+    kept: BTreeMap<u32, Vec<u32>>,
+    kept_loaded: Option<FinishedStage>,
 }
 
 impl JobEntry {
@@ -285,6 +385,8 @@ impl JobEntry {
             work_done_before: self.work_done_before,
             outputs: self.outputs.clone(),
             finished: self.finished.clone(),
+            kept: self.kept.clone(),
+            kept_loaded: self.kept_loaded.clone(),
         }
     }
 
@@ -295,5 +397,7 @@ impl JobEntry {
         self.work_done_before = s.work_done_before;
         self.outputs = s.outputs;
         self.finished = s.finished;
+        self.kept = s.kept;
+        self.kept_loaded = s.kept_loaded;
     }
 }

@@ -121,6 +121,12 @@ pub(super) struct JobEntry {
     /// The merged output of the previous stage (what the current stage reads),
     /// and the number of stored chunks of each of its shards.
     pub(super) finished: Option<FinishedStage>,
+    /// Older stages whose output later stages read (the kind's
+    /// `kept_stages`): the number of stored chunks of each of their shards.
+    pub(super) kept: BTreeMap<u32, Vec<u32>>,
+    /// The kept stage last read, loaded from the store on its first fetch
+    /// (its readers come together, one stage at a time).
+    pub(super) kept_loaded: Option<FinishedStage>,
     /// Whether the log already says the job waits for another worker (its
     /// replicas must come from different workers); said once per start.
     pub(super) waiting_noted: bool,
@@ -147,6 +153,8 @@ impl JobEntry {
             next_event: 0,
             outputs: Vec::new(),
             finished: None,
+            kept: BTreeMap::new(),
+            kept_loaded: None,
             waiting_noted: false,
         }
     }

@@ -87,6 +87,7 @@ pub fn default_menu() -> Vec<JobTemplate> {
             SlidersSpec {
                 board: tally_common::sliders::SliderParams::default(),
                 prefixes,
+                ..Default::default()
             },
             &["sliders", "--prefixes", &prefixes.to_string()],
         )

@@ -1,14 +1,21 @@
 //! `sliders`: the sum of the checksums of all shortest slider sequences from a
-//! start board to a target board. Planning searches the board graph once; the
-//! shards enumerate the shortest sequences by prefix, in batches balanced by the
-//! number of sequences each prefix holds.
+//! start board to a target board. Two plans: `prefixes` (the default), where
+//! planning searches the board graph once and the shards enumerate the
+//! shortest sequences by prefix, in batches balanced by the number of
+//! sequences each prefix holds (every worker process searches the graph once
+//! too); and `frontier`, where the search itself is spread over the workers
+//! level by level, forward from the start and back from the target, and the
+//! enumeration reads the shortest-path graph as stage data (see `frontier`).
+
+mod frontier;
 
 use serde::{Deserialize, Serialize};
 
 use crate::balance::group_by_weight;
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, Checkpoint, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output,
+    Answer, Checkpoint, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun,
+    SpecOf, StageRead, no_output,
 };
 use crate::{Control, Error, Result, invalid, proto, sliders};
 
@@ -27,6 +34,39 @@ pub const MAX_PREFIX_TASKS: u32 = 100_000;
 /// Slider graphs kept per process: they can be large.
 const CACHED_SPACES: usize = 4;
 
+pub use frontier::{MAX_BOARDS_PER_BUCKET, MAX_BUCKETS, MAX_GRAPH_BOARDS};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SlidersPlanName {
+    /// The search while planning, prefix tasks over its graph.
+    #[default]
+    Prefixes,
+    /// The search by levels over the workers, then the prefix tasks.
+    Frontier,
+}
+
+impl SlidersPlanName {
+    pub fn name(self) -> &'static str {
+        match self {
+            SlidersPlanName::Prefixes => "prefixes",
+            SlidersPlanName::Frontier => "frontier",
+        }
+    }
+
+    /// The empty name selects the default plan.
+    pub fn parse(name: &str) -> Result<SlidersPlanName> {
+        match name {
+            "" => Ok(SlidersPlanName::default()),
+            "prefixes" => Ok(SlidersPlanName::Prefixes),
+            "frontier" => Ok(SlidersPlanName::Frontier),
+            other => Err(invalid!(
+                "unknown sliders plan {other:?}: expected \"prefixes\" or \"frontier\""
+            )),
+        }
+    }
+}
+
 // No deny_unknown_fields: serde does not support it together with flatten.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlidersSpec {
@@ -35,6 +75,23 @@ pub struct SlidersSpec {
     /// Minimum number of prefix tasks; 0 chooses.
     #[serde(default)]
     pub prefixes: u32,
+    #[serde(default)]
+    pub plan: SlidersPlanName,
+    /// Frontier plan: shards per level; 0 chooses from each level's size.
+    #[serde(default)]
+    pub buckets: u32,
+}
+
+impl Default for SlidersSpec {
+    /// The Project Euler 244 boards with the default plan.
+    fn default() -> Self {
+        SlidersSpec {
+            board: sliders::SliderParams::default(),
+            prefixes: 0,
+            plan: SlidersPlanName::default(),
+            buckets: 0,
+        }
+    }
 }
 
 impl SpecOf for SlidersSpec {
@@ -62,6 +119,14 @@ pub struct SlidersArgs {
     /// Minimum number of prefix tasks (default 64).
     #[arg(long, default_value_t = 0)]
     pub prefixes: u32,
+    /// Shard plan: prefixes (the default: the search while planning, then
+    /// prefix tasks) or frontier (the search itself by levels over the
+    /// workers, then prefix tasks over the graph it found).
+    #[arg(long, default_value = "prefixes")]
+    pub plan: String,
+    /// Frontier plan: shards per level (default: from each level's size).
+    #[arg(long, value_name = "N")]
+    pub buckets: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,8 +140,28 @@ pub struct SlidersPlan {
     pub prefix_weights: Vec<String>,
     #[serde(default)]
     pub shortest_length: u32,
+    /// Boards reachable (prefixes plan), or found up to the target's level
+    /// (frontier plan).
     #[serde(default)]
     pub boards: u64,
+    /// Frontier plan: the size of each level found so far.
+    #[serde(default)]
+    pub levels: Vec<u64>,
+    /// Frontier plan: the shards of each level (`buckets[k]` for level `k`),
+    /// one level ahead of the levels found.
+    #[serde(default)]
+    pub buckets: Vec<u32>,
+    /// Frontier plan: the target's level once found (`D`).
+    #[serde(default)]
+    pub target_level: Option<u32>,
+    /// Frontier plan: the number of shortest sequences counted by the forward
+    /// search (decimal, for u128).
+    #[serde(default)]
+    pub sequences: String,
+    /// Frontier plan: the levels of the shortest-path graph found so far, as
+    /// dense board indices, until the graph stage takes them.
+    #[serde(default)]
+    pub graph: Vec<Vec<u64>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,7 +175,32 @@ pub enum SlidersTask {
         prefixes: Vec<String>,
         #[serde(default)]
         weighted: bool,
+        /// Frontier plan: the graph is read from the previous stage's output
+        /// instead of searched for.
+        #[serde(default)]
+        graph: bool,
     },
+    /// Frontier plan: bucket `bucket` of the `buckets` of forward level
+    /// `level`, written for the `buckets_out` shards of the next.
+    SliderLevel {
+        level: u32,
+        bucket: u32,
+        buckets: u32,
+        buckets_out: u32,
+    },
+    /// Frontier plan: bucket `bucket` of the `buckets` of level `level` of the
+    /// shortest-path graph, whose neighbours go to the `buckets_out` shards of
+    /// the level before; the target is at distance `shortest`.
+    SliderGraphLevel {
+        level: u32,
+        bucket: u32,
+        buckets: u32,
+        buckets_out: u32,
+        shortest: u32,
+    },
+    /// Frontier plan: the graph's levels (dense board indices), to become
+    /// stage data and prefix tasks.
+    SliderGraph { layers: Vec<Vec<u64>> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +211,31 @@ pub enum SlidersPartial {
         prefixes_done: u32,
         sums: sliders::PathSums,
     },
+    /// A forward level's boards in one bucket, and the number of shortest
+    /// sequences (decimal) if the target is among them.
+    SliderLevel {
+        level: u32,
+        boards: u64,
+        #[serde(default)]
+        target_paths: Option<String>,
+    },
+    /// A graph level's boards in one bucket (dense indices).
+    SliderGraphLevel { level: u32, boards: Vec<u64> },
+    /// The prefix tasks over the graph, with their weights, and the number of
+    /// shortest sequences (decimal).
+    SliderGraph {
+        prefixes: Vec<String>,
+        weights: Vec<String>,
+        sequences: String,
+    },
+}
+
+/// What the shards of a frontier stage read, decoded once per worker.
+#[derive(Debug)]
+pub enum SlidersInput {
+    Levels(sliders::levels::LevelInput),
+    /// The shortest-path graph, for the prefix tasks.
+    Graph(Box<sliders::SliderSpace>),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -146,7 +281,7 @@ impl JobKind for Sliders {
     type Plan = SlidersPlan;
     type Task = SlidersTask;
     type Partial = SlidersPartial;
-    type StageInput = ();
+    type StageInput = SlidersInput;
 
     const NAME: &'static str = "sliders";
     const ABOUT: &'static str = "Sum of the checksums of all shortest slider sequences.";
@@ -178,6 +313,8 @@ impl JobKind for Sliders {
                 modulus: s.checksum_modulus,
             },
             prefixes: s.prefixes,
+            plan: SlidersPlanName::parse(&s.plan)?,
+            buckets: s.buckets.unwrap_or(0),
         })
     }
 
@@ -190,6 +327,8 @@ impl JobKind for Sliders {
             checksum_base: s.board.base,
             checksum_modulus: s.board.modulus,
             prefixes: s.prefixes,
+            plan: s.plan.name().to_string(),
+            buckets: s.buckets,
         })
     }
 
@@ -216,17 +355,34 @@ impl JobKind for Sliders {
                 s.prefixes
             ));
         }
-        Ok(())
+        match s.plan {
+            SlidersPlanName::Prefixes if s.buckets != 0 => Err(invalid!(
+                "buckets are for the frontier plan; add --plan frontier or drop --buckets"
+            )),
+            _ if s.buckets > MAX_BUCKETS => Err(invalid!(
+                "buckets must be between 1 and {MAX_BUCKETS}, got {}",
+                s.buckets
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn describe(s: &SlidersSpec) -> String {
         format!(
-            "sliders {}x{} {} -> {}",
-            s.board.rows, s.board.cols, s.board.start, s.board.target
+            "sliders {}x{} {} -> {} ({})",
+            s.board.rows,
+            s.board.cols,
+            s.board.start,
+            s.board.target,
+            s.plan.name()
         )
     }
 
     fn prepare(spec: &SlidersSpec, cache: &KernelCache, control: &Control) -> Result<SlidersPlan> {
+        if spec.plan == SlidersPlanName::Frontier {
+            // The search is the job's own stages: nothing to do here.
+            return Ok(frontier::initial_plan(spec));
+        }
         let space = space(spec, cache, control)?;
         let tasks = space.balanced_prefix_tasks(min_prefixes(spec), shard_count(spec));
         let (prefixes, weights): (Vec<String>, Vec<u128>) = tasks.into_iter().unzip();
@@ -235,6 +391,7 @@ impl JobKind for Sliders {
             prefix_weights: weights.iter().map(u128::to_string).collect(),
             shortest_length: space.shortest_length(),
             boards: space.reachable_boards() as u64,
+            ..SlidersPlan::default()
         })
     }
 
@@ -243,6 +400,9 @@ impl JobKind for Sliders {
         plan: &SlidersPlan,
         _stage: u32,
     ) -> Result<Vec<Planned<SlidersTask>>> {
+        if spec.plan == SlidersPlanName::Frontier {
+            return Ok(frontier::first_stage(plan));
+        }
         if plan.prefix_weights.len() != plan.prefixes.len() {
             return Ok(batches_by_count(plan));
         }
@@ -262,6 +422,7 @@ impl JobKind for Sliders {
                     task: SlidersTask::SliderPrefixes {
                         prefixes: group.iter().map(|&i| plan.prefixes[i].clone()).collect(),
                         weighted: true,
+                        graph: false,
                     },
                     work_total: units(weight).min(MAX_SHARD_UNITS),
                 }
@@ -274,15 +435,71 @@ impl JobKind for Sliders {
         plan.prefix_weights.clear();
     }
 
+    fn next_stage(
+        spec: &SlidersSpec,
+        plan: &mut SlidersPlan,
+        finished: FinishedStage<'_, SlidersPartial>,
+    ) -> Result<NextStage<SlidersTask>> {
+        match spec.plan {
+            SlidersPlanName::Prefixes => Ok(NextStage::Finish),
+            SlidersPlanName::Frontier => frontier::next_stage(spec, plan, finished),
+        }
+    }
+
+    fn stage_reads(_spec: &SlidersSpec, stage: u32, task: &SlidersTask) -> Vec<StageRead> {
+        frontier::stage_reads(stage, task)
+    }
+
+    fn decode_stage_inputs(spec: &SlidersSpec, parts: &[&[u8]]) -> Result<SlidersInput> {
+        frontier::decode_inputs(spec, parts)
+    }
+
+    fn kept_stages(spec: &SlidersSpec, plan: &SlidersPlan, stage: u32) -> Vec<u32> {
+        match spec.plan {
+            SlidersPlanName::Prefixes => Vec::new(),
+            SlidersPlanName::Frontier => frontier::kept_stages(plan, stage),
+        }
+    }
+
     fn execute(
         spec: &SlidersSpec,
         task: &SlidersTask,
-        run: &mut ShardRun<'_, (), SlidersPartial>,
+        run: &mut ShardRun<'_, SlidersInput, SlidersPartial>,
     ) -> Result<Outcome<SlidersPartial>> {
-        let SlidersTask::SliderPrefixes { prefixes, weighted } = task;
-        // The search is not the shard's work units: count it apart.
-        let space = space(spec, run.cache, &run.control.with_own_counter())?;
-        enumerate_prefixes(&space, prefixes, *weighted, run)
+        match (task, run.input) {
+            (
+                SlidersTask::SliderPrefixes {
+                    prefixes,
+                    weighted,
+                    graph: false,
+                },
+                _,
+            ) => {
+                // The search is not the shard's work units: count it apart.
+                let space = space(spec, run.cache, &run.control.with_own_counter())?;
+                enumerate_prefixes(&space, prefixes, *weighted, run)
+            }
+            (
+                SlidersTask::SliderPrefixes {
+                    prefixes,
+                    weighted,
+                    graph: true,
+                },
+                Some(SlidersInput::Graph(space)),
+            ) => enumerate_prefixes(space, prefixes, *weighted, run),
+            (SlidersTask::SliderPrefixes { .. }, _) => Err(invalid!(
+                "a slider prefix shard of the frontier plan needs the graph as stage data"
+            )),
+            (task, input) => {
+                let input = match input {
+                    Some(SlidersInput::Graph(_)) => {
+                        return Err(invalid!("a level shard was handed the graph"));
+                    }
+                    other => other,
+                };
+                frontier::execute(spec, task, input, run.control)
+            }
+        }
     }
 
     fn check_result(
@@ -292,8 +509,13 @@ impl JobKind for Sliders {
         partial: &SlidersPartial,
         output: &[u8],
     ) -> Result<()> {
-        let SlidersTask::SliderPrefixes { prefixes, .. } = task;
-        let SlidersPartial::SliderSums { prefixes_done, .. } = partial;
+        let (
+            SlidersTask::SliderPrefixes { prefixes, .. },
+            SlidersPartial::SliderSums { prefixes_done, .. },
+        ) = (task, partial)
+        else {
+            return frontier::check_result(task, partial, output);
+        };
         if *prefixes_done as usize != prefixes.len() {
             return Err(invalid!(
                 "slider result covers {prefixes_done} of {} prefixes",
@@ -309,22 +531,44 @@ impl JobKind for Sliders {
         partials: Vec<SlidersPartial>,
     ) -> Result<Answer> {
         let mut total = sliders::PathSums::default();
-        for SlidersPartial::SliderSums { sums, .. } in partials {
+        for partial in partials {
+            let SlidersPartial::SliderSums { sums, .. } = partial else {
+                return Err(Error::Internal(format!(
+                    "the last slider stage reported {partial:?}"
+                )));
+            };
             total.merge(sums);
+        }
+        if spec.plan == SlidersPlanName::Frontier && total.count.to_string() != plan.sequences {
+            return Err(Error::Internal(format!(
+                "the enumeration found {} shortest sequences, the forward search counted {}",
+                total.count, plan.sequences
+            )));
+        }
+        let mut details = serde_json::json!({
+            "kind": "sliders",
+            "rows": spec.board.rows,
+            "cols": spec.board.cols,
+            "start": spec.board.start,
+            "target": spec.board.target,
+            "plan": spec.plan.name(),
+            "shortest_length": plan.shortest_length,
+            "sequences": total.count.to_string(),
+            "checksum_sum": total.checksum_sum.to_string(),
+        });
+        // The prefixes plan searched every reachable board; the frontier
+        // plan stops at the target's level.
+        let boards = match spec.plan {
+            SlidersPlanName::Prefixes => "boards",
+            SlidersPlanName::Frontier => "boards_searched",
+        };
+        details[boards] = plan.boards.into();
+        if spec.plan == SlidersPlanName::Frontier {
+            details["levels"] = plan.levels.clone().into();
         }
         Ok(Answer {
             line: total.checksum_sum.to_string(),
-            details: serde_json::json!({
-                "kind": "sliders",
-                "rows": spec.board.rows,
-                "cols": spec.board.cols,
-                "start": spec.board.start,
-                "target": spec.board.target,
-                "boards": plan.boards,
-                "shortest_length": plan.shortest_length,
-                "sequences": total.count.to_string(),
-                "checksum_sum": total.checksum_sum.to_string(),
-            }),
+            details,
         })
     }
 
@@ -344,8 +588,14 @@ impl JobKind for Sliders {
     }
 
     fn corrupt_for_testing(partial: &mut SlidersPartial) {
-        let SlidersPartial::SliderSums { sums, .. } = partial;
-        sums.checksum_sum = sums.checksum_sum.wrapping_add(1);
+        match partial {
+            SlidersPartial::SliderSums { sums, .. } => {
+                sums.checksum_sum = sums.checksum_sum.wrapping_add(1)
+            }
+            SlidersPartial::SliderLevel { boards, .. } => *boards += 1,
+            SlidersPartial::SliderGraphLevel { boards, .. } => boards.clear(),
+            SlidersPartial::SliderGraph { sequences, .. } => sequences.push('0'),
+        }
     }
 }
 
@@ -367,6 +617,8 @@ fn spec_from_message(s: &proto::SlidersSpec) -> Result<SlidersSpec> {
             modulus: or(s.checksum_modulus, defaults.modulus),
         },
         prefixes: s.prefixes,
+        plan: SlidersPlanName::parse(&s.plan)?,
+        buckets: s.buckets,
     })
 }
 
@@ -379,6 +631,7 @@ fn batches_by_count(plan: &SlidersPlan) -> Vec<Planned<SlidersTask>> {
             task: SlidersTask::SliderPrefixes {
                 prefixes: chunk.to_vec(),
                 weighted: false,
+                graph: false,
             },
             work_total: chunk.len() as u64,
         })
@@ -394,7 +647,7 @@ fn enumerate_prefixes(
     space: &sliders::SliderSpace,
     prefixes: &[String],
     weighted: bool,
-    run: &mut ShardRun<'_, (), SlidersPartial>,
+    run: &mut ShardRun<'_, SlidersInput, SlidersPartial>,
 ) -> Result<Outcome<SlidersPartial>> {
     let (mut done, mut sums) = resume_point(run.checkpoint, prefixes.len())?;
     let units_of = |prefix: &str| -> Result<u64> {

@@ -11,7 +11,7 @@ use tally_common::kinds::blocks::{BlocksPlanName, BlocksSpec};
 use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::kinds::pegs::{PegsPlanName, PegsSpec};
-use tally_common::kinds::sliders::SlidersSpec;
+use tally_common::kinds::sliders::{SlidersPlanName, SlidersSpec};
 use tally_common::proto::{self, JobState};
 use tally_common::sliders::{SliderParams, SliderSpace};
 use tally_common::spec::JobSpec;
@@ -761,6 +761,49 @@ async fn pegs_through_several_workers_equal_the_single_process_count() {
                     assert!(done.shards_total > stages * (u64::from(buckets) - 1));
                 } else if plan == PegsPlanName::Prefixes {
                     assert!(done.shards_total > 1, "{name}: one shard only");
+                }
+            }
+        }
+        running.stop().await;
+    }
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sliders_frontier_through_several_workers_equal_the_single_process_answer() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    // Two and three colours, many shortest sequences, and start = target.
+    let boards = [
+        (3, 3, "WRRRRBBBB", "WBBBBRRRR"),
+        (4, 4, "WRRRRRRGRRRRRRRB", "BRRRRRRGRRRRRRRW"),
+        (2, 3, "WRRBBG", "WRRBBG"),
+    ];
+    for workers in [1, 3] {
+        let running = Workers::start(&url, workers, 1);
+        for (rows, cols, start, target) in boards {
+            for buckets in [1, 2, 7, 0] {
+                let spec = JobSpec::new(SlidersSpec {
+                    board: SliderParams::new(rows, cols, start, target),
+                    plan: SlidersPlanName::Frontier,
+                    buckets,
+                    ..Default::default()
+                });
+                let name = format!("{start} -> {target}, {buckets} buckets, {workers} workers");
+                let job = submit(&mut client, &spec, "").await;
+                let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+                assert_eq!(state(&done), JobState::Succeeded, "{name}: {}", done.error);
+                assert_eq!(done.answer, direct_answer(&spec), "{name}");
+                if buckets > 1 && start != target {
+                    // Every level but the start's, and every graph level
+                    // but the target's, split.
+                    assert!(
+                        done.shards_total > u64::from(done.stages_total),
+                        "{name}: {} shards in {} stages",
+                        done.shards_total,
+                        done.stages_total
+                    );
                 }
             }
         }

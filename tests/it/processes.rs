@@ -11,7 +11,9 @@ use tally_common::kinds::blocks::{BlocksPlanName, BlocksSpec};
 use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::kinds::pegs::{PegsPlanName, PegsSpec};
+use tally_common::kinds::sliders::{SlidersPlanName, SlidersSpec};
 use tally_common::proto::{self, JobState};
+use tally_common::sliders::SliderParams;
 use tally_common::spec::JobSpec;
 
 /// kill -9 of the coordinator in the middle of a hex cell-step job: after a
@@ -162,6 +164,20 @@ async fn a_pegs_frontier_job_survives_kills_of_the_coordinator_and_a_worker() {
         buckets: 3,
     });
     survives_kills(spec, 5).await;
+}
+
+/// The same for the sliders frontier plan, killed while the graph is being
+/// found backwards (stage 30 of 47): its shards read forward levels kept
+/// from stages long done, which the restarted coordinator must still have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sliders_frontier_job_survives_kills_in_its_backward_levels() {
+    let spec = JobSpec::new(SlidersSpec {
+        board: SliderParams::new(3, 3, "WRRRRBBBB", "WBBBBRRRR"),
+        plan: SlidersPlanName::Frontier,
+        buckets: 3,
+        ..Default::default()
+    });
+    survives_kills(spec, 30).await;
 }
 
 /// Runs `spec` on two workers that hold each shard 30 ms, kill -9s one worker

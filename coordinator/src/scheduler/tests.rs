@@ -633,3 +633,88 @@ fn only_the_current_session_of_a_worker_is_accepted() {
     assert_eq!(s.forget_silent_workers(forgotten_at), 2);
     assert!(unauthenticated(s.check_session("w", "third")));
 }
+
+/// A grant computed as a worker computes it: with the stage outputs its task
+/// reads, fetched from the scheduler.
+fn staged_report(s: &mut Scheduler, grant: &Grant) -> Report {
+    let task = EncodedTask::from_bytes(&grant.task).unwrap();
+    let reads = grant.spec.stage_reads(grant.lease.stage, &task).unwrap();
+    let mut parts = Vec::new();
+    for read in reads {
+        parts.push(
+            s.stage_data(&grant.lease.job, read.stage, read.bucket)
+                .unwrap_or_else(|e| panic!("{}: {read:?}: {e}", grant.lease)),
+        );
+    }
+    let slices: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+    let input = (!slices.is_empty()).then(|| grant.spec.decode_stage_inputs(&slices).unwrap());
+    let outcome = grant
+        .spec
+        .execute(
+            &task,
+            tally_common::dynamic::ShardContext {
+                input: input.as_ref(),
+                checkpoint: &[],
+                cache: &KernelCache::new(),
+                control: &Control::new(),
+                checkpoint_every: tally_common::kind::CHECKPOINT_EVERY,
+                on_event: &mut |_| {},
+            },
+        )
+        .unwrap();
+    let result = ReportedResult {
+        partial: outcome.partial.to_bytes(),
+        work_done: outcome.work_done,
+    };
+    Report::result("w", grant.lease.clone(), result, outcome.output)
+}
+
+/// Stages a kind keeps for later ones survive a reload and are read long
+/// after they are done; once no stage reads them they are deleted, and a
+/// finished job leaves no stage output in the store.
+#[test]
+fn kept_stage_outputs_survive_reloads_and_are_deleted_when_no_longer_read() {
+    use crate::records::shard_prefix;
+    use crate::store::Tree;
+    use tally_common::kinds::sliders::{SlidersPlanName, SlidersSpec};
+    use tally_common::sliders::SliderParams;
+
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut s = new_scheduler(store.clone());
+    let spec = JobSpec::new(SlidersSpec {
+        board: SliderParams::new(3, 3, "WRRRRBBBB", "WBBBBRRRR"),
+        plan: SlidersPlanName::Frontier,
+        buckets: 2,
+        ..Default::default()
+    });
+    let id = submit(&mut s, &spec);
+    let blobs = |store: &Arc<dyn Store>| {
+        store
+            .scan_prefix(Tree::Blobs, &shard_prefix(&id))
+            .unwrap()
+            .len()
+    };
+    let mut most_blobs = 0;
+    let mut now = 1;
+    while !s.job(&id, now).unwrap().state().is_finished() {
+        let stage = s.job(&id, now).unwrap().stage;
+        for grant in s.lease("w", 100, now).unwrap() {
+            let report = staged_report(&mut s, &grant);
+            s.report(report, now).unwrap();
+        }
+        most_blobs = most_blobs.max(blobs(&store));
+        // A reload at every other stage: the kept outputs come back.
+        if stage % 2 == 0 {
+            s = registered(
+                Scheduler::load(store.clone(), SchedulerConfig::default(), now).unwrap(),
+            );
+        }
+        now += 1;
+    }
+    let job = s.job(&id, now).unwrap();
+    assert_eq!(job.state(), proto::JobState::Succeeded, "{}", job.error);
+    assert_eq!(job.answer, direct_answer(&spec).line);
+    // 22 forward levels were kept at once, each with 2 shards' outputs.
+    assert!(most_blobs >= 40, "{most_blobs} outputs at most");
+    assert_eq!(blobs(&store), 0, "stage outputs left behind");
+}

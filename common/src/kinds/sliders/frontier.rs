@@ -543,3 +543,176 @@ pub(super) fn check_result(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::buckets::gather_bucket;
+    use crate::cache::KernelCache;
+    use crate::kind::{Answer, JobKind, ShardRun};
+    use crate::kinds::sliders::{Sliders, SlidersPlanName};
+    use crate::sliders::SliderParams;
+
+    /// Runs a frontier job in this process the way the runner does: stage by
+    /// stage, each shard handed what `stage_reads` names, and every older
+    /// stage it reads checked to be one the plan keeps. Returns the answer
+    /// and the number of stages.
+    fn run_frontier(spec: &SlidersSpec) -> Result<(Answer, u32)> {
+        let cache = KernelCache::new();
+        let control = Control::new();
+        let mut plan = Sliders::prepare(spec, &cache, &control)?;
+        let mut shards = Sliders::plan_stage(spec, &plan, 1)?;
+        let mut outputs: BTreeMap<u32, Vec<Vec<u8>>> = BTreeMap::new();
+        let mut stage = 1;
+        loop {
+            let kept = Sliders::kept_stages(spec, &plan, stage);
+            outputs.retain(|s, _| *s + 1 == stage || kept.contains(s));
+            let mut partials = Vec::new();
+            let mut stage_outputs = Vec::new();
+            for shard in &shards {
+                let reads = Sliders::stage_reads(spec, stage, &shard.task);
+                let mut parts = Vec::new();
+                for read in &reads {
+                    let stored = outputs
+                        .get(&read.stage)
+                        .unwrap_or_else(|| panic!("stage {stage} reads {read:?}, not kept"));
+                    let slices: Vec<&[u8]> = stored.iter().map(Vec::as_slice).collect();
+                    parts.push(gather_bucket(&slices, read.bucket.expect("bucketed"))?);
+                }
+                let input = if parts.is_empty() {
+                    None
+                } else {
+                    let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                    Some(Sliders::decode_stage_inputs(spec, &slices)?)
+                };
+                let mut on_checkpoint = |_| {};
+                let mut run = ShardRun {
+                    input: input.as_ref(),
+                    checkpoint: &[],
+                    cache: &cache,
+                    control: &control,
+                    checkpoint_every: std::time::Duration::from_secs(3600),
+                    on_checkpoint: &mut on_checkpoint,
+                };
+                let outcome = Sliders::execute(spec, &shard.task, &mut run)?;
+                Sliders::check_result(spec, &plan, &shard.task, &outcome.partial, &outcome.output)?;
+                partials.push(outcome.partial);
+                stage_outputs.push(outcome.output);
+            }
+            outputs.insert(stage, stage_outputs);
+            let finished = FinishedStage {
+                stage,
+                stages_total: stage,
+                partials: &partials,
+            };
+            match Sliders::next_stage(spec, &mut plan, finished)? {
+                NextStage::Shards(next, _) => shards = next,
+                NextStage::Finish => return Ok((Sliders::finish(spec, &plan, partials)?, stage)),
+            }
+            stage += 1;
+        }
+    }
+
+    fn frontier_spec(rows: u32, cols: u32, start: &str, target: &str, buckets: u32) -> SlidersSpec {
+        SlidersSpec {
+            board: SliderParams::new(rows, cols, start, target),
+            plan: SlidersPlanName::Frontier,
+            buckets,
+            ..SlidersSpec::default()
+        }
+    }
+
+    #[test]
+    fn the_frontier_plan_equals_the_direct_search_for_any_bucket_count() {
+        let boards: &[(u32, u32, &str, &str)] = &[
+            (3, 3, "WRBRBRBRB", "WBRBRBRBR"),
+            (3, 3, "WRRRRBBBB", "WBBBBRRRR"),
+            (2, 4, "WRRRBBBG", "GBBBRRRW"),
+            (3, 3, "WRRGGBBRB", "BRBGGRRBW"),
+            (2, 3, "WRRBBG", "WRRBBG"),
+            (2, 3, "WRRBBG", "RWRBBG"),
+            (4, 4, "WRRRRRRGRRRRRRRB", "BRRRRRRGRRRRRRRW"),
+        ];
+        for &(rows, cols, start, target) in boards {
+            let direct = Sliders::direct(
+                &frontier_spec(rows, cols, start, target, 0),
+                1,
+                &Control::new(),
+            )
+            .unwrap();
+            let d = direct.details["shortest_length"].as_u64().unwrap() as u32;
+            for buckets in [1, 2, 7] {
+                let spec = frontier_spec(rows, cols, start, target, buckets);
+                let (answer, stages) = run_frontier(&spec).unwrap();
+                let what = format!("{start} -> {target} with {buckets} buckets");
+                assert_eq!(answer.line, direct.line, "{what}");
+                for field in ["sequences", "checksum_sum", "shortest_length"] {
+                    assert_eq!(
+                        answer.details[field], direct.details[field],
+                        "{what}: {field}"
+                    );
+                }
+                // D + 1 forward levels, D graph levels, the graph, the prefixes.
+                assert_eq!(stages, 2 * d + 3, "{what}");
+                let levels = answer.details["levels"].as_array().unwrap().len();
+                assert_eq!(levels, d as usize + 1, "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_forward_levels_are_the_breadth_first_layers() {
+        // 3 x 3 with four red and four blue tiles: every level size against a
+        // plain breadth-first search over board strings.
+        let (start, target) = ("WRRRRBBBB", "WBBBBRRRR");
+        let (answer, _) = run_frontier(&frontier_spec(3, 3, start, target, 2)).unwrap();
+        let mut seen = std::collections::HashSet::from([start.to_string()]);
+        let mut layer = vec![start.to_string()];
+        let mut sizes = Vec::new();
+        while !layer.is_empty() && !layer.contains(&target.to_string()) {
+            sizes.push(layer.len() as u64);
+            let mut next = Vec::new();
+            for board in &layer {
+                for m in ["L", "R", "U", "D"] {
+                    if let Ok(b) = sliders::apply_moves(3, 3, board, m)
+                        && seen.insert(b.clone())
+                    {
+                        next.push(b);
+                    }
+                }
+            }
+            layer = next;
+        }
+        sizes.push(layer.len() as u64);
+        let levels: Vec<u64> = answer.details["levels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(levels, sizes);
+        assert_eq!(answer.details["boards_searched"], sizes.iter().sum::<u64>());
+    }
+
+    #[test]
+    fn an_unreachable_target_ends_the_search_with_a_clear_error() {
+        // On 2 x 2 the three tiles only rotate: half the boards are out of reach.
+        let spec = frontier_spec(2, 2, "WRBG", "WBRG", 0);
+        let e = run_frontier(&spec).unwrap_err().to_string();
+        assert!(e.contains("cannot be reached"), "{e}");
+        assert!(e.contains("ends after level"), "{e}");
+    }
+
+    #[test]
+    fn stage_data_of_the_wrong_kind_is_refused() {
+        let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 0);
+        let graph = encode_buckets(&[levels::encode_graph(&[vec![1], vec![2]])]);
+        let gathered = gather_bucket(&[&graph], 0).unwrap();
+        // A graph where a forward level's two inputs belong.
+        assert!(Sliders::decode_stage_inputs(&spec, &[&gathered, &gathered]).is_err());
+        assert!(Sliders::decode_stage_inputs(&spec, &[b"\x01\0\0\0\0\0\0\0"]).is_err());
+        assert!(Sliders::decode_stage_inputs(&spec, &[]).is_err());
+    }
+}

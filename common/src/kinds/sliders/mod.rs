@@ -578,6 +578,7 @@ impl JobKind for Sliders {
         let plan = SlidersPlan {
             shortest_length: space.shortest_length(),
             boards: space.reachable_boards() as u64,
+            sequences: sums.count.to_string(),
             ..SlidersPlan::default()
         };
         let partial = SlidersPartial::SliderSums {

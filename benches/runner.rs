@@ -15,6 +15,10 @@
 //!   peak memory; blocks (Project Euler 766) with one and two workers against the
 //!   kernel alone. `-- frontier prefixes` adds one run of the pegs prefixes plan.
 //!
+//! - `-- sliders`: the 5 x 5 sliders instance of the README through a
+//!   coordinator and one worker process, prefixes plan against frontier plan:
+//!   wall time, the coordinator's CPU time and peak memory, the worker's peak.
+//!
 //! - `-- restart [JOBS]`: a coordinator given JOBS queued jobs (default 16,000
 //!   queens jobs of 64 shards: about a million shards) is killed with SIGKILL
 //!   and started again: the time until it answers, and the store's size; then
@@ -75,6 +79,9 @@ fn main() {
     let runs = if quick { 1 } else { 3 };
     if args.first().map(String::as_str) == Some("frontier") {
         return frontier(runs);
+    }
+    if args.first().map(String::as_str) == Some("sliders") {
+        return sliders(runs);
     }
     if args.first().map(String::as_str) == Some("restart") {
         let jobs = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(16_000);
@@ -269,6 +276,26 @@ struct Cluster {
     wall: f64,
     answer: String,
     worker_rss: Vec<u64>,
+    /// The coordinator process's CPU time (user and system) and peak memory.
+    coordinator_cpu: f64,
+    coordinator_rss: u64,
+}
+
+/// Kills (with `signal`) and reaps a child: its CPU seconds and peak memory.
+fn reap(pid: u32, signal: libc::c_int) -> (f64, u64) {
+    let pid = pid as libc::pid_t;
+    // SAFETY: signals and reaps our own child; the pointers are valid locals.
+    unsafe {
+        libc::kill(pid, signal);
+        let mut status = 0;
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::wait4(pid, &mut status, 0, &mut usage), pid);
+        let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        (
+            seconds(usage.ru_utime) + seconds(usage.ru_stime),
+            usage.ru_maxrss as u64 * 1024,
+        )
+    }
 }
 
 /// The run with the median wall time of `runs` runs of [`cluster`].
@@ -286,7 +313,7 @@ fn median_cluster(submit: &[&str], slots: &[usize], runs: usize) -> Cluster {
 fn cluster(submit: &[&str], slots: &[usize]) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
     let (url, spawn_coordinator) = coordinator_on_a_free_port(&dir.path().join("data"));
-    let mut coordinator = spawn_coordinator();
+    let coordinator = spawn_coordinator();
     let workers: Vec<_> = slots
         .iter()
         .enumerate()
@@ -340,25 +367,55 @@ fn cluster(submit: &[&str], slots: &[usize]) -> Cluster {
         .to_string();
     let worker_rss = workers
         .into_iter()
-        .map(|w| {
-            let pid = w.id() as libc::pid_t;
-            // SAFETY: signals and reaps our own child; the pointers are valid locals.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-                let mut status = 0;
-                let mut usage: libc::rusage = std::mem::zeroed();
-                assert_eq!(libc::wait4(pid, &mut status, 0, &mut usage), pid);
-                usage.ru_maxrss as u64 * 1024
-            }
-        })
+        .map(|w| reap(w.id(), libc::SIGTERM).1)
         .collect();
-    let _ = coordinator.kill();
-    let _ = coordinator.wait();
+    let (coordinator_cpu, coordinator_rss) = reap(coordinator.id(), libc::SIGKILL);
     Cluster {
         wall,
         answer,
         worker_rss,
+        coordinator_cpu,
+        coordinator_rss,
     }
+}
+
+/// The sliders 5 x 5 instance of the README through a coordinator with one
+/// worker process of two slots: the prefixes plan (the coordinator searches
+/// while planning) against the frontier plan (the workers search).
+fn sliders(runs: usize) {
+    let board = [
+        "sliders",
+        "--rows",
+        "5",
+        "--cols",
+        "5",
+        "--start",
+        "WRRBB/RRRBB/RRBBB/RRRBB/RRBBB",
+        "--target",
+        "WBRBR/BRBRB/RBRBR/BRBRB/RBRBR",
+    ];
+    let mut answers = Vec::new();
+    let mut walls = Vec::new();
+    for plan in ["prefixes", "frontier"] {
+        let submit = [&board[..], &["--plan", plan]].concat();
+        let c = median_cluster(&submit, &[2], runs);
+        println!(
+            "sliders 5 x 5, {plan} plan, 1 worker process of 2 slots: {:.2} s; coordinator CPU \
+             {:.2} s, peak {:.0} MB; worker peak {:.0} MB (answer {})",
+            c.wall,
+            c.coordinator_cpu,
+            c.coordinator_rss as f64 / 1e6,
+            c.worker_rss[0] as f64 / 1e6,
+            c.answer
+        );
+        answers.push(c.answer);
+        walls.push(c.wall);
+    }
+    assert_eq!(answers[0], answers[1], "the plans disagree");
+    println!(
+        "sliders 5 x 5: frontier plan / prefixes plan wall time {:.2}",
+        walls[1] / walls[0]
+    );
 }
 
 /// Fills a coordinator's store with `jobs` queued queens jobs (cancelled, so

@@ -706,6 +706,56 @@ mod tests {
     }
 
     #[test]
+    fn a_level_past_the_limit_fails_naming_the_level_and_its_size() {
+        let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 1);
+        let mut plan = initial_plan(&spec);
+        plan.levels = vec![1, 2, 3];
+        plan.buckets = vec![1, 1, 1, 1, 1];
+        let huge = [SlidersPartial::SliderLevel {
+            level: 3,
+            boards: MAX_BOARDS_PER_BUCKET + 1,
+            target_paths: None,
+        }];
+        let finished = FinishedStage {
+            stage: 4,
+            stages_total: 4,
+            partials: &huge,
+        };
+        // The coordinator keeps the plan it had when the barrier fails.
+        let e = next_stage(&spec, &mut plan, finished)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("level 3 has {} boards", MAX_BOARDS_PER_BUCKET + 1)),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn plan_options_are_checked() {
+        let refused = |spec: SlidersSpec, what: &str| {
+            let e = Sliders::validate(&spec).unwrap_err().to_string();
+            assert!(e.contains(what), "{e}");
+        };
+        let mut prefixes_with_buckets = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 4);
+        prefixes_with_buckets.plan = SlidersPlanName::Prefixes;
+        refused(prefixes_with_buckets, "buckets are for the frontier plan");
+        refused(
+            frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", MAX_BUCKETS + 1),
+            "buckets must be between 1 and 1024",
+        );
+        assert!(SlidersPlanName::parse("levels").is_err());
+        assert_eq!(
+            SlidersPlanName::parse("").unwrap(),
+            SlidersPlanName::Prefixes
+        );
+        // The proto form round-trips the plan and the buckets.
+        let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 5);
+        let proto = Sliders::spec_to_proto(&spec);
+        assert_eq!(Sliders::spec_from_proto(&proto).unwrap().unwrap(), spec);
+    }
+
+    #[test]
     fn stage_data_of_the_wrong_kind_is_refused() {
         let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 0);
         let graph = encode_buckets(&[levels::encode_graph(&[vec![1], vec![2]])]);

@@ -19,6 +19,10 @@
 //!   coordinator and one worker process, prefixes plan against frontier plan:
 //!   wall time, the coordinator's CPU time and peak memory, the worker's peak.
 //!
+//! - `-- shards`: the cost per shard at about 10^5 shards (hex side 11,
+//!   cell-step, 1 against 1,024 shards per step); with `TALLY_BENCH_BEFORE=BIN`,
+//!   the same with an older build, for the ratio.
+//!
 //! - `-- restart [JOBS]`: a coordinator given JOBS queued jobs (default 16,000
 //!   queens jobs of 64 shards: about a million shards) is killed with SIGKILL
 //!   and started again: the time until it answers, and the store's size; then
@@ -83,6 +87,9 @@ fn main() {
     if args.first().map(String::as_str) == Some("sliders") {
         return sliders(runs);
     }
+    if args.first().map(String::as_str) == Some("shards") {
+        return shard_cost(runs);
+    }
     if args.first().map(String::as_str) == Some("restart") {
         let jobs = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(16_000);
         restart_at_scale(jobs, false);
@@ -133,6 +140,97 @@ fn main() {
     );
 
     restart_to_first_report();
+}
+
+/// The runner's cost per shard at about 10^5 shards: `tally run hex --side 11
+/// --plan cell-step` with 1 and with 1,024 shards per cell step (110 and
+/// 112,640 shards), the difference per extra shard; and the same with the
+/// binary named by `TALLY_BENCH_BEFORE` (an older build), when set, run
+/// alternately in the same run.
+fn shard_cost(runs: usize) {
+    let job = |per_step: &str| {
+        [
+            "run",
+            "hex",
+            "--side",
+            "11",
+            "--plan",
+            "cell-step",
+            "--shards-per-step",
+            per_step,
+        ]
+        .map(String::from)
+    };
+    let before = std::env::var_os("TALLY_BENCH_BEFORE");
+    let binaries: Vec<(&str, std::ffi::OsString)> = std::iter::once((
+        "this build",
+        std::ffi::OsString::from(env!("CARGO_BIN_EXE_tally")),
+    ))
+    .chain(before.map(|b| ("before", b)))
+    .collect();
+    let (few, many) = (110.0, 110.0 * 1024.0);
+    let mut costs = Vec::new();
+    for (name, binary) in &binaries {
+        let time = |args: &[String]| {
+            let mut times = Vec::new();
+            let mut answer = String::new();
+            let mut peak = 0;
+            for _ in 0..runs {
+                let started = Instant::now();
+                let child = Command::new(binary)
+                    .args(args)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                let (out, rss) = wait_with_peak(child);
+                times.push(started.elapsed().as_secs_f64());
+                answer = out;
+                peak = peak.max(rss);
+            }
+            times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            (times[times.len() / 2], answer, peak)
+        };
+        let (t_few, a, _) = time(&job("1"));
+        let (t_many, b, peak) = time(&job("1024"));
+        assert_eq!(a, b, "{name}: the answers differ");
+        let per_shard = (t_many - t_few) * 1e3 / (many - few);
+        println!(
+            "{name}: hex side 11 cell-step, {few} shards {t_few:.2} s, {many} shards {t_many:.2} s \
+             (peak {:.0} MB): {per_shard:.3} ms per extra shard",
+            peak as f64 / 1e6
+        );
+        costs.push(per_shard);
+    }
+    if let [now, before] = costs[..] {
+        println!("cost per shard, this build / before: {:.2}", now / before);
+    }
+}
+
+/// Waits for `child`: its last line of output and its peak memory.
+#[allow(clippy::zombie_processes)]
+fn wait_with_peak(mut child: std::process::Child) -> (String, u64) {
+    use std::io::Read;
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: reaps our own child; the pointers are valid locals.
+    let rss = unsafe {
+        let mut status = 0;
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::wait4(pid, &mut status, 0, &mut usage), pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the job failed"
+        );
+        usage.ru_maxrss as u64 * 1024
+    };
+    (out.lines().last().unwrap_or_default().to_string(), rss)
 }
 
 /// Wall time and peak memory (max RSS of the process) of `tally run hex --side N`.

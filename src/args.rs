@@ -336,6 +336,10 @@ pub struct CoordinatorArgs {
     /// this long after they finished, e.g. `7d`, `12h`, `30m`. Default: keep them.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub retain_finished: Option<std::time::Duration>,
+    /// Fault injection for tests: abort the process right after the N-th
+    /// store flush, before any call it covered is answered.
+    #[arg(long, hide = true)]
+    pub exit_after_flushes: Option<u64>,
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {

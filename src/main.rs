@@ -326,6 +326,7 @@ async fn serve_coordinator(
     config.http = args.http;
     config.recover = args.recover;
     config.retain_finished = args.retain_finished;
+    config.exit_after_flushes = args.exit_after_flushes;
     let mut coordinator = tally_coordinator::start(config).await?;
     eprintln!(
         "coordinator listening on {} (data in {}; {secured})",

@@ -2,7 +2,7 @@
 
 use tally_common::Error as CommonError;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum CoordinatorError {
     #[error("{0}")]
     InvalidArgument(String),

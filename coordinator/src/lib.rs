@@ -7,7 +7,9 @@
 //!   keys) and [`metrics`] (what the coordinator measures);
 //! - [`store`]: a transactional key-value store (sled on disk, or in memory);
 //! - [`scheduler`]: the synchronous state machine of jobs, stages, shards and
-//!   leases; every state change is one atomic, flushed store commit;
+//!   leases; every state change is one atomic batch applied to the store;
+//! - [`group_commit`]: a call answers only once a flush covers its batch, one
+//!   flush for every call that applied meanwhile;
 //! - [`service`]: the tonic JobService and WorkerService, a thin async shell that
 //!   runs scheduler calls off the async runtime;
 //! - [`http`]: the `--http` listener: Prometheus text, a JSON status and the
@@ -18,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod group_commit;
 pub mod http;
 pub mod metrics;
 pub mod records;

@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::error::{CoordinatorError, Result};
+use crate::group_commit::GroupCommit;
 use crate::http;
 use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::{Scheduler, SchedulerConfig};
@@ -51,6 +52,8 @@ pub struct CoordinatorConfig {
     pub release_leases_on_start: bool,
     /// Delete finished jobs this long after they finished; `None` keeps them.
     pub retain_finished: Option<Duration>,
+    /// Fault injection for tests: abort right after this many store flushes.
+    pub exit_after_flushes: Option<u64>,
 }
 
 impl CoordinatorConfig {
@@ -67,6 +70,7 @@ impl CoordinatorConfig {
             recover: false,
             release_leases_on_start: false,
             retain_finished: None,
+            exit_after_flushes: None,
         }
     }
 }
@@ -156,7 +160,12 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     let release_leases = config.release_leases_on_start;
     let scheduler =
         blocking(move || load_scheduler(store, scheduler_config, recovery, release_leases)).await?;
-    let shared = Shared::new(scheduler, metrics, config.kernel_cache.clone());
+    let shared = Shared::new(
+        scheduler,
+        metrics,
+        config.kernel_cache.clone(),
+        GroupCommit::new(config.exit_after_flushes),
+    );
     // Bound before serving gRPC so that a taken port fails the start cleanly.
     let http_listener = match config.http {
         Some(addr) => Some(http::bind(addr).await?),
@@ -246,6 +255,8 @@ fn load_scheduler(
             );
         }
     }
+    // From here on every call's changes are flushed by the group commit.
+    scheduler.use_group_commit();
     Ok(scheduler)
 }
 

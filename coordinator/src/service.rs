@@ -3,6 +3,7 @@
 //! on the async runtime's threads.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{CoordinatorError, Result};
+use crate::group_commit::GroupCommit;
 use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::{
     Grant, ListPage, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult,
@@ -51,6 +53,11 @@ pub struct Shared {
     /// Ids of jobs that changed.
     pub changes: broadcast::Sender<String>,
     pub metrics: Arc<CoordinatorMetrics>,
+    /// Makes the scheduler's changes durable before calls answer.
+    pub group: GroupCommit,
+    /// Set when a write failed: the scheduler is read back from the store
+    /// before the next call uses it.
+    reload: AtomicBool,
 }
 
 impl Shared {
@@ -58,6 +65,7 @@ impl Shared {
         scheduler: Scheduler,
         metrics: Arc<CoordinatorMetrics>,
         cache: Arc<KernelCache>,
+        group: GroupCommit,
     ) -> Arc<Shared> {
         let (changes, _) = broadcast::channel(1024);
         Arc::new(Shared {
@@ -66,10 +74,14 @@ impl Shared {
             work_ready: Notify::new(),
             changes,
             metrics,
+            group,
+            reload: AtomicBool::new(false),
         })
     }
 
-    /// Runs `f` on the scheduler from the blocking pool.
+    /// Runs `f` on the scheduler from the blocking pool, then waits (outside
+    /// the scheduler's lock) until every change applied so far, `f`'s
+    /// included, is durable: a call answers nothing a crash could take back.
     pub async fn with_scheduler<T, F>(self: &Arc<Self>, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -77,13 +89,34 @@ impl Shared {
     {
         let shared = self.clone();
         tokio::task::spawn_blocking(move || {
-            let mut scheduler = shared.scheduler.lock().unwrap_or_else(|p| p.into_inner());
-            match scheduler.as_mut() {
-                Some(scheduler) => f(scheduler),
-                None => Err(CoordinatorError::Unavailable(
-                    "the coordinator is shutting down".into(),
-                )),
+            let (result, store, ticket) = {
+                let mut scheduler = shared.scheduler.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(scheduler) = scheduler.as_mut() else {
+                    return Err(CoordinatorError::Unavailable(
+                        "the coordinator is shutting down".into(),
+                    ));
+                };
+                if shared.reload.load(Ordering::SeqCst) {
+                    scheduler.reload(now_ms()).map_err(|e| {
+                        CoordinatorError::Unavailable(format!(
+                            "the store failed and cannot be read back yet: {e}"
+                        ))
+                    })?;
+                    shared.reload.store(false, Ordering::SeqCst);
+                }
+                let result = f(scheduler);
+                if let Err(CoordinatorError::Store(_) | CoordinatorError::StoreFull(_)) = &result {
+                    shared.reload.store(true, Ordering::SeqCst);
+                }
+                let store = scheduler.store();
+                let ticket = store.applied();
+                (result, store, ticket)
+            };
+            if let Err(e) = shared.group.wait_durable(store.as_ref(), ticket) {
+                shared.reload.store(true, Ordering::SeqCst);
+                return Err(e);
             }
+            result
         })
         .await
         .map_err(|e| CoordinatorError::Internal(format!("scheduler task failed: {e}")))?

@@ -11,6 +11,7 @@ use tally_common::kinds::blocks::{BlocksPlanName, BlocksSpec};
 use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::kinds::pegs::{PegsPlanName, PegsSpec};
+use tally_common::kinds::queens::QueensSpec;
 use tally_common::kinds::sliders::{SlidersPlanName, SlidersSpec};
 use tally_common::proto::{self, JobState};
 use tally_common::sliders::SliderParams;
@@ -178,6 +179,59 @@ async fn a_sliders_frontier_job_survives_kills_in_its_backward_levels() {
         ..Default::default()
     });
     survives_kills(spec, 30).await;
+}
+
+/// Group commit: the coordinator aborts right after its 40th store flush,
+/// before it answers any call that flush covered (what a kill -9 between a
+/// batched flush and its answers leaves). Every event a client read before
+/// (reads answer only what is durable) is still there after the restart, the
+/// store opens without `--recover` (nothing half-applied: its commit mark and
+/// its content agree), and the job ends with the right answer, every shard
+/// accepted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crash_between_a_group_flush_and_its_answers_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("log.txt");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut coordinator =
+        spawn_coordinator_with(port, &data, &log, &["--exit-after-flushes", "40"]);
+    // Many slots: reports arrive together and share flushes.
+    let _w1 = spawn_worker(&url, "w1", 4, &[], &log);
+    let _w2 = spawn_worker(&url, "w2", 4, &[], &log);
+    let mut client = jobs_client(&url).await;
+    let mut spec = JobSpec::new(QueensSpec { n: 11 });
+    spec.options.lease_ttl_ms = 3_000;
+    let job = submit(&mut client, &spec, "").await;
+    // Read the log until the coordinator is gone; keep the last answer.
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let request = proto::EventsRequest {
+            job_id: job.id.clone(),
+            from_sequence: 0,
+        };
+        match tokio::time::timeout(Duration::from_secs(5), client.events(request)).await {
+            Ok(Ok(events)) => seen = events.into_inner().events,
+            _ => break,
+        }
+        assert!(
+            !seen.iter().any(|e| e.kind == "succeeded"),
+            "the job finished before the coordinator aborted"
+        );
+        assert!(Instant::now() < deadline, "the coordinator never aborted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    coordinator.kill9();
+
+    let _coordinator = spawn_coordinator(port, &data, &log);
+    let mut client = jobs_client(&url).await;
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, direct_answer(&spec));
+    let all = events(&mut client, &job.id).await;
+    each_shard_accepted_once(&seen, &all, done.shards_total);
 }
 
 /// Runs `spec` on two workers that hold each shard 30 ms, kill -9s one worker

@@ -124,7 +124,7 @@ impl Scheduler {
             now_ms,
             Event::shard("replica", &shard, &worker, &note),
         );
-        if let Err(e) = self.store.commit(batch) {
+        if let Err(e) = self.write(batch) {
             self.known_entry(job).next_event = seq;
             return Err(e);
         }
@@ -161,7 +161,7 @@ impl Scheduler {
         let snapshot = entry.snapshot_stage();
         if let Err(e) = self
             .advance_if_stage_done(job, &mut batch, now_ms)
-            .and_then(|_| self.store.commit(batch))
+            .and_then(|_| self.write(batch))
         {
             saved.restore(self.known_entry(job), snapshot, index);
             return Err(e);

@@ -51,7 +51,7 @@ impl Scheduler {
         }
         let description = entry.rec.spec.describe();
         entry.log(&mut batch, now_ms, Event::job("submitted", &description));
-        self.store.commit(batch)?;
+        self.write(batch)?;
         self.next_job = seq + 1;
         if let Some(key) = idempotency_key {
             self.keys.insert(key, id.clone());
@@ -108,7 +108,7 @@ impl Scheduler {
         batch.put(Tree::Jobs, job_key(id), encode(&rec));
         let cancelled = Event::job("cancelled", "cancelled by request");
         entry.log(&mut batch, now_ms, cancelled);
-        self.store.commit(batch)?;
+        self.write(batch)?;
         let entry = self.entry_mut(id)?;
         entry.rec = rec;
         entry.pending.clear();
@@ -146,7 +146,7 @@ impl Scheduler {
         }
         tombstone.idempotency_key = None;
         batch.put(Tree::Jobs, job_key(id), encode(&tombstone));
-        self.store.commit(batch)?;
+        self.write(batch)?;
         if let Some(entry) = self.jobs.remove(id)
             && let Some(key) = &entry.rec.idempotency_key
         {
@@ -174,7 +174,7 @@ impl Scheduler {
         if settled.is_empty() {
             return Ok(0);
         }
-        self.store.commit(batch)?;
+        self.write(batch)?;
         let count = settled.len();
         for rec in settled {
             let entry = self.known_entry(&rec.id.clone());

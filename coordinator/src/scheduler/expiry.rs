@@ -89,7 +89,7 @@ impl Scheduler {
             let shard = expire(entry, &mut rec, i, &config, &mut batch, now_ms);
             changed.push(shard);
         }
-        self.store.commit(batch)?;
+        self.write(batch)?;
         let entry = self.known_entry(id);
         let expired = changed.len();
         for shard in changed {

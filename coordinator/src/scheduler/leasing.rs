@@ -202,7 +202,7 @@ impl Scheduler {
     /// Commits the staged leases and then applies them in memory; if the commit
     /// fails, nothing was handed out and the shards go back to the queue.
     fn commit_leases(&mut self, staged: StagedLeases, now_ms: u64) -> Result<Vec<Grant>> {
-        if let Err(e) = self.store.commit(staged.batch) {
+        if let Err(e) = self.write(staged.batch) {
             for (id, shard) in staged.updated {
                 self.known_entry(&id).pending.push_front(shard.index);
             }

@@ -33,6 +33,7 @@ impl Scheduler {
             workers: HashMap::new(),
             served_last: None,
             deleted: HashMap::new(),
+            group_commit: false,
         };
         let mut lost = Vec::new();
         for (_, bytes) in store.scan_prefix(Tree::Jobs, b"")? {
@@ -56,6 +57,27 @@ impl Scheduler {
         }
         scheduler.resume(now_ms)?;
         Ok(scheduler)
+    }
+
+    /// Reads the state back from the store after a failed apply or flush
+    /// (opening the store again first if it must be): changes applied after
+    /// the last good flush may be gone, and none of them was acknowledged.
+    /// The workers heard from stay registered.
+    pub fn reload(&mut self, now_ms: u64) -> Result<()> {
+        self.store.reopen_if_broken()?;
+        let mut fresh = Scheduler::load(self.store.clone(), self.config.clone(), now_ms)?;
+        fresh.workers = std::mem::take(&mut self.workers);
+        fresh.served_last = self.served_last;
+        fresh.group_commit = self.group_commit;
+        *self = fresh;
+        tracing::warn!("the scheduler was read back from the store after a failed write");
+        Ok(())
+    }
+
+    /// The store, for the group commit that makes the scheduler's changes
+    /// durable.
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
     }
 
     /// Fails a job whose current stage cannot run because the output of its

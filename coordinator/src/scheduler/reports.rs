@@ -84,7 +84,7 @@ impl Scheduler {
         let note = format!("work {}", shard.work_done);
         let event = Event::shard("checkpoint", &shard, &report.worker, &note);
         entry.log(&mut batch, now_ms, event);
-        if let Err(e) = self.store.commit(batch) {
+        if let Err(e) = self.write(batch) {
             self.known_entry(job).next_event = seq;
             return Err(e);
         }
@@ -127,7 +127,7 @@ impl Scheduler {
             shard_key(job, shard.stage, *index),
             encode(&shard),
         );
-        self.store.commit(batch)?;
+        self.write(batch)?;
         let entry = self.known_entry(job);
         entry.shards[*index as usize] = shard;
         entry.rec = rec;

@@ -61,9 +61,29 @@ pub struct Scheduler {
     /// Deleted jobs' ids, with when they were deleted: only their tombstones
     /// remain in the store.
     pub(super) deleted: HashMap<String, u64>,
+    /// Whether a group commit flushes the changes after each call (the
+    /// coordinator's service); otherwise each change is flushed as it is
+    /// written (a scheduler driven directly).
+    pub(super) group_commit: bool,
 }
 
 impl Scheduler {
+    /// Leaves flushing to the caller's group commit (`group_commit.rs`):
+    /// changes are only applied, and the caller answers after a flush.
+    pub fn use_group_commit(&mut self) {
+        self.group_commit = true;
+    }
+
+    /// Writes one change: applied for the group commit to flush, or
+    /// committed (applied and flushed) when there is none.
+    pub(super) fn write(&self, batch: crate::store::Batch) -> Result<()> {
+        if self.group_commit {
+            self.store.apply(batch)
+        } else {
+            self.store.commit(batch)
+        }
+    }
+
     pub(super) fn entry(&self, id: &str) -> Result<&JobEntry> {
         self.jobs.get(id).ok_or_else(|| self.missing(id))
     }

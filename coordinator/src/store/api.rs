@@ -87,10 +87,32 @@ impl Batch {
     }
 }
 
-/// A transactional key-value store. `commit` returns only once the batch is
-/// durable: callers acknowledge nothing before it returns.
+/// A transactional key-value store. A batch is applied atomically
+/// ([`Store::apply`]: readable at once, durable only after the next
+/// [`Store::flush`]); callers acknowledge nothing before the flush that
+/// follows their apply has returned. Many applies share one flush: that is
+/// the coordinator's group commit.
 pub trait Store: Send + Sync {
-    fn commit(&self, batch: Batch) -> Result<()>;
+    /// Applies `batch` atomically, not yet durably.
+    fn apply(&self, batch: Batch) -> Result<()>;
+    /// Makes every batch applied before the call durable.
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Batches applied so far (never goes back): a flush that starts after
+    /// reading `n` here makes the first `n` durable.
+    fn applied(&self) -> u64;
+    /// Applies and flushes `batch`.
+    fn commit(&self, batch: Batch) -> Result<()> {
+        self.apply(batch)?;
+        self.flush()
+    }
+    /// After a failed apply or flush: opens the store again if it needs to
+    /// be, so that it can be read and written. Batches applied but not
+    /// flushed may be gone afterwards, so the caller reads its state back.
+    fn reopen_if_broken(&self) -> Result<()> {
+        Ok(())
+    }
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// All entries whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;

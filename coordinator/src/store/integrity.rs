@@ -24,9 +24,17 @@ pub(super) const DIGEST_KEY: &[u8] = b"digest";
 /// The mark file and what it last recorded.
 pub(super) struct Marked {
     pub(super) file: MarkFile,
+    /// The last mark written: every commit up to it is acknowledged.
     pub(super) current: Mark,
-    /// The content digest after the last commit (set once the store is read).
+    /// The mark of the last batch applied (at or past `current`): the next
+    /// flush writes it.
+    pub(super) applied: Mark,
+    /// The content digest after the last batch applied (set once the store
+    /// is read).
     pub(super) digest: u64,
+    /// Value files the batches applied no longer reference, with the commit
+    /// that dropped them: deleted once that commit is flushed.
+    pub(super) unreferenced: Vec<(u64, String)>,
 }
 
 impl Marked {
@@ -34,7 +42,9 @@ impl Marked {
         Marked {
             file,
             current,
+            applied: current,
             digest: 0,
+            unreferenced: Vec::new(),
         }
     }
 }

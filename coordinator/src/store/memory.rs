@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::Result;
 
@@ -12,6 +13,7 @@ use super::api::{Batch, Store, Tree};
 #[derive(Default)]
 pub struct MemoryStore {
     trees: Mutex<BTreeMap<Tree, KeyValues>>,
+    applied: AtomicU64,
 }
 
 type KeyValues = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -23,7 +25,11 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn commit(&self, batch: Batch) -> Result<()> {
+    fn applied(&self) -> u64 {
+        self.applied.load(Ordering::SeqCst)
+    }
+
+    fn apply(&self, batch: Batch) -> Result<()> {
         let mut trees = self.trees.lock().unwrap();
         for w in batch.writes {
             let tree = trees.entry(w.tree).or_default();
@@ -36,6 +42,7 @@ impl Store for MemoryStore {
                 }
             }
         }
+        self.applied.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 

@@ -1,5 +1,6 @@
 //! The on-disk backend: one sled database, one sled tree per [`Tree`], a
-//! multi-tree transaction per batch, then a flush, then the commit mark.
+//! multi-tree transaction per batch applied; a flush makes every batch
+//! applied before it durable, then writes the commit mark.
 //!
 //! Around it: `directory.rs` checks and opens the data directory,
 //! `integrity.rs` tells whether acknowledged data was lost, `faults.rs` names
@@ -8,7 +9,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use crate::error::{CoordinatorError, Result};
@@ -33,13 +34,17 @@ pub struct SledStore {
     /// (`None` only while they are being replaced, or if that failed).
     handles: RwLock<Option<Handles>>,
     /// Set by a failed write: sled refuses everything after a failed write
-    /// (a full disk, an I/O error) until it is opened again, so the next
-    /// commit opens it again first. That is how work resumes by itself once
-    /// space is freed.
+    /// (a full disk, an I/O error) until it is opened again. Applies and
+    /// flushes are refused until `reopen_if_broken` (or a commit) opens it
+    /// again; that is how work resumes by itself once space is freed.
     broken: AtomicBool,
-    /// Held across a whole commit, so that the commit count, the store and
-    /// the mark file advance in the order of the commits.
+    /// Held across a whole apply, so that the commit count and the store
+    /// advance in the order of the batches, and while a flush writes the mark.
     mark: Mutex<Marked>,
+    /// Held across a whole flush: flushes write their marks in order.
+    flushing: Mutex<()>,
+    /// Batches applied since the store was opened.
+    applies: AtomicU64,
     recovery: Option<Recovery>,
     /// The spilled values of [`Tree::Blobs`].
     values: ValueFiles,
@@ -165,6 +170,8 @@ impl SledStore {
             handles: RwLock::new(Some(handles)),
             broken: AtomicBool::new(false),
             mark: Mutex::new(marked),
+            flushing: Mutex::new(()),
+            applies: AtomicU64::new(0),
             recovery,
             values,
         };
@@ -253,10 +260,26 @@ impl SledStore {
         }
         marked.current.commits = stored.commits;
         marked.current.next_job = acknowledged.next_job.max(stored.next_job);
+        // Batches applied but not flushed may be gone: go on from the store
+        // (a file they no longer referenced may be referenced again; the
+        // sweep at the next open removes any left over).
+        marked.applied = marked.current;
+        marked.unreferenced.clear();
         marked.digest = digest;
         *handles = Some(reopened);
         self.broken.store(false, Ordering::SeqCst);
         tracing::info!(dir = %self.dir.display(), "the store is writable again");
+        Ok(())
+    }
+
+    fn refuse_if_broken(&self) -> Result<()> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(CoordinatorError::Store(format!(
+                "a write to the store in {} failed; it is opened again and read back \
+                 before the next change",
+                self.dir.display()
+            )));
+        }
         Ok(())
     }
 
@@ -297,7 +320,7 @@ impl Store for SledStore {
         Some(sled + self.values.size())
     }
 
-    fn commit(&self, batch: Batch) -> Result<()> {
+    fn apply(&self, batch: Batch) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -305,12 +328,13 @@ impl Store for SledStore {
             .mark
             .lock()
             .map_err(|_| CoordinatorError::Internal("the commit mark lock is poisoned".into()))?;
-        if self.broken.load(Ordering::SeqCst) {
-            self.reopen(&mut marked)?;
-        }
+        // Batches applied after the last good flush may be lost by the
+        // reopen: the caller must read its state back first (see
+        // `reopen_if_broken`), so nothing is applied on top meanwhile.
+        self.refuse_if_broken()?;
         let next = Mark {
-            commits: marked.current.commits + 1,
-            next_job: marked.current.next_job.max(written_job_counter(&batch)),
+            commits: marked.applied.commits + 1,
+            next_job: marked.applied.next_job.max(written_job_counter(&batch)),
         };
         let digest = marked.digest;
         let spills = self.spill(&batch, next.commits)?;
@@ -330,10 +354,88 @@ impl Store for SledStore {
             }
         };
         marked.digest = digest;
-        marked.file.write(next)?;
-        marked.current = next;
-        for name in unreferenced {
+        marked.applied = next;
+        // Until this batch is durable the store may come back without it,
+        // referencing these files again: they go after the flush.
+        marked
+            .unreferenced
+            .extend(unreferenced.into_iter().map(|name| (next.commits, name)));
+        self.applies.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        // One flush at a time, so that marks are written in order.
+        let _flushing = self
+            .flushing
+            .lock()
+            .map_err(|_| CoordinatorError::Internal("the flush lock is poisoned".into()))?;
+        self.refuse_if_broken()?;
+        let target = {
+            let marked = self.mark.lock().map_err(|_| {
+                CoordinatorError::Internal("the commit mark lock is poisoned".into())
+            })?;
+            if marked.applied == marked.current {
+                return Ok(());
+            }
+            marked.applied
+        };
+        let flushed = guarded(&self.dir, || {
+            self.with_handles(|handles| {
+                let started = std::time::Instant::now();
+                handles.db.flush().map_err(|e| fault(&handles.dir, &e))?;
+                tracing::debug!(target: "tally_coordinator::store", flush_ms = started.elapsed().as_secs_f64() * 1e3, "flushed");
+                Ok(())
+            })
+        });
+        if let Err(e) = flushed {
+            self.broken.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
+        let mut marked = self
+            .mark
+            .lock()
+            .map_err(|_| CoordinatorError::Internal("the commit mark lock is poisoned".into()))?;
+        // A reopen in between may have started the count again from what the
+        // store holds: the mark never goes back.
+        if target.commits > marked.current.commits {
+            marked.file.write(target)?;
+            marked.current = target;
+        }
+        let durable = marked.current.commits;
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut marked.unreferenced)
+            .into_iter()
+            .partition(|(commit, _)| *commit <= durable);
+        marked.unreferenced = kept;
+        drop(marked);
+        for (_, name) in gone {
             self.values.remove(&name);
+        }
+        Ok(())
+    }
+
+    fn applied(&self) -> u64 {
+        self.applies.load(Ordering::SeqCst)
+    }
+
+    /// Opens the store again first if a write failed (the way work resumes
+    /// by itself once space is freed), then applies and flushes.
+    fn commit(&self, batch: Batch) -> Result<()> {
+        self.reopen_if_broken()?;
+        self.apply(batch)?;
+        self.flush()
+    }
+
+    fn reopen_if_broken(&self) -> Result<()> {
+        if !self.broken.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut marked = self
+            .mark
+            .lock()
+            .map_err(|_| CoordinatorError::Internal("the commit mark lock is poisoned".into()))?;
+        if self.broken.load(Ordering::SeqCst) {
+            self.reopen(&mut marked)?;
         }
         Ok(())
     }
@@ -457,8 +559,8 @@ fn damaged_values(handles: &Handles, values: &ValueFiles) -> Result<Vec<(Vec<u8>
 type TreeOp<'a> = (usize, &'a [u8], Option<Vec<u8>>);
 
 /// Applies `batch` in one transaction over every tree, with the commit count
-/// `commits` and the content digest moved on from `digest`, then flushes:
-/// durable when this returns. A blob write with a spilled value (`spills`, by
+/// `commits` and the content digest moved on from `digest` (durable at the
+/// next flush). A blob write with a spilled value (`spills`, by
 /// write) stores its reference instead. Returns the new digest and the value
 /// files no longer referenced.
 fn write_batch(
@@ -524,8 +626,5 @@ fn write_batch(
             TransactionError::Storage(e) => fault(&handles.dir, &e),
             TransactionError::Abort(()) => CoordinatorError::Internal("a commit aborted".into()),
         })?;
-    let started = std::time::Instant::now();
-    handles.db.flush().map_err(|e| fault(&handles.dir, &e))?;
-    tracing::debug!(target: "tally_coordinator::store", flush_ms = started.elapsed().as_secs_f64() * 1e3, "flushed");
     Ok(written)
 }

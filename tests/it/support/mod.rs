@@ -343,6 +343,11 @@ pub fn free_port() -> u16 {
 }
 
 pub fn spawn_coordinator(port: u16, data: &Path, log: &Path) -> ChildGuard {
+    spawn_coordinator_with(port, data, log, &[])
+}
+
+/// A coordinator process with `extra` options.
+pub fn spawn_coordinator_with(port: u16, data: &Path, log: &Path, extra: &[&str]) -> ChildGuard {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -357,6 +362,7 @@ pub fn spawn_coordinator(port: u16, data: &Path, log: &Path) -> ChildGuard {
                 "--data",
             ])
             .arg(data)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -1,0 +1,218 @@
+//! Group commit: the scheduler applies each call's changes to the store as
+//! it makes them (under its lock, readable at once, not yet durable); the
+//! call then waits, outside the lock, until a flush covers its changes, and
+//! only then answers. Calls that arrive while a flush runs apply theirs
+//! meanwhile, and the next flush covers them all: one flush for many calls.
+//!
+//! The durability promise is unchanged: nothing is acknowledged before it is
+//! on disk. A call that changed nothing waits too, for every change applied
+//! before it, so that no answer shows state a crash could take back.
+//!
+//! When a flush fails, every call it covered fails with its error, and the
+//! scheduler must be read back from the store (see `service::Shared`): the
+//! store may have lost what was applied after the last good flush.
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex};
+
+use crate::error::{CoordinatorError, Result};
+use crate::store::Store;
+
+/// Failed flushes remembered for the calls that wait on them.
+const FAILURES_KEPT: usize = 64;
+
+#[derive(Default)]
+struct State {
+    /// Batches known durable (or failed): calls with a ticket up to this
+    /// are answered.
+    flushed: u64,
+    /// Whether a call is flushing now (the leader); the others wait for it.
+    flushing: bool,
+    /// Failed flushes: the tickets they covered, and why.
+    failures: VecDeque<(u64, u64, CoordinatorError)>,
+    /// Flushes done and batches they covered, for the metrics and tests.
+    flushes: u64,
+}
+
+/// Shared by every call of a coordinator.
+#[derive(Default)]
+pub struct GroupCommit {
+    state: Mutex<State>,
+    done: Condvar,
+    /// Fault injection: abort the process right after this many flushes,
+    /// before the calls they covered are answered (what a kill -9 at that
+    /// moment leaves).
+    exit_after: Option<u64>,
+}
+
+impl GroupCommit {
+    pub fn new(exit_after: Option<u64>) -> GroupCommit {
+        GroupCommit {
+            exit_after,
+            ..GroupCommit::default()
+        }
+    }
+
+    /// Returns once the first `ticket` batches applied to `store` are
+    /// durable: at once if a flush already covered them; else after the
+    /// flush in progress and, if that one started too early, after one this
+    /// call runs itself for every call waiting. Fails if the flush that
+    /// covered the ticket failed.
+    pub fn wait_durable(&self, store: &dyn Store, ticket: u64) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if state.flushed >= ticket {
+                return match state
+                    .failures
+                    .iter()
+                    .find(|(from, to, _)| *from < ticket && ticket <= *to)
+                {
+                    Some((_, _, e)) => Err(e.clone()),
+                    None => Ok(()),
+                };
+            }
+            if state.flushing {
+                state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            state.flushing = true;
+            let from = state.flushed;
+            drop(state);
+            // Every batch counted here was applied before the flush starts.
+            let target = store.applied();
+            let flushed = store.flush();
+            state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.flushing = false;
+            state.flushes += 1;
+            if let Err(e) = flushed {
+                tracing::error!(error = %e, "a store flush failed; {} changes not acknowledged", target - from);
+                if state.failures.len() == FAILURES_KEPT {
+                    state.failures.pop_front();
+                }
+                state.failures.push_back((from, target, e));
+            }
+            if self.exit_after == Some(state.flushes) {
+                tracing::error!("aborting after flush {} (fault injection)", state.flushes);
+                std::process::abort();
+            }
+            state.flushed = state.flushed.max(target);
+            self.done.notify_all();
+        }
+    }
+
+    /// Flushes run so far.
+    pub fn flushes(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).flushes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::store::{Batch, Tree};
+
+    /// A store that counts flushes, fails the ones asked to, and blocks a
+    /// flush until released, so tests can line calls up behind it.
+    #[derive(Default)]
+    struct Probe {
+        applied: AtomicU64,
+        flushes: AtomicUsize,
+        fail_next: Mutex<bool>,
+        gate: Mutex<bool>,
+        opened: Condvar,
+    }
+
+    impl Store for Probe {
+        fn apply(&self, _batch: Batch) -> Result<()> {
+            self.applied.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        fn flush(&self) -> Result<()> {
+            let mut closed = self.gate.lock().unwrap();
+            while *closed {
+                closed = self.opened.wait(closed).unwrap();
+            }
+            self.flushes.fetch_add(1, Ordering::SeqCst);
+            let mut fail = self.fail_next.lock().unwrap();
+            if std::mem::take(&mut *fail) {
+                return Err(CoordinatorError::StoreFull("the disk is full".into()));
+            }
+            Ok(())
+        }
+        fn applied(&self) -> u64 {
+            self.applied.load(Ordering::SeqCst)
+        }
+        fn get(&self, _: Tree, _: &[u8]) -> Result<Option<Vec<u8>>> {
+            Ok(None)
+        }
+        fn scan_prefix(&self, _: Tree, _: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[test]
+    fn a_ticket_already_flushed_returns_without_a_flush() {
+        let store = Probe::default();
+        let group = GroupCommit::new(None);
+        group.wait_durable(&store, 0).unwrap();
+        store.apply(Batch::default()).unwrap();
+        group.wait_durable(&store, 1).unwrap();
+        group.wait_durable(&store, 1).unwrap();
+        assert_eq!(store.flushes.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn calls_waiting_behind_a_flush_share_the_next_one() {
+        let store = Arc::new(Probe::default());
+        let group = Arc::new(GroupCommit::new(None));
+        store.apply(Batch::default()).unwrap();
+        *store.gate.lock().unwrap() = true;
+        // The leader flushes ticket 1 and blocks in the store.
+        let leader = {
+            let (store, group) = (store.clone(), group.clone());
+            std::thread::spawn(move || group.wait_durable(store.as_ref(), 1))
+        };
+        while !group.state.lock().unwrap().flushing {
+            std::thread::yield_now();
+        }
+        // Eight more calls apply theirs and wait.
+        let waiters: Vec<_> = (0..8)
+            .map(|_| {
+                store.apply(Batch::default()).unwrap();
+                let ticket = store.applied();
+                let (store, group) = (store.clone(), group.clone());
+                std::thread::spawn(move || group.wait_durable(store.as_ref(), ticket))
+            })
+            .collect();
+        *store.gate.lock().unwrap() = false;
+        store.opened.notify_all();
+        leader.join().unwrap().unwrap();
+        for w in waiters {
+            w.join().unwrap().unwrap();
+        }
+        // One flush for the leader, one for the eight.
+        assert_eq!(store.flushes.load(Ordering::SeqCst), 2);
+        assert_eq!(group.flushes(), 2);
+    }
+
+    #[test]
+    fn a_failed_flush_fails_exactly_the_calls_it_covered() {
+        let store = Probe::default();
+        let group = GroupCommit::new(None);
+        store.apply(Batch::default()).unwrap();
+        group.wait_durable(&store, 1).unwrap();
+        store.apply(Batch::default()).unwrap();
+        store.apply(Batch::default()).unwrap();
+        *store.fail_next.lock().unwrap() = true;
+        let e = group.wait_durable(&store, 3).unwrap_err();
+        assert!(matches!(e, CoordinatorError::StoreFull(_)), "{e}");
+        // Ticket 2 was in the failed flush too; ticket 1 was not.
+        assert!(group.wait_durable(&store, 2).is_err());
+        group.wait_durable(&store, 1).unwrap();
+        store.apply(Batch::default()).unwrap();
+        group.wait_durable(&store, 4).unwrap();
+    }
+}

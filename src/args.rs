@@ -213,9 +213,14 @@ pub struct RunArgs {
         default_value_t = 1
     )]
     pub workers: usize,
-    /// Compute threads (and concurrent shards) per worker; default: all cores.
+    /// Compute threads per worker; default: all cores.
     #[arg(help_heading = "Runner options", long, global = true)]
     pub threads: Option<usize>,
+    /// Shards a worker holds at once, leased together; those beyond the
+    /// threads wait for one (more slots: fewer round trips for short shards).
+    /// Default: the threads.
+    #[arg(help_heading = "Runner options", long, global = true)]
+    pub slots: Option<usize>,
     /// Keep the job's store here (default: a temporary directory).
     #[arg(help_heading = "Runner options", long, global = true)]
     pub data: Option<PathBuf>,

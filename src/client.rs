@@ -92,6 +92,11 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         (1..=1024).contains(&threads),
         "--threads must be between 1 and 1024, got {threads}"
     );
+    let slots = args.slots.unwrap_or(threads);
+    anyhow::ensure!(
+        (1..=1024).contains(&slots),
+        "--slots must be between 1 and 1024, got {slots}"
+    );
     anyhow::ensure!(
         (1..=64).contains(&args.workers),
         "--workers must be between 1 and 64, got {}",
@@ -108,7 +113,7 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         }
     };
     let mut interrupts = crate::Interrupts::new()?;
-    let cluster = LocalCluster::start(data_dir, args.workers, threads).await?;
+    let cluster = LocalCluster::start(data_dir, args.workers, threads, slots).await?;
     let data = args.data.as_deref();
     let outcome = submit_and_follow(&cluster.remote, &spec, data, json, &mut interrupts).await;
     match outcome {
@@ -226,6 +231,7 @@ impl LocalCluster {
         data_dir: std::path::PathBuf,
         workers: usize,
         threads: usize,
+        slots: usize,
     ) -> anyhow::Result<LocalCluster> {
         let mut config = tally_coordinator::CoordinatorConfig::new(
             "127.0.0.1:0".parse().expect("loopback address"),
@@ -243,7 +249,7 @@ impl LocalCluster {
             .map(|i| {
                 let mut config = tally_worker::WorkerConfig::new(url.clone());
                 config.threads = threads;
-                config.slots = threads;
+                config.slots = slots;
                 config.worker_id = format!("{}-run{i}", tally_worker::default_worker_id());
                 config.lease_wait = Duration::from_secs(1);
                 // Stopping `run` hands shards back at once: the job resumes

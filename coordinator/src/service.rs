@@ -122,6 +122,34 @@ impl Shared {
         .map_err(|e| CoordinatorError::Internal(format!("scheduler task failed: {e}")))?
     }
 
+    /// Checks a report's result against its shard on the blocking pool,
+    /// holding the scheduler's lock only to copy what the check needs; the
+    /// report comes back marked checked (a report that is not the result of
+    /// a current attempt comes back as it was: accepting it refuses it).
+    pub async fn check_result(self: &Arc<Self>, report: Report) -> Result<Report> {
+        if report.result.is_none() {
+            return Ok(report);
+        }
+        let shared = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let check = {
+                let scheduler = shared.scheduler.lock().unwrap_or_else(|p| p.into_inner());
+                match scheduler.as_ref() {
+                    Some(scheduler) => scheduler.result_to_check(&report),
+                    None => None,
+                }
+            };
+            let mut report = report;
+            if let Some(check) = check {
+                check.run(&report)?;
+                report.checked = true;
+            }
+            Ok(report)
+        })
+        .await
+        .map_err(|e| CoordinatorError::Internal(format!("result check failed: {e}")))?
+    }
+
     /// Drops the scheduler and with it the store, after any call in progress.
     pub fn close(&self) {
         let scheduler = self
@@ -513,6 +541,18 @@ impl WorkerService for WorkerApi {
         let finished_shard = report.result.is_some() || report.failure.is_some();
         let accepted_work = report.result.as_ref().map(|r| r.work_done);
         let started = std::time::Instant::now();
+        let metrics = &self.shared.metrics;
+        // A result is checked by its kind (which may decode all its stage
+        // output) before the lock is taken to accept it, so that a large
+        // result does not hold up every other call.
+        let report = match self.shared.check_result(report).await {
+            Ok(report) => report,
+            Err(e) => {
+                metrics.report_latency.observe(started.elapsed());
+                metrics.reports_refused.add(1);
+                return Err(e.into());
+            }
+        };
         let outcome = self
             .shared
             .with_scheduler(move |s| {
@@ -520,7 +560,6 @@ impl WorkerService for WorkerApi {
                 s.report(report, now_ms())
             })
             .await;
-        let metrics = &self.shared.metrics;
         metrics.report_latency.observe(started.elapsed());
         let outcome = match outcome {
             Ok(o) => o,

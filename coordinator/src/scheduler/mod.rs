@@ -39,7 +39,7 @@ mod replica_tests;
 mod tests;
 
 pub use protocol::{
-    Grant, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult,
+    Grant, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult, ResultCheck,
     WORKER_FORGOTTEN_MS, WORKER_LOST_MS, WorkerInfo,
 };
 pub use state::{Scheduler, SchedulerConfig};

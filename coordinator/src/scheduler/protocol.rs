@@ -3,6 +3,12 @@
 
 use tally_common::lease::LeaseId;
 use tally_common::spec::ValidSpec;
+use tally_common::values::{EncodedPartial, EncodedTask, JobPlan};
+
+use crate::error::Result;
+
+#[cfg(doc)]
+use super::Scheduler;
 
 /// A worker not heard from for this long is shown as lost.
 pub const WORKER_LOST_MS: u64 = 10_000;
@@ -50,6 +56,30 @@ pub struct Report {
     pub output: Vec<u8>,
     pub result: Option<ReportedResult>,
     pub failure: Option<ReportedFailure>,
+    /// The result's shape was checked by its kind already, outside the
+    /// scheduler's lock (see [`Scheduler::result_to_check`]).
+    pub checked: bool,
+}
+
+/// What checking a reported result needs: the job's spec and plan and the
+/// shard's task, copied out so that the check runs without the lock.
+pub struct ResultCheck {
+    pub spec: ValidSpec,
+    pub plan: JobPlan,
+    pub task: EncodedTask,
+}
+
+impl ResultCheck {
+    /// The kind's check of `report`'s result (its partial and output).
+    pub fn run(&self, report: &Report) -> Result<()> {
+        let Some(result) = &report.result else {
+            return Ok(());
+        };
+        let partial = EncodedPartial::from_bytes(&result.partial)?;
+        self.spec
+            .check_result(&self.plan, &self.task, &partial, &report.output)?;
+        Ok(())
+    }
 }
 
 impl Report {
@@ -62,6 +92,7 @@ impl Report {
             output: Vec::new(),
             result: None,
             failure: None,
+            checked: false,
         }
     }
 

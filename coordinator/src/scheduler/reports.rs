@@ -13,7 +13,7 @@ use crate::records::{
 use crate::store::{Batch, Tree};
 
 use super::events::Event;
-use super::protocol::{Report, ReportOutcome, ReportedCheckpoint, ReportedFailure};
+use super::protocol::{Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ResultCheck};
 use super::state::{JobEntry, Scheduler, SchedulerConfig};
 
 impl Scheduler {
@@ -47,6 +47,24 @@ impl Scheduler {
             self.record_checkpoint(&report, checkpoint, now_ms)?;
         }
         Ok(ReportOutcome::CONTINUE)
+    }
+
+    /// What checking `report`'s result needs, if it is the result of its
+    /// shard's current attempt (else `None`: the report itself is then
+    /// answered as before). The check can then run without the lock; the
+    /// shard's task and the job's plan do not change while the attempt is
+    /// current.
+    pub fn result_to_check(&self, report: &Report) -> Option<ResultCheck> {
+        let entry = self.entry(&report.lease.job).ok()?;
+        if report.result.is_none() || entry.rec.state.is_finished() {
+            return None;
+        }
+        let shard = current_attempt(entry, report).ok()?;
+        Some(ResultCheck {
+            spec: entry.rec.spec.clone(),
+            plan: entry.rec.plan.clone(),
+            task: shard.task.clone(),
+        })
     }
 
     /// Keeps the checkpoint's state and partial: a later attempt of the shard

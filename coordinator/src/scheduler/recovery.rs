@@ -106,12 +106,17 @@ impl Scheduler {
     /// Notes the restart in each unfinished job's log, and passes any barrier
     /// whose stage completed just before the crash.
     fn resume(&mut self, now_ms: u64) -> Result<()> {
+        // Many jobs to a commit: a commit is a flush, and a store holds
+        // thousands of queued jobs.
+        const JOBS_PER_COMMIT: usize = 1024;
         let unfinished = self.unfinished_jobs();
-        for id in unfinished {
+        for ids in unfinished.chunks(JOBS_PER_COMMIT) {
             let mut batch = Batch::default();
-            let resumed = Event::job("resumed", "coordinator restarted");
-            self.known_entry(&id).log(&mut batch, now_ms, resumed);
-            self.advance_if_stage_done(&id, &mut batch, now_ms)?;
+            for id in ids {
+                let resumed = Event::job("resumed", "coordinator restarted");
+                self.known_entry(id).log(&mut batch, now_ms, resumed);
+                self.advance_if_stage_done(id, &mut batch, now_ms)?;
+            }
             self.store.commit(batch)?;
         }
         Ok(())

@@ -12,14 +12,13 @@
 //! - stage `2D + 3`: the prefix tasks, enumerated as in the prefixes plan over
 //!   the graph read from stage data (no search on any worker).
 
-use crate::balance::group_by_weight;
 use crate::buckets::{add_level_sizes, bucket_count, encode_buckets, levels_note};
 use crate::kind::{FinishedStage, NextStage, Outcome, Planned, StageRead};
 use crate::sliders::levels::{self, Boards, LevelInput};
 use crate::{Control, Error, Result, invalid, sliders};
 
-use super::{MAX_SHARD_UNITS, shard_count, units};
 use super::{SlidersInput, SlidersPartial, SlidersPlan, SlidersSpec, SlidersTask, min_prefixes};
+use super::{shard_count, weighted_shards};
 
 /// Most shards of one level.
 pub const MAX_BUCKETS: u32 = 1024;
@@ -294,27 +293,7 @@ fn after_graph(
             plan.sequences
         )));
     }
-    let weights = weights
-        .iter()
-        .map(|w| w.parse::<u128>())
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::Internal(format!("malformed prefix weight: {e}")))?;
-    let shards = group_by_weight(&weights, shard_count(spec))
-        .into_iter()
-        .map(|group| {
-            let weight = group
-                .iter()
-                .fold(0u128, |acc, &i| acc.saturating_add(weights[i]));
-            Planned {
-                task: SlidersTask::SliderPrefixes {
-                    prefixes: group.iter().map(|&i| prefixes[i].clone()).collect(),
-                    weighted: true,
-                    graph: true,
-                },
-                work_total: units(weight).min(MAX_SHARD_UNITS),
-            }
-        })
-        .collect();
+    let shards = weighted_shards(spec, prefixes, weights, true)?;
     let note = format!(
         "{} prefix tasks over {} shortest sequences",
         prefixes.len(),

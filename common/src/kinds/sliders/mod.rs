@@ -406,28 +406,7 @@ impl JobKind for Sliders {
         if plan.prefix_weights.len() != plan.prefixes.len() {
             return Ok(batches_by_count(plan));
         }
-        let weights = plan
-            .prefix_weights
-            .iter()
-            .map(|w| w.parse::<u128>())
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| Error::Internal(format!("malformed prefix weight: {e}")))?;
-        Ok(group_by_weight(&weights, shard_count(spec))
-            .into_iter()
-            .map(|group| {
-                let weight = group
-                    .iter()
-                    .fold(0u128, |acc, &i| acc.saturating_add(weights[i]));
-                Planned {
-                    task: SlidersTask::SliderPrefixes {
-                        prefixes: group.iter().map(|&i| plan.prefixes[i].clone()).collect(),
-                        weighted: true,
-                        graph: false,
-                    },
-                    work_total: units(weight).min(MAX_SHARD_UNITS),
-                }
-            })
-            .collect())
+        weighted_shards(spec, &plan.prefixes, &plan.prefix_weights, false)
     }
 
     fn trim_plan(plan: &mut SlidersPlan) {
@@ -621,6 +600,38 @@ fn spec_from_message(s: &proto::SlidersSpec) -> Result<SlidersSpec> {
         plan: SlidersPlanName::parse(&s.plan)?,
         buckets: s.buckets,
     })
+}
+
+/// Prefix tasks grouped into [`shard_count`] shards of equal weight (the
+/// sequences they extend, decimal in `weights`); `graph`: the shards read
+/// the graph as stage data (frontier plan).
+fn weighted_shards(
+    spec: &SlidersSpec,
+    prefixes: &[String],
+    weights: &[String],
+    graph: bool,
+) -> Result<Vec<Planned<SlidersTask>>> {
+    let weights = weights
+        .iter()
+        .map(|w| w.parse::<u128>())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::Internal(format!("malformed prefix weight: {e}")))?;
+    Ok(group_by_weight(&weights, shard_count(spec))
+        .into_iter()
+        .map(|group| {
+            let weight = group
+                .iter()
+                .fold(0u128, |acc, &i| acc.saturating_add(weights[i]));
+            Planned {
+                task: SlidersTask::SliderPrefixes {
+                    prefixes: group.iter().map(|&i| prefixes[i].clone()).collect(),
+                    weighted: true,
+                    graph,
+                },
+                work_total: units(weight).min(MAX_SHARD_UNITS),
+            }
+        })
+        .collect())
 }
 
 /// A plan stored before prefixes had weights: batches by count.

@@ -181,7 +181,7 @@ async fn a_sliders_frontier_job_survives_kills_in_its_backward_levels() {
     survives_kills(spec, 30).await;
 }
 
-/// Group commit: the coordinator aborts right after its 40th store flush,
+/// Group commit: the coordinator aborts right after its 30th store flush,
 /// before it answers any call that flush covered (what a kill -9 between a
 /// batched flush and its answers leaves). Every event a client read before
 /// (reads answer only what is durable) is still there after the restart, the
@@ -196,10 +196,13 @@ async fn a_crash_between_a_group_flush_and_its_answers_loses_nothing_acknowledge
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let mut coordinator =
-        spawn_coordinator_with(port, &data, &log, &["--exit-after-flushes", "40"]);
-    // Many slots: reports arrive together and share flushes.
-    let _w1 = spawn_worker(&url, "w1", 4, &[], &log);
-    let _w2 = spawn_worker(&url, "w2", 4, &[], &log);
+        spawn_coordinator_with(port, &data, &log, &["--exit-after-flushes", "30"]);
+    // Two workers of one slot, each holding a shard 20 ms: at most two calls
+    // share a flush, so the job's 64 leases and 64 reports take far more
+    // than 30 flushes, and the abort comes in the middle of the job.
+    let delay = ["--shard-delay-ms", "20"];
+    let _w1 = spawn_worker(&url, "w1", 1, &delay, &log);
+    let _w2 = spawn_worker(&url, "w2", 1, &delay, &log);
     let mut client = jobs_client(&url).await;
     let mut spec = JobSpec::new(QueensSpec { n: 11 });
     spec.options.lease_ttl_ms = 3_000;

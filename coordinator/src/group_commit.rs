@@ -53,6 +53,13 @@ impl GroupCommit {
         }
     }
 
+    /// Notes that the first `applied` batches are durable already (those a
+    /// store applied and flushed before the group commit took over).
+    pub fn durable_through(&self, applied: u64) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.flushed = state.flushed.max(applied);
+    }
+
     /// Returns once the first `ticket` batches applied to `store` are
     /// durable: at once if a flush already covered them; else after the
     /// flush in progress and, if that one started too early, after one this

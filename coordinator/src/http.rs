@@ -154,6 +154,11 @@ fn activity_metrics(e: &mut Exposition, m: &CoordinatorMetrics, now: u64) {
             &m.reports_refused,
         ),
         (
+            "tally_store_batches_total",
+            "Batches of changes applied to the store; one flush makes every batch applied before it durable.",
+            &m.store_batches,
+        ),
+        (
             "tally_work_units_accepted_total",
             "Work units of accepted shard results.",
             &m.work_units_accepted,
@@ -179,7 +184,7 @@ fn activity_metrics(e: &mut Exposition, m: &CoordinatorMetrics, now: u64) {
     );
     e.histogram(
         "tally_store_commit_seconds",
-        "Store commit latency, flush included.",
+        "Latency of a store flush (a group commit: every batch applied before it made durable).",
         &m.store_commit,
     );
 }

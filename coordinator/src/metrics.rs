@@ -30,6 +30,9 @@ pub struct CoordinatorMetrics {
     pub report_latency: Histogram,
     pub shard_seconds: Histogram,
     pub store_commit: Histogram,
+    /// Batches applied to the store (each call that changes anything applies
+    /// one; a flush makes many durable at once).
+    pub store_batches: Counter,
     lease_started: Mutex<HashMap<LeaseId, Instant>>,
     history: Mutex<HashMap<String, VecDeque<(u64, u64)>>>,
 }

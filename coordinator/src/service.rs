@@ -67,6 +67,8 @@ impl Shared {
         cache: Arc<KernelCache>,
         group: GroupCommit,
     ) -> Arc<Shared> {
+        // Everything the store holds at start was committed (flushed).
+        group.durable_through(scheduler.store().applied());
         let (changes, _) = broadcast::channel(1024);
         Arc::new(Shared {
             scheduler: Mutex::new(Some(scheduler)),

@@ -1,5 +1,6 @@
 //! A store wrapper that times every flush (the durable part of a group
-//! commit) into the coordinator's store-commit histogram.
+//! commit) into the coordinator's store-commit histogram and counts the
+//! batches applied.
 
 use std::sync::Arc;
 
@@ -22,7 +23,9 @@ impl TimedStore {
 
 impl Store for TimedStore {
     fn apply(&self, batch: Batch) -> Result<()> {
-        self.inner.apply(batch)
+        self.inner.apply(batch)?;
+        self.commits.store_batches.add(1);
+        Ok(())
     }
 
     fn flush(&self) -> Result<()> {

@@ -228,7 +228,13 @@ async fn open_store(config: &CoordinatorConfig) -> Result<(Arc<dyn Store>, Optio
     } else {
         OnLoss::Refuse
     };
-    let store = blocking(move || SledStore::open_with(&dir, on_loss)).await?;
+    // The content digest is summed while the scheduler reads the store; it
+    // is checked before the first write and before serving.
+    let store = blocking(move || match on_loss {
+        OnLoss::Refuse => SledStore::open_checking_in_background(&dir),
+        OnLoss::Recover => SledStore::open_with(&dir, on_loss),
+    })
+    .await?;
     let recovery = store.recovery().cloned();
     Ok((Arc::new(store), recovery))
 }
@@ -241,7 +247,13 @@ fn load_scheduler(
     recovery: Option<Recovery>,
     release_leases: bool,
 ) -> Result<Scheduler> {
-    let mut scheduler = Scheduler::load(store, config, now_ms())?;
+    // A damaged store may fail the load before its check has finished: the
+    // check's verdict names the damage, so it comes first.
+    let mut scheduler =
+        Scheduler::load(store.clone(), config, now_ms()).map_err(|e| match store.verify() {
+            Ok(()) => e,
+            Err(damage) => damage,
+        })?;
     if let Some(recovery) = recovery {
         note_recovery(&mut scheduler, &recovery)?;
     }
@@ -255,6 +267,8 @@ fn load_scheduler(
             );
         }
     }
+    // Nothing is served from a store whose content check has not passed.
+    scheduler.store().verify()?;
     // From here on every call's changes are flushed by the group commit.
     scheduler.use_group_commit();
     Ok(scheduler)

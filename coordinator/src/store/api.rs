@@ -113,6 +113,11 @@ pub trait Store: Send + Sync {
     fn reopen_if_broken(&self) -> Result<()> {
         Ok(())
     }
+    /// Waits for any check of the store's content still running since it
+    /// was opened; fails if the store lost acknowledged data.
+    fn verify(&self) -> Result<()> {
+        Ok(())
+    }
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// All entries whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;

@@ -48,6 +48,17 @@ pub struct SledStore {
     recovery: Option<Recovery>,
     /// The spilled values of [`Tree::Blobs`].
     values: ValueFiles,
+    /// The content check of a store opened with the check in the background.
+    check: Mutex<ContentCheck>,
+}
+
+/// Where the check of the content digest stands.
+enum ContentCheck {
+    Done,
+    /// The digest being summed on another thread, and the mark to check it
+    /// against.
+    Running(std::thread::JoinHandle<Result<u64>>, Mark),
+    Failed(CoordinatorError),
 }
 
 /// The sled tree of references to spilled values, after the [`Tree::ALL`]
@@ -121,16 +132,41 @@ impl SledStore {
     /// Opens the store in `dir`; `on_loss` says what to do if it has lost
     /// acknowledged commits.
     pub fn open_with(dir: &Path, on_loss: OnLoss) -> Result<SledStore> {
-        guarded(dir, || SledStore::open_unguarded(dir, on_loss))
+        guarded(dir, || SledStore::open_unguarded(dir, on_loss, false))
     }
 
-    fn open_unguarded(dir: &Path, on_loss: OnLoss) -> Result<SledStore> {
+    /// Opens the store in `dir`, refusing a loss as [`SledStore::open`] does,
+    /// but sums the content digest (which reads every entry) on another
+    /// thread while the caller reads the store: [`Store::verify`] waits for
+    /// it and fails if an entry was lost or changed, and nothing is written
+    /// before it has passed.
+    pub fn open_checking_in_background(dir: &Path) -> Result<SledStore> {
+        guarded(dir, || SledStore::open_unguarded(dir, OnLoss::Refuse, true))
+    }
+
+    fn open_unguarded(dir: &Path, on_loss: OnLoss, background: bool) -> Result<SledStore> {
         let fresh = prepare_directory(dir)?;
         let handles = Handles::open(dir, fresh)?;
         let stored = stored_mark(handles.tree(Tree::Meta), dir)?;
         let (mut marked, mut recovery) = reconcile_mark(dir, fresh, stored, on_loss)?;
-        let digest = content_digest(&handles.trees, dir)?;
-        if !content_intact(handles.tree(Tree::Meta), dir, stored, digest)? {
+        let mut check = ContentCheck::Done;
+        let digest = if background && !fresh && on_loss == OnLoss::Refuse {
+            let trees = handles.trees.clone();
+            let at = dir.to_path_buf();
+            let summing = std::thread::Builder::new()
+                .name("tally-store-check".into())
+                .spawn(move || guarded(&at, || content_digest(&trees, &at)))
+                .map_err(|e| {
+                    CoordinatorError::Internal(format!("cannot start the store check: {e}"))
+                })?;
+            check = ContentCheck::Running(summing, stored);
+            None
+        } else {
+            Some(content_digest(&handles.trees, dir)?)
+        };
+        if let Some(digest) = digest
+            && !content_intact(handles.tree(Tree::Meta), dir, stored, digest)?
+        {
             let lost = Loss::Changed;
             if on_loss == OnLoss::Refuse {
                 return Err(CoordinatorError::Store(lost.message(dir, stored)));
@@ -142,7 +178,7 @@ impl SledStore {
                 next_job: marked.current.next_job.max(1),
             });
         }
-        marked.digest = digest;
+        marked.digest = digest.unwrap_or(0);
         let values = ValueFiles::open(dir)?;
         let damaged = damaged_values(&handles, &values)?;
         if let Some((_, why)) = damaged.first() {
@@ -174,6 +210,7 @@ impl SledStore {
             applies: AtomicU64::new(0),
             recovery,
             values,
+            check: Mutex::new(check),
         };
         if !damaged.is_empty() {
             // The entries of lost values go: their readers see them missing.
@@ -272,6 +309,48 @@ impl SledStore {
         Ok(())
     }
 
+    /// Waits for a content check running in the background; its failure is
+    /// the store's, for every later write too.
+    fn checked(&self) -> Result<()> {
+        let mut check = self
+            .check
+            .lock()
+            .map_err(|_| CoordinatorError::Internal("the store check lock is poisoned".into()))?;
+        match std::mem::replace(&mut *check, ContentCheck::Done) {
+            ContentCheck::Done => Ok(()),
+            ContentCheck::Failed(e) => {
+                *check = ContentCheck::Failed(e.clone());
+                Err(e)
+            }
+            ContentCheck::Running(summing, stored) => {
+                let summed = summing.join().unwrap_or_else(|_| {
+                    Err(CoordinatorError::Internal(
+                        "the store check panicked".into(),
+                    ))
+                });
+                let verdict = summed.and_then(|digest| {
+                    let intact = self.with_handles(|h| {
+                        content_intact(h.tree(Tree::Meta), &self.dir, stored, digest)
+                    })?;
+                    if !intact {
+                        return Err(CoordinatorError::Store(
+                            Loss::Changed.message(&self.dir, stored),
+                        ));
+                    }
+                    let mut marked = self.mark.lock().map_err(|_| {
+                        CoordinatorError::Internal("the commit mark lock is poisoned".into())
+                    })?;
+                    marked.digest = digest;
+                    Ok(())
+                });
+                if let Err(e) = &verdict {
+                    *check = ContentCheck::Failed(e.clone());
+                }
+                verdict
+            }
+        }
+    }
+
     fn refuse_if_broken(&self) -> Result<()> {
         if self.broken.load(Ordering::SeqCst) {
             return Err(CoordinatorError::Store(format!(
@@ -324,6 +403,9 @@ impl Store for SledStore {
         if batch.is_empty() {
             return Ok(());
         }
+        // Nothing is written before the content check has passed (it takes
+        // the mark's lock itself).
+        self.checked()?;
         let mut marked = self
             .mark
             .lock()
@@ -416,6 +498,10 @@ impl Store for SledStore {
 
     fn applied(&self) -> u64 {
         self.applies.load(Ordering::SeqCst)
+    }
+
+    fn verify(&self) -> Result<()> {
+        self.checked()
     }
 
     /// Opens the store again first if a write failed (the way work resumes

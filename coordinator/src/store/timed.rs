@@ -43,6 +43,10 @@ impl Store for TimedStore {
         self.inner.reopen_if_broken()
     }
 
+    fn verify(&self) -> Result<()> {
+        self.inner.verify()
+    }
+
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.inner.get(tree, key)
     }

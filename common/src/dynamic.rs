@@ -70,9 +70,6 @@ pub trait Kind: Send + Sync {
         finished: u32,
         partials: &[EncodedPartial],
     ) -> Result<Option<(Vec<PlannedShard>, String)>>;
-    fn needs_stage_input(&self, spec: &TypedSpec, stage: u32) -> bool;
-    fn input_bucket(&self, spec: &TypedSpec, task: &EncodedTask) -> Result<Option<u32>>;
-    fn decode_stage_input(&self, spec: &TypedSpec, bytes: &[u8]) -> Result<StageInput>;
     fn stage_reads(
         &self,
         spec: &TypedSpec,
@@ -279,18 +276,6 @@ impl<K: JobKind> Kind for Registered<K> {
                 Some((encode_planned::<K>(shards), note))
             }
         })
-    }
-
-    fn needs_stage_input(&self, spec: &TypedSpec, stage: u32) -> bool {
-        K::needs_stage_input(typed::<K>(spec), stage)
-    }
-
-    fn input_bucket(&self, spec: &TypedSpec, task: &EncodedTask) -> Result<Option<u32>> {
-        Ok(K::input_bucket(typed::<K>(spec), &task.decode()?))
-    }
-
-    fn decode_stage_input(&self, spec: &TypedSpec, bytes: &[u8]) -> Result<StageInput> {
-        Ok(Arc::new(K::decode_stage_input(typed::<K>(spec), bytes)?))
     }
 
     fn stage_reads(

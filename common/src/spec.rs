@@ -219,10 +219,6 @@ impl ValidSpec {
         self.kind.trim_plan(plan)
     }
 
-    pub fn needs_stage_input(&self, stage: u32) -> bool {
-        self.kind.needs_stage_input(&self.typed, stage)
-    }
-
     /// What follows stage `finished` given its partials (in shard order): the
     /// next stage's shards and a line for the events, or `None` when the job
     /// is done. May update `plan`, which is stored with the transition.
@@ -233,16 +229,6 @@ impl ValidSpec {
         partials: &[EncodedPartial],
     ) -> Result<Option<(Vec<PlannedShard>, String)>> {
         self.kind.next_stage(&self.typed, plan, finished, partials)
-    }
-
-    /// The bucket of the previous stage's outputs that a shard with `task`
-    /// reads, for frontier plans; `None` when it reads the merged output.
-    pub fn input_bucket(&self, task: &EncodedTask) -> Result<Option<u32>> {
-        self.kind.input_bucket(&self.typed, task)
-    }
-
-    pub fn decode_stage_input(&self, bytes: &[u8]) -> Result<StageInput> {
-        self.kind.decode_stage_input(&self.typed, bytes)
     }
 
     /// The stage outputs a shard of `stage` with `task` reads, in order.

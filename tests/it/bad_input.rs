@@ -1052,25 +1052,32 @@ async fn stage_input(
     lease: &proto::ShardLease,
 ) -> Option<StageInput> {
     let spec = ValidSpec::try_from(lease.spec.as_ref().unwrap()).unwrap();
-    if !spec.needs_stage_input(lease.stage) {
+    let task = EncodedTask::from_bytes(&lease.task).unwrap();
+    let reads = spec.stage_reads(lease.stage, &task).unwrap();
+    if reads.is_empty() {
         return None;
     }
-    let mut stream = workers
-        .fetch_stage_data(proto::FetchStageDataRequest {
-            job_id: lease.job_id.clone(),
-            stage: lease.stage - 1,
-            worker_id: HOLDER.into(),
-            session: session.into(),
-            bucket: None,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut bytes = Vec::new();
-    while let Some(chunk) = stream.message().await.unwrap() {
-        bytes.extend_from_slice(&chunk.data);
+    let mut parts = Vec::new();
+    for read in reads {
+        let mut stream = workers
+            .fetch_stage_data(proto::FetchStageDataRequest {
+                job_id: lease.job_id.clone(),
+                stage: read.stage,
+                worker_id: HOLDER.into(),
+                session: session.into(),
+                bucket: read.bucket,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.message().await.unwrap() {
+            bytes.extend_from_slice(&chunk.data);
+        }
+        parts.push(bytes);
     }
-    Some(spec.decode_stage_input(&bytes).unwrap())
+    let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+    Some(spec.decode_stage_inputs(&slices).unwrap())
 }
 
 /// The spec as the coordinator checks it (defaults filled in).

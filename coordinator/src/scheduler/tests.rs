@@ -704,7 +704,7 @@ fn kept_stage_outputs_survive_reloads_and_are_deleted_when_no_longer_read() {
         }
         most_blobs = most_blobs.max(blobs(&store));
         // A reload at every other stage: the kept outputs come back.
-        if stage % 2 == 0 {
+        if stage.is_multiple_of(2) {
             s = registered(
                 Scheduler::load(store.clone(), SchedulerConfig::default(), now).unwrap(),
             );

@@ -23,6 +23,10 @@
 //!   cell-step, 1 against 1,024 shards per step); with `TALLY_BENCH_BEFORE=BIN`,
 //!   the same with an older build, for the ratio.
 //!
+//! - `-- synthetic [SHARDS]`: the cost per shard of the runner alone, with
+//!   shards of no work (`tally run synthetic`, 128 slots), 1,000 against SHARDS
+//!   (default 10^5) shards; and the peak memory of the larger job.
+//!
 //! - `-- restart [JOBS]`: a coordinator given JOBS queued jobs (default 16,000
 //!   queens jobs of 64 shards: about a million shards) is killed with SIGKILL
 //!   and started again: the time until it answers, and the store's size; then
@@ -89,6 +93,10 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("shards") {
         return shard_cost(runs);
+    }
+    if args.first().map(String::as_str) == Some("synthetic") {
+        let shards = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
+        return synthetic_cost(shards, runs);
     }
     if args.first().map(String::as_str) == Some("restart") {
         let jobs = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(16_000);
@@ -205,6 +213,49 @@ fn shard_cost(runs: usize) {
     if let [now, before] = costs[..] {
         println!("cost per shard, this build / before: {:.2}", now / before);
     }
+}
+
+/// The runner's own cost per shard, with nothing else in the way: `tally run
+/// synthetic` (shards of one term each) with 1,000 and with `shards` shards,
+/// 128 slots (so that leases and reports go many to a round trip), the
+/// difference per extra shard, and the peak memory of the larger job.
+fn synthetic_cost(shards: u64, runs: usize) {
+    let job = |n: u64| {
+        ["run", "synthetic", "--slots", "128", "--shards"]
+            .map(String::from)
+            .into_iter()
+            .chain([n.to_string()])
+            .collect::<Vec<_>>()
+    };
+    let time = |args: &[String]| {
+        let mut times = Vec::new();
+        let mut answer = String::new();
+        let mut peak = 0;
+        for _ in 0..runs {
+            let started = Instant::now();
+            let child = tally()
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let (out, rss) = wait_with_peak(child);
+            times.push(started.elapsed().as_secs_f64());
+            answer = out;
+            peak = peak.max(rss);
+        }
+        times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        (times[times.len() / 2], answer, peak)
+    };
+    let few = 1_000;
+    let (t_few, _, _) = time(&job(few));
+    let (t_many, answer, peak) = time(&job(shards));
+    let per_shard = (t_many - t_few) * 1e3 / (shards - few) as f64;
+    println!(
+        "synthetic: {few} shards {t_few:.2} s, {shards} shards {t_many:.2} s (peak {:.0} MB, \
+         answer {answer}): {per_shard:.3} ms per extra shard",
+        peak as f64 / 1e6
+    );
 }
 
 /// Waits for `child`: its last line of output and its peak memory.

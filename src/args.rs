@@ -189,7 +189,7 @@ pub struct ListArgs {
     /// repeat for several.
     #[arg(long, value_name = "STATE")]
     pub state: Vec<String>,
-    /// Only jobs of this kind (hex, kayles, sliders, pegs, blocks, queens).
+    /// Only jobs of this kind (hex, kayles, sliders, pegs, blocks, queens, synthetic).
     #[arg(long)]
     pub kind: Option<String>,
     /// Every page, one after another.

@@ -9,6 +9,13 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// Stage output is sent and stored in chunks of at most this size.
 pub const OUTPUT_CHUNK: usize = 1 << 20;
 
+/// At most this many reports in one `ReportBatch` call.
+pub const MAX_BATCH_REPORTS: usize = 1_024;
+
+/// At most this much stage output in one `ReportBatch` call (far below
+/// [`MAX_MESSAGE_BYTES`]); a larger output goes through `Report` in chunks.
+pub const MAX_BATCH_OUTPUT: usize = 4 << 20;
+
 impl JobState {
     /// Every state a job can be in, in the order of its life.
     pub const KNOWN: [JobState; 5] = [

@@ -10,8 +10,10 @@
 //!   leases; every state change is one atomic batch applied to the store;
 //! - [`group_commit`]: a call answers only once a flush covers its batch, one
 //!   flush for every call that applied meanwhile;
-//! - [`service`]: the tonic JobService and WorkerService, a thin async shell that
+//! - [`service`]: the state the services share (the scheduler behind its
+//!   lock, the group commit) and the tonic JobService, a thin async shell that
 //!   runs scheduler calls off the async runtime;
+//! - [`worker_service`]: the tonic WorkerService, the same shell for workers;
 //! - [`http`]: the `--http` listener: Prometheus text, a JSON status and the
 //!   status page;
 //! - [`server`]: wires the services, health, reflection, the HTTP listener and
@@ -28,6 +30,7 @@ pub mod scheduler;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod worker_service;
 
 pub use error::{CoordinatorError, Result};
 pub use server::{CoordinatorConfig, RunningCoordinator, start};

@@ -23,8 +23,9 @@ use crate::group_commit::GroupCommit;
 use crate::http;
 use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::{Scheduler, SchedulerConfig};
-use crate::service::{JobApi, Shared, WorkerApi, now_ms};
+use crate::service::{JobApi, Shared, now_ms};
 use crate::store::{MemoryStore, OnLoss, Recovery, SledStore, Store, TimedStore};
+use crate::worker_service::WorkerApi;
 
 #[derive(Clone, Debug)]
 pub struct CoordinatorConfig {

@@ -1183,3 +1183,155 @@ async fn finished_jobs_are_deleted_after_their_retention() {
     assert!(next.id != job.id && next.id != waiting.id);
     coordinator.shutdown().await;
 }
+
+/// A batched result of `lease` as a worker computes it.
+fn batched_result(spec: &JobSpec, lease: &proto::ShardLease) -> proto::BatchedReport {
+    let task = tally_common::values::EncodedTask::from_bytes(&lease.task).unwrap();
+    let outcome = valid(spec)
+        .execute_once(
+            &task,
+            &tally_common::cache::KernelCache::new(),
+            &Control::new(),
+        )
+        .unwrap();
+    proto::BatchedReport {
+        lease_id: lease.lease_id.clone(),
+        output: outcome.output,
+        ending: Some(proto::batched_report::Ending::Result(proto::ReportResult {
+            partial: outcome.partial.to_bytes(),
+            work_done: lease.work_total,
+        })),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_report_of_a_batch_is_accepted_or_refused_on_its_own() {
+    use tally_common::kinds::synthetic::SyntheticSpec;
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let spec = JobSpec::new(SyntheticSpec {
+        shards: 6,
+        terms_per_shard: 1_000,
+    });
+    let job = submit(&mut client, &spec, "").await;
+    let mut w = workers_client(&url).await;
+    let session = register(&mut w, "batcher").await;
+    let mut leases = w
+        .lease(proto::LeaseRequest {
+            worker_id: "batcher".into(),
+            free_slots: 6,
+            wait_ms: 5_000,
+            session: session.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .leases;
+    leases.sort_by_key(|l| l.index);
+    assert_eq!(leases.len(), 6);
+    let batch = |reports: Vec<proto::BatchedReport>, session: &str| proto::ReportBatchRequest {
+        worker_id: "batcher".into(),
+        session: session.into(),
+        reports,
+    };
+
+    // A wrong session refuses the whole call and changes nothing.
+    let before = events(&mut client, &job.id).await;
+    let status = w
+        .report_batch(batch(
+            vec![batched_result(&spec, &leases[0])],
+            "not-the-session",
+        ))
+        .await
+        .expect_err("a wrong session is refused");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    assert_eq!(events(&mut client, &job.id).await, before);
+
+    let mut stale = batched_result(&spec, &leases[2]);
+    stale.lease_id = format!("{}/{}/{}/{}", job.id, leases[2].stage, leases[2].index, 7);
+    let mut unreadable = batched_result(&spec, &leases[2]);
+    unreadable.lease_id = "no lease".into();
+    let mut unfinished = batched_result(&spec, &leases[4]);
+    unfinished.ending = None;
+    // A result of another shard's task: the kind's check refuses it.
+    let mut wrong = batched_result(&spec, &leases[5]);
+    wrong.lease_id = leases[3].lease_id.clone();
+    let mut short = batched_result(&spec, &leases[3]);
+    if let Some(proto::batched_report::Ending::Result(r)) = &mut short.ending {
+        r.partial = br#"{"synthetic-sum": {"terms": 3, "sum": 0}}"#.to_vec();
+    }
+    let reports = vec![
+        batched_result(&spec, &leases[0]),
+        batched_result(&spec, &leases[1]),
+        stale,
+        unreadable,
+        unfinished,
+        batched_result(&spec, &leases[0]),
+        short,
+    ];
+    let verdicts = w
+        .report_batch(batch(reports, &session))
+        .await
+        .unwrap()
+        .into_inner()
+        .verdicts;
+    assert_eq!(verdicts.len(), 7);
+    let code = |i: usize| tonic::Code::from(verdicts[i].code);
+    assert!(verdicts[0].accepted && verdicts[1].accepted, "{verdicts:?}");
+    assert_eq!((code(0), code(1)), (tonic::Code::Ok, tonic::Code::Ok));
+    assert_eq!(
+        code(2),
+        tonic::Code::FailedPrecondition,
+        "{:?}",
+        verdicts[2]
+    );
+    assert_eq!(code(3), tonic::Code::InvalidArgument, "{:?}", verdicts[3]);
+    assert_eq!(code(4), tonic::Code::InvalidArgument, "{:?}", verdicts[4]);
+    // The same result twice: the second changes nothing.
+    assert!(!verdicts[5].accepted, "{:?}", verdicts[5]);
+    assert_eq!(code(6), tonic::Code::InvalidArgument, "{:?}", verdicts[6]);
+    assert!(
+        verdicts[6].message.contains("3 of 1000"),
+        "{:?}",
+        verdicts[6]
+    );
+    let accepted: Vec<u32> = events(&mut client, &job.id)
+        .await
+        .iter()
+        .filter(|e| e.kind == "accepted")
+        .map(|e| e.shard)
+        .collect();
+    assert_eq!(accepted, [0, 1]);
+    assert_eq!(get_job(&mut client, &job.id).await.shards_done, 2);
+
+    // The rest in one batch: the job finishes with the closed form's answer.
+    let rest = leases[2..]
+        .iter()
+        .map(|l| batched_result(&spec, l))
+        .collect();
+    let verdicts = w
+        .report_batch(batch(rest, &session))
+        .await
+        .unwrap()
+        .into_inner()
+        .verdicts;
+    assert!(
+        verdicts.iter().all(|v| v.accepted && v.code == 0),
+        "{verdicts:?}"
+    );
+    assert!(
+        verdicts.last().unwrap().stop,
+        "the last result finishes the job"
+    );
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    let plain: u128 = (0..6_000u128).map(|i| i * i).sum::<u128>() % ((1 << 61) - 1);
+    assert_eq!(done.answer, plain.to_string());
+
+    // Too many reports in one call: refused whole.
+    let many = vec![batched_result(&spec, &leases[0]); tally_common::wire::MAX_BATCH_REPORTS + 1];
+    let status = w.report_batch(batch(many, &session)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    coordinator.shutdown().await;
+}

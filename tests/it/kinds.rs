@@ -21,6 +21,7 @@ fn small_job(kind: &str) -> ValidSpec {
         "pegs" => r#"{"kind": "pegs", "board": "triangle:5", "start": 1}"#,
         "blocks" => r#"{"kind": "blocks", "puzzle": "aa1.\na23.\n4567\nsame: 1234567\n"}"#,
         "queens" => r#"{"kind": "queens", "n": 9}"#,
+        "synthetic" => r#"{"kind": "synthetic", "shards": 300, "terms_per_shard": 7}"#,
         other => panic!("no small job for the kind {other:?}: add one here"),
     };
     JobSpec::from_json(params).unwrap()

@@ -14,6 +14,7 @@ use tally_common::transport::{AuthChannel, ClientSecurity};
 use tally_common::wire::MAX_MESSAGE_BYTES;
 use tokio::sync::Notify;
 
+use crate::batch::Batches;
 use crate::config::WorkerConfig;
 use crate::error::{Result, WorkerError};
 use crate::metrics::{Gauges, WorkerStats};
@@ -85,6 +86,11 @@ pub(crate) struct Context {
     /// Set when a call was refused for its session (the coordinator restarted
     /// or forgot this worker): the lease loop registers again.
     session_lost: AtomicBool,
+    /// Final reports waiting for the next `ReportBatch` call.
+    pub batches: Batches,
+    /// Set when the coordinator does not know `ReportBatch` (an older
+    /// version): every report then goes through `Report`.
+    pub batching_refused: AtomicBool,
 }
 
 impl Context {
@@ -99,6 +105,8 @@ impl Context {
             stats: Arc::new(WorkerStats::default()),
             session: Mutex::new(String::new()),
             session_lost: AtomicBool::new(false),
+            batches: Batches::new(),
+            batching_refused: AtomicBool::new(false),
             config,
         })
     }

@@ -16,6 +16,7 @@
 
 mod attempt;
 mod backoff;
+mod batch;
 mod config;
 mod context;
 mod error;

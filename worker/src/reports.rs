@@ -3,13 +3,15 @@
 //! the coordinator has it or refuses it for good.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tally_common::Error as CommonError;
-use tally_common::proto::{self, report_message::Body};
+use tally_common::proto::{self, batched_report::Ending as BatchedEnding, report_message::Body};
 use tally_common::wire::OUTPUT_CHUNK;
 use tokio::sync::mpsc;
 
 use crate::backoff::Backoff;
+use crate::batch;
 use crate::context::{Context, ShardHandle};
 use crate::error::WorkerError;
 
@@ -125,6 +127,50 @@ async fn send_report(
     }
 }
 
+/// Sends a final report in the next batch, or alone through `Report` when
+/// its output is large or the coordinator does not take batches.
+async fn send_final_report(
+    ctx: &Arc<Context>,
+    lease_id: &str,
+    body: &[Body],
+) -> Result<proto::ReportResponse, tonic::Status> {
+    if !ctx.batching_refused.load(Ordering::Relaxed)
+        && let Some(report) = batched(lease_id, body)
+    {
+        match batch::send(ctx, report).await {
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                tracing::info!("the coordinator takes no report batches; reporting one by one");
+                ctx.batching_refused.store(true, Ordering::Relaxed);
+            }
+            answer => return answer,
+        }
+    }
+    send_report(ctx, lease_id, body.to_vec()).await
+}
+
+/// A final report's body as one report of a batch; `None` when its output
+/// is too large for one.
+fn batched(lease_id: &str, body: &[Body]) -> Option<proto::BatchedReport> {
+    let mut report = proto::BatchedReport {
+        lease_id: lease_id.to_string(),
+        ..Default::default()
+    };
+    for message in body {
+        match message {
+            Body::Output(chunk) => {
+                if report.output.len() + chunk.data.len() > batch::MAX_BATCHED_OUTPUT {
+                    return None;
+                }
+                report.output.extend_from_slice(&chunk.data);
+            }
+            Body::Result(r) => report.ending = Some(BatchedEnding::Result(r.clone())),
+            Body::Failure(f) => report.ending = Some(BatchedEnding::Failure(f.clone())),
+            Body::Header(_) | Body::Checkpoint(_) => return None,
+        }
+    }
+    report.ending.is_some().then_some(report)
+}
+
 /// The coordinator refused the report for good: the attempt is stale, the job or
 /// shard is unknown, or the report is malformed. (A refused session is not a
 /// refusal of the report: the worker registers again and resends it.)
@@ -173,13 +219,13 @@ pub(crate) fn forward_checkpoints(
 
 /// Sends the final report of an attempt, retrying while the coordinator is
 /// unreachable, until it is accepted or refused for good.
-pub(crate) async fn deliver_final_report(ctx: &Context, lease_id: &str, ending: Ending) {
+pub(crate) async fn deliver_final_report(ctx: &Arc<Context>, lease_id: &str, ending: Ending) {
     let Some(body) = ending.body() else { return };
     let mut is_result = body.iter().any(|m| matches!(m, Body::Result(_)));
     let mut body = body;
     let mut backoff = Backoff::new();
     loop {
-        match send_report(ctx, lease_id, body.clone()).await {
+        match send_final_report(ctx, lease_id, &body).await {
             Ok(answer) => {
                 if is_result && answer.accepted {
                     // The coordinator has stored the result: the chaos tests

@@ -8,6 +8,7 @@ pub mod kayles;
 pub mod pegs;
 pub mod queens;
 pub mod sliders;
+pub mod synthetic;
 
 use crate::dynamic::{Kind, Registered};
 use crate::{Result, invalid};
@@ -20,6 +21,7 @@ pub static KINDS: &[&dyn Kind] = &[
     &Registered::<pegs::Pegs>::KIND,
     &Registered::<blocks::Blocks>::KIND,
     &Registered::<queens::Queens>::KIND,
+    &Registered::<synthetic::Synthetic>::KIND,
 ];
 
 /// The kind named `name`.

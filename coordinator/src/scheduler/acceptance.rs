@@ -5,7 +5,6 @@
 //! replica and the shard returns to the queue for another worker; the last is
 //! accepted only if it equals the first.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tally_common::digest::fnv1a64;
@@ -131,7 +130,7 @@ impl Scheduler {
             return Err(e);
         }
         let entry = self.known_entry(job);
-        entry.shards[*index as usize] = shard;
+        entry.shards.set(*index as usize, shard);
         entry.requeue(*index);
         Ok(ReportOutcome {
             stop: false,
@@ -152,15 +151,20 @@ impl Scheduler {
         let mut batch = result_batch(&mut shard, &report.output);
         let entry = self.known_entry(job);
         let saved = SavedAcceptance::of(entry, index);
-        entry.shards[index as usize] = shard.clone();
+        let before = entry.shards.set(index as usize, shard.clone());
         // The attempt may have expired and queued the shard again (its
         // result still counts while no later attempt exists): done shards
         // leave the queue, or they would be computed and accepted twice.
-        entry.pending.retain(|&i| i != index);
+        // (Only then is the queue searched: it may hold a million shards.)
+        if before.state == ShardState::Pending {
+            entry.pending.retain(|&i| i != index);
+        }
         entry.outputs[index as usize] = Some(Arc::new(report.output.clone()));
         let accepted = Event::shard("accepted", &shard, &report.worker, "");
         entry.log(&mut batch, now_ms, accepted);
-        let snapshot = entry.snapshot_stage();
+        // Only a result that completes the stage changes more than this
+        // shard: only then is the stage worth saving (a copy of every shard).
+        let snapshot = entry.shards.all_done().then(|| entry.snapshot_stage());
         if let Err(e) = self
             .advance_if_stage_done(job, &mut batch, now_ms)
             .and_then(|_| self.write(batch))
@@ -216,24 +220,40 @@ struct SavedAcceptance {
     shard: ShardRecord,
     rec: JobRecord,
     next_event: u64,
-    pending: VecDeque<u32>,
+    /// The shard's place in the queue, if it was queued again.
+    queued_at: Option<usize>,
 }
 
 impl SavedAcceptance {
     fn of(entry: &JobEntry, index: u32) -> SavedAcceptance {
+        let shard = entry.shards[index as usize].clone();
+        let queued_at = (shard.state == ShardState::Pending)
+            .then(|| entry.pending.iter().position(|&i| i == index))
+            .flatten();
         SavedAcceptance {
-            shard: entry.shards[index as usize].clone(),
+            shard,
             rec: entry.rec.clone(),
             next_event: entry.next_event,
-            pending: entry.pending.clone(),
+            queued_at,
         }
     }
 
-    fn restore(self, entry: &mut JobEntry, stage: StageSnapshot, index: u32) {
+    /// Undoes the acceptance; `stage` is the stage as it was before the
+    /// barrier, when the result completed it.
+    fn restore(self, entry: &mut JobEntry, stage: Option<StageSnapshot>, index: u32) {
         entry.rec = self.rec;
         entry.next_event = self.next_event;
-        entry.restore_stage(stage);
-        entry.pending = self.pending;
-        entry.shards[index as usize] = self.shard;
+        if let Some(stage) = stage {
+            entry.restore_stage(stage);
+        }
+        if let Some(position) = self.queued_at
+            && !entry.pending.contains(&index)
+        {
+            entry
+                .pending
+                .insert(position.min(entry.pending.len()), index);
+        }
+        entry.outputs[index as usize] = None;
+        entry.shards.set(index as usize, self.shard);
     }
 }

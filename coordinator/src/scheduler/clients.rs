@@ -15,6 +15,9 @@ use super::events::Event;
 use super::stages::install_stage;
 use super::state::{JobEntry, Scheduler};
 
+/// At most this many shard records in one store transaction at submission.
+pub(super) const SUBMIT_PART: usize = 16_384;
+
 impl Scheduler {
     /// Stores a new job with the shards of its first stage, or returns the job
     /// already submitted under the same idempotency key (`created` is false).
@@ -42,8 +45,9 @@ impl Scheduler {
         let rec = new_job(seq, spec, plan, idempotency_key.clone(), &first, now_ms);
         let id = rec.id.clone();
         let mut entry = JobEntry::new(rec);
-        let mut batch = Batch::default();
-        install_stage(&mut entry, 1, first, &mut batch);
+        let mut shards = Batch::default();
+        install_stage(&mut entry, 1, first, &mut shards);
+        let mut batch = self.write_shards_ahead(shards, seq)?;
         batch.put(Tree::Jobs, job_key(&id), encode(&entry.rec));
         batch.put(Tree::Meta, NEXT_JOB_KEY, (seq + 1).to_be_bytes().to_vec());
         if let Some(key) = &idempotency_key {
@@ -58,6 +62,30 @@ impl Scheduler {
         }
         self.jobs.insert(id.clone(), entry);
         Ok((self.job(&id, now_ms)?, true))
+    }
+
+    /// Writes a large first stage's shard records in parts ahead of the job
+    /// record (one store transaction of a million records takes gigabytes);
+    /// returns the last part, for the batch that writes the job. The job
+    /// counter goes with the first part, so a failure or a crash between the
+    /// parts leaves only records of an id never given again, which no job
+    /// record names and nothing reads.
+    fn write_shards_ahead(&mut self, shards: Batch, seq: u64) -> Result<Batch> {
+        let mut writes = shards.writes.into_iter();
+        let mut first = true;
+        loop {
+            let part: Vec<_> = writes.by_ref().take(SUBMIT_PART).collect();
+            if writes.len() == 0 {
+                return Ok(Batch { writes: part });
+            }
+            let mut batch = Batch { writes: part };
+            if first {
+                batch.put(Tree::Meta, NEXT_JOB_KEY, (seq + 1).to_be_bytes().to_vec());
+                first = false;
+            }
+            self.write(batch)?;
+            self.next_job = seq + 1;
+        }
     }
 
     pub fn job_by_key(&self, key: &str, now_ms: u64) -> Option<proto::Job> {
@@ -179,7 +207,7 @@ impl Scheduler {
         for rec in settled {
             let entry = self.known_entry(&rec.id.clone());
             entry.rec = rec;
-            entry.shards = Vec::new();
+            entry.shards.clear();
             entry.outputs = Vec::new();
             entry.pending.clear();
             entry.finished = None;

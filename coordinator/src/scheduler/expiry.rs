@@ -37,18 +37,16 @@ impl Scheduler {
             .filter(|e| !e.rec.state.is_finished())
             .flat_map(|e| {
                 let job = &e.rec.id;
-                e.shards
-                    .iter()
-                    .filter(|s| s.state == ShardState::Leased)
-                    .map(move |s| {
-                        let lease = LeaseId {
-                            job: job.clone(),
-                            stage: s.stage,
-                            index: s.index,
-                            attempt: s.attempt,
-                        };
-                        (lease, s.worker.clone().unwrap_or_default())
-                    })
+                e.shards.leased().map(move |position| {
+                    let s = &e.shards[position];
+                    let lease = LeaseId {
+                        job: job.clone(),
+                        stage: s.stage,
+                        index: s.index,
+                        attempt: s.attempt,
+                    };
+                    (lease, s.worker.clone().unwrap_or_default())
+                })
             })
             .collect();
         let failure = ReportedFailure {
@@ -74,10 +72,8 @@ impl Scheduler {
         let entry = self.known_entry(id);
         let due: Vec<usize> = entry
             .shards
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.state == ShardState::Leased && s.lease_expires_ms <= now_ms)
-            .map(|(i, _)| i)
+            .leased()
+            .filter(|&i| entry.shards[i].lease_expires_ms <= now_ms)
             .collect();
         if due.is_empty() {
             return Ok(0);
@@ -94,7 +90,7 @@ impl Scheduler {
         let expired = changed.len();
         for shard in changed {
             let i = shard.index;
-            entry.shards[i as usize] = shard;
+            entry.shards.set(i as usize, shard);
             entry.requeue(i);
         }
         if rec.state == JobState::Failed {

@@ -111,7 +111,8 @@ impl Scheduler {
             matches!(e.rec.state, JobState::Queued | JobState::Running)
                 && e.pending
                     .iter()
-                    .any(|&i| e.shards[i as usize].not_before_ms <= now_ms)
+                    .map(|&i| &e.shards[i as usize])
+                    .any(|s| s.state == ShardState::Pending && s.not_before_ms <= now_ms)
         })
     }
 
@@ -213,7 +214,7 @@ impl Scheduler {
         }
         for (id, shard) in staged.updated {
             let i = shard.index as usize;
-            self.known_entry(&id).shards[i] = shard;
+            self.known_entry(&id).shards.set(i, shard);
         }
         for id in staged.started {
             let entry = self.known_entry(&id);

@@ -28,6 +28,7 @@ mod leasing;
 mod protocol;
 mod recovery;
 mod reports;
+mod shard_table;
 mod stages;
 mod state;
 mod views;

@@ -200,13 +200,13 @@ fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<(JobEntry,
         }
     }
     let ttl = entry.rec.spec.options().lease_ttl_ms;
-    for shard in &mut entry.shards {
-        match shard.state {
-            ShardState::Pending => entry.pending.push_back(shard.index),
-            ShardState::Leased => {
+    for position in 0..entry.shards.len() {
+        match entry.shards[position].state {
+            ShardState::Pending => entry.pending.push_back(entry.shards[position].index),
+            ShardState::Leased => entry.shards.update(position, |shard| {
                 shard.lease_expires_ms = shard.lease_expires_ms.max(now_ms + ttl);
                 shard.progress_ms = now_ms;
-            }
+            }),
             ShardState::Done => {}
         }
     }
@@ -244,7 +244,7 @@ fn load_shards(store: &dyn Store, entry: &mut JobEntry, keep: &[u32]) -> Result<
             entry.shards.push(shard);
         }
     }
-    entry.shards.sort_by_key(|s| s.index);
+    entry.shards.sort_by_index();
     entry.outputs = vec![None; entry.shards.len()];
     previous.sort_by_key(|s| s.index);
     Ok(previous)

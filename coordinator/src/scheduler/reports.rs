@@ -106,7 +106,7 @@ impl Scheduler {
             self.known_entry(job).next_event = seq;
             return Err(e);
         }
-        self.known_entry(job).shards[*index as usize] = shard;
+        self.known_entry(job).shards.set(*index as usize, shard);
         Ok(())
     }
 
@@ -147,7 +147,7 @@ impl Scheduler {
         );
         self.write(batch)?;
         let entry = self.known_entry(job);
-        entry.shards[*index as usize] = shard;
+        entry.shards.set(*index as usize, shard);
         entry.rec = rec;
         if fail_job {
             entry.pending.clear();

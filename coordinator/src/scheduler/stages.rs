@@ -15,6 +15,7 @@ use crate::records::{JobState, ShardRecord, ShardState, encode, job_key, output_
 use crate::store::{Batch, Store, Tree};
 
 use super::events::Event;
+use super::shard_table::ShardTable;
 use super::state::{FinishedStage, JobEntry, Scheduler};
 
 impl Scheduler {
@@ -29,14 +30,14 @@ impl Scheduler {
     ) -> Result<()> {
         let store = self.store.clone();
         let entry = self.known_entry(job);
-        if entry.rec.state.is_finished() || entry.shards.iter().any(|s| s.state != ShardState::Done)
-        {
+        if entry.rec.state.is_finished() || !entry.shards.all_done() {
             return Ok(());
         }
         // The previous stage's output is no longer read once this one is
         // done, unless the kind keeps it for a later stage.
         let previous = entry.finished.take();
-        let (data, lengths) = read_outputs(store.as_ref(), &entry.shards, &entry.outputs)?;
+        let (data, lengths) =
+            read_outputs(store.as_ref(), entry.shards.as_slice(), &entry.outputs)?;
         let current = FinishedStage {
             stage: entry.rec.stage,
             data: Arc::new(data),
@@ -157,7 +158,7 @@ fn start_next_stage(
     let next = entry.rec.stage + 1;
     entry.finished = Some(current);
     entry.shards_done_before += entry.shards.len() as u64;
-    entry.work_done_before += entry.shards.iter().map(|s| s.work_total).sum::<u64>();
+    entry.work_done_before += entry.shards.work_total();
     entry.rec.stage = next;
     install_stage(entry, next, planned, batch);
     batch.put(Tree::Jobs, job_key(&entry.rec.id), encode(&entry.rec));
@@ -366,7 +367,7 @@ fn delete_stage_outputs(job: &str, stage: u32, chunks: &[u32], batch: &mut Batch
 
 /// What a stage transition changes in memory, to undo it if its commit fails.
 pub(super) struct StageSnapshot {
-    shards: Vec<ShardRecord>,
+    shards: ShardTable,
     pending: VecDeque<u32>,
     shards_done_before: u64,
     work_done_before: u64,

@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::error::{CoordinatorError, Result};
-use crate::records::{JobRecord, ShardRecord, ShardState};
+use crate::records::JobRecord;
 use crate::store::Store;
 
 use super::protocol::WorkerInfo;
+use super::shard_table::ShardTable;
 
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
@@ -128,7 +129,7 @@ impl Scheduler {
 pub(super) struct JobEntry {
     pub(super) rec: JobRecord,
     /// The current stage's shards, by index.
-    pub(super) shards: Vec<ShardRecord>,
+    pub(super) shards: ShardTable,
     /// Indexes of pending shards, in order. *Invariant:* each at most once.
     pub(super) pending: VecDeque<u32>,
     /// Shards and work finished in earlier stages.
@@ -166,7 +167,7 @@ impl JobEntry {
     pub(super) fn new(rec: JobRecord) -> JobEntry {
         JobEntry {
             rec,
-            shards: Vec::new(),
+            shards: ShardTable::default(),
             pending: VecDeque::new(),
             shards_done_before: 0,
             work_done_before: 0,
@@ -187,26 +188,10 @@ impl JobEntry {
     }
 
     pub(super) fn shards_done(&self) -> u64 {
-        self.shards_done_before
-            + self
-                .shards
-                .iter()
-                .filter(|s| s.state == ShardState::Done)
-                .count() as u64
+        self.shards_done_before + self.shards.done()
     }
 
     pub(super) fn work_done(&self) -> u64 {
-        self.work_done_before
-            + self
-                .shards
-                .iter()
-                .map(|s| {
-                    if s.state == ShardState::Done {
-                        s.work_total
-                    } else {
-                        s.work_done.min(s.work_total)
-                    }
-                })
-                .sum::<u64>()
+        self.work_done_before + self.shards.work_done()
     }
 }

@@ -420,8 +420,8 @@ fn finished_jobs_keep_their_view_without_their_shards() {
         "only the finished job"
     );
     assert_eq!(s.settle_finished(2_000_001).unwrap(), 0, "once");
-    assert!(s.entry(&id).unwrap().shards.is_empty());
-    assert!(!s.entry(&running).unwrap().shards.is_empty());
+    assert_eq!(s.entry(&id).unwrap().shards.len(), 0);
+    assert_ne!(s.entry(&running).unwrap().shards.len(), 0);
     assert_eq!(s.job(&id, 3_000_000).unwrap(), before);
     // Without its shard records, a reload shows the same job.
     let mut batch = crate::store::Batch::default();
@@ -717,4 +717,86 @@ fn kept_stage_outputs_survive_reloads_and_are_deleted_when_no_longer_read() {
     // 22 forward levels were kept at once, each with 2 shards' outputs.
     assert!(most_blobs >= 40, "{most_blobs} outputs at most");
     assert_eq!(blobs(&store), 0, "stage outputs left behind");
+}
+
+/// A memory store whose batches fail from the `fail_from`-th on (counting from 0).
+struct FailingFrom {
+    inner: Arc<MemoryStore>,
+    batches: std::sync::atomic::AtomicU64,
+    fail_from: u64,
+}
+
+impl Store for FailingFrom {
+    fn apply(&self, batch: crate::store::Batch) -> Result<()> {
+        let n = self
+            .batches
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n >= self.fail_from {
+            return Err(CoordinatorError::Store("disk unplugged".into()));
+        }
+        self.inner.apply(batch)
+    }
+    fn applied(&self) -> u64 {
+        self.inner.applied()
+    }
+    fn get(&self, tree: crate::store::Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.inner.get(tree, key)
+    }
+    fn scan_prefix(
+        &self,
+        tree: crate::store::Tree,
+        prefix: &[u8],
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.scan_prefix(tree, prefix)
+    }
+}
+
+#[test]
+fn a_large_stage_is_written_in_parts_and_a_failure_between_them_never_reuses_the_id() {
+    use tally_common::kinds::synthetic::SyntheticSpec;
+    let big = JobSpec::new(SyntheticSpec {
+        shards: 3 * super::clients::SUBMIT_PART as u64 + 5,
+        terms_per_shard: 1,
+    });
+    // Whole: four parts, every shard readable after a reload.
+    let store = Arc::new(MemoryStore::new());
+    let mut s = new_scheduler(store.clone());
+    let id = submit(&mut s, &big);
+    assert_eq!(store.applied(), 4, "three parts ahead of the job's batch");
+    let s = Scheduler::load(store.clone(), SchedulerConfig::default(), 0).unwrap();
+    assert_eq!(
+        s.entry(&id).unwrap().shards.len(),
+        3 * super::clients::SUBMIT_PART + 5
+    );
+
+    // The second part fails: the submission fails, and the next job gets a
+    // new id, even after a reload, so the first part's records stay unread.
+    let store = Arc::new(FailingFrom {
+        inner: Arc::new(MemoryStore::new()),
+        batches: Default::default(),
+        fail_from: 1,
+    });
+    let mut s = new_scheduler(store.clone());
+    let spec = ValidSpec::new(big.clone()).unwrap();
+    let plan = spec.prepare(&KernelCache::new(), &Control::new()).unwrap();
+    let err = s.submit(spec, plan, None, 0).unwrap_err();
+    assert!(err.to_string().contains("disk unplugged"), "{err}");
+    let orphaned = store
+        .inner
+        .scan_prefix(crate::store::Tree::Shards, b"")
+        .unwrap();
+    assert_eq!(orphaned.len(), super::clients::SUBMIT_PART);
+    let reloaded = Scheduler::load(store.inner.clone(), SchedulerConfig::default(), 0);
+    let mut reloaded = registered(reloaded.unwrap());
+    let small = JobSpec::new(SyntheticSpec {
+        shards: 3,
+        terms_per_shard: 1,
+    });
+    let next = submit(&mut reloaded, &small);
+    assert_ne!(
+        next, "job-000001",
+        "the failed submission's id is never given again"
+    );
+    assert_eq!(reloaded.entry(&next).unwrap().shards.len(), 3);
+    assert!(reloaded.entry("job-000001").is_err());
 }

@@ -4,7 +4,7 @@
 use tally_common::proto;
 
 use crate::error::{CoordinatorError, Result};
-use crate::records::{FinalCounts, JobRecord, JobState, ShardState};
+use crate::records::{FinalCounts, JobRecord, JobState};
 
 use super::state::{JobEntry, Scheduler};
 
@@ -103,14 +103,11 @@ impl JobEntry {
             shards_leased: if rec.state.is_finished() {
                 0
             } else {
-                self.shards
-                    .iter()
-                    .filter(|s| s.state == ShardState::Leased)
-                    .count() as u64
+                self.shards.leased().count() as u64
             },
             shards_failed_attempts: match rec.final_counts {
                 Some(counts) => counts.failed_attempts,
-                None => self.shards.iter().map(|s| s.failed_attempts as u64).sum(),
+                None => self.shards.failed_attempts(),
             },
             description: rec.spec.describe(),
         }
@@ -134,9 +131,8 @@ impl JobEntry {
         let later = rec.plan.stages_total.saturating_sub(rec.stage) as u64;
         let shards_total =
             self.shards_done_before + self.shards.len() as u64 + rec.shards_per_stage * later;
-        let work_total = self.work_done_before
-            + self.shards.iter().map(|s| s.work_total).sum::<u64>()
-            + rec.work_per_stage * later;
+        let work_total =
+            self.work_done_before + self.shards.work_total() + rec.work_per_stage * later;
         let (shards_done, work_done) = if rec.state == JobState::Succeeded {
             (shards_total, work_total)
         } else {
@@ -169,7 +165,7 @@ impl JobEntry {
             shards_total: p.shards_total,
             work_done: p.work_done,
             work_total: p.work_total,
-            failed_attempts: self.shards.iter().map(|s| s.failed_attempts as u64).sum(),
+            failed_attempts: self.shards.failed_attempts(),
         }
     }
 }

@@ -93,18 +93,19 @@ impl Scheduler {
                     let stall_limit = self.config.stall_limit_ms;
                     let entry = self.known_entry(&lease.job);
                     let ttl = entry.rec.spec.options().lease_ttl_ms;
-                    let shard = &mut entry.shards[position];
-                    let work_done = progress.work_done.min(shard.work_total);
-                    if work_done > shard.work_done || shard.progress_ms == 0 {
-                        shard.progress_ms = now_ms;
-                    }
-                    shard.work_done = work_done;
-                    // A shard stuck in a live worker (no progress for the
-                    // stall limit) is no longer renewed: its lease expires and
-                    // the shard goes to another attempt.
-                    if now_ms.saturating_sub(shard.progress_ms) <= stall_limit {
-                        shard.lease_expires_ms = now_ms + ttl;
-                    }
+                    entry.shards.update(position, |shard| {
+                        let work_done = progress.work_done.min(shard.work_total);
+                        if work_done > shard.work_done || shard.progress_ms == 0 {
+                            shard.progress_ms = now_ms;
+                        }
+                        shard.work_done = work_done;
+                        // A shard stuck in a live worker (no progress for the
+                        // stall limit) is no longer renewed: its lease expires
+                        // and the shard goes to another attempt.
+                        if now_ms.saturating_sub(shard.progress_ms) <= stall_limit {
+                            shard.lease_expires_ms = now_ms + ttl;
+                        }
+                    });
                 }
                 Err(_) => revoked.push(progress.lease_id.clone()),
             }
@@ -128,10 +129,12 @@ impl Scheduler {
                 entry.rec.state.name()
             )));
         }
-        let pos = entry
+        // Shards sit at their index in the current stage.
+        let pos = *index as usize;
+        entry
             .shards
-            .iter()
-            .position(|s| s.stage == *stage && s.index == *index)
+            .get(pos)
+            .filter(|s| s.stage == *stage && s.index == *index)
             .ok_or_else(|| {
                 CoordinatorError::FailedPrecondition(format!(
                     "shard {index} of stage {stage} of job {job} is not current"

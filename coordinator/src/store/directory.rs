@@ -184,6 +184,11 @@ pub(super) const IN_USE: &str =
 /// How long [`SledStore::open`] waits for a held store lock.
 pub(super) const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// sled's page cache. Its default (1 GiB) is most of what a coordinator
+/// holds in memory during a job of many shards, and reading a job back does
+/// not need more than this.
+pub(super) const CACHE_BYTES: u64 = 128 << 20;
+
 /// A store dropped a moment ago (a coordinator restarted in the same
 /// process) keeps its file lock until sled's flusher thread notices, so a
 /// held lock is retried for [`LOCK_WAIT`] before it means another coordinator.
@@ -193,6 +198,7 @@ pub(super) fn open_waiting_for_lock(dir: &Path) -> sled::Result<sled::Db> {
         match sled::Config::new()
             .path(dir)
             .mode(sled::Mode::HighThroughput)
+            .cache_capacity(CACHE_BYTES)
             .open()
         {
             Err(sled::Error::Io(e))

@@ -13,6 +13,7 @@ use tally_common::cache::KernelCache;
 use tally_common::kind::JobKind;
 use tally_common::kinds::{
     blocks::Blocks, hex::Hex, kayles::Kayles, pegs::Pegs, queens::Queens, sliders::Sliders,
+    synthetic::Synthetic,
 };
 use tally_common::proto::job_service_client::JobServiceClient;
 use tally_common::proto::worker_service_client::WorkerServiceClient;
@@ -126,6 +127,7 @@ pub fn proto_spec(spec: &JobSpec) -> proto::JobSpec {
         Pegs::NAME => kind::<Pegs>(params),
         Blocks::NAME => kind::<Blocks>(params),
         Queens::NAME => kind::<Queens>(params),
+        Synthetic::NAME => kind::<Synthetic>(params),
         other => panic!("no proto form for a job of kind {other:?}"),
     };
     let o = &spec.options;

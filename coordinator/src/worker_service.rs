@@ -1,0 +1,499 @@
+//! The tonic WorkerService: registration, heartbeats, leases, reports (one
+//! shard's, streamed, or several shards' final reports at once) and stage
+//! data, each a scheduler call through [`Shared`].
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tally_common::lease::LeaseId;
+use tally_common::proto::worker_service_server::WorkerService;
+use tally_common::proto::{self, report_message::Body};
+use tally_common::wire::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS, OUTPUT_CHUNK};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::error::{CoordinatorError, Result};
+use crate::metrics::CoordinatorMetrics;
+use crate::scheduler::{
+    Grant, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult,
+};
+use crate::service::{HEARTBEAT_INTERVAL_MS, MAX_LEASE_WAIT, MAX_REPORT_BYTES, Shared, now_ms};
+
+#[derive(Clone)]
+pub struct WorkerApi {
+    shared: Arc<Shared>,
+}
+
+impl WorkerApi {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        WorkerApi { shared }
+    }
+}
+
+type ChunkStream =
+    Pin<Box<dyn Stream<Item = std::result::Result<proto::StageDataChunk, Status>> + Send>>;
+
+/// A new session secret: 128 random bits from the operating system, in hex.
+fn new_session() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| CoordinatorError::Internal(format!("no randomness for a session: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+pub(crate) fn require_worker_id(id: &str) -> std::result::Result<(), Status> {
+    if id.is_empty() || id.len() > 128 {
+        return Err(Status::invalid_argument("worker id must be 1 to 128 bytes"));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl WorkerService for WorkerApi {
+    async fn register(
+        &self,
+        request: Request<proto::RegisterRequest>,
+    ) -> std::result::Result<Response<proto::RegisterResponse>, Status> {
+        let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
+        tracing::info!(worker = %r.worker_id, host = %r.hostname, slots = r.slots, "worker registered");
+        let session = new_session()?;
+        let given = session.clone();
+        self.shared
+            .with_scheduler(move |s| {
+                s.register(
+                    &r.worker_id,
+                    &r.hostname,
+                    r.slots,
+                    &r.version,
+                    given,
+                    now_ms(),
+                );
+                Ok(())
+            })
+            .await?;
+        Ok(Response::new(proto::RegisterResponse {
+            heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+            coordinator_version: env!("CARGO_PKG_VERSION").to_string(),
+            session,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<proto::HeartbeatRequest>,
+    ) -> std::result::Result<Response<proto::HeartbeatResponse>, Status> {
+        let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
+        let revoked = self
+            .shared
+            .with_scheduler(move |s| {
+                s.check_session(&r.worker_id, &r.session)?;
+                Ok(s.heartbeat(&r.worker_id, &r.leases, now_ms()))
+            })
+            .await?;
+        Ok(Response::new(proto::HeartbeatResponse {
+            revoked_lease_ids: revoked,
+        }))
+    }
+
+    async fn lease(
+        &self,
+        request: Request<proto::LeaseRequest>,
+    ) -> std::result::Result<Response<proto::LeaseResponse>, Status> {
+        let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
+        if r.free_slots > 1024 {
+            return Err(Status::invalid_argument("free slots must be at most 1024"));
+        }
+        let wait = Duration::from_millis(r.wait_ms).min(MAX_LEASE_WAIT);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Register interest before looking, so a wake-up between the look and
+            // the wait is not lost.
+            let notified = self.shared.work_ready.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let worker = r.worker_id.clone();
+            let session = r.session.clone();
+            let slots = r.free_slots;
+            let grants = self
+                .shared
+                .with_scheduler(move |s| {
+                    s.check_session(&worker, &session)?;
+                    s.lease(&worker, slots, now_ms())
+                })
+                .await?;
+            if !grants.is_empty() || tokio::time::Instant::now() >= deadline {
+                for g in &grants {
+                    self.shared.changed(&g.lease.job);
+                    self.shared.metrics.leased(&g.lease);
+                }
+                let leases = grants.into_iter().map(shard_lease).collect();
+                return Ok(Response::new(proto::LeaseResponse { leases }));
+            }
+            // Backoff timers also make work ready: look again at least every 250 ms.
+            let nap = tokio::time::Instant::now() + Duration::from_millis(250);
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(deadline.min(nap)) => {}
+            }
+        }
+    }
+
+    async fn report(
+        &self,
+        request: Request<Streaming<proto::ReportMessage>>,
+    ) -> std::result::Result<Response<proto::ReportResponse>, Status> {
+        let (report, session) = receive_report(request.into_inner()).await?;
+        let lease = report.lease.clone();
+        let finished_shard = report.result.is_some() || report.failure.is_some();
+        let accepted_work = report.result.as_ref().map(|r| r.work_done);
+        let started = std::time::Instant::now();
+        let metrics = &self.shared.metrics;
+        // A result is checked by its kind (which may decode all its stage
+        // output) before the lock is taken to accept it, so that a large
+        // result does not hold up every other call.
+        let report = match self.shared.check_result(report).await {
+            Ok(report) => report,
+            Err(e) => {
+                metrics.report_latency.observe(started.elapsed());
+                metrics.reports_refused.add(1);
+                return Err(e.into());
+            }
+        };
+        let outcome = self
+            .shared
+            .with_scheduler(move |s| {
+                s.check_session(&report.worker, &session)?;
+                s.report(report, now_ms())
+            })
+            .await;
+        metrics.report_latency.observe(started.elapsed());
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                metrics.reports_refused.add(1);
+                return Err(e.into());
+            }
+        };
+        record_outcome(metrics, &lease, accepted_work, finished_shard, &outcome);
+        if finished_shard {
+            self.shared.changed(&lease.job);
+            self.shared.work_ready.notify_waiters();
+        }
+        Ok(Response::new(proto::ReportResponse {
+            stop: outcome.stop,
+            accepted: outcome.accepted,
+        }))
+    }
+
+    async fn report_batch(
+        &self,
+        request: Request<proto::ReportBatchRequest>,
+    ) -> std::result::Result<Response<proto::ReportBatchResponse>, Status> {
+        let verdicts = receive_batch(&self.shared, request.into_inner()).await?;
+        Ok(Response::new(proto::ReportBatchResponse { verdicts }))
+    }
+
+    type FetchStageDataStream = ChunkStream;
+
+    async fn fetch_stage_data(
+        &self,
+        request: Request<proto::FetchStageDataRequest>,
+    ) -> std::result::Result<Response<Self::FetchStageDataStream>, Status> {
+        let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
+        let data = self
+            .shared
+            .with_scheduler(move |s| {
+                s.check_session(&r.worker_id, &r.session)?;
+                s.stage_data(&r.job_id, r.stage, r.bucket)
+            })
+            .await?;
+        let chunks = data.len().div_ceil(OUTPUT_CHUNK);
+        let stream = tokio_stream::iter((0..chunks).map(move |i| {
+            let end = ((i + 1) * OUTPUT_CHUNK).min(data.len());
+            Ok(proto::StageDataChunk {
+                data: data[i * OUTPUT_CHUNK..end].to_vec(),
+            })
+        }));
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// The lease as the worker receives it.
+fn shard_lease(g: Grant) -> proto::ShardLease {
+    proto::ShardLease {
+        lease_id: g.lease.to_string(),
+        job_id: g.lease.job,
+        stage: g.lease.stage,
+        index: g.lease.index,
+        attempt: g.lease.attempt,
+        spec: Some((&g.spec).into()),
+        task: g.task,
+        checkpoint: g.checkpoint,
+        ttl_ms: g.ttl_ms,
+        work_total: g.work_total,
+    }
+}
+
+/// Reads a report stream: exactly one header first, then checkpoints and
+/// output, then at most one result or failure, and nothing after it. Returns
+/// the report and the session it came with.
+async fn receive_report(
+    mut stream: Streaming<proto::ReportMessage>,
+) -> std::result::Result<(Report, String), Status> {
+    let header = match stream.next().await {
+        Some(Ok(proto::ReportMessage {
+            body: Some(Body::Header(h)),
+        })) => h,
+        Some(Err(e)) => return Err(e),
+        _ => {
+            return Err(Status::invalid_argument(
+                "a report must start with its header",
+            ));
+        }
+    };
+    require_worker_id(&header.worker_id)?;
+    let mut parts = ReportParts::default();
+    while let Some(message) = stream.next().await {
+        parts.add(message?.body)?;
+    }
+    if !parts.output.is_empty() && parts.result.is_none() {
+        return Err(Status::invalid_argument("stage output without a result"));
+    }
+    // The lease id is parsed once the stream has been read, so that a
+    // malformed stream is refused as such whatever its header says.
+    let lease: LeaseId = header.lease_id.parse().map_err(CoordinatorError::from)?;
+    let report = Report {
+        checkpoint: parts.checkpoint,
+        output: parts.output,
+        result: parts.result,
+        failure: parts.failure,
+        ..Report::new(header.worker_id, lease)
+    };
+    Ok((report, header.session))
+}
+
+/// The body of a report as it arrives.
+#[derive(Default)]
+struct ReportParts {
+    checkpoint: Option<ReportedCheckpoint>,
+    output: Vec<u8>,
+    result: Option<ReportedResult>,
+    failure: Option<ReportedFailure>,
+}
+
+impl ReportParts {
+    fn add(&mut self, body: Option<Body>) -> std::result::Result<(), Status> {
+        if self.result.is_some() || self.failure.is_some() {
+            return Err(Status::invalid_argument(
+                "nothing may follow a result or a failure",
+            ));
+        }
+        match body {
+            None | Some(Body::Header(_)) => {
+                return Err(Status::invalid_argument(
+                    "a report has exactly one header, first",
+                ));
+            }
+            Some(Body::Checkpoint(c)) => {
+                self.checkpoint = Some(ReportedCheckpoint {
+                    state: c.state,
+                    partial: c.partial,
+                    work_done: c.work_done,
+                })
+            }
+            Some(Body::Output(o)) => {
+                if self.output.len() + o.data.len() > MAX_REPORT_BYTES {
+                    return Err(Status::resource_exhausted(
+                        "the report's output is too large",
+                    ));
+                }
+                self.output.extend_from_slice(&o.data);
+            }
+            Some(Body::Result(r)) => {
+                self.result = Some(ReportedResult {
+                    partial: r.partial,
+                    work_done: r.work_done,
+                })
+            }
+            Some(Body::Failure(f)) => {
+                self.failure = Some(ReportedFailure {
+                    message: f.message,
+                    permanent: f.permanent,
+                    handed_back: f.handed_back,
+                })
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counts an answered report: an accepted result ends its lease's timing.
+pub(crate) fn record_outcome(
+    metrics: &CoordinatorMetrics,
+    lease: &LeaseId,
+    accepted_work: Option<u64>,
+    finished_shard: bool,
+    outcome: &ReportOutcome,
+) {
+    match accepted_work {
+        Some(work) if outcome.accepted => metrics.accepted(lease, work),
+        // A late result of a finished job: answered, not stored.
+        Some(_) => metrics.lease_ended(lease),
+        None if finished_shard => metrics.lease_ended(lease),
+        None => {}
+    }
+}
+
+/// Takes the final reports of a `ReportBatch` call: each is read, checked by
+/// its kind (outside the scheduler's lock) and accepted or refused on its own,
+/// as `Report` would; the accepted ones go through one scheduler call, so they
+/// share its lock and one group flush. A refused session or a failed store
+/// fails the whole call (the worker sends the batch again).
+async fn receive_batch(
+    shared: &Arc<Shared>,
+    request: proto::ReportBatchRequest,
+) -> std::result::Result<Vec<proto::ReportVerdict>, Status> {
+    require_worker_id(&request.worker_id)?;
+    if request.reports.len() > MAX_BATCH_REPORTS {
+        return Err(Status::invalid_argument(format!(
+            "a batch holds at most {MAX_BATCH_REPORTS} reports, got {}",
+            request.reports.len()
+        )));
+    }
+    let output: usize = request.reports.iter().map(|r| r.output.len()).sum();
+    if output > MAX_BATCH_OUTPUT {
+        return Err(Status::resource_exhausted(format!(
+            "a batch holds at most {MAX_BATCH_OUTPUT} bytes of output, got {output}; \
+             send large outputs through Report"
+        )));
+    }
+    let started = Instant::now();
+    let metrics = &shared.metrics;
+    let mut verdicts: Vec<Option<proto::ReportVerdict>> = vec![None; request.reports.len()];
+    let mut read = Vec::new();
+    for (position, batched) in request.reports.into_iter().enumerate() {
+        match batched_report(&request.worker_id, batched) {
+            Ok(report) => read.push((position, report)),
+            Err(status) => verdicts[position] = Some(refused(&status)),
+        }
+    }
+    let (positions, reports): (Vec<usize>, Vec<Report>) = read.into_iter().unzip();
+    let mut checked = Vec::new();
+    for (position, report) in positions
+        .into_iter()
+        .zip(shared.check_results(reports).await)
+    {
+        match report {
+            Ok(report) => checked.push((position, report)),
+            Err(e) => verdicts[position] = Some(refused(&e.into())),
+        }
+    }
+    let (worker, session) = (request.worker_id, request.session);
+    let answered = shared
+        .with_scheduler(move |s| {
+            s.check_session(&worker, &session)?;
+            let now = now_ms();
+            let mut answered = Vec::with_capacity(checked.len());
+            for (position, report) in checked {
+                let lease = report.lease.clone();
+                let finished = report.result.is_some() || report.failure.is_some();
+                let accepted_work = report.result.as_ref().map(|r| r.work_done);
+                let outcome = s.report(report, now);
+                if let Err(e @ (CoordinatorError::Store(_) | CoordinatorError::StoreFull(_))) =
+                    outcome
+                {
+                    return Err(e);
+                }
+                answered.push((position, lease, accepted_work, finished, outcome));
+            }
+            Ok(answered)
+        })
+        .await?;
+    let mut changed_jobs = BTreeSet::new();
+    for (position, lease, accepted_work, finished, outcome) in answered {
+        metrics.report_latency.observe(started.elapsed());
+        verdicts[position] = Some(match outcome {
+            Ok(outcome) => {
+                record_outcome(metrics, &lease, accepted_work, finished, &outcome);
+                if finished {
+                    changed_jobs.insert(lease.job);
+                }
+                proto::ReportVerdict {
+                    stop: outcome.stop,
+                    accepted: outcome.accepted,
+                    code: 0,
+                    message: String::new(),
+                }
+            }
+            Err(e) => refused(&e.into()),
+        });
+    }
+    for job in &changed_jobs {
+        shared.changed(job);
+    }
+    if !changed_jobs.is_empty() {
+        shared.work_ready.notify_waiters();
+    }
+    let refusals = verdicts.iter().flatten().filter(|v| v.code != 0).count();
+    metrics.reports_refused.add(refusals as u64);
+    Ok(verdicts
+        .into_iter()
+        .map(|v| v.expect("every report has a verdict"))
+        .collect())
+}
+
+/// One report of a batch as the scheduler takes it: a lease id, and a result
+/// (with its output) or a failure.
+fn batched_report(
+    worker: &str,
+    batched: proto::BatchedReport,
+) -> std::result::Result<Report, Status> {
+    let lease: LeaseId = batched.lease_id.parse().map_err(CoordinatorError::from)?;
+    let (result, failure) = match batched.ending {
+        Some(proto::batched_report::Ending::Result(r)) => (
+            Some(ReportedResult {
+                partial: r.partial,
+                work_done: r.work_done,
+            }),
+            None,
+        ),
+        Some(proto::batched_report::Ending::Failure(f)) => (
+            None,
+            Some(ReportedFailure {
+                message: f.message,
+                permanent: f.permanent,
+                handed_back: f.handed_back,
+            }),
+        ),
+        None => {
+            return Err(Status::invalid_argument(
+                "a batched report ends in a result or a failure",
+            ));
+        }
+    };
+    if !batched.output.is_empty() && result.is_none() {
+        return Err(Status::invalid_argument("stage output without a result"));
+    }
+    Ok(Report {
+        output: batched.output,
+        result,
+        failure,
+        ..Report::new(worker.to_string(), lease)
+    })
+}
+
+/// The verdict of a report refused with `status`.
+fn refused(status: &Status) -> proto::ReportVerdict {
+    proto::ReportVerdict {
+        stop: false,
+        accepted: false,
+        code: status.code() as i32,
+        message: status.message().to_string(),
+    }
+}

@@ -1,0 +1,167 @@
+//! Final reports sent together: while one `ReportBatch` call is in flight, the
+//! reports of the shards that finish meanwhile wait, and go in the next call
+//! (as a group commit does with flushes). A worker with many short shards then
+//! makes one round trip for many results instead of one each; a worker with
+//! one long shard at a time sends each report at once, as before.
+//!
+//! Each report still gets its own answer, as `Report` would have given it, and
+//! the shard's own loop (`reports::deliver_final_report`) retries or gives up
+//! exactly as it does for a streamed report.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use tally_common::proto;
+use tally_common::wire::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::context::Context;
+
+/// Reports with more stage output than this go through `Report` in chunks.
+pub(crate) const MAX_BATCHED_OUTPUT: usize = MAX_BATCH_OUTPUT / 4;
+
+type Answer = Result<proto::ReportResponse, tonic::Status>;
+
+struct Queued {
+    report: proto::BatchedReport,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// The queue of reports waiting for the next batch, and the task that sends
+/// them, started with the first report.
+pub(crate) struct Batches {
+    queue: mpsc::UnboundedSender<Queued>,
+    inbox: Mutex<Option<mpsc::UnboundedReceiver<Queued>>>,
+}
+
+impl Batches {
+    pub(crate) fn new() -> Batches {
+        let (queue, inbox) = mpsc::unbounded_channel();
+        Batches {
+            queue,
+            inbox: Mutex::new(Some(inbox)),
+        }
+    }
+}
+
+/// Sends `report` in the next batch and waits for its answer. The sending
+/// task holds the context weakly, so it ends with the worker.
+pub(crate) async fn send(ctx: &Arc<Context>, report: proto::BatchedReport) -> Answer {
+    let batches = &ctx.batches;
+    if let Some(inbox) = batches.inbox.lock().unwrap().take() {
+        tokio::spawn(send_batches(Arc::downgrade(ctx), inbox));
+    }
+    let (answer, answered) = oneshot::channel();
+    let queued = Queued { report, answer };
+    if batches.queue.send(queued).is_err() {
+        return Err(tonic::Status::unavailable("the worker is stopping"));
+    }
+    answered
+        .await
+        .unwrap_or_else(|_| Err(tonic::Status::unavailable("the worker is stopping")))
+}
+
+async fn send_batches(ctx: Weak<Context>, mut inbox: mpsc::UnboundedReceiver<Queued>) {
+    let mut next = None;
+    loop {
+        let first = match next.take() {
+            Some(first) => first,
+            None => match inbox.recv().await {
+                Some(first) => first,
+                None => return,
+            },
+        };
+        let mut bytes = first.report.output.len();
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH_REPORTS {
+            let Ok(queued) = inbox.try_recv() else { break };
+            bytes += queued.report.output.len();
+            if bytes > MAX_BATCH_OUTPUT {
+                next = Some(queued);
+                break;
+            }
+            batch.push(queued);
+        }
+        let Some(ctx) = ctx.upgrade() else { return };
+        send_batch(&ctx, batch).await;
+    }
+}
+
+/// One `ReportBatch` call; every report of the batch gets its answer, or the
+/// call's error.
+async fn send_batch(ctx: &Context, batch: Vec<Queued>) {
+    let session = ctx.session();
+    let (reports, answers): (Vec<_>, Vec<_>) =
+        batch.into_iter().map(|q| (q.report, q.answer)).unzip();
+    let count = reports.len();
+    let request = proto::ReportBatchRequest {
+        worker_id: ctx.config.worker_id.clone(),
+        session: session.clone(),
+        reports,
+    };
+    match ctx.client().report_batch(request).await {
+        Ok(response) => {
+            let verdicts = response.into_inner().verdicts;
+            if verdicts.len() != count {
+                let status = tonic::Status::internal(format!(
+                    "the coordinator answered {} of {count} reports",
+                    verdicts.len()
+                ));
+                answers
+                    .into_iter()
+                    .for_each(|a| drop(a.send(Err(status.clone()))));
+                return;
+            }
+            for (verdict, answer) in verdicts.into_iter().zip(answers) {
+                let _ = answer.send(answer_of(verdict));
+            }
+        }
+        Err(status) => {
+            if status.code() == tonic::Code::Unauthenticated {
+                ctx.session_refused(&session);
+            }
+            for answer in answers {
+                let _ = answer.send(Err(status.clone()));
+            }
+        }
+    }
+}
+
+/// A verdict as `Report` would have answered it.
+fn answer_of(verdict: proto::ReportVerdict) -> Answer {
+    if verdict.code == 0 {
+        Ok(proto::ReportResponse {
+            stop: verdict.stop,
+            accepted: verdict.accepted,
+        })
+    } else {
+        Err(tonic::Status::new(
+            tonic::Code::from(verdict.code),
+            verdict.message,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_read_as_the_streamed_report_answers() {
+        let taken = answer_of(proto::ReportVerdict {
+            stop: true,
+            accepted: true,
+            code: 0,
+            message: String::new(),
+        })
+        .unwrap();
+        assert!(taken.stop && taken.accepted);
+        let refused = answer_of(proto::ReportVerdict {
+            code: tonic::Code::FailedPrecondition as i32,
+            message: "attempt 1 is stale".into(),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+        assert_eq!(refused.message(), "attempt 1 is stale");
+    }
+}

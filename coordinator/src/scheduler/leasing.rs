@@ -109,10 +109,11 @@ impl Scheduler {
     pub fn has_ready_work(&self, now_ms: u64) -> bool {
         self.jobs.values().any(|e| {
             matches!(e.rec.state, JobState::Queued | JobState::Running)
-                && e.pending
-                    .iter()
-                    .map(|&i| &e.shards[i as usize])
-                    .any(|s| s.state == ShardState::Pending && s.not_before_ms <= now_ms)
+                && (!e.shards_loaded
+                    || e.pending
+                        .iter()
+                        .map(|&i| &e.shards[i as usize])
+                        .any(|s| s.state == ShardState::Pending && s.not_before_ms <= now_ms))
         })
     }
 
@@ -124,7 +125,7 @@ impl Scheduler {
             .jobs
             .values()
             .filter(|e| {
-                matches!(e.rec.state, JobState::Queued | JobState::Running) && !e.pending.is_empty()
+                matches!(e.rec.state, JobState::Queued | JobState::Running) && e.may_have_pending()
             })
             .map(|e| (-e.rec.spec.options().priority, e.rec.seq, &e.rec.id))
             .collect();
@@ -158,6 +159,7 @@ impl Scheduler {
         staged: &mut StagedLeases,
         most: usize,
     ) -> Result<()> {
+        self.ensure_shards(id)?;
         let store = self.store.clone();
         let entry = self.known_entry(id);
         let mut skipped = 0;

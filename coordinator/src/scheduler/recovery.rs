@@ -124,6 +124,25 @@ impl Scheduler {
 }
 
 impl Scheduler {
+    /// Reads the shards of a job that was never leased (left in the store at
+    /// load) and queues them; nothing for a job whose shards are in memory.
+    pub(super) fn ensure_shards(&mut self, id: &str) -> Result<()> {
+        let store = self.store.clone();
+        let entry = self.known_entry(id);
+        if entry.shards_loaded {
+            return Ok(());
+        }
+        load_shards(store.as_ref(), entry, &[])?;
+        for position in 0..entry.shards.len() {
+            if entry.shards[position].state == ShardState::Pending {
+                let index = entry.shards[position].index;
+                entry.pending.push_back(index);
+            }
+        }
+        entry.shards_loaded = true;
+        Ok(())
+    }
+
     /// After a damaged store was recovered: logs a `recovered` event in every
     /// unfinished job (its progress may have gone back) and returns the ids
     /// handed out whose jobs the store no longer holds.
@@ -179,7 +198,13 @@ fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<(JobEntry,
                 Vec::new()
             })
     };
-    let previous = if entry.rec.final_counts.is_some() {
+    // A job never leased holds only the pending shards it was planned
+    // with: they are read when a lease wants them.
+    let never_leased = entry.rec.state == JobState::Queued && entry.rec.stage == 1;
+    if never_leased {
+        entry.shards_loaded = false;
+    }
+    let previous = if entry.rec.final_counts.is_some() || never_leased {
         Vec::new()
     } else {
         load_shards(store, &mut entry, &keep)?

@@ -30,7 +30,7 @@ impl Scheduler {
     ) -> Result<()> {
         let store = self.store.clone();
         let entry = self.known_entry(job);
-        if entry.rec.state.is_finished() || !entry.shards.all_done() {
+        if entry.rec.state.is_finished() || !entry.shards_loaded || !entry.shards.all_done() {
             return Ok(());
         }
         // The previous stage's output is no longer read once this one is

@@ -151,6 +151,11 @@ pub(super) struct JobEntry {
     /// Whether the log already says the job waits for another worker (its
     /// replicas must come from different workers); said once per start.
     pub(super) waiting_noted: bool,
+    /// False for a job read back from the store that was never leased: its
+    /// shards (all pending, as planned) stay in the store until a lease
+    /// wants them (`Scheduler::ensure_shards`), so that a restart with many
+    /// queued jobs neither reads nor holds their shards.
+    pub(super) shards_loaded: bool,
 }
 
 #[derive(Clone)]
@@ -177,7 +182,13 @@ impl JobEntry {
             kept: BTreeMap::new(),
             kept_loaded: None,
             waiting_noted: false,
+            shards_loaded: true,
         }
+    }
+
+    /// Whether some shard may wait for a lease (an unloaded job's all do).
+    pub(super) fn may_have_pending(&self) -> bool {
+        !self.shards_loaded || !self.pending.is_empty()
     }
 
     /// Queues shard `index` for its next attempt, once.

@@ -763,7 +763,8 @@ fn a_large_stage_is_written_in_parts_and_a_failure_between_them_never_reuses_the
     let mut s = new_scheduler(store.clone());
     let id = submit(&mut s, &big);
     assert_eq!(store.applied(), 4, "three parts ahead of the job's batch");
-    let s = Scheduler::load(store.clone(), SchedulerConfig::default(), 0).unwrap();
+    let mut s = Scheduler::load(store.clone(), SchedulerConfig::default(), 0).unwrap();
+    s.ensure_shards(&id).unwrap();
     assert_eq!(
         s.entry(&id).unwrap().shards.len(),
         3 * super::clients::SUBMIT_PART + 5
@@ -799,4 +800,62 @@ fn a_large_stage_is_written_in_parts_and_a_failure_between_them_never_reuses_the
     );
     assert_eq!(reloaded.entry(&next).unwrap().shards.len(), 3);
     assert!(reloaded.entry("job-000001").is_err());
+}
+
+#[test]
+fn jobs_never_leased_are_read_back_without_their_shards_until_a_lease_wants_them() {
+    let store = Arc::new(MemoryStore::new());
+    let mut s = new_scheduler(store.clone());
+    let specs = [kayles(30), kayles(32), kayles(34)];
+    let ids: Vec<String> = specs.iter().map(|spec| submit(&mut s, spec)).collect();
+    // The first job starts (one lease); the others stay queued.
+    let grant = s.lease("w", 1, 0).unwrap().remove(0);
+    assert_eq!(grant.lease.job, ids[0]);
+    let views: Vec<proto::Job> = ids.iter().map(|id| s.job(id, 0).unwrap()).collect();
+
+    let mut s = registered(Scheduler::load(store.clone(), SchedulerConfig::default(), 0).unwrap());
+    assert!(s.entry(&ids[0]).unwrap().shards_loaded);
+    for id in &ids[1..] {
+        let entry = s.entry(id).unwrap();
+        assert!(!entry.shards_loaded && entry.shards.len() == 0, "{id}");
+    }
+    // Their views are as before the restart.
+    for (id, before) in ids.iter().zip(&views) {
+        let after = s.job(id, 0).unwrap();
+        assert_eq!(
+            (
+                after.shards_total,
+                after.work_total,
+                after.shards_done,
+                after.state
+            ),
+            (
+                before.shards_total,
+                before.work_total,
+                before.shards_done,
+                before.state
+            ),
+            "{id}"
+        );
+    }
+    // The lease from before the restart still reports; leases read the
+    // other jobs' shards as they come, and every job ends with its answer.
+    s.report(result_of(&grant), 1).unwrap();
+    let mut now = 1;
+    loop {
+        let grants = s.lease("w", 64, now).unwrap();
+        if grants.is_empty() {
+            break;
+        }
+        for grant in &grants {
+            s.report(result_of(grant), now).unwrap();
+        }
+        now += 1;
+    }
+    assert!(!s.has_ready_work(now));
+    for (id, spec) in ids.iter().zip(&specs) {
+        assert!(s.entry(id).unwrap().shards_loaded);
+        let job = s.job(id, now).unwrap();
+        assert_eq!(job.answer, direct_answer(spec).line, "{id}");
+    }
 }

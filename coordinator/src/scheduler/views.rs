@@ -129,10 +129,14 @@ impl JobEntry {
         // to follow (a fixed plan's) as the first stage was. A frontier plan
         // knows no stage beyond the current one.
         let later = rec.plan.stages_total.saturating_sub(rec.stage) as u64;
-        let shards_total =
-            self.shards_done_before + self.shards.len() as u64 + rec.shards_per_stage * later;
-        let work_total =
-            self.work_done_before + self.shards.work_total() + rec.work_per_stage * later;
+        // A job never leased is still the first stage as planned.
+        let (current_shards, current_work) = if self.shards_loaded {
+            (self.shards.len() as u64, self.shards.work_total())
+        } else {
+            (rec.shards_per_stage, rec.work_per_stage)
+        };
+        let shards_total = self.shards_done_before + current_shards + rec.shards_per_stage * later;
+        let work_total = self.work_done_before + current_work + rec.work_per_stage * later;
         let (shards_done, work_done) = if rec.state == JobState::Succeeded {
             (shards_total, work_total)
         } else {

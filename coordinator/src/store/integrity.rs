@@ -3,6 +3,7 @@
 //! against the mark file and the entries themselves; what `--recover` then
 //! accepts.
 
+use std::ops::Bound;
 use std::path::Path;
 
 use crate::error::{CoordinatorError, Result};
@@ -240,16 +241,66 @@ pub(super) fn entry_hash(tree: usize, key: &[u8], value: &[u8]) -> u64 {
     tally_common::digest::fnv1a64_parts(&[&tree, &key_len, key, value])
 }
 
-/// The content digest recomputed from every entry the store holds.
+/// The content digest recomputed from every entry the store holds, summed
+/// over the machine's cores: the trees are cut into key ranges at job ids
+/// (every tree but `Meta` and `Keys` is keyed by job id first) and the ranges
+/// summed by as many threads. The sum does not depend on the cut.
 pub(super) fn content_digest(trees: &[sled::Tree], dir: &Path) -> Result<u64> {
-    let mut digest = 0u64;
-    for (tree, sled_tree) in trees.iter().enumerate() {
-        for entry in sled_tree.iter() {
-            let (key, value) = entry.map_err(|e| fault(dir, &e))?;
-            if digested(tree, &key) {
-                digest = digest.wrapping_add(entry_hash(tree, &key, &value));
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let ranges = key_ranges(trees, dir, threads * 4)?;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let sum_ranges = || -> Result<u64> {
+        let mut digest = 0u64;
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some((tree, range)) = ranges.get(i) else {
+                return Ok(digest);
+            };
+            for entry in trees[*tree].range::<Vec<u8>, _>(range.clone()) {
+                let (key, value) = entry.map_err(|e| fault(dir, &e))?;
+                if digested(*tree, &key) {
+                    digest = digest.wrapping_add(entry_hash(*tree, &key, &value));
+                }
             }
         }
+    };
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(sum_ranges)).collect();
+        let mut digest = sum_ranges()?;
+        for helper in helpers {
+            let part = helper.join().map_err(|_| {
+                CoordinatorError::Internal("a store check thread panicked".into())
+            })??;
+            digest = digest.wrapping_add(part);
+        }
+        Ok(digest)
+    })
+}
+
+type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// Every tree cut into at most `pieces` key ranges at job ids spread evenly
+/// over the jobs (one range per tree when there are too few jobs to cut at).
+fn key_ranges(trees: &[sled::Tree], dir: &Path, pieces: usize) -> Result<Vec<(usize, KeyRange)>> {
+    let jobs = &trees[tree_index(Tree::Jobs)];
+    let job_keys: Vec<sled::IVec> = jobs
+        .iter()
+        .keys()
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| fault(dir, &e))?;
+    let mut cuts: Vec<Vec<u8>> = (1..pieces)
+        .filter_map(|i| job_keys.get(i * job_keys.len() / pieces))
+        .map(|k| k.to_vec())
+        .collect();
+    cuts.dedup();
+    let mut ranges = Vec::new();
+    for tree in 0..trees.len() {
+        let mut from = Bound::Unbounded;
+        for cut in &cuts {
+            ranges.push((tree, (from, Bound::Excluded(cut.clone()))));
+            from = Bound::Included(cut.clone());
+        }
+        ranges.push((tree, (from, Bound::Unbounded)));
     }
-    Ok(digest)
+    Ok(ranges)
 }

@@ -21,8 +21,9 @@ use super::directory::{
 };
 use super::faults::{fault, guarded};
 use super::integrity::{
-    COMMITS_KEY, DIGEST_KEY, Loss, Marked, OnLoss, Recovery, content_digest, content_intact,
-    digested, entry_hash, reconcile_mark, stored_mark, tree_index, written_job_counter,
+    COMMITS_KEY, DIGEST_KEY, Digests, LEGACY_DIGEST_KEY, Loss, Marked, OnLoss, Recovery,
+    content_digest, content_intact, digested, entry_hash, reconcile_mark, stored_mark, tree_index,
+    written_job_counter,
 };
 use super::mark::Mark;
 use super::spill::{SPILL_THRESHOLD, SpillRef, ValueFiles};
@@ -57,7 +58,7 @@ enum ContentCheck {
     Done,
     /// The digest being summed on another thread, and the mark to check it
     /// against.
-    Running(std::thread::JoinHandle<Result<u64>>, Mark),
+    Running(std::thread::JoinHandle<Result<Digests>>, Mark),
     Failed(CoordinatorError),
 }
 
@@ -178,7 +179,7 @@ impl SledStore {
                 next_job: marked.current.next_job.max(1),
             });
         }
-        marked.digest = digest.unwrap_or(0);
+        marked.digest = digest.map_or(0, |d| d.current);
         let values = ValueFiles::open(dir)?;
         let damaged = damaged_values(&handles, &values)?;
         if let Some((_, why)) = damaged.first() {
@@ -302,7 +303,7 @@ impl SledStore {
         // sweep at the next open removes any left over).
         marked.applied = marked.current;
         marked.unreferenced.clear();
-        marked.digest = digest;
+        marked.digest = digest.current;
         *handles = Some(reopened);
         self.broken.store(false, Ordering::SeqCst);
         tracing::info!(dir = %self.dir.display(), "the store is writable again");
@@ -340,7 +341,7 @@ impl SledStore {
                     let mut marked = self.mark.lock().map_err(|_| {
                         CoordinatorError::Internal("the commit mark lock is poisoned".into())
                     })?;
-                    marked.digest = digest;
+                    marked.digest = digest.current;
                     Ok(())
                 });
                 if let Err(e) = &verdict {
@@ -706,6 +707,8 @@ fn write_batch(
             }
             trees[meta].insert(COMMITS_KEY, &commits.to_be_bytes())?;
             trees[meta].insert(DIGEST_KEY, &next.to_be_bytes())?;
+            // A store written before the XXH3 digest: its FNV-1a digest goes.
+            trees[meta].remove(LEGACY_DIGEST_KEY)?;
             Ok::<_, ConflictableTransactionError<()>>((next, unreferenced))
         })
         .map_err(|e| match e {

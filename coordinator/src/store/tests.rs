@@ -395,10 +395,73 @@ fn the_content_digest_summed_in_key_ranges_equals_the_plain_sum() {
         }
     }
     assert!(entries > 3_000, "{entries}");
-    assert_eq!(content_digest(&trees, dir.path()).unwrap(), plain);
+    assert_eq!(content_digest(&trees, dir.path()).unwrap().current, plain);
     // One entry changed: the sum tells.
     trees[index(Tree::Shards)]
         .insert("job-000050/00000001/00000003", b"z")
         .unwrap();
-    assert_ne!(content_digest(&trees, dir.path()).unwrap(), plain);
+    assert_ne!(content_digest(&trees, dir.path()).unwrap().current, plain);
+}
+
+/// A store written before the XXH3 digest holds only its FNV-1a digest: it
+/// is checked against that once, its next commit writes the new digest in
+/// its place, and a damaged legacy store is refused all the same.
+#[test]
+fn a_store_with_the_legacy_digest_is_checked_against_it_and_moves_on() {
+    use super::integrity::{DIGEST_KEY, LEGACY_DIGEST_KEY, digested, legacy_entry_hash};
+    let legacy_store = |damage: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            commit_jobs(&store, 1..6);
+        }
+        let db = sled::open(dir.path()).unwrap();
+        let names: Vec<&str> = Tree::ALL
+            .iter()
+            .map(|t| t.name())
+            .chain(["spilled"])
+            .collect();
+        let mut sum = 0u64;
+        for (i, name) in names.iter().enumerate() {
+            for entry in db.open_tree(name).unwrap().iter() {
+                let (key, value) = entry.unwrap();
+                if digested(i, &key) {
+                    sum = sum.wrapping_add(legacy_entry_hash(i, &key, &value));
+                }
+            }
+        }
+        let meta = db.open_tree("meta").unwrap();
+        meta.remove(DIGEST_KEY).unwrap();
+        meta.insert(LEGACY_DIGEST_KEY, &sum.to_be_bytes()).unwrap();
+        if damage {
+            db.open_tree("jobs").unwrap().remove(b"job-2").unwrap();
+        }
+        db.flush().unwrap();
+        dir
+    };
+    let err = SledStore::open(legacy_store(true).path())
+        .err()
+        .expect("refused");
+    assert!(
+        err.to_string().contains("no longer match the digest"),
+        "{err}"
+    );
+
+    let dir = legacy_store(false);
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        assert!(store.recovery().is_none());
+        commit_jobs(&store, 6..7);
+    }
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let meta = db.open_tree("meta").unwrap();
+        assert!(meta.get(LEGACY_DIGEST_KEY).unwrap().is_none());
+        assert!(meta.get(DIGEST_KEY).unwrap().is_some());
+    }
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(
+        store.get(Tree::Jobs, b"job-6").unwrap(),
+        Some(b"r".to_vec())
+    );
 }

@@ -1,6 +1,8 @@
-//! The one content digest of tally: 64-bit FNV-1a. Stable across versions and
-//! platforms, unlike std's hasher, so digests may be stored and compared later.
-//! Not a cryptographic hash: it detects disagreement, not tampering.
+//! tally's digest of values it compares later (replica outputs, spilled
+//! files): 64-bit FNV-1a. Stable across versions and platforms, unlike std's
+//! hasher, so digests may be stored and compared later. Not a cryptographic
+//! hash: it detects disagreement, not tampering. (The coordinator's store sums
+//! XXH3 over its entries instead: it hashes all of them at every restart.)
 
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
     fnv1a64_parts(&[bytes])

@@ -106,20 +106,20 @@ impl Scheduler {
     /// Notes the restart in each unfinished job's log, and passes any barrier
     /// whose stage completed just before the crash.
     fn resume(&mut self, now_ms: u64) -> Result<()> {
-        // Many jobs to a commit: a commit is a flush, and a store holds
-        // thousands of queued jobs.
-        const JOBS_PER_COMMIT: usize = 1024;
+        // Many jobs to a batch, and one flush for all: a store holds
+        // thousands of queued jobs, and a flush is an fsync.
+        const JOBS_PER_BATCH: usize = 1024;
         let unfinished = self.unfinished_jobs();
-        for ids in unfinished.chunks(JOBS_PER_COMMIT) {
+        for ids in unfinished.chunks(JOBS_PER_BATCH) {
             let mut batch = Batch::default();
             for id in ids {
                 let resumed = Event::job("resumed", "coordinator restarted");
                 self.known_entry(id).log(&mut batch, now_ms, resumed);
                 self.advance_if_stage_done(id, &mut batch, now_ms)?;
             }
-            self.store.commit(batch)?;
+            self.store.apply(batch)?;
         }
-        Ok(())
+        self.store.flush()
     }
 }
 

@@ -8,40 +8,16 @@
 //! the shard's own loop (`reports::deliver_final_report`) retries or gives up
 //! exactly as it does for a streamed report.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use tally_common::proto;
 use tally_common::wire::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::context::Context;
+use crate::context::{Context, QueuedReport as Queued, ReportAnswer as Answer};
 
 /// Reports with more stage output than this go through `Report` in chunks.
 pub(crate) const MAX_BATCHED_OUTPUT: usize = MAX_BATCH_OUTPUT / 4;
-
-type Answer = Result<proto::ReportResponse, tonic::Status>;
-
-struct Queued {
-    report: proto::BatchedReport,
-    answer: oneshot::Sender<Answer>,
-}
-
-/// The queue of reports waiting for the next batch, and the task that sends
-/// them, started with the first report.
-pub(crate) struct Batches {
-    queue: mpsc::UnboundedSender<Queued>,
-    inbox: Mutex<Option<mpsc::UnboundedReceiver<Queued>>>,
-}
-
-impl Batches {
-    pub(crate) fn new() -> Batches {
-        let (queue, inbox) = mpsc::unbounded_channel();
-        Batches {
-            queue,
-            inbox: Mutex::new(Some(inbox)),
-        }
-    }
-}
 
 /// Sends `report` in the next batch and waits for its answer. The sending
 /// task holds the context weakly, so it ends with the worker.

@@ -9,18 +9,44 @@ use std::time::Duration;
 use tally_common::Control;
 use tally_common::dynamic::StageInput;
 use tally_common::kind::StageRead;
-use tally_common::proto::worker_service_client::WorkerServiceClient;
+use tally_common::proto::{self, worker_service_client::WorkerServiceClient};
 use tally_common::transport::{AuthChannel, ClientSecurity};
 use tally_common::wire::MAX_MESSAGE_BYTES;
 use tokio::sync::Notify;
 
-use crate::batch::Batches;
 use crate::config::WorkerConfig;
 use crate::error::{Result, WorkerError};
 use crate::metrics::{Gauges, WorkerStats};
 use crate::pool::ComputePool;
 
 pub(crate) type Client = WorkerServiceClient<AuthChannel>;
+
+/// The coordinator's answer to one final report.
+pub(crate) type ReportAnswer = std::result::Result<proto::ReportResponse, tonic::Status>;
+
+/// A final report waiting for the next `ReportBatch` call (see `batch.rs`),
+/// and where its answer goes.
+pub(crate) struct QueuedReport {
+    pub report: proto::BatchedReport,
+    pub answer: tokio::sync::oneshot::Sender<ReportAnswer>,
+}
+
+/// The queue of final reports waiting for the next batch; its receiving end
+/// is taken by the task that sends them, started with the first report.
+pub(crate) struct Batches {
+    pub queue: tokio::sync::mpsc::UnboundedSender<QueuedReport>,
+    pub inbox: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<QueuedReport>>>,
+}
+
+impl Batches {
+    fn new() -> Batches {
+        let (queue, inbox) = tokio::sync::mpsc::unbounded_channel();
+        Batches {
+            queue,
+            inbox: Mutex::new(Some(inbox)),
+        }
+    }
+}
 
 /// Connects lazily (the coordinator may not be up yet) with the message limits.
 pub fn connect(url: &str, security: &ClientSecurity) -> Result<Client> {

@@ -119,6 +119,9 @@ impl Scheduler {
             }
             self.store.apply(batch)?;
         }
+        if unfinished.is_empty() {
+            return Ok(());
+        }
         self.store.flush()
     }
 }

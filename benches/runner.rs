@@ -179,26 +179,7 @@ fn shard_cost(runs: usize) {
     let (few, many) = (110.0, 110.0 * 1024.0);
     let mut costs = Vec::new();
     for (name, binary) in &binaries {
-        let time = |args: &[String]| {
-            let mut times = Vec::new();
-            let mut answer = String::new();
-            let mut peak = 0;
-            for _ in 0..runs {
-                let started = Instant::now();
-                let child = Command::new(binary)
-                    .args(args)
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap();
-                let (out, rss) = wait_with_peak(child);
-                times.push(started.elapsed().as_secs_f64());
-                answer = out;
-                peak = peak.max(rss);
-            }
-            times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            (times[times.len() / 2], answer, peak)
-        };
+        let time = |args: &[String]| median_with_peak(binary.as_os_str(), args, runs);
         let (t_few, a, _) = time(&job("1"));
         let (t_many, b, peak) = time(&job("1024"));
         assert_eq!(a, b, "{name}: the answers differ");
@@ -227,26 +208,8 @@ fn synthetic_cost(shards: u64, runs: usize) {
             .chain([n.to_string()])
             .collect::<Vec<_>>()
     };
-    let time = |args: &[String]| {
-        let mut times = Vec::new();
-        let mut answer = String::new();
-        let mut peak = 0;
-        for _ in 0..runs {
-            let started = Instant::now();
-            let child = tally()
-                .args(args)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            let (out, rss) = wait_with_peak(child);
-            times.push(started.elapsed().as_secs_f64());
-            answer = out;
-            peak = peak.max(rss);
-        }
-        times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        (times[times.len() / 2], answer, peak)
-    };
+    let binary = std::ffi::OsString::from(env!("CARGO_BIN_EXE_tally"));
+    let time = |args: &[String]| median_with_peak(&binary, args, runs);
     let few = 1_000;
     let (t_few, _, _) = time(&job(few));
     let (t_many, answer, peak) = time(&job(shards));
@@ -256,6 +219,29 @@ fn synthetic_cost(shards: u64, runs: usize) {
          answer {answer}): {per_shard:.3} ms per extra shard",
         peak as f64 / 1e6
     );
+}
+
+/// `binary args` run `runs` times: the median wall time, the last line of
+/// output and the highest peak memory.
+fn median_with_peak(binary: &std::ffi::OsStr, args: &[String], runs: usize) -> (f64, String, u64) {
+    let mut times = Vec::new();
+    let mut answer = String::new();
+    let mut peak = 0;
+    for _ in 0..runs {
+        let started = Instant::now();
+        let child = Command::new(binary)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (out, rss) = wait_with_peak(child);
+        times.push(started.elapsed().as_secs_f64());
+        answer = out;
+        peak = peak.max(rss);
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (times[times.len() / 2], answer, peak)
 }
 
 /// Waits for `child`: its last line of output and its peak memory.

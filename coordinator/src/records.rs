@@ -121,6 +121,32 @@ pub struct ShardRecord {
     pub progress_ms: u64,
 }
 
+impl ShardRecord {
+    /// A shard as planned: pending, never leased.
+    pub fn planned(job: &str, stage: u32, index: u32, task: EncodedTask, work_total: u64) -> Self {
+        ShardRecord {
+            job: job.to_string(),
+            stage,
+            index,
+            task,
+            work_total,
+            state: ShardState::Pending,
+            attempt: 0,
+            failed_attempts: 0,
+            worker: None,
+            lease_expires_ms: 0,
+            not_before_ms: 0,
+            work_done: 0,
+            partial: None,
+            has_checkpoint: false,
+            output_chunks: 0,
+            last_error: None,
+            replicas: Vec::new(),
+            progress_ms: 0,
+        }
+    }
+}
+
 /// One worker's result for a replicated shard.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReplicaRecord {

@@ -177,27 +177,18 @@ mod tests {
 
     fn shard(index: u32, rng: &mut Rng) -> ShardRecord {
         let work_total = rng.range(0, 100);
-        ShardRecord {
-            job: "job-000001".into(),
-            stage: 1,
+        let mut shard = ShardRecord::planned(
+            "job-000001",
+            1,
             index,
-            task: EncodedTask::encode(&index),
+            EncodedTask::encode(&index),
             work_total,
-            state: *rng.pick(&[ShardState::Pending, ShardState::Leased, ShardState::Done]),
-            attempt: 0,
-            failed_attempts: rng.below(4),
-            worker: None,
-            lease_expires_ms: 0,
-            not_before_ms: 0,
-            // Sometimes above the total, as a late progress report can be.
-            work_done: rng.range(0, 120),
-            partial: None,
-            has_checkpoint: false,
-            output_chunks: 0,
-            last_error: None,
-            replicas: Vec::new(),
-            progress_ms: 0,
-        }
+        );
+        shard.state = *rng.pick(&[ShardState::Pending, ShardState::Leased, ShardState::Done]);
+        shard.failed_attempts = rng.below(4);
+        // Sometimes above the total, as a late progress report can be.
+        shard.work_done = rng.range(0, 120);
+        shard
     }
 
     /// The table's sums against a scan of its records.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tally_common::values::{EncodedPartial, PlannedShard};
 
 use crate::error::{CoordinatorError, Result};
-use crate::records::{JobState, ShardRecord, ShardState, encode, job_key, output_key, shard_key};
+use crate::records::{JobState, ShardRecord, encode, job_key, output_key, shard_key};
 use crate::store::{Batch, Store, Tree};
 
 use super::events::Event;
@@ -229,26 +229,7 @@ pub(super) fn install_stage(
     entry.pending.clear();
     entry.outputs = vec![None; planned.len()];
     for (i, p) in planned.into_iter().enumerate() {
-        let shard = ShardRecord {
-            job: entry.rec.id.clone(),
-            stage,
-            index: i as u32,
-            task: p.task,
-            work_total: p.work_total,
-            state: ShardState::Pending,
-            attempt: 0,
-            failed_attempts: 0,
-            worker: None,
-            lease_expires_ms: 0,
-            not_before_ms: 0,
-            work_done: 0,
-            partial: None,
-            has_checkpoint: false,
-            output_chunks: 0,
-            last_error: None,
-            replicas: Vec::new(),
-            progress_ms: 0,
-        };
+        let shard = ShardRecord::planned(&entry.rec.id, stage, i as u32, p.task, p.work_total);
         batch.put(
             Tree::Shards,
             shard_key(&entry.rec.id, stage, i as u32),

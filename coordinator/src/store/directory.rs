@@ -184,9 +184,10 @@ pub(super) const IN_USE: &str =
 /// How long [`SledStore::open`] waits for a held store lock.
 pub(super) const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// sled's page cache. Its default (1 GiB) is most of what a coordinator
-/// holds in memory during a job of many shards, and reading a job back does
-/// not need more than this.
+/// sled's page cache, at most: its default (1 GiB) would let the cache grow
+/// to that much beside the scheduler's own state. A restart reading a store
+/// of a million shards is a little slower with this (measured: a median of
+/// 2.56 s against 2.25 s to serving).
 pub(super) const CACHE_BYTES: u64 = 128 << 20;
 
 /// A store dropped a moment ago (a coordinator restarted in the same

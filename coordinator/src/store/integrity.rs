@@ -50,6 +50,9 @@ pub(super) struct Marked {
     /// Value files the batches applied no longer reference, with the commit
     /// that dropped them: deleted once that commit is flushed.
     pub(super) unreferenced: Vec<(u64, String)>,
+    /// Whether the store still holds [`LEGACY_DIGEST_KEY`]: the next commit
+    /// removes it.
+    pub(super) legacy_digest: bool,
 }
 
 impl Marked {
@@ -60,6 +63,7 @@ impl Marked {
             applied: current,
             digest: 0,
             unreferenced: Vec::new(),
+            legacy_digest: false,
         }
     }
 }

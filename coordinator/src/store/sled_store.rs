@@ -150,6 +150,7 @@ impl SledStore {
         let handles = Handles::open(dir, fresh)?;
         let stored = stored_mark(handles.tree(Tree::Meta), dir)?;
         let (mut marked, mut recovery) = reconcile_mark(dir, fresh, stored, on_loss)?;
+        marked.legacy_digest = holds_legacy_digest(&handles, dir)?;
         let mut check = ContentCheck::Done;
         let digest = if background && !fresh && on_loss == OnLoss::Refuse {
             let trees = handles.trees.clone();
@@ -286,6 +287,7 @@ impl SledStore {
         let stored = stored_mark(meta, &self.dir)?;
         let acknowledged = marked.current;
         let digest = content_digest(&reopened.trees, &self.dir)?;
+        marked.legacy_digest = holds_legacy_digest(&reopened, &self.dir)?;
         let lost = if stored.commits < acknowledged.commits {
             Some(Loss::Behind(acknowledged))
         } else if !content_intact(meta, &self.dir, stored, digest)? {
@@ -422,7 +424,14 @@ impl Store for SledStore {
         let digest = marked.digest;
         let spills = self.spill(&batch, next.commits)?;
         let written = guarded(&self.dir, || {
-            self.with_handles(|handles| write_batch(handles, &batch, &spills, next.commits, digest))
+            self.with_handles(|handles| {
+                let commit = Commit {
+                    count: next.commits,
+                    digest,
+                    remove_legacy_digest: marked.legacy_digest,
+                };
+                write_batch(handles, &batch, &spills, commit)
+            })
         });
         let (digest, unreferenced) = match written {
             Ok(written) => written,
@@ -438,6 +447,7 @@ impl Store for SledStore {
         };
         marked.digest = digest;
         marked.applied = next;
+        marked.legacy_digest = false;
         // Until this batch is durable the store may come back without it,
         // referencing these files again: they go after the flush.
         marked
@@ -650,13 +660,35 @@ type TreeOp<'a> = (usize, &'a [u8], Option<Vec<u8>>);
 /// next flush). A blob write with a spilled value (`spills`, by
 /// write) stores its reference instead. Returns the new digest and the value
 /// files no longer referenced.
+/// What a commit writes besides its batch.
+struct Commit {
+    /// The store's commit count after it.
+    count: u64,
+    /// The content digest before it.
+    digest: u64,
+    /// The store still holds the FNV-1a digest of an older release.
+    remove_legacy_digest: bool,
+}
+
+/// Whether the store holds the digest of a release before the XXH3 digest.
+fn holds_legacy_digest(handles: &Handles, dir: &Path) -> Result<bool> {
+    handles
+        .tree(Tree::Meta)
+        .contains_key(LEGACY_DIGEST_KEY)
+        .map_err(|e| fault(dir, &e))
+}
+
 fn write_batch(
     handles: &Handles,
     batch: &Batch,
     spills: &[Option<SpillRef>],
-    commits: u64,
-    digest: u64,
+    commit: Commit,
 ) -> Result<(u64, Vec<String>)> {
+    let Commit {
+        count: commits,
+        digest,
+        remove_legacy_digest,
+    } = commit;
     use sled::Transactional;
     use sled::transaction::{ConflictableTransactionError, TransactionError};
     // Each write as operations on sled's trees: a blob write also clears the
@@ -707,8 +739,9 @@ fn write_batch(
             }
             trees[meta].insert(COMMITS_KEY, &commits.to_be_bytes())?;
             trees[meta].insert(DIGEST_KEY, &next.to_be_bytes())?;
-            // A store written before the XXH3 digest: its FNV-1a digest goes.
-            trees[meta].remove(LEGACY_DIGEST_KEY)?;
+            if remove_legacy_digest {
+                trees[meta].remove(LEGACY_DIGEST_KEY)?;
+            }
             Ok::<_, ConflictableTransactionError<()>>((next, unreferenced))
         })
         .map_err(|e| match e {

@@ -12,9 +12,33 @@ use crate::{Result, invalid};
 macro_rules! encoded_value {
     ($(#[$doc:meta])* $ty:ident, $what:literal) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, Serialize, Deserialize)]
-        #[serde(transparent)]
+        #[derive(Clone, Debug)]
         pub struct $ty(Box<RawValue>);
+
+        /// JSON text in JSON; a string in compact binary formats (which
+        /// cannot carry raw JSON), so the same records serve both.
+        impl Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+                if serializer.is_human_readable() {
+                    self.0.serialize(serializer)
+                } else {
+                    serializer.serialize_str(self.0.get())
+                }
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<$ty, D::Error> {
+                if deserializer.is_human_readable() {
+                    Box::<RawValue>::deserialize(deserializer).map($ty)
+                } else {
+                    let text = String::deserialize(deserializer)?;
+                    RawValue::from_string(text)
+                        .map($ty)
+                        .map_err(serde::de::Error::custom)
+                }
+            }
+        }
 
         impl $ty {
             /// Encodes a kind's value.

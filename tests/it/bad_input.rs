@@ -254,14 +254,39 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
             hex(0, 0),
             Refused(
                 Code::InvalidArgument,
-                "side must be between 1 and 16, got 0",
+                "side must be between 1 and 20, got 0",
             ),
         ),
         ("hex side 1".into(), hex(1, 0), Accepted),
-        ("hex side max".into(), hex(max_side, 0), Accepted),
         (
-            "hex side max, exact".into(),
-            hex_with(max_side, |h| h.exact = true),
+            "hex side 16 (the largest in a u64 state)".into(),
+            hex(hex::NARROW_SIDES, 0),
+            Accepted,
+        ),
+        (
+            "hex side 17 (the smallest in a u128 state)".into(),
+            hex(hex::NARROW_SIDES + 1, 0),
+            Accepted,
+        ),
+        (
+            "hex side 17, exact".into(),
+            hex_with(hex::NARROW_SIDES + 1, |h| h.exact = true),
+            Accepted,
+        ),
+        (
+            "hex side max (over the memory budget)".into(),
+            hex(max_side, 0),
+            Refused(Code::InvalidArgument, "or --force"),
+        ),
+        (
+            "hex side max, exact, forced".into(),
+            proto::JobSpec {
+                options: Some(proto::RunnerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+                ..hex_with(max_side, |h| h.exact = true)
+            },
             Accepted,
         ),
         (
@@ -269,7 +294,7 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
             hex(max_side + 1, 0),
             Refused(
                 Code::InvalidArgument,
-                "side must be between 1 and 16, got 17",
+                "side must be between 1 and 20, got 21",
             ),
         ),
         (
@@ -426,15 +451,29 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
             Refused(Code::InvalidArgument, "use the points plan, or --force"),
         ),
         (
-            "hex cell-step side max, forced".into(),
+            "hex cell-step side 16, forced".into(),
             proto::JobSpec {
                 options: Some(proto::RunnerOptions {
                     force: true,
                     ..Default::default()
                 }),
-                ..hex_with(max_side, |h| h.plan = "cell-step".into())
+                ..hex_with(hex::NARROW_SIDES, |h| h.plan = "cell-step".into())
             },
             Valid,
+        ),
+        (
+            "hex cell-step side 17, forced".into(),
+            proto::JobSpec {
+                options: Some(proto::RunnerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+                ..hex_with(hex::NARROW_SIDES + 1, |h| h.plan = "cell-step".into())
+            },
+            Refused(
+                Code::InvalidArgument,
+                "the cell-step plan supports sides up to 16, got 17",
+            ),
         ),
         // Kayles.
         ("kayles pins 0".into(), kayles(0, 0), Accepted),

@@ -155,8 +155,8 @@ impl HexGraph {
         let home_block = &self.blocks[0];
         let mut home = vec![[0u32; NP]; self.num_states()];
         for (i, &m) in self.masks.iter().enumerate() {
-            if m >> 16 == m & 0xFFFF {
-                let degree = u64::from((m & 0xFFFF).count_ones());
+            if let Some(degree) = super::graph::top_row_degree(m) {
+                let degree = u64::from(degree);
                 home[home_block.position[i] as usize] =
                     x.map(|v| pow_mod(u64::from(v), degree, q) as u32);
             }

@@ -17,7 +17,7 @@
 //! are freed as soon as its gather list is built. The peak of the build is about
 //! 10% above the finished graph.
 
-use super::frontier::{advance, top_row_state};
+use super::frontier::{Word, advance, label, top_row_state};
 use crate::parallel::map_indices;
 
 /// Marks a dropped transition while the graph is built.
@@ -35,14 +35,15 @@ pub(crate) fn default_block_width(side: usize) -> usize {
 /// with linear probing (at most three quarters full), the key and the index of a slot side by side, so that a
 /// lookup usually costs one cache miss, which [`StateTable::prefetch`] can start
 /// early.
-struct StateTable {
-    /// `[state, index]` per slot; state 0 marks an empty slot.
-    slots: Vec<[u64; 2]>,
+struct StateTable<W: Word> {
+    /// `(state, index)` per slot (16 bytes for a `u64` state); state 0 marks an
+    /// empty slot.
+    slots: Vec<(W, u32)>,
     bits: u32,
     len: usize,
 }
 
-impl StateTable {
+impl<W: Word> StateTable<W> {
     fn with_capacity(n: usize) -> Self {
         // At most three quarters full once `n` states are in.
         let bits = (n.max(8) * 4)
@@ -50,20 +51,20 @@ impl StateTable {
             .next_power_of_two()
             .trailing_zeros();
         StateTable {
-            slots: vec![[0, 0]; 1 << bits],
+            slots: vec![(W::ZERO, 0); 1 << bits],
             bits,
             len: 0,
         }
     }
 
     #[inline]
-    fn home(&self, state: u64) -> usize {
-        (state.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
+    fn home(&self, state: W) -> usize {
+        (state.fold64().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
     }
 
     /// Hints the CPU to load the slot where the search for `state` starts.
     #[inline]
-    fn prefetch(&self, state: u64) {
+    fn prefetch(&self, state: W) {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -77,15 +78,15 @@ impl StateTable {
     }
 
     #[inline]
-    fn get(&self, state: u64) -> Option<u32> {
+    fn get(&self, state: W) -> Option<u32> {
         let mask = self.slots.len() - 1;
         let mut i = self.home(state);
         loop {
-            let [key, id] = self.slots[i];
+            let (key, id) = self.slots[i];
             if key == state {
-                return Some(id as u32);
+                return Some(id);
             }
-            if key == 0 {
+            if key == W::ZERO {
                 return None;
             }
             i = (i + 1) & mask;
@@ -93,19 +94,19 @@ impl StateTable {
     }
 
     /// The index of `state`, inserting it with index `next` if it is new.
-    fn get_or_insert(&mut self, state: u64, next: u32) -> u32 {
+    fn get_or_insert(&mut self, state: W, next: u32) -> u32 {
         if 4 * (self.len + 1) > 3 * self.slots.len() {
             self.grow();
         }
         let mask = self.slots.len() - 1;
         let mut i = self.home(state);
         loop {
-            let [key, id] = self.slots[i];
+            let (key, id) = self.slots[i];
             if key == state {
-                return id as u32;
+                return id;
             }
-            if key == 0 {
-                self.slots[i] = [state, u64::from(next)];
+            if key == W::ZERO {
+                self.slots[i] = (state, next);
                 self.len += 1;
                 return next;
             }
@@ -116,11 +117,11 @@ impl StateTable {
     fn grow(&mut self) {
         let old = std::mem::take(&mut self.slots);
         self.bits += 1;
-        self.slots = vec![[0, 0]; 1 << self.bits];
+        self.slots = vec![(W::ZERO, 0); 1 << self.bits];
         self.len = 0;
-        for [key, id] in old {
-            if key != 0 {
-                self.get_or_insert(key, id as u32);
+        for (key, id) in old {
+            if key != W::ZERO {
+                self.get_or_insert(key, id);
             }
         }
     }
@@ -208,7 +209,8 @@ pub(crate) struct Block {
     pub members: Vec<u32>,
     /// Position of each state index (inverse of `members`).
     pub position: Vec<u32>,
-    /// `masks` of the states, by position.
+    /// [`narrow_mask`] of the states, by position (sides up to 16 only: the
+    /// polynomial sweep's bounds; empty beyond).
     pub masks: Vec<u32>,
     /// Group `g` holds the positions `group_offsets[g]..group_offsets[g + 1]`.
     pub group_offsets: Vec<u32>,
@@ -232,26 +234,58 @@ impl Block {
     }
 }
 
-/// Per state: bit `j` set when frontier position `j` is occupied (low 16 bits)
-/// or carries the top label (high 16 bits).
-pub(crate) fn state_mask(state: u64, side: usize) -> u32 {
-    let mut m = 0u32;
+/// Bits of a state mask below the top-piece positions.
+pub(crate) const TOP_SHIFT: u32 = 32;
+
+/// Per state: bit `j` set when frontier position `j` is occupied (low 32 bits)
+/// or carries the top label (high 32 bits).
+pub(crate) fn state_mask<W: Word>(state: W, side: usize) -> u64 {
+    let mut m = 0u64;
     for pos in 0..side {
-        let l = (state >> (4 * pos)) & 0xF;
+        let l = label(state, pos);
         if l != 0 {
             m |= 1 << pos;
         }
         if l == 1 {
-            m |= 1 << (16 + pos);
+            m |= 1 << (TOP_SHIFT as usize + pos);
         }
     }
     m
 }
 
+/// The occupied positions of a state mask.
+#[inline(always)]
+pub(crate) fn occupancy(mask: u64) -> u32 {
+    mask as u32
+}
+
+/// The positions of a state mask that carry the top piece.
+#[inline(always)]
+pub(crate) fn top_positions(mask: u64) -> u32 {
+    (mask >> TOP_SHIFT) as u32
+}
+
+/// The mask in 32 bits (occupancy in the low 16, top positions in the high
+/// 16) for the polynomial sweep, whose inner loop reads one per target: half
+/// the bytes of the full mask. Only for sides up to 16.
+#[inline]
+pub(crate) fn narrow_mask(mask: u64) -> u32 {
+    (occupancy(mask) & 0xFFFF) | top_positions(mask) << 16
+}
+
+/// The number of occupied cells of a state right after the top row (labels 0
+/// and 1 only), `None` for any other state.
+#[inline]
+pub(crate) fn top_row_degree(mask: u64) -> Option<u32> {
+    (top_positions(mask) == occupancy(mask)).then(|| occupancy(mask).count_ones())
+}
+
 /// Everything `HexGraph::build` computes, before it is wrapped.
 pub(crate) struct Built {
-    pub states: Vec<u64>,
-    pub masks: Vec<u32>,
+    pub num_states: usize,
+    pub masks: Vec<u64>,
+    /// [`narrow_mask`] of every state (sides up to 16; empty beyond).
+    pub narrow_masks: Vec<u32>,
     pub blocks: Vec<Block>,
     /// For each column: (block index, column index inside the block).
     pub col_block: Vec<(usize, usize)>,
@@ -289,10 +323,10 @@ const NOT_STORED: u32 = u32::MAX;
 /// follows both choices of every column, also the ones that keep the occupancy
 /// (they can only change states that never occur before that column's step, and
 /// keeping them keeps the set of states of the original search).
-fn closure(side: usize, threads: usize) -> (Vec<u64>, Vec<Vec<u32>>) {
+fn closure<W: Word>(side: usize, threads: usize) -> (Vec<W>, Vec<Vec<u32>>) {
     let expected = super::known_state_count(side as u32).map_or(1 << 20, |n| n as usize);
-    let mut states: Vec<u64> = Vec::with_capacity(expected);
-    let mut index = StateTable::with_capacity(expected);
+    let mut states: Vec<W> = Vec::with_capacity(expected);
+    let mut index = StateTable::<W>::with_capacity(expected);
     for mask in 1u64..(1u64 << side) {
         let s = top_row_state(mask, side);
         index.get_or_insert(s, states.len() as u32);
@@ -313,7 +347,7 @@ fn closure(side: usize, threads: usize) -> (Vec<u64>, Vec<Vec<u32>>) {
         let found = map_indices(chunks, threads, |c| {
             let range = round.start + c * CHUNK..(round.start + (c + 1) * CHUNK).min(round.end);
             let mut ids = vec![NONE; range.len() * side];
-            let mut fresh: Vec<(u64, u32)> = Vec::new();
+            let mut fresh: Vec<(W, u32)> = Vec::new();
             let mut targets = Vec::with_capacity(BATCH * side * 2);
             for first in range.clone().step_by(BATCH) {
                 // Compute a batch of targets and prefetch their slots, then look
@@ -322,10 +356,10 @@ fn closure(side: usize, threads: usize) -> (Vec<u64>, Vec<Vec<u32>>) {
                 let batch_end = (first + BATCH).min(range.end);
                 for (i, &s) in (first..batch_end).zip(&states_ref[first..batch_end]) {
                     for col in 0..side {
-                        let empty_now = super::frontier::label(s, col) == 0;
+                        let empty_now = label(s, col) == 0;
                         for occupied in [false, true] {
                             let t = advance(s, side, col, occupied);
-                            if t != 0 && t != s {
+                            if t != W::ZERO && t != s {
                                 index_ref.prefetch(t);
                             }
                             let slot = if occupied == empty_now {
@@ -338,7 +372,7 @@ fn closure(side: usize, threads: usize) -> (Vec<u64>, Vec<Vec<u32>>) {
                     }
                 }
                 for &(s, t, slot) in &targets {
-                    if t == 0 || t == s {
+                    if t == W::ZERO || t == s {
                         // Dropped, or the identity (never a flip).
                         continue;
                     }
@@ -382,8 +416,13 @@ fn closure(side: usize, threads: usize) -> (Vec<u64>, Vec<Vec<u32>>) {
 /// numbers them, and builds the blocks of `width` columns, on up to `threads`
 /// threads.
 pub(crate) fn build(side: usize, width: usize, threads: usize) -> Built {
-    let (states, flips) = closure(side, threads);
-    let masks: Vec<u32> = states.iter().map(|&s| state_mask(s, side)).collect();
+    // The narrowest word that holds the side; the states themselves are not
+    // kept, only their masks and transitions.
+    let (masks, flips) = if side <= <u64 as Word>::POSITIONS {
+        masks_and_flips::<u64>(side, threads)
+    } else {
+        masks_and_flips::<u128>(side, threads)
+    };
     let layout = block_layout(side, width);
     let mut col_block = vec![(0, 0); side];
     for (b, cols) in layout.iter().enumerate() {
@@ -404,7 +443,7 @@ pub(crate) fn build(side: usize, width: usize, threads: usize) -> Built {
         gathers.extend(map_indices(cols.len(), threads, |k| {
             let col = cols[k];
             let flip = flips_ref[col].as_ref().expect("each column is built once");
-            column_gather(&blocks_ref[col_block[col].0], flip, col)
+            column_gather(&blocks_ref[col_block[col].0], &masks, flip, col)
         }));
         for &col in cols {
             flips[col] = None;
@@ -425,19 +464,32 @@ pub(crate) fn build(side: usize, width: usize, threads: usize) -> Built {
         block.cols = gathers.by_ref().take(cols.len()).collect();
         block.from_prev = from_prev;
     }
+    let narrow_masks = if side <= super::NARROW_SIDES as usize {
+        masks.iter().map(|&m| narrow_mask(m)).collect()
+    } else {
+        Vec::new()
+    };
     Built {
-        states,
+        num_states: masks.len(),
         masks,
+        narrow_masks,
         blocks,
         col_block,
     }
 }
 
+/// The masks of all states and the flips of [`closure`].
+fn masks_and_flips<W: Word>(side: usize, threads: usize) -> (Vec<u64>, Vec<Vec<u32>>) {
+    let (states, flips) = closure::<W>(side, threads);
+    let masks = states.iter().map(|&s| state_mask(s, side)).collect();
+    (masks, flips)
+}
+
 /// The groups of the block of columns `cols` (without its gather lists).
-fn group_states(side: usize, cols: std::ops::Range<usize>, masks: &[u32]) -> Block {
+fn group_states(side: usize, cols: std::ops::Range<usize>, masks: &[u64]) -> Block {
     let n = masks.len();
     let window = cols.clone().fold(0usize, |w, c| w | 1 << c);
-    let pattern = |i: usize| (masks[i] & 0xFFFF) as usize;
+    let pattern = |i: usize| occupancy(masks[i]) as usize;
     // A group: the states with one occupancy outside the window. Groups come
     // largest first (so that threads taking groups in turn end together); inside
     // a group the states are ordered by their whole occupancy pattern, then by
@@ -484,7 +536,14 @@ fn group_states(side: usize, cols: std::ops::Range<usize>, masks: &[u32]) -> Blo
         position[i] = *slot;
         *slot += 1;
     }
-    let block_masks: Vec<u32> = members.iter().map(|&i| masks[i as usize]).collect();
+    let block_masks: Vec<u32> = if side <= super::NARROW_SIDES as usize {
+        members
+            .iter()
+            .map(|&i| narrow_mask(masks[i as usize]))
+            .collect()
+    } else {
+        Vec::new()
+    };
     Block {
         first_col: cols.start,
         members,
@@ -501,7 +560,7 @@ fn group_states(side: usize, cols: std::ops::Range<usize>, masks: &[u32]) -> Blo
 /// The gather lists of column `col` from the flips of the states
 /// (`flip[i]` = target of state `i`, or `NONE`), with targets and sources as
 /// positions of `block`.
-fn column_gather(block: &Block, flip: &[u32], col: usize) -> Gather {
+fn column_gather(block: &Block, masks: &[u64], flip: &[u32], col: usize) -> Gather {
     let n = block.members.len();
     let position = &block.position;
     let mut info = vec![0u8; n];
@@ -525,7 +584,12 @@ fn column_gather(block: &Block, flip: &[u32], col: usize) -> Gather {
         }
         fill.push(total);
         total += u32::from(*b);
-        if (block.masks[pos] >> col) & 1 == 1 {
+        // The block's own masks are read in order; wide sides have none.
+        let occupied = match block.masks.get(pos) {
+            Some(&narrow) => narrow >> col & 1 == 1,
+            None => occupancy(masks[block.members[pos] as usize]) >> col & 1 == 1,
+        };
+        if occupied {
             *b |= OCCUPIED;
         }
     }

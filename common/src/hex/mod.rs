@@ -55,8 +55,13 @@ pub use eval::POINTS_PER_PASS;
 pub use exact::{exact_crossings, exact_game_count, exact_primes};
 pub use points::{PointsLayout, SPARE_POINTS, full_crossings, points_layout, solve_crossings};
 
-/// Largest supported board side: 16 labels of 4 bits fill a `u64`.
-pub const MAX_SIDE: u32 = 16;
+/// Largest supported board side. Sides up to 16 pack a frontier state in a
+/// `u64`, larger ones in a `u128`; beyond 20 the graph alone would need some
+/// hundred gigabytes.
+pub const MAX_SIDE: u32 = 20;
+
+/// Largest side whose states fit a `u64` (16 labels of 4 bits).
+pub const NARROW_SIDES: u32 = 16;
 
 /// The modulus of the Project Euler problem.
 pub const DEFAULT_MODULUS: u32 = 1_000_000_007;
@@ -70,6 +75,24 @@ pub fn known_state_count(side: u32) -> Option<u64> {
         5126520,
     ];
     COUNTS.get((side as usize).wrapping_sub(1)).copied()
+}
+
+/// Growth of the state count from one side to the next, about 2.8 at the
+/// largest known sides (5,126,520 / 1,822,824 = 2.81), rounded up so that
+/// estimates err on the large side.
+const STATE_GROWTH_PER_SIDE: f64 = 2.85;
+
+/// The number of frontier states of a side: [`known_state_count`] where known,
+/// and beyond that an upper estimate from the growth of the known sides.
+pub fn estimated_state_count(side: u32) -> u64 {
+    if let Some(known) = known_state_count(side) {
+        return known;
+    }
+    let (last, count) = (1..=side)
+        .rev()
+        .find_map(|s| known_state_count(s).map(|c| (s, c)))
+        .unwrap_or((1, 1));
+    (count as f64 * STATE_GROWTH_PER_SIDE.powi((side - last) as i32)).ceil() as u64
 }
 
 /// Checks that `side` is in `1..=16` and that `modulus` is a prime with
@@ -120,10 +143,12 @@ fn validate_modulus(side: u32, modulus: u32) -> Result<()> {
 pub struct HexGraph {
     side: u32,
     stride: usize,
-    /// Packed states, 4 bits per frontier position.
-    states: Vec<u64>,
-    /// Per state: occupied positions (low 16 bits), top-piece positions (high 16).
-    masks: Vec<u32>,
+    num_states: usize,
+    /// Per state: occupied positions (low 32 bits), top-piece positions (high
+    /// 32); the packed states themselves are not kept.
+    masks: Vec<u64>,
+    /// The same masks in 32 bits for the polynomial sweep (sides up to 16).
+    narrow_masks: Vec<u32>,
     /// The gather lists, by blocks of consecutive columns.
     blocks: Vec<Block>,
     /// Per column: its block and its index inside the block.
@@ -151,8 +176,9 @@ impl HexGraph {
         Ok(HexGraph {
             side,
             stride: (side * side / 2) as usize + 1,
-            states: built.states,
+            num_states: built.num_states,
             masks: built.masks,
+            narrow_masks: built.narrow_masks,
             blocks: built.blocks,
             col_block: built.col_block,
         })
@@ -169,14 +195,14 @@ impl HexGraph {
 
     /// Number of frontier states (1, 3, 9, 25, 69, ... for side 1, 2, 3, 4, 5, ...).
     pub fn num_states(&self) -> usize {
-        self.states.len()
+        self.num_states
     }
 
     /// Bytes held by the graph: states, masks, and per block the orders of the
     /// states and the gather lists of its columns.
     pub fn memory_bytes(&self) -> usize {
-        8 * self.states.capacity()
-            + 4 * self.masks.capacity()
+        8 * self.masks.capacity()
+            + 4 * self.narrow_masks.capacity()
             + self.blocks.iter().map(Block::bytes).sum::<usize>()
             + 16 * self.col_block.capacity()
     }
@@ -188,7 +214,7 @@ impl HexGraph {
 
     /// Length of a frontier vector: `num_states * stride`.
     pub fn vector_len(&self) -> usize {
-        self.states.len() * self.stride
+        self.num_states * self.stride
     }
 
     /// Number of cell steps, `side * (side - 1)`: one per cell of rows `1..side`.
@@ -205,12 +231,6 @@ impl HexGraph {
         block.cols[j].transitions()
     }
 
-    /// The packed state of index `i` (4 bits per frontier position, position `j` at
-    /// bits `4j..4j+4`; labels 0 empty, 1 top piece, 2.. other pieces).
-    pub fn state(&self, i: usize) -> u64 {
-        self.states[i]
-    }
-
     /// Work units [`HexGraph::sweep`] adds to its [`Control`] in total: one unit per
     /// target state per cell step, that is `num_states * num_steps`.
     pub fn total_work(&self) -> u64 {
@@ -223,9 +243,8 @@ impl HexGraph {
         let mut v = vec![0u32; self.vector_len()];
         let one = 1 % modulus;
         for (i, &m) in self.masks.iter().enumerate() {
-            // Only labels 0 and 1: a state right after the top row.
-            if m >> 16 == m & 0xFFFF {
-                let degree = (m & 0xFFFF).count_ones() as usize;
+            if let Some(degree) = graph::top_row_degree(m) {
+                let degree = degree as usize;
                 if degree < self.stride {
                     v[i * self.stride + degree] = one;
                 }
@@ -239,7 +258,7 @@ impl std::fmt::Debug for HexGraph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HexGraph")
             .field("side", &self.side)
-            .field("states", &self.states.len())
+            .field("states", &self.num_states)
             .field("stride", &self.stride)
             .field("blocks", &self.blocks.len())
             .finish_non_exhaustive()

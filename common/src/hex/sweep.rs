@@ -5,9 +5,9 @@ use std::ops::Range;
 
 use super::graph::{Block, MAX_SOURCES};
 use super::kernel::{Prior, Shape, Sources, has_avx2, target_poly};
-use super::{HexGraph, validate_modulus};
+use super::{HexGraph, NARROW_SIDES, validate_modulus};
 use crate::parallel::in_rounds;
-use crate::{Control, Result};
+use crate::{Control, Result, invalid};
 
 /// A buffer shared by the sweep threads: during a block of steps each thread
 /// writes the polynomials of the groups it took, and only reads the other buffer.
@@ -59,6 +59,11 @@ impl HexGraph {
         modulus: u32,
         out: &mut [u32],
     ) {
+        assert!(
+            self.check_polynomial_side().is_ok(),
+            "the polynomial sweep of side {}",
+            self.side
+        );
         assert_eq!(input.len(), self.vector_len(), "input vector length");
         assert!(
             targets.start <= targets.end && targets.end <= self.num_states(),
@@ -75,6 +80,19 @@ impl HexGraph {
             }
         }
         self.step_range_impl::<false>(step, input, targets, modulus, out)
+    }
+
+    /// The polynomial sweep (the cell-step plan and [`HexGraph::sweep`]) runs
+    /// up to side 16: beyond, one frontier vector alone takes over 8 GB (side
+    /// 17: 145 residues for each of about 14 million states).
+    pub fn check_polynomial_side(&self) -> Result<()> {
+        if self.side > NARROW_SIDES {
+            return Err(invalid!(
+                "the polynomial sweep (cell-step plan) supports sides up to {NARROW_SIDES}, got {}: use the points plan",
+                self.side
+            ));
+        }
+        Ok(())
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -112,7 +130,8 @@ impl HexGraph {
                 input,
                 at: |s: u32| block.members[s as usize] as usize * stride,
             };
-            target_poly::<AVX, _>(&shape, Prior::Unknown, self.masks[t], sources, dst, p);
+            let mask = self.narrow_masks[t];
+            target_poly::<AVX, _>(&shape, Prior::Unknown, mask, sources, dst, p);
         }
     }
 
@@ -161,6 +180,7 @@ impl HexGraph {
     /// `threads`.
     pub fn sweep(&self, modulus: u32, threads: usize, control: &Control) -> Result<Vec<u32>> {
         validate_modulus(self.side, modulus)?;
+        self.check_polynomial_side()?;
         control.check()?;
         let n = self.num_states();
         let stages = &self.stages();

@@ -234,6 +234,14 @@ impl JobKind for Hex {
                 h.shards_per_step
             ));
         }
+        if h.plan == HexPlan::CellStep && h.side > hex::NARROW_SIDES {
+            return Err(invalid!(
+                "the cell-step plan supports sides up to {}, got {}: its frontier vectors alone would need {}; use the points plan",
+                hex::NARROW_SIDES,
+                h.side,
+                crate::kind::format_bytes(estimate(h).coordinator_memory_bytes)
+            ));
+        }
         if h.exact && h.plan != HexPlan::Points {
             return Err(invalid!(
                 "exact hex counts need the points plan (--plan points)"
@@ -723,7 +731,7 @@ fn residue_answer(h: &HexSpec, facts: &HexFacts, crossings: &[u32]) -> Answer {
 /// data moved between them.
 pub fn estimate(h: &HexSpec) -> ResourceEstimate {
     let side = h.side as u64;
-    let states = hex::known_state_count(h.side).unwrap_or(0);
+    let states = hex::estimated_state_count(h.side);
     let steps = side * side.saturating_sub(1);
     let graph = states * GRAPH_BYTES_PER_STATE;
     let vector = states * stride(h.side) * 4;

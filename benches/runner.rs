@@ -98,6 +98,10 @@ fn main() {
         let shards = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
         return synthetic_cost(shards, runs);
     }
+    if args.first().map(String::as_str) == Some("hex-large") {
+        let side = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(17);
+        return hex_large(side, args.iter().any(|a| a == "exact"));
+    }
     if args.first().map(String::as_str) == Some("restart") {
         let jobs = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(16_000);
         restart_at_scale(jobs, false);
@@ -512,6 +516,48 @@ fn cluster(submit: &[&str], slots: &[usize]) -> Cluster {
         coordinator_cpu,
         coordinator_rss,
     }
+}
+
+/// A hex side beyond the small ones through a coordinator, one run each: one
+/// worker process of two threads, then two worker processes of one thread
+/// (the same two cores, each with its own graph): wall time, each worker's
+/// peak memory, and the answer (with `exact`, its digit count and ends).
+fn hex_large(side: u32, exact: bool) {
+    let side_arg = side.to_string();
+    let mut submit = vec!["hex", "--side", side_arg.as_str()];
+    if exact {
+        submit.push("--exact");
+    }
+    let one = cluster(&submit, &[2]);
+    let two = cluster(&submit, &[1, 1]);
+    assert_eq!(one.answer, two.answer, "one and two workers disagree");
+    let answer = if exact && one.answer.len() > 40 {
+        format!(
+            "{} digits, {}...{}",
+            one.answer.len(),
+            &one.answer[..20],
+            &one.answer[one.answer.len() - 20..]
+        )
+    } else {
+        one.answer.clone()
+    };
+    let peaks = |c: &Cluster| {
+        c.worker_rss
+            .iter()
+            .map(|b| format!("{:.2} GB", *b as f64 / 1e9))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mode = if exact { "exact" } else { "mod 1000000007" };
+    println!(
+        "hex side {side} {mode}: 1 worker process (2 threads) {:.1} s, peak {}; \
+         2 worker processes (1 thread each) {:.1} s, peaks {}; coordinator peak {:.2} GB; answer {answer}",
+        one.wall,
+        peaks(&one),
+        two.wall,
+        peaks(&two),
+        one.coordinator_rss.max(two.coordinator_rss) as f64 / 1e9,
+    );
 }
 
 /// The sliders 5 x 5 instance of the README through a coordinator with one

@@ -49,7 +49,8 @@ fn internal(message: String) -> Error {
 ///
 /// The primes must be distinct, valid moduli for the side (see
 /// [`super::validate`]) and their product must exceed `binom(M, floor(M/2))`.
-/// The result is checked: `C_k = 0` for `k < N`, `0 <= C_k <= binom(M, k)`,
+/// The result is checked: `C_k = 0` for `k < N`, `C_N = (N + 1) 2^(N - 2)`
+/// (the shortest paths), `0 <= C_k <= binom(M, k)`,
 /// `C_k + C_(M-k) = binom(M, k)`, and `C_k / binom(M, k)` never decreases with
 /// `k` (a random set of more cells contains a path at least as often). A failed
 /// check is an [`Error::Internal`] (a wrong residue somewhere).
@@ -113,6 +114,20 @@ pub fn exact_crossings(
     }
     // The checks.
     let zero = BigUint::from(0u32);
+    // The shortest paths: one cell a row, each next cell one of the two below
+    // the last, (N + 1) 2^(N - 2) of them (1 on a single cell).
+    let n = side as usize;
+    let shortest = if n < 2 {
+        BigUint::from(1u32)
+    } else {
+        BigUint::from(n + 1) << (n - 2)
+    };
+    if counts[n] != shortest {
+        return Err(internal(format!(
+            "exact counts: C_{n} is {}, not the (N + 1) 2^(N - 2) = {shortest} shortest paths (a wrong residue?)",
+            counts[n]
+        )));
+    }
     for k in 0..=m {
         if counts[k] > binom[k] {
             return Err(internal(format!(

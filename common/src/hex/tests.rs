@@ -802,6 +802,18 @@ fn hex_exact_crossings_checks() {
             "k {k}"
         );
     }
+    // C_N and C_(M-N) moved together keep C_k + C_(M-k) = binom(M, k): the
+    // count of shortest paths catches it.
+    let (n, m) = (side as usize, (side * side) as usize);
+    let mut bad = good.clone();
+    for (list, &p) in bad.iter_mut().zip(&primes) {
+        list[n] = (list[n] + 1) % p;
+        list[m - n] = (list[m - n] + p - 1) % p;
+    }
+    match exact_crossings(side, &primes, &bad) {
+        Err(Error::Internal(message)) => assert!(message.contains("shortest paths"), "{message}"),
+        other => panic!("expected the shortest-path check, got {other:?}"),
+    }
     // Too few primes for side 6, a foreign prime, lists of the wrong length.
     let graph6 = HexGraph::build(6).unwrap();
     let one = vec![swept_full(&graph6, P)];

@@ -75,7 +75,7 @@ fn json_is_one_object_and_global_flags_go_anywhere() {
 fn bad_input_gets_one_clear_line_and_a_non_zero_exit() {
     let cases: &[(&[&str], &str)] = &[
         (&["run", "hex", "--side", "0"], "side"),
-        (&["run", "hex", "--side", "17"], "side"),
+        (&["run", "hex", "--side", "21"], "side"),
         (
             &["run", "hex", "--side", "5", "--modulus", "1000000008"],
             "prime",

@@ -396,7 +396,7 @@ async fn bad_specs_are_refused_with_invalid_argument_and_change_nothing() {
         },
         proto::JobSpec {
             kind: Some(proto::job_spec::Kind::Hex(proto::HexSpec {
-                side: 17,
+                side: tally_common::hex::MAX_SIDE + 1,
                 ..Default::default()
             })),
             options: None,

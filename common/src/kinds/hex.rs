@@ -90,7 +90,7 @@ impl SpecOf for HexSpec {
 
 #[derive(clap::Args, Debug)]
 pub struct HexArgs {
-    /// Board side, 1 to 16.
+    /// Board side, 1 to 20 (the cell-step plan: 1 to 16).
     #[arg(long)]
     pub side: u32,
     /// Prime modulus with side^2 < P < 2^31.
@@ -756,6 +756,11 @@ pub fn estimate(h: &HexSpec) -> ResourceEstimate {
         worker_memory_bytes: worker,
         coordinator_memory_bytes: coordinator,
         traffic_bytes: traffic,
-        advice: "use the points plan",
+        advice: match h.plan {
+            HexPlan::CellStep => "use the points plan",
+            // The graph alone grows past a worker at side 19; one slot a
+            // worker saves a pass vector.
+            HexPlan::Points => "run it on workers with that much memory (one slot each needs less)",
+        },
     }
 }

@@ -2,10 +2,11 @@
 //!
 //! Job records are JSON. Shard and event records, millions of them in a large
 //! job, are written in a compact binary form (postcard behind a tag byte):
-//! about a quarter of their JSON size, and cheaper to write and read back.
+//! less than half their JSON size, and cheaper to write and read back.
 //! Either form is read, so stores written as JSON load as they are. Large
-//! opaque data (stage output, checkpoints) is kept raw in the blob tree. Keys are built so that a prefix scan returns a job's shards,
-//! blobs or events in (stage, index) or sequence order.
+//! opaque data (stage output, checkpoints) is kept raw in the blob tree. Keys
+//! are built so that a prefix scan returns a job's shards, blobs or events in
+//! (stage, index) or sequence order.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

@@ -21,7 +21,6 @@ const FRESH: u32 = 0xF;
 pub(crate) trait Word:
     Copy
     + Eq
-    + Ord
     + std::hash::Hash
     + std::fmt::Debug
     + Send

@@ -235,7 +235,7 @@ impl Block {
 }
 
 /// Bits of a state mask below the top-piece positions.
-pub(crate) const TOP_SHIFT: u32 = 32;
+const TOP_SHIFT: u32 = 32;
 
 /// Per state: bit `j` set when frontier position `j` is occupied (low 32 bits)
 /// or carries the top label (high 32 bits).
@@ -255,13 +255,13 @@ pub(crate) fn state_mask<W: Word>(state: W, side: usize) -> u64 {
 
 /// The occupied positions of a state mask.
 #[inline(always)]
-pub(crate) fn occupancy(mask: u64) -> u32 {
+fn occupancy(mask: u64) -> u32 {
     mask as u32
 }
 
 /// The positions of a state mask that carry the top piece.
 #[inline(always)]
-pub(crate) fn top_positions(mask: u64) -> u32 {
+fn top_positions(mask: u64) -> u32 {
     (mask >> TOP_SHIFT) as u32
 }
 

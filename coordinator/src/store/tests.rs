@@ -1,7 +1,7 @@
 //! Both backends against the same exercise, and the sled backend's refusals
 //! and recoveries.
 
-use super::directory::LOCK_WAIT;
+use super::directory::{LOCK_WAIT, open_waiting_for_lock};
 use super::{Batch, MARK_FILE, MemoryStore, NEXT_JOB_KEY, OnLoss, SledStore, Store, Tree};
 
 fn exercise(store: &dyn Store) {
@@ -85,18 +85,7 @@ fn an_unfinished_snapshot_left_by_a_crash_does_not_lose_the_store() {
     std::fs::write(&partial, [7u8; 40]).unwrap();
     // sled's flusher thread may hold the lock a moment after the store is
     // dropped: wait for it (bounded), as the coordinator's own open does.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let plain = loop {
-        match sled::Config::new().path(dir.path()).open() {
-            Err(sled::Error::Io(e))
-                if e.to_string().contains("could not acquire lock")
-                    && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            other => break other,
-        }
-    };
+    let plain = open_waiting_for_lock(dir.path());
     assert!(
         matches!(plain, Err(sled::Error::Corruption { .. })),
         "sled alone opens it: {:?}",
@@ -220,7 +209,7 @@ fn a_store_without_a_count_or_a_mark_is_marked_on_open() {
     }
     // What an older release left: its own keys, no count, no mark.
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = open_waiting_for_lock(dir.path()).unwrap();
         db.open_tree("meta").unwrap().remove(b"commits").unwrap();
         db.flush().unwrap();
     }
@@ -250,7 +239,7 @@ fn a_store_that_lost_an_old_entry_but_kept_its_last_commit_is_refused() {
     }
     // What such damage leaves: one early entry missing, nothing else changed.
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = open_waiting_for_lock(dir.path()).unwrap();
         db.open_tree("jobs").unwrap().remove(b"job-2").unwrap();
         db.flush().unwrap();
     }
@@ -350,7 +339,7 @@ fn large_blob_values_live_in_files_that_go_with_their_entries() {
 fn the_content_digest_summed_in_key_ranges_equals_the_plain_sum() {
     use super::integrity::{content_digest, digested, entry_hash};
     let dir = tempfile::tempdir().unwrap();
-    let db = sled::open(dir.path()).unwrap();
+    let db = open_waiting_for_lock(dir.path()).unwrap();
     let trees: Vec<sled::Tree> = Tree::ALL
         .iter()
         .map(|t| db.open_tree(format!("{t:?}")).unwrap())
@@ -415,7 +404,7 @@ fn a_store_with_the_legacy_digest_is_checked_against_it_and_moves_on() {
             let store = SledStore::open(dir.path()).unwrap();
             commit_jobs(&store, 1..6);
         }
-        let db = sled::open(dir.path()).unwrap();
+        let db = open_waiting_for_lock(dir.path()).unwrap();
         let names: Vec<&str> = Tree::ALL
             .iter()
             .map(|t| t.name())
@@ -454,7 +443,7 @@ fn a_store_with_the_legacy_digest_is_checked_against_it_and_moves_on() {
         commit_jobs(&store, 6..7);
     }
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = open_waiting_for_lock(dir.path()).unwrap();
         let meta = db.open_tree("meta").unwrap();
         assert!(meta.get(LEGACY_DIGEST_KEY).unwrap().is_none());
         assert!(meta.get(DIGEST_KEY).unwrap().is_some());

@@ -208,6 +208,9 @@ pub fn event_key(job: &str, seq: u64) -> Vec<u8> {
 }
 
 /// First byte of a record in the compact form; a JSON record starts with `{`.
+/// postcard is not self-describing: a field added to a compact record type
+/// changes its layout, so a changed layout takes a new tag (and `decode` keeps
+/// reading the old one), where JSON would have taken a `#[serde(default)]`.
 const COMPACT_TAG: u8 = 0xC1;
 
 /// A record kept in the store, and the form it is written in.
@@ -245,10 +248,7 @@ pub fn decode<T: Record>(what: &str, bytes: &[u8]) -> Result<T> {
     let corrupt =
         |e: &dyn std::fmt::Display| CoordinatorError::Store(format!("corrupt {what} record: {e}"));
     match bytes.split_first() {
-        Some((&COMPACT_TAG, rest)) => match postcard::from_bytes::<T>(rest) {
-            Ok(record) => Ok(record),
-            Err(e) => Err(corrupt(&e)),
-        },
+        Some((&COMPACT_TAG, rest)) => postcard::from_bytes(rest).map_err(|e| corrupt(&e)),
         _ => serde_json::from_slice(bytes).map_err(|e| corrupt(&e)),
     }
 }

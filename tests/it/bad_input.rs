@@ -71,6 +71,17 @@ fn hex_with(side: u32, adjust: impl FnOnce(&mut proto::HexSpec)) -> proto::JobSp
     kind(Kind::Hex(h))
 }
 
+/// `spec` with `--force`: past the memory estimate's refusal.
+fn forced(spec: proto::JobSpec) -> proto::JobSpec {
+    proto::JobSpec {
+        options: Some(proto::RunnerOptions {
+            force: true,
+            ..Default::default()
+        }),
+        ..spec
+    }
+}
+
 fn kayles(pins: u64, digits: u32) -> proto::JobSpec {
     kind(Kind::Kayles(proto::KaylesSpec { pins, digits }))
 }
@@ -280,13 +291,7 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
         ),
         (
             "hex side max, exact, forced".into(),
-            proto::JobSpec {
-                options: Some(proto::RunnerOptions {
-                    force: true,
-                    ..Default::default()
-                }),
-                ..hex_with(max_side, |h| h.exact = true)
-            },
+            forced(hex_with(max_side, |h| h.exact = true)),
             Accepted,
         ),
         (
@@ -452,24 +457,14 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
         ),
         (
             "hex cell-step side 16, forced".into(),
-            proto::JobSpec {
-                options: Some(proto::RunnerOptions {
-                    force: true,
-                    ..Default::default()
-                }),
-                ..hex_with(hex::NARROW_SIDES, |h| h.plan = "cell-step".into())
-            },
+            forced(hex_with(hex::NARROW_SIDES, |h| h.plan = "cell-step".into())),
             Valid,
         ),
         (
             "hex cell-step side 17, forced".into(),
-            proto::JobSpec {
-                options: Some(proto::RunnerOptions {
-                    force: true,
-                    ..Default::default()
-                }),
-                ..hex_with(hex::NARROW_SIDES + 1, |h| h.plan = "cell-step".into())
-            },
+            forced(hex_with(hex::NARROW_SIDES + 1, |h| {
+                h.plan = "cell-step".into()
+            })),
             Refused(
                 Code::InvalidArgument,
                 "the cell-step plan supports sides up to 16, got 17",

@@ -12,6 +12,7 @@ mod faults;
 mod integrity;
 mod mark;
 mod memory;
+mod overlay;
 mod sled_store;
 mod spill;
 mod timed;

@@ -1,12 +1,14 @@
-//! The on-disk backend: one sled database, one sled tree per [`Tree`], a
-//! multi-tree transaction per batch applied; a flush makes every batch
-//! applied before it durable, then writes the commit mark.
+//! The on-disk backend: one sled database, one sled tree per [`Tree`]. An
+//! apply records its writes in memory (`overlay.rs`); a flush writes every
+//! batch applied since the last one in one multi-tree transaction, makes it
+//! durable, then writes the commit mark.
 //!
 //! Around it: `directory.rs` checks and opens the data directory,
 //! `integrity.rs` tells whether acknowledged data was lost, `faults.rs` names
 //! storage failures, and `spill.rs` keeps large blob values in files beside
 //! sled, which sled references.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,6 +28,7 @@ use super::integrity::{
     written_job_counter,
 };
 use super::mark::Mark;
+use super::overlay::{Entry, Overlay, Writes};
 use super::spill::{SPILL_THRESHOLD, SpillRef, ValueFiles};
 
 /// The on-disk backend: one sled database, one sled tree per [`Tree`].
@@ -44,6 +47,9 @@ pub struct SledStore {
     mark: Mutex<Marked>,
     /// Held across a whole flush: flushes write their marks in order.
     flushing: Mutex<()>,
+    /// The writes applied and not yet in sled. Taken after `mark` when both
+    /// are held.
+    overlay: Mutex<Overlay>,
     /// Batches applied since the store was opened.
     applies: AtomicU64,
     recovery: Option<Recovery>,
@@ -61,6 +67,10 @@ enum ContentCheck {
     Running(std::thread::JoinHandle<Result<Digests>>, Mark),
     Failed(CoordinatorError),
 }
+
+/// Writes applied and not yet in sled past which an apply writes them to
+/// sled at once (whole batches, in one transaction, not yet durably).
+const MAX_UNWRITTEN: usize = 16_384;
 
 /// The sled tree of references to spilled values, after the [`Tree::ALL`]
 /// trees: its index in [`Handles::trees`] and in the content digest.
@@ -209,6 +219,7 @@ impl SledStore {
             broken: AtomicBool::new(false),
             mark: Mutex::new(marked),
             flushing: Mutex::new(()),
+            overlay: Mutex::new(Overlay::default()),
             applies: AtomicU64::new(0),
             recovery,
             values,
@@ -279,6 +290,8 @@ impl SledStore {
     /// may have reached the disk too, so the count and the digest go on from
     /// what the store holds.
     fn reopen(&self, marked: &mut Marked) -> Result<()> {
+        // What was applied and not flushed is read back from the store.
+        self.overlay()?.clear();
         let mut handles = self.handles.write().unwrap_or_else(|p| p.into_inner());
         // The old handles must be gone before sled can take its lock again.
         drop(handles.take());
@@ -340,9 +353,7 @@ impl SledStore {
                             Loss::Changed.message(&self.dir, stored),
                         ));
                     }
-                    let mut marked = self.mark.lock().map_err(|_| {
-                        CoordinatorError::Internal("the commit mark lock is poisoned".into())
-                    })?;
+                    let mut marked = self.marked()?;
                     marked.digest = digest.current;
                     Ok(())
                 });
@@ -352,6 +363,18 @@ impl SledStore {
                 verdict
             }
         }
+    }
+
+    fn marked(&self) -> Result<std::sync::MutexGuard<'_, Marked>> {
+        self.mark
+            .lock()
+            .map_err(|_| CoordinatorError::Internal("the commit mark lock is poisoned".into()))
+    }
+
+    fn overlay(&self) -> Result<std::sync::MutexGuard<'_, Overlay>> {
+        self.overlay
+            .lock()
+            .map_err(|_| CoordinatorError::Internal("the overlay lock is poisoned".into()))
     }
 
     fn refuse_if_broken(&self) -> Result<()> {
@@ -409,10 +432,7 @@ impl Store for SledStore {
         // Nothing is written before the content check has passed (it takes
         // the mark's lock itself).
         self.checked()?;
-        let mut marked = self
-            .mark
-            .lock()
-            .map_err(|_| CoordinatorError::Internal("the commit mark lock is poisoned".into()))?;
+        let mut marked = self.marked()?;
         // Batches applied after the last good flush may be lost by the
         // reopen: the caller must read its state back first (see
         // `reopen_if_broken`), so nothing is applied on top meanwhile.
@@ -421,39 +441,39 @@ impl Store for SledStore {
             commits: marked.applied.commits + 1,
             next_job: marked.applied.next_job.max(written_job_counter(&batch)),
         };
-        let digest = marked.digest;
         let spills = self.spill(&batch, next.commits)?;
-        let written = guarded(&self.dir, || {
-            self.with_handles(|handles| {
-                let commit = Commit {
-                    count: next.commits,
-                    digest,
-                    remove_legacy_digest: marked.legacy_digest,
-                };
-                write_batch(handles, &batch, &spills, commit)
-            })
-        });
-        let (digest, unreferenced) = match written {
-            Ok(written) => written,
-            Err(e) => {
-                if matches!(
-                    e,
-                    CoordinatorError::StoreFull(_) | CoordinatorError::Store(_)
-                ) {
-                    self.broken.store(true, Ordering::SeqCst);
-                }
+        let mut overlay = self.overlay()?;
+        let unwritten = overlay.len() + batch.len();
+        for (w, spilled) in batch.writes.into_iter().zip(spills) {
+            let entry = match (spilled, w.value) {
+                (Some(spilled), _) => Entry::Spilled(spilled),
+                (None, Some(value)) => Entry::Put(value),
+                (None, None) => Entry::Remove,
+            };
+            // A value file replaced before sled ever referenced it goes
+            // once this batch is durable.
+            if let Some(Entry::Spilled(old)) = overlay.insert(w.tree, w.key, entry) {
+                marked.unreferenced.push((next.commits, old.name));
+            }
+        }
+        marked.applied = next;
+        self.applies.fetch_add(1, Ordering::SeqCst);
+        drop(overlay);
+        drop(marked);
+        if unwritten > MAX_UNWRITTEN {
+            // Whole batches to sled now, not yet durable: one transaction
+            // holds every node it replaces until it ends, so its size bounds
+            // the memory (a submission of many shards comes in parts).
+            let _flushing = self
+                .flushing
+                .lock()
+                .map_err(|_| CoordinatorError::Internal("the flush lock is poisoned".into()))?;
+            self.refuse_if_broken()?;
+            if let Err(e) = self.write_overlay() {
+                self.broken.store(true, Ordering::SeqCst);
                 return Err(e);
             }
-        };
-        marked.digest = digest;
-        marked.applied = next;
-        marked.legacy_digest = false;
-        // Until this batch is durable the store may come back without it,
-        // referencing these files again: they go after the flush.
-        marked
-            .unreferenced
-            .extend(unreferenced.into_iter().map(|name| (next.commits, name)));
-        self.applies.fetch_add(1, Ordering::SeqCst);
+        }
         Ok(())
     }
 
@@ -464,31 +484,30 @@ impl Store for SledStore {
             .lock()
             .map_err(|_| CoordinatorError::Internal("the flush lock is poisoned".into()))?;
         self.refuse_if_broken()?;
-        let target = {
-            let marked = self.mark.lock().map_err(|_| {
-                CoordinatorError::Internal("the commit mark lock is poisoned".into())
-            })?;
+        {
+            let marked = self.marked()?;
             if marked.applied == marked.current {
                 return Ok(());
             }
-            marked.applied
-        };
-        let flushed = guarded(&self.dir, || {
-            self.with_handles(|handles| {
-                let started = std::time::Instant::now();
-                handles.db.flush().map_err(|e| fault(&handles.dir, &e))?;
-                tracing::debug!(target: "tally_coordinator::store", flush_ms = started.elapsed().as_secs_f64() * 1e3, "flushed");
-                Ok(())
+        }
+        let flushed = self.write_overlay().and_then(|target| {
+            guarded(&self.dir, || {
+                self.with_handles(|handles| {
+                    let started = std::time::Instant::now();
+                    handles.db.flush().map_err(|e| fault(&handles.dir, &e))?;
+                    tracing::debug!(target: "tally_coordinator::store", flush_ms = started.elapsed().as_secs_f64() * 1e3, "flushed");
+                    Ok(target)
+                })
             })
         });
-        if let Err(e) = flushed {
-            self.broken.store(true, Ordering::SeqCst);
-            return Err(e);
-        }
-        let mut marked = self
-            .mark
-            .lock()
-            .map_err(|_| CoordinatorError::Internal("the commit mark lock is poisoned".into()))?;
+        let target = match flushed {
+            Ok(target) => target,
+            Err(e) => {
+                self.broken.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        let mut marked = self.marked()?;
         // A reopen in between may have started the count again from what the
         // store holds: the mark never goes back.
         if target.commits > marked.current.commits {
@@ -527,10 +546,12 @@ impl Store for SledStore {
         if !self.broken.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let mut marked = self
-            .mark
+        // No flush runs while sled is opened again.
+        let _flushing = self
+            .flushing
             .lock()
-            .map_err(|_| CoordinatorError::Internal("the commit mark lock is poisoned".into()))?;
+            .map_err(|_| CoordinatorError::Internal("the flush lock is poisoned".into()))?;
+        let mut marked = self.marked()?;
         if self.broken.load(Ordering::SeqCst) {
             self.reopen(&mut marked)?;
         }
@@ -546,8 +567,9 @@ impl Store for SledStore {
     }
 
     fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        if tree == Tree::Blobs {
-            // Spilled blobs live in a tree of their own: merge them as a scan does.
+        // Spilled blobs live in a tree of their own, and writes not yet in
+        // sled may remove the last key: merge them as a scan does.
+        if tree == Tree::Blobs || self.overlay()?.touches(tree, prefix) {
             return Ok(self.scan_prefix(tree, prefix)?.pop());
         }
         guarded(&self.dir, || {
@@ -564,6 +586,41 @@ impl Store for SledStore {
 }
 
 impl SledStore {
+    /// Writes the batches applied and not yet in sled in one transaction
+    /// (not durably); returns the mark of the last of them. The caller holds
+    /// the flush lock, so transactions go in the order of their batches.
+    fn write_overlay(&self) -> Result<Mark> {
+        let (target, commit, writes) = {
+            let marked = self.marked()?;
+            let commit = Commit {
+                count: marked.applied.commits,
+                digest: marked.digest,
+                remove_legacy_digest: marked.legacy_digest,
+            };
+            (marked.applied, commit, self.overlay()?.take())
+        };
+        if writes.is_empty() {
+            return Ok(target);
+        }
+        guarded(&self.dir, || {
+            self.with_handles(|handles| {
+                let (digest, unreferenced) = write_batch(handles, &writes, commit)?;
+                let mut marked = self.marked()?;
+                marked.digest = digest;
+                marked.legacy_digest = false;
+                // Until this transaction is durable the store may come back
+                // without it, referencing these files again: they go after
+                // the flush that covers it.
+                marked
+                    .unreferenced
+                    .extend(unreferenced.into_iter().map(|name| (target.commits, name)));
+                drop(marked);
+                self.overlay()?.written();
+                Ok(target)
+            })
+        })
+    }
+
     /// Writes the large blob values of `batch` to files, durably, before the
     /// commit that references them; one entry per write, `None` for a value
     /// kept in sled.
@@ -586,6 +643,10 @@ impl SledStore {
     }
 
     fn get_unguarded(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let unwritten = self.overlay()?.get(tree, key);
+        if let Some(entry) = unwritten {
+            return self.entry_value(entry);
+        }
         // A blob key is in one of its two trees: the reference, if any, first.
         let (value, spilled) = self.with_handles(|h| {
             let read = |t: &sled::Tree| t.get(key).map_err(|e| fault(&self.dir, &e));
@@ -602,6 +663,15 @@ impl SledStore {
         }
     }
 
+    /// The value a write not yet in sled leaves.
+    fn entry_value(&self, entry: Entry) -> Result<Option<Vec<u8>>> {
+        match entry {
+            Entry::Put(value) => Ok(Some(value)),
+            Entry::Spilled(spilled) => self.values.read(&spilled).map(Some),
+            Entry::Remove => Ok(None),
+        }
+    }
+
     fn read_spilled(&self, reference: &[u8]) -> Result<Vec<u8>> {
         let spilled = SpillRef::decode(reference).ok_or_else(|| {
             CoordinatorError::Store(format!(
@@ -613,6 +683,23 @@ impl SledStore {
     }
 
     fn scan_unguarded(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let unwritten = self.overlay()?.prefix(tree, prefix);
+        let stored = self.scan_stored(tree, prefix)?;
+        if unwritten.is_empty() {
+            return Ok(stored);
+        }
+        let mut merged: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = stored.into_iter().collect();
+        for (key, entry) in unwritten {
+            match self.entry_value(entry)? {
+                Some(value) => merged.insert(key, value),
+                None => merged.remove(&key),
+            };
+        }
+        Ok(merged.into_iter().collect())
+    }
+
+    /// The entries sled holds (not the writes still in the overlay).
+    fn scan_stored(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let scan = |t: &sled::Tree| -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
             t.scan_prefix(prefix)
                 .map(|r| {
@@ -653,14 +740,9 @@ fn damaged_values(handles: &Handles, values: &ValueFiles) -> Result<Vec<(Vec<u8>
 
 /// One insert (`Some`) or removal (`None`) of a key in the sled tree at an
 /// index of [`Handles::trees`].
-type TreeOp<'a> = (usize, &'a [u8], Option<Vec<u8>>);
+type TreeOp<'a> = (usize, &'a [u8], Option<Cow<'a, [u8]>>);
 
-/// Applies `batch` in one transaction over every tree, with the commit count
-/// `commits` and the content digest moved on from `digest` (durable at the
-/// next flush). A blob write with a spilled value (`spills`, by
-/// write) stores its reference instead. Returns the new digest and the value
-/// files no longer referenced.
-/// What a commit writes besides its batch.
+/// What a commit writes besides its writes.
 struct Commit {
     /// The store's commit count after it.
     count: u64,
@@ -678,12 +760,12 @@ fn holds_legacy_digest(handles: &Handles, dir: &Path) -> Result<bool> {
         .map_err(|e| fault(dir, &e))
 }
 
-fn write_batch(
-    handles: &Handles,
-    batch: &Batch,
-    spills: &[Option<SpillRef>],
-    commit: Commit,
-) -> Result<(u64, Vec<String>)> {
+/// Writes every batch applied since the last flush (`writes`, the latest
+/// write of each key) in one transaction over every tree, with the commit
+/// count and the content digest moved on (durable once sled is flushed). A
+/// spilled blob value is stored as its reference. Returns the new digest and
+/// the value files no longer referenced.
+fn write_batch(handles: &Handles, writes: &Writes, commit: Commit) -> Result<(u64, Vec<String>)> {
     let Commit {
         count: commits,
         digest,
@@ -695,18 +777,23 @@ fn write_batch(
     // key from the tree it does not use.
     let blobs = tree_index(Tree::Blobs);
     let mut ops: Vec<TreeOp> = Vec::new();
-    for (w, spilled) in batch.writes.iter().zip(spills) {
-        let key = w.key.as_slice();
-        match (w.tree, spilled) {
-            (Tree::Blobs, Some(spilled)) => {
-                ops.push((SPILLED, key, Some(spilled.encode())));
+    for ((tree, key), entry) in writes {
+        let key = key.as_slice();
+        let value = match entry {
+            Entry::Put(value) => Some(Cow::Borrowed(value.as_slice())),
+            Entry::Spilled(spilled) => Some(Cow::Owned(spilled.encode())),
+            Entry::Remove => None,
+        };
+        match (tree, entry) {
+            (Tree::Blobs, Entry::Spilled(_)) => {
+                ops.push((SPILLED, key, value));
                 ops.push((blobs, key, None));
             }
-            (Tree::Blobs, None) => {
-                ops.push((blobs, key, w.value.clone()));
+            (Tree::Blobs, _) => {
+                ops.push((blobs, key, value));
                 ops.push((SPILLED, key, None));
             }
-            (tree, _) => ops.push((tree_index(tree), key, w.value.clone())),
+            (tree, _) => ops.push((tree_index(*tree), key, value)),
         }
     }
     let meta = tree_index(Tree::Meta);
@@ -720,7 +807,7 @@ fn write_batch(
             let mut unreferenced = Vec::new();
             for (tree, key, value) in &ops {
                 let old = match value {
-                    Some(v) => trees[*tree].insert(*key, v.as_slice())?,
+                    Some(v) => trees[*tree].insert(*key, v.as_ref())?,
                     None => trees[*tree].remove(*key)?,
                 };
                 if digested(*tree, key) {

@@ -454,3 +454,123 @@ fn a_store_with_the_legacy_digest_is_checked_against_it_and_moves_on() {
         Some(b"r".to_vec())
     );
 }
+
+/// Applied batches are readable before the flush that writes them to sled
+/// (gets, scans and the last entry of a prefix, removals included), and a
+/// store dropped before that flush comes back with none of them: the
+/// batches of one flush reach the disk together or not at all.
+#[test]
+fn applied_batches_are_read_before_their_flush_and_lost_together_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = |store: &SledStore| -> Vec<String> {
+        store
+            .scan_prefix(Tree::Events, b"j/")
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| {
+                format!(
+                    "{}={}",
+                    String::from_utf8(k).unwrap(),
+                    String::from_utf8(v).unwrap()
+                )
+            })
+            .collect()
+    };
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        let mut b = Batch::default();
+        b.put(Tree::Events, b"j/1".to_vec(), b"a".to_vec());
+        b.put(Tree::Events, b"j/2".to_vec(), b"b".to_vec());
+        store.commit(b).unwrap();
+        let flushed = store.applied();
+        let mut b = Batch::default();
+        b.put(Tree::Events, b"j/3".to_vec(), b"c".to_vec());
+        b.put(Tree::Jobs, b"j".to_vec(), b"running".to_vec());
+        store.apply(b).unwrap();
+        let mut b = Batch::default();
+        b.remove(Tree::Events, b"j/3".to_vec());
+        b.remove(Tree::Events, b"j/2".to_vec());
+        b.put(Tree::Events, b"j/1".to_vec(), b"a2".to_vec());
+        store.apply(b).unwrap();
+        assert_eq!(events(&store), ["j/1=a2"]);
+        assert_eq!(
+            store.last_in_prefix(Tree::Events, b"j/").unwrap(),
+            Some((b"j/1".to_vec(), b"a2".to_vec()))
+        );
+        assert_eq!(store.get(Tree::Events, b"j/2").unwrap(), None);
+        assert_eq!(
+            store.get(Tree::Jobs, b"j").unwrap(),
+            Some(b"running".to_vec())
+        );
+        assert_eq!(store.applied(), flushed + 2);
+        // Dropped without a flush: a crash before the answers.
+    }
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        assert_eq!(events(&store), ["j/1=a", "j/2=b"]);
+        assert_eq!(store.get(Tree::Jobs, b"j").unwrap(), None);
+        let mut b = Batch::default();
+        b.put(Tree::Events, b"j/3".to_vec(), b"c".to_vec());
+        store.apply(b).unwrap();
+        let mut b = Batch::default();
+        b.remove(Tree::Events, b"j/1".to_vec());
+        store.apply(b).unwrap();
+        store.flush().unwrap();
+        assert_eq!(events(&store), ["j/2=b", "j/3=c"]);
+    }
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(events(&store), ["j/2=b", "j/3=c"]);
+}
+
+/// A large blob written twice before a flush: sled only ever references
+/// the second file, and the first goes once the flush is done.
+#[test]
+fn a_value_file_replaced_before_its_flush_is_deleted_after_it() {
+    use super::spill::{SPILL_THRESHOLD, VALUES_DIR};
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join(VALUES_DIR);
+    let files = || std::fs::read_dir(&values).unwrap().count();
+    let big = |fill: u8| vec![fill; SPILL_THRESHOLD + 1];
+    let store = SledStore::open(dir.path()).unwrap();
+    for fill in [1, 2] {
+        let mut b = Batch::default();
+        b.put(Tree::Blobs, b"j/out".to_vec(), big(fill));
+        store.apply(b).unwrap();
+    }
+    assert_eq!(files(), 2, "both files are written before their flush");
+    assert_eq!(store.get(Tree::Blobs, b"j/out").unwrap(), Some(big(2)));
+    store.flush().unwrap();
+    assert_eq!(files(), 1);
+    drop(store);
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(store.get(Tree::Blobs, b"j/out").unwrap(), Some(big(2)));
+}
+
+/// Many writes applied before a flush go to sled in whole batches as they
+/// pile up (the memory of one transaction is bounded); the store they leave
+/// reopens with its digest intact and every batch in it.
+#[test]
+fn many_writes_before_a_flush_go_to_sled_in_whole_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = |store: &SledStore| store.scan_prefix(Tree::Shards, b"j/").unwrap().len();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        for part in 0..3u32 {
+            let mut b = Batch::default();
+            for i in 0..10_000u32 {
+                let key = format!("j/{part}/{i:05}");
+                b.put(Tree::Shards, key.into_bytes(), part.to_be_bytes().to_vec());
+            }
+            b.put(Tree::Jobs, b"j".to_vec(), part.to_be_bytes().to_vec());
+            store.apply(b).unwrap();
+            assert_eq!(keys(&store), 10_000 * (part as usize + 1));
+        }
+        store.flush().unwrap();
+    }
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(keys(&store), 30_000);
+    assert_eq!(
+        store.get(Tree::Jobs, b"j").unwrap(),
+        Some(2u32.to_be_bytes().to_vec())
+    );
+}

@@ -381,6 +381,23 @@ pub struct WorkerArgs {
     /// Address to serve Prometheus `/metrics` on.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<std::net::SocketAddr>,
+    /// Memory the worker's shards may use, e.g. `16GB` or `12GiB`, told to the
+    /// coordinator: it gives this worker only as many shards of a job at once
+    /// as their estimate fits, and cuts hex points shards to the largest
+    /// budget. Default: the machine's memory (or its cgroup's limit).
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    pub memory_budget: Option<u64>,
+}
+
+/// A memory size such as `16GB`, `12GiB` or `800MB`, in bytes; at least 64 MB.
+pub fn parse_memory(text: &str) -> Result<u64, String> {
+    let size: bytesize::ByteSize = text
+        .parse()
+        .map_err(|e| format!("{e} (a size such as 16GB, 12GiB or 800MB)"))?;
+    if size.as_u64() < 64_000_000 {
+        return Err(format!("{text} is less than the 64 MB a worker needs"));
+    }
+    Ok(size.as_u64())
 }
 
 impl SpecArgs {
@@ -459,4 +476,20 @@ fn read_spec_file(path: &std::path::Path) -> anyhow::Result<JobSpec> {
         serde_json::from_str(&text).map_err(|e| invalid!("{}: {e}", path.display()))?
     };
     Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_memory;
+
+    #[test]
+    fn memory_sizes_parse_in_decimal_and_binary_units_and_tiny_ones_are_refused() {
+        assert_eq!(parse_memory("16GB"), Ok(16_000_000_000));
+        assert_eq!(parse_memory("12GiB"), Ok(12 << 30));
+        assert_eq!(parse_memory("800 MB"), Ok(800_000_000));
+        let tiny = parse_memory("1MB").unwrap_err();
+        assert!(tiny.contains("less than the 64 MB"), "{tiny}");
+        let bad = parse_memory("lots").unwrap_err();
+        assert!(bad.contains("a size such as"), "{bad}");
+    }
 }

@@ -130,6 +130,22 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Waits, a bounded while, until `wanted` workers have registered: a job is
+/// fitted to the memory of the workers registered when it is submitted.
+async fn wait_for_workers(remote: &Remote, wanted: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(mut client) = connect(remote).await
+            && let Ok(info) = client.info(quick(proto::InfoRequest {})).await
+            && info.into_inner().workers_live as usize >= wanted
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tracing::warn!("not every in-process worker registered within 10 s; submitting anyway");
+}
+
 /// The exit status of a command stopped by Ctrl-C or SIGTERM.
 const INTERRUPTED: u8 = 130;
 
@@ -245,6 +261,7 @@ impl LocalCluster {
         let coordinator = tally_coordinator::start(config).await?;
         let url = coordinator.url();
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let workers_wanted = workers;
         let workers = (0..workers)
             .map(|i| {
                 let mut config = tally_worker::WorkerConfig::new(url.clone());
@@ -262,9 +279,11 @@ impl LocalCluster {
                 }))
             })
             .collect();
+        let remote = Remote::open(url);
+        wait_for_workers(&remote, workers_wanted).await;
         Ok(LocalCluster {
             coordinator,
-            remote: Remote::open(url),
+            remote,
             stop,
             workers,
         })

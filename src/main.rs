@@ -372,14 +372,21 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     config.corrupt_results = args.corrupt_results;
     config.pause_after_checkpoint = Duration::from_millis(args.pause_after_checkpoint_ms);
     config.http = args.http;
+    if let Some(budget) = args.memory_budget {
+        config.memory_budget = budget;
+    }
     anyhow::ensure!(
         args.checkpoint_ms >= 10,
         "--checkpoint-ms must be at least 10"
     );
     config.checkpoint_interval = Duration::from_millis(args.checkpoint_ms);
     eprintln!(
-        "worker {} serving {} with {} slot(s), {} thread(s)",
-        config.worker_id, config.coordinator, config.slots, config.threads
+        "worker {} serving {} with {} slot(s), {} thread(s), a memory budget of {}",
+        config.worker_id,
+        config.coordinator,
+        config.slots,
+        config.threads,
+        tally_common::kind::format_bytes(config.memory_budget)
     );
     let stats = tally_worker::run(config, shutdown_signal()).await?;
     tracing::info!(

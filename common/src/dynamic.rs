@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, Checkpoint, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
-    ResourceEstimate, ShardRun, StageRead, WORKER_MEMORY_BUDGET, format_bytes,
+    ResourceEstimate, ShardRun, StageRead,
 };
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
 use crate::{Control, Error, Result, invalid, proto};
@@ -49,11 +49,10 @@ pub trait Kind: Send + Sync {
     -> Option<Result<Map<String, Value>>>;
     /// Parses and validates the spec's parameters; returns the typed spec and
     /// the parameters with every default filled in.
-    fn check(
-        &self,
-        params: &Map<String, Value>,
-        force: bool,
-    ) -> Result<(TypedSpec, Map<String, Value>)>;
+    fn check(&self, params: &Map<String, Value>) -> Result<(TypedSpec, Map<String, Value>)>;
+    /// The parameters of the spec made to fit workers of `budget` bytes
+    /// (see [`JobKind::fit_to_budget`]).
+    fn fit_to_budget(&self, spec: &TypedSpec, budget: u64) -> Result<Map<String, Value>>;
     fn to_proto(&self, spec: &TypedSpec) -> proto::job_spec::Kind;
     fn describe(&self, spec: &TypedSpec) -> String;
     fn estimate(&self, spec: &TypedSpec) -> Option<ResourceEstimate>;
@@ -185,27 +184,16 @@ impl<K: JobKind> Kind for Registered<K> {
         K::spec_from_proto(kind).map(|spec| to_map(&spec?))
     }
 
-    fn check(
-        &self,
-        params: &Map<String, Value>,
-        force: bool,
-    ) -> Result<(TypedSpec, Map<String, Value>)> {
+    fn check(&self, params: &Map<String, Value>) -> Result<(TypedSpec, Map<String, Value>)> {
         let spec = K::Spec::deserialize(Value::Object(params.clone()))
             .map_err(|e| invalid!("invalid {} job spec: {e}", K::NAME))?;
         K::validate(&spec)?;
-        if !force
-            && let Some(estimate) = K::estimate(&spec)
-            && estimate.worker_memory_bytes > WORKER_MEMORY_BUDGET
-        {
-            return Err(invalid!(
-                "{}; this is more than the {} a worker is assumed to have: {}, or --force",
-                estimate.describe(),
-                format_bytes(WORKER_MEMORY_BUDGET),
-                estimate.advice
-            ));
-        }
         let normalised = to_map(&spec)?;
         Ok((Arc::new(spec), normalised))
+    }
+
+    fn fit_to_budget(&self, spec: &TypedSpec, budget: u64) -> Result<Map<String, Value>> {
+        to_map(&K::fit_to_budget(typed::<K>(spec), budget))
     }
 
     fn to_proto(&self, spec: &TypedSpec) -> proto::job_spec::Kind {

@@ -27,8 +27,12 @@ use crate::{Control, Result, proto};
 /// Default interval between checkpoints of a running shard.
 pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(3);
 
-/// What one worker is assumed to have for a job unless `--force` says otherwise.
+/// The memory a worker is assumed to have when no registered worker has said
+/// (`tally worker --memory-budget`).
 pub const WORKER_MEMORY_BUDGET: u64 = 8_000_000_000;
+
+/// Shards of one job a worker is assumed to hold at once in an estimate.
+pub const ESTIMATE_SLOTS: u64 = 2;
 
 /// Values a kind stores and sends: JSON through serde, compared for replicas.
 pub trait KindValue:
@@ -77,10 +81,17 @@ pub trait JobKind: Send + Sync + 'static {
     fn validate(spec: &Self::Spec) -> Result<()>;
     /// A one-line human description, e.g. `hex side 11 mod 1000000007 (points)`.
     fn describe(spec: &Self::Spec) -> String;
-    /// What the job needs; a job whose workers would need more than
-    /// [`WORKER_MEMORY_BUDGET`] is refused unless forced.
+    /// What the job needs. The coordinator refuses (unless forced) a job
+    /// whose smallest shard fits no worker's memory budget, and gives a
+    /// worker only as many of its shards at once as its budget holds.
     fn estimate(_spec: &Self::Spec) -> Option<ResourceEstimate> {
         None
+    }
+    /// The spec made to fit workers of `budget` bytes where the kind can cut
+    /// its shards smaller (the hex points plan: fewer points a shard); only
+    /// choices the spec left open change. Unchanged by default.
+    fn fit_to_budget(spec: &Self::Spec, _budget: u64) -> Self::Spec {
+        spec.clone()
     }
 
     // ------------------------------------------------------------- planning
@@ -304,7 +315,10 @@ pub struct Answer {
 pub struct ResourceEstimate {
     /// E.g. `hex side 16 with the cell-step plan`.
     pub subject: String,
-    pub worker_memory_bytes: u64,
+    /// What a worker needs for the job at all, shared by its shards (a graph).
+    pub worker_base_bytes: u64,
+    /// What each shard of the job a worker holds at once adds.
+    pub shard_bytes: u64,
     pub coordinator_memory_bytes: u64,
     pub traffic_bytes: u64,
     /// What to do instead when the job does not fit, e.g. `use the points plan`.
@@ -312,11 +326,34 @@ pub struct ResourceEstimate {
 }
 
 impl ResourceEstimate {
+    /// A worker's memory with [`ESTIMATE_SLOTS`] shards of the job at once.
+    pub fn worker_memory_bytes(&self) -> u64 {
+        self.worker_base_bytes + ESTIMATE_SLOTS * self.shard_bytes
+    }
+
+    /// A worker's memory with one shard: the least any worker needs.
+    pub fn smallest_worker_bytes(&self) -> u64 {
+        self.worker_base_bytes + self.shard_bytes
+    }
+
+    /// Shards of the job a worker with `budget` bytes may hold at once: 0 if
+    /// not even one fits, unbounded if shards add nothing.
+    pub fn shards_within(&self, budget: u64) -> u64 {
+        if budget < self.smallest_worker_bytes() {
+            return 0;
+        }
+        (budget - self.worker_base_bytes)
+            .checked_div(self.shard_bytes)
+            .unwrap_or(u64::MAX)
+    }
+
     pub fn describe(&self) -> String {
         format!(
-            "{} needs about {} per worker and {} in the coordinator, and moves about {} between them",
+            "{} needs about {} per worker ({} at least, with one shard at a time) and {} in the \
+             coordinator, and moves about {} between them",
             self.subject,
-            format_bytes(self.worker_memory_bytes),
+            format_bytes(self.worker_memory_bytes()),
+            format_bytes(self.smallest_worker_bytes()),
             format_bytes(self.coordinator_memory_bytes),
             format_bytes(self.traffic_bytes)
         )

@@ -150,12 +150,13 @@ impl PartialEq for ValidSpec {
 }
 
 impl ValidSpec {
-    /// Checks the options and the kind's parameters (and the kind's resource
-    /// estimate, unless forced).
+    /// Checks the options and the kind's parameters. (The memory the job
+    /// needs is checked against the workers at submission:
+    /// [`ValidSpec::fitted_to`].)
     pub fn new(spec: JobSpec) -> Result<ValidSpec> {
         spec.options.validate()?;
         let kind = kinds::lookup(&spec.kind)?;
-        let (typed, params) = kind.check(&spec.params, spec.options.force)?;
+        let (typed, params) = kind.check(&spec.params)?;
         Ok(ValidSpec {
             spec: JobSpec { params, ..spec },
             kind,
@@ -201,6 +202,30 @@ impl ValidSpec {
 
     pub fn estimate(&self) -> Option<ResourceEstimate> {
         self.kind.estimate(&self.typed)
+    }
+
+    /// The job made to fit workers of `budget` bytes (the largest budget of
+    /// the workers, `workers` says which), with the choices the spec left
+    /// open made for it; refused, unless forced, when not even its smallest
+    /// shard fits, with the numbers.
+    pub fn fitted_to(&self, budget: u64, workers: &str) -> Result<ValidSpec> {
+        let params = self.kind.fit_to_budget(&self.typed, budget)?;
+        let fitted = ValidSpec::new(JobSpec {
+            params,
+            ..self.spec.clone()
+        })?;
+        if !self.options().force
+            && let Some(estimate) = fitted.estimate()
+            && estimate.shards_within(budget) == 0
+        {
+            return Err(invalid!(
+                "{}; that is more than {workers} has ({}): {}, or --force",
+                estimate.describe(),
+                crate::kind::format_bytes(budget),
+                estimate.advice
+            ));
+        }
+        Ok(fitted)
     }
 
     /// Computes the facts the plan needs (the expensive part of planning: building

@@ -206,6 +206,15 @@ impl JobService for JobApi {
             .spec
             .ok_or_else(|| Status::invalid_argument("the request has no job spec"))?;
         let spec = ValidSpec::try_from(&spec_proto).map_err(CoordinatorError::from)?;
+        // Shards cut to the workers' memory, or the job refused if not even
+        // its smallest shard fits the largest of them.
+        let (budget, whose) = self
+            .shared
+            .with_scheduler(|s| Ok(s.largest_memory_budget(now_ms())))
+            .await?;
+        let spec = spec
+            .fitted_to(budget, &whose)
+            .map_err(CoordinatorError::from)?;
         let key = Some(request.idempotency_key).filter(|k| !k.is_empty());
         if let Some(k) = &key
             && k.len() > 256

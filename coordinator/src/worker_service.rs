@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::error::{CoordinatorError, Result};
 use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::{
-    Grant, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult,
+    Grant, Registration, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult,
 };
 use crate::service::{HEARTBEAT_INTERVAL_MS, MAX_LEASE_WAIT, MAX_REPORT_BYTES, Shared, now_ms};
 
@@ -63,14 +63,13 @@ impl WorkerService for WorkerApi {
         let given = session.clone();
         self.shared
             .with_scheduler(move |s| {
-                s.register(
-                    &r.worker_id,
-                    &r.hostname,
-                    r.slots,
-                    &r.version,
-                    given,
-                    now_ms(),
-                );
+                let registration = Registration {
+                    hostname: r.hostname,
+                    slots: r.slots,
+                    version: r.version,
+                    memory_budget: r.memory_budget_bytes,
+                };
+                s.register(&r.worker_id, registration, given, now_ms());
                 Ok(())
             })
             .await?;

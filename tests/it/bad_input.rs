@@ -58,6 +58,7 @@ fn hex_spec(side: u32, modulus: u32, plan: &str) -> proto::HexSpec {
         plan: plan.into(),
         shards_per_step: 0,
         exact: false,
+        points_per_shard: 0,
     }
 }
 
@@ -132,8 +133,9 @@ fn first_side_over_budget() -> u32 {
                 plan: HexPlan::CellStep,
                 shards_per_step: 0,
                 exact: false,
+                points_per_shard: 0,
             };
-            hex_kind::estimate(&h).worker_memory_bytes > WORKER_MEMORY_BUDGET
+            hex_kind::estimate(&h).smallest_worker_bytes() > WORKER_MEMORY_BUDGET
         })
         .expect("some side is over the budget")
 }
@@ -739,7 +741,12 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
                     .into_inner()
                     .job
                     .unwrap();
-                let sent = ValidSpec::try_from(&spec).unwrap();
+                // No worker is registered: the job is fitted to the budget
+                // a worker is assumed to have (the points a hex shard).
+                let sent = ValidSpec::try_from(&spec)
+                    .unwrap()
+                    .fitted_to(WORKER_MEMORY_BUDGET, "no worker")
+                    .unwrap();
                 let stored = ValidSpec::try_from(job.spec.as_ref().unwrap()).unwrap();
                 assert_eq!(sent, stored, "{name}: the stored spec differs");
                 // Cancelled at once so that the table's jobs never run.
@@ -762,8 +769,12 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
                     .await
                     .expect_err(&name);
                 check_status(&name, &status, code, needle);
-                // The same refusal as the spec conversion gives in process.
-                assert!(ValidSpec::try_from(&spec).is_err(), "{name}");
+                // The same refusal as the spec conversion gives in process
+                // (or, for memory, the fit to the budget a worker is assumed
+                // to have when none has registered).
+                let in_process = ValidSpec::try_from(&spec)
+                    .and_then(|spec| spec.fitted_to(WORKER_MEMORY_BUDGET, "no worker"));
+                assert!(in_process.is_err(), "{name}");
                 assert_eq!(observe(&mut client).await, before, "{name}: state changed");
                 refused += 1;
             }
@@ -1132,6 +1143,7 @@ fn cell_step(side: u32, shards_per_step: u32) -> JobSpec {
         plan: HexPlan::CellStep,
         shards_per_step,
         exact: false,
+        points_per_shard: 0,
     }))
 }
 
@@ -1781,6 +1793,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 hostname: "h".into(),
                 slots: 1,
                 version: "0".into(),
+                memory_budget_bytes: 0,
             }),
             Code::InvalidArgument,
             "worker id must be 1 to 128 bytes",
@@ -1792,6 +1805,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 hostname: "h".into(),
                 slots: 1,
                 version: "0".into(),
+                memory_budget_bytes: 0,
             }),
             Code::InvalidArgument,
             "worker id must be 1 to 128 bytes",
@@ -2242,17 +2256,26 @@ mod fuzz {
 
     fn proto_spec() -> impl Strategy<Value = proto::JobSpec> {
         let small = prop_oneof![0u32..8, edge_u32()];
-        let hex = (small.clone(), edge_u32(), plan(), edge_u32(), any::<bool>()).prop_map(
-            |(side, modulus, plan, shards_per_step, exact)| {
-                Kind::Hex(proto::HexSpec {
-                    side,
-                    modulus,
-                    plan,
-                    shards_per_step,
-                    exact,
-                })
-            },
-        );
+        let hex = (
+            small.clone(),
+            edge_u32(),
+            plan(),
+            edge_u32(),
+            any::<bool>(),
+            edge_u32(),
+        )
+            .prop_map(
+                |(side, modulus, plan, shards_per_step, exact, points_per_shard)| {
+                    Kind::Hex(proto::HexSpec {
+                        side,
+                        modulus,
+                        plan,
+                        shards_per_step,
+                        exact,
+                        points_per_shard,
+                    })
+                },
+            );
         let kayles = (edge_u64(), edge_u32())
             .prop_map(|(pins, digits)| Kind::Kayles(proto::KaylesSpec { pins, digits }));
         let sliders = (

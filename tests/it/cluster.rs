@@ -23,6 +23,7 @@ fn hex(side: u32, shards_per_step: u32) -> JobSpec {
         plan: HexPlan::CellStep,
         shards_per_step,
         exact: false,
+        points_per_shard: 0,
     })
 }
 
@@ -33,6 +34,7 @@ fn hex_points(side: u32, modulus: u32, exact: bool) -> JobSpec {
         plan: HexPlan::Points,
         shards_per_step: 0,
         exact,
+        points_per_shard: 0,
     })
 }
 
@@ -50,6 +52,7 @@ async fn hex_points_equals_cell_step_and_the_direct_kernel() {
                 plan: HexPlan::CellStep,
                 shards_per_step: 2,
                 exact: false,
+                points_per_shard: 0,
             });
             let a = submit(&mut client, &points, "").await;
             let b = submit(&mut client, &cell, "").await;

@@ -41,6 +41,7 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
         plan: HexPlan::CellStep,
         shards_per_step: 3,
         exact: false,
+        points_per_shard: 0,
     });
     let job = submit(&mut client, &spec, "").await;
     // Let a good part of the job be accepted, then kill the coordinator.

@@ -153,6 +153,7 @@ async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str
             hostname: "h".into(),
             slots: 1,
             version: "0".into(),
+            memory_budget_bytes: 0,
         })
         .await;
     let register = code(registered.as_ref().map(drop).map_err(Clone::clone));

@@ -36,7 +36,8 @@ use tally_coordinator::records::{
     shard_key,
 };
 use tally_coordinator::scheduler::{
-    Grant, Report, ReportedCheckpoint, ReportedFailure, ReportedResult, Scheduler, SchedulerConfig,
+    Grant, Registration, Report, ReportedCheckpoint, ReportedFailure, ReportedResult, Scheduler,
+    SchedulerConfig,
 };
 use tally_coordinator::store::{SledStore, Store, Tree};
 
@@ -102,7 +103,11 @@ enum Ack {
 fn load_scheduler(store: Arc<dyn Store>, now: u64) -> tally_coordinator::Result<Scheduler> {
     let mut scheduler = Scheduler::load(store, scheduler_config(), now)?;
     for worker in ["w0", "w1", "w2", "r0", "r1", "r2", "a", "b"] {
-        scheduler.register(worker, "test", 4, "test", format!("session-{worker}"), now);
+        let registration = Registration {
+            slots: 4,
+            ..Registration::default()
+        };
+        scheduler.register(worker, registration, format!("session-{worker}"), now);
     }
     Ok(scheduler)
 }
@@ -134,6 +139,7 @@ fn random_spec(rng: &mut Rng) -> ValidSpec {
             plan: HexPlan::CellStep,
             shards_per_step: 1 + rng.below(3) as u32,
             exact: false,
+            points_per_shard: 0,
         }),
         4 => JobSpec::new(HexSpec {
             side: 1 + rng.below(5) as u32,
@@ -141,6 +147,7 @@ fn random_spec(rng: &mut Rng) -> ValidSpec {
             plan: HexPlan::Points,
             shards_per_step: 0,
             exact: rng.chance(30),
+            points_per_shard: 0,
         }),
         _ => JobSpec::new(SlidersSpec {
             board: SliderParams::new(3, 3, "WRRRRBBBB", "WBBBBRRRR"),

@@ -41,6 +41,10 @@ pub struct WorkerConfig {
     pub security: ClientSecurity,
     /// Where to serve Prometheus `/metrics` over HTTP, if anywhere.
     pub http: Option<std::net::SocketAddr>,
+    /// The memory shards may use, in bytes, advertised at registration: the
+    /// coordinator gives this worker only as many shards of a job at once as
+    /// their estimate fits in it.
+    pub memory_budget: u64,
 }
 
 impl WorkerConfig {
@@ -62,7 +66,40 @@ impl WorkerConfig {
             checkpoint_interval: CHECKPOINT_EVERY,
             security: ClientSecurity::default(),
             http: None,
+            memory_budget: machine_memory(),
         }
+    }
+}
+
+/// The memory this process may use: the machine's (`MemTotal`), or its
+/// cgroup's limit when lower (a container); the default a worker is assumed
+/// to have when neither can be read.
+pub fn machine_memory() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        });
+    // cgroup v2, then v1 (which says "no limit" with a huge number).
+    let limit = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|path| {
+        std::fs::read_to_string(path)
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+    });
+    match (total, limit) {
+        (Some(total), Some(limit)) => total.min(limit),
+        (Some(total), None) => total,
+        (None, Some(limit)) => limit,
+        (None, None) => tally_common::kind::WORKER_MEMORY_BUDGET,
     }
 }
 

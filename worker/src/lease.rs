@@ -82,6 +82,7 @@ impl LeaseLoop {
             hostname: hostname(),
             slots: config.slots as u32,
             version: env!("CARGO_PKG_VERSION").to_string(),
+            memory_budget_bytes: config.memory_budget,
         };
         match self.ctx.client().register(request).await {
             Ok(response) => {

@@ -78,6 +78,11 @@ pub struct HexSpec {
     /// residue.
     #[serde(default)]
     pub exact: bool,
+    /// Points plan: evaluation points per shard (1 to [`POINTS_PER_SHARD`]);
+    /// 0 leaves it to the coordinator, which takes the most that fit its
+    /// workers' memory.
+    #[serde(default)]
+    pub points_per_shard: u32,
 }
 
 fn default_modulus() -> u32 {
@@ -105,6 +110,10 @@ pub struct HexArgs {
     /// Shards per cell step (default: from the number of frontier states).
     #[arg(long, default_value_t = 0)]
     pub shards_per_step: u32,
+    /// Points plan: evaluation points per shard, 1 to 16 (default: the most
+    /// that fit the workers' memory budgets; fewer points, less memory a shard).
+    #[arg(long, default_value_t = 0)]
+    pub points_per_shard: u32,
 }
 
 /// Facts about a job computed at submission.
@@ -196,6 +205,7 @@ impl JobKind for Hex {
             plan: HexPlan::parse(&h.plan)?,
             shards_per_step: h.shards_per_step,
             exact: h.exact,
+            points_per_shard: h.points_per_shard,
         })
     }
 
@@ -206,6 +216,7 @@ impl JobKind for Hex {
             plan: h.plan.name().to_string(),
             shards_per_step: h.shards_per_step,
             exact: h.exact,
+            points_per_shard: h.points_per_shard,
         })
     }
 
@@ -223,6 +234,7 @@ impl JobKind for Hex {
             plan,
             shards_per_step: h.shards_per_step,
             exact: h.exact,
+            points_per_shard: h.points_per_shard,
         }))
     }
 
@@ -240,6 +252,17 @@ impl JobKind for Hex {
                 hex::NARROW_SIDES,
                 h.side,
                 crate::kind::format_bytes(estimate(h).coordinator_memory_bytes)
+            ));
+        }
+        if h.points_per_shard as usize > POINTS_PER_SHARD {
+            return Err(invalid!(
+                "points per shard must be at most {POINTS_PER_SHARD}, got {}",
+                h.points_per_shard
+            ));
+        }
+        if h.points_per_shard != 0 && h.plan != HexPlan::Points {
+            return Err(invalid!(
+                "points per shard are for the points plan (--plan points)"
             ));
         }
         if h.exact && h.plan != HexPlan::Points {
@@ -274,6 +297,27 @@ impl JobKind for Hex {
 
     fn estimate(h: &HexSpec) -> Option<ResourceEstimate> {
         Some(estimate(h))
+    }
+
+    fn fit_to_budget(h: &HexSpec, budget: u64) -> HexSpec {
+        if h.plan != HexPlan::Points || h.points_per_shard != 0 {
+            return h.clone();
+        }
+        // The most points a shard (a pass is as fast per point at any width
+        // up to 16) such that the worker with the budget holds two shards;
+        // else one point a shard, the least memory there is.
+        let fits = |points: u32| {
+            let spec = HexSpec {
+                points_per_shard: points,
+                ..h.clone()
+            };
+            estimate(&spec).worker_memory_bytes() <= budget
+        };
+        let points = [16, 8, 4, 2].into_iter().find(|&p| fits(p)).unwrap_or(1);
+        HexSpec {
+            points_per_shard: points,
+            ..h.clone()
+        }
     }
 
     fn prepare(h: &HexSpec, cache: &KernelCache, _control: &Control) -> Result<HexFacts> {
@@ -312,7 +356,7 @@ impl JobKind for Hex {
 
     fn plan_stage(h: &HexSpec, facts: &HexFacts, stage: u32) -> Result<Vec<Planned<HexTask>>> {
         match h.plan {
-            HexPlan::Points => Ok(points_shards(facts)),
+            HexPlan::Points => Ok(points_shards(facts, points_per_shard(h))),
             HexPlan::CellStep => Ok(step_shards(h, facts, stage)),
         }
     }
@@ -448,10 +492,18 @@ impl JobKind for Hex {
     }
 }
 
-fn points_shards(facts: &HexFacts) -> Vec<Planned<HexTask>> {
+/// The points a shard of the points plan evaluates: the spec's, or the most.
+fn points_per_shard(h: &HexSpec) -> usize {
+    match h.points_per_shard {
+        0 => POINTS_PER_SHARD,
+        n => n as usize,
+    }
+}
+
+fn points_shards(facts: &HexFacts, per_shard: usize) -> Vec<Planned<HexTask>> {
     let mut shards = Vec::new();
     for &modulus in &facts.primes {
-        for points in facts.points.chunks(POINTS_PER_SHARD) {
+        for points in facts.points.chunks(per_shard) {
             shards.push(Planned {
                 task: HexTask::HexPoints {
                     modulus,
@@ -735,25 +787,26 @@ pub fn estimate(h: &HexSpec) -> ResourceEstimate {
     let steps = side * side.saturating_sub(1);
     let graph = states * GRAPH_BYTES_PER_STATE;
     let vector = states * stride(h.side) * 4;
-    let (worker, coordinator, traffic) = match h.plan {
+    let (base, shard, coordinator, traffic) = match h.plan {
         // Input, output and the decoded copy; the coordinator keeps the previous
         // stage and assembles the current one (about half of each is zero runs).
         HexPlan::CellStep => (
             graph + 3 * vector,
+            0,
             vector,
             steps * vector / 2 * (ESTIMATE_WORKERS + 1),
         ),
-        // One in-place vector of one lane per point for each of two slots, plus
-        // the pass's private buffers.
-        HexPlan::Points => (
-            graph + 2 * (states * POINTS_PER_SHARD as u64 * 4 + (20 << 20)),
-            1 << 20,
-            1 << 20,
-        ),
+        // The graph, shared; each shard an in-place vector of one lane per
+        // point (a power of two), plus the pass's private buffers.
+        HexPlan::Points => {
+            let lanes = (points_per_shard(h) as u64).next_power_of_two();
+            (graph, states * lanes * 4 + (20 << 20), 1 << 20, 1 << 20)
+        }
     };
     ResourceEstimate {
         subject: format!("hex side {} with the {} plan", h.side, h.plan.name()),
-        worker_memory_bytes: worker,
+        worker_base_bytes: base,
+        shard_bytes: shard,
         coordinator_memory_bytes: coordinator,
         traffic_bytes: traffic,
         advice: match h.plan {
@@ -762,5 +815,97 @@ pub fn estimate(h: &HexSpec) -> ResourceEstimate {
             // worker saves a pass vector.
             HexPlan::Points => "run it on workers with that much memory (one slot each needs less)",
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{JobSpec, ValidSpec};
+
+    fn points(side: u32, points_per_shard: u32) -> HexSpec {
+        HexSpec {
+            side,
+            modulus: hex::DEFAULT_MODULUS,
+            plan: HexPlan::Points,
+            shards_per_step: 0,
+            exact: false,
+            points_per_shard,
+        }
+    }
+
+    /// The points a shard get as the budget shrinks: the most such that the
+    /// worker holds two shards, then one point (the least memory there is);
+    /// a spec that chose its points keeps them.
+    #[test]
+    fn points_per_shard_follow_the_memory_budget() {
+        let side = 17;
+        let need = |p: u32| estimate(&points(side, p));
+        let fitted = |budget: u64| Hex::fit_to_budget(&points(side, 0), budget).points_per_shard;
+        assert_eq!(fitted(u64::MAX), 16);
+        for p in [16, 8, 4, 2] {
+            let two = need(p).worker_memory_bytes();
+            assert_eq!(fitted(two), p, "budget {two}");
+            assert!(fitted(two - 1) < p, "budget {}", two - 1);
+        }
+        assert_eq!(fitted(need(2).worker_memory_bytes() - 1), 1);
+        assert_eq!(fitted(0), 1);
+        // Fewer points, less memory a shard; the graph is the same.
+        assert!(need(1).shard_bytes < need(16).shard_bytes);
+        assert_eq!(need(1).worker_base_bytes, need(16).worker_base_bytes);
+        assert_eq!(Hex::fit_to_budget(&points(side, 3), 0).points_per_shard, 3);
+        let cell = HexSpec {
+            plan: HexPlan::CellStep,
+            ..points(9, 0)
+        };
+        assert_eq!(Hex::fit_to_budget(&cell, 0), cell);
+    }
+
+    /// A job whose smallest shard fits no worker is refused with the
+    /// numbers, unless forced; one that fits is planned with the points
+    /// chosen for it, in shards of that many points.
+    #[test]
+    fn a_job_whose_smallest_shard_fits_no_worker_is_refused_with_the_numbers() {
+        let spec = ValidSpec::new(JobSpec::new(points(17, 0))).unwrap();
+        let smallest = estimate(&points(17, 1)).smallest_worker_bytes();
+        let refused = spec
+            .fitted_to(smallest - 1, "the largest worker (h)")
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("the largest worker (h) has"), "{refused}");
+        assert!(
+            refused.contains(&crate::kind::format_bytes(smallest)),
+            "{refused}"
+        );
+        assert!(refused.contains("or --force"), "{refused}");
+        let fitted = spec.fitted_to(smallest, "w").unwrap();
+        assert_eq!(fitted.params::<HexSpec>().unwrap().points_per_shard, 1);
+        let mut forced = JobSpec::new(points(17, 0));
+        forced.options.force = true;
+        let forced = ValidSpec::new(forced).unwrap();
+        assert!(forced.fitted_to(0, "w").is_ok());
+
+        let small = points(7, 3);
+        let facts = HexFacts {
+            primes: vec![hex::DEFAULT_MODULUS],
+            points: (2..12).collect(),
+            ..HexFacts::default()
+        };
+        let shards = points_shards(&facts, points_per_shard(&small));
+        let sizes: Vec<u64> = shards.iter().map(|s| s.work_total).collect();
+        assert_eq!(sizes, [3, 3, 3, 1]);
+    }
+
+    #[test]
+    fn points_per_shard_out_of_range_or_with_the_cell_step_plan_are_refused() {
+        let over = Hex::validate(&points(9, 17)).unwrap_err().to_string();
+        assert!(over.contains("at most 16, got 17"), "{over}");
+        let cell = HexSpec {
+            plan: HexPlan::CellStep,
+            ..points(9, 4)
+        };
+        let refused = Hex::validate(&cell).unwrap_err().to_string();
+        assert!(refused.contains("points plan"), "{refused}");
+        Hex::validate(&points(9, 16)).unwrap();
     }
 }

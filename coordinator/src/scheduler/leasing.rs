@@ -19,10 +19,36 @@ use super::state::{JobEntry, Scheduler};
 struct LeaseRequest<'a> {
     worker: &'a str,
     free_slots: u32,
+    /// The memory the worker may use for shards.
+    memory_budget: u64,
     now_ms: u64,
 }
 
 impl LeaseRequest<'_> {
+    /// How many more shards of the job this worker may hold now: those its
+    /// memory budget holds at once (by the job's estimate), less those it
+    /// holds already and those this request leased.
+    fn room_for(&self, entry: &JobEntry, staged: &StagedLeases) -> usize {
+        let Some(memory) = &entry.memory else {
+            return usize::MAX;
+        };
+        let fit = memory.shards_within(self.memory_budget);
+        if fit == u64::MAX {
+            return usize::MAX;
+        }
+        let held = entry
+            .shards
+            .leased()
+            .filter(|&i| entry.shards[i].worker.as_deref() == Some(self.worker))
+            .count()
+            + staged
+                .updated
+                .iter()
+                .filter(|(job, _)| *job == entry.rec.id)
+                .count();
+        (fit as usize).saturating_sub(held)
+    }
+
     fn is_full(&self, staged: &StagedLeases) -> bool {
         staged.grants.len() as u32 >= self.free_slots
     }
@@ -72,6 +98,7 @@ impl Scheduler {
         let request = LeaseRequest {
             worker,
             free_slots,
+            memory_budget: info.memory_budget(),
             now_ms,
         };
         let mut staged = StagedLeases::default();
@@ -162,6 +189,7 @@ impl Scheduler {
         self.ensure_shards(id)?;
         let store = self.store.clone();
         let entry = self.known_entry(id);
+        let most = most.min(request.room_for(entry, staged));
         let mut skipped = 0;
         let mut leased = 0;
         while skipped < entry.pending.len() && !request.is_full(staged) && leased < most {

@@ -40,8 +40,8 @@ mod replica_tests;
 mod tests;
 
 pub use protocol::{
-    Grant, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult, ResultCheck,
-    WORKER_FORGOTTEN_MS, WORKER_LOST_MS, WorkerInfo,
+    Grant, Registration, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure,
+    ReportedResult, ResultCheck, WORKER_FORGOTTEN_MS, WORKER_LOST_MS, WorkerInfo,
 };
 pub use state::{Scheduler, SchedulerConfig};
 pub use views::{DEFAULT_PAGE, ListPage, MAX_PAGE};

@@ -1,6 +1,7 @@
 //! What crosses the scheduler's boundary: the leases it hands out, the reports
 //! it receives, what it answers to them, and what it knows of each worker.
 
+use tally_common::kind::WORKER_MEMORY_BUDGET;
 use tally_common::lease::LeaseId;
 use tally_common::spec::ValidSpec;
 use tally_common::values::{EncodedPartial, EncodedTask, JobPlan};
@@ -24,10 +25,31 @@ pub struct WorkerInfo {
     pub session: String,
     pub slots: u32,
     pub version: String,
+    /// The memory the worker said it may use for shards, in bytes (0: not
+    /// said; [`WORKER_MEMORY_BUDGET`] is assumed).
+    pub memory_budget: u64,
     pub last_seen_ms: u64,
 }
 
+/// What a worker says of itself when it registers.
+#[derive(Clone, Debug, Default)]
+pub struct Registration {
+    pub hostname: String,
+    pub slots: u32,
+    pub version: String,
+    pub memory_budget: u64,
+}
+
 impl WorkerInfo {
+    /// The memory the worker may use for shards: what it said, or the
+    /// default assumed.
+    pub fn memory_budget(&self) -> u64 {
+        match self.memory_budget {
+            0 => WORKER_MEMORY_BUDGET,
+            said => said,
+        }
+    }
+
     /// Heard from within [`WORKER_LOST_MS`] of `now_ms`.
     pub fn is_live(&self, now_ms: u64) -> bool {
         self.last_seen_ms + WORKER_LOST_MS >= now_ms

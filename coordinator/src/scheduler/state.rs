@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::error::{CoordinatorError, Result};
+use tally_common::kind::ResourceEstimate;
+
 use crate::records::JobRecord;
 use crate::store::Store;
 
@@ -156,6 +158,9 @@ pub(super) struct JobEntry {
     /// wants them (`Scheduler::ensure_shards`), so that a restart with many
     /// queued jobs neither reads nor holds their shards.
     pub(super) shards_loaded: bool,
+    /// The memory a worker needs for the job (per worker, per shard held):
+    /// a worker gets only as many of its shards at once as its budget holds.
+    pub(super) memory: Option<ResourceEstimate>,
 }
 
 #[derive(Clone)]
@@ -170,7 +175,9 @@ pub(super) struct FinishedStage {
 impl JobEntry {
     /// A job with no shards in memory yet.
     pub(super) fn new(rec: JobRecord) -> JobEntry {
+        let memory = rec.spec.estimate();
         JobEntry {
+            memory,
             rec,
             shards: ShardTable::default(),
             pending: VecDeque::new(),

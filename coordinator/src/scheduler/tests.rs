@@ -12,7 +12,19 @@ use tally_common::values::EncodedTask;
 use crate::error::{CoordinatorError, Result};
 use crate::store::{MemoryStore, Store};
 
-use super::{Grant, Report, ReportedFailure, ReportedResult, Scheduler, SchedulerConfig};
+use super::{
+    Grant, Registration, Report, ReportedFailure, ReportedResult, Scheduler, SchedulerConfig,
+};
+
+/// A worker registration with `n` slots and the default memory budget.
+fn slots(n: u32) -> Registration {
+    Registration {
+        hostname: "test-host".into(),
+        slots: n,
+        version: "test".into(),
+        memory_budget: 0,
+    }
+}
 
 fn kayles(pins: u64) -> JobSpec {
     let mut spec = JobSpec::new(KaylesSpec { pins, digits: 9 });
@@ -35,7 +47,7 @@ fn new_scheduler(store: Arc<dyn Store>) -> Scheduler {
 /// The scheduler with the workers the tests lease for registered.
 pub(super) fn registered(mut s: Scheduler) -> Scheduler {
     for worker in ["w", "v", "a", "b", "other", "gone", "honest", "faulty"] {
-        s.register(worker, "test", 4, "test", format!("session-{worker}"), 0);
+        s.register(worker, slots(4), format!("session-{worker}"), 0);
     }
     s
 }
@@ -486,8 +498,8 @@ fn leases_released_at_start_are_handed_back_at_once_without_a_failed_attempt() {
 fn workers_silent_for_long_are_dropped_from_the_list() {
     let store = Arc::new(MemoryStore::new());
     let mut s = Scheduler::load(store, SchedulerConfig::default(), 0).unwrap();
-    s.register("quiet", "h", 1, "v", "q".into(), 0);
-    s.register("busy", "h", 1, "v", "b".into(), 0);
+    s.register("quiet", slots(1), "q".into(), 0);
+    s.register("busy", slots(1), "b".into(), 0);
     let later = super::WORKER_FORGOTTEN_MS;
     s.heartbeat("busy", &[], later);
     assert_eq!(
@@ -605,7 +617,7 @@ fn a_worker_that_never_registered_gets_no_work() {
     // A heartbeat does not register it either.
     assert!(s.heartbeat("made-up", &[], 2).is_empty());
     assert!(s.lease("made-up", 4, 3).is_err());
-    s.register("made-up", "h", 4, "v", "m".into(), 4);
+    s.register("made-up", slots(4), "m".into(), 4);
     assert_eq!(s.lease("made-up", 4, 5).unwrap().len(), 4);
 }
 
@@ -617,15 +629,15 @@ fn only_the_current_session_of_a_worker_is_accepted() {
     // Never registered: no session is accepted, not even an empty one.
     assert!(unauthenticated(s.check_session("w", "")));
     assert!(unauthenticated(s.check_session("w", "guess")));
-    s.register("w", "h", 1, "v", "first".into(), 0);
+    s.register("w", slots(1), "first".into(), 0);
     s.check_session("w", "first").unwrap();
     assert!(unauthenticated(s.check_session("w", "firs")));
     assert!(unauthenticated(s.check_session("w", "")));
     // Another worker's session is not this worker's.
-    s.register("v", "h", 1, "v", "second".into(), 0);
+    s.register("v", slots(1), "second".into(), 0);
     assert!(unauthenticated(s.check_session("w", "second")));
     // Registering again replaces the session: the old one is refused.
-    s.register("w", "h", 1, "v", "third".into(), 1);
+    s.register("w", slots(1), "third".into(), 1);
     assert!(unauthenticated(s.check_session("w", "first")));
     s.check_session("w", "third").unwrap();
     // A forgotten worker's session expires with it.
@@ -858,4 +870,45 @@ fn jobs_never_leased_are_read_back_without_their_shards_until_a_lease_wants_them
         let job = s.job(id, now).unwrap();
         assert_eq!(job.answer, direct_answer(spec).line, "{id}");
     }
+}
+
+/// A worker gets only as many shards of a job at once as its memory budget
+/// holds by the job's estimate: none if not even one fits, one at a time
+/// if one does; a worker that said nothing is assumed to have the default.
+#[test]
+fn a_worker_holds_only_the_shards_its_memory_budget_holds() {
+    use tally_common::kinds::hex::{HexPlan, HexSpec};
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let spec = JobSpec::new(HexSpec {
+        side: 6,
+        modulus: 1_000_000_007,
+        plan: HexPlan::Points,
+        shards_per_step: 0,
+        exact: false,
+        points_per_shard: 1,
+    });
+    let need = ValidSpec::new(spec.clone()).unwrap().estimate().unwrap();
+    submit(&mut s, &spec);
+    let with_budget = |memory_budget| Registration {
+        memory_budget,
+        ..slots(4)
+    };
+    let smallest = need.smallest_worker_bytes();
+    s.register("short", with_budget(smallest - 1), "s".into(), 0);
+    s.register(
+        "one",
+        with_budget(smallest + need.shard_bytes / 2),
+        "o".into(),
+        0,
+    );
+    assert!(s.lease("short", 4, 1).unwrap().is_empty());
+    let first = s.lease("one", 4, 1).unwrap();
+    assert_eq!(first.len(), 1, "room for one shard at a time");
+    assert!(s.lease("one", 4, 2).unwrap().is_empty());
+    let outcome = s.report(report_from("one", &first[0], false), 3).unwrap();
+    assert!(outcome.accepted, "{outcome:?}");
+    assert_eq!(s.lease("one", 4, 4).unwrap().len(), 1);
+    // "w" said nothing: the default budget holds many such shards.
+    assert_eq!(s.lease("w", 4, 5).unwrap().len(), 4);
+    assert!(s.lease("short", 4, 6).unwrap().is_empty());
 }

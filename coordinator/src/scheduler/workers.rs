@@ -12,7 +12,9 @@ use tally_common::transport::constant_time_eq;
 use crate::error::{CoordinatorError, Result};
 use crate::records::ShardState;
 
-use super::protocol::{WORKER_FORGOTTEN_MS, WorkerInfo};
+use tally_common::kind::WORKER_MEMORY_BUDGET;
+
+use super::protocol::{Registration, WORKER_FORGOTTEN_MS, WorkerInfo};
 use super::state::Scheduler;
 
 impl Scheduler {
@@ -21,22 +23,44 @@ impl Scheduler {
     pub fn register(
         &mut self,
         worker: &str,
-        hostname: &str,
-        slots: u32,
-        version: &str,
+        registration: Registration,
         session: String,
         now_ms: u64,
     ) {
+        let Registration {
+            hostname,
+            slots,
+            version,
+            memory_budget,
+        } = registration;
         self.workers.insert(
             worker.to_string(),
             WorkerInfo {
-                hostname: hostname.to_string(),
+                hostname,
                 session,
                 slots,
-                version: version.to_string(),
+                version,
+                memory_budget,
                 last_seen_ms: now_ms,
             },
         );
+    }
+
+    /// The largest memory budget of the live workers, and who has it: a job
+    /// is fitted to it at submission. With no live worker, the budget a
+    /// worker is assumed to have.
+    pub fn largest_memory_budget(&self, now_ms: u64) -> (u64, String) {
+        let live = self.workers.values().filter(|w| w.is_live(now_ms));
+        match live.max_by_key(|w| w.memory_budget()) {
+            Some(w) => (
+                w.memory_budget(),
+                format!("the largest worker ({})", w.hostname),
+            ),
+            None => (
+                WORKER_MEMORY_BUDGET,
+                "a worker is assumed to have with none registered".to_string(),
+            ),
+        }
     }
 
     /// Refuses a call of `worker` that does not carry its current session:

@@ -64,6 +64,7 @@ pub fn default_menu() -> Vec<JobTemplate> {
                 plan: HexPlan::CellStep,
                 shards_per_step: shards,
                 exact: false,
+                points_per_shard: 0,
             },
             &[
                 "hex",

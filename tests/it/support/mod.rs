@@ -251,6 +251,7 @@ pub async fn register(client: &mut WorkerServiceClient<Channel>, worker: &str) -
             hostname: "test".into(),
             slots: 4,
             version: "test".into(),
+            memory_budget_bytes: 0,
         })
         .await
         .expect("register")

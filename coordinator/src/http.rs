@@ -233,6 +233,7 @@ async fn status_json(State(shared): State<Arc<Shared>>) -> Response {
                 "id": id,
                 "hostname": w.hostname,
                 "slots": w.slots,
+                "memory_budget_bytes": w.memory_budget(),
                 "version": w.version,
                 "last_seen_ms": w.last_seen_ms,
                 "live": w.is_live(now),

@@ -290,8 +290,12 @@ async fn the_status_page_shows_a_running_job_in_a_browser() {
         "progress {progress} in {row}"
     );
     assert!(row.contains("shards"), "{row}");
-    // The worker table lists the live worker.
-    assert!(dom.contains("data-worker=\"test-worker-0-"), "{dom}");
+    // The worker table lists the live worker, with its memory budget.
+    let worker_start = dom
+        .find("data-worker=\"test-worker-0-")
+        .unwrap_or_else(|| panic!("the worker's row is missing:\n{dom}"));
+    let worker_row = &dom[worker_start..dom[worker_start..].find("</tr>").unwrap() + worker_start];
+    assert!(worker_row.contains(" GB</td>"), "{worker_row}");
     workers.stop().await;
     coordinator.shutdown().await;
 }

@@ -378,13 +378,7 @@ fn frontier(runs: usize) {
     let two = median_cluster(&submit, &[1, 1], runs);
     assert_eq!(one.answer, a);
     assert_eq!(two.answer, a);
-    let peak = |c: &Cluster| {
-        c.worker_rss
-            .iter()
-            .map(|b| format!("{:.0} MB", *b as f64 / 1e6))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let peak = |c: &Cluster| c.worker_peaks(1e6, "MB", 0);
     let largest = |c: &Cluster| c.worker_rss.iter().copied().max().unwrap_or(0) as f64;
     println!(
         "pegs english 17 to 17 through a coordinator: 1 worker process (2 slots) {:.2} s, peak {}; \
@@ -418,6 +412,18 @@ struct Cluster {
     /// The coordinator process's CPU time (user and system) and peak memory.
     coordinator_cpu: f64,
     coordinator_rss: u64,
+}
+
+impl Cluster {
+    /// Each worker process's peak memory in `unit` (`scale` bytes), with
+    /// `decimals` digits.
+    fn worker_peaks(&self, scale: f64, unit: &str, decimals: usize) -> String {
+        self.worker_rss
+            .iter()
+            .map(|b| format!("{:.decimals$} {unit}", *b as f64 / scale))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// Kills (with `signal`) and reaps a child: its CPU seconds and peak memory.
@@ -541,13 +547,7 @@ fn hex_large(side: u32, exact: bool) {
     } else {
         one.answer.clone()
     };
-    let peaks = |c: &Cluster| {
-        c.worker_rss
-            .iter()
-            .map(|b| format!("{:.2} GB", *b as f64 / 1e9))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let peaks = |c: &Cluster| c.worker_peaks(1e9, "GB", 2);
     let mode = if exact { "exact" } else { "mod 1000000007" };
     println!(
         "hex side {side} {mode}: 1 worker process (2 threads) {:.1} s, peak {}; \
@@ -602,6 +602,8 @@ fn sliders(runs: usize) {
 /// Fills a coordinator's store with `jobs` queued queens jobs (cancelled, so
 /// finished, if `finished`), kills it and times its restart until it answers
 /// `Info` (which reads every job).
+// Each restarted coordinator is reaped by wait4, which also returns its peak memory.
+#[allow(clippy::zombie_processes)]
 fn restart_at_scale(jobs: usize, finished: bool) {
     use tally_common::proto::job_service_client::JobServiceClient;
     use tally_common::proto::{self, job_spec::Kind};
@@ -675,7 +677,7 @@ fn restart_at_scale(jobs: usize, finished: bool) {
     let mut peak_mb = 0.0f64;
     for _ in 0..3 {
         let started = Instant::now();
-        let mut coordinator = spawn();
+        let coordinator = spawn();
         let (ready, listed) = runtime.block_on(async {
             let mut client = connect(url.clone()).await;
             let info = client
@@ -687,9 +689,8 @@ fn restart_at_scale(jobs: usize, finished: bool) {
         });
         assert_eq!(listed as usize, jobs);
         readies.push(ready.as_secs_f64() * 1e3);
-        peak_mb = peak_mb.max(peak_rss_kb(coordinator.id()) as f64 / 1e3);
-        let _ = coordinator.kill();
-        let _ = coordinator.wait();
+        let (_, peak) = reap(coordinator.id(), libc::SIGKILL);
+        peak_mb = peak_mb.max(peak as f64 / 1e6);
     }
     let runs = readies
         .iter()
@@ -734,17 +735,6 @@ fn coordinator_on_a_free_port(
             .unwrap()
     };
     (format!("http://127.0.0.1:{port}"), spawn)
-}
-
-/// The peak resident memory of a live process, in kB (0 if unknown).
-fn peak_rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-            line.split_whitespace().nth(1)?.parse().ok()
-        })
-        .unwrap_or(0)
 }
 
 fn dir_size(path: &std::path::Path) -> u64 {

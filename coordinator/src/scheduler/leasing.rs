@@ -32,10 +32,7 @@ impl LeaseRequest<'_> {
         let Some(memory) = &entry.memory else {
             return usize::MAX;
         };
-        let fit = memory.shards_within(self.memory_budget);
-        if fit == u64::MAX {
-            return usize::MAX;
-        }
+        let fit = usize::try_from(memory.shards_within(self.memory_budget)).unwrap_or(usize::MAX);
         let held = entry
             .shards
             .leased()
@@ -46,7 +43,7 @@ impl LeaseRequest<'_> {
                 .iter()
                 .filter(|(job, _)| *job == entry.rec.id)
                 .count();
-        (fit as usize).saturating_sub(held)
+        fit.saturating_sub(held)
     }
 
     fn is_full(&self, staged: &StagedLeases) -> bool {

@@ -371,6 +371,13 @@ impl SledStore {
             .map_err(|_| CoordinatorError::Internal("the commit mark lock is poisoned".into()))
     }
 
+    /// Held across a flush, a reopen, and an apply's early write.
+    fn flush_lock(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+        self.flushing
+            .lock()
+            .map_err(|_| CoordinatorError::Internal("the flush lock is poisoned".into()))
+    }
+
     fn overlay(&self) -> Result<std::sync::MutexGuard<'_, Overlay>> {
         self.overlay
             .lock()
@@ -464,10 +471,7 @@ impl Store for SledStore {
             // Whole batches to sled now, not yet durable: one transaction
             // holds every node it replaces until it ends, so its size bounds
             // the memory (a submission of many shards comes in parts).
-            let _flushing = self
-                .flushing
-                .lock()
-                .map_err(|_| CoordinatorError::Internal("the flush lock is poisoned".into()))?;
+            let _flushing = self.flush_lock()?;
             self.refuse_if_broken()?;
             if let Err(e) = self.write_overlay() {
                 self.broken.store(true, Ordering::SeqCst);
@@ -479,10 +483,7 @@ impl Store for SledStore {
 
     fn flush(&self) -> Result<()> {
         // One flush at a time, so that marks are written in order.
-        let _flushing = self
-            .flushing
-            .lock()
-            .map_err(|_| CoordinatorError::Internal("the flush lock is poisoned".into()))?;
+        let _flushing = self.flush_lock()?;
         self.refuse_if_broken()?;
         {
             let marked = self.marked()?;
@@ -547,10 +548,7 @@ impl Store for SledStore {
             return Ok(());
         }
         // No flush runs while sled is opened again.
-        let _flushing = self
-            .flushing
-            .lock()
-            .map_err(|_| CoordinatorError::Internal("the flush lock is poisoned".into()))?;
+        let _flushing = self.flush_lock()?;
         let mut marked = self.marked()?;
         if self.broken.load(Ordering::SeqCst) {
             self.reopen(&mut marked)?;

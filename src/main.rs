@@ -21,6 +21,12 @@ use tally_common::transport::{self, ClientSecurity, ClientTls, ServerTls, Tokens
 
 use args::{Cli, Command};
 
+// The coordinator makes and drops many small buffers per shard (records,
+// batches, protocol messages); mimalloc keeps that cheaper than the system
+// allocator, which showed as a quarter of the runner's own time per shard.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let (config_path, config) = match config::load() {
         Ok(loaded) => loaded,

@@ -369,7 +369,9 @@ pub struct WorkerArgs {
     /// Fault injection for tests: hold each lease this long before computing.
     #[arg(long, default_value_t = 0, hide = true)]
     pub shard_delay_ms: u64,
-    /// Milliseconds between checkpoints of a long shard.
+    /// Milliseconds between checkpoints of a long shard (for checkpoints up
+    /// to 4 MiB; larger ones, such as hex pass vectors, come proportionally
+    /// less often, but at least once a minute).
     #[arg(long, default_value_t = 3000)]
     pub checkpoint_ms: u64,
     /// Fault injection for tests: alter every result before reporting it.

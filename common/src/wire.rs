@@ -9,6 +9,15 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// Stage output is sent and stored in chunks of at most this size.
 pub const OUTPUT_CHUNK: usize = 1 << 20;
 
+/// A checkpoint up to this size comes with its lease; a larger one the worker
+/// fetches in chunks (`FetchCheckpoint`), and sends in chunks of
+/// [`OUTPUT_CHUNK`] (`CheckpointChunk`).
+pub const INLINE_CHECKPOINT_BYTES: usize = 4 << 20;
+
+/// The largest checkpoint state a report may carry (a hex pass vector of side
+/// 17 at 16 points is about 0.9 GB).
+pub const MAX_CHECKPOINT_BYTES: usize = 1 << 30;
+
 /// At most this many reports in one `ReportBatch` call.
 pub const MAX_BATCH_REPORTS: usize = 1_024;
 

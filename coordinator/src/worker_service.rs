@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tally_common::lease::LeaseId;
 use tally_common::proto::worker_service_server::WorkerService;
 use tally_common::proto::{self, report_message::Body};
-use tally_common::wire::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS, OUTPUT_CHUNK};
+use tally_common::wire::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS, MAX_CHECKPOINT_BYTES, OUTPUT_CHUNK};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -212,15 +212,48 @@ impl WorkerService for WorkerApi {
                 s.stage_data(&r.job_id, r.stage, r.bucket)
             })
             .await?;
-        let chunks = data.len().div_ceil(OUTPUT_CHUNK);
-        let stream = tokio_stream::iter((0..chunks).map(move |i| {
-            let end = ((i + 1) * OUTPUT_CHUNK).min(data.len());
-            Ok(proto::StageDataChunk {
-                data: data[i * OUTPUT_CHUNK..end].to_vec(),
-            })
-        }));
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(chunk_stream(data)))
     }
+
+    type FetchCheckpointStream = ChunkStream;
+
+    async fn fetch_checkpoint(
+        &self,
+        request: Request<proto::FetchCheckpointRequest>,
+    ) -> std::result::Result<Response<Self::FetchCheckpointStream>, Status> {
+        let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
+        let lease: LeaseId = r.lease_id.parse().map_err(CoordinatorError::from)?;
+        let (store, key) = self
+            .shared
+            .with_scheduler(move |s| {
+                s.check_session(&r.worker_id, &r.session)?;
+                s.checkpoint_of(&r.worker_id, &lease)
+            })
+            .await?;
+        // Read outside the scheduler's lock: a checkpoint may be a gigabyte.
+        let data = tokio::task::spawn_blocking(move || store.get(crate::store::Tree::Blobs, &key))
+            .await
+            .map_err(|e| CoordinatorError::Internal(format!("reading a checkpoint: {e}")))??
+            .ok_or_else(|| {
+                CoordinatorError::FailedPrecondition(
+                    "the checkpoint is gone: its shard has moved on".into(),
+                )
+            })?;
+        Ok(Response::new(chunk_stream(Arc::new(data))))
+    }
+}
+
+/// `data` as a stream of chunks of at most [`OUTPUT_CHUNK`] bytes, each
+/// copied out when it is sent.
+fn chunk_stream(data: Arc<Vec<u8>>) -> ChunkStream {
+    let chunks = data.len().div_ceil(OUTPUT_CHUNK);
+    Box::pin(tokio_stream::iter((0..chunks).map(move |i| {
+        let end = ((i + 1) * OUTPUT_CHUNK).min(data.len());
+        Ok(proto::StageDataChunk {
+            data: data[i * OUTPUT_CHUNK..end].to_vec(),
+        })
+    })))
 }
 
 /// The lease as the worker receives it.
@@ -234,6 +267,7 @@ fn shard_lease(g: Grant) -> proto::ShardLease {
         spec: Some((&g.spec).into()),
         task: g.task,
         checkpoint: g.checkpoint,
+        checkpoint_bytes: g.checkpoint_bytes,
         ttl_ms: g.ttl_ms,
         work_total: g.work_total,
     }
@@ -261,6 +295,11 @@ async fn receive_report(
     while let Some(message) = stream.next().await {
         parts.add(message?.body)?;
     }
+    if !parts.checkpoint_chunks.is_empty() {
+        return Err(Status::invalid_argument(
+            "checkpoint chunks without their checkpoint",
+        ));
+    }
     if !parts.output.is_empty() && parts.result.is_none() {
         return Err(Status::invalid_argument("stage output without a result"));
     }
@@ -281,12 +320,24 @@ async fn receive_report(
 #[derive(Default)]
 struct ReportParts {
     checkpoint: Option<ReportedCheckpoint>,
+    /// The state of the next checkpoint so far, from its chunks.
+    checkpoint_chunks: Vec<u8>,
     output: Vec<u8>,
     result: Option<ReportedResult>,
     failure: Option<ReportedFailure>,
 }
 
 impl ReportParts {
+    /// Refuses a checkpoint state that would grow past [`MAX_CHECKPOINT_BYTES`].
+    fn take_checkpoint_bytes(&self, more: usize) -> std::result::Result<(), Status> {
+        if self.checkpoint_chunks.len() + more > MAX_CHECKPOINT_BYTES {
+            return Err(Status::resource_exhausted(format!(
+                "a checkpoint holds at most {MAX_CHECKPOINT_BYTES} bytes"
+            )));
+        }
+        Ok(())
+    }
+
     fn add(&mut self, body: Option<Body>) -> std::result::Result<(), Status> {
         if self.result.is_some() || self.failure.is_some() {
             return Err(Status::invalid_argument(
@@ -299,9 +350,20 @@ impl ReportParts {
                     "a report has exactly one header, first",
                 ));
             }
+            Some(Body::CheckpointChunk(c)) => {
+                self.take_checkpoint_bytes(c.data.len())?;
+                self.checkpoint_chunks.extend_from_slice(&c.data);
+            }
             Some(Body::Checkpoint(c)) => {
+                self.take_checkpoint_bytes(c.state.len())?;
+                let mut state = std::mem::take(&mut self.checkpoint_chunks);
+                if state.is_empty() {
+                    state = c.state;
+                } else {
+                    state.extend_from_slice(&c.state);
+                }
                 self.checkpoint = Some(ReportedCheckpoint {
-                    state: c.state,
+                    state,
                     partial: c.partial,
                     work_done: c.work_done,
                 })

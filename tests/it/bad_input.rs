@@ -936,6 +936,7 @@ enum Call {
     Register(proto::RegisterRequest),
     Heartbeat(proto::HeartbeatRequest),
     Fetch(proto::FetchStageDataRequest),
+    FetchCheckpoint(proto::FetchCheckpointRequest),
     Get(String),
     Cancel(String),
     Result(String),
@@ -981,6 +982,7 @@ async fn call(
         Call::Register(r) => workers.register(r).await.map(drop),
         Call::Heartbeat(r) => workers.heartbeat(r).await.map(drop),
         Call::Fetch(r) => workers.fetch_stage_data(r).await.map(drop),
+        Call::FetchCheckpoint(r) => workers.fetch_checkpoint(r).await.map(drop),
         Call::Get(id) => jobs
             .get(proto::GetJobRequest { job_id: id })
             .await
@@ -1373,6 +1375,58 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             by_holder(&hs, k0, vec![result(&k0_partial), result(&k0_partial)]),
             Code::InvalidArgument,
             "nothing may follow",
+        ),
+        row(
+            "checkpoint chunks without their checkpoint",
+            by_holder(
+                &hs,
+                k0,
+                vec![Some(Body::CheckpointChunk(proto::CheckpointChunk {
+                    data: vec![1; 16],
+                }))],
+            ),
+            Code::InvalidArgument,
+            "checkpoint chunks without their checkpoint",
+        ),
+        row(
+            "the checkpoint of a lease that starts from none",
+            Call::FetchCheckpoint(proto::FetchCheckpointRequest {
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
+                lease_id: k0.lease_id.clone(),
+            }),
+            Code::FailedPrecondition,
+            "starts from no checkpoint",
+        ),
+        row(
+            "the checkpoint of another worker's lease",
+            Call::FetchCheckpoint(proto::FetchCheckpointRequest {
+                worker_id: "intruder".into(),
+                session: intruder.clone(),
+                lease_id: k0.lease_id.clone(),
+            }),
+            Code::FailedPrecondition,
+            "belongs to another worker",
+        ),
+        row(
+            "a checkpoint without a session",
+            Call::FetchCheckpoint(proto::FetchCheckpointRequest {
+                worker_id: HOLDER.into(),
+                session: String::new(),
+                lease_id: k0.lease_id.clone(),
+            }),
+            Code::Unauthenticated,
+            "no live session given",
+        ),
+        row(
+            "the checkpoint of a malformed lease",
+            Call::FetchCheckpoint(proto::FetchCheckpointRequest {
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
+                lease_id: "job-1/x".into(),
+            }),
+            Code::InvalidArgument,
+            "lease",
         ),
         row(
             "a failure after the result",

@@ -331,6 +331,46 @@ async fn worker_kill_mid_shard_lets_another_worker_finish_it() {
 /// stalls after its first checkpoint, so the kill surely lands mid-shard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_re_leased_shard_resumes_from_its_last_checkpoint() {
+    resumes_from_its_last_checkpoint(JobSpec::new(KaylesSpec {
+        pins: 200_000,
+        digits: 9,
+    }))
+    .await;
+}
+
+/// The same with a hex points shard, whose checkpoint (the pass vector of side
+/// 14 at 16 points, about 42 MB) is too large to come with its lease: it is
+/// sent in chunks, and the next attempt fetches it apart and resumes from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_re_leased_hex_points_shard_fetches_its_large_checkpoint_and_resumes() {
+    let h = HexSpec {
+        side: 14,
+        modulus: tally_common::hex::DEFAULT_MODULUS,
+        plan: HexPlan::Points,
+        shards_per_step: 0,
+        exact: false,
+        points_per_shard: 16,
+    };
+    let vector = tally_common::hex::known_state_count(14).unwrap() * 16 * 4;
+    assert!(vector > tally_common::wire::INLINE_CHECKPOINT_BYTES as u64);
+    let log = resumes_from_its_last_checkpoint(JobSpec::new(h)).await;
+    let fetched: Option<u64> = log
+        .lines()
+        .find(|l| l.contains("checkpoint fetched; resuming from it"))
+        .and_then(|l| {
+            // The size is the line's last field (the log may be coloured).
+            let digits = l.trim_end().rsplit(|c: char| !c.is_ascii_digit()).next()?;
+            digits.parse().ok()
+        });
+    assert!(
+        fetched.is_some_and(|bytes| bytes > vector),
+        "the second worker did not fetch the whole checkpoint:\n{log}"
+    );
+}
+
+/// Runs `spec` through a worker killed after its first checkpoint and a second
+/// one; returns the log of the coordinator and both workers.
+async fn resumes_from_its_last_checkpoint(mut spec: JobSpec) -> String {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let log = dir.path().join("log.txt");
@@ -338,10 +378,6 @@ async fn a_re_leased_shard_resumes_from_its_last_checkpoint() {
     let url = format!("http://127.0.0.1:{port}");
     let _coordinator = spawn_coordinator(port, &data, &log);
     let mut client = jobs_client(&url).await;
-    let mut spec = JobSpec::new(KaylesSpec {
-        pins: 200_000,
-        digits: 9,
-    });
     spec.options.lease_ttl_ms = 3_000;
     spec.options.max_attempts = 10;
     let job = submit(&mut client, &spec, "").await;
@@ -390,6 +426,7 @@ async fn a_re_leased_shard_resumes_from_its_last_checkpoint() {
         "the second attempt did not start from the checkpoint: {resumed:?}"
     );
     assert_eq!(done.answer, direct_answer(&spec));
+    std::fs::read_to_string(&log).unwrap()
 }
 
 /// Ctrl-C during `tally run --data DIR` stops the run and keeps its job: the

@@ -201,8 +201,19 @@ async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str
                     job_id: "job-000001".into(),
                     stage: 0,
                     worker_id: "w".into(),
-                    session,
+                    session: session.clone(),
                     bucket: None,
+                })
+                .await,
+            ),
+        ),
+        (
+            "FetchCheckpoint",
+            code(
+                w.fetch_checkpoint(proto::FetchCheckpointRequest {
+                    worker_id: "w".into(),
+                    session,
+                    lease_id: "job-000001/0/0/1".into(),
                 })
                 .await,
             ),

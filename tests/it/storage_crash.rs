@@ -929,6 +929,7 @@ fn resume_to_completion(
             spec: rec.spec.clone(),
             task: shard.task.to_bytes(),
             checkpoint,
+            checkpoint_bytes: 0,
             ttl_ms: rec.spec.options().lease_ttl_ms,
             work_total: shard.work_total,
         };

@@ -12,6 +12,7 @@ use tally_common::kind::StageRead;
 use tally_common::proto;
 use tally_common::spec::ValidSpec;
 use tally_common::values::{EncodedTask, ShardEvent, ShardOutcome};
+use tally_common::wire::MAX_CHECKPOINT_BYTES;
 use tally_common::{Error as CommonError, Result as CommonResult};
 use tokio::sync::{mpsc, oneshot};
 
@@ -42,13 +43,24 @@ pub(crate) async fn compute_shard(
     } else {
         Some(stage_input(ctx, &spec, &lease.job_id, reads, &handle.control).await?)
     };
+    let checkpoint = if lease.checkpoint_bytes > 0 && lease.checkpoint.is_empty() {
+        fetch_checkpoint(
+            ctx,
+            &lease.lease_id,
+            lease.checkpoint_bytes,
+            &handle.control,
+        )
+        .await?
+    } else {
+        lease.checkpoint.clone()
+    };
     let (checkpoints, forwarder) =
         reports::forward_checkpoints(ctx.clone(), lease.lease_id.clone(), handle.clone());
     let kernel = Kernel {
         spec: spec.clone(),
         task,
         input,
-        checkpoint: lease.checkpoint.clone(),
+        checkpoint,
         cache: ctx.config.kernel_cache.clone(),
         handle: handle.clone(),
         checkpoint_every: ctx.config.checkpoint_interval,
@@ -169,6 +181,63 @@ async fn stage_input(
     let data = computed(decoded).await?;
     *cached = Some(((job.to_string(), reads), data.clone()));
     Ok(data)
+}
+
+/// The checkpoint a lease starts from when it was too large to come with the
+/// lease: fetched in chunks, retried as stage data is. The size the lease
+/// announced bounds what is read.
+async fn fetch_checkpoint(
+    ctx: &Context,
+    lease_id: &str,
+    announced: u64,
+    control: &tally_common::Control,
+) -> Result<Vec<u8>> {
+    let mut backoff = Backoff::new();
+    loop {
+        control.check()?;
+        let session = ctx.session();
+        let request = proto::FetchCheckpointRequest {
+            worker_id: ctx.config.worker_id.clone(),
+            session: session.clone(),
+            lease_id: lease_id.to_string(),
+        };
+        let fetched = async {
+            let mut stream = ctx.client().fetch_checkpoint(request).await?.into_inner();
+            let mut data = Vec::with_capacity(announced.min(MAX_CHECKPOINT_BYTES as u64) as usize);
+            while let Some(chunk) = stream.message().await? {
+                if (data.len() + chunk.data.len()) as u64 > announced {
+                    return Err(tonic::Status::data_loss(format!(
+                        "the checkpoint of {lease_id} is longer than the {announced} bytes announced"
+                    )));
+                }
+                data.extend_from_slice(&chunk.data);
+            }
+            Ok(data)
+        };
+        match fetched.await {
+            Ok(data) if data.len() as u64 == announced => {
+                tracing::info!(lease = %lease_id, bytes = announced, "checkpoint fetched; resuming from it");
+                return Ok(data);
+            }
+            Ok(data) => {
+                return Err(tonic::Status::data_loss(format!(
+                    "the checkpoint of {lease_id} has {} bytes, {announced} announced",
+                    data.len()
+                ))
+                .into());
+            }
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                tracing::warn!(error = %status.message(), "checkpoint fetch failed; retrying");
+                backoff.wait().await;
+            }
+            Err(status) if status.code() == tonic::Code::Unauthenticated => {
+                tracing::info!(error = %status.message(), "checkpoint fetch refused; registering again");
+                ctx.session_refused(&session);
+                backoff.wait().await;
+            }
+            Err(status) => return Err(status.into()),
+        }
+    }
 }
 
 /// The raw output of `stage` (or one bucket of it), in one call; a failure

@@ -96,6 +96,62 @@ fn failure(message: String, permanent: bool, handed_back: bool) -> Body {
     })
 }
 
+fn message(body: Body) -> proto::ReportMessage {
+    proto::ReportMessage { body: Some(body) }
+}
+
+/// The messages of a report after its header. A large checkpoint state goes
+/// first in chunks, each copied out only when the stream sends it.
+struct Messages {
+    chunked: Vec<u8>,
+    sent: usize,
+    rest: std::vec::IntoIter<Body>,
+}
+
+impl From<Vec<Body>> for Messages {
+    fn from(messages: Vec<Body>) -> Messages {
+        Messages {
+            chunked: Vec::new(),
+            sent: 0,
+            rest: messages.into_iter(),
+        }
+    }
+}
+
+impl Iterator for Messages {
+    type Item = Body;
+
+    fn next(&mut self) -> Option<Body> {
+        if self.sent < self.chunked.len() {
+            let end = (self.sent + OUTPUT_CHUNK).min(self.chunked.len());
+            let data = self.chunked[self.sent..end].to_vec();
+            self.sent = end;
+            return Some(Body::CheckpointChunk(proto::CheckpointChunk { data }));
+        }
+        self.rest.next()
+    }
+}
+
+/// A checkpoint's messages: a state larger than one chunk goes in chunks.
+fn checkpoint_body(checkpoint: Checkpoint) -> Messages {
+    let chunked = checkpoint.state.len() > OUTPUT_CHUNK;
+    let (chunked, state) = if chunked {
+        (checkpoint.state, Vec::new())
+    } else {
+        (Vec::new(), checkpoint.state)
+    };
+    Messages {
+        chunked,
+        sent: 0,
+        rest: vec![Body::Checkpoint(proto::ReportCheckpoint {
+            state,
+            partial: checkpoint.partial,
+            work_done: checkpoint.work_done,
+        })]
+        .into_iter(),
+    }
+}
+
 /// Sends one report of `lease_id`, its header then `body`, with the current
 /// session; returns the coordinator's answer (`stop`, and `accepted` for a
 /// result). A report refused for its session asks for a new registration
@@ -103,7 +159,7 @@ fn failure(message: String, permanent: bool, handed_back: bool) -> Body {
 async fn send_report(
     ctx: &Context,
     lease_id: &str,
-    body: Vec<Body>,
+    body: Messages,
 ) -> Result<proto::ReportResponse, tonic::Status> {
     let session = ctx.session();
     let header = Body::Header(proto::ReportHeader {
@@ -111,11 +167,7 @@ async fn send_report(
         lease_id: lease_id.to_string(),
         session: session.clone(),
     });
-    let stream = tokio_stream::iter(
-        std::iter::once(header)
-            .chain(body)
-            .map(|body| proto::ReportMessage { body: Some(body) }),
-    );
+    let stream = tokio_stream::iter(std::iter::once(header).chain(body).map(message));
     match ctx.client().report(stream).await {
         Ok(response) => Ok(response.into_inner()),
         Err(status) => {
@@ -145,7 +197,7 @@ async fn send_final_report(
             answer => return answer,
         }
     }
-    send_report(ctx, lease_id, body.to_vec()).await
+    send_report(ctx, lease_id, body.to_vec().into()).await
 }
 
 /// A final report's body as one report of a batch; `None` when its output
@@ -165,7 +217,7 @@ fn batched(lease_id: &str, body: &[Body]) -> Option<proto::BatchedReport> {
             }
             Body::Result(r) => report.ending = Some(BatchedEnding::Result(r.clone())),
             Body::Failure(f) => report.ending = Some(BatchedEnding::Failure(f.clone())),
-            Body::Header(_) | Body::Checkpoint(_) => return None,
+            Body::Header(_) | Body::Checkpoint(_) | Body::CheckpointChunk(_) => return None,
         }
     }
     report.ending.is_some().then_some(report)
@@ -196,12 +248,7 @@ pub(crate) fn forward_checkpoints(
     let (sender, mut checkpoints) = mpsc::unbounded_channel::<Checkpoint>();
     let forwarder = tokio::spawn(async move {
         while let Some(checkpoint) = checkpoints.recv().await {
-            let body = vec![Body::Checkpoint(proto::ReportCheckpoint {
-                state: checkpoint.state,
-                partial: checkpoint.partial,
-                work_done: checkpoint.work_done,
-            })];
-            match send_report(&ctx, &lease_id, body).await {
+            match send_report(&ctx, &lease_id, checkpoint_body(checkpoint)).await {
                 Ok(answer) if answer.stop => handle.revoke(),
                 Ok(_) => {}
                 Err(status) if is_refusal(&status) => {

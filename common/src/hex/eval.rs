@@ -80,6 +80,17 @@ struct SharedVec<const NP: usize>(*mut [u32; NP]);
 // SAFETY: the pointer is only dereferenced under the protocol of `HexGraph::pass`:
 // a thread only touches the entries of the groups it claimed, and the threads
 // meet at a barrier between blocks of steps.
+impl<const NP: usize> SharedVec<NP> {
+    /// The vector of `states` entries as `states * NP` residues.
+    ///
+    /// # Safety
+    /// No thread writes the vector while the slice is in use.
+    unsafe fn residues<'a>(self, states: usize) -> &'a [u32] {
+        // SAFETY: `[u32; NP]` is NP u32s in a row; the caller keeps writers out.
+        unsafe { std::slice::from_raw_parts(self.0 as *const u32, states * NP) }
+    }
+}
+
 unsafe impl<const NP: usize> Send for SharedVec<NP> {}
 unsafe impl<const NP: usize> Sync for SharedVec<NP> {}
 
@@ -111,23 +122,58 @@ impl HexGraph {
         threads: usize,
         control: &Control,
     ) -> Result<Vec<u32>> {
+        let mut values = Vec::with_capacity(xs.len());
+        for batch in xs.chunks(POINTS_PER_PASS) {
+            values.extend(self.evaluate_pass(batch, modulus, threads, control, None, &|_| {})?);
+        }
+        Ok(values)
+    }
+
+    /// One pass at up to [`POINTS_PER_PASS`] points (the values in the order
+    /// of `xs`) that can stop and resume between blocks of cell steps: after
+    /// each block but the last, while no thread writes the vector, it shows
+    /// `after_round` where it stands; given such a [`PassPoint`]'s rounds and
+    /// vector (as little-endian bytes) as `resume`, it carries on from there
+    /// to the same values.
+    pub fn evaluate_pass(
+        &self,
+        xs: &[u32],
+        modulus: u32,
+        threads: usize,
+        control: &Control,
+        resume: Option<(usize, &[u8])>,
+        after_round: &(dyn Fn(PassPoint<'_>) + Sync),
+    ) -> Result<Vec<u32>> {
         assert!(
             modulus > 1 && modulus < 1 << 31,
             "modulus must be in 2..2^31"
         );
+        assert!(
+            !xs.is_empty() && xs.len() <= POINTS_PER_PASS,
+            "a pass takes 1 to {POINTS_PER_PASS} points"
+        );
         control.check()?;
-        let mut values = Vec::with_capacity(xs.len());
-        for batch in xs.chunks(POINTS_PER_PASS) {
-            let len = batch.len();
-            match len.next_power_of_two() {
-                1 => values.extend(self.pass::<1>(batch, modulus, threads, control)?),
-                2 => values.extend(self.pass::<2>(batch, modulus, threads, control)?),
-                4 => values.extend(&self.pass::<4>(batch, modulus, threads, control)?[..len]),
-                8 => values.extend(&self.pass::<8>(batch, modulus, threads, control)?[..len]),
-                _ => values.extend(&self.pass::<16>(batch, modulus, threads, control)?[..len]),
-            }
-        }
-        Ok(values)
+        let len = xs.len();
+        let pass = PassArgs {
+            xs,
+            modulus,
+            threads,
+            control,
+            resume,
+            after_round,
+        };
+        Ok(match len.next_power_of_two() {
+            1 => self.pass::<1>(pass)?.to_vec(),
+            2 => self.pass::<2>(pass)?.to_vec(),
+            4 => self.pass::<4>(pass)?[..len].to_vec(),
+            8 => self.pass::<8>(pass)?[..len].to_vec(),
+            _ => self.pass::<16>(pass)?[..len].to_vec(),
+        })
+    }
+
+    /// The rounds of a pass: one per block of cell steps.
+    pub fn pass_rounds(&self) -> usize {
+        self.stages().len()
     }
 
     /// Bytes of the vector of one pass of `points` points (the private buffers
@@ -137,34 +183,69 @@ impl HexGraph {
     }
 
     /// One pass at up to `NP` points (missing points are 0).
-    fn pass<const NP: usize>(
-        &self,
-        xs: &[u32],
-        modulus: u32,
-        threads: usize,
-        control: &Control,
-    ) -> Result<[u32; NP]> {
+    fn pass<const NP: usize>(&self, args: PassArgs<'_>) -> Result<[u32; NP]> {
+        let PassArgs {
+            xs,
+            modulus,
+            threads,
+            control,
+            resume,
+            after_round,
+        } = args;
         let q = u64::from(modulus);
         let mut x = [0u32; NP];
         for (slot, &v) in x.iter_mut().zip(xs) {
             *slot = v % modulus;
         }
         let lanes = Lanes::new(x, modulus);
-        // The vector after the top row, in the order of block 0: x^(occupied
-        // cells) at the top-row states (the states with labels 0 and 1 only).
         let home_block = &self.blocks[0];
-        let mut home = vec![[0u32; NP]; self.num_states()];
-        for (i, &m) in self.masks.iter().enumerate() {
-            if let Some(degree) = super::graph::top_row_degree(m) {
-                let degree = u64::from(degree);
-                home[home_block.position[i] as usize] =
-                    x.map(|v| pow_mod(u64::from(v), degree, q) as u32);
-            }
-        }
         let stages = &self.stages();
+        let (first_round, mut home) = match resume {
+            Some((done, vector)) => {
+                if done >= stages.len() || vector.len() != self.num_states() * NP * 4 {
+                    return Err(crate::Error::InvalidArgument(format!(
+                        "a pass of this graph resumes after 0 to {} rounds from {} bytes, \
+                         not after {done} from {}",
+                        stages.len() - 1,
+                        self.num_states() * NP * 4,
+                        vector.len()
+                    )));
+                }
+                let home: Vec<[u32; NP]> = vector
+                    .chunks_exact(NP * 4)
+                    .map(|state| {
+                        std::array::from_fn(|k| {
+                            let at = 4 * k;
+                            u32::from_le_bytes(state[at..at + 4].try_into().expect("4 bytes"))
+                        })
+                    })
+                    .collect();
+                (done, home)
+            }
+            None => {
+                // The vector after the top row, in the order of block 0:
+                // x^(occupied cells) at the top-row states (the states with
+                // labels 0 and 1 only).
+                let mut home = vec![[0u32; NP]; self.num_states()];
+                for (i, &m) in self.masks.iter().enumerate() {
+                    if let Some(degree) = super::graph::top_row_degree(m) {
+                        let degree = u64::from(degree);
+                        home[home_block.position[i] as usize] =
+                            x.map(|v| pow_mod(u64::from(v), degree, q) as u32);
+                    }
+                }
+                (0, home)
+            }
+        };
         let groups: Vec<usize> = stages
             .iter()
             .map(|s| self.blocks[s.block].groups())
+            .collect();
+        // The rounds done before a resume are skipped: no items.
+        let to_do: Vec<usize> = groups
+            .iter()
+            .enumerate()
+            .map(|(round, &g)| if round < first_round { 0 } else { g })
             .collect();
         let max_group = self.blocks.iter().map(|b| b.max_group).max().unwrap_or(0);
         let groups_total: usize = groups.iter().sum();
@@ -190,7 +271,20 @@ impl HexGraph {
                 unsafe { run.run(avx2, g, shared, &mut local) };
             }
         };
-        in_rounds(threads, &groups, control, worker, |_| {})?;
+        let between_rounds = |round: usize| {
+            let done = round + 1;
+            if done > first_round && done < stages.len() {
+                // SAFETY: every thread waits at the barrier while this runs,
+                // so nothing writes the vector.
+                let vector = unsafe { shared.residues(self.num_states()) };
+                after_round(PassPoint {
+                    rounds_done: done,
+                    rounds: stages.len(),
+                    vector,
+                });
+            }
+        };
+        in_rounds(threads, &to_do, control, worker, between_rounds)?;
         let mut sums = [0u64; NP];
         for value in &home {
             for k in 0..NP {
@@ -199,6 +293,26 @@ impl HexGraph {
         }
         Ok(sums.map(|s| (s % q) as u32))
     }
+}
+
+/// Where a pass stands between two rounds (blocks of cell steps).
+pub struct PassPoint<'a> {
+    /// Rounds done, `1..rounds`.
+    pub rounds_done: usize,
+    pub rounds: usize,
+    /// The vector: one residue per state and lane (the points rounded up to
+    /// a power of two), state by state.
+    pub vector: &'a [u32],
+}
+
+/// What [`HexGraph::evaluate_pass`] hands its monomorphised pass.
+struct PassArgs<'a> {
+    xs: &'a [u32],
+    modulus: u32,
+    threads: usize,
+    control: &'a Control,
+    resume: Option<(usize, &'a [u8])>,
+    after_round: &'a (dyn Fn(PassPoint<'_>) + Sync),
 }
 
 /// The steps of one block for one group of a pass.

@@ -9,8 +9,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
+use crate::hex::PassPoint;
 use crate::kind::{
-    Answer, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun, SpecOf, no_output,
+    Answer, Checkpoint, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun, SpecOf,
+    no_output,
 };
 use crate::local::run_locally;
 use crate::{Control, Error, Result, hex, invalid, proto};
@@ -631,7 +633,38 @@ fn execute_points(
         return Err(invalid!("hex points shard does not belong to this job"));
     }
     let graph = graph(run.cache, h.side)?;
-    let values = graph.evaluate_points(points, modulus);
+    let lanes = points.len().next_power_of_two();
+    let resume = PassCheckpoint::decode(run.checkpoint, graph.num_states(), lanes, modulus)?;
+    let interval = pass_checkpoint_interval(run.checkpoint_every, graph.pass_bytes(points.len()));
+    let control = run.control;
+    let graph = &graph;
+    let last = std::sync::Mutex::new(std::time::Instant::now());
+    let last = &last;
+    // The pass runs on a thread of its own and hands its checkpoints here,
+    // where the shard's callback lives; at most one waits at a time.
+    let (sender, checkpoints) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
+    let values = std::thread::scope(|scope| {
+        let pass = scope.spawn(move || {
+            let after_round = |at: PassPoint<'_>| {
+                let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+                if last.elapsed() >= interval {
+                    let _ = sender.send(PassCheckpoint::encode(&at, lanes));
+                    *last = std::time::Instant::now();
+                }
+            };
+            let resume = resume.map(|r| (r.rounds_done, r.vector));
+            graph.evaluate_pass(points, modulus, 1, control, resume, &after_round)
+        });
+        for state in checkpoints {
+            run.checkpoint(Checkpoint {
+                state,
+                partial: None,
+                work_done: 0,
+            });
+        }
+        pass.join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })?;
     run.control.check()?;
     run.control.add_work(points.len() as u64);
     Ok(Outcome {
@@ -642,6 +675,76 @@ fn execute_points(
         },
         work_done: points.len() as u64,
     })
+}
+
+/// How far apart a points shard checkpoints: `every` for a vector that could
+/// come with a lease, and as much longer as the vector is larger, so that
+/// checkpoints cost about the same part of the pass at any size; but at most
+/// a minute apart (or `every`, if that is longer).
+fn pass_checkpoint_interval(every: std::time::Duration, bytes: usize) -> std::time::Duration {
+    let scale = bytes as f64 / crate::wire::INLINE_CHECKPOINT_BYTES as f64;
+    let scaled = every.mul_f64(scale.max(1.0));
+    every.max(scaled.min(std::time::Duration::from_secs(60)))
+}
+
+/// The resumable state of a points shard: the rounds of its pass done and
+/// the pass vector. Encoded as `HXP1`, the rounds done (u32), the lanes (u32),
+/// the states (u64), then the vector's residues, all little-endian.
+struct PassCheckpoint<'a> {
+    rounds_done: usize,
+    vector: &'a [u8],
+}
+
+impl<'a> PassCheckpoint<'a> {
+    const MAGIC: &'static [u8; 4] = b"HXP1";
+    const HEADER: usize = 20;
+
+    fn encode(at: &PassPoint<'_>, lanes: usize) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(Self::HEADER + 4 * at.vector.len());
+        bytes.extend_from_slice(Self::MAGIC);
+        bytes.extend_from_slice(&(at.rounds_done as u32).to_le_bytes());
+        bytes.extend_from_slice(&(lanes as u32).to_le_bytes());
+        bytes.extend_from_slice(&((at.vector.len() / lanes) as u64).to_le_bytes());
+        for residue in at.vector {
+            bytes.extend_from_slice(&residue.to_le_bytes());
+        }
+        bytes
+    }
+
+    /// The checkpoint in `bytes` (none if empty), checked against the shard:
+    /// its graph's states, its lanes and its modulus.
+    fn decode(bytes: &'a [u8], states: usize, lanes: usize, modulus: u32) -> Result<Option<Self>> {
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        let vector_bytes = states * lanes * 4;
+        if bytes.len() != Self::HEADER + vector_bytes
+            || &bytes[..4] != Self::MAGIC
+            || word(8) as usize != lanes
+            || u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) != states as u64
+        {
+            return Err(invalid!(
+                "the checkpoint is not one of this hex points shard ({} bytes, expected {} \
+                 for {states} states of {lanes} lanes)",
+                bytes.len(),
+                Self::HEADER + vector_bytes
+            ));
+        }
+        let vector = &bytes[Self::HEADER..];
+        let in_range = vector
+            .chunks_exact(4)
+            .all(|r| u32::from_le_bytes(r.try_into().expect("4 bytes")) < modulus);
+        if !in_range {
+            return Err(invalid!(
+                "the checkpoint holds a residue that is not below {modulus}"
+            ));
+        }
+        Ok(Some(PassCheckpoint {
+            rounds_done: word(4) as usize,
+            vector,
+        }))
+    }
 }
 
 fn check_crossing_sums(h: &HexSpec, facts: &HexFacts, residues: &[u32]) -> Result<()> {
@@ -797,10 +900,12 @@ pub fn estimate(h: &HexSpec) -> ResourceEstimate {
             steps * vector / 2 * (ESTIMATE_WORKERS + 1),
         ),
         // The graph, shared; each shard an in-place vector of one lane per
-        // point (a power of two), plus the pass's private buffers.
+        // point (a power of two) and a checkpoint of it, plus the pass's
+        // private buffers. The coordinator holds a checkpoint as it arrives.
         HexPlan::Points => {
             let lanes = (points_per_shard(h) as u64).next_power_of_two();
-            (graph, states * lanes * 4 + (20 << 20), 1 << 20, 1 << 20)
+            let vector = states * lanes * 4;
+            (graph, 2 * vector + (20 << 20), vector, 1 << 20)
         }
     };
     ResourceEstimate {
@@ -907,5 +1012,127 @@ mod tests {
         let refused = Hex::validate(&cell).unwrap_err().to_string();
         assert!(refused.contains("points plan"), "{refused}");
         Hex::validate(&points(9, 16)).unwrap();
+    }
+
+    type Evaluations = Vec<(u32, u32)>;
+
+    /// Runs one points shard here with `checkpoint`, a checkpoint after every
+    /// round; returns its evaluations (or error) and its checkpoints.
+    fn run_points(
+        h: &HexSpec,
+        points: &[u32],
+        checkpoint: &[u8],
+    ) -> (Result<Evaluations>, Vec<Vec<u8>>) {
+        let cache = KernelCache::new();
+        let control = Control::new();
+        let mut taken = Vec::new();
+        let mut on_checkpoint = |c: Checkpoint<HexPartial>| {
+            assert!(c.partial.is_none());
+            taken.push(c.state);
+        };
+        let mut run = ShardRun {
+            input: None,
+            checkpoint,
+            cache: &cache,
+            control: &control,
+            checkpoint_every: std::time::Duration::ZERO,
+            on_checkpoint: &mut on_checkpoint,
+        };
+        let task = HexTask::HexPoints {
+            modulus: h.modulus,
+            points: points.to_vec(),
+        };
+        let outcome = Hex::execute(h, &task, &mut run).map(|o| match o.partial {
+            HexPartial::HexEvaluations { evaluations, .. } => evaluations,
+            other => panic!("not evaluations: {other:?}"),
+        });
+        (outcome, taken)
+    }
+
+    fn rounds_done(checkpoint: &[u8]) -> u32 {
+        u32::from_le_bytes(checkpoint[4..8].try_into().unwrap())
+    }
+
+    /// A points shard checkpoints between blocks of cell steps; resumed from
+    /// any of its checkpoints it goes on from there (its next checkpoint is
+    /// one round later) to the evaluations of an uninterrupted pass.
+    #[test]
+    fn a_points_shard_resumes_from_any_of_its_checkpoints() {
+        let h = points(7, 5);
+        let xs = [3, 5, 7, 11, 13];
+        let graph = hex::HexGraph::build(7).unwrap();
+        let expected: Vec<(u32, u32)> = xs
+            .iter()
+            .copied()
+            .zip(graph.evaluate_points(&xs, h.modulus))
+            .collect();
+        let (values, checkpoints) = run_points(&h, &xs, &[]);
+        assert_eq!(values.unwrap(), expected);
+        let rounds = graph.pass_rounds();
+        assert_eq!(
+            checkpoints.len(),
+            rounds - 1,
+            "one checkpoint between rounds"
+        );
+        for (k, checkpoint) in checkpoints.iter().enumerate() {
+            assert_eq!(rounds_done(checkpoint) as usize, k + 1);
+            let (resumed, later) = run_points(&h, &xs, checkpoint);
+            assert_eq!(resumed.unwrap(), expected, "resumed after {} rounds", k + 1);
+            assert_eq!(later.len(), rounds - 2 - k, "the resumed pass starts again");
+            if let Some(next) = later.first() {
+                assert_eq!(rounds_done(next) as usize, k + 2);
+            }
+        }
+    }
+
+    /// A checkpoint that is not one of the shard's (other lanes, cut short,
+    /// a residue out of range, another format) is refused, not resumed.
+    #[test]
+    fn a_points_checkpoint_of_another_shard_or_damaged_is_refused() {
+        let h = points(6, 5);
+        let xs = [3, 5, 7, 11, 13];
+        let (_, checkpoints) = run_points(&h, &xs, &[]);
+        let good = &checkpoints[checkpoints.len() / 2];
+        let (_, narrower) = run_points(&h, &xs[..3], &[]);
+        let mut out_of_range = good.clone();
+        let last = out_of_range.len() - 4;
+        out_of_range[last..].copy_from_slice(&h.modulus.to_le_bytes());
+        let mut other_format = good.clone();
+        other_format[..4].copy_from_slice(b"HXP0");
+        let mut too_many_rounds = good.clone();
+        too_many_rounds[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        let bad: [(&str, &[u8]); 5] = [
+            ("other lanes", &narrower[0]),
+            ("cut short", &good[..good.len() - 4]),
+            ("out of range", &out_of_range),
+            ("other format", &other_format),
+            ("too many rounds", &too_many_rounds),
+        ];
+        for (what, checkpoint) in bad {
+            let (refused, _) = run_points(&h, &xs, checkpoint);
+            let refused = refused.expect_err(what);
+            assert!(
+                matches!(refused, Error::InvalidArgument(_)),
+                "{what}: {refused}"
+            );
+        }
+        let (resumed, _) = run_points(&h, &xs, good);
+        resumed.unwrap();
+    }
+
+    /// Large vectors checkpoint less often, in proportion, but at least once
+    /// a minute.
+    #[test]
+    fn points_checkpoints_are_spaced_by_their_size() {
+        let every = std::time::Duration::from_secs(3);
+        assert_eq!(pass_checkpoint_interval(every, 1 << 20), every);
+        assert_eq!(
+            pass_checkpoint_interval(every, 40 << 20),
+            std::time::Duration::from_secs(30)
+        );
+        assert_eq!(
+            pass_checkpoint_interval(every, 864 << 20),
+            std::time::Duration::from_secs(60)
+        );
     }
 }

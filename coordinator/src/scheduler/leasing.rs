@@ -4,6 +4,7 @@
 //! are leased, highest priority first, then oldest job first.
 
 use tally_common::lease::LeaseId;
+use tally_common::wire::INLINE_CHECKPOINT_BYTES;
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{
@@ -274,18 +275,24 @@ fn lease_shard(
         shard_key(&id, shard.stage, shard.index),
         encode(&shard),
     );
-    let checkpoint = if shard.has_checkpoint {
-        store
-            .get(Tree::Blobs, &checkpoint_key(&id, shard.stage, shard.index))?
-            .unwrap_or_default()
+    // A large checkpoint is not read here, under the lock: the worker
+    // fetches it apart (`FetchCheckpoint`).
+    let (checkpoint, checkpoint_bytes) = if shard.has_checkpoint {
+        let key = checkpoint_key(&id, shard.stage, shard.index);
+        match store.value_len(Tree::Blobs, &key)? {
+            Some(len) if len > INLINE_CHECKPOINT_BYTES as u64 => (Vec::new(), len),
+            Some(_) => (store.get(Tree::Blobs, &key)?.unwrap_or_default(), 0),
+            None => (Vec::new(), 0),
+        }
     } else {
-        Vec::new()
+        (Vec::new(), 0)
     };
     let grant = Grant {
         lease: LeaseId::new(id.clone(), shard.stage, shard.index, shard.attempt),
         spec: entry.rec.spec.clone(),
         task: shard.task.to_bytes(),
         checkpoint,
+        checkpoint_bytes,
         ttl_ms: ttl,
         work_total: shard.work_total,
     };

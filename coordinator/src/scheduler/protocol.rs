@@ -62,7 +62,10 @@ pub struct Grant {
     pub lease: LeaseId,
     pub spec: ValidSpec,
     pub task: Vec<u8>,
+    /// The checkpoint to start from, if it is small enough to come along.
     pub checkpoint: Vec<u8>,
+    /// The size of a checkpoint too large to come along (fetched apart), or 0.
+    pub checkpoint_bytes: u64,
     pub ttl_ms: u64,
     pub work_total: u64,
 }

@@ -3,6 +3,8 @@
 //! report of any other attempt is refused with FailedPrecondition and changes
 //! nothing.
 
+use std::sync::Arc;
+
 use tally_common::lease::LeaseId;
 use tally_common::values::EncodedPartial;
 
@@ -10,7 +12,7 @@ use crate::error::{CoordinatorError, Result};
 use crate::records::{
     JobRecord, JobState, ShardRecord, ShardState, checkpoint_key, encode, job_key, shard_key,
 };
-use crate::store::{Batch, Tree};
+use crate::store::{Batch, Store, Tree};
 
 use super::events::Event;
 use super::protocol::{Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ResultCheck};
@@ -20,7 +22,7 @@ impl Scheduler {
     /// Accepts a report of the current attempt of a shard: a checkpoint, a result
     /// (with the stage output), or a failure. A report of any other attempt is
     /// refused with FailedPrecondition and changes nothing.
-    pub fn report(&mut self, report: Report, now_ms: u64) -> Result<ReportOutcome> {
+    pub fn report(&mut self, mut report: Report, now_ms: u64) -> Result<ReportOutcome> {
         let entry = self.entry(&report.lease.job)?;
         if entry.rec.state.is_finished() {
             return Ok(ReportOutcome::STOP);
@@ -43,10 +45,32 @@ impl Scheduler {
             };
             return self.record_failure(failed, now_ms);
         }
-        if let Some(checkpoint) = &report.checkpoint {
+        if let Some(checkpoint) = report.checkpoint.take() {
             self.record_checkpoint(&report, checkpoint, now_ms)?;
         }
         Ok(ReportOutcome::CONTINUE)
+    }
+
+    /// Where the checkpoint that `worker`'s current lease `lease` starts from
+    /// is kept: the store and key, read outside the lock (a large checkpoint
+    /// is fetched apart from its lease, see `FetchCheckpoint`). Any other
+    /// attempt, or one without a checkpoint, is refused.
+    pub fn checkpoint_of(
+        &self,
+        worker: &str,
+        lease: &LeaseId,
+    ) -> Result<(Arc<dyn Store>, Vec<u8>)> {
+        let entry = self.entry(&lease.job)?;
+        let shard = current_attempt(entry, &Report::new(worker.to_string(), lease.clone()))?;
+        if shard.state != ShardState::Leased || !shard.has_checkpoint {
+            return Err(CoordinatorError::FailedPrecondition(format!(
+                "lease {lease} starts from no checkpoint"
+            )));
+        }
+        Ok((
+            self.store.clone(),
+            checkpoint_key(&lease.job, lease.stage, lease.index),
+        ))
     }
 
     /// What checking `report`'s result needs, if it is the result of its
@@ -72,7 +96,7 @@ impl Scheduler {
     fn record_checkpoint(
         &mut self,
         report: &Report,
-        checkpoint: &ReportedCheckpoint,
+        checkpoint: ReportedCheckpoint,
         now_ms: u64,
     ) -> Result<()> {
         let LeaseId {
@@ -95,7 +119,7 @@ impl Scheduler {
         batch.put(
             Tree::Blobs,
             checkpoint_key(job, *stage, *index),
-            checkpoint.state.clone(),
+            checkpoint.state,
         );
         batch.put(Tree::Shards, shard_key(job, *stage, *index), encode(&shard));
         let seq = entry.next_event;

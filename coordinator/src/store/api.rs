@@ -119,6 +119,10 @@ pub trait Store: Send + Sync {
         Ok(())
     }
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// The length of the value at `key`, without reading a large one.
+    fn value_len(&self, tree: Tree, key: &[u8]) -> Result<Option<u64>> {
+        Ok(self.get(tree, key)?.map(|v| v.len() as u64))
+    }
     /// All entries whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
     /// The entry with the greatest key that starts with `prefix` (a job's

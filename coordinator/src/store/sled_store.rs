@@ -560,6 +560,10 @@ impl Store for SledStore {
         guarded(&self.dir, || self.get_unguarded(tree, key))
     }
 
+    fn value_len(&self, tree: Tree, key: &[u8]) -> Result<Option<u64>> {
+        guarded(&self.dir, || self.value_len_unguarded(tree, key))
+    }
+
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         guarded(&self.dir, || self.scan_unguarded(tree, prefix))
     }
@@ -659,6 +663,31 @@ impl SledStore {
             Some(reference) => self.read_spilled(&reference).map(Some),
             None => Ok(value.map(|v| v.to_vec())),
         }
+    }
+
+    /// [`Store::value_len`]: a spilled value's length from its reference.
+    fn value_len_unguarded(&self, tree: Tree, key: &[u8]) -> Result<Option<u64>> {
+        match self.overlay()?.get(tree, key) {
+            Some(Entry::Put(value)) => return Ok(Some(value.len() as u64)),
+            Some(Entry::Spilled(spilled)) => return Ok(Some(spilled.len)),
+            Some(Entry::Remove) => return Ok(None),
+            None => {}
+        }
+        self.with_handles(|h| {
+            let read = |t: &sled::Tree| t.get(key).map_err(|e| fault(&self.dir, &e));
+            if tree == Tree::Blobs
+                && let Some(reference) = read(h.spilled())?
+            {
+                let spilled = SpillRef::decode(&reference).ok_or_else(|| {
+                    CoordinatorError::Store(format!(
+                        "the store in {} has a malformed value reference",
+                        self.dir.display()
+                    ))
+                })?;
+                return Ok(Some(spilled.len));
+            }
+            Ok(read(h.tree(tree))?.map(|v| v.len() as u64))
+        })
     }
 
     /// The value a write not yet in sled leaves.

@@ -51,6 +51,10 @@ impl Store for TimedStore {
         self.inner.get(tree, key)
     }
 
+    fn value_len(&self, tree: Tree, key: &[u8]) -> Result<Option<u64>> {
+        self.inner.value_len(tree, key)
+    }
+
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.inner.scan_prefix(tree, prefix)
     }

@@ -203,7 +203,9 @@ fn shard_cost(runs: usize) {
 /// The runner's own cost per shard, with nothing else in the way: `tally run
 /// synthetic` (shards of one term each) with 1,000 and with `shards` shards,
 /// 128 slots (so that leases and reports go many to a round trip), the
-/// difference per extra shard, and the peak memory of the larger job.
+/// difference per extra shard, and the peak memory of the larger job; and the
+/// same with the binary named by `TALLY_BENCH_BEFORE` (an older build), when
+/// set, the two run alternately in the same run.
 fn synthetic_cost(shards: u64, runs: usize) {
     let job = |n: u64| {
         ["run", "synthetic", "--slots", "128", "--shards"]
@@ -212,17 +214,43 @@ fn synthetic_cost(shards: u64, runs: usize) {
             .chain([n.to_string()])
             .collect::<Vec<_>>()
     };
-    let binary = std::ffi::OsString::from(env!("CARGO_BIN_EXE_tally"));
-    let time = |args: &[String]| median_with_peak(&binary, args, runs);
+    let mut binaries = vec![(
+        "this build",
+        std::ffi::OsString::from(env!("CARGO_BIN_EXE_tally")),
+    )];
+    if let Some(before) = std::env::var_os("TALLY_BENCH_BEFORE") {
+        binaries.push(("before", before));
+    }
     let few = 1_000;
-    let (t_few, _, _) = time(&job(few));
-    let (t_many, answer, peak) = time(&job(shards));
-    let per_shard = (t_many - t_few) * 1e3 / (shards - few) as f64;
-    println!(
-        "synthetic: {few} shards {t_few:.2} s, {shards} shards {t_many:.2} s (peak {:.0} MB, \
-         answer {answer}): {per_shard:.3} ms per extra shard",
-        peak as f64 / 1e6
-    );
+    // Alternate the builds run by run, so that both see the same machine.
+    let mut times = vec![(Vec::new(), Vec::new(), String::new(), 0u64); binaries.len()];
+    for _ in 0..runs {
+        for ((_, binary), (t_few, t_many, answer, peak)) in binaries.iter().zip(&mut times) {
+            t_few.push(median_with_peak(binary, &job(few), 1).0);
+            let (t, a, p) = median_with_peak(binary, &job(shards), 1);
+            t_many.push(t);
+            *answer = a;
+            *peak = (*peak).max(p);
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let mut costs = Vec::new();
+    for ((name, _), (t_few, t_many, answer, peak)) in binaries.iter().zip(times) {
+        let (t_few, t_many) = (median(t_few), median(t_many));
+        let per_shard = (t_many - t_few) * 1e3 / (shards - few) as f64;
+        println!(
+            "{name}: synthetic {few} shards {t_few:.2} s, {shards} shards {t_many:.2} s (peak {:.0} MB, \
+             answer {answer}): {per_shard:.3} ms per extra shard",
+            peak as f64 / 1e6
+        );
+        costs.push(per_shard);
+    }
+    if let [now, before] = costs[..] {
+        println!("cost per shard, this build / before: {:.2}", now / before);
+    }
 }
 
 /// `binary args` run `runs` times: the median wall time, the last line of

@@ -234,9 +234,11 @@ fn is_refusal(status: &tonic::Status) -> bool {
 }
 
 /// Starts the task that sends a shard's checkpoints as they come, each once: a
-/// lost checkpoint only costs recomputation after a crash. A refusal, or the
-/// coordinator's `stop`, revokes the shard. The task ends when the sender is
-/// dropped and every checkpoint is sent.
+/// lost checkpoint only costs recomputation after a crash. Of the checkpoints
+/// that wait while one is sent, only the newest is sent next (the others are
+/// dropped: a large one is a copy of the shard's whole state). A refusal, or
+/// the coordinator's `stop`, revokes the shard. The task ends when the sender
+/// is dropped and the newest checkpoint is sent.
 pub(crate) fn forward_checkpoints(
     ctx: Arc<Context>,
     lease_id: String,
@@ -247,7 +249,10 @@ pub(crate) fn forward_checkpoints(
 ) {
     let (sender, mut checkpoints) = mpsc::unbounded_channel::<Checkpoint>();
     let forwarder = tokio::spawn(async move {
-        while let Some(checkpoint) = checkpoints.recv().await {
+        while let Some(mut checkpoint) = checkpoints.recv().await {
+            while let Ok(newer) = checkpoints.try_recv() {
+                checkpoint = newer;
+            }
             match send_report(&ctx, &lease_id, checkpoint_body(checkpoint)).await {
                 Ok(answer) if answer.stop => handle.revoke(),
                 Ok(_) => {}

@@ -900,12 +900,13 @@ pub fn estimate(h: &HexSpec) -> ResourceEstimate {
             steps * vector / 2 * (ESTIMATE_WORKERS + 1),
         ),
         // The graph, shared; each shard an in-place vector of one lane per
-        // point (a power of two) and a checkpoint of it, plus the pass's
-        // private buffers. The coordinator holds a checkpoint as it arrives.
+        // point (a power of two) and two checkpoints of it (one being sent,
+        // the next being made: measured at side 17), plus the pass's private
+        // buffers. The coordinator holds a checkpoint as it arrives.
         HexPlan::Points => {
             let lanes = (points_per_shard(h) as u64).next_power_of_two();
             let vector = states * lanes * 4;
-            (graph, 2 * vector + (20 << 20), vector, 1 << 20)
+            (graph, 3 * vector + (20 << 20), vector, 1 << 20)
         }
     };
     ResourceEstimate {

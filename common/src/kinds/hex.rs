@@ -638,35 +638,46 @@ fn execute_points(
     let interval = pass_checkpoint_interval(run.checkpoint_every, graph.pass_bytes(points.len()));
     let control = run.control;
     let graph = &graph;
+    // The work of a shard is its points: counted in proportion to the rounds
+    // done, so that a pass of hours shows progress (and is not taken for
+    // stalled), from where it resumed.
+    let points_done = |at: &PassPoint<'_>| (points.len() * at.rounds_done / at.rounds) as u64;
+    let counted = std::sync::atomic::AtomicU64::new(0);
+    let counted = &counted;
     let last = std::sync::Mutex::new(std::time::Instant::now());
     let last = &last;
     // The pass runs on a thread of its own and hands its checkpoints here,
     // where the shard's callback lives; at most one waits at a time.
-    let (sender, checkpoints) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
+    let (sender, checkpoints) = std::sync::mpsc::sync_channel::<(Vec<u8>, u64)>(1);
     let values = std::thread::scope(|scope| {
         let pass = scope.spawn(move || {
             let after_round = |at: PassPoint<'_>| {
+                let done = points_done(&at);
+                let before = counted.swap(done, std::sync::atomic::Ordering::Relaxed);
+                control.add_work(done.saturating_sub(before));
                 let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
                 if last.elapsed() >= interval {
-                    let _ = sender.send(PassCheckpoint::encode(&at, lanes));
+                    let _ = sender.send((PassCheckpoint::encode(&at, lanes), done));
                     *last = std::time::Instant::now();
                 }
             };
             let resume = resume.map(|r| (r.rounds_done, r.vector));
             graph.evaluate_pass(points, modulus, 1, control, resume, &after_round)
         });
-        for state in checkpoints {
+        for (state, work_done) in checkpoints {
             run.checkpoint(Checkpoint {
                 state,
                 partial: None,
-                work_done: 0,
+                work_done,
             });
         }
         pass.join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })?;
     run.control.check()?;
-    run.control.add_work(points.len() as u64);
+    let counted = counted.load(std::sync::atomic::Ordering::Relaxed);
+    run.control
+        .add_work((points.len() as u64).saturating_sub(counted));
     Ok(Outcome {
         output: Vec::new(),
         partial: HexPartial::HexEvaluations {
@@ -1017,19 +1028,27 @@ mod tests {
 
     type Evaluations = Vec<(u32, u32)>;
 
+    /// What one points shard run here did.
+    struct PointsRun {
+        values: Result<Evaluations>,
+        /// Its checkpoints' states and work done.
+        checkpoints: Vec<Vec<u8>>,
+        checkpoint_work: Vec<u64>,
+        /// The work the shard counted on its control.
+        work: u64,
+    }
+
     /// Runs one points shard here with `checkpoint`, a checkpoint after every
-    /// round; returns its evaluations (or error) and its checkpoints.
-    fn run_points(
-        h: &HexSpec,
-        points: &[u32],
-        checkpoint: &[u8],
-    ) -> (Result<Evaluations>, Vec<Vec<u8>>) {
+    /// round.
+    fn run_points(h: &HexSpec, points: &[u32], checkpoint: &[u8]) -> PointsRun {
         let cache = KernelCache::new();
         let control = Control::new();
-        let mut taken = Vec::new();
+        let mut checkpoints = Vec::new();
+        let mut checkpoint_work = Vec::new();
         let mut on_checkpoint = |c: Checkpoint<HexPartial>| {
             assert!(c.partial.is_none());
-            taken.push(c.state);
+            checkpoints.push(c.state);
+            checkpoint_work.push(c.work_done);
         };
         let mut run = ShardRun {
             input: None,
@@ -1043,11 +1062,16 @@ mod tests {
             modulus: h.modulus,
             points: points.to_vec(),
         };
-        let outcome = Hex::execute(h, &task, &mut run).map(|o| match o.partial {
+        let values = Hex::execute(h, &task, &mut run).map(|o| match o.partial {
             HexPartial::HexEvaluations { evaluations, .. } => evaluations,
             other => panic!("not evaluations: {other:?}"),
         });
-        (outcome, taken)
+        PointsRun {
+            values,
+            checkpoints,
+            checkpoint_work,
+            work: control.work_done(),
+        }
     }
 
     fn rounds_done(checkpoint: &[u8]) -> u32 {
@@ -1056,7 +1080,8 @@ mod tests {
 
     /// A points shard checkpoints between blocks of cell steps; resumed from
     /// any of its checkpoints it goes on from there (its next checkpoint is
-    /// one round later) to the evaluations of an uninterrupted pass.
+    /// one round later) to the evaluations of an uninterrupted pass. Its work
+    /// (its points) is counted as the rounds go, from where it resumed.
     #[test]
     fn a_points_shard_resumes_from_any_of_its_checkpoints() {
         let h = points(7, 5);
@@ -1067,21 +1092,40 @@ mod tests {
             .copied()
             .zip(graph.evaluate_points(&xs, h.modulus))
             .collect();
-        let (values, checkpoints) = run_points(&h, &xs, &[]);
-        assert_eq!(values.unwrap(), expected);
+        let whole = run_points(&h, &xs, &[]);
+        assert_eq!(whole.values.unwrap(), expected);
+        assert_eq!(whole.work, xs.len() as u64);
+        let work = &whole.checkpoint_work;
+        assert!(
+            work.windows(2).all(|w| w[0] <= w[1])
+                && work[0] < work[work.len() - 1]
+                && work[work.len() - 1] < xs.len() as u64,
+            "the work grows with the rounds, below the points: {work:?}"
+        );
         let rounds = graph.pass_rounds();
         assert_eq!(
-            checkpoints.len(),
+            whole.checkpoints.len(),
             rounds - 1,
             "one checkpoint between rounds"
         );
-        for (k, checkpoint) in checkpoints.iter().enumerate() {
+        for (k, checkpoint) in whole.checkpoints.iter().enumerate() {
             assert_eq!(rounds_done(checkpoint) as usize, k + 1);
-            let (resumed, later) = run_points(&h, &xs, checkpoint);
-            assert_eq!(resumed.unwrap(), expected, "resumed after {} rounds", k + 1);
-            assert_eq!(later.len(), rounds - 2 - k, "the resumed pass starts again");
-            if let Some(next) = later.first() {
+            let resumed = run_points(&h, &xs, checkpoint);
+            assert_eq!(
+                resumed.values.unwrap(),
+                expected,
+                "resumed after {} rounds",
+                k + 1
+            );
+            assert_eq!(resumed.work, xs.len() as u64);
+            assert_eq!(
+                resumed.checkpoints.len(),
+                rounds - 2 - k,
+                "the resumed pass starts again"
+            );
+            if let Some(next) = resumed.checkpoints.first() {
                 assert_eq!(rounds_done(next) as usize, k + 2);
+                assert_eq!(resumed.checkpoint_work[0], whole.checkpoint_work[k + 1]);
             }
         }
     }
@@ -1092,9 +1136,9 @@ mod tests {
     fn a_points_checkpoint_of_another_shard_or_damaged_is_refused() {
         let h = points(6, 5);
         let xs = [3, 5, 7, 11, 13];
-        let (_, checkpoints) = run_points(&h, &xs, &[]);
+        let checkpoints = run_points(&h, &xs, &[]).checkpoints;
         let good = &checkpoints[checkpoints.len() / 2];
-        let (_, narrower) = run_points(&h, &xs[..3], &[]);
+        let narrower = run_points(&h, &xs[..3], &[]).checkpoints;
         let mut out_of_range = good.clone();
         let last = out_of_range.len() - 4;
         out_of_range[last..].copy_from_slice(&h.modulus.to_le_bytes());
@@ -1110,15 +1154,13 @@ mod tests {
             ("too many rounds", &too_many_rounds),
         ];
         for (what, checkpoint) in bad {
-            let (refused, _) = run_points(&h, &xs, checkpoint);
-            let refused = refused.expect_err(what);
+            let refused = run_points(&h, &xs, checkpoint).values.expect_err(what);
             assert!(
                 matches!(refused, Error::InvalidArgument(_)),
                 "{what}: {refused}"
             );
         }
-        let (resumed, _) = run_points(&h, &xs, good);
-        resumed.unwrap();
+        run_points(&h, &xs, good).values.unwrap();
     }
 
     /// Large vectors checkpoint less often, in proportion, but at least once

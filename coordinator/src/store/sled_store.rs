@@ -292,6 +292,7 @@ impl SledStore {
     fn reopen(&self, marked: &mut Marked) -> Result<()> {
         // What was applied and not flushed is read back from the store.
         self.overlay()?.clear();
+        self.values.forget_unsynced();
         let mut handles = self.handles.write().unwrap_or_else(|p| p.into_inner());
         // The old handles must be gone before sled can take its lock again.
         drop(handles.take());
@@ -604,6 +605,9 @@ impl SledStore {
         if writes.is_empty() {
             return Ok(target);
         }
+        // The value files these writes reference go to disk first: sled may
+        // write its log at any time once it holds the references.
+        self.values.sync_written()?;
         guarded(&self.dir, || {
             self.with_handles(|handles| {
                 let (digest, unreferenced) = write_batch(handles, &writes, commit)?;
@@ -623,23 +627,18 @@ impl SledStore {
         })
     }
 
-    /// Writes the large blob values of `batch` to files, durably, before the
-    /// commit that references them; one entry per write, `None` for a value
-    /// kept in sled.
+    /// Writes the large blob values of `batch` to files (made durable by
+    /// `write_overlay`, before the transaction that references them); one
+    /// entry per write, `None` for a value kept in sled.
     fn spill(&self, batch: &Batch, commit: u64) -> Result<Vec<Option<SpillRef>>> {
         let mut spills = Vec::with_capacity(batch.writes.len());
-        let mut any = false;
         for (i, w) in batch.writes.iter().enumerate() {
             spills.push(match &w.value {
                 Some(v) if w.tree == Tree::Blobs && v.len() > SPILL_THRESHOLD => {
-                    any = true;
                     Some(self.values.write(&format!("{commit}-{i}"), v)?)
                 }
                 _ => None,
             });
-        }
-        if any {
-            self.values.sync()?;
         }
         Ok(spills)
     }

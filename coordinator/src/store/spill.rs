@@ -8,8 +8,10 @@
 //! reference (name, length, FNV-1a digest) in a tree of its own: sled's leaves
 //! (at most 16 entries) then stay far below its blob size.
 //!
-//! Order of a commit: the files are written and fsynced (and the directory),
-//! then the sled transaction that references them is flushed, then the files
+//! Order of a commit: the files are written when their batch is applied (under
+//! the scheduler's lock, so not fsynced there), fsynced with the directory
+//! just before the sled transaction that references them is written (in the
+//! flush, outside that lock), then the transaction is flushed, then the files
 //! it no longer references are deleted. A crash in between leaves files no
 //! entry references; opening the store deletes them. Opening also checks every
 //! referenced file's length and digest, so a lost or damaged file is found
@@ -64,6 +66,8 @@ impl SpillRef {
 /// The values directory of one store.
 pub struct ValueFiles {
     dir: PathBuf,
+    /// Files written and not yet fsynced, by name.
+    unsynced: std::sync::Mutex<Vec<String>>,
 }
 
 impl ValueFiles {
@@ -71,22 +75,56 @@ impl ValueFiles {
     pub fn open(store_dir: &Path) -> Result<ValueFiles> {
         let dir = store_dir.join(VALUES_DIR);
         std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, "create", &e))?;
-        Ok(ValueFiles { dir })
+        Ok(ValueFiles {
+            dir,
+            unsynced: Default::default(),
+        })
     }
 
-    /// Writes `value` durably as the file `name` (replacing a leftover of a
-    /// commit that failed); the directory still needs [`ValueFiles::sync`].
+    /// Writes `value` as the file `name` (replacing a leftover of a commit
+    /// that failed), not yet durably: [`ValueFiles::sync_written`] makes it so.
     pub fn write(&self, name: &str, value: &[u8]) -> Result<SpillRef> {
         let path = self.dir.join(name);
         let mut file = std::fs::File::create(&path).map_err(|e| io_error(&path, "create", &e))?;
         file.write_all(value)
-            .and_then(|()| file.sync_all())
             .map_err(|e| io_error(&path, "write", &e))?;
+        self.unsynced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(name.to_string());
         Ok(SpillRef {
             name: name.to_string(),
             len: value.len() as u64,
             digest: fnv1a64(value),
         })
+    }
+
+    /// Makes every file written so far durable, content and directory entry:
+    /// before a transaction that references them is written. A file deleted
+    /// meanwhile (replaced before it was referenced) needs nothing.
+    pub fn sync_written(&self) -> Result<()> {
+        let names = std::mem::take(&mut *self.unsynced.lock().unwrap_or_else(|p| p.into_inner()));
+        if names.is_empty() {
+            return Ok(());
+        }
+        for name in &names {
+            let path = self.dir.join(name);
+            match std::fs::File::open(&path) {
+                Ok(file) => file.sync_all().map_err(|e| io_error(&path, "sync", &e))?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error(&path, "open", &e)),
+            }
+        }
+        self.sync()
+    }
+
+    /// Forgets the files written and not synced: after a failed write, the
+    /// store is read back and they are swept as unreferenced.
+    pub fn forget_unsynced(&self) {
+        self.unsynced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// Makes the files written so far durable as directory entries.
@@ -190,7 +228,7 @@ mod tests {
         let kept = files.write("1-0", &value).unwrap();
         let damaged = files.write("1-1", &value).unwrap();
         files.write("2-0", b"left by a failed commit").unwrap();
-        files.sync().unwrap();
+        files.sync_written().unwrap();
         assert_eq!(files.read(&kept).unwrap(), value);
         let path = dir.path().join(VALUES_DIR).join("1-1");
         let mut bytes = std::fs::read(&path).unwrap();

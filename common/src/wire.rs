@@ -14,6 +14,10 @@ pub const OUTPUT_CHUNK: usize = 1 << 20;
 /// [`OUTPUT_CHUNK`] (`CheckpointChunk`).
 pub const INLINE_CHECKPOINT_BYTES: usize = 4 << 20;
 
+/// One lease response carries at most this many bytes of checkpoints (half of
+/// [`MAX_MESSAGE_BYTES`]); the leases beyond announce theirs to be fetched.
+pub const MAX_INLINE_CHECKPOINTS_PER_RESPONSE: usize = 8 << 20;
+
 /// The largest checkpoint state a report may carry (a hex pass vector of side
 /// 17 at 16 points is about 0.9 GB).
 pub const MAX_CHECKPOINT_BYTES: usize = 1 << 30;

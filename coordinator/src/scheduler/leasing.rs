@@ -4,7 +4,7 @@
 //! are leased, highest priority first, then oldest job first.
 
 use tally_common::lease::LeaseId;
-use tally_common::wire::INLINE_CHECKPOINT_BYTES;
+use tally_common::wire::{INLINE_CHECKPOINT_BYTES, MAX_INLINE_CHECKPOINTS_PER_RESPONSE};
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{
@@ -73,6 +73,8 @@ struct StagedLeases {
     updated: Vec<(String, ShardRecord)>,
     /// Jobs that start running with these leases.
     started: Vec<String>,
+    /// Checkpoint bytes the grants carry so far.
+    inline_checkpoints: usize,
 }
 
 impl Scheduler {
@@ -275,13 +277,24 @@ fn lease_shard(
         shard_key(&id, shard.stage, shard.index),
         encode(&shard),
     );
-    // A large checkpoint is not read here, under the lock: the worker
+    // A large checkpoint is not read here, under the lock, nor one that
+    // would take the response past its share of a message: the worker
     // fetches it apart (`FetchCheckpoint`).
     let (checkpoint, checkpoint_bytes) = if shard.has_checkpoint {
         let key = checkpoint_key(&id, shard.stage, shard.index);
         match store.value_len(Tree::Blobs, &key)? {
-            Some(len) if len > INLINE_CHECKPOINT_BYTES as u64 => (Vec::new(), len),
-            Some(_) => (store.get(Tree::Blobs, &key)?.unwrap_or_default(), 0),
+            Some(len)
+                if len > INLINE_CHECKPOINT_BYTES as u64
+                    || staged.inline_checkpoints + len as usize
+                        > MAX_INLINE_CHECKPOINTS_PER_RESPONSE =>
+            {
+                (Vec::new(), len)
+            }
+            Some(_) => {
+                let checkpoint = store.get(Tree::Blobs, &key)?.unwrap_or_default();
+                staged.inline_checkpoints += checkpoint.len();
+                (checkpoint, 0)
+            }
             None => (Vec::new(), 0),
         }
     } else {

@@ -494,6 +494,71 @@ fn leases_released_at_start_are_handed_back_at_once_without_a_failed_attempt() {
     assert_eq!(handed_back, total);
 }
 
+/// Checkpoints come with their leases only up to a share of one message:
+/// past it (or past the size of one inline checkpoint) a lease announces its
+/// checkpoint's size, and only its current attempt may fetch it.
+#[test]
+fn a_lease_response_carries_checkpoints_up_to_its_share_of_a_message() {
+    use tally_common::wire::{INLINE_CHECKPOINT_BYTES, MAX_INLINE_CHECKPOINTS_PER_RESPONSE};
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut s = new_scheduler(store.clone());
+    submit(&mut s, &kayles(30));
+    let total = tally_common::kayles::character_count(30) as usize;
+    let held = s.lease("w", 100, 1).unwrap();
+    assert_eq!(held.len(), total);
+    let small = INLINE_CHECKPOINT_BYTES - 1;
+    let sizes: Vec<usize> = (0..total)
+        .map(|i| {
+            if i == 0 {
+                INLINE_CHECKPOINT_BYTES + 1
+            } else {
+                small
+            }
+        })
+        .collect();
+    assert!(sizes.iter().sum::<usize>() > MAX_INLINE_CHECKPOINTS_PER_RESPONSE + small);
+    for (grant, &size) in held.iter().zip(&sizes) {
+        let checkpoint = super::ReportedCheckpoint {
+            state: vec![7; size],
+            partial: Vec::new(),
+            work_done: 0,
+        };
+        s.report(Report::checkpoint("w", grant.lease.clone(), checkpoint), 2)
+            .unwrap();
+    }
+    assert_eq!(
+        s.release_all_leases("its worker stopped", 3).unwrap(),
+        total
+    );
+    let again = s.lease("w", 100, 4).unwrap();
+    assert_eq!(again.len(), total);
+    let inline: usize = again.iter().map(|g| g.checkpoint.len()).sum();
+    assert!(
+        inline > 0 && inline <= MAX_INLINE_CHECKPOINTS_PER_RESPONSE,
+        "{inline}"
+    );
+    for grant in &again {
+        let size = sizes[grant.lease.index as usize];
+        if grant.checkpoint.is_empty() {
+            assert_eq!(grant.checkpoint_bytes, size as u64, "{}", grant.lease);
+            let (store, key) = s.checkpoint_of("w", &grant.lease).unwrap();
+            let fetched = store.get(crate::store::Tree::Blobs, &key).unwrap().unwrap();
+            assert_eq!(fetched, vec![7; size]);
+            assert!(
+                s.checkpoint_of("v", &grant.lease).is_err(),
+                "another worker's lease"
+            );
+        } else {
+            assert_eq!((grant.checkpoint.len(), grant.checkpoint_bytes), (size, 0));
+        }
+    }
+    let first = again.iter().find(|g| g.lease.index == 0).unwrap();
+    assert!(
+        first.checkpoint.is_empty(),
+        "a checkpoint above the inline size is fetched"
+    );
+}
+
 #[test]
 fn workers_silent_for_long_are_dropped_from_the_list() {
     let store = Arc::new(MemoryStore::new());

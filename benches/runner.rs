@@ -65,8 +65,13 @@ fn median(args: &[&str], runs: usize) -> (f64, String) {
         times.push(t);
         answer = a;
     }
+    (middle(times), answer)
+}
+
+/// The median of `times`.
+fn middle(mut times: Vec<f64>) -> f64 {
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    (times[times.len() / 2], answer)
+    times[times.len() / 2]
 }
 
 fn main() {
@@ -233,13 +238,9 @@ fn synthetic_cost(shards: u64, runs: usize) {
             *peak = (*peak).max(p);
         }
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        v[v.len() / 2]
-    };
     let mut costs = Vec::new();
     for ((name, _), (t_few, t_many, answer, peak)) in binaries.iter().zip(times) {
-        let (t_few, t_many) = (median(t_few), median(t_many));
+        let (t_few, t_many) = (middle(t_few), middle(t_many));
         let per_shard = (t_many - t_few) * 1e3 / (shards - few) as f64;
         println!(
             "{name}: synthetic {few} shards {t_few:.2} s, {shards} shards {t_many:.2} s (peak {:.0} MB, \
@@ -272,8 +273,7 @@ fn median_with_peak(binary: &std::ffi::OsStr, args: &[String], runs: usize) -> (
         answer = out;
         peak = peak.max(rss);
     }
-    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    (times[times.len() / 2], answer, peak)
+    (middle(times), answer, peak)
 }
 
 /// Waits for `child`: its last line of output and its peak memory.

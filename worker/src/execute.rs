@@ -154,23 +154,10 @@ async fn stage_input(
     }
     let mut parts = Vec::with_capacity(reads.len());
     for read in &reads {
-        let mut backoff = Backoff::new();
-        let bytes = loop {
-            control.check()?;
-            match fetch_stage(ctx, job, read.stage, read.bucket).await {
-                Ok(bytes) => break bytes,
-                Err((status, _)) if status.code() == tonic::Code::Unavailable => {
-                    tracing::warn!(error = %status.message(), "stage data fetch failed; retrying");
-                    backoff.wait().await;
-                }
-                Err((status, session)) if status.code() == tonic::Code::Unauthenticated => {
-                    tracing::info!(error = %status.message(), "stage data fetch refused; registering again");
-                    ctx.session_refused(&session);
-                    backoff.wait().await;
-                }
-                Err((status, _)) => return Err(status.into()),
-            }
-        };
+        let bytes = with_retries(ctx, control, "stage data", |session| {
+            fetch_stage(ctx, job, read.stage, read.bucket, session)
+        })
+        .await?;
         parts.push(bytes);
     }
     let spec = spec.clone();
@@ -192,46 +179,62 @@ async fn fetch_checkpoint(
     announced: u64,
     control: &tally_common::Control,
 ) -> Result<Vec<u8>> {
+    let data = with_retries(ctx, control, "checkpoint", |session| async move {
+        let request = proto::FetchCheckpointRequest {
+            worker_id: ctx.config.worker_id.clone(),
+            session,
+            lease_id: lease_id.to_string(),
+        };
+        let mut stream = ctx.client().fetch_checkpoint(request).await?.into_inner();
+        let mut data = Vec::with_capacity(announced.min(MAX_CHECKPOINT_BYTES as u64) as usize);
+        while let Some(chunk) = stream.message().await? {
+            if (data.len() + chunk.data.len()) as u64 > announced {
+                return Err(tonic::Status::data_loss(format!(
+                    "the checkpoint of {lease_id} is longer than the {announced} bytes announced"
+                )));
+            }
+            data.extend_from_slice(&chunk.data);
+        }
+        Ok(data)
+    })
+    .await?;
+    if data.len() as u64 != announced {
+        return Err(tonic::Status::data_loss(format!(
+            "the checkpoint of {lease_id} has {} bytes, {announced} announced",
+            data.len()
+        ))
+        .into());
+    }
+    tracing::info!(lease = %lease_id, bytes = announced, "checkpoint fetched; resuming from it");
+    Ok(data)
+}
+
+/// `fetch` with the current session, until it answers: while the coordinator
+/// is unreachable, or has forgotten the session (the worker then registers
+/// again), it waits with backoff and tries again, until the shard is stopped.
+/// `what` names the data in the log.
+async fn with_retries<T, F, Fut>(
+    ctx: &Context,
+    control: &tally_common::Control,
+    what: &str,
+    mut fetch: F,
+) -> Result<T>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, tonic::Status>>,
+{
     let mut backoff = Backoff::new();
     loop {
         control.check()?;
         let session = ctx.session();
-        let request = proto::FetchCheckpointRequest {
-            worker_id: ctx.config.worker_id.clone(),
-            session: session.clone(),
-            lease_id: lease_id.to_string(),
-        };
-        let fetched = async {
-            let mut stream = ctx.client().fetch_checkpoint(request).await?.into_inner();
-            let mut data = Vec::with_capacity(announced.min(MAX_CHECKPOINT_BYTES as u64) as usize);
-            while let Some(chunk) = stream.message().await? {
-                if (data.len() + chunk.data.len()) as u64 > announced {
-                    return Err(tonic::Status::data_loss(format!(
-                        "the checkpoint of {lease_id} is longer than the {announced} bytes announced"
-                    )));
-                }
-                data.extend_from_slice(&chunk.data);
-            }
-            Ok(data)
-        };
-        match fetched.await {
-            Ok(data) if data.len() as u64 == announced => {
-                tracing::info!(lease = %lease_id, bytes = announced, "checkpoint fetched; resuming from it");
-                return Ok(data);
-            }
-            Ok(data) => {
-                return Err(tonic::Status::data_loss(format!(
-                    "the checkpoint of {lease_id} has {} bytes, {announced} announced",
-                    data.len()
-                ))
-                .into());
-            }
+        match fetch(session.clone()).await {
+            Ok(value) => return Ok(value),
             Err(status) if status.code() == tonic::Code::Unavailable => {
-                tracing::warn!(error = %status.message(), "checkpoint fetch failed; retrying");
+                tracing::warn!(error = %status.message(), "{what} fetch failed; retrying");
                 backoff.wait().await;
             }
             Err(status) if status.code() == tonic::Code::Unauthenticated => {
-                tracing::info!(error = %status.message(), "checkpoint fetch refused; registering again");
+                tracing::info!(error = %status.message(), "{what} fetch refused; registering again");
                 ctx.session_refused(&session);
                 backoff.wait().await;
             }
@@ -240,29 +243,26 @@ async fn fetch_checkpoint(
     }
 }
 
-/// The raw output of `stage` (or one bucket of it), in one call; a failure
-/// comes with the session the call carried.
+/// The raw output of `stage` (or one bucket of it), in one call with
+/// `session`.
 async fn fetch_stage(
     ctx: &Context,
     job: &str,
     stage: u32,
     bucket: Option<u32>,
-) -> std::result::Result<Vec<u8>, (tonic::Status, String)> {
-    let session = ctx.session();
+    session: String,
+) -> std::result::Result<Vec<u8>, tonic::Status> {
     let request = proto::FetchStageDataRequest {
         job_id: job.to_string(),
         stage,
         worker_id: ctx.config.worker_id.clone(),
-        session: session.clone(),
+        session,
         bucket,
     };
-    let fetched = async {
-        let mut stream = ctx.client().fetch_stage_data(request).await?.into_inner();
-        let mut data = Vec::new();
-        while let Some(chunk) = stream.message().await? {
-            data.extend_from_slice(&chunk.data);
-        }
-        Ok(data)
-    };
-    fetched.await.map_err(|status| (status, session))
+    let mut stream = ctx.client().fetch_stage_data(request).await?.into_inner();
+    let mut data = Vec::new();
+    while let Some(chunk) = stream.message().await? {
+        data.extend_from_slice(&chunk.data);
+    }
+    Ok(data)
 }

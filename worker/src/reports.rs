@@ -133,22 +133,20 @@ impl Iterator for Messages {
 }
 
 /// A checkpoint's messages: a state larger than one chunk goes in chunks.
-fn checkpoint_body(checkpoint: Checkpoint) -> Messages {
-    let chunked = checkpoint.state.len() > OUTPUT_CHUNK;
-    let (chunked, state) = if chunked {
-        (checkpoint.state, Vec::new())
+fn checkpoint_body(mut checkpoint: Checkpoint) -> Messages {
+    let chunked = if checkpoint.state.len() > OUTPUT_CHUNK {
+        std::mem::take(&mut checkpoint.state)
     } else {
-        (Vec::new(), checkpoint.state)
+        Vec::new()
     };
+    let last = Body::Checkpoint(proto::ReportCheckpoint {
+        state: checkpoint.state,
+        partial: checkpoint.partial,
+        work_done: checkpoint.work_done,
+    });
     Messages {
         chunked,
-        sent: 0,
-        rest: vec![Body::Checkpoint(proto::ReportCheckpoint {
-            state,
-            partial: checkpoint.partial,
-            work_done: checkpoint.work_done,
-        })]
-        .into_iter(),
+        ..Messages::from(vec![last])
     }
 }
 

@@ -642,10 +642,13 @@ fn execute_points(
     // done, so that a pass of hours shows progress (and is not taken for
     // stalled), from where it resumed.
     let points_done = |at: &PassPoint<'_>| (points.len() * at.rounds_done / at.rounds) as u64;
-    let counted = std::sync::atomic::AtomicU64::new(0);
-    let counted = &counted;
-    let last = std::sync::Mutex::new(std::time::Instant::now());
-    let last = &last;
+    // Only the thread between two rounds touches this; the lock is for the
+    // borrow checker's sake.
+    let progress = std::sync::Mutex::new(PassProgress {
+        last_checkpoint: std::time::Instant::now(),
+        work_counted: 0,
+    });
+    let progress = &progress;
     // The pass runs on a thread of its own and hands its checkpoints here,
     // where the shard's callback lives; at most one waits at a time.
     let (sender, checkpoints) = std::sync::mpsc::sync_channel::<(Vec<u8>, u64)>(1);
@@ -653,12 +656,12 @@ fn execute_points(
         let pass = scope.spawn(move || {
             let after_round = |at: PassPoint<'_>| {
                 let done = points_done(&at);
-                let before = counted.swap(done, std::sync::atomic::Ordering::Relaxed);
-                control.add_work(done.saturating_sub(before));
-                let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
-                if last.elapsed() >= interval {
+                let mut progress = progress.lock().unwrap_or_else(|p| p.into_inner());
+                control.add_work(done.saturating_sub(progress.work_counted));
+                progress.work_counted = done;
+                if progress.last_checkpoint.elapsed() >= interval {
                     let _ = sender.send((PassCheckpoint::encode(&at, lanes), done));
-                    *last = std::time::Instant::now();
+                    progress.last_checkpoint = std::time::Instant::now();
                 }
             };
             let resume = resume.map(|r| (r.rounds_done, r.vector));
@@ -675,7 +678,10 @@ fn execute_points(
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })?;
     run.control.check()?;
-    let counted = counted.load(std::sync::atomic::Ordering::Relaxed);
+    let counted = progress
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .work_counted;
     run.control
         .add_work((points.len() as u64).saturating_sub(counted));
     Ok(Outcome {
@@ -686,6 +692,13 @@ fn execute_points(
         },
         work_done: points.len() as u64,
     })
+}
+
+/// Where a points shard's pass stands, as its rounds end.
+struct PassProgress {
+    last_checkpoint: std::time::Instant,
+    /// The points counted as work so far.
+    work_counted: u64,
 }
 
 /// How far apart a points shard checkpoints: `every` for a vector that could

@@ -1,0 +1,215 @@
+//! The format of a stage blob: an index of SHA-256 digests, one per 64 KiB
+//! chunk of the data, then the data. The coordinator commits only the blob's
+//! key, size and the digest of its index; a reader checks the index against
+//! that digest and every chunk it reads against the index, so a reader of one
+//! bucket (a byte range) checks what it reads without reading the rest.
+//!
+//! Layout: `TSB1`, the chunk size (u32 LE), the data length (u64 LE), the
+//! chunks' digests (32 bytes each), the data.
+
+use std::ops::Range;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Result, StageError};
+
+const MAGIC: &[u8; 4] = b"TSB1";
+const HEADER: u64 = 16;
+/// The data each digest covers: a bucket read costs at most two chunks more
+/// than the bucket.
+pub const CHUNK: u64 = 64 * 1024;
+
+/// A blob as committed: where it is, how long it is, and the digest of its
+/// index.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BlobRef {
+    pub key: String,
+    pub size: u64,
+    pub digest: [u8; 32],
+}
+
+impl BlobRef {
+    /// The digest in hex, for logs and events.
+    pub fn digest_hex(&self) -> String {
+        self.digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// `data` framed as a blob, and the digest of its index.
+pub fn encode(data: &[u8]) -> (Vec<u8>, [u8; 32]) {
+    let chunks = (data.len() as u64).div_ceil(CHUNK) as usize;
+    let mut blob = Vec::with_capacity(HEADER as usize + 32 * chunks + data.len());
+    blob.extend_from_slice(MAGIC);
+    blob.extend_from_slice(&(CHUNK as u32).to_le_bytes());
+    blob.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    for chunk in data.chunks(CHUNK as usize) {
+        blob.extend_from_slice(&Sha256::digest(chunk));
+    }
+    let digest = Sha256::digest(&blob).into();
+    blob.extend_from_slice(data);
+    (blob, digest)
+}
+
+/// A blob's index, checked against the committed reference.
+#[derive(Clone, Debug)]
+pub struct Index {
+    chunk: u64,
+    data_len: u64,
+    digests: Vec<[u8; 32]>,
+}
+
+/// The most bytes of a blob of `size` bytes that its index can take: read at
+/// once, so the index costs one request.
+pub fn index_bound(size: u64) -> u64 {
+    // The smallest chunk a writer may use is 4 KiB: past it the index would
+    // outgrow what a reader is willing to fetch up front.
+    (HEADER + 32 * size.div_ceil(4096)).min(size)
+}
+
+impl Index {
+    /// Parses and checks the index at the start of `head` (at least the
+    /// index's bytes) against `blob`.
+    pub fn parse(blob: &BlobRef, head: &[u8]) -> Result<Index> {
+        let corrupt = |why: &str| StageError::Corrupt {
+            key: blob.key.clone(),
+            why: why.to_string(),
+        };
+        if head.len() < HEADER as usize || &head[..4] != MAGIC {
+            return Err(corrupt("it does not start with a blob header"));
+        }
+        let chunk = u64::from(u32::from_le_bytes(head[4..8].try_into().expect("4 bytes")));
+        let data_len = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+        if chunk < 4096 {
+            return Err(corrupt("its chunk size is below 4 KiB"));
+        }
+        let count = data_len.div_ceil(chunk);
+        let index_len = HEADER + 32 * count;
+        if index_len.checked_add(data_len) != Some(blob.size) {
+            return Err(corrupt(&format!(
+                "its header says {data_len} bytes of data, which does not fit its committed size of {} bytes",
+                blob.size
+            )));
+        }
+        let Some(index) = head.get(..index_len as usize) else {
+            return Err(corrupt("its index is cut short"));
+        };
+        if <[u8; 32]>::from(Sha256::digest(index)) != blob.digest {
+            return Err(corrupt("its index does not match the committed digest"));
+        }
+        let digests = index[HEADER as usize..]
+            .chunks(32)
+            .map(|d| d.try_into().expect("32 bytes"))
+            .collect();
+        Ok(Index {
+            chunk,
+            data_len,
+            digests,
+        })
+    }
+
+    pub fn data_len(&self) -> u64 {
+        self.data_len
+    }
+
+    /// Where the data starts in the blob.
+    pub fn data_offset(&self) -> u64 {
+        HEADER + 32 * self.digests.len() as u64
+    }
+
+    /// The chunk-aligned range of the data that covers `range`.
+    pub fn covering(&self, range: &Range<u64>) -> Range<u64> {
+        let start = range.start / self.chunk * self.chunk;
+        let end = range.end.div_ceil(self.chunk) * self.chunk;
+        start..end.min(self.data_len)
+    }
+
+    /// Checks `bytes`, the data at the chunk-aligned `at`, chunk by chunk.
+    pub fn check(&self, blob: &BlobRef, at: u64, bytes: &[u8]) -> Result<()> {
+        let first = at / self.chunk;
+        for (i, chunk) in bytes.chunks(self.chunk as usize).enumerate() {
+            let expected = self.digests.get(first as usize + i);
+            if expected != Some(&<[u8; 32]>::from(Sha256::digest(chunk))) {
+                return Err(StageError::Corrupt {
+                    key: blob.key.clone(),
+                    why: format!("chunk {} does not match its digest", first as usize + i),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The data of a whole blob, checked against `blob`.
+pub fn decode(blob: &BlobRef, bytes: &[u8]) -> Result<Vec<u8>> {
+    if bytes.len() as u64 != blob.size {
+        return Err(StageError::Corrupt {
+            key: blob.key.clone(),
+            why: format!(
+                "it holds {} bytes, {} were committed",
+                bytes.len(),
+                blob.size
+            ),
+        });
+    }
+    let index = Index::parse(blob, bytes)?;
+    let data = &bytes[index.data_offset() as usize..];
+    index.check(blob, 0, data)?;
+    Ok(data.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed(data: &[u8]) -> (Vec<u8>, BlobRef) {
+        let (bytes, digest) = encode(data);
+        let blob = BlobRef {
+            key: "k".into(),
+            size: bytes.len() as u64,
+            digest,
+        };
+        (bytes, blob)
+    }
+
+    #[test]
+    fn blobs_round_trip_at_every_size_around_a_chunk() {
+        for len in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            let (bytes, blob) = committed(&data);
+            assert_eq!(decode(&blob, &bytes).unwrap(), data, "length {len}");
+            assert!(index_bound(blob.size) >= Index::parse(&blob, &bytes).unwrap().data_offset());
+        }
+    }
+
+    #[test]
+    fn a_changed_byte_anywhere_is_refused() {
+        let data: Vec<u8> = (0..2 * CHUNK + 5).map(|i| (i % 256) as u8).collect();
+        let (bytes, blob) = committed(&data);
+        for at in [0, 5, 12, 20, 60, bytes.len() / 2, bytes.len() - 1] {
+            let mut tampered = bytes.clone();
+            tampered[at] ^= 0x40;
+            let err = decode(&blob, &tampered).unwrap_err();
+            assert!(
+                matches!(err, StageError::Corrupt { .. }),
+                "byte {at}: {err}"
+            );
+        }
+        let err = decode(&blob, &bytes[..bytes.len() - 1]).unwrap_err();
+        assert!(err.to_string().contains("committed"), "{err}");
+    }
+
+    #[test]
+    fn a_range_is_checked_by_the_chunks_that_cover_it() {
+        let data: Vec<u8> = (0..5 * CHUNK).map(|i| (i / 3 % 256) as u8).collect();
+        let (bytes, blob) = committed(&data);
+        let index = Index::parse(&blob, &bytes[..index_bound(blob.size) as usize]).unwrap();
+        let want = CHUNK + 10..3 * CHUNK - 1;
+        let covering = index.covering(&want);
+        assert_eq!(covering, CHUNK..3 * CHUNK);
+        let at = index.data_offset();
+        let mut read = bytes[(at + covering.start) as usize..(at + covering.end) as usize].to_vec();
+        index.check(&blob, covering.start, &read).unwrap();
+        read[CHUNK as usize + 3] ^= 1;
+        assert!(index.check(&blob, covering.start, &read).is_err());
+    }
+}

@@ -1,0 +1,15 @@
+//! Where stage data lives when it does not pass through the coordinator: a
+//! directory every worker mounts (`file://`) or an S3 bucket (`s3://`).
+//! Workers write and read blobs here directly; the coordinator commits only
+//! their references ([`BlobRef`]: key, size, digest) with the accepted
+//! result, and deletes blobs no longer referenced.
+
+pub mod blob;
+pub mod error;
+pub mod store;
+pub mod url;
+
+pub use blob::BlobRef;
+pub use error::{Result, StageError};
+pub use store::{StageStore, blob_key, blob_owner, job_prefix};
+pub use url::StageStoreUrl;

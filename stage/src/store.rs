@@ -1,0 +1,562 @@
+//! A stage store outside the coordinator, through the `object_store` crate: a
+//! directory (`file://`) or an S3 bucket (`s3://`). Every call waits out an
+//! unreachable store with backoff for up to its patience, then says
+//! `Unavailable`; a blob that is missing or fails its digest is `Corrupt`.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::path::{Path, PathPart};
+use object_store::prefix::PrefixStore;
+use object_store::{
+    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
+    WriteMultipart,
+};
+use tally_common::Control;
+use tally_common::lease::LeaseId;
+
+use crate::blob::{self, BlobRef, Index};
+use crate::error::{Result, StageError};
+use crate::url::StageStoreUrl;
+
+/// How long a call waits out an unreachable store by default.
+pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(300);
+/// Blobs above this go up in parts of this size (S3's parts are 5 MiB at least).
+const PART: usize = 16 * 1024 * 1024;
+/// Reads of many blobs at once (one per shard of a stage).
+const PARALLEL_READS: usize = 8;
+
+/// A directory or bucket holding stage blobs.
+#[derive(Clone)]
+pub struct StageStore {
+    inner: Arc<dyn ObjectStore>,
+    url: StageStoreUrl,
+    patience: Duration,
+}
+
+impl std::fmt::Debug for StageStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StageStore({})", self.url)
+    }
+}
+
+impl StageStore {
+    /// Opens the store `url` names; `None` for the coordinator's own store.
+    /// S3 takes its endpoint, region and credentials from the standard AWS
+    /// environment variables, or the shared credentials file.
+    pub fn open(url: &StageStoreUrl) -> Result<Option<StageStore>> {
+        let inner: Arc<dyn ObjectStore> = match url {
+            StageStoreUrl::Coordinator => return Ok(None),
+            StageStoreUrl::File(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    StageError::InvalidConfig(format!(
+                        "cannot create the stage directory {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+                let local = LocalFileSystem::new_with_prefix(dir)
+                    .map_err(|e| StageError::InvalidConfig(e.to_string()))?
+                    .with_automatic_cleanup(true);
+                Arc::new(local)
+            }
+            StageStoreUrl::S3 { bucket, prefix } => {
+                let s3 = s3_builder()?
+                    .with_bucket_name(bucket)
+                    .build()
+                    .map_err(|e| StageError::InvalidConfig(format!("the S3 stage store: {e}")))?;
+                if prefix.is_empty() {
+                    Arc::new(s3)
+                } else {
+                    Arc::new(PrefixStore::new(s3, Path::from(prefix.as_str())))
+                }
+            }
+        };
+        Ok(Some(StageStore {
+            inner,
+            url: url.clone(),
+            patience: DEFAULT_PATIENCE,
+        }))
+    }
+
+    /// How long each call waits out an unreachable store.
+    pub fn with_patience(mut self, patience: Duration) -> StageStore {
+        self.patience = patience;
+        self
+    }
+
+    pub fn url(&self) -> &StageStoreUrl {
+        &self.url
+    }
+
+    /// Writes `data` as the blob `key`, returning what to commit.
+    pub async fn put(&self, key: &str, data: &[u8], control: &Control) -> Result<BlobRef> {
+        let (bytes, digest) = blob::encode(data);
+        let size = bytes.len() as u64;
+        let path = parse_key(key)?;
+        let bytes = bytes::Bytes::from(bytes);
+        self.patiently("write", key, control, || {
+            let (path, bytes, inner) = (path.clone(), bytes.clone(), self.inner.clone());
+            async move {
+                if bytes.len() <= PART {
+                    inner.put(&path, PutPayload::from(bytes)).await.map(|_| ())
+                } else {
+                    let upload = inner.put_multipart(&path).await?;
+                    let mut write = WriteMultipart::new_with_chunk_size(upload, PART);
+                    for part in bytes.chunks(PART) {
+                        write.wait_for_capacity(2).await?;
+                        write.put(bytes.slice_ref(part));
+                    }
+                    write.finish().await.map(|_| ())
+                }
+            }
+        })
+        .await?;
+        Ok(BlobRef {
+            key: key.to_string(),
+            size,
+            digest,
+        })
+    }
+
+    /// The data of `blob`, checked.
+    pub async fn read(&self, blob: &BlobRef, control: &Control) -> Result<Vec<u8>> {
+        let path = parse_key(&blob.key)?;
+        let bytes = self
+            .patiently("read", &blob.key, control, || async {
+                let got = self.inner.get(&path).await?;
+                got.bytes().await
+            })
+            .await?;
+        blob::decode(blob, &bytes)
+    }
+
+    /// The bytes `range` of `blob`'s data, checked by the chunks covering it.
+    pub async fn read_range(
+        &self,
+        blob: &BlobRef,
+        index: &Index,
+        range: Range<u64>,
+        control: &Control,
+    ) -> Result<Vec<u8>> {
+        if range.end > index.data_len() || range.start > range.end {
+            return Err(StageError::Corrupt {
+                key: blob.key.clone(),
+                why: format!(
+                    "bytes {range:?} were asked of {} bytes of data",
+                    index.data_len()
+                ),
+            });
+        }
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let covering = index.covering(&range);
+        let at = index.data_offset();
+        let bytes = self
+            .get_range(blob, at + covering.start..at + covering.end, control)
+            .await?;
+        index.check(blob, covering.start, &bytes)?;
+        let from = (range.start - covering.start) as usize;
+        Ok(bytes[from..from + (range.end - range.start) as usize].to_vec())
+    }
+
+    /// The index of `blob`, checked against its committed digest.
+    pub async fn index(&self, blob: &BlobRef, control: &Control) -> Result<Index> {
+        let head = self
+            .get_range(blob, 0..blob::index_bound(blob.size), control)
+            .await?;
+        Index::parse(blob, &head)
+    }
+
+    /// Bucket `q` of a blob whose data is a frontier shard's output (framed as
+    /// in `tally_common::buckets`): its bytes only, checked.
+    pub async fn read_bucket(&self, blob: &BlobRef, q: u32, control: &Control) -> Result<Vec<u8>> {
+        let index = self.index(blob, control).await?;
+        let malformed = |why: String| StageError::Corrupt {
+            key: blob.key.clone(),
+            why,
+        };
+        let head = self
+            .read_range(blob, &index, 0..4.min(index.data_len()), control)
+            .await?;
+        let count = head
+            .try_into()
+            .map(u32::from_le_bytes)
+            .map_err(|_| malformed("its data is too short for a bucket count".into()))?;
+        if q >= count {
+            return Err(malformed(format!(
+                "it holds {count} buckets; bucket {q} was asked for"
+            )));
+        }
+        let lengths_end = 4 + 8 * u64::from(count);
+        if lengths_end > index.data_len() {
+            return Err(malformed("its bucket lengths are cut short".into()));
+        }
+        let lengths = self
+            .read_range(blob, &index, 4..lengths_end, control)
+            .await?;
+        let mut start = lengths_end;
+        let mut len = 0;
+        for (i, l) in lengths.chunks(8).enumerate() {
+            let l = u64::from_le_bytes(l.try_into().expect("8 bytes"));
+            if i as u32 == q {
+                len = l;
+                break;
+            }
+            start = start.saturating_add(l);
+        }
+        let end = start.saturating_add(len);
+        if end > index.data_len() {
+            return Err(malformed(format!("its bucket {q} runs past its data")));
+        }
+        self.read_range(blob, &index, start..end, control).await
+    }
+
+    /// Bucket `q` of each of `blobs` (None: the whole data of each), in
+    /// order, a few reads at a time.
+    pub async fn read_all(
+        &self,
+        blobs: &[BlobRef],
+        bucket: Option<u32>,
+        control: &Control,
+    ) -> Result<Vec<Vec<u8>>> {
+        futures::stream::iter(blobs.iter().map(|blob| async move {
+            match bucket {
+                Some(q) => self.read_bucket(blob, q, control).await,
+                None => self.read(blob, control).await,
+            }
+        }))
+        .buffered(PARALLEL_READS)
+        .try_collect()
+        .await
+    }
+
+    /// Removes the blob `key`; one already gone is no error.
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        let path = parse_key(key)?;
+        let control = Control::default();
+        self.patiently("delete", key, &control, || async {
+            match self.inner.delete(&path).await {
+                Err(object_store::Error::NotFound { .. }) => Ok(()),
+                other => other,
+            }
+        })
+        .await
+    }
+
+    /// The keys of every blob under `prefix` (a key prefix such as
+    /// [`job_prefix`]), or of every blob.
+    pub async fn list(&self, prefix: Option<&str>) -> Result<Vec<String>> {
+        let prefix = prefix.map(parse_key).transpose()?;
+        let control = Control::default();
+        self.patiently(
+            "list",
+            prefix.as_ref().map_or("", |p| p.as_ref()),
+            &control,
+            || async {
+                self.inner
+                    .list(prefix.as_ref())
+                    .map_ok(|meta| meta.location.to_string())
+                    .try_collect::<Vec<_>>()
+                    .await
+            },
+        )
+        .await
+    }
+
+    async fn get_range(
+        &self,
+        blob: &BlobRef,
+        range: Range<u64>,
+        control: &Control,
+    ) -> Result<bytes::Bytes> {
+        let path = parse_key(&blob.key)?;
+        self.patiently("read", &blob.key, control, || {
+            self.inner.get_range(&path, range.clone())
+        })
+        .await
+    }
+
+    /// Runs `op` until it succeeds, fails for good, or the store has been
+    /// unreachable for longer than the patience; stops when `control` is
+    /// cancelled. A missing object is `Corrupt` (a committed blob is gone).
+    async fn patiently<T, F, Fut>(
+        &self,
+        what: &str,
+        key: &str,
+        control: &Control,
+        mut op: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = object_store::Result<T>>,
+    {
+        let started = Instant::now();
+        let mut wait = Duration::from_millis(200);
+        loop {
+            if control.is_cancelled() {
+                return Err(StageError::Cancelled);
+            }
+            let error = match op().await {
+                Ok(value) => return Ok(value),
+                Err(object_store::Error::NotFound { .. }) => {
+                    return Err(StageError::Corrupt {
+                        key: key.to_string(),
+                        why: "it is missing from the store".into(),
+                    });
+                }
+                Err(
+                    e @ (object_store::Error::InvalidPath { .. }
+                    | object_store::Error::NotSupported { .. }
+                    | object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. }
+                    | object_store::Error::NotImplemented { .. }),
+                ) => return Err(StageError::Refused(format!("{what} {key}: {e}"))),
+                Err(e) => e,
+            };
+            if started.elapsed() >= self.patience {
+                return Err(StageError::Unavailable(format!(
+                    "{what} {key} failed for {}s: {error}",
+                    started.elapsed().as_secs()
+                )));
+            }
+            tracing::warn!(store = %self.url, key, error = %error, "stage store {what} failed; retrying");
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(5));
+        }
+    }
+}
+
+/// The S3 configuration from the environment: `AWS_*` variables (endpoint,
+/// region, credentials, `AWS_ALLOW_HTTP`), else the shared credentials file
+/// (`AWS_SHARED_CREDENTIALS_FILE`, or `~/.aws/credentials`) for the profile
+/// `AWS_PROFILE` (or `default`). Path-style addressing unless
+/// `AWS_VIRTUAL_HOSTED_STYLE_REQUEST` says otherwise, as MinIO-like endpoints
+/// need.
+fn s3_builder() -> Result<AmazonS3Builder> {
+    // Short tries inside; `patiently` waits out longer outages.
+    let retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: 3,
+        retry_timeout: Duration::from_secs(20),
+    };
+    let mut builder = AmazonS3Builder::from_env()
+        .with_retry(retry)
+        .with_client_options(
+            ClientOptions::new()
+                .with_connect_timeout(Duration::from_secs(5))
+                .with_timeout(Duration::from_secs(120)),
+        );
+    if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+    {
+        builder = builder.with_region("us-east-1");
+    }
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+        if let Some(credentials) = credentials_file()? {
+            builder = builder
+                .with_access_key_id(credentials.0)
+                .with_secret_access_key(credentials.1);
+            if let Some(token) = credentials.2 {
+                builder = builder.with_token(token);
+            }
+        }
+    }
+    Ok(builder)
+}
+
+/// The key id, secret and session token of the shared credentials file's
+/// profile, if there is such a file. Errors name the file and the profile,
+/// never a value.
+fn credentials_file() -> Result<Option<(String, String, Option<String>)>> {
+    let path = match std::env::var_os("AWS_SHARED_CREDENTIALS_FILE") {
+        Some(path) => std::path::PathBuf::from(path),
+        None => match std::env::var_os("HOME") {
+            Some(home) => std::path::PathBuf::from(home).join(".aws/credentials"),
+            None => return Ok(None),
+        },
+    };
+    if !path.exists() {
+        return Ok(None);
+    }
+    let profile = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
+    let bad = |why: &str| {
+        StageError::InvalidConfig(format!(
+            "the credentials file {} (profile {profile}): {why}",
+            path.display()
+        ))
+    };
+    let ini = ini::Ini::load_from_file(&path).map_err(|_| bad("it cannot be read as INI"))?;
+    let section = ini
+        .section(Some(profile.as_str()))
+        .ok_or_else(|| bad("it has no such profile"))?;
+    let field = |name: &str| section.get(name).map(str::to_string);
+    match (field("aws_access_key_id"), field("aws_secret_access_key")) {
+        (Some(id), Some(secret)) => Ok(Some((id, secret, field("aws_session_token")))),
+        _ => Err(bad(
+            "the profile needs aws_access_key_id and aws_secret_access_key",
+        )),
+    }
+}
+
+fn parse_key(key: &str) -> Result<Path> {
+    Path::parse(key)
+        .map_err(|e| StageError::Refused(format!("the blob key {key:?} is malformed: {e}")))
+}
+
+/// Where one attempt of one shard writes its blob `name` (`output`,
+/// `checkpoint-3`): a key no other attempt uses, so a stale attempt's blobs
+/// are never the ones committed.
+pub fn blob_key(lease: &LeaseId, name: &str) -> String {
+    Path::from_iter([
+        PathPart::from("jobs"),
+        PathPart::from(lease.job.as_str()),
+        PathPart::from(lease.stage.to_string()),
+        PathPart::from(lease.index.to_string()),
+        PathPart::from(lease.attempt.to_string()),
+        PathPart::from(name),
+    ])
+    .to_string()
+}
+
+/// The key prefix of every blob of `job`.
+pub fn job_prefix(job: &str) -> String {
+    Path::from_iter([PathPart::from("jobs"), PathPart::from(job)]).to_string()
+}
+
+/// The job prefix and the lease of a key [`blob_key`] made, if it is one.
+pub fn blob_owner(key: &str) -> Option<(String, u32, u32, u64)> {
+    let path = Path::parse(key).ok()?;
+    let parts: Vec<_> = path.parts().collect();
+    let [jobs, job, stage, index, attempt, _name] = parts.as_slice() else {
+        return None;
+    };
+    if jobs.as_ref() != "jobs" {
+        return None;
+    }
+    let prefix = Path::from_iter([PathPart::from("jobs"), job.clone()]).to_string();
+    Some((
+        prefix,
+        stage.as_ref().parse().ok()?,
+        index.as_ref().parse().ok()?,
+        attempt.as_ref().parse().ok()?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_store(dir: &std::path::Path) -> StageStore {
+        let url = StageStoreUrl::File(dir.to_path_buf());
+        StageStore::open(&url).unwrap().unwrap()
+    }
+
+    #[test]
+    fn keys_are_attempt_scoped_and_parse_back_whatever_the_job_id() {
+        for job in ["j-1", "team/a b%c", "x"] {
+            let lease = LeaseId::new(job, 3, 7, 2);
+            let key = blob_key(&lease, "output");
+            let (prefix, stage, index, attempt) = blob_owner(&key).unwrap();
+            assert_eq!((stage, index, attempt), (3, 7, 2), "{key}");
+            assert_eq!(prefix, job_prefix(job));
+            assert!(key.starts_with(&format!("{prefix}/")));
+            assert_ne!(key, blob_key(&LeaseId::new(job, 3, 7, 3), "output"));
+        }
+        assert_eq!(blob_owner("jobs/j/1/2"), None);
+        assert_eq!(blob_owner("other/j/1/2/3/output"), None);
+    }
+
+    #[tokio::test]
+    async fn a_file_store_round_trips_blobs_and_buckets_and_refuses_tampering() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = file_store(dir.path());
+        let control = Control::default();
+        let buckets: Vec<Vec<u8>> = (0..5u8)
+            .map(|b| vec![b; 1000 + 70_000 * b as usize])
+            .collect();
+        let output = tally_common::buckets::encode_buckets(&buckets);
+        let key = blob_key(&LeaseId::new("j", 1, 0, 1), "output");
+        let blob = store.put(&key, &output, &control).await.unwrap();
+        assert_eq!(store.read(&blob, &control).await.unwrap(), output);
+        for (q, bucket) in buckets.iter().enumerate() {
+            let read = store.read_bucket(&blob, q as u32, &control).await.unwrap();
+            assert_eq!(&read, bucket, "bucket {q}");
+        }
+        assert!(store.read_bucket(&blob, 5, &control).await.is_err());
+        assert_eq!(
+            store.list(Some(&job_prefix("j"))).await.unwrap(),
+            vec![key.clone()]
+        );
+
+        // One byte changed in the file: refused, whole or by bucket.
+        let file = dir.path().join(&key);
+        let mut bytes = std::fs::read(&file).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&file, &bytes).unwrap();
+        let err = store.read(&blob, &control).await.unwrap_err();
+        assert!(matches!(err, StageError::Corrupt { .. }), "{err}");
+        let err = store.read_bucket(&blob, 4, &control).await.unwrap_err();
+        assert!(matches!(err, StageError::Corrupt { .. }), "{err}");
+        assert_eq!(
+            store.read_bucket(&blob, 0, &control).await.unwrap(),
+            buckets[0]
+        );
+
+        store.delete(&key).await.unwrap();
+        store.delete(&key).await.unwrap();
+        let err = store.read(&blob, &control).await.unwrap_err();
+        assert!(err.to_string().contains("missing"), "{err}");
+        assert!(store.list(None).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_store_is_waited_out_up_to_the_patience() {
+        // Nothing listens on this port: every call fails to connect.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let s3 = AmazonS3Builder::new()
+            .with_bucket_name("tally-test")
+            .with_region("us-east-1")
+            .with_endpoint(format!("http://127.0.0.1:{port}"))
+            .with_allow_http(true)
+            .with_access_key_id("id")
+            .with_secret_access_key("never-logged")
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            })
+            .build()
+            .unwrap();
+        let store = StageStore {
+            inner: Arc::new(s3),
+            url: StageStoreUrl::S3 {
+                bucket: "tally-test".into(),
+                prefix: String::new(),
+            },
+            patience: Duration::from_millis(500),
+        };
+        let err = store
+            .put("jobs/j/1/0/1/output", b"data", &Control::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StageError::Unavailable(_)), "{err}");
+        assert!(!err.to_string().contains("never-logged"), "{err}");
+        let cancelled = Control::default();
+        cancelled.cancel();
+        let err = store
+            .put("jobs/j/1/0/1/output", b"data", &cancelled)
+            .await
+            .unwrap_err();
+        assert_eq!(err, StageError::Cancelled);
+    }
+}

@@ -1,0 +1,138 @@
+//! `--stage-store` values: `coordinator`, `file:///path` or
+//! `s3://bucket/prefix`. A value never holds credentials (they come from the
+//! environment), so it may be logged and shown.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::error::StageError;
+
+/// Where stage data lives.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum StageStoreUrl {
+    /// In the coordinator's own store, streamed through it (the default).
+    #[default]
+    Coordinator,
+    /// In a directory the coordinator and every worker mount at this path.
+    File(PathBuf),
+    /// In an S3 bucket, under a prefix (possibly empty).
+    S3 { bucket: String, prefix: String },
+}
+
+impl StageStoreUrl {
+    /// Whether workers read and write blobs themselves.
+    pub fn is_external(&self) -> bool {
+        !matches!(self, StageStoreUrl::Coordinator)
+    }
+}
+
+impl fmt::Display for StageStoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StageStoreUrl::Coordinator => f.write_str("coordinator"),
+            StageStoreUrl::File(path) => write!(f, "file://{}", path.display()),
+            StageStoreUrl::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
+            StageStoreUrl::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
+impl FromStr for StageStoreUrl {
+    type Err = StageError;
+
+    fn from_str(value: &str) -> Result<StageStoreUrl, StageError> {
+        let bad = |why: &str| {
+            StageError::InvalidConfig(format!(
+                "--stage-store {value:?}: {why} (expected coordinator, file:///path or s3://bucket/prefix)"
+            ))
+        };
+        if value == "coordinator" {
+            return Ok(StageStoreUrl::Coordinator);
+        }
+        if let Some(path) = value.strip_prefix("file://") {
+            if !path.starts_with('/') {
+                return Err(bad(
+                    "a file store needs an absolute path, file:///like/this",
+                ));
+            }
+            if path.split('/').any(|part| part == "..") {
+                return Err(bad("the path may not hold `..`"));
+            }
+            return Ok(StageStoreUrl::File(PathBuf::from(path)));
+        }
+        if let Some(rest) = value.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.contains('@') || bucket.contains(':') {
+                // Not echoed: the value may hold a secret.
+                return Err(StageError::InvalidConfig(
+                    "--stage-store: credentials and ports do not belong in the URL; set \
+                     AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL instead"
+                        .into(),
+                ));
+            }
+            let valid_bucket = (3..=63).contains(&bucket.len())
+                && bucket.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
+                });
+            if !valid_bucket {
+                return Err(bad(
+                    "a bucket name has 3 to 63 lowercase letters, digits, dots and hyphens",
+                ));
+            }
+            let prefix = prefix.trim_end_matches('/');
+            let plain = |p: &str| !p.is_empty() && p != "." && p != ".." && !p.contains(['?', '#']);
+            if !prefix.is_empty() && !prefix.split('/').all(plain) {
+                return Err(bad("the prefix must be plain path segments"));
+            }
+            return Ok(StageStoreUrl::S3 {
+                bucket: bucket.to_string(),
+                prefix: prefix.to_string(),
+            });
+        }
+        Err(bad("unknown scheme"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_and_print_back() {
+        for url in [
+            "coordinator",
+            "file:///var/lib/tally-stage",
+            "s3://tally-stage",
+            "s3://tally-stage/cluster-1/jobs",
+        ] {
+            let parsed: StageStoreUrl = url.parse().unwrap();
+            assert_eq!(parsed.to_string(), url);
+        }
+        assert_eq!(
+            "s3://b-1/p/".parse::<StageStoreUrl>().unwrap(),
+            StageStoreUrl::S3 {
+                bucket: "b-1".into(),
+                prefix: "p".into()
+            }
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_refused_saying_why() {
+        for (url, why) in [
+            ("file://relative/path", "absolute"),
+            ("file:///a/../b", ".."),
+            ("s3://key:secret@bucket/p", "credentials"),
+            ("s3://Bucket", "bucket name"),
+            ("s3://b", "bucket name"),
+            ("s3://bucket/a//b", "plain path"),
+            ("gs://bucket", "unknown scheme"),
+            ("", "unknown scheme"),
+        ] {
+            let err = url.parse::<StageStoreUrl>().unwrap_err().to_string();
+            assert!(err.contains(why), "{url}: {err}");
+            assert!(!err.contains("secret"), "{url}: {err}");
+        }
+    }
+}

@@ -1,6 +1,7 @@
 """Cross-checks rendered Kubernetes objects where schemas cannot: every
 selector selects a pod template, named ports and volumes exist, and the
-Secrets and Services that pods and StatefulSets name are part of the render.
+Secrets, ConfigMaps (and their keys) and Services that pods and StatefulSets
+name, in volumes and in the environment, are part of the render.
 
 Usage: check-references.py RENDERED.yaml
 """
@@ -14,10 +15,43 @@ def selects(selector, labels):
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
+def env_errors(container, data):
+    """The Secrets, ConfigMaps and keys that a container's environment names
+    and the render lacks (references marked optional excepted)."""
+    errors = []
+    name = container["name"]
+    for source in container.get("envFrom", []):
+        for field, kind in (("secretRef", "Secret"), ("configMapRef", "ConfigMap")):
+            ref = source.get(field)
+            if ref and not ref.get("optional") and (kind, ref["name"]) not in data:
+                errors.append(f'container {name}: envFrom unknown {kind} {ref["name"]}')
+    for var in container.get("env", []):
+        for field, kind in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+            ref = var.get("valueFrom", {}).get(field)
+            if not ref or ref.get("optional"):
+                continue
+            keys = data.get((kind, ref["name"]))
+            if keys is None:
+                errors.append(f'container {name}: {var["name"]} from unknown {kind} {ref["name"]}')
+            elif ref["key"] not in keys:
+                errors.append(
+                    f'container {name}: {var["name"]} from missing key {ref["key"]} '
+                    f'of {kind} {ref["name"]}'
+                )
+    return errors
+
+
 def main(path):
     with open(path, encoding="utf-8") as f:
         objects = [o for o in yaml.safe_load_all(f) if o]
     present = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    data = {  # the keys of each Secret and ConfigMap
+        (o["kind"], o["metadata"]["name"]): {
+            k for field in ("data", "stringData", "binaryData") for k in o.get(field, {})
+        }
+        for o in objects
+        if o["kind"] in ("Secret", "ConfigMap")
+    }
     errors = []
     pods = []  # (workload, pod labels, container port names)
 
@@ -48,6 +82,10 @@ def main(path):
         for v in pod.get("volumes", []):
             if "secret" in v and ("Secret", v["secret"]["secretName"]) not in present:
                 errors.append(f'{workload}: unknown Secret {v["secret"]["secretName"]}')
+            if "configMap" in v and ("ConfigMap", v["configMap"]["name"]) not in present:
+                errors.append(f'{workload}: unknown ConfigMap {v["configMap"]["name"]}')
+        for c in pod["containers"]:
+            errors += [f"{workload}: {e}" for e in env_errors(c, data)]
         if o["kind"] == "StatefulSet" and ("Service", spec["serviceName"]) not in present:
             errors.append(f'{workload}: unknown governing Service {spec["serviceName"]}')
         pods.append((workload, labels, port_names))

@@ -8,7 +8,7 @@
 #   python3 -m venv ~/.cache/tally-validators
 #   ~/.cache/tally-validators/bin/pip install -r deploy/validators.txt
 # systemd-analyze (Debian package systemd) checks the units when present;
-# `docker compose config` checks the Compose file when the plugin is present.
+# `docker compose config` checks the Compose files when the plugin is present.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 venv=${TALLY_VALIDATORS:-${XDG_CACHE_HOME:-$HOME/.cache}/tally-validators}
@@ -32,20 +32,29 @@ echo "== yamllint"
 echo "== hadolint"
 "$bin/hadolint" --no-color "$here/Dockerfile"
 
-echo "== kubectl kustomize | kubernetes-validate --strict"
-"$bin/kubectl" kustomize "$here/k8s" >"$tmp/k8s.yaml"
-for v in "${k8s_versions[@]}"; do
-    "$bin/kubernetes-validate" --strict --quiet --kubernetes-version "$v" - <"$tmp/k8s.yaml"
+# k8s is the base; k8s-s3 the overlay that keeps stage data in an object store.
+for kustomization in k8s k8s-s3; do
+    echo "== kubectl kustomize $kustomization | kubernetes-validate --strict"
+    "$bin/kubectl" kustomize "$here/$kustomization" >"$tmp/$kustomization.yaml"
+    for v in "${k8s_versions[@]}"; do
+        "$bin/kubernetes-validate" --strict --quiet --kubernetes-version "$v" - \
+            <"$tmp/$kustomization.yaml"
+    done
+    echo "valid for Kubernetes ${k8s_versions[*]}"
+    "$bin/python" "$here/check-references.py" "$tmp/$kustomization.yaml"
 done
-echo "valid for Kubernetes ${k8s_versions[*]}"
-"$bin/python" "$here/check-references.py" "$tmp/k8s.yaml"
 
 echo "== docker compose config"
 if docker compose version >/dev/null 2>&1; then
     # The token files are the user's; stand-ins let the file be checked without them.
     touch "$tmp/tally-token" "$tmp/tally-worker-token"
-    TALLY_TOKEN_FILE=$tmp/tally-token TALLY_WORKER_TOKEN_FILE=$tmp/tally-worker-token \
-        docker compose -f "$here/docker-compose.yml" config --quiet
+    export TALLY_TOKEN_FILE=$tmp/tally-token TALLY_WORKER_TOKEN_FILE=$tmp/tally-worker-token
+    docker compose -f "$here/docker-compose.yml" config --quiet
+    echo "valid: docker-compose.yml"
+    # The override for a shared file stage store, with the file it overrides.
+    docker compose -f "$here/docker-compose.yml" -f "$here/docker-compose.file-store.yml" \
+        config --quiet
+    echo "valid: docker-compose.yml + docker-compose.file-store.yml"
 else
     echo "skipped: the docker compose plugin is not installed"
 fi

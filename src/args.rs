@@ -341,10 +341,29 @@ pub struct CoordinatorArgs {
     /// this long after they finished, e.g. `7d`, `12h`, `30m`. Default: keep them.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub retain_finished: Option<std::time::Duration>,
+    /// Where stage data (frontier buckets, hex frontier vectors, checkpoints
+    /// over 4 MiB) lives: `coordinator` (in this store, streamed through this
+    /// process), `file:///path` (a directory this process and every worker
+    /// mount at that path) or `s3://bucket/prefix` (endpoint, region and
+    /// credentials from the AWS_* environment variables or the shared
+    /// credentials file, on this process and every worker). Workers learn it
+    /// when they register. A data directory with unfinished jobs keeps the
+    /// store they began with.
+    #[arg(long, env = "TALLY_STAGE_STORE", value_name = "URL", default_value = "coordinator", value_parser = parse_stage_store)]
+    pub stage_store: tally_stage::StageStoreUrl,
+    /// How often a stage store outside the coordinator is swept for blobs
+    /// nothing references any more (failed attempts, finished jobs).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub stage_sweep_every: std::time::Duration,
     /// Fault injection for tests: abort the process right after the N-th
     /// store flush, before any call it covered is answered.
     #[arg(long, hide = true)]
     pub exit_after_flushes: Option<u64>,
+}
+
+fn parse_stage_store(text: &str) -> Result<tally_stage::StageStoreUrl, String> {
+    text.parse()
+        .map_err(|e: tally_stage::StageError| e.to_string())
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {

@@ -333,6 +333,8 @@ async fn serve_coordinator(
     config.recover = args.recover;
     config.retain_finished = args.retain_finished;
     config.exit_after_flushes = args.exit_after_flushes;
+    config.stage_store = args.stage_store.clone();
+    config.stage_sweep_every = args.stage_sweep_every;
     let mut coordinator = tally_coordinator::start(config).await?;
     eprintln!(
         "coordinator listening on {} (data in {}; {secured})",

@@ -302,13 +302,13 @@ impl ValidSpec {
     }
 
     /// Checks the shape of a reported result against its shard before it is
-    /// accepted.
+    /// accepted; with the output in a stage store (`None`), only its partial.
     pub fn check_result(
         &self,
         plan: &JobPlan,
         task: &EncodedTask,
         partial: &EncodedPartial,
-        output: &[u8],
+        output: Option<&[u8]>,
     ) -> Result<()> {
         self.kind
             .check_result(&self.typed, plan, task, partial, output)

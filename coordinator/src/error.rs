@@ -45,6 +45,21 @@ impl From<CommonError> for CoordinatorError {
     }
 }
 
+impl From<tally_stage::StageError> for CoordinatorError {
+    fn from(e: tally_stage::StageError) -> Self {
+        use tally_stage::StageError;
+        match e {
+            StageError::InvalidConfig(m) => CoordinatorError::InvalidArgument(m),
+            StageError::Unavailable(_) | StageError::Cancelled => {
+                CoordinatorError::Unavailable(e.to_string())
+            }
+            StageError::Corrupt { .. } | StageError::Refused(_) => {
+                CoordinatorError::FailedPrecondition(e.to_string())
+            }
+        }
+    }
+}
+
 impl CoordinatorError {
     /// The same error with its message passed through `f`.
     fn map_message(self, f: impl FnOnce(String) -> String) -> CoordinatorError {

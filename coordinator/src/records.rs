@@ -199,6 +199,20 @@ pub fn checkpoint_key(job: &str, stage: u32, index: u32) -> Vec<u8> {
     format!("{job}/{stage:08}/{index:08}/c").into_bytes()
 }
 
+/// Where the reference of a checkpoint in the stage store is kept.
+pub fn checkpoint_blob_key(job: &str, stage: u32, index: u32) -> Vec<u8> {
+    format!("{job}/{stage:08}/{index:08}/r").into_bytes()
+}
+
+/// Removes a shard's checkpoint, wherever it is kept.
+pub fn remove_checkpoint(batch: &mut crate::store::Batch, job: &str, stage: u32, index: u32) {
+    batch.remove(crate::store::Tree::Blobs, checkpoint_key(job, stage, index));
+    batch.remove(
+        crate::store::Tree::Blobs,
+        checkpoint_blob_key(job, stage, index),
+    );
+}
+
 pub fn event_prefix(job: &str) -> Vec<u8> {
     format!("{job}/").into_bytes()
 }

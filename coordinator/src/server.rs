@@ -13,6 +13,7 @@ use tally_common::proto::job_service_server::JobServiceServer;
 use tally_common::proto::worker_service_server::WorkerServiceServer;
 use tally_common::transport::{Role, ServerTls, Tokens, tls_config_error};
 use tally_common::wire::MAX_MESSAGE_BYTES;
+use tally_stage::{StageStore, StageStoreUrl};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -55,6 +56,11 @@ pub struct CoordinatorConfig {
     pub retain_finished: Option<Duration>,
     /// Fault injection for tests: abort right after this many store flushes.
     pub exit_after_flushes: Option<u64>,
+    /// Where stage data lives (see `tally_stage`).
+    pub stage_store: StageStoreUrl,
+    /// How often a stage store outside the coordinator is swept for blobs
+    /// nothing references.
+    pub stage_sweep_every: Duration,
 }
 
 impl CoordinatorConfig {
@@ -72,9 +78,18 @@ impl CoordinatorConfig {
             release_leases_on_start: false,
             retain_finished: None,
             exit_after_flushes: None,
+            stage_store: StageStoreUrl::Coordinator,
+            stage_sweep_every: STAGE_SWEEP_EVERY,
         }
     }
 }
+
+/// How often a stage store outside the coordinator is swept by default.
+pub const STAGE_SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// How long the sweep waits out an unreachable stage store before it gives
+/// up until its next round.
+const SWEEP_PATIENCE: Duration = Duration::from_secs(30);
 
 /// How long calls in flight may take to finish once a shutdown begins.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -92,6 +107,8 @@ pub struct RunningCoordinator {
     shutdown: Option<oneshot::Sender<()>>,
     server: JoinHandle<std::result::Result<(), tonic::transport::Error>>,
     expiry: JoinHandle<()>,
+    /// Sweeps the stage store, when it is outside the coordinator.
+    sweeper: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
 }
 
@@ -112,6 +129,9 @@ impl RunningCoordinator {
         }
         self.expiry.abort();
         self.sampler.abort();
+        if let Some(sweeper) = &self.sweeper {
+            sweeper.abort();
+        }
         let http = self.http.take();
         let stopped = async {
             if let Some((stop, task)) = http {
@@ -155,17 +175,28 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     // TLS material that cannot work is refused before the store is touched.
     let builder = grpc_builder(&config)?;
     let metrics = Arc::new(CoordinatorMetrics::default());
+    // A stage store that cannot be opened is refused before the data store
+    // is touched.
+    let stage_store =
+        StageStore::open(&config.stage_store)?.map(|store| store.with_patience(SWEEP_PATIENCE));
     let (store, recovery) = open_store(&config).await?;
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
-    let scheduler_config = config.scheduler.clone();
+    let mut scheduler_config = config.scheduler.clone();
+    scheduler_config.external_stage_store = config.stage_store.is_external();
     let release_leases = config.release_leases_on_start;
-    let scheduler =
-        blocking(move || load_scheduler(store, scheduler_config, recovery, release_leases)).await?;
+    let url = config.stage_store.clone();
+    let scheduler = blocking(move || {
+        let mut scheduler = load_scheduler(store, scheduler_config, recovery, release_leases)?;
+        scheduler.use_stage_store(&url)?;
+        Ok(scheduler)
+    })
+    .await?;
     let shared = Shared::new(
         scheduler,
         metrics,
         config.kernel_cache.clone(),
         GroupCommit::new(config.exit_after_flushes),
+        config.stage_store.clone(),
     );
     // Bound before serving gRPC so that a taken port fails the start cleanly.
     let http_listener = match config.http {
@@ -189,6 +220,14 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         config.retain_finished,
     ));
     let sampler = tokio::spawn(sample_loop(shared.clone()));
+    let sweeper = stage_store.map(|store| {
+        tracing::info!(store = %store.url(), "stage data in a stage store outside the coordinator");
+        tokio::spawn(sweep_stage_store(
+            shared.clone(),
+            store,
+            config.stage_sweep_every,
+        ))
+    });
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     let http = http_listener.map(|listener| {
         let (stop, stopped) = oneshot::channel::<()>();
@@ -207,8 +246,44 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         shutdown: Some(shutdown_tx),
         server,
         expiry,
+        sweeper,
         shared,
     })
+}
+
+/// Deletes, every `every`, the stage store's blobs that nothing committed
+/// references; a round that fails is logged and the next one tries again.
+async fn sweep_stage_store(shared: Arc<Shared>, store: StageStore, every: Duration) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        match sweep_once(&shared, &store).await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::info!(deleted, "stage blobs no longer referenced deleted"),
+            Err(e) => {
+                tracing::warn!(error = %e, "sweeping the stage store failed; trying again later")
+            }
+        }
+    }
+}
+
+/// One sweep: lists the runner's blobs, asks the scheduler which of them
+/// nothing references, and deletes those. The scheduler's answer is durable
+/// when `with_scheduler` returns, so a blob is deleted only once no state
+/// that a restart could read back refers to it.
+pub async fn sweep_once(shared: &Arc<Shared>, store: &StageStore) -> Result<usize> {
+    let keys = store.list(Some("jobs")).await?;
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    let garbage = shared
+        .with_scheduler(move |s| s.unreferenced_blobs(keys))
+        .await?;
+    for key in &garbage {
+        store.delete(key).await?;
+    }
+    Ok(garbage.len())
 }
 
 /// Runs `f` on the blocking pool.

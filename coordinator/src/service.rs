@@ -12,6 +12,7 @@ use tally_common::proto;
 use tally_common::proto::job_service_server::JobService;
 use tally_common::spec::ValidSpec;
 use tally_common::{Control, proto::Job};
+use tally_stage::StageStoreUrl;
 use tokio::sync::{Notify, broadcast};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
@@ -52,6 +53,8 @@ pub struct Shared {
     /// Set when a write failed: the scheduler is read back from the store
     /// before the next call uses it.
     reload: AtomicBool,
+    /// Where stage data lives; workers learn it when they register.
+    pub stage_store: StageStoreUrl,
 }
 
 impl Shared {
@@ -60,6 +63,7 @@ impl Shared {
         metrics: Arc<CoordinatorMetrics>,
         cache: Arc<KernelCache>,
         group: GroupCommit,
+        stage_store: StageStoreUrl,
     ) -> Arc<Shared> {
         // Everything the store holds at start was committed (flushed).
         group.durable_through(scheduler.store().applied());
@@ -72,6 +76,7 @@ impl Shared {
             metrics,
             group,
             reload: AtomicBool::new(false),
+            stage_store,
         })
     }
 

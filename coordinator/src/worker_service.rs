@@ -11,6 +11,7 @@ use tally_common::lease::LeaseId;
 use tally_common::proto::worker_service_server::WorkerService;
 use tally_common::proto::{self, report_message::Body};
 use tally_common::wire::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS, MAX_CHECKPOINT_BYTES, OUTPUT_CHUNK};
+use tally_stage::{BlobRef, StageStoreUrl};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -77,6 +78,7 @@ impl WorkerService for WorkerApi {
             heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
             coordinator_version: env!("CARGO_PKG_VERSION").to_string(),
             session,
+            stage_store: self.shared.stage_store.to_string(),
         }))
     }
 
@@ -147,6 +149,7 @@ impl WorkerService for WorkerApi {
         request: Request<Streaming<proto::ReportMessage>>,
     ) -> std::result::Result<Response<proto::ReportResponse>, Status> {
         let (report, session) = receive_report(request.into_inner()).await?;
+        check_stage_store(&self.shared.stage_store, &report)?;
         let lease = report.lease.clone();
         let finished_shard = report.result.is_some() || report.failure.is_some();
         let accepted_work = report.result.as_ref().map(|r| r.work_done);
@@ -242,6 +245,74 @@ impl WorkerService for WorkerApi {
             })?;
         Ok(Response::new(chunk_stream(Arc::new(data))))
     }
+
+    async fn stage_blobs(
+        &self,
+        request: Request<proto::StageBlobsRequest>,
+    ) -> std::result::Result<Response<proto::StageBlobsResponse>, Status> {
+        let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
+        let blobs = self
+            .shared
+            .with_scheduler(move |s| {
+                s.check_session(&r.worker_id, &r.session)?;
+                s.stage_blobs(&r.job_id, r.stage)
+            })
+            .await?;
+        let blobs = blobs
+            .iter()
+            .map(|blob| blob.as_ref().map(proto::BlobRef::from).unwrap_or_default())
+            .collect();
+        Ok(Response::new(proto::StageBlobsResponse { blobs }))
+    }
+
+    async fn stage_shard(
+        &self,
+        request: Request<proto::StageShardRequest>,
+    ) -> std::result::Result<Response<proto::StageShardResponse>, Status> {
+        let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
+        let (task, partial, blob) = self
+            .shared
+            .with_scheduler(move |s| {
+                s.check_session(&r.worker_id, &r.session)?;
+                s.stage_shard(&r.job_id, r.stage, r.index)
+            })
+            .await?;
+        Ok(Response::new(proto::StageShardResponse {
+            task: task.to_bytes(),
+            partial: partial.to_bytes(),
+            output_blob: Some(proto::BlobRef::from(&blob)),
+        }))
+    }
+}
+
+/// Refuses a report whose stage data is not where this coordinator keeps it:
+/// blobs without a stage store, output or large checkpoint states inline
+/// with one (they would never be read).
+fn check_stage_store(store: &StageStoreUrl, report: &Report) -> std::result::Result<(), Status> {
+    let blobs = report.output_blob.is_some()
+        || report
+            .checkpoint
+            .as_ref()
+            .is_some_and(|c| c.state_blob.is_some());
+    if blobs && !store.is_external() {
+        return Err(Status::failed_precondition(
+            "this coordinator keeps stage data itself (--stage-store coordinator): \
+             send output and checkpoints inline",
+        ));
+    }
+    if store.is_external() && report.output_blob.is_none() && !report.output.is_empty() {
+        return Err(Status::failed_precondition(format!(
+            "stage output goes to the stage store {store}, not inline"
+        )));
+    }
+    Ok(())
+}
+
+/// A blob reference as a message carries it, checked.
+fn blob_ref(blob: &proto::BlobRef) -> std::result::Result<BlobRef, Status> {
+    BlobRef::try_from(blob).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
 /// `data` as a stream of chunks of at most [`OUTPUT_CHUNK`] bytes, each
@@ -268,6 +339,7 @@ fn shard_lease(g: Grant) -> proto::ShardLease {
         task: g.task,
         checkpoint: g.checkpoint,
         checkpoint_bytes: g.checkpoint_bytes,
+        checkpoint_blob: g.checkpoint_blob.as_ref().map(proto::BlobRef::from),
         ttl_ms: g.ttl_ms,
         work_total: g.work_total,
     }
@@ -306,13 +378,21 @@ async fn receive_report(
     // The lease id is parsed once the stream has been read, so that a
     // malformed stream is refused as such whatever its header says.
     let lease: LeaseId = header.lease_id.parse().map_err(CoordinatorError::from)?;
-    let report = Report {
+    if parts.output_blob.is_some() && (parts.result.is_none() || !parts.output.is_empty()) {
+        return Err(Status::invalid_argument(
+            "a stage output blob comes with a result, instead of output chunks",
+        ));
+    }
+    let mut report = Report {
         checkpoint: parts.checkpoint,
         output: parts.output,
         result: parts.result,
         failure: parts.failure,
         ..Report::new(header.worker_id, lease)
     };
+    if let Some(blob) = parts.output_blob {
+        report = report.with_output_blob(blob);
+    }
     Ok((report, header.session))
 }
 
@@ -323,6 +403,7 @@ struct ReportParts {
     /// The state of the next checkpoint so far, from its chunks.
     checkpoint_chunks: Vec<u8>,
     output: Vec<u8>,
+    output_blob: Option<BlobRef>,
     result: Option<ReportedResult>,
     failure: Option<ReportedFailure>,
 }
@@ -362,10 +443,17 @@ impl ReportParts {
                 } else {
                     state.extend_from_slice(&c.state);
                 }
+                let state_blob = c.state_blob.as_ref().map(blob_ref).transpose()?;
+                if state_blob.is_some() && !state.is_empty() {
+                    return Err(Status::invalid_argument(
+                        "a checkpoint's state is inline or a blob, not both",
+                    ));
+                }
                 self.checkpoint = Some(ReportedCheckpoint {
                     state,
                     partial: c.partial,
                     work_done: c.work_done,
+                    state_blob,
                 })
             }
             Some(Body::Output(o)) => {
@@ -375,6 +463,12 @@ impl ReportParts {
                     ));
                 }
                 self.output.extend_from_slice(&o.data);
+            }
+            Some(Body::OutputBlob(blob)) => {
+                if self.output_blob.is_some() {
+                    return Err(Status::invalid_argument("a report has one output blob"));
+                }
+                self.output_blob = Some(blob_ref(&blob)?);
             }
             Some(Body::Result(r)) => {
                 self.result = Some(ReportedResult {
@@ -439,7 +533,9 @@ async fn receive_batch(
     let mut verdicts: Vec<Option<proto::ReportVerdict>> = vec![None; request.reports.len()];
     let mut read = Vec::new();
     for (position, batched) in request.reports.into_iter().enumerate() {
-        match batched_report(&request.worker_id, batched) {
+        let report = batched_report(&request.worker_id, batched)
+            .and_then(|r| check_stage_store(&shared.stage_store, &r).map(|()| r));
+        match report {
             Ok(report) => read.push((position, report)),
             Err(status) => verdicts[position] = Some(refused(&status)),
         }
@@ -541,11 +637,21 @@ fn batched_report(
     if !batched.output.is_empty() && result.is_none() {
         return Err(Status::invalid_argument("stage output without a result"));
     }
-    Ok(Report {
+    let output_blob = batched.output_blob.as_ref().map(blob_ref).transpose()?;
+    if output_blob.is_some() && (result.is_none() || !batched.output.is_empty()) {
+        return Err(Status::invalid_argument(
+            "a stage output blob comes with a result, instead of output bytes",
+        ));
+    }
+    let report = Report {
         output: batched.output,
         result,
         failure,
         ..Report::new(worker.to_string(), lease)
+    };
+    Ok(match output_blob {
+        Some(blob) => report.with_output_blob(blob),
+        None => report,
     })
 }
 

@@ -35,6 +35,73 @@ impl BlobRef {
     }
 }
 
+/// The first bytes of a reference as the coordinator stores it.
+const REF_MAGIC: &[u8; 4] = b"TSBR";
+
+impl BlobRef {
+    /// The reference as the coordinator stores it: `TSBR`, the size (u64
+    /// LE), the digest, the key.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(44 + self.key.len());
+        bytes.extend_from_slice(REF_MAGIC);
+        bytes.extend_from_slice(&self.size.to_le_bytes());
+        bytes.extend_from_slice(&self.digest);
+        bytes.extend_from_slice(self.key.as_bytes());
+        bytes
+    }
+
+    /// A reference [`BlobRef::encode`] wrote, or `None`.
+    pub fn decode(bytes: &[u8]) -> Option<BlobRef> {
+        if bytes.len() <= 44 || &bytes[..4] != REF_MAGIC {
+            return None;
+        }
+        Some(BlobRef {
+            size: u64::from_le_bytes(bytes[4..12].try_into().ok()?),
+            digest: bytes[12..44].try_into().ok()?,
+            key: String::from_utf8(bytes[44..].to_vec()).ok()?,
+        })
+    }
+}
+
+impl From<&BlobRef> for tally_common::proto::BlobRef {
+    fn from(blob: &BlobRef) -> Self {
+        tally_common::proto::BlobRef {
+            key: blob.key.clone(),
+            size: blob.size,
+            sha256: blob.digest.to_vec(),
+        }
+    }
+}
+
+impl TryFrom<&tally_common::proto::BlobRef> for BlobRef {
+    type Error = StageError;
+
+    /// A reference as a message carries it: a key that a blob key can be, a
+    /// 32-byte digest, and a size an index fits in.
+    fn try_from(blob: &tally_common::proto::BlobRef) -> Result<BlobRef> {
+        let bad = |why: &str| StageError::Refused(format!("a blob reference {why}"));
+        if blob.key.is_empty() || blob.key.len() > 1024 {
+            return Err(bad("needs a key of 1 to 1024 bytes"));
+        }
+        if object_store::path::Path::parse(&blob.key).is_err() {
+            return Err(bad("has a malformed key"));
+        }
+        let digest = blob
+            .sha256
+            .as_slice()
+            .try_into()
+            .map_err(|_| bad("needs a 32-byte SHA-256 digest"))?;
+        if blob.size < HEADER {
+            return Err(bad("is shorter than a blob header"));
+        }
+        Ok(BlobRef {
+            key: blob.key.clone(),
+            size: blob.size,
+            digest,
+        })
+    }
+}
+
 /// `data` framed as a blob, and the digest of its index.
 pub fn encode(data: &[u8]) -> (Vec<u8>, [u8; 32]) {
     let chunks = (data.len() as u64).div_ceil(CHUNK) as usize;
@@ -178,6 +245,40 @@ mod tests {
             let (bytes, blob) = committed(&data);
             assert_eq!(decode(&blob, &bytes).unwrap(), data, "length {len}");
             assert!(index_bound(blob.size) >= Index::parse(&blob, &bytes).unwrap().data_offset());
+        }
+    }
+
+    #[test]
+    fn references_round_trip_as_stored_and_as_sent() {
+        let (_, blob) = committed(b"some output");
+        let blob = BlobRef {
+            key: "jobs/job-000001/2/3/1/output".into(),
+            ..blob
+        };
+        assert_eq!(BlobRef::decode(&blob.encode()), Some(blob.clone()));
+        assert_eq!(BlobRef::decode(b"TSBR"), None);
+        assert_eq!(BlobRef::decode(&b"XXXX".repeat(20)), None);
+        let sent = tally_common::proto::BlobRef::from(&blob);
+        assert_eq!(BlobRef::try_from(&sent).unwrap(), blob);
+        for bad in [
+            tally_common::proto::BlobRef {
+                sha256: vec![0; 31],
+                ..sent.clone()
+            },
+            tally_common::proto::BlobRef {
+                key: String::new(),
+                ..sent.clone()
+            },
+            tally_common::proto::BlobRef {
+                key: "a//b".into(),
+                ..sent.clone()
+            },
+            tally_common::proto::BlobRef {
+                size: 3,
+                ..sent.clone()
+            },
+        ] {
+            assert!(BlobRef::try_from(&bad).is_err(), "{bad:?}");
         }
     }
 

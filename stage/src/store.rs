@@ -359,14 +359,14 @@ fn s3_builder() -> Result<AmazonS3Builder> {
     {
         builder = builder.with_region("us-east-1");
     }
-    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
-        if let Some(credentials) = credentials_file()? {
-            builder = builder
-                .with_access_key_id(credentials.0)
-                .with_secret_access_key(credentials.1);
-            if let Some(token) = credentials.2 {
-                builder = builder.with_token(token);
-            }
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
+        && let Some((id, secret, token)) = credentials_file()?
+    {
+        builder = builder
+            .with_access_key_id(id)
+            .with_secret_access_key(secret);
+        if let Some(token) = token {
+            builder = builder.with_token(token);
         }
     }
     Ok(builder)

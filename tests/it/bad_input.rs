@@ -1039,6 +1039,7 @@ fn checkpoint(state: Vec<u8>, partial: Vec<u8>) -> Option<Body> {
         state,
         partial,
         work_done: 1,
+        state_blob: None,
     }))
 }
 

@@ -1200,6 +1200,7 @@ fn batched_result(spec: &JobSpec, lease: &proto::ShardLease) -> proto::BatchedRe
     proto::BatchedReport {
         lease_id: lease.lease_id.clone(),
         output: outcome.output,
+        output_blob: None,
         ending: Some(proto::batched_report::Ending::Result(proto::ReportResult {
             partial: outcome.partial.to_bytes(),
             work_done: lease.work_total,

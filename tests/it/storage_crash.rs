@@ -419,6 +419,7 @@ fn work_on(child: Child<'_>, worker: &str, grant: &Grant, now: u64) {
             // As a worker sends it: no partial is empty bytes.
             partial: partial.map(|p| p.to_bytes()).unwrap_or_default(),
             work_done,
+            state_blob: None,
         };
         let report = Report::checkpoint(worker, grant.lease.clone(), checkpoint);
         // A finished job answers `stop` and stores nothing.
@@ -930,6 +931,7 @@ fn resume_to_completion(
             task: shard.task.to_bytes(),
             checkpoint,
             checkpoint_bytes: 0,
+            checkpoint_blob: None,
             ttl_ms: rec.spec.options().lease_ttl_ms,
             work_total: shard.work_total,
         };

@@ -12,6 +12,7 @@ use tally_common::kind::StageRead;
 use tally_common::proto::{self, worker_service_client::WorkerServiceClient};
 use tally_common::transport::{AuthChannel, ClientSecurity};
 use tally_common::wire::MAX_MESSAGE_BYTES;
+use tally_stage::{StageStore, StageStoreUrl};
 use tokio::sync::Notify;
 
 use crate::config::WorkerConfig;
@@ -117,6 +118,21 @@ pub(crate) struct Context {
     /// Set when the coordinator does not know `ReportBatch` (an older
     /// version): every report then goes through `Report`.
     pub batching_refused: AtomicBool,
+    /// Where stage data lives, as the coordinator said at registration.
+    stage: Mutex<StageData>,
+}
+
+/// Where stage data lives for this worker.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum StageData {
+    /// Streamed through the coordinator.
+    #[default]
+    Coordinator,
+    /// In a store the worker reads and writes itself.
+    Store(StageStore),
+    /// In a store this worker cannot open (a directory not mounted, no
+    /// credentials): every shard fails saying why.
+    Unusable(String),
 }
 
 impl Context {
@@ -133,8 +149,53 @@ impl Context {
             session_lost: AtomicBool::new(false),
             batches: Batches::new(),
             batching_refused: AtomicBool::new(false),
+            stage: Mutex::new(StageData::Coordinator),
             config,
         })
+    }
+
+    /// Opens the stage store the coordinator named at registration (unless
+    /// it is the one already open).
+    pub(crate) fn use_stage_store(&self, named: &str) {
+        let url: StageStoreUrl = match named {
+            // A coordinator that does not say keeps stage data itself.
+            "" => StageStoreUrl::Coordinator,
+            named => match named.parse() {
+                Ok(url) => url,
+                Err(e) => {
+                    *self.stage.lock().unwrap() = StageData::Unusable(format!("{e}"));
+                    return;
+                }
+            },
+        };
+        let mut stage = self.stage.lock().unwrap();
+        if let StageData::Store(open) = &*stage
+            && open.url() == &url
+        {
+            return;
+        }
+        *stage = match StageStore::open(&url) {
+            Ok(None) => StageData::Coordinator,
+            Ok(Some(store)) => {
+                tracing::info!(store = %url, "stage data in the stage store");
+                StageData::Store(store)
+            }
+            Err(e) => {
+                tracing::error!(store = %url, error = %e, "cannot open the stage store; shards will fail");
+                StageData::Unusable(format!("the stage store {url} cannot be used here: {e}"))
+            }
+        };
+    }
+
+    /// Where stage data lives: `None` for the coordinator.
+    pub(crate) fn stage_store(&self) -> Result<Option<StageStore>> {
+        match &*self.stage.lock().unwrap() {
+            StageData::Coordinator => Ok(None),
+            StageData::Store(store) => Ok(Some(store.clone())),
+            StageData::Unusable(why) => Err(WorkerError::Stage(
+                tally_stage::StageError::InvalidConfig(why.clone()),
+            )),
+        }
     }
 
     /// The session every call but registration carries.

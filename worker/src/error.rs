@@ -10,6 +10,8 @@ pub enum WorkerError {
     Rpc(#[from] tonic::Status),
     #[error("{0}")]
     Kernel(#[from] CommonError),
+    #[error("{0}")]
+    Stage(#[from] tally_stage::StageError),
 }
 
 pub type Result<T> = std::result::Result<T, WorkerError>;

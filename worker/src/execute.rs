@@ -9,11 +9,13 @@ use std::time::Duration;
 use tally_common::cache::KernelCache;
 use tally_common::dynamic::{ShardContext, StageInput};
 use tally_common::kind::StageRead;
+use tally_common::lease::LeaseId;
 use tally_common::proto;
 use tally_common::spec::ValidSpec;
 use tally_common::values::{EncodedTask, ShardEvent, ShardOutcome};
 use tally_common::wire::MAX_CHECKPOINT_BYTES;
 use tally_common::{Error as CommonError, Result as CommonResult};
+use tally_stage::{BlobRef, StageError, StageStore, blob_key};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::backoff::Backoff;
@@ -37,13 +39,19 @@ pub(crate) async fn compute_shard(
     if !ctx.config.shard_delay.is_zero() {
         tokio::time::sleep(ctx.config.shard_delay).await;
     }
+    let stage_store = ctx.stage_store()?;
     let reads = spec.stage_reads(lease.stage, &task)?;
     let input = if reads.is_empty() {
         None
     } else {
-        Some(stage_input(ctx, &spec, &lease.job_id, reads, &handle.control).await?)
+        Some(stage_input(ctx, &spec, &lease.job_id, reads, handle).await?)
     };
-    let checkpoint = if lease.checkpoint_bytes > 0 && lease.checkpoint.is_empty() {
+    let checkpoint = if let Some(blob) = &lease.checkpoint_blob {
+        let store = stage_store.as_ref().ok_or_else(|| {
+            CommonError::InvalidArgument("a checkpoint blob without a stage store".into())
+        })?;
+        checkpoint_from_store(store, blob, &lease.lease_id, &handle.control).await?
+    } else if lease.checkpoint_bytes > 0 && lease.checkpoint.is_empty() {
         fetch_checkpoint(
             ctx,
             &lease.lease_id,
@@ -71,11 +79,44 @@ pub(crate) async fn compute_shard(
     if ctx.config.corrupt_results {
         spec.corrupt_for_testing(&mut outcome.partial)?;
     }
+    // With a stage store, the output goes there under this attempt's own key.
+    let (output, output_blob) = match stage_store {
+        Some(store) if !outcome.output.is_empty() => {
+            let lease_id: LeaseId = lease.lease_id.parse()?;
+            let key = blob_key(&lease_id, "output");
+            let blob = store.put(&key, &outcome.output, &handle.control).await?;
+            (Vec::new(), Some(proto::BlobRef::from(&blob)))
+        }
+        _ => (outcome.output, None),
+    };
     Ok(ShardResult {
-        output: outcome.output,
+        output,
+        output_blob,
         partial: outcome.partial.to_bytes(),
         work_done: outcome.work_done,
     })
+}
+
+/// The checkpoint of a lease in the stage store. One that is missing or
+/// fails its digest is refused: the shard starts from the beginning.
+async fn checkpoint_from_store(
+    store: &StageStore,
+    blob: &proto::BlobRef,
+    lease_id: &str,
+    control: &tally_common::Control,
+) -> Result<Vec<u8>> {
+    let blob = BlobRef::try_from(blob)?;
+    match store.read(&blob, control).await {
+        Ok(state) => {
+            tracing::info!(lease = %lease_id, bytes = state.len(), "checkpoint read from the stage store; resuming from it");
+            Ok(state)
+        }
+        Err(e @ StageError::Corrupt { .. }) => {
+            tracing::warn!(lease = %lease_id, error = %e, "checkpoint refused; computing the shard from the beginning");
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// One shard's kernel call, with all it needs, for a compute thread.
@@ -106,6 +147,7 @@ impl Kernel {
                 state,
                 partial: partial.map(|p| p.to_bytes()).unwrap_or_default(),
                 work_done,
+                state_blob: None,
             });
             if !self.pause_after_checkpoint.is_zero() && !paused {
                 paused = true;
@@ -143,7 +185,7 @@ async fn stage_input(
     spec: &ValidSpec,
     job: &str,
     reads: Vec<StageRead>,
-    control: &tally_common::Control,
+    handle: &Arc<ShardHandle>,
 ) -> Result<StageInput> {
     let mut cached = ctx.stage_cache.lock().await;
     if let Some(((j, r), data)) = cached.as_ref()
@@ -152,12 +194,34 @@ async fn stage_input(
     {
         return Ok(data.clone());
     }
+    let data = fetch_stage_input(ctx, spec, job, &reads, handle, 0).await?;
+    *cached = Some(((job.to_string(), reads), data.clone()));
+    Ok(data)
+}
+
+/// [`stage_input`] without the cache. `depth` counts the shards being
+/// computed again on the way (see [`recompute_output`]).
+async fn fetch_stage_input(
+    ctx: &Context,
+    spec: &ValidSpec,
+    job: &str,
+    reads: &[StageRead],
+    handle: &Arc<ShardHandle>,
+    depth: u32,
+) -> Result<StageInput> {
+    let control = &handle.control;
+    let store = ctx.stage_store()?;
     let mut parts = Vec::with_capacity(reads.len());
-    for read in &reads {
-        let bytes = with_retries(ctx, control, "stage data", |session| {
-            fetch_stage(ctx, job, read.stage, read.bucket, session)
-        })
-        .await?;
+    for read in reads {
+        let bytes = match &store {
+            None => {
+                with_retries(ctx, control, "stage data", |session| {
+                    fetch_stage(ctx, job, read.stage, read.bucket, session)
+                })
+                .await?
+            }
+            Some(store) => read_from_store(ctx, store, spec, job, read, handle, depth).await?,
+        };
         parts.push(bytes);
     }
     let spec = spec.clone();
@@ -165,9 +229,174 @@ async fn stage_input(
         let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
         spec.decode_stage_inputs(&slices)
     });
-    let data = computed(decoded).await?;
-    *cached = Some(((job.to_string(), reads), data.clone()));
+    computed(decoded).await
+}
+
+/// One read of stage data from the stage store: the blobs the coordinator
+/// names for the stage, each whole (merged in order) or bucket `q` of each
+/// (framed as `tally_common::buckets` gathers it). A blob that is missing or
+/// fails its digest is computed again from its shard.
+async fn read_from_store(
+    ctx: &Context,
+    store: &StageStore,
+    spec: &ValidSpec,
+    job: &str,
+    read: &StageRead,
+    handle: &Arc<ShardHandle>,
+    depth: u32,
+) -> Result<Vec<u8>> {
+    let control = &handle.control;
+    let listed = with_retries(ctx, control, "stage blobs", |session| async move {
+        let request = proto::StageBlobsRequest {
+            job_id: job.to_string(),
+            stage: read.stage,
+            worker_id: ctx.config.worker_id.clone(),
+            session,
+        };
+        Ok(ctx.client().stage_blobs(request).await?.into_inner().blobs)
+    })
+    .await?;
+    let mut blobs = Vec::with_capacity(listed.len());
+    for blob in &listed {
+        blobs.push(match blob.key.is_empty() {
+            true => None,
+            false => Some(BlobRef::try_from(blob)?),
+        });
+    }
+    let mut data = Vec::new();
+    for (index, blob) in blobs.iter().enumerate() {
+        let part = match blob {
+            None if read.bucket.is_some() => {
+                return Err(CommonError::InvalidArgument(format!(
+                    "shard {}/{index} of job {job} wrote no buckets",
+                    read.stage
+                ))
+                .into());
+            }
+            None => Vec::new(),
+            Some(blob) => {
+                let got = match read.bucket {
+                    Some(q) => store.read_bucket(blob, q, control).await,
+                    None => store.read(blob, control).await,
+                };
+                match got {
+                    Ok(part) => part,
+                    Err(e @ StageError::Corrupt { .. }) => {
+                        tracing::warn!(job, stage = read.stage, shard = index, error = %e, "stage blob refused; computing its shard again");
+                        let output = recompute_output(
+                            ctx,
+                            store,
+                            spec,
+                            job,
+                            read.stage,
+                            index as u32,
+                            handle,
+                            depth,
+                        )
+                        .await?;
+                        match read.bucket {
+                            Some(q) => bucket_of_output(&output, q)?,
+                            None => output,
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        if read.bucket.is_some() {
+            data.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        }
+        data.extend_from_slice(&part);
+    }
     Ok(data)
+}
+
+/// Bucket `q` of a frontier shard's output.
+fn bucket_of_output(output: &[u8], q: u32) -> Result<Vec<u8>> {
+    let buckets = tally_common::buckets::split_buckets(output)?;
+    let bucket = buckets.get(q as usize).ok_or_else(|| {
+        CommonError::InvalidArgument(format!(
+            "the output holds {} buckets; bucket {q} was asked for",
+            buckets.len()
+        ))
+    })?;
+    Ok(bucket.to_vec())
+}
+
+/// Computes again the output of shard `index` of `stage`, whose blob is
+/// missing or damaged, and writes it back under its committed key. Kernels
+/// are deterministic, so the result must equal what was committed: its
+/// partial, and its blob's digest; anything else fails the shard that
+/// needed it. A shard whose own input is lost as well is not chased further.
+#[allow(clippy::too_many_arguments)]
+async fn recompute_output(
+    ctx: &Context,
+    store: &StageStore,
+    spec: &ValidSpec,
+    job: &str,
+    stage: u32,
+    index: u32,
+    handle: &Arc<ShardHandle>,
+    depth: u32,
+) -> Result<Vec<u8>> {
+    if depth >= 1 {
+        return Err(StageError::Corrupt {
+            key: format!("{job}/{stage}/{index}"),
+            why: "the stage data it was computed from is lost as well".into(),
+        }
+        .into());
+    }
+    let control = &handle.control;
+    let shard = with_retries(ctx, control, "stage shard", |session| async move {
+        let request = proto::StageShardRequest {
+            job_id: job.to_string(),
+            stage,
+            index,
+            worker_id: ctx.config.worker_id.clone(),
+            session,
+        };
+        Ok(ctx.client().stage_shard(request).await?.into_inner())
+    })
+    .await?;
+    let committed = shard.output_blob.as_ref().ok_or_else(|| {
+        CommonError::Internal(format!("shard {stage}/{index} has no committed blob"))
+    })?;
+    let committed = BlobRef::try_from(committed)?;
+    let task = EncodedTask::from_bytes(&shard.task)?;
+    let reads = spec.stage_reads(stage, &task)?;
+    let input = match reads.is_empty() {
+        true => None,
+        false => {
+            Some(Box::pin(fetch_stage_input(ctx, spec, job, &reads, handle, depth + 1)).await?)
+        }
+    };
+    // Its checkpoints go nowhere: it is not a leased attempt.
+    let (checkpoints, _) = mpsc::unbounded_channel();
+    let kernel = Kernel {
+        spec: spec.clone(),
+        task,
+        input,
+        checkpoint: Vec::new(),
+        cache: ctx.config.kernel_cache.clone(),
+        handle: handle.clone(),
+        checkpoint_every: ctx.config.checkpoint_interval,
+        pause_after_checkpoint: Duration::ZERO,
+    };
+    let outcome = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
+    let (_, digest) = tally_stage::blob::encode(&outcome.output);
+    if outcome.partial.to_bytes() != shard.partial || digest != committed.digest {
+        return Err(CommonError::Internal(format!(
+            "shard {stage}/{index} of job {job} computed again differs from its committed result"
+        ))
+        .into());
+    }
+    // The same bytes under the same key: readers after this one find it whole.
+    store.put(&committed.key, &outcome.output, control).await?;
+    ctx.stats
+        .blobs_recomputed
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(job, stage, shard = index, key = %committed.key, "stage blob computed again and written back");
+    Ok(outcome.output)
 }
 
 /// The checkpoint a lease starts from when it was too large to come with the

@@ -87,7 +87,9 @@ impl LeaseLoop {
         match self.ctx.client().register(request).await {
             Ok(response) => {
                 tracing::info!(worker = %config.worker_id, coordinator = %config.coordinator, "registered");
-                self.ctx.set_session(response.into_inner().session);
+                let response = response.into_inner();
+                self.ctx.use_stage_store(&response.stage_store);
+                self.ctx.set_session(response.session);
                 self.registered = true;
                 // The backoff is reset by a lease that works, not here: a
                 // coordinator that registers workers but cannot lease (its

@@ -16,6 +16,8 @@ pub struct WorkerStats {
     pub compute_seconds: Histogram,
     /// Work units of finished shards.
     pub work_units: Counter,
+    /// Stage blobs found missing or damaged and computed again.
+    pub blobs_recomputed: AtomicU64,
 }
 
 impl WorkerStats {
@@ -65,6 +67,11 @@ pub(crate) fn exposition(stats: &WorkerStats, gauges: &Gauges) -> String {
         "tally_worker_work_units_total",
         "Work units of finished shards.",
         stats.work_units.get(),
+    );
+    e.counter(
+        "tally_worker_stage_blobs_recomputed_total",
+        "Stage blobs found missing or damaged in the stage store and computed again.",
+        stats.blobs_recomputed.load(Ordering::Relaxed),
     );
     e.gauge(
         "tally_worker_active_shards",

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tally_common::Error as CommonError;
+use tally_common::lease::LeaseId;
 use tally_common::proto::{self, batched_report::Ending as BatchedEnding, report_message::Body};
-use tally_common::wire::OUTPUT_CHUNK;
+use tally_common::wire::{INLINE_CHECKPOINT_BYTES, OUTPUT_CHUNK};
+use tally_stage::{StageStore, blob_key};
 use tokio::sync::mpsc;
 
 use crate::backoff::Backoff;
@@ -17,7 +19,9 @@ use crate::error::WorkerError;
 
 /// A resumable state of a running shard, encoded for the wire.
 pub(crate) struct Checkpoint {
+    /// The state, or empty when it is in the stage store.
     pub state: Vec<u8>,
+    pub state_blob: Option<proto::BlobRef>,
     /// The encoded partial result the state stands for.
     pub partial: Vec<u8>,
     pub work_done: u64,
@@ -27,6 +31,8 @@ pub(crate) struct Checkpoint {
 pub(crate) struct ShardResult {
     /// Stage data for the next stage, else empty.
     pub output: Vec<u8>,
+    /// The stage data in the stage store instead (`output` is then empty).
+    pub output_blob: Option<proto::BlobRef>,
     /// The encoded partial result; empty when the output is all.
     pub partial: Vec<u8>,
     pub work_done: u64,
@@ -68,13 +74,13 @@ impl Ending {
         Some(match self {
             Ending::Done(result) => {
                 let chunks = result.output.chunks(OUTPUT_CHUNK);
-                let mut messages: Vec<Body> = chunks
-                    .map(|chunk| {
-                        Body::Output(proto::OutputChunk {
-                            data: chunk.to_vec(),
-                        })
+                let blob = result.output_blob.map(Body::OutputBlob);
+                let mut messages: Vec<Body> = blob.into_iter().collect();
+                messages.extend(chunks.map(|chunk| {
+                    Body::Output(proto::OutputChunk {
+                        data: chunk.to_vec(),
                     })
-                    .collect();
+                }));
                 messages.push(Body::Result(proto::ReportResult {
                     partial: result.partial,
                     work_done: result.work_done,
@@ -143,6 +149,7 @@ fn checkpoint_body(mut checkpoint: Checkpoint) -> Messages {
         state: checkpoint.state,
         partial: checkpoint.partial,
         work_done: checkpoint.work_done,
+        state_blob: checkpoint.state_blob,
     });
     Messages {
         chunked,
@@ -213,6 +220,7 @@ fn batched(lease_id: &str, body: &[Body]) -> Option<proto::BatchedReport> {
                 }
                 report.output.extend_from_slice(&chunk.data);
             }
+            Body::OutputBlob(blob) => report.output_blob = Some(blob.clone()),
             Body::Result(r) => report.ending = Some(BatchedEnding::Result(r.clone())),
             Body::Failure(f) => report.ending = Some(BatchedEnding::Failure(f.clone())),
             Body::Header(_) | Body::Checkpoint(_) | Body::CheckpointChunk(_) => return None,
@@ -247,9 +255,23 @@ pub(crate) fn forward_checkpoints(
 ) {
     let (sender, mut checkpoints) = mpsc::unbounded_channel::<Checkpoint>();
     let forwarder = tokio::spawn(async move {
+        let mut uploaded = 0;
         while let Some(mut checkpoint) = checkpoints.recv().await {
             while let Ok(newer) = checkpoints.try_recv() {
                 checkpoint = newer;
+            }
+            if checkpoint.state.len() > INLINE_CHECKPOINT_BYTES
+                && let Ok(Some(store)) = ctx.stage_store()
+            {
+                uploaded += 1;
+                let name = format!("checkpoint-{uploaded}");
+                if let Err(e) =
+                    to_stage_store(&store, &lease_id, &name, &mut checkpoint, &handle).await
+                {
+                    // Only a checkpoint: the shard goes on, and the next one may get through.
+                    tracing::warn!(lease = %lease_id, error = %e, "checkpoint not written to the stage store");
+                    continue;
+                }
             }
             match send_report(&ctx, &lease_id, checkpoint_body(checkpoint)).await {
                 Ok(answer) if answer.stop => handle.revoke(),
@@ -265,6 +287,23 @@ pub(crate) fn forward_checkpoints(
         }
     });
     (sender, forwarder)
+}
+
+/// Writes a checkpoint's state to the stage store as `name` of its attempt,
+/// leaving its reference in its place.
+async fn to_stage_store(
+    store: &StageStore,
+    lease_id: &str,
+    name: &str,
+    checkpoint: &mut Checkpoint,
+    handle: &ShardHandle,
+) -> Result<(), WorkerError> {
+    let lease: LeaseId = lease_id.parse()?;
+    let key = blob_key(&lease, name);
+    let blob = store.put(&key, &checkpoint.state, &handle.control).await?;
+    checkpoint.state = Vec::new();
+    checkpoint.state_blob = Some(proto::BlobRef::from(&blob));
+    Ok(())
 }
 
 /// Sends the final report of an attempt, retrying while the coordinator is

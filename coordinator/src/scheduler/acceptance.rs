@@ -7,14 +7,13 @@
 
 use std::sync::Arc;
 
-use tally_common::digest::fnv1a64;
 use tally_common::lease::LeaseId;
 use tally_common::values::EncodedPartial;
 use tally_common::wire::OUTPUT_CHUNK;
 
 use crate::error::Result;
 use crate::records::{
-    JobRecord, ReplicaRecord, ShardRecord, ShardState, checkpoint_key, encode, output_key,
+    JobRecord, ReplicaRecord, ShardRecord, ShardState, encode, output_key, remove_checkpoint,
     shard_key,
 };
 use crate::store::{Batch, Tree};
@@ -40,7 +39,7 @@ impl Scheduler {
         if !report.checked {
             let rec = &entry.rec;
             rec.spec
-                .check_result(&rec.plan, &shard.task, &partial, &report.output)?;
+                .check_result(&rec.plan, &shard.task, &partial, report.output_to_check())?;
         }
         let replicas = entry.rec.spec.options().replicas as usize;
         if replicas > 1 {
@@ -48,7 +47,7 @@ impl Scheduler {
                 worker: report.worker.clone(),
                 attempt: shard.attempt,
                 partial: partial.clone(),
-                output_digest: fnv1a64(&report.output),
+                output_digest: report.output_digest(),
             };
             if let Some(first) = shard.replicas.first()
                 && (first.partial != this.partial || first.output_digest != this.output_digest)
@@ -111,7 +110,7 @@ impl Scheduler {
         let mut batch = Batch::default();
         // The next replica starts from scratch, not from this worker's checkpoint.
         if shard.has_checkpoint {
-            batch.remove(Tree::Blobs, checkpoint_key(job, *stage, *index));
+            remove_checkpoint(&mut batch, job, *stage, *index);
             shard.has_checkpoint = false;
         }
         batch.put(Tree::Shards, shard_key(job, *stage, *index), encode(&shard));
@@ -208,7 +207,7 @@ fn result_batch(shard: &mut ShardRecord, output: &[u8]) -> Batch {
         );
     }
     if shard.has_checkpoint {
-        batch.remove(Tree::Blobs, checkpoint_key(&job, stage, index));
+        remove_checkpoint(&mut batch, &job, stage, index);
         shard.has_checkpoint = false;
     }
     batch.put(Tree::Shards, shard_key(&job, stage, index), encode(&*shard));

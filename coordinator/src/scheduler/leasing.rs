@@ -5,10 +5,12 @@
 
 use tally_common::lease::LeaseId;
 use tally_common::wire::{INLINE_CHECKPOINT_BYTES, MAX_INLINE_CHECKPOINTS_PER_RESPONSE};
+use tally_stage::BlobRef;
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{
-    JobState, ShardRecord, ShardState, checkpoint_key, encode, job_key, shard_key,
+    JobState, ShardRecord, ShardState, checkpoint_blob_key, checkpoint_key, encode, job_key,
+    shard_key,
 };
 use crate::store::{Batch, Store, Tree};
 
@@ -280,7 +282,22 @@ fn lease_shard(
     // A large checkpoint is not read here, under the lock, nor one that
     // would take the response past its share of a message: the worker
     // fetches it apart (`FetchCheckpoint`).
-    let (checkpoint, checkpoint_bytes) = if shard.has_checkpoint {
+    let blob_key = checkpoint_blob_key(&id, shard.stage, shard.index);
+    let checkpoint_blob = match shard.has_checkpoint {
+        true => store
+            .get(Tree::Blobs, &blob_key)?
+            .map(|bytes| {
+                BlobRef::decode(&bytes).ok_or_else(|| {
+                    CoordinatorError::Store(format!(
+                        "the checkpoint reference of shard {}/{} of job {id} is malformed",
+                        shard.stage, shard.index
+                    ))
+                })
+            })
+            .transpose()?,
+        false => None,
+    };
+    let (checkpoint, checkpoint_bytes) = if shard.has_checkpoint && checkpoint_blob.is_none() {
         let key = checkpoint_key(&id, shard.stage, shard.index);
         match store.value_len(Tree::Blobs, &key)? {
             Some(len)
@@ -306,6 +323,7 @@ fn lease_shard(
         task: shard.task.to_bytes(),
         checkpoint,
         checkpoint_bytes,
+        checkpoint_blob,
         ttl_ms: ttl,
         work_total: shard.work_total,
     };

@@ -21,6 +21,7 @@
 //! this module.
 
 mod acceptance;
+mod blobs;
 mod clients;
 mod events;
 mod expiry;

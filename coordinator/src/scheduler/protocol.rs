@@ -1,10 +1,12 @@
 //! What crosses the scheduler's boundary: the leases it hands out, the reports
 //! it receives, what it answers to them, and what it knows of each worker.
 
+use tally_common::digest::fnv1a64;
 use tally_common::kind::WORKER_MEMORY_BUDGET;
 use tally_common::lease::LeaseId;
 use tally_common::spec::ValidSpec;
 use tally_common::values::{EncodedPartial, EncodedTask, JobPlan};
+use tally_stage::BlobRef;
 
 use crate::error::Result;
 
@@ -66,6 +68,8 @@ pub struct Grant {
     pub checkpoint: Vec<u8>,
     /// The size of a checkpoint too large to come along (fetched apart), or 0.
     pub checkpoint_bytes: u64,
+    /// A checkpoint in the stage store, which the worker reads itself.
+    pub checkpoint_blob: Option<BlobRef>,
     pub ttl_ms: u64,
     pub work_total: u64,
 }
@@ -77,8 +81,12 @@ pub struct Report {
     pub lease: LeaseId,
     /// The last checkpoint of the report.
     pub checkpoint: Option<ReportedCheckpoint>,
-    /// The stage output that comes with the result.
+    /// The stage output that comes with the result: its bytes, or with a
+    /// stage store outside the coordinator, its blob's reference as stored
+    /// ([`BlobRef::encode`]).
     pub output: Vec<u8>,
+    /// The output's blob in the stage store, if it is there.
+    pub output_blob: Option<BlobRef>,
     pub result: Option<ReportedResult>,
     pub failure: Option<ReportedFailure>,
     /// The result's shape was checked by its kind already, outside the
@@ -102,7 +110,7 @@ impl ResultCheck {
         };
         let partial = EncodedPartial::from_bytes(&result.partial)?;
         self.spec
-            .check_result(&self.plan, &self.task, &partial, &report.output)?;
+            .check_result(&self.plan, &self.task, &partial, report.output_to_check())?;
         Ok(())
     }
 }
@@ -115,6 +123,7 @@ impl Report {
             lease,
             checkpoint: None,
             output: Vec::new(),
+            output_blob: None,
             result: None,
             failure: None,
             checked: false,
@@ -132,6 +141,31 @@ impl Report {
             result: Some(result),
             output,
             ..Report::new(worker, lease)
+        }
+    }
+
+    /// The report with its output in the stage store, as `blob`.
+    pub fn with_output_blob(mut self, blob: BlobRef) -> Report {
+        self.output = blob.encode();
+        self.output_blob = Some(blob);
+        self
+    }
+
+    /// The output the kind checks: none when it is in the stage store (its
+    /// readers check it as they decode it).
+    pub fn output_to_check(&self) -> Option<&[u8]> {
+        match self.output_blob {
+            Some(_) => None,
+            None => Some(&self.output),
+        }
+    }
+
+    /// What replicas of a shard compare of their outputs: the content, never
+    /// where it is (a blob's key names its attempt).
+    pub fn output_digest(&self) -> u64 {
+        match &self.output_blob {
+            Some(blob) => fnv1a64(&blob.digest),
+            None => fnv1a64(&self.output),
         }
     }
 
@@ -158,9 +192,12 @@ impl Report {
 /// both encoded as the worker sent them.
 #[derive(Clone, Debug)]
 pub struct ReportedCheckpoint {
+    /// The state, or empty when it is in the stage store.
     pub state: Vec<u8>,
     pub partial: Vec<u8>,
     pub work_done: u64,
+    /// The state's blob in the stage store, if it is there.
+    pub state_blob: Option<BlobRef>,
 }
 
 /// A shard's final partial result, encoded as the worker sent it.

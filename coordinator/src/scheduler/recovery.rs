@@ -16,7 +16,7 @@ use crate::store::{Batch, NEXT_JOB_KEY, Store, Tree};
 
 use super::events::Event;
 use super::stages::read_outputs;
-use super::state::{FinishedStage, JobEntry, Scheduler, SchedulerConfig};
+use super::state::{FinishedStage, JobEntry, Scheduler, SchedulerConfig, retained_stages};
 
 impl Scheduler {
     /// Rebuilds the state from the store: every job, the shards of its current
@@ -24,6 +24,7 @@ impl Scheduler {
     /// from `now_ms`: their workers may still report; dead ones expire normally.
     /// Also finishes any stage barrier that was passed but not yet acted on.
     pub fn load(store: Arc<dyn Store>, config: SchedulerConfig, now_ms: u64) -> Result<Scheduler> {
+        let external = config.external_stage_store;
         let mut scheduler = Scheduler {
             store: store.clone(),
             config,
@@ -42,7 +43,7 @@ impl Scheduler {
                 scheduler.deleted.insert(rec.id, when);
                 continue;
             }
-            let (entry, lost_input) = load_job(store.as_ref(), rec, now_ms)?;
+            let (entry, lost_input) = load_job(store.as_ref(), rec, external, now_ms)?;
             let id = entry.rec.id.clone();
             if let Some(key) = &entry.rec.idempotency_key {
                 scheduler.keys.insert(key.clone(), id.clone());
@@ -183,7 +184,12 @@ fn read_job_counter(store: &dyn Store) -> Result<u64> {
 
 /// One job as it was committed, its leased shards given a fresh TTL; and why
 /// the input of its current stage cannot be read, if it cannot.
-fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<(JobEntry, Option<String>)> {
+fn load_job(
+    store: &dyn Store,
+    rec: JobRecord,
+    external: bool,
+    now_ms: u64,
+) -> Result<(JobEntry, Option<String>)> {
     let mut entry = JobEntry::new(rec);
     let id = entry.rec.id.clone();
     // A settled job's view needs none of its shards.
@@ -192,14 +198,11 @@ fn load_job(store: &dyn Store, rec: JobRecord, now_ms: u64) -> Result<(JobEntry,
     let keep = if entry.rec.state.is_finished() {
         Vec::new()
     } else {
-        entry
-            .rec
-            .spec
-            .kept_stages(&entry.rec.plan, entry.rec.stage)
-            .unwrap_or_else(|e| {
-                tracing::warn!(job = %id, error = %e, "cannot tell which stage outputs to keep");
-                Vec::new()
-            })
+        let rec = &entry.rec;
+        retained_stages(&rec.spec, &rec.plan, rec.stage, external).unwrap_or_else(|e| {
+            tracing::warn!(job = %id, error = %e, "cannot tell which stage outputs to keep");
+            Vec::new()
+        })
     };
     // A job never leased holds only the pending shards it was planned
     // with: they are read when a lease wants them.

@@ -10,7 +10,8 @@ use tally_common::values::EncodedPartial;
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{
-    JobRecord, JobState, ShardRecord, ShardState, checkpoint_key, encode, job_key, shard_key,
+    JobRecord, JobState, ShardRecord, ShardState, checkpoint_blob_key, checkpoint_key, encode,
+    job_key, remove_checkpoint, shard_key,
 };
 use crate::store::{Batch, Store, Tree};
 
@@ -116,11 +117,22 @@ impl Scheduler {
         shard.partial = partial;
         shard.work_done = checkpoint.work_done.min(shard.work_total);
         let mut batch = Batch::default();
-        batch.put(
-            Tree::Blobs,
-            checkpoint_key(job, *stage, *index),
-            checkpoint.state,
-        );
+        // A state in the stage store is kept as its reference, beside where
+        // an inline state would be; the other of the two is removed.
+        let (key, other, value) = match &checkpoint.state_blob {
+            Some(blob) => (
+                checkpoint_blob_key(job, *stage, *index),
+                checkpoint_key(job, *stage, *index),
+                blob.encode(),
+            ),
+            None => (
+                checkpoint_key(job, *stage, *index),
+                checkpoint_blob_key(job, *stage, *index),
+                checkpoint.state,
+            ),
+        };
+        batch.put(Tree::Blobs, key, value);
+        batch.remove(Tree::Blobs, other);
         batch.put(Tree::Shards, shard_key(job, *stage, *index), encode(&shard));
         let seq = entry.next_event;
         let note = format!("work {}", shard.work_done);
@@ -153,7 +165,7 @@ impl Scheduler {
         if failed.discard_replicas {
             shard.replicas.clear();
             if shard.has_checkpoint {
-                batch.remove(Tree::Blobs, checkpoint_key(job, shard.stage, *index));
+                remove_checkpoint(&mut batch, job, shard.stage, *index);
                 shard.has_checkpoint = false;
             }
         }

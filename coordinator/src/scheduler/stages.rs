@@ -8,15 +8,16 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use tally_common::values::{EncodedPartial, PlannedShard};
+use tally_common::values::{EncodedPartial, EncodedTask, PlannedShard};
+use tally_stage::BlobRef;
 
 use crate::error::{CoordinatorError, Result};
-use crate::records::{JobState, ShardRecord, encode, job_key, output_key, shard_key};
+use crate::records::{JobState, ShardRecord, decode, encode, job_key, output_key, shard_key};
 use crate::store::{Batch, Store, Tree};
 
 use super::events::Event;
 use super::shard_table::ShardTable;
-use super::state::{FinishedStage, JobEntry, Scheduler};
+use super::state::{FinishedStage, JobEntry, Scheduler, retained_stages};
 
 impl Scheduler {
     /// If every shard of the job's current stage is done: plan the next stage, or
@@ -29,6 +30,7 @@ impl Scheduler {
         now_ms: u64,
     ) -> Result<()> {
         let store = self.store.clone();
+        let external = self.config.external_stage_store;
         let entry = self.known_entry(job);
         if entry.rec.state.is_finished() || !entry.shards_loaded || !entry.shards.all_done() {
             return Ok(());
@@ -58,7 +60,7 @@ impl Scheduler {
         let next_stage = entry.rec.stage + 1;
         let next = next.and_then(|next| {
             let keep = match &next {
-                Some(_) => entry.rec.spec.kept_stages(&plan, next_stage)?,
+                Some(_) => retained_stages(&entry.rec.spec, &plan, next_stage, external)?,
                 None => Vec::new(),
             };
             Ok((next, keep))
@@ -98,6 +100,77 @@ impl Scheduler {
         stage: u32,
         bucket: Option<u32>,
     ) -> Result<Arc<Vec<u8>>> {
+        let finished = self.readable_stage(job, stage)?;
+        let Some(bucket) = bucket else {
+            return Ok(finished.data.clone());
+        };
+        let outputs = finished.outputs();
+        let gathered = tally_common::buckets::gather_bucket(&outputs, bucket).map_err(|e| {
+            CoordinatorError::FailedPrecondition(format!(
+                "job {job} has no bucket {bucket} in the output of stage {stage}: {e}"
+            ))
+        })?;
+        Ok(Arc::new(gathered))
+    }
+
+    /// With a stage store outside the coordinator: the blob of each shard of
+    /// a readable stage (see [`Scheduler::stage_data`]), in order; `None` for
+    /// a shard that wrote no output.
+    pub fn stage_blobs(&mut self, job: &str, stage: u32) -> Result<Vec<Option<BlobRef>>> {
+        let finished = self.readable_stage(job, stage)?;
+        finished
+            .outputs()
+            .into_iter()
+            .enumerate()
+            .map(|(index, output)| {
+                if output.is_empty() {
+                    return Ok(None);
+                }
+                BlobRef::decode(output).map(Some).ok_or_else(|| {
+                    CoordinatorError::FailedPrecondition(format!(
+                        "the output of shard {stage}/{index} of job {job} is not in the stage \
+                         store: the job began before the coordinator used one"
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// One shard of a readable stage, for a worker that computes its output
+    /// again: its task, accepted partial and committed blob.
+    pub fn stage_shard(
+        &mut self,
+        job: &str,
+        stage: u32,
+        index: u32,
+    ) -> Result<(EncodedTask, EncodedPartial, BlobRef)> {
+        let blobs = self.stage_blobs(job, stage)?;
+        let blob = blobs
+            .into_iter()
+            .nth(index as usize)
+            .flatten()
+            .ok_or_else(|| {
+                CoordinatorError::NotFound(format!(
+                    "shard {stage}/{index} of job {job} has no output in the stage store"
+                ))
+            })?;
+        let bytes = self
+            .store
+            .get(Tree::Shards, &shard_key(job, stage, index))?
+            .ok_or_else(|| {
+                CoordinatorError::Store(format!("shard {stage}/{index} of job {job} is missing"))
+            })?;
+        let shard: ShardRecord = decode("shard", &bytes)?;
+        let partial = shard.partial.ok_or_else(|| {
+            CoordinatorError::Internal(format!("the done shard {stage}/{index} has no result"))
+        })?;
+        Ok((shard.task, partial, blob))
+    }
+
+    /// A stage whose output can be read: the one before the current stage,
+    /// or one that is kept (read from the store on its first use and held
+    /// until another is read).
+    fn readable_stage(&mut self, job: &str, stage: u32) -> Result<FinishedStage> {
         let store = self.store.clone();
         let entry = self.entry_mut(job)?;
         let unreadable = |entry: &JobEntry| {
@@ -127,21 +200,7 @@ impl Scheduler {
             }
             _ => return Err(unreadable(entry)),
         };
-        let Some(bucket) = bucket else {
-            return Ok(finished.data.clone());
-        };
-        let mut outputs = Vec::with_capacity(finished.lengths.len());
-        let mut at = 0;
-        for &len in &finished.lengths {
-            outputs.push(&finished.data[at..at + len]);
-            at += len;
-        }
-        let gathered = tally_common::buckets::gather_bucket(&outputs, bucket).map_err(|e| {
-            CoordinatorError::FailedPrecondition(format!(
-                "job {job} has no bucket {bucket} in the output of stage {stage}: {e}"
-            ))
-        })?;
-        Ok(Arc::new(gathered))
+        Ok(finished.clone())
     }
 }
 

@@ -25,6 +25,45 @@ pub struct SchedulerConfig {
     /// worker expires and is leased again. Far above any kernel's quiet
     /// stretch between progress updates.
     pub stall_limit_ms: u64,
+    /// Stage data is in a stage store outside the coordinator: the outputs
+    /// kept are blob references, and a finished stage's input stays one
+    /// stage longer (see [`retained_stages`]).
+    pub external_stage_store: bool,
+}
+
+/// The older stages whose output stays while `stage` runs: those the kind
+/// keeps for it, and with a stage store outside the coordinator, those the
+/// stage before it read, so that a shard of that stage whose blob was lost
+/// can be computed again.
+impl FinishedStage {
+    /// Each shard's output, in order.
+    pub(super) fn outputs(&self) -> Vec<&[u8]> {
+        let mut outputs = Vec::with_capacity(self.lengths.len());
+        let mut at = 0;
+        for &len in &self.lengths {
+            outputs.push(&self.data[at..at + len]);
+            at += len;
+        }
+        outputs
+    }
+}
+
+pub(super) fn retained_stages(
+    spec: &tally_common::spec::ValidSpec,
+    plan: &tally_common::values::JobPlan,
+    stage: u32,
+    external: bool,
+) -> tally_common::Result<Vec<u32>> {
+    let mut keep = spec.kept_stages(plan, stage)?;
+    if external && stage >= 2 {
+        if stage >= 3 {
+            keep.push(stage - 2);
+        }
+        keep.extend(spec.kept_stages(plan, stage - 1)?);
+        keep.sort_unstable();
+        keep.dedup();
+    }
+    Ok(keep)
 }
 
 impl Default for SchedulerConfig {
@@ -33,6 +72,7 @@ impl Default for SchedulerConfig {
             backoff_base_ms: 250,
             backoff_max_ms: 10_000,
             stall_limit_ms: 30 * 60 * 1000,
+            external_stage_store: false,
         }
     }
 }

@@ -522,6 +522,7 @@ fn a_lease_response_carries_checkpoints_up_to_its_share_of_a_message() {
             state: vec![7; size],
             partial: Vec::new(),
             work_done: 0,
+            state_blob: None,
         };
         s.report(Report::checkpoint("w", grant.lease.clone(), checkpoint), 2)
             .unwrap();

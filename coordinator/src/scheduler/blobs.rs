@@ -1,0 +1,156 @@
+//! The stage store outside the coordinator, as the scheduler sees it: which
+//! store a data directory's jobs use, and which of the store's blobs no
+//! committed state references any more (the sweep deletes them).
+
+use std::collections::HashMap;
+
+use tally_stage::{BlobRef, StageStoreUrl, blob_owner, job_prefix};
+
+use crate::error::{CoordinatorError, Result};
+use crate::records::{ShardState, checkpoint_blob_key, output_key};
+use crate::store::{Batch, Tree};
+
+use super::stages::read_stage_outputs;
+use super::state::{JobEntry, Scheduler};
+
+/// The stage store the data directory's jobs were last run with, in
+/// [`Tree::Meta`]; absent: the coordinator's own.
+const STAGE_STORE_KEY: &[u8] = b"stage-store";
+
+impl Scheduler {
+    /// Records `url` as the stage store of the jobs from now on. Refused
+    /// while a job is unfinished that began with another one: its stage data
+    /// is there, where the coordinator would no longer look.
+    pub fn use_stage_store(&mut self, url: &StageStoreUrl) -> Result<()> {
+        let before = match self.store.get(Tree::Meta, STAGE_STORE_KEY)? {
+            Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            None => StageStoreUrl::Coordinator.to_string(),
+        };
+        let now = url.to_string();
+        if before == now {
+            return Ok(());
+        }
+        let unfinished: Vec<&str> = self
+            .jobs
+            .values()
+            .filter(|e| !e.rec.state.is_finished())
+            .map(|e| e.rec.id.as_str())
+            .collect();
+        if let Some(first) = unfinished.first() {
+            return Err(CoordinatorError::FailedPrecondition(format!(
+                "--stage-store {now}: {} unfinished job(s) (first {first}) keep their stage data \
+                 in {before}; start with --stage-store {before} until they finish, or cancel them",
+                unfinished.len()
+            )));
+        }
+        let mut batch = Batch::default();
+        batch.put(Tree::Meta, STAGE_STORE_KEY, now.clone().into_bytes());
+        self.write(batch)?;
+        tracing::info!(before = %before, now = %now, "stage store changed");
+        Ok(())
+    }
+
+    /// Of `keys` (blobs listed in the stage store), those nothing committed
+    /// refers to and no attempt still running may: blobs of finished or
+    /// deleted jobs, of stages no longer read, of attempts that ended without
+    /// their blob being committed. The caller deletes them once this call's
+    /// state is durable. Keys the runner did not write are left alone.
+    pub fn unreferenced_blobs(&self, keys: Vec<String>) -> Result<Vec<String>> {
+        let jobs: HashMap<String, &JobEntry> = self
+            .jobs
+            .values()
+            .filter(|e| !e.rec.state.is_finished())
+            .map(|e| (job_prefix(&e.rec.id), e))
+            .collect();
+        // The committed blobs of kept stages, read once per call.
+        let mut kept_refs: HashMap<(String, u32), Vec<Option<String>>> = HashMap::new();
+        let mut garbage = Vec::new();
+        for key in keys {
+            let Some((prefix, stage, index, attempt)) = blob_owner(&key) else {
+                continue;
+            };
+            let Some(entry) = jobs.get(&prefix) else {
+                garbage.push(key);
+                continue;
+            };
+            if !self.blob_in_use(entry, &key, stage, index, attempt, &mut kept_refs)? {
+                garbage.push(key);
+            }
+        }
+        Ok(garbage)
+    }
+
+    fn blob_in_use(
+        &self,
+        entry: &JobEntry,
+        key: &str,
+        stage: u32,
+        index: u32,
+        attempt: u64,
+        kept_refs: &mut HashMap<(String, u32), Vec<Option<String>>>,
+    ) -> Result<bool> {
+        let job = &entry.rec.id;
+        let current = entry.rec.stage;
+        if stage > current || (stage == current && !entry.shards_loaded) {
+            // Not known yet: left for a later sweep.
+            return Ok(true);
+        }
+        if stage == current {
+            if index as usize >= entry.shards.len() {
+                return Ok(false);
+            }
+            let shard = &entry.shards[index as usize];
+            // The latest attempt may be running, or its output committed.
+            if attempt == shard.attempt {
+                return Ok(true);
+            }
+            // An earlier attempt's checkpoint that a later attempt resumes
+            // from, or the output of an earlier replica that was committed.
+            let checkpoint = self
+                .store
+                .get(Tree::Blobs, &checkpoint_blob_key(job, stage, index))?;
+            if committed_key(checkpoint.as_deref()).as_deref() == Some(key) {
+                return Ok(true);
+            }
+            if shard.state == ShardState::Done {
+                let output = match entry.outputs.get(index as usize) {
+                    Some(Some(output)) => Some(output.to_vec()),
+                    _ => self
+                        .store
+                        .get(Tree::Blobs, &output_key(job, stage, index, 0))?,
+                };
+                return Ok(committed_key(output.as_deref()).as_deref() == Some(key));
+            }
+            return Ok(false);
+        }
+        if let Some(finished) = entry.finished.as_ref().filter(|f| f.stage == stage) {
+            let outputs = finished.outputs();
+            return Ok(committed_key(outputs.get(index as usize).copied()).as_deref() == Some(key));
+        }
+        let Some(chunks) = entry.kept.get(&stage) else {
+            return Ok(false);
+        };
+        let refs = match kept_refs.entry((job.clone(), stage)) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let (data, lengths) = read_stage_outputs(self.store.as_ref(), job, stage, chunks)?;
+                let mut at = 0;
+                let refs = lengths
+                    .iter()
+                    .map(|&len| {
+                        let output = &data[at..at + len];
+                        at += len;
+                        committed_key(Some(output))
+                    })
+                    .collect();
+                v.insert(refs)
+            }
+        };
+        Ok(refs.get(index as usize).cloned().flatten().as_deref() == Some(key))
+    }
+}
+
+/// The key of the blob a stored reference names, if it is one.
+fn committed_key(stored: Option<&[u8]>) -> Option<String> {
+    BlobRef::decode(stored?).map(|blob| blob.key)
+}

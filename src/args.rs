@@ -399,6 +399,9 @@ pub struct WorkerArgs {
     /// Fault injection for tests: stall a shard this long after its first checkpoint.
     #[arg(long, default_value_t = 0, hide = true)]
     pub pause_after_checkpoint_ms: u64,
+    /// Fault injection for tests: write each stage blob in two parts, pausing this long between them.
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub pause_mid_upload_ms: u64,
     /// Address to serve Prometheus `/metrics` on.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<std::net::SocketAddr>,

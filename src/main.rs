@@ -83,8 +83,10 @@ fn init_logging(cli: &Cli) {
     let filter =
         tracing_subscriber::EnvFilter::try_new(cli.log_level.as_deref().unwrap_or(default))
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Colours only on a terminal: a log file or a collector gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if cli.log_format == "json" {
         builder.json().init();
@@ -379,6 +381,7 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     config.shard_delay = Duration::from_millis(args.shard_delay_ms);
     config.corrupt_results = args.corrupt_results;
     config.pause_after_checkpoint = Duration::from_millis(args.pause_after_checkpoint_ms);
+    config.pause_mid_upload = Duration::from_millis(args.pause_mid_upload_ms);
     config.http = args.http;
     if let Some(budget) = args.memory_budget {
         config.memory_budget = budget;

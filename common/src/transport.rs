@@ -237,6 +237,7 @@ pub fn endpoint(url: &str, security: &ClientSecurity) -> Result<Endpoint> {
         ));
     }
     if https {
+        use_ring_for_tls();
         let mut config = ClientTlsConfig::new();
         if let Some(ca) = &tls.ca {
             config = config.ca_certificate(Certificate::from_pem(ca));
@@ -303,6 +304,17 @@ pub fn tls_config_error(error: &(dyn std::error::Error + 'static)) -> String {
     }
 }
 
+/// Makes ring the process's TLS crypto provider, once. rustls picks one by
+/// itself only when a single provider is built in; the S3 client of the
+/// stage store brings aws-lc-rs beside ring.
+pub fn use_ring_for_tls() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        // Fails only when a provider is installed already: that one stays.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// Server-side TLS material, PEM encoded.
 #[derive(Clone, Debug)]
 pub struct ServerTls {
@@ -314,6 +326,7 @@ pub struct ServerTls {
 
 impl ServerTls {
     pub fn config(&self) -> tonic::transport::ServerTlsConfig {
+        use_ring_for_tls();
         let mut config = tonic::transport::ServerTlsConfig::new()
             .identity(Identity::from_pem(&self.cert, &self.key));
         if let Some(ca) = &self.client_ca {

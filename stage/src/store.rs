@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::{Path, PathPart};
 use object_store::prefix::PrefixStore;
 use object_store::{
-    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
+    BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
     WriteMultipart,
 };
 use tally_common::Control;
@@ -36,6 +36,9 @@ pub struct StageStore {
     inner: Arc<dyn ObjectStore>,
     url: StageStoreUrl,
     patience: Duration,
+    /// Fault injection for tests: write every blob in two parts, pausing
+    /// this long between them.
+    mid_upload_pause: Duration,
 }
 
 impl std::fmt::Debug for StageStore {
@@ -64,6 +67,8 @@ impl StageStore {
                 Arc::new(local)
             }
             StageStoreUrl::S3 { bucket, prefix } => {
+                // Its HTTPS client needs the process's TLS provider chosen.
+                tally_common::transport::use_ring_for_tls();
                 let s3 = s3_builder()?
                     .with_bucket_name(bucket)
                     .build()
@@ -79,12 +84,21 @@ impl StageStore {
             inner,
             url: url.clone(),
             patience: DEFAULT_PATIENCE,
+            mid_upload_pause: Duration::ZERO,
         }))
     }
 
     /// How long each call waits out an unreachable store.
     pub fn with_patience(mut self, patience: Duration) -> StageStore {
         self.patience = patience;
+        self
+    }
+
+    /// Fault injection for tests: every blob is written in two parts with
+    /// `pause` between them (a process killed then leaves an upload begun
+    /// and never finished).
+    pub fn with_mid_upload_pause(mut self, pause: Duration) -> StageStore {
+        self.mid_upload_pause = pause;
         self
     }
 
@@ -98,20 +112,29 @@ impl StageStore {
         let size = bytes.len() as u64;
         let path = parse_key(key)?;
         let bytes = bytes::Bytes::from(bytes);
+        let pause = self.mid_upload_pause;
         self.patiently("write", key, control, || {
             let (path, bytes, inner) = (path.clone(), bytes.clone(), self.inner.clone());
             async move {
-                if bytes.len() <= PART {
-                    inner.put(&path, PutPayload::from(bytes)).await.map(|_| ())
-                } else {
-                    let upload = inner.put_multipart(&path).await?;
-                    let mut write = WriteMultipart::new_with_chunk_size(upload, PART);
-                    for part in bytes.chunks(PART) {
-                        write.wait_for_capacity(2).await?;
-                        write.put(bytes.slice_ref(part));
-                    }
-                    write.finish().await.map(|_| ())
+                if bytes.len() <= PART && pause.is_zero() {
+                    return inner.put(&path, PutPayload::from(bytes)).await.map(|_| ());
                 }
+                let part = match pause.is_zero() {
+                    true => PART,
+                    false => bytes.len().div_ceil(2),
+                };
+                let upload = inner.put_multipart(&path).await?;
+                let mut write = WriteMultipart::new_with_chunk_size(upload, part);
+                for (i, chunk) in bytes.chunks(part).enumerate() {
+                    if i == 1 && !pause.is_zero() {
+                        write.wait_for_capacity(1).await?;
+                        tracing::warn!(key = %path, ?pause, "fault injection: pausing mid-upload");
+                        tokio::time::sleep(pause).await;
+                    }
+                    write.wait_for_capacity(2).await?;
+                    write.put(bytes.slice_ref(chunk));
+                }
+                write.finish().await.map(|_| ())
             }
         })
         .await?;
@@ -348,13 +371,20 @@ fn s3_builder() -> Result<AmazonS3Builder> {
         max_retries: 3,
         retry_timeout: Duration::from_secs(20),
     };
-    let mut builder = AmazonS3Builder::from_env()
-        .with_retry(retry)
-        .with_client_options(
-            ClientOptions::new()
-                .with_connect_timeout(Duration::from_secs(5))
-                .with_timeout(Duration::from_secs(120)),
-        );
+    // Timeouts through the configuration keys: client options set whole
+    // would drop those the environment gave (AWS_ALLOW_HTTP).
+    let mut builder = AmazonS3Builder::from_env().with_retry(retry);
+    for (key, default) in [
+        (ClientConfigKey::ConnectTimeout, "5s"),
+        (ClientConfigKey::Timeout, "120s"),
+    ] {
+        if builder
+            .get_config_value(&AmazonS3ConfigKey::Client(key))
+            .is_none()
+        {
+            builder = builder.with_config(AmazonS3ConfigKey::Client(key), default);
+        }
+    }
     if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none()
     {
         builder = builder.with_region("us-east-1");
@@ -544,6 +574,7 @@ mod tests {
                 prefix: String::new(),
             },
             patience: Duration::from_millis(500),
+            mid_upload_pause: Duration::ZERO,
         };
         let err = store
             .put("jobs/j/1/0/1/output", b"data", &Control::default())

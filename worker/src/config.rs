@@ -32,6 +32,9 @@ pub struct WorkerConfig {
     /// forwarder, stall its computation this long (holding the lease), so tests
     /// can kill a worker that has surely checkpointed mid-shard.
     pub pause_after_checkpoint: Duration,
+    /// Fault injection: write each stage blob in two parts, pausing this long
+    /// between them, so tests can kill a worker that is surely mid-upload.
+    pub pause_mid_upload: Duration,
     /// The cache of per-job structures (slider graphs, hex graphs); a worker in
     /// the coordinator's process shares the coordinator's.
     pub kernel_cache: Arc<KernelCache>,
@@ -62,6 +65,7 @@ impl WorkerConfig {
             shard_delay: Duration::ZERO,
             corrupt_results: false,
             pause_after_checkpoint: Duration::ZERO,
+            pause_mid_upload: Duration::ZERO,
             kernel_cache: Arc::new(KernelCache::new()),
             checkpoint_interval: CHECKPOINT_EVERY,
             security: ClientSecurity::default(),

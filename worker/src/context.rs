@@ -178,7 +178,7 @@ impl Context {
             Ok(None) => StageData::Coordinator,
             Ok(Some(store)) => {
                 tracing::info!(store = %url, "stage data in the stage store");
-                StageData::Store(store)
+                StageData::Store(store.with_mid_upload_pause(self.config.pause_mid_upload))
             }
             Err(e) => {
                 tracing::error!(store = %url, error = %e, "cannot open the stage store; shards will fail");

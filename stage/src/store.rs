@@ -240,22 +240,36 @@ impl StageStore {
     }
 
     /// Bucket `q` of each of `blobs` (None: the whole data of each), in
-    /// order, a few reads at a time.
-    pub async fn read_all(
+    /// order, a few reads at a time; each read succeeds or fails on its own.
+    pub async fn read_each(
         &self,
         blobs: &[BlobRef],
         bucket: Option<u32>,
         control: &Control,
-    ) -> Result<Vec<Vec<u8>>> {
-        futures::stream::iter(blobs.iter().map(|blob| async move {
-            match bucket {
-                Some(q) => self.read_bucket(blob, q, control).await,
-                None => self.read(blob, control).await,
-            }
-        }))
-        .buffered(PARALLEL_READS)
-        .try_collect()
-        .await
+    ) -> Vec<Result<Vec<u8>>> {
+        // The futures are made first: a stream that makes them with a closure
+        // over borrowed arguments is not `Send` for every lifetime, and
+        // callers run this on spawned tasks.
+        let reads: Vec<_> = blobs
+            .iter()
+            .map(|blob| self.read_part(blob, bucket, control))
+            .collect();
+        futures::stream::iter(reads)
+            .buffered(PARALLEL_READS)
+            .collect()
+            .await
+    }
+
+    async fn read_part(
+        &self,
+        blob: &BlobRef,
+        bucket: Option<u32>,
+        control: &Control,
+    ) -> Result<Vec<u8>> {
+        match bucket {
+            Some(q) => self.read_bucket(blob, q, control).await,
+            None => self.read(blob, control).await,
+        }
     }
 
     /// Removes the blob `key`; one already gone is no error.
@@ -321,10 +335,13 @@ impl StageStore {
         let started = Instant::now();
         let mut wait = Duration::from_millis(200);
         loop {
-            if control.is_cancelled() {
-                return Err(StageError::Cancelled);
-            }
-            let error = match op().await {
+            // A call in flight is abandoned when the caller stops (a drained
+            // worker must not wait out a slow store).
+            let attempt = tokio::select! {
+                result = op() => result,
+                () = cancelled(control) => return Err(StageError::Cancelled),
+            };
+            let error = match attempt {
                 Ok(value) => return Ok(value),
                 Err(object_store::Error::NotFound { .. }) => {
                     return Err(StageError::Corrupt {
@@ -348,9 +365,19 @@ impl StageStore {
                 )));
             }
             tracing::warn!(store = %self.url, key, error = %error, "stage store {what} failed; retrying");
-            tokio::time::sleep(wait).await;
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = cancelled(control) => return Err(StageError::Cancelled),
+            }
             wait = (wait * 2).min(Duration::from_secs(5));
         }
+    }
+}
+
+/// Resolves once `control` is cancelled.
+async fn cancelled(control: &Control) {
+    while !control.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

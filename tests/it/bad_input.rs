@@ -937,6 +937,8 @@ enum Call {
     Heartbeat(proto::HeartbeatRequest),
     Fetch(proto::FetchStageDataRequest),
     FetchCheckpoint(proto::FetchCheckpointRequest),
+    StageBlobs(proto::StageBlobsRequest),
+    StageShard(proto::StageShardRequest),
     Get(String),
     Cancel(String),
     Result(String),
@@ -983,6 +985,8 @@ async fn call(
         Call::Heartbeat(r) => workers.heartbeat(r).await.map(drop),
         Call::Fetch(r) => workers.fetch_stage_data(r).await.map(drop),
         Call::FetchCheckpoint(r) => workers.fetch_checkpoint(r).await.map(drop),
+        Call::StageBlobs(r) => workers.stage_blobs(r).await.map(drop),
+        Call::StageShard(r) => workers.stage_shard(r).await.map(drop),
         Call::Get(id) => jobs
             .get(proto::GetJobRequest { job_id: id })
             .await
@@ -1041,6 +1045,19 @@ fn checkpoint(state: Vec<u8>, partial: Vec<u8>) -> Option<Body> {
         work_done: 1,
         state_blob: None,
     }))
+}
+
+fn output_blob(blob: proto::BlobRef) -> Option<Body> {
+    Some(Body::OutputBlob(blob))
+}
+
+/// A reference to a blob that does not exist, with a digest of `digest` bytes.
+fn blob_ref(digest: usize) -> proto::BlobRef {
+    proto::BlobRef {
+        key: "jobs/job-000001/1/0/1/output".into(),
+        size: 100,
+        sha256: vec![7; digest],
+    }
 }
 
 fn failure(message: &str) -> Option<Body> {
@@ -1428,6 +1445,121 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             }),
             Code::InvalidArgument,
             "lease",
+        ),
+        row(
+            "an output blob to a coordinator that keeps stage data itself",
+            by_holder(
+                &hs,
+                k0,
+                vec![output_blob(blob_ref(32)), result(&k0_partial)],
+            ),
+            Code::FailedPrecondition,
+            "keeps stage data itself",
+        ),
+        row(
+            "an output blob without a result",
+            by_holder(&hs, k0, vec![output_blob(blob_ref(32))]),
+            Code::InvalidArgument,
+            "comes with a result",
+        ),
+        row(
+            "an output blob beside output chunks",
+            by_holder(
+                &hs,
+                k0,
+                vec![
+                    output(vec![1; 8]),
+                    output_blob(blob_ref(32)),
+                    result(&k0_partial),
+                ],
+            ),
+            Code::InvalidArgument,
+            "instead of output chunks",
+        ),
+        row(
+            "two output blobs",
+            by_holder(
+                &hs,
+                k0,
+                vec![
+                    output_blob(blob_ref(32)),
+                    output_blob(blob_ref(32)),
+                    result(&k0_partial),
+                ],
+            ),
+            Code::InvalidArgument,
+            "one output blob",
+        ),
+        row(
+            "an output blob with a short digest",
+            by_holder(
+                &hs,
+                k0,
+                vec![output_blob(blob_ref(31)), result(&k0_partial)],
+            ),
+            Code::InvalidArgument,
+            "32-byte SHA-256",
+        ),
+        row(
+            "a checkpoint state both inline and a blob",
+            by_holder(
+                &hs,
+                k0,
+                vec![Some(Body::Checkpoint(proto::ReportCheckpoint {
+                    state: vec![1; 8],
+                    partial: Vec::new(),
+                    work_done: 1,
+                    state_blob: Some(blob_ref(32)),
+                }))],
+            ),
+            Code::InvalidArgument,
+            "inline or a blob, not both",
+        ),
+        row(
+            "the blobs of a stage that cannot be read",
+            Call::StageBlobs(proto::StageBlobsRequest {
+                job_id: k0.job_id.clone(),
+                stage: 7,
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
+            }),
+            Code::FailedPrecondition,
+            "no readable output of stage 7",
+        ),
+        row(
+            "stage blobs without a session",
+            Call::StageBlobs(proto::StageBlobsRequest {
+                job_id: k0.job_id.clone(),
+                stage: 1,
+                worker_id: HOLDER.into(),
+                session: String::new(),
+            }),
+            Code::Unauthenticated,
+            "no live session given",
+        ),
+        row(
+            "a shard of a stage that cannot be read",
+            Call::StageShard(proto::StageShardRequest {
+                job_id: k0.job_id.clone(),
+                stage: 7,
+                index: 0,
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
+            }),
+            Code::FailedPrecondition,
+            "no readable output of stage 7",
+        ),
+        row(
+            "a shard of an unknown job",
+            Call::StageShard(proto::StageShardRequest {
+                job_id: "job-999999".into(),
+                stage: 1,
+                index: 0,
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
+            }),
+            Code::NotFound,
+            "no job \"job-999999\"",
         ),
         row(
             "a failure after the result",

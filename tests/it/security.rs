@@ -212,8 +212,33 @@ async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str
             code(
                 w.fetch_checkpoint(proto::FetchCheckpointRequest {
                     worker_id: "w".into(),
-                    session,
+                    session: session.clone(),
                     lease_id: "job-000001/0/0/1".into(),
+                })
+                .await,
+            ),
+        ),
+        (
+            "StageBlobs",
+            code(
+                w.stage_blobs(proto::StageBlobsRequest {
+                    job_id: "job-000001".into(),
+                    stage: 1,
+                    worker_id: "w".into(),
+                    session: session.clone(),
+                })
+                .await,
+            ),
+        ),
+        (
+            "StageShard",
+            code(
+                w.stage_shard(proto::StageShardRequest {
+                    job_id: "job-000001".into(),
+                    stage: 1,
+                    index: 0,
+                    worker_id: "w".into(),
+                    session,
                 })
                 .await,
             ),

@@ -14,4 +14,16 @@ pub enum WorkerError {
     Stage(#[from] tally_stage::StageError),
 }
 
+impl WorkerError {
+    /// The shard was asked to stop (revoked, or the worker draining), in the
+    /// kernel or while it read or wrote stage data.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(
+            self,
+            WorkerError::Kernel(CommonError::Cancelled)
+                | WorkerError::Stage(tally_stage::StageError::Cancelled)
+        )
+    }
+}
+
 pub type Result<T> = std::result::Result<T, WorkerError>;

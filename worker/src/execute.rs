@@ -48,7 +48,7 @@ pub(crate) async fn compute_shard(
     };
     let checkpoint = if let Some(blob) = &lease.checkpoint_blob {
         let store = stage_store.as_ref().ok_or_else(|| {
-            CommonError::InvalidArgument("a checkpoint blob without a stage store".into())
+            StageError::InvalidConfig("a checkpoint blob, and no stage store to read it".into())
         })?;
         checkpoint_from_store(store, blob, &lease.lease_id, &handle.control).await?
     } else if lease.checkpoint_bytes > 0 && lease.checkpoint.is_empty() {
@@ -263,22 +263,26 @@ async fn read_from_store(
             false => Some(BlobRef::try_from(blob)?),
         });
     }
+    if read.bucket.is_some()
+        && let Some(index) = blobs.iter().position(Option::is_none)
+    {
+        return Err(CommonError::InvalidArgument(format!(
+            "shard {}/{index} of job {job} wrote no buckets",
+            read.stage
+        ))
+        .into());
+    }
+    let written: Vec<BlobRef> = blobs.iter().flatten().cloned().collect();
+    let mut reads = store
+        .read_each(&written, read.bucket, control)
+        .await
+        .into_iter();
     let mut data = Vec::new();
     for (index, blob) in blobs.iter().enumerate() {
         let part = match blob {
-            None if read.bucket.is_some() => {
-                return Err(CommonError::InvalidArgument(format!(
-                    "shard {}/{index} of job {job} wrote no buckets",
-                    read.stage
-                ))
-                .into());
-            }
             None => Vec::new(),
-            Some(blob) => {
-                let got = match read.bucket {
-                    Some(q) => store.read_bucket(blob, q, control).await,
-                    None => store.read(blob, control).await,
-                };
+            Some(_) => {
+                let got = reads.next().expect("one read per blob");
                 match got {
                     Ok(part) => part,
                     Err(e @ StageError::Corrupt { .. }) => {
@@ -328,8 +332,26 @@ fn bucket_of_output(output: &[u8], q: u32) -> Result<Vec<u8>> {
 /// are deterministic, so the result must equal what was committed: its
 /// partial, and its blob's digest; anything else fails the shard that
 /// needed it. A shard whose own input is lost as well is not chased further.
+///
+/// Boxed as a `Send` future: it and [`fetch_stage_input`] call each other.
 #[allow(clippy::too_many_arguments)]
-async fn recompute_output(
+fn recompute_output<'a>(
+    ctx: &'a Context,
+    store: &'a StageStore,
+    spec: &'a ValidSpec,
+    job: &'a str,
+    stage: u32,
+    index: u32,
+    handle: &'a Arc<ShardHandle>,
+    depth: u32,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<u8>>> + Send + 'a>> {
+    Box::pin(recompute(
+        ctx, store, spec, job, stage, index, handle, depth,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn recompute(
     ctx: &Context,
     store: &StageStore,
     spec: &ValidSpec,
@@ -366,9 +388,7 @@ async fn recompute_output(
     let reads = spec.stage_reads(stage, &task)?;
     let input = match reads.is_empty() {
         true => None,
-        false => {
-            Some(Box::pin(fetch_stage_input(ctx, spec, job, &reads, handle, depth + 1)).await?)
-        }
+        false => Some(fetch_stage_input(ctx, spec, job, &reads, handle, depth + 1).await?),
     };
     // Its checkpoints go nowhere: it is not a leased attempt.
     let (checkpoints, _) = mpsc::unbounded_channel();

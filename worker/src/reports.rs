@@ -56,8 +56,8 @@ impl Ending {
     pub(crate) fn of(computed: Result<ShardResult, WorkerError>, revoked: bool) -> Ending {
         match computed {
             Ok(result) => Ending::Done(result),
-            Err(WorkerError::Kernel(CommonError::Cancelled)) if revoked => Ending::Stopped,
-            Err(WorkerError::Kernel(CommonError::Cancelled)) => Ending::HandedBack,
+            Err(e) if e.is_cancelled() && revoked => Ending::Stopped,
+            Err(e) if e.is_cancelled() => Ending::HandedBack,
             Err(WorkerError::Kernel(CommonError::InvalidArgument(message))) => Ending::Failed {
                 message,
                 permanent: true,

@@ -444,19 +444,28 @@ fn credentials_file() -> Result<Option<(String, String, Option<String>)>> {
         return Ok(None);
     }
     let profile = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
+    credentials_of(&path, &profile).map(Some)
+}
+
+/// The key id, secret and session token of `profile` in the credentials file
+/// at `path`.
+fn credentials_of(
+    path: &std::path::Path,
+    profile: &str,
+) -> Result<(String, String, Option<String>)> {
     let bad = |why: &str| {
         StageError::InvalidConfig(format!(
             "the credentials file {} (profile {profile}): {why}",
             path.display()
         ))
     };
-    let ini = ini::Ini::load_from_file(&path).map_err(|_| bad("it cannot be read as INI"))?;
+    let ini = ini::Ini::load_from_file(path).map_err(|_| bad("it cannot be read as INI"))?;
     let section = ini
-        .section(Some(profile.as_str()))
+        .section(Some(profile))
         .ok_or_else(|| bad("it has no such profile"))?;
     let field = |name: &str| section.get(name).map(str::to_string);
     match (field("aws_access_key_id"), field("aws_secret_access_key")) {
-        (Some(id), Some(secret)) => Ok(Some((id, secret, field("aws_session_token")))),
+        (Some(id), Some(secret)) => Ok((id, secret, field("aws_session_token"))),
         _ => Err(bad(
             "the profile needs aws_access_key_id and aws_secret_access_key",
         )),
@@ -529,6 +538,38 @@ mod tests {
         }
         assert_eq!(blob_owner("jobs/j/1/2"), None);
         assert_eq!(blob_owner("other/j/1/2/3/output"), None);
+    }
+
+    #[test]
+    fn a_credentials_file_gives_its_profile_and_errors_never_show_a_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("credentials");
+        std::fs::write(
+            &path,
+            "[default]\naws_access_key_id = AKIDEFAULT\naws_secret_access_key = topsecret-1\n\n\
+             [ci]\naws_access_key_id=AKICI\naws_secret_access_key=topsecret-2\naws_session_token=tok\n\n\
+             [half]\naws_secret_access_key = topsecret-3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            credentials_of(&path, "default").unwrap(),
+            ("AKIDEFAULT".into(), "topsecret-1".into(), None)
+        );
+        assert_eq!(
+            credentials_of(&path, "ci").unwrap(),
+            ("AKICI".into(), "topsecret-2".into(), Some("tok".into()))
+        );
+        for (profile, why) in [
+            ("half", "needs aws_access_key_id"),
+            ("none", "no such profile"),
+        ] {
+            let err = credentials_of(&path, profile).unwrap_err().to_string();
+            assert!(err.contains(why) && err.contains(profile), "{err}");
+            assert!(!err.contains("topsecret"), "{err}");
+        }
+        std::fs::write(&path, "[broken\nkey").unwrap();
+        let err = credentials_of(&path, "default").unwrap_err().to_string();
+        assert!(err.contains("INI"), "{err}");
     }
 
     #[tokio::test]

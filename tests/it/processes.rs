@@ -331,10 +331,13 @@ async fn worker_kill_mid_shard_lets_another_worker_finish_it() {
 /// stalls after its first checkpoint, so the kill surely lands mid-shard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_re_leased_shard_resumes_from_its_last_checkpoint() {
-    resumes_from_its_last_checkpoint(JobSpec::new(KaylesSpec {
-        pins: 200_000,
-        digits: 9,
-    }))
+    resumes_from_its_last_checkpoint(
+        JobSpec::new(KaylesSpec {
+            pins: 200_000,
+            digits: 9,
+        }),
+        &[],
+    )
     .await;
 }
 
@@ -353,30 +356,54 @@ async fn a_re_leased_hex_points_shard_fetches_its_large_checkpoint_and_resumes()
     };
     let vector = tally_common::hex::known_state_count(14).unwrap() * 16 * 4;
     assert!(vector > tally_common::wire::INLINE_CHECKPOINT_BYTES as u64);
-    let log = resumes_from_its_last_checkpoint(JobSpec::new(h)).await;
-    let fetched: Option<u64> = log
-        .lines()
-        .find(|l| l.contains("checkpoint fetched; resuming from it"))
-        .and_then(|l| {
-            // The size is the line's last field (the log may be coloured).
-            let digits = l.trim_end().rsplit(|c: char| !c.is_ascii_digit()).next()?;
-            digits.parse().ok()
-        });
+    let log = resumes_from_its_last_checkpoint(JobSpec::new(h), &[]).await;
+    assert_resumed_from_whole(&log, "checkpoint fetched; resuming from it", vector);
+}
+
+/// The same with the checkpoint in a stage store outside the coordinator:
+/// the first worker writes it there and reports its reference, the second
+/// reads it from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_re_leased_hex_points_shard_reads_its_checkpoint_from_the_stage_store() {
+    let h = HexSpec {
+        side: 14,
+        modulus: tally_common::hex::DEFAULT_MODULUS,
+        plan: HexPlan::Points,
+        shards_per_step: 0,
+        exact: false,
+        points_per_shard: 16,
+    };
+    let vector = tally_common::hex::known_state_count(14).unwrap() * 16 * 4;
+    let stage = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", stage.path().display());
+    let log = resumes_from_its_last_checkpoint(JobSpec::new(h), &["--stage-store", &url]).await;
+    let line = "checkpoint read from the stage store; resuming from it";
+    assert_resumed_from_whole(&log, line, vector);
+}
+
+/// The log has `line`, whose last field (a size) is above `vector`.
+fn assert_resumed_from_whole(log: &str, line: &str, vector: u64) {
+    let read: Option<u64> = log.lines().find(|l| l.contains(line)).and_then(|l| {
+        // The size is the line's last field.
+        let digits = l.trim_end().rsplit(|c: char| !c.is_ascii_digit()).next()?;
+        digits.parse().ok()
+    });
     assert!(
-        fetched.is_some_and(|bytes| bytes > vector),
-        "the second worker did not fetch the whole checkpoint:\n{log}"
+        read.is_some_and(|bytes| bytes > vector),
+        "the second worker did not read the whole checkpoint:\n{log}"
     );
 }
 
 /// Runs `spec` through a worker killed after its first checkpoint and a second
-/// one; returns the log of the coordinator and both workers.
-async fn resumes_from_its_last_checkpoint(mut spec: JobSpec) -> String {
+/// one, on a coordinator with the `extra` options; returns the log of the
+/// coordinator and both workers.
+async fn resumes_from_its_last_checkpoint(mut spec: JobSpec, extra: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let log = dir.path().join("log.txt");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
-    let _coordinator = spawn_coordinator(port, &data, &log);
+    let _coordinator = spawn_coordinator_with(port, &data, &log, extra);
     let mut client = jobs_client(&url).await;
     spec.options.lease_ttl_ms = 3_000;
     spec.options.max_attempts = 10;

@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 
 use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::pegs::{PegsPlanName, PegsSpec};
+use tally_common::kinds::sliders::{SlidersPlanName, SlidersSpec};
 use tally_common::lease::LeaseId;
 use tally_common::proto::report_message::Body;
 use tally_common::proto::{self, JobState};
+use tally_common::sliders::SliderParams;
 use tally_common::spec::JobSpec;
 use tally_common::values::EncodedTask;
 use tally_common::{Control, dynamic::ShardContext};
@@ -187,6 +189,17 @@ fn pegs_frontier() -> JobSpec {
     })
 }
 
+/// A sliders frontier job: its graph stages read older levels, which the
+/// coordinator keeps (`kept_stages`).
+fn sliders_frontier() -> JobSpec {
+    JobSpec::new(SlidersSpec {
+        board: SliderParams::new(3, 3, "WRRRRBBBB", "WBBBBRRRR"),
+        plan: SlidersPlanName::Frontier,
+        buckets: 2,
+        ..Default::default()
+    })
+}
+
 fn with_ttl(mut spec: JobSpec, ttl_ms: u64) -> JobSpec {
     spec.options.lease_ttl_ms = ttl_ms;
     spec
@@ -218,7 +231,7 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
 
 // ------------------------------------------------------- the same answers
 
-/// A frontier job and a hex cell-step job through `store`: the answers equal
+/// Frontier jobs (pegs, sliders) and a hex cell-step job through `store`: the answers equal
 /// the direct kernels'; with a store outside the coordinator, its blobs are
 /// swept once the jobs are done, and the secret key shows nowhere.
 fn the_same_answers(store: Store) {
@@ -227,7 +240,7 @@ fn the_same_answers(store: Store) {
         cluster.add_worker("w1", 1, &[]);
         cluster.add_worker("w2", 1, &[]);
         let mut client = jobs_client(&cluster.url).await;
-        let specs = [pegs_frontier(), hex_cell_step(5, 3)];
+        let specs = [pegs_frontier(), sliders_frontier(), hex_cell_step(5, 3)];
         let mut ids = Vec::new();
         for (i, spec) in specs.iter().enumerate() {
             ids.push(submit(&mut client, spec, &format!("same-{i}")).await.id);

@@ -1,0 +1,551 @@
+//! The sandbox for user kernels compiled to WebAssembly (`docs/wasm-abi.md`),
+//! on wasmtime. A module is checked once when it is loaded (its size, that
+//! it imports nothing but the ABI's three functions and exports what the ABI
+//! asks); each shard then runs in a fresh instance with a memory limit, a
+//! fuel budget (its CPU-time limit) and epoch interruption (cancellation),
+//! on a thread of its own while the caller's thread forwards its progress
+//! and checkpoints. Nothing else reaches the module: no filesystem, network,
+//! clock or randomness. Execution is deterministic (NaNs canonicalised, no
+//! threads, relaxed SIMD deterministic), so replicas agree bit for bit.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::{
+    Caller, Config, Engine, ExternType, FuncType, Instance, Linker, Memory, Module, Store,
+    StoreLimits, StoreLimitsBuilder, Trap, TypedFunc, UpdateDeadline, ValType,
+};
+
+/// The ABI version this sandbox speaks.
+pub const ABI_VERSION: i32 = 1;
+
+/// What the sandbox allows one module and one shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest module accepted, in bytes.
+    pub module_bytes: usize,
+    /// The largest linear memory of one instance, in bytes.
+    pub memory_bytes: usize,
+    /// The fuel one shard may burn (about one unit per wasm instruction).
+    pub fuel: u64,
+    /// The largest checkpoint state a module may hand over, in bytes.
+    pub checkpoint_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            module_bytes: 16 << 20,
+            memory_bytes: 1 << 30,
+            fuel: 1 << 44,
+            checkpoint_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Why a module or a shard failed. Every variant but `Failed` and
+/// `Cancelled` is the module's own doing and would happen again.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WasmError {
+    /// The module is not one the sandbox runs (too large, not wasm, outside
+    /// the ABI).
+    #[error("the module is refused: {0}")]
+    Refused(String),
+    /// The module refused the job's parameters (`-1`).
+    #[error("the module refused the parameters")]
+    BadParams,
+    /// The module trapped (a panic, an out-of-bounds access, `unreachable`).
+    #[error("the module trapped: {0}")]
+    Trap(String),
+    #[error("the module used all its fuel ({0} units): a shard's CPU-time limit")]
+    OutOfFuel(u64),
+    #[error("the module asked for more than its memory limit of {0} bytes")]
+    MemoryLimit(usize),
+    #[error("the module returned {got} residues, the job asks for {want}")]
+    WrongOutputs { got: i64, want: u32 },
+    #[error("the module returned residue {value} at {index}, not below the prime {prime}")]
+    ResidueOutOfRange {
+        index: usize,
+        value: u64,
+        prime: u64,
+    },
+    #[error("the module handed over a checkpoint of {0} bytes, above the limit")]
+    CheckpointTooLarge(usize),
+    /// The module said it failed (`-2`), or the host could not run it.
+    #[error("the shard failed: {0}")]
+    Failed(String),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+pub type Result<T> = std::result::Result<T, WasmError>;
+
+/// The SHA-256 of a module, in hex: its name in the runner.
+pub fn module_digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The engine shared by every module of a worker, and the thread that ticks
+/// its epoch.
+pub struct Sandbox {
+    engine: Engine,
+    limits: Limits,
+    ticking: Arc<AtomicBool>,
+}
+
+/// How often running shards look at their cancellation.
+const TICK: Duration = Duration::from_millis(10);
+
+impl Sandbox {
+    pub fn new(limits: Limits) -> Result<Sandbox> {
+        let mut config = Config::new();
+        config
+            .consume_fuel(true)
+            .epoch_interruption(true)
+            .cranelift_nan_canonicalization(true)
+            .relaxed_simd_deterministic(true)
+            .max_wasm_stack(1 << 20);
+        // Threads (shared memory) are not built in: the `threads` feature is off.
+        let engine = Engine::new(&config).map_err(|e| WasmError::Failed(e.to_string()))?;
+        let ticking = Arc::new(AtomicBool::new(true));
+        let (ticker, running) = (engine.weak(), ticking.clone());
+        std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                while running.load(Ordering::Relaxed) {
+                    std::thread::sleep(TICK);
+                    match ticker.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => return,
+                    }
+                }
+            })
+            .map_err(|e| WasmError::Failed(format!("no epoch thread: {e}")))?;
+        Ok(Sandbox {
+            engine,
+            limits,
+            ticking,
+        })
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Compiles and checks a module: its size, its imports (only the ABI's)
+    /// and its exports (the ABI's, with their types).
+    pub fn load(&self, bytes: &[u8]) -> Result<Kernel> {
+        if bytes.len() > self.limits.module_bytes {
+            return Err(WasmError::Refused(format!(
+                "it has {} bytes, above the limit of {}",
+                bytes.len(),
+                self.limits.module_bytes
+            )));
+        }
+        let module = Module::new(&self.engine, bytes)
+            .map_err(|e| WasmError::Refused(format!("it is not a valid module: {e:#}")))?;
+        check_imports(&self.engine, &module)?;
+        check_exports(&self.engine, &module)?;
+        Ok(Kernel {
+            module,
+            digest: module_digest(bytes),
+        })
+    }
+
+    /// Runs one shard of `kernel`; `hooks` gets its progress and checkpoints
+    /// as they come and is asked whether to stop.
+    pub fn run(
+        &self,
+        kernel: &Kernel,
+        call: &ShardCall<'_>,
+        hooks: &mut dyn Hooks,
+    ) -> Result<Vec<u64>> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (events, received) = mpsc::channel();
+        std::thread::scope(|scope| {
+            let running = std::thread::Builder::new()
+                .name("wasm-shard".into())
+                .spawn_scoped(scope, || self.run_here(kernel, call, events, stop.clone()))
+                .map_err(|e| WasmError::Failed(format!("no shard thread: {e}")))?;
+            loop {
+                match received.recv_timeout(TICK * 5) {
+                    Ok(Event::Progress(done, total)) => hooks.progress(done, total),
+                    Ok(Event::Checkpoint(state)) => hooks.checkpoint(&state),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+                if hooks.cancelled() {
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
+            running
+                .join()
+                .map_err(|_| WasmError::Failed("the shard thread panicked".into()))?
+        })
+    }
+
+    fn run_here(
+        &self,
+        kernel: &Kernel,
+        call: &ShardCall<'_>,
+        events: mpsc::Sender<Event>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Vec<u64>> {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(self.limits.memory_bytes)
+            .instances(1)
+            .memories(1)
+            .tables(4)
+            .trap_on_grow_failure(true)
+            .build();
+        let host = Host {
+            limits,
+            events,
+            stop: stop.clone(),
+            checkpoint_bytes: self.limits.checkpoint_bytes,
+            failure: None,
+        };
+        let mut store = Store::new(&self.engine, host);
+        store.limiter(|host| &mut host.limits);
+        store
+            .set_fuel(self.limits.fuel)
+            .map_err(|e| WasmError::Failed(e.to_string()))?;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |context| {
+            if context.data().stop.load(Ordering::Relaxed) {
+                return Err(wasmtime::Error::msg(CANCELLED));
+            }
+            Ok(UpdateDeadline::Continue(1))
+        });
+        let instance = linker(&self.engine)?
+            .instantiate(&mut store, &kernel.module)
+            .map_err(|e| self.explain(&mut store, e))?;
+        let exports = Exports::of(&instance, &mut store)?;
+        let version = exports
+            .version
+            .call(&mut store, ())
+            .map_err(|e| self.explain(&mut store, e))?;
+        if version != ABI_VERSION {
+            return Err(WasmError::Refused(format!(
+                "it speaks ABI version {version}, the sandbox {ABI_VERSION}"
+            )));
+        }
+        let params = exports.place(&mut store, call.params.as_bytes())?;
+        let state = exports.place(&mut store, call.state)?;
+        let out_bytes = call.outputs as usize * 8;
+        let out = exports.place(&mut store, &vec![0; out_bytes])?;
+        let args = (
+            call.shard as i64,
+            call.shards as i64,
+            call.prime as i64,
+            params,
+            call.params.len() as i32,
+            state,
+            call.state.len() as i32,
+            out,
+            call.outputs as i32,
+        );
+        let returned = exports
+            .shard
+            .call(&mut store, args)
+            .map_err(|e| self.explain(&mut store, e))?;
+        if let Some(failure) = store.data_mut().failure.take() {
+            return Err(failure);
+        }
+        match returned {
+            -1 => return Err(WasmError::BadParams),
+            -2 => return Err(WasmError::Failed("the module said it failed".into())),
+            -3 => return Err(WasmError::Cancelled),
+            n if n != i64::from(call.outputs) as i32 => {
+                return Err(WasmError::WrongOutputs {
+                    got: i64::from(n),
+                    want: call.outputs,
+                });
+            }
+            _ => {}
+        }
+        let mut bytes = vec![0; out_bytes];
+        exports
+            .memory
+            .read(&store, out as u32 as usize, &mut bytes)
+            .map_err(|_| WasmError::Trap("the output buffer is out of bounds".into()))?;
+        let residues: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        if let Some((index, &value)) = residues.iter().enumerate().find(|(_, r)| **r >= call.prime)
+        {
+            return Err(WasmError::ResidueOutOfRange {
+                index,
+                value,
+                prime: call.prime,
+            });
+        }
+        Ok(residues)
+    }
+
+    /// What a wasmtime error means for the shard.
+    fn explain(&self, store: &mut Store<Host>, error: wasmtime::Error) -> WasmError {
+        if let Some(failure) = store.data_mut().failure.take() {
+            return failure;
+        }
+        if error.to_string() == CANCELLED
+            || error.chain().any(|cause| cause.to_string() == CANCELLED)
+        {
+            return WasmError::Cancelled;
+        }
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::OutOfFuel) => WasmError::OutOfFuel(self.limits.fuel),
+            Some(trap) => WasmError::Trap(trap.to_string()),
+            None if format!("{error:#}").contains("forcing trap when growing memory") => {
+                WasmError::MemoryLimit(self.limits.memory_bytes)
+            }
+            None => WasmError::Trap(format!("{error:#}")),
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.ticking.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The message of the epoch callback's trap when the shard is stopped.
+const CANCELLED: &str = "tally: the shard was cancelled";
+
+/// A checked, compiled module.
+#[derive(Clone)]
+pub struct Kernel {
+    module: Module,
+    digest: String,
+}
+
+impl Kernel {
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+}
+
+/// One shard's call.
+#[derive(Clone, Copy, Debug)]
+pub struct ShardCall<'a> {
+    pub shard: u64,
+    pub shards: u64,
+    pub prime: u64,
+    /// The job's `K=V` lines.
+    pub params: &'a str,
+    /// A state the module saved for this shard earlier, or empty.
+    pub state: &'a [u8],
+    /// The residues the job asks for.
+    pub outputs: u32,
+}
+
+/// What a running shard tells its caller, and asks it.
+pub trait Hooks {
+    fn progress(&mut self, done: u64, total: u64);
+    fn checkpoint(&mut self, state: &[u8]);
+    fn cancelled(&self) -> bool;
+}
+
+enum Event {
+    Progress(u64, u64),
+    Checkpoint(Vec<u8>),
+}
+
+/// What the host functions of one instance share.
+struct Host {
+    limits: StoreLimits,
+    events: mpsc::Sender<Event>,
+    stop: Arc<AtomicBool>,
+    checkpoint_bytes: usize,
+    /// A failure a host function found, reported instead of the trap it caused.
+    failure: Option<WasmError>,
+}
+
+/// The ABI's imports, by name and type.
+fn abi_imports(engine: &Engine) -> [(&'static str, FuncType); 3] {
+    [
+        (
+            "progress",
+            FuncType::new(engine, [ValType::I64, ValType::I64], []),
+        ),
+        ("cancelled", FuncType::new(engine, [], [ValType::I32])),
+        (
+            "checkpoint",
+            FuncType::new(engine, [ValType::I32, ValType::I32], []),
+        ),
+    ]
+}
+
+fn check_imports(engine: &Engine, module: &Module) -> Result<()> {
+    let abi = abi_imports(engine);
+    for import in module.imports() {
+        let name = format!("{}.{}", import.module(), import.name());
+        let allowed = abi
+            .iter()
+            .find(|(n, _)| import.module() == "tally" && import.name() == *n);
+        match (allowed, import.ty()) {
+            (Some((_, want)), ExternType::Func(got)) if FuncType::eq(&got, want) => {}
+            (Some(_), _) => {
+                return Err(WasmError::Refused(format!(
+                    "it imports {name} with another type than the ABI's"
+                )));
+            }
+            (None, _) => {
+                return Err(WasmError::Refused(format!(
+                    "it imports {name}, which the ABI does not offer (only tally.progress, \
+                     tally.cancelled and tally.checkpoint)"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_exports(engine: &Engine, module: &Module) -> Result<()> {
+    let i32_ = ValType::I32;
+    let i64_ = ValType::I64;
+    let wanted = [
+        (
+            "tally_abi_version",
+            FuncType::new(engine, [], [i32_.clone()]),
+        ),
+        (
+            "tally_alloc",
+            FuncType::new(engine, [i32_.clone()], [i32_.clone()]),
+        ),
+        (
+            "tally_shard",
+            FuncType::new(
+                engine,
+                [
+                    i64_.clone(),
+                    i64_.clone(),
+                    i64_,
+                    i32_.clone(),
+                    i32_.clone(),
+                    i32_.clone(),
+                    i32_.clone(),
+                    i32_.clone(),
+                    i32_.clone(),
+                ],
+                [i32_],
+            ),
+        ),
+    ];
+    for (name, want) in wanted {
+        match module.get_export(name) {
+            Some(ExternType::Func(got)) if FuncType::eq(&got, &want) => {}
+            Some(_) => {
+                return Err(WasmError::Refused(format!(
+                    "its export {name} does not have the ABI's type"
+                )));
+            }
+            None => return Err(WasmError::Refused(format!("it does not export {name}"))),
+        }
+    }
+    match module.get_export("memory") {
+        Some(ExternType::Memory(_)) => Ok(()),
+        _ => Err(WasmError::Refused("it does not export its memory".into())),
+    }
+}
+
+/// The host functions, bound by name.
+fn linker(engine: &Engine) -> Result<Linker<Host>> {
+    let mut linker = Linker::new(engine);
+    let failed = |e: wasmtime::Error| WasmError::Failed(e.to_string());
+    linker
+        .func_wrap(
+            "tally",
+            "progress",
+            |caller: Caller<'_, Host>, done: i64, total: i64| {
+                let _ = caller
+                    .data()
+                    .events
+                    .send(Event::Progress(done as u64, total as u64));
+            },
+        )
+        .map_err(failed)?;
+    linker
+        .func_wrap("tally", "cancelled", |caller: Caller<'_, Host>| {
+            i32::from(caller.data().stop.load(Ordering::Relaxed))
+        })
+        .map_err(failed)?;
+    linker
+        .func_wrap(
+            "tally",
+            "checkpoint",
+            |mut caller: Caller<'_, Host>, ptr: i32, len: i32| -> wasmtime::Result<()> {
+                let len = len as u32 as usize;
+                if len > caller.data().checkpoint_bytes {
+                    caller.data_mut().failure = Some(WasmError::CheckpointTooLarge(len));
+                    return Err(wasmtime::Error::msg("checkpoint too large"));
+                }
+                let memory = caller
+                    .get_export("memory")
+                    .and_then(|e| e.into_memory())
+                    .ok_or_else(|| wasmtime::Error::msg("no memory"))?;
+                let mut state = vec![0; len];
+                memory.read(&caller, ptr as u32 as usize, &mut state)?;
+                let _ = caller.data().events.send(Event::Checkpoint(state));
+                Ok(())
+            },
+        )
+        .map_err(failed)?;
+    Ok(linker)
+}
+
+/// The ABI's exports of one instance.
+struct Exports {
+    memory: Memory,
+    version: TypedFunc<(), i32>,
+    alloc: TypedFunc<i32, i32>,
+    #[allow(clippy::type_complexity)]
+    shard: TypedFunc<(i64, i64, i64, i32, i32, i32, i32, i32, i32), i32>,
+}
+
+impl Exports {
+    fn of(instance: &Instance, store: &mut Store<Host>) -> Result<Exports> {
+        let missing = |what: &str| WasmError::Refused(format!("it does not export {what}"));
+        Ok(Exports {
+            memory: instance
+                .get_memory(&mut *store, "memory")
+                .ok_or_else(|| missing("its memory"))?,
+            version: instance
+                .get_typed_func(&mut *store, "tally_abi_version")
+                .map_err(|_| missing("tally_abi_version"))?,
+            alloc: instance
+                .get_typed_func(&mut *store, "tally_alloc")
+                .map_err(|_| missing("tally_alloc"))?,
+            shard: instance
+                .get_typed_func(&mut *store, "tally_shard")
+                .map_err(|_| missing("tally_shard"))?,
+        })
+    }
+
+    /// Copies `bytes` into memory the module allocated for them.
+    fn place(&self, store: &mut Store<Host>, bytes: &[u8]) -> Result<i32> {
+        let len = i32::try_from(bytes.len())
+            .map_err(|_| WasmError::Failed("an argument above 2 GiB".into()))?;
+        let ptr = self
+            .alloc
+            .call(&mut *store, len)
+            .map_err(|e| WasmError::Trap(format!("tally_alloc({len}) trapped: {e:#}")))?;
+        self.memory
+            .write(&mut *store, ptr as u32 as usize, bytes)
+            .map_err(|_| {
+                WasmError::Trap(format!("tally_alloc({len}) gave memory out of bounds"))
+            })?;
+        Ok(ptr)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -599,3 +599,53 @@ fn an_s3_endpoint_unreachable_for_10_s_only_pauses_the_job() {
         assert!(!log.contains(SECRET));
     });
 }
+
+// ------------------------------------------------- changing the stage store
+
+/// A data directory with an unfinished job keeps the stage store the job
+/// began with: a coordinator started on it with another refuses to start,
+/// saying which job and which store; with the first store it starts.
+#[test]
+fn a_data_directory_keeps_its_stage_store_while_a_job_is_unfinished() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let log = dir.path().join("coordinator.log");
+        let port = free_port();
+        let start = |store: &str| {
+            spawn(
+                &[
+                    "coordinator",
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--data",
+                    data.to_str().unwrap(),
+                    "--stage-store",
+                    store,
+                ],
+                &[],
+                &log,
+            )
+        };
+        let mut first = start("coordinator");
+        let mut client = jobs_client(&format!("http://127.0.0.1:{port}")).await;
+        let id = submit(&mut client, &hex_cell_step(4, 1), "kept").await.id;
+        first.kill9();
+        let other = format!("file://{}", dir.path().join("stage").display());
+        let mut refused = start(&other);
+        let status = refused.0.wait().unwrap();
+        assert!(
+            !status.success(),
+            "a coordinator with another stage store started"
+        );
+        let said = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            said.contains(&id) && said.contains("keep their stage data in coordinator"),
+            "{said}"
+        );
+        let _again = start("coordinator");
+        let mut client = jobs_client(&format!("http://127.0.0.1:{port}")).await;
+        let job = crate::support::get_job(&mut client, &id).await;
+        assert_eq!(state(&job), JobState::Queued);
+    });
+}

@@ -46,6 +46,9 @@ impl Scheduler {
         let mut batch = Batch::default();
         batch.put(Tree::Meta, STAGE_STORE_KEY, now.clone().into_bytes());
         self.write(batch)?;
+        // Durable before anything is served: the group commit counts what
+        // the store holds at start as flushed.
+        self.store.flush()?;
         tracing::info!(before = %before, now = %now, "stage store changed");
         Ok(())
     }

@@ -28,13 +28,6 @@ pub struct BlobRef {
     pub digest: [u8; 32],
 }
 
-impl BlobRef {
-    /// The digest in hex, for logs and events.
-    pub fn digest_hex(&self) -> String {
-        self.digest.iter().map(|b| format!("{b:02x}")).collect()
-    }
-}
-
 /// The first bytes of a reference as the coordinator stores it.
 const REF_MAGIC: &[u8; 4] = b"TSBR";
 

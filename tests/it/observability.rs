@@ -3,8 +3,7 @@
 
 use crate::support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -13,28 +12,6 @@ use tally_common::kinds::kayles::KaylesSpec;
 use tally_common::proto::JobState;
 use tally_common::spec::JobSpec;
 use tally_coordinator::CoordinatorConfig;
-
-/// A plain HTTP/1.1 GET: status code and body.
-fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("connects");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("a response");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status code");
-    (status, body.to_string())
-}
 
 /// The value of the sample `name` (with labels, if any) in a Prometheus text body.
 fn sample(body: &str, name: &str) -> Option<f64> {

@@ -6,8 +6,6 @@
 //! secret key appears nowhere. Coordinator and workers run as processes, with
 //! the AWS environment a deployment would give them.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -26,8 +24,8 @@ use tally_stage::{BlobRef, StageStore, StageStoreUrl, blob_key};
 
 use crate::support::s3::{BUCKET, MotoS3, SECRET};
 use crate::support::{
-    ChildGuard, direct_answer, events, free_port, jobs_client, register, state, submit, tally_bin,
-    valid, wait_finished, workers_client,
+    ChildGuard, direct_answer, events, free_port, http_get, jobs_client, register, state, submit,
+    tally_bin, valid, wait_finished, workers_client,
 };
 
 /// Where a test's stage data goes.
@@ -214,21 +212,6 @@ async fn eventually(what: &str, limit: Duration, mut check: impl AsyncFnMut() ->
     }
 }
 
-fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).expect("connects");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-}
-
 // ------------------------------------------------------- the same answers
 
 /// Frontier jobs (pegs, sliders) and a hex cell-step job through `store`: the answers equal
@@ -275,8 +258,8 @@ fn the_same_answers(store: Store) {
                     seen += &event.message;
                 }
             }
-            seen += &http_get(cluster.http, "/metrics");
-            seen += &http_get(cluster.http, "/");
+            seen += &http_get(cluster.http, "/metrics").1;
+            seen += &http_get(cluster.http, "/").1;
             assert!(seen.contains("s3://"), "the logs name the store");
             assert!(!seen.contains(SECRET), "the secret key was shown");
         }

@@ -400,5 +400,30 @@ pub fn spawn_worker(url: &str, id: &str, slots: usize, extra: &[&str], log: &Pat
     )
 }
 
+// ------------------------------------------------------------ HTTP
+
+/// A plain HTTP/1.1 GET: status code and body.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(addr).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("a response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status code");
+    (status, body.to_string())
+}
+
 /// The tests' seeded generator (SplitMix64), shared with the kernels' tests.
 pub use tally_common::test_rng::Rng;

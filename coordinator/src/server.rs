@@ -269,22 +269,32 @@ async fn sweep_stage_store(shared: Arc<Shared>, store: StageStore, every: Durati
 }
 
 /// One sweep: lists the runner's blobs, asks the scheduler which of them
-/// nothing references, and deletes those. The scheduler's answer is durable
+/// nothing references, and deletes those, and the files of uploads to a
+/// directory store abandoned an hour ago or more. The scheduler's answer is durable
 /// when `with_scheduler` returns, so a blob is deleted only once no state
 /// that a restart could read back refers to it.
 pub async fn sweep_once(shared: &Arc<Shared>, store: &StageStore) -> Result<usize> {
     let keys = store.list(Some("jobs")).await?;
-    if keys.is_empty() {
-        return Ok(0);
-    }
-    let garbage = shared
-        .with_scheduler(move |s| s.unreferenced_blobs(keys))
-        .await?;
+    let garbage = match keys.is_empty() {
+        true => Vec::new(),
+        false => {
+            shared
+                .with_scheduler(move |s| s.unreferenced_blobs(keys))
+                .await?
+        }
+    };
     for key in &garbage {
         store.delete(key).await?;
     }
-    Ok(garbage.len())
+    let partial = store
+        .remove_abandoned_uploads(ABANDONED_UPLOAD_IDLE)
+        .await?;
+    Ok(garbage.len() + partial)
 }
+
+/// How long the file of an unfinished upload to a directory store stays
+/// untouched before the sweep takes it for abandoned (its writer killed).
+const ABANDONED_UPLOAD_IDLE: Duration = Duration::from_secs(3600);
 
 /// Runs `f` on the blocking pool.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {

@@ -305,6 +305,22 @@ impl StageStore {
         .await
     }
 
+    /// A directory store only: deletes what uploads cut short left behind
+    /// (object_store writes a blob as `KEY#N` and renames it when done, so a
+    /// writer killed in mid-upload leaves that file, which listings do not
+    /// show), once nothing has written to it for `idle`. Returns how many.
+    pub async fn remove_abandoned_uploads(&self, idle: Duration) -> Result<usize> {
+        let StageStoreUrl::File(dir) = &self.url else {
+            return Ok(0);
+        };
+        let root = dir.join("jobs");
+        tokio::task::spawn_blocking(move || abandoned_uploads(&root, idle))
+            .await
+            .map_err(|e| {
+                StageError::Unavailable(format!("the sweep of partial uploads stopped: {e}"))
+            })?
+    }
+
     async fn get_range(
         &self,
         blob: &BlobRef,
@@ -372,6 +388,41 @@ impl StageStore {
             wait = (wait * 2).min(Duration::from_secs(5));
         }
     }
+}
+
+/// Removes the files under `dir` named `NAME#DIGITS` (an unfinished upload)
+/// that were last written more than `idle` ago.
+fn abandoned_uploads(dir: &std::path::Path, idle: Duration) -> Result<usize> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(StageError::Unavailable(format!("{}: {e}", dir.display()))),
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_dir() {
+            removed += abandoned_uploads(&path, idle)?;
+            continue;
+        }
+        let name = entry.file_name();
+        let partial = name
+            .to_str()
+            .and_then(|n| n.rsplit_once('#'))
+            .is_some_and(|(base, n)| {
+                !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+            });
+        let quiet = meta
+            .modified()
+            .ok()
+            .and_then(|at| at.elapsed().ok())
+            .is_some_and(|age| age >= idle);
+        if partial && quiet && std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// Resolves once `control` is cancelled.
@@ -614,6 +665,37 @@ mod tests {
         let err = store.read(&blob, &control).await.unwrap_err();
         assert!(err.to_string().contains("missing"), "{err}");
         assert!(store.list(None).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_files_of_uploads_cut_short_are_removed_once_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = file_store(dir.path());
+        let key = blob_key(&LeaseId::new("j", 1, 0, 1), "output");
+        let blob = store
+            .put(&key, b"whole", &Control::default())
+            .await
+            .unwrap();
+        let partial = dir.path().join(format!("{key}#1"));
+        std::fs::write(&partial, b"half").unwrap();
+        let lookalike = dir.path().join("jobs/j/notes#draft");
+        std::fs::write(&lookalike, b"not an upload").unwrap();
+        // Not idle long enough: kept.
+        let hour = Duration::from_secs(3600);
+        assert_eq!(store.remove_abandoned_uploads(hour).await.unwrap(), 0);
+        assert!(partial.exists());
+        assert_eq!(
+            store
+                .remove_abandoned_uploads(Duration::ZERO)
+                .await
+                .unwrap(),
+            1
+        );
+        assert!(!partial.exists() && lookalike.exists());
+        assert_eq!(
+            store.read(&blob, &Control::default()).await.unwrap(),
+            b"whole"
+        );
     }
 
     #[tokio::test]

@@ -93,14 +93,33 @@ fn completions(rows: Rows, full: u64, p: u64) -> u64 {
     if rows.columns == full {
         return 1 % p;
     }
-    let mut free = rows.free(full);
-    let mut count = 0;
-    while free != 0 {
+    // Depth first with a stack of its own rather than recursion: a call per
+    // square tried costs a wasm function prologue; a loop does not. Each
+    // level holds its rows and the squares still to try.
+    let mut stack = [(Rows::EMPTY, 0u64); MAX_N as usize + 1];
+    let mut depth = 0;
+    stack[0] = (rows, rows.free(full));
+    // Kept reduced modulo p: past n = 27 the count outgrows 64 bits.
+    let mut count = 0u64;
+    loop {
+        let (rows, free) = stack[depth];
+        if free == 0 {
+            if depth == 0 {
+                return count;
+            }
+            depth -= 1;
+            continue;
+        }
         let bit = free & free.wrapping_neg();
-        free ^= bit;
-        count = add_mod(count, completions(rows.place(bit, full), full, p), p);
+        stack[depth].1 = free ^ bit;
+        let next = rows.place(bit, full);
+        if next.columns == full {
+            count = add_mod(count, 1 % p, p);
+        } else {
+            depth += 1;
+            stack[depth] = (next, next.free(full));
+        }
     }
-    count
 }
 
 /// The kernel: this shard's share of the n-queens count, modulo the prime.

@@ -177,26 +177,27 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     let metrics = Arc::new(CoordinatorMetrics::default());
     // A stage store that cannot be opened is refused before the data store
     // is touched.
-    let stage_store =
-        StageStore::open(&config.stage_store)?.map(|store| store.with_patience(SWEEP_PATIENCE));
+    StageStore::open(&config.stage_store)?;
     let (store, recovery) = open_store(&config).await?;
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
     let mut scheduler_config = config.scheduler.clone();
     scheduler_config.external_stage_store = config.stage_store.is_external();
     let release_leases = config.release_leases_on_start;
     let url = config.stage_store.clone();
-    let scheduler = blocking(move || {
+    let (scheduler, own_stage_store) = blocking(move || {
         let mut scheduler = load_scheduler(store, scheduler_config, recovery, release_leases)?;
-        scheduler.use_stage_store(&url)?;
-        Ok(scheduler)
+        let own = scheduler.use_stage_store(&url)?;
+        Ok((scheduler, own))
     })
     .await?;
+    let stage_store =
+        StageStore::open(&own_stage_store)?.map(|store| store.with_patience(SWEEP_PATIENCE));
     let shared = Shared::new(
         scheduler,
         metrics,
         config.kernel_cache.clone(),
         GroupCommit::new(config.exit_after_flushes),
-        config.stage_store.clone(),
+        own_stage_store,
     );
     // Bound before serving gRPC so that a taken port fails the start cleanly.
     let http_listener = match config.http {

@@ -25,6 +25,22 @@ impl StageStoreUrl {
     pub fn is_external(&self) -> bool {
         !matches!(self, StageStoreUrl::Coordinator)
     }
+
+    /// The same store one level down, under `segment` (a plain name).
+    pub fn within(&self, segment: &str) -> StageStoreUrl {
+        match self {
+            StageStoreUrl::Coordinator => StageStoreUrl::Coordinator,
+            StageStoreUrl::File(path) => StageStoreUrl::File(path.join(segment)),
+            StageStoreUrl::S3 { bucket, prefix } if prefix.is_empty() => StageStoreUrl::S3 {
+                bucket: bucket.clone(),
+                prefix: segment.to_string(),
+            },
+            StageStoreUrl::S3 { bucket, prefix } => StageStoreUrl::S3 {
+                bucket: bucket.clone(),
+                prefix: format!("{prefix}/{segment}"),
+            },
+        }
+    }
 }
 
 impl fmt::Display for StageStoreUrl {
@@ -116,6 +132,20 @@ mod tests {
                 prefix: "p".into()
             }
         );
+    }
+
+    #[test]
+    fn a_store_one_level_down_parses_back() {
+        for (url, down) in [
+            ("coordinator", "coordinator"),
+            ("file:///var/stage", "file:///var/stage/d-1"),
+            ("s3://tally-stage", "s3://tally-stage/d-1"),
+            ("s3://tally-stage/a/b", "s3://tally-stage/a/b/d-1"),
+        ] {
+            let within = url.parse::<StageStoreUrl>().unwrap().within("d-1");
+            assert_eq!(within.to_string(), down);
+            assert_eq!(down.parse::<StageStoreUrl>().unwrap(), within);
+        }
     }
 
     #[test]

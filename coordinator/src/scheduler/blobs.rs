@@ -17,18 +17,42 @@ use super::state::{JobEntry, Scheduler};
 /// [`Tree::Meta`]; absent: the coordinator's own.
 const STAGE_STORE_KEY: &[u8] = b"stage-store";
 
+/// The data directory's own prefix in any stage store, in [`Tree::Meta`]:
+/// job ids restart with a new data directory, so two directories (one
+/// replacing a lost one, say) sharing a store must not share keys.
+const STAGE_PREFIX_KEY: &[u8] = b"stage-prefix";
+
 impl Scheduler {
-    /// Records `url` as the stage store of the jobs from now on. Refused
-    /// while a job is unfinished that began with another one: its stage data
-    /// is there, where the coordinator would no longer look.
-    pub fn use_stage_store(&mut self, url: &StageStoreUrl) -> Result<()> {
+    /// Records `url` as the stage store of the jobs from now on, and returns
+    /// where in it this data directory keeps its blobs (`url` one level down,
+    /// under a name drawn once per data directory). Refused while a job is
+    /// unfinished that began with another store: its stage data is there,
+    /// where the coordinator would no longer look.
+    pub fn use_stage_store(&mut self, url: &StageStoreUrl) -> Result<StageStoreUrl> {
+        let prefix = match self.store.get(Tree::Meta, STAGE_PREFIX_KEY)? {
+            Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            None => {
+                let mut random = [0u8; 8];
+                getrandom::fill(&mut random).map_err(|e| {
+                    CoordinatorError::Internal(format!("no randomness for a prefix: {e}"))
+                })?;
+                let prefix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+                let prefix = format!("d-{prefix}");
+                let mut batch = Batch::default();
+                batch.put(Tree::Meta, STAGE_PREFIX_KEY, prefix.clone().into_bytes());
+                self.write(batch)?;
+                self.store.flush()?;
+                prefix
+            }
+        };
+        let own = url.within(&prefix);
         let before = match self.store.get(Tree::Meta, STAGE_STORE_KEY)? {
             Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             None => StageStoreUrl::Coordinator.to_string(),
         };
         let now = url.to_string();
         if before == now {
-            return Ok(());
+            return Ok(own);
         }
         let unfinished: Vec<&str> = self
             .jobs
@@ -50,7 +74,7 @@ impl Scheduler {
         // the store holds at start as flushed.
         self.store.flush()?;
         tracing::info!(before = %before, now = %now, "stage store changed");
-        Ok(())
+        Ok(own)
     }
 
     /// Of `keys` (blobs listed in the stage store), those nothing committed

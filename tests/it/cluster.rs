@@ -16,17 +16,6 @@ use tally_common::proto::{self, JobState};
 use tally_common::sliders::{SliderParams, SliderSpace};
 use tally_common::spec::JobSpec;
 
-fn hex(side: u32, shards_per_step: u32) -> JobSpec {
-    JobSpec::new(HexSpec {
-        side,
-        modulus: 1_000_000_007,
-        plan: HexPlan::CellStep,
-        shards_per_step,
-        exact: false,
-        points_per_shard: 0,
-    })
-}
-
 fn hex_points(side: u32, modulus: u32, exact: bool) -> JobSpec {
     JobSpec::new(HexSpec {
         side,
@@ -98,7 +87,7 @@ async fn exact_hex_counts_through_the_runner() {
         });
         assert_eq!(
             reduced.to_string(),
-            direct_answer(&hex(side, 1)),
+            direct_answer(&hex_cell_step(side, 1)),
             "side {side}"
         );
     }
@@ -156,7 +145,7 @@ async fn hex_cell_step_equals_the_direct_kernel_for_several_shard_counts() {
         (8, 5),
     ];
     for (side, shards) in cases {
-        let spec = hex(side, shards);
+        let spec = hex_cell_step(side, shards);
         let job = submit(&mut client, &spec, "").await;
         let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
         assert_eq!(
@@ -334,7 +323,7 @@ async fn slider_jobs_really_split_into_many_shards() {
 async fn same_idempotency_key_returns_the_same_job() {
     let coordinator = start_coordinator(None).await;
     let mut client = jobs_client(&coordinator.url()).await;
-    let spec = hex(3, 1);
+    let spec = hex_cell_step(3, 1);
     let first = client
         .submit(proto::SubmitRequest {
             spec: Some(proto_spec(&spec)),
@@ -368,7 +357,7 @@ async fn same_idempotency_key_returns_the_same_job() {
     // The same key with another spec is a conflict, not the old job.
     let conflict = client
         .submit(proto::SubmitRequest {
-            spec: Some(proto_spec(&hex(4, 1))),
+            spec: Some(proto_spec(&hex_cell_step(4, 1))),
             idempotency_key: "k-1".into(),
         })
         .await
@@ -631,7 +620,7 @@ async fn watch_streams_progress_until_the_job_finishes() {
     let coordinator = start_coordinator(None).await;
     let workers = Workers::start(&coordinator.url(), 1, 2);
     let mut client = jobs_client(&coordinator.url()).await;
-    let job = submit(&mut client, &hex(6, 2), "").await;
+    let job = submit(&mut client, &hex_cell_step(6, 2), "").await;
     let mut stream = client
         .watch(proto::WatchRequest {
             job_id: job.id.clone(),
@@ -938,7 +927,7 @@ async fn a_finished_staged_job_leaves_no_stage_data_in_the_store() {
     let url = coordinator.url();
     let workers = Workers::start(&url, 2, 1);
     let mut client = jobs_client(&url).await;
-    let spec = hex(9, 2);
+    let spec = hex_cell_step(9, 2);
     let job = submit(&mut client, &spec, "").await;
     let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
     assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
@@ -1134,7 +1123,7 @@ async fn finished_jobs_are_deleted_after_their_retention() {
     let mut client = jobs_client(&url).await;
     let workers = Workers::start(&url, 1, 2);
     // A staged job: its stage outputs were in the store while it ran.
-    let spec = hex(5, 2);
+    let spec = hex_cell_step(5, 2);
     let job = submit(&mut client, &spec, "").await;
     let done = wait_finished(&mut client, &job.id, Duration::from_secs(60)).await;
     assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);

@@ -346,6 +346,27 @@ async fn a_re_leased_shard_resumes_from_its_last_checkpoint() {
 /// sent in chunks, and the next attempt fetches it apart and resumes from it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_re_leased_hex_points_shard_fetches_its_large_checkpoint_and_resumes() {
+    let (spec, vector) = hex_points_with_a_large_checkpoint();
+    let log = resumes_from_its_last_checkpoint(spec, &[]).await;
+    assert_resumed_from_whole(&log, "checkpoint fetched; resuming from it", vector);
+}
+
+/// The same with the checkpoint in a stage store outside the coordinator:
+/// the first worker writes it there and reports its reference, the second
+/// reads it from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_re_leased_hex_points_shard_reads_its_checkpoint_from_the_stage_store() {
+    let (spec, vector) = hex_points_with_a_large_checkpoint();
+    let stage = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", stage.path().display());
+    let log = resumes_from_its_last_checkpoint(spec, &["--stage-store", &url]).await;
+    let line = "checkpoint read from the stage store; resuming from it";
+    assert_resumed_from_whole(&log, line, vector);
+}
+
+/// A hex points job whose shards checkpoint the pass vector of side 14 at 16
+/// points (about 42 MB, above what comes with a lease), and that vector's size.
+fn hex_points_with_a_large_checkpoint() -> (JobSpec, u64) {
     let h = HexSpec {
         side: 14,
         modulus: tally_common::hex::DEFAULT_MODULUS,
@@ -356,29 +377,7 @@ async fn a_re_leased_hex_points_shard_fetches_its_large_checkpoint_and_resumes()
     };
     let vector = tally_common::hex::known_state_count(14).unwrap() * 16 * 4;
     assert!(vector > tally_common::wire::INLINE_CHECKPOINT_BYTES as u64);
-    let log = resumes_from_its_last_checkpoint(JobSpec::new(h), &[]).await;
-    assert_resumed_from_whole(&log, "checkpoint fetched; resuming from it", vector);
-}
-
-/// The same with the checkpoint in a stage store outside the coordinator:
-/// the first worker writes it there and reports its reference, the second
-/// reads it from there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_re_leased_hex_points_shard_reads_its_checkpoint_from_the_stage_store() {
-    let h = HexSpec {
-        side: 14,
-        modulus: tally_common::hex::DEFAULT_MODULUS,
-        plan: HexPlan::Points,
-        shards_per_step: 0,
-        exact: false,
-        points_per_shard: 16,
-    };
-    let vector = tally_common::hex::known_state_count(14).unwrap() * 16 * 4;
-    let stage = tempfile::tempdir().unwrap();
-    let url = format!("file://{}", stage.path().display());
-    let log = resumes_from_its_last_checkpoint(JobSpec::new(h), &["--stage-store", &url]).await;
-    let line = "checkpoint read from the stage store; resuming from it";
-    assert_resumed_from_whole(&log, line, vector);
+    (JobSpec::new(h), vector)
 }
 
 /// The log has `line`, whose last field (a size) is above `vector`.

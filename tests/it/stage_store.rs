@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tally_common::kinds::hex::{HexPlan, HexSpec};
 use tally_common::kinds::pegs::{PegsPlanName, PegsSpec};
 use tally_common::kinds::sliders::{SlidersPlanName, SlidersSpec};
 use tally_common::lease::LeaseId;
@@ -24,8 +23,8 @@ use tally_stage::{BlobRef, StageStore, StageStoreUrl, blob_key};
 
 use crate::support::s3::{BUCKET, MotoS3, SECRET};
 use crate::support::{
-    ChildGuard, direct_answer, events, free_port, http_get, jobs_client, state, submit, tally_bin,
-    valid, wait_finished, workers_client,
+    ChildGuard, direct_answer, events, free_port, hex_cell_step, http_get, jobs_client, state,
+    submit, tally_bin, valid, wait_finished, workers_client,
 };
 
 /// Where a test's stage data goes.
@@ -163,17 +162,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-fn hex_cell_step(side: u32, shards_per_step: u32) -> JobSpec {
-    JobSpec::new(HexSpec {
-        side,
-        modulus: 1_000_000_007,
-        plan: HexPlan::CellStep,
-        shards_per_step,
-        exact: false,
-        points_per_shard: 0,
-    })
 }
 
 fn pegs_frontier() -> JobSpec {

@@ -106,6 +106,19 @@ pub async fn workers_client(url: &str) -> WorkerServiceClient<Channel> {
 }
 
 /// The spec checked as the coordinator checks it; a test's own specs are valid.
+/// A hex job with the cell-step plan, modulo 1 000 000 007.
+pub fn hex_cell_step(side: u32, shards_per_step: u32) -> JobSpec {
+    use tally_common::kinds::hex::{HexPlan, HexSpec};
+    JobSpec::new(HexSpec {
+        side,
+        modulus: 1_000_000_007,
+        plan: HexPlan::CellStep,
+        shards_per_step,
+        exact: false,
+        points_per_shard: 0,
+    })
+}
+
 pub fn valid(spec: &JobSpec) -> ValidSpec {
     ValidSpec::new(spec.clone()).unwrap_or_else(|e| panic!("{spec:?} is refused: {e}"))
 }

@@ -417,25 +417,33 @@ pub fn spawn_worker(url: &str, id: &str, slots: usize, extra: &[&str], log: &Pat
 
 /// A plain HTTP/1.1 GET: status code and body.
 pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = std::net::TcpStream::connect(addr).expect("connects");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    http_request(addr, "GET", path).unwrap_or_else(|e| panic!("GET {path} from {addr}: {e}"))
+}
+
+/// One bodiless HTTP/1.1 request: the status code and body of the answer,
+/// or why there was none (nothing listening yet, say).
+pub fn http_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("a response");
+    stream.read_to_string(&mut response)?;
+    let not_http = || std::io::Error::other(format!("not an HTTP answer: {response:.80}"));
+    let (head, body) = response.split_once("\r\n\r\n").ok_or_else(not_http)?;
     let status = head
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .expect("a status code");
-    (status, body.to_string())
+        .ok_or_else(not_http)?;
+    Ok((status, body.to_string()))
 }
 
 /// The tests' seeded generator (SplitMix64), shared with the kernels' tests.

@@ -4,14 +4,13 @@
 //! memory only, so the server itself is never restarted). CI installs moto;
 //! elsewhere a test without it skips, saying so.
 
-use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{ChildGuard, free_port};
+use super::{ChildGuard, free_port, http_request};
 
 /// The bucket every test uses, under a prefix of its own.
 pub const BUCKET: &str = "tally-stage";
@@ -55,7 +54,8 @@ impl MotoS3 {
         );
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(status) = http(port, &format!("PUT /{BUCKET} HTTP/1.1")) {
+            let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            if let Ok((status, _)) = http_request(server, "PUT", &format!("/{BUCKET}")) {
                 assert!(
                     (200..300).contains(&status),
                     "creating the bucket: HTTP {status}"
@@ -110,23 +110,6 @@ impl MotoS3 {
     pub fn resume(&self) {
         self.proxy.resume();
     }
-}
-
-/// Sends one bodiless request; the status code of the answer.
-fn http(port: u16, request_line: &str) -> std::io::Result<u16> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "{request_line}\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {answer:.80}")))
 }
 
 /// A TCP proxy on a port of its own to `127.0.0.1:target`.

@@ -791,6 +791,7 @@ fn restart_at_scale(jobs: usize, finished: bool) {
                             options: None,
                         }),
                         idempotency_key: String::new(),
+                        ..Default::default()
                     };
                     let job = client
                         .submit(request)

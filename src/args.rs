@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::path::Path;
 
 use clap::{Args, Parser, Subcommand};
+use tally_common::guest::{MAX_MODULE_BYTES, sha256_hex};
 use tally_common::invalid;
 use tally_common::kind::FileReader;
 use tally_common::kinds;
@@ -411,6 +412,12 @@ pub struct WorkerArgs {
     /// budget. Default: the machine's memory (or its cgroup's limit).
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     pub memory_budget: Option<u64>,
+    /// Run `wasm` jobs: user kernels compiled to WebAssembly, in a sandbox
+    /// (no files, network, clock or randomness; memory, fuel and time
+    /// limited). Off by default: a module is code whoever may submit jobs
+    /// wrote, so the operator chooses the machines that run it.
+    #[arg(long)]
+    pub allow_wasm: bool,
 }
 
 /// A memory size such as `16GB`, `12GiB` or `800MB`, in bytes; at least 64 MB.
@@ -425,8 +432,10 @@ pub fn parse_memory(text: &str) -> Result<u64, String> {
 }
 
 impl SpecArgs {
-    /// The checked job spec from the kind flags or the spec file.
-    pub fn to_spec(&self) -> anyhow::Result<ValidSpec> {
+    /// The checked job spec from the kind flags or the spec file, and the
+    /// attachments its flags named (a wasm module), to send with it.
+    pub fn to_spec(&self) -> anyhow::Result<(ValidSpec, Vec<Vec<u8>>)> {
+        let files = Files::default();
         let mut spec = match (&self.spec_file, &self.kind) {
             (Some(_), Some(_)) => {
                 anyhow::bail!("give either a job kind with flags or --spec-file, not both")
@@ -440,7 +449,7 @@ impl SpecArgs {
             (Some(path), None) => read_spec_file(path)?,
             (None, Some(kind)) => JobSpec {
                 kind: kind.name.clone(),
-                params: kinds::lookup(&kind.name)?.params_from_matches(&kind.matches, &Files)?,
+                params: kinds::lookup(&kind.name)?.params_from_matches(&kind.matches, &files)?,
                 options: RunnerOptions::default(),
             },
         };
@@ -450,21 +459,34 @@ impl SpecArgs {
         spec.options.lease_ttl_ms = o.lease_ttl_ms.unwrap_or(spec.options.lease_ttl_ms);
         spec.options.force |= o.force;
         spec.options.replicas = o.replicas.unwrap_or(spec.options.replicas);
-        Ok(ValidSpec::new(spec)?)
+        let attachments = files.attachments.into_inner().unwrap_or_default();
+        Ok((ValidSpec::new(spec)?, attachments))
     }
 }
 
 /// Largest file a kind's option may name (a puzzle, say): read no further.
 const MAX_KIND_FILE_BYTES: u64 = 1 << 20;
 
-/// Reads the files kinds' options name, up to [`MAX_KIND_FILE_BYTES`].
-struct Files;
+/// Reads the files kinds' options name, up to [`MAX_KIND_FILE_BYTES`], and
+/// keeps those that go with the job as attachments.
+#[derive(Default)]
+struct Files {
+    attachments: std::sync::Mutex<Vec<Vec<u8>>>,
+}
 
 impl FileReader for Files {
     fn read_to_string(&self, path: &Path) -> tally_common::Result<String> {
         let bytes = read_bounded(path, MAX_KIND_FILE_BYTES, "")
             .map_err(|e| invalid!("{}", crate::output::error_line(&e)))?;
         String::from_utf8(bytes).map_err(|_| invalid!("{} is not UTF-8 text", path.display()))
+    }
+
+    fn attach(&self, path: &Path) -> tally_common::Result<String> {
+        let bytes = read_bounded(path, MAX_MODULE_BYTES as u64, "")
+            .map_err(|e| invalid!("{}", crate::output::error_line(&e)))?;
+        let sha256 = sha256_hex(&bytes);
+        self.attachments.lock().unwrap().push(bytes);
+        Ok(sha256)
     }
 }
 
@@ -491,7 +513,7 @@ pub fn read_bounded(path: &Path, limit: u64, what: &str) -> anyhow::Result<Vec<u
 }
 
 fn read_spec_file(path: &std::path::Path) -> anyhow::Result<JobSpec> {
-    let text = Files.read_to_string(path)?;
+    let text = Files::default().read_to_string(path)?;
     let is_toml = path.extension().is_some_and(|e| e == "toml");
     // A spec file that does not parse is bad input (exit code 2), like a bad flag.
     let spec: JobSpec = if is_toml {

@@ -83,7 +83,7 @@ fn run_key(spec: &ValidSpec) -> String {
 }
 
 pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
-    let spec = args.spec.to_spec()?;
+    let (spec, attachments) = args.spec.to_spec()?;
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -115,7 +115,11 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     let mut interrupts = crate::Interrupts::new()?;
     let cluster = LocalCluster::start(data_dir, args.workers, threads, slots).await?;
     let data = args.data.as_deref();
-    let outcome = submit_and_follow(&cluster.remote, &spec, data, json, &mut interrupts).await;
+    let submission = Submission {
+        spec: &spec,
+        attachments,
+    };
+    let outcome = submit_and_follow(&cluster.remote, submission, data, json, &mut interrupts).await;
     match outcome {
         Ok(Followed::Finished(finished)) => {
             cluster.stop().await;
@@ -273,6 +277,8 @@ impl LocalCluster {
                 // from their last checkpoints.
                 config.drain_timeout = Duration::ZERO;
                 config.kernel_cache = kernel_cache.clone();
+                // The user runs their own module on their own machine.
+                config.allow_wasm = true;
                 let mut stop = stop_rx.clone();
                 tokio::spawn(tally_worker::run(config, async move {
                     let _ = stop.wait_for(|stop| *stop).await;
@@ -305,19 +311,27 @@ enum Followed {
     Interrupted(String),
 }
 
+/// A job to submit, with the files it sends along.
+struct Submission<'a> {
+    spec: &'a ValidSpec,
+    attachments: Vec<Vec<u8>>,
+}
+
 /// Submits the job (or finds the one a previous `run` with the same spec and
 /// data directory started) and follows it to its result.
 async fn submit_and_follow(
     remote: &Remote,
-    spec: &ValidSpec,
+    submission: Submission<'_>,
     data: Option<&std::path::Path>,
     json: bool,
     interrupts: &mut crate::Interrupts,
 ) -> anyhow::Result<Followed> {
     let mut client = connect(remote).await?;
+    let spec = submission.spec;
     let request = proto::SubmitRequest {
         spec: Some(spec.into()),
         idempotency_key: run_key(spec),
+        attachments: submission.attachments,
     };
     let submitted = client.submit(planned(request)).await?.into_inner();
     let job = submitted.job.context("the coordinator returned no job")?;
@@ -399,12 +413,13 @@ pub async fn follow(remote: &Remote, job_id: &str, progress: bool) -> anyhow::Re
 }
 
 pub async fn submit(remote: &Remote, args: SubmitArgs, json: bool) -> anyhow::Result<ExitCode> {
-    let spec = args.spec.to_spec()?;
+    let (spec, attachments) = args.spec.to_spec()?;
     let mut client = connect(remote).await?;
     let response = client
         .submit(planned(proto::SubmitRequest {
             spec: Some((&spec).into()),
             idempotency_key: args.idempotency_key.unwrap_or_default(),
+            attachments,
         }))
         .await?
         .into_inner();

@@ -383,6 +383,7 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     config.pause_after_checkpoint = Duration::from_millis(args.pause_after_checkpoint_ms);
     config.pause_mid_upload = Duration::from_millis(args.pause_mid_upload_ms);
     config.http = args.http;
+    config.allow_wasm = args.allow_wasm;
     if let Some(budget) = args.memory_budget {
         config.memory_budget = budget;
     }

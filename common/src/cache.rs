@@ -1,12 +1,15 @@
 //! A per-process cache of the expensive structures kinds build for a job (hex
-//! state graphs, slider graphs), so a worker builds each once whatever the
-//! number of shards it runs.
+//! state graphs, slider graphs, compiled user kernels), so a worker builds
+//! each once whatever the number of shards it runs; and what the process was
+//! given to run them with: the attachments (modules) its jobs name, and the
+//! sandbox for user kernels where one may run.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::Result;
+use crate::guest::{GuestRuntime, MODULES_KEPT};
 
 type Value = Arc<dyn Any + Send + Sync>;
 /// One key's value, filled by the first caller while the others wait.
@@ -15,6 +18,9 @@ type Slot = Arc<Mutex<Option<Value>>>;
 #[derive(Default)]
 pub struct KernelCache {
     slots: Mutex<HashMap<(TypeId, String), Slot>>,
+    /// Attachments by SHA-256 (hex), at most [`MODULES_KEPT`].
+    attachments: Mutex<HashMap<String, Arc<[u8]>>>,
+    guest: Mutex<Option<Arc<dyn GuestRuntime>>>,
 }
 
 impl std::fmt::Debug for KernelCache {
@@ -48,6 +54,31 @@ impl KernelCache {
         let value = Arc::new(build()?);
         *slot = Some(value.clone());
         Ok(value)
+    }
+
+    /// Installs the sandbox user kernels run in.
+    pub fn set_guest_runtime(&self, runtime: Arc<dyn GuestRuntime>) {
+        *self.guest.lock().unwrap() = Some(runtime);
+    }
+
+    /// The sandbox, where this process may run user kernels.
+    pub fn guest_runtime(&self) -> Option<Arc<dyn GuestRuntime>> {
+        self.guest.lock().unwrap().clone()
+    }
+
+    /// Keeps an attachment, whose digest the caller has checked, for the
+    /// kinds (at most [`MODULES_KEPT`]: one more drops the others).
+    pub fn put_attachment(&self, sha256: &str, bytes: Arc<[u8]>) {
+        let mut attachments = self.attachments.lock().unwrap();
+        if !attachments.contains_key(sha256) && attachments.len() >= MODULES_KEPT {
+            attachments.clear();
+        }
+        attachments.insert(sha256.to_string(), bytes);
+    }
+
+    /// The attachment of this digest, if the process has it.
+    pub fn attachment(&self, sha256: &str) -> Option<Arc<[u8]>> {
+        self.attachments.lock().unwrap().get(sha256).cloned()
     }
 
     fn slot<T: Any>(&self, key: &str, capacity: usize) -> Slot {

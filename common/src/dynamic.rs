@@ -56,6 +56,8 @@ pub trait Kind: Send + Sync {
     fn to_proto(&self, spec: &TypedSpec) -> proto::job_spec::Kind;
     fn describe(&self, spec: &TypedSpec) -> String;
     fn estimate(&self, spec: &TypedSpec) -> Option<ResourceEstimate>;
+    fn attachments(&self, spec: &TypedSpec) -> Vec<String>;
+    fn capability(&self, spec: &TypedSpec) -> Option<&'static str>;
     fn prepare(&self, spec: &TypedSpec, cache: &KernelCache, control: &Control) -> Result<JobPlan>;
     fn plan_stage(&self, spec: &TypedSpec, plan: &JobPlan, stage: u32)
     -> Result<Vec<PlannedShard>>;
@@ -209,6 +211,14 @@ impl<K: JobKind> Kind for Registered<K> {
 
     fn estimate(&self, spec: &TypedSpec) -> Option<ResourceEstimate> {
         K::estimate(typed::<K>(spec))
+    }
+
+    fn attachments(&self, spec: &TypedSpec) -> Vec<String> {
+        K::attachments(typed::<K>(spec))
+    }
+
+    fn capability(&self, spec: &TypedSpec) -> Option<&'static str> {
+        K::capability(typed::<K>(spec))
     }
 
     fn prepare(&self, spec: &TypedSpec, cache: &KernelCache, control: &Control) -> Result<JobPlan> {

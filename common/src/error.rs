@@ -10,6 +10,10 @@ pub enum Error {
     /// The computation was asked to stop through its [`crate::Control`].
     #[error("cancelled")]
     Cancelled,
+    /// A shard failed in a way another attempt may not repeat (a user
+    /// kernel said it failed, or this worker cannot run it): retried.
+    #[error("{0}")]
+    Failed(String),
     /// An internal consistency check failed: a bug, never a user error.
     #[error("internal check failed: {0}")]
     Internal(String),

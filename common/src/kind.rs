@@ -93,6 +93,17 @@ pub trait JobKind: Send + Sync + 'static {
     fn fit_to_budget(spec: &Self::Spec, _budget: u64) -> Self::Spec {
         spec.clone()
     }
+    /// The SHA-256 (hex) of every attachment the job needs (a wasm job's
+    /// module): the coordinator must hold them to accept the job, and a
+    /// worker fetches them before it runs a shard.
+    fn attachments(_spec: &Self::Spec) -> Vec<String> {
+        Vec::new()
+    }
+    /// What a worker must offer to be given the job's shards (see
+    /// `guest::WASM_CAPABILITY`); `None` for the built-in kernels.
+    fn capability(_spec: &Self::Spec) -> Option<&'static str> {
+        None
+    }
 
     // ------------------------------------------------------------- planning
 
@@ -214,6 +225,10 @@ pub trait JobKind: Send + Sync + 'static {
 /// Reads the files that command-line options name, for the kinds' parsers.
 pub trait FileReader {
     fn read_to_string(&self, path: &Path) -> Result<String>;
+    /// Reads a file that goes with the job as an attachment (at most
+    /// `guest::MAX_MODULE_BYTES`) and returns its SHA-256 in hex, by which
+    /// the spec names it.
+    fn attach(&self, path: &Path) -> Result<String>;
 }
 
 /// One shard of a stage, ready to be stored.

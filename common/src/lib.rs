@@ -19,6 +19,7 @@ pub mod control;
 pub mod digest;
 pub mod dynamic;
 pub mod error;
+pub mod guest;
 pub mod hex;
 pub mod kayles;
 pub mod kind;

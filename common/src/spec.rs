@@ -204,6 +204,16 @@ impl ValidSpec {
         self.kind.estimate(&self.typed)
     }
 
+    /// The SHA-256 (hex) of every attachment the job needs.
+    pub fn attachments(&self) -> Vec<String> {
+        self.kind.attachments(&self.typed)
+    }
+
+    /// What a worker must offer to run the job's shards, if anything.
+    pub fn capability(&self) -> Option<&'static str> {
+        self.kind.capability(&self.typed)
+    }
+
     /// The job made to fit workers of `budget` bytes (the largest budget of
     /// the workers, `workers` says which), with the choices the spec left
     /// open made for it; refused, unless forced, when not even its smallest

@@ -40,7 +40,7 @@ impl From<CommonError> for CoordinatorError {
         match e {
             CommonError::InvalidArgument(m) => CoordinatorError::InvalidArgument(m),
             CommonError::Cancelled => CoordinatorError::FailedPrecondition("cancelled".into()),
-            CommonError::Internal(m) => CoordinatorError::Internal(m),
+            CommonError::Internal(m) | CommonError::Failed(m) => CoordinatorError::Internal(m),
         }
     }
 }

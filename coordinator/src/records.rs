@@ -187,6 +187,12 @@ pub fn shard_prefix(job: &str) -> Vec<u8> {
     format!("{job}/").into_bytes()
 }
 
+/// An attachment (a wasm module) in [`Tree::Blobs`](crate::store::Tree::Blobs),
+/// by its SHA-256 in hex; outside every job's prefix, since jobs share it.
+pub fn attachment_key(sha256: &str) -> Vec<u8> {
+    format!("attachment/{sha256}").into_bytes()
+}
+
 pub fn shard_key(job: &str, stage: u32, index: u32) -> Vec<u8> {
     format!("{job}/{stage:08}/{index:08}").into_bytes()
 }

@@ -178,6 +178,11 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     // A stage store that cannot be opened is refused before the data store
     // is touched.
     StageStore::open(&config.stage_store)?;
+    // Wasm modules are checked (compiled, never run) at submission.
+    if config.kernel_cache.guest_runtime().is_none() {
+        let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default())?;
+        config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
+    }
     let (store, recovery) = open_store(&config).await?;
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
     let mut scheduler_config = config.scheduler.clone();

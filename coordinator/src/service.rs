@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tally_common::cache::KernelCache;
+use tally_common::guest::{MAX_MODULE_BYTES, sha256_hex};
 use tally_common::proto;
 use tally_common::proto::job_service_server::JobService;
 use tally_common::spec::ValidSpec;
@@ -20,7 +21,9 @@ use tonic::{Request, Response, Status};
 use crate::error::{CoordinatorError, Result};
 use crate::group_commit::GroupCommit;
 use crate::metrics::CoordinatorMetrics;
+use crate::records::attachment_key;
 use crate::scheduler::{ListPage, Report, Scheduler};
+use crate::store::Tree;
 
 /// Longest long-poll a worker may ask for.
 pub const MAX_LEASE_WAIT: Duration = Duration::from_secs(30);
@@ -182,6 +185,24 @@ impl Shared {
         drop(scheduler);
     }
 
+    /// The attachment with this SHA-256 (hex): from the kernel cache, or
+    /// read from the store (outside the scheduler's lock) and kept there.
+    pub async fn attachment(self: &Arc<Self>, sha256: &str) -> Result<Option<Arc<[u8]>>> {
+        if let Some(bytes) = self.cache.attachment(sha256) {
+            return Ok(Some(bytes));
+        }
+        let store = self.with_scheduler(|s| Ok(s.store())).await?;
+        let key = attachment_key(sha256);
+        let bytes = tokio::task::spawn_blocking(move || store.get(Tree::Blobs, &key))
+            .await
+            .map_err(|e| CoordinatorError::Internal(format!("reading an attachment: {e}")))??;
+        let bytes: Option<Arc<[u8]>> = bytes.map(Into::into);
+        if let Some(bytes) = &bytes {
+            self.cache.put_attachment(sha256, bytes.clone());
+        }
+        Ok(bytes)
+    }
+
     pub fn changed(&self, job: &str) {
         let _ = self.changes.send(job.to_string());
     }
@@ -195,6 +216,49 @@ pub struct JobApi {
 impl JobApi {
     pub fn new(shared: Arc<Shared>) -> Self {
         JobApi { shared }
+    }
+
+    /// Checks the attachments sent with a job against those its spec names,
+    /// and makes every one it names available to planning (the kernel
+    /// cache): sent now, or held from an earlier job. Returns those sent,
+    /// for the store.
+    async fn attachments(
+        &self,
+        spec: &ValidSpec,
+        sent: Vec<Vec<u8>>,
+    ) -> Result<Vec<(String, Arc<[u8]>)>> {
+        let total: usize = sent.iter().map(Vec::len).sum();
+        if total > MAX_MODULE_BYTES {
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "the attachments take {total} bytes, more than the {MAX_MODULE_BYTES} a job may send"
+            )));
+        }
+        let named = spec.attachments();
+        let sent: Vec<(String, Arc<[u8]>)> = tokio::task::spawn_blocking(move || {
+            sent.into_iter()
+                .map(|bytes| (sha256_hex(&bytes), Arc::from(bytes)))
+                .collect()
+        })
+        .await
+        .map_err(|e| CoordinatorError::Internal(format!("hashing attachments: {e}")))?;
+        if let Some((digest, _)) = sent.iter().find(|(d, _)| !named.contains(d)) {
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "an attachment (SHA-256 {digest}) is not one the job spec names"
+            )));
+        }
+        for digest in &named {
+            match sent.iter().find(|(d, _)| d == digest) {
+                Some((_, bytes)) => self.shared.cache.put_attachment(digest, bytes.clone()),
+                None if self.shared.attachment(digest).await?.is_some() => {}
+                None => {
+                    return Err(CoordinatorError::InvalidArgument(format!(
+                        "the job names a module with SHA-256 {digest}, which the coordinator \
+                         does not hold: send it with the job (--module FILE)"
+                    )));
+                }
+            }
+        }
+        Ok(sent)
     }
 }
 
@@ -242,6 +306,7 @@ impl JobService for JobApi {
                 }));
             }
         }
+        let attachments = self.attachments(&spec, request.attachments).await?;
         // Planning may build a large graph: do it outside the scheduler lock.
         let shared = self.shared.clone();
         let plan_spec = spec.clone();
@@ -252,7 +317,7 @@ impl JobService for JobApi {
                 .map_err(CoordinatorError::from)?;
         let (job, created) = self
             .shared
-            .with_scheduler(move |s| s.submit(spec, plan, key, now_ms()))
+            .with_scheduler(move |s| s.submit(spec, plan, key, attachments, now_ms()))
             .await?;
         tracing::info!(job = %job.id, created, description = %job.description, "job submitted");
         self.shared.changed(&job.id);

@@ -69,6 +69,7 @@ impl WorkerService for WorkerApi {
                     slots: r.slots,
                     version: r.version,
                     memory_budget: r.memory_budget_bytes,
+                    capabilities: r.capabilities,
                 };
                 s.register(&r.worker_id, registration, given, now_ms());
                 Ok(())
@@ -244,6 +245,29 @@ impl WorkerService for WorkerApi {
                 )
             })?;
         Ok(Response::new(chunk_stream(Arc::new(data))))
+    }
+
+    async fn fetch_attachment(
+        &self,
+        request: Request<proto::FetchAttachmentRequest>,
+    ) -> std::result::Result<Response<proto::FetchAttachmentResponse>, Status> {
+        let r = request.into_inner();
+        require_worker_id(&r.worker_id)?;
+        if !tally_common::guest::is_sha256_hex(&r.sha256) {
+            return Err(Status::invalid_argument(
+                "an attachment is named by its SHA-256 in 64 lowercase hex digits",
+            ));
+        }
+        let sha256 = r.sha256.clone();
+        self.shared
+            .with_scheduler(move |s| s.check_session(&r.worker_id, &r.session))
+            .await?;
+        let data = self.shared.attachment(&sha256).await?.ok_or_else(|| {
+            CoordinatorError::NotFound(format!("no attachment with SHA-256 {sha256}"))
+        })?;
+        Ok(Response::new(proto::FetchAttachmentResponse {
+            data: data.to_vec(),
+        }))
     }
 
     async fn stage_blobs(

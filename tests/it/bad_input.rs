@@ -735,6 +735,7 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
                     .submit(proto::SubmitRequest {
                         spec: Some(spec.clone()),
                         idempotency_key: String::new(),
+                        ..Default::default()
                     })
                     .await
                     .unwrap_or_else(|e| panic!("{name}: refused: {e:?}"))
@@ -765,6 +766,7 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
                     .submit(proto::SubmitRequest {
                         spec: Some(spec.clone()),
                         idempotency_key: format!("refused {name}"),
+                        ..Default::default()
                     })
                     .await
                     .expect_err(&name);
@@ -811,6 +813,7 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
             .submit(proto::SubmitRequest {
                 spec,
                 idempotency_key: key,
+                ..Default::default()
             })
             .await
             .expect_err(name);
@@ -828,6 +831,7 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
         .submit(proto::SubmitRequest {
             spec: Some(kayles(12, 0)),
             idempotency_key: key,
+            ..Default::default()
         })
         .await
         .expect_err("a key reused for another spec");
@@ -1981,6 +1985,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 slots: 1,
                 version: "0".into(),
                 memory_budget_bytes: 0,
+                ..Default::default()
             }),
             Code::InvalidArgument,
             "worker id must be 1 to 128 bytes",
@@ -1993,6 +1998,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 slots: 1,
                 version: "0".into(),
                 memory_budget_bytes: 0,
+                ..Default::default()
             }),
             Code::InvalidArgument,
             "worker id must be 1 to 128 bytes",

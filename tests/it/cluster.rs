@@ -328,6 +328,7 @@ async fn same_idempotency_key_returns_the_same_job() {
         .submit(proto::SubmitRequest {
             spec: Some(proto_spec(&spec)),
             idempotency_key: "k-1".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -336,6 +337,7 @@ async fn same_idempotency_key_returns_the_same_job() {
         .submit(proto::SubmitRequest {
             spec: Some(proto_spec(&spec)),
             idempotency_key: "k-1".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -344,6 +346,7 @@ async fn same_idempotency_key_returns_the_same_job() {
         .submit(proto::SubmitRequest {
             spec: Some(proto_spec(&spec)),
             idempotency_key: "k-2".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -359,6 +362,7 @@ async fn same_idempotency_key_returns_the_same_job() {
         .submit(proto::SubmitRequest {
             spec: Some(proto_spec(&hex_cell_step(4, 1))),
             idempotency_key: "k-1".into(),
+            ..Default::default()
         })
         .await
         .expect_err("a key reused for another spec is refused");
@@ -427,6 +431,7 @@ async fn bad_specs_are_refused_with_invalid_argument_and_change_nothing() {
             .submit(proto::SubmitRequest {
                 spec: Some(spec.clone()),
                 idempotency_key: String::new(),
+                ..Default::default()
             })
             .await
             .expect_err("refused");
@@ -839,6 +844,7 @@ async fn blocks_through_the_runner_equal_the_single_process_count() {
         .submit(proto::SubmitRequest {
             spec: Some(proto_spec(&bad)),
             idempotency_key: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

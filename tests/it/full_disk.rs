@@ -90,6 +90,7 @@ async fn a_full_disk_pauses_work_and_it_resumes_by_itself_when_space_returns() {
         let request = tally_common::proto::SubmitRequest {
             spec: Some(proto_spec(&kayles(pins))),
             idempotency_key: String::new(),
+            ..Default::default()
         };
         match client.submit(request).await {
             Ok(response) => submitted.push((response.into_inner().job.unwrap(), pins)),

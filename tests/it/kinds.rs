@@ -37,6 +37,7 @@ async fn run_to_answer(
         .submit(proto::SubmitRequest {
             spec: Some(spec.into()),
             idempotency_key: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap()

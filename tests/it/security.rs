@@ -74,6 +74,7 @@ async fn call_jobs(url: &str, security: &ClientSecurity) -> Vec<(&'static str, C
                 j.submit(proto::SubmitRequest {
                     spec: Some(support::proto_spec(&small_job())),
                     idempotency_key: String::new(),
+                    ..Default::default()
                 })
                 .await,
             ),
@@ -154,6 +155,7 @@ async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str
             slots: 1,
             version: "0".into(),
             memory_budget_bytes: 0,
+            ..Default::default()
         })
         .await;
     let register = code(registered.as_ref().map(drop).map_err(Clone::clone));
@@ -453,6 +455,7 @@ async fn workers_with_the_token_finish_jobs_and_without_it_stop() {
         .submit(proto::SubmitRequest {
             spec: Some(support::proto_spec(&spec)),
             idempotency_key: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -586,6 +589,7 @@ async fn mutual_tls_lets_in_only_clients_with_a_trusted_certificate() {
         .submit(proto::SubmitRequest {
             spec: Some(support::proto_spec(&spec)),
             idempotency_key: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap()

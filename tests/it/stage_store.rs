@@ -288,6 +288,7 @@ async fn register_for_store(
             slots: 64,
             version: "test".into(),
             memory_budget_bytes: 0,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -324,7 +324,7 @@ fn run_child(dir: &Path, acks: &Path, seed: u64, mut now: u64) {
             let key = rng.chance(30).then(|| format!("key-{seed}-{step}"));
             let plan = spec.prepare(&cache, &Control::new()).expect("plans");
             let (job, created) = scheduler
-                .submit(spec.clone(), plan, key.clone(), now)
+                .submit(spec.clone(), plan, key.clone(), Vec::new(), now)
                 .expect("submits");
             assert!(created);
             if let Some(key) = &key {
@@ -1190,7 +1190,7 @@ fn expired_first_lease(dir: &Path) -> (Scheduler, Arc<dyn Store>, Grant, ShardOu
     spec.options.lease_ttl_ms = tally_common::spec::MIN_LEASE_TTL_MS;
     let spec = ValidSpec::new(spec).unwrap();
     let plan = spec.prepare(&KernelCache::new(), &Control::new()).unwrap();
-    scheduler.submit(spec, plan, None, 0).unwrap();
+    scheduler.submit(spec, plan, None, Vec::new(), 0).unwrap();
     let grant = scheduler.lease("a", 1, 0).unwrap().remove(0);
     assert_eq!(scheduler.expire_leases(1_000).unwrap(), 1);
     let (outcome, _) = compute(&mut scheduler, &grant, &KernelCache::new()).unwrap();
@@ -1256,7 +1256,7 @@ fn populated_store(dir: &Path) {
     });
     let spec = ValidSpec::new(spec).unwrap();
     let plan = spec.prepare(&KernelCache::new(), &Control::new()).unwrap();
-    scheduler.submit(spec, plan, None, 0).unwrap();
+    scheduler.submit(spec, plan, None, Vec::new(), 0).unwrap();
     let grants = scheduler.lease("a", 2, 0).unwrap();
     let (outcome, _) = compute(&mut scheduler, &grants[0], &KernelCache::new()).unwrap();
     scheduler

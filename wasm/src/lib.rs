@@ -8,12 +8,15 @@
 //! clock or randomness. Execution is deterministic (NaNs canonicalised, no
 //! threads, relaxed SIMD deterministic), so replicas agree bit for bit.
 
+mod runtime;
+
+pub use runtime::GuestSandbox;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
 use wasmtime::{
     Caller, Config, Engine, ExternType, FuncType, Instance, Linker, Memory, Module, Store,
     StoreLimits, StoreLimitsBuilder, Trap, TypedFunc, UpdateDeadline, ValType,
@@ -38,7 +41,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            module_bytes: 16 << 20,
+            module_bytes: tally_common::guest::MAX_MODULE_BYTES,
             memory_bytes: 1 << 30,
             fuel: 1 << 44,
             checkpoint_bytes: 64 << 20,
@@ -85,10 +88,7 @@ pub type Result<T> = std::result::Result<T, WasmError>;
 
 /// The SHA-256 of a module, in hex: its name in the runner.
 pub fn module_digest(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    tally_common::guest::sha256_hex(bytes)
 }
 
 /// The engine shared by every module of a worker, and the thread that ticks

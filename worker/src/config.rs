@@ -48,6 +48,10 @@ pub struct WorkerConfig {
     /// coordinator gives this worker only as many shards of a job at once as
     /// their estimate fits in it.
     pub memory_budget: u64,
+    /// Run user kernels compiled to WebAssembly (`wasm` jobs) in the
+    /// sandbox. Off by default: such a module is code anyone who may submit
+    /// jobs wrote, and the operator decides which machines run it.
+    pub allow_wasm: bool,
 }
 
 impl WorkerConfig {
@@ -71,6 +75,7 @@ impl WorkerConfig {
             security: ClientSecurity::default(),
             http: None,
             memory_budget: machine_memory(),
+            allow_wasm: false,
         }
     }
 }

@@ -137,6 +137,10 @@ pub(crate) enum StageData {
 
 impl Context {
     pub(crate) fn new(config: WorkerConfig) -> Result<Context> {
+        if config.allow_wasm && config.kernel_cache.guest_runtime().is_none() {
+            let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default())?;
+            config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
+        }
         Ok(Context {
             client: connect(&config.coordinator, &config.security)?,
             pool: ComputePool::new(config.threads),
@@ -220,6 +224,15 @@ impl Context {
     /// Whether the session was refused since the last registration.
     pub(crate) fn session_lost(&self) -> bool {
         self.session_lost.load(Ordering::Relaxed)
+    }
+
+    /// What this worker runs besides the built-in kinds, said at registration.
+    pub(crate) fn capabilities(&self) -> Vec<String> {
+        if self.config.allow_wasm {
+            vec![tally_common::guest::WASM_CAPABILITY.to_string()]
+        } else {
+            Vec::new()
+        }
     }
 
     /// A handle on the connection for one call.

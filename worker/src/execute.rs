@@ -39,6 +39,9 @@ pub(crate) async fn compute_shard(
     if !ctx.config.shard_delay.is_zero() {
         tokio::time::sleep(ctx.config.shard_delay).await;
     }
+    for sha256 in spec.attachments() {
+        fetch_attachment(ctx, &sha256, &handle.control).await?;
+    }
     let stage_store = ctx.stage_store()?;
     let reads = spec.stage_reads(lease.stage, &task)?;
     let input = if reads.is_empty() {
@@ -456,6 +459,44 @@ async fn fetch_checkpoint(
     }
     tracing::info!(lease = %lease_id, bytes = announced, "checkpoint fetched; resuming from it");
     Ok(data)
+}
+
+/// Makes the attachment (a wasm module) with this SHA-256 available to the
+/// kinds, fetched from the coordinator unless the kernel cache has it; its
+/// digest is checked.
+async fn fetch_attachment(
+    ctx: &Context,
+    sha256: &str,
+    control: &tally_common::Control,
+) -> Result<()> {
+    let cache = &ctx.config.kernel_cache;
+    if cache.attachment(sha256).is_some() {
+        return Ok(());
+    }
+    let data = with_retries(ctx, control, "attachment", |session| async move {
+        let request = proto::FetchAttachmentRequest {
+            worker_id: ctx.config.worker_id.clone(),
+            session,
+            sha256: sha256.to_string(),
+        };
+        Ok(ctx
+            .client()
+            .fetch_attachment(request)
+            .await?
+            .into_inner()
+            .data)
+    })
+    .await?;
+    let got = tally_common::guest::sha256_hex(&data);
+    if got != sha256 {
+        return Err(tonic::Status::data_loss(format!(
+            "the attachment fetched as {sha256} has SHA-256 {got}"
+        ))
+        .into());
+    }
+    tracing::info!(sha256, bytes = data.len(), "attachment fetched");
+    cache.put_attachment(sha256, data.into());
+    Ok(())
 }
 
 /// `fetch` with the current session, until it answers: while the coordinator

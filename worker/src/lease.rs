@@ -83,6 +83,7 @@ impl LeaseLoop {
             slots: config.slots as u32,
             version: env!("CARGO_PKG_VERSION").to_string(),
             memory_budget_bytes: config.memory_budget,
+            capabilities: self.ctx.capabilities(),
         };
         match self.ctx.client().register(request).await {
             Ok(response) => {

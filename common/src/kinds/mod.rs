@@ -9,6 +9,7 @@ pub mod pegs;
 pub mod queens;
 pub mod sliders;
 pub mod synthetic;
+pub mod wasm;
 
 use crate::dynamic::{Kind, Registered};
 use crate::{Result, invalid};
@@ -21,6 +22,7 @@ pub static KINDS: &[&dyn Kind] = &[
     &Registered::<pegs::Pegs>::KIND,
     &Registered::<blocks::Blocks>::KIND,
     &Registered::<queens::Queens>::KIND,
+    &Registered::<wasm::Wasm>::KIND,
     &Registered::<synthetic::Synthetic>::KIND,
 ];
 

@@ -1,13 +1,16 @@
 //! What clients change: submitting and cancelling jobs, and reading a job's
 //! event log.
 
+use std::sync::Arc;
+
 use tally_common::proto;
 use tally_common::spec::ValidSpec;
 use tally_common::values::{JobPlan, PlannedShard};
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{
-    EventRecord, JobRecord, JobState, decode, encode, event_prefix, job_id, job_key, shard_prefix,
+    EventRecord, JobRecord, JobState, attachment_key, decode, encode, event_prefix, job_id,
+    job_key, shard_prefix,
 };
 use crate::store::{Batch, NEXT_JOB_KEY, Tree};
 
@@ -23,11 +26,14 @@ impl Scheduler {
     /// already submitted under the same idempotency key (`created` is false).
     /// A key already used for a different spec is a conflict: the caller
     /// would otherwise follow someone else's job.
+    /// The attachments it names that the store does not hold yet go with it
+    /// (`attachments`: digest and bytes, checked by the caller).
     pub fn submit(
         &mut self,
         spec: ValidSpec,
         mut plan: JobPlan,
         idempotency_key: Option<String>,
+        attachments: Vec<(String, Arc<[u8]>)>,
         now_ms: u64,
     ) -> Result<(proto::Job, bool)> {
         if let Some(key) = &idempotency_key
@@ -48,6 +54,12 @@ impl Scheduler {
         let mut shards = Batch::default();
         install_stage(&mut entry, 1, first, &mut shards);
         let mut batch = self.write_shards_ahead(shards, seq)?;
+        for (digest, bytes) in attachments {
+            let key = attachment_key(&digest);
+            if self.store.value_len(Tree::Blobs, &key)?.is_none() {
+                batch.put(Tree::Blobs, key, bytes.to_vec());
+            }
+        }
         batch.put(Tree::Jobs, job_key(&id), encode(&entry.rec));
         batch.put(Tree::Meta, NEXT_JOB_KEY, (seq + 1).to_be_bytes().to_vec());
         if let Some(key) = &idempotency_key {
@@ -55,6 +67,17 @@ impl Scheduler {
         }
         let description = entry.rec.spec.describe();
         entry.log(&mut batch, now_ms, Event::job("submitted", &description));
+        if let Some(needed) = entry.rec.spec.capability()
+            && !self
+                .workers
+                .values()
+                .any(|w| w.is_live(now_ms) && w.capabilities.iter().any(|c| c == needed))
+        {
+            let waiting = format!(
+                "no live worker offers {needed}: the job waits for one (tally worker --allow-{needed})"
+            );
+            entry.log(&mut batch, now_ms, Event::job("waiting", &waiting));
+        }
         self.write(batch)?;
         self.next_job = seq + 1;
         if let Some(key) = idempotency_key {
@@ -164,6 +187,16 @@ impl Scheduler {
         for tree in [Tree::Shards, Tree::Events, Tree::Blobs] {
             for (key, _) in self.store.scan_prefix(tree, &shard_prefix(id))? {
                 batch.remove(tree, key);
+            }
+        }
+        // Attachments no other job names go with their last job.
+        for digest in entry.rec.spec.attachments() {
+            let shared = self
+                .jobs
+                .values()
+                .any(|other| other.rec.id != id && other.rec.spec.attachments().contains(&digest));
+            if !shared {
+                batch.remove(Tree::Blobs, attachment_key(&digest));
             }
         }
         let mut tombstone = entry.rec.clone();

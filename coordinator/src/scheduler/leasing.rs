@@ -24,14 +24,22 @@ struct LeaseRequest<'a> {
     free_slots: u32,
     /// The memory the worker may use for shards.
     memory_budget: u64,
+    /// What the worker runs besides the built-in kinds.
+    capabilities: Vec<String>,
     now_ms: u64,
 }
 
 impl LeaseRequest<'_> {
-    /// How many more shards of the job this worker may hold now: those its
-    /// memory budget holds at once (by the job's estimate), less those it
+    /// How many more shards of the job this worker may hold now: none if
+    /// the job needs what the worker does not offer (`--allow-wasm`), else
+    /// those its memory budget holds at once (by the job's estimate), less those it
     /// holds already and those this request leased.
     fn room_for(&self, entry: &JobEntry, staged: &StagedLeases) -> usize {
+        if let Some(needed) = entry.rec.spec.capability()
+            && !self.capabilities.iter().any(|c| c == needed)
+        {
+            return 0;
+        }
         let Some(memory) = &entry.memory else {
             return usize::MAX;
         };
@@ -101,6 +109,7 @@ impl Scheduler {
             worker,
             free_slots,
             memory_budget: info.memory_budget(),
+            capabilities: info.capabilities.clone(),
             now_ms,
         };
         let mut staged = StagedLeases::default();

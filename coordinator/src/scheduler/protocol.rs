@@ -30,6 +30,8 @@ pub struct WorkerInfo {
     /// The memory the worker said it may use for shards, in bytes (0: not
     /// said; [`WORKER_MEMORY_BUDGET`] is assumed).
     pub memory_budget: u64,
+    /// What the worker runs besides the built-in kinds (`wasm`).
+    pub capabilities: Vec<String>,
     pub last_seen_ms: u64,
 }
 
@@ -40,6 +42,7 @@ pub struct Registration {
     pub slots: u32,
     pub version: String,
     pub memory_budget: u64,
+    pub capabilities: Vec<String>,
 }
 
 impl WorkerInfo {

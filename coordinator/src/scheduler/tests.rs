@@ -23,6 +23,7 @@ fn slots(n: u32) -> Registration {
         slots: n,
         version: "test".into(),
         memory_budget: 0,
+        capabilities: Vec::new(),
     }
 }
 
@@ -55,7 +56,7 @@ pub(super) fn registered(mut s: Scheduler) -> Scheduler {
 pub(super) fn submit(s: &mut Scheduler, spec: &JobSpec) -> String {
     let spec = ValidSpec::new(spec.clone()).unwrap();
     let plan = spec.prepare(&KernelCache::new(), &Control::new()).unwrap();
-    s.submit(spec, plan, None, 0).unwrap().0.id
+    s.submit(spec, plan, None, Vec::new(), 0).unwrap().0.id
 }
 
 fn result_of(grant: &Grant) -> Report {
@@ -858,7 +859,7 @@ fn a_large_stage_is_written_in_parts_and_a_failure_between_them_never_reuses_the
     let mut s = new_scheduler(store.clone());
     let spec = ValidSpec::new(big.clone()).unwrap();
     let plan = spec.prepare(&KernelCache::new(), &Control::new()).unwrap();
-    let err = s.submit(spec, plan, None, 0).unwrap_err();
+    let err = s.submit(spec, plan, None, Vec::new(), 0).unwrap_err();
     assert!(err.to_string().contains("disk unplugged"), "{err}");
     let orphaned = store
         .inner

@@ -32,6 +32,7 @@ impl Scheduler {
             slots,
             version,
             memory_budget,
+            capabilities,
         } = registration;
         self.workers.insert(
             worker.to_string(),
@@ -41,6 +42,7 @@ impl Scheduler {
                 slots,
                 version,
                 memory_budget,
+                capabilities,
                 last_seen_ms: now_ms,
             },
         );

@@ -162,6 +162,7 @@ pub async fn submit(client: &mut JobServiceClient<Channel>, spec: &JobSpec, key:
         .submit(proto::SubmitRequest {
             spec: Some(proto_spec(spec)),
             idempotency_key: key.into(),
+            ..Default::default()
         })
         .await
         .expect("submit")
@@ -266,6 +267,7 @@ pub async fn register(client: &mut WorkerServiceClient<Channel>, worker: &str) -
             slots: 4,
             version: "test".into(),
             memory_budget_bytes: 0,
+            ..Default::default()
         })
         .await
         .expect("register")

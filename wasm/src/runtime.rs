@@ -1,0 +1,82 @@
+//! The sandbox as the runner's `wasm` kind uses it: [`GuestSandbox`]
+//! implements `tally_common::guest`'s traits, and the sandbox's errors
+//! become the runner's (the module's own faults are bad input, which fails
+//! the job at once: every attempt would repeat them).
+
+use std::sync::Arc;
+
+use tally_common::guest::{GuestCall, GuestHooks, GuestModule, GuestRuntime};
+use tally_common::{Error, invalid};
+
+use crate::{Hooks, Kernel, Limits, Sandbox, ShardCall, WasmError};
+
+/// A [`Sandbox`] shared by the modules of a process.
+pub struct GuestSandbox(Arc<Sandbox>);
+
+impl GuestSandbox {
+    pub fn new(limits: Limits) -> tally_common::Result<GuestSandbox> {
+        Ok(GuestSandbox(Arc::new(
+            Sandbox::new(limits).map_err(into_error)?,
+        )))
+    }
+}
+
+impl GuestRuntime for GuestSandbox {
+    fn load(&self, module: &[u8]) -> tally_common::Result<Arc<dyn GuestModule>> {
+        let kernel = self.0.load(module).map_err(into_error)?;
+        Ok(Arc::new(LoadedKernel {
+            sandbox: self.0.clone(),
+            kernel,
+        }))
+    }
+}
+
+struct LoadedKernel {
+    sandbox: Arc<Sandbox>,
+    kernel: Kernel,
+}
+
+impl GuestModule for LoadedKernel {
+    fn run(
+        &self,
+        call: &GuestCall<'_>,
+        hooks: &mut dyn GuestHooks,
+    ) -> tally_common::Result<Vec<u64>> {
+        let call = ShardCall {
+            shard: call.shard,
+            shards: call.shards,
+            prime: call.prime,
+            params: call.params,
+            state: call.state,
+            outputs: call.outputs,
+        };
+        self.sandbox
+            .run(&self.kernel, &call, &mut Forward(hooks))
+            .map_err(into_error)
+    }
+}
+
+struct Forward<'a>(&'a mut dyn GuestHooks);
+
+impl Hooks for Forward<'_> {
+    fn progress(&mut self, done: u64, total: u64) {
+        self.0.progress(done, total)
+    }
+
+    fn checkpoint(&mut self, state: &[u8]) {
+        self.0.checkpoint(state)
+    }
+
+    fn cancelled(&self) -> bool {
+        self.0.cancelled()
+    }
+}
+
+/// The runner's error for a sandbox error.
+fn into_error(e: WasmError) -> Error {
+    match e {
+        WasmError::Cancelled => Error::Cancelled,
+        WasmError::Failed(m) => Error::Failed(format!("the wasm shard failed: {m}")),
+        own_fault => invalid!("wasm module: {own_fault}"),
+    }
+}

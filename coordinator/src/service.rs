@@ -185,22 +185,16 @@ impl Shared {
         drop(scheduler);
     }
 
-    /// The attachment with this SHA-256 (hex): from the kernel cache, or
-    /// read from the store (outside the scheduler's lock) and kept there.
+    /// The attachment with this SHA-256 (hex), read from the store (outside
+    /// the scheduler's lock): the store, not the kernel cache, says which
+    /// attachments a job may name, since they go with the last job naming them.
     pub async fn attachment(self: &Arc<Self>, sha256: &str) -> Result<Option<Arc<[u8]>>> {
-        if let Some(bytes) = self.cache.attachment(sha256) {
-            return Ok(Some(bytes));
-        }
         let store = self.with_scheduler(|s| Ok(s.store())).await?;
         let key = attachment_key(sha256);
         let bytes = tokio::task::spawn_blocking(move || store.get(Tree::Blobs, &key))
             .await
             .map_err(|e| CoordinatorError::Internal(format!("reading an attachment: {e}")))??;
-        let bytes: Option<Arc<[u8]>> = bytes.map(Into::into);
-        if let Some(bytes) = &bytes {
-            self.cache.put_attachment(sha256, bytes.clone());
-        }
-        Ok(bytes)
+        Ok(bytes.map(Into::into))
     }
 
     pub fn changed(&self, job: &str) {
@@ -249,13 +243,15 @@ impl JobApi {
         for digest in &named {
             match sent.iter().find(|(d, _)| d == digest) {
                 Some((_, bytes)) => self.shared.cache.put_attachment(digest, bytes.clone()),
-                None if self.shared.attachment(digest).await?.is_some() => {}
-                None => {
-                    return Err(CoordinatorError::InvalidArgument(format!(
-                        "the job names a module with SHA-256 {digest}, which the coordinator \
+                None => match self.shared.attachment(digest).await? {
+                    Some(bytes) => self.shared.cache.put_attachment(digest, bytes),
+                    None => {
+                        return Err(CoordinatorError::InvalidArgument(format!(
+                            "the job names a module with SHA-256 {digest}, which the coordinator \
                          does not hold: send it with the job (--module FILE)"
-                    )));
-                }
+                        )));
+                    }
+                },
             }
         }
         Ok(sent)

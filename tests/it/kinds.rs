@@ -62,7 +62,9 @@ async fn a_small_job_of_every_kind_equals_its_direct_answer() {
     let mut client = jobs_client(&url).await;
     let workers = Workers::start(&url, 2, 2);
     assert_eq!(kinds::names().len(), kinds::KINDS.len());
-    for name in kinds::names() {
+    // A wasm job has no direct computation: tests/it/wasm.rs compares its
+    // examples with the published counts.
+    for name in kinds::names().into_iter().filter(|&k| k != "wasm") {
         let spec = small_job(name);
         assert_eq!(spec.kind_name(), name);
         let done = run_to_answer(&mut client, &spec).await;

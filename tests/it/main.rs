@@ -20,3 +20,4 @@ mod stage_store;
 mod storage_crash;
 mod store_damage;
 mod support;
+mod wasm;

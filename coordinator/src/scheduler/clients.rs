@@ -25,9 +25,9 @@ impl Scheduler {
     /// Stores a new job with the shards of its first stage, or returns the job
     /// already submitted under the same idempotency key (`created` is false).
     /// A key already used for a different spec is a conflict: the caller
-    /// would otherwise follow someone else's job.
-    /// The attachments it names that the store does not hold yet go with it
-    /// (`attachments`: digest and bytes, checked by the caller).
+    /// would otherwise follow someone else's job. The attachments the job
+    /// names that the store does not hold yet go with it, from `attachments`
+    /// (digest and bytes, checked by the caller).
     pub fn submit(
         &mut self,
         spec: ValidSpec,
@@ -40,6 +40,22 @@ impl Scheduler {
             && let Some(job) = self.job_for_key(key, &spec, now_ms)?
         {
             return Ok((job, false));
+        }
+        let mut new_attachments = Vec::new();
+        for digest in spec.attachments() {
+            let key = attachment_key(&digest);
+            if self.store.value_len(Tree::Blobs, &key)?.is_some() {
+                continue;
+            }
+            // Held when the submission was checked, and deleted since with
+            // the last job that named it: the job cannot run without it.
+            let Some((_, bytes)) = attachments.iter().find(|(sent, _)| *sent == digest) else {
+                return Err(CoordinatorError::InvalidArgument(format!(
+                    "the job names a module with SHA-256 {digest}, which the coordinator no \
+                     longer holds: send it with the job (--module FILE)"
+                )));
+            };
+            new_attachments.push((key, bytes.clone()));
         }
         let seq = self.next_job;
         let first = spec.plan_stage(&plan, 1)?;
@@ -54,11 +70,8 @@ impl Scheduler {
         let mut shards = Batch::default();
         install_stage(&mut entry, 1, first, &mut shards);
         let mut batch = self.write_shards_ahead(shards, seq)?;
-        for (digest, bytes) in attachments {
-            let key = attachment_key(&digest);
-            if self.store.value_len(Tree::Blobs, &key)?.is_none() {
-                batch.put(Tree::Blobs, key, bytes.to_vec());
-            }
+        for (key, bytes) in new_attachments {
+            batch.put(Tree::Blobs, key, bytes.to_vec());
         }
         batch.put(Tree::Jobs, job_key(&id), encode(&entry.rec));
         batch.put(Tree::Meta, NEXT_JOB_KEY, (seq + 1).to_be_bytes().to_vec());

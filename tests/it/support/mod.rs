@@ -14,7 +14,7 @@ use tally_common::cache::KernelCache;
 use tally_common::kind::JobKind;
 use tally_common::kinds::{
     blocks::Blocks, hex::Hex, kayles::Kayles, pegs::Pegs, queens::Queens, sliders::Sliders,
-    synthetic::Synthetic,
+    synthetic::Synthetic, wasm::Wasm,
 };
 use tally_common::proto::job_service_client::JobServiceClient;
 use tally_common::proto::worker_service_client::WorkerServiceClient;
@@ -142,6 +142,7 @@ pub fn proto_spec(spec: &JobSpec) -> proto::JobSpec {
         Blocks::NAME => kind::<Blocks>(params),
         Queens::NAME => kind::<Queens>(params),
         Synthetic::NAME => kind::<Synthetic>(params),
+        Wasm::NAME => kind::<Wasm>(params),
         other => panic!("no proto form for a job of kind {other:?}"),
     };
     let o = &spec.options;

@@ -1,0 +1,457 @@
+//! User kernels in WebAssembly through the runner: the two example modules on
+//! one and three workers equal the published counts (modulo a prime, and
+//! exactly beyond 64 bits by the CRT), replicas agree, only workers started
+//! with `--allow-wasm` run them, modules are checked and stored once at
+//! submission, a faulty module fails its job with the reason and stalls no
+//! worker, and a re-leased shard resumes from the module's checkpoint.
+
+use std::time::{Duration, Instant};
+
+use tally_common::guest::sha256_hex;
+use tally_common::kinds::wasm::{DEFAULT_MODULUS, WasmSpec};
+use tally_common::proto::{self, JobState};
+use tally_common::spec::JobSpec;
+use tally_example_independent_sets::A006506;
+use tally_example_queens::A000170;
+use tonic::transport::Channel;
+
+use crate::support::*;
+
+type JobClient = proto::job_service_client::JobServiceClient<Channel>;
+
+const QUEENS: &[u8] = include_bytes!("../../examples/wasm/queens.wasm");
+const INDEPENDENT_SETS: &[u8] = include_bytes!("../../examples/wasm/independent-sets.wasm");
+const P61: u64 = (1 << 61) - 1;
+
+fn wasm_job(module: &[u8], shards: u64, params: &[&str], modulus: u64) -> JobSpec {
+    JobSpec::new(WasmSpec {
+        module_sha256: sha256_hex(module),
+        shards,
+        params: params.iter().map(|p| p.to_string()).collect(),
+        modulus,
+        exact: false,
+        bound_bits: 0,
+        outputs: 1,
+    })
+}
+
+fn exact_job(module: &[u8], shards: u64, params: &[&str], bound_bits: u32) -> JobSpec {
+    JobSpec::new(WasmSpec {
+        module_sha256: sha256_hex(module),
+        shards,
+        params: params.iter().map(|p| p.to_string()).collect(),
+        modulus: 0,
+        exact: true,
+        bound_bits,
+        outputs: 1,
+    })
+}
+
+async fn submit_with(
+    client: &mut JobClient,
+    spec: &JobSpec,
+    attachments: &[&[u8]],
+) -> Result<proto::Job, tonic::Status> {
+    let response = client
+        .submit(proto::SubmitRequest {
+            spec: Some(proto_spec(spec)),
+            attachments: attachments.iter().map(|a| a.to_vec()).collect(),
+            ..Default::default()
+        })
+        .await?;
+    Ok(response.into_inner().job.expect("a job"))
+}
+
+fn wasm_workers(url: &str, count: usize) -> Workers {
+    Workers::start_with(url, count, 2, |c| c.allow_wasm = true)
+}
+
+async fn succeeded(client: &mut JobClient, id: &str) -> proto::Job {
+    let done = wait_finished(client, id, Duration::from_secs(300)).await;
+    assert_eq!(
+        state(&done),
+        JobState::Succeeded,
+        "{}: {}",
+        done.description,
+        done.error
+    );
+    done
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_examples_through_the_runner_equal_the_published_values_on_1_and_3_workers() {
+    for workers in [1, 3] {
+        let coordinator = start_coordinator(None).await;
+        let url = coordinator.url();
+        let mut client = jobs_client(&url).await;
+        let pool = wasm_workers(&url, workers);
+        let mut expected = Vec::new();
+        for n in 1..=12u64 {
+            let spec = wasm_job(QUEENS, 5, &[&format!("n={n}")], DEFAULT_MODULUS);
+            // The module goes with the first job only; the others name it.
+            let attachments: &[&[u8]] = if n == 1 { &[QUEENS] } else { &[] };
+            let job = submit_with(&mut client, &spec, attachments).await.unwrap();
+            expected.push((job.id, A000170[n as usize].to_string()));
+        }
+        for n in 1..=9u64 {
+            for modulus in [DEFAULT_MODULUS, P61] {
+                let spec = wasm_job(INDEPENDENT_SETS, 7, &[&format!("n={n}")], modulus);
+                let job = submit_with(&mut client, &spec, &[INDEPENDENT_SETS])
+                    .await
+                    .unwrap();
+                let published = A006506[n as usize] % u128::from(modulus);
+                expected.push((job.id, published.to_string()));
+            }
+        }
+        for (id, answer) in expected {
+            let done = succeeded(&mut client, &id).await;
+            assert_eq!(
+                done.answer, answer,
+                "{} on {workers} worker(s)",
+                done.description
+            );
+            assert_eq!(done.kind, "wasm");
+            assert_eq!(done.work_done, done.work_total, "{}", done.description);
+        }
+        pool.stop().await;
+        coordinator.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exact_count_beyond_64_bits_joins_the_residues_of_several_primes() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let pool = wasm_workers(&url, 3);
+    let spec = exact_job(INDEPENDENT_SETS, 9, &["n=11"], 80);
+    let job = submit_with(&mut client, &spec, &[INDEPENDENT_SETS])
+        .await
+        .unwrap();
+    let done = succeeded(&mut client, &job.id).await;
+    assert!(A006506[11] > u128::from(u64::MAX));
+    assert_eq!(done.answer, A006506[11].to_string());
+    // 80 bits take two primes below 2^62: 9 shards each.
+    assert_eq!(done.shards_total, 18);
+    let result = client
+        .result(proto::ResultRequest { job_id: job.id })
+        .await
+        .unwrap()
+        .into_inner();
+    let details: serde_json::Value = serde_json::from_str(&result.details_json).unwrap();
+    assert_eq!(details["primes"].as_array().unwrap().len(), 2, "{details}");
+    // A bound the answer breaks is said, not answered wrongly.
+    let tight = exact_job(INDEPENDENT_SETS, 3, &["n=11"], 70);
+    let job = submit_with(&mut client, &tight, &[]).await.unwrap();
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
+    assert_eq!(state(&done), JobState::Failed);
+    assert!(done.error.contains("raise --bound-bits"), "{}", done.error);
+    pool.stop().await;
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_of_a_wasm_shard_agree_bit_for_bit() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let pool = wasm_workers(&url, 2);
+    let mut spec = wasm_job(INDEPENDENT_SETS, 6, &["n=9"], P61);
+    spec.options.replicas = 2;
+    let job = submit_with(&mut client, &spec, &[INDEPENDENT_SETS])
+        .await
+        .unwrap();
+    let done = succeeded(&mut client, &job.id).await;
+    assert_eq!(done.answer, (A006506[9] % u128::from(P61)).to_string());
+    assert_eq!(done.shards_failed_attempts, 0);
+    let ev = events(&mut client, &job.id).await;
+    for shard in 0..6 {
+        let by = |kind: &str| {
+            ev.iter()
+                .find(|e| e.kind == kind && e.shard == shard)
+                .map(|e| e.worker_id.clone())
+                .unwrap_or_else(|| panic!("shard {shard} has no {kind} event: {ev:?}"))
+        };
+        assert_ne!(by("replica"), by("accepted"), "shard {shard}");
+    }
+    pool.stop().await;
+    // A worker whose results are altered disagrees with an honest one.
+    let honest = wasm_workers(&url, 1);
+    let faulty = Workers::start_with(&url, 1, 2, |c| {
+        c.allow_wasm = true;
+        c.corrupt_results = true;
+        c.worker_id = format!("faulty-{}", std::process::id());
+    });
+    spec.options.max_attempts = 2;
+    spec.params.insert("shards".into(), 2.into());
+    let job = submit_with(&mut client, &spec, &[]).await.unwrap();
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
+    assert_eq!(state(&done), JobState::Failed);
+    assert!(done.error.contains("replicas disagree"), "{}", done.error);
+    honest.stop().await;
+    faulty.stop().await;
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_workers_started_with_allow_wasm_are_leased_wasm_shards() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let plain = Workers::start_with(&url, 1, 2, |c| c.worker_id = "plain".into());
+    let wasm = submit_with(&mut client, &wasm_job(QUEENS, 4, &["n=8"], P61), &[QUEENS])
+        .await
+        .unwrap();
+    let waiting = events(&mut client, &wasm.id).await;
+    assert!(
+        waiting
+            .iter()
+            .any(|e| e.kind == "waiting" && e.message.contains("--allow-wasm")),
+        "{waiting:?}"
+    );
+    // The plain worker is live and leasing: it runs a built-in job submitted
+    // after the wasm one, and passes the wasm one over.
+    let queens = JobSpec::from_json(r#"{"kind": "queens", "n": 8}"#).unwrap();
+    let builtin = submit(&mut client, queens.spec(), "").await;
+    succeeded(&mut client, &builtin.id).await;
+    let still = get_job(&mut client, &wasm.id).await;
+    assert_eq!(state(&still), JobState::Queued);
+    assert_eq!(still.shards_leased, 0);
+    let allowed = wasm_workers(&url, 1);
+    let done = succeeded(&mut client, &wasm.id).await;
+    assert_eq!(done.answer, A000170[8].to_string());
+    let ev = events(&mut client, &wasm.id).await;
+    assert!(
+        ev.iter().all(|e| e.worker_id != "plain"),
+        "a wasm shard went to the plain worker: {ev:?}"
+    );
+    plain.stop().await;
+    allowed.stop().await;
+    coordinator.shutdown().await;
+}
+
+/// A module speaking the ABI whose `tally_shard` body is `body` (locals: 0
+/// shard, 1 shards, 2 prime, 3 params, 4 params_len, 5 state, 6 state_len, 7
+/// out, 8 out_len), with `imports`.
+fn handmade(imports: &str, body: &str) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module {imports}
+             (memory (export "memory") 1)
+             (func (export "tally_abi_version") (result i32) (i32.const 1))
+             (func (export "tally_alloc") (param i32) (result i32) (i32.const 4096))
+             (func (export "tally_shard")
+               (param i64 i64 i64 i32 i32 i32 i32 i32 i32) (result i32) {body}))"#
+    ))
+    .expect("the test module assembles")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modules_are_checked_and_stored_once_at_submission() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let clock = handmade(
+        r#"(import "env" "clock_time_get" (func (param i32 i64 i32) (result i32)))"#,
+        "(i32.const 1)",
+    );
+    let oversized = vec![0u8; tally_common::guest::MAX_MODULE_BYTES + 1];
+    let queens = wasm_job(QUEENS, 2, &["n=6"], P61);
+    let cases: Vec<(&str, JobSpec, Vec<&[u8]>, &str)> = vec![
+        (
+            "not wasm",
+            wasm_job(b"hello", 2, &[], P61),
+            vec![b"hello"],
+            "not a valid module",
+        ),
+        (
+            "a forbidden import",
+            wasm_job(&clock, 2, &[], P61),
+            vec![&clock],
+            "env.clock_time_get, which the ABI does not offer",
+        ),
+        (
+            "a module the coordinator does not hold",
+            queens.clone(),
+            vec![],
+            "does not hold",
+        ),
+        (
+            "an attachment the spec does not name",
+            queens.clone(),
+            vec![QUEENS, INDEPENDENT_SETS],
+            "not one the job spec names",
+        ),
+        (
+            "an oversized module",
+            wasm_job(&oversized, 2, &[], P61),
+            vec![&oversized],
+            "more than the",
+        ),
+    ];
+    for (what, spec, attachments, says) in cases {
+        let status = submit_with(&mut client, &spec, &attachments)
+            .await
+            .expect_err(what);
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{what}: {status:?}"
+        );
+        assert!(
+            status.message().contains(says),
+            "{what}: {}",
+            status.message()
+        );
+    }
+    let listed = |client: &mut JobClient| {
+        let mut client = client.clone();
+        async move {
+            let request = proto::ListJobsRequest::default();
+            client.list(request).await.unwrap().into_inner().jobs.len()
+        }
+    };
+    assert_eq!(listed(&mut client).await, 0, "a refused job was stored");
+    // Stored once; a later job names it alone; it goes with the last job
+    // that names it.
+    let first = submit_with(&mut client, &queens, &[QUEENS]).await.unwrap();
+    let mut again = queens.clone();
+    again.params.insert("shards".into(), 3.into());
+    let second = submit_with(&mut client, &again, &[]).await.unwrap();
+    assert!(
+        first.description.contains(&sha256_hex(QUEENS)[..12]),
+        "{}",
+        first.description
+    );
+    let mut workers = workers_client(&url).await;
+    let session = register(&mut workers, "fetcher").await;
+    let fetch = |workers: &mut proto::worker_service_client::WorkerServiceClient<Channel>| {
+        let mut workers = workers.clone();
+        let session = session.clone();
+        async move {
+            workers
+                .fetch_attachment(proto::FetchAttachmentRequest {
+                    worker_id: "fetcher".into(),
+                    session,
+                    sha256: sha256_hex(QUEENS),
+                })
+                .await
+        }
+    };
+    assert_eq!(fetch(&mut workers).await.unwrap().into_inner().data, QUEENS);
+    for (job, kept) in [(first, true), (second, false)] {
+        client
+            .delete(proto::DeleteRequest {
+                job_id: job.id,
+                force: true,
+            })
+            .await
+            .unwrap();
+        match fetch(&mut workers).await {
+            Ok(_) => assert!(kept, "the module outlived its last job"),
+            Err(status) => {
+                assert!(!kept, "the module went while a job named it: {status:?}");
+                assert_eq!(status.code(), tonic::Code::NotFound);
+            }
+        }
+    }
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_faulty_module_fails_its_job_with_the_reason_and_stalls_no_worker() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    // One worker with one slot: a shard it could not stop would hold it.
+    let pool = Workers::start_with(&url, 1, 1, |c| c.allow_wasm = true);
+    let honest = wasm_job(QUEENS, 3, &["n=7"], P61);
+    let trap = handmade("", "unreachable");
+    let two_residues = handmade("", "(i32.const 2)");
+    for (module, says) in [
+        (&trap, "the module trapped"),
+        (&two_residues, "returned 2 residues, the job asks for 1"),
+    ] {
+        let job = submit_with(&mut client, &wasm_job(module, 3, &[], P61), &[module])
+            .await
+            .unwrap();
+        let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+        assert_eq!(state(&done), JobState::Failed);
+        assert!(done.error.contains(says), "{}", done.error);
+        // Failed at once: the module's fault is the same on every attempt.
+        assert_eq!(done.shards_failed_attempts, 1, "{}", done.error);
+    }
+    // An endless loop runs until its job is cancelled, then frees the slot.
+    let endless = handmade("", "(loop (br 0)) (i32.const 1)");
+    let job = submit_with(&mut client, &wasm_job(&endless, 1, &[], P61), &[&endless])
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while get_job(&mut client, &job.id).await.shards_leased == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the endless shard was never leased"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    client
+        .cancel(proto::CancelRequest { job_id: job.id })
+        .await
+        .unwrap();
+    let after = submit_with(&mut client, &honest, &[QUEENS]).await.unwrap();
+    let done = succeeded(&mut client, &after.id).await;
+    assert_eq!(done.answer, A000170[7].to_string());
+    pool.stop().await;
+    coordinator.shutdown().await;
+}
+
+/// A worker process killed while it holds a checkpointed independent-sets
+/// shard: a second worker is leased the shard with the module's saved state,
+/// and the answer is the published one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_re_leased_wasm_shard_resumes_from_the_modules_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("log.txt");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let _coordinator = spawn_coordinator(port, &data, &log);
+    let mut client = jobs_client(&url).await;
+    let mut spec = wasm_job(INDEPENDENT_SETS, 1, &["n=11", "checkpoint_every=1"], P61);
+    spec.options.lease_ttl_ms = 3_000;
+    spec.options.max_attempts = 10;
+    let job = submit_with(&mut client, &spec, &[INDEPENDENT_SETS])
+        .await
+        .unwrap();
+    let stall = [
+        "--allow-wasm",
+        "--checkpoint-ms",
+        "10",
+        "--pause-after-checkpoint-ms",
+        "120000",
+    ];
+    let mut first = spawn_worker(&url, "first", 1, &stall, &log);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !events(&mut client, &job.id)
+        .await
+        .iter()
+        .any(|e| e.kind == "checkpoint" && e.worker_id == "first")
+    {
+        assert!(Instant::now() < deadline, "no checkpoint was accepted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first.kill9();
+    let _second = spawn_worker(&url, "second", 1, &["--allow-wasm"], &log);
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, (A006506[11] % u128::from(P61)).to_string());
+    let ev = events(&mut client, &job.id).await;
+    let resumed = ev
+        .iter()
+        .find(|e| e.kind == "leased" && e.worker_id == "second");
+    assert!(
+        resumed.is_some_and(|e| e.message.starts_with("from checkpoint")),
+        "the second attempt did not start from the checkpoint: {ev:?}"
+    );
+    let accepted = ev.iter().find(|e| e.kind == "accepted").unwrap();
+    assert_eq!(accepted.worker_id, "second");
+}

@@ -418,6 +418,14 @@ pub struct WorkerArgs {
     /// wrote, so the operator chooses the machines that run it.
     #[arg(long)]
     pub allow_wasm: bool,
+    /// With --allow-wasm: the fuel a shard may burn (about one unit per
+    /// WebAssembly instruction), its CPU-time limit [default: 2^44].
+    #[arg(long, value_name = "UNITS", requires = "allow_wasm")]
+    pub wasm_fuel: Option<u64>,
+    /// With --allow-wasm: the most linear memory one shard's instance may
+    /// have, e.g. `512MiB` [default: 1GiB].
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory, requires = "allow_wasm")]
+    pub wasm_memory: Option<u64>,
 }
 
 /// A memory size such as `16GB`, `12GiB` or `800MB`, in bytes; at least 64 MB.

@@ -384,6 +384,13 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     config.pause_mid_upload = Duration::from_millis(args.pause_mid_upload_ms);
     config.http = args.http;
     config.allow_wasm = args.allow_wasm;
+    if let Some(fuel) = args.wasm_fuel {
+        anyhow::ensure!(fuel > 0, "--wasm-fuel must be at least 1");
+        config.wasm_limits.fuel = fuel;
+    }
+    if let Some(memory) = args.wasm_memory {
+        config.wasm_limits.memory_bytes = usize::try_from(memory).unwrap_or(usize::MAX);
+    }
     if let Some(budget) = args.memory_budget {
         config.memory_budget = budget;
     }

@@ -362,13 +362,25 @@ async fn a_faulty_module_fails_its_job_with_the_reason_and_stalls_no_worker() {
     let coordinator = start_coordinator(None).await;
     let url = coordinator.url();
     let mut client = jobs_client(&url).await;
-    // One worker with one slot: a shard it could not stop would hold it.
-    let pool = Workers::start_with(&url, 1, 1, |c| c.allow_wasm = true);
-    let honest = wasm_job(QUEENS, 3, &["n=7"], P61);
+    // One slot, and limits small enough to reach: a shard the worker could
+    // not stop would hold the slot.
+    let pool = Workers::start_with(&url, 1, 1, |c| {
+        c.allow_wasm = true;
+        c.wasm_limits.fuel = 1 << 26;
+        c.wasm_limits.memory_bytes = 64 << 20;
+    });
     let trap = handmade("", "unreachable");
+    let endless = handmade("", "(loop (br 0)) (i32.const 1)");
+    let memory_bomb = handmade(
+        "",
+        "(loop (br_if 0 (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) (i32.const 1)",
+    );
     let two_residues = handmade("", "(i32.const 2)");
+    let honest = wasm_job(QUEENS, 3, &["n=7"], P61);
     for (module, says) in [
         (&trap, "the module trapped"),
+        (&endless, "used all its fuel"),
+        (&memory_bomb, "more than its memory limit"),
         (&two_residues, "returned 2 residues, the job asks for 1"),
     ] {
         let job = submit_with(&mut client, &wasm_job(module, 3, &[], P61), &[module])
@@ -376,11 +388,24 @@ async fn a_faulty_module_fails_its_job_with_the_reason_and_stalls_no_worker() {
             .unwrap();
         let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
         assert_eq!(state(&done), JobState::Failed);
-        assert!(done.error.contains(says), "{}", done.error);
+        assert!(done.error.contains(says), "{says}: {}", done.error);
         // Failed at once: the module's fault is the same on every attempt.
         assert_eq!(done.shards_failed_attempts, 1, "{}", done.error);
+        // And the worker goes on.
+        let after = submit_with(&mut client, &honest, &[QUEENS]).await.unwrap();
+        let done = succeeded(&mut client, &after.id).await;
+        assert_eq!(done.answer, A000170[7].to_string());
     }
-    // An endless loop runs until its job is cancelled, then frees the slot.
+    pool.stop().await;
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_job_stops_its_endless_module_and_frees_the_slot() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let pool = Workers::start_with(&url, 1, 1, |c| c.allow_wasm = true);
     let endless = handmade("", "(loop (br 0)) (i32.const 1)");
     let job = submit_with(&mut client, &wasm_job(&endless, 1, &[], P61), &[&endless])
         .await
@@ -397,6 +422,8 @@ async fn a_faulty_module_fails_its_job_with_the_reason_and_stalls_no_worker() {
         .cancel(proto::CancelRequest { job_id: job.id })
         .await
         .unwrap();
+    // The one slot runs the next job only once the endless shard has stopped.
+    let honest = wasm_job(QUEENS, 3, &["n=7"], P61);
     let after = submit_with(&mut client, &honest, &[QUEENS]).await.unwrap();
     let done = succeeded(&mut client, &after.id).await;
     assert_eq!(done.answer, A000170[7].to_string());

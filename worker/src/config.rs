@@ -52,6 +52,9 @@ pub struct WorkerConfig {
     /// sandbox. Off by default: such a module is code anyone who may submit
     /// jobs wrote, and the operator decides which machines run it.
     pub allow_wasm: bool,
+    /// The sandbox's limits for those kernels: module size, memory per
+    /// instance, fuel (CPU time) per shard.
+    pub wasm_limits: tally_wasm::Limits,
 }
 
 impl WorkerConfig {
@@ -76,6 +79,7 @@ impl WorkerConfig {
             http: None,
             memory_budget: machine_memory(),
             allow_wasm: false,
+            wasm_limits: tally_wasm::Limits::default(),
         }
     }
 }

@@ -138,7 +138,7 @@ pub(crate) enum StageData {
 impl Context {
     pub(crate) fn new(config: WorkerConfig) -> Result<Context> {
         if config.allow_wasm && config.kernel_cache.guest_runtime().is_none() {
-            let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default())?;
+            let sandbox = tally_wasm::GuestSandbox::new(config.wasm_limits)?;
             config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
         }
         Ok(Context {

@@ -635,6 +635,95 @@ mod tests {
         assert!(error.to_string().contains("raise --bound-bits"), "{error}");
     }
 
+    /// A module that reports progress and a checkpoint at each of four
+    /// steps and returns its shard number and the state it was given.
+    struct Stepping;
+
+    impl crate::guest::GuestRuntime for Stepping {
+        fn load(&self, module: &[u8]) -> Result<Arc<dyn GuestModule>> {
+            assert_eq!(module, b"stepping");
+            Ok(Arc::new(Stepping))
+        }
+    }
+
+    impl GuestModule for Stepping {
+        fn run(&self, call: &GuestCall<'_>, hooks: &mut dyn GuestHooks) -> Result<Vec<u64>> {
+            for step in 1..=4u8 {
+                hooks.progress(u64::from(step), 4);
+                hooks.checkpoint(&[step]);
+            }
+            let resumed = call.state.first().copied().unwrap_or(0);
+            Ok(vec![call.shard, u64::from(resumed)])
+        }
+    }
+
+    /// What a shard of the stepping module gave: its residues, the work
+    /// recorded, and the checkpoints handed on (state, work done).
+    type Stepped = (Vec<u64>, u64, Vec<(Vec<u8>, u64)>);
+
+    /// Runs shard 3 of a job of the stepping module.
+    fn run_stepping(
+        cache: &KernelCache,
+        state: &[u8],
+        every: std::time::Duration,
+    ) -> Result<Stepped> {
+        let spec = WasmSpec {
+            module_sha256: crate::guest::sha256_hex(b"stepping"),
+            shards: 5,
+            params: Vec::new(),
+            modulus: DEFAULT_MODULUS,
+            exact: false,
+            bound_bits: 0,
+            outputs: 2,
+        };
+        let control = Control::new();
+        let mut checkpoints = Vec::new();
+        let mut on_checkpoint =
+            |c: Checkpoint<WasmPartial>| checkpoints.push((c.state, c.work_done));
+        let mut run = ShardRun {
+            input: None,
+            checkpoint: state,
+            cache,
+            control: &control,
+            checkpoint_every: every,
+            on_checkpoint: &mut on_checkpoint,
+        };
+        let task = WasmTask {
+            shard: 3,
+            prime: DEFAULT_MODULUS,
+        };
+        let outcome = Wasm::execute(&spec, &task, &mut run)?;
+        Ok((outcome.partial.residues, control.work_done(), checkpoints))
+    }
+
+    #[test]
+    fn a_shard_reports_the_modules_progress_and_checkpoints_and_resumes_from_its_state() {
+        let cache = KernelCache::new();
+        // A process without a sandbox runs no module.
+        let error = run_stepping(&cache, &[], std::time::Duration::ZERO).unwrap_err();
+        assert!(matches!(error, Error::Failed(_)), "{error:?}");
+        assert!(error.to_string().contains("--allow-wasm"), "{error}");
+        cache.set_guest_runtime(Arc::new(Stepping));
+        let digest = crate::guest::sha256_hex(b"stepping");
+        let error = run_stepping(&cache, &[], std::time::Duration::ZERO).unwrap_err();
+        assert!(error.to_string().contains("not fetched"), "{error}");
+        cache.put_attachment(&digest, Arc::from(&b"stepping"[..]));
+        let (residues, work, checkpoints) =
+            run_stepping(&cache, &[], std::time::Duration::ZERO).unwrap();
+        assert_eq!(residues, [3, 0]);
+        assert_eq!(work, WORK_UNITS);
+        let quarters = |n: u64| n * WORK_UNITS / 4;
+        let expected: Vec<(Vec<u8>, u64)> = (1..=4).map(|s| (vec![s as u8], quarters(s))).collect();
+        assert_eq!(checkpoints, expected);
+        // At most one checkpoint per interval: here the first only.
+        let (_, _, checkpoints) =
+            run_stepping(&cache, &[], std::time::Duration::from_secs(3600)).unwrap();
+        assert_eq!(checkpoints, expected[..1]);
+        // A later attempt hands the module the state it saved.
+        let (residues, _, _) = run_stepping(&cache, &[2], std::time::Duration::ZERO).unwrap();
+        assert_eq!(residues, [3, 2]);
+    }
+
     #[test]
     fn bad_specs_are_refused_with_the_value_named() {
         let good = WasmSpec {

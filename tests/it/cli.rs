@@ -23,6 +23,11 @@ fn last_line(output: &Output) -> String {
         .to_string()
 }
 
+/// The path of an example module in the checkout.
+fn example_module(name: &str) -> String {
+    format!("{}/examples/wasm/{name}.wasm", env!("CARGO_MANIFEST_DIR"))
+}
+
 fn h4_mod_p() -> String {
     (10_663_950_528_000u64 % 1_000_000_007).to_string()
 }
@@ -44,6 +49,31 @@ fn run_prints_the_answer_as_the_last_line() {
 
     let out = tally(&["run", "kayles", "--pins", "20"]);
     assert_eq!(last_line(&out), "000049844");
+    let queens = example_module("queens");
+    let out = tally(&[
+        "run", "wasm", "--module", &queens, "--shards", "8", "--param", "n=12",
+    ]);
+    assert_eq!(
+        last_line(&out),
+        tally_example_queens::A000170[12].to_string()
+    );
+    let sets = example_module("independent-sets");
+    let exact = [
+        "run",
+        "wasm",
+        "--module",
+        &sets,
+        "--shards",
+        "4",
+        "--param",
+        "n=10",
+        "--exact",
+        "--bound-bits",
+        "64",
+    ];
+    let out = tally(&exact);
+    let published = tally_example_independent_sets::A006506[10];
+    assert_eq!(last_line(&out), published.to_string());
     let out = tally(&["run", "sliders", "--workers", "2"]);
     assert!(out.status.success());
     let direct = tally(&["run", "sliders", "--direct"]);
@@ -175,6 +205,7 @@ fn named_files_are_read_with_a_bound_and_bad_spec_files_are_bad_input() {
     let spec = dir.path().join("job.json");
     std::fs::write(&spec, "{\"kind\": \"kayles\", \"pins\": ").unwrap();
     let spec = spec.display().to_string();
+    let queens = example_module("queens");
     let cases: &[(&[&str], &str)] = &[
         (&["--token-file", "/dev/zero", "list"], "larger than"),
         (
@@ -190,6 +221,20 @@ fn named_files_are_read_with_a_bound_and_bad_spec_files_are_bad_input() {
         (&["submit", "--spec-file", "/dev/zero"], "larger than"),
         (&["run", "blocks", "--puzzle", "/dev/zero"], "larger than"),
         (&["submit", "--spec-file", &spec], "job.json"),
+        (
+            &["run", "wasm", "--module", "/dev/zero", "--shards", "1"],
+            "larger than",
+        ),
+        (
+            &["run", "wasm", "--module", &spec, "--shards", "1"],
+            "not a valid module",
+        ),
+        (
+            &[
+                "run", "wasm", "--module", &queens, "--shards", "2", "--direct",
+            ],
+            "leave out --direct",
+        ),
     ];
     for (args, needle) in cases {
         let out = tally(args);

@@ -291,7 +291,11 @@ impl JobKind for Wasm {
                 spec.module_sha256
             )
         })?;
-        runtime.load(&module)?;
+        // Kept compiled: a process that both plans and runs (`tally run`)
+        // compiles it once.
+        cache.get_or_build::<Loaded>(&spec.module_sha256, MODULES_KEPT, || {
+            Ok(Loaded(runtime.load(&module)?))
+        })?;
         let primes = if spec.exact {
             primes_for_bits(spec.bound_bits)
         } else {

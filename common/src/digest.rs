@@ -4,6 +4,12 @@
 //! hash: it detects disagreement, not tampering. (The coordinator's store sums
 //! XXH3 over its entries instead: it hashes all of them at every restart.)
 
+/// `bytes` in lowercase hex, two digits a byte (digests, session secrets,
+/// random prefixes).
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
     fnv1a64_parts(&[bytes])
 }
@@ -28,5 +34,6 @@ mod tests {
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
         assert_eq!(fnv1a64_parts(&[b"foo", b"", b"bar"]), fnv1a64(b"foobar"));
+        assert_eq!(to_hex(&[0, 0x0f, 0xa0, 0xff]), "000fa0ff");
     }
 }

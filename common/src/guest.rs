@@ -25,10 +25,7 @@ pub const WASM_CAPABILITY: &str = "wasm";
 /// The SHA-256 of `bytes` in lowercase hex: the name of a module (an
 /// attachment) in specs, the store and on the wire.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::digest::to_hex(&Sha256::digest(bytes))
 }
 
 /// Whether `text` is written as [`sha256_hex`] writes digests.

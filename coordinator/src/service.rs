@@ -186,8 +186,8 @@ impl Shared {
     }
 
     /// The attachment with this SHA-256 (hex), read from the store (outside
-    /// the scheduler's lock): the store, not the kernel cache, says which
-    /// attachments a job may name, since they go with the last job naming them.
+    /// the scheduler's lock): the store, not the kernel cache, holds the
+    /// attachments jobs may name, since they go with the last job naming them.
     pub async fn attachment(self: &Arc<Self>, sha256: &str) -> Result<Option<Arc<[u8]>>> {
         let store = self.with_scheduler(|s| Ok(s.store())).await?;
         let key = attachment_key(sha256);
@@ -214,8 +214,8 @@ impl JobApi {
 
     /// Checks the attachments sent with a job against those its spec names,
     /// and makes every one it names available to planning (the kernel
-    /// cache): sent now, or held from an earlier job. Returns those sent,
-    /// for the store.
+    /// cache): sent now, or held from an earlier job (read from the store
+    /// unless the cache has it). Returns those sent, for the store.
     async fn attachments(
         &self,
         spec: &ValidSpec,
@@ -243,6 +243,9 @@ impl JobApi {
         for digest in &named {
             match sent.iter().find(|(d, _)| d == digest) {
                 Some((_, bytes)) => self.shared.cache.put_attachment(digest, bytes.clone()),
+                // Planning has it; the scheduler checks that the store still
+                // holds it when it stores the job.
+                None if self.shared.cache.attachment(digest).is_some() => {}
                 None => match self.shared.attachment(digest).await? {
                     Some(bytes) => self.shared.cache.put_attachment(digest, bytes),
                     None => {

@@ -41,7 +41,7 @@ fn new_session() -> Result<String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes)
         .map_err(|e| CoordinatorError::Internal(format!("no randomness for a session: {e}")))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(tally_common::digest::to_hex(&bytes))
 }
 
 pub(crate) fn require_worker_id(id: &str) -> std::result::Result<(), Status> {

@@ -463,8 +463,8 @@ fn crt(residues: &[u64], primes: &[u64]) -> Result<BigUint> {
     let mut value = BigUint::from(0u32);
     let mut product = BigUint::from(1u32);
     for (&r, &p) in residues.iter().zip(primes) {
-        let reduced = (&value % p).to_u64_digits().first().copied().unwrap_or(0);
-        let product_mod = (&product % p).to_u64_digits().first().copied().unwrap_or(0);
+        let reduced = residue(&value, p);
+        let product_mod = residue(&product, p);
         let inverse = inv_mod(product_mod, p)
             .ok_or_else(|| Error::Internal(format!("the primes are not coprime at {p}")))?;
         let diff = (u128::from(r) + u128::from(p) - u128::from(reduced)) % u128::from(p);
@@ -473,6 +473,11 @@ fn crt(residues: &[u64], primes: &[u64]) -> Result<BigUint> {
         product *= p;
     }
     Ok(value)
+}
+
+/// `value mod p`.
+fn residue(value: &BigUint, p: u64) -> u64 {
+    (value % p).to_u64_digits().first().copied().unwrap_or(0)
 }
 
 /// The largest primes below 2^62, as many as make a product of at least
@@ -585,13 +590,7 @@ mod tests {
         for _ in 0..50 {
             let value = (0..3).fold(BigUint::from(0u32), |v, _| (v << 64) + rng.next_u64())
                 % (BigUint::from(1u32) << 190);
-            let residues: Vec<u64> = primes
-                .iter()
-                .map(|&p| {
-                    let r: BigUint = &value % p;
-                    r.to_u64_digits().first().copied().unwrap_or(0)
-                })
-                .collect();
+            let residues: Vec<u64> = primes.iter().map(|&p| residue(&value, p)).collect();
             assert_eq!(crt(&residues, &primes).unwrap(), value);
         }
     }
@@ -620,12 +619,9 @@ mod tests {
                 let x = t.task.shard + 1;
                 // The second output is x * 2^70 spread over the shards, as a
                 // module would compute it modulo the prime.
-                let big: BigUint = (BigUint::from(x) << 70) % t.task.prime;
+                let big = BigUint::from(x) << 70;
                 WasmPartial {
-                    residues: vec![
-                        x % t.task.prime,
-                        big.to_u64_digits().first().copied().unwrap_or(0),
-                    ],
+                    residues: vec![x % t.task.prime, residue(&big, t.task.prime)],
                 }
             })
             .collect();

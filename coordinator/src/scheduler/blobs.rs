@@ -36,8 +36,7 @@ impl Scheduler {
                 getrandom::fill(&mut random).map_err(|e| {
                     CoordinatorError::Internal(format!("no randomness for a prefix: {e}"))
                 })?;
-                let prefix: String = random.iter().map(|b| format!("{b:02x}")).collect();
-                let prefix = format!("d-{prefix}");
+                let prefix = format!("d-{}", tally_common::digest::to_hex(&random));
                 let mut batch = Batch::default();
                 batch.put(Tree::Meta, STAGE_PREFIX_KEY, prefix.clone().into_bytes());
                 self.write(batch)?;

@@ -246,6 +246,16 @@ pub struct SpecArgs {
     /// Read the job spec from a JSON or TOML file instead of flags.
     #[arg(help_heading = "Runner options", long, global = true)]
     pub spec_file: Option<PathBuf>,
+    /// With --spec-file: a file to send with the job, which the spec names
+    /// by its SHA-256 (a wasm job's `module_sha256`); repeatable.
+    #[arg(
+        help_heading = "Runner options",
+        long,
+        global = true,
+        value_name = "FILE",
+        requires = "spec_file"
+    )]
+    pub attach: Vec<PathBuf>,
     #[command(flatten)]
     pub options: RunnerArgs,
     #[command(subcommand)]
@@ -467,6 +477,9 @@ impl SpecArgs {
         spec.options.lease_ttl_ms = o.lease_ttl_ms.unwrap_or(spec.options.lease_ttl_ms);
         spec.options.force |= o.force;
         spec.options.replicas = o.replicas.unwrap_or(spec.options.replicas);
+        for path in &self.attach {
+            files.attach(path)?;
+        }
         let attachments = files.attachments.into_inner().unwrap_or_default();
         Ok((ValidSpec::new(spec)?, attachments))
     }

@@ -81,6 +81,31 @@ fn run_prints_the_answer_as_the_last_line() {
 }
 
 #[test]
+fn a_wasm_spec_file_sends_its_module_with_attach() {
+    let queens = example_module("queens");
+    let digest = tally_common::guest::sha256_hex(&std::fs::read(&queens).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("queens.json");
+    let text = format!(
+        r#"{{"kind": "wasm", "module_sha256": "{digest}", "shards": 4, "params": ["n=9"]}}"#
+    );
+    std::fs::write(&spec, text).unwrap();
+    let spec = spec.display().to_string();
+    let out = tally(&["run", "--spec-file", &spec, "--attach", &queens]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        last_line(&out),
+        tally_example_queens::A000170[9].to_string()
+    );
+    // Without it, the embedded coordinator holds no such module.
+    let out = tally(&["run", "--spec-file", &spec]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("does not hold"), "{stderr}");
+}
+
+#[test]
 fn json_is_one_object_and_global_flags_go_anywhere() {
     for args in [
         &["--json", "run", "kayles", "--pins", "6"][..],

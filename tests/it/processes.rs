@@ -396,29 +396,64 @@ fn assert_resumed_from_whole(log: &str, line: &str, vector: u64) {
 /// Runs `spec` through a worker killed after its first checkpoint and a second
 /// one, on a coordinator with the `extra` options; returns the log of the
 /// coordinator and both workers.
-async fn resumes_from_its_last_checkpoint(mut spec: JobSpec, extra: &[&str]) -> String {
+async fn resumes_from_its_last_checkpoint(spec: JobSpec, extra: &[&str]) -> String {
+    let answer = direct_answer(&spec);
+    let run = Resumption {
+        coordinator_args: extra,
+        worker_args: &[],
+        attachments: &[],
+        answer,
+    };
+    resumes_from_its_last_checkpoint_as(spec, run).await
+}
+
+/// How [`resumes_from_its_last_checkpoint_as`] runs its job.
+pub(crate) struct Resumption<'a> {
+    pub coordinator_args: &'a [&'a str],
+    /// Given to both workers.
+    pub worker_args: &'a [&'a str],
+    /// Sent with the job (a wasm module).
+    pub attachments: &'a [&'a [u8]],
+    /// The job's right answer.
+    pub answer: String,
+}
+
+/// Runs `spec` through a worker killed after its first accepted checkpoint:
+/// the second worker is leased the checkpointed shard from that checkpoint,
+/// finishes it, and the job gives `run.answer`. Returns the log of the
+/// coordinator and both workers.
+pub(crate) async fn resumes_from_its_last_checkpoint_as(
+    mut spec: JobSpec,
+    run: Resumption<'_>,
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let log = dir.path().join("log.txt");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
-    let _coordinator = spawn_coordinator_with(port, &data, &log, extra);
+    let _coordinator = spawn_coordinator_with(port, &data, &log, run.coordinator_args);
     let mut client = jobs_client(&url).await;
     spec.options.lease_ttl_ms = 3_000;
     spec.options.max_attempts = 10;
-    let job = submit(&mut client, &spec, "").await;
-    let mut first = spawn_worker(
-        &url,
-        "first",
-        1,
-        &[
-            "--checkpoint-ms",
-            "10",
-            "--pause-after-checkpoint-ms",
-            "120000",
-        ],
-        &log,
-    );
+    let job = client
+        .submit(proto::SubmitRequest {
+            spec: Some(proto_spec(&spec)),
+            attachments: run.attachments.iter().map(|a| a.to_vec()).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job
+        .expect("job");
+    let stall = [
+        "--checkpoint-ms",
+        "10",
+        "--pause-after-checkpoint-ms",
+        "120000",
+    ];
+    let first_args: Vec<&str> = stall.iter().chain(run.worker_args).copied().collect();
+    let mut first = spawn_worker(&url, "first", 1, &first_args, &log);
     let deadline = Instant::now() + Duration::from_secs(60);
     let checkpointed = loop {
         let ev = events(&mut client, &job.id).await;
@@ -432,7 +467,7 @@ async fn resumes_from_its_last_checkpoint(mut spec: JobSpec, extra: &[&str]) -> 
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     first.kill9();
-    let _second = spawn_worker(&url, "second", 2, &[], &log);
+    let _second = spawn_worker(&url, "second", 2, run.worker_args, &log);
     let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
     assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
     let ev = events(&mut client, &job.id).await;
@@ -451,7 +486,7 @@ async fn resumes_from_its_last_checkpoint(mut spec: JobSpec, extra: &[&str]) -> 
         resumed.is_some_and(|e| e.message.starts_with("from checkpoint")),
         "the second attempt did not start from the checkpoint: {resumed:?}"
     );
-    assert_eq!(done.answer, direct_answer(&spec));
+    assert_eq!(done.answer, run.answer);
     std::fs::read_to_string(&log).unwrap()
 }
 

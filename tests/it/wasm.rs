@@ -15,6 +15,7 @@ use tally_example_independent_sets::A006506;
 use tally_example_queens::A000170;
 use tonic::transport::Channel;
 
+use crate::processes::{Resumption, resumes_from_its_last_checkpoint_as};
 use crate::support::*;
 
 type JobClient = proto::job_service_client::JobServiceClient<Channel>;
@@ -436,49 +437,12 @@ async fn cancelling_a_job_stops_its_endless_module_and_frees_the_slot() {
 /// and the answer is the published one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_re_leased_wasm_shard_resumes_from_the_modules_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let log = dir.path().join("log.txt");
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}");
-    let _coordinator = spawn_coordinator(port, &data, &log);
-    let mut client = jobs_client(&url).await;
-    let mut spec = wasm_job(INDEPENDENT_SETS, 1, &["n=11", "checkpoint_every=1"], P61);
-    spec.options.lease_ttl_ms = 3_000;
-    spec.options.max_attempts = 10;
-    let job = submit_with(&mut client, &spec, &[INDEPENDENT_SETS])
-        .await
-        .unwrap();
-    let stall = [
-        "--allow-wasm",
-        "--checkpoint-ms",
-        "10",
-        "--pause-after-checkpoint-ms",
-        "120000",
-    ];
-    let mut first = spawn_worker(&url, "first", 1, &stall, &log);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !events(&mut client, &job.id)
-        .await
-        .iter()
-        .any(|e| e.kind == "checkpoint" && e.worker_id == "first")
-    {
-        assert!(Instant::now() < deadline, "no checkpoint was accepted");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    first.kill9();
-    let _second = spawn_worker(&url, "second", 1, &["--allow-wasm"], &log);
-    let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
-    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
-    assert_eq!(done.answer, (A006506[11] % u128::from(P61)).to_string());
-    let ev = events(&mut client, &job.id).await;
-    let resumed = ev
-        .iter()
-        .find(|e| e.kind == "leased" && e.worker_id == "second");
-    assert!(
-        resumed.is_some_and(|e| e.message.starts_with("from checkpoint")),
-        "the second attempt did not start from the checkpoint: {ev:?}"
-    );
-    let accepted = ev.iter().find(|e| e.kind == "accepted").unwrap();
-    assert_eq!(accepted.worker_id, "second");
+    let spec = wasm_job(INDEPENDENT_SETS, 1, &["n=11", "checkpoint_every=1"], P61);
+    let run = Resumption {
+        coordinator_args: &[],
+        worker_args: &["--allow-wasm"],
+        attachments: &[INDEPENDENT_SETS],
+        answer: (A006506[11] % u128::from(P61)).to_string(),
+    };
+    resumes_from_its_last_checkpoint_as(spec, run).await;
 }

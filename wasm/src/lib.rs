@@ -11,6 +11,9 @@
 mod runtime;
 
 pub use runtime::GuestSandbox;
+/// One shard's call, and what a running shard tells its caller and asks it:
+/// the runner's own types, so the `wasm` kind hands them over as they are.
+pub use tally_common::guest::{GuestCall as ShardCall, GuestHooks as Hooks};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -331,27 +334,6 @@ impl Kernel {
     pub fn digest(&self) -> &str {
         &self.digest
     }
-}
-
-/// One shard's call.
-#[derive(Clone, Copy, Debug)]
-pub struct ShardCall<'a> {
-    pub shard: u64,
-    pub shards: u64,
-    pub prime: u64,
-    /// The job's `K=V` lines.
-    pub params: &'a str,
-    /// A state the module saved for this shard earlier, or empty.
-    pub state: &'a [u8],
-    /// The residues the job asks for.
-    pub outputs: u32,
-}
-
-/// What a running shard tells its caller, and asks it.
-pub trait Hooks {
-    fn progress(&mut self, done: u64, total: u64);
-    fn checkpoint(&mut self, state: &[u8]);
-    fn cancelled(&self) -> bool;
 }
 
 enum Event {

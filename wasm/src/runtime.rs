@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tally_common::guest::{GuestCall, GuestHooks, GuestModule, GuestRuntime};
 use tally_common::{Error, invalid};
 
-use crate::{Hooks, Kernel, Limits, Sandbox, ShardCall, WasmError};
+use crate::{Kernel, Limits, Sandbox, WasmError};
 
 /// A [`Sandbox`] shared by the modules of a process.
 pub struct GuestSandbox(Arc<Sandbox>);
@@ -42,33 +42,9 @@ impl GuestModule for LoadedKernel {
         call: &GuestCall<'_>,
         hooks: &mut dyn GuestHooks,
     ) -> tally_common::Result<Vec<u64>> {
-        let call = ShardCall {
-            shard: call.shard,
-            shards: call.shards,
-            prime: call.prime,
-            params: call.params,
-            state: call.state,
-            outputs: call.outputs,
-        };
         self.sandbox
-            .run(&self.kernel, &call, &mut Forward(hooks))
+            .run(&self.kernel, call, hooks)
             .map_err(into_error)
-    }
-}
-
-struct Forward<'a>(&'a mut dyn GuestHooks);
-
-impl Hooks for Forward<'_> {
-    fn progress(&mut self, done: u64, total: u64) {
-        self.0.progress(done, total)
-    }
-
-    fn checkpoint(&mut self, state: &[u8]) {
-        self.0.checkpoint(state)
-    }
-
-    fn cancelled(&self) -> bool {
-        self.0.cancelled()
     }
 }
 

@@ -432,6 +432,42 @@ async fn cancelling_a_job_stops_its_endless_module_and_frees_the_slot() {
     coordinator.shutdown().await;
 }
 
+/// `out[0] = shard + 1`, `out[1] = (shard + 1)^2`, modulo the prime: two
+/// residues a shard.
+fn two_sums() -> Vec<u8> {
+    handmade(
+        "",
+        "(local $x i64)
+         (local.set $x (i64.add (local.get 0) (i64.const 1)))
+         (i64.store (local.get 7) (i64.rem_u (local.get $x) (local.get 2)))
+         (i64.store offset=8 (local.get 7)
+           (i64.rem_u (i64.mul (local.get $x) (local.get $x)) (local.get 2)))
+         (i32.const 2)",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_several_outputs_sums_each_and_lists_them() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let pool = wasm_workers(&url, 2);
+    let module = two_sums();
+    let shards = 1000u64;
+    let sum: u64 = (1..=shards).sum();
+    let squares: u64 = (1..=shards).map(|x| x * x).sum();
+    for modulus in [P61, 101] {
+        let mut spec = wasm_job(&module, shards, &[], modulus);
+        spec.params.insert("outputs".into(), 2.into());
+        let job = submit_with(&mut client, &spec, &[&module]).await.unwrap();
+        let done = succeeded(&mut client, &job.id).await;
+        let expected = format!("{} {}", sum % modulus, squares % modulus);
+        assert_eq!(done.answer, expected, "mod {modulus}");
+    }
+    pool.stop().await;
+    coordinator.shutdown().await;
+}
+
 /// A worker process killed while it holds a checkpointed independent-sets
 /// shard: a second worker is leased the shard with the module's saved state,
 /// and the answer is the published one.

@@ -39,6 +39,8 @@ pub const MAX_OUTPUTS: u32 = 4096;
 pub const MAX_BOUND_BITS: u32 = 4096;
 /// The parameters' `K=V` lines, in bytes.
 pub const MAX_PARAMS_BYTES: usize = 64 << 10;
+/// The parameters a job's description shows, in characters.
+const DESCRIBED_PARAMS_CHARS: usize = 80;
 /// A shard's progress in these units, whatever the module's own.
 const WORK_UNITS: u64 = 1_000_000;
 
@@ -262,11 +264,12 @@ impl JobKind for Wasm {
         } else {
             format!("mod {}", spec.modulus)
         };
-        let params = if spec.params.is_empty() {
-            String::new()
-        } else {
-            format!(" {}", spec.params.join(" "))
-        };
+        // A description is one line of a listing: long parameters are cut.
+        let mut params: String = spec.params.iter().map(|p| format!(" {p}")).collect();
+        if let Some((cut, _)) = params.char_indices().nth(DESCRIBED_PARAMS_CHARS) {
+            params.truncate(cut);
+            params.push('…');
+        }
         format!(
             "wasm module sha256:{}{params}, {} shards, {over}",
             &spec.module_sha256[..12],
@@ -741,6 +744,19 @@ mod tests {
             outputs: 1,
         };
         Wasm::validate(&good).unwrap();
+        assert_eq!(
+            Wasm::describe(&good),
+            "wasm module sha256:abababababab n=3, 4 shards, mod 1000000007"
+        );
+        let long = WasmSpec {
+            params: vec![format!("data={}", "7".repeat(500))],
+            ..good.clone()
+        };
+        assert!(
+            Wasm::describe(&long).len() < 200,
+            "{}",
+            Wasm::describe(&long)
+        );
         let cases = [
             (
                 WasmSpec {

@@ -487,7 +487,13 @@ async fn fetch_attachment(
             .data)
     })
     .await?;
-    let got = tally_common::guest::sha256_hex(&data);
+    // Hashing 8 MiB takes milliseconds: not on the async runtime.
+    let (data, got) = tokio::task::spawn_blocking(move || {
+        let got = tally_common::guest::sha256_hex(&data);
+        (data, got)
+    })
+    .await
+    .map_err(|e| CommonError::Internal(format!("hashing an attachment: {e}")))?;
     if got != sha256 {
         return Err(tonic::Status::data_loss(format!(
             "the attachment fetched as {sha256} has SHA-256 {got}"

@@ -24,27 +24,32 @@ const QUEENS: &[u8] = include_bytes!("../../examples/wasm/queens.wasm");
 const INDEPENDENT_SETS: &[u8] = include_bytes!("../../examples/wasm/independent-sets.wasm");
 const P61: u64 = (1 << 61) - 1;
 
-fn wasm_job(module: &[u8], shards: u64, params: &[&str], modulus: u64) -> JobSpec {
-    JobSpec::new(WasmSpec {
+/// A job of `module` modulo the default prime, one output.
+fn wasm_spec(module: &[u8], shards: u64, params: &[&str]) -> WasmSpec {
+    WasmSpec {
         module_sha256: sha256_hex(module),
         shards,
         params: params.iter().map(|p| p.to_string()).collect(),
-        modulus,
+        modulus: DEFAULT_MODULUS,
         exact: false,
         bound_bits: 0,
         outputs: 1,
+    }
+}
+
+fn wasm_job(module: &[u8], shards: u64, params: &[&str], modulus: u64) -> JobSpec {
+    JobSpec::new(WasmSpec {
+        modulus,
+        ..wasm_spec(module, shards, params)
     })
 }
 
 fn exact_job(module: &[u8], shards: u64, params: &[&str], bound_bits: u32) -> JobSpec {
     JobSpec::new(WasmSpec {
-        module_sha256: sha256_hex(module),
-        shards,
-        params: params.iter().map(|p| p.to_string()).collect(),
         modulus: 0,
         exact: true,
         bound_bits,
-        outputs: 1,
+        ..wasm_spec(module, shards, params)
     })
 }
 
@@ -65,6 +70,14 @@ async fn submit_with(
 
 fn wasm_workers(url: &str, count: usize) -> Workers {
     Workers::start_with(url, count, 2, |c| c.allow_wasm = true)
+}
+
+/// Waits for the job to fail, with an error that says `says`.
+async fn failed_saying(client: &mut JobClient, id: &str, says: &str) -> proto::Job {
+    let done = wait_finished(client, id, Duration::from_secs(300)).await;
+    assert_eq!(state(&done), JobState::Failed, "{}", done.description);
+    assert!(done.error.contains(says), "{says:?} not in: {}", done.error);
+    done
 }
 
 async fn succeeded(client: &mut JobClient, id: &str) -> proto::Job {
@@ -144,9 +157,7 @@ async fn an_exact_count_beyond_64_bits_joins_the_residues_of_several_primes() {
     // A bound the answer breaks is said, not answered wrongly.
     let tight = exact_job(INDEPENDENT_SETS, 3, &["n=11"], 70);
     let job = submit_with(&mut client, &tight, &[]).await.unwrap();
-    let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
-    assert_eq!(state(&done), JobState::Failed);
-    assert!(done.error.contains("raise --bound-bits"), "{}", done.error);
+    failed_saying(&mut client, &job.id, "raise --bound-bits").await;
     pool.stop().await;
     coordinator.shutdown().await;
 }
@@ -186,9 +197,7 @@ async fn replicas_of_a_wasm_shard_agree_bit_for_bit() {
     spec.options.max_attempts = 2;
     spec.params.insert("shards".into(), 2.into());
     let job = submit_with(&mut client, &spec, &[]).await.unwrap();
-    let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
-    assert_eq!(state(&done), JobState::Failed);
-    assert!(done.error.contains("replicas disagree"), "{}", done.error);
+    failed_saying(&mut client, &job.id, "replicas disagree").await;
     honest.stop().await;
     faulty.stop().await;
     coordinator.shutdown().await;
@@ -387,9 +396,7 @@ async fn a_faulty_module_fails_its_job_with_the_reason_and_stalls_no_worker() {
         let job = submit_with(&mut client, &wasm_job(module, 3, &[], P61), &[module])
             .await
             .unwrap();
-        let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
-        assert_eq!(state(&done), JobState::Failed);
-        assert!(done.error.contains(says), "{says}: {}", done.error);
+        let done = failed_saying(&mut client, &job.id, says).await;
         // Failed at once: the module's fault is the same on every attempt.
         assert_eq!(done.shards_failed_attempts, 1, "{}", done.error);
         // And the worker goes on.

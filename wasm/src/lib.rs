@@ -89,11 +89,6 @@ pub enum WasmError {
 
 pub type Result<T> = std::result::Result<T, WasmError>;
 
-/// The SHA-256 of a module, in hex: its name in the runner.
-pub fn module_digest(bytes: &[u8]) -> String {
-    tally_common::guest::sha256_hex(bytes)
-}
-
 /// The engine shared by every module of a worker, and the thread that ticks
 /// its epoch.
 pub struct Sandbox {
@@ -155,10 +150,7 @@ impl Sandbox {
             .map_err(|e| WasmError::Refused(format!("it is not a valid module: {e:#}")))?;
         check_imports(&self.engine, &module)?;
         check_exports(&self.engine, &module)?;
-        Ok(Kernel {
-            module,
-            digest: module_digest(bytes),
-        })
+        Ok(Kernel { module })
     }
 
     /// Runs one shard of `kernel`; `hooks` gets its progress and checkpoints
@@ -323,17 +315,11 @@ impl Drop for Sandbox {
 /// The message of the epoch callback's trap when the shard is stopped.
 const CANCELLED: &str = "tally: the shard was cancelled";
 
-/// A checked, compiled module.
+/// A checked, compiled module. (The runner names modules by the SHA-256 it
+/// computed when it received them; the sandbox does not hash them again.)
 #[derive(Clone)]
 pub struct Kernel {
     module: Module,
-    digest: String,
-}
-
-impl Kernel {
-    pub fn digest(&self) -> &str {
-        &self.digest
-    }
 }
 
 enum Event {

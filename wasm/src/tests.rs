@@ -99,7 +99,6 @@ fn small_limits() -> Limits {
 fn an_honest_module_computes_its_shard_the_same_every_time() {
     let sandbox = Sandbox::new(small_limits()).unwrap();
     let kernel = sandbox.load(&honest()).unwrap();
-    assert_eq!(kernel.digest(), module_digest(&honest()));
     for _ in 0..3 {
         let got = sandbox
             .run(&kernel, &call(1), &mut Recorded::new())

@@ -145,8 +145,8 @@ async fn an_exact_count_beyond_64_bits_joins_the_residues_of_several_primes() {
     let done = succeeded(&mut client, &job.id).await;
     assert!(A006506[11] > u128::from(u64::MAX));
     assert_eq!(done.answer, A006506[11].to_string());
-    // 80 bits take two primes below 2^62: 9 shards each.
-    assert_eq!(done.shards_total, 18);
+    // 80 bits take two primes below 2^62, and a spare: 9 shards each.
+    assert_eq!(done.shards_total, 27);
     let result = client
         .result(proto::ResultRequest { job_id: job.id })
         .await
@@ -154,10 +154,52 @@ async fn an_exact_count_beyond_64_bits_joins_the_residues_of_several_primes() {
         .into_inner();
     let details: serde_json::Value = serde_json::from_str(&result.details_json).unwrap();
     assert_eq!(details["primes"].as_array().unwrap().len(), 2, "{details}");
+    assert_eq!(
+        details["spare_primes"].as_array().unwrap().len(),
+        1,
+        "{details}"
+    );
     // A bound the answer breaks is said, not answered wrongly.
     let tight = exact_job(INDEPENDENT_SETS, 3, &["n=11"], 70);
     let job = submit_with(&mut client, &tight, &[]).await.unwrap();
     failed_saying(&mut client, &job.id, "raise --bound-bits").await;
+    pool.stop().await;
+    coordinator.shutdown().await;
+}
+
+/// Each shard returns 2^`power` modulo its prime: S shards sum to S * 2^power.
+fn power_of_two(power: u32) -> Vec<u8> {
+    handmade(
+        "",
+        &format!(
+            "(i64.store (local.get 7) (i64.rem_u (i64.shl (i64.const 1) (i64.const {power})) \
+             (local.get 2))) (i32.const 1)"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exact_sum_at_or_above_its_bound_fails_instead_of_printing_a_wrong_number() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let pool = wasm_workers(&url, 2);
+    // 4 shards of 2^60 make 2^62, whose residue modulo the one prime below
+    // 2^62 a 61-bit bound needs is 57, below the bound: only the spare
+    // prime tells it from the truth.
+    let module = power_of_two(60);
+    let mut attachments: &[&[u8]] = &[&module];
+    for (bound_bits, answer) in [(61, None), (62, None), (63, Some("4611686018427387904"))] {
+        let spec = exact_job(&module, 4, &[], bound_bits);
+        let job = submit_with(&mut client, &spec, attachments).await.unwrap();
+        attachments = &[];
+        match answer {
+            Some(answer) => assert_eq!(succeeded(&mut client, &job.id).await.answer, answer),
+            None => {
+                failed_saying(&mut client, &job.id, "raise --bound-bits").await;
+            }
+        }
+    }
     pool.stop().await;
     coordinator.shutdown().await;
 }

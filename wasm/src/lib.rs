@@ -85,6 +85,8 @@ pub enum WasmError {
     Failed(String),
     #[error("cancelled")]
     Cancelled,
+    #[error("the module returned -3 (cancelled), but the shard was not cancelled")]
+    CancelledUnasked,
 }
 
 pub type Result<T> = std::result::Result<T, WasmError>;
@@ -256,7 +258,10 @@ impl Sandbox {
         match returned {
             -1 => return Err(WasmError::BadParams),
             -2 => return Err(WasmError::Failed("the module said it failed".into())),
-            -3 => return Err(WasmError::Cancelled),
+            // -3 answers a cancellation; without one it is the module's
+            // fault (a hand-back would lease the shard again at once).
+            -3 if stop.load(Ordering::Relaxed) => return Err(WasmError::Cancelled),
+            -3 => return Err(WasmError::CancelledUnasked),
             n if n != i64::from(call.outputs) as i32 => {
                 return Err(WasmError::WrongOutputs {
                     got: i64::from(n),

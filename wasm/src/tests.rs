@@ -154,6 +154,27 @@ fn a_long_shard_stops_when_its_caller_cancels() {
     );
 }
 
+#[test]
+fn a_module_that_answers_its_cancellation_with_minus_3_is_cancelled() {
+    let sandbox = Sandbox::new(Limits {
+        fuel: u64::MAX / 2,
+        ..small_limits()
+    })
+    .unwrap();
+    let polite = module(
+        r#"(import "tally" "cancelled" (func $cancelled (result i32)))"#,
+        "(loop (br_if 0 (i32.eqz (call $cancelled)))) (i32.const -3)",
+        "",
+    );
+    let kernel = sandbox.load(&polite).unwrap();
+    let mut hooks = Recorded::new();
+    hooks.cancel_after_polls = Some(3);
+    assert_eq!(
+        sandbox.run(&kernel, &call(1), &mut hooks),
+        Err(WasmError::Cancelled)
+    );
+}
+
 /// Each malicious module gets its own error, and the sandbox runs an honest
 /// module after every one of them.
 #[test]
@@ -251,6 +272,12 @@ fn malicious_modules_fail_with_a_clear_error_and_affect_nothing_else() {
             wat::parse_str(r#"(module (memory (export "memory") 1))"#).unwrap(),
             |e| matches!(e, WasmError::Refused(_)),
             "tally_abi_version",
+        ),
+        (
+            "cancelled though nothing cancelled it",
+            module("", "(i32.const -3)", ""),
+            |e| *e == WasmError::CancelledUnasked,
+            "was not cancelled",
         ),
         (
             "bad parameters",

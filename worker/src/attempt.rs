@@ -19,7 +19,7 @@ pub(crate) async fn run_shard(
     let started = Instant::now();
     tracing::debug!(lease = %lease_id, "shard started");
     let computed = execute::compute_shard(&ctx, &lease, &handle).await;
-    let ending = Ending::of(computed, handle.is_revoked());
+    let ending = Ending::of(computed, handle.is_revoked(), handle.control.is_cancelled());
     match &ending {
         Ending::Done(result) => {
             ctx.stats

@@ -52,12 +52,23 @@ pub(crate) enum Ending {
 
 impl Ending {
     /// The ending of an attempt that computed `computed`; `revoked` tells a
-    /// cancellation by the coordinator from one by the drain timeout.
-    pub(crate) fn of(computed: Result<ShardResult, WorkerError>, revoked: bool) -> Ending {
+    /// cancellation by the coordinator from one by the drain timeout, and
+    /// `cancelled` whether either asked the shard to stop at all: a kernel
+    /// that stops as cancelled when nothing asked it to has failed (handing
+    /// it back would lease it again at once, for ever).
+    pub(crate) fn of(
+        computed: Result<ShardResult, WorkerError>,
+        revoked: bool,
+        cancelled: bool,
+    ) -> Ending {
         match computed {
             Ok(result) => Ending::Done(result),
             Err(e) if e.is_cancelled() && revoked => Ending::Stopped,
-            Err(e) if e.is_cancelled() => Ending::HandedBack,
+            Err(e) if e.is_cancelled() && cancelled => Ending::HandedBack,
+            Err(e) if e.is_cancelled() => Ending::Failed {
+                message: "the shard stopped as cancelled, but nothing cancelled it".into(),
+                permanent: false,
+            },
             Err(WorkerError::Kernel(CommonError::InvalidArgument(message))) => Ending::Failed {
                 message,
                 permanent: true,

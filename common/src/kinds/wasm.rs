@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use num_bigint::BigUint;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::cache::KernelCache;
 use crate::guest::{
@@ -105,9 +106,15 @@ pub struct WasmArgs {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WasmPlan {
-    /// The primes the shards run modulo: the job's, or those of `exact`.
+    /// The primes the shards run modulo: the job's, or those of `exact`
+    /// (the bound's primes, then the spares).
     #[serde(default)]
     pub primes: Vec<u64>,
+    /// With `exact`: how many of the last `primes` are spares, beyond the
+    /// product the bound needs, that check the bound (0 in plans made
+    /// before spares were run).
+    #[serde(default)]
+    pub spares: usize,
 }
 
 /// Shard `shard` of the sum modulo `prime`.
@@ -232,10 +239,10 @@ impl JobKind for Wasm {
             if spec.modulus != 0 {
                 return Err(invalid!("an exact wasm job takes no modulus"));
             }
-            // Every prime is above 2^61: at most this many (a bound, not the
-            // primes themselves, so that checking a spec, which every lease
-            // does, stays cheap).
-            u64::from(spec.bound_bits.div_ceil(61))
+            // Every prime is above 2^61: at most this many, and the spare (a
+            // bound, not the primes themselves, so that checking a spec, which
+            // every lease does, stays cheap).
+            u64::from(spec.bound_bits.div_ceil(61)) + SPARE_PRIMES as u64
         } else {
             if spec.bound_bits != 0 {
                 return Err(invalid!("bound_bits goes with exact only"));
@@ -302,12 +309,14 @@ impl JobKind for Wasm {
         cache.get_or_build::<Loaded>(&spec.module_sha256, MODULES_KEPT, || {
             Ok(Loaded(runtime.load(&module)?))
         })?;
-        let primes = if spec.exact {
-            primes_for_bits(spec.bound_bits)
+        Ok(if spec.exact {
+            exact_plan(spec)
         } else {
-            vec![spec.modulus]
-        };
-        Ok(WasmPlan { primes })
+            WasmPlan {
+                primes: vec![spec.modulus],
+                spares: 0,
+            }
+        })
     }
 
     fn plan_stage(spec: &WasmSpec, plan: &WasmPlan, _stage: u32) -> Result<Vec<Planned<WasmTask>>> {
@@ -382,12 +391,13 @@ impl JobKind for Wasm {
 
     fn finish(spec: &WasmSpec, plan: &WasmPlan, partials: Vec<WasmPartial>) -> Result<Answer> {
         let shards = spec.shards as usize;
-        if partials.len() != shards * plan.primes.len() {
+        if partials.len() != shards * plan.primes.len() || plan.spares >= plan.primes.len() {
             return Err(Error::Internal(format!(
-                "{} results for {} shards over {} primes",
+                "{} results for {} shards over {} primes ({} spare)",
                 partials.len(),
                 shards,
-                plan.primes.len()
+                plan.primes.len(),
+                plan.spares
             )));
         }
         // The tasks are planned prime by prime, shard by shard.
@@ -397,23 +407,17 @@ impl JobKind for Wasm {
             .zip(partials.chunks(shards))
             .map(|(&prime, chunk)| sum_mod(chunk, spec.outputs as usize, prime))
             .collect();
+        let joined = plan.primes.len() - plan.spares;
         let values: Vec<BigUint> = (0..spec.outputs as usize)
             .map(|i| {
                 let residues: Vec<u64> = sums.iter().map(|s| s[i]).collect();
-                crt(&residues, &plan.primes)
+                let value = crt(&residues[..joined], &plan.primes[..joined])?;
+                if spec.exact {
+                    check_bound(spec, plan, i, &value, &residues[joined..])?;
+                }
+                Ok(value)
             })
             .collect::<Result<_>>()?;
-        if spec.exact
-            && let Some(i) = values
-                .iter()
-                .position(|v| v.bits() > u64::from(spec.bound_bits))
-        {
-            return Err(invalid!(
-                "value {i} of the answer is not below 2^{}: the bound is too small for it, so \
-                 the CRT cannot give it (raise --bound-bits)",
-                spec.bound_bits
-            ));
-        }
         Ok(answer(spec, plan, &values))
     }
 
@@ -501,6 +505,70 @@ pub fn primes_for_bits(bits: u32) -> Vec<u64> {
     primes
 }
 
+/// Spare primes an exact job runs beyond those its bound needs (at most 4:
+/// each is drawn from 8 bytes of a SHA-256).
+pub const SPARE_PRIMES: usize = 1;
+const _: () = assert!(SPARE_PRIMES >= 1 && SPARE_PRIMES <= 4);
+
+/// The primes of an exact job: those [`primes_for_bits`] gives, then
+/// [`SPARE_PRIMES`] more, each the first prime at or below a number drawn by
+/// the spec's digest between 2^61 and 2^62 (about 5 * 10^16 primes), so that
+/// no fixed value slips past the spares of every job.
+fn exact_plan(spec: &WasmSpec) -> WasmPlan {
+    let mut primes = primes_for_bits(spec.bound_bits);
+    let described = serde_json::to_vec(spec).expect("a wasm spec serialises");
+    let digest = Sha256::digest(&described);
+    for draw in digest.chunks_exact(8).take(SPARE_PRIMES) {
+        let word = u64::from_le_bytes(draw.try_into().expect("8 bytes"));
+        let half = PRIME_LIMIT >> 1;
+        let mut candidate = half | (word & (half - 1)) | 1;
+        while !is_prime(candidate) || primes.contains(&candidate) {
+            candidate -= 2;
+        }
+        primes.push(candidate);
+    }
+    WasmPlan {
+        primes,
+        spares: SPARE_PRIMES,
+    }
+}
+
+/// Checks an exact job's value `index` against its bound: the value the
+/// bound's primes give is below 2^bound_bits and has the residues the spare
+/// primes summed. A sum S at or above the product of the bound's primes
+/// comes back from the CRT as a smaller number V; a spare prime misses it
+/// only if it divides S - V, which has fewer than log2(S) / 61 prime factors
+/// above 2^61, while each prime is drawn with probability below 2^-50 (the
+/// gaps between primes near 2^62 are below 1,500): below 2^-40 for any S
+/// under 2^65536. A plan without spares (made before they were run) has
+/// the first check only.
+fn check_bound(
+    spec: &WasmSpec,
+    plan: &WasmPlan,
+    index: usize,
+    value: &BigUint,
+    spare_residues: &[u64],
+) -> Result<()> {
+    let joined = plan.primes.len() - plan.spares;
+    let spares_agree = plan.primes[joined..]
+        .iter()
+        .zip(spare_residues)
+        .all(|(&p, &r)| residue(value, p) == r);
+    if value.bits() > u64::from(spec.bound_bits) || !spares_agree {
+        return Err(invalid!(
+            "value {index} of the answer is not below 2^{}: {}, so the CRT cannot give it \
+             (raise --bound-bits)",
+            spec.bound_bits,
+            if spares_agree {
+                "the primes' reconstruction is above the bound"
+            } else {
+                "the spare prime's residue disagrees with the reconstruction"
+            }
+        ));
+    }
+    Ok(())
+}
+
 fn answer(spec: &WasmSpec, plan: &WasmPlan, values: &[BigUint]) -> Answer {
     let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
     let mut details = serde_json::json!({
@@ -513,7 +581,15 @@ fn answer(spec: &WasmSpec, plan: &WasmPlan, values: &[BigUint]) -> Answer {
     if spec.exact {
         details["exact"] = true.into();
         details["bound_bits"] = spec.bound_bits.into();
-        details["primes"] = plan.primes.iter().map(|p| p.to_string()).collect();
+        let joined = plan.primes.len() - plan.spares;
+        details["primes"] = plan.primes[..joined]
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        details["spare_primes"] = plan.primes[joined..]
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
     } else {
         details["modulus"] = spec.modulus.into();
     }
@@ -611,9 +687,8 @@ mod tests {
             outputs: 2,
         };
         Wasm::validate(&spec).unwrap();
-        let plan = WasmPlan {
-            primes: primes_for_bits(100),
-        };
+        let plan = exact_plan(&spec);
+        assert_eq!(plan.primes.len(), primes_for_bits(100).len() + SPARE_PRIMES);
         let tasks = Wasm::plan_stage(&spec, &plan, 1).unwrap();
         assert_eq!(tasks.len(), 6 * plan.primes.len());
         let partials: Vec<WasmPartial> = tasks
@@ -641,6 +716,106 @@ mod tests {
         };
         let error = Wasm::finish(&tight, &plan, partials).unwrap_err();
         assert!(error.to_string().contains("raise --bound-bits"), "{error}");
+    }
+
+    /// The partials of a job whose shards hold `total` between them (the
+    /// last shard the rest), each modulo its task's prime.
+    fn partials_of(spec: &WasmSpec, plan: &WasmPlan, total: &BigUint) -> Vec<WasmPartial> {
+        let part = total / spec.shards;
+        Wasm::plan_stage(spec, plan, 1)
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let last = t.task.shard + 1 == spec.shards;
+                let held = if last {
+                    total - &part * (spec.shards - 1)
+                } else {
+                    part.clone()
+                };
+                WasmPartial {
+                    residues: vec![residue(&held, t.task.prime)],
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_value_at_or_above_the_bound_fails_the_job_whatever_its_residues() {
+        let one = BigUint::from(1u32);
+        // 1 to 4 primes for the bound, and the spare.
+        for (bits, needed) in [
+            (20, 1),
+            (61, 1),
+            (62, 2),
+            (123, 2),
+            (125, 3),
+            (185, 3),
+            (186, 4),
+            (244, 4),
+        ] {
+            let spec = WasmSpec {
+                module_sha256: "5".repeat(64),
+                shards: 5,
+                params: vec![format!("bits={bits}")],
+                modulus: 0,
+                exact: true,
+                bound_bits: bits,
+                outputs: 1,
+            };
+            Wasm::validate(&spec).unwrap();
+            let plan = exact_plan(&spec);
+            assert_eq!(plan.primes.len(), needed + SPARE_PRIMES, "bits {bits}");
+            let bound = &one << bits;
+            let product: BigUint = plan.primes[..needed]
+                .iter()
+                .map(|&p| BigUint::from(p))
+                .product();
+            let just_below = &bound - 1u32;
+            let answer = Wasm::finish(&spec, &plan, partials_of(&spec, &plan, &just_below));
+            assert_eq!(answer.unwrap().line, just_below.to_string(), "bits {bits}");
+            // Above the bound: below the product the CRT gives it back (and
+            // it is refused), at or above it the CRT gives a smaller number,
+            // which only the spare tells from the truth.
+            for above in [
+                bound.clone(),
+                &bound + 1u32,
+                &bound << 1,
+                product.clone(),
+                &product + 57u32,
+                &product * 3u32 + &just_below,
+                &one << (bits + 200),
+            ] {
+                let partials = partials_of(&spec, &plan, &above);
+                let error = Wasm::finish(&spec, &plan, partials)
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    error.contains("raise --bound-bits"),
+                    "bits {bits}, {above}: {error}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_spare_prime_depends_on_the_spec_and_is_none_of_the_bounds() {
+        let spec = |params: &str| WasmSpec {
+            module_sha256: "7".repeat(64),
+            shards: 3,
+            params: vec![params.to_string()],
+            modulus: 0,
+            exact: true,
+            bound_bits: 130,
+            outputs: 1,
+        };
+        let (a, b) = (exact_plan(&spec("n=1")), exact_plan(&spec("n=2")));
+        assert_eq!(a, exact_plan(&spec("n=1")), "the plan is deterministic");
+        assert_ne!(a.primes.last(), b.primes.last());
+        for plan in [a, b] {
+            let spare = *plan.primes.last().unwrap();
+            assert!(is_prime(spare) && spare < PRIME_LIMIT && spare > PRIME_LIMIT / 2 - 2000);
+            assert!(!plan.primes[..plan.primes.len() - 1].contains(&spare));
+        }
     }
 
     /// A module that reports progress and a checkpoint at each of four

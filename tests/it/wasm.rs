@@ -428,12 +428,16 @@ async fn a_faulty_module_fails_its_job_with_the_reason_and_stalls_no_worker() {
         "(loop (br_if 0 (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) (i32.const 1)",
     );
     let two_residues = handmade("", "(i32.const 2)");
+    // "Cancelled" when nothing cancelled it: was handed back and leased
+    // again at once, for ever.
+    let cancelled_unasked = handmade("", "(i32.const -3)");
     let honest = wasm_job(QUEENS, 3, &["n=7"], P61);
     for (module, says) in [
         (&trap, "the module trapped"),
         (&endless, "used all its fuel"),
         (&memory_bomb, "more than its memory limit"),
         (&two_residues, "returned 2 residues, the job asks for 1"),
+        (&cancelled_unasked, "the shard was not cancelled"),
     ] {
         let job = submit_with(&mut client, &wasm_job(module, 3, &[], P61), &[module])
             .await

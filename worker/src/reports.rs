@@ -356,3 +356,31 @@ pub(crate) async fn deliver_final_report(ctx: &Arc<Context>, lease_id: &str, end
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cancelled() -> Result<ShardResult, WorkerError> {
+        Err(WorkerError::Kernel(CommonError::Cancelled))
+    }
+
+    #[test]
+    fn a_cancellation_nothing_asked_for_is_a_failure_not_a_hand_back() {
+        assert!(matches!(
+            Ending::of(cancelled(), true, true),
+            Ending::Stopped
+        ));
+        assert!(matches!(
+            Ending::of(cancelled(), false, true),
+            Ending::HandedBack
+        ));
+        match Ending::of(cancelled(), false, false) {
+            Ending::Failed { message, permanent } => {
+                assert!(!permanent);
+                assert!(message.contains("nothing cancelled it"), "{message}");
+            }
+            _ => panic!("an unasked cancellation was not a failure"),
+        }
+    }
+}

@@ -1,10 +1,15 @@
 //! The per-job event log: every state change writes one event in the batch
-//! that makes it, numbered in order.
+//! that makes it, numbered in order. A checkpoint right after a checkpoint
+//! of the same attempt replaces it, so the log grows with attempts, whose
+//! number is bounded, and not with how often a worker saves.
 
 use crate::records::{EventRecord, ShardRecord, encode, event_key};
 use crate::store::{Batch, Tree};
 
 use super::state::JobEntry;
+
+/// The kind of the event a checkpoint writes.
+pub(super) const CHECKPOINT: &str = "checkpoint";
 
 /// One event to log; `stage`, `shard` and `attempt` are 0 for job events.
 pub(super) struct Event<'a> {
@@ -50,21 +55,39 @@ impl<'a> Event<'a> {
 impl JobEntry {
     /// Adds `event` to `batch` under the job's next event number.
     pub(super) fn log(&mut self, batch: &mut Batch, now_ms: u64, event: Event) {
+        let place = (event.stage, event.shard, event.attempt);
+        let replaced = match self.last_checkpoint_event {
+            Some((stage, shard, attempt, seq, count))
+                if event.kind == CHECKPOINT
+                    && (stage, shard, attempt) == place
+                    && seq + 1 == self.next_event =>
+            {
+                Some((seq, count + 1))
+            }
+            _ => None,
+        };
+        let (seq, count) = replaced.unwrap_or((self.next_event, 1));
+        let message = match count {
+            1 => event.message.to_string(),
+            n => format!("{} ({n} checkpoints of this attempt)", event.message),
+        };
+        self.last_checkpoint_event =
+            (event.kind == CHECKPOINT).then_some((place.0, place.1, place.2, seq, count));
         let record = EventRecord {
-            seq: self.next_event,
+            seq,
             time_ms: now_ms,
             kind: event.kind.to_string(),
             stage: event.stage,
             shard: event.shard,
             attempt: event.attempt,
             worker: event.worker.to_string(),
-            message: event.message.to_string(),
+            message,
         };
         batch.put(
             Tree::Events,
             event_key(&self.rec.id, record.seq),
             encode(&record),
         );
-        self.next_event += 1;
+        self.next_event = seq + 1;
     }
 }

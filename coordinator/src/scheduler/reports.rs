@@ -136,7 +136,7 @@ impl Scheduler {
         batch.put(Tree::Shards, shard_key(job, *stage, *index), encode(&shard));
         let seq = entry.next_event;
         let note = format!("work {}", shard.work_done);
-        let event = Event::shard("checkpoint", &shard, &report.worker, &note);
+        let event = Event::shard(super::events::CHECKPOINT, &shard, &report.worker, &note);
         entry.log(&mut batch, now_ms, event);
         if let Err(e) = self.write(batch) {
             self.known_entry(job).next_event = seq;
@@ -170,10 +170,28 @@ impl Scheduler {
             }
         }
         end_attempt(entry, &mut shard, &failed, &config, &mut batch, now_ms);
-        let fail_job = !failed.failure.handed_back
-            && (failed.failure.permanent
-                || shard.failed_attempts >= rec.spec.options().max_attempts);
-        if fail_job {
+        let handed_back_too_often =
+            failed.failure.handed_back && hand_backs(&shard) > MAX_HAND_BACKS;
+        let fail_job = handed_back_too_often
+            || (!failed.failure.handed_back
+                && (failed.failure.permanent
+                    || shard.failed_attempts >= rec.spec.options().max_attempts));
+        if handed_back_too_often {
+            let message = format!(
+                "handed back {} times without a result (the last: {})",
+                hand_backs(&shard),
+                failed.failure.message
+            );
+            let failure = ReportedFailure {
+                message,
+                ..failed.failure.clone()
+            };
+            let failed = FailedAttempt {
+                failure: &failure,
+                ..failed
+            };
+            fail(entry, &mut rec, &shard, &failed, &mut batch, now_ms);
+        } else if fail_job {
             fail(entry, &mut rec, &shard, &failed, &mut batch, now_ms);
         }
         batch.put(
@@ -194,7 +212,29 @@ impl Scheduler {
     }
 }
 
+/// Hand-backs one shard may have before its job fails. Each is a worker
+/// that stopped while it held the shard (a drain, a restart of `tally run`);
+/// more than this means a worker or kernel that hands shards back instead of
+/// computing them, which would otherwise lease the shard for ever.
+pub const MAX_HAND_BACKS: u64 = 64;
+
+/// Hand-backs after which a handed-back shard waits the failure backoff
+/// before its next lease, so that a storm of hand-backs is slowed long before
+/// [`MAX_HAND_BACKS`].
+const HAND_BACKS_WITHOUT_BACKOFF: u64 = 4;
+
+/// The attempts of `shard` that ended handed back: every lease is an
+/// attempt, and each ended failed, as an accepted replica, or handed back
+/// (or is the current one).
+fn hand_backs(shard: &ShardRecord) -> u64 {
+    shard
+        .attempt
+        .saturating_sub(u64::from(shard.failed_attempts))
+        .saturating_sub(shard.replicas.len() as u64)
+}
+
 /// An attempt that ends without a result.
+#[derive(Clone, Copy)]
 pub(super) struct FailedAttempt<'a> {
     pub(super) lease: &'a LeaseId,
     pub(super) worker: &'a str,
@@ -248,7 +288,11 @@ fn end_attempt(
 ) {
     let message = &failed.failure.message;
     if failed.failure.handed_back {
-        shard.not_before_ms = now_ms;
+        let repeated = hand_backs(shard).saturating_sub(HAND_BACKS_WITHOUT_BACKOFF);
+        shard.not_before_ms = match repeated {
+            0 => now_ms,
+            n => now_ms + config.backoff_ms(n.min(u64::from(u32::MAX)) as u32),
+        };
         let event = Event::shard("handed-back", shard, failed.worker, message);
         entry.log(batch, now_ms, event);
     } else {

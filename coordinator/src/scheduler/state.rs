@@ -178,6 +178,10 @@ pub(super) struct JobEntry {
     pub(super) shards_done_before: u64,
     pub(super) work_done_before: u64,
     pub(super) next_event: u64,
+    /// The job's last event if it is a checkpoint: (stage, shard, attempt,
+    /// its number, the checkpoints it stands for). A checkpoint of the same
+    /// attempt right after it replaces it (`JobEntry::log`).
+    pub(super) last_checkpoint_event: Option<(u32, u32, u64, u64, u64)>,
     /// Accepted stage output of the current stage's shards, kept in memory so the
     /// barrier can publish it without reading the store back.
     pub(super) outputs: Vec<Option<Arc<Vec<u8>>>>,
@@ -224,6 +228,7 @@ impl JobEntry {
             shards_done_before: 0,
             work_done_before: 0,
             next_event: 0,
+            last_checkpoint_event: None,
             outputs: Vec::new(),
             finished: None,
             kept: BTreeMap::new(),

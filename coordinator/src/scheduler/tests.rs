@@ -314,6 +314,107 @@ fn handed_back_shards_return_at_once_without_counting_an_attempt() {
     assert_eq!(s.job(&id, 2).unwrap().shards_failed_attempts, 0);
 }
 
+/// A shard handed back again and again (a worker or kernel that never
+/// computes it) waits longer and longer between leases and then fails its
+/// job, naming the hand-backs: it is never leased for ever.
+#[test]
+fn a_shard_handed_back_without_end_fails_its_job_after_a_bounded_number_of_leases() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let spec = kayles(0); // a single shard
+    let id = submit(&mut s, &spec);
+    let mut now = 0;
+    let mut leases = 0u64;
+    let mut waited = Vec::new();
+    loop {
+        let grants = s.lease("w", 1, now).unwrap();
+        let Some(grant) = grants.into_iter().next() else {
+            let job = s.job(&id, now).unwrap();
+            if job.state == proto::JobState::Failed as i32 {
+                assert!(job.error.contains("handed back"), "{}", job.error);
+                break;
+            }
+            // In backoff: the shard is not leased before its time.
+            now += 1_000;
+            *waited.last_mut().unwrap() += 1_000;
+            continue;
+        };
+        leases += 1;
+        assert!(
+            leases <= super::reports::MAX_HAND_BACKS + 1,
+            "leased for ever"
+        );
+        let failure = ReportedFailure {
+            message: "worker shutting down".into(),
+            permanent: false,
+            handed_back: true,
+        };
+        s.report(Report::failure("w", grant.lease, failure), now)
+            .unwrap();
+        waited.push(0u64);
+    }
+    assert_eq!(leases, super::reports::MAX_HAND_BACKS + 1);
+    // The first hand-backs return at once, later ones after a backoff.
+    assert!(waited[..4].iter().all(|&w| w == 0), "{waited:?}");
+    assert!(waited[8..].iter().any(|&w| w > 0), "{waited:?}");
+    let events = s.events(&id, 0).unwrap();
+    assert!(
+        events.len() < 3 * leases as usize + 10,
+        "{} events",
+        events.len()
+    );
+}
+
+/// A storm of checkpoints of one attempt leaves one event that counts them;
+/// the next attempt's checkpoints start an event of their own.
+#[test]
+fn checkpoints_of_one_attempt_are_coalesced_into_one_event() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let id = submit(&mut s, &kayles(0));
+    let checkpoint = |work_done| super::ReportedCheckpoint {
+        state: vec![1, 2, 3],
+        partial: Vec::new(),
+        work_done,
+        state_blob: None,
+    };
+    let grant = s.lease("w", 1, 0).unwrap().remove(0);
+    let before = s.events(&id, 0).unwrap().len();
+    for work in 0..500 {
+        s.report(
+            Report::checkpoint("w", grant.lease.clone(), checkpoint(work)),
+            1,
+        )
+        .unwrap();
+    }
+    let events = s.events(&id, 0).unwrap();
+    assert_eq!(events.len(), before + 1);
+    let last = events.last().unwrap();
+    assert_eq!(last.kind, "checkpoint");
+    assert!(last.message.contains("500 checkpoints"), "{}", last.message);
+    assert!(last.message.starts_with("work "), "{}", last.message);
+    let failure = ReportedFailure {
+        message: "worker shutting down".into(),
+        permanent: false,
+        handed_back: true,
+    };
+    s.report(Report::failure("w", grant.lease, failure), 2)
+        .unwrap();
+    let again = s.lease("w", 1, 3).unwrap().remove(0);
+    s.report(
+        Report::checkpoint("w", again.lease.clone(), checkpoint(0)),
+        4,
+    )
+    .unwrap();
+    let events = s.events(&id, 0).unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last.kind.as_str(), last.attempt),
+        ("checkpoint", again.lease.attempt)
+    );
+    assert!(!last.message.contains("checkpoints of"), "{}", last.message);
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+}
+
 #[test]
 fn higher_priority_jobs_are_leased_first() {
     let mut s = new_scheduler(Arc::new(MemoryStore::new()));

@@ -360,7 +360,7 @@ pub struct CoordinatorArgs {
     /// credentials file, on this process and every worker). Workers learn it
     /// when they register. A data directory with unfinished jobs keeps the
     /// store they began with.
-    #[arg(long, env = "TALLY_STAGE_STORE", value_name = "URL", default_value = "coordinator", value_parser = parse_stage_store)]
+    #[arg(long, env = "TALLY_STAGE_STORE", value_name = "URL", default_value = "coordinator", value_parser = StageStoreParser)]
     pub stage_store: tally_stage::StageStoreUrl,
     /// How often a stage store outside the coordinator is swept for blobs
     /// nothing references any more (failed attempts, finished jobs).
@@ -372,9 +372,47 @@ pub struct CoordinatorArgs {
     pub exit_after_flushes: Option<u64>,
 }
 
-fn parse_stage_store(text: &str) -> Result<tally_stage::StageStoreUrl, String> {
-    text.parse()
-        .map_err(|e: tally_stage::StageError| e.to_string())
+/// Parses `--stage-store`. A value refused is not echoed whole, as the
+/// parser's own message would: it may hold credentials.
+#[derive(Clone)]
+struct StageStoreParser;
+
+impl clap::builder::TypedValueParser for StageStoreParser {
+    type Value = tally_stage::StageStoreUrl;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        self.parse_ref_(cmd, arg, value, clap::parser::ValueSource::CommandLine)
+    }
+
+    fn parse_ref_(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+        source: clap::parser::ValueSource,
+    ) -> Result<Self::Value, clap::Error> {
+        let refused = |why: String| {
+            let from = match source {
+                clap::parser::ValueSource::EnvVariable => " (from TALLY_STAGE_STORE)",
+                _ => "",
+            };
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("{why}{from}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value
+            .to_str()
+            .ok_or_else(|| refused("--stage-store: the value is not UTF-8".into()))?;
+        text.parse()
+            .map_err(|e: tally_stage::StageError| refused(e.to_string()))
+    }
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {

@@ -13,6 +13,7 @@ use tally_common::proto::job_service_server::JobServiceServer;
 use tally_common::proto::worker_service_server::WorkerServiceServer;
 use tally_common::transport::{Role, ServerTls, Tokens, tls_config_error};
 use tally_common::wire::MAX_MESSAGE_BYTES;
+use tally_stage::store::CHECK_PATIENCE;
 use tally_stage::{StageStore, StageStoreUrl};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -172,12 +173,20 @@ impl RunningCoordinator {
 /// Opens the store, reloads every job and starts serving on `config.listen`.
 pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     config.tokens.check()?;
+    if config.stage_sweep_every.is_zero() {
+        return Err(CoordinatorError::InvalidArgument(
+            "--stage-sweep-every must be longer than zero".into(),
+        ));
+    }
     // TLS material that cannot work is refused before the store is touched.
     let builder = grpc_builder(&config)?;
     let metrics = Arc::new(CoordinatorMetrics::default());
-    // A stage store that cannot be opened is refused before the data store
-    // is touched.
-    StageStore::open(&config.stage_store)?;
+    // A stage store that cannot be opened or used (a missing bucket, wrong
+    // credentials, an endpoint not allowed) is refused before the data
+    // store is touched.
+    if let Some(stage_store) = StageStore::open(&config.stage_store)? {
+        stage_store.with_patience(CHECK_PATIENCE).check().await?;
+    }
     // Wasm modules are checked (compiled, never run) at submission.
     if config.kernel_cache.guest_runtime().is_none() {
         let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default())?;

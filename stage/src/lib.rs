@@ -6,6 +6,7 @@
 
 pub mod blob;
 pub mod error;
+mod s3;
 pub mod store;
 pub mod url;
 

@@ -366,6 +366,18 @@ pub struct CoordinatorArgs {
     /// nothing references any more (failed attempts, finished jobs).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub stage_sweep_every: std::time::Duration,
+    /// Give this data directory a new prefix of its own in the stage store:
+    /// for a copy of another data directory (a restored backup, a cloned
+    /// machine), which the stage store refuses while the original holds the
+    /// prefix they share. Its unfinished jobs compute again the stage data
+    /// they no longer find.
+    #[arg(long)]
+    pub new_stage_prefix: bool,
+    /// How often the coordinator renews its hold on its stage-store prefix;
+    /// after an unclean stop the next start watches the hold for three times
+    /// this before taking it back.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, hide = true)]
+    pub stage_owner_renew_every: std::time::Duration,
     /// Fault injection for tests: abort the process right after the N-th
     /// store flush, before any call it covered is answered.
     #[arg(long, hide = true)]

@@ -360,21 +360,71 @@ pub struct CoordinatorArgs {
     /// credentials file, on this process and every worker). Workers learn it
     /// when they register. A data directory with unfinished jobs keeps the
     /// store they began with.
-    #[arg(long, env = "TALLY_STAGE_STORE", value_name = "URL", default_value = "coordinator", value_parser = parse_stage_store)]
+    #[arg(long, env = "TALLY_STAGE_STORE", value_name = "URL", default_value = "coordinator", value_parser = StageStoreParser)]
     pub stage_store: tally_stage::StageStoreUrl,
     /// How often a stage store outside the coordinator is swept for blobs
     /// nothing references any more (failed attempts, finished jobs).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub stage_sweep_every: std::time::Duration,
+    /// Give this data directory a new prefix of its own in the stage store:
+    /// for a copy of another data directory (a restored backup, a cloned
+    /// machine), which the stage store refuses while the original holds the
+    /// prefix they share. Its unfinished jobs compute again the stage data
+    /// they no longer find.
+    #[arg(long)]
+    pub new_stage_prefix: bool,
+    /// How often the coordinator renews its hold on its stage-store prefix;
+    /// after an unclean stop the next start watches the hold for three times
+    /// this before taking it back.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, hide = true)]
+    pub stage_owner_renew_every: std::time::Duration,
     /// Fault injection for tests: abort the process right after the N-th
     /// store flush, before any call it covered is answered.
     #[arg(long, hide = true)]
     pub exit_after_flushes: Option<u64>,
 }
 
-fn parse_stage_store(text: &str) -> Result<tally_stage::StageStoreUrl, String> {
-    text.parse()
-        .map_err(|e: tally_stage::StageError| e.to_string())
+/// Parses `--stage-store`. A value refused is not echoed whole, as the
+/// parser's own message would: it may hold credentials.
+#[derive(Clone)]
+struct StageStoreParser;
+
+impl clap::builder::TypedValueParser for StageStoreParser {
+    type Value = tally_stage::StageStoreUrl;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        self.parse_ref_(cmd, arg, value, clap::parser::ValueSource::CommandLine)
+    }
+
+    fn parse_ref_(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+        source: clap::parser::ValueSource,
+    ) -> Result<Self::Value, clap::Error> {
+        let refused = |why: String| {
+            let from = match source {
+                clap::parser::ValueSource::EnvVariable => " (from TALLY_STAGE_STORE)",
+                _ => "",
+            };
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("{why}{from}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value
+            .to_str()
+            .ok_or_else(|| refused("--stage-store: the value is not UTF-8".into()))?;
+        text.parse()
+            .map_err(|e: tally_stage::StageError| refused(e.to_string()))
+    }
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {

@@ -337,6 +337,8 @@ async fn serve_coordinator(
     config.exit_after_flushes = args.exit_after_flushes;
     config.stage_store = args.stage_store.clone();
     config.stage_sweep_every = args.stage_sweep_every;
+    config.new_stage_prefix = args.new_stage_prefix;
+    config.stage_owner_renew_every = args.stage_owner_renew_every;
     let mut coordinator = tally_coordinator::start(config).await?;
     eprintln!(
         "coordinator listening on {} (data in {}; {secured})",

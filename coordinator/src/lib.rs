@@ -14,6 +14,8 @@
 //!   lock, the group commit) and the tonic JobService, a thin async shell that
 //!   runs scheduler calls off the async runtime;
 //! - [`worker_service`]: the tonic WorkerService, the same shell for workers;
+//! - [`stage_owner`]: the data directory's hold on its stage-store prefix
+//!   (refused at start to a copy of the directory; checked by each sweep);
 //! - [`http`]: the `--http` listener: Prometheus text, a JSON status and the
 //!   status page;
 //! - [`server`]: wires the services, health, reflection, the HTTP listener and
@@ -29,6 +31,7 @@ pub mod records;
 pub mod scheduler;
 pub mod server;
 pub mod service;
+pub mod stage_owner;
 pub mod store;
 pub mod worker_service;
 

@@ -13,6 +13,7 @@ use tally_common::proto::job_service_server::JobServiceServer;
 use tally_common::proto::worker_service_server::WorkerServiceServer;
 use tally_common::transport::{Role, ServerTls, Tokens, tls_config_error};
 use tally_common::wire::MAX_MESSAGE_BYTES;
+use tally_stage::store::CHECK_PATIENCE;
 use tally_stage::{StageStore, StageStoreUrl};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -25,6 +26,7 @@ use crate::http;
 use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::{JobApi, Shared, now_ms};
+use crate::stage_owner::StageOwner;
 use crate::store::{MemoryStore, OnLoss, Recovery, SledStore, Store, TimedStore};
 use crate::worker_service::WorkerApi;
 
@@ -61,6 +63,11 @@ pub struct CoordinatorConfig {
     /// How often a stage store outside the coordinator is swept for blobs
     /// nothing references.
     pub stage_sweep_every: Duration,
+    /// Give the data directory a new prefix in the stage store (a copy of
+    /// another data directory, whose prefix the original holds).
+    pub new_stage_prefix: bool,
+    /// How often the hold on the stage-store prefix is renewed.
+    pub stage_owner_renew_every: Duration,
 }
 
 impl CoordinatorConfig {
@@ -80,6 +87,8 @@ impl CoordinatorConfig {
             exit_after_flushes: None,
             stage_store: StageStoreUrl::Coordinator,
             stage_sweep_every: STAGE_SWEEP_EVERY,
+            new_stage_prefix: false,
+            stage_owner_renew_every: STAGE_OWNER_RENEW_EVERY,
         }
     }
 }
@@ -87,9 +96,16 @@ impl CoordinatorConfig {
 /// How often a stage store outside the coordinator is swept by default.
 pub const STAGE_SWEEP_EVERY: Duration = Duration::from_secs(60);
 
+/// How often the hold on the stage-store prefix is renewed by default.
+pub const STAGE_OWNER_RENEW_EVERY: Duration = Duration::from_secs(10);
+
 /// How long the sweep waits out an unreachable stage store before it gives
 /// up until its next round.
 const SWEEP_PATIENCE: Duration = Duration::from_secs(30);
+
+/// How long releasing the stage-store prefix may take once serving has
+/// stopped (else the next start watches it before taking it back).
+const RELEASE_LIMIT: Duration = Duration::from_secs(5);
 
 /// How long calls in flight may take to finish once a shutdown begins.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -109,6 +125,9 @@ pub struct RunningCoordinator {
     expiry: JoinHandle<()>,
     /// Sweeps the stage store, when it is outside the coordinator.
     sweeper: Option<JoinHandle<()>>,
+    /// The hold on the stage-store prefix and the task renewing it, when
+    /// the store is outside the coordinator.
+    stage_owner: Option<(Arc<StageOwner>, JoinHandle<()>)>,
     shared: Arc<Shared>,
 }
 
@@ -119,10 +138,11 @@ impl RunningCoordinator {
     }
 
     /// Stops serving: calls in flight get [`SHUTDOWN_GRACE`] to finish, then
-    /// the server is stopped; the store gets [`STORE_CLOSE_LIMIT`] to close.
-    /// So a shutdown ends within their sum, whatever the clients, the workers
-    /// and the disk do. Nothing acknowledged depends on it: every commit was
-    /// durable before it was acknowledged.
+    /// the server is stopped; the stage-store prefix gets [`RELEASE_LIMIT`]
+    /// to be released, and the store [`STORE_CLOSE_LIMIT`] to close. So a
+    /// shutdown ends within their sum, whatever the clients, the workers,
+    /// the stage store and the disk do. Nothing acknowledged depends on it:
+    /// every commit was durable before it was acknowledged.
     pub async fn shutdown(mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -131,6 +151,9 @@ impl RunningCoordinator {
         self.sampler.abort();
         if let Some(sweeper) = &self.sweeper {
             sweeper.abort();
+        }
+        if let Some((_, renewer)) = &self.stage_owner {
+            renewer.abort();
         }
         let http = self.http.take();
         let stopped = async {
@@ -143,6 +166,17 @@ impl RunningCoordinator {
         if tokio::time::timeout(SHUTDOWN_GRACE, stopped).await.is_err() {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "calls still in flight after the grace; stopping them");
             self.server.abort();
+        }
+        if let Some((owner, _)) = self.stage_owner.take() {
+            match tokio::time::timeout(RELEASE_LIMIT, owner.release()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "the stage-store prefix was not released; the next start watches it before taking it back")
+                }
+                Err(_) => {
+                    tracing::warn!(limit = ?RELEASE_LIMIT, "the stage-store prefix was not released in time; the next start watches it before taking it back")
+                }
+            }
         }
         // Connections and streams may outlive the server future; closing the
         // scheduler releases the store's lock now rather than when they end.
@@ -172,12 +206,25 @@ impl RunningCoordinator {
 /// Opens the store, reloads every job and starts serving on `config.listen`.
 pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     config.tokens.check()?;
+    for (flag, every) in [
+        ("--stage-sweep-every", config.stage_sweep_every),
+        ("--stage-owner-renew-every", config.stage_owner_renew_every),
+    ] {
+        if every.is_zero() {
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "{flag} must be longer than zero"
+            )));
+        }
+    }
     // TLS material that cannot work is refused before the store is touched.
     let builder = grpc_builder(&config)?;
     let metrics = Arc::new(CoordinatorMetrics::default());
-    // A stage store that cannot be opened is refused before the data store
-    // is touched.
-    StageStore::open(&config.stage_store)?;
+    // A stage store that cannot be opened or used (a missing bucket, wrong
+    // credentials, an endpoint not allowed) is refused before the data
+    // store is touched.
+    if let Some(stage_store) = StageStore::open(&config.stage_store)? {
+        stage_store.with_patience(CHECK_PATIENCE).check().await?;
+    }
     // Wasm modules are checked (compiled, never run) at submission.
     if config.kernel_cache.guest_runtime().is_none() {
         let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default())?;
@@ -189,9 +236,10 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
     scheduler_config.external_stage_store = config.stage_store.is_external();
     let release_leases = config.release_leases_on_start;
     let url = config.stage_store.clone();
+    let new_prefix = config.new_stage_prefix;
     let (scheduler, own_stage_store) = blocking(move || {
         let mut scheduler = load_scheduler(store, scheduler_config, recovery, release_leases)?;
-        let own = scheduler.use_stage_store(&url)?;
+        let own = scheduler.use_stage_store(&url, new_prefix)?;
         Ok((scheduler, own))
     })
     .await?;
@@ -204,6 +252,19 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         GroupCommit::new(config.exit_after_flushes),
         own_stage_store,
     );
+    // A prefix another data directory holds is refused before serving.
+    let stage_owner = match &stage_store {
+        Some(store) => {
+            let data = config
+                .data_dir
+                .as_ref()
+                .map_or_else(|| "(in memory)".to_string(), |d| d.display().to_string());
+            let every = config.stage_owner_renew_every;
+            let owner = StageOwner::take(&shared, store.clone(), data, every).await?;
+            Some(Arc::new(owner))
+        }
+        None => None,
+    };
     // Bound before serving gRPC so that a taken port fails the start cleanly.
     let http_listener = match config.http {
         Some(addr) => Some(http::bind(addr).await?),
@@ -226,13 +287,21 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         config.retain_finished,
     ));
     let sampler = tokio::spawn(sample_loop(shared.clone()));
-    let sweeper = stage_store.map(|store| {
+    let sweeper = stage_store.zip(stage_owner.clone()).map(|(store, owner)| {
         tracing::info!(store = %store.url(), "stage data in a stage store outside the coordinator");
         tokio::spawn(sweep_stage_store(
             shared.clone(),
             store,
+            owner,
             config.stage_sweep_every,
         ))
+    });
+    let stage_owner = stage_owner.map(|owner| {
+        let renewer = tokio::spawn(renew_stage_owner(
+            owner.clone(),
+            config.stage_owner_renew_every,
+        ));
+        (owner, renewer)
     });
     let http_addr = http_listener.as_ref().and_then(|l| l.local_addr().ok());
     let http = http_listener.map(|listener| {
@@ -253,20 +322,30 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         server,
         expiry,
         sweeper,
+        stage_owner,
         shared,
     })
 }
 
 /// Deletes, every `every`, the stage store's blobs that nothing committed
 /// references; a round that fails is logged and the next one tries again.
-async fn sweep_stage_store(shared: Arc<Shared>, store: StageStore, every: Duration) {
+/// Once the prefix is taken by another data directory, nothing is deleted.
+async fn sweep_stage_store(
+    shared: Arc<Shared>,
+    store: StageStore,
+    owner: Arc<StageOwner>,
+    every: Duration,
+) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        match sweep_once(&shared, &store).await {
+        match sweep_once(&shared, &store, &owner).await {
             Ok(0) => {}
             Ok(deleted) => tracing::info!(deleted, "stage blobs no longer referenced deleted"),
+            Err(e) if owner.is_lost() => {
+                tracing::error!(error = %e, "the stage store is not swept");
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "sweeping the stage store failed; trying again later")
             }
@@ -274,12 +353,37 @@ async fn sweep_stage_store(shared: Arc<Shared>, store: StageStore, every: Durati
     }
 }
 
+/// Renews the hold on the stage-store prefix every `every`, until it is
+/// found taken by another data directory.
+async fn renew_stage_owner(owner: Arc<StageOwner>, every: Duration) {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        match owner.renew().await {
+            Ok(()) => {}
+            Err(e) if owner.is_lost() => {
+                tracing::error!(error = %e, "the stage-store prefix was lost");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "renewing the stage-store prefix failed; trying again")
+            }
+        }
+    }
+}
+
 /// One sweep: lists the runner's blobs, asks the scheduler which of them
-/// nothing references, and deletes those, and the files of uploads to a
-/// directory store abandoned an hour ago or more. The scheduler's answer is durable
-/// when `with_scheduler` returns, so a blob is deleted only once no state
-/// that a restart could read back refers to it.
-pub async fn sweep_once(shared: &Arc<Shared>, store: &StageStore) -> Result<usize> {
+/// nothing references, and, if this data directory still holds the prefix,
+/// deletes those, and the files of uploads to a directory store abandoned
+/// an hour ago or more. The scheduler's answer is durable when
+/// `with_scheduler` returns, so a blob is deleted only once no state that a
+/// restart could read back refers to it.
+pub async fn sweep_once(
+    shared: &Arc<Shared>,
+    store: &StageStore,
+    owner: &StageOwner,
+) -> Result<usize> {
     let keys = store.list(Some("jobs")).await?;
     let garbage = match keys.is_empty() {
         true => Vec::new(),
@@ -289,6 +393,8 @@ pub async fn sweep_once(shared: &Arc<Shared>, store: &StageStore) -> Result<usiz
                 .await?
         }
     };
+    // Blobs under a prefix another data directory took are its own.
+    owner.confirm().await?;
     for key in &garbage {
         store.delete(key).await?;
     }

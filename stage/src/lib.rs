@@ -6,10 +6,13 @@
 
 pub mod blob;
 pub mod error;
+pub mod owner;
+mod s3;
 pub mod store;
 pub mod url;
 
 pub use blob::BlobRef;
 pub use error::{Result, StageError};
+pub use owner::{Claim, OwnerRecord};
 pub use store::{StageStore, blob_key, blob_owner, job_prefix};
 pub use url::StageStoreUrl;

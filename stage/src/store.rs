@@ -2,20 +2,19 @@
 //! directory (`file://`) or an S3 bucket (`s3://`). Every call waits out an
 //! unreachable store with backoff for up to its patience, then says
 //! `Unavailable`; a blob that is missing or fails its digest is `Corrupt`.
+//! Errors of `object_store` are read in one place ([`StageStore::failure`]),
+//! which keeps one line of each: of an S3 error response, its code and
+//! message only (the rest may name the access key id).
 
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::{Path, PathPart};
 use object_store::prefix::PrefixStore;
-use object_store::{
-    BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
-    WriteMultipart,
-};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use tally_common::Control;
 use tally_common::lease::LeaseId;
 
@@ -25,16 +24,23 @@ use crate::url::StageStoreUrl;
 
 /// How long a call waits out an unreachable store by default.
 pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(300);
+/// How long the check of a store at start waits it out.
+pub const CHECK_PATIENCE: Duration = Duration::from_secs(30);
 /// Blobs above this go up in parts of this size (S3's parts are 5 MiB at least).
 const PART: usize = 16 * 1024 * 1024;
 /// Reads of many blobs at once (one per shard of a stage).
 const PARALLEL_READS: usize = 8;
+/// Where [`StageStore::check`] writes its probe objects.
+const PROBE_DIR: &str = "probe";
 
 /// A directory or bucket holding stage blobs.
 #[derive(Clone)]
 pub struct StageStore {
-    inner: Arc<dyn ObjectStore>,
+    pub(crate) inner: Arc<dyn ObjectStore>,
     url: StageStoreUrl,
+    /// Where the store is, in words for messages: the directory, or the
+    /// bucket, the endpoint and the variable that named it.
+    place: String,
     patience: Duration,
     /// Fault injection for tests: write every blob in two parts, pausing
     /// this long between them.
@@ -52,7 +58,7 @@ impl StageStore {
     /// S3 takes its endpoint, region and credentials from the standard AWS
     /// environment variables, or the shared credentials file.
     pub fn open(url: &StageStoreUrl) -> Result<Option<StageStore>> {
-        let inner: Arc<dyn ObjectStore> = match url {
+        let (inner, place): (Arc<dyn ObjectStore>, String) = match url {
             StageStoreUrl::Coordinator => return Ok(None),
             StageStoreUrl::File(dir) => {
                 std::fs::create_dir_all(dir).map_err(|e| {
@@ -64,25 +70,23 @@ impl StageStore {
                 let local = LocalFileSystem::new_with_prefix(dir)
                     .map_err(|e| StageError::InvalidConfig(e.to_string()))?
                     .with_automatic_cleanup(true);
-                Arc::new(local)
+                (Arc::new(local), format!("the directory {}", dir.display()))
             }
             StageStoreUrl::S3 { bucket, prefix } => {
-                // Its HTTPS client needs the process's TLS provider chosen.
-                tally_common::transport::use_ring_for_tls();
-                let s3 = s3_builder()?
-                    .with_bucket_name(bucket)
-                    .build()
-                    .map_err(|e| StageError::InvalidConfig(format!("the S3 stage store: {e}")))?;
-                if prefix.is_empty() {
-                    Arc::new(s3)
-                } else {
-                    Arc::new(PrefixStore::new(s3, Path::from(prefix.as_str())))
+                let (s3, place) = crate::s3::open(bucket, &crate::s3::environment())?;
+                match prefix.is_empty() {
+                    true => (Arc::new(s3), place),
+                    false => (
+                        Arc::new(PrefixStore::new(s3, Path::from(prefix.as_str()))),
+                        place,
+                    ),
                 }
             }
         };
         Ok(Some(StageStore {
             inner,
             url: url.clone(),
+            place,
             patience: DEFAULT_PATIENCE,
             mid_upload_pause: Duration::ZERO,
         }))
@@ -305,6 +309,81 @@ impl StageStore {
         .await
     }
 
+    /// Checks that the store can be used, before anything relies on it:
+    /// writes, reads back, lists and deletes a probe object, each call
+    /// waiting out an unreachable store up to the patience. Refuses with one
+    /// line naming the store (the directory, or the bucket, the endpoint and
+    /// its variable) and what to change.
+    pub async fn check(&self) -> Result<()> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let key = format!("{PROBE_DIR}/{}-{nanos}", std::process::id());
+        let path = parse_key(&key)?;
+        let data = bytes::Bytes::from(key.clone().into_bytes());
+        let control = Control::default();
+        let probe = async {
+            self.patiently("write", &key, &control, || {
+                self.inner.put(&path, PutPayload::from(data.clone()))
+            })
+            .await?;
+            let read = self
+                .patiently("read", &key, &control, || async {
+                    self.inner.get(&path).await?.bytes().await
+                })
+                .await?;
+            if read != data {
+                return Err(StageError::Refused(format!(
+                    "read {key}: it came back other than it was written"
+                )));
+            }
+            if !self.list(Some(PROBE_DIR)).await?.contains(&key) {
+                return Err(StageError::Refused(format!(
+                    "list {PROBE_DIR}: the object {key} just written is not listed"
+                )));
+            }
+            self.delete(&key).await
+        };
+        probe.await.map_err(|e| self.check_failed(e))
+    }
+
+    /// The refusal of a store that failed [`StageStore::check`]: what failed,
+    /// where, and what to change. Configuration for anything the store
+    /// answered; unavailable if it never answered.
+    fn check_failed(&self, error: StageError) -> StageError {
+        let said = error.to_string();
+        let s3 = matches!(self.url, StageStoreUrl::S3 { .. });
+        let hint = if said.contains("NoSuchBucket") {
+            "; create the bucket, or name an existing one in --stage-store"
+        } else if s3
+            && [
+                "HTTP 401",
+                "HTTP 403",
+                "InvalidAccessKeyId",
+                "SignatureDoesNotMatch",
+            ]
+            .iter()
+            .any(|s| said.contains(s))
+        {
+            "; check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
+        } else if s3 {
+            "; check AWS_ENDPOINT_URL and AWS_REGION"
+        } else {
+            "; check that the directory is mounted and this process may write there"
+        };
+        let what = format!("the stage store {} ({})", self.url, self.place);
+        match error {
+            StageError::Cancelled => StageError::Cancelled,
+            StageError::Unavailable(why) => {
+                StageError::Unavailable(format!("{what} did not answer: {why}{hint}"))
+            }
+            StageError::Refused(why) => {
+                StageError::InvalidConfig(format!("{what} cannot be used: {why}{hint}"))
+            }
+            _ => StageError::InvalidConfig(format!("{what} cannot be used: {said}{hint}")),
+        }
+    }
+
     /// A directory store only: deletes what uploads cut short left behind
     /// (object_store writes a blob as `KEY#N` and renames it when done, so a
     /// writer killed in mid-upload leaves that file, which listings do not
@@ -337,7 +416,7 @@ impl StageStore {
     /// Runs `op` until it succeeds, fails for good, or the store has been
     /// unreachable for longer than the patience; stops when `control` is
     /// cancelled. A missing object is `Corrupt` (a committed blob is gone).
-    async fn patiently<T, F, Fut>(
+    pub(crate) async fn patiently<T, F, Fut>(
         &self,
         what: &str,
         key: &str,
@@ -359,20 +438,10 @@ impl StageStore {
             };
             let error = match attempt {
                 Ok(value) => return Ok(value),
-                Err(object_store::Error::NotFound { .. }) => {
-                    return Err(StageError::Corrupt {
-                        key: key.to_string(),
-                        why: "it is missing from the store".into(),
-                    });
-                }
-                Err(
-                    e @ (object_store::Error::InvalidPath { .. }
-                    | object_store::Error::NotSupported { .. }
-                    | object_store::Error::PermissionDenied { .. }
-                    | object_store::Error::Unauthenticated { .. }
-                    | object_store::Error::NotImplemented { .. }),
-                ) => return Err(StageError::Refused(format!("{what} {key}: {e}"))),
-                Err(e) => e,
+                Err(e) => match self.failure(what, key, &e) {
+                    Failure::Final(refused) => return Err(refused),
+                    Failure::Retry(line) => line,
+                },
             };
             if started.elapsed() >= self.patience {
                 return Err(StageError::Unavailable(format!(
@@ -387,6 +456,52 @@ impl StageStore {
             }
             wait = (wait * 2).min(Duration::from_secs(5));
         }
+    }
+
+    /// The one reading of an `object_store` error: final (refused, or a
+    /// blob missing) or worth another try, with one line saying it.
+    fn failure(&self, what: &str, key: &str, error: &object_store::Error) -> Failure {
+        let reading = read_error(error);
+        let refused =
+            |line: &str| Failure::Final(StageError::Refused(format!("{what} {key}: {line}")));
+        match error {
+            object_store::Error::NotFound { .. } if reading.line.contains("NoSuchBucket") => {
+                let bucket = match &self.url {
+                    StageStoreUrl::S3 { bucket, .. } => bucket.as_str(),
+                    _ => "",
+                };
+                refused(&format!(
+                    "the bucket {bucket} does not exist: {}",
+                    reading.line
+                ))
+            }
+            object_store::Error::NotFound { .. } => Failure::Final(StageError::Corrupt {
+                key: key.to_string(),
+                why: "it is missing from the store".into(),
+            }),
+            object_store::Error::InvalidPath { .. }
+            | object_store::Error::NotSupported { .. }
+            | object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. }
+            | object_store::Error::NotImplemented { .. }
+            | object_store::Error::AlreadyExists { .. }
+            | object_store::Error::Precondition { .. } => refused(&reading.line),
+            // A request the store will refuse however often it is sent
+            // (throttling and timeouts aside).
+            _ if reading
+                .status
+                .is_some_and(|s| (400..500).contains(&s) && s != 408 && s != 429) =>
+            {
+                refused(&reading.line)
+            }
+            _ => Failure::Retry(reading.line),
+        }
+    }
+
+    /// Where the store is, in words: the directory, or the bucket, the
+    /// endpoint and the variable that named it.
+    pub fn place(&self) -> &str {
+        &self.place
     }
 }
 
@@ -425,101 +540,115 @@ fn abandoned_uploads(dir: &std::path::Path, idle: Duration) -> Result<usize> {
     Ok(removed)
 }
 
+/// What an `object_store` error means for the call that met it.
+enum Failure {
+    /// For good: said as the caller should see it.
+    Final(StageError),
+    /// Perhaps not on another try: one line saying what happened.
+    Retry(String),
+}
+
+/// An `object_store` error read: one line, and the HTTP status if a
+/// response came.
+struct ErrorReading {
+    line: String,
+    status: Option<u16>,
+}
+
+/// The longest line kept of an `object_store` error.
+const MAX_ERROR_LINE: usize = 400;
+
+/// Where an HTTP error response's body starts in `object_store`'s text: it
+/// runs from there to the end of that error's text.
+const BODY_AFTER_STATUS: &str = "Server returned non-2xx status code: ";
+const BODY_ALONE: &str = "Server returned error response: ";
+
+/// One line of `error`: its text and those of its causes not already in it,
+/// each with the body of an HTTP error response cut to the S3 error code and
+/// message, on one line, at most [`MAX_ERROR_LINE`] bytes.
+pub(crate) fn one_line(error: &object_store::Error) -> String {
+    read_error(error).line
+}
+
+fn read_error(error: &object_store::Error) -> ErrorReading {
+    let text = error.to_string();
+    let mut status = None;
+    let mut parts = vec![cut_body(&text, &mut status)];
+    let mut cause = std::error::Error::source(error);
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            parts.push(cut_body(&said, &mut status));
+        }
+        cause = c.source();
+    }
+    let line = parts
+        .join(": ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    ErrorReading {
+        line: bounded(line, MAX_ERROR_LINE),
+        status,
+    }
+}
+
+/// `text` with an HTTP error response's body replaced by its S3 code and
+/// message (nothing else of it), noting the status.
+fn cut_body(text: &str, status: &mut Option<u16>) -> String {
+    if let Some(at) = text.find(BODY_AFTER_STATUS) {
+        let rest = &text[at + BODY_AFTER_STATUS.len()..];
+        let (code, body) = rest.split_once(": ").unwrap_or((rest, ""));
+        *status = status.or_else(|| code.get(..3).and_then(|c| c.parse().ok()));
+        return format!("{}HTTP {code}{}", &text[..at], s3_error(body));
+    }
+    if let Some(at) = text.find(BODY_ALONE) {
+        let body = &text[at + BODY_ALONE.len()..];
+        return format!("{}error response{}", &text[..at], s3_error(body));
+    }
+    text.to_string()
+}
+
+/// `: Code: Message` of an S3 error body, or nothing.
+fn s3_error(body: &str) -> String {
+    let element = |name: &str| {
+        let open = format!("<{name}>");
+        let from = body.find(&open)? + open.len();
+        let to = from + body[from..].find(&format!("</{name}>"))?;
+        Some(unescape_xml(&body[from..to]))
+    };
+    match (element("Code"), element("Message")) {
+        (Some(code), Some(message)) => format!(": {code}: {message}"),
+        (Some(code), None) => format!(": {code}"),
+        _ => String::new(),
+    }
+}
+
+fn unescape_xml(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+/// `line` cut to at most `max` bytes at a character boundary.
+fn bounded(mut line: String, max: usize) -> String {
+    if line.len() > max {
+        let mut end = max - 3;
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+        line.push_str("...");
+    }
+    line
+}
+
 /// Resolves once `control` is cancelled.
 async fn cancelled(control: &Control) {
     while !control.is_cancelled() {
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The S3 configuration from the environment: `AWS_*` variables (endpoint,
-/// region, credentials, `AWS_ALLOW_HTTP`), else the shared credentials file
-/// (`AWS_SHARED_CREDENTIALS_FILE`, or `~/.aws/credentials`) for the profile
-/// `AWS_PROFILE` (or `default`). Path-style addressing unless
-/// `AWS_VIRTUAL_HOSTED_STYLE_REQUEST` says otherwise, as MinIO-like endpoints
-/// need.
-fn s3_builder() -> Result<AmazonS3Builder> {
-    // Short tries inside; `patiently` waits out longer outages.
-    let retry = RetryConfig {
-        backoff: BackoffConfig {
-            init_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(2),
-            base: 2.0,
-        },
-        max_retries: 3,
-        retry_timeout: Duration::from_secs(20),
-    };
-    // Timeouts through the configuration keys: client options set whole
-    // would drop those the environment gave (AWS_ALLOW_HTTP).
-    let mut builder = AmazonS3Builder::from_env().with_retry(retry);
-    for (key, default) in [
-        (ClientConfigKey::ConnectTimeout, "5s"),
-        (ClientConfigKey::Timeout, "120s"),
-    ] {
-        if builder
-            .get_config_value(&AmazonS3ConfigKey::Client(key))
-            .is_none()
-        {
-            builder = builder.with_config(AmazonS3ConfigKey::Client(key), default);
-        }
-    }
-    if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none()
-    {
-        builder = builder.with_region("us-east-1");
-    }
-    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
-        && let Some((id, secret, token)) = credentials_file()?
-    {
-        builder = builder
-            .with_access_key_id(id)
-            .with_secret_access_key(secret);
-        if let Some(token) = token {
-            builder = builder.with_token(token);
-        }
-    }
-    Ok(builder)
-}
-
-/// The key id, secret and session token of the shared credentials file's
-/// profile, if there is such a file. Errors name the file and the profile,
-/// never a value.
-fn credentials_file() -> Result<Option<(String, String, Option<String>)>> {
-    let path = match std::env::var_os("AWS_SHARED_CREDENTIALS_FILE") {
-        Some(path) => std::path::PathBuf::from(path),
-        None => match std::env::var_os("HOME") {
-            Some(home) => std::path::PathBuf::from(home).join(".aws/credentials"),
-            None => return Ok(None),
-        },
-    };
-    if !path.exists() {
-        return Ok(None);
-    }
-    let profile = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".into());
-    credentials_of(&path, &profile).map(Some)
-}
-
-/// The key id, secret and session token of `profile` in the credentials file
-/// at `path`.
-fn credentials_of(
-    path: &std::path::Path,
-    profile: &str,
-) -> Result<(String, String, Option<String>)> {
-    let bad = |why: &str| {
-        StageError::InvalidConfig(format!(
-            "the credentials file {} (profile {profile}): {why}",
-            path.display()
-        ))
-    };
-    let ini = ini::Ini::load_from_file(path).map_err(|_| bad("it cannot be read as INI"))?;
-    let section = ini
-        .section(Some(profile))
-        .ok_or_else(|| bad("it has no such profile"))?;
-    let field = |name: &str| section.get(name).map(str::to_string);
-    match (field("aws_access_key_id"), field("aws_secret_access_key")) {
-        (Some(id), Some(secret)) => Ok((id, secret, field("aws_session_token"))),
-        _ => Err(bad(
-            "the profile needs aws_access_key_id and aws_secret_access_key",
-        )),
     }
 }
 
@@ -589,38 +718,6 @@ mod tests {
         }
         assert_eq!(blob_owner("jobs/j/1/2"), None);
         assert_eq!(blob_owner("other/j/1/2/3/output"), None);
-    }
-
-    #[test]
-    fn a_credentials_file_gives_its_profile_and_errors_never_show_a_secret() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("credentials");
-        std::fs::write(
-            &path,
-            "[default]\naws_access_key_id = AKIDEFAULT\naws_secret_access_key = topsecret-1\n\n\
-             [ci]\naws_access_key_id=AKICI\naws_secret_access_key=topsecret-2\naws_session_token=tok\n\n\
-             [half]\naws_secret_access_key = topsecret-3\n",
-        )
-        .unwrap();
-        assert_eq!(
-            credentials_of(&path, "default").unwrap(),
-            ("AKIDEFAULT".into(), "topsecret-1".into(), None)
-        );
-        assert_eq!(
-            credentials_of(&path, "ci").unwrap(),
-            ("AKICI".into(), "topsecret-2".into(), Some("tok".into()))
-        );
-        for (profile, why) in [
-            ("half", "needs aws_access_key_id"),
-            ("none", "no such profile"),
-        ] {
-            let err = credentials_of(&path, profile).unwrap_err().to_string();
-            assert!(err.contains(why) && err.contains(profile), "{err}");
-            assert!(!err.contains("topsecret"), "{err}");
-        }
-        std::fs::write(&path, "[broken\nkey").unwrap();
-        let err = credentials_of(&path, "default").unwrap_err().to_string();
-        assert!(err.contains("INI"), "{err}");
     }
 
     #[tokio::test]
@@ -704,28 +801,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let s3 = AmazonS3Builder::new()
-            .with_bucket_name("tally-test")
-            .with_region("us-east-1")
-            .with_endpoint(format!("http://127.0.0.1:{port}"))
-            .with_allow_http(true)
-            .with_access_key_id("id")
-            .with_secret_access_key("never-logged")
-            .with_retry(RetryConfig {
-                max_retries: 0,
-                ..RetryConfig::default()
-            })
-            .build()
-            .unwrap();
-        let store = StageStore {
-            inner: Arc::new(s3),
-            url: StageStoreUrl::S3 {
-                bucket: "tally-test".into(),
-                prefix: String::new(),
-            },
-            patience: Duration::from_millis(500),
-            mid_upload_pause: Duration::ZERO,
-        };
+        let store = s3_at(port);
         let err = store
             .put("jobs/j/1/0/1/output", b"data", &Control::default())
             .await
@@ -739,5 +815,159 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err, StageError::Cancelled);
+    }
+
+    /// A store on the S3 endpoint at `port` of this host, with a patience
+    /// of half a second and no retries inside.
+    fn s3_at(port: u16) -> StageStore {
+        use object_store::RetryConfig;
+        use object_store::aws::AmazonS3Builder;
+        tally_common::transport::use_ring_for_tls();
+        let s3 = AmazonS3Builder::new()
+            .with_bucket_name("tally-test")
+            .with_region("us-east-1")
+            .with_endpoint(format!("http://127.0.0.1:{port}"))
+            .with_allow_http(true)
+            .with_access_key_id("AKIAEXAMPLEKEYID")
+            .with_secret_access_key("never-logged")
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            })
+            .build()
+            .unwrap();
+        StageStore {
+            inner: Arc::new(s3),
+            url: StageStoreUrl::S3 {
+                bucket: "tally-test".into(),
+                prefix: String::new(),
+            },
+            place: format!("bucket tally-test at http://127.0.0.1:{port}"),
+            patience: Duration::from_millis(500),
+            mid_upload_pause: Duration::ZERO,
+        }
+    }
+
+    /// An HTTP server on a port of this host that answers every request
+    /// with `status` and the XML `body`.
+    fn answering(status: &'static str, body: &'static str) -> u16 {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some((name, value)) = line.split_once(':')
+                        && name.eq_ignore_ascii_case("content-length")
+                    {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut request_body = vec![0; length];
+                let _ = reader.read_exact(&mut request_body);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn an_s3_error_response_is_kept_as_one_line_of_its_code_and_message() {
+        // As S3 answers a request signed with the wrong secret: the body
+        // names the access key id and what was signed.
+        let signature = answering(
+            "403 Forbidden",
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error>\n  <Code>SignatureDoesNotMatch</Code>\n  \
+             <Message>The request signature we calculated does not match the signature you \
+             provided. Check your key and signing method.</Message>\n  \
+             <AWSAccessKeyId>AKIAEXAMPLEKEYID</AWSAccessKeyId>\n  \
+             <StringToSign>AWS4-HMAC-SHA256\n20260101T000000Z</StringToSign>\n  \
+             <CanonicalRequest>PUT /tally-test/k</CanonicalRequest>\n</Error>\n",
+        );
+        let err = s3_at(signature)
+            .put("jobs/j/1/0/1/output", b"data", &Control::default())
+            .await
+            .unwrap_err();
+        let said = err.to_string();
+        assert!(matches!(err, StageError::Refused(_)), "{said}");
+        assert!(
+            said.contains(
+                "HTTP 403 Forbidden: SignatureDoesNotMatch: The request signature we calculated \
+                 does not match the signature you provided."
+            ),
+            "{said}"
+        );
+        for hidden in [
+            "AKIAEXAMPLEKEYID",
+            "StringToSign",
+            "CanonicalRequest",
+            "<",
+            "\n",
+        ] {
+            assert!(!said.contains(hidden), "{hidden:?} in {said}");
+        }
+
+        let no_bucket = answering(
+            "404 Not Found",
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchBucket</Code>\
+             <Message>The specified bucket does not exist</Message>\
+             <BucketName>tally-test</BucketName><RequestId>R1</RequestId></Error>",
+        );
+        let store = s3_at(no_bucket);
+        let blob = BlobRef {
+            key: "jobs/j/1/0/1/output".into(),
+            size: 100,
+            digest: [0; 32],
+        };
+        let err = store.read(&blob, &Control::default()).await.unwrap_err();
+        let said = err.to_string();
+        assert!(matches!(err, StageError::Refused(_)), "{said}");
+        assert!(
+            said.contains("NoSuchBucket: The specified bucket does not exist")
+                && said.contains("the bucket tally-test does not exist"),
+            "{said}"
+        );
+        assert!(
+            !said.contains("RequestId") && !said.contains("missing"),
+            "{said}"
+        );
+        let err = store.check().await.unwrap_err();
+        let said = err.to_string();
+        assert!(matches!(err, StageError::InvalidConfig(_)), "{said}");
+        assert!(said.contains("create the bucket"), "{said}");
+
+        // A server error is retried until the patience, then said in one line.
+        let failing = answering(
+            "500 Internal Server Error",
+            "<Error><Code>InternalError</Code><Message>We encountered an internal error.\n\
+             Please try again.</Message><HostId>h</HostId></Error>",
+        );
+        let err = s3_at(failing).list(None).await.unwrap_err();
+        let said = err.to_string();
+        assert!(matches!(err, StageError::Unavailable(_)), "{said}");
+        assert!(
+            said.contains("InternalError: We encountered an internal error. Please try again."),
+            "{said}"
+        );
+        assert!(!said.contains("HostId") && !said.contains('\n'), "{said}");
+    }
+
+    #[tokio::test]
+    async fn a_store_that_works_passes_its_check_and_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = file_store(dir.path());
+        store.check().await.unwrap();
+        assert!(store.list(None).await.unwrap().is_empty());
     }
 }

@@ -1,6 +1,7 @@
 //! `--stage-store` values: `coordinator`, `file:///path` or
 //! `s3://bucket/prefix`. A value never holds credentials (they come from the
-//! environment), so it may be logged and shown.
+//! environment), so it may be logged and shown; a value refused is shown
+//! without anything between `//` and `@`, where credentials would be.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -60,7 +61,8 @@ impl FromStr for StageStoreUrl {
     fn from_str(value: &str) -> Result<StageStoreUrl, StageError> {
         let bad = |why: &str| {
             StageError::InvalidConfig(format!(
-                "--stage-store {value:?}: {why} (expected coordinator, file:///path or s3://bucket/prefix)"
+                "--stage-store {:?}: {why} (expected coordinator, file:///path or s3://bucket/prefix)",
+                without_userinfo(value)
             ))
         };
         if value == "coordinator" {
@@ -107,6 +109,18 @@ impl FromStr for StageStoreUrl {
             });
         }
         Err(bad("unknown scheme"))
+    }
+}
+
+/// `value` with what lies between its scheme's `//` and the last `@` after
+/// it (a URL's user and password) cut out.
+fn without_userinfo(value: &str) -> String {
+    match value.split_once("//") {
+        Some((scheme, rest)) if rest.contains('@') => {
+            let host = rest.rsplit_once('@').map_or("", |(_, host)| host);
+            format!("{scheme}//…@{host}")
+        }
+        _ => value.to_string(),
     }
 }
 
@@ -163,6 +177,23 @@ mod tests {
             let err = url.parse::<StageStoreUrl>().unwrap_err().to_string();
             assert!(err.contains(why), "{url}: {err}");
             assert!(!err.contains("secret"), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_refused_url_never_shows_what_lies_between_its_slashes_and_at() {
+        for url in [
+            "s3://AKIAEXAMPLE:SuperSecret123@bucket/p",
+            "s3://AKIAEXAMPLE/SuperSecret123@bucket/p",
+            "s3://AKIAEXAMPLE:Super@Secret123@bucket/p",
+            "file://AKIAEXAMPLE:SuperSecret123@/var/stage",
+            "https://AKIAEXAMPLE:SuperSecret123@s3.example.com/bucket",
+            "gs://AKIAEXAMPLE:SuperSecret123@bucket",
+        ] {
+            let err = url.parse::<StageStoreUrl>().unwrap_err().to_string();
+            assert!(!err.contains("SuperSecret123"), "{url}: {err}");
+            assert!(!err.contains("AKIAEXAMPLE"), "{url}: {err}");
+            assert!(err.contains("--stage-store"), "{url}: {err}");
         }
     }
 }

@@ -16,6 +16,7 @@ mod observability;
 mod processes;
 mod security;
 mod shutdown;
+mod stage_owner;
 mod stage_store;
 mod storage_crash;
 mod store_damage;

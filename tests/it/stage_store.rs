@@ -71,6 +71,14 @@ impl Store {
     }
 }
 
+/// What the store holds besides the owner records of the data directories'
+/// prefixes (which stay while the prefix is used).
+async fn stage_blobs(store: &StageStore) -> Vec<String> {
+    let mut keys = store.list(None).await.unwrap();
+    keys.retain(|key| key.split('/').nth(1) != Some("owner"));
+    keys
+}
+
 /// A coordinator and its workers, as processes, each logging to a file.
 struct Cluster {
     url: String,
@@ -232,7 +240,7 @@ fn the_same_answers(store: Store) {
             "the stage store emptied by the sweep",
             Duration::from_secs(60),
             async || {
-                opened.list(None).await.unwrap().is_empty()
+                stage_blobs(&opened).await.is_empty()
                     && cluster
                         .log("coordinator")
                         .contains("stage blobs no longer referenced deleted")
@@ -556,7 +564,7 @@ fn killed_mid_upload(store: Store) {
         eventually(
             "the stage store emptied by the sweep",
             Duration::from_secs(60),
-            async || opened.list(None).await.unwrap().is_empty(),
+            async || stage_blobs(&opened).await.is_empty(),
         )
         .await;
     });
@@ -678,4 +686,165 @@ fn a_data_directory_keeps_its_stage_store_while_a_job_is_unfinished() {
         let job = crate::support::get_job(&mut client, &id).await;
         assert_eq!(state(&job), JobState::Queued);
     });
+}
+
+// ------------------------------------------- refused at start, saying why
+
+/// Runs `tally ARGS` with no environment but `env`, and returns its exit
+/// status (`None`: still running after `limit`, then killed) and its stderr.
+fn run_alone(
+    args: &[&str],
+    env: &[(String, String)],
+    limit: Duration,
+) -> (Option<std::process::ExitStatus>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr");
+    let mut child = ChildGuard(
+        Command::new(tally_bin())
+            .args(args)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn tally"),
+    );
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(child);
+    (status, std::fs::read_to_string(&log).unwrap_or_default())
+}
+
+/// The line of `said` that starts with `error: `.
+fn error_line(said: &str) -> &str {
+    said.lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line in {said}"))
+}
+
+/// A `--stage-store` value with credentials in it, given on the command
+/// line or in `TALLY_STAGE_STORE`, is refused (exit 2) without a word of
+/// what lies between `//` and `@`.
+#[test]
+fn a_stage_store_url_with_credentials_is_refused_without_showing_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for url in [
+        "s3://AKIAEXAMPLE:SuperSecret123@bucket/p",
+        "s3://AKIAEXAMPLE/SuperSecret123@bucket/p",
+        "gs://AKIAEXAMPLE:SuperSecret123@bucket/p",
+        "file://AKIAEXAMPLE:SuperSecret123@/var/stage",
+    ] {
+        for from_env in [false, true] {
+            let mut args = vec!["coordinator", "--data", data.to_str().unwrap()];
+            let mut env = Vec::new();
+            match from_env {
+                true => env.push(("TALLY_STAGE_STORE".to_string(), url.to_string())),
+                false => args.extend(["--stage-store", url]),
+            }
+            let (status, said) = run_alone(&args, &env, Duration::from_secs(30));
+            let status = status.expect("refused at once");
+            assert_eq!(status.code(), Some(2), "{url}: {said}");
+            assert!(error_line(&said).contains("--stage-store"), "{url}: {said}");
+            for secret in ["SuperSecret123", "AKIAEXAMPLE"] {
+                assert!(!said.contains(secret), "{url} (env: {from_env}): {said}");
+            }
+        }
+    }
+    assert!(!data.exists(), "a refused start touched the data directory");
+}
+
+/// An S3 stage store the coordinator cannot use is refused at start (exit
+/// 2), in one line naming the bucket, the endpoint and the variable to set:
+/// a missing bucket, a plain-HTTP endpoint without `AWS_ALLOW_HTTP`, an
+/// `AWS_ALLOW_HTTP` that is empty.
+#[test]
+fn a_coordinator_refuses_to_start_on_an_s3_store_it_cannot_use() {
+    let Some(s3) = MotoS3::start() else {
+        return;
+    };
+    let good = s3.env();
+    let endpoint = good
+        .iter()
+        .find(|(k, _)| k == "AWS_ENDPOINT_URL")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    let changed = |name: &str, value: Option<&str>| -> Vec<(String, String)> {
+        let mut env: Vec<_> = good.iter().filter(|(k, _)| k != name).cloned().collect();
+        env.extend(value.map(|v| (name.to_string(), v.to_string())));
+        env
+    };
+    let cases = [
+        (
+            "s3://tally-missing/p".to_string(),
+            good.clone(),
+            vec!["tally-missing", "NoSuchBucket", "create the bucket"],
+        ),
+        (
+            format!("s3://{BUCKET}/p"),
+            changed("AWS_ALLOW_HTTP", None),
+            vec![BUCKET, "AWS_ALLOW_HTTP=true"],
+        ),
+        (
+            format!("s3://{BUCKET}/p"),
+            changed("AWS_ALLOW_HTTP", Some("")),
+            vec![BUCKET, "AWS_ALLOW_HTTP"],
+        ),
+    ];
+    for (url, env, parts) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let listen = format!("127.0.0.1:{}", free_port());
+        let args = [
+            "coordinator",
+            "--listen",
+            &listen,
+            "--data",
+            data.to_str().unwrap(),
+            "--stage-store",
+            &url,
+        ];
+        let (status, said) = run_alone(&args, &env, Duration::from_secs(90));
+        let status = status.unwrap_or_else(|| panic!("{url} started: {said}"));
+        assert_eq!(status.code(), Some(2), "{url}: {said}");
+        let line = error_line(&said);
+        for part in parts.iter().chain(&[endpoint.as_str(), "AWS_ENDPOINT_URL"]) {
+            assert!(line.contains(part), "{part:?} not in {line}");
+        }
+        assert!(!said.contains(SECRET), "{said}");
+        assert!(!said.contains("coordinator listening"), "{said}");
+    }
+}
+
+/// A worker told of an S3 stage store it cannot use (here its environment
+/// lacks `AWS_ALLOW_HTTP`) stops at its first registration, saying why in
+/// one line, instead of failing each shard it is given.
+#[test]
+fn a_worker_that_cannot_use_the_stage_store_says_so_at_once() {
+    let Some(s3) = MotoS3::start() else {
+        return;
+    };
+    let store = Store::S3(s3, "worker-check".into());
+    let cluster = Cluster::start(&store, "1h");
+    let env: Vec<_> = store
+        .env()
+        .into_iter()
+        .filter(|(k, _)| k != "AWS_ALLOW_HTTP")
+        .collect();
+    let args = ["worker", "--coordinator", &cluster.url, "--id", "no-http"];
+    let (status, said) = run_alone(&args, &env, Duration::from_secs(90));
+    let status = status.unwrap_or_else(|| panic!("the worker kept running: {said}"));
+    assert!(!status.success(), "{said}");
+    let line = error_line(&said);
+    for part in [BUCKET, "AWS_ALLOW_HTTP=true", "AWS_ENDPOINT_URL"] {
+        assert!(line.contains(part), "{part:?} not in {line}");
+    }
 }

@@ -12,6 +12,7 @@ use tally_common::kind::StageRead;
 use tally_common::proto::{self, worker_service_client::WorkerServiceClient};
 use tally_common::transport::{AuthChannel, ClientSecurity};
 use tally_common::wire::MAX_MESSAGE_BYTES;
+use tally_stage::store::CHECK_PATIENCE;
 use tally_stage::{StageStore, StageStoreUrl};
 use tokio::sync::Notify;
 
@@ -159,36 +160,47 @@ impl Context {
     }
 
     /// Opens the stage store the coordinator named at registration (unless
-    /// it is the one already open).
-    pub(crate) fn use_stage_store(&self, named: &str) {
+    /// it is the one already open), and checks it (see
+    /// [`StageStore::check`]). Refused if it cannot be opened or fails its
+    /// check; shards then fail saying why.
+    pub(crate) async fn use_stage_store(&self, named: &str) -> Result<()> {
         let url: StageStoreUrl = match named {
             // A coordinator that does not say keeps stage data itself.
             "" => StageStoreUrl::Coordinator,
             named => match named.parse() {
                 Ok(url) => url,
-                Err(e) => {
-                    *self.stage.lock().unwrap() = StageData::Unusable(format!("{e}"));
-                    return;
-                }
+                Err(e) => return Err(self.stage_unusable(e)),
             },
         };
-        let mut stage = self.stage.lock().unwrap();
-        if let StageData::Store(open) = &*stage
+        if let StageData::Store(open) = &*self.stage.lock().unwrap()
             && open.url() == &url
         {
-            return;
+            return Ok(());
         }
-        *stage = match StageStore::open(&url) {
-            Ok(None) => StageData::Coordinator,
-            Ok(Some(store)) => {
-                tracing::info!(store = %url, "stage data in the stage store");
-                StageData::Store(store.with_mid_upload_pause(self.config.pause_mid_upload))
+        let store = match StageStore::open(&url) {
+            Ok(None) => {
+                *self.stage.lock().unwrap() = StageData::Coordinator;
+                return Ok(());
             }
-            Err(e) => {
-                tracing::error!(store = %url, error = %e, "cannot open the stage store; shards will fail");
-                StageData::Unusable(format!("the stage store {url} cannot be used here: {e}"))
-            }
+            Ok(Some(store)) => store,
+            Err(e) => return Err(self.stage_unusable(e)),
         };
+        let checked = store.clone().with_patience(CHECK_PATIENCE).check().await;
+        if let Err(e) = checked {
+            return Err(self.stage_unusable(e));
+        }
+        tracing::info!(store = %url, "stage data in the stage store");
+        *self.stage.lock().unwrap() =
+            StageData::Store(store.with_mid_upload_pause(self.config.pause_mid_upload));
+        Ok(())
+    }
+
+    /// Notes the stage store unusable for `why`, said once here and by
+    /// every shard that needs it.
+    fn stage_unusable(&self, why: tally_stage::StageError) -> WorkerError {
+        tracing::error!(error = %why, "the stage store cannot be used from this worker; shards that need it fail");
+        *self.stage.lock().unwrap() = StageData::Unusable(why.to_string());
+        WorkerError::Stage(why)
     }
 
     /// Where stage data lives: `None` for the coordinator.

@@ -25,6 +25,9 @@ pub const REPORT_GRACE: Duration = Duration::from_secs(5);
 pub(crate) struct LeaseLoop {
     ctx: Arc<Context>,
     registered: bool,
+    /// Set by the first registration: a stage store the worker cannot use
+    /// then stops it; later (a coordinator restarted) only its shards fail.
+    started: bool,
     backoff: Backoff,
     shards: JoinSet<()>,
 }
@@ -34,6 +37,7 @@ impl LeaseLoop {
         LeaseLoop {
             ctx,
             registered: false,
+            started: false,
             backoff: Backoff::new(),
             shards: JoinSet::new(),
         }
@@ -41,7 +45,8 @@ impl LeaseLoop {
 
     /// Leases until `shutdown` completes, then drains: running shards get the
     /// drain timeout to finish, the rest are handed back. Fails at once if the
-    /// coordinator refuses the worker's credentials.
+    /// coordinator refuses the worker's credentials, or names at the first
+    /// registration a stage store this worker cannot use.
     pub(crate) async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<()> {
         tokio::pin!(shutdown);
         loop {
@@ -89,7 +94,11 @@ impl LeaseLoop {
             Ok(response) => {
                 tracing::info!(worker = %config.worker_id, coordinator = %config.coordinator, "registered");
                 let response = response.into_inner();
-                self.ctx.use_stage_store(&response.stage_store);
+                let usable = self.ctx.use_stage_store(&response.stage_store).await;
+                if !self.started {
+                    usable?;
+                }
+                self.started = true;
                 self.ctx.set_session(response.session);
                 self.registered = true;
                 // The backoff is reset by a lease that works, not here: a

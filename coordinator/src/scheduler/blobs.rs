@@ -22,25 +22,39 @@ const STAGE_STORE_KEY: &[u8] = b"stage-store";
 /// replacing a lost one, say) sharing a store must not share keys.
 const STAGE_PREFIX_KEY: &[u8] = b"stage-prefix";
 
+/// The nonces this data directory wrote to its prefix's owner records, in
+/// [`Tree::Meta`]: the one it holds the prefix with, and the one it is
+/// taking it with (written before the owner record, so a crash between the
+/// two leaves it known). A copy of the directory has them too: the owner
+/// records tell the two apart (see `tally_stage::owner`).
+const STAGE_OWNER_KEY: &[u8] = b"stage-owner";
+
 impl Scheduler {
     /// Records `url` as the stage store of the jobs from now on, and returns
     /// where in it this data directory keeps its blobs (`url` one level down,
-    /// under a name drawn once per data directory). Refused while a job is
-    /// unfinished that began with another store: its stage data is there,
-    /// where the coordinator would no longer look.
-    pub fn use_stage_store(&mut self, url: &StageStoreUrl) -> Result<StageStoreUrl> {
-        let prefix = match self.store.get(Tree::Meta, STAGE_PREFIX_KEY)? {
+    /// under a name drawn once per data directory, or again when
+    /// `new_prefix`). Refused while a job is unfinished that began with
+    /// another store: its stage data is there, where the coordinator would
+    /// no longer look.
+    pub fn use_stage_store(
+        &mut self,
+        url: &StageStoreUrl,
+        new_prefix: bool,
+    ) -> Result<StageStoreUrl> {
+        let kept = self.store.get(Tree::Meta, STAGE_PREFIX_KEY)?;
+        let prefix = match kept.filter(|_| !new_prefix) {
             Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             None => {
-                let mut random = [0u8; 8];
-                getrandom::fill(&mut random).map_err(|e| {
-                    CoordinatorError::Internal(format!("no randomness for a prefix: {e}"))
-                })?;
-                let prefix = format!("d-{}", tally_common::digest::to_hex(&random));
+                let prefix = format!("d-{}", random_hex()?);
                 let mut batch = Batch::default();
                 batch.put(Tree::Meta, STAGE_PREFIX_KEY, prefix.clone().into_bytes());
+                // The owner records of the new prefix are yet to be written.
+                batch.remove(Tree::Meta, STAGE_OWNER_KEY);
                 self.write(batch)?;
                 self.store.flush()?;
+                if new_prefix {
+                    tracing::warn!(prefix = %prefix, "a new stage-store prefix for this data directory");
+                }
                 prefix
             }
         };
@@ -74,6 +88,42 @@ impl Scheduler {
         self.store.flush()?;
         tracing::info!(before = %before, now = %now, "stage store changed");
         Ok(own)
+    }
+
+    /// The nonces this data directory wrote to its stage-store prefix's
+    /// owner records (see [`STAGE_OWNER_KEY`]).
+    pub fn stage_owner_nonces(&self) -> Result<Vec<String>> {
+        let kept = self.store.get(Tree::Meta, STAGE_OWNER_KEY)?;
+        Ok(kept
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// Draws the nonce to take the prefix with and records it, durably,
+    /// beside `held` (the nonce of the latest owner record, if this data
+    /// directory wrote it), before the owner record is written.
+    pub fn begin_stage_owner_claim(&mut self, held: Option<&str>) -> Result<String> {
+        let nonce = random_hex()?;
+        let kept = [held, Some(nonce.as_str())];
+        self.note_stage_owner_nonces(kept.iter().flatten().copied())?;
+        Ok(nonce)
+    }
+
+    /// Records, durably, that the prefix is held with `nonce` alone.
+    pub fn end_stage_owner_claim(&mut self, nonce: &str) -> Result<()> {
+        self.note_stage_owner_nonces(std::iter::once(nonce))
+    }
+
+    fn note_stage_owner_nonces<'a>(&mut self, nonces: impl Iterator<Item = &'a str>) -> Result<()> {
+        let nonces: Vec<&str> = nonces.collect();
+        let mut batch = Batch::default();
+        batch.put(Tree::Meta, STAGE_OWNER_KEY, nonces.join(" ").into_bytes());
+        self.write(batch)?;
+        self.store.flush()?;
+        Ok(())
     }
 
     /// Of `keys` (blobs listed in the stage store), those nothing committed
@@ -174,6 +224,14 @@ impl Scheduler {
         };
         Ok(refs.get(index as usize).cloned().flatten().as_deref() == Some(key))
     }
+}
+
+/// Sixteen random hex digits: a prefix's name, an owner record's nonce.
+fn random_hex() -> Result<String> {
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random)
+        .map_err(|e| CoordinatorError::Internal(format!("no randomness: {e}")))?;
+    Ok(tally_common::digest::to_hex(&random))
 }
 
 /// The key of the blob a stored reference names, if it is one.

@@ -30,6 +30,8 @@ pub fn job_json(job: &Job) -> serde_json::Value {
         "eta_ms": job.eta_ms,
         "answer": job.answer,
         "error": job.error,
+        "stages_unknown": job.stages_unknown,
+        "waiting": job.waiting,
     })
 }
 
@@ -54,23 +56,40 @@ fn percent(done: u64, total: u64) -> f64 {
 
 pub fn status_text(job: &Job) -> String {
     let mut out = format!("{}  {}  {}\n", job.id, job.state_name(), job.description);
-    out += &format!("  stage     {}/{}\n", job.stage, job.stages_total);
-    out += &format!(
-        "  shards    {}/{} done, {} leased, {} failed attempt(s)\n",
-        job.shards_done, job.shards_total, job.shards_leased, job.shards_failed_attempts
-    );
-    out += &format!(
-        "  work      {}/{} ({:.1}%)\n",
-        job.work_done,
-        job.work_total,
-        percent(job.work_done, job.work_total)
-    );
+    // A plan that finds its stages as it goes knows only the stages so far:
+    // no total, and no fraction of one.
+    if job.stages_unknown {
+        out += &format!(
+            "  stage     {} so far (the plan finds its stages as it goes)\n",
+            job.stage
+        );
+        out += &format!(
+            "  shards    {} done so far, {} leased, {} failed attempt(s)\n",
+            job.shards_done, job.shards_leased, job.shards_failed_attempts
+        );
+        out += &format!("  work      {} done so far\n", job.work_done);
+    } else {
+        out += &format!("  stage     {} of {}\n", job.stage, job.stages_total);
+        out += &format!(
+            "  shards    {}/{} done, {} leased, {} failed attempt(s)\n",
+            job.shards_done, job.shards_total, job.shards_leased, job.shards_failed_attempts
+        );
+        out += &format!(
+            "  work      {}/{} ({:.1}%)\n",
+            job.work_done,
+            job.work_total,
+            percent(job.work_done, job.work_total)
+        );
+    }
     let eta = if job.eta_ms > 0 {
         duration(job.eta_ms)
     } else {
         "-".into()
     };
     out += &format!("  elapsed   {}   eta {}\n", duration(job.elapsed_ms), eta);
+    if !job.waiting.is_empty() {
+        out += &format!("  waiting   {}\n", job.waiting);
+    }
     if !job.answer.is_empty() {
         out += &format!("  answer    {}\n", job.answer);
     }
@@ -94,7 +113,7 @@ pub fn job_table(jobs: &[Job]) -> String {
             job.id.clone(),
             job.state_name().into(),
             job.kind.clone(),
-            format!("{:.0}%", percent(job.work_done, job.work_total)),
+            progress(job),
             duration(job.elapsed_ms),
             job.description.clone(),
         ]);
@@ -119,6 +138,54 @@ pub fn job_table(jobs: &[Job]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The progress column of the job table: the share of the work done, or
+/// the stage reached when the stage count is not known yet.
+fn progress(job: &Job) -> String {
+    if job.stages_unknown {
+        format!("stage {}", job.stage)
+    } else {
+        format!("{:.0}%", percent(job.work_done, job.work_total))
+    }
+}
+
+/// `x` to three significant digits (29.1524 is 29.2, 1234.5 is 1230).
+fn three_digits(x: f64) -> String {
+    if !x.is_finite() || x <= 0.0 {
+        return "0".into();
+    }
+    let unit = 10f64.powi(x.log10().floor() as i32 - 2);
+    let rounded = (x / unit).round() * unit;
+    let decimals = (2 - rounded.log10().floor() as i32).max(0) as usize;
+    format!("{rounded:.decimals$}")
+}
+
+/// What the bar says beside the bar: the stage, the shards, the rate of
+/// the job's run so far, its time and what is left.
+fn bar_message(job: &Job) -> String {
+    let mut parts = Vec::new();
+    if job.stages_unknown {
+        parts.push(format!("stage {} so far", job.stage));
+        parts.push(format!("shards {} done", job.shards_done));
+    } else {
+        if job.stages_total > 1 {
+            parts.push(format!("stage {} of {}", job.stage, job.stages_total));
+        }
+        parts.push(format!("shards {}/{}", job.shards_done, job.shards_total));
+    }
+    if job.elapsed_ms > 0 {
+        let rate = job.shards_done as f64 * 1000.0 / job.elapsed_ms as f64;
+        parts.push(format!("{} shards/s", three_digits(rate)));
+        parts.push(duration(job.elapsed_ms));
+    }
+    if job.eta_ms > 0 {
+        parts.push(format!("eta {}", duration(job.eta_ms)));
+    }
+    if !job.waiting.is_empty() {
+        parts.push(format!("waiting: {}", job.waiting));
+    }
+    parts.join(", ")
 }
 
 /// Prints a finished job's answer (last stdout line) or JSON; failed and
@@ -201,56 +268,67 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
     1
 }
 
-/// A progress bar on stderr (drawn only on a terminal).
+/// A progress bar on stderr (drawn only on a terminal). It is made when
+/// the job is first seen: a bar of no length would draw as full.
 pub struct ProgressView {
-    bar: Option<indicatif::ProgressBar>,
+    /// Where the bar is drawn, until it is made; `None` when disabled.
+    target: std::sync::Mutex<Option<indicatif::ProgressDrawTarget>>,
+    bar: std::sync::OnceLock<indicatif::ProgressBar>,
 }
 
 impl ProgressView {
     pub fn new(enabled: bool) -> ProgressView {
-        let bar = enabled.then(|| {
-            let bar = indicatif::ProgressBar::with_draw_target(
-                Some(0),
-                indicatif::ProgressDrawTarget::stderr_with_hz(4),
-            );
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{spinner} {prefix} [{bar:30}] {percent:>3}% {msg} ({per_sec}, {elapsed}, eta {eta})",
-                )
-                .expect("valid template")
-                .progress_chars("=> "),
-            );
-            bar.enable_steady_tick(Duration::from_millis(250));
-            bar
-        });
-        ProgressView { bar }
+        let target = enabled.then(|| indicatif::ProgressDrawTarget::stderr_with_hz(4));
+        ProgressView {
+            target: std::sync::Mutex::new(target),
+            bar: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// A view drawn on `target`.
+    #[cfg(test)]
+    fn to(target: indicatif::ProgressDrawTarget) -> ProgressView {
+        ProgressView {
+            target: std::sync::Mutex::new(Some(target)),
+            bar: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The bar, made on the first call that may draw it; `None` when disabled.
+    fn bar(&self) -> Option<&indicatif::ProgressBar> {
+        if let Some(bar) = self.bar.get() {
+            return Some(bar);
+        }
+        let target = self.target.lock().ok()?.take()?;
+        let bar = indicatif::ProgressBar::with_draw_target(None, target);
+        bar.set_style(style(false));
+        bar.enable_steady_tick(Duration::from_millis(250));
+        Some(self.bar.get_or_init(|| bar))
     }
 
     pub fn update(&self, job: &Job) {
-        if let Some(bar) = &self.bar {
-            bar.set_length(job.work_total.max(1));
+        if let Some(bar) = self.bar() {
+            // A job whose stage count is not known yet has no fraction to show.
+            if job.stages_unknown {
+                bar.unset_length();
+            } else {
+                bar.set_length(job.work_total.max(1));
+            }
+            bar.set_style(style(!job.stages_unknown));
             bar.set_position(job.work_done);
             bar.set_prefix(format!("{} {}", job.id, job.state_name()));
-            let stage = if job.stages_total > 1 {
-                format!("stage {}/{}, ", job.stage, job.stages_total)
-            } else {
-                String::new()
-            };
-            bar.set_message(format!(
-                "{stage}shards {}/{}",
-                job.shards_done, job.shards_total
-            ));
+            bar.set_message(bar_message(job));
         }
     }
 
     pub fn note(&self, text: &str) {
-        if let Some(bar) = &self.bar {
+        if let Some(bar) = self.bar() {
             bar.set_message(text.to_string());
         }
     }
 
     pub fn finish(&self, job: &Job) {
-        if let Some(bar) = &self.bar {
+        if let Some(bar) = self.bar() {
             self.update(job);
             bar.finish_and_clear();
             eprintln!(
@@ -263,8 +341,25 @@ impl ProgressView {
     }
 
     pub fn abandon(&self) {
-        if let Some(bar) = &self.bar {
+        if let Some(bar) = self.bar.get() {
             bar.abandon();
         }
     }
 }
+
+/// The bar's look: with the bar and the share done when the work's total is
+/// known, else a spinner and the message alone.
+fn style(fraction_known: bool) -> indicatif::ProgressStyle {
+    let template = if fraction_known {
+        "{spinner} {prefix} [{bar:30}] {percent:>3}% {msg}"
+    } else {
+        "{spinner} {prefix} {msg}"
+    };
+    indicatif::ProgressStyle::with_template(template)
+        .expect("valid template")
+        .progress_chars("=> ")
+}
+
+#[cfg(test)]
+#[path = "output_tests.rs"]
+mod tests;

@@ -58,6 +58,7 @@ pub trait Kind: Send + Sync {
     fn estimate(&self, spec: &TypedSpec) -> Option<ResourceEstimate>;
     fn attachments(&self, spec: &TypedSpec) -> Vec<String>;
     fn capability(&self, spec: &TypedSpec) -> Option<&'static str>;
+    fn stages_known(&self, spec: &TypedSpec) -> bool;
     fn prepare(&self, spec: &TypedSpec, cache: &KernelCache, control: &Control) -> Result<JobPlan>;
     fn plan_stage(&self, spec: &TypedSpec, plan: &JobPlan, stage: u32)
     -> Result<Vec<PlannedShard>>;
@@ -219,6 +220,10 @@ impl<K: JobKind> Kind for Registered<K> {
 
     fn capability(&self, spec: &TypedSpec) -> Option<&'static str> {
         K::capability(typed::<K>(spec))
+    }
+
+    fn stages_known(&self, spec: &TypedSpec) -> bool {
+        K::stages_known(typed::<K>(spec))
     }
 
     fn prepare(&self, spec: &TypedSpec, cache: &KernelCache, control: &Control) -> Result<JobPlan> {

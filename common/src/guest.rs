@@ -22,6 +22,11 @@ pub const MODULES_KEPT: usize = 8;
 /// The capability a worker offers when it runs user kernels.
 pub const WASM_CAPABILITY: &str = "wasm";
 
+/// How a job sends the module it names, for a message saying it was not
+/// sent: the kind's flags take the module, a spec file's job attaches it.
+pub const SEND_MODULE: &str =
+    "send it with the job (--module FILE with the kind's flags, --attach FILE with --spec-file)";
+
 /// The SHA-256 of `bytes` in lowercase hex: the name of a module (an
 /// attachment) in specs, the store and on the wire.
 pub fn sha256_hex(bytes: &[u8]) -> String {

@@ -114,6 +114,12 @@ pub trait JobKind: Send + Sync + 'static {
     fn stages(_spec: &Self::Spec, _plan: &Self::Plan) -> u32 {
         1
     }
+    /// Whether [`JobKind::stages`] counts every stage of the job; false for a
+    /// plan that finds its stages as it goes (a frontier search, one stage a
+    /// level), whose progress then covers only the stages found so far.
+    fn stages_known(_spec: &Self::Spec) -> bool {
+        true
+    }
     /// The shards of `stage` (1-based). Deterministic.
     fn plan_stage(
         spec: &Self::Spec,

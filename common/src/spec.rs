@@ -214,6 +214,12 @@ impl ValidSpec {
         self.kind.capability(&self.typed)
     }
 
+    /// Whether the plan knows its stage count from the start (see
+    /// `JobKind::stages_known`).
+    pub fn stages_known(&self) -> bool {
+        self.kind.stages_known(&self.typed)
+    }
+
     /// The job made to fit workers of `budget` bytes (the largest budget of
     /// the workers, `workers` says which), with the choices the spec left
     /// open made for it; refused, unless forced, when not even its smallest

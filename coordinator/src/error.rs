@@ -81,7 +81,32 @@ impl CoordinatorError {
 
 impl From<sled::Error> for CoordinatorError {
     fn from(e: sled::Error) -> Self {
-        CoordinatorError::Store(e.to_string())
+        CoordinatorError::Store(sled_message(&e))
+    }
+}
+
+/// sled's error in one line for users: its corruption error's own text ends
+/// in the debug form of a backtrace sled does not capture ("backtrace ()"),
+/// and its I/O error wraps the OS error in another.
+pub(crate) fn sled_message(e: &sled::Error) -> String {
+    match e {
+        sled::Error::Corruption { at, .. } => {
+            let offset = match at {
+                Some(sled::DiskPtr::Inline(offset) | sled::DiskPtr::Blob(offset, _)) => {
+                    format!(" at file offset {offset}")
+                }
+                None => String::new(),
+            };
+            format!("sled read corrupted data{offset}")
+        }
+        sled::Error::Io(io) => match io
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<std::io::Error>())
+        {
+            Some(inner) => inner.to_string(),
+            None => io.to_string(),
+        },
+        other => other.to_string(),
     }
 }
 
@@ -141,5 +166,25 @@ mod tests {
         assert!(status.message().ends_with("more bytes)"));
         let short = tonic::Status::from(CoordinatorError::NotFound("no job \"x\"".into()));
         assert_eq!(short.message(), "no job \"x\"");
+    }
+
+    /// A damaged store is refused in words: sled's own text for its
+    /// corruption error ends in "backtrace ()".
+    #[test]
+    fn sled_errors_read_as_one_plain_line() {
+        let at = sled::Error::Corruption {
+            at: Some(sled::DiskPtr::Inline(4096)),
+            bt: (),
+        };
+        assert_eq!(
+            sled_message(&at),
+            "sled read corrupted data at file offset 4096"
+        );
+        let nowhere = CoordinatorError::from(sled::Error::Corruption { at: None, bt: () });
+        assert_eq!(nowhere.to_string(), "store: sled read corrupted data");
+        let io = sled::Error::Io(std::io::Error::other(std::io::Error::from_raw_os_error(28)));
+        let line = CoordinatorError::from(io).to_string();
+        assert!(line.contains("No space left on device"), "{line}");
+        assert!(!line.contains("IO error"), "{line}");
     }
 }

@@ -265,6 +265,8 @@ fn job_json(j: &Job, metrics: &CoordinatorMetrics) -> serde_json::Value {
         "eta_ms": j.eta_ms,
         "answer": j.answer,
         "error": j.error,
+        "stages_unknown": j.stages_unknown,
+        "waiting": j.waiting,
         "history": metrics.history(&j.id),
     })
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tally_common::cache::KernelCache;
-use tally_common::guest::{MAX_MODULE_BYTES, sha256_hex};
+use tally_common::guest::{MAX_MODULE_BYTES, SEND_MODULE, sha256_hex};
 use tally_common::proto;
 use tally_common::proto::job_service_server::JobService;
 use tally_common::spec::ValidSpec;
@@ -251,7 +251,7 @@ impl JobApi {
                     None => {
                         return Err(CoordinatorError::InvalidArgument(format!(
                             "the job names a module with SHA-256 {digest}, which the coordinator \
-                         does not hold: send it with the job (--module FILE)"
+                             does not hold: {SEND_MODULE}"
                         )));
                     }
                 },

@@ -348,6 +348,13 @@ async fn submit_status_watch_result_list_and_cancel_against_a_coordinator() {
         assert!(value.get(field).is_some(), "status --json lacks {field}");
     }
     assert_eq!(value["state"], "queued");
+    // No worker yet: the job says why it waits.
+    assert_eq!(value["waiting"], "no worker is connected");
+    let text = String::from_utf8_lossy(&run(vec!["status", &id]).stdout).to_string();
+    assert!(
+        text.contains("\n  waiting   no worker is connected\n"),
+        "{text}"
+    );
 
     let _worker = spawn_worker(&url, "cli-worker", 2, &[], &log);
     let watched = run(vec!["watch", &id]);

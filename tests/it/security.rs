@@ -443,7 +443,7 @@ async fn workers_with_the_token_finish_jobs_and_without_it_stop() {
         .await
         .expect("a refused worker stops on its own");
         match refused {
-            Err(tally_worker::WorkerError::Rpc(status)) => assert_eq!(status.code(), expected),
+            Err(tally_worker::WorkerError::Refused(status)) => assert_eq!(status.code(), expected),
             other => panic!("expected {expected:?}, got {other:?}"),
         }
     }
@@ -479,6 +479,54 @@ async fn workers_with_the_token_finish_jobs_and_without_it_stop() {
     };
     assert_eq!(done.answer, support::direct_answer(&spec));
     workers_ok.stop().await;
+    coordinator.shutdown().await;
+}
+
+/// `tally worker` with a token the coordinator refuses stops at once with
+/// one clear line naming the refusal, not tonic's `code: '...'` form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_worker_says_so_in_one_clear_line() {
+    let coordinator = start(true, None).await;
+    let url = coordinator.url();
+    for (token, says) in [
+        (
+            "wrong",
+            "error: the coordinator refused the worker token (UNAUTHENTICATED): invalid bearer \
+             token for the worker API",
+        ),
+        (
+            TOKEN,
+            "error: the coordinator refused the worker token (PERMISSION_DENIED): a client token \
+             cannot call the worker API: it needs a worker token",
+        ),
+    ] {
+        let mut child = support::ChildGuard(
+            std::process::Command::new(support::tally_bin())
+                .args(["worker", "--coordinator", &url, "--log-level", "error"])
+                .env("TALLY_WORKER_TOKEN", token)
+                .env_remove("TALLY_WORKER_TOKEN_FILE")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a refused worker must stop on its own"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success(), "{stderr}");
+        assert_eq!(stderr.trim_end().lines().last(), Some(says), "{stderr}");
+        assert!(!stderr.contains("code: '"), "{stderr}");
+    }
     coordinator.shutdown().await;
 }
 

@@ -154,6 +154,10 @@ fn damage_anywhere_in_a_store_is_refused_or_harmless_never_a_silent_rollback() {
                     !line.contains('\n') && line.contains(&copy.display().to_string()),
                     "case {case} ({how}): the refusal must be one line naming the store: {line}"
                 );
+                assert!(
+                    !line.contains("backtrace"),
+                    "case {case} ({how}): the refusal must be in words: {line}"
+                );
                 tally.refused += 1;
                 if line.contains("lost acknowledged data") {
                     tally.lost_commits += 1;

@@ -307,6 +307,15 @@ async fn modules_are_checked_and_stored_once_at_submission() {
         "(i32.const 1)",
     );
     let oversized = vec![0u8; tally_common::guest::MAX_MODULE_BYTES + 1];
+    let abi_2 = wat::parse_str(
+        r#"(module
+             (memory (export "memory") 1)
+             (func (export "tally_abi_version") (result i32) (i32.const 2))
+             (func (export "tally_alloc") (param i32) (result i32) (i32.const 4096))
+             (func (export "tally_shard")
+               (param i64 i64 i64 i32 i32 i32 i32 i32 i32) (result i32) (i32.const 1)))"#,
+    )
+    .unwrap();
     let queens = wasm_job(QUEENS, 2, &["n=6"], P61);
     let cases: Vec<(&str, JobSpec, Vec<&[u8]>, &str)> = vec![
         (
@@ -322,10 +331,17 @@ async fn modules_are_checked_and_stored_once_at_submission() {
             "env.clock_time_get, which the ABI does not offer",
         ),
         (
+            "a module of another ABI version",
+            wasm_job(&abi_2, 2, &[], P61),
+            vec![&abi_2],
+            "it speaks ABI version 2, and this sandbox speaks ABI version 1",
+        ),
+        (
             "a module the coordinator does not hold",
             queens.clone(),
             vec![],
-            "does not hold",
+            "does not hold: send it with the job (--module FILE with the kind's flags, \
+             --attach FILE with --spec-file)",
         ),
         (
             "an attachment the spec does not name",

@@ -110,9 +110,11 @@ impl Sandbox {
             .epoch_interruption(true)
             .cranelift_nan_canonicalization(true)
             .relaxed_simd_deterministic(true)
-            .max_wasm_stack(1 << 20);
+            .max_wasm_stack(1 << 20)
+            // Errors reach users as one line: no wasm backtraces are attached.
+            .wasm_backtrace_max_frames(None);
         // Threads (shared memory) are not built in: the `threads` feature is off.
-        let engine = Engine::new(&config).map_err(|e| WasmError::Failed(e.to_string()))?;
+        let engine = Engine::new(&config).map_err(|e| WasmError::Failed(one_line(&e)))?;
         let ticking = Arc::new(AtomicBool::new(true));
         let (ticker, running) = (engine.weak(), ticking.clone());
         std::thread::Builder::new()
@@ -138,8 +140,10 @@ impl Sandbox {
         self.limits
     }
 
-    /// Compiles and checks a module: its size, its imports (only the ABI's)
-    /// and its exports (the ABI's, with their types).
+    /// Compiles and checks a module: its size, its imports (only the ABI's),
+    /// its exports (the ABI's, with their types) and the ABI version it
+    /// speaks (called in an instance with little fuel), so that a module no
+    /// shard could run is refused before any shard is planned.
     pub fn load(&self, bytes: &[u8]) -> Result<Kernel> {
         if bytes.len() > self.limits.module_bytes {
             return Err(WasmError::Refused(format!(
@@ -148,11 +152,74 @@ impl Sandbox {
                 self.limits.module_bytes
             )));
         }
-        let module = Module::new(&self.engine, bytes)
-            .map_err(|e| WasmError::Refused(format!("it is not a valid module: {e:#}")))?;
+        let module = Module::new(&self.engine, bytes).map_err(|e| {
+            WasmError::Refused(format!("it is not a valid module: {}", one_line(&e)))
+        })?;
         check_imports(&self.engine, &module)?;
         check_exports(&self.engine, &module)?;
+        self.check_version(&module)?;
         Ok(Kernel { module })
+    }
+
+    /// Calls the module's `tally_abi_version` in an instance of its own with
+    /// [`VERSION_CHECK_FUEL`].
+    fn check_version(&self, module: &Module) -> Result<()> {
+        let (events, _) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (mut store, instance) = self
+            .instantiate(module, events, stop, VERSION_CHECK_FUEL)
+            .map_err(|e| WasmError::Refused(format!("it cannot be instantiated: {e}")))?;
+        let exports = Exports::of(&instance, &mut store)?;
+        let version = exports.version.call(&mut store, ()).map_err(|e| {
+            WasmError::Refused(format!(
+                "its tally_abi_version did not return (within {VERSION_CHECK_FUEL} units of \
+                 fuel): {}",
+                one_line(&e)
+            ))
+        })?;
+        check_version(version)
+    }
+
+    /// A fresh instance of `module` in a store of its own with `fuel`, the
+    /// memory limit and the stop flag.
+    fn instantiate(
+        &self,
+        module: &Module,
+        events: mpsc::Sender<Event>,
+        stop: Arc<AtomicBool>,
+        fuel: u64,
+    ) -> Result<(Store<Host>, Instance)> {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(self.limits.memory_bytes)
+            .instances(1)
+            .memories(1)
+            .tables(4)
+            .trap_on_grow_failure(true)
+            .build();
+        let host = Host {
+            limits,
+            events,
+            stop,
+            checkpoint_bytes: self.limits.checkpoint_bytes,
+            fuel,
+            failure: None,
+        };
+        let mut store = Store::new(&self.engine, host);
+        store.limiter(|host| &mut host.limits);
+        store
+            .set_fuel(fuel)
+            .map_err(|e| WasmError::Failed(one_line(&e)))?;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |context| {
+            if context.data().stop.load(Ordering::Relaxed) {
+                return Err(wasmtime::Error::msg(CANCELLED));
+            }
+            Ok(UpdateDeadline::Continue(1))
+        });
+        let instance = linker(&self.engine)?
+            .instantiate(&mut store, module)
+            .map_err(|e| self.explain(&mut store, e))?;
+        Ok((store, instance))
     }
 
     /// Runs one shard of `kernel`; `hooks` gets its progress and checkpoints
@@ -194,45 +261,14 @@ impl Sandbox {
         events: mpsc::Sender<Event>,
         stop: Arc<AtomicBool>,
     ) -> Result<Vec<u64>> {
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(self.limits.memory_bytes)
-            .instances(1)
-            .memories(1)
-            .tables(4)
-            .trap_on_grow_failure(true)
-            .build();
-        let host = Host {
-            limits,
-            events,
-            stop: stop.clone(),
-            checkpoint_bytes: self.limits.checkpoint_bytes,
-            failure: None,
-        };
-        let mut store = Store::new(&self.engine, host);
-        store.limiter(|host| &mut host.limits);
-        store
-            .set_fuel(self.limits.fuel)
-            .map_err(|e| WasmError::Failed(e.to_string()))?;
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |context| {
-            if context.data().stop.load(Ordering::Relaxed) {
-                return Err(wasmtime::Error::msg(CANCELLED));
-            }
-            Ok(UpdateDeadline::Continue(1))
-        });
-        let instance = linker(&self.engine)?
-            .instantiate(&mut store, &kernel.module)
-            .map_err(|e| self.explain(&mut store, e))?;
+        let (mut store, instance) =
+            self.instantiate(&kernel.module, events, stop, self.limits.fuel)?;
         let exports = Exports::of(&instance, &mut store)?;
         let version = exports
             .version
             .call(&mut store, ())
             .map_err(|e| self.explain(&mut store, e))?;
-        if version != ABI_VERSION {
-            return Err(WasmError::Refused(format!(
-                "it speaks ABI version {version}, the sandbox {ABI_VERSION}"
-            )));
-        }
+        check_version(version)?;
         let params = exports.place(&mut store, call.params.as_bytes())?;
         let state = exports.place(&mut store, call.state)?;
         let out_bytes = call.outputs as usize * 8;
@@ -301,12 +337,12 @@ impl Sandbox {
             return WasmError::Cancelled;
         }
         match error.downcast_ref::<Trap>() {
-            Some(Trap::OutOfFuel) => WasmError::OutOfFuel(self.limits.fuel),
+            Some(Trap::OutOfFuel) => WasmError::OutOfFuel(store.data().fuel),
             Some(trap) => WasmError::Trap(trap.to_string()),
             None if format!("{error:#}").contains("forcing trap when growing memory") => {
                 WasmError::MemoryLimit(self.limits.memory_bytes)
             }
-            None => WasmError::Trap(format!("{error:#}")),
+            None => WasmError::Trap(one_line(&error)),
         }
     }
 }
@@ -319,6 +355,32 @@ impl Drop for Sandbox {
 
 /// The message of the epoch callback's trap when the shard is stopped.
 const CANCELLED: &str = "tally: the shard was cancelled";
+
+/// The fuel of the ABI version check at load: returning a constant takes a
+/// few units, and a module's start function must be as quick.
+const VERSION_CHECK_FUEL: u64 = 100_000;
+
+/// Refuses a module that speaks another ABI version, naming both.
+fn check_version(version: i32) -> Result<()> {
+    if version == ABI_VERSION {
+        return Ok(());
+    }
+    Err(WasmError::Refused(format!(
+        "it speaks ABI version {version}, and this sandbox speaks ABI version {ABI_VERSION} \
+         (docs/wasm-abi.md)"
+    )))
+}
+
+/// A wasmtime error as one line: its causes joined, with no line breaks (a
+/// user reads it in a job's error).
+fn one_line(error: &wasmtime::Error) -> String {
+    format!("{error:#}")
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// A checked, compiled module. (The runner names modules by the SHA-256 it
 /// computed when it received them; the sandbox does not hash them again.)
@@ -338,6 +400,8 @@ struct Host {
     events: mpsc::Sender<Event>,
     stop: Arc<AtomicBool>,
     checkpoint_bytes: usize,
+    /// The fuel the store started with.
+    fuel: u64,
     /// A failure a host function found, reported instead of the trap it caused.
     failure: Option<WasmError>,
 }
@@ -433,7 +497,7 @@ fn check_exports(engine: &Engine, module: &Module) -> Result<()> {
 /// The host functions, bound by name.
 fn linker(engine: &Engine) -> Result<Linker<Host>> {
     let mut linker = Linker::new(engine);
-    let failed = |e: wasmtime::Error| WasmError::Failed(e.to_string());
+    let failed = |e: wasmtime::Error| WasmError::Failed(one_line(&e));
     linker
         .func_wrap(
             "tally",
@@ -466,7 +530,16 @@ fn linker(engine: &Engine) -> Result<Linker<Host>> {
                     .and_then(|e| e.into_memory())
                     .ok_or_else(|| wasmtime::Error::msg("no memory"))?;
                 let mut state = vec![0; len];
-                memory.read(&caller, ptr as u32 as usize, &mut state)?;
+                if memory
+                    .read(&caller, ptr as u32 as usize, &mut state)
+                    .is_err()
+                {
+                    caller.data_mut().failure = Some(WasmError::Trap(format!(
+                        "its checkpoint state ({len} bytes at {:#x}) lies outside its memory",
+                        ptr as u32
+                    )));
+                    return Err(wasmtime::Error::msg("checkpoint out of bounds"));
+                }
                 let _ = caller.data().events.send(Event::Checkpoint(state));
                 Ok(())
             },
@@ -507,10 +580,9 @@ impl Exports {
     fn place(&self, store: &mut Store<Host>, bytes: &[u8]) -> Result<i32> {
         let len = i32::try_from(bytes.len())
             .map_err(|_| WasmError::Failed("an argument above 2 GiB".into()))?;
-        let ptr = self
-            .alloc
-            .call(&mut *store, len)
-            .map_err(|e| WasmError::Trap(format!("tally_alloc({len}) trapped: {e:#}")))?;
+        let ptr = self.alloc.call(&mut *store, len).map_err(|e| {
+            WasmError::Trap(format!("tally_alloc({len}) trapped: {}", one_line(&e)))
+        })?;
         self.memory
             .write(&mut *store, ptr as u32 as usize, bytes)
             .map_err(|_| {

@@ -303,3 +303,70 @@ fn malicious_modules_fail_with_a_clear_error_and_affect_nothing_else() {
         );
     }
 }
+
+/// A checkpoint state outside the module's memory fails the shard with one
+/// line naming it, not wasmtime's multi-line backtrace.
+#[test]
+fn a_checkpoint_outside_memory_fails_with_one_line() {
+    let sandbox = Sandbox::new(small_limits()).unwrap();
+    let kernel = sandbox
+        .load(&module(
+            r#"(import "tally" "checkpoint" (func $c (param i32 i32)))"#,
+            "(call $c (i32.const 0x7fff0000) (i32.const 16)) (i32.const 1)",
+            "",
+        ))
+        .unwrap();
+    let err = sandbox
+        .run(&kernel, &call(1), &mut Recorded::new())
+        .unwrap_err();
+    let line = err.to_string();
+    assert!(matches!(err, WasmError::Trap(_)), "{err:?}");
+    assert!(!line.contains('\n'), "one line: {line}");
+    assert!(!line.contains("backtrace"), "{line}");
+    assert!(line.contains("checkpoint"), "{line}");
+}
+
+/// A module of another ABI version is refused when it is loaded (at
+/// submission), naming both versions, not at its first shard.
+#[test]
+fn a_module_of_another_abi_version_is_refused_at_load() {
+    let sandbox = Sandbox::new(small_limits()).unwrap();
+    let abi_2 = wat::parse_str(
+        r#"(module
+          (memory (export "memory") 1)
+          (func (export "tally_abi_version") (result i32) (i32.const 2))
+          (func (export "tally_alloc") (param i32) (result i32) (i32.const 1024))
+          (func (export "tally_shard")
+            (param i64 i64 i64 i32 i32 i32 i32 i32 i32) (result i32)
+            (i32.const 1)))"#,
+    )
+    .unwrap();
+    let err = sandbox
+        .load(&abi_2)
+        .err()
+        .expect("an ABI-2 module is refused");
+    let line = err.to_string();
+    assert!(matches!(err, WasmError::Refused(_)), "{err:?}");
+    assert!(
+        line.contains("ABI version 2") && line.contains("version 1"),
+        "{line}"
+    );
+    // A version export that never ends is refused within the check's fuel.
+    let looping = wat::parse_str(
+        r#"(module
+          (memory (export "memory") 1)
+          (func (export "tally_abi_version") (result i32) (loop (br 0)) (i32.const 1))
+          (func (export "tally_alloc") (param i32) (result i32) (i32.const 1024))
+          (func (export "tally_shard")
+            (param i64 i64 i64 i32 i32 i32 i32 i32 i32) (result i32)
+            (i32.const 1)))"#,
+    )
+    .unwrap();
+    let err = sandbox
+        .load(&looping)
+        .err()
+        .expect("a looping version export is refused");
+    assert!(matches!(err, WasmError::Refused(_)), "{err:?}");
+    assert!(err.to_string().contains("tally_abi_version"), "{err}");
+    assert!(sandbox.load(&honest()).is_ok());
+}

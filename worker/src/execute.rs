@@ -270,7 +270,7 @@ async fn read_from_store(
         && let Some(index) = blobs.iter().position(Option::is_none)
     {
         return Err(CommonError::InvalidArgument(format!(
-            "shard {}/{index} of job {job} wrote no buckets",
+            "stage {}, shard {index} of job {job} wrote no buckets",
             read.stage
         ))
         .into());
@@ -384,7 +384,9 @@ async fn recompute(
     })
     .await?;
     let committed = shard.output_blob.as_ref().ok_or_else(|| {
-        CommonError::Internal(format!("shard {stage}/{index} has no committed blob"))
+        CommonError::Internal(format!(
+            "stage {stage}, shard {index} has no committed blob"
+        ))
     })?;
     let committed = BlobRef::try_from(committed)?;
     let task = EncodedTask::from_bytes(&shard.task)?;
@@ -409,7 +411,7 @@ async fn recompute(
     let (_, digest) = tally_stage::blob::encode(&outcome.output);
     if outcome.partial.to_bytes() != shard.partial || digest != committed.digest {
         return Err(CommonError::Internal(format!(
-            "shard {stage}/{index} of job {job} computed again differs from its committed result"
+            "stage {stage}, shard {index} of job {job} computed again differs from its committed result"
         ))
         .into());
     }

@@ -113,7 +113,7 @@ impl LeaseLoop {
                     tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
                 ) =>
             {
-                return Err(WorkerError::Rpc(e));
+                return Err(WorkerError::Refused(e));
             }
             Err(e) => {
                 tracing::warn!(error = %e.message(), "coordinator unreachable; retrying");

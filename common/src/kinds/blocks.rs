@@ -257,6 +257,10 @@ impl JobKind for Blocks {
         }
     }
 
+    fn stages_known(spec: &BlocksSpec) -> bool {
+        spec.plan != BlocksPlanName::Frontier
+    }
+
     fn prepare(_spec: &BlocksSpec, _cache: &KernelCache, _control: &Control) -> Result<BlocksPlan> {
         Ok(BlocksPlan::default())
     }

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::cache::KernelCache;
 use crate::guest::{
-    GuestCall, GuestHooks, GuestModule, MODULES_KEPT, WASM_CAPABILITY, is_sha256_hex,
+    GuestCall, GuestHooks, GuestModule, MODULES_KEPT, SEND_MODULE, WASM_CAPABILITY, is_sha256_hex,
 };
 use crate::kind::{
     Answer, Checkpoint, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output,
@@ -300,7 +300,7 @@ impl JobKind for Wasm {
             .ok_or_else(|| Error::Internal("no sandbox to check wasm modules with".into()))?;
         let module = cache.attachment(&spec.module_sha256).ok_or_else(|| {
             invalid!(
-                "no module with SHA-256 {} is stored: send it with the job (--module FILE)",
+                "no module with SHA-256 {} is stored: {SEND_MODULE}",
                 spec.module_sha256
             )
         })?;
@@ -816,6 +816,30 @@ mod tests {
             assert!(is_prime(spare) && spare < PRIME_LIMIT && spare > PRIME_LIMIT / 2 - 2000);
             assert!(!plan.primes[..plan.primes.len() - 1].contains(&spare));
         }
+    }
+
+    /// A module the coordinator does not hold is refused with how to send it,
+    /// on the command line and with a spec file.
+    #[test]
+    fn a_module_not_stored_is_refused_naming_both_ways_to_send_it() {
+        let cache = KernelCache::new();
+        cache.set_guest_runtime(Arc::new(Stepping));
+        let spec = WasmSpec {
+            module_sha256: crate::guest::sha256_hex(b"never sent"),
+            shards: 2,
+            params: Vec::new(),
+            modulus: DEFAULT_MODULUS,
+            exact: false,
+            bound_bits: 0,
+            outputs: 1,
+        };
+        let error = Wasm::prepare(&spec, &cache, &Control::new()).unwrap_err();
+        let line = error.to_string();
+        assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+        assert!(
+            line.contains("--module FILE") && line.contains("--attach FILE"),
+            "{line}"
+        );
     }
 
     /// A module that reports progress and a checkpoint at each of four

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use tally_common::guest::SEND_MODULE;
 use tally_common::proto;
 use tally_common::spec::ValidSpec;
 use tally_common::values::{JobPlan, PlannedShard};
@@ -52,7 +53,7 @@ impl Scheduler {
             let Some((_, bytes)) = attachments.iter().find(|(sent, _)| *sent == digest) else {
                 return Err(CoordinatorError::InvalidArgument(format!(
                     "the job names a module with SHA-256 {digest}, which the coordinator no \
-                     longer holds: send it with the job (--module FILE)"
+                     longer holds: {SEND_MODULE}"
                 )));
             };
             new_attachments.push((key, bytes.clone()));

@@ -122,7 +122,7 @@ fn expire(
         rec.state = JobState::Failed;
         rec.finished_ms = Some(now_ms);
         let message = format!(
-            "shard {}/{} failed after {} attempt(s): its lease expired each time",
+            "stage {}, shard {} failed after {} attempt(s): its lease expired each time",
             shard.stage, shard.index, shard.failed_attempts
         );
         rec.error = Some(message.clone());

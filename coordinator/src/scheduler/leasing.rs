@@ -298,7 +298,7 @@ fn lease_shard(
             .map(|bytes| {
                 BlobRef::decode(&bytes).ok_or_else(|| {
                     CoordinatorError::Store(format!(
-                        "the checkpoint reference of shard {}/{} of job {id} is malformed",
+                        "the checkpoint reference of stage {}, shard {} of job {id} is malformed",
                         shard.stage, shard.index
                     ))
                 })

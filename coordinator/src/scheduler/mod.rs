@@ -33,12 +33,15 @@ mod shard_table;
 mod stages;
 mod state;
 mod views;
+mod waiting;
 mod workers;
 
 #[cfg(test)]
 mod replica_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod view_tests;
 
 pub use protocol::{
     Grant, Registration, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure,

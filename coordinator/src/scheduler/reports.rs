@@ -316,7 +316,7 @@ fn fail(
     rec.state = JobState::Failed;
     rec.finished_ms = Some(now_ms);
     let message = format!(
-        "shard {}/{} failed after {} attempt(s): {}",
+        "stage {}, shard {} failed after {} attempt(s): {}",
         shard.stage, shard.index, shard.failed_attempts, failed.failure.message
     );
     rec.error = Some(message.clone());

@@ -128,7 +128,7 @@ impl Scheduler {
                 }
                 BlobRef::decode(output).map(Some).ok_or_else(|| {
                     CoordinatorError::FailedPrecondition(format!(
-                        "the output of shard {stage}/{index} of job {job} is not in the stage \
+                        "the output of stage {stage}, shard {index} of job {job} is not in the stage \
                          store: the job began before the coordinator used one"
                     ))
                 })
@@ -151,18 +151,22 @@ impl Scheduler {
             .flatten()
             .ok_or_else(|| {
                 CoordinatorError::NotFound(format!(
-                    "shard {stage}/{index} of job {job} has no output in the stage store"
+                    "stage {stage}, shard {index} of job {job} has no output in the stage store"
                 ))
             })?;
         let bytes = self
             .store
             .get(Tree::Shards, &shard_key(job, stage, index))?
             .ok_or_else(|| {
-                CoordinatorError::Store(format!("shard {stage}/{index} of job {job} is missing"))
+                CoordinatorError::Store(format!(
+                    "stage {stage}, shard {index} of job {job} is missing"
+                ))
             })?;
         let shard: ShardRecord = decode("shard", &bytes)?;
         let partial = shard.partial.ok_or_else(|| {
-            CoordinatorError::Internal(format!("the done shard {stage}/{index} has no result"))
+            CoordinatorError::Internal(format!(
+                "stage {stage}, shard {index} is done but has no result"
+            ))
         })?;
         Ok((shard.task, partial, blob))
     }
@@ -319,7 +323,7 @@ pub(super) fn read_outputs(
             let key = output_key(&shard.job, shard.stage, shard.index, chunk);
             let bytes = store.get(Tree::Blobs, &key)?.ok_or_else(|| {
                 CoordinatorError::Store(format!(
-                    "output chunk {chunk} of shard {}/{} of job {} is missing",
+                    "output chunk {chunk} of stage {}, shard {} of job {} is missing",
                     shard.stage, shard.index, shard.job
                 ))
             })?;
@@ -346,7 +350,7 @@ pub(super) fn read_stage_outputs(
             let key = output_key(job, stage, index as u32, chunk);
             let bytes = store.get(Tree::Blobs, &key)?.ok_or_else(|| {
                 CoordinatorError::Store(format!(
-                    "output chunk {chunk} of shard {stage}/{index} of job {job} is missing"
+                    "output chunk {chunk} of stage {stage}, shard {index} of job {job} is missing"
                 ))
             })?;
             data.extend_from_slice(&bytes);

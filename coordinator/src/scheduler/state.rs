@@ -48,6 +48,13 @@ impl FinishedStage {
     }
 }
 
+/// A time in Unix milliseconds as users read times: UTC, to the second
+/// (RFC 3339, as the coordinator's log lines show theirs).
+pub(super) fn utc_time(ms: u64) -> String {
+    let when = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(when).to_string()
+}
+
 pub(super) fn retained_stages(
     spec: &tally_common::spec::ValidSpec,
     plan: &tally_common::values::JobPlan,
@@ -140,9 +147,8 @@ impl Scheduler {
     fn missing(&self, id: &str) -> CoordinatorError {
         match self.deleted.get(id) {
             Some(&when) => CoordinatorError::NotFound(format!(
-                "job {id} was deleted (at {} ms after the Unix epoch); its results and \
-                 events are gone",
-                when
+                "job {id} was deleted at {}; its results and events are gone",
+                utc_time(when)
             )),
             None => CoordinatorError::NotFound(format!("no job {id:?}")),
         }

@@ -816,7 +816,7 @@ fn only_the_current_session_of_a_worker_is_accepted() {
 
 /// A grant computed as a worker computes it: with the stage outputs its task
 /// reads, fetched from the scheduler.
-fn staged_report(s: &mut Scheduler, grant: &Grant) -> Report {
+pub(super) fn staged_report(s: &mut Scheduler, grant: &Grant) -> Report {
     let task = EncodedTask::from_bytes(&grant.task).unwrap();
     let reads = grant.spec.stage_reads(grant.lease.stage, &task).unwrap();
     let mut parts = Vec::new();

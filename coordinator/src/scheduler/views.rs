@@ -7,14 +7,27 @@ use crate::error::{CoordinatorError, Result};
 use crate::records::{FinalCounts, JobRecord, JobState};
 
 use super::state::{JobEntry, Scheduler};
+use super::waiting::Fleet;
 
 impl Scheduler {
     pub fn job(&self, id: &str, now_ms: u64) -> Result<proto::Job> {
-        Ok(self.entry(id)?.view(now_ms))
+        let fleet = self.fleet(now_ms);
+        Ok(self.view_of(self.entry(id)?, &fleet, now_ms))
     }
 
     pub fn list(&self, now_ms: u64) -> Vec<proto::Job> {
-        self.jobs.values().map(|e| e.view(now_ms)).collect()
+        let fleet = self.fleet(now_ms);
+        self.jobs
+            .values()
+            .map(|e| self.view_of(e, &fleet, now_ms))
+            .collect()
+    }
+
+    /// The job's view with why it waits, if it does.
+    fn view_of(&self, entry: &JobEntry, fleet: &Fleet, now_ms: u64) -> proto::Job {
+        let mut job = entry.view(now_ms);
+        job.waiting = self.waiting(entry, fleet, now_ms);
+        job
     }
 
     /// One page of jobs in submission order, filtered (see `ListJobsRequest`),
@@ -39,7 +52,12 @@ impl Scheduler {
             Some(last) if more => last.rec.seq.to_string(),
             _ => String::new(),
         };
-        (matching.iter().map(|e| e.view(now_ms)).collect(), next)
+        let fleet = self.fleet(now_ms);
+        let jobs = matching
+            .iter()
+            .map(|e| self.view_of(e, &fleet, now_ms))
+            .collect();
+        (jobs, next)
     }
 
     /// The answer or the error of a finished job.
@@ -76,7 +94,8 @@ struct Progress {
 }
 
 impl JobEntry {
-    /// The job as clients see it at `now_ms`.
+    /// The job as clients see it at `now_ms` (without why it waits: see
+    /// `Scheduler::waiting`).
     pub(super) fn view(&self, now_ms: u64) -> proto::Job {
         let rec = &self.rec;
         let p = self.progress(now_ms);
@@ -110,6 +129,8 @@ impl JobEntry {
                 None => self.shards.failed_attempts(),
             },
             description: rec.spec.describe(),
+            stages_unknown: !rec.state.is_finished() && !rec.spec.stages_known(),
+            waiting: String::new(),
         }
     }
 
@@ -143,7 +164,13 @@ impl JobEntry {
             (self.shards_done(), self.work_done())
         };
         let elapsed_ms = elapsed_ms(rec, now_ms);
-        let eta_ms = if rec.state.is_finished() || work_done == 0 || elapsed_ms == 0 {
+        // A plan that finds its stages as it goes knows only the work of the
+        // stages found so far: the rest is no fraction of that.
+        let eta_ms = if rec.state.is_finished()
+            || !rec.spec.stages_known()
+            || work_done == 0
+            || elapsed_ms == 0
+        {
             0
         } else {
             let remaining = work_total.saturating_sub(work_done) as u128;

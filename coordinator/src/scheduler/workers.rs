@@ -169,7 +169,7 @@ impl Scheduler {
         let shard = &entry.shards[pos];
         if shard.attempt != *attempt || shard.state == ShardState::Done {
             return Err(CoordinatorError::FailedPrecondition(format!(
-                "attempt {attempt} of shard {stage}/{index} of job {job} is stale (current attempt {}, {:?})",
+                "attempt {attempt} of stage {stage}, shard {index} of job {job} is stale (current attempt {}, {:?})",
                 shard.attempt, shard.state
             )));
         }

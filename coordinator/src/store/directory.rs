@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::error::{CoordinatorError, Result};
+use crate::error::{CoordinatorError, Result, sled_message};
 
 use super::api::Tree;
 
@@ -172,8 +172,9 @@ pub(super) fn open_db(dir: &Path, fresh: bool) -> Result<sled::Db> {
             " (it is damaged or not a tally store)"
         };
         CoordinatorError::Store(format!(
-            "cannot open the store in {}{hint}: {e}",
-            dir.display()
+            "cannot open the store in {}{hint}: {}",
+            dir.display(),
+            sled_message(&e)
         ))
     })
 }

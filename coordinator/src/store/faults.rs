@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::error::{CoordinatorError, Result};
+use crate::error::{CoordinatorError, Result, sled_message};
 
 /// What kind of storage failure an error is: each has its own message, and a
 /// full disk its own status (the work waits for space).
@@ -61,17 +61,7 @@ pub(super) fn guarded<T>(dir: &Path, call: impl FnOnce() -> Result<T>) -> Result
 /// The coordinator's error for a storage failure in `dir`, classified, in one line.
 pub(super) fn fault(dir: &Path, e: &sled::Error) -> CoordinatorError {
     let dir = dir.display();
-    let detail = match e {
-        // sled wraps the OS error in another: name the OS error itself.
-        sled::Error::Io(io) => match io
-            .get_ref()
-            .and_then(|e| e.downcast_ref::<std::io::Error>())
-        {
-            Some(inner) => inner.to_string(),
-            None => io.to_string(),
-        },
-        other => other.to_string(),
-    };
+    let detail = sled_message(e);
     match StorageFault::of(e) {
         StorageFault::Full => CoordinatorError::StoreFull(format!(
             "the disk holding the store in {dir} is full ({detail}); work is paused until space is freed"

@@ -351,6 +351,10 @@ impl JobKind for Pegs {
         }
     }
 
+    fn stages_known(spec: &PegsSpec) -> bool {
+        spec.plan_name() != PegsPlanName::Frontier
+    }
+
     fn prepare(spec: &PegsSpec, _cache: &KernelCache, _control: &Control) -> Result<PegsPlan> {
         if spec.plan_name() == PegsPlanName::Frontier {
             return Ok(PegsPlan::default());

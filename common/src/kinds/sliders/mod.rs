@@ -378,6 +378,10 @@ impl JobKind for Sliders {
         )
     }
 
+    fn stages_known(spec: &SlidersSpec) -> bool {
+        spec.plan != SlidersPlanName::Frontier
+    }
+
     fn prepare(spec: &SlidersSpec, cache: &KernelCache, control: &Control) -> Result<SlidersPlan> {
         if spec.plan == SlidersPlanName::Frontier {
             // The search is the job's own stages: nothing to do here.

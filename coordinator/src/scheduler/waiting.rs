@@ -1,0 +1,158 @@
+//! Why a job waits: the line the job view gives a queued or running job whose
+//! shards are not all running, from what the scheduler knows of the live
+//! workers (their slots, capabilities and memory) and of the job's shards
+//! (their backoff, replicas and the stage barrier).
+
+use std::collections::HashMap;
+
+use tally_common::kind::format_bytes;
+
+use crate::records::ShardState;
+
+use super::protocol::WorkerInfo;
+use super::state::{JobEntry, Scheduler, utc_time};
+
+/// The live workers, and the shards each holds now (of every job).
+pub(super) struct Fleet<'a> {
+    live: Vec<(&'a str, &'a WorkerInfo)>,
+    held: HashMap<&'a str, u64>,
+}
+
+impl Fleet<'_> {
+    fn held_by(&self, worker: &str) -> u64 {
+        self.held.get(worker).copied().unwrap_or(0)
+    }
+}
+
+impl Scheduler {
+    /// The live workers as [`Scheduler::waiting`] needs them.
+    pub(super) fn fleet(&self, now_ms: u64) -> Fleet<'_> {
+        let live = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.is_live(now_ms))
+            .map(|(id, w)| (id.as_str(), w))
+            .collect();
+        let mut held: HashMap<&str, u64> = HashMap::new();
+        for entry in self.jobs.values().filter(|e| !e.rec.state.is_finished()) {
+            for i in entry.shards.leased() {
+                if let Some(worker) = entry.shards[i].worker.as_deref() {
+                    *held.entry(worker).or_default() += 1;
+                }
+            }
+        }
+        Fleet { live, held }
+    }
+
+    /// Why the job's shards wait instead of running, in one line; empty
+    /// when nothing holds the job up (or it is finished).
+    pub(super) fn waiting(&self, entry: &JobEntry, fleet: &Fleet, now_ms: u64) -> String {
+        if entry.rec.state.is_finished() {
+            return String::new();
+        }
+        let need = entry.rec.spec.capability();
+        let able: Vec<(&str, &WorkerInfo)> = fleet
+            .live
+            .iter()
+            .copied()
+            .filter(|(_, w)| need.is_none_or(|c| w.capabilities.iter().any(|o| o == c)))
+            .collect();
+        let free: Vec<(&str, &WorkerInfo)> = able
+            .iter()
+            .copied()
+            .filter(|(id, w)| fleet.held_by(id) < u64::from(w.slots))
+            .collect();
+        if !entry.may_have_pending() {
+            return barrier(entry, !free.is_empty());
+        }
+        if fleet.live.is_empty() {
+            return "no worker is connected".into();
+        }
+        if able.is_empty() {
+            let cap = need.unwrap_or_default();
+            return format!(
+                "none of the {} live worker(s) offers {cap}: the job waits for one (tally worker \
+                 --allow-{cap})",
+                fleet.live.len()
+            );
+        }
+        // A job read back and never leased has every shard pending, none
+        // backing off.
+        if entry.shards_loaded {
+            let pending = || {
+                entry
+                    .pending
+                    .iter()
+                    .map(|&i| &entry.shards[i as usize])
+                    .filter(|s| s.state == ShardState::Pending)
+            };
+            if pending().all(|s| s.not_before_ms > now_ms)
+                && let Some(next) = pending().map(|s| s.not_before_ms).min()
+            {
+                return format!(
+                    "its shards back off after failed attempts until {}",
+                    utc_time(next)
+                );
+            }
+            let ready = || pending().filter(|s| s.not_before_ms <= now_ms);
+            let fresh_worker = |s: &crate::records::ShardRecord| {
+                able.iter()
+                    .any(|(id, _)| !s.replicas.iter().any(|r| r.worker == *id))
+            };
+            let replicas = entry.rec.spec.options().replicas;
+            if replicas > 1 && ready().next().is_some() && !ready().any(fresh_worker) {
+                return format!(
+                    "each of the {} replicas of a shard must come from a different worker, and \
+                     the {} live worker(s) that run it have computed its waiting shards",
+                    replicas,
+                    able.len()
+                );
+            }
+        }
+        if free.is_empty() {
+            let slots: u64 = able.iter().map(|(_, w)| u64::from(w.slots)).sum();
+            return format!(
+                "every slot is busy: the {} live worker(s) that run it have {slots} slot(s), all \
+                 leased",
+                able.len()
+            );
+        }
+        if let Some(memory) = &entry.memory {
+            let held_here = |worker: &str| {
+                entry
+                    .shards
+                    .leased()
+                    .filter(|&i| entry.shards[i].worker.as_deref() == Some(worker))
+                    .count() as u64
+            };
+            let room = |(id, w): &(&str, &WorkerInfo)| {
+                memory.shards_within(w.memory_budget()) > held_here(id)
+            };
+            if !free.iter().any(room) {
+                return format!(
+                    "the memory budgets of the {} worker(s) with a free slot hold no more of its \
+                     shards ({} at least per worker)",
+                    free.len(),
+                    format_bytes(memory.smallest_worker_bytes())
+                );
+            }
+        }
+        String::new()
+    }
+}
+
+/// A job with no shard waiting for a lease: at a stage barrier, the next
+/// stage waits for the last running shards while a worker could take more.
+fn barrier(entry: &JobEntry, idle_slots: bool) -> String {
+    let rec = &entry.rec;
+    let running = entry.shards.leased().count();
+    let more_stages = rec.stage < rec.plan.stages_total || !rec.spec.stages_known();
+    if !idle_slots || running == 0 || !more_stages {
+        return String::new();
+    }
+    format!(
+        "at the barrier of stage {}: the next stage starts when its {running} running shard(s) \
+         finish",
+        rec.stage
+    )
+}

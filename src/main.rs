@@ -5,6 +5,9 @@
 //! to stderr; `--json` prints one JSON object instead.
 
 #![forbid(unsafe_code)]
+// Standard output is written through `output::out!`, which ends the command
+// quietly when its reader has gone instead of panicking.
+#![deny(clippy::print_stdout)]
 
 mod args;
 mod client;
@@ -55,13 +58,18 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(RUNTIME_EXIT_LIMIT);
     match outcome {
         Ok(code) => code,
+        // Nobody reads any more (`| head`): nothing to say, and no one to say it to.
+        Err(e) if e.downcast_ref::<output::ReaderGone>().is_some() => {
+            ExitCode::from(output::READER_GONE_EXIT)
+        }
         Err(e) => {
             let line = output::error_line(&e);
             let code = output::exit_code(&e);
             eprintln!("error: {line}");
             if json {
-                // `--json` promises one object on stdout, failures included.
-                println!(
+                // `--json` promises one object on stdout, failures included;
+                // a reader that has gone is told nothing.
+                let _ = output::outln!(
                     "{}",
                     serde_json::json!({ "error": line, "exit_code": code })
                 );

@@ -581,3 +581,69 @@ fn completions_are_generated_for_each_shell() {
     }
     assert!(!tally(&["completions", "cmd"]).status.success());
 }
+
+/// `tally` with its standard output a pipe whose reader has already gone.
+fn tally_into_a_closed_pipe(args: &[&str], coordinator: Option<&str>) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut command = Command::new(tally_bin());
+    command.args(args).env_remove("TALLY_COORDINATOR");
+    if let Some(url) = coordinator {
+        command.env("TALLY_COORDINATOR", url);
+    }
+    command.stdout(writer).output().unwrap()
+}
+
+/// A reader that stops early (`| head -1`) ends the command quietly, with the
+/// status a shell gives `cat` there (141: 128 + SIGPIPE), not a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_standard_output_ends_the_command_quietly() {
+    let quiet = |args: &[&str], out: &Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("error"), "{args:?}: {stderr}");
+    };
+    for args in [
+        &["run", "kayles", "--pins", "10", "--json"][..],
+        &["run", "kayles", "--pins", "10"][..],
+        &["run", "kayles", "--pins", "10", "--direct"][..],
+    ] {
+        let args = args.to_vec();
+        let out = tokio::task::spawn_blocking({
+            let args = args.clone();
+            move || tally_into_a_closed_pipe(&args, None)
+        })
+        .await
+        .unwrap();
+        quiet(&args, &out);
+    }
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let spec = tally_common::spec::JobSpec::new(tally_common::kinds::kayles::KaylesSpec {
+        pins: 10,
+        digits: 9,
+    });
+    let job = submit(&mut client, &spec, "").await;
+    assert!(!events(&mut client, &job.id).await.is_empty());
+    for args in [
+        vec!["events", &job.id],
+        vec!["status", &job.id],
+        vec!["list"],
+    ] {
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        let url = url.clone();
+        let out = tokio::task::spawn_blocking({
+            let args = args.clone();
+            move || {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                tally_into_a_closed_pipe(&args, Some(&url))
+            }
+        })
+        .await
+        .unwrap();
+        quiet(&args.iter().map(String::as_str).collect::<Vec<_>>(), &out);
+    }
+    coordinator.shutdown().await;
+}

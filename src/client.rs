@@ -15,7 +15,7 @@ use tally_common::transport::{self, AuthChannel, BearerToken, ClientSecurity};
 use tally_common::wire::MAX_MESSAGE_BYTES;
 use tonic::service::interceptor::InterceptedService;
 
-use crate::args::{DeleteArgs, ListArgs, RunArgs, SubmitArgs};
+use crate::args::{DeleteArgs, ListArgs, MAX_THREADS, RunArgs, SubmitArgs};
 use crate::output::{self, out, outln};
 
 /// A coordinator to talk to and the credentials to present.
@@ -87,21 +87,8 @@ pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let threads = args.threads.unwrap_or(cores);
-    anyhow::ensure!(
-        (1..=1024).contains(&threads),
-        "--threads must be between 1 and 1024, got {threads}"
-    );
+    let threads = args.threads.unwrap_or(cores.min(MAX_THREADS as usize));
     let slots = args.slots.unwrap_or(threads);
-    anyhow::ensure!(
-        (1..=1024).contains(&slots),
-        "--slots must be between 1 and 1024, got {slots}"
-    );
-    anyhow::ensure!(
-        (1..=64).contains(&args.workers),
-        "--workers must be between 1 and 64, got {}",
-        args.workers
-    );
     if args.direct {
         return run_direct(spec, threads, json).await;
     }

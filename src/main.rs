@@ -20,6 +20,7 @@ use std::time::Duration;
 use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches};
+use tally_common::invalid;
 use tally_common::transport::{self, ClientSecurity, ClientTls, ServerTls, Tokens};
 
 use args::{Cli, Command};
@@ -31,25 +32,43 @@ use args::{Cli, Command};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // Known before parsing: under `--json` a parser error is one JSON object too.
+    let json = std::env::args_os()
+        .skip(1)
+        .take_while(|arg| arg != "--")
+        .any(|arg| arg == "--json");
     let (config_path, config) = match config::load() {
         Ok(loaded) => loaded,
+        Err(e) => return output::failed(&e.to_string(), 2, json),
+    };
+    let parsed = config::apply(Cli::command(), &config)
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    let cli = match parsed {
+        Ok(cli) => cli,
         Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
+            use clap::error::ErrorKind;
+            // Help and version are answers (exit 0); so is the help a bare
+            // `tally` prints, except where one JSON object is promised.
+            let answer = match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => true,
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => !json,
+                _ => false,
+            };
+            if answer {
+                e.exit();
+            }
+            return output::failed(&args::parser_error_line(&e), 2, json);
         }
     };
-    let matches = config::apply(Cli::command(), &config).get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(&cli);
-    let json = cli.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
+            return output::failed(&format!("cannot start the async runtime: {e}"), 1, json);
         }
     };
     let outcome = runtime.block_on(dispatch(cli, config_path));
@@ -62,20 +81,7 @@ fn main() -> ExitCode {
         Err(e) if e.downcast_ref::<output::ReaderGone>().is_some() => {
             ExitCode::from(output::READER_GONE_EXIT)
         }
-        Err(e) => {
-            let line = output::error_line(&e);
-            let code = output::exit_code(&e);
-            eprintln!("error: {line}");
-            if json {
-                // `--json` promises one object on stdout, failures included;
-                // a reader that has gone is told nothing.
-                let _ = output::outln!(
-                    "{}",
-                    serde_json::json!({ "error": line, "exit_code": code })
-                );
-            }
-            ExitCode::from(code)
-        }
+        Err(e) => output::failed(&output::error_line(&e), output::exit_code(&e), json),
     }
 }
 
@@ -152,14 +158,14 @@ fn token(path: Option<&std::path::Path>, env: &str) -> anyhow::Result<Option<Str
     if let Some(path) = path {
         let text = args::read_bounded(path, MAX_CREDENTIAL_BYTES, "the token file")?;
         let text = String::from_utf8(text)
-            .map_err(|_| anyhow::anyhow!("the token file {} is not text", path.display()))?;
+            .map_err(|_| invalid!("the token file {} is not text", path.display()))?;
         let token = transport::parse_token(text.trim())
-            .map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))?;
+            .map_err(|e| invalid!("token file {}: {e}", path.display()))?;
         return Ok(Some(token));
     }
     match std::env::var(env) {
         Ok(t) if !t.trim().is_empty() => Ok(Some(
-            transport::parse_token(t.trim()).map_err(|e| anyhow::anyhow!("{env}: {e}"))?,
+            transport::parse_token(t.trim()).map_err(|e| invalid!("{env}: {e}"))?,
         )),
         _ => Ok(None),
     }
@@ -229,13 +235,11 @@ fn server_tls(cli: &Cli) -> anyhow::Result<Option<ServerTls>> {
                 .map(|p| read_pem(p, "client CA certificate"))
                 .transpose()?,
         })),
-        _ => {
-            anyhow::ensure!(
-                cli.tls_ca.is_none(),
-                "--tls-ca on the coordinator requires client certificates, which needs TLS: give --tls-cert and --tls-key too"
-            );
-            Ok(None)
-        }
+        _ if cli.tls_ca.is_some() => Err(invalid!(
+            "--tls-ca on the coordinator requires client certificates, which needs TLS: give --tls-cert and --tls-key too"
+        )
+        .into()),
+        _ => Ok(None),
     }
 }
 
@@ -368,18 +372,10 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     let mut config = tally_worker::WorkerConfig::new(remote.url);
     config.security = remote.security;
     if let Some(threads) = args.threads {
-        anyhow::ensure!(
-            (1..=1024).contains(&threads),
-            "--threads must be between 1 and 1024"
-        );
         config.threads = threads;
         config.slots = threads;
     }
     if let Some(slots) = args.slots {
-        anyhow::ensure!(
-            (1..=1024).contains(&slots),
-            "--slots must be between 1 and 1024"
-        );
         config.slots = slots;
     }
     if let Some(id) = &args.id {
@@ -393,7 +389,6 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     config.http = args.http;
     config.allow_wasm = args.allow_wasm;
     if let Some(fuel) = args.wasm_fuel {
-        anyhow::ensure!(fuel > 0, "--wasm-fuel must be at least 1");
         config.wasm_limits.fuel = fuel;
     }
     if let Some(memory) = args.wasm_memory {
@@ -402,10 +397,6 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     if let Some(budget) = args.memory_budget {
         config.memory_budget = budget;
     }
-    anyhow::ensure!(
-        args.checkpoint_ms >= 10,
-        "--checkpoint-ms must be at least 10"
-    );
     config.checkpoint_interval = Duration::from_millis(args.checkpoint_ms);
     eprintln!(
         "worker {} serving {} with {} slot(s), {} thread(s), a memory budget of {}",

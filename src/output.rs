@@ -198,6 +198,20 @@ pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result
     }
 }
 
+/// Reports a failure: `error: LINE` on stderr and, under `--json`, one
+/// JSON object on stdout too (the README's contract).
+pub fn failed(line: &str, code: u8, json: bool) -> ExitCode {
+    eprintln!("error: {line}");
+    if json {
+        // A reader that has gone is told nothing; the exit code still says it.
+        let _ = outln!(
+            "{}",
+            serde_json::json!({ "error": line, "exit_code": code })
+        );
+    }
+    ExitCode::from(code)
+}
+
 /// One line for an error: the gRPC status message without its code noise.
 pub fn error_line(e: &anyhow::Error) -> String {
     // A connection failure says only "transport error"; its causes (an

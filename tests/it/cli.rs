@@ -214,10 +214,8 @@ fn bad_input_gets_one_clear_line_and_a_non_zero_exit() {
             stderr.to_lowercase().contains(&needle.to_lowercase()),
             "{args:?}: {needle:?} not in {stderr}"
         );
-        // clap's usage errors add a usage hint; ours are exactly one line.
-        if stderr.starts_with("error: ") && !stderr.contains("Usage:") {
-            assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
-        }
+        // The parser's errors too: one line with a hint, no usage.
+        assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
     }
 }
 
@@ -419,8 +417,12 @@ async fn submit_status_watch_result_list_and_cancel_against_a_coordinator() {
         "{cancelled}"
     );
     let bad = run(vec!["list", "--state", "sleeping"]);
-    assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown state \"sleeping\""));
+    assert_eq!(bad.status.code(), Some(2));
+    let refusal = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        refusal.contains("invalid value 'sleeping' for '--state") && refusal.contains("cancelled"),
+        "{refusal}"
+    );
 
     // Delete: the job goes, asking for it says so, the list no longer has it.
     let deleted = text(vec!["delete", &queued]);
@@ -580,6 +582,114 @@ fn completions_are_generated_for_each_shell() {
         );
     }
     assert!(!tally(&["completions", "cmd"]).status.success());
+}
+
+/// Bad input exits 2 wherever it is found (the parser, the command, a file
+/// it names), with one line on stderr, and under `--json` one JSON object on
+/// stdout with that line; the parser's errors carry a hint, not a usage dump.
+#[test]
+fn bad_input_exits_2_with_one_line_and_under_json_one_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty-token");
+    std::fs::write(&empty, "").unwrap();
+    let empty = empty.display().to_string();
+    let spec = dir.path().join("job.json");
+    std::fs::write(&spec, r#"{"kind": "kayles", "pins": 10}"#).unwrap();
+    let spec = spec.display().to_string();
+    let data = dir.path().join("data").display().to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "kayles", "--pins", "10", "--workers", "0"],
+            "--workers",
+        ),
+        (
+            &["run", "kayles", "--pins", "10", "--threads", "0"],
+            "--threads",
+        ),
+        (
+            &["run", "kayles", "--pins", "10", "--slots", "0"],
+            "--slots",
+        ),
+        (&["worker", "--threads", "0"], "--threads"),
+        (&["worker", "--slots", "0"], "--slots"),
+        (
+            &["worker", "--allow-wasm", "--wasm-fuel", "0"],
+            "--wasm-fuel",
+        ),
+        (&["worker", "--checkpoint-ms", "5"], "--checkpoint-ms"),
+        (
+            &["run", "kayles", "--pins", "10", "--spec-file", &spec],
+            "not both",
+        ),
+        (&["run"], "name a job kind"),
+        (&["list", "--state", "bogus"], "bogus"),
+        (&["--token-file", &empty, "list"], "the token is empty"),
+        (
+            &[
+                "--worker-token-file",
+                &empty,
+                "coordinator",
+                "--data",
+                &data,
+            ],
+            "the token is empty",
+        ),
+        (
+            &["--tls-ca", &empty, "coordinator", "--data", &data],
+            "--tls-cert",
+        ),
+        (
+            &["run", "hex", "--sid", "4"],
+            "similar argument exists: '--side'",
+        ),
+        (&["run", "bogus"], "unrecognized subcommand 'bogus'"),
+        (&["run", "hex"], "--side"),
+        (&["run", "kayles", "--pins", "x"], "--pins"),
+        (&["frobnicate"], "frobnicate"),
+    ];
+    for (args, needle) in cases {
+        for json in [false, true] {
+            let args: Vec<&str> = if json {
+                [&["--json"], *args].concat()
+            } else {
+                args.to_vec()
+            };
+            let out = tally(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+            assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains(needle),
+                "{args:?}: {needle:?} not in {stderr}"
+            );
+            assert!(!stderr.contains("Usage:"), "{args:?}: {stderr}");
+            if !json {
+                assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
+                continue;
+            }
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(stdout.lines().count(), 1, "{args:?}: {stdout}");
+            let value: serde_json::Value =
+                serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"));
+            assert_eq!(value["exit_code"], 2, "{args:?}");
+            let line = stderr.trim_end().strip_prefix("error: ").unwrap();
+            assert_eq!(value["error"], line, "{args:?}");
+        }
+    }
+    assert!(
+        !dir.path().join("data").exists(),
+        "a refusal made the data directory"
+    );
+    // A parser error names where to read more; help and version still answer.
+    let out = tally(&["run", "hex", "--sid", "4"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("see 'tally run hex --help'"), "{stderr}");
+    for flag in ["--help", "--version"] {
+        let out = tally(&[flag]);
+        assert_eq!(out.status.code(), Some(0), "{flag}");
+        assert!(!out.stdout.is_empty(), "{flag}");
+    }
 }
 
 /// `tally` with its standard output a pipe whose reader has already gone.

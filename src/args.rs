@@ -475,6 +475,23 @@ pub fn parse_memory(text: &str) -> Result<u64, String> {
     Ok(size.as_u64())
 }
 
+impl RunArgs {
+    /// The spec of [`SpecArgs::to_spec`], refused if it asks for more
+    /// replicas than this run has workers: they go to different workers, so
+    /// the job would wait forever.
+    pub fn to_spec(&self) -> anyhow::Result<(ValidSpec, Vec<Vec<u8>>)> {
+        let (spec, attachments) = self.spec.to_spec()?;
+        let (replicas, workers) = (spec.options().replicas, self.workers);
+        if !self.direct && replicas as usize > workers {
+            return Err(invalid!(
+                "--replicas {replicas} needs {replicas} workers and this run has {workers}: give --workers {replicas}"
+            )
+            .into());
+        }
+        Ok((spec, attachments))
+    }
+}
+
 impl SpecArgs {
     /// The checked job spec from the kind flags or the spec file, and the
     /// attachments its flags named (a wasm module), to send with it.

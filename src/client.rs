@@ -83,7 +83,7 @@ fn run_key(spec: &ValidSpec) -> String {
 }
 
 pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
-    let (spec, attachments) = args.spec.to_spec()?;
+    let (spec, attachments) = args.to_spec()?;
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);

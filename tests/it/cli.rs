@@ -692,6 +692,55 @@ fn bad_input_exits_2_with_one_line_and_under_json_one_object() {
     }
 }
 
+/// `tally run` knows how many workers it has: more replicas than that is
+/// refused at once instead of a job that waits forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_more_replicas_than_its_workers() {
+    let args = [
+        "run",
+        "kayles",
+        "--pins",
+        "100",
+        "--workers",
+        "1",
+        "--replicas",
+        "2",
+    ];
+    let child = tokio::process::Command::new(tally_bin())
+        .args(args)
+        .env_remove("TALLY_COORDINATOR")
+        .kill_on_drop(true)
+        .output();
+    // A generous bound only so that a job left waiting fails the test.
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), child)
+        .await
+        .expect("refused at once, not left waiting")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--replicas 2") && stderr.contains("--workers 2"),
+        "{stderr}"
+    );
+    let enough = [
+        "run",
+        "kayles",
+        "--pins",
+        "10",
+        "--workers",
+        "2",
+        "--replicas",
+        "2",
+    ];
+    let enough = tokio::task::spawn_blocking(move || tally(&enough))
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&enough.stderr);
+    assert!(enough.status.success(), "{stderr}");
+    assert_eq!(last_line(&enough), "000000076");
+}
+
 /// `tally` with its standard output a pipe whose reader has already gone.
 fn tally_into_a_closed_pipe(args: &[&str], coordinator: Option<&str>) -> Output {
     let (reader, writer) = std::io::pipe().unwrap();

@@ -806,3 +806,95 @@ async fn a_closed_standard_output_ends_the_command_quietly() {
     }
     coordinator.shutdown().await;
 }
+
+/// Every failure of a hex flag is one clear line naming its limit, and a
+/// spec file is held to the same rules as the flags.
+#[test]
+fn hex_flags_past_their_limits_are_refused_with_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let points_3 = spec_file(
+        "points.json",
+        r#"{"kind": "hex", "side": 4, "points_per_shard": 3}"#,
+    );
+    let exact_17 = spec_file(
+        "exact.json",
+        r#"{"kind": "hex", "side": 4, "exact": true, "modulus": 17}"#,
+    );
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "hex", "--side", "4", "--modulus", "4294967296"],
+            "below 2^31",
+        ),
+        (
+            &[
+                "run",
+                "hex",
+                "--side",
+                "4",
+                "--modulus",
+                "99999999999999999999999",
+            ],
+            "below 2^31",
+        ),
+        (
+            &["run", "hex", "--side", "4", "--modulus", "2147483648"],
+            "below 2^31",
+        ),
+        (
+            &["run", "hex", "--side", "4", "--exact", "--modulus", "17"],
+            "'--exact' cannot be used with '--modulus <MODULUS>'",
+        ),
+        (
+            &["run", "hex", "--side", "4", "--points-per-shard", "3"],
+            "possible values: 16, 8, 4, 2, 1",
+        ),
+        (
+            &["run", "hex", "--side", "4", "--points-per-shard", "0"],
+            "possible values: 16, 8, 4, 2, 1",
+        ),
+        (
+            &["run", "--spec-file", &points_3],
+            "points per shard must be 16, 8, 4, 2 or 1, got 3",
+        ),
+        (
+            &["run", "--spec-file", &exact_17],
+            "an exact hex count takes no modulus",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = tally(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: {needle:?} not in {stderr}"
+        );
+        assert!(!stderr.contains("0..=4294967295"), "{args:?}: {stderr}");
+    }
+    // The largest of each is accepted.
+    let out = tally(&[
+        "run",
+        "hex",
+        "--side",
+        "4",
+        "--modulus",
+        "2147483647",
+        "--points-per-shard",
+        "16",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        last_line(&out),
+        (10_663_950_528_000u64 % 2_147_483_647).to_string()
+    );
+}

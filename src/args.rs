@@ -19,6 +19,14 @@ pub const MAX_THREADS: u64 = 1024;
 /// Most in-process workers of `tally run`.
 const MAX_RUN_WORKERS: u64 = 64;
 
+/// What `tally --help` says first: every kind of the registry.
+fn about() -> String {
+    format!(
+        "Exact combinatorial counts, distributed. Kinds: {} (tally run KIND --help)",
+        kinds::names().join(", ")
+    )
+}
+
 /// A count from 1 to `max`, refused by the parser otherwise.
 fn count_to(max: u64) -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(1..=max)
@@ -38,7 +46,7 @@ fn at_least(min: u64) -> impl clap::builder::TypedValueParser<Value = u64> {
 #[command(
     name = "tally",
     version,
-    about = "Exact combinatorial counts, distributed: Hex games, fair Kayles rows, shortest slider sequences",
+    about = about(),
     after_help = "Examples:\n  tally run hex --side 8\n  tally coordinator --listen 0.0.0.0:7878 --data /var/lib/tally\n  tally worker --coordinator http://coord:7878\n  tally submit kayles --pins 1000\n  tally watch job-000001"
 )]
 pub struct Cli {
@@ -215,7 +223,7 @@ pub struct ListArgs {
         value_parser = ["queued", "running", "succeeded", "failed", "cancelled"]
     )]
     pub state: Vec<String>,
-    /// Only jobs of this kind (hex, kayles, sliders, pegs, blocks, queens, synthetic).
+    /// Only jobs of this kind (one of those `tally --help` names).
     #[arg(long)]
     pub kind: Option<String>,
     /// Every page, one after another.

@@ -327,6 +327,27 @@ fn check_exposure(
     Ok(())
 }
 
+/// How each API is guarded, for the banner: `job API needs a token, worker
+/// API open; no TLS`.
+fn security_summary(tokens: &Tokens, tls: Option<&ServerTls>) -> String {
+    let client_certificates = tls.is_some_and(|t| t.client_ca.is_some());
+    let guard = |token: &Option<String>| match token {
+        Some(_) => "needs a token",
+        None if client_certificates => "needs only a client certificate",
+        None => "open",
+    };
+    let tls = match tls {
+        Some(tls) if tls.client_ca.is_some() => "TLS, client certificates required",
+        Some(_) => "TLS",
+        None => "no TLS",
+    };
+    format!(
+        "job API {}, worker API {}; {tls}",
+        guard(&tokens.client),
+        guard(&tokens.worker)
+    )
+}
+
 async fn serve_coordinator(
     args: &args::CoordinatorArgs,
     tls: Option<ServerTls>,
@@ -335,12 +356,7 @@ async fn serve_coordinator(
     let mut config =
         tally_coordinator::CoordinatorConfig::new(args.listen, Some(args.data.clone()));
     check_exposure(args, &tokens, tls.as_ref())?;
-    let secured = match (tokens.client.is_some() || tokens.worker.is_some(), &tls) {
-        (true, Some(_)) => "tokens and TLS",
-        (true, None) => "tokens, no TLS",
-        (false, Some(_)) => "TLS, no token",
-        (false, None) => "no token, no TLS",
-    };
+    let secured = security_summary(&tokens, tls.as_ref());
     config.tokens = tokens;
     config.tls = tls;
     config.http = args.http;

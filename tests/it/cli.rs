@@ -898,3 +898,48 @@ fn hex_flags_past_their_limits_are_refused_with_one_clear_line() {
         (10_663_950_528_000u64 % 2_147_483_647).to_string()
     );
 }
+
+/// `tally --help` names every kind of the registry.
+#[test]
+fn help_names_every_kind() {
+    let out = tally(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for kind in tally_common::kinds::names() {
+        assert!(help.contains(kind), "{kind} not in {help}");
+    }
+}
+
+/// The coordinator's banner says which API needs a token and which is open.
+#[test]
+fn the_coordinator_banner_says_which_api_is_open() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("worker-token");
+    std::fs::write(&token, "worker-secret-0123456789").unwrap();
+    let data = dir.path().join("data");
+    let mut child = ChildGuard(
+        Command::new(tally_bin())
+            .arg("--worker-token-file")
+            .arg(&token)
+            .args(["coordinator", "--listen", "127.0.0.1:0", "--data"])
+            .arg(&data)
+            .env_remove("TALLY_TOKEN")
+            .env_remove("TALLY_TOKEN_FILE")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    // Read until the banner; the coordinator exiting first ends the lines.
+    let banner = std::io::BufReader::new(stderr)
+        .lines()
+        .map(Result::unwrap)
+        .find(|line| line.starts_with("coordinator listening on"))
+        .expect("a banner");
+    assert!(
+        banner.contains("job API open") && banner.contains("worker API needs a token"),
+        "{banner}"
+    );
+    assert!(!banner.contains("tokens"), "{banner}");
+}

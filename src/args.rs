@@ -13,11 +13,40 @@ use tally_common::spec::{JobSpec, RunnerOptions, ValidSpec};
 
 pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:7878";
 
+/// Most compute threads (and shard slots) a worker takes.
+pub const MAX_THREADS: u64 = 1024;
+
+/// Most in-process workers of `tally run`.
+const MAX_RUN_WORKERS: u64 = 64;
+
+/// What `tally --help` says first: every kind of the registry.
+fn about() -> String {
+    format!(
+        "Exact combinatorial counts, distributed. Kinds: {} (tally run KIND --help)",
+        kinds::names().join(", ")
+    )
+}
+
+/// A count from 1 to `max`, refused by the parser otherwise.
+fn count_to(max: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..=max)
+}
+
+/// A number of at least `min`, refused by the parser otherwise.
+fn at_least(min: u64) -> impl clap::builder::TypedValueParser<Value = u64> {
+    use clap::builder::TypedValueParser;
+    clap::value_parser!(u64).try_map(move |n| {
+        (n >= min)
+            .then_some(n)
+            .ok_or_else(|| format!("must be at least {min}"))
+    })
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tally",
     version,
-    about = "Exact combinatorial counts, distributed: Hex games, fair Kayles rows, shortest slider sequences",
+    about = about(),
     after_help = "Examples:\n  tally run hex --side 8\n  tally coordinator --listen 0.0.0.0:7878 --data /var/lib/tally\n  tally worker --coordinator http://coord:7878\n  tally submit kayles --pins 1000\n  tally watch job-000001"
 )]
 pub struct Cli {
@@ -186,11 +215,15 @@ pub struct ListArgs {
     /// Start after this page: the token a previous page printed.
     #[arg(long, value_name = "TOKEN")]
     pub page_token: Option<String>,
-    /// Only jobs in this state (queued, running, succeeded, failed, cancelled);
-    /// repeat for several.
-    #[arg(long, value_name = "STATE")]
+    /// Only jobs in this state; repeat for several.
+    #[arg(
+        long,
+        value_name = "STATE",
+        ignore_case = true,
+        value_parser = ["queued", "running", "succeeded", "failed", "cancelled"]
+    )]
     pub state: Vec<String>,
-    /// Only jobs of this kind (hex, kayles, sliders, pegs, blocks, queens, synthetic).
+    /// Only jobs of this kind (one of those `tally --help` names).
     #[arg(long)]
     pub kind: Option<String>,
     /// Every page, one after another.
@@ -206,21 +239,22 @@ pub struct JobArg {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// In-process workers.
+    /// In-process workers (1 to 64).
     #[arg(
         help_heading = "Runner options",
         long,
         global = true,
-        default_value_t = 1
+        default_value_t = 1,
+        value_parser = count_to(MAX_RUN_WORKERS)
     )]
     pub workers: usize,
-    /// Compute threads per worker; default: all cores.
-    #[arg(help_heading = "Runner options", long, global = true)]
+    /// Compute threads per worker (1 to 1024); default: all cores.
+    #[arg(help_heading = "Runner options", long, global = true, value_parser = count_to(MAX_THREADS))]
     pub threads: Option<usize>,
-    /// Shards a worker holds at once, leased together; those beyond the
-    /// threads wait for one (more slots: fewer round trips for short shards).
-    /// Default: the threads.
-    #[arg(help_heading = "Runner options", long, global = true)]
+    /// Shards a worker holds at once (1 to 1024), leased together; those
+    /// beyond the threads wait for one (more slots: fewer round trips for
+    /// short shards). Default: the threads.
+    #[arg(help_heading = "Runner options", long, global = true, value_parser = count_to(MAX_THREADS))]
     pub slots: Option<usize>,
     /// Keep the job's store here (default: a temporary directory).
     #[arg(help_heading = "Runner options", long, global = true)]
@@ -434,11 +468,11 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 
 #[derive(Args, Debug)]
 pub struct WorkerArgs {
-    /// Shards computed at the same time (default: the compute threads).
-    #[arg(long)]
+    /// Shards computed at the same time, 1 to 1024 (default: the compute threads).
+    #[arg(long, value_parser = count_to(MAX_THREADS))]
     pub slots: Option<usize>,
-    /// Compute threads (default: all cores).
-    #[arg(long)]
+    /// Compute threads, 1 to 1024 (default: all cores).
+    #[arg(long, value_parser = count_to(MAX_THREADS))]
     pub threads: Option<usize>,
     /// Worker id (default: host-pid-random).
     #[arg(long)]
@@ -451,8 +485,8 @@ pub struct WorkerArgs {
     pub shard_delay_ms: u64,
     /// Milliseconds between checkpoints of a long shard (for checkpoints up
     /// to 4 MiB; larger ones, such as hex pass vectors, come proportionally
-    /// less often, but at least once a minute).
-    #[arg(long, default_value_t = 3000)]
+    /// less often, but at least once a minute). At least 10.
+    #[arg(long, default_value_t = 3000, value_parser = at_least(10))]
     pub checkpoint_ms: u64,
     /// Fault injection for tests: alter every result before reporting it.
     #[arg(long, hide = true)]
@@ -480,7 +514,7 @@ pub struct WorkerArgs {
     pub allow_wasm: bool,
     /// With --allow-wasm: the fuel a shard may burn (about one unit per
     /// WebAssembly instruction), its CPU-time limit [default: 2^44].
-    #[arg(long, value_name = "UNITS", requires = "allow_wasm")]
+    #[arg(long, value_name = "UNITS", requires = "allow_wasm", value_parser = at_least(1))]
     pub wasm_fuel: Option<u64>,
     /// With --allow-wasm: the most linear memory one shard's instance may
     /// have, e.g. `512MiB` [default: 1GiB].
@@ -499,6 +533,23 @@ pub fn parse_memory(text: &str) -> Result<u64, String> {
     Ok(size.as_u64())
 }
 
+impl RunArgs {
+    /// The spec of [`SpecArgs::to_spec`], refused if it asks for more
+    /// replicas than this run has workers: they go to different workers, so
+    /// the job would wait forever.
+    pub fn to_spec(&self) -> anyhow::Result<(ValidSpec, Vec<Vec<u8>>)> {
+        let (spec, attachments) = self.spec.to_spec()?;
+        let (replicas, workers) = (spec.options().replicas, self.workers);
+        if !self.direct && replicas as usize > workers {
+            return Err(invalid!(
+                "--replicas {replicas} needs {replicas} workers and this run has {workers}: give --workers {replicas}"
+            )
+            .into());
+        }
+        Ok((spec, attachments))
+    }
+}
+
 impl SpecArgs {
     /// The checked job spec from the kind flags or the spec file, and the
     /// attachments its flags named (a wasm module), to send with it.
@@ -506,13 +557,16 @@ impl SpecArgs {
         let files = Files::default();
         let mut spec = match (&self.spec_file, &self.kind) {
             (Some(_), Some(_)) => {
-                anyhow::bail!("give either a job kind with flags or --spec-file, not both")
+                return Err(
+                    invalid!("give either a job kind with flags or --spec-file, not both").into(),
+                );
             }
             (None, None) => {
-                anyhow::bail!(
+                return Err(invalid!(
                     "name a job kind ({}) or give --spec-file",
                     kinds::names().join(", ")
                 )
+                .into());
             }
             (Some(path), None) => read_spec_file(path)?,
             (None, Some(kind)) => JobSpec {
@@ -581,6 +635,48 @@ pub fn read_bounded(path: &Path, limit: u64, what: &str) -> anyhow::Result<Vec<u
         return Err(invalid!("{named} is larger than {limit} bytes").into());
     }
     Ok(bytes)
+}
+
+/// A parser error as one line: clap's message and tips without the usage,
+/// and where to read more (`see 'tally run hex --help'`).
+pub fn parser_error_line(error: &clap::Error) -> String {
+    let path = command_path();
+    if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        return format!("'{path}' needs a command; see '{path} --help'");
+    }
+    let mut line = String::new();
+    for text in error.render().to_string().lines().map(str::trim) {
+        if text.starts_with("Usage:") {
+            break;
+        }
+        if text.is_empty() || text.starts_with("For more information") {
+            continue;
+        }
+        match text.strip_prefix("tip: ") {
+            Some(tip) => line += &format!("; {tip}"),
+            None if line.is_empty() => line += text.strip_prefix("error: ").unwrap_or(text),
+            None => line += &format!(" {text}"),
+        }
+    }
+    format!("{line}; see '{path} --help'")
+}
+
+/// The subcommands this process was given, from `tally` on (`tally run hex`).
+fn command_path() -> String {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    let mut path = vec![command.get_name().to_string()];
+    for arg in std::env::args_os().skip(1) {
+        let Some(arg) = arg.to_str() else { continue };
+        if arg == "--" {
+            break;
+        }
+        if let Some(sub) = command.find_subcommand(arg).cloned() {
+            path.push(sub.get_name().to_string());
+            command = sub;
+        }
+    }
+    path.join(" ")
 }
 
 fn read_spec_file(path: &std::path::Path) -> anyhow::Result<JobSpec> {

@@ -15,8 +15,8 @@ use tally_common::transport::{self, AuthChannel, BearerToken, ClientSecurity};
 use tally_common::wire::MAX_MESSAGE_BYTES;
 use tonic::service::interceptor::InterceptedService;
 
-use crate::args::{DeleteArgs, ListArgs, RunArgs, SubmitArgs};
-use crate::output;
+use crate::args::{DeleteArgs, ListArgs, MAX_THREADS, RunArgs, SubmitArgs};
+use crate::output::{self, out, outln};
 
 /// A coordinator to talk to and the credentials to present.
 #[derive(Clone, Debug)]
@@ -83,25 +83,12 @@ fn run_key(spec: &ValidSpec) -> String {
 }
 
 pub async fn run(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
-    let (spec, attachments) = args.spec.to_spec()?;
+    let (spec, attachments) = args.to_spec()?;
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let threads = args.threads.unwrap_or(cores);
-    anyhow::ensure!(
-        (1..=1024).contains(&threads),
-        "--threads must be between 1 and 1024, got {threads}"
-    );
+    let threads = args.threads.unwrap_or(cores.min(MAX_THREADS as usize));
     let slots = args.slots.unwrap_or(threads);
-    anyhow::ensure!(
-        (1..=1024).contains(&slots),
-        "--slots must be between 1 and 1024, got {slots}"
-    );
-    anyhow::ensure!(
-        (1..=64).contains(&args.workers),
-        "--workers must be between 1 and 64, got {}",
-        args.workers
-    );
     if args.direct {
         return run_direct(spec, threads, json).await;
     }
@@ -224,14 +211,14 @@ async fn run_direct(spec: ValidSpec, threads: usize, json: bool) -> anyhow::Resu
             "elapsed_ms": elapsed.as_millis() as u64,
             "direct": true,
         });
-        println!("{value}");
+        outln!("{value}")?;
     } else {
         eprintln!(
             "{} in {:.3} s (direct)",
             spec.describe(),
             elapsed.as_secs_f64()
         );
-        println!("{}", answer.line);
+        outln!("{}", answer.line)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -427,13 +414,13 @@ pub async fn submit(remote: &Remote, args: SubmitArgs, json: bool) -> anyhow::Re
     if json {
         let mut value = output::job_json(&job);
         value["created"] = serde_json::Value::Bool(response.created);
-        println!("{value}");
+        outln!("{value}")?;
     } else {
         if !response.created {
             eprintln!("a job with this idempotency key exists already");
         }
         eprintln!("submitted {}", job.description);
-        println!("{}", job.id);
+        outln!("{}", job.id)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -447,9 +434,9 @@ pub async fn status(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result
         .await?
         .into_inner();
     if json {
-        println!("{}", output::job_json(&job));
+        outln!("{}", output::job_json(&job))?;
     } else {
-        print!("{}", output::status_text(&job));
+        out!("{}", output::status_text(&job))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -492,9 +479,9 @@ pub async fn cancel(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result
         .await?
         .into_inner();
     if json {
-        println!("{}", output::job_json(&job));
+        outln!("{}", output::job_json(&job))?;
     } else {
-        println!("{} {}", job.id, job.state_name());
+        outln!("{} {}", job.id, job.state_name())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -509,7 +496,7 @@ pub async fn delete(remote: &Remote, args: &DeleteArgs, json: bool) -> anyhow::R
         .await?
         .into_inner();
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "job_id": deleted.job_id,
@@ -517,12 +504,14 @@ pub async fn delete(remote: &Remote, args: &DeleteArgs, json: bool) -> anyhow::R
                 "store_bytes_before": deleted.store_bytes_before,
                 "store_bytes_after": deleted.store_bytes_after,
             })
-        );
+        )?;
     } else {
-        println!(
+        outln!(
             "{} deleted (store {} -> {} bytes)",
-            deleted.job_id, deleted.store_bytes_before, deleted.store_bytes_after
-        );
+            deleted.job_id,
+            deleted.store_bytes_before,
+            deleted.store_bytes_after
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -565,12 +554,12 @@ pub async fn list(remote: &Remote, args: &ListArgs, json: bool) -> anyhow::Resul
     };
     if json {
         let list: Vec<_> = jobs.iter().map(output::job_json).collect();
-        println!(
+        outln!(
             "{}",
             serde_json::json!({ "jobs": list, "next_page_token": next })
-        );
+        )?;
     } else {
-        print!("{}", output::job_table(&jobs));
+        out!("{}", output::job_table(&jobs))?;
         if !next.is_empty() {
             let mut hint = format!("more: tally list --page-token {next}");
             if args.limit != 100 {
@@ -582,7 +571,7 @@ pub async fn list(remote: &Remote, args: &ListArgs, json: bool) -> anyhow::Resul
             if let Some(kind) = &args.kind {
                 hint += &format!(" --kind {kind}");
             }
-            println!("{hint}");
+            outln!("{hint}")?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -609,16 +598,22 @@ pub async fn events(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result
                 })
             })
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::json!({ "job_id": job_id, "events": list })
-        );
+        )?;
     } else {
         for e in &events {
-            println!(
+            outln!(
                 "{:>6} {:<14} stage {:>4} shard {:>5} attempt {:>3} {} {}",
-                e.sequence, e.kind, e.stage, e.shard, e.attempt, e.worker_id, e.message
-            );
+                e.sequence,
+                e.kind,
+                e.stage,
+                e.shard,
+                e.attempt,
+                e.worker_id,
+                e.message
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -698,7 +693,7 @@ pub async fn doctor(
             checks.extend(check_service(remote, channel).await?);
         }
     }
-    Ok(print_checks(&checks, json))
+    print_checks(&checks, json)
 }
 
 async fn check_health(channel: tonic::transport::Channel) -> Check {
@@ -763,7 +758,7 @@ async fn check_service(
 }
 
 /// Prints the checks; the exit code fails when a check failed (not warned).
-fn print_checks(checks: &[Check], json: bool) -> ExitCode {
+fn print_checks(checks: &[Check], json: bool) -> anyhow::Result<ExitCode> {
     let failed = checks.iter().any(|c| !c.ok && !c.warning);
     if json {
         let list: Vec<_> = checks
@@ -777,7 +772,7 @@ fn print_checks(checks: &[Check], json: bool) -> ExitCode {
                 })
             })
             .collect();
-        println!("{}", serde_json::json!({ "ok": !failed, "checks": list }));
+        outln!("{}", serde_json::json!({ "ok": !failed, "checks": list }))?;
     } else {
         for c in checks {
             let mark = match (c.ok, c.warning) {
@@ -785,12 +780,12 @@ fn print_checks(checks: &[Check], json: bool) -> ExitCode {
                 (false, true) => "warn",
                 (false, false) => "FAIL",
             };
-            println!("{mark} {:<10} {}", c.name, c.detail);
+            outln!("{mark} {:<10} {}", c.name, c.detail)?;
         }
     }
-    if failed {
+    Ok(if failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
-    }
+    })
 }

@@ -5,6 +5,9 @@
 //! to stderr; `--json` prints one JSON object instead.
 
 #![forbid(unsafe_code)]
+// Standard output is written through `output::out!`, which ends the command
+// quietly when its reader has gone instead of panicking.
+#![deny(clippy::print_stdout)]
 
 mod args;
 mod client;
@@ -17,6 +20,7 @@ use std::time::Duration;
 use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches};
+use tally_common::invalid;
 use tally_common::transport::{self, ClientSecurity, ClientTls, ServerTls, Tokens};
 
 use args::{Cli, Command};
@@ -28,25 +32,43 @@ use args::{Cli, Command};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // Known before parsing: under `--json` a parser error is one JSON object too.
+    let json = std::env::args_os()
+        .skip(1)
+        .take_while(|arg| arg != "--")
+        .any(|arg| arg == "--json");
     let (config_path, config) = match config::load() {
         Ok(loaded) => loaded,
+        Err(e) => return output::failed(&e.to_string(), 2, json),
+    };
+    let parsed = config::apply(Cli::command(), &config)
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    let cli = match parsed {
+        Ok(cli) => cli,
         Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
+            use clap::error::ErrorKind;
+            // Help and version are answers (exit 0); so is the help a bare
+            // `tally` prints, except where one JSON object is promised.
+            let answer = match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => true,
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => !json,
+                _ => false,
+            };
+            if answer {
+                e.exit();
+            }
+            return output::failed(&args::parser_error_line(&e), 2, json);
         }
     };
-    let matches = config::apply(Cli::command(), &config).get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(&cli);
-    let json = cli.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
+            return output::failed(&format!("cannot start the async runtime: {e}"), 1, json);
         }
     };
     let outcome = runtime.block_on(dispatch(cli, config_path));
@@ -55,19 +77,11 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(RUNTIME_EXIT_LIMIT);
     match outcome {
         Ok(code) => code,
-        Err(e) => {
-            let line = output::error_line(&e);
-            let code = output::exit_code(&e);
-            eprintln!("error: {line}");
-            if json {
-                // `--json` promises one object on stdout, failures included.
-                println!(
-                    "{}",
-                    serde_json::json!({ "error": line, "exit_code": code })
-                );
-            }
-            ExitCode::from(code)
+        // Nobody reads any more (`| head`): nothing to say, and no one to say it to.
+        Err(e) if e.downcast_ref::<output::ReaderGone>().is_some() => {
+            ExitCode::from(output::READER_GONE_EXIT)
         }
+        Err(e) => output::failed(&output::error_line(&e), output::exit_code(&e), json),
     }
 }
 
@@ -144,14 +158,14 @@ fn token(path: Option<&std::path::Path>, env: &str) -> anyhow::Result<Option<Str
     if let Some(path) = path {
         let text = args::read_bounded(path, MAX_CREDENTIAL_BYTES, "the token file")?;
         let text = String::from_utf8(text)
-            .map_err(|_| anyhow::anyhow!("the token file {} is not text", path.display()))?;
+            .map_err(|_| invalid!("the token file {} is not text", path.display()))?;
         let token = transport::parse_token(text.trim())
-            .map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))?;
+            .map_err(|e| invalid!("token file {}: {e}", path.display()))?;
         return Ok(Some(token));
     }
     match std::env::var(env) {
         Ok(t) if !t.trim().is_empty() => Ok(Some(
-            transport::parse_token(t.trim()).map_err(|e| anyhow::anyhow!("{env}: {e}"))?,
+            transport::parse_token(t.trim()).map_err(|e| invalid!("{env}: {e}"))?,
         )),
         _ => Ok(None),
     }
@@ -221,13 +235,11 @@ fn server_tls(cli: &Cli) -> anyhow::Result<Option<ServerTls>> {
                 .map(|p| read_pem(p, "client CA certificate"))
                 .transpose()?,
         })),
-        _ => {
-            anyhow::ensure!(
-                cli.tls_ca.is_none(),
-                "--tls-ca on the coordinator requires client certificates, which needs TLS: give --tls-cert and --tls-key too"
-            );
-            Ok(None)
-        }
+        _ if cli.tls_ca.is_some() => Err(invalid!(
+            "--tls-ca on the coordinator requires client certificates, which needs TLS: give --tls-cert and --tls-key too"
+        )
+        .into()),
+        _ => Ok(None),
     }
 }
 
@@ -315,6 +327,27 @@ fn check_exposure(
     Ok(())
 }
 
+/// How each API is guarded, for the banner: `job API needs a token, worker
+/// API open; no TLS`.
+fn security_summary(tokens: &Tokens, tls: Option<&ServerTls>) -> String {
+    let client_certificates = tls.is_some_and(|t| t.client_ca.is_some());
+    let guard = |token: &Option<String>| match token {
+        Some(_) => "needs a token",
+        None if client_certificates => "needs only a client certificate",
+        None => "open",
+    };
+    let tls = match tls {
+        Some(tls) if tls.client_ca.is_some() => "TLS, client certificates required",
+        Some(_) => "TLS",
+        None => "no TLS",
+    };
+    format!(
+        "job API {}, worker API {}; {tls}",
+        guard(&tokens.client),
+        guard(&tokens.worker)
+    )
+}
+
 async fn serve_coordinator(
     args: &args::CoordinatorArgs,
     tls: Option<ServerTls>,
@@ -323,12 +356,7 @@ async fn serve_coordinator(
     let mut config =
         tally_coordinator::CoordinatorConfig::new(args.listen, Some(args.data.clone()));
     check_exposure(args, &tokens, tls.as_ref())?;
-    let secured = match (tokens.client.is_some() || tokens.worker.is_some(), &tls) {
-        (true, Some(_)) => "tokens and TLS",
-        (true, None) => "tokens, no TLS",
-        (false, Some(_)) => "TLS, no token",
-        (false, None) => "no token, no TLS",
-    };
+    let secured = security_summary(&tokens, tls.as_ref());
     config.tokens = tokens;
     config.tls = tls;
     config.http = args.http;
@@ -362,18 +390,10 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     let mut config = tally_worker::WorkerConfig::new(remote.url);
     config.security = remote.security;
     if let Some(threads) = args.threads {
-        anyhow::ensure!(
-            (1..=1024).contains(&threads),
-            "--threads must be between 1 and 1024"
-        );
         config.threads = threads;
         config.slots = threads;
     }
     if let Some(slots) = args.slots {
-        anyhow::ensure!(
-            (1..=1024).contains(&slots),
-            "--slots must be between 1 and 1024"
-        );
         config.slots = slots;
     }
     if let Some(id) = &args.id {
@@ -387,7 +407,6 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     config.http = args.http;
     config.allow_wasm = args.allow_wasm;
     if let Some(fuel) = args.wasm_fuel {
-        anyhow::ensure!(fuel > 0, "--wasm-fuel must be at least 1");
         config.wasm_limits.fuel = fuel;
     }
     if let Some(memory) = args.wasm_memory {
@@ -396,10 +415,6 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
     if let Some(budget) = args.memory_budget {
         config.memory_budget = budget;
     }
-    anyhow::ensure!(
-        args.checkpoint_ms >= 10,
-        "--checkpoint-ms must be at least 10"
-    );
     config.checkpoint_interval = Duration::from_millis(args.checkpoint_ms);
     eprintln!(
         "worker {} serving {} with {} slot(s), {} thread(s), a memory budget of {}",

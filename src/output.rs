@@ -8,6 +8,51 @@ use std::time::Duration;
 use tally_common::proto::{Job, JobResult, JobState};
 use tally_common::transport;
 
+/// `print!` that returns the write's failure instead of panicking on it.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!` that returns the write's failure instead of panicking on it.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+pub(crate) use {out, outln};
+
+/// Standard output's reader has gone (`tally events JOB | head -1`): the
+/// command stops and exits quietly with [`READER_GONE_EXIT`].
+#[derive(Debug)]
+pub struct ReaderGone;
+
+impl std::fmt::Display for ReaderGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("standard output was closed")
+    }
+}
+
+impl std::error::Error for ReaderGone {}
+
+/// 128 + SIGPIPE: what a shell reports for `cat` or `yes` whose reader went
+/// away, so `set -o pipefail` treats `tally` as it treats them. The process
+/// keeps SIGPIPE ignored (it also serves sockets) and exits with this itself.
+pub const READER_GONE_EXIT: u8 = 141;
+
+/// Writes to standard output at once; a closed pipe is [`ReaderGone`].
+pub fn write_stdout(text: std::fmt::Arguments) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ReaderGone.into()),
+        Err(e) => Err(anyhow::anyhow!("cannot write to standard output: {e}")),
+    }
+}
+
 /// The job as JSON. These field names are a stable interface (see the README).
 pub fn job_json(job: &Job) -> serde_json::Value {
     serde_json::json!({
@@ -199,9 +244,9 @@ pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result
         } else {
             serde_json::from_str(&result.details_json).unwrap_or(serde_json::Value::Null)
         };
-        println!("{value}");
+        outln!("{value}")?;
     } else if state == JobState::Succeeded {
-        println!("{}", result.answer);
+        outln!("{}", result.answer)?;
     }
     match state {
         JobState::Succeeded => Ok(ExitCode::SUCCESS),
@@ -218,6 +263,20 @@ pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// Reports a failure: `error: LINE` on stderr and, under `--json`, one
+/// JSON object on stdout too (the README's contract).
+pub fn failed(line: &str, code: u8, json: bool) -> ExitCode {
+    eprintln!("error: {line}");
+    if json {
+        // A reader that has gone is told nothing; the exit code still says it.
+        let _ = outln!(
+            "{}",
+            serde_json::json!({ "error": line, "exit_code": code })
+        );
+    }
+    ExitCode::from(code)
 }
 
 /// One line for an error: the gRPC status message without its code noise.

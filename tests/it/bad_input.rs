@@ -445,6 +445,35 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
             ),
         ),
         (
+            "hex points per shard 3 (not a power of two)".into(),
+            hex_with(5, |h| h.points_per_shard = 3),
+            Refused(
+                Code::InvalidArgument,
+                "points per shard must be 16, 8, 4, 2 or 1, got 3",
+            ),
+        ),
+        (
+            "hex points per shard 16".into(),
+            hex_with(5, |h| h.points_per_shard = 16),
+            Accepted,
+        ),
+        (
+            "hex exact with a modulus".into(),
+            hex_with(5, |h| {
+                h.exact = true;
+                h.modulus = 1_000_000_009;
+            }),
+            Refused(Code::InvalidArgument, "an exact hex count takes no modulus"),
+        ),
+        (
+            "hex exact naming the default modulus".into(),
+            hex_with(5, |h| {
+                h.exact = true;
+                h.modulus = hex::DEFAULT_MODULUS;
+            }),
+            Accepted,
+        ),
+        (
             format!(
                 "hex cell-step side {} (last within the memory budget)",
                 over - 1

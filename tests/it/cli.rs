@@ -214,10 +214,8 @@ fn bad_input_gets_one_clear_line_and_a_non_zero_exit() {
             stderr.to_lowercase().contains(&needle.to_lowercase()),
             "{args:?}: {needle:?} not in {stderr}"
         );
-        // clap's usage errors add a usage hint; ours are exactly one line.
-        if stderr.starts_with("error: ") && !stderr.contains("Usage:") {
-            assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
-        }
+        // The parser's errors too: one line with a hint, no usage.
+        assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
     }
 }
 
@@ -426,8 +424,12 @@ async fn submit_status_watch_result_list_and_cancel_against_a_coordinator() {
         "{cancelled}"
     );
     let bad = run(vec!["list", "--state", "sleeping"]);
-    assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown state \"sleeping\""));
+    assert_eq!(bad.status.code(), Some(2));
+    let refusal = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        refusal.contains("invalid value 'sleeping' for '--state") && refusal.contains("cancelled"),
+        "{refusal}"
+    );
 
     // Delete: the job goes, asking for it says so, the list no longer has it.
     let deleted = text(vec!["delete", &queued]);
@@ -587,4 +589,364 @@ fn completions_are_generated_for_each_shell() {
         );
     }
     assert!(!tally(&["completions", "cmd"]).status.success());
+}
+
+/// Bad input exits 2 wherever it is found (the parser, the command, a file
+/// it names), with one line on stderr, and under `--json` one JSON object on
+/// stdout with that line; the parser's errors carry a hint, not a usage dump.
+#[test]
+fn bad_input_exits_2_with_one_line_and_under_json_one_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty-token");
+    std::fs::write(&empty, "").unwrap();
+    let empty = empty.display().to_string();
+    let spec = dir.path().join("job.json");
+    std::fs::write(&spec, r#"{"kind": "kayles", "pins": 10}"#).unwrap();
+    let spec = spec.display().to_string();
+    let data = dir.path().join("data").display().to_string();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "kayles", "--pins", "10", "--workers", "0"],
+            "--workers",
+        ),
+        (
+            &["run", "kayles", "--pins", "10", "--threads", "0"],
+            "--threads",
+        ),
+        (
+            &["run", "kayles", "--pins", "10", "--slots", "0"],
+            "--slots",
+        ),
+        (&["worker", "--threads", "0"], "--threads"),
+        (&["worker", "--slots", "0"], "--slots"),
+        (
+            &["worker", "--allow-wasm", "--wasm-fuel", "0"],
+            "--wasm-fuel",
+        ),
+        (&["worker", "--checkpoint-ms", "5"], "--checkpoint-ms"),
+        (
+            &["run", "kayles", "--pins", "10", "--spec-file", &spec],
+            "not both",
+        ),
+        (&["run"], "name a job kind"),
+        (&["list", "--state", "bogus"], "bogus"),
+        (&["--token-file", &empty, "list"], "the token is empty"),
+        (
+            &[
+                "--worker-token-file",
+                &empty,
+                "coordinator",
+                "--data",
+                &data,
+            ],
+            "the token is empty",
+        ),
+        (
+            &["--tls-ca", &empty, "coordinator", "--data", &data],
+            "--tls-cert",
+        ),
+        (
+            &["run", "hex", "--sid", "4"],
+            "similar argument exists: '--side'",
+        ),
+        (&["run", "bogus"], "unrecognized subcommand 'bogus'"),
+        (&["run", "hex"], "--side"),
+        (&["run", "kayles", "--pins", "x"], "--pins"),
+        (&["frobnicate"], "frobnicate"),
+    ];
+    for (args, needle) in cases {
+        for json in [false, true] {
+            let args: Vec<&str> = if json {
+                [&["--json"], *args].concat()
+            } else {
+                args.to_vec()
+            };
+            let out = tally(&args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+            assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains(needle),
+                "{args:?}: {needle:?} not in {stderr}"
+            );
+            assert!(!stderr.contains("Usage:"), "{args:?}: {stderr}");
+            if !json {
+                assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
+                continue;
+            }
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(stdout.lines().count(), 1, "{args:?}: {stdout}");
+            let value: serde_json::Value =
+                serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"));
+            assert_eq!(value["exit_code"], 2, "{args:?}");
+            let line = stderr.trim_end().strip_prefix("error: ").unwrap();
+            assert_eq!(value["error"], line, "{args:?}");
+        }
+    }
+    assert!(
+        !dir.path().join("data").exists(),
+        "a refusal made the data directory"
+    );
+    // A parser error names where to read more; help and version still answer.
+    let out = tally(&["run", "hex", "--sid", "4"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("see 'tally run hex --help'"), "{stderr}");
+    for flag in ["--help", "--version"] {
+        let out = tally(&[flag]);
+        assert_eq!(out.status.code(), Some(0), "{flag}");
+        assert!(!out.stdout.is_empty(), "{flag}");
+    }
+}
+
+/// `tally run` knows how many workers it has: more replicas than that is
+/// refused at once instead of a job that waits forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_more_replicas_than_its_workers() {
+    let args = [
+        "run",
+        "kayles",
+        "--pins",
+        "100",
+        "--workers",
+        "1",
+        "--replicas",
+        "2",
+    ];
+    let child = tokio::process::Command::new(tally_bin())
+        .args(args)
+        .env_remove("TALLY_COORDINATOR")
+        .kill_on_drop(true)
+        .output();
+    // A generous bound only so that a job left waiting fails the test.
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), child)
+        .await
+        .expect("refused at once, not left waiting")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--replicas 2") && stderr.contains("--workers 2"),
+        "{stderr}"
+    );
+    let enough = [
+        "run",
+        "kayles",
+        "--pins",
+        "10",
+        "--workers",
+        "2",
+        "--replicas",
+        "2",
+    ];
+    let enough = tokio::task::spawn_blocking(move || tally(&enough))
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&enough.stderr);
+    assert!(enough.status.success(), "{stderr}");
+    assert_eq!(last_line(&enough), "000000076");
+}
+
+/// `tally` with its standard output a pipe whose reader has already gone.
+fn tally_into_a_closed_pipe(args: &[&str], coordinator: Option<&str>) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut command = Command::new(tally_bin());
+    command.args(args).env_remove("TALLY_COORDINATOR");
+    if let Some(url) = coordinator {
+        command.env("TALLY_COORDINATOR", url);
+    }
+    command.stdout(writer).output().unwrap()
+}
+
+/// A reader that stops early (`| head -1`) ends the command quietly, with the
+/// status a shell gives `cat` there (141: 128 + SIGPIPE), not a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_standard_output_ends_the_command_quietly() {
+    let quiet = |args: &[&str], out: &Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("error"), "{args:?}: {stderr}");
+    };
+    for args in [
+        &["run", "kayles", "--pins", "10", "--json"][..],
+        &["run", "kayles", "--pins", "10"][..],
+        &["run", "kayles", "--pins", "10", "--direct"][..],
+    ] {
+        let args = args.to_vec();
+        let out = tokio::task::spawn_blocking({
+            let args = args.clone();
+            move || tally_into_a_closed_pipe(&args, None)
+        })
+        .await
+        .unwrap();
+        quiet(&args, &out);
+    }
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let spec = tally_common::spec::JobSpec::new(tally_common::kinds::kayles::KaylesSpec {
+        pins: 10,
+        digits: 9,
+    });
+    let job = submit(&mut client, &spec, "").await;
+    assert!(!events(&mut client, &job.id).await.is_empty());
+    for args in [
+        vec!["events", &job.id],
+        vec!["status", &job.id],
+        vec!["list"],
+    ] {
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        let url = url.clone();
+        let out = tokio::task::spawn_blocking({
+            let args = args.clone();
+            move || {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                tally_into_a_closed_pipe(&args, Some(&url))
+            }
+        })
+        .await
+        .unwrap();
+        quiet(&args.iter().map(String::as_str).collect::<Vec<_>>(), &out);
+    }
+    coordinator.shutdown().await;
+}
+
+/// Every failure of a hex flag is one clear line naming its limit, and a
+/// spec file is held to the same rules as the flags.
+#[test]
+fn hex_flags_past_their_limits_are_refused_with_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let points_3 = spec_file(
+        "points.json",
+        r#"{"kind": "hex", "side": 4, "points_per_shard": 3}"#,
+    );
+    let exact_17 = spec_file(
+        "exact.json",
+        r#"{"kind": "hex", "side": 4, "exact": true, "modulus": 17}"#,
+    );
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "hex", "--side", "4", "--modulus", "4294967296"],
+            "below 2^31",
+        ),
+        (
+            &[
+                "run",
+                "hex",
+                "--side",
+                "4",
+                "--modulus",
+                "99999999999999999999999",
+            ],
+            "below 2^31",
+        ),
+        (
+            &["run", "hex", "--side", "4", "--modulus", "2147483648"],
+            "below 2^31",
+        ),
+        (
+            &["run", "hex", "--side", "4", "--exact", "--modulus", "17"],
+            "'--exact' cannot be used with '--modulus <MODULUS>'",
+        ),
+        (
+            &["run", "hex", "--side", "4", "--points-per-shard", "3"],
+            "possible values: 16, 8, 4, 2, 1",
+        ),
+        (
+            &["run", "hex", "--side", "4", "--points-per-shard", "0"],
+            "possible values: 16, 8, 4, 2, 1",
+        ),
+        (
+            &["run", "--spec-file", &points_3],
+            "points per shard must be 16, 8, 4, 2 or 1, got 3",
+        ),
+        (
+            &["run", "--spec-file", &exact_17],
+            "an exact hex count takes no modulus",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = tally(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: {needle:?} not in {stderr}"
+        );
+        assert!(!stderr.contains("0..=4294967295"), "{args:?}: {stderr}");
+    }
+    // The largest of each is accepted.
+    let out = tally(&[
+        "run",
+        "hex",
+        "--side",
+        "4",
+        "--modulus",
+        "2147483647",
+        "--points-per-shard",
+        "16",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        last_line(&out),
+        (10_663_950_528_000u64 % 2_147_483_647).to_string()
+    );
+}
+
+/// `tally --help` names every kind of the registry.
+#[test]
+fn help_names_every_kind() {
+    let out = tally(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for kind in tally_common::kinds::names() {
+        assert!(help.contains(kind), "{kind} not in {help}");
+    }
+}
+
+/// The coordinator's banner says which API needs a token and which is open.
+#[test]
+fn the_coordinator_banner_says_which_api_is_open() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("worker-token");
+    std::fs::write(&token, "worker-secret-0123456789").unwrap();
+    let data = dir.path().join("data");
+    let mut child = ChildGuard(
+        Command::new(tally_bin())
+            .arg("--worker-token-file")
+            .arg(&token)
+            .args(["coordinator", "--listen", "127.0.0.1:0", "--data"])
+            .arg(&data)
+            .env_remove("TALLY_TOKEN")
+            .env_remove("TALLY_TOKEN_FILE")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    // Read until the banner; the coordinator exiting first ends the lines.
+    let banner = std::io::BufReader::new(stderr)
+        .lines()
+        .map(Result::unwrap)
+        .find(|line| line.starts_with("coordinator listening on"))
+        .expect("a banner");
+    assert!(
+        banner.contains("job API open") && banner.contains("worker API needs a token"),
+        "{banner}"
+    );
+    assert!(!banner.contains("tokens"), "{banner}");
 }

@@ -80,7 +80,8 @@ pub struct HexSpec {
     /// residue.
     #[serde(default)]
     pub exact: bool,
-    /// Points plan: evaluation points per shard (1 to [`POINTS_PER_SHARD`]);
+    /// Points plan: evaluation points per shard (a power of two up to
+    /// [`POINTS_PER_SHARD`]);
     /// 0 leaves it to the coordinator, which takes the most that fit its
     /// workers' memory.
     #[serde(default)]
@@ -100,8 +101,14 @@ pub struct HexArgs {
     /// Board side, 1 to 20 (the cell-step plan: 1 to 16).
     #[arg(long)]
     pub side: u32,
-    /// Prime modulus with side^2 < P < 2^31.
-    #[arg(long, default_value_t = hex::DEFAULT_MODULUS)]
+    /// Prime modulus with side^2 < P < 2^31 (2147483648); not with --exact,
+    /// which chooses its own primes.
+    #[arg(
+        long,
+        default_value_t = hex::DEFAULT_MODULUS,
+        value_parser = parse_modulus,
+        conflicts_with = "exact"
+    )]
     pub modulus: u32,
     /// Shard plan: points (independent shards; the default) or cell-step.
     #[arg(long, default_value = "points")]
@@ -112,10 +119,32 @@ pub struct HexArgs {
     /// Shards per cell step (default: from the number of frontier states).
     #[arg(long, default_value_t = 0)]
     pub shards_per_step: u32,
-    /// Points plan: evaluation points per shard, 1 to 16 (default: the most
-    /// that fit the workers' memory budgets; fewer points, less memory a shard).
-    #[arg(long, default_value_t = 0)]
-    pub points_per_shard: u32,
+    /// Points plan: evaluation points per shard, 16, 8, 4, 2 or 1 (default:
+    /// the most that fit the workers' memory budgets; fewer points, less
+    /// memory a shard).
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::builder::TypedValueParser::try_map(
+            clap::builder::PossibleValuesParser::new(["16", "8", "4", "2", "1"]),
+            |points| points.parse::<u32>()
+        )
+    )]
+    pub points_per_shard: Option<u32>,
+}
+
+/// A `--modulus` below 2^31 (the kernel's limit), with that limit in the
+/// refusal of any larger number, however large.
+fn parse_modulus(text: &str) -> std::result::Result<u32, String> {
+    let too_large = || "must be a prime below 2^31 = 2147483648".to_string();
+    match text.parse::<u64>() {
+        Ok(modulus) => u32::try_from(modulus)
+            .ok()
+            .filter(|&m| m < 1 << 31)
+            .ok_or_else(too_large),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => Err(too_large()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Facts about a job computed at submission.
@@ -207,7 +236,7 @@ impl JobKind for Hex {
             plan: HexPlan::parse(&h.plan)?,
             shards_per_step: h.shards_per_step,
             exact: h.exact,
-            points_per_shard: h.points_per_shard,
+            points_per_shard: h.points_per_shard.unwrap_or(0),
         })
     }
 
@@ -241,6 +270,12 @@ impl JobKind for Hex {
     }
 
     fn validate(h: &HexSpec) -> Result<()> {
+        if h.exact && h.modulus != hex::DEFAULT_MODULUS {
+            return Err(invalid!(
+                "an exact hex count takes no modulus (it chooses its own primes), got {}",
+                h.modulus
+            ));
+        }
         hex::validate(h.side, h.modulus)?;
         if h.shards_per_step > MAX_SHARDS_PER_STEP {
             return Err(invalid!(
@@ -256,10 +291,12 @@ impl JobKind for Hex {
                 crate::kind::format_bytes(estimate(h).coordinator_memory_bytes)
             ));
         }
-        if h.points_per_shard as usize > POINTS_PER_SHARD {
+        // 0 leaves the choice to the coordinator. A pass runs a power of two
+        // of lanes: any other count would pay for lanes it leaves idle.
+        let points = h.points_per_shard;
+        if points != 0 && !(points.is_power_of_two() && points as usize <= POINTS_PER_SHARD) {
             return Err(invalid!(
-                "points per shard must be at most {POINTS_PER_SHARD}, got {}",
-                h.points_per_shard
+                "points per shard must be 16, 8, 4, 2 or 1, got {points}"
             ));
         }
         if h.points_per_shard != 0 && h.plan != HexPlan::Points {
@@ -1029,7 +1066,7 @@ mod tests {
     #[test]
     fn points_per_shard_out_of_range_or_with_the_cell_step_plan_are_refused() {
         let over = Hex::validate(&points(9, 17)).unwrap_err().to_string();
-        assert!(over.contains("at most 16, got 17"), "{over}");
+        assert!(over.contains("16, 8, 4, 2 or 1, got 17"), "{over}");
         let cell = HexSpec {
             plan: HexPlan::CellStep,
             ..points(9, 4)

@@ -120,7 +120,7 @@ fn french(threads: &[usize]) {
     let mut min_tasks = 1;
     let mut last = 0;
     loop {
-        let tasks = game.prefix_tasks(min_tasks);
+        let tasks = game.prefix_tasks(min_tasks).expect("the counts fit");
         if tasks.len() <= last {
             break;
         }

@@ -262,7 +262,7 @@ impl Sandbox {
         stop: Arc<AtomicBool>,
     ) -> Result<Vec<u64>> {
         let (mut store, instance) =
-            self.instantiate(&kernel.module, events, stop, self.limits.fuel)?;
+            self.instantiate(&kernel.module, events, stop.clone(), self.limits.fuel)?;
         let exports = Exports::of(&instance, &mut store)?;
         let version = exports
             .version

@@ -218,12 +218,13 @@ fn evaluate(
                     let jumps = &children[first..end];
                     first = end;
                     let total: u128 = match below {
-                        None => jumps.iter().map(|&c| game.final_value(c)).sum(),
+                        None => jumps
+                            .iter()
+                            .try_fold(0, |sum, &c| add_counts(sum, game.final_value(c)))?,
                         Some(memo) => jumps
                             .iter()
                             .filter(|&&c| c != 0)
-                            .map(|&c| memo.probe(c))
-                            .sum(),
+                            .try_fold(0, |sum, &c| add_counts(sum, memo.probe(c)))?,
                     };
                     if total != 0 {
                         solvable.push((board, total));
@@ -261,17 +262,25 @@ fn evaluate(
 /// The classes one jump after the classes of `layer`, with the number of jump
 /// sequences reaching them. Boards without jumps drop out: with more than one
 /// peg they have no solution, and one-peg boards only occur at the last depth.
-fn next_layer(game: &PegGame, layer: &HashMap<u64, u128>) -> HashMap<u64, u128> {
+fn next_layer(game: &PegGame, layer: &HashMap<u64, u128>) -> Result<HashMap<u64, u128>> {
     let mut next: HashMap<u64, u128> = HashMap::with_capacity(layer.len() * 4);
     let mut children = Vec::new();
     for (&board, &ways) in layer {
         children.clear();
         game.push_children(board, &mut children);
         for &child in &children {
-            *next.entry(child).or_insert(0) += ways;
+            let sum = next.entry(child).or_insert(0);
+            *sum = add_counts(*sum, ways)?;
         }
     }
-    next
+    Ok(next)
+}
+
+/// `a + b` for counts of jump sequences, refused past 128 bits rather than
+/// wrapped: every sum of counts in the kernels goes through a checked add.
+pub(crate) fn add_counts(a: u128, b: u128) -> Result<u128> {
+    a.checked_add(b)
+        .ok_or_else(|| crate::Error::Internal("pegs: count exceeds 128 bits".into()))
 }
 
 fn start_layer(game: &PegGame) -> HashMap<u64, u128> {
@@ -293,11 +302,11 @@ fn into_tasks(layer: HashMap<u64, u128>) -> Vec<PegTask> {
 /// The distinct canonical boards after `d` jumps with the number of jump
 /// sequences reaching each, for the smallest `d` with at least `min_tasks`
 /// boards; when no depth has that many, the depth with the most boards.
-pub(crate) fn prefix_tasks(game: &PegGame, min_tasks: usize) -> Vec<PegTask> {
+pub(crate) fn prefix_tasks(game: &PegGame, min_tasks: usize) -> Result<Vec<PegTask>> {
     let mut layer = start_layer(game);
     let mut widest = layer.clone();
     while layer.len() < min_tasks {
-        let next = next_layer(game, &layer);
+        let next = next_layer(game, &layer)?;
         if next.is_empty() {
             break;
         }
@@ -306,11 +315,11 @@ pub(crate) fn prefix_tasks(game: &PegGame, min_tasks: usize) -> Vec<PegTask> {
             widest = layer.clone();
         }
     }
-    into_tasks(if layer.len() < min_tasks {
+    Ok(into_tasks(if layer.len() < min_tasks {
         widest
     } else {
         layer
-    })
+    }))
 }
 
 /// The classes after exactly `depth` jumps (none when no sequence is that long).
@@ -318,7 +327,7 @@ pub(crate) fn prefix_tasks(game: &PegGame, min_tasks: usize) -> Vec<PegTask> {
 pub(crate) fn tasks_at_depth(game: &PegGame, depth: usize) -> Vec<PegTask> {
     let mut layer = start_layer(game);
     for _ in 0..depth {
-        layer = next_layer(game, &layer);
+        layer = next_layer(game, &layer).expect("a test board's counts fit");
     }
     into_tasks(layer)
 }

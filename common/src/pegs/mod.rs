@@ -427,7 +427,7 @@ impl PegGame {
     /// with the most), each with the number of `d`-jump sequences from the start
     /// reaching its class, sorted by board. The sum of multiplicity times count
     /// over the tasks is the number of solutions.
-    pub fn prefix_tasks(&self, min_tasks: usize) -> Vec<PegTask> {
+    pub fn prefix_tasks(&self, min_tasks: usize) -> Result<Vec<PegTask>> {
         count::prefix_tasks(self, min_tasks)
     }
 

@@ -564,7 +564,7 @@ fn prefix_tasks_add_up_to_the_count() {
             let total = game.count(&Control::new()).unwrap().solutions;
             let mut depths = BTreeSet::new();
             for min_tasks in [1, 2, 5, 40, 1000, usize::MAX] {
-                let tasks = game.prefix_tasks(min_tasks);
+                let tasks = game.prefix_tasks(min_tasks).unwrap();
                 assert!(!tasks.is_empty());
                 let label = format!("{shape} {start:?} {end:?} {symmetric} {min_tasks}");
                 assert_eq!(weighted_sum(&game, &tasks), total, "{label}");
@@ -588,7 +588,7 @@ fn prefix_tasks_add_up_to_the_count() {
             }
             assert!(depths.len() >= 3, "{shape}: {depths:?}");
             // Tasks may arrive in any orientation.
-            let tasks = game.prefix_tasks(40);
+            let tasks = game.prefix_tasks(40).unwrap();
             let turned: Vec<PegTask> = tasks
                 .iter()
                 .map(|t| PegTask {
@@ -604,7 +604,7 @@ fn prefix_tasks_add_up_to_the_count() {
 #[test]
 fn prefix_tasks_of_small_plans() {
     let game = PegGame::new(BoardShape::Triangle(5), None, None).unwrap();
-    let root = game.prefix_tasks(1);
+    let root = game.prefix_tasks(1).unwrap();
     assert_eq!(
         root,
         [PegTask {
@@ -623,17 +623,17 @@ fn prefix_tasks_of_small_plans() {
     assert_eq!(last.iter().map(|t| t.multiplicity).sum::<u128>(), 29_760);
     assert!(count::tasks_at_depth(&game, 14).is_empty());
     let english = PegGame::new(BoardShape::English, None, None).unwrap();
-    let tasks = english.prefix_tasks(2);
+    let tasks = english.prefix_tasks(2).unwrap();
     assert_eq!(tasks.len(), 2);
     assert_eq!(tasks.iter().map(|t| t.multiplicity).sum::<u128>(), 4 * 3);
-    let tasks = english.prefix_tasks(1000);
+    let tasks = english.prefix_tasks(1000).unwrap();
     assert!(tasks.len() >= 1000);
 }
 
 #[test]
 fn progress_reports_every_task() {
     let game = PegGame::new(BoardShape::Triangle(6), None, None).unwrap();
-    let tasks = game.prefix_tasks(30);
+    let tasks = game.prefix_tasks(30).unwrap();
     let mut seen = Vec::new();
     let count = game
         .count_from(&tasks, &Control::new(), |done, sum| seen.push((done, sum)))
@@ -837,4 +837,11 @@ fn validation() {
         1,
         &Control::new(),
     ));
+}
+
+#[test]
+fn sums_of_counts_past_128_bits_are_refused_not_wrapped() {
+    assert_eq!(count::add_counts(u128::MAX - 1, 1).unwrap(), u128::MAX);
+    let error = count::add_counts(u128::MAX, 1).unwrap_err().to_string();
+    assert!(error.contains("exceeds 128 bits"), "{error}");
 }

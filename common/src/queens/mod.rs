@@ -154,7 +154,12 @@ pub fn count_prefix(n: u32, prefix: &[u8]) -> Result<u64> {
         ));
     }
     let board = Board::place(n, prefix)?;
-    Ok(board.completions(n) * prefix_weight(n, prefix))
+    // The completions are leaves of the search counted one by one (far from
+    // 2^63 in any run that ends); the mirror weight is checked all the same.
+    board
+        .completions(n)
+        .checked_mul(prefix_weight(n, prefix))
+        .ok_or_else(|| crate::Error::Internal("queens count overflows".into()))
 }
 
 /// The number of solutions, over `threads` threads (the kernel's own driver:

@@ -365,7 +365,7 @@ impl JobKind for Pegs {
             spec.prefixes
         };
         Ok(PegsPlan {
-            peg_tasks: game(spec)?.prefix_tasks(wanted as usize),
+            peg_tasks: game(spec)?.prefix_tasks(wanted as usize)?,
             ..PegsPlan::default()
         })
     }

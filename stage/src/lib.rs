@@ -6,6 +6,7 @@
 
 pub mod blob;
 pub mod error;
+mod error_text;
 pub mod owner;
 mod s3;
 pub mod store;

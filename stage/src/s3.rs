@@ -61,7 +61,7 @@ pub(crate) fn open(bucket: &str, env: &Env) -> Result<(AmazonS3, String)> {
     }
     let s3 = builder
         .build()
-        .map_err(|e| refuse(crate::store::one_line(&e)))?;
+        .map_err(|e| refuse(crate::error_text::one_line(&e)))?;
     Ok((s3, place))
 }
 
@@ -143,7 +143,7 @@ fn unusable_variable(bucket: &str, env: &Env) -> Option<(String, String)> {
             let why = match (secret, error) {
                 (true, _) => "its value is not valid".to_string(),
                 (false, object_store::Error::Generic { source, .. }) => source.to_string(),
-                (false, other) => crate::store::one_line(&other),
+                (false, other) => crate::error_text::one_line(&other),
             };
             Some((name.clone(), why))
         })

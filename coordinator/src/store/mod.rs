@@ -14,6 +14,7 @@ mod mark;
 mod memory;
 mod overlay;
 mod sled_store;
+mod sled_trees;
 mod spill;
 mod timed;
 

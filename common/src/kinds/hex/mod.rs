@@ -9,13 +9,17 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
-use crate::hex::PassPoint;
 use crate::kind::{
-    Answer, Checkpoint, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun, SpecOf,
-    no_output,
+    Answer, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun, SpecOf, no_output,
 };
 use crate::local::run_locally;
-use crate::{Control, Error, Result, hex, invalid, proto};
+use crate::{Control, Result, hex, invalid, proto};
+
+mod execute;
+mod finish;
+
+use execute::{StepShard, execute_points, execute_step};
+use finish::{check_crossing_sums, check_evaluations, finish_cell_step, finish_points};
 
 pub struct Hex;
 
@@ -208,7 +212,7 @@ fn stride(side: u32) -> u64 {
 
 /// The state graph of `side`, built once per process with all cores: the other
 /// shards of the worker wait for it.
-fn graph(cache: &KernelCache, side: u32) -> Result<Arc<hex::HexGraph>> {
+pub(super) fn graph(cache: &KernelCache, side: u32) -> Result<Arc<hex::HexGraph>> {
     cache.get_or_build(&side.to_string(), CACHED_GRAPHS, || {
         let threads = std::thread::available_parallelism()
             .map(|n| n.get())
@@ -584,365 +588,6 @@ fn step_shards(h: &HexSpec, facts: &HexFacts, stage: u32) -> Vec<Planned<HexTask
         .collect()
 }
 
-/// A cell-step shard: the target states of one step.
-struct StepShard {
-    step: u32,
-    states: std::ops::Range<usize>,
-    last: bool,
-}
-
-fn execute_step(
-    graph: &hex::HexGraph,
-    modulus: u32,
-    shard: &StepShard,
-    input: Option<&[u32]>,
-    control: &Control,
-) -> Result<Outcome<HexPartial>> {
-    control.check()?;
-    let (states, stride) = (graph.num_states(), graph.stride());
-    let (start, end, step) = (shard.states.start, shard.states.end, shard.step);
-    if start >= end || end > states || step as usize > graph.num_steps() {
-        return Err(invalid!(
-            "hex shard [{start}, {end}) at step {step} does not fit {states} states and {} steps",
-            graph.num_steps()
-        ));
-    }
-    let initial;
-    let previous: &[u32] = if step <= 1 {
-        initial = graph.initial_vector(modulus);
-        &initial
-    } else {
-        let words =
-            input.ok_or_else(|| invalid!("hex step {step} needs the previous stage's data"))?;
-        if words.len() != states * stride {
-            return Err(invalid!(
-                "stage data holds {} residues, expected {}",
-                words.len(),
-                states * stride
-            ));
-        }
-        words
-    };
-    let out = if step == 0 {
-        previous[start * stride..end * stride].to_vec()
-    } else {
-        let mut out = vec![0u32; (end - start) * stride];
-        graph.step_range(step as usize, previous, start..end, modulus, &mut out);
-        out
-    };
-    control.add_work((end - start) as u64);
-    let work_done = (end - start) as u64;
-    if shard.last {
-        let residues = sum_polynomials(&out, stride, modulus);
-        Ok(Outcome {
-            output: Vec::new(),
-            partial: HexPartial::HexCrossings { residues },
-            work_done,
-        })
-    } else {
-        Ok(Outcome {
-            output: hex::encode_polynomials(&out, stride),
-            partial: HexPartial::None,
-            work_done,
-        })
-    }
-}
-
-fn sum_polynomials(values: &[u32], stride: usize, modulus: u32) -> Vec<u32> {
-    let mut sums = vec![0u64; stride];
-    for poly in values.chunks_exact(stride) {
-        for (s, &c) in sums.iter_mut().zip(poly) {
-            *s = (*s + c as u64) % modulus as u64;
-        }
-    }
-    sums.into_iter().map(|s| s as u32).collect()
-}
-
-fn execute_points(
-    h: &HexSpec,
-    modulus: u32,
-    points: &[u32],
-    run: &mut ShardRun<'_, Vec<u32>, HexPartial>,
-) -> Result<Outcome<HexPartial>> {
-    run.control.check()?;
-    let valid = modulus == h.modulus || (h.exact && hex::exact_primes(h.side).contains(&modulus));
-    if !valid || points.is_empty() || points.len() > POINTS_PER_SHARD {
-        return Err(invalid!("hex points shard does not belong to this job"));
-    }
-    let graph = graph(run.cache, h.side)?;
-    let lanes = points.len().next_power_of_two();
-    let resume = PassCheckpoint::decode(run.checkpoint, graph.num_states(), lanes, modulus)?;
-    let interval = pass_checkpoint_interval(run.checkpoint_every, graph.pass_bytes(points.len()));
-    let control = run.control;
-    let graph = &graph;
-    // The work of a shard is its points: counted in proportion to the rounds
-    // done, so that a pass of hours shows progress (and is not taken for
-    // stalled), from where it resumed.
-    let points_done = |at: &PassPoint<'_>| (points.len() * at.rounds_done / at.rounds) as u64;
-    // Only the thread between two rounds touches this; the lock is for the
-    // borrow checker's sake.
-    let progress = std::sync::Mutex::new(PassProgress {
-        last_checkpoint: std::time::Instant::now(),
-        work_counted: 0,
-    });
-    let progress = &progress;
-    // The pass runs on a thread of its own and hands its checkpoints here,
-    // where the shard's callback lives; at most one waits at a time.
-    let (sender, checkpoints) = std::sync::mpsc::sync_channel::<(Vec<u8>, u64)>(1);
-    let values = std::thread::scope(|scope| {
-        let pass = scope.spawn(move || {
-            let after_round = |at: PassPoint<'_>| {
-                let done = points_done(&at);
-                let mut progress = progress.lock().unwrap_or_else(|p| p.into_inner());
-                control.add_work(done.saturating_sub(progress.work_counted));
-                progress.work_counted = done;
-                if progress.last_checkpoint.elapsed() >= interval {
-                    let _ = sender.send((PassCheckpoint::encode(&at, lanes), done));
-                    progress.last_checkpoint = std::time::Instant::now();
-                }
-            };
-            let resume = resume.map(|r| (r.rounds_done, r.vector));
-            graph.evaluate_pass(points, modulus, 1, control, resume, &after_round)
-        });
-        for (state, work_done) in checkpoints {
-            run.checkpoint(Checkpoint {
-                state,
-                partial: None,
-                work_done,
-            });
-        }
-        pass.join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })?;
-    run.control.check()?;
-    let counted = progress
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .work_counted;
-    run.control
-        .add_work((points.len() as u64).saturating_sub(counted));
-    Ok(Outcome {
-        output: Vec::new(),
-        partial: HexPartial::HexEvaluations {
-            modulus,
-            evaluations: points.iter().copied().zip(values).collect(),
-        },
-        work_done: points.len() as u64,
-    })
-}
-
-/// Where a points shard's pass stands, as its rounds end.
-struct PassProgress {
-    last_checkpoint: std::time::Instant,
-    /// The points counted as work so far.
-    work_counted: u64,
-}
-
-/// How far apart a points shard checkpoints: `every` for a vector that could
-/// come with a lease, and as much longer as the vector is larger, so that
-/// checkpoints cost about the same part of the pass at any size; but at most
-/// a minute apart (or `every`, if that is longer).
-fn pass_checkpoint_interval(every: std::time::Duration, bytes: usize) -> std::time::Duration {
-    let scale = bytes as f64 / crate::wire::INLINE_CHECKPOINT_BYTES as f64;
-    let scaled = every.mul_f64(scale.max(1.0));
-    every.max(scaled.min(std::time::Duration::from_secs(60)))
-}
-
-/// The resumable state of a points shard: the rounds of its pass done and
-/// the pass vector. Encoded as `HXP1`, the rounds done (u32), the lanes (u32),
-/// the states (u64), then the vector's residues, all little-endian.
-struct PassCheckpoint<'a> {
-    rounds_done: usize,
-    vector: &'a [u8],
-}
-
-impl<'a> PassCheckpoint<'a> {
-    const MAGIC: &'static [u8; 4] = b"HXP1";
-    const HEADER: usize = 20;
-
-    fn encode(at: &PassPoint<'_>, lanes: usize) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(Self::HEADER + 4 * at.vector.len());
-        bytes.extend_from_slice(Self::MAGIC);
-        bytes.extend_from_slice(&(at.rounds_done as u32).to_le_bytes());
-        bytes.extend_from_slice(&(lanes as u32).to_le_bytes());
-        bytes.extend_from_slice(&((at.vector.len() / lanes) as u64).to_le_bytes());
-        for residue in at.vector {
-            bytes.extend_from_slice(&residue.to_le_bytes());
-        }
-        bytes
-    }
-
-    /// The checkpoint in `bytes` (none if empty), checked against the shard:
-    /// its graph's states, its lanes and its modulus.
-    fn decode(bytes: &'a [u8], states: usize, lanes: usize, modulus: u32) -> Result<Option<Self>> {
-        if bytes.is_empty() {
-            return Ok(None);
-        }
-        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-        let vector_bytes = states * lanes * 4;
-        if bytes.len() != Self::HEADER + vector_bytes
-            || &bytes[..4] != Self::MAGIC
-            || word(8) as usize != lanes
-            || u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) != states as u64
-        {
-            return Err(invalid!(
-                "the checkpoint is not one of this hex points shard ({} bytes, expected {} \
-                 for {states} states of {lanes} lanes)",
-                bytes.len(),
-                Self::HEADER + vector_bytes
-            ));
-        }
-        let vector = &bytes[Self::HEADER..];
-        let in_range = vector
-            .chunks_exact(4)
-            .all(|r| u32::from_le_bytes(r.try_into().expect("4 bytes")) < modulus);
-        if !in_range {
-            return Err(invalid!(
-                "the checkpoint holds a residue that is not below {modulus}"
-            ));
-        }
-        Ok(Some(PassCheckpoint {
-            rounds_done: word(4) as usize,
-            vector,
-        }))
-    }
-}
-
-fn check_crossing_sums(h: &HexSpec, facts: &HexFacts, residues: &[u32]) -> Result<()> {
-    let stride = facts.stride as usize;
-    if residues.len() != stride {
-        return Err(invalid!(
-            "crossing sums have {} residues, expected {stride}",
-            residues.len()
-        ));
-    }
-    if residues.iter().any(|&r| r >= h.modulus) {
-        return Err(invalid!(
-            "crossing sums must be residues modulo {}",
-            h.modulus
-        ));
-    }
-    Ok(())
-}
-
-fn check_evaluations(
-    modulus: u32,
-    points: &[u32],
-    reported_modulus: u32,
-    evaluations: &[(u32, u32)],
-) -> Result<()> {
-    let xs: Vec<u32> = evaluations.iter().map(|(x, _)| *x).collect();
-    if reported_modulus != modulus || xs != points {
-        return Err(invalid!(
-            "evaluations at {xs:?} modulo {reported_modulus} reported on the shard of points {points:?} modulo {modulus}"
-        ));
-    }
-    if evaluations.iter().any(|&(_, v)| v >= modulus) {
-        return Err(invalid!("evaluations must be residues modulo {modulus}"));
-    }
-    Ok(())
-}
-
-fn finish_cell_step(h: &HexSpec, facts: &HexFacts, partials: Vec<HexPartial>) -> Result<Answer> {
-    let p = h.modulus as u64;
-    let mut crossings = vec![0u64; facts.stride as usize];
-    for partial in partials {
-        let HexPartial::HexCrossings { residues } = partial else {
-            return Err(Error::Internal("hex job with a foreign partial".into()));
-        };
-        if residues.len() != crossings.len() {
-            return Err(Error::Internal("hex partial of the wrong length".into()));
-        }
-        for (c, r) in crossings.iter_mut().zip(residues) {
-            *c = (*c + r as u64) % p;
-        }
-    }
-    let crossings: Vec<u32> = crossings.into_iter().map(|c| c as u32).collect();
-    Ok(residue_answer(h, facts, &crossings))
-}
-
-/// Solves each prime's evaluations for the crossing counts, checks them at the
-/// point not used to solve, and computes H(N) modulo the prime or, with several
-/// primes, exactly.
-fn finish_points(h: &HexSpec, facts: &HexFacts, partials: Vec<HexPartial>) -> Result<Answer> {
-    let mut per_prime: Vec<Vec<(u32, u32)>> = vec![Vec::new(); facts.primes.len()];
-    for partial in partials {
-        let HexPartial::HexEvaluations {
-            modulus,
-            evaluations,
-        } = partial
-        else {
-            return Err(Error::Internal(
-                "hex points job with a foreign partial".into(),
-            ));
-        };
-        let i = facts
-            .primes
-            .iter()
-            .position(|&p| p == modulus)
-            .ok_or_else(|| {
-                Error::Internal(format!(
-                    "evaluations modulo {modulus}, not a prime of the job"
-                ))
-            })?;
-        per_prime[i].extend_from_slice(&evaluations);
-    }
-    let crossings: Vec<Vec<u32>> = facts
-        .primes
-        .iter()
-        .zip(&per_prime)
-        .map(|(&p, evaluations)| hex::solve_crossings(h.side, p, evaluations))
-        .collect::<Result<_>>()?;
-    if h.exact {
-        exact_answer(h, facts, &crossings)
-    } else {
-        Ok(residue_answer(h, facts, &crossings[0]))
-    }
-}
-
-fn exact_answer(h: &HexSpec, facts: &HexFacts, crossings: &[Vec<u32>]) -> Result<Answer> {
-    let half = (h.side * h.side / 2) as usize;
-    let exact = hex::exact_crossings(h.side, &facts.primes, crossings)?;
-    let games = hex::exact_game_count(h.side, &exact);
-    let modulus = hex::DEFAULT_MODULUS;
-    let residues: Vec<u32> = exact[..=half]
-        .iter()
-        .map(|c| (c % modulus).try_into().expect("a residue fits"))
-        .collect();
-    Ok(Answer {
-        line: games.to_string(),
-        details: serde_json::json!({
-            "kind": "hex",
-            "side": h.side,
-            "plan": h.plan.name(),
-            "exact": true,
-            "primes": facts.primes,
-            "games": games.to_string(),
-            "games_mod_1000000007": hex::game_count(h.side, &residues, modulus),
-            "crossings": exact.iter().map(|c| c.to_string()).collect::<Vec<_>>(),
-        }),
-    })
-}
-
-/// H(N) mod p from crossing counts mod p: C_0..C_(M/2) at least (the points plan
-/// has all of them, the cell-step plan the lower half).
-fn residue_answer(h: &HexSpec, facts: &HexFacts, crossings: &[u32]) -> Answer {
-    let half = (h.side * h.side / 2) as usize;
-    let games = hex::game_count(h.side, &crossings[..=half], h.modulus);
-    Answer {
-        line: games.to_string(),
-        details: serde_json::json!({
-            "kind": "hex",
-            "side": h.side,
-            "modulus": h.modulus,
-            "plan": h.plan.name(),
-            "states": facts.states,
-            "games_mod": games,
-            "crossings_mod": crossings,
-        }),
-    }
-}
-
 /// What a job needs, by plan: memory per worker and in the coordinator, and the
 /// data moved between them.
 pub fn estimate(h: &HexSpec) -> ResourceEstimate {
@@ -987,7 +632,10 @@ pub fn estimate(h: &HexSpec) -> ResourceEstimate {
 
 #[cfg(test)]
 mod tests {
+    use super::execute::pass_checkpoint_interval;
     use super::*;
+    use crate::Error;
+    use crate::kind::Checkpoint;
     use crate::spec::{JobSpec, ValidSpec};
 
     fn points(side: u32, points_per_shard: u32) -> HexSpec {

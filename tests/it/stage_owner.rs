@@ -16,8 +16,8 @@ use tally_common::proto::JobState;
 use tally_stage::{OwnerRecord, StageStore, StageStoreUrl, blob_key};
 
 use crate::support::{
-    ChildGuard, direct_answer, free_port, hex_cell_step, jobs_client, spawn_coordinator_with,
-    spawn_worker, state, submit, wait_finished,
+    ChildGuard, direct_answer, free_port, hex_cell_step, jobs_client, runtime,
+    spawn_coordinator_with, spawn_worker, state, submit, wait_finished,
 };
 
 /// A data directory, its log, and the shared stage store.
@@ -112,14 +112,6 @@ fn prefixes(root: &Path) -> Vec<PathBuf> {
         .collect();
     found.sort();
     found
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Stop A, `cp -r A B`, start both: B is refused, naming A's data

@@ -23,8 +23,8 @@ use tally_stage::{BlobRef, StageStore, StageStoreUrl, blob_key};
 
 use crate::support::s3::{BUCKET, MotoS3, SECRET};
 use crate::support::{
-    ChildGuard, direct_answer, events, free_port, hex_cell_step, http_get, jobs_client, state,
-    submit, tally_bin, valid, wait_finished, workers_client,
+    ChildGuard, direct_answer, events, free_port, hex_cell_step, http_get, jobs_client, runtime,
+    state, submit, tally_bin, valid, wait_finished, workers_client,
 };
 
 /// Where a test's stage data goes.
@@ -162,14 +162,6 @@ fn spawn(args: &[&str], env: &[(String, String)], log: &Path) -> ChildGuard {
             .spawn()
             .expect("spawn tally"),
     )
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 fn pegs_frontier() -> JobSpec {

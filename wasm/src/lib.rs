@@ -263,12 +263,8 @@ impl Sandbox {
     ) -> Result<Vec<u64>> {
         let (mut store, instance) =
             self.instantiate(&kernel.module, events, stop.clone(), self.limits.fuel)?;
+        // The version was checked when the kernel was loaded.
         let exports = Exports::of(&instance, &mut store)?;
-        let version = exports
-            .version
-            .call(&mut store, ())
-            .map_err(|e| self.explain(&mut store, e))?;
-        check_version(version)?;
         let params = exports.place(&mut store, call.params.as_bytes())?;
         let state = exports.place(&mut store, call.state)?;
         let out_bytes = call.outputs as usize * 8;

@@ -9,12 +9,17 @@ use super::*;
 /// 0 shard, 1 shards, 2 prime, 3 params, 4 params_len, 5 state, 6 state_len,
 /// 7 out, 8 out_len), with `extra` declarations (imports first).
 fn module(imports: &str, body: &str, extra: &str) -> Vec<u8> {
+    module_of_version("(i32.const 1)", imports, body, extra)
+}
+
+/// [`module`] whose `tally_abi_version` body is `version`.
+fn module_of_version(version: &str, imports: &str, body: &str, extra: &str) -> Vec<u8> {
     let text = format!(
         r#"(module
           {imports}
           (memory (export "memory") 1)
           (global $next (mut i32) (i32.const 1024))
-          (func (export "tally_abi_version") (result i32) (i32.const 1))
+          (func (export "tally_abi_version") (result i32) {version})
           (func (export "tally_alloc") (param $len i32) (result i32)
             (local $at i32)
             (local.set $at (global.get $next))
@@ -331,16 +336,7 @@ fn a_checkpoint_outside_memory_fails_with_one_line() {
 #[test]
 fn a_module_of_another_abi_version_is_refused_at_load() {
     let sandbox = Sandbox::new(small_limits()).unwrap();
-    let abi_2 = wat::parse_str(
-        r#"(module
-          (memory (export "memory") 1)
-          (func (export "tally_abi_version") (result i32) (i32.const 2))
-          (func (export "tally_alloc") (param i32) (result i32) (i32.const 1024))
-          (func (export "tally_shard")
-            (param i64 i64 i64 i32 i32 i32 i32 i32 i32) (result i32)
-            (i32.const 1)))"#,
-    )
-    .unwrap();
+    let abi_2 = module_of_version("(i32.const 2)", "", "(i32.const 1)", "");
     let err = sandbox
         .load(&abi_2)
         .err()
@@ -352,16 +348,7 @@ fn a_module_of_another_abi_version_is_refused_at_load() {
         "{line}"
     );
     // A version export that never ends is refused within the check's fuel.
-    let looping = wat::parse_str(
-        r#"(module
-          (memory (export "memory") 1)
-          (func (export "tally_abi_version") (result i32) (loop (br 0)) (i32.const 1))
-          (func (export "tally_alloc") (param i32) (result i32) (i32.const 1024))
-          (func (export "tally_shard")
-            (param i64 i64 i64 i32 i32 i32 i32 i32 i32) (result i32)
-            (i32.const 1)))"#,
-    )
-    .unwrap();
+    let looping = module_of_version("(loop (br 0)) (i32.const 1)", "", "(i32.const 1)", "");
     let err = sandbox
         .load(&looping)
         .err()

@@ -176,23 +176,25 @@ impl Scheduler {
             || (!failed.failure.handed_back
                 && (failed.failure.permanent
                     || shard.failed_attempts >= rec.spec.options().max_attempts));
-        if handed_back_too_often {
-            let message = format!(
-                "handed back {} times without a result (the last: {})",
-                hand_backs(&shard),
-                failed.failure.message
+        if fail_job {
+            let why = if handed_back_too_often {
+                format!(
+                    "handed back {} times without a result (the last: {})",
+                    hand_backs(&shard),
+                    failed.failure.message
+                )
+            } else {
+                failed.failure.message.clone()
+            };
+            fail(
+                entry,
+                &mut rec,
+                &shard,
+                failed.worker,
+                &why,
+                &mut batch,
+                now_ms,
             );
-            let failure = ReportedFailure {
-                message,
-                ..failed.failure.clone()
-            };
-            let failed = FailedAttempt {
-                failure: &failure,
-                ..failed
-            };
-            fail(entry, &mut rec, &shard, &failed, &mut batch, now_ms);
-        } else if fail_job {
-            fail(entry, &mut rec, &shard, &failed, &mut batch, now_ms);
         }
         batch.put(
             Tree::Shards,
@@ -234,7 +236,6 @@ fn hand_backs(shard: &ShardRecord) -> u64 {
 }
 
 /// An attempt that ends without a result.
-#[derive(Clone, Copy)]
 pub(super) struct FailedAttempt<'a> {
     pub(super) lease: &'a LeaseId,
     pub(super) worker: &'a str,
@@ -304,23 +305,24 @@ fn end_attempt(
     }
 }
 
-/// Fails the job with the failure's message.
+/// Fails the job, saying `why`.
 fn fail(
     entry: &mut JobEntry,
     rec: &mut JobRecord,
     shard: &ShardRecord,
-    failed: &FailedAttempt,
+    worker: &str,
+    why: &str,
     batch: &mut Batch,
     now_ms: u64,
 ) {
     rec.state = JobState::Failed;
     rec.finished_ms = Some(now_ms);
     let message = format!(
-        "stage {}, shard {} failed after {} attempt(s): {}",
-        shard.stage, shard.index, shard.failed_attempts, failed.failure.message
+        "stage {}, shard {} failed after {} attempt(s): {why}",
+        shard.stage, shard.index, shard.failed_attempts
     );
     rec.error = Some(message.clone());
     batch.put(Tree::Jobs, job_key(&rec.id), encode(&*rec));
-    let event = Event::shard("failed", shard, failed.worker, &message);
+    let event = Event::shard("failed", shard, worker, &message);
     entry.log(batch, now_ms, event);
 }

@@ -451,3 +451,12 @@ pub fn http_request(
 
 /// The tests' seeded generator (SplitMix64), shared with the kernels' tests.
 pub use tally_common::test_rng::Rng;
+
+/// A runtime for tests that drive child processes from plain `#[test]`s.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}

@@ -760,8 +760,8 @@ fn sliders(runs: usize) {
 // Each restarted coordinator is reaped by wait4, which also returns its peak memory.
 #[allow(clippy::zombie_processes)]
 fn restart_at_scale(jobs: usize, finished: bool) {
-    use tally_common::proto::job_service_client::JobServiceClient;
-    use tally_common::proto::{self, job_spec::Kind};
+    use tally_wire::proto::job_service_client::JobServiceClient;
+    use tally_wire::proto::{self, job_spec::Kind};
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let (url, spawn) = coordinator_on_a_free_port(&data);

@@ -6,13 +6,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use tally_common::Control;
-use tally_common::digest::fnv1a64;
-use tally_common::proto::job_service_client::JobServiceClient;
-use tally_common::proto::{self, Job};
-use tally_common::spec::ValidSpec;
-use tally_common::transport::{self, AuthChannel, BearerToken, ClientSecurity};
-use tally_common::wire::MAX_MESSAGE_BYTES;
+use tally_kinds::Control;
+use tally_kinds::spec::ValidSpec;
+use tally_wire::digest::fnv1a64;
+use tally_wire::limits::MAX_MESSAGE_BYTES;
+use tally_wire::proto::job_service_client::JobServiceClient;
+use tally_wire::proto::{self, Job};
+use tally_wire::transport::{self, AuthChannel, BearerToken, ClientSecurity};
 use tonic::service::interceptor::InterceptedService;
 
 use crate::args::{DeleteArgs, ListArgs, MAX_THREADS, RunArgs, SubmitArgs};

@@ -20,8 +20,8 @@ use std::time::Duration;
 use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches};
-use tally_common::invalid;
-use tally_common::transport::{self, ClientSecurity, ClientTls, ServerTls, Tokens};
+use tally_kinds::invalid;
+use tally_wire::transport::{self, ClientSecurity, ClientTls, ServerTls, Tokens};
 
 use args::{Cli, Command};
 
@@ -311,7 +311,7 @@ fn check_exposure(
         return Ok(());
     }
     if !args.insecure {
-        return Err(tally_common::Error::InvalidArgument(format!(
+        return Err(tally_kinds::Error::InvalidArgument(format!(
             "refusing to listen on {} with no authentication on {}: give its token, or client \
              certificates (--tls-ca), or --insecure to serve anyone who reaches the port",
             args.listen,
@@ -422,7 +422,7 @@ async fn serve_worker(args: &args::WorkerArgs, remote: client::Remote) -> anyhow
         config.coordinator,
         config.slots,
         config.threads,
-        tally_common::kind::format_bytes(config.memory_budget)
+        tally_kinds::kind::format_bytes(config.memory_budget)
     );
     let stats = tally_worker::run(config, shutdown_signal()).await?;
     tracing::info!(

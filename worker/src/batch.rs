@@ -10,8 +10,8 @@
 
 use std::sync::{Arc, Weak};
 
-use tally_common::proto;
-use tally_common::wire::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS};
+use tally_wire::limits::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS};
+use tally_wire::proto;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::context::{Context, QueuedReport as Queued, ReportAnswer as Answer};

@@ -6,14 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tally_common::Control;
-use tally_common::dynamic::StageInput;
-use tally_common::kind::StageRead;
-use tally_common::proto::{self, worker_service_client::WorkerServiceClient};
-use tally_common::transport::{AuthChannel, ClientSecurity};
-use tally_common::wire::MAX_MESSAGE_BYTES;
+use tally_kinds::Control;
+use tally_kinds::dynamic::StageInput;
+use tally_kinds::kind::StageRead;
 use tally_stage::store::CHECK_PATIENCE;
 use tally_stage::{StageStore, StageStoreUrl};
+use tally_wire::limits::MAX_MESSAGE_BYTES;
+use tally_wire::proto::{self, worker_service_client::WorkerServiceClient};
+use tally_wire::transport::{AuthChannel, ClientSecurity};
 use tokio::sync::Notify;
 
 use crate::config::WorkerConfig;
@@ -52,7 +52,7 @@ impl Batches {
 
 /// Connects lazily (the coordinator may not be up yet) with the message limits.
 pub fn connect(url: &str, security: &ClientSecurity) -> Result<Client> {
-    let channel = tally_common::transport::lazy_channel(url, security)
+    let channel = tally_wire::transport::lazy_channel(url, security)
         .map_err(|e| WorkerError::Address(url.to_string(), e.to_string()))?;
     Ok(WorkerServiceClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -241,7 +241,7 @@ impl Context {
     /// What this worker runs besides the built-in kinds, said at registration.
     pub(crate) fn capabilities(&self) -> Vec<String> {
         if self.config.allow_wasm {
-            vec![tally_common::guest::WASM_CAPABILITY.to_string()]
+            vec![tally_kinds::guest::WASM_CAPABILITY.to_string()]
         } else {
             Vec::new()
         }

@@ -231,7 +231,7 @@ fn random_hex() -> Result<String> {
     let mut random = [0u8; 8];
     getrandom::fill(&mut random)
         .map_err(|e| CoordinatorError::Internal(format!("no randomness: {e}")))?;
-    Ok(tally_common::digest::to_hex(&random))
+    Ok(tally_wire::digest::to_hex(&random))
 }
 
 /// The key of the blob a stored reference names, if it is one.

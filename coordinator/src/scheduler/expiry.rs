@@ -3,7 +3,7 @@
 //! limit fails its job. The expired attempt stays the shard's latest until the
 //! shard is leased again, so its late result is still accepted.
 
-use tally_common::lease::LeaseId;
+use tally_wire::lease::LeaseId;
 
 use crate::error::Result;
 use crate::records::{JobRecord, JobState, ShardRecord, ShardState, encode, job_key, shard_key};

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::error::{CoordinatorError, Result};
-use tally_common::kind::ResourceEstimate;
+use tally_kinds::kind::ResourceEstimate;
 
 use crate::records::JobRecord;
 use crate::store::Store;
@@ -56,11 +56,11 @@ pub(super) fn utc_time(ms: u64) -> String {
 }
 
 pub(super) fn retained_stages(
-    spec: &tally_common::spec::ValidSpec,
-    plan: &tally_common::values::JobPlan,
+    spec: &tally_kinds::spec::ValidSpec,
+    plan: &tally_kinds::values::JobPlan,
     stage: u32,
     external: bool,
-) -> tally_common::Result<Vec<u32>> {
+) -> tally_kinds::Result<Vec<u32>> {
     let mut keep = spec.kept_stages(plan, stage)?;
     if external && stage >= 2 {
         if stage >= 3 {

@@ -5,14 +5,14 @@
 
 use std::collections::HashMap;
 
-use tally_common::lease::LeaseId;
-use tally_common::proto;
-use tally_common::transport::constant_time_eq;
+use tally_wire::lease::LeaseId;
+use tally_wire::proto;
+use tally_wire::transport::constant_time_eq;
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::ShardState;
 
-use tally_common::kind::WORKER_MEMORY_BUDGET;
+use tally_kinds::kind::WORKER_MEMORY_BUDGET;
 
 use super::protocol::{Registration, WORKER_FORGOTTEN_MS, WorkerInfo};
 use super::state::Scheduler;

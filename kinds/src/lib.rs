@@ -8,6 +8,8 @@
 //! checks job specs into a `ValidSpec`; `cache`, `values`, `local` and `guest`
 //! are the encoded forms and helpers the kinds share.
 
+#![forbid(unsafe_code)]
+
 pub mod blocks;
 pub mod cache;
 pub mod dynamic;

@@ -8,6 +8,8 @@
 //! clock or randomness. Execution is deterministic (NaNs canonicalised, no
 //! threads, relaxed SIMD deterministic), so replicas agree bit for bit.
 
+#![forbid(unsafe_code)]
+
 mod runtime;
 
 pub use runtime::GuestSandbox;

@@ -3,6 +3,8 @@
 //! `proto/`), its codec and limits, transport security, lease ids, digests and
 //! the Prometheus text encoding; no kind and no scheduling logic.
 
+#![forbid(unsafe_code)]
+
 pub mod codec;
 pub mod digest;
 pub mod error;

@@ -10,10 +10,11 @@
 //! * [`in_rounds`]: rounds of items that must all end before the next round
 //!   begins, the threads meeting at a barrier between rounds.
 
+use parking_lot::Mutex;
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Barrier, Mutex, PoisonError};
 
 use crate::{Control, Error, Result};
 
@@ -186,8 +187,8 @@ impl FirstPanic {
         }
     }
 
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Box<dyn Any + Send>>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    fn slot(&self) -> parking_lot::MutexGuard<'_, Option<Box<dyn Any + Send>>> {
+        self.0.lock()
     }
 }
 

@@ -52,7 +52,7 @@ mod residues;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::modular::{inv_mod, mul_mod};
@@ -561,7 +561,7 @@ fn character_values(
                 break;
             }
             match value(h as u32) {
-                Ok(v) => *values[h].lock().unwrap_or_else(|e| e.into_inner()) = Some(v),
+                Ok(v) => *values[h].lock() = Some(v),
                 Err(e) => {
                     failed.store(true, Ordering::Relaxed);
                     return Err(e);
@@ -589,7 +589,7 @@ fn character_values(
     }
     values
         .into_iter()
-        .map(|v| v.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .map(Mutex::into_inner)
         .collect::<Option<_>>()
         .ok_or_else(|| Error::Internal("kayles: a character was not computed".into()))
 }

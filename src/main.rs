@@ -50,20 +50,7 @@ fn main() -> ExitCode {
     };
     let cli = match parse::command_line(&config) {
         Ok(cli) => cli,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            // Help and version are answers (exit 0); so is the help a bare
-            // `tally` prints, except where one JSON object is promised.
-            let answer = match e.kind() {
-                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => true,
-                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => !json,
-                _ => false,
-            };
-            if answer {
-                e.exit();
-            }
-            return output::failed(&parse::error_line(&e), 2, json);
-        }
+        Err(e) => return parser_stopped(e, json),
     };
     init_logging(&cli.global, cli.command.serves());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -79,6 +66,28 @@ fn main() -> ExitCode {
     // Work still running on the blocking pool (a store that will not close, a
     // kernel that has not seen its cancellation) must not hold the exit up.
     runtime.shutdown_timeout(RUNTIME_EXIT_LIMIT);
+    exit_code(outcome, json)
+}
+
+/// Where the parser stopped the command: help and version are answers
+/// (exit 0), and so is the help a bare `tally` prints, except where one JSON
+/// object is promised; anything else is bad input (exit 2).
+fn parser_stopped(e: clap::Error, json: bool) -> ExitCode {
+    use clap::error::ErrorKind;
+    let answer = match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => true,
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => !json,
+        _ => false,
+    };
+    if answer {
+        e.exit();
+    }
+    output::failed(&parse::error_line(&e), 2, json)
+}
+
+/// The exit code of a command's outcome: its own when it ran to its end,
+/// else the error's (see `output::exit_code`), said on stderr.
+fn exit_code(outcome: anyhow::Result<ExitCode>, json: bool) -> ExitCode {
     match outcome {
         Ok(code) => code,
         // Nobody reads any more (`| head`): nothing to say, and no one to say it to.

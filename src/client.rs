@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use tally_common::proto::job_service_client::JobServiceClient;
-use tally_common::proto::{self, Job};
-use tally_common::transport::{self, AuthChannel, BearerToken, ClientSecurity};
-use tally_common::wire::MAX_MESSAGE_BYTES;
+use tally_wire::limits::MAX_MESSAGE_BYTES;
+use tally_wire::proto::job_service_client::JobServiceClient;
+use tally_wire::proto::{self, Job};
+use tally_wire::transport::{self, AuthChannel, BearerToken, ClientSecurity};
 use tonic::service::interceptor::InterceptedService;
 
 use crate::output;

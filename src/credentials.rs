@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use tally_common::invalid;
-use tally_common::transport::{self, ClientSecurity, ClientTls, ServerTls, Tokens};
+use tally_kinds::invalid;
+use tally_wire::transport::{self, ClientSecurity, ClientTls, ServerTls, Tokens};
 
 use crate::client::Remote;
 use crate::files::read_bounded;

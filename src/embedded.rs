@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_common::cache::KernelCache;
-use tally_common::proto;
+use tally_kinds::cache::KernelCache;
+use tally_wire::proto;
 use tally_worker::{WorkerConfig, WorkerStats};
 
 use crate::client::{Remote, connect, quick};

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use tally_common::invalid;
+use tally_kinds::invalid;
 
 /// Reads at most `limit` bytes of `path` (`what` names it in messages); a
 /// longer file is refused without reading the rest, so `/dev/zero` costs

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use tally_common::kinds;
+use tally_kinds as kinds;
 
 const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:7878";
 

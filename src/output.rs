@@ -5,8 +5,8 @@
 use std::error::Error as _;
 use std::process::ExitCode;
 
-use tally_common::proto::{Job, JobResult, JobState};
-use tally_common::transport;
+use tally_wire::proto::{Job, JobResult, JobState};
+use tally_wire::transport;
 
 mod progress;
 
@@ -282,7 +282,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             1
         };
     }
-    if let Some(tally_common::Error::InvalidArgument(_)) = e.downcast_ref::<tally_common::Error>() {
+    if let Some(tally_kinds::Error::InvalidArgument(_)) = e.downcast_ref::<tally_kinds::Error>() {
         return 2;
     }
     if let Some(tally_coordinator::CoordinatorError::InvalidArgument(_)) =

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use indicatif::{ProgressDrawTarget, TermLike};
-use tally_common::proto::{Job, JobState};
+use tally_wire::proto::{Job, JobState};
 
 use super::progress::three_digits;
 use super::*;

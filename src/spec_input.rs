@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
-use tally_common::guest::{MAX_MODULE_BYTES, sha256_hex};
-use tally_common::invalid;
-use tally_common::kind::FileReader;
-use tally_common::kinds;
-use tally_common::spec::{JobSpec, RunnerOptions, ValidSpec};
+use tally_kinds as kinds;
+use tally_kinds::guest::{MAX_MODULE_BYTES, sha256_hex};
+use tally_kinds::invalid;
+use tally_kinds::kind::FileReader;
+use tally_kinds::spec::{JobSpec, RunnerOptions, ValidSpec};
 
 use crate::files::read_bounded;
 use crate::flags::SpecArgs;
@@ -61,13 +61,13 @@ struct Files {
 }
 
 impl FileReader for Files {
-    fn read_to_string(&self, path: &Path) -> tally_common::Result<String> {
+    fn read_to_string(&self, path: &Path) -> tally_kinds::Result<String> {
         let bytes = read_bounded(path, MAX_KIND_FILE_BYTES, "")
             .map_err(|e| invalid!("{}", crate::output::error_line(&e)))?;
         String::from_utf8(bytes).map_err(|_| invalid!("{} is not UTF-8 text", path.display()))
     }
 
-    fn attach(&self, path: &Path) -> tally_common::Result<String> {
+    fn attach(&self, path: &Path) -> tally_kinds::Result<String> {
         let bytes = read_bounded(path, MAX_MODULE_BYTES as u64, "")
             .map_err(|e| invalid!("{}", crate::output::error_line(&e)))?;
         let sha256 = sha256_hex(&bytes);

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use tally_common::transport::{ServerTls, Tokens};
+use tally_wire::transport::{ServerTls, Tokens};
 
 use crate::signals::shutdown_signal;
 
@@ -180,7 +180,7 @@ fn check_exposure(
         return Ok(());
     }
     if !args.insecure {
-        return Err(tally_common::Error::InvalidArgument(format!(
+        return Err(tally_kinds::Error::InvalidArgument(format!(
             "refusing to listen on {} with no authentication on {}: give its token, or client \
              certificates (--tls-ca), or --insecure to serve anyone who reaches the port",
             args.listen,

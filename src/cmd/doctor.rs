@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use tally_common::proto;
-use tally_common::proto::job_service_client::JobServiceClient;
-use tally_common::transport::{self, BearerToken};
+use tally_wire::proto;
+use tally_wire::proto::job_service_client::JobServiceClient;
+use tally_wire::transport::{self, BearerToken};
 use tonic::service::interceptor::InterceptedService;
 
 use crate::client::{Remote, quick};

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use tally_common::proto;
+use tally_wire::proto;
 
 use crate::client::{Remote, connect, quick};
 use crate::output::{self, out, outln};

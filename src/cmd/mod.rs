@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use tally_common::kinds;
+use tally_kinds as kinds;
 
 use crate::credentials;
 use crate::flags::GlobalArgs;

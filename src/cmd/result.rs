@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use tally_common::proto;
+use tally_wire::proto;
 
 use crate::client::{Remote, connect, quick};
 use crate::output;

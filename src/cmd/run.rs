@@ -6,11 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use tally_common::Control;
-use tally_common::digest::fnv1a64;
-use tally_common::invalid;
-use tally_common::proto::{self, Job};
-use tally_common::spec::ValidSpec;
+use tally_kinds::Control;
+use tally_kinds::invalid;
+use tally_kinds::spec::ValidSpec;
+use tally_wire::digest::fnv1a64;
+use tally_wire::proto::{self, Job};
 
 use crate::client::{Remote, connect, follow, planned, quick};
 use crate::embedded::{LocalCluster, Workers};

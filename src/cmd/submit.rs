@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use tally_common::proto;
+use tally_wire::proto;
 
 use crate::client::{Remote, connect, planned};
 use crate::flags::SpecArgs;

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use tally_common::proto;
+use tally_wire::proto;
 
 use crate::client::{Remote, connect, follow, quick};
 use crate::output;

@@ -97,7 +97,7 @@ pub async fn execute(args: &WorkerArgs, remote: Remote) -> anyhow::Result<ExitCo
         config.coordinator,
         config.slots,
         config.threads,
-        tally_common::kind::format_bytes(config.memory_budget)
+        tally_kinds::kind::format_bytes(config.memory_budget)
     );
     let stats = tally_worker::run(config, shutdown_signal()).await?;
     tracing::info!(

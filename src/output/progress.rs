@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tally_common::proto::Job;
+use tally_wire::proto::Job;
 
 use super::duration;
 

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use indicatif::{ProgressDrawTarget, TermLike};
 use tally_wire::proto::{Job, JobState};
 
+use super::progress::three_digits;
 use super::*;
 
 /// A terminal that keeps what is drawn on it.

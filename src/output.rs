@@ -57,7 +57,7 @@ pub fn write_stdout(text: std::fmt::Arguments) -> anyhow::Result<()> {
     }
 }
 
-/// The job as JSON. These field names are a stable interface (see the README).
+/// The job as JSON. These field names are a stable interface (docs/cli.md, `status --json`).
 pub fn job_json(job: &Job) -> serde_json::Value {
     serde_json::json!({
         "id": job.id,
@@ -232,7 +232,7 @@ pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result
 }
 
 /// Reports a failure: `error: LINE` on stderr and, under `--json`, one
-/// JSON object on stdout too (the README's contract).
+/// JSON object on stdout too (the contract docs/cli.md states).
 pub fn failed(line: &str, code: u8, json: bool) -> ExitCode {
     eprintln!("error: {line}");
     if json {

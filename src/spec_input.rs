@@ -46,7 +46,7 @@ pub fn job_spec(flags: &SpecArgs) -> anyhow::Result<(ValidSpec, Vec<Vec<u8>>)> {
     for path in &flags.attach {
         files.attach(path)?;
     }
-    let attachments = files.attachments.into_inner().unwrap_or_default();
+    let attachments = files.attachments.into_inner();
     Ok((ValidSpec::new(spec)?, attachments))
 }
 
@@ -57,7 +57,7 @@ const MAX_KIND_FILE_BYTES: u64 = 1 << 20;
 /// keeps those that go with the job as attachments.
 #[derive(Default)]
 struct Files {
-    attachments: std::sync::Mutex<Vec<Vec<u8>>>,
+    attachments: parking_lot::Mutex<Vec<Vec<u8>>>,
 }
 
 impl FileReader for Files {
@@ -71,7 +71,7 @@ impl FileReader for Files {
         let bytes = read_bounded(path, MAX_MODULE_BYTES as u64, "")
             .map_err(|e| invalid!("{}", crate::output::error_line(&e)))?;
         let sha256 = sha256_hex(&bytes);
-        self.attachments.lock().unwrap().push(bytes);
+        self.attachments.lock().push(bytes);
         Ok(sha256)
     }
 }

@@ -10,7 +10,7 @@ use super::duration;
 /// the job is first seen: a bar of no length would draw as full.
 pub struct ProgressView {
     /// Where the bar is drawn, until it is made; `None` when disabled.
-    target: std::sync::Mutex<Option<indicatif::ProgressDrawTarget>>,
+    target: parking_lot::Mutex<Option<indicatif::ProgressDrawTarget>>,
     bar: std::sync::OnceLock<indicatif::ProgressBar>,
 }
 
@@ -18,7 +18,7 @@ impl ProgressView {
     pub fn new(enabled: bool) -> ProgressView {
         let target = enabled.then(|| indicatif::ProgressDrawTarget::stderr_with_hz(4));
         ProgressView {
-            target: std::sync::Mutex::new(target),
+            target: parking_lot::Mutex::new(target),
             bar: std::sync::OnceLock::new(),
         }
     }
@@ -27,7 +27,7 @@ impl ProgressView {
     #[cfg(test)]
     pub(super) fn to(target: indicatif::ProgressDrawTarget) -> ProgressView {
         ProgressView {
-            target: std::sync::Mutex::new(Some(target)),
+            target: parking_lot::Mutex::new(Some(target)),
             bar: std::sync::OnceLock::new(),
         }
     }
@@ -37,7 +37,7 @@ impl ProgressView {
         if let Some(bar) = self.bar.get() {
             return Some(bar);
         }
-        let target = self.target.lock().ok()?.take()?;
+        let target = self.target.lock().take()?;
         let bar = indicatif::ProgressBar::with_draw_target(None, target);
         bar.set_style(style(false));
         bar.enable_steady_tick(Duration::from_millis(250));

@@ -1,10 +1,24 @@
 //! The counting algorithms of tally and the helpers they share.
 //! Layer: the bottom. Pure, synchronous Rust: no I/O, no async runtime, no wire
 //! format; a kernel takes its input and a [`Control`] and returns a count.
+//!
+//! All of tally's unsafe code lives here (vector intrinsics, buffers shared by
+//! the threads of a sweep): every unsafe block and impl states why it is sound
+//! in a `SAFETY` comment, every unsafe function its contract in a `# Safety`
+//! section, and the lints below keep it so.
+
+#![deny(
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc,
+    clippy::unnecessary_safety_comment,
+    clippy::unnecessary_safety_doc
+)]
 
 pub mod balance;
 pub mod blocks;
 pub mod buckets;
+mod cache;
 pub mod control;
 pub mod error;
 pub mod hex;

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::HexGraph;
 use super::graph::{Block, COUNT_MASK, Gather, OCCUPIED};
-use super::kernel::has_avx2;
+use super::kernel::Isa;
 use crate::modular::pow_mod;
 use crate::parallel::in_rounds;
 use crate::{Control, Result};
@@ -73,25 +73,30 @@ impl<const NP: usize> Lanes<NP> {
     }
 }
 
-/// The vector of a pass, shared by its threads.
+/// The vector of a pass, shared by its threads: in a round each thread
+/// touches only the entries of the groups it took.
 #[derive(Clone, Copy)]
 struct SharedVec<const NP: usize>(*mut [u32; NP]);
 
-// SAFETY: the pointer is only dereferenced under the protocol of `HexGraph::pass`:
-// a thread only touches the entries of the groups it claimed, and the threads
-// meet at a barrier between blocks of steps.
 impl<const NP: usize> SharedVec<NP> {
     /// The vector of `states` entries as `states * NP` residues.
     ///
     /// # Safety
-    /// No thread writes the vector while the slice is in use.
+    /// The pointer is to at least `states` initialised entries that outlive
+    /// `'a`, and no one writes them while the slice lives.
     unsafe fn residues<'a>(self, states: usize) -> &'a [u32] {
-        // SAFETY: `[u32; NP]` is NP u32s in a row; the caller keeps writers out.
+        // SAFETY: `[u32; NP]` is `NP` `u32`s in a row with the alignment of
+        // `u32`, so `states` entries are `states * NP` residues; valid and
+        // unwritten for `'a` as the caller guarantees.
         unsafe { std::slice::from_raw_parts(self.0 as *const u32, states * NP) }
     }
 }
 
+// SAFETY: a `SharedVec` is only a pointer; moving it to another thread touches
+// no memory. The accesses through it are those of `HexGraph::pass`, whose
+// comments show them free of data races.
 unsafe impl<const NP: usize> Send for SharedVec<NP> {}
+// SAFETY: `&SharedVec` only gives a copy of the pointer; as for `Send`.
 unsafe impl<const NP: usize> Sync for SharedVec<NP> {}
 
 impl HexGraph {
@@ -251,7 +256,7 @@ impl HexGraph {
         let groups_total: usize = groups.iter().sum();
         let threads = threads.clamp(1, (groups_total / stages.len().max(1)).max(1));
         let shared = SharedVec(home.as_mut_ptr());
-        let avx2 = has_avx2();
+        let avx2 = Isa::detect();
         // Round i is stage i; its items are the groups of the stage's block.
         let worker = || {
             let mut local = [vec![[0u32; NP]; max_group], vec![[0u32; NP]; max_group]];
@@ -265,17 +270,24 @@ impl HexGraph {
                     lanes,
                     avx2,
                 };
-                // SAFETY: group `g` was taken by this thread alone, and its
-                // entries of the vector belong to no other group of the block;
-                // AVX2 only where the CPU has it.
-                unsafe { run.run(avx2, g, shared, &mut local) };
+                // SAFETY: `shared` points to the `num_states` entries of `home`,
+                // which outlives `in_rounds` and is touched by nothing else
+                // meanwhile. `in_rounds` hands item `g` of round `i` to one
+                // thread only, the groups of a block hold disjoint sets of
+                // states, and the rounds before ended at the barrier of
+                // `in_rounds` (which orders their writes before this call): the
+                // entries of group `g` are this call's alone.
+                unsafe { run.run(g, shared, &mut local) };
             }
         };
         let between_rounds = |round: usize| {
             let done = round + 1;
             if done > first_round && done < stages.len() {
-                // SAFETY: every thread waits at the barrier while this runs,
-                // so nothing writes the vector.
+                // SAFETY: `shared` points to the `num_states` entries of `home`,
+                // which outlives `in_rounds`. `in_rounds` calls this between
+                // the two waits of its barrier, when every other thread waits
+                // and all writes of the round are done, and the slice does not
+                // outlive this call (`after_round` takes any lifetime).
                 let vector = unsafe { shared.residues(self.num_states()) };
                 after_round(PassPoint {
                     rounds_done: done,
@@ -324,7 +336,8 @@ struct GroupPass<'a, const NP: usize> {
     /// Whether the row has two blocks, this one and the home block.
     two_blocks: bool,
     lanes: Lanes<NP>,
-    avx2: bool,
+    /// `Some` when the explicit AVX2 step may run.
+    avx2: Option<Isa<true>>,
 }
 
 /// A group of a block of at least this many columns takes its steps in two
@@ -334,34 +347,40 @@ const SPLIT_WIDTH: usize = 4;
 pub(crate) static SPLIT_BYTES: AtomicUsize = AtomicUsize::new(1 << 20);
 
 impl<const NP: usize> GroupPass<'_, NP> {
-    /// Carries group `g` through the block's steps.
+    /// Carries group `g` through the block's steps, compiled for AVX2 when the
+    /// CPU has it.
     ///
     /// # Safety
-    /// `home` points to the pass vector, whose entries of group `g` no one else
-    /// accesses during the call; `avx2` only if the CPU supports AVX2.
-    unsafe fn run(
+    /// `home` points to the pass vector (`num_states` entries, valid for reads
+    /// and writes), whose entries of the states of group `g` no one else
+    /// accesses during the call.
+    unsafe fn run(&self, g: usize, home: SharedVec<NP>, local: &mut [Vec<[u32; NP]>; 2]) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(isa) = self.avx2 {
+            // SAFETY: `isa` shows that the CPU has AVX2 and POPCNT, the
+            // features of `run_avx2`; `home` as this function's caller
+            // guarantees.
+            return unsafe { self.run_avx2(isa, g, home, local) };
+        }
+        // SAFETY: `home` as this function's caller guarantees.
+        unsafe { self.run_impl(g, home, local) }
+    }
+
+    /// [`GroupPass::run`] compiled for AVX2.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and POPCNT (as `_isa` shows); `home` as for
+    /// [`GroupPass::run`].
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,popcnt")]
+    unsafe fn run_avx2(
         &self,
-        avx2: bool,
+        _isa: Isa<true>,
         g: usize,
         home: SharedVec<NP>,
         local: &mut [Vec<[u32; NP]>; 2],
     ) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if avx2 {
-                // SAFETY: forwarded from the caller.
-                return unsafe { self.run_avx2(g, home, local) };
-            }
-        }
-        let _ = avx2;
-        // SAFETY: forwarded from the caller.
-        unsafe { self.run_impl(g, home, local) }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,popcnt")]
-    unsafe fn run_avx2(&self, g: usize, home: SharedVec<NP>, local: &mut [Vec<[u32; NP]>; 2]) {
-        // SAFETY: forwarded from the caller.
+        // SAFETY: `home` as this function's caller guarantees.
         unsafe { self.run_impl(g, home, local) }
     }
 
@@ -374,6 +393,9 @@ impl<const NP: usize> GroupPass<'_, NP> {
     /// occupancy chunks, the last ones those of chunks a fixed stride apart. A
     /// sub-group is small enough to stay in the cache for all the steps of its
     /// phase, while the group as a whole is not.
+    ///
+    /// # Safety
+    /// `home` as for [`GroupPass::run`].
     #[inline(always)]
     unsafe fn run_impl(&self, g: usize, home: SharedVec<NP>, local: &mut [Vec<[u32; NP]>; 2]) {
         let block = self.block;
@@ -383,14 +405,19 @@ impl<const NP: usize> GroupPass<'_, NP> {
         let width = block.cols.len();
         let [a, b] = local;
         let mut bufs: [&mut [[u32; NP]]; 2] = if self.is_home {
-            // SAFETY: in the home block the group's entries of the vector are
-            // `start..end`, and belong to this call (see the caller's contract).
+            // SAFETY: the vector is in the order of the home block, so the
+            // entries of group `g` are `start..end`, with `end <= num_states`
+            // (group offsets are positions); the caller leaves them to this
+            // call, and no other reference to them is made below.
             let home_group = unsafe { std::slice::from_raw_parts_mut(home.0.add(start), len) };
             [home_group, &mut a[..len]]
         } else {
             for (k, value) in a[..len].iter_mut().enumerate() {
-                // SAFETY: the entry belongs to this group (see the caller's
-                // contract).
+                // SAFETY: `home_position` maps a position of this block to the
+                // position of the same state in the home block, which is below
+                // `num_states` (`position` and `from_prev` are permutations of
+                // `0..num_states`); the state is in group `g`, whose entries the
+                // caller leaves to this call.
                 *value = unsafe { *home.0.add(self.home_position(start + k)) };
             }
             [&mut a[..len], &mut b[..len]]
@@ -419,10 +446,16 @@ impl<const NP: usize> GroupPass<'_, NP> {
                         // Consecutive chunks: one range of targets.
                         let first = range(high).start;
                         let last = range(high + (1 << span) - 1).end;
-                        self.step(j, start, first..last, src, dst);
+                        // SAFETY: the targets are chunks of group `g`, whose
+                        // positions are `start..end`, and the sources of a
+                        // target lie in its group (see `Gather`); `src` holds
+                        // the `len = end - start` values of the group.
+                        unsafe { self.step(j, start, first..last, src, dst) };
                     } else {
                         for m in 0..1usize << span {
-                            self.step(j, start, range(high | m << lo | low), src, dst);
+                            let targets = range(high | m << lo | low);
+                            // SAFETY: as for the consecutive chunks.
+                            unsafe { self.step(j, start, targets, src, dst) };
                         }
                     }
                 }
@@ -442,7 +475,7 @@ impl<const NP: usize> GroupPass<'_, NP> {
                 second
             };
             for (k, value) in result.iter().enumerate() {
-                // SAFETY: as above.
+                // SAFETY: as for the reads above.
                 unsafe { *home.0.add(self.home_position(start + k)) = *value };
             }
         }
@@ -462,8 +495,11 @@ impl<const NP: usize> GroupPass<'_, NP> {
 
     /// Step `j` of the block for the targets `targets` of the group starting at
     /// position `start`, whose values are `src` (by position minus `start`).
+    ///
+    /// # Safety
+    /// As for the free function [`step`].
     #[inline(always)]
-    fn step(
+    unsafe fn step(
         &self,
         j: usize,
         start: usize,
@@ -474,15 +510,18 @@ impl<const NP: usize> GroupPass<'_, NP> {
         if targets.is_empty() {
             return;
         }
-        step(
-            &self.block.cols[j],
-            start,
-            targets,
-            src,
-            dst,
-            &self.lanes,
-            self.avx2,
-        );
+        // SAFETY: as this function's caller guarantees.
+        unsafe {
+            step(
+                &self.block.cols[j],
+                start,
+                targets,
+                src,
+                dst,
+                &self.lanes,
+                self.avx2,
+            )
+        };
     }
 }
 
@@ -495,31 +534,37 @@ impl<const NP: usize> GroupPass<'_, NP> {
 /// Most targets have no other source or one: the first other source is always
 /// added (masked to zero when there is none) so that the loop has no
 /// unpredictable branch. The sum of two residues is below 2^32, which the
-/// multiplication accepts: it is only reduced before a third term.
+/// multiplication accepts: it is only reduced before a third term. With
+/// explicit AVX2 instructions when `avx2` is `Some` and `NP` is 8 or 16.
+///
+/// # Safety
+/// Every other source of the targets lies in `start..start + src.len()`: the
+/// AVX2 step reads the sources' values unchecked. (It holds when `src` holds a
+/// whole group, see [`Gather`].)
 #[inline(always)]
-fn step<const NP: usize>(
+unsafe fn step<const NP: usize>(
     gather: &Gather,
     start: usize,
     targets: std::ops::Range<usize>,
     src: &[[u32; NP]],
     dst: &mut [[u32; NP]],
     lanes: &Lanes<NP>,
-    avx2: bool,
+    avx2: Option<Isa<true>>,
 ) {
     let info = &gather.info[targets.clone()];
     let others = &gather.others[gather.offset(targets.start)..];
     let local = targets.start - start..targets.end - start;
     assert!(local.end <= src.len() && local.end <= dst.len());
     #[cfg(target_arch = "x86_64")]
-    {
-        if avx2 && NP.is_multiple_of(8) {
-            // SAFETY: AVX2 is available; the sources of the targets are
-            // positions of the group (the gather lists are built that way, and
-            // groups are closed under the steps of their block), and `others`
-            // ends with a padding entry.
-            unsafe { avx2::step(info, others, start, local, src, dst, lanes) };
-            return;
-        }
+    if avx2.is_some() && NP.is_multiple_of(8) {
+        // SAFETY: `avx2` is an `Isa<true>`, so the CPU has AVX2 (see
+        // `Isa::detect`). `info` is `info[targets]`, as long as `local`;
+        // `local.end` fits `src` and `dst` (asserted); the other sources of the
+        // targets lie in `start..start + src.len()`, as this function's caller
+        // guarantees; and `others` starts at the first of them and runs to the
+        // end of the list, whose padding entry follows the last of them.
+        unsafe { avx2::step(info, others, start, local, src, dst, lanes) };
+        return;
     }
     let _ = avx2;
     let mut at = 0;
@@ -561,6 +606,9 @@ mod avx2 {
     use super::{COUNT_MASK, Lanes, OCCUPIED};
 
     /// `s mod q` for `s < 2q`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
     #[inline]
     #[target_feature(enable = "avx2")]
     fn reduce(s: __m256i, q: __m256i) -> __m256i {
@@ -571,10 +619,11 @@ mod avx2 {
     /// minus `start`.
     ///
     /// # Safety
-    /// AVX2; `info` has `local.len()` entries; `local.end` is at most the
-    /// length of `src` and of `dst`; every other source `s` in `others` satisfies
-    /// `start <= s < start + src.len()`; `others` holds all other sources of the
-    /// targets and one more entry.
+    /// The CPU has AVX2; `info` has `local.len()` entries; `local.end` is at
+    /// most the length of `src` and of `dst`; `others` holds the other sources
+    /// of the targets, target after target, and at least one more entry; every
+    /// one of them, `s`, satisfies `start <= s < start + src.len()`. None of
+    /// this is checked in release builds.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn step<const NP: usize>(
         info: &[u8],
@@ -585,8 +634,18 @@ mod avx2 {
         dst: &mut [[u32; NP]],
         lanes: &Lanes<NP>,
     ) {
-        // SAFETY (for the whole body): the loads and stores stay inside `src`,
-        // `dst`, `info` and `others` by the contract above; AVX2 is enabled.
+        // SAFETY: the unchecked accesses below, by the contract above:
+        // - `lanes.x[0]` and `lanes.x_scaled[0]` hold `NP` residues, and the
+        //   loads at `8 v` for `v < NP / 8` end at most at `NP`;
+        // - `other` is at the first other source of target `k`, an offset of
+        //   `others` at most the number of other sources of all the targets,
+        //   below `others.len()`: `*other` and `*other.add(j)` for `j < count`
+        //   read entries of `others`, and `other.add(count)` stays inside it;
+        // - `own` and `out` are entry `k < local.end` of `src` and `dst`, and
+        //   `theirs` is entry `k`, or entry `first = candidate - start` of
+        //   `src` when the target has another source `candidate`, as is every
+        //   `s` of a further source: all below `src.len()`;
+        // - `src` and `dst` do not overlap (`dst` is borrowed mutably).
         unsafe {
             let q = _mm256_set1_epi32(lanes.q as i32);
             let load = |p: *const u32| _mm256_loadu_si256(p as *const __m256i);
@@ -610,6 +669,7 @@ mod avx2 {
                 // A conditional move, not a branch: whether a target has another
                 // source is hard to predict.
                 let first = select_unpredictable(has, candidate.wrapping_sub(start), k);
+                debug_assert!(first < src.len());
                 let mask = _mm256_set1_epi32(-i32::from(has));
                 let own = src_ptr.add(k * NP);
                 let theirs = src_ptr.add(first * NP);
@@ -626,6 +686,7 @@ mod avx2 {
                     if count > 1 {
                         for j in 1..count {
                             let s = *other.add(j) as usize - start;
+                            debug_assert!(s < src.len());
                             let value = load(src_ptr.add(s * NP + 8 * v));
                             acc = reduce(_mm256_add_epi32(reduce(acc, q), value), q);
                         }

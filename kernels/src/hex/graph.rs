@@ -18,6 +18,7 @@
 //! 10% above the finished graph.
 
 use super::frontier::{Word, advance, label, top_row_state};
+use crate::cache::prefetch;
 use crate::parallel::map_indices;
 
 /// Marks a dropped transition while the graph is built.
@@ -65,16 +66,7 @@ impl<W: Word> StateTable<W> {
     /// Hints the CPU to load the slot where the search for `state` starts.
     #[inline]
     fn prefetch(&self, state: W) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            let p = self.slots.as_ptr().wrapping_add(self.home(state)) as *const i8;
-            // SAFETY: a prefetch never faults, whatever the address; SSE is part
-            // of the x86_64 baseline.
-            unsafe { _mm_prefetch(p, _MM_HINT_T0) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = state;
+        prefetch(self.slots.as_ptr().wrapping_add(self.home(state)));
     }
 
     #[inline]
@@ -137,6 +129,12 @@ impl<W: Word> StateTable<W> {
 /// and `info` holds their number per target (bits 0..7) and whether the decided
 /// cell is occupied in the target (bit 7). Transitions out of states that cannot
 /// occur before the step (their values are zero there) are left out.
+///
+/// The AVX2 step of the points plan reads sources unchecked, and relies on
+/// two facts: `others` ends with one padding entry, and the sources of a target
+/// lie in the target's group of the block (a flip at one of the block's columns
+/// keeps the occupancy outside them, which is what defines a group; a test
+/// checks both on every graph up to side 9, for every block width).
 #[derive(Debug, Clone)]
 pub(crate) struct Gather {
     pub info: Vec<u8>,

@@ -4,7 +4,7 @@
 //! conditional subtraction, written as `min(s, s - p)` (the wrapped difference is
 //! huge when `s < p`), reduces it. The loops work on blocks of [`LANES`] residues
 //! that the compiler turns into vector instructions. The callers compile their
-//! loops twice, for the baseline target and with AVX2 (see [`has_avx2`]).
+//! loops twice, for the baseline target and with AVX2 (see [`Isa`]).
 
 use std::ops::Range;
 
@@ -13,17 +13,35 @@ const LANES: usize = 8;
 
 type Lanes = [u32; LANES];
 
-/// Whether the AVX2 versions of the loops (which also use POPCNT) may run on this
-/// CPU.
-#[inline]
-pub(crate) fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+/// Which build of the loops runs: the portable one (`Isa<false>`) or the one
+/// with AVX2 and POPCNT (`Isa<true>`). The loops are generic over `AVX` and take
+/// an `Isa<AVX>`; since [`Isa::detect`] is the only way to make an `Isa<true>`,
+/// holding one shows that the CPU runs those instructions, and the AVX2 loops
+/// cannot be reached on a CPU without them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Isa<const AVX: bool> {
+    /// Private: an `Isa<true>` comes from [`Isa::detect`] only.
+    _detected: (),
+}
+
+impl Isa<false> {
+    pub(crate) const PORTABLE: Isa<false> = Isa { _detected: () };
+}
+
+impl Isa<true> {
+    /// `Some` on a CPU with AVX2 and POPCNT.
+    #[inline]
+    pub(crate) fn detect() -> Option<Isa<true>> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("popcnt");
+            avx2.then_some(Isa { _detected: () })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            None
+        }
     }
 }
 
@@ -44,10 +62,16 @@ fn lanes_mut(slice: &mut [u32], i: usize) -> &mut Lanes {
 }
 
 /// `dst = sum over the sources of input[at(src) + base ..][..dst.len()]` mod `p`,
-/// for `dst.len()` a multiple of [`LANES`]; with explicit AVX2 instructions when
-/// `AVX` (only instantiated inside functions compiled for AVX2).
+/// by blocks of [`LANES`]; with explicit AVX2 instructions when `AVX`
+/// (instantiated only inside functions compiled for AVX2).
+///
+/// # Safety
+/// `dst.len()` is a multiple of [`LANES`]: the AVX2 loops store whole blocks
+/// unchecked. The caller checks it anyway, to choose between this function and
+/// [`gather_scalar`].
 #[inline(always)]
-fn gather_lanes<const AVX: bool>(
+unsafe fn gather_lanes<const AVX: bool>(
+    isa: Isa<AVX>,
     dst: &mut [u32],
     input: &[u32],
     sources: &[u32],
@@ -60,8 +84,10 @@ fn gather_lanes<const AVX: bool>(
     #[cfg(target_arch = "x86_64")]
     {
         if AVX {
-            // SAFETY: `AVX` is only set on CPUs with AVX2; all slices have `len`
-            // residues, a multiple of 8.
+            // SAFETY: `isa` is an `Isa<true>`, so the CPU has AVX2 and POPCNT
+            // (see `Isa::detect`); `dst.len()` is a multiple of 8, as the
+            // caller guarantees, and every source slice has the same length
+            // (`slice` cuts it to `len`).
             unsafe {
                 match *sources {
                     [] => dst.fill(0),
@@ -83,6 +109,7 @@ fn gather_lanes<const AVX: bool>(
             return;
         }
     }
+    let _ = isa;
     let blocks = len / LANES;
     match *sources {
         [] => dst.fill(0),
@@ -104,50 +131,76 @@ fn gather_lanes<const AVX: bool>(
 
 /// `d = 0`.
 #[inline(always)]
-fn zero<const AVX: bool>(d: &mut [u32]) {
+fn zero<const AVX: bool>(isa: Isa<AVX>, d: &mut [u32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if AVX {
-            // SAFETY: `AVX` is only set on CPUs with AVX2.
+            // SAFETY: `isa` is an `Isa<true>`, so the CPU has AVX2 and POPCNT
+            // (see `Isa::detect`), the features `avx2::zero` is compiled for.
             unsafe { avx2::zero(d) };
             return;
         }
     }
+    let _ = isa;
     d.fill(0);
 }
 
 /// The AVX2 loops: 8 residues per instruction, `s mod p` as `min(s, s - p)`.
+///
+/// Every function is compiled for AVX2 and POPCNT, so a caller compiled
+/// without them must know that the CPU has them: the callers hold an
+/// `Isa<true>`.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
+    /// The 8 residues `s[i..i + 8]`.
+    ///
+    /// # Safety
+    /// `i + 8 <= s.len()` (the load is not bounds-checked); the CPU has AVX2
+    /// and POPCNT.
     #[inline]
     #[target_feature(enable = "avx2,popcnt")]
     unsafe fn load(s: &[u32], i: usize) -> __m256i {
         debug_assert!(i + 8 <= s.len());
-        // SAFETY: i + 8 <= s.len().
+        // SAFETY: the 32 bytes at `s[i]` lie inside `s`, as the caller
+        // guarantees; an unaligned load needs no alignment.
         unsafe { _mm256_loadu_si256(s.as_ptr().add(i) as *const __m256i) }
     }
 
+    /// `d[i..i + 8] = v`.
+    ///
+    /// # Safety
+    /// `i + 8 <= d.len()` (the store is not bounds-checked); the CPU has AVX2
+    /// and POPCNT.
     #[inline]
     #[target_feature(enable = "avx2,popcnt")]
     unsafe fn store(d: &mut [u32], i: usize, v: __m256i) {
         debug_assert!(i + 8 <= d.len());
-        // SAFETY: i + 8 <= d.len().
+        // SAFETY: the 32 bytes at `d[i]` lie inside `d`, as the caller
+        // guarantees, and `d` is borrowed mutably.
         unsafe { _mm256_storeu_si256(d.as_mut_ptr().add(i) as *mut __m256i, v) }
     }
 
+    /// `s mod p` for `s < 2p`, lanewise.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and POPCNT.
     #[inline]
     #[target_feature(enable = "avx2,popcnt")]
-    unsafe fn reduce(s: __m256i, p: __m256i) -> __m256i {
+    fn reduce(s: __m256i, p: __m256i) -> __m256i {
         _mm256_min_epu32(s, _mm256_sub_epi32(s, p))
     }
 
-    /// `d = a`. Safety: AVX2; `a.len() >= d.len()`, a multiple of 8.
+    /// `d = a`.
     ///
     /// The loaded values pass through an opaque all-ones mask, so that the
     /// compiler does not turn the loop into a call to `memcpy`: for the few
     /// hundred bytes of a polynomial the call costs more than the copy.
+    ///
+    /// # Safety
+    /// `d.len()` is a multiple of 8 (the last block is not checked); the CPU
+    /// has AVX2 and POPCNT. A shorter `a` panics.
     #[inline]
     #[target_feature(enable = "avx2,popcnt")]
     pub unsafe fn copy(d: &mut [u32], a: &[u32]) {
@@ -155,25 +208,31 @@ mod avx2 {
         let ones = std::hint::black_box(_mm256_set1_epi32(-1));
         let mut i = 0;
         while i < d.len() {
+            // SAFETY: `i < d.len()`, both multiples of 8, so
+            // `i + 8 <= d.len() <= a.len()`.
             unsafe { store(d, i, _mm256_and_si256(load(a, i), ones)) };
             i += 8;
         }
     }
 
     /// `d = 0` for any length, without a call to `memset` (see `copy`).
-    /// Safety: AVX2.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and POPCNT.
     #[inline]
     #[target_feature(enable = "avx2,popcnt")]
-    pub unsafe fn zero(d: &mut [u32]) {
+    pub fn zero(d: &mut [u32]) {
         let zero = std::hint::black_box(_mm256_setzero_si256());
         let len = d.len();
         if len >= 8 {
             let mut i = 0;
             while i + 8 <= len {
+                // SAFETY: `i + 8 <= len` by the loop condition.
                 unsafe { store(d, i, zero) };
                 i += 8;
             }
             // The tail, overlapping the last block.
+            // SAFETY: `len >= 8`, so the block `len - 8..len` is inside `d`.
             unsafe { store(d, len - 8, zero) };
         } else {
             let z = std::hint::black_box(0);
@@ -183,7 +242,10 @@ mod avx2 {
         }
     }
 
-    /// `d = a + b mod p`. Safety: AVX2; lengths as for `copy`.
+    /// `d = a + b mod p`.
+    ///
+    /// # Safety
+    /// As for `copy`; a shorter `a` or `b` panics.
     #[inline]
     #[target_feature(enable = "avx2,popcnt")]
     pub unsafe fn add2(d: &mut [u32], a: &[u32], b: &[u32], p: u32) {
@@ -191,12 +253,17 @@ mod avx2 {
         let p = _mm256_set1_epi32(p as i32);
         let mut i = 0;
         while i < d.len() {
+            // SAFETY: `i < d.len()`, both multiples of 8, so `i + 8` is at most
+            // `d.len()`, and so at most `a.len()` and `b.len()`.
             unsafe { store(d, i, reduce(_mm256_add_epi32(load(a, i), load(b, i)), p)) };
             i += 8;
         }
     }
 
-    /// `d = d + a + b mod p`. Safety: AVX2; lengths as for `copy`.
+    /// `d = d + a + b mod p`.
+    ///
+    /// # Safety
+    /// As for `copy`; a shorter `a` or `b` panics.
     #[inline]
     #[target_feature(enable = "avx2,popcnt")]
     pub unsafe fn acc2(d: &mut [u32], a: &[u32], b: &[u32], p: u32) {
@@ -204,6 +271,7 @@ mod avx2 {
         let p = _mm256_set1_epi32(p as i32);
         let mut i = 0;
         while i < d.len() {
+            // SAFETY: as in `add2`.
             unsafe {
                 let ab = reduce(_mm256_add_epi32(load(a, i), load(b, i)), p);
                 store(d, i, reduce(_mm256_add_epi32(load(d, i), ab), p));
@@ -212,7 +280,10 @@ mod avx2 {
         }
     }
 
-    /// `d = d + a mod p`. Safety: AVX2; lengths as for `copy`.
+    /// `d = d + a mod p`.
+    ///
+    /// # Safety
+    /// As for `copy`; a shorter `a` panics.
     #[inline]
     #[target_feature(enable = "avx2,popcnt")]
     pub unsafe fn acc1(d: &mut [u32], a: &[u32], p: u32) {
@@ -220,6 +291,7 @@ mod avx2 {
         let p = _mm256_set1_epi32(p as i32);
         let mut i = 0;
         while i < d.len() {
+            // SAFETY: as in `copy`.
             unsafe { store(d, i, reduce(_mm256_add_epi32(load(d, i), load(a, i)), p)) };
             i += 8;
         }
@@ -330,7 +402,13 @@ pub(crate) enum Prior {
 impl Prior {
     /// Zeroes the degrees of `dst` that may be non-zero and lie outside `new`.
     #[inline(always)]
-    fn clear<const AVX: bool>(self, mask: u32, new: &Option<Range<usize>>, dst: &mut [u32]) {
+    fn clear<const AVX: bool>(
+        self,
+        isa: Isa<AVX>,
+        mask: u32,
+        new: &Option<Range<usize>>,
+        dst: &mut [u32],
+    ) {
         let stride = dst.len();
         let (lo, hi) = new.as_ref().map_or((stride, stride), |r| (r.start, r.end));
         let old = match self {
@@ -341,10 +419,10 @@ impl Prior {
             },
         };
         if old.start < lo {
-            zero::<AVX>(&mut dst[old.start..lo.min(old.end)]);
+            zero(isa, &mut dst[old.start..lo.min(old.end)]);
         }
         if old.end > hi {
-            zero::<AVX>(&mut dst[hi.max(old.start)..old.end]);
+            zero(isa, &mut dst[hi.max(old.start)..old.end]);
         }
     }
 }
@@ -362,6 +440,7 @@ pub(crate) struct Sources<'a, F: Fn(u32) -> usize> {
 /// decided cell is occupied, zero outside the written range (`dst` held `prior`).
 #[inline(always)]
 pub(crate) fn target_poly<const AVX: bool, F: Fn(u32) -> usize>(
+    isa: Isa<AVX>,
     shape: &Shape,
     prior: Prior,
     mask: u32,
@@ -370,14 +449,16 @@ pub(crate) fn target_poly<const AVX: bool, F: Fn(u32) -> usize>(
     p: u32,
 ) {
     let range = shape.written(mask);
-    prior.clear::<AVX>(mask, &range, dst);
+    prior.clear(isa, mask, &range, dst);
     let Some(range) = range else { return };
     let base = range.start - shape.shift(mask);
     let whole = range.len().is_multiple_of(LANES);
     let dst = &mut dst[range];
     let Sources { list, input, at } = sources;
     if whole {
-        gather_lanes::<AVX>(dst, input, list, at, base, p);
+        // SAFETY: `whole`: the length of `dst`, `range.len()`, is a multiple
+        // of `LANES`.
+        unsafe { gather_lanes(isa, dst, input, list, at, base, p) };
     } else {
         gather_scalar(dst, input, list, at, base, p);
     }

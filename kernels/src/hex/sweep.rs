@@ -4,20 +4,23 @@
 use std::ops::Range;
 
 use super::graph::{Block, MAX_SOURCES};
-use super::kernel::{Prior, Shape, Sources, has_avx2, target_poly};
+use super::kernel::{Isa, Prior, Shape, Sources, target_poly};
 use super::{HexGraph, NARROW_SIDES, validate_modulus};
+use crate::cache::prefetch;
 use crate::parallel::in_rounds;
 use crate::{Control, Result, invalid};
 
-/// A buffer shared by the sweep threads: during a block of steps each thread
-/// writes the polynomials of the groups it took, and only reads the other buffer.
+/// One of the two vectors of [`HexGraph::sweep`], shared by its threads: during
+/// a block of steps each thread writes the polynomials of the groups it took
+/// into one, and only reads the other.
 #[derive(Clone, Copy)]
 struct SharedBuf(*mut u32);
 
-// SAFETY: the pointer is only dereferenced under the protocol of `HexGraph::sweep`
-// (disjoint writes, reads of the other buffer only, a barrier between blocks of
-// steps), which rules out data races.
+// SAFETY: a `SharedBuf` is only a pointer; moving it to another thread touches
+// no memory. The accesses through it are those of `HexGraph::sweep`, whose
+// comments show them free of data races.
 unsafe impl Send for SharedBuf {}
+// SAFETY: `&SharedBuf` only gives a copy of the pointer; as for `Send`.
 unsafe impl Sync for SharedBuf {}
 
 /// One block of cell steps of the sweep: steps `first..first + block.cols.len()`.
@@ -73,13 +76,12 @@ impl HexGraph {
         assert_eq!(out.len(), targets.len() * self.stride, "output length");
         debug_assert!(modulus < 1 << 31 && modulus > self.cells());
         #[cfg(target_arch = "x86_64")]
-        {
-            if has_avx2() {
-                // SAFETY: the CPU supports AVX2.
-                return unsafe { self.step_range_avx2(step, input, targets, modulus, out) };
-            }
+        if let Some(isa) = Isa::detect() {
+            // SAFETY: `isa` shows that the CPU has AVX2 and POPCNT, the
+            // features `step_range_avx2` is compiled for.
+            return unsafe { self.step_range_avx2(isa, step, input, targets, modulus, out) };
         }
-        self.step_range_impl::<false>(step, input, targets, modulus, out)
+        self.step_range_impl(Isa::PORTABLE, step, input, targets, modulus, out)
     }
 
     /// The polynomial sweep (the cell-step plan and [`HexGraph::sweep`]) runs
@@ -95,22 +97,28 @@ impl HexGraph {
         Ok(())
     }
 
+    /// [`HexGraph::step_range`] compiled for AVX2.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and POPCNT (as `isa` shows).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,popcnt")]
-    unsafe fn step_range_avx2(
+    fn step_range_avx2(
         &self,
+        isa: Isa<true>,
         step: usize,
         input: &[u32],
         targets: Range<usize>,
         p: u32,
         out: &mut [u32],
     ) {
-        self.step_range_impl::<true>(step, input, targets, p, out)
+        self.step_range_impl(isa, step, input, targets, p, out)
     }
 
     #[inline(always)]
     fn step_range_impl<const AVX: bool>(
         &self,
+        isa: Isa<AVX>,
         step: usize,
         input: &[u32],
         targets: Range<usize>,
@@ -131,7 +139,7 @@ impl HexGraph {
                 at: |s: u32| block.members[s as usize] as usize * stride,
             };
             let mask = self.narrow_masks[t];
-            target_poly::<AVX, _>(&shape, Prior::Unknown, mask, sources, dst, p);
+            target_poly(isa, &shape, Prior::Unknown, mask, sources, dst, p);
         }
     }
 
@@ -197,14 +205,19 @@ impl HexGraph {
             .iter()
             .map(|s| self.blocks[s.block].groups())
             .collect();
-        let avx2 = has_avx2();
+        let avx2 = Isa::detect();
         // Round i is stage i; its items are the groups of the stage's block.
         let worker = || {
             let mut local = [vec![0u32; local_len], vec![0u32; local_len]];
             move |i: usize, g: usize| {
                 let stage = stages[i];
-                // SAFETY: during this stage no thread writes the input buffer (all
-                // writes go to the other one), and it is `len` residues long.
+                // SAFETY: `bufs[i % 2]` points to the `len` initialised residues
+                // of `current` or `next`, which outlive `in_rounds` and are
+                // touched by nothing else meanwhile. In round `i` every thread
+                // writes only `bufs[(i + 1) % 2]`, and the rounds before ended at
+                // the barrier of `in_rounds` (which orders their writes before
+                // these reads), so nothing writes this buffer while the slice
+                // lives (it is dropped at the end of the item).
                 let input = unsafe { std::slice::from_raw_parts(bufs[i % 2].0, len) };
                 let run = GroupRun {
                     graph: self,
@@ -214,9 +227,12 @@ impl HexGraph {
                     canonical_input: i == 0,
                     p: modulus,
                 };
-                // SAFETY: group `g` was taken by this thread alone, so the output
-                // polynomials it writes are written by no other thread; AVX2 is
-                // used only when the CPU has it.
+                // SAFETY: the output `bufs[(i + 1) % 2]` holds `len` residues,
+                // `num_states * stride` (the length of a vector). `in_rounds`
+                // hands item `g` of round `i` to one thread only, the groups of
+                // a block are disjoint sets of positions, and in this round no
+                // thread reads this buffer (see `input`): the polynomials at the
+                // positions of group `g` are this call's alone.
                 unsafe { run.run(avx2, input, bufs[(i + 1) % 2].0, &mut local) };
             }
         };
@@ -254,33 +270,55 @@ impl GroupRun<'_> {
     /// group's positions in `output` (the whole vector after the block, in the
     /// order of this block).
     ///
+    /// With the AVX2 loops when `avx2` is `Some`.
+    ///
     /// # Safety
-    /// `output` points to a vector of `num_states * stride` residues whose
-    /// polynomials at this group's positions no one else accesses during the call;
-    /// `avx2` only if the CPU supports AVX2 and POPCNT.
-    unsafe fn run(&self, avx2: bool, input: &[u32], output: *mut u32, local: &mut [Vec<u32>; 2]) {
+    /// `output` points to a vector of `num_states * stride` residues (valid for
+    /// reads and writes) whose polynomials at this group's positions (in the
+    /// order of this block) no one else accesses during the call.
+    unsafe fn run(
+        &self,
+        avx2: Option<Isa<true>>,
+        input: &[u32],
+        output: *mut u32,
+        local: &mut [Vec<u32>; 2],
+    ) {
         #[cfg(target_arch = "x86_64")]
-        {
-            if avx2 {
-                // SAFETY: forwarded from the caller.
-                return unsafe { self.run_avx2(input, output, local) };
-            }
+        if let Some(isa) = avx2 {
+            // SAFETY: `isa` shows that the CPU has AVX2 and POPCNT, the
+            // features of `run_avx2`; `output` as this function's caller
+            // guarantees.
+            return unsafe { self.run_avx2(isa, input, output, local) };
         }
         let _ = avx2;
-        // SAFETY: forwarded from the caller.
-        unsafe { self.run_impl::<false>(input, output, local) }
+        // SAFETY: `output` as this function's caller guarantees.
+        unsafe { self.run_impl(Isa::PORTABLE, input, output, local) }
     }
 
+    /// [`GroupRun::run`] compiled for AVX2.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and POPCNT (as `isa` shows); `output` as for
+    /// [`GroupRun::run`].
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,popcnt")]
-    unsafe fn run_avx2(&self, input: &[u32], output: *mut u32, local: &mut [Vec<u32>; 2]) {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.run_impl::<true>(input, output, local) }
+    unsafe fn run_avx2(
+        &self,
+        isa: Isa<true>,
+        input: &[u32],
+        output: *mut u32,
+        local: &mut [Vec<u32>; 2],
+    ) {
+        // SAFETY: `output` as this function's caller guarantees.
+        unsafe { self.run_impl(isa, input, output, local) }
     }
 
+    /// # Safety
+    /// `output` as for [`GroupRun::run`].
     #[inline(always)]
     unsafe fn run_impl<const AVX: bool>(
         &self,
+        isa: Isa<AVX>,
         input: &[u32],
         output: *mut u32,
         local: &mut [Vec<u32>; 2],
@@ -337,8 +375,11 @@ impl GroupRun<'_> {
                 let sources = gather.sources(pos, offset, &mut buf);
                 offset += gather.count(pos);
                 let dst: &mut [u32] = if last {
-                    // SAFETY: the polynomial at this position lies inside `output`
-                    // and belongs to this group (see the caller's contract).
+                    // SAFETY: `pos < end <= num_states` (the group offsets are
+                    // positions of the block), so the `stride` residues at
+                    // `pos * stride` lie inside `output`; they are the polynomial
+                    // at a position of this group, which the caller leaves to
+                    // this call alone, and this loop visits each position once.
                     unsafe { std::slice::from_raw_parts_mut(output.add(pos * stride), stride) }
                 } else {
                     &mut dst_buf[(pos - start) * stride..][..stride]
@@ -350,14 +391,14 @@ impl GroupRun<'_> {
                         input: input_here,
                         at: |s: u32| input_pos[s as usize] as usize * stride,
                     };
-                    target_poly::<AVX, _>(&shape, prior, mask, sources, dst, self.p);
+                    target_poly(isa, &shape, prior, mask, sources, dst, self.p);
                 } else {
                     let sources = Sources {
                         list: sources,
                         input: input_here,
                         at: |s: u32| (s as usize - start) * stride,
                     };
-                    target_poly::<AVX, _>(&shape, prior, mask, sources, dst, self.p);
+                    target_poly(isa, &shape, prior, mask, sources, dst, self.p);
                 }
             }
         }
@@ -370,19 +411,10 @@ const PREFETCH_AHEAD: usize = 4;
 /// Asks the CPU to start loading the cache lines of the `stride` residues at `p`.
 #[inline(always)]
 fn prefetch_poly(p: *const u32, stride: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let bytes = stride * 4;
-        let mut off = 0;
-        while off < bytes + 63 {
-            let q = (p as *const i8).wrapping_add(off.min(bytes - 1));
-            // SAFETY: a prefetch never faults, whatever the address; SSE is part
-            // of the x86_64 baseline.
-            unsafe { _mm_prefetch(q, _MM_HINT_T0) };
-            off += 64;
-        }
+    let bytes = stride * 4;
+    let mut off = 0;
+    while off < bytes + 63 {
+        prefetch((p as *const i8).wrapping_add(off.min(bytes - 1)));
+        off += 64;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, stride);
 }

@@ -416,6 +416,40 @@ fn hex_build_options_agree() {
     }
 }
 
+/// What the AVX2 step of the points plan reads unchecked: every source of a
+/// target lies in the target's group, and every list of other sources ends
+/// with a padding entry.
+#[test]
+fn hex_sources_lie_in_their_targets_group() {
+    for side in 1u32..=9 {
+        for width in 1..=side as usize {
+            let graph = HexGraph::build_with(side, 2, width).unwrap();
+            for block in &graph.blocks {
+                let n = block.members.len();
+                let mut group = vec![0; n];
+                for (g, w) in block.group_offsets.windows(2).enumerate() {
+                    group[w[0] as usize..w[1] as usize].fill(g);
+                }
+                for gather in &block.cols {
+                    assert_eq!(gather.info.len(), n);
+                    let mut at = 0;
+                    for (target, &byte) in gather.info.iter().enumerate() {
+                        let count = usize::from(byte & graph::COUNT_MASK);
+                        for &source in &gather.others[at..at + count] {
+                            assert_eq!(
+                                group[source as usize], group[target],
+                                "side {side} width {width}: source {source} of target {target}"
+                            );
+                        }
+                        at += count;
+                    }
+                    assert_eq!(gather.others.len(), at + 1, "one padding entry");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn hex_step_range_pipeline_matches_sweep() {
     // The distributed plan: initial vector, every step as a few ranges, the sum.

@@ -230,7 +230,8 @@ fn avx2() -> bool {
 fn forward(a: &mut [u32], field: &PrimeField) {
     #[cfg(target_arch = "x86_64")]
     if a.len() >= 16 && avx2() {
-        // SAFETY: the CPU supports AVX2, as checked just above.
+        // SAFETY: the CPU has AVX2, as checked just above, the only
+        // requirement of `ntt_avx2::forward`.
         return unsafe { super::ntt_avx2::forward(a, field) };
     }
     forward_portable(a, field)
@@ -240,13 +241,14 @@ fn forward(a: &mut [u32], field: &PrimeField) {
 fn inverse(a: &mut [u32], field: &PrimeField) {
     #[cfg(target_arch = "x86_64")]
     if a.len() >= 16 && avx2() {
-        // SAFETY: the CPU supports AVX2, as checked just above.
+        // SAFETY: as in `forward`.
         return unsafe { super::ntt_avx2::inverse(a, field) };
     }
     inverse_portable(a, field)
 }
 
-/// Splits `n` elements into a part for 8-lane kernels and the rest.
+/// Splits `n` elements into a part for 8-lane kernels and the rest: the part
+/// is empty unless the CPU has AVX2.
 fn lane_split(n: usize) -> usize {
     if avx2() { n - n % 8 } else { 0 }
 }
@@ -256,7 +258,8 @@ fn pointwise(a: &mut [u32], b: &[u32], c: u32, m: Montgomery) {
     let split = lane_split(a.len());
     #[cfg(target_arch = "x86_64")]
     if split > 0 {
-        // SAFETY: lane_split is nonzero only when the CPU supports AVX2.
+        // SAFETY: `split > 0`, so the CPU has AVX2 (see `lane_split`), the
+        // only requirement of the AVX2 kernel.
         unsafe { super::ntt_avx2::pointwise(&mut a[..split], &b[..split], c, m) };
     }
     pointwise_portable(&mut a[split..], &b[split..], c, m);
@@ -267,7 +270,8 @@ fn square(a: &mut [u32], c: u32, m: Montgomery) {
     let split = lane_split(a.len());
     #[cfg(target_arch = "x86_64")]
     if split > 0 {
-        // SAFETY: lane_split is nonzero only when the CPU supports AVX2.
+        // SAFETY: `split > 0`, so the CPU has AVX2 (see `lane_split`), the
+        // only requirement of the AVX2 kernel.
         unsafe { super::ntt_avx2::square(&mut a[..split], c, m) };
     }
     square_portable(&mut a[split..], c, m);
@@ -278,7 +282,8 @@ fn reduce_balanced(x: &[u64], out: &mut [u32], half: u64, offset: u64, field: &P
     let split = lane_split(x.len());
     #[cfg(target_arch = "x86_64")]
     if split > 0 {
-        // SAFETY: lane_split is nonzero only when the CPU supports AVX2.
+        // SAFETY: `split > 0`, so the CPU has AVX2 (see `lane_split`), the
+        // only requirement of the AVX2 kernel.
         unsafe { super::ntt_avx2::reduce_balanced(&x[..split], out, half, offset, field) };
     }
     reduce_balanced_portable(&x[split..], &mut out[split..], half, offset, field);
@@ -289,7 +294,8 @@ fn garner_digit(value: &mut [u32], digits: &[&[u32]], radix: &[u32], inverse: u3
     let split = lane_split(value.len());
     #[cfg(target_arch = "x86_64")]
     if split > 0 {
-        // SAFETY: lane_split is nonzero only when the CPU supports AVX2.
+        // SAFETY: `split > 0`, so the CPU has AVX2 (see `lane_split`), the
+        // only requirement of the AVX2 kernel.
         unsafe { super::ntt_avx2::garner_digit(&mut value[..split], digits, radix, inverse, m) };
     }
     let rest: Vec<&[u32]> = digits.iter().map(|d| &d[split..]).collect();

@@ -50,11 +50,15 @@ macro_rules! plain_store {
     };
 }
 
+/// `$name`: `$portable`, compiled a second time for AVX2 as `$avx2`, which
+/// runs when the CPU has it.
 macro_rules! avx2_dispatch {
     ($(#[$doc:meta])* $name:ident = $portable:ident / $avx2:ident ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        /// # Safety
+        /// The CPU has AVX2.
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx2")]
-        unsafe fn $avx2($($arg: $ty),*) -> $ret {
+        fn $avx2($($arg: $ty),*) -> $ret {
             $portable($($arg),*)
         }
 
@@ -62,7 +66,8 @@ macro_rules! avx2_dispatch {
         fn $name($($arg: $ty),*) -> $ret {
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU supports AVX2, as checked just above.
+                // SAFETY: the CPU has AVX2, as checked just above, the only
+                // requirement of `$avx2`.
                 return unsafe { $avx2($($arg),*) };
             }
             $portable($($arg),*)
@@ -130,7 +135,8 @@ avx2_dispatch!(
 fn split_dot(a: [&[i16]; 3], b: [&[i16]; 3], chunk: usize) -> [i64; 3] {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, as checked just above.
+        // SAFETY: the CPU has AVX2, as checked just above, the only
+        // requirement of `split_dot_avx2`.
         return unsafe { split_dot_avx2(a, b, chunk) };
     }
     [0, 1, 2].map(|t| chunked_dot_i16_portable(a[t], b[t], chunk))
@@ -141,10 +147,10 @@ fn split_dot(a: [&[i16]; 3], b: [&[i16]; 3], chunk: usize) -> [i64; 3] {
 /// terms, so lanes are widened to `i64` every `8 * chunk` terms.
 ///
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn split_dot_avx2(a: [&[i16]; 3], b: [&[i16]; 3], chunk: usize) -> [i64; 3] {
+fn split_dot_avx2(a: [&[i16]; 3], b: [&[i16]; 3], chunk: usize) -> [i64; 3] {
     use std::arch::x86_64::{
         __m256i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_setzero_si256,
         _mm256_storeu_si256,
@@ -160,7 +166,9 @@ unsafe fn split_dot_avx2(a: [&[i16]; 3], b: [&[i16]; 3], chunk: usize) -> [i64; 
         let mut acc = [_mm256_setzero_si256(); 3];
         while i < end {
             for t in 0..3 {
-                // SAFETY: i + WIDTH <= end <= len, the length of all six slices.
+                // SAFETY: `i + WIDTH <= end <= len` (`end` is `i` plus a
+                // multiple of `WIDTH`, at most `len`), the length of all six
+                // slices (asserted): 16 `i16`s at `i` are inside each.
                 let (x, y) = unsafe {
                     (
                         _mm256_loadu_si256(a[t].as_ptr().add(i).cast::<__m256i>()),
@@ -173,7 +181,8 @@ unsafe fn split_dot_avx2(a: [&[i16]; 3], b: [&[i16]; 3], chunk: usize) -> [i64; 
         }
         for t in 0..3 {
             let mut lanes = [0i32; 8];
-            // SAFETY: `lanes` holds exactly one 256-bit vector.
+            // SAFETY: `lanes` is 8 `i32`s, the 32 bytes of one vector, and an
+            // unaligned store needs no alignment.
             unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), acc[t]) };
             totals[t] += lanes.iter().map(|&v| i64::from(v)).sum::<i64>();
         }

@@ -22,8 +22,8 @@
 use std::collections::HashMap;
 
 use super::PegGame;
-use super::memo::prefetch;
 use crate::buckets::bucket_of;
+use crate::cache::prefetch;
 use crate::varint::{self, Reader};
 use crate::{Control, Error, Result, invalid};
 
@@ -394,12 +394,7 @@ impl Partition {
         }
         for i in 0..self.batch.len() {
             if let Some(ahead) = self.batch.get(i + PREFETCH_AHEAD) {
-                prefetch(
-                    self.slots
-                        .as_ptr()
-                        .wrapping_add(self.home(ahead.board))
-                        .cast(),
-                );
+                prefetch(self.slots.as_ptr().wrapping_add(self.home(ahead.board)));
             }
             if 2 * (self.len + 1) > self.slots.len() {
                 self.grow();

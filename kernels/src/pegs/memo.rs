@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use crate::cache::prefetch;
+
 /// The key of an empty slot: a stored board always has at least two pegs.
 const EMPTY: u64 = 0;
 /// Stored count meaning "the count does not fit in 64 bits, see `wide`".
@@ -81,7 +83,7 @@ impl Memo {
     #[inline(always)]
     pub(crate) fn prefetch_filter(&self, board: u64) {
         let (word, _) = self.filter_bit(board);
-        prefetch(self.filter.as_ptr().wrapping_add(word).cast());
+        prefetch(self.filter.as_ptr().wrapping_add(word));
     }
 
     /// False when `board` is certainly not stored.
@@ -94,7 +96,7 @@ impl Memo {
     /// Starts loading the slot where the search for `board` begins.
     #[inline(always)]
     pub(crate) fn prefetch_slot(&self, board: u64) {
-        prefetch(self.slots.as_ptr().wrapping_add(self.home(board)).cast());
+        prefetch(self.slots.as_ptr().wrapping_add(self.home(board)));
     }
 
     /// The count stored for `board`, 0 when there is none.
@@ -172,18 +174,4 @@ impl Memo {
         bigger.wide = std::mem::take(&mut self.wide);
         *self = bigger;
     }
-}
-
-/// Asks the CPU to start loading the cache line at `p`.
-#[inline(always)]
-pub(crate) fn prefetch(p: *const i8) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: a prefetch never faults, whatever the address; SSE is part of
-        // the x86_64 baseline.
-        unsafe { _mm_prefetch(p, _MM_HINT_T0) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }

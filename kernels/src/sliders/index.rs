@@ -3,6 +3,7 @@
 
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::cache::prefetch;
 use crate::{Error, Result};
 
 /// Binomials C(p, j) for p, j <= 25.
@@ -65,15 +66,9 @@ impl Dist3 {
     /// targets).
     #[inline]
     pub(crate) fn prefetch(&self, i: u64) {
-        #[cfg(target_arch = "x86_64")]
         if let Some(word) = self.words.get((i >> 5) as usize) {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            // SAFETY: a prefetch is only a hint and never faults; the pointer
-            // comes from a reference into the array anyway.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>((word as *const u64).cast::<i8>()) };
+            prefetch(word);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = i;
     }
 
     /// Sets entry `i` to `value` (0..=2) if it is unseen; returns whether it was.

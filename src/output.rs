@@ -285,6 +285,16 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(tally_kinds::Error::InvalidArgument(_)) = e.downcast_ref::<tally_kinds::Error>() {
         return 2;
     }
+    if let Some(tally_wire::Error::InvalidArgument(_)) = e.downcast_ref::<tally_wire::Error>() {
+        return 2;
+    }
+    if let Some(
+        tally_worker::WorkerError::Wire(tally_wire::Error::InvalidArgument(_))
+        | tally_worker::WorkerError::Kernel(tally_kinds::Error::InvalidArgument(_)),
+    ) = e.downcast_ref::<tally_worker::WorkerError>()
+    {
+        return 2;
+    }
     if let Some(tally_coordinator::CoordinatorError::InvalidArgument(_)) =
         e.downcast_ref::<tally_coordinator::CoordinatorError>()
     {

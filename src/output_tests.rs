@@ -159,3 +159,26 @@ fn rates_keep_three_significant_digits() {
         assert_eq!(three_digits(x), shown, "{x}");
     }
 }
+
+#[test]
+fn bad_input_exits_2_whichever_layer_refused_it() {
+    let bad: Vec<anyhow::Error> = vec![
+        tonic::Status::invalid_argument("x").into(),
+        tally_kinds::Error::InvalidArgument("x".into()).into(),
+        tally_wire::Error::InvalidArgument("x".into()).into(),
+        tally_coordinator::CoordinatorError::InvalidArgument("x".into()).into(),
+        tally_worker::WorkerError::Wire(tally_wire::Error::InvalidArgument("x".into())).into(),
+        tally_worker::WorkerError::Kernel(tally_kinds::Error::InvalidArgument("x".into())).into(),
+    ];
+    for e in &bad {
+        assert_eq!(exit_code(e), 2, "{e}");
+    }
+    let other: Vec<anyhow::Error> = vec![
+        tonic::Status::unavailable("x").into(),
+        tally_kinds::Error::Internal("x".into()).into(),
+        anyhow::anyhow!("x"),
+    ];
+    for e in &other {
+        assert_eq!(exit_code(e), 1, "{e}");
+    }
+}

@@ -51,6 +51,8 @@
 //! host calls are recorded in the [`Shard`] rather than sent anywhere.
 
 #![cfg_attr(target_arch = "wasm32", no_std)]
+// The guest's unsafe code is its side of the ABI; each block says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 extern crate alloc;
 

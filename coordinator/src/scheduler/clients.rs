@@ -84,8 +84,8 @@ impl Scheduler {
         if let Some(needed) = entry.rec.spec.capability()
             && !self
                 .workers
-                .values()
-                .any(|w| w.is_live(now_ms) && w.capabilities.iter().any(|c| c == needed))
+                .live(now_ms)
+                .any(|(_, w)| w.capabilities.iter().any(|c| c == needed))
         {
             let waiting = format!(
                 "no live worker offers {needed}: the job waits for one (tally worker --allow-{needed})"

@@ -99,12 +99,11 @@ impl Scheduler {
         // Work goes only to a worker that introduced itself: a made-up id gets
         // nothing. A worker forgotten after a long silence, or unknown to a
         // restarted coordinator, registers again and then leases.
-        let Some(info) = self.workers.get_mut(worker) else {
+        let Some(info) = self.workers.heard_from(worker, now_ms) else {
             return Err(CoordinatorError::NotFound(
                 "this worker is not registered (or was forgotten): register first".into(),
             ));
         };
-        info.last_seen_ms = now_ms;
         let request = LeaseRequest {
             worker,
             free_slots,

@@ -17,6 +17,7 @@ use crate::store::{Batch, NEXT_JOB_KEY, Store, Tree};
 use super::events::Event;
 use super::stages::read_outputs;
 use super::state::{FinishedStage, JobEntry, Scheduler, SchedulerConfig, retained_stages};
+use super::workers::Workers;
 
 impl Scheduler {
     /// Rebuilds the state from the store: every job, the shards of its current
@@ -31,7 +32,7 @@ impl Scheduler {
             jobs: BTreeMap::new(),
             keys: HashMap::new(),
             next_job: read_job_counter(store.as_ref())?,
-            workers: HashMap::new(),
+            workers: Workers::default(),
             served_last: None,
             deleted: HashMap::new(),
             group_commit: false,

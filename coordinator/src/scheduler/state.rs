@@ -12,8 +12,9 @@ use tally_common::kind::ResourceEstimate;
 use crate::records::JobRecord;
 use crate::store::Store;
 
-use super::protocol::WorkerInfo;
+use super::protocol::{Registration, WorkerInfo};
 use super::shard_table::ShardTable;
+use super::workers::Workers;
 
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
@@ -103,7 +104,7 @@ pub struct Scheduler {
     /// Idempotency keys to job ids.
     pub(super) keys: HashMap<String, String>,
     pub(super) next_job: u64,
-    pub(super) workers: HashMap<String, WorkerInfo>,
+    pub(super) workers: Workers,
     /// The submission number of the job the last lease served: jobs of equal
     /// priority are served in turn from the one after it (fairness needs no
     /// durability, so this is not stored).
@@ -170,6 +171,38 @@ impl Scheduler {
 
     pub fn store_size_on_disk(&self) -> Option<u64> {
         self.store.size_on_disk()
+    }
+
+    /// Registers `worker` with a new session (see [`Workers::register`]).
+    pub fn register(
+        &mut self,
+        worker: &str,
+        registration: Registration,
+        session: String,
+        now_ms: u64,
+    ) {
+        self.workers.register(worker, registration, session, now_ms);
+    }
+
+    /// Refuses a call of `worker` without its current session (see
+    /// [`Workers::check_session`]).
+    pub fn check_session(&self, worker: &str, session: &str) -> Result<()> {
+        self.workers.check_session(worker, session)
+    }
+
+    /// The largest memory budget of the live workers, and who has it: a job
+    /// is fitted to it at submission.
+    pub fn largest_memory_budget(&self, now_ms: u64) -> (u64, String) {
+        self.workers.largest_memory_budget(now_ms)
+    }
+
+    pub fn workers(&self) -> &HashMap<String, WorkerInfo> {
+        self.workers.all()
+    }
+
+    /// Drops the workers long silent; returns how many.
+    pub fn forget_silent_workers(&mut self, now_ms: u64) -> usize {
+        self.workers.forget_silent(now_ms)
     }
 }
 

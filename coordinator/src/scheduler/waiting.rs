@@ -27,12 +27,7 @@ impl Fleet<'_> {
 impl Scheduler {
     /// The live workers as [`Scheduler::waiting`] needs them.
     pub(super) fn fleet(&self, now_ms: u64) -> Fleet<'_> {
-        let live = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.is_live(now_ms))
-            .map(|(id, w)| (id.as_str(), w))
-            .collect();
+        let live = self.workers.live(now_ms).collect();
         let mut held: HashMap<&str, u64> = HashMap::new();
         for entry in self.jobs.values().filter(|e| !e.rec.state.is_finished()) {
             for i in entry.shards.leased() {

@@ -10,8 +10,9 @@ use crate::error::{CoordinatorError, Result};
 use crate::records::{ShardState, checkpoint_blob_key, output_key};
 use crate::store::{Batch, Tree};
 
+use super::job::JobEntry;
 use super::stages::read_stage_outputs;
-use super::state::{JobEntry, Scheduler};
+use super::state::Scheduler;
 
 /// The stage store the data directory's jobs were last run with, in
 /// [`Tree::Meta`]; absent: the coordinator's own.
@@ -69,7 +70,7 @@ impl Scheduler {
         }
         let unfinished: Vec<&str> = self
             .jobs
-            .values()
+            .iter()
             .filter(|e| !e.rec.state.is_finished())
             .map(|e| e.rec.id.as_str())
             .collect();
@@ -134,7 +135,7 @@ impl Scheduler {
     pub fn unreferenced_blobs(&self, keys: Vec<String>) -> Result<Vec<String>> {
         let jobs: HashMap<String, &JobEntry> = self
             .jobs
-            .values()
+            .iter()
             .filter(|e| !e.rec.state.is_finished())
             .map(|e| (job_prefix(&e.rec.id), e))
             .collect();

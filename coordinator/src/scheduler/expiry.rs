@@ -13,9 +13,10 @@ use crate::records::{JobRecord, JobState, ShardRecord, ShardState, encode, job_k
 use crate::store::{Batch, Tree};
 
 use super::events::Event;
+use super::job::JobEntry;
 use super::protocol::ReportedFailure;
 use super::reports::FailedAttempt;
-use super::state::{JobEntry, Scheduler, SchedulerConfig};
+use super::state::{Scheduler, SchedulerConfig};
 
 impl Scheduler {
     /// Renews the worker's valid leases and records their progress; returns the
@@ -37,7 +38,7 @@ impl Scheduler {
             match current {
                 Ok((position, lease)) => {
                     let stall_limit = self.config.stall_limit_ms;
-                    let entry = self.known_entry(&lease.job);
+                    let entry = self.jobs.known(&lease.job);
                     let ttl = entry.rec.spec.options().lease_ttl_ms;
                     entry.shards.update(position, |shard| {
                         let work_done = progress.work_done.min(shard.work_total);
@@ -68,7 +69,7 @@ impl Scheduler {
             index,
             attempt,
         } = lease;
-        let entry = self.entry(job)?;
+        let entry = self.jobs.get(job)?;
         if entry.rec.state.is_finished() {
             return Err(CoordinatorError::FailedPrecondition(format!(
                 "job {job} is {}",
@@ -104,7 +105,7 @@ impl Scheduler {
     /// Returns expired leases to the queue (with backoff); a shard whose failed
     /// attempts reach the job's limit fails its job. Returns how many expired.
     pub fn expire_leases(&mut self, now_ms: u64) -> Result<usize> {
-        let ids = self.unfinished_jobs();
+        let ids = self.jobs.unfinished();
         let mut expired = 0;
         for id in ids {
             expired += self.expire_job_leases(&id, now_ms)?;
@@ -119,7 +120,7 @@ impl Scheduler {
     pub fn release_all_leases(&mut self, reason: &str, now_ms: u64) -> Result<usize> {
         let leased: Vec<(LeaseId, String)> = self
             .jobs
-            .values()
+            .iter()
             .filter(|e| !e.rec.state.is_finished())
             .flat_map(|e| {
                 let job = &e.rec.id;
@@ -155,7 +156,7 @@ impl Scheduler {
     /// Expires the job's due leases in one batch; returns how many.
     fn expire_job_leases(&mut self, id: &str, now_ms: u64) -> Result<usize> {
         let config = self.config.clone();
-        let entry = self.known_entry(id);
+        let entry = self.jobs.known(id);
         let due: Vec<usize> = entry
             .shards
             .leased()
@@ -172,7 +173,7 @@ impl Scheduler {
             changed.push(shard);
         }
         self.write(batch)?;
-        let entry = self.known_entry(id);
+        let entry = self.jobs.known(id);
         let expired = changed.len();
         for shard in changed {
             let i = shard.index;

@@ -25,6 +25,8 @@ mod blobs;
 mod clients;
 mod events;
 mod expiry;
+mod job;
+mod jobs;
 mod leasing;
 mod protocol;
 mod recovery;

@@ -16,8 +16,9 @@ use crate::records::{JobState, ShardRecord, decode, encode, job_key, output_key,
 use crate::store::{Batch, Store, Tree};
 
 use super::events::Event;
+use super::job::{FinishedStage, JobEntry};
 use super::shard_table::ShardTable;
-use super::state::{FinishedStage, JobEntry, Scheduler, retained_stages};
+use super::state::{Scheduler, retained_stages};
 
 impl Scheduler {
     /// If every shard of the job's current stage is done: plan the next stage, or
@@ -31,7 +32,7 @@ impl Scheduler {
     ) -> Result<()> {
         let store = self.store.clone();
         let external = self.config.external_stage_store;
-        let entry = self.known_entry(job);
+        let entry = self.jobs.known(job);
         if entry.rec.state.is_finished() || !entry.shards_loaded || !entry.shards.all_done() {
             return Ok(());
         }
@@ -176,7 +177,7 @@ impl Scheduler {
     /// until another is read).
     fn readable_stage(&mut self, job: &str, stage: u32) -> Result<FinishedStage> {
         let store = self.store.clone();
-        let entry = self.entry_mut(job)?;
+        let entry = self.jobs.get_mut(job)?;
         let unreadable = |entry: &JobEntry| {
             CoordinatorError::FailedPrecondition(format!(
                 "job {job} has no readable output of stage {stage} (it is at stage {}, {})",

@@ -159,7 +159,7 @@ impl Scheduler {
         if before.state == ShardState::Pending {
             entry.pending.retain(|&i| i != index);
         }
-        entry.outputs[index as usize] = Some(Arc::new(report.output.clone()));
+        entry.outputs.accept(index, Arc::new(report.output.clone()));
         let accepted = Event::shard("accepted", &shard, &report.worker, "");
         entry.log(&mut batch, now_ms, accepted);
         // Only a result that completes the stage changes more than this
@@ -253,7 +253,7 @@ impl SavedAcceptance {
                 .pending
                 .insert(position.min(entry.pending.len()), index);
         }
-        entry.outputs[index as usize] = None;
+        entry.outputs.forget(index);
         entry.shards.set(index as usize, self.shard);
     }
 }

@@ -17,6 +17,7 @@ use crate::store::{Batch, NEXT_JOB_KEY, Tree};
 
 use super::events::Event;
 use super::job::JobEntry;
+use super::stage_outputs::StageOutputs;
 use super::stages::install_stage;
 use super::state::Scheduler;
 
@@ -250,11 +251,8 @@ impl Scheduler {
             let entry = self.jobs.known(&rec.id.clone());
             entry.rec = rec;
             entry.shards.clear();
-            entry.outputs = Vec::new();
+            entry.outputs = StageOutputs::default();
             entry.pending.clear();
-            entry.finished = None;
-            entry.kept.clear();
-            entry.kept_loaded = None;
         }
         Ok(count)
     }

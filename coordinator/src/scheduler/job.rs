@@ -2,14 +2,14 @@
 //! stage and the queue of those waiting for a lease, its event log, and the
 //! stage output its readers fetch.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
+use std::collections::VecDeque;
 
 use tally_common::kind::ResourceEstimate;
 
 use crate::records::{JobRecord, JobState};
 
 use super::shard_table::ShardTable;
+use super::stage_outputs::StageOutputs;
 
 /// One job and the shards of its current stage.
 pub(super) struct JobEntry {
@@ -26,18 +26,8 @@ pub(super) struct JobEntry {
     /// its number, the checkpoints it stands for). A checkpoint of the same
     /// attempt right after it replaces it (`JobEntry::log`).
     pub(super) last_checkpoint_event: Option<(u32, u32, u64, u64, u64)>,
-    /// Accepted stage output of the current stage's shards, kept in memory so the
-    /// barrier can publish it without reading the store back.
-    pub(super) outputs: Vec<Option<Arc<Vec<u8>>>>,
-    /// The merged output of the previous stage (what the current stage reads),
-    /// and the number of stored chunks of each of its shards.
-    pub(super) finished: Option<FinishedStage>,
-    /// Older stages whose output later stages read (the kind's
-    /// `kept_stages`): the number of stored chunks of each of their shards.
-    pub(super) kept: BTreeMap<u32, Vec<u32>>,
-    /// The kept stage last read, loaded from the store on its first fetch
-    /// (its readers come together, one stage at a time).
-    pub(super) kept_loaded: Option<FinishedStage>,
+    /// The stage output its readers need.
+    pub(super) outputs: StageOutputs,
     /// Whether the log already says the job waits for another worker (its
     /// replicas must come from different workers); said once per start.
     pub(super) waiting_noted: bool,
@@ -49,15 +39,6 @@ pub(super) struct JobEntry {
     /// The memory a worker needs for the job (per worker, per shard held):
     /// a worker gets only as many of its shards at once as its budget holds.
     pub(super) memory: Option<ResourceEstimate>,
-}
-
-#[derive(Clone)]
-pub(super) struct FinishedStage {
-    pub(super) stage: u32,
-    pub(super) data: Arc<Vec<u8>>,
-    /// Each shard's share of `data`, in shard order.
-    pub(super) lengths: Vec<usize>,
-    pub(super) chunks: Vec<u32>,
 }
 
 impl JobEntry {
@@ -73,10 +54,7 @@ impl JobEntry {
             work_done_before: 0,
             next_event: 0,
             last_checkpoint_event: None,
-            outputs: Vec::new(),
-            finished: None,
-            kept: BTreeMap::new(),
-            kept_loaded: None,
+            outputs: StageOutputs::default(),
             waiting_noted: false,
             shards_loaded: true,
         }
@@ -106,18 +84,5 @@ impl JobEntry {
 
     pub(super) fn work_done(&self) -> u64 {
         self.work_done_before + self.shards.work_done()
-    }
-}
-
-impl FinishedStage {
-    /// Each shard's output, in order.
-    pub(super) fn outputs(&self) -> Vec<&[u8]> {
-        let mut outputs = Vec::with_capacity(self.lengths.len());
-        let mut at = 0;
-        for &len in &self.lengths {
-            outputs.push(&self.data[at..at + len]);
-            at += len;
-        }
-        outputs
     }
 }

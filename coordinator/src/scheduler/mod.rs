@@ -32,6 +32,7 @@ mod protocol;
 mod recovery;
 mod reports;
 mod shard_table;
+mod stage_outputs;
 mod stages;
 mod state;
 mod views;

@@ -14,10 +14,10 @@ use crate::records::{decode, encode, event_prefix, job_key};
 use crate::store::{Batch, NEXT_JOB_KEY, Store, Tree};
 
 use super::events::Event;
-use super::job::{FinishedStage, JobEntry};
+use super::job::JobEntry;
 use super::jobs::Jobs;
-use super::stages::read_outputs;
-use super::state::{Scheduler, SchedulerConfig, retained_stages};
+use super::stage_outputs::{FinishedStage, retained_stages};
+use super::state::{Scheduler, SchedulerConfig};
 use super::workers::Workers;
 
 impl Scheduler {
@@ -208,15 +208,8 @@ fn load_job(
     };
     let mut lost_input = None;
     if !previous.is_empty() && !entry.rec.state.is_finished() {
-        match read_outputs(store, &previous, &[]) {
-            Ok((data, lengths)) => {
-                entry.finished = Some(FinishedStage {
-                    stage: entry.rec.stage - 1,
-                    data: Arc::new(data),
-                    lengths,
-                    chunks: previous.iter().map(|s| s.output_chunks).collect(),
-                })
-            }
+        match FinishedStage::read(store, entry.rec.stage - 1, &previous, &[]) {
+            Ok(input) => entry.outputs.set_input(input),
             Err(CoordinatorError::Store(why)) => lost_input = Some(why),
             Err(e) => return Err(e),
         }
@@ -242,8 +235,8 @@ fn load_job(
 }
 
 /// Puts the current stage's shards into `entry` and counts the earlier stages'
-/// as done, and the output chunks of the stages in `keep` into
-/// `entry.kept`; returns the previous stage's shards (whose output the
+/// as done, and the output chunks of the stages in `keep` among its kept
+/// outputs; returns the previous stage's shards (whose output the
 /// current stage reads), in index order.
 fn load_shards(store: &dyn Store, entry: &mut JobEntry, keep: &[u32]) -> Result<Vec<ShardRecord>> {
     let mut previous = Vec::new();
@@ -255,19 +248,16 @@ fn load_shards(store: &dyn Store, entry: &mut JobEntry, keep: &[u32]) -> Result<
             if shard.stage + 1 == entry.rec.stage {
                 previous.push(shard);
             } else if keep.contains(&shard.stage) {
-                let chunks = entry.kept.entry(shard.stage).or_default();
-                let index = shard.index as usize;
-                if chunks.len() <= index {
-                    chunks.resize(index + 1, 0);
-                }
-                chunks[index] = shard.output_chunks;
+                entry
+                    .outputs
+                    .keep_chunks(shard.stage, shard.index, shard.output_chunks);
             }
         } else if shard.stage == entry.rec.stage {
             entry.shards.push(shard);
         }
     }
     entry.shards.sort_by_index();
-    entry.outputs = vec![None; entry.shards.len()];
+    entry.outputs.start_stage(entry.shards.len());
     previous.sort_by_key(|s| s.index);
     Ok(previous)
 }

@@ -25,30 +25,8 @@ pub struct SchedulerConfig {
     pub stall_limit_ms: u64,
     /// Stage data is in a stage store outside the coordinator: the outputs
     /// kept are blob references, and a finished stage's input stays one
-    /// stage longer (see [`retained_stages`]).
+    /// stage longer (see `stage_outputs::retained_stages`).
     pub external_stage_store: bool,
-}
-
-/// The older stages whose output stays while `stage` runs: those the kind
-/// keeps for it, and with a stage store outside the coordinator, those the
-/// stage before it read, so that a shard of that stage whose blob was lost
-/// can be computed again.
-pub(super) fn retained_stages(
-    spec: &tally_common::spec::ValidSpec,
-    plan: &tally_common::values::JobPlan,
-    stage: u32,
-    external: bool,
-) -> tally_common::Result<Vec<u32>> {
-    let mut keep = spec.kept_stages(plan, stage)?;
-    if external && stage >= 2 {
-        if stage >= 3 {
-            keep.push(stage - 2);
-        }
-        keep.extend(spec.kept_stages(plan, stage - 1)?);
-        keep.sort_unstable();
-        keep.dedup();
-    }
-    Ok(keep)
 }
 
 impl Default for SchedulerConfig {

@@ -15,7 +15,7 @@
 //!   peak memory; blocks (Project Euler 766) with one and two workers against the
 //!   kernel alone. `-- frontier prefixes` adds one run of the pegs prefixes plan.
 //!
-//! - `-- sliders`: the 5 x 5 sliders instance of the README through a
+//! - `-- sliders`: the 5 x 5 sliders instance of docs/kinds/sliders.md through a
 //!   coordinator and one worker process, prefixes plan against frontier plan:
 //!   wall time, the coordinator's CPU time and peak memory, the worker's peak.
 //!
@@ -712,10 +712,10 @@ fn hex_large(side: u32, exact: bool) {
     );
 }
 
-/// The sliders 5 x 5 instance of the README through a coordinator with one
+/// The sliders 5 x 5 instance of docs/kinds/sliders.md through a coordinator with one
 /// worker process of two slots: the prefixes plan (the coordinator searches
 /// while planning) against the frontier plan (the workers search).
-/// The 5 x 5 sliders instance of the README, as `tally submit` arguments.
+/// The 5 x 5 sliders instance of docs/kinds/sliders.md, as `tally submit` arguments.
 const SLIDERS_5X5: [&str; 9] = [
     "sliders",
     "--rows",
@@ -760,8 +760,8 @@ fn sliders(runs: usize) {
 // Each restarted coordinator is reaped by wait4, which also returns its peak memory.
 #[allow(clippy::zombie_processes)]
 fn restart_at_scale(jobs: usize, finished: bool) {
-    use tally_common::proto::job_service_client::JobServiceClient;
-    use tally_common::proto::{self, job_spec::Kind};
+    use tally_wire::proto::job_service_client::JobServiceClient;
+    use tally_wire::proto::{self, job_spec::Kind};
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let (url, spawn) = coordinator_on_a_free_port(&data);

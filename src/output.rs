@@ -1,12 +1,16 @@
 //! Everything the CLI prints: job status (text and JSON with stable field
-//! names), the job table, progress bars, results and error lines.
+//! names), the job table, results and error lines; the progress bars are
+//! `progress`'s.
 
 use std::error::Error as _;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use tally_common::proto::{Job, JobResult, JobState};
-use tally_common::transport;
+use tally_wire::proto::{Job, JobResult, JobState};
+use tally_wire::transport;
+
+mod progress;
+
+pub use progress::ProgressView;
 
 /// `print!` that returns the write's failure instead of panicking on it.
 macro_rules! out {
@@ -53,7 +57,7 @@ pub fn write_stdout(text: std::fmt::Arguments) -> anyhow::Result<()> {
     }
 }
 
-/// The job as JSON. These field names are a stable interface (see the README).
+/// The job as JSON. These field names are a stable interface (docs/cli.md, `status --json`).
 pub fn job_json(job: &Job) -> serde_json::Value {
     serde_json::json!({
         "id": job.id,
@@ -195,44 +199,6 @@ fn progress(job: &Job) -> String {
     }
 }
 
-/// `x` to three significant digits (29.1524 is 29.2, 1234.5 is 1230).
-fn three_digits(x: f64) -> String {
-    if !x.is_finite() || x <= 0.0 {
-        return "0".into();
-    }
-    let unit = 10f64.powi(x.log10().floor() as i32 - 2);
-    let rounded = (x / unit).round() * unit;
-    let decimals = (2 - rounded.log10().floor() as i32).max(0) as usize;
-    format!("{rounded:.decimals$}")
-}
-
-/// What the bar says beside the bar: the stage, the shards, the rate of
-/// the job's run so far, its time and what is left.
-fn bar_message(job: &Job) -> String {
-    let mut parts = Vec::new();
-    if job.stages_unknown {
-        parts.push(format!("stage {} so far", job.stage));
-        parts.push(format!("shards {} done", job.shards_done));
-    } else {
-        if job.stages_total > 1 {
-            parts.push(format!("stage {} of {}", job.stage, job.stages_total));
-        }
-        parts.push(format!("shards {}/{}", job.shards_done, job.shards_total));
-    }
-    if job.elapsed_ms > 0 {
-        let rate = job.shards_done as f64 * 1000.0 / job.elapsed_ms as f64;
-        parts.push(format!("{} shards/s", three_digits(rate)));
-        parts.push(duration(job.elapsed_ms));
-    }
-    if job.eta_ms > 0 {
-        parts.push(format!("eta {}", duration(job.eta_ms)));
-    }
-    if !job.waiting.is_empty() {
-        parts.push(format!("waiting: {}", job.waiting));
-    }
-    parts.join(", ")
-}
-
 /// Prints a finished job's answer (last stdout line) or JSON; failed and
 /// cancelled jobs exit non-zero with their reason on stderr.
 pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result<ExitCode> {
@@ -266,7 +232,7 @@ pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result
 }
 
 /// Reports a failure: `error: LINE` on stderr and, under `--json`, one
-/// JSON object on stdout too (the README's contract).
+/// JSON object on stdout too (the contract docs/cli.md states).
 pub fn failed(line: &str, code: u8, json: bool) -> ExitCode {
     eprintln!("error: {line}");
     if json {
@@ -316,7 +282,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
             1
         };
     }
-    if let Some(tally_common::Error::InvalidArgument(_)) = e.downcast_ref::<tally_common::Error>() {
+    if let Some(tally_kinds::Error::InvalidArgument(_)) = e.downcast_ref::<tally_kinds::Error>() {
         return 2;
     }
     if let Some(tally_coordinator::CoordinatorError::InvalidArgument(_)) =
@@ -325,98 +291,6 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         return 2;
     }
     1
-}
-
-/// A progress bar on stderr (drawn only on a terminal). It is made when
-/// the job is first seen: a bar of no length would draw as full.
-pub struct ProgressView {
-    /// Where the bar is drawn, until it is made; `None` when disabled.
-    target: std::sync::Mutex<Option<indicatif::ProgressDrawTarget>>,
-    bar: std::sync::OnceLock<indicatif::ProgressBar>,
-}
-
-impl ProgressView {
-    pub fn new(enabled: bool) -> ProgressView {
-        let target = enabled.then(|| indicatif::ProgressDrawTarget::stderr_with_hz(4));
-        ProgressView {
-            target: std::sync::Mutex::new(target),
-            bar: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// A view drawn on `target`.
-    #[cfg(test)]
-    fn to(target: indicatif::ProgressDrawTarget) -> ProgressView {
-        ProgressView {
-            target: std::sync::Mutex::new(Some(target)),
-            bar: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The bar, made on the first call that may draw it; `None` when disabled.
-    fn bar(&self) -> Option<&indicatif::ProgressBar> {
-        if let Some(bar) = self.bar.get() {
-            return Some(bar);
-        }
-        let target = self.target.lock().ok()?.take()?;
-        let bar = indicatif::ProgressBar::with_draw_target(None, target);
-        bar.set_style(style(false));
-        bar.enable_steady_tick(Duration::from_millis(250));
-        Some(self.bar.get_or_init(|| bar))
-    }
-
-    pub fn update(&self, job: &Job) {
-        if let Some(bar) = self.bar() {
-            // A job whose stage count is not known yet has no fraction to show.
-            if job.stages_unknown {
-                bar.unset_length();
-            } else {
-                bar.set_length(job.work_total.max(1));
-            }
-            bar.set_style(style(!job.stages_unknown));
-            bar.set_position(job.work_done);
-            bar.set_prefix(format!("{} {}", job.id, job.state_name()));
-            bar.set_message(bar_message(job));
-        }
-    }
-
-    pub fn note(&self, text: &str) {
-        if let Some(bar) = self.bar() {
-            bar.set_message(text.to_string());
-        }
-    }
-
-    pub fn finish(&self, job: &Job) {
-        if let Some(bar) = self.bar() {
-            self.update(job);
-            bar.finish_and_clear();
-            eprintln!(
-                "{} {} in {}",
-                job.id,
-                job.state_name(),
-                duration(job.elapsed_ms)
-            );
-        }
-    }
-
-    pub fn abandon(&self) {
-        if let Some(bar) = self.bar.get() {
-            bar.abandon();
-        }
-    }
-}
-
-/// The bar's look: with the bar and the share done when the work's total is
-/// known, else a spinner and the message alone.
-fn style(fraction_known: bool) -> indicatif::ProgressStyle {
-    let template = if fraction_known {
-        "{spinner} {prefix} [{bar:30}] {percent:>3}% {msg}"
-    } else {
-        "{spinner} {prefix} {msg}"
-    };
-    indicatif::ProgressStyle::with_template(template)
-        .expect("valid template")
-        .progress_chars("=> ")
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! What the CLI prints of a job: the status text, the table, the JSON and
 //! the progress bar, drawn on a screen kept in memory.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use indicatif::{ProgressDrawTarget, TermLike};
-use tally_common::proto::{Job, JobState};
+use tally_wire::proto::{Job, JobState};
 
+use super::progress::three_digits;
 use super::*;
 
 /// A terminal that keeps what is drawn on it.
@@ -18,7 +20,7 @@ impl Screen {
     }
 
     fn text(&self) -> String {
-        self.0.lock().unwrap().clone()
+        self.0.lock().clone()
     }
 }
 
@@ -42,7 +44,7 @@ impl TermLike for Screen {
         self.write_str(&format!("{s}\n"))
     }
     fn write_str(&self, s: &str) -> std::io::Result<()> {
-        self.0.lock().unwrap().push_str(s);
+        self.0.lock().push_str(s);
         Ok(())
     }
     fn clear_line(&self) -> std::io::Result<()> {

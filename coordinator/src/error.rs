@@ -1,6 +1,6 @@
 //! The one error type of the coordinator, and its mapping to gRPC status codes.
 
-use tally_common::Error as CommonError;
+use tally_kinds::Error as KindError;
 
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum CoordinatorError {
@@ -35,12 +35,20 @@ pub enum CoordinatorError {
 
 pub type Result<T> = std::result::Result<T, CoordinatorError>;
 
-impl From<CommonError> for CoordinatorError {
-    fn from(e: CommonError) -> Self {
+impl From<KindError> for CoordinatorError {
+    fn from(e: KindError) -> Self {
         match e {
-            CommonError::InvalidArgument(m) => CoordinatorError::InvalidArgument(m),
-            CommonError::Cancelled => CoordinatorError::FailedPrecondition("cancelled".into()),
-            CommonError::Internal(m) | CommonError::Failed(m) => CoordinatorError::Internal(m),
+            KindError::InvalidArgument(m) => CoordinatorError::InvalidArgument(m),
+            KindError::Cancelled => CoordinatorError::FailedPrecondition("cancelled".into()),
+            KindError::Internal(m) | KindError::Failed(m) => CoordinatorError::Internal(m),
+        }
+    }
+}
+
+impl From<tally_wire::Error> for CoordinatorError {
+    fn from(e: tally_wire::Error) -> Self {
+        match e {
+            tally_wire::Error::InvalidArgument(m) => CoordinatorError::InvalidArgument(m),
         }
     }
 }

@@ -12,8 +12,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
-use tally_common::metrics::{self, Exposition};
-use tally_common::proto::{Job, JobState};
+use tally_wire::metrics::{self, Exposition};
+use tally_wire::proto::{Job, JobState};
 
 use crate::error::{CoordinatorError, Result};
 use crate::metrics::CoordinatorMetrics;

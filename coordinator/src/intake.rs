@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tally_common::lease::LeaseId;
 use tally_stage::StageStoreUrl;
+use tally_wire::lease::LeaseId;
 use tonic::Status;
 
 use crate::error::{CoordinatorError, Result};

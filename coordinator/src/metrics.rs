@@ -4,16 +4,16 @@
 //! status page's throughput charts). Served by [`crate::http`]; the store's
 //! commit histogram is filled by [`crate::store::TimedStore`].
 //!
-//! A bottom layer: it knows the wire types of `tally-common` and nothing else
+//! A bottom layer: it knows the wire types of `tally-wire` and nothing else
 //! of the coordinator.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use tally_common::lease::LeaseId;
-use tally_common::metrics::{Counter, Histogram};
-use tally_common::proto::Job;
+use tally_wire::lease::LeaseId;
+use tally_wire::metrics::{Counter, Histogram};
+use tally_wire::proto::Job;
 
 /// Samples of a job's finished work kept for its throughput chart.
 const HISTORY_SAMPLES: usize = 600;

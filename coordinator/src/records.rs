@@ -10,9 +10,9 @@
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tally_common::proto;
-use tally_common::spec::ValidSpec;
-use tally_common::values::{EncodedPartial, EncodedTask, JobPlan};
+use tally_kinds::spec::ValidSpec;
+use tally_kinds::values::{EncodedPartial, EncodedTask, JobPlan};
+use tally_wire::proto;
 
 use crate::error::{CoordinatorError, Result};
 
@@ -342,8 +342,8 @@ mod tests {
 
     #[test]
     fn job_records_stay_json() {
-        use tally_common::kinds::kayles::KaylesSpec;
-        use tally_common::spec::JobSpec;
+        use tally_kinds::kayles::KaylesSpec;
+        use tally_kinds::spec::JobSpec;
         let spec = ValidSpec::new(JobSpec::new(KaylesSpec {
             pins: 40,
             digits: 9,

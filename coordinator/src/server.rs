@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_common::cache::KernelCache;
-use tally_common::proto::job_service_server::JobServiceServer;
-use tally_common::proto::worker_service_server::WorkerServiceServer;
-use tally_common::transport::{Role, ServerTls, Tokens, tls_config_error};
-use tally_common::wire::MAX_MESSAGE_BYTES;
+use tally_kinds::cache::KernelCache;
 use tally_stage::store::CHECK_PATIENCE;
 use tally_stage::{StageStore, StageStoreUrl};
+use tally_wire::limits::MAX_MESSAGE_BYTES;
+use tally_wire::proto::job_service_server::JobServiceServer;
+use tally_wire::proto::worker_service_server::WorkerServiceServer;
+use tally_wire::transport::{Role, ServerTls, Tokens, tls_config_error};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -507,7 +507,7 @@ async fn serve_grpc(
         .await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(tally_common::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tally_wire::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     let reflection_error = |e| CoordinatorError::Internal(format!("reflection: {e}"));

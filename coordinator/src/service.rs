@@ -6,11 +6,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_common::guest::{MAX_MODULE_BYTES, SEND_MODULE, sha256_hex};
-use tally_common::proto;
-use tally_common::proto::job_service_server::JobService;
-use tally_common::spec::ValidSpec;
-use tally_common::{Control, proto::Job};
+use tally_kinds::Control;
+use tally_kinds::guest::{MAX_MODULE_BYTES, SEND_MODULE, sha256_hex};
+use tally_kinds::spec::ValidSpec;
+use tally_wire::proto;
+use tally_wire::proto::Job;
+use tally_wire::proto::job_service_server::JobService;
 use tokio::sync::broadcast;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};

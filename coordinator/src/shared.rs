@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tally_common::cache::KernelCache;
+use tally_kinds::cache::KernelCache;
 use tally_stage::StageStoreUrl;
 use tokio::sync::{Notify, broadcast};
 

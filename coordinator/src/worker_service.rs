@@ -7,11 +7,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_common::lease::LeaseId;
-use tally_common::proto::worker_service_server::WorkerService;
-use tally_common::proto::{self, report_message::Body};
-use tally_common::wire::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS, MAX_CHECKPOINT_BYTES, OUTPUT_CHUNK};
 use tally_stage::BlobRef;
+use tally_wire::lease::LeaseId;
+use tally_wire::limits::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS, MAX_CHECKPOINT_BYTES, OUTPUT_CHUNK};
+use tally_wire::proto::worker_service_server::WorkerService;
+use tally_wire::proto::{self, report_message::Body};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -47,7 +47,7 @@ fn new_session() -> Result<String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes)
         .map_err(|e| CoordinatorError::Internal(format!("no randomness for a session: {e}")))?;
-    Ok(tally_common::digest::to_hex(&bytes))
+    Ok(tally_wire::digest::to_hex(&bytes))
 }
 
 fn require_worker_id(id: &str) -> std::result::Result<(), Status> {
@@ -223,7 +223,7 @@ impl WorkerService for WorkerApi {
     ) -> std::result::Result<Response<proto::FetchAttachmentResponse>, Status> {
         let r = request.into_inner();
         require_worker_id(&r.worker_id)?;
-        if !tally_common::guest::is_sha256_hex(&r.sha256) {
+        if !tally_kinds::guest::is_sha256_hex(&r.sha256) {
             return Err(Status::invalid_argument(
                 "an attachment is named by its SHA-256 in 64 lowercase hex digits",
             ));

@@ -56,9 +56,9 @@ impl BlobRef {
     }
 }
 
-impl From<&BlobRef> for tally_common::proto::BlobRef {
+impl From<&BlobRef> for tally_wire::proto::BlobRef {
     fn from(blob: &BlobRef) -> Self {
-        tally_common::proto::BlobRef {
+        tally_wire::proto::BlobRef {
             key: blob.key.clone(),
             size: blob.size,
             sha256: blob.digest.to_vec(),
@@ -66,12 +66,12 @@ impl From<&BlobRef> for tally_common::proto::BlobRef {
     }
 }
 
-impl TryFrom<&tally_common::proto::BlobRef> for BlobRef {
+impl TryFrom<&tally_wire::proto::BlobRef> for BlobRef {
     type Error = StageError;
 
     /// A reference as a message carries it: a key that a blob key can be, a
     /// 32-byte digest, and a size an index fits in.
-    fn try_from(blob: &tally_common::proto::BlobRef) -> Result<BlobRef> {
+    fn try_from(blob: &tally_wire::proto::BlobRef) -> Result<BlobRef> {
         let bad = |why: &str| StageError::Refused(format!("a blob reference {why}"));
         if blob.key.is_empty() || blob.key.len() > 1024 {
             return Err(bad("needs a key of 1 to 1024 bytes"));
@@ -251,22 +251,22 @@ mod tests {
         assert_eq!(BlobRef::decode(&blob.encode()), Some(blob.clone()));
         assert_eq!(BlobRef::decode(b"TSBR"), None);
         assert_eq!(BlobRef::decode(&b"XXXX".repeat(20)), None);
-        let sent = tally_common::proto::BlobRef::from(&blob);
+        let sent = tally_wire::proto::BlobRef::from(&blob);
         assert_eq!(BlobRef::try_from(&sent).unwrap(), blob);
         for bad in [
-            tally_common::proto::BlobRef {
+            tally_wire::proto::BlobRef {
                 sha256: vec![0; 31],
                 ..sent.clone()
             },
-            tally_common::proto::BlobRef {
+            tally_wire::proto::BlobRef {
                 key: String::new(),
                 ..sent.clone()
             },
-            tally_common::proto::BlobRef {
+            tally_wire::proto::BlobRef {
                 key: "a//b".into(),
                 ..sent.clone()
             },
-            tally_common::proto::BlobRef {
+            tally_wire::proto::BlobRef {
                 size: 3,
                 ..sent.clone()
             },

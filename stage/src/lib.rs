@@ -4,6 +4,8 @@
 //! their references ([`BlobRef`]: key, size, digest) with the accepted
 //! result, and deletes blobs no longer referenced.
 
+#![forbid(unsafe_code)]
+
 pub mod blob;
 pub mod error;
 mod error_text;

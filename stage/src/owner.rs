@@ -15,7 +15,7 @@
 
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use tally_common::Control;
+use tally_kinds::Control;
 
 use crate::error::{Result, StageError};
 use crate::store::StageStore;

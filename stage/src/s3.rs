@@ -29,7 +29,7 @@ const ENDPOINT_VARIABLES: [&str; 3] = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"
 /// words for messages ("bucket b at http://host:9000 (AWS_ENDPOINT_URL)").
 pub(crate) fn open(bucket: &str, env: &Env) -> Result<(AmazonS3, String)> {
     // Its HTTPS client needs the process's TLS provider chosen.
-    tally_common::transport::use_ring_for_tls();
+    tally_wire::transport::use_ring_for_tls();
     let builder = builder(env)?.with_bucket_name(bucket);
     let place = place(&builder, bucket, env);
     let refuse =

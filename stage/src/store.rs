@@ -15,8 +15,8 @@ use object_store::local::LocalFileSystem;
 use object_store::path::{Path, PathPart};
 use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
-use tally_common::Control;
-use tally_common::lease::LeaseId;
+use tally_kinds::Control;
+use tally_wire::lease::LeaseId;
 
 use crate::blob::{self, BlobRef, Index};
 use crate::error::{Result, StageError};
@@ -201,7 +201,7 @@ impl StageStore {
     }
 
     /// Bucket `q` of a blob whose data is a frontier shard's output (framed as
-    /// in `tally_common::buckets`): its bytes only, checked.
+    /// in `tally_kernels::buckets`): its bytes only, checked.
     pub async fn read_bucket(&self, blob: &BlobRef, q: u32, control: &Control) -> Result<Vec<u8>> {
         let index = self.index(blob, control).await?;
         let malformed = |why: String| StageError::Corrupt {
@@ -632,7 +632,7 @@ mod tests {
         let buckets: Vec<Vec<u8>> = (0..5u8)
             .map(|b| vec![b; 1000 + 70_000 * b as usize])
             .collect();
-        let output = tally_common::buckets::encode_buckets(&buckets);
+        let output = tally_kernels::buckets::encode_buckets(&buckets);
         let key = blob_key(&LeaseId::new("j", 1, 0, 1), "output");
         let blob = store.put(&key, &output, &control).await.unwrap();
         assert_eq!(store.read(&blob, &control).await.unwrap(), output);
@@ -726,7 +726,7 @@ mod tests {
     fn s3_at(port: u16) -> StageStore {
         use object_store::RetryConfig;
         use object_store::aws::AmazonS3Builder;
-        tally_common::transport::use_ring_for_tls();
+        tally_wire::transport::use_ring_for_tls();
         let s3 = AmazonS3Builder::new()
             .with_bucket_name("tally-test")
             .with_region("us-east-1")

@@ -10,19 +10,18 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use support::*;
-use tally_common::cache::KernelCache;
-use tally_common::dynamic::{ShardContext, StageInput};
-use tally_common::kind::{CHECKPOINT_EVERY, WORKER_MEMORY_BUDGET};
-use tally_common::kinds::hex::{
-    self as hex_kind, HexPartial, HexPlan, HexSpec, MAX_SHARDS_PER_STEP,
-};
-use tally_common::kinds::sliders::{MAX_PREFIX_TASKS, SlidersPartial, SlidersTask};
-use tally_common::proto::job_service_client::JobServiceClient;
-use tally_common::proto::worker_service_client::WorkerServiceClient;
-use tally_common::proto::{self, job_spec::Kind, report_message::Body};
-use tally_common::spec::{self, JobSpec, ValidSpec};
-use tally_common::values::{EncodedTask, ShardOutcome};
-use tally_common::{Control, hex, kayles};
+use tally_kernels::{hex, kayles};
+use tally_kinds::Control;
+use tally_kinds::cache::KernelCache;
+use tally_kinds::dynamic::{ShardContext, StageInput};
+use tally_kinds::hex::{self as hex_kind, HexPartial, HexPlan, HexSpec, MAX_SHARDS_PER_STEP};
+use tally_kinds::kind::{CHECKPOINT_EVERY, WORKER_MEMORY_BUDGET};
+use tally_kinds::sliders::{MAX_PREFIX_TASKS, SlidersPartial, SlidersTask};
+use tally_kinds::spec::{self, JobSpec, ValidSpec};
+use tally_kinds::values::{EncodedTask, ShardOutcome};
+use tally_wire::proto::job_service_client::JobServiceClient;
+use tally_wire::proto::worker_service_client::WorkerServiceClient;
+use tally_wire::proto::{self, job_spec::Kind, report_message::Body};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -40,7 +39,7 @@ enum Expect {
 use Expect::*;
 
 /// Anything past tonic's decoding limit is refused by tonic itself.
-const OVERSIZED: usize = tally_common::wire::MAX_MESSAGE_BYTES + 1;
+const OVERSIZED: usize = tally_wire::limits::MAX_MESSAGE_BYTES + 1;
 
 // ------------------------------------------------------------ spec values
 
@@ -1294,14 +1293,14 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
     let stride = 3; // side 2: 2 * 2 / 2 + 1 coefficients
     let sums = |residues: Vec<u32>| HexPartial::HexCrossings { residues };
     let stale = |attempt: u64| {
-        let mut lease: tally_common::lease::LeaseId = k0.lease_id.parse().unwrap();
+        let mut lease: tally_wire::lease::LeaseId = k0.lease_id.parse().unwrap();
         lease.attempt = attempt;
         lease.to_string()
     };
     let own = |lease: &str| Call::Report(vec![header(HOLDER, &hs, lease), result(&k0_partial)]);
     let long_id = "w".repeat(129);
     let big = vec![0u8; OVERSIZED];
-    let p0 = tally_common::hex::DEFAULT_MODULUS;
+    let p0 = tally_kernels::hex::DEFAULT_MODULUS;
 
     let mut rows = vec![
         // Attempts, jobs, stages and shards that are not current.
@@ -2373,8 +2372,8 @@ mod fuzz {
     use proptest::strategy::BoxedStrategy;
     use proptest::test_runner::{Config, TestRunner};
     use serde_json::{Map, Value, json};
-    use tally_common::proto::{self, job_spec::Kind};
-    use tally_common::spec::{JobSpec, ValidSpec};
+    use tally_kinds::spec::{JobSpec, ValidSpec};
+    use tally_wire::proto::{self, job_spec::Kind};
 
     const CASES: u32 = 20_000;
 
@@ -2856,8 +2855,8 @@ mod fuzz {
     /// and a blocks spec carrying the text round-trips as every other spec.
     #[test]
     fn arbitrary_puzzle_text_never_panics_and_accepted_puzzles_are_consistent() {
-        use tally_common::blocks;
-        use tally_common::kinds::blocks::BlocksSpec;
+        use tally_kernels::blocks;
+        use tally_kinds::blocks::BlocksSpec;
         let accepted = AtomicUsize::new(0);
         runner()
             .run(&puzzle_text(), |text| {

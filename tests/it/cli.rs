@@ -83,7 +83,7 @@ fn run_prints_the_answer_as_the_last_line() {
 #[test]
 fn a_wasm_spec_file_sends_its_module_with_attach() {
     let queens = example_module("queens");
-    let digest = tally_common::guest::sha256_hex(&std::fs::read(&queens).unwrap());
+    let digest = tally_kinds::guest::sha256_hex(&std::fs::read(&queens).unwrap());
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("queens.json");
     let text = format!(
@@ -787,7 +787,7 @@ async fn a_closed_standard_output_ends_the_command_quietly() {
     let coordinator = start_coordinator(None).await;
     let url = coordinator.url();
     let mut client = jobs_client(&url).await;
-    let spec = tally_common::spec::JobSpec::new(tally_common::kinds::kayles::KaylesSpec {
+    let spec = tally_kinds::spec::JobSpec::new(tally_kinds::kayles::KaylesSpec {
         pins: 10,
         digits: 9,
     });
@@ -911,7 +911,7 @@ fn hex_flags_past_their_limits_are_refused_with_one_clear_line() {
 fn help_names_every_kind() {
     let out = tally(&["--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
-    for kind in tally_common::kinds::names() {
+    for kind in tally_kinds::names() {
         assert!(help.contains(kind), "{kind} not in {help}");
     }
 }

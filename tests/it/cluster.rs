@@ -6,15 +6,15 @@ use crate::support;
 use std::time::Duration;
 
 use support::*;
-use tally_common::Control;
-use tally_common::kinds::blocks::{BlocksPlanName, BlocksSpec};
-use tally_common::kinds::hex::{HexPlan, HexSpec};
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::kinds::pegs::{PegsPlanName, PegsSpec};
-use tally_common::kinds::sliders::{SlidersPlanName, SlidersSpec};
-use tally_common::proto::{self, JobState};
-use tally_common::sliders::{SliderParams, SliderSpace};
-use tally_common::spec::JobSpec;
+use tally_kernels::sliders::{SliderParams, SliderSpace};
+use tally_kinds::Control;
+use tally_kinds::blocks::{BlocksPlanName, BlocksSpec};
+use tally_kinds::hex::{HexPlan, HexSpec};
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::pegs::{PegsPlanName, PegsSpec};
+use tally_kinds::sliders::{SlidersPlanName, SlidersSpec};
+use tally_kinds::spec::JobSpec;
+use tally_wire::proto::{self, JobState};
 
 fn hex_points(side: u32, modulus: u32, exact: bool) -> JobSpec {
     JobSpec::new(HexSpec {
@@ -392,7 +392,7 @@ async fn bad_specs_are_refused_with_invalid_argument_and_change_nothing() {
         },
         proto::JobSpec {
             kind: Some(proto::job_spec::Kind::Hex(proto::HexSpec {
-                side: tally_common::hex::MAX_SIDE + 1,
+                side: tally_kernels::hex::MAX_SIDE + 1,
                 ..Default::default()
             })),
             options: None,
@@ -882,7 +882,7 @@ async fn blocks_frontier_layers_over_buckets_equal_the_single_process_search() {
                 let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
                 assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
                 let direct = valid(&spec)
-                    .compute_direct(2, &tally_common::Control::new())
+                    .compute_direct(2, &tally_kinds::Control::new())
                     .unwrap();
                 assert_eq!(
                     done.answer, direct.line,
@@ -1004,7 +1004,7 @@ async fn leases_shorter_than_a_second_are_renewed_in_time() {
 /// request is refused, naming the value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_are_listed_a_page_at_a_time_and_filtered() {
-    use tally_common::kinds::queens::QueensSpec;
+    use tally_kinds::queens::QueensSpec;
     let coordinator = start_coordinator(None).await;
     let mut client = jobs_client(&coordinator.url()).await;
     // No workers: the jobs stay queued; every third is a queens job, every
@@ -1184,11 +1184,11 @@ async fn finished_jobs_are_deleted_after_their_retention() {
 
 /// A batched result of `lease` as a worker computes it.
 fn batched_result(spec: &JobSpec, lease: &proto::ShardLease) -> proto::BatchedReport {
-    let task = tally_common::values::EncodedTask::from_bytes(&lease.task).unwrap();
+    let task = tally_kinds::values::EncodedTask::from_bytes(&lease.task).unwrap();
     let outcome = valid(spec)
         .execute_once(
             &task,
-            &tally_common::cache::KernelCache::new(),
+            &tally_kinds::cache::KernelCache::new(),
             &Control::new(),
         )
         .unwrap();
@@ -1205,7 +1205,7 @@ fn batched_result(spec: &JobSpec, lease: &proto::ShardLease) -> proto::BatchedRe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_report_of_a_batch_is_accepted_or_refused_on_its_own() {
-    use tally_common::kinds::synthetic::SyntheticSpec;
+    use tally_kinds::synthetic::SyntheticSpec;
     let coordinator = start_coordinator(None).await;
     let url = coordinator.url();
     let mut client = jobs_client(&url).await;
@@ -1329,7 +1329,7 @@ async fn each_report_of_a_batch_is_accepted_or_refused_on_its_own() {
     assert_eq!(done.answer, plain.to_string());
 
     // Too many reports in one call: refused whole.
-    let many = vec![batched_result(&spec, &leases[0]); tally_common::wire::MAX_BATCH_REPORTS + 1];
+    let many = vec![batched_result(&spec, &leases[0]); tally_wire::limits::MAX_BATCH_REPORTS + 1];
     let status = w.report_batch(batch(many, &session)).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     coordinator.shutdown().await;

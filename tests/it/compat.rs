@@ -11,9 +11,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::support::*;
-use tally_common::Control;
-use tally_common::proto::{self, JobState};
-use tally_common::spec::ValidSpec;
+use tally_kinds::Control;
+use tally_kinds::spec::ValidSpec;
+use tally_wire::proto::{self, JobState};
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use support::*;
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::proto::JobState;
-use tally_common::spec::JobSpec;
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::spec::JobSpec;
+use tally_wire::proto::JobState;
 
 /// A small tmpfs, unmounted on drop.
 struct Tmpfs(PathBuf);
@@ -87,7 +87,7 @@ async fn a_full_disk_pauses_work_and_it_resumes_by_itself_when_space_returns() {
     // a status that says so.
     let mut refusal = None;
     for pins in (10..400).step_by(2) {
-        let request = tally_common::proto::SubmitRequest {
+        let request = tally_wire::proto::SubmitRequest {
             spec: Some(proto_spec(&kayles(pins))),
             idempotency_key: String::new(),
             ..Default::default()

@@ -91,7 +91,7 @@ async fn python_client_with_only_reflection_submits_and_reads_a_job() {
         );
     }
     assert_eq!(seen["state"], "JOB_STATE_SUCCEEDED");
-    let spec = tally_common::spec::JobSpec::new(tally_common::kinds::kayles::KaylesSpec {
+    let spec = tally_kinds::spec::JobSpec::new(tally_kinds::kayles::KaylesSpec {
         pins: 20,
         digits: 9,
     });

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use crate::support::*;
-use tally_common::Control;
-use tally_common::kinds;
-use tally_common::proto::{self, JobState};
-use tally_common::spec::{JobSpec, ValidSpec};
+use tally_kinds as kinds;
+use tally_kinds::Control;
+use tally_kinds::spec::{JobSpec, ValidSpec};
+use tally_wire::proto::{self, JobState};
 
 /// A small job of `kind`, as a spec file would give it.
 fn small_job(kind: &str) -> ValidSpec {
@@ -28,9 +28,7 @@ fn small_job(kind: &str) -> ValidSpec {
 }
 
 async fn run_to_answer(
-    client: &mut tally_common::proto::job_service_client::JobServiceClient<
-        tonic::transport::Channel,
-    >,
+    client: &mut tally_wire::proto::job_service_client::JobServiceClient<tonic::transport::Channel>,
     spec: &ValidSpec,
 ) -> proto::Job {
     let job = client
@@ -100,7 +98,7 @@ async fn queens_through_the_runner_gives_the_published_counts() {
 
 #[test]
 fn queens_specs_are_checked_at_the_edge() {
-    for bad in [0, tally_common::queens::MAX_N + 1] {
+    for bad in [0, tally_kernels::queens::MAX_N + 1] {
         let err = JobSpec::from_json(&format!(r#"{{"kind": "queens", "n": {bad}}}"#)).unwrap_err();
         assert!(err.to_string().contains("n must be between 1 and"), "{err}");
     }

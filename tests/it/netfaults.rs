@@ -27,9 +27,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::{ChildGuard, direct_answer, jobs_client, submit, tally_bin};
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::proto::{self, JobState};
-use tally_common::spec::JobSpec;
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::spec::JobSpec;
+use tally_wire::proto::{self, JobState};
 
 const PREFIX: &str = "tallynf";
 const COORD_PORT: u16 = 7878;
@@ -467,9 +467,7 @@ fn partition_expires_leases_and_the_shard_is_re_leased_elsewhere() {
 }
 
 async fn wait_event(
-    client: &mut tally_common::proto::job_service_client::JobServiceClient<
-        tonic::transport::Channel,
-    >,
+    client: &mut tally_wire::proto::job_service_client::JobServiceClient<tonic::transport::Channel>,
     job: &str,
     what: &str,
     timeout: Duration,

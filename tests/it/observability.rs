@@ -8,10 +8,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::*;
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::proto::JobState;
-use tally_common::spec::JobSpec;
 use tally_coordinator::CoordinatorConfig;
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::spec::JobSpec;
+use tally_wire::proto::JobState;
 
 /// The value of the sample `name` (with labels, if any) in a Prometheus text body.
 fn sample(body: &str, name: &str) -> Option<f64> {
@@ -234,7 +234,7 @@ async fn the_status_page_shows_a_running_job_in_a_browser() {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let j = client
-            .get(tally_common::proto::GetJobRequest {
+            .get(tally_wire::proto::GetJobRequest {
                 job_id: job.id.clone(),
             })
             .await

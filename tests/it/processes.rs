@@ -7,15 +7,15 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use support::*;
-use tally_common::kinds::blocks::{BlocksPlanName, BlocksSpec};
-use tally_common::kinds::hex::{HexPlan, HexSpec};
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::kinds::pegs::{PegsPlanName, PegsSpec};
-use tally_common::kinds::queens::QueensSpec;
-use tally_common::kinds::sliders::{SlidersPlanName, SlidersSpec};
-use tally_common::proto::{self, JobState};
-use tally_common::sliders::SliderParams;
-use tally_common::spec::JobSpec;
+use tally_kernels::sliders::SliderParams;
+use tally_kinds::blocks::{BlocksPlanName, BlocksSpec};
+use tally_kinds::hex::{HexPlan, HexSpec};
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::pegs::{PegsPlanName, PegsSpec};
+use tally_kinds::queens::QueensSpec;
+use tally_kinds::sliders::{SlidersPlanName, SlidersSpec};
+use tally_kinds::spec::JobSpec;
+use tally_wire::proto::{self, JobState};
 
 /// kill -9 of the coordinator in the middle of a hex cell-step job: after a
 /// restart on the same data directory the job completes with the right answer,
@@ -77,9 +77,7 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
 /// Waits until job `id` is at stage `stage`; it must not have finished by
 /// then (the test's kills would land after the job).
 async fn wait_for_stage(
-    client: &mut tally_common::proto::job_service_client::JobServiceClient<
-        tonic::transport::Channel,
-    >,
+    client: &mut tally_wire::proto::job_service_client::JobServiceClient<tonic::transport::Channel>,
     id: &str,
     stage: u32,
 ) {
@@ -369,14 +367,14 @@ async fn a_re_leased_hex_points_shard_reads_its_checkpoint_from_the_stage_store(
 fn hex_points_with_a_large_checkpoint() -> (JobSpec, u64) {
     let h = HexSpec {
         side: 14,
-        modulus: tally_common::hex::DEFAULT_MODULUS,
+        modulus: tally_kernels::hex::DEFAULT_MODULUS,
         plan: HexPlan::Points,
         shards_per_step: 0,
         exact: false,
         points_per_shard: 16,
     };
-    let vector = tally_common::hex::known_state_count(14).unwrap() * 16 * 4;
-    assert!(vector > tally_common::wire::INLINE_CHECKPOINT_BYTES as u64);
+    let vector = tally_kernels::hex::known_state_count(14).unwrap() * 16 * 4;
+    assert!(vector > tally_wire::limits::INLINE_CHECKPOINT_BYTES as u64);
     (JobSpec::new(h), vector)
 }
 

@@ -10,13 +10,13 @@ use crate::support;
 use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::proto::job_service_client::JobServiceClient;
-use tally_common::proto::worker_service_client::WorkerServiceClient;
-use tally_common::proto::{self, JobState};
-use tally_common::spec::JobSpec;
-use tally_common::transport::{self, AuthChannel, ClientSecurity, ClientTls, ServerTls, Tokens};
 use tally_coordinator::{CoordinatorConfig, RunningCoordinator};
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::spec::JobSpec;
+use tally_wire::proto::job_service_client::JobServiceClient;
+use tally_wire::proto::worker_service_client::WorkerServiceClient;
+use tally_wire::proto::{self, JobState};
+use tally_wire::transport::{self, AuthChannel, ClientSecurity, ClientTls, ServerTls, Tokens};
 use tonic::Code;
 
 use support::Workers;

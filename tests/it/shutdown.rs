@@ -7,9 +7,9 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use support::*;
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::proto;
-use tally_common::spec::JobSpec;
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::spec::JobSpec;
+use tally_wire::proto;
 
 /// A job of a few shards that takes no time to compute.
 fn kayles_40() -> JobSpec {

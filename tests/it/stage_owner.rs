@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use tally_common::Control;
-use tally_common::lease::LeaseId;
-use tally_common::proto::JobState;
+use tally_kinds::Control;
 use tally_stage::{OwnerRecord, StageStore, StageStoreUrl, blob_key};
+use tally_wire::lease::LeaseId;
+use tally_wire::proto::JobState;
 
 use crate::support::{
     ChildGuard, direct_answer, free_port, hex_cell_step, jobs_client, runtime,

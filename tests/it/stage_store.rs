@@ -10,16 +10,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tally_common::kinds::pegs::{PegsPlanName, PegsSpec};
-use tally_common::kinds::sliders::{SlidersPlanName, SlidersSpec};
-use tally_common::lease::LeaseId;
-use tally_common::proto::report_message::Body;
-use tally_common::proto::{self, JobState};
-use tally_common::sliders::SliderParams;
-use tally_common::spec::JobSpec;
-use tally_common::values::EncodedTask;
-use tally_common::{Control, dynamic::ShardContext};
+use tally_kernels::sliders::SliderParams;
+use tally_kinds::pegs::{PegsPlanName, PegsSpec};
+use tally_kinds::sliders::{SlidersPlanName, SlidersSpec};
+use tally_kinds::spec::JobSpec;
+use tally_kinds::values::EncodedTask;
+use tally_kinds::{Control, dynamic::ShardContext};
 use tally_stage::{BlobRef, StageStore, StageStoreUrl, blob_key};
+use tally_wire::lease::LeaseId;
+use tally_wire::proto::report_message::Body;
+use tally_wire::proto::{self, JobState};
 
 use crate::support::s3::{BUCKET, MotoS3, SECRET};
 use crate::support::{
@@ -276,7 +276,7 @@ fn jobs_give_the_same_answers_through_s3() {
 /// Registers as a worker: its session, and the stage store the coordinator
 /// names (its own place in the configured store).
 async fn register_for_store(
-    client: &mut tally_common::proto::worker_service_client::WorkerServiceClient<
+    client: &mut tally_wire::proto::worker_service_client::WorkerServiceClient<
         tonic::transport::Channel,
     >,
     worker: &str,
@@ -366,7 +366,7 @@ async fn run_stages_here(
                         ShardContext {
                             input: input.as_ref(),
                             checkpoint: &[],
-                            cache: &tally_common::cache::KernelCache::new(),
+                            cache: &tally_kinds::cache::KernelCache::new(),
                             control: &Control::new(),
                             checkpoint_every: Duration::from_secs(3600),
                             on_event: &mut |_| {},

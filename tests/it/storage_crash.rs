@@ -19,17 +19,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tally_common::Control;
-use tally_common::cache::KernelCache;
-use tally_common::dynamic::ShardContext;
-use tally_common::kinds::hex::{HexPlan, HexSpec};
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::kinds::sliders::SlidersSpec;
-use tally_common::lease::LeaseId;
-use tally_common::proto;
-use tally_common::sliders::SliderParams;
-use tally_common::spec::{JobSpec, ValidSpec};
-use tally_common::values::{EncodedPartial, EncodedTask, ShardOutcome};
 use tally_coordinator::CoordinatorError;
 use tally_coordinator::records::{
     self, EventRecord, JobRecord, JobState, ShardRecord, ShardState, checkpoint_key, decode,
@@ -40,6 +29,17 @@ use tally_coordinator::scheduler::{
     SchedulerConfig,
 };
 use tally_coordinator::store::{SledStore, Store, Tree};
+use tally_kernels::sliders::SliderParams;
+use tally_kinds::Control;
+use tally_kinds::cache::KernelCache;
+use tally_kinds::dynamic::ShardContext;
+use tally_kinds::hex::{HexPlan, HexSpec};
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::sliders::SlidersSpec;
+use tally_kinds::spec::{JobSpec, ValidSpec};
+use tally_kinds::values::{EncodedPartial, EncodedTask, ShardOutcome};
+use tally_wire::lease::LeaseId;
+use tally_wire::proto;
 
 use support::Rng;
 
@@ -155,7 +155,7 @@ fn random_spec(rng: &mut Rng) -> ValidSpec {
             ..Default::default()
         }),
     };
-    spec.options.lease_ttl_ms = tally_common::spec::MIN_LEASE_TTL_MS;
+    spec.options.lease_ttl_ms = tally_kinds::spec::MIN_LEASE_TTL_MS;
     spec.options.max_attempts = if rng.chance(15) { 2 } else { 100 };
     spec.options.replicas = if rng.chance(20) { 2 } else { 1 };
     spec.options.priority = rng.below(5) - 2;
@@ -1187,7 +1187,7 @@ fn expired_first_lease(dir: &Path) -> (Scheduler, Arc<dyn Store>, Grant, ShardOu
         pins: 10,
         digits: 9,
     });
-    spec.options.lease_ttl_ms = tally_common::spec::MIN_LEASE_TTL_MS;
+    spec.options.lease_ttl_ms = tally_kinds::spec::MIN_LEASE_TTL_MS;
     let spec = ValidSpec::new(spec).unwrap();
     let plan = spec.prepare(&KernelCache::new(), &Control::new()).unwrap();
     scheduler.submit(spec, plan, None, Vec::new(), 0).unwrap();

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use tally_common::test_rng::Rng;
 use tally_coordinator::store::{Batch, NEXT_JOB_KEY, OnLoss, SledStore, Store, Tree};
+use tally_kernels::test_rng::Rng;
 
 /// Every tree's content, as a store should hold it.
 type Content = BTreeMap<(Tree, Vec<u8>), Vec<u8>>;

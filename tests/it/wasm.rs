@@ -7,12 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use tally_common::guest::sha256_hex;
-use tally_common::kinds::wasm::{DEFAULT_MODULUS, WasmSpec};
-use tally_common::proto::{self, JobState};
-use tally_common::spec::JobSpec;
 use tally_example_independent_sets::A006506;
 use tally_example_queens::A000170;
+use tally_kinds::guest::sha256_hex;
+use tally_kinds::spec::JobSpec;
+use tally_kinds::wasm::{DEFAULT_MODULUS, WasmSpec};
+use tally_wire::proto::{self, JobState};
 use tonic::transport::Channel;
 
 use crate::processes::{Resumption, resumes_from_its_last_checkpoint_as};
@@ -306,7 +306,7 @@ async fn modules_are_checked_and_stored_once_at_submission() {
         r#"(import "env" "clock_time_get" (func (param i32 i64 i32) (result i32)))"#,
         "(i32.const 1)",
     );
-    let oversized = vec![0u8; tally_common::guest::MAX_MODULE_BYTES + 1];
+    let oversized = vec![0u8; tally_kinds::guest::MAX_MODULE_BYTES + 1];
     let abi_2 = wat::parse_str(
         r#"(module
              (memory (export "memory") 1)

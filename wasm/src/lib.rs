@@ -8,12 +8,14 @@
 //! clock or randomness. Execution is deterministic (NaNs canonicalised, no
 //! threads, relaxed SIMD deterministic), so replicas agree bit for bit.
 
+#![forbid(unsafe_code)]
+
 mod runtime;
 
 pub use runtime::GuestSandbox;
 /// One shard's call, and what a running shard tells its caller and asks it:
 /// the runner's own types, so the `wasm` kind hands them over as they are.
-pub use tally_common::guest::{GuestCall as ShardCall, GuestHooks as Hooks};
+pub use tally_kinds::guest::{GuestCall as ShardCall, GuestHooks as Hooks};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,7 +46,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            module_bytes: tally_common::guest::MAX_MODULE_BYTES,
+            module_bytes: tally_kinds::guest::MAX_MODULE_BYTES,
             memory_bytes: 1 << 30,
             fuel: 1 << 44,
             checkpoint_bytes: 64 << 20,

@@ -1,12 +1,12 @@
 //! The sandbox as the runner's `wasm` kind uses it: [`GuestSandbox`]
-//! implements `tally_common::guest`'s traits, and the sandbox's errors
+//! implements `tally_kinds::guest`'s traits, and the sandbox's errors
 //! become the runner's (the module's own faults are bad input, which fails
 //! the job at once: every attempt would repeat them).
 
 use std::sync::Arc;
 
-use tally_common::guest::{GuestCall, GuestHooks, GuestModule, GuestRuntime};
-use tally_common::{Error, invalid};
+use tally_kinds::guest::{GuestCall, GuestHooks, GuestModule, GuestRuntime};
+use tally_kinds::{Error, invalid};
 
 use crate::{Kernel, Limits, Sandbox, WasmError};
 
@@ -14,7 +14,7 @@ use crate::{Kernel, Limits, Sandbox, WasmError};
 pub struct GuestSandbox(Arc<Sandbox>);
 
 impl GuestSandbox {
-    pub fn new(limits: Limits) -> tally_common::Result<GuestSandbox> {
+    pub fn new(limits: Limits) -> tally_kinds::Result<GuestSandbox> {
         Ok(GuestSandbox(Arc::new(
             Sandbox::new(limits).map_err(into_error)?,
         )))
@@ -22,7 +22,7 @@ impl GuestSandbox {
 }
 
 impl GuestRuntime for GuestSandbox {
-    fn load(&self, module: &[u8]) -> tally_common::Result<Arc<dyn GuestModule>> {
+    fn load(&self, module: &[u8]) -> tally_kinds::Result<Arc<dyn GuestModule>> {
         let kernel = self.0.load(module).map_err(into_error)?;
         Ok(Arc::new(LoadedKernel {
             sandbox: self.0.clone(),
@@ -41,7 +41,7 @@ impl GuestModule for LoadedKernel {
         &self,
         call: &GuestCall<'_>,
         hooks: &mut dyn GuestHooks,
-    ) -> tally_common::Result<Vec<u64>> {
+    ) -> tally_kinds::Result<Vec<u64>> {
         self.sandbox
             .run(&self.kernel, call, hooks)
             .map_err(into_error)

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tally_common::proto;
+use tally_wire::proto;
 
 use crate::context::{Context, ShardHandle};
 use crate::execute;

@@ -10,8 +10,8 @@
 
 use std::sync::{Arc, Weak};
 
-use tally_common::proto;
-use tally_common::wire::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS};
+use tally_wire::limits::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS};
+use tally_wire::proto;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::context::{Context, QueuedReport as Queued, ReportAnswer as Answer};
@@ -23,7 +23,7 @@ pub(crate) const MAX_BATCHED_OUTPUT: usize = MAX_BATCH_OUTPUT / 4;
 /// task holds the context weakly, so it ends with the worker.
 pub(crate) async fn send(ctx: &Arc<Context>, report: proto::BatchedReport) -> Answer {
     let batches = &ctx.batches;
-    if let Some(inbox) = batches.inbox.lock().unwrap().take() {
+    if let Some(inbox) = batches.inbox.lock().take() {
         tokio::spawn(send_batches(Arc::downgrade(ctx), inbox));
     }
     let (answer, answered) = oneshot::channel();

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_common::cache::KernelCache;
-use tally_common::kind::CHECKPOINT_EVERY;
-use tally_common::transport::ClientSecurity;
+use tally_kinds::cache::KernelCache;
+use tally_kinds::kind::CHECKPOINT_EVERY;
+use tally_wire::transport::ClientSecurity;
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -112,7 +112,7 @@ pub fn machine_memory() -> u64 {
         (Some(total), Some(limit)) => total.min(limit),
         (Some(total), None) => total,
         (None, Some(limit)) => limit,
-        (None, None) => tally_common::kind::WORKER_MEMORY_BUDGET,
+        (None, None) => tally_kinds::kind::WORKER_MEMORY_BUDGET,
     }
 }
 

@@ -1,19 +1,20 @@
 //! What the worker's tasks share: its configuration, the connection to the
 //! coordinator, the compute pool, the running shards and the counters.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tally_common::Control;
-use tally_common::dynamic::StageInput;
-use tally_common::kind::StageRead;
-use tally_common::proto::{self, worker_service_client::WorkerServiceClient};
-use tally_common::transport::{AuthChannel, ClientSecurity};
-use tally_common::wire::MAX_MESSAGE_BYTES;
+use tally_kinds::Control;
+use tally_kinds::dynamic::StageInput;
+use tally_kinds::kind::StageRead;
 use tally_stage::store::CHECK_PATIENCE;
 use tally_stage::{StageStore, StageStoreUrl};
+use tally_wire::limits::MAX_MESSAGE_BYTES;
+use tally_wire::proto::{self, worker_service_client::WorkerServiceClient};
+use tally_wire::transport::{AuthChannel, ClientSecurity};
 use tokio::sync::Notify;
 
 use crate::config::WorkerConfig;
@@ -52,7 +53,7 @@ impl Batches {
 
 /// Connects lazily (the coordinator may not be up yet) with the message limits.
 pub fn connect(url: &str, security: &ClientSecurity) -> Result<Client> {
-    let channel = tally_common::transport::lazy_channel(url, security)
+    let channel = tally_wire::transport::lazy_channel(url, security)
         .map_err(|e| WorkerError::Address(url.to_string(), e.to_string()))?;
     Ok(WorkerServiceClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -172,14 +173,14 @@ impl Context {
                 Err(e) => return Err(self.stage_unusable(e)),
             },
         };
-        if let StageData::Store(open) = &*self.stage.lock().unwrap()
+        if let StageData::Store(open) = &*self.stage.lock()
             && open.url() == &url
         {
             return Ok(());
         }
         let store = match StageStore::open(&url) {
             Ok(None) => {
-                *self.stage.lock().unwrap() = StageData::Coordinator;
+                *self.stage.lock() = StageData::Coordinator;
                 return Ok(());
             }
             Ok(Some(store)) => store,
@@ -190,7 +191,7 @@ impl Context {
             return Err(self.stage_unusable(e));
         }
         tracing::info!(store = %url, "stage data in the stage store");
-        *self.stage.lock().unwrap() =
+        *self.stage.lock() =
             StageData::Store(store.with_mid_upload_pause(self.config.pause_mid_upload));
         Ok(())
     }
@@ -199,13 +200,13 @@ impl Context {
     /// every shard that needs it.
     fn stage_unusable(&self, why: tally_stage::StageError) -> WorkerError {
         tracing::error!(error = %why, "the stage store cannot be used from this worker; shards that need it fail");
-        *self.stage.lock().unwrap() = StageData::Unusable(why.to_string());
+        *self.stage.lock() = StageData::Unusable(why.to_string());
         WorkerError::Stage(why)
     }
 
     /// Where stage data lives: `None` for the coordinator.
     pub(crate) fn stage_store(&self) -> Result<Option<StageStore>> {
-        match &*self.stage.lock().unwrap() {
+        match &*self.stage.lock() {
             StageData::Coordinator => Ok(None),
             StageData::Store(store) => Ok(Some(store.clone())),
             StageData::Unusable(why) => Err(WorkerError::Stage(
@@ -216,19 +217,19 @@ impl Context {
 
     /// The session every call but registration carries.
     pub(crate) fn session(&self) -> String {
-        self.session.lock().unwrap().clone()
+        self.session.lock().clone()
     }
 
     /// Keeps the session of a new registration.
     pub(crate) fn set_session(&self, session: String) {
-        *self.session.lock().unwrap() = session;
+        *self.session.lock() = session;
         self.session_lost.store(false, Ordering::Relaxed);
     }
 
     /// A call that carried `session` was refused as UNAUTHENTICATED: unless a
     /// newer registration has replaced it already, the worker registers again.
     pub(crate) fn session_refused(&self, session: &str) {
-        if *self.session.lock().unwrap() == session {
+        if *self.session.lock() == session {
             self.session_lost.store(true, Ordering::Relaxed);
         }
     }
@@ -241,7 +242,7 @@ impl Context {
     /// What this worker runs besides the built-in kinds, said at registration.
     pub(crate) fn capabilities(&self) -> Vec<String> {
         if self.config.allow_wasm {
-            vec![tally_common::guest::WASM_CAPABILITY.to_string()]
+            vec![tally_kinds::guest::WASM_CAPABILITY.to_string()]
         } else {
             Vec::new()
         }
@@ -258,7 +259,7 @@ impl Context {
             ttl,
             ..ShardHandle::default()
         });
-        let mut active = self.active.lock().unwrap();
+        let mut active = self.active.lock();
         active.insert(lease_id.to_string(), handle.clone());
         drop(active);
         self.leases_changed.notify_one();
@@ -269,7 +270,7 @@ impl Context {
     /// shortest lease held, so that a lease is renewed at least twice before
     /// it could lapse; never below [`MIN_HEARTBEAT_EVERY`].
     pub(crate) fn heartbeat_every(&self) -> Duration {
-        let shortest = self.active.lock().unwrap().values().map(|h| h.ttl).min();
+        let shortest = self.active.lock().values().map(|h| h.ttl).min();
         heartbeat_every(shortest)
     }
 
@@ -280,7 +281,7 @@ impl Context {
 
     /// Gives back the slot of a shard whose attempt has ended.
     pub(crate) fn release(&self, lease_id: &str) {
-        self.active.lock().unwrap().remove(lease_id);
+        self.active.lock().remove(lease_id);
         self.slot_freed.notify_one();
     }
 
@@ -289,7 +290,7 @@ impl Context {
     }
 
     pub(crate) fn running(&self) -> usize {
-        self.active.lock().unwrap().len()
+        self.active.lock().len()
     }
 
     pub(crate) fn free_slots(&self) -> usize {
@@ -298,7 +299,7 @@ impl Context {
 
     /// The work done so far by each running shard, by lease id.
     pub(crate) fn progress(&self) -> Vec<(String, u64)> {
-        let active = self.active.lock().unwrap();
+        let active = self.active.lock();
         let progress = active
             .iter()
             .map(|(id, h)| (id.clone(), h.control.work_done()));
@@ -307,7 +308,7 @@ impl Context {
 
     /// Stops the shard of `lease_id`, if it runs here, without a final report.
     pub(crate) fn revoke(&self, lease_id: &str) {
-        if let Some(shard) = self.active.lock().unwrap().get(lease_id) {
+        if let Some(shard) = self.active.lock().get(lease_id) {
             tracing::info!(lease = %lease_id, "lease revoked; stopping the shard");
             shard.revoke();
         }
@@ -315,13 +316,13 @@ impl Context {
 
     /// Stops every running shard; each hands its lease back.
     pub(crate) fn cancel_all(&self) {
-        for shard in self.active.lock().unwrap().values() {
+        for shard in self.active.lock().values() {
             shard.control.cancel();
         }
     }
 
     pub(crate) fn gauges(&self) -> Gauges {
-        let active = self.active.lock().unwrap();
+        let active = self.active.lock();
         Gauges {
             active_shards: active.len(),
             slots: self.config.slots,

@@ -1,6 +1,6 @@
 //! The worker's errors.
 
-use tally_common::Error as CommonError;
+use tally_kinds::Error as KindError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -17,7 +17,9 @@ pub enum WorkerError {
     #[error("the coordinator answered {}: {}", code_name(.0.code()), .0.message())]
     Rpc(#[from] tonic::Status),
     #[error("{0}")]
-    Kernel(#[from] CommonError),
+    Kernel(#[from] KindError),
+    #[error("{0}")]
+    Wire(#[from] tally_wire::Error),
     #[error("{0}")]
     Stage(#[from] tally_stage::StageError),
 }
@@ -28,7 +30,7 @@ impl WorkerError {
     pub fn is_cancelled(&self) -> bool {
         matches!(
             self,
-            WorkerError::Kernel(CommonError::Cancelled)
+            WorkerError::Kernel(KindError::Cancelled)
                 | WorkerError::Stage(tally_stage::StageError::Cancelled)
         )
     }

@@ -6,16 +6,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_common::cache::KernelCache;
-use tally_common::dynamic::{ShardContext, StageInput};
-use tally_common::kind::StageRead;
-use tally_common::lease::LeaseId;
-use tally_common::proto;
-use tally_common::spec::ValidSpec;
-use tally_common::values::{EncodedTask, ShardEvent, ShardOutcome};
-use tally_common::wire::MAX_CHECKPOINT_BYTES;
-use tally_common::{Error as CommonError, Result as CommonResult};
+use tally_kinds::cache::KernelCache;
+use tally_kinds::dynamic::{ShardContext, StageInput};
+use tally_kinds::kind::StageRead;
+use tally_kinds::spec::ValidSpec;
+use tally_kinds::values::{EncodedTask, ShardEvent, ShardOutcome};
+use tally_kinds::{Error as CommonError, Result as CommonResult};
 use tally_stage::{BlobRef, StageError, StageStore, blob_key};
+use tally_wire::lease::LeaseId;
+use tally_wire::limits::MAX_CHECKPOINT_BYTES;
+use tally_wire::proto;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::backoff::Backoff;
@@ -106,7 +106,7 @@ async fn checkpoint_from_store(
     store: &StageStore,
     blob: &proto::BlobRef,
     lease_id: &str,
-    control: &tally_common::Control,
+    control: &tally_kinds::Control,
 ) -> Result<Vec<u8>> {
     let blob = BlobRef::try_from(blob)?;
     match store.read(&blob, control).await {
@@ -237,7 +237,7 @@ async fn fetch_stage_input(
 
 /// One read of stage data from the stage store: the blobs the coordinator
 /// names for the stage, each whole (merged in order) or bucket `q` of each
-/// (framed as `tally_common::buckets` gathers it). A blob that is missing or
+/// (framed as `tally_kernels::buckets` gathers it). A blob that is missing or
 /// fails its digest is computed again from its shard.
 async fn read_from_store(
     ctx: &Context,
@@ -320,7 +320,7 @@ async fn read_from_store(
 
 /// Bucket `q` of a frontier shard's output.
 fn bucket_of_output(output: &[u8], q: u32) -> Result<Vec<u8>> {
-    let buckets = tally_common::buckets::split_buckets(output)?;
+    let buckets = tally_kernels::buckets::split_buckets(output)?;
     let bucket = buckets.get(q as usize).ok_or_else(|| {
         CommonError::InvalidArgument(format!(
             "the output holds {} buckets; bucket {q} was asked for",
@@ -431,7 +431,7 @@ async fn fetch_checkpoint(
     ctx: &Context,
     lease_id: &str,
     announced: u64,
-    control: &tally_common::Control,
+    control: &tally_kinds::Control,
 ) -> Result<Vec<u8>> {
     let data = with_retries(ctx, control, "checkpoint", |session| async move {
         let request = proto::FetchCheckpointRequest {
@@ -469,7 +469,7 @@ async fn fetch_checkpoint(
 async fn fetch_attachment(
     ctx: &Context,
     sha256: &str,
-    control: &tally_common::Control,
+    control: &tally_kinds::Control,
 ) -> Result<()> {
     let cache = &ctx.config.kernel_cache;
     if cache.attachment(sha256).is_some() {
@@ -491,7 +491,7 @@ async fn fetch_attachment(
     .await?;
     // Hashing 8 MiB takes milliseconds: not on the async runtime.
     let (data, got) = tokio::task::spawn_blocking(move || {
-        let got = tally_common::guest::sha256_hex(&data);
+        let got = tally_kinds::guest::sha256_hex(&data);
         (data, got)
     })
     .await
@@ -513,7 +513,7 @@ async fn fetch_attachment(
 /// `what` names the data in the log.
 async fn with_retries<T, F, Fut>(
     ctx: &Context,
-    control: &tally_common::Control,
+    control: &tally_kinds::Control,
     what: &str,
     mut fetch: F,
 ) -> Result<T>

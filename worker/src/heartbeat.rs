@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use tally_common::proto;
+use tally_wire::proto;
 
 use crate::context::Context;
 

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tally_common::proto;
+use tally_wire::proto;
 use tokio::task::JoinSet;
 
 use crate::attempt;

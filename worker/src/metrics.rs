@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tally_common::metrics::{Counter, Exposition, Histogram};
+use tally_wire::metrics::{Counter, Exposition, Histogram};
 
 /// Counters of one worker's life, returned when it stops.
 #[derive(Debug, Default)]

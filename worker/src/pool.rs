@@ -1,8 +1,9 @@
 //! The dedicated compute pool: a fixed set of OS threads that run kernels, so the
 //! async runtime's threads never block on computation.
 
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 
 type Task = Box<dyn FnOnce() + Send + 'static>;
 
@@ -20,7 +21,7 @@ impl ComputePool {
                 .name(format!("tally-compute-{i}"))
                 .spawn(move || {
                     loop {
-                        let task = receiver.lock().unwrap().recv();
+                        let task = receiver.lock().recv();
                         match task {
                             Ok(task) => task(),
                             Err(_) => return,

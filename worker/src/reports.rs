@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use tally_common::Error as CommonError;
-use tally_common::lease::LeaseId;
-use tally_common::proto::{self, batched_report::Ending as BatchedEnding, report_message::Body};
-use tally_common::wire::{INLINE_CHECKPOINT_BYTES, OUTPUT_CHUNK};
+use tally_kinds::Error as CommonError;
 use tally_stage::{StageStore, blob_key};
+use tally_wire::lease::LeaseId;
+use tally_wire::limits::{INLINE_CHECKPOINT_BYTES, OUTPUT_CHUNK};
+use tally_wire::proto::{self, batched_report::Ending as BatchedEnding, report_message::Body};
 use tokio::sync::mpsc;
 
 use crate::backoff::Backoff;
@@ -69,7 +69,10 @@ impl Ending {
                 message: "the shard stopped as cancelled, but nothing cancelled it".into(),
                 permanent: false,
             },
-            Err(WorkerError::Kernel(CommonError::InvalidArgument(message))) => Ending::Failed {
+            Err(
+                WorkerError::Kernel(CommonError::InvalidArgument(message))
+                | WorkerError::Wire(tally_wire::Error::InvalidArgument(message)),
+            ) => Ending::Failed {
                 message,
                 permanent: true,
             },

@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
-use tally_common::lease::LeaseId;
-use tally_common::values::EncodedPartial;
-use tally_common::wire::OUTPUT_CHUNK;
+use tally_kinds::values::EncodedPartial;
+use tally_wire::lease::LeaseId;
+use tally_wire::limits::OUTPUT_CHUNK;
 
 use crate::error::Result;
 use crate::records::{

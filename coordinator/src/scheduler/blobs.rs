@@ -213,5 +213,5 @@ fn random_hex() -> Result<String> {
     let mut random = [0u8; 8];
     getrandom::fill(&mut random)
         .map_err(|e| CoordinatorError::Internal(format!("no randomness: {e}")))?;
-    Ok(tally_common::digest::to_hex(&random))
+    Ok(tally_wire::digest::to_hex(&random))
 }

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use tally_common::guest::SEND_MODULE;
-use tally_common::proto;
-use tally_common::spec::ValidSpec;
-use tally_common::values::{JobPlan, PlannedShard};
+use tally_kinds::guest::SEND_MODULE;
+use tally_kinds::spec::ValidSpec;
+use tally_kinds::values::{JobPlan, PlannedShard};
+use tally_wire::proto;
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{

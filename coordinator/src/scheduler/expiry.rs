@@ -5,8 +5,8 @@
 //! limit fails its job. The expired attempt stays the shard's latest until the
 //! shard is leased again, so its late result is still accepted.
 
-use tally_common::lease::LeaseId;
-use tally_common::proto;
+use tally_wire::lease::LeaseId;
+use tally_wire::proto;
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{JobRecord, JobState, ShardRecord, ShardState, encode, job_key, shard_key};

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use tally_common::kind::ResourceEstimate;
+use tally_kinds::kind::ResourceEstimate;
 
 use crate::records::{JobRecord, JobState};
 

@@ -3,9 +3,9 @@
 //! repeat, even across restarts: they are fencing tokens. Only pending shards
 //! are leased, highest priority first, then oldest job first.
 
-use tally_common::lease::LeaseId;
-use tally_common::wire::{INLINE_CHECKPOINT_BYTES, MAX_INLINE_CHECKPOINTS_PER_RESPONSE};
 use tally_stage::BlobRef;
+use tally_wire::lease::LeaseId;
+use tally_wire::limits::{INLINE_CHECKPOINT_BYTES, MAX_INLINE_CHECKPOINTS_PER_RESPONSE};
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{

@@ -1,12 +1,12 @@
 //! What crosses the scheduler's boundary: the leases it hands out, the reports
 //! it receives, what it answers to them, and what it knows of each worker.
 
-use tally_common::digest::fnv1a64;
-use tally_common::kind::WORKER_MEMORY_BUDGET;
-use tally_common::lease::LeaseId;
-use tally_common::spec::ValidSpec;
-use tally_common::values::{EncodedPartial, EncodedTask, JobPlan};
+use tally_kinds::kind::WORKER_MEMORY_BUDGET;
+use tally_kinds::spec::ValidSpec;
+use tally_kinds::values::{EncodedPartial, EncodedTask, JobPlan};
 use tally_stage::BlobRef;
+use tally_wire::digest::fnv1a64;
+use tally_wire::lease::LeaseId;
 
 use crate::error::Result;
 

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::proto;
-use tally_common::spec::JobSpec;
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::spec::JobSpec;
+use tally_wire::proto;
 
 use crate::store::{MemoryStore, Store};
 

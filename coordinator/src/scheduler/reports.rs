@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use tally_common::lease::LeaseId;
-use tally_common::values::EncodedPartial;
+use tally_kinds::values::EncodedPartial;
+use tally_wire::lease::LeaseId;
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{

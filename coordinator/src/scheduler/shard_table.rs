@@ -170,8 +170,8 @@ impl Index<usize> for ShardTable {
 
 #[cfg(test)]
 mod tests {
-    use tally_common::test_rng::Rng;
-    use tally_common::values::EncodedTask;
+    use tally_kernels::test_rng::Rng;
+    use tally_kinds::values::EncodedTask;
 
     use super::*;
 

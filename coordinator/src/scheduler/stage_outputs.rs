@@ -13,8 +13,8 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use tally_common::spec::ValidSpec;
-use tally_common::values::JobPlan;
+use tally_kinds::spec::ValidSpec;
+use tally_kinds::values::JobPlan;
 use tally_stage::BlobRef;
 
 use crate::error::{CoordinatorError, Result};
@@ -277,7 +277,7 @@ pub(super) fn retained_stages(
     plan: &JobPlan,
     stage: u32,
     external: bool,
-) -> tally_common::Result<Vec<u32>> {
+) -> tally_kinds::Result<Vec<u32>> {
     let mut keep = spec.kept_stages(plan, stage)?;
     if external && stage >= 2 {
         if stage >= 3 {

@@ -3,12 +3,12 @@
 //! again after a crash yields the same shards): the next stage's shards, or
 //! the job's answer. The stage output that the next stage reads is kept in
 //! memory and in the store until the stage after it is done; a frontier plan's
-//! shards each read one bucket of it (`tally_common::buckets`).
+//! shards each read one bucket of it (`tally_kernels::buckets`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use tally_common::values::{EncodedPartial, EncodedTask, PlannedShard};
+use tally_kinds::values::{EncodedPartial, EncodedTask, PlannedShard};
 use tally_stage::BlobRef;
 
 use crate::error::{CoordinatorError, Result};
@@ -100,7 +100,7 @@ impl Scheduler {
             return Ok(finished.data.clone());
         };
         let outputs = finished.outputs();
-        let gathered = tally_common::buckets::gather_bucket(&outputs, bucket).map_err(|e| {
+        let gathered = tally_kernels::buckets::gather_bucket(&outputs, bucket).map_err(|e| {
             CoordinatorError::FailedPrecondition(format!(
                 "job {job} has no bucket {bucket} in the output of stage {stage}: {e}"
             ))
@@ -220,7 +220,7 @@ fn finish_job(entry: &mut JobEntry, batch: &mut Batch, now_ms: u64) {
         entry.shards.iter().map(|s| s.partial.clone()).collect();
     let mut rec = entry.rec.clone();
     let answer = partials
-        .ok_or_else(|| tally_common::Error::Internal("a done shard has no result".into()))
+        .ok_or_else(|| tally_kinds::Error::Internal("a done shard has no result".into()))
         .and_then(|partials| rec.spec.finish(&rec.plan, &partials));
     let (kind, message) = match answer {
         Ok(answer) => {

@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use tally_common::Control;
-use tally_common::cache::KernelCache;
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::proto;
-use tally_common::spec::{JobSpec, ValidSpec};
-use tally_common::values::EncodedTask;
+use tally_kinds::Control;
+use tally_kinds::cache::KernelCache;
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::spec::{JobSpec, ValidSpec};
+use tally_kinds::values::EncodedTask;
+use tally_wire::proto;
 
 use crate::error::{CoordinatorError, Result};
 use crate::store::{MemoryStore, Store};
@@ -34,7 +34,7 @@ fn kayles(pins: u64) -> JobSpec {
 }
 
 /// The answer computed in one call, without the scheduler.
-pub(super) fn direct_answer(spec: &JobSpec) -> tally_common::kind::Answer {
+pub(super) fn direct_answer(spec: &JobSpec) -> tally_kinds::kind::Answer {
     ValidSpec::new(spec.clone())
         .unwrap()
         .compute_direct(1, &Control::new())
@@ -101,7 +101,7 @@ fn a_job_runs_to_the_direct_answer() {
     grants.extend(first);
     assert_eq!(
         grants.len() as u32,
-        tally_common::kayles::character_count(30)
+        tally_kernels::kayles::character_count(30)
     );
     assert_eq!(s.job(&id, 6).unwrap().started_ms, 1);
     for g in &grants {
@@ -423,7 +423,7 @@ fn higher_priority_jobs_are_leased_first() {
     urgent.options.priority = 5;
     let high = submit(&mut s, &urgent);
     let grants = s.lease("w", 100, 0).unwrap();
-    let high_count = tally_common::kayles::character_count(12) as usize;
+    let high_count = tally_kernels::kayles::character_count(12) as usize;
     assert!(grants.len() > high_count);
     assert!(grants[..high_count].iter().all(|g| g.lease.job == high));
     assert!(grants[high_count..].iter().all(|g| g.lease.job == low));
@@ -448,7 +448,7 @@ fn jobs_of_equal_priority_are_leased_in_turn() {
     let mut urgent = kayles(10);
     urgent.options.priority = 1;
     let high = submit(&mut s, &urgent);
-    let urgent_shards = tally_common::kayles::character_count(10) as u32;
+    let urgent_shards = tally_kernels::kayles::character_count(10) as u32;
     let grants = s.lease("w", urgent_shards + 2, 20).unwrap();
     let (first, rest) = grants.split_at(urgent_shards as usize);
     assert!(first.iter().all(|g| g.lease.job == high));
@@ -577,7 +577,7 @@ fn leases_released_at_start_are_handed_back_at_once_without_a_failed_attempt() {
     assert_eq!(held.len(), 3);
     let mut s = registered(Scheduler::load(store, SchedulerConfig::default(), 2).unwrap());
     // Without a release, nothing held is leased again before the TTL.
-    let total = tally_common::kayles::character_count(30) as usize;
+    let total = tally_kernels::kayles::character_count(30) as usize;
     assert_eq!(s.lease("w", 100, 2).unwrap().len(), total - 3);
     assert_eq!(
         s.release_all_leases("its worker stopped", 3).unwrap(),
@@ -601,11 +601,11 @@ fn leases_released_at_start_are_handed_back_at_once_without_a_failed_attempt() {
 /// checkpoint's size, and only its current attempt may fetch it.
 #[test]
 fn a_lease_response_carries_checkpoints_up_to_its_share_of_a_message() {
-    use tally_common::wire::{INLINE_CHECKPOINT_BYTES, MAX_INLINE_CHECKPOINTS_PER_RESPONSE};
+    use tally_wire::limits::{INLINE_CHECKPOINT_BYTES, MAX_INLINE_CHECKPOINTS_PER_RESPONSE};
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let mut s = new_scheduler(store.clone());
     submit(&mut s, &kayles(30));
-    let total = tally_common::kayles::character_count(30) as usize;
+    let total = tally_kernels::kayles::character_count(30) as usize;
     let held = s.lease("w", 100, 1).unwrap();
     assert_eq!(held.len(), total);
     let small = INLINE_CHECKPOINT_BYTES - 1;
@@ -832,12 +832,12 @@ pub(super) fn staged_report(s: &mut Scheduler, grant: &Grant) -> Report {
         .spec
         .execute(
             &task,
-            tally_common::dynamic::ShardContext {
+            tally_kinds::dynamic::ShardContext {
                 input: input.as_ref(),
                 checkpoint: &[],
                 cache: &KernelCache::new(),
                 control: &Control::new(),
-                checkpoint_every: tally_common::kind::CHECKPOINT_EVERY,
+                checkpoint_every: tally_kinds::kind::CHECKPOINT_EVERY,
                 on_event: &mut |_| {},
             },
         )
@@ -856,8 +856,8 @@ pub(super) fn staged_report(s: &mut Scheduler, grant: &Grant) -> Report {
 fn kept_stage_outputs_survive_reloads_and_are_deleted_when_no_longer_read() {
     use crate::records::shard_prefix;
     use crate::store::Tree;
-    use tally_common::kinds::sliders::{SlidersPlanName, SlidersSpec};
-    use tally_common::sliders::SliderParams;
+    use tally_kernels::sliders::SliderParams;
+    use tally_kinds::sliders::{SlidersPlanName, SlidersSpec};
 
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let mut s = new_scheduler(store.clone());
@@ -933,7 +933,7 @@ impl Store for FailingFrom {
 
 #[test]
 fn a_large_stage_is_written_in_parts_and_a_failure_between_them_never_reuses_the_id() {
-    use tally_common::kinds::synthetic::SyntheticSpec;
+    use tally_kinds::synthetic::SyntheticSpec;
     let big = JobSpec::new(SyntheticSpec {
         shards: 3 * super::clients::SUBMIT_PART as u64 + 5,
         terms_per_shard: 1,
@@ -1045,7 +1045,7 @@ fn jobs_never_leased_are_read_back_without_their_shards_until_a_lease_wants_them
 /// if one does; a worker that said nothing is assumed to have the default.
 #[test]
 fn a_worker_holds_only_the_shards_its_memory_budget_holds() {
-    use tally_common::kinds::hex::{HexPlan, HexSpec};
+    use tally_kinds::hex::{HexPlan, HexSpec};
     let mut s = new_scheduler(Arc::new(MemoryStore::new()));
     let spec = JobSpec::new(HexSpec {
         side: 6,

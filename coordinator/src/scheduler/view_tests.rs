@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::kinds::sliders::{SlidersPlanName, SlidersSpec};
-use tally_common::kinds::wasm::WasmSpec;
-use tally_common::proto;
-use tally_common::sliders::SliderParams;
-use tally_common::spec::{JobSpec, ValidSpec};
-use tally_common::values::JobPlan;
+use tally_kernels::sliders::SliderParams;
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::sliders::{SlidersPlanName, SlidersSpec};
+use tally_kinds::spec::{JobSpec, ValidSpec};
+use tally_kinds::values::JobPlan;
+use tally_kinds::wasm::WasmSpec;
+use tally_wire::proto;
 
 use crate::store::MemoryStore;
 
@@ -139,7 +139,7 @@ fn a_frontier_job_claims_no_fraction_or_eta_it_does_not_know() {
 /// a sandbox here: its one prime is given).
 fn wasm_job(s: &mut Scheduler) -> String {
     let module: Arc<[u8]> = Arc::from(&b"module bytes"[..]);
-    let digest = tally_common::guest::sha256_hex(&module);
+    let digest = tally_kinds::guest::sha256_hex(&module);
     let spec = ValidSpec::new(JobSpec::new(WasmSpec {
         module_sha256: digest.clone(),
         shards: 2,

@@ -1,7 +1,7 @@
 //! What clients read: the proto views of jobs and their results, derived from
 //! the records and the in-memory progress.
 
-use tally_common::proto;
+use tally_wire::proto;
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{FinalCounts, JobRecord, JobState};
@@ -260,7 +260,7 @@ impl ListPage {
         let kind = match r.kind.as_str() {
             "" => None,
             name => Some(
-                tally_common::kinds::lookup(name)
+                tally_kinds::lookup(name)
                     .map_err(|e| invalid(e.to_string()))?
                     .name()
                     .to_string(),

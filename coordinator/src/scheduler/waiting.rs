@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use tally_common::kind::format_bytes;
+use tally_kinds::kind::format_bytes;
 
 use crate::records::ShardState;
 

@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
-use tally_common::kind::WORKER_MEMORY_BUDGET;
-use tally_common::transport::constant_time_eq;
+use tally_kinds::kind::WORKER_MEMORY_BUDGET;
+use tally_wire::transport::constant_time_eq;
 
 use crate::error::{CoordinatorError, Result};
 

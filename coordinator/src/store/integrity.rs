@@ -274,7 +274,7 @@ pub(super) fn entry_hash(tree: usize, key: &[u8], value: &[u8]) -> u64 {
 pub(super) fn legacy_entry_hash(tree: usize, key: &[u8], value: &[u8]) -> u64 {
     let tree = [tree as u8];
     let key_len = (key.len() as u32).to_le_bytes();
-    tally_common::digest::fnv1a64_parts(&[&tree, &key_len, key, value])
+    tally_wire::digest::fnv1a64_parts(&[&tree, &key_len, key, value])
 }
 
 /// The content digest recomputed from every entry the store holds, summed

@@ -21,7 +21,7 @@ use std::collections::HashSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use tally_common::digest::fnv1a64;
+use tally_wire::digest::fnv1a64;
 
 use crate::error::{CoordinatorError, Result};
 

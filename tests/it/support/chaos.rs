@@ -17,14 +17,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tally_common::kind::SpecOf;
-use tally_common::kinds::hex::{HexPlan, HexSpec};
-use tally_common::kinds::kayles::KaylesSpec;
-use tally_common::kinds::sliders::SlidersSpec;
-use tally_common::lease::LeaseId;
-use tally_common::proto::job_service_client::JobServiceClient;
-use tally_common::proto::{self, JobState};
-use tally_common::spec::{JobSpec, ValidSpec};
+use tally_kinds::hex::{HexPlan, HexSpec};
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::kind::SpecOf;
+use tally_kinds::sliders::SlidersSpec;
+use tally_kinds::spec::{JobSpec, ValidSpec};
+use tally_wire::lease::LeaseId;
+use tally_wire::proto::job_service_client::JobServiceClient;
+use tally_wire::proto::{self, JobState};
 use tonic::transport::Channel;
 
 use super::{ChildGuard, Rng, free_port, tally_bin};
@@ -86,7 +86,7 @@ pub fn default_menu() -> Vec<JobTemplate> {
     let sliders = |prefixes: u32| {
         JobTemplate::new(
             SlidersSpec {
-                board: tally_common::sliders::SliderParams::default(),
+                board: tally_kernels::sliders::SliderParams::default(),
                 prefixes,
                 ..Default::default()
             },

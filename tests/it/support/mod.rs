@@ -10,18 +10,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tally_common::cache::KernelCache;
-use tally_common::kind::JobKind;
-use tally_common::kinds::{
+use tally_coordinator::{CoordinatorConfig, RunningCoordinator};
+use tally_kinds::cache::KernelCache;
+use tally_kinds::kind::JobKind;
+use tally_kinds::spec::{JobSpec, ValidSpec};
+use tally_kinds::values::EncodedTask;
+use tally_kinds::{
     blocks::Blocks, hex::Hex, kayles::Kayles, pegs::Pegs, queens::Queens, sliders::Sliders,
     synthetic::Synthetic, wasm::Wasm,
 };
-use tally_common::proto::job_service_client::JobServiceClient;
-use tally_common::proto::worker_service_client::WorkerServiceClient;
-use tally_common::proto::{self, Job, JobState};
-use tally_common::spec::{JobSpec, ValidSpec};
-use tally_common::values::EncodedTask;
-use tally_coordinator::{CoordinatorConfig, RunningCoordinator};
+use tally_wire::proto::job_service_client::JobServiceClient;
+use tally_wire::proto::worker_service_client::WorkerServiceClient;
+use tally_wire::proto::{self, Job, JobState};
 use tonic::transport::Channel;
 
 pub async fn start_coordinator(data: Option<&Path>) -> RunningCoordinator {
@@ -108,7 +108,7 @@ pub async fn workers_client(url: &str) -> WorkerServiceClient<Channel> {
 /// The spec checked as the coordinator checks it; a test's own specs are valid.
 /// A hex job with the cell-step plan, modulo 1 000 000 007.
 pub fn hex_cell_step(side: u32, shards_per_step: u32) -> JobSpec {
-    use tally_common::kinds::hex::{HexPlan, HexSpec};
+    use tally_kinds::hex::{HexPlan, HexSpec};
     JobSpec::new(HexSpec {
         side,
         modulus: 1_000_000_007,
@@ -253,7 +253,7 @@ pub async fn events_with_retry(
 /// The answer line computed by the kernels alone.
 pub fn direct_answer(spec: &JobSpec) -> String {
     valid(spec)
-        .compute_direct(2, &tally_common::Control::new())
+        .compute_direct(2, &tally_kinds::Control::new())
         .expect("direct")
         .line
 }
@@ -310,7 +310,7 @@ pub fn result_report(
     use proto::report_message::Body;
     let task = EncodedTask::from_bytes(&lease.task).unwrap();
     let outcome = valid(spec)
-        .execute_once(&task, &KernelCache::new(), &tally_common::Control::new())
+        .execute_once(&task, &KernelCache::new(), &tally_kinds::Control::new())
         .unwrap();
     [
         Body::Header(proto::ReportHeader {
@@ -450,7 +450,7 @@ pub fn http_request(
 }
 
 /// The tests' seeded generator (SplitMix64), shared with the kernels' tests.
-pub use tally_common::test_rng::Rng;
+pub use tally_kernels::test_rng::Rng;
 
 /// A runtime for tests that drive child processes from plain `#[test]`s.
 pub fn runtime() -> tokio::runtime::Runtime {

@@ -1,0 +1,891 @@
+//! Checks of the hex kernel against the public values and against independent
+//! brute-force counts on small boards.
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::Error;
+use crate::modular::{inv_mod, mul_mod};
+
+const P: u32 = DEFAULT_MODULUS;
+
+fn residue(exact: u128, p: u32) -> u32 {
+    (exact % u128::from(p)) as u32
+}
+
+/// Small boards (M <= 16 cells) as bit masks, cell (r, c) at bit r*N + c.
+struct SmallBoard {
+    side: usize,
+    neighbours: Vec<u32>,
+}
+
+impl SmallBoard {
+    fn new(side: usize) -> Self {
+        let n = side as isize;
+        let mut neighbours = vec![0u32; side * side];
+        for r in 0..n {
+            for c in 0..n {
+                for (dr, dc) in [(0, -1), (0, 1), (-1, 0), (-1, 1), (1, -1), (1, 0)] {
+                    let (rr, cc) = (r + dr, c + dc);
+                    if (0..n).contains(&rr) && (0..n).contains(&cc) {
+                        neighbours[(r * n + c) as usize] |= 1 << (rr * n + cc);
+                    }
+                }
+            }
+        }
+        SmallBoard { side, neighbours }
+    }
+
+    fn row_mask(&self, r: usize) -> u32 {
+        ((1u32 << self.side) - 1) << (r * self.side)
+    }
+
+    fn col_mask(&self, c: usize) -> u32 {
+        (0..self.side).fold(0, |m, r| m | 1 << (r * self.side + c))
+    }
+
+    /// Whether `stones` join the `from` side to the `to` side (flood fill).
+    fn connects(&self, stones: u32, from: u32, to: u32) -> bool {
+        let mut reached = stones & from;
+        loop {
+            if reached & to != 0 {
+                return true;
+            }
+            let mut grown = reached;
+            let mut rest = reached;
+            while rest != 0 {
+                let cell = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                grown |= self.neighbours[cell] & stones;
+            }
+            if grown == reached {
+                return false;
+            }
+            reached = grown;
+        }
+    }
+
+    fn top_bottom(&self, stones: u32) -> bool {
+        self.connects(stones, self.row_mask(0), self.row_mask(self.side - 1))
+    }
+
+    fn left_right(&self, stones: u32) -> bool {
+        self.connects(stones, self.col_mask(0), self.col_mask(self.side - 1))
+    }
+
+    /// All C_k by enumeration of the 2^M sets; checks on the way that every full
+    /// colouring has exactly one winner.
+    fn crossings(&self) -> Vec<u64> {
+        let m = self.side * self.side;
+        let all = if m == 32 { u32::MAX } else { (1u32 << m) - 1 };
+        let mut counts = vec![0u64; m + 1];
+        for white in 0..=all {
+            let w = self.top_bottom(white);
+            let b = self.left_right(all & !white);
+            assert!(
+                w != b,
+                "side {}: colouring {white:#x} has {} winners",
+                self.side,
+                w as u8 + b as u8
+            );
+            if w {
+                counts[white.count_ones() as usize] += 1;
+            }
+        }
+        counts
+    }
+
+    /// Number of games still possible from a position (White moves when both have
+    /// as many stones); a game ends when the mover completes a path.
+    fn games(&self, white: u32, black: u32, memo: &mut HashMap<(u32, u32), u64>) -> u64 {
+        if let Some(&g) = memo.get(&(white, black)) {
+            return g;
+        }
+        let m = self.side * self.side;
+        let white_moves = white.count_ones() == black.count_ones();
+        let mut total = 0;
+        for cell in 0..m {
+            let bit = 1u32 << cell;
+            if (white | black) & bit != 0 {
+                continue;
+            }
+            total += if white_moves {
+                if self.top_bottom(white | bit) {
+                    1
+                } else {
+                    self.games(white | bit, black, memo)
+                }
+            } else if self.left_right(black | bit) {
+                1
+            } else {
+                self.games(white, black | bit, memo)
+            };
+        }
+        memo.insert((white, black), total);
+        total
+    }
+}
+
+fn binomials_mod(m: usize, p: u32) -> Vec<u32> {
+    let q = u64::from(p);
+    let mut row = vec![1u64; m + 1];
+    for k in 1..=m {
+        // binom(m, k) = binom(m, k-1) (m-k+1) / k
+        row[k] = mul_mod(
+            mul_mod(row[k - 1], (m - k + 1) as u64, q),
+            inv_mod(k as u64, q).unwrap(),
+            q,
+        );
+    }
+    row.into_iter().map(|b| b as u32).collect()
+}
+
+/// C_0..C_M from the truncated counts with C_(M-k) = binom(M, k) - C_k.
+fn complete(m: usize, truncated: &[u32], p: u32) -> Vec<u32> {
+    let binom = binomials_mod(m, p);
+    let mut full = vec![0u32; m + 1];
+    full[..=m / 2].copy_from_slice(&truncated[..=m / 2]);
+    for k in 0..=m / 2 {
+        if m - k > m / 2 {
+            full[m - k] = ((u64::from(binom[k]) + u64::from(p) - u64::from(truncated[k]))
+                % u64::from(p)) as u32;
+        }
+    }
+    full
+}
+
+fn eval_poly(coeffs: &[u32], x: u32, p: u32) -> u32 {
+    let q = u64::from(p);
+    coeffs.iter().rev().fold(0u64, |acc, &c| {
+        (mul_mod(acc, u64::from(x), q) + u64::from(c)) % q
+    }) as u32
+}
+
+fn serial(graph: &HexGraph, p: u32) -> Vec<u32> {
+    graph.sweep(p, 1, &Control::new()).unwrap()
+}
+
+#[test]
+fn hex_public_game_counts() {
+    let exact: [u128; 4] = [1, 24, 257_760, 10_663_950_528_000];
+    for (i, &h) in exact.iter().enumerate() {
+        let side = i as u32 + 1;
+        for threads in [1, 2] {
+            let answer = count_games(side, P, threads, &Control::new()).unwrap();
+            assert_eq!(answer.games, residue(h, P), "H({side})");
+            assert_eq!(answer.crossings.len(), (side * side / 2) as usize + 1);
+        }
+        // Another prime above M gives the residue of the same integer.
+        let other = 65_521;
+        assert_eq!(
+            count_games(side, other, 1, &Control::new()).unwrap().games,
+            residue(h, other)
+        );
+    }
+}
+
+#[test]
+fn hex_crossings_match_brute_force() {
+    for side in 1..=4u32 {
+        let board = SmallBoard::new(side as usize);
+        let brute = board.crossings();
+        let m = (side * side) as usize;
+        let graph = HexGraph::build(side).unwrap();
+        let swept = serial(&graph, P);
+        let full = complete(m, &swept, P);
+        let expected: Vec<u32> = brute.iter().map(|&c| residue(u128::from(c), P)).collect();
+        assert_eq!(full, expected, "side {side}");
+        // Exact counts are small here: the residues are the counts.
+        assert!(brute.iter().all(|&c| c < u64::from(P)));
+        if side == 3 {
+            assert_eq!(brute, [0, 0, 0, 8, 42, 84, 76, 36, 9, 1]);
+        }
+        if side == 4 {
+            assert_eq!(
+                brute,
+                [
+                    0, 0, 0, 0, 20, 228, 1158, 3420, 6435, 8020, 6850, 4140, 1800, 560, 120, 16, 1
+                ]
+            );
+        }
+        // The untruncated scalar sweep agrees with the completed polynomial, one
+        // point at a time and in batches of every size.
+        let xs: Vec<u32> = vec![0, 1, 2, 3, 12_345, P - 1, 7, 8, 9, 10, 11, 1 << 30];
+        let expected_values: Vec<u32> = xs.iter().map(|&x| eval_poly(&full, x, P)).collect();
+        for (&x, &value) in xs.iter().zip(&expected_values) {
+            assert_eq!(graph.evaluate_crossings(x, P), value, "side {side} x {x}");
+        }
+        for len in 0..=xs.len() {
+            assert_eq!(
+                graph.evaluate_points(&xs[..len], P),
+                expected_values[..len],
+                "side {side}, {len} points"
+            );
+        }
+        assert_eq!(
+            graph.evaluate_crossings(P + 2, P),
+            expected_values[2],
+            "points are reduced"
+        );
+    }
+}
+
+#[test]
+fn hex_game_tree_matches_formula() {
+    for side in 1..=3u32 {
+        let board = SmallBoard::new(side as usize);
+        let games = board.games(0, 0, &mut HashMap::new());
+        let answer = count_games(side, P, 1, &Control::new()).unwrap();
+        assert_eq!(answer.games, residue(u128::from(games), P), "side {side}");
+    }
+    assert_eq!(SmallBoard::new(3).games(0, 0, &mut HashMap::new()), 257_760);
+}
+
+#[test]
+fn hex_state_counts() {
+    let expected = [1, 3, 9, 25, 69, 189, 518, 1422, 3915, 10813, 29964];
+    for (i, &count) in expected.iter().enumerate() {
+        let side = i as u32 + 1;
+        let graph = HexGraph::build(side).unwrap();
+        assert_eq!(graph.num_states(), count, "side {side}");
+        assert_eq!(graph.cells(), side * side);
+        assert_eq!(graph.stride(), (side * side / 2) as usize + 1);
+        assert_eq!(graph.num_steps(), (side * (side - 1)) as usize);
+        assert_eq!(graph.side(), side);
+    }
+}
+
+#[test]
+fn hex_side_11_identities() {
+    let side = 11u32;
+    let m = 121usize;
+    let graph = HexGraph::build(side).unwrap();
+    let c = graph.sweep(P, 2, &Control::new()).unwrap();
+    assert_eq!(c.len(), 61);
+    assert!(c[..11].iter().all(|&v| v == 0));
+    assert_eq!(c[11], 12 << 9);
+    let full = complete(m, &c, P);
+    for x in [2, 3] {
+        assert_eq!(
+            graph.evaluate_crossings(x, P),
+            eval_poly(&full, x, P),
+            "x = {x}"
+        );
+    }
+    assert_eq!(
+        graph.evaluate_points(&[2, 3], P),
+        vec![eval_poly(&full, 2, P), eval_poly(&full, 3, P)]
+    );
+    // 2^120 sets contain a top-bottom path.
+    let two_120 = crate::modular::pow_mod(2, 120, u64::from(P)) as u32;
+    assert_eq!(graph.evaluate_crossings(1, P), two_120);
+    assert_eq!(
+        game_count(side, &c, P),
+        count_games(side, P, 2, &Control::new()).unwrap().games
+    );
+}
+
+#[test]
+fn hex_threads_agree() {
+    for side in [2u32, 5, 8, 9] {
+        let graph = HexGraph::build(side).unwrap();
+        let one = serial(&graph, P);
+        for threads in [2, 3, 4] {
+            let control = Control::new();
+            assert_eq!(
+                graph.sweep(P, threads, &control).unwrap(),
+                one,
+                "side {side}, {threads} threads"
+            );
+            assert_eq!(control.work_done(), graph.total_work());
+        }
+    }
+}
+
+#[test]
+fn hex_step_range_splits() {
+    for side in [4u32, 6] {
+        let graph = HexGraph::build(side).unwrap();
+        let n = graph.num_states();
+        let stride = graph.stride();
+        let mut vector = graph.initial_vector(P);
+        for step in 1..=graph.num_steps() {
+            let mut full = vec![0u32; n * stride];
+            graph.step_range(step, &vector, 0..n, P, &mut full);
+            // Arbitrary cut points (including empty ranges), different per step.
+            let mut cuts = vec![0, n];
+            for k in 0..5 {
+                cuts.push((step * 7919 + k * 104_729) % (n + 1));
+            }
+            cuts.sort_unstable();
+            for pair in cuts.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                // Garbage in `out` must be overwritten.
+                let mut part = vec![u32::MAX; (b - a) * stride];
+                graph.step_range(step, &vector, a..b, P, &mut part);
+                assert_eq!(
+                    part,
+                    full[a * stride..b * stride],
+                    "side {side} step {step} range {a}..{b}"
+                );
+            }
+            vector = full;
+        }
+        assert_eq!(graph.crossings_from_vector(&vector, P), serial(&graph, P));
+    }
+}
+
+#[test]
+fn hex_validate_messages() {
+    let msg = |r: Result<()>| match r {
+        Err(Error::InvalidArgument(m)) => m,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    assert_eq!(msg(validate(0, P)), "side must be between 1 and 20, got 0");
+    assert_eq!(
+        msg(validate(21, P)),
+        "side must be between 1 and 20, got 21"
+    );
+    assert!(msg(validate(11, 1_000_000_008)).contains("prime"));
+    assert!(msg(validate(11, 113)).contains("greater than the number of cells"));
+    assert!(msg(validate(11, 121)).contains("121"));
+    assert!(msg(validate(11, 2_147_483_659)).contains("below 2^31"));
+    assert!(msg(validate(11, 1 << 31)).contains("below 2^31"));
+    validate(11, 127).unwrap();
+    validate(16, 2_147_483_647).unwrap();
+    validate(1, 2).unwrap();
+    assert!(HexGraph::build(0).is_err());
+    assert!(HexGraph::build(MAX_SIDE + 1).is_err());
+    assert!(count_games(3, 9, 1, &Control::new()).is_err());
+    let graph = HexGraph::build(3).unwrap();
+    assert!(matches!(
+        graph.sweep(4, 1, &Control::new()),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn hex_large_modulus() {
+    // The largest prime below 2^31: sums of two residues still fit a u32.
+    let p = 2_147_483_647;
+    let answer = count_games(4, p, 2, &Control::new()).unwrap();
+    assert_eq!(answer.games, residue(10_663_950_528_000, p));
+}
+
+#[test]
+fn hex_cancelled() {
+    let graph = HexGraph::build(8).unwrap();
+    for threads in [1, 2, 3] {
+        let control = Control::new();
+        control.cancel();
+        assert_eq!(graph.sweep(P, threads, &control), Err(Error::Cancelled));
+        assert_eq!(
+            count_games(5, P, threads, &control).unwrap_err(),
+            Error::Cancelled
+        );
+    }
+    // Cancelled while running, as the first step is counted: the threads
+    // stop at the next step (side 8 takes 56).
+    for threads in [1, 2] {
+        let control = Control::cancelled_at_work(1);
+        assert_eq!(graph.sweep(P, threads, &control), Err(Error::Cancelled));
+        assert!(control.work_done() < graph.total_work());
+    }
+}
+
+#[test]
+fn hex_build_options_agree() {
+    for side in [1u32, 2, 5, 7] {
+        let reference = HexGraph::build(side).unwrap();
+        let expected = serial(&reference, P);
+        for threads in [1, 2, 3] {
+            for width in 1..=side as usize + 1 {
+                let graph = HexGraph::build_with(side, threads, width).unwrap();
+                assert_eq!(graph.num_states(), reference.num_states());
+                assert_eq!(graph.masks, reference.masks, "the states, in order");
+                for step in 1..=graph.num_steps() {
+                    assert_eq!(graph.num_transitions(step), reference.num_transitions(step));
+                }
+                assert_eq!(
+                    graph.sweep(P, threads, &Control::new()).unwrap(),
+                    expected,
+                    "side {side} width {width}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn hex_step_range_pipeline_matches_sweep() {
+    // The distributed plan: initial vector, every step as a few ranges, the sum.
+    for side in [3u32, 5, 7] {
+        let graph = HexGraph::build(side).unwrap();
+        let (n, stride) = (graph.num_states(), graph.stride());
+        let mut vector = graph.initial_vector(P);
+        for step in 1..=graph.num_steps() {
+            let mut next = vec![0u32; n * stride];
+            let cut = n / 3;
+            graph.step_range(step, &vector, 0..cut, P, &mut next[..cut * stride]);
+            graph.step_range(step, &vector, cut..n, P, &mut next[cut * stride..]);
+            vector = next;
+        }
+        assert_eq!(
+            graph.crossings_from_vector(&vector, P),
+            serial(&graph, P),
+            "side {side}"
+        );
+    }
+}
+
+/// The full polynomial `C_0..C_M mod p` from the cell-step sweep.
+fn swept_full(graph: &HexGraph, p: u32) -> Vec<u32> {
+    full_crossings(graph.side(), &serial(graph, p), p)
+}
+
+/// Evaluations of the graph's polynomial at every point of the layout.
+fn layout_evaluations(graph: &HexGraph, p: u32) -> Vec<(u32, u32)> {
+    let layout = points_layout(graph.side(), p);
+    let values = graph.evaluate_points(&layout.points, p);
+    layout.points.into_iter().zip(values).collect()
+}
+
+fn internal_message(r: Result<Vec<u32>>) -> String {
+    match r {
+        Err(Error::Internal(m)) => m,
+        other => panic!("expected an internal error, got {other:?}"),
+    }
+}
+
+fn invalid_message(r: Result<Vec<u32>>) -> String {
+    match r {
+        Err(Error::InvalidArgument(m)) => m,
+        other => panic!("expected an invalid argument, got {other:?}"),
+    }
+}
+
+#[test]
+fn hex_known_state_counts() {
+    for side in 1..=12u32 {
+        let graph = HexGraph::build(side).unwrap();
+        assert_eq!(
+            known_state_count(side),
+            Some(graph.num_states() as u64),
+            "side {side}"
+        );
+        assert!(graph.memory_bytes() > 0);
+    }
+    assert_eq!(known_state_count(0), None);
+    assert_eq!(known_state_count(19), None);
+    assert_eq!(known_state_count(16), Some(5_126_520));
+    assert_eq!(known_state_count(17), Some(14_453_451));
+    assert_eq!(known_state_count(18), Some(40_843_521));
+}
+
+/// The counts of the table past side 12, from the graph itself: minutes and
+/// gigabytes from side 16 on, so run by hand (`cargo test --release -p
+/// tally-kernels -- --ignored hex_large_state_counts`, `HEX_COUNT_SIDES=13-17`).
+#[test]
+#[ignore]
+fn hex_large_state_counts() {
+    let sides = std::env::var("HEX_COUNT_SIDES").unwrap_or_else(|_| "13-16".into());
+    let (from, to) = sides.split_once('-').expect("sides as FROM-TO");
+    for side in from.parse::<u32>().unwrap()..=to.parse::<u32>().unwrap() {
+        let started = std::time::Instant::now();
+        let graph = HexGraph::build_parallel(side, 2).unwrap();
+        println!(
+            "side {side}: {} states, graph {} bytes, built in {:.1} s",
+            graph.num_states(),
+            graph.memory_bytes(),
+            started.elapsed().as_secs_f64()
+        );
+        if let Some(known) = known_state_count(side) {
+            assert_eq!(known, graph.num_states() as u64, "side {side}");
+        }
+    }
+}
+
+#[test]
+fn hex_state_counts_follow_the_motzkin_column_and_estimates_extend_it() {
+    // The known counts (each from a built graph) against the Motzkin
+    // triangle's column, computed here by its own recurrence on whole rows.
+    let mut row = vec![1u64];
+    let mut column = Vec::new();
+    for len in 1..=MAX_SIDE as usize + 1 {
+        let mut next = vec![0u64; len + 1];
+        for (k, value) in next.iter_mut().enumerate() {
+            for j in [k.wrapping_sub(1), k, k + 1] {
+                *value += row.get(j).copied().unwrap_or(0);
+            }
+        }
+        row = next;
+        column.push(row.get(2).copied().unwrap_or(0));
+    }
+    for side in 1..=MAX_SIDE {
+        let term = column[side as usize];
+        if let Some(known) = known_state_count(side) {
+            assert_eq!(known, term, "side {side}");
+        }
+        assert_eq!(estimated_state_count(side), term, "side {side}");
+    }
+    assert_eq!(estimated_state_count(20), 328_233_969);
+}
+
+#[test]
+fn hex_points_layout() {
+    for side in 1..=16u32 {
+        let m = (side * side) as usize;
+        let layout = points_layout(side, P);
+        let k = ((m - 1) / 2 + 1).saturating_sub(side as usize);
+        assert_eq!(layout.unknowns, k, "side {side}");
+        assert_eq!(layout.points.len(), k + layout.spares + 1);
+        // 2, 3, 4, ... for a large prime.
+        assert!(layout.points.iter().zip(2..).all(|(&x, y)| x == y));
+        assert_eq!(layout.check_point(), layout.points.last().copied());
+    }
+    assert_eq!(points_layout(16, P).unknowns, 112);
+    assert_eq!(points_layout(16, P).passes(POINTS_PER_PASS), 8);
+    // A small prime: no point together with its inverse, none of 0, 1, p - 1.
+    let p = 101;
+    let layout = points_layout(7, p);
+    let q = u64::from(p);
+    for (i, &x) in layout.points.iter().enumerate() {
+        assert!((2..p - 1).contains(&x));
+        let inverse = inv_mod(u64::from(x), q).unwrap() as u32;
+        assert!(!layout.points[..i].contains(&inverse), "{x} and {inverse}");
+        assert!(!layout.points[..i].contains(&x));
+    }
+}
+
+#[test]
+fn hex_points_solve_matches_sweep() {
+    for side in 1..=9u32 {
+        let graph = HexGraph::build(side).unwrap();
+        for p in [P, 2_147_483_647] {
+            let expected = swept_full(&graph, p);
+            let evaluations = layout_evaluations(&graph, p);
+            assert_eq!(
+                solve_crossings(side, p, &evaluations).unwrap(),
+                expected,
+                "side {side} p {p}"
+            );
+            // Any order.
+            let mut reversed = evaluations.clone();
+            reversed.reverse();
+            assert_eq!(solve_crossings(side, p, &reversed).unwrap(), expected);
+        }
+    }
+}
+
+#[test]
+fn hex_evaluate_points_every_layout() {
+    // Widths (one block per column up to one per row), threads, and both ways
+    // of taking the steps of a wide block agree with the swept polynomial.
+    let xs: Vec<u32> = (0..21).map(|i| i * 7919 + 2).collect();
+    for side in [1u32, 2, 5, 7, 8] {
+        let reference = HexGraph::build(side).unwrap();
+        let full = swept_full(&reference, P);
+        let expected: Vec<u32> = xs.iter().map(|&x| eval_poly(&full, x, P)).collect();
+        for width in 1..=side as usize {
+            let graph = HexGraph::build_with(side, 2, width).unwrap();
+            for threads in [1, 3] {
+                for split in [usize::MAX, 0] {
+                    eval::SPLIT_BYTES.store(split, std::sync::atomic::Ordering::Relaxed);
+                    let got = graph
+                        .evaluate_points_with(&xs, P, threads, &Control::new())
+                        .unwrap();
+                    eval::SPLIT_BYTES.store(1 << 20, std::sync::atomic::Ordering::Relaxed);
+                    assert_eq!(
+                        got, expected,
+                        "side {side} width {width} threads {threads} split {split}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn hex_evaluate_points_cancelled() {
+    let graph = HexGraph::build(6).unwrap();
+    let control = Control::new();
+    control.cancel();
+    for threads in [1, 2] {
+        assert_eq!(
+            graph.evaluate_points_with(&[2, 3], P, threads, &control),
+            Err(Error::Cancelled)
+        );
+    }
+}
+
+#[test]
+fn hex_points_corruption_is_caught() {
+    for side in [3u32, 6, 9] {
+        let graph = HexGraph::build(side).unwrap();
+        let evaluations = layout_evaluations(&graph, P);
+        // Any single wrong value: a solving point, a spare or the check point.
+        for i in 0..evaluations.len() {
+            for delta in [1, P - 1, 123_456] {
+                let mut bad = evaluations.clone();
+                bad[i].1 = ((u64::from(bad[i].1) + u64::from(delta)) % u64::from(P)) as u32;
+                let message = internal_message(solve_crossings(side, P, &bad));
+                assert_eq!(
+                    message,
+                    format!(
+                        "the evaluation at x = {} disagrees with the solved counts (a corrupted evaluation?)",
+                        bad[i].0
+                    ),
+                    "side {side}, evaluation {i}"
+                );
+            }
+        }
+        // Two evaluations at the same point that disagree.
+        let mut twice = evaluations.clone();
+        twice.push((evaluations[0].0, (evaluations[0].1 + 1) % P));
+        assert!(internal_message(solve_crossings(side, P, &twice)).contains("disagrees"));
+        // A value that is not a residue.
+        let mut huge = evaluations.clone();
+        huge[0].1 = P;
+        assert!(invalid_message(solve_crossings(side, P, &huge)).contains("not a residue"));
+    }
+}
+
+#[test]
+fn hex_points_singular_sets() {
+    let side = 7u32;
+    let graph = HexGraph::build(side).unwrap();
+    let expected = swept_full(&graph, P);
+    let value = |x: u32| eval_poly(&expected, x, P);
+    let layout = points_layout(side, P);
+    let k = layout.unknowns;
+    let mut points = layout.points.clone();
+    // x = 1 (an empty equation) and a repeated point among the solving points:
+    // the spares make up for them.
+    points[0] = 1;
+    points[1] = points[2];
+    let evaluations: Vec<(u32, u32)> = points.iter().map(|&x| (x, value(x))).collect();
+    assert_eq!(solve_crossings(side, P, &evaluations).unwrap(), expected);
+    // x and 1/x give proportional equations; p - 1 and 0 are no better.
+    let mut points = layout.points.clone();
+    points[0] = inv_mod(u64::from(points[3]), u64::from(P)).unwrap() as u32;
+    points[1] = P - 1;
+    let evaluations: Vec<(u32, u32)> = points.iter().map(|&x| (x, value(x))).collect();
+    assert_eq!(solve_crossings(side, P, &evaluations).unwrap(), expected);
+    // Three useless points: too few independent equations are refused.
+    let mut points = layout.points.clone();
+    points[0] = 1;
+    points[1] = points[2];
+    points[3] = points[4];
+    let evaluations: Vec<(u32, u32)> = points.iter().map(|&x| (x, value(x))).collect();
+    assert!(
+        invalid_message(solve_crossings(side, P, &evaluations))
+            .starts_with("the points do not determine the counts (singular even with spares)")
+    );
+    // K evaluations leave nothing to check with.
+    let few: Vec<(u32, u32)> = layout.points[..k].iter().map(|&x| (x, value(x))).collect();
+    assert!(invalid_message(solve_crossings(side, P, &few)).contains("too few evaluations"));
+    // K + 1 independent ones are enough: K to solve, one to check.
+    let enough: Vec<(u32, u32)> = layout.points[..=k].iter().map(|&x| (x, value(x))).collect();
+    assert_eq!(solve_crossings(side, P, &enough).unwrap(), expected);
+    // Sides 1 and 2 have no unknowns; the evaluations are still checked.
+    for side in [1u32, 2] {
+        let graph = HexGraph::build(side).unwrap();
+        let expected = swept_full(&graph, P);
+        assert_eq!(solve_crossings(side, P, &[]).unwrap(), expected);
+        let evaluations = layout_evaluations(&graph, P);
+        assert_eq!(solve_crossings(side, P, &evaluations).unwrap(), expected);
+        let mut bad = evaluations.clone();
+        bad[0].1 ^= 1;
+        assert!(internal_message(solve_crossings(side, P, &bad)).contains("disagrees"));
+    }
+    assert!(solve_crossings(17, P, &[]).is_err());
+    assert!(solve_crossings(7, 49, &[]).is_err());
+}
+
+/// Exact `C_0..C_M` through the residues modulo [`exact_primes`], each from the
+/// sweep or, when `points`, from the points solver.
+fn exact_counts(side: u32, points: bool) -> Vec<num_bigint::BigUint> {
+    let graph = HexGraph::build(side).unwrap();
+    let primes = exact_primes(side);
+    let residues: Vec<Vec<u32>> = primes
+        .iter()
+        .map(|&p| {
+            if points {
+                solve_crossings(side, p, &layout_evaluations(&graph, p)).unwrap()
+            } else {
+                swept_full(&graph, p)
+            }
+        })
+        .collect();
+    exact_crossings(side, &primes, &residues).unwrap()
+}
+
+#[test]
+fn hex_exact_counts_and_games() {
+    let big = |v: u128| num_bigint::BigUint::from(v);
+    let public: [u128; 4] = [1, 24, 257_760, 10_663_950_528_000];
+    for (i, &h) in public.iter().enumerate() {
+        let side = i as u32 + 1;
+        for points in [false, true] {
+            let counts = exact_counts(side, points);
+            assert_eq!(exact_game_count(side, &counts), big(h), "H({side})");
+        }
+    }
+    let as_u64 = |c: &[num_bigint::BigUint]| -> Vec<u64> {
+        c.iter().map(|v| u64::try_from(v).unwrap()).collect()
+    };
+    assert_eq!(
+        as_u64(&exact_counts(3, true)),
+        [0, 0, 0, 8, 42, 84, 76, 36, 9, 1]
+    );
+    assert_eq!(
+        as_u64(&exact_counts(4, true)),
+        [
+            0, 0, 0, 0, 20, 228, 1158, 3420, 6435, 8020, 6850, 4140, 1800, 560, 120, 16, 1
+        ]
+    );
+    // Larger sides: the exact H(N) reduced modulo p is the residue of the sweep;
+    // C_N = (N + 1) 2^(N-2).
+    for side in 5..=8u32 {
+        let counts = exact_counts(side, side == 6);
+        assert!(!exact_primes(side).is_empty());
+        let games = exact_game_count(side, &counts);
+        let residue = u32::try_from(&(games % num_bigint::BigUint::from(P))).unwrap();
+        let graph = HexGraph::build(side).unwrap();
+        assert_eq!(
+            residue,
+            game_count(side, &serial(&graph, P), P),
+            "side {side}"
+        );
+        assert_eq!(
+            counts[side as usize],
+            big(u128::from(side + 1) << (side - 2))
+        );
+    }
+    assert_eq!(exact_primes(6).len(), 2);
+}
+
+#[test]
+fn hex_exact_primes_suffice() {
+    let mut previous = 0;
+    for side in 1..=16u32 {
+        let m = (side * side) as usize;
+        let primes = exact_primes(side);
+        let mut binom = num_bigint::BigUint::from(1u32);
+        for k in 1..=m / 2 {
+            binom = binom * num_bigint::BigUint::from(m - k + 1) / num_bigint::BigUint::from(k);
+        }
+        let product = |ps: &[u32]| {
+            ps.iter().fold(num_bigint::BigUint::from(1u32), |acc, &p| {
+                acc * num_bigint::BigUint::from(p)
+            })
+        };
+        assert!(product(&primes) > binom, "side {side}");
+        // No more primes than needed, largest first, all valid moduli.
+        assert!(product(&primes[..primes.len() - 1]) <= binom, "side {side}");
+        assert_eq!(primes[0], 2_147_483_647);
+        assert!(primes.windows(2).all(|w| w[0] > w[1]));
+        assert!(primes.iter().all(|&p| validate(side, p).is_ok()));
+        assert!(primes.len() >= previous);
+        previous = primes.len();
+    }
+    assert_eq!(exact_primes(16).len(), 9);
+}
+
+#[test]
+fn hex_exact_crossings_checks() {
+    let side = 5u32;
+    let graph = HexGraph::build(side).unwrap();
+    let primes = exact_primes(side);
+    let good: Vec<Vec<u32>> = primes.iter().map(|&p| swept_full(&graph, p)).collect();
+    exact_crossings(side, &primes, &good).unwrap();
+    // A wrong residue breaks C_k + C_(M-k) = binom(M, k) or a bound.
+    for k in [5usize, 9, 12, 20] {
+        let mut bad = good.clone();
+        bad[0][k] = (bad[0][k] + 1) % primes[0];
+        assert!(
+            matches!(
+                exact_crossings(side, &primes, &bad),
+                Err(Error::Internal(_))
+            ),
+            "k {k}"
+        );
+    }
+    // C_N and C_(M-N) moved together keep C_k + C_(M-k) = binom(M, k): the
+    // count of shortest paths catches it.
+    let (n, m) = (side as usize, (side * side) as usize);
+    let mut bad = good.clone();
+    for (list, &p) in bad.iter_mut().zip(&primes) {
+        list[n] = (list[n] + 1) % p;
+        list[m - n] = (list[m - n] + p - 1) % p;
+    }
+    match exact_crossings(side, &primes, &bad) {
+        Err(Error::Internal(message)) => assert!(message.contains("shortest paths"), "{message}"),
+        other => panic!("expected the shortest-path check, got {other:?}"),
+    }
+    // Too few primes for side 6, a foreign prime, lists of the wrong length.
+    let graph6 = HexGraph::build(6).unwrap();
+    let one = vec![swept_full(&graph6, P)];
+    assert!(matches!(
+        exact_crossings(6, &[P], &one),
+        Err(Error::InvalidArgument(m)) if m.contains("does not exceed")
+    ));
+    assert!(exact_crossings(side, &[P, P], &[good[0].clone(), good[0].clone()]).is_err());
+    assert!(exact_crossings(side, &primes, &[good[0][..10].to_vec()]).is_err());
+    assert!(exact_crossings(side, &[], &[]).is_err());
+}
+
+#[test]
+fn hex_full_crossings_identity() {
+    for side in 1..=6u32 {
+        let graph = HexGraph::build(side).unwrap();
+        let half = serial(&graph, P);
+        let m = (side * side) as usize;
+        assert_eq!(full_crossings(side, &half, P), complete(m, &half, P));
+        // At x = 1 the completed polynomial is 2^(M-1).
+        let full = full_crossings(side, &half, P);
+        assert_eq!(
+            eval_poly(&full, 1, P),
+            crate::modular::pow_mod(2, m as u64 - 1, u64::from(P)) as u32
+        );
+    }
+}
+
+#[test]
+fn hex_points_solver_large_sides() {
+    // Unknowns drawn at random: the layout's points determine them at every
+    // side up to 16, for the default prime and for every prime of the exact
+    // count (which share the layout of their smallest).
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for side in 10..=16u32 {
+        let m = (side * side) as usize;
+        let primes = exact_primes(side);
+        let layout = points_layout(side, *primes.iter().min().unwrap());
+        for p in std::iter::once(P).chain(primes) {
+            let mut half = vec![0u32; m / 2 + 1];
+            for c in half[side as usize..].iter_mut() {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                *c = (seed % u64::from(p)) as u32;
+            }
+            // For even M, C_(M/2) is known: binom(M, M/2) / 2.
+            if m.is_multiple_of(2) {
+                let binom = binomials_mod(m, p)[m / 2];
+                half[m / 2] =
+                    (u64::from(binom) * inv_mod(2, u64::from(p)).unwrap() % u64::from(p)) as u32;
+            }
+            let full = full_crossings(side, &half, p);
+            let evaluations: Vec<(u32, u32)> = layout
+                .points
+                .iter()
+                .map(|&x| (x, eval_poly(&full, x, p)))
+                .collect();
+            assert_eq!(
+                solve_crossings(side, p, &evaluations).unwrap(),
+                full,
+                "side {side} p {p}"
+            );
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! User kernels (`docs/wasm-abi.md`) as the `wasm` kind sees them: a
+//! [`GuestRuntime`] that checks and loads modules and a [`GuestModule`] that
+//! runs one shard. The sandbox that implements them (`tally-wasm`, on
+//! wasmtime) is installed in a process's [`KernelCache`](crate::cache::KernelCache)
+//! by whoever may use it (the coordinator to check modules at submission, a
+//! worker started with `--allow-wasm` to run them), so that this crate links
+//! no runtime and a worker without the flag has none to run.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::Result;
+
+/// The largest module (attachment) the runner takes: it travels in one gRPC
+/// message of at most [`MAX_MESSAGE_BYTES`](tally_wire::limits::MAX_MESSAGE_BYTES).
+pub const MAX_MODULE_BYTES: usize = 8 << 20;
+
+/// Loaded modules a process keeps compiled at once.
+pub const MODULES_KEPT: usize = 8;
+
+/// The capability a worker offers when it runs user kernels.
+pub const WASM_CAPABILITY: &str = "wasm";
+
+/// How a job sends the module it names, for a message saying it was not
+/// sent: the kind's flags take the module, a spec file's job attaches it.
+pub const SEND_MODULE: &str =
+    "send it with the job (--module FILE with the kind's flags, --attach FILE with --spec-file)";
+
+/// The SHA-256 of `bytes` in lowercase hex: the name of a module (an
+/// attachment) in specs, the store and on the wire.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    tally_wire::digest::to_hex(&Sha256::digest(bytes))
+}
+
+/// Whether `text` is written as [`sha256_hex`] writes digests.
+pub fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// One shard's call of a module.
+#[derive(Clone, Copy, Debug)]
+pub struct GuestCall<'a> {
+    pub shard: u64,
+    pub shards: u64,
+    /// A prime below 2^62.
+    pub prime: u64,
+    /// The job's `K=V` lines, joined by `\n`.
+    pub params: &'a str,
+    /// The state the module saved for this shard in an earlier attempt, or empty.
+    pub state: &'a [u8],
+    /// The residues the shard returns.
+    pub outputs: u32,
+}
+
+/// What a running module tells the caller and asks it.
+pub trait GuestHooks {
+    /// Work done so far in the shard, out of `total`, in the module's units.
+    fn progress(&mut self, done: u64, total: u64);
+    /// A state the shard can resume from.
+    fn checkpoint(&mut self, state: &[u8]);
+    fn cancelled(&self) -> bool;
+}
+
+/// The sandbox of a process.
+pub trait GuestRuntime: Send + Sync {
+    /// Compiles and checks a module (size, imports, exports). The errors are
+    /// `InvalidArgument`, naming what is wrong.
+    fn load(&self, module: &[u8]) -> Result<Arc<dyn GuestModule>>;
+}
+
+/// A checked, compiled module.
+pub trait GuestModule: Send + Sync {
+    /// Runs one shard in a fresh instance: its residues, each below the
+    /// prime. The module's own faults (a trap, fuel or memory exhausted,
+    /// refused parameters, the wrong number of residues) are
+    /// `InvalidArgument`: every attempt would repeat them. A failure the
+    /// module reports itself is `Failed`, and a stop asked through the hooks
+    /// `Cancelled`.
+    fn run(&self, call: &GuestCall<'_>, hooks: &mut dyn GuestHooks) -> Result<Vec<u64>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_are_sha256_in_lowercase_hex() {
+        // FIPS 180-2's example.
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(is_sha256_hex(&sha256_hex(b"")));
+        assert!(!is_sha256_hex(&sha256_hex(b"").to_uppercase()));
+        assert!(!is_sha256_hex("abc"));
+    }
+}

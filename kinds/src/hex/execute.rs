@@ -1,0 +1,236 @@
+//! Running one hex shard: a cell step's range of target states, or a points
+//! shard's vectorised pass with its checkpoints.
+
+use crate::kind::{Checkpoint, Outcome, ShardRun};
+use crate::{Control, Result, invalid};
+use tally_kernels::hex;
+use tally_kernels::hex::PassPoint;
+
+use super::{HexPartial, HexSpec, POINTS_PER_SHARD, graph};
+
+/// A cell-step shard: the target states of one step.
+pub(super) struct StepShard {
+    pub(super) step: u32,
+    pub(super) states: std::ops::Range<usize>,
+    pub(super) last: bool,
+}
+
+pub(super) fn execute_step(
+    graph: &hex::HexGraph,
+    modulus: u32,
+    shard: &StepShard,
+    input: Option<&[u32]>,
+    control: &Control,
+) -> Result<Outcome<HexPartial>> {
+    control.check()?;
+    let (states, stride) = (graph.num_states(), graph.stride());
+    let (start, end, step) = (shard.states.start, shard.states.end, shard.step);
+    if start >= end || end > states || step as usize > graph.num_steps() {
+        return Err(invalid!(
+            "hex shard [{start}, {end}) at step {step} does not fit {states} states and {} steps",
+            graph.num_steps()
+        ));
+    }
+    let initial;
+    let previous: &[u32] = if step <= 1 {
+        initial = graph.initial_vector(modulus);
+        &initial
+    } else {
+        let words =
+            input.ok_or_else(|| invalid!("hex step {step} needs the previous stage's data"))?;
+        if words.len() != states * stride {
+            return Err(invalid!(
+                "stage data holds {} residues, expected {}",
+                words.len(),
+                states * stride
+            ));
+        }
+        words
+    };
+    let out = if step == 0 {
+        previous[start * stride..end * stride].to_vec()
+    } else {
+        let mut out = vec![0u32; (end - start) * stride];
+        graph.step_range(step as usize, previous, start..end, modulus, &mut out);
+        out
+    };
+    control.add_work((end - start) as u64);
+    let work_done = (end - start) as u64;
+    if shard.last {
+        let residues = sum_polynomials(&out, stride, modulus);
+        Ok(Outcome {
+            output: Vec::new(),
+            partial: HexPartial::HexCrossings { residues },
+            work_done,
+        })
+    } else {
+        Ok(Outcome {
+            output: hex::encode_polynomials(&out, stride),
+            partial: HexPartial::None,
+            work_done,
+        })
+    }
+}
+
+pub(super) fn sum_polynomials(values: &[u32], stride: usize, modulus: u32) -> Vec<u32> {
+    let mut sums = vec![0u64; stride];
+    for poly in values.chunks_exact(stride) {
+        for (s, &c) in sums.iter_mut().zip(poly) {
+            *s = (*s + c as u64) % modulus as u64;
+        }
+    }
+    sums.into_iter().map(|s| s as u32).collect()
+}
+
+pub(super) fn execute_points(
+    h: &HexSpec,
+    modulus: u32,
+    points: &[u32],
+    run: &mut ShardRun<'_, Vec<u32>, HexPartial>,
+) -> Result<Outcome<HexPartial>> {
+    run.control.check()?;
+    let valid = modulus == h.modulus || (h.exact && hex::exact_primes(h.side).contains(&modulus));
+    if !valid || points.is_empty() || points.len() > POINTS_PER_SHARD {
+        return Err(invalid!("hex points shard does not belong to this job"));
+    }
+    let graph = graph(run.cache, h.side)?;
+    let lanes = points.len().next_power_of_two();
+    let resume = PassCheckpoint::decode(run.checkpoint, graph.num_states(), lanes, modulus)?;
+    let interval = pass_checkpoint_interval(run.checkpoint_every, graph.pass_bytes(points.len()));
+    let control = run.control;
+    let graph = &graph;
+    // The work of a shard is its points: counted in proportion to the rounds
+    // done, so that a pass of hours shows progress (and is not taken for
+    // stalled), from where it resumed.
+    let points_done = |at: &PassPoint<'_>| (points.len() * at.rounds_done / at.rounds) as u64;
+    // Only the thread between two rounds touches this; the lock is for the
+    // borrow checker's sake.
+    let progress = std::sync::Mutex::new(PassProgress {
+        last_checkpoint: std::time::Instant::now(),
+        work_counted: 0,
+    });
+    let progress = &progress;
+    // The pass runs on a thread of its own and hands its checkpoints here,
+    // where the shard's callback lives; at most one waits at a time.
+    let (sender, checkpoints) = std::sync::mpsc::sync_channel::<(Vec<u8>, u64)>(1);
+    let values = std::thread::scope(|scope| {
+        let pass = scope.spawn(move || {
+            let after_round = |at: PassPoint<'_>| {
+                let done = points_done(&at);
+                let mut progress = progress.lock().unwrap_or_else(|p| p.into_inner());
+                control.add_work(done.saturating_sub(progress.work_counted));
+                progress.work_counted = done;
+                if progress.last_checkpoint.elapsed() >= interval {
+                    let _ = sender.send((PassCheckpoint::encode(&at, lanes), done));
+                    progress.last_checkpoint = std::time::Instant::now();
+                }
+            };
+            let resume = resume.map(|r| (r.rounds_done, r.vector));
+            graph.evaluate_pass(points, modulus, 1, control, resume, &after_round)
+        });
+        for (state, work_done) in checkpoints {
+            run.checkpoint(Checkpoint {
+                state,
+                partial: None,
+                work_done,
+            });
+        }
+        pass.join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })?;
+    run.control.check()?;
+    let counted = progress
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .work_counted;
+    run.control
+        .add_work((points.len() as u64).saturating_sub(counted));
+    Ok(Outcome {
+        output: Vec::new(),
+        partial: HexPartial::HexEvaluations {
+            modulus,
+            evaluations: points.iter().copied().zip(values).collect(),
+        },
+        work_done: points.len() as u64,
+    })
+}
+
+/// Where a points shard's pass stands, as its rounds end.
+pub(super) struct PassProgress {
+    last_checkpoint: std::time::Instant,
+    /// The points counted as work so far.
+    work_counted: u64,
+}
+
+/// How far apart a points shard checkpoints: `every` for a vector that could
+/// come with a lease, and as much longer as the vector is larger, so that
+/// checkpoints cost about the same part of the pass at any size; but at most
+/// a minute apart (or `every`, if that is longer).
+pub(super) fn pass_checkpoint_interval(
+    every: std::time::Duration,
+    bytes: usize,
+) -> std::time::Duration {
+    let scale = bytes as f64 / tally_wire::limits::INLINE_CHECKPOINT_BYTES as f64;
+    let scaled = every.mul_f64(scale.max(1.0));
+    every.max(scaled.min(std::time::Duration::from_secs(60)))
+}
+
+/// The resumable state of a points shard: the rounds of its pass done and
+/// the pass vector. Encoded as `HXP1`, the rounds done (u32), the lanes (u32),
+/// the states (u64), then the vector's residues, all little-endian.
+pub(super) struct PassCheckpoint<'a> {
+    rounds_done: usize,
+    vector: &'a [u8],
+}
+
+impl<'a> PassCheckpoint<'a> {
+    const MAGIC: &'static [u8; 4] = b"HXP1";
+    const HEADER: usize = 20;
+
+    fn encode(at: &PassPoint<'_>, lanes: usize) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(Self::HEADER + 4 * at.vector.len());
+        bytes.extend_from_slice(Self::MAGIC);
+        bytes.extend_from_slice(&(at.rounds_done as u32).to_le_bytes());
+        bytes.extend_from_slice(&(lanes as u32).to_le_bytes());
+        bytes.extend_from_slice(&((at.vector.len() / lanes) as u64).to_le_bytes());
+        for residue in at.vector {
+            bytes.extend_from_slice(&residue.to_le_bytes());
+        }
+        bytes
+    }
+
+    /// The checkpoint in `bytes` (none if empty), checked against the shard:
+    /// its graph's states, its lanes and its modulus.
+    fn decode(bytes: &'a [u8], states: usize, lanes: usize, modulus: u32) -> Result<Option<Self>> {
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        let vector_bytes = states * lanes * 4;
+        if bytes.len() != Self::HEADER + vector_bytes
+            || &bytes[..4] != Self::MAGIC
+            || word(8) as usize != lanes
+            || u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) != states as u64
+        {
+            return Err(invalid!(
+                "the checkpoint is not one of this hex points shard ({} bytes, expected {} \
+                 for {states} states of {lanes} lanes)",
+                bytes.len(),
+                Self::HEADER + vector_bytes
+            ));
+        }
+        let vector = &bytes[Self::HEADER..];
+        let in_range = vector
+            .chunks_exact(4)
+            .all(|r| u32::from_le_bytes(r.try_into().expect("4 bytes")) < modulus);
+        if !in_range {
+            return Err(invalid!(
+                "the checkpoint holds a residue that is not below {modulus}"
+            ));
+        }
+        Ok(Some(PassCheckpoint {
+            rounds_done: word(4) as usize,
+            vector,
+        }))
+    }
+}

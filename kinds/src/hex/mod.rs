@@ -1,0 +1,881 @@
+//! `hex`: the number of Hex games on an N x N board, modulo a prime or exactly.
+//! Two plans: `points` (independent shards, each evaluating the full crossing
+//! polynomial at a few points; the coordinator solves for the counts) and
+//! `cell-step` (state ranges per cell step, a barrier per step; the frontier
+//! vector passes through the coordinator at every step).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache::KernelCache;
+use crate::kind::{
+    Answer, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun, SpecOf, no_output,
+};
+use crate::local::run_locally;
+use crate::{Control, Result, invalid};
+use tally_kernels::hex;
+use tally_wire::proto;
+
+mod execute;
+mod finish;
+
+use execute::{StepShard, execute_points, execute_step};
+use finish::{check_crossing_sums, check_evaluations, finish_cell_step, finish_points};
+
+pub struct Hex;
+
+/// Most shards per cell step a job may ask for.
+pub const MAX_SHARDS_PER_STEP: u32 = 1_024;
+/// Points per points shard: one vectorised pass of the scalar sweep.
+pub const POINTS_PER_SHARD: usize = hex::POINTS_PER_PASS;
+/// State graphs kept per process (one per side).
+const CACHED_GRAPHS: usize = 16;
+/// Measured size of the state graph per frontier state (states, the per-column
+/// transition lists and their offsets).
+const GRAPH_BYTES_PER_STATE: u64 = 125;
+/// Workers assumed when estimating traffic.
+const ESTIMATE_WORKERS: u64 = 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum HexPlan {
+    /// Independent shards, each evaluating the full crossing polynomial at a few
+    /// points; the coordinator solves for the counts. Nothing is exchanged
+    /// between shards, so it scales with workers.
+    #[default]
+    Points,
+    /// State ranges per cell step, a barrier per step; the frontier vector passes
+    /// through the coordinator at every step.
+    CellStep,
+}
+
+impl HexPlan {
+    pub fn name(self) -> &'static str {
+        match self {
+            HexPlan::Points => "points",
+            HexPlan::CellStep => "cell-step",
+        }
+    }
+
+    /// The empty name selects the default plan.
+    pub fn parse(name: &str) -> Result<HexPlan> {
+        match name {
+            "" => Ok(HexPlan::default()),
+            "points" => Ok(HexPlan::Points),
+            "cell-step" => Ok(HexPlan::CellStep),
+            other => Err(invalid!(
+                "unknown hex plan {other:?}: expected \"points\" or \"cell-step\""
+            )),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HexSpec {
+    pub side: u32,
+    #[serde(default = "default_modulus")]
+    pub modulus: u32,
+    #[serde(default)]
+    pub plan: HexPlan,
+    /// Cell-step plan: shards per cell step; 0 chooses from the number of states.
+    #[serde(default)]
+    pub shards_per_step: u32,
+    /// Points plan: the exact count (several primes and the CRT) instead of a
+    /// residue.
+    #[serde(default)]
+    pub exact: bool,
+    /// Points plan: evaluation points per shard (a power of two up to
+    /// [`POINTS_PER_SHARD`]);
+    /// 0 leaves it to the coordinator, which takes the most that fit its
+    /// workers' memory.
+    #[serde(default)]
+    pub points_per_shard: u32,
+}
+
+fn default_modulus() -> u32 {
+    hex::DEFAULT_MODULUS
+}
+
+impl SpecOf for HexSpec {
+    type Kind = Hex;
+}
+
+#[derive(clap::Args, Debug)]
+pub struct HexArgs {
+    /// Board side, 1 to 20 (the cell-step plan: 1 to 16).
+    #[arg(long)]
+    pub side: u32,
+    /// Prime modulus with side^2 < P < 2^31 (2147483648); not with --exact,
+    /// which chooses its own primes.
+    #[arg(
+        long,
+        default_value_t = hex::DEFAULT_MODULUS,
+        value_parser = parse_modulus,
+        conflicts_with = "exact"
+    )]
+    pub modulus: u32,
+    /// Shard plan: points (independent shards; the default) or cell-step.
+    #[arg(long, default_value = "points")]
+    pub plan: String,
+    /// Exact count (several primes and the CRT; points plan) instead of a residue.
+    #[arg(long)]
+    pub exact: bool,
+    /// Shards per cell step (default: from the number of frontier states).
+    #[arg(long, default_value_t = 0)]
+    pub shards_per_step: u32,
+    /// Points plan: evaluation points per shard, 16, 8, 4, 2 or 1 (default:
+    /// the most that fit the workers' memory budgets; fewer points, less
+    /// memory a shard).
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::builder::TypedValueParser::try_map(
+            clap::builder::PossibleValuesParser::new(["16", "8", "4", "2", "1"]),
+            |points| points.parse::<u32>()
+        )
+    )]
+    pub points_per_shard: Option<u32>,
+}
+
+/// A `--modulus` below 2^31 (the kernel's limit), with that limit in the
+/// refusal of any larger number, however large.
+fn parse_modulus(text: &str) -> std::result::Result<u32, String> {
+    let too_large = || "must be a prime below 2^31 = 2147483648".to_string();
+    match text.parse::<u64>() {
+        Ok(modulus) => u32::try_from(modulus)
+            .ok()
+            .filter(|&m| m < 1 << 31)
+            .ok_or_else(too_large),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => Err(too_large()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Facts about a job computed at submission.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HexFacts {
+    /// Number of frontier states.
+    #[serde(default)]
+    pub states: u64,
+    /// Coefficients per state.
+    #[serde(default)]
+    pub stride: u64,
+    /// Cell-step plan: the number of stages.
+    #[serde(default)]
+    pub steps: u32,
+    /// Points plan: the primes (one, or several for exact counts) and the
+    /// evaluation points used with each.
+    #[serde(default)]
+    pub primes: Vec<u32>,
+    #[serde(default)]
+    pub points: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum HexTask {
+    /// Target states `[start, end)` of cell step `step` (0 is the top row). On
+    /// the last stage the shard returns the sum of its polynomials instead of
+    /// the polynomials themselves.
+    HexStep {
+        step: u32,
+        start: u32,
+        end: u32,
+        last: bool,
+    },
+    /// The full crossing polynomial at a few points, modulo one prime.
+    HexPoints { modulus: u32, points: Vec<u32> },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HexPartial {
+    /// Nothing to merge: the shard's output is stage data.
+    None,
+    /// Sum of the crossing polynomials over a range of states, mod p.
+    HexCrossings { residues: Vec<u32> },
+    /// (x, P(x) mod p) for the shard's points, P the full crossing polynomial.
+    HexEvaluations {
+        modulus: u32,
+        evaluations: Vec<(u32, u32)>,
+    },
+}
+
+/// Default number of shards per cell step for a graph of `states` states.
+pub fn default_shards_per_step(states: u64) -> u32 {
+    states.div_ceil(4096).clamp(1, 8) as u32
+}
+
+fn stride(side: u32) -> u64 {
+    (side * side / 2 + 1) as u64
+}
+
+/// The state graph of `side`, built once per process with all cores: the other
+/// shards of the worker wait for it.
+pub(super) fn graph(cache: &KernelCache, side: u32) -> Result<Arc<hex::HexGraph>> {
+    cache.get_or_build(&side.to_string(), CACHED_GRAPHS, || {
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        hex::HexGraph::build_parallel(side, threads)
+    })
+}
+
+impl JobKind for Hex {
+    type Spec = HexSpec;
+    type Args = HexArgs;
+    type Plan = HexFacts;
+    type Task = HexTask;
+    type Partial = HexPartial;
+    type StageInput = Vec<u32>;
+
+    const NAME: &'static str = "hex";
+    const ABOUT: &'static str = "Number of Hex games on a side x side board, modulo a prime.";
+    const EXAMPLES: &'static str = "  tally run hex --side 11\n  tally run hex --side 9 --exact\n  tally run hex --side 8 --plan cell-step --workers 2";
+
+    fn spec_from_args(h: HexArgs, _files: &dyn FileReader) -> Result<HexSpec> {
+        Ok(HexSpec {
+            side: h.side,
+            modulus: h.modulus,
+            plan: HexPlan::parse(&h.plan)?,
+            shards_per_step: h.shards_per_step,
+            exact: h.exact,
+            points_per_shard: h.points_per_shard.unwrap_or(0),
+        })
+    }
+
+    fn spec_to_proto(h: &HexSpec) -> proto::job_spec::Kind {
+        proto::job_spec::Kind::Hex(proto::HexSpec {
+            side: h.side,
+            modulus: h.modulus,
+            plan: h.plan.name().to_string(),
+            shards_per_step: h.shards_per_step,
+            exact: h.exact,
+            points_per_shard: h.points_per_shard,
+        })
+    }
+
+    fn spec_from_proto(kind: &proto::job_spec::Kind) -> Option<Result<HexSpec>> {
+        let proto::job_spec::Kind::Hex(h) = kind else {
+            return None;
+        };
+        Some(HexPlan::parse(&h.plan).map(|plan| HexSpec {
+            side: h.side,
+            modulus: if h.modulus == 0 {
+                hex::DEFAULT_MODULUS
+            } else {
+                h.modulus
+            },
+            plan,
+            shards_per_step: h.shards_per_step,
+            exact: h.exact,
+            points_per_shard: h.points_per_shard,
+        }))
+    }
+
+    fn validate(h: &HexSpec) -> Result<()> {
+        if h.exact && h.modulus != hex::DEFAULT_MODULUS {
+            return Err(invalid!(
+                "an exact hex count takes no modulus (it chooses its own primes), got {}",
+                h.modulus
+            ));
+        }
+        hex::validate(h.side, h.modulus)?;
+        if h.shards_per_step > MAX_SHARDS_PER_STEP {
+            return Err(invalid!(
+                "shards per step must be at most {MAX_SHARDS_PER_STEP}, got {}",
+                h.shards_per_step
+            ));
+        }
+        if h.plan == HexPlan::CellStep && h.side > hex::NARROW_SIDES {
+            return Err(invalid!(
+                "the cell-step plan supports sides up to {}, got {}: its frontier vectors alone would need {}; use the points plan",
+                hex::NARROW_SIDES,
+                h.side,
+                crate::kind::format_bytes(estimate(h).coordinator_memory_bytes)
+            ));
+        }
+        // 0 leaves the choice to the coordinator. A pass runs a power of two
+        // of lanes: any other count would pay for lanes it leaves idle.
+        let points = h.points_per_shard;
+        if points != 0 && !(points.is_power_of_two() && points as usize <= POINTS_PER_SHARD) {
+            return Err(invalid!(
+                "points per shard must be 16, 8, 4, 2 or 1, got {points}"
+            ));
+        }
+        if h.points_per_shard != 0 && h.plan != HexPlan::Points {
+            return Err(invalid!(
+                "points per shard are for the points plan (--plan points)"
+            ));
+        }
+        if h.exact && h.plan != HexPlan::Points {
+            return Err(invalid!(
+                "exact hex counts need the points plan (--plan points)"
+            ));
+        }
+        // The points plan evaluates at x = 2, 3, ... below the modulus: a tiny
+        // prime may not have enough of them to solve and check.
+        if h.plan == HexPlan::Points && !h.exact {
+            let layout = hex::points_layout(h.side, h.modulus);
+            if layout.points.len() <= layout.unknowns {
+                return Err(invalid!(
+                    "modulus {} is too small for the points plan of side {}: it has {} evaluation points, the plan needs {}; use a larger prime or the cell-step plan",
+                    h.modulus,
+                    h.side,
+                    layout.points.len(),
+                    layout.unknowns + 1
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(h: &HexSpec) -> String {
+        if h.exact {
+            format!("hex side {} exact ({})", h.side, h.plan.name())
+        } else {
+            format!("hex side {} mod {} ({})", h.side, h.modulus, h.plan.name())
+        }
+    }
+
+    fn estimate(h: &HexSpec) -> Option<ResourceEstimate> {
+        Some(estimate(h))
+    }
+
+    fn fit_to_budget(h: &HexSpec, budget: u64) -> HexSpec {
+        if h.plan != HexPlan::Points || h.points_per_shard != 0 {
+            return h.clone();
+        }
+        // The most points a shard (a pass is as fast per point at any width
+        // up to 16) such that the worker with the budget holds two shards;
+        // else one point a shard, the least memory there is.
+        let fits = |points: u32| {
+            let spec = HexSpec {
+                points_per_shard: points,
+                ..h.clone()
+            };
+            estimate(&spec).worker_memory_bytes() <= budget
+        };
+        let points = [16, 8, 4, 2].into_iter().find(|&p| fits(p)).unwrap_or(1);
+        HexSpec {
+            points_per_shard: points,
+            ..h.clone()
+        }
+    }
+
+    fn prepare(h: &HexSpec, cache: &KernelCache, _control: &Control) -> Result<HexFacts> {
+        if h.plan == HexPlan::Points {
+            // No graph here: each worker builds its own, the coordinator only solves.
+            let primes = if h.exact {
+                hex::exact_primes(h.side)
+            } else {
+                vec![h.modulus]
+            };
+            let smallest = *primes.iter().min().expect("at least one prime");
+            return Ok(HexFacts {
+                states: hex::known_state_count(h.side).unwrap_or(0),
+                stride: stride(h.side),
+                steps: 0,
+                points: hex::points_layout(h.side, smallest).points,
+                primes,
+            });
+        }
+        let graph = graph(cache, h.side)?;
+        Ok(HexFacts {
+            states: graph.num_states() as u64,
+            stride: graph.stride() as u64,
+            steps: graph.num_steps() as u32,
+            primes: Vec::new(),
+            points: Vec::new(),
+        })
+    }
+
+    fn stages(h: &HexSpec, facts: &HexFacts) -> u32 {
+        match h.plan {
+            HexPlan::Points => 1,
+            HexPlan::CellStep => facts.steps.max(1),
+        }
+    }
+
+    fn plan_stage(h: &HexSpec, facts: &HexFacts, stage: u32) -> Result<Vec<Planned<HexTask>>> {
+        match h.plan {
+            HexPlan::Points => Ok(points_shards(facts, points_per_shard(h))),
+            HexPlan::CellStep => Ok(step_shards(h, facts, stage)),
+        }
+    }
+
+    fn needs_stage_input(_h: &HexSpec, stage: u32) -> bool {
+        stage >= 2
+    }
+
+    fn decode_stage_input(h: &HexSpec, bytes: &[u8]) -> Result<Vec<u32>> {
+        hex::decode_polynomials(bytes, stride(h.side) as usize, h.modulus)
+    }
+
+    fn execute(
+        h: &HexSpec,
+        task: &HexTask,
+        run: &mut ShardRun<'_, Vec<u32>, HexPartial>,
+    ) -> Result<Outcome<HexPartial>> {
+        match task {
+            HexTask::HexStep {
+                step,
+                start,
+                end,
+                last,
+            } => {
+                let graph = graph(run.cache, h.side)?;
+                let shard = StepShard {
+                    step: *step,
+                    states: *start as usize..*end as usize,
+                    last: *last,
+                };
+                execute_step(
+                    &graph,
+                    h.modulus,
+                    &shard,
+                    run.input.map(|v| v.as_slice()),
+                    run.control,
+                )
+            }
+            HexTask::HexPoints { modulus, points } => execute_points(h, *modulus, points, run),
+        }
+    }
+
+    fn check_result(
+        h: &HexSpec,
+        facts: &HexFacts,
+        task: &HexTask,
+        partial: &HexPartial,
+        output: &[u8],
+    ) -> Result<()> {
+        match (task, partial) {
+            (HexTask::HexStep { last: true, .. }, HexPartial::HexCrossings { residues }) => {
+                check_crossing_sums(h, facts, residues)?;
+                no_output(output)
+            }
+            (HexTask::HexStep { last: true, .. }, _) => {
+                Err(invalid!("the last hex stage must return crossing sums"))
+            }
+            (HexTask::HexStep { start, end, .. }, HexPartial::None) => {
+                // Checked in place: the scheduler lock is held here.
+                let polynomials = hex::check_polynomials(output, facts.stride as usize, h.modulus)?;
+                if polynomials != (end - start) as usize {
+                    return Err(invalid!(
+                        "hex step output holds {polynomials} polynomials, expected {}",
+                        end - start
+                    ));
+                }
+                Ok(())
+            }
+            (HexTask::HexStep { .. }, _) => {
+                Err(invalid!("a hex step returns polynomials, not a partial"))
+            }
+            (
+                HexTask::HexPoints { modulus, points },
+                HexPartial::HexEvaluations {
+                    modulus: m,
+                    evaluations,
+                },
+            ) => {
+                check_evaluations(*modulus, points, *m, evaluations)?;
+                no_output(output)
+            }
+            (HexTask::HexPoints { .. }, _) => {
+                Err(invalid!("the result does not match the hex shard"))
+            }
+        }
+    }
+
+    fn finish(h: &HexSpec, facts: &HexFacts, partials: Vec<HexPartial>) -> Result<Answer> {
+        match h.plan {
+            HexPlan::Points => finish_points(h, facts, partials),
+            HexPlan::CellStep => finish_cell_step(h, facts, partials),
+        }
+    }
+
+    fn direct(h: &HexSpec, threads: usize, control: &Control) -> Result<Answer> {
+        if h.exact {
+            // Exact counts have no single-sweep driver: evaluate every point here.
+            return run_locally::<Hex>(h, threads, control);
+        }
+        let answer = hex::count_games(h.side, h.modulus, threads, control)?;
+        let facts = HexFacts {
+            states: answer.states as u64,
+            stride: answer.crossings.len() as u64,
+            ..HexFacts::default()
+        };
+        let sweep = HexSpec {
+            plan: HexPlan::CellStep,
+            ..h.clone()
+        };
+        let partial = HexPartial::HexCrossings {
+            residues: answer.crossings,
+        };
+        finish_cell_step(&sweep, &facts, vec![partial])
+    }
+
+    fn corrupt_for_testing(partial: &mut HexPartial) {
+        match partial {
+            HexPartial::None => {}
+            HexPartial::HexCrossings { residues } => {
+                if let Some(r) = residues.first_mut() {
+                    *r = r.wrapping_add(1) % hex::DEFAULT_MODULUS;
+                }
+            }
+            HexPartial::HexEvaluations {
+                modulus,
+                evaluations,
+            } => {
+                if let Some((_, v)) = evaluations.first_mut() {
+                    *v = (*v + 1) % *modulus;
+                }
+            }
+        }
+    }
+}
+
+/// The points a shard of the points plan evaluates: the spec's, or the most.
+fn points_per_shard(h: &HexSpec) -> usize {
+    match h.points_per_shard {
+        0 => POINTS_PER_SHARD,
+        n => n as usize,
+    }
+}
+
+fn points_shards(facts: &HexFacts, per_shard: usize) -> Vec<Planned<HexTask>> {
+    let mut shards = Vec::new();
+    for &modulus in &facts.primes {
+        for points in facts.points.chunks(per_shard) {
+            shards.push(Planned {
+                task: HexTask::HexPoints {
+                    modulus,
+                    points: points.to_vec(),
+                },
+                work_total: points.len() as u64,
+            });
+        }
+    }
+    shards
+}
+
+fn step_shards(h: &HexSpec, facts: &HexFacts, stage: u32) -> Vec<Planned<HexTask>> {
+    let states = facts.states;
+    let wanted = if h.shards_per_step == 0 {
+        default_shards_per_step(states)
+    } else {
+        h.shards_per_step
+    };
+    let count = (wanted as u64).clamp(1, states.max(1));
+    // Side 1 has no cell steps: its single stage reduces the top row (step 0).
+    let steps = h.side * h.side.saturating_sub(1);
+    let step = if steps == 0 { 0 } else { stage };
+    let last = stage == steps.max(1);
+    (0..count)
+        .map(|i| {
+            let start = (states * i / count) as u32;
+            let end = (states * (i + 1) / count) as u32;
+            Planned {
+                task: HexTask::HexStep {
+                    step,
+                    start,
+                    end,
+                    last,
+                },
+                work_total: (end - start) as u64,
+            }
+        })
+        .collect()
+}
+
+/// What a job needs, by plan: memory per worker and in the coordinator, and the
+/// data moved between them.
+pub fn estimate(h: &HexSpec) -> ResourceEstimate {
+    let side = h.side as u64;
+    let states = hex::estimated_state_count(h.side);
+    let steps = side * side.saturating_sub(1);
+    let graph = states * GRAPH_BYTES_PER_STATE;
+    let vector = states * stride(h.side) * 4;
+    let (base, shard, coordinator, traffic) = match h.plan {
+        // Input, output and the decoded copy; the coordinator keeps the previous
+        // stage and assembles the current one (about half of each is zero runs).
+        HexPlan::CellStep => (
+            graph + 3 * vector,
+            0,
+            vector,
+            steps * vector / 2 * (ESTIMATE_WORKERS + 1),
+        ),
+        // The graph, shared; each shard an in-place vector of one lane per
+        // point (a power of two) and two checkpoints of it (one being sent,
+        // the next being made: measured at side 17), plus the pass's private
+        // buffers. The coordinator holds a checkpoint as it arrives.
+        HexPlan::Points => {
+            let lanes = (points_per_shard(h) as u64).next_power_of_two();
+            let vector = states * lanes * 4;
+            (graph, 3 * vector + (20 << 20), vector, 1 << 20)
+        }
+    };
+    ResourceEstimate {
+        subject: format!("hex side {} with the {} plan", h.side, h.plan.name()),
+        worker_base_bytes: base,
+        shard_bytes: shard,
+        coordinator_memory_bytes: coordinator,
+        traffic_bytes: traffic,
+        advice: match h.plan {
+            HexPlan::CellStep => "use the points plan",
+            // The graph alone grows past a worker at side 19; one slot a
+            // worker saves a pass vector.
+            HexPlan::Points => "run it on workers with that much memory (one slot each needs less)",
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::execute::pass_checkpoint_interval;
+    use super::*;
+    use crate::Error;
+    use crate::kind::Checkpoint;
+    use crate::spec::{JobSpec, ValidSpec};
+
+    fn points(side: u32, points_per_shard: u32) -> HexSpec {
+        HexSpec {
+            side,
+            modulus: hex::DEFAULT_MODULUS,
+            plan: HexPlan::Points,
+            shards_per_step: 0,
+            exact: false,
+            points_per_shard,
+        }
+    }
+
+    /// The points a shard get as the budget shrinks: the most such that the
+    /// worker holds two shards, then one point (the least memory there is);
+    /// a spec that chose its points keeps them.
+    #[test]
+    fn points_per_shard_follow_the_memory_budget() {
+        let side = 17;
+        let need = |p: u32| estimate(&points(side, p));
+        let fitted = |budget: u64| Hex::fit_to_budget(&points(side, 0), budget).points_per_shard;
+        assert_eq!(fitted(u64::MAX), 16);
+        for p in [16, 8, 4, 2] {
+            let two = need(p).worker_memory_bytes();
+            assert_eq!(fitted(two), p, "budget {two}");
+            assert!(fitted(two - 1) < p, "budget {}", two - 1);
+        }
+        assert_eq!(fitted(need(2).worker_memory_bytes() - 1), 1);
+        assert_eq!(fitted(0), 1);
+        // Fewer points, less memory a shard; the graph is the same.
+        assert!(need(1).shard_bytes < need(16).shard_bytes);
+        assert_eq!(need(1).worker_base_bytes, need(16).worker_base_bytes);
+        assert_eq!(Hex::fit_to_budget(&points(side, 3), 0).points_per_shard, 3);
+        let cell = HexSpec {
+            plan: HexPlan::CellStep,
+            ..points(9, 0)
+        };
+        assert_eq!(Hex::fit_to_budget(&cell, 0), cell);
+    }
+
+    /// A job whose smallest shard fits no worker is refused with the
+    /// numbers, unless forced; one that fits is planned with the points
+    /// chosen for it, in shards of that many points.
+    #[test]
+    fn a_job_whose_smallest_shard_fits_no_worker_is_refused_with_the_numbers() {
+        let spec = ValidSpec::new(JobSpec::new(points(17, 0))).unwrap();
+        let smallest = estimate(&points(17, 1)).smallest_worker_bytes();
+        let refused = spec
+            .fitted_to(smallest - 1, "the largest worker (h)")
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("the largest worker (h) has"), "{refused}");
+        assert!(
+            refused.contains(&crate::kind::format_bytes(smallest)),
+            "{refused}"
+        );
+        assert!(refused.contains("or --force"), "{refused}");
+        let fitted = spec.fitted_to(smallest, "w").unwrap();
+        assert_eq!(fitted.params::<HexSpec>().unwrap().points_per_shard, 1);
+        let mut forced = JobSpec::new(points(17, 0));
+        forced.options.force = true;
+        let forced = ValidSpec::new(forced).unwrap();
+        assert!(forced.fitted_to(0, "w").is_ok());
+
+        let small = points(7, 3);
+        let facts = HexFacts {
+            primes: vec![hex::DEFAULT_MODULUS],
+            points: (2..12).collect(),
+            ..HexFacts::default()
+        };
+        let shards = points_shards(&facts, points_per_shard(&small));
+        let sizes: Vec<u64> = shards.iter().map(|s| s.work_total).collect();
+        assert_eq!(sizes, [3, 3, 3, 1]);
+    }
+
+    #[test]
+    fn points_per_shard_out_of_range_or_with_the_cell_step_plan_are_refused() {
+        let over = Hex::validate(&points(9, 17)).unwrap_err().to_string();
+        assert!(over.contains("16, 8, 4, 2 or 1, got 17"), "{over}");
+        let cell = HexSpec {
+            plan: HexPlan::CellStep,
+            ..points(9, 4)
+        };
+        let refused = Hex::validate(&cell).unwrap_err().to_string();
+        assert!(refused.contains("points plan"), "{refused}");
+        Hex::validate(&points(9, 16)).unwrap();
+    }
+
+    type Evaluations = Vec<(u32, u32)>;
+
+    /// What one points shard run here did.
+    struct PointsRun {
+        values: Result<Evaluations>,
+        /// Its checkpoints' states and work done.
+        checkpoints: Vec<Vec<u8>>,
+        checkpoint_work: Vec<u64>,
+        /// The work the shard counted on its control.
+        work: u64,
+    }
+
+    /// Runs one points shard here with `checkpoint`, a checkpoint after every
+    /// round.
+    fn run_points(h: &HexSpec, points: &[u32], checkpoint: &[u8]) -> PointsRun {
+        let cache = KernelCache::new();
+        let control = Control::new();
+        let mut checkpoints = Vec::new();
+        let mut checkpoint_work = Vec::new();
+        let mut on_checkpoint = |c: Checkpoint<HexPartial>| {
+            assert!(c.partial.is_none());
+            checkpoints.push(c.state);
+            checkpoint_work.push(c.work_done);
+        };
+        let mut run = ShardRun {
+            input: None,
+            checkpoint,
+            cache: &cache,
+            control: &control,
+            checkpoint_every: std::time::Duration::ZERO,
+            on_checkpoint: &mut on_checkpoint,
+        };
+        let task = HexTask::HexPoints {
+            modulus: h.modulus,
+            points: points.to_vec(),
+        };
+        let values = Hex::execute(h, &task, &mut run).map(|o| match o.partial {
+            HexPartial::HexEvaluations { evaluations, .. } => evaluations,
+            other => panic!("not evaluations: {other:?}"),
+        });
+        PointsRun {
+            values,
+            checkpoints,
+            checkpoint_work,
+            work: control.work_done(),
+        }
+    }
+
+    fn rounds_done(checkpoint: &[u8]) -> u32 {
+        u32::from_le_bytes(checkpoint[4..8].try_into().unwrap())
+    }
+
+    /// A points shard checkpoints between blocks of cell steps; resumed from
+    /// any of its checkpoints it goes on from there (its next checkpoint is
+    /// one round later) to the evaluations of an uninterrupted pass. Its work
+    /// (its points) is counted as the rounds go, from where it resumed.
+    #[test]
+    fn a_points_shard_resumes_from_any_of_its_checkpoints() {
+        let h = points(7, 5);
+        let xs = [3, 5, 7, 11, 13];
+        let graph = hex::HexGraph::build(7).unwrap();
+        let expected: Vec<(u32, u32)> = xs
+            .iter()
+            .copied()
+            .zip(graph.evaluate_points(&xs, h.modulus))
+            .collect();
+        let whole = run_points(&h, &xs, &[]);
+        assert_eq!(whole.values.unwrap(), expected);
+        assert_eq!(whole.work, xs.len() as u64);
+        let work = &whole.checkpoint_work;
+        assert!(
+            work.windows(2).all(|w| w[0] <= w[1])
+                && work[0] < work[work.len() - 1]
+                && work[work.len() - 1] < xs.len() as u64,
+            "the work grows with the rounds, below the points: {work:?}"
+        );
+        let rounds = graph.pass_rounds();
+        assert_eq!(
+            whole.checkpoints.len(),
+            rounds - 1,
+            "one checkpoint between rounds"
+        );
+        for (k, checkpoint) in whole.checkpoints.iter().enumerate() {
+            assert_eq!(rounds_done(checkpoint) as usize, k + 1);
+            let resumed = run_points(&h, &xs, checkpoint);
+            assert_eq!(
+                resumed.values.unwrap(),
+                expected,
+                "resumed after {} rounds",
+                k + 1
+            );
+            assert_eq!(resumed.work, xs.len() as u64);
+            assert_eq!(
+                resumed.checkpoints.len(),
+                rounds - 2 - k,
+                "the resumed pass starts again"
+            );
+            if let Some(next) = resumed.checkpoints.first() {
+                assert_eq!(rounds_done(next) as usize, k + 2);
+                assert_eq!(resumed.checkpoint_work[0], whole.checkpoint_work[k + 1]);
+            }
+        }
+    }
+
+    /// A checkpoint that is not one of the shard's (other lanes, cut short,
+    /// a residue out of range, another format) is refused, not resumed.
+    #[test]
+    fn a_points_checkpoint_of_another_shard_or_damaged_is_refused() {
+        let h = points(6, 5);
+        let xs = [3, 5, 7, 11, 13];
+        let checkpoints = run_points(&h, &xs, &[]).checkpoints;
+        let good = &checkpoints[checkpoints.len() / 2];
+        let narrower = run_points(&h, &xs[..3], &[]).checkpoints;
+        let mut out_of_range = good.clone();
+        let last = out_of_range.len() - 4;
+        out_of_range[last..].copy_from_slice(&h.modulus.to_le_bytes());
+        let mut other_format = good.clone();
+        other_format[..4].copy_from_slice(b"HXP0");
+        let mut too_many_rounds = good.clone();
+        too_many_rounds[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        let bad: [(&str, &[u8]); 5] = [
+            ("other lanes", &narrower[0]),
+            ("cut short", &good[..good.len() - 4]),
+            ("out of range", &out_of_range),
+            ("other format", &other_format),
+            ("too many rounds", &too_many_rounds),
+        ];
+        for (what, checkpoint) in bad {
+            let refused = run_points(&h, &xs, checkpoint).values.expect_err(what);
+            assert!(
+                matches!(refused, Error::InvalidArgument(_)),
+                "{what}: {refused}"
+            );
+        }
+        run_points(&h, &xs, good).values.unwrap();
+    }
+
+    /// Large vectors checkpoint less often, in proportion, but at least once
+    /// a minute.
+    #[test]
+    fn points_checkpoints_are_spaced_by_their_size() {
+        let every = std::time::Duration::from_secs(3);
+        assert_eq!(pass_checkpoint_interval(every, 1 << 20), every);
+        assert_eq!(
+            pass_checkpoint_interval(every, 40 << 20),
+            std::time::Duration::from_secs(30)
+        );
+        assert_eq!(
+            pass_checkpoint_interval(every, 864 << 20),
+            std::time::Duration::from_secs(60)
+        );
+    }
+}

@@ -1,0 +1,408 @@
+//! What one job kind means to the runner: the [`JobKind`] trait, and the typed
+//! values a kind plans, computes and returns.
+//!
+//! A kind lives in one file under `kinds/` beside its kernel. It owns its spec
+//! (validation, description, proto and CLI forms), its plan (prepared once at
+//! submission, split into stages of shards), shard execution, the check of a
+//! reported result, the final answer and the direct computation without the
+//! runner. The runner sees none of these types: it holds them encoded (see
+//! `values`) and reaches the kind through the registry (`kinds`), so that the
+//! coordinator and the worker name no kind.
+//!
+//! Everything here is synchronous and deterministic: the same spec and plan
+//! always give the same shards, which is what makes re-planning after a crash
+//! safe, and partial results are combined only in [`JobKind::finish`], so
+//! accepting a shard twice (which attempt fencing prevents) could not change a sum.
+
+use std::fmt::Debug;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::cache::KernelCache;
+use crate::{Control, Result};
+use tally_wire::proto;
+
+/// Default interval between checkpoints of a running shard.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(3);
+
+/// The memory a worker is assumed to have when no registered worker has said
+/// (`tally worker --memory-budget`).
+pub const WORKER_MEMORY_BUDGET: u64 = 8_000_000_000;
+
+/// Shards of one job a worker is assumed to hold at once in an estimate.
+pub const ESTIMATE_SLOTS: u64 = 2;
+
+/// Values a kind stores and sends: JSON through serde, compared for replicas.
+pub trait KindValue:
+    Serialize + DeserializeOwned + Clone + Debug + PartialEq + Send + Sync
+{
+}
+impl<T: Serialize + DeserializeOwned + Clone + Debug + PartialEq + Send + Sync> KindValue for T {}
+
+/// One kind of count. Implemented by a unit struct per kind; every method is an
+/// associated function, so the kind carries no state of its own.
+pub trait JobKind: Send + Sync + 'static {
+    /// The parameters of a job of this kind (`{"kind": NAME, ...fields}` in a
+    /// spec file, the kind's message in the proto `oneof`).
+    type Spec: KindValue + 'static;
+    /// The kind's own command-line options, under `tally run|submit NAME`.
+    type Args: clap::Args + clap::FromArgMatches;
+    /// Facts computed once at submission and stored with the job. Fields must
+    /// tolerate unknown names and default missing ones: stored plans outlive
+    /// versions.
+    type Plan: Serialize + DeserializeOwned + Send + Sync;
+    /// What one shard computes.
+    type Task: KindValue;
+    /// A shard's (partial) result.
+    type Partial: KindValue;
+    /// The previous stage's merged output, decoded once per worker and stage;
+    /// `()` for kinds whose shards read none.
+    type StageInput: Send + Sync + 'static;
+
+    /// The kind's name in specs, on the CLI and in job descriptions.
+    const NAME: &'static str;
+    /// One line for `tally run --help`.
+    const ABOUT: &'static str;
+    /// Example command lines for the kind's help, one per line (may be empty).
+    const EXAMPLES: &'static str = "";
+
+    // ------------------------------------------------------------- the spec
+
+    /// The spec from the kind's command-line options; `files` reads the files
+    /// they name (the kind itself does no I/O).
+    fn spec_from_args(args: Self::Args, files: &dyn FileReader) -> Result<Self::Spec>;
+    fn spec_to_proto(spec: &Self::Spec) -> proto::job_spec::Kind;
+    /// The spec from the proto `oneof` (zero values select defaults), or `None`
+    /// when the message is another kind's.
+    fn spec_from_proto(kind: &proto::job_spec::Kind) -> Option<Result<Self::Spec>>;
+    /// Checks every value; the message names the value and the accepted range.
+    fn validate(spec: &Self::Spec) -> Result<()>;
+    /// A one-line human description, e.g. `hex side 11 mod 1000000007 (points)`.
+    fn describe(spec: &Self::Spec) -> String;
+    /// What the job needs. The coordinator refuses (unless forced) a job
+    /// whose smallest shard fits no worker's memory budget, and gives a
+    /// worker only as many of its shards at once as its budget holds.
+    fn estimate(_spec: &Self::Spec) -> Option<ResourceEstimate> {
+        None
+    }
+    /// The spec made to fit workers of `budget` bytes where the kind can cut
+    /// its shards smaller (the hex points plan: fewer points a shard); only
+    /// choices the spec left open change. Unchanged by default.
+    fn fit_to_budget(spec: &Self::Spec, _budget: u64) -> Self::Spec {
+        spec.clone()
+    }
+    /// The SHA-256 (hex) of every attachment the job needs (a wasm job's
+    /// module): the coordinator must hold them to accept the job, and a
+    /// worker fetches them before it runs a shard.
+    fn attachments(_spec: &Self::Spec) -> Vec<String> {
+        Vec::new()
+    }
+    /// What a worker must offer to be given the job's shards (see
+    /// `guest::WASM_CAPABILITY`); `None` for the built-in kernels.
+    fn capability(_spec: &Self::Spec) -> Option<&'static str> {
+        None
+    }
+
+    // ------------------------------------------------------------- planning
+
+    /// Computes the facts the plan needs (the expensive part of planning).
+    fn prepare(spec: &Self::Spec, cache: &KernelCache, control: &Control) -> Result<Self::Plan>;
+    /// Number of stages; each stage's shards start when the previous stage's
+    /// are all done.
+    fn stages(_spec: &Self::Spec, _plan: &Self::Plan) -> u32 {
+        1
+    }
+    /// Whether [`JobKind::stages`] counts every stage of the job; false for a
+    /// plan that finds its stages as it goes (a frontier search, one stage a
+    /// level), whose progress then covers only the stages found so far.
+    fn stages_known(_spec: &Self::Spec) -> bool {
+        true
+    }
+    /// The shards of `stage` (1-based). Deterministic.
+    fn plan_stage(
+        spec: &Self::Spec,
+        plan: &Self::Plan,
+        stage: u32,
+    ) -> Result<Vec<Planned<Self::Task>>>;
+    /// Drops what the stored job record need not keep once the first stage is
+    /// planned (facts that live in the shards' tasks).
+    fn trim_plan(_plan: &mut Self::Plan) {}
+    /// What follows a stage once all its shards are done: the next stage's
+    /// shards, or the end of the job. The plan may record what the stage found
+    /// (a frontier plan keeps each level's size and decides here how many
+    /// shards the next level gets); it is stored with the stage transition, so
+    /// this runs once per barrier, or again with the same inputs after a
+    /// crash. The default follows the stage count [`JobKind::stages`] gave at
+    /// planning, and [`JobKind::plan_stage`].
+    fn next_stage(
+        spec: &Self::Spec,
+        plan: &mut Self::Plan,
+        finished: FinishedStage<'_, Self::Partial>,
+    ) -> Result<NextStage<Self::Task>> {
+        if finished.stage < finished.stages_total {
+            let shards = Self::plan_stage(spec, plan, finished.stage + 1)?;
+            Ok(NextStage::Shards(shards, String::new()))
+        } else {
+            Ok(NextStage::Finish)
+        }
+    }
+
+    // ------------------------------------------------------------- execution
+
+    /// Whether the shards of `stage` read the previous stage's merged output.
+    fn needs_stage_input(_spec: &Self::Spec, _stage: u32) -> bool {
+        false
+    }
+    /// For a shard of a frontier plan: the bucket of the previous stage's
+    /// outputs it reads (see `buckets`); it is then handed bucket `q` of every
+    /// previous shard's output instead of the merged output. `None`: all of it.
+    fn input_bucket(_spec: &Self::Spec, _task: &Self::Task) -> Option<u32> {
+        None
+    }
+    /// Decodes the previous stage's merged output for the shards of a stage.
+    fn decode_stage_input(_spec: &Self::Spec, _bytes: &[u8]) -> Result<Self::StageInput> {
+        Err(crate::invalid!("{} jobs have no stage data", Self::NAME))
+    }
+    /// The stage outputs a shard of `stage` with `task` reads, in order: by
+    /// default the previous stage's (all of it, or its [`JobKind::input_bucket`])
+    /// when [`JobKind::needs_stage_input`]. A kind whose shards also read an
+    /// older stage names it here and keeps it with [`JobKind::kept_stages`].
+    fn stage_reads(spec: &Self::Spec, stage: u32, task: &Self::Task) -> Vec<StageRead> {
+        if Self::needs_stage_input(spec, stage) {
+            vec![StageRead {
+                stage: stage - 1,
+                bucket: Self::input_bucket(spec, task),
+            }]
+        } else {
+            Vec::new()
+        }
+    }
+    /// Decodes what [`JobKind::stage_reads`] named, in its order; by default
+    /// the one input of [`JobKind::decode_stage_input`].
+    fn decode_stage_inputs(spec: &Self::Spec, parts: &[&[u8]]) -> Result<Self::StageInput> {
+        match parts {
+            [one] => Self::decode_stage_input(spec, one),
+            _ => Err(crate::invalid!(
+                "{} shards read one stage output, not {}",
+                Self::NAME,
+                parts.len()
+            )),
+        }
+    }
+    /// The stages older than `stage - 1` whose output the shards of `stage` or
+    /// of a later stage still read: the coordinator keeps them (in its store)
+    /// and deletes every other output once the stage after it is done. Called
+    /// at each barrier and at recovery, with the plan as stored.
+    fn kept_stages(_spec: &Self::Spec, _plan: &Self::Plan, _stage: u32) -> Vec<u32> {
+        Vec::new()
+    }
+    /// Runs one shard.
+    fn execute(
+        spec: &Self::Spec,
+        task: &Self::Task,
+        run: &mut ShardRun<'_, Self::StageInput, Self::Partial>,
+    ) -> Result<Outcome<Self::Partial>>;
+
+    // ------------------------------------------------------------- results
+
+    /// Checks the shape of a reported result against its shard (the partial's
+    /// variant, lengths, ranges, the size of any stage output) before it is
+    /// accepted; a refusal changes nothing.
+    fn check_result(
+        spec: &Self::Spec,
+        plan: &Self::Plan,
+        task: &Self::Task,
+        partial: &Self::Partial,
+        output: &[u8],
+    ) -> Result<()>;
+    /// The answer from the partial results of the last stage, in shard order.
+    fn finish(spec: &Self::Spec, plan: &Self::Plan, partials: Vec<Self::Partial>)
+    -> Result<Answer>;
+    /// The answer computed in this process by the kernel's own driver, without
+    /// shards: the reference every run through the runner must equal.
+    fn direct(spec: &Self::Spec, threads: usize, control: &Control) -> Result<Answer>;
+    /// Fault injection for tests: alters a result the way a faulty machine
+    /// might, so that the checks downstream can be exercised.
+    fn corrupt_for_testing(partial: &mut Self::Partial);
+}
+
+/// Reads the files that command-line options name, for the kinds' parsers.
+pub trait FileReader {
+    fn read_to_string(&self, path: &Path) -> Result<String>;
+    /// Reads a file that goes with the job as an attachment (at most
+    /// `guest::MAX_MODULE_BYTES`) and returns its SHA-256 in hex, by which
+    /// the spec names it.
+    fn attach(&self, path: &Path) -> Result<String>;
+}
+
+/// One shard of a stage, ready to be stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned<T> {
+    pub task: T,
+    /// Work units of the shard, for progress.
+    pub work_total: u64,
+}
+
+/// A stage whose shards are all done (see [`JobKind::next_stage`]).
+#[derive(Debug)]
+pub struct FinishedStage<'a, P> {
+    pub stage: u32,
+    /// The stages known: [`JobKind::stages`] at planning, or as many as a
+    /// plan that finds its stages as it goes has found.
+    pub stages_total: u32,
+    /// The stage's partial results, in shard order.
+    pub partials: &'a [P],
+}
+
+// Copied whatever `P` is: it holds only a reference to the partials.
+impl<P> Clone for FinishedStage<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P> Copy for FinishedStage<'_, P> {}
+
+/// What follows a finished stage (see [`JobKind::next_stage`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NextStage<T> {
+    /// The next stage's shards, and a line for the job's events about the
+    /// stage just finished (may be empty).
+    Shards(Vec<Planned<T>>, String),
+    /// The job is done: its answer comes from [`JobKind::finish`].
+    Finish,
+}
+
+/// One stage output a shard reads (see [`JobKind::stage_reads`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StageRead {
+    pub stage: u32,
+    /// One bucket of every shard's output (see `buckets`), or all of it.
+    pub bucket: Option<u32>,
+}
+
+/// What a shard returns.
+#[derive(Debug)]
+pub struct Outcome<P> {
+    /// Stage data for the next stage, else empty.
+    pub output: Vec<u8>,
+    pub partial: P,
+    pub work_done: u64,
+}
+
+/// A resumable state of a running shard and the partial result it stands for.
+#[derive(Debug)]
+pub struct Checkpoint<P> {
+    pub state: Vec<u8>,
+    pub partial: Option<P>,
+    pub work_done: u64,
+}
+
+/// What a running shard has at hand besides its task.
+pub struct ShardRun<'a, I, P> {
+    /// The previous stage's merged output when [`JobKind::needs_stage_input`].
+    pub input: Option<&'a I>,
+    /// The last accepted checkpoint of an earlier attempt, or empty.
+    pub checkpoint: &'a [u8],
+    pub cache: &'a KernelCache,
+    /// Cancellation and the live work counter.
+    pub control: &'a Control,
+    /// Kinds that can resume checkpoint at most this often.
+    pub checkpoint_every: Duration,
+    pub on_checkpoint: &'a mut dyn FnMut(Checkpoint<P>),
+}
+
+impl<I, P> ShardRun<'_, I, P> {
+    /// Hands a checkpoint to the worker.
+    pub fn checkpoint(&mut self, checkpoint: Checkpoint<P>) {
+        (self.on_checkpoint)(checkpoint)
+    }
+}
+
+/// The final result of a job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    /// The answer line, as printed by the CLI.
+    pub line: String,
+    /// The full result as a JSON object.
+    pub details: serde_json::Value,
+}
+
+/// What a job needs: memory per worker and in the coordinator, and the data
+/// moved between them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceEstimate {
+    /// E.g. `hex side 16 with the cell-step plan`.
+    pub subject: String,
+    /// What a worker needs for the job at all, shared by its shards (a graph).
+    pub worker_base_bytes: u64,
+    /// What each shard of the job a worker holds at once adds.
+    pub shard_bytes: u64,
+    pub coordinator_memory_bytes: u64,
+    pub traffic_bytes: u64,
+    /// What to do instead when the job does not fit, e.g. `use the points plan`.
+    pub advice: &'static str,
+}
+
+impl ResourceEstimate {
+    /// A worker's memory with [`ESTIMATE_SLOTS`] shards of the job at once.
+    pub fn worker_memory_bytes(&self) -> u64 {
+        self.worker_base_bytes + ESTIMATE_SLOTS * self.shard_bytes
+    }
+
+    /// A worker's memory with one shard: the least any worker needs.
+    pub fn smallest_worker_bytes(&self) -> u64 {
+        self.worker_base_bytes + self.shard_bytes
+    }
+
+    /// Shards of the job a worker with `budget` bytes may hold at once: 0 if
+    /// not even one fits, unbounded if shards add nothing.
+    pub fn shards_within(&self, budget: u64) -> u64 {
+        if budget < self.smallest_worker_bytes() {
+            return 0;
+        }
+        (budget - self.worker_base_bytes)
+            .checked_div(self.shard_bytes)
+            .unwrap_or(u64::MAX)
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "{} needs about {} per worker ({} at least, with one shard at a time) and {} in the \
+             coordinator, and moves about {} between them",
+            self.subject,
+            format_bytes(self.worker_memory_bytes()),
+            format_bytes(self.smallest_worker_bytes()),
+            format_bytes(self.coordinator_memory_bytes),
+            format_bytes(self.traffic_bytes)
+        )
+    }
+}
+
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < UNITS.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// A kind's spec type, which names its kind: `JobSpec::new(HexSpec { .. })`.
+pub trait SpecOf: Serialize + Send + Sync + 'static {
+    type Kind: JobKind<Spec = Self>;
+}
+
+/// The check of [`JobKind::check_result`] for shards that produce no stage output.
+pub fn no_output(output: &[u8]) -> Result<()> {
+    if output.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::invalid!("this shard produces no stage output"))
+    }
+}

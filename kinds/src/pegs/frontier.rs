@@ -1,0 +1,655 @@
+//! The pegs frontier plan: which level shards each stage runs, what they
+//! write, and the checks of their results.
+//!
+//! Without a final hole, one search runs level by level to the boards of one
+//! peg. With one, two searches meet in the middle (see `pegs::meet`): the
+//! search from the start runs to level `a` (stage `a`), the search from the
+//! end to level `b - 1` (stage `b - 1 + end_delay = a`, alongside), and the
+//! join shards of stage `a + 1` sum the products. When the start hole is the
+//! final hole the end search is the start search and runs once.
+//!
+//! Every shard of a stage writes the same buckets: one group of `P` buckets
+//! per search the next stage runs (the start search's first, then the end
+//! search's), or one group for the join. A shard fills its own search's group
+//! and leaves the other empty; a shard of the next stage reads bucket `q` of
+//! its search's group from every shard.
+
+use serde::{Deserialize, Serialize};
+
+use super::{MAX_BUCKETS, MAX_POSITIONS_PER_BUCKET, PegsPartial, PegsPlan, PegsSpec, PegsTask};
+use super::{buckets_after, game, parse_solutions};
+use crate::kind::{FinishedStage, NextStage, Outcome, Planned, ShardRun};
+use crate::{Error, Result, invalid};
+use tally_kernels::buckets::{
+    add_level_sizes, bucket_of, encode_buckets, levels_note, split_buckets,
+};
+use tally_kernels::pegs::{self, AtMeeting, Meeting, PegBucket, PegGame, Side, StageBucket};
+
+/// Which part of the frontier plan a level shard runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PegSide {
+    /// A level of the search from the start position.
+    #[default]
+    Start,
+    /// A level of the search from the end (every hole but the final one).
+    End,
+    /// The join of the two searches where they meet.
+    Join,
+}
+
+/// The shards of one search's level (or of the join), reading bucket groups
+/// of `buckets_in` buckets: one shard for level 0, which starts from one
+/// position, else one per bucket. Each writes `buckets_out` per group.
+fn level_shards(
+    side: PegSide,
+    level: u32,
+    buckets_in: u32,
+    buckets_out: u32,
+    alone: bool,
+) -> impl Iterator<Item = Planned<PegsTask>> {
+    let shards = if level == 0 && side != PegSide::Join {
+        1
+    } else {
+        buckets_in
+    };
+    (0..shards).map(move |bucket| Planned {
+        task: PegsTask::PegLevel {
+            level,
+            bucket,
+            buckets_out,
+            alone,
+            side,
+            buckets_in,
+        },
+        work_total: 1,
+    })
+}
+
+/// The first stage: level 0 of the start search alone, with level 0 of the
+/// end search beside it when both start in the same stage.
+pub(super) fn first_stage(spec: &PegsSpec) -> Result<Vec<Planned<PegsTask>>> {
+    let game = game(spec)?;
+    let out = buckets_after(spec, 1);
+    let meeting = pegs::meeting(&game);
+    let alone = meeting.is_none_or(|m| !m.two_sided && m.start_level > 1);
+    let mut planned: Vec<_> = level_shards(PegSide::Start, 0, 1, out, alone).collect();
+    if meeting.is_some_and(|m| m.two_sided && m.end_delay == 0) {
+        planned.extend(level_shards(PegSide::End, 0, 1, out, false));
+    }
+    Ok(planned)
+}
+
+/// What a level shard computing up to `last` writes: `(groups, own)`, the
+/// bucket groups of its output and the index of its own.
+fn layout(meeting: Option<&Meeting>, side: PegSide, last: u32) -> (u32, u32) {
+    let Some(m) = meeting else {
+        return (1, 0);
+    };
+    match side {
+        PegSide::Join => (0, 0),
+        // The join stage reads one group.
+        PegSide::Start if last >= m.start_level => (1, 0),
+        PegSide::End if last + 1 >= m.end_level => (1, 0),
+        PegSide::Start if m.two_sided => (2, 0),
+        PegSide::Start => (1, 0),
+        PegSide::End => (2, 1),
+    }
+}
+
+/// What the start search's meeting level sends besides its joined classes.
+fn at_meeting(m: &Meeting) -> AtMeeting {
+    if m.two_sided {
+        AtMeeting::Nothing
+    } else if m.end_level > m.start_level {
+        AtMeeting::Children
+    } else {
+        AtMeeting::Itself
+    }
+}
+
+/// Runs a level shard.
+pub(super) fn execute(
+    spec: &PegsSpec,
+    task: &PegsTask,
+    run: &mut ShardRun<'_, Vec<StageBucket>, PegsPartial>,
+) -> Result<Outcome<PegsPartial>> {
+    let &PegsTask::PegLevel {
+        level,
+        buckets_out,
+        alone,
+        side,
+        ..
+    } = task
+    else {
+        return Err(invalid!("not a level task: {task:?}"));
+    };
+    let game = game(spec)?;
+    let meeting = pegs::meeting(&game);
+    let input = run.input.map(Vec::as_slice).unwrap_or_default();
+    // The kernel's units (positions) would exceed work_total: count them on
+    // a private counter, sharing only the cancellation flag.
+    let inner = run.control.with_own_counter();
+    if side == PegSide::Join {
+        let m = meeting.ok_or_else(|| invalid!("a join without a final hole"))?;
+        if run.input.is_none() {
+            return Err(invalid!("a join needs the meeting levels' buckets"));
+        }
+        let levels = input.iter().map(|b| b.level.clone()).collect();
+        let joined = input.iter().map(|b| b.joined.clone()).collect();
+        let (states, solutions) = pegs::join_level(&game, &m, levels, joined, &inner)?;
+        run.control.add_work(1);
+        return Ok(Outcome {
+            output: encode_buckets(&[]),
+            partial: PegsPartial::PegLevels {
+                sizes: vec![states],
+                solutions: solutions.to_string(),
+                buckets: 0,
+                side,
+            },
+            work_done: 1,
+        });
+    }
+    if input.iter().any(|b| !b.joined.is_empty()) {
+        return Err(invalid!("a level shard was sent joined positions"));
+    }
+    let search = if side == PegSide::End {
+        Side::End
+    } else {
+        Side::Start
+    };
+    let mut inputs = match (level, run.input) {
+        (0, _) => vec![pegs::side_start(&game, search)?],
+        (_, Some(_)) => input.iter().map(|b| b.level.clone()).collect(),
+        (_, None) => return Err(invalid!("level {level} needs the previous level's buckets")),
+    };
+    let mut sizes = Vec::new();
+    let mut solutions: u128 = 0;
+    let mut current = level;
+    let meets =
+        |level: u32| side == PegSide::Start && meeting.is_some_and(|m| m.start_level == level);
+    let (sent, joined) = loop {
+        if meets(current) {
+            let m = meeting.expect("a meeting level has a meeting");
+            let (states, sent, joined) =
+                pegs::meet_level(&game, &m, inputs, buckets_out, at_meeting(&m), &inner)?;
+            sizes.push(states);
+            break (sent, joined);
+        }
+        let out_buckets = if alone { 1 } else { buckets_out };
+        let part = pegs::expand_level(&game, current, inputs, out_buckets, &inner)?;
+        sizes.push(part.states);
+        solutions += part.solutions;
+        let mut sent = part.sent;
+        if !alone {
+            break (sent, Vec::new());
+        }
+        let next = buckets_after(spec, part.states);
+        let more = pegs::pegs_at_level(&game, current + 1).is_some_and(|p| p > 0);
+        // An alone shard stops before the meeting level, which runs in its
+        // own stage with the join's bucket count.
+        if part.states == 0 || next > 1 || !more || meets(current + 1) {
+            break (
+                pegs::rebucket(sent.pop().unwrap_or_default(), next),
+                Vec::new(),
+            );
+        }
+        inputs = sent;
+        current += 1;
+    };
+    run.control.add_work(1);
+    let per_group = sent.len() as u32;
+    let (groups, own) = layout(meeting.as_ref(), side, current);
+    let mut out = vec![StageBucket::default(); (groups * per_group) as usize];
+    let mut joined = joined.into_iter();
+    for (q, level) in sent.into_iter().enumerate() {
+        out[(own * per_group) as usize + q] = StageBucket {
+            level,
+            joined: joined.next().unwrap_or_default(),
+        };
+    }
+    let buckets: Vec<Vec<u8>> = out.iter().map(StageBucket::encode).collect();
+    Ok(Outcome {
+        output: encode_buckets(&buckets),
+        partial: PegsPartial::PegLevels {
+            sizes,
+            solutions: solutions.to_string(),
+            buckets: per_group,
+            side,
+        },
+        work_done: 1,
+    })
+}
+
+/// The buckets per group a level shard that computed levels of `sizes`
+/// writes.
+fn buckets_written(spec: &PegsSpec, task: &PegsTask, sizes: &[u64]) -> Result<u32> {
+    match task {
+        PegsTask::PegLevel {
+            side: PegSide::Join,
+            ..
+        } => Ok(0),
+        PegsTask::PegLevel { alone: true, .. } => {
+            Ok(buckets_after(spec, sizes.last().copied().unwrap_or(0)))
+        }
+        PegsTask::PegLevel { buckets_out, .. } if sizes.len() == 1 => Ok(*buckets_out),
+        PegsTask::PegLevel { .. } => Err(invalid!(
+            "a level shard that shares its stage computes one level, not {}",
+            sizes.len()
+        )),
+        PegsTask::PegTasks { .. } => Err(invalid!("the prefixes plan writes no buckets")),
+    }
+}
+
+/// Checks a level shard's result: its buckets as many as it says and the
+/// next stage reads, its own group's positions of the right peg count, each
+/// in its own bucket, and the other groups empty.
+pub(super) fn check(
+    spec: &PegsSpec,
+    task: &PegsTask,
+    partial: &PegsPartial,
+    output: &[u8],
+) -> Result<()> {
+    let (
+        &PegsTask::PegLevel { level, side, .. },
+        PegsPartial::PegLevels {
+            sizes,
+            solutions,
+            buckets: said,
+            side: said_side,
+        },
+    ) = (task, partial)
+    else {
+        return Err(invalid!("a {partial:?} result for the task {task:?}"));
+    };
+    if side != *said_side {
+        return Err(invalid!("a {said_side:?} result for a {side:?} level"));
+    }
+    let game = game(spec)?;
+    let meeting = pegs::meeting(&game);
+    parse_solutions(solutions)?;
+    if sizes.is_empty() {
+        return Err(invalid!("a level shard computed no level"));
+    }
+    let per_group = buckets_written(spec, task, sizes)?;
+    let last = level + sizes.len() as u32 - 1;
+    let (groups, own) = layout(meeting.as_ref(), side, last);
+    let buckets = split_buckets(output)?;
+    if buckets.len() != (groups * per_group) as usize || *said != per_group {
+        return Err(invalid!(
+            "the level shard wrote {} buckets and said {said} per group; the next stage \
+             reads {groups} groups of {per_group}",
+            buckets.len()
+        ));
+    }
+    // The peg counts of what the shard sends on, and of its joined classes.
+    let meets = side == PegSide::Start && meeting.is_some_and(|m| m.start_level == last);
+    let pegs_at = |level: u32| pegs::pegs_at_level(&game, level).unwrap_or(0);
+    let (level_pegs, joined_pegs) = match meeting.filter(|_| meets) {
+        Some(m) => {
+            let sent = match at_meeting(&m) {
+                AtMeeting::Nothing => None,
+                AtMeeting::Children => Some(pegs_at(last + 1)),
+                AtMeeting::Itself => Some(pegs_at(last)),
+            };
+            (sent, Some(pegs_at(m.end_level)))
+        }
+        None => (Some(pegs_at(last + 1)), None),
+    };
+    for (index, bytes) in buckets.into_iter().enumerate() {
+        let bucket = StageBucket::decode(bytes)?;
+        let mine = index as u32 / per_group.max(1) == own;
+        let q = index as u32 % per_group.max(1);
+        for (list, pegs, what) in [
+            (&bucket.level, level_pegs, "position"),
+            (&bucket.joined, joined_pegs, "joined position"),
+        ] {
+            if !mine || pegs.is_none() {
+                if !list.is_empty() {
+                    return Err(invalid!("bucket {index} holds {what}s it should not"));
+                }
+                continue;
+            }
+            let pegs = pegs.unwrap_or(0);
+            check_list(&game, list, per_group, q, pegs, what)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_list(
+    game: &PegGame,
+    list: &PegBucket,
+    buckets: u32,
+    q: u32,
+    pegs: u32,
+    what: &str,
+) -> Result<()> {
+    if let Some(&board) = list.boards.iter().find(|&&b| {
+        bucket_of(u128::from(b), buckets) != q
+            || b.count_ones() != pegs
+            || b & !game.hole_mask() != 0
+    }) {
+        return Err(invalid!(
+            "{what} {board:#x} sent to bucket {q} is not a position of {pegs} pegs in that bucket"
+        ));
+    }
+    Ok(())
+}
+
+/// What follows a stage of the frontier plan (see `JobKind::next_stage`).
+pub(super) fn next_stage(
+    spec: &PegsSpec,
+    plan: &mut PegsPlan,
+    finished: FinishedStage<'_, PegsPartial>,
+) -> Result<NextStage<PegsTask>> {
+    let game = game(spec)?;
+    let meeting = pegs::meeting(&game);
+    // Each search's level sizes and the solutions, summed over the shards;
+    // the buckets per group they wrote.
+    let mut start: Vec<u64> = Vec::new();
+    let mut end: Vec<u64> = Vec::new();
+    let mut joined: Option<u64> = None;
+    let mut written = None;
+    let mut solutions = parse_solutions(&plan.solutions)?;
+    for partial in finished.partials {
+        let PegsPartial::PegLevels {
+            sizes: own,
+            solutions: found,
+            buckets,
+            side,
+        } = partial
+        else {
+            return Err(invalid!("a frontier level returned {partial:?}"));
+        };
+        solutions = solutions
+            .checked_add(parse_solutions(found)?)
+            .ok_or_else(|| Error::Internal("peg solution count overflows".into()))?;
+        if *side == PegSide::Join {
+            *joined.get_or_insert(0) += own.iter().sum::<u64>();
+            continue;
+        }
+        let sizes = if *side == PegSide::Start {
+            &mut start
+        } else {
+            &mut end
+        };
+        if written.is_some_and(|w| w != *buckets) {
+            return Err(invalid!("the shards of one level disagree on its shape"));
+        }
+        written = Some(*buckets);
+        add_level_sizes(sizes, own, "level")?;
+    }
+    if let Some(positions) = joined {
+        plan.solutions = solutions.to_string();
+        // The joined level is the end search's (or, with one search, the
+        // start search's level after the meeting level).
+        match meeting {
+            Some(m) if m.two_sided => plan.end_levels.push(positions),
+            Some(m) if m.end_level > m.start_level => plan.levels.push(positions),
+            _ => {}
+        }
+        return Ok(NextStage::Finish);
+    }
+    let start_found: Vec<u64> = start.iter().copied().take_while(|&n| n > 0).collect();
+    let end_found: Vec<u64> = end.iter().copied().take_while(|&n| n > 0).collect();
+    let shards = written.unwrap_or(1);
+    let largest = start_found
+        .last()
+        .max(end_found.last())
+        .copied()
+        .unwrap_or(0);
+    if largest > MAX_POSITIONS_PER_BUCKET * u64::from(shards) {
+        let (what, level) = if start_found.last() >= end_found.last() {
+            ("level", plan.levels.len() + start_found.len() - 1)
+        } else {
+            (
+                "level from the end",
+                plan.end_levels.len() + end_found.len() - 1,
+            )
+        };
+        return Err(invalid!(
+            "{what} {level} has {largest} positions, more than {MAX_POSITIONS_PER_BUCKET} per \
+             shard over the {shards} shards of the next level; give more --buckets (at most \
+             {MAX_BUCKETS}) or let the plan choose"
+        ));
+    }
+    plan.solutions = solutions.to_string();
+    let first = plan.levels.len();
+    let first_end = plan.end_levels.len();
+    plan.levels.extend(&start_found);
+    plan.end_levels.extend(&end_found);
+    let mut note = levels_note("level", first, &start_found, "positions");
+    if let [one] = end_found.as_slice() {
+        note = format!("{note}; from the end, level {first_end}: {one} positions");
+    }
+    // An empty level ends the count: no position goes further.
+    if start_found.len() < start.len() || end_found.len() < end.len() {
+        return Ok(NextStage::Finish);
+    }
+    let next = plan.levels.len() as u32;
+    let buckets_out = buckets_after(spec, largest);
+    let Some(m) = meeting else {
+        // One search, to the boards of one peg.
+        if start_found.is_empty() || pegs::pegs_at_level(&game, next).is_none_or(|p| p == 0) {
+            return Ok(NextStage::Finish);
+        }
+        let planned =
+            level_shards(PegSide::Start, next, shards, buckets_out, shards == 1).collect();
+        return Ok(NextStage::Shards(planned, note));
+    };
+    if next > m.start_level {
+        let planned = level_shards(PegSide::Join, m.end_level, shards, 0, false).collect();
+        return Ok(NextStage::Shards(planned, note));
+    }
+    // Alone shards stop before the meeting level, which gets its own stage.
+    let alone = !m.two_sided && shards == 1 && next < m.start_level;
+    let mut planned: Vec<_> =
+        level_shards(PegSide::Start, next, shards, buckets_out, alone).collect();
+    let end_next = plan.end_levels.len() as u32;
+    if m.two_sided && next >= m.end_delay && end_next < m.end_level {
+        if end_next + m.end_delay != next {
+            return Err(Error::Internal(format!(
+                "the end search is at level {end_next} in the stage of level {next}"
+            )));
+        }
+        planned.extend(level_shards(
+            PegSide::End,
+            end_next,
+            shards,
+            buckets_out,
+            false,
+        ));
+    }
+    Ok(NextStage::Shards(planned, note))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pegs::PegsPlanName;
+
+    fn spec(end: Option<u32>, buckets: u32) -> PegsSpec {
+        PegsSpec {
+            board: "english".into(),
+            start: None,
+            end,
+            prefixes: 0,
+            plan: Some(PegsPlanName::Frontier),
+            buckets,
+        }
+    }
+
+    fn levels(sizes: &[u64], buckets: u32, side: PegSide) -> PegsPartial {
+        PegsPartial::PegLevels {
+            sizes: sizes.to_vec(),
+            solutions: String::new(),
+            buckets,
+            side,
+        }
+    }
+
+    #[test]
+    fn a_level_past_the_limit_fails_the_plan_naming_it_and_changes_nothing() {
+        let spec = spec(None, 2);
+        let before = PegsPlan {
+            levels: vec![1, 1, 2],
+            ..PegsPlan::default()
+        };
+        let mut plan = before.clone();
+        let too_many = MAX_POSITIONS_PER_BUCKET * 2 + 1;
+        let partials = [
+            levels(&[too_many / 2], 2, PegSide::Start),
+            levels(&[too_many - too_many / 2], 2, PegSide::Start),
+        ];
+        let finished = FinishedStage {
+            stage: 4,
+            stages_total: 4,
+            partials: &partials,
+        };
+        let e = next_stage(&spec, &mut plan, finished)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("level 3 has {too_many} positions")),
+            "{e}"
+        );
+        assert_eq!(plan, before);
+        // One position fewer and the next level is planned, split in two.
+        let partials = [
+            levels(&[too_many / 2], 2, PegSide::Start),
+            levels(&[too_many - too_many / 2 - 1], 2, PegSide::Start),
+        ];
+        let finished = FinishedStage {
+            partials: &partials,
+            ..finished
+        };
+        match next_stage(&spec, &mut plan, finished).unwrap() {
+            NextStage::Shards(shards, note) => {
+                assert_eq!(shards.len(), 2);
+                assert_eq!(note, format!("level 3: {} positions", too_many - 1));
+            }
+            NextStage::Finish => panic!("finished"),
+        }
+    }
+
+    #[test]
+    fn two_searches_run_side_by_side_and_end_in_a_join() {
+        // English from hole 10 to the centre: 31 jumps, the start search to
+        // level 15 and the end search to level 16, side by side.
+        let spec = PegsSpec {
+            start: Some(10),
+            ..spec(Some(17), 3)
+        };
+        let m = pegs::meeting(&game(&spec).unwrap()).unwrap();
+        assert_eq!((m.start_level, m.end_level, m.end_delay), (15, 16, 0));
+        let first = first_stage(&spec).unwrap();
+        assert_eq!(first.len(), 2, "both searches start in the first stage");
+        let mut plan = PegsPlan::default();
+        let mut stage = 1;
+        let mut partials = vec![
+            levels(&[1], 3, PegSide::Start),
+            levels(&[1], 3, PegSide::End),
+        ];
+        loop {
+            let finished = FinishedStage {
+                stage,
+                stages_total: stage,
+                partials: &partials,
+            };
+            match next_stage(&spec, &mut plan, finished).unwrap() {
+                NextStage::Finish => break,
+                NextStage::Shards(shards, _) => {
+                    stage += 1;
+                    partials = shards
+                        .iter()
+                        .map(|s| match s.task {
+                            PegsTask::PegLevel { side, .. } => levels(&[10], 3, side),
+                            _ => panic!("{s:?}"),
+                        })
+                        .collect();
+                    let sides: Vec<PegSide> = shards
+                        .iter()
+                        .map(|s| match s.task {
+                            PegsTask::PegLevel { side, .. } => side,
+                            _ => unreachable!(),
+                        })
+                        .collect();
+                    if sides.contains(&PegSide::Join) {
+                        assert!(sides.iter().all(|&s| s == PegSide::Join));
+                        assert_eq!(stage, 17, "the join follows level 15");
+                    } else {
+                        assert_eq!(sides.len(), 6, "stage {stage}: {sides:?}");
+                    }
+                }
+            }
+        }
+        assert_eq!(plan.levels.len(), 16, "start levels 0 to 15");
+        assert_eq!(
+            plan.end_levels.len(),
+            17,
+            "end levels 0 to 15, and 16 at the join"
+        );
+    }
+}
+
+#[cfg(test)]
+mod validation {
+    use super::*;
+    use crate::kind::JobKind;
+    use crate::pegs::{Pegs, PegsPlanName};
+
+    fn spec(plan: Option<PegsPlanName>, prefixes: u32, buckets: u32) -> PegsSpec {
+        PegsSpec {
+            board: "english".into(),
+            start: None,
+            end: Some(17),
+            prefixes,
+            plan,
+            buckets,
+        }
+    }
+
+    #[test]
+    fn plans_and_their_values_are_checked_and_named() {
+        use PegsPlanName::{Frontier, Prefixes};
+        for (ok, plan) in [
+            (spec(None, 0, 0), Frontier),
+            (spec(None, 0, MAX_BUCKETS), Frontier),
+            (spec(None, 7, 0), Prefixes),
+            (spec(Some(Prefixes), 0, 0), Prefixes),
+            (spec(Some(Frontier), 0, 3), Frontier),
+        ] {
+            Pegs::validate(&ok).unwrap();
+            assert_eq!(ok.plan_name(), plan);
+            // The proto form keeps the choice, or its absence.
+            let back = Pegs::spec_from_proto(&Pegs::spec_to_proto(&ok))
+                .unwrap()
+                .unwrap();
+            assert_eq!(back, ok);
+        }
+        for (bad, needle) in [
+            (
+                spec(None, 0, MAX_BUCKETS + 1),
+                "buckets must be at most 1024",
+            ),
+            (spec(None, 7, 2), "buckets are for the frontier plan"),
+            (
+                spec(Some(Frontier), 7, 0),
+                "prefixes are for the prefixes plan",
+            ),
+        ] {
+            let e = Pegs::validate(&bad).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+        let mut sideways = Pegs::spec_to_proto(&spec(None, 0, 0));
+        if let tally_wire::proto::job_spec::Kind::Pegs(p) = &mut sideways {
+            p.plan = "sideways".into();
+        }
+        let e = Pegs::spec_from_proto(&sideways)
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown pegs plan \"sideways\""), "{e}");
+    }
+}

@@ -1,0 +1,562 @@
+//! `pegs`: the number of peg solitaire solutions (exact). Two plans:
+//! `frontier` (the default), the forward count by levels (a level per number
+//! of jumps made), each large level split into buckets by a hash of the
+//! position, one shard per bucket (see `pegs::levels`), thin levels run
+//! together on one shard; and `prefixes`, the distinct positions after a few
+//! jumps (with the number of jump sequences reaching each) counted in batches,
+//! each shard over its own layers.
+
+mod frontier;
+
+use serde::{Deserialize, Serialize};
+
+pub use frontier::PegSide;
+
+use crate::cache::KernelCache;
+use crate::kind::{
+    Answer, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun, SpecOf,
+    no_output,
+};
+use crate::{Control, Error, Result, invalid};
+use tally_kernels::buckets::{bucket_count, split_gathered};
+use tally_kernels::pegs;
+use tally_kernels::pegs::StageBucket;
+use tally_wire::proto;
+
+pub struct Pegs;
+
+/// Default minimum number of prefix tasks. Tasks of one shard share their
+/// layers, so a shard holds several tasks and the shards stay few.
+pub const DEFAULT_PREFIXES: u32 = 256;
+/// At most this many shards for one job.
+pub const MAX_SHARDS: usize = 32;
+/// Most prefix tasks a job may ask for.
+pub const MAX_PREFIX_TASKS: u32 = 100_000;
+
+/// Most shards of one level of the frontier plan.
+pub const MAX_BUCKETS: u32 = 1024;
+
+/// Positions of a level per shard of the next level when the frontier plan
+/// chooses the bucket count. A shard's memory follows its children, which are
+/// deduplicated only within the shard (by estimate, several per position and
+/// some tens of bytes each while they are summed, sorted and encoded); the
+/// largest English levels (3.6 million positions) go to 8 shards. Measured on
+/// the English board, centre to centre: a worker of two slots peaks at 996 MB
+/// and the job takes 8.1 s; with 250,000 positions a shard, 616 MB and 10.1 s.
+const POSITIONS_PER_BUCKET: u64 = 500_000;
+
+/// Most positions of a level per shard of the next level: a shard's lists and
+/// tables then take a few gigabytes. A level beyond it fails the job.
+pub const MAX_POSITIONS_PER_BUCKET: u64 = 40_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum PegsPlanName {
+    /// Prefix tasks counted in batches, each shard over its own layers.
+    Prefixes,
+    /// The forward count by levels, large levels split over shards.
+    #[default]
+    Frontier,
+}
+
+impl PegsPlanName {
+    pub fn name(self) -> &'static str {
+        match self {
+            PegsPlanName::Prefixes => "prefixes",
+            PegsPlanName::Frontier => "frontier",
+        }
+    }
+
+    /// The empty name selects the default plan.
+    pub fn parse(name: &str) -> Result<PegsPlanName> {
+        match name {
+            "" => Ok(PegsPlanName::default()),
+            "prefixes" => Ok(PegsPlanName::Prefixes),
+            "frontier" => Ok(PegsPlanName::Frontier),
+            other => Err(invalid!(
+                "unknown pegs plan {other:?}: expected \"frontier\" or \"prefixes\""
+            )),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PegsSpec {
+    /// `english`, `french` or `triangle:N`.
+    #[serde(default = "default_board")]
+    pub board: String,
+    /// The hole empty at the start; `None` is the board's default.
+    #[serde(default)]
+    pub start: Option<u32>,
+    /// The hole the last peg must end in; `None` accepts any.
+    #[serde(default)]
+    pub end: Option<u32>,
+    /// Prefixes plan: minimum number of prefix tasks; 0 chooses.
+    #[serde(default)]
+    pub prefixes: u32,
+    /// The shard plan; `None`: the prefixes plan when `prefixes` is given (as
+    /// before there was a choice), else the frontier plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PegsPlanName>,
+    /// Frontier plan: shards per level; 0 chooses from each level's size.
+    #[serde(default)]
+    pub buckets: u32,
+}
+
+impl PegsSpec {
+    /// The plan the job runs (see [`PegsSpec::plan`]).
+    pub fn plan_name(&self) -> PegsPlanName {
+        match self.plan {
+            Some(plan) => plan,
+            None if self.prefixes > 0 => PegsPlanName::Prefixes,
+            None => PegsPlanName::Frontier,
+        }
+    }
+}
+
+fn default_board() -> String {
+    "english".into()
+}
+
+impl SpecOf for PegsSpec {
+    type Kind = Pegs;
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PegsArgs {
+    /// english (33 holes), french (37) or triangle:N (N = 4 to 7).
+    #[arg(long, default_value = "english")]
+    pub board: String,
+    /// The hole empty at the start, numbered row by row from 1 (default: the
+    /// centre; 1 on a triangle).
+    #[arg(long)]
+    pub start: Option<u32>,
+    /// The hole the last peg must end in (default: any).
+    #[arg(long)]
+    pub end: Option<u32>,
+    /// Shard plan: frontier (the default: the count by levels, large levels
+    /// split over shards) or prefixes (positions after a few jumps counted in
+    /// batches; the default when --prefixes is given).
+    #[arg(long)]
+    pub plan: Option<String>,
+    /// Frontier plan: shards per level (default: from each level's size).
+    #[arg(long, value_name = "N")]
+    pub buckets: Option<u32>,
+    /// Prefixes plan: minimum number of prefix tasks (0 chooses).
+    #[arg(long, default_value_t = 0)]
+    pub prefixes: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PegsPlan {
+    /// Prefixes plan: the prefix tasks; copied into the shards, then dropped
+    /// from the record.
+    #[serde(default)]
+    pub peg_tasks: Vec<pegs::PegTask>,
+    /// Frontier plan: the number of positions of each level found so far.
+    #[serde(default)]
+    pub levels: Vec<u64>,
+    /// Frontier plan with a final hole: the same for the search from the end.
+    #[serde(default)]
+    pub end_levels: Vec<u64>,
+    /// Frontier plan: the solutions found so far (decimal, empty for none).
+    #[serde(default)]
+    pub solutions: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum PegsTask {
+    /// Positions after a few jumps, with the number of jump sequences reaching
+    /// each, counted over shared layers.
+    PegTasks { tasks: Vec<PegShardTask> },
+    /// Bucket `bucket` of level `level` (the positions after `level` jumps)
+    /// of one search, or of the join (see `frontier`), sending its children
+    /// to the `buckets_out` buckets of the next level. A shard `alone` in its
+    /// stage goes on to the levels after it while they would have one shard
+    /// too, and then writes as many buckets as the last level it computed
+    /// calls for. `buckets_in`: the shards of this level.
+    PegLevel {
+        level: u32,
+        bucket: u32,
+        buckets_out: u32,
+        #[serde(default)]
+        alone: bool,
+        #[serde(default)]
+        side: PegSide,
+        #[serde(default)]
+        buckets_in: u32,
+    },
+}
+
+/// A task as it travels in a shard: the multiplicity as a decimal string,
+/// because internally tagged enums cannot carry `u128`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PegShardTask {
+    pub board: u64,
+    pub multiplicity: String,
+}
+
+impl PegShardTask {
+    fn from_task(task: &pegs::PegTask) -> PegShardTask {
+        PegShardTask {
+            board: task.board,
+            multiplicity: task.multiplicity.to_string(),
+        }
+    }
+
+    fn to_task(&self) -> Result<pegs::PegTask> {
+        Ok(pegs::PegTask {
+            board: self.board,
+            multiplicity: self
+                .multiplicity
+                .parse()
+                .map_err(|_| invalid!("malformed peg task multiplicity {:?}", self.multiplicity))?,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PegsPartial {
+    /// Solutions from a batch of tasks (multiplicities applied).
+    PegCount {
+        tasks: u32,
+        solutions: u128,
+        positions: u64,
+    },
+    /// The positions of one bucket of each level the shard computed (one,
+    /// unless it was alone in its stage), the solutions among them (decimal),
+    /// and the buckets it wrote.
+    PegLevels {
+        sizes: Vec<u64>,
+        solutions: String,
+        buckets: u32,
+        #[serde(default)]
+        side: PegSide,
+    },
+}
+
+/// Shards of the level after one of `positions` positions.
+fn buckets_after(spec: &PegsSpec, positions: u64) -> u32 {
+    bucket_count(positions, POSITIONS_PER_BUCKET, spec.buckets, MAX_BUCKETS)
+}
+
+fn parse_solutions(text: &str) -> Result<u128> {
+    if text.is_empty() {
+        return Ok(0);
+    }
+    text.parse()
+        .map_err(|_| invalid!("malformed solution count {text:?}"))
+}
+
+fn game(spec: &PegsSpec) -> Result<pegs::PegGame> {
+    pegs::PegGame::new(pegs::parse_board(&spec.board)?, spec.start, spec.end)
+}
+
+impl JobKind for Pegs {
+    type Spec = PegsSpec;
+    type Args = PegsArgs;
+    type Plan = PegsPlan;
+    type Task = PegsTask;
+    type Partial = PegsPartial;
+    /// The frontier plan's shard input: what each shard of the previous level
+    /// sent this bucket.
+    type StageInput = Vec<StageBucket>;
+
+    const NAME: &'static str = "pegs";
+    const ABOUT: &'static str = "Number of peg solitaire solutions (exact).";
+    const EXAMPLES: &'static str = "  tally run pegs --board triangle:5 --start 1\n  tally run pegs --board english --end 17\n  tally run pegs --board english --end 17 --plan prefixes\n  tally submit pegs --board triangle:6 --start 4";
+
+    fn spec_from_args(args: PegsArgs, _files: &dyn FileReader) -> Result<PegsSpec> {
+        Ok(PegsSpec {
+            board: args.board.trim().to_ascii_lowercase(),
+            start: args.start,
+            end: args.end,
+            prefixes: args.prefixes,
+            plan: args.plan.as_deref().map(PegsPlanName::parse).transpose()?,
+            buckets: args.buckets.unwrap_or(0),
+        })
+    }
+
+    fn spec_to_proto(spec: &PegsSpec) -> proto::job_spec::Kind {
+        proto::job_spec::Kind::Pegs(proto::PegsSpec {
+            board: spec.board.clone(),
+            start: spec.start.unwrap_or(0),
+            end: spec.end.unwrap_or(0),
+            prefixes: spec.prefixes,
+            plan: spec.plan.map(|p| p.name().to_string()).unwrap_or_default(),
+            buckets: spec.buckets,
+        })
+    }
+
+    fn spec_from_proto(kind: &proto::job_spec::Kind) -> Option<Result<PegsSpec>> {
+        let proto::job_spec::Kind::Pegs(g) = kind else {
+            return None;
+        };
+        let plan = match g.plan.as_str() {
+            "" => Ok(None),
+            name => PegsPlanName::parse(name).map(Some),
+        };
+        Some(plan.map(|plan| PegsSpec {
+            board: if g.board.is_empty() {
+                default_board()
+            } else {
+                g.board.clone()
+            },
+            start: (g.start != 0).then_some(g.start),
+            end: (g.end != 0).then_some(g.end),
+            prefixes: g.prefixes,
+            plan,
+            buckets: g.buckets,
+        }))
+    }
+
+    fn validate(spec: &PegsSpec) -> Result<()> {
+        pegs::validate(pegs::parse_board(&spec.board)?, spec.start, spec.end)?;
+        if spec.prefixes > MAX_PREFIX_TASKS {
+            return Err(invalid!(
+                "prefixes must be at most {MAX_PREFIX_TASKS}, got {}",
+                spec.prefixes
+            ));
+        }
+        if spec.prefixes > 0 && spec.plan_name() != PegsPlanName::Prefixes {
+            return Err(invalid!(
+                "prefixes are for the prefixes plan (--plan prefixes)"
+            ));
+        }
+        if spec.buckets > MAX_BUCKETS {
+            return Err(invalid!(
+                "buckets must be at most {MAX_BUCKETS} (0 chooses from each level's size), got {}",
+                spec.buckets
+            ));
+        }
+        if spec.buckets > 0 && spec.plan_name() != PegsPlanName::Frontier {
+            return Err(invalid!(
+                "buckets are for the frontier plan (--plan frontier)"
+            ));
+        }
+        Ok(())
+    }
+
+    fn describe(spec: &PegsSpec) -> String {
+        let start = start_hole(spec);
+        let game = match spec.end {
+            Some(end) => format!("pegs {} from hole {start} to hole {end}", spec.board),
+            None => format!("pegs {} from hole {start}", spec.board),
+        };
+        match (spec.plan_name(), spec.buckets) {
+            (PegsPlanName::Prefixes, _) => format!("{game} (prefixes)"),
+            (PegsPlanName::Frontier, 0) => game,
+            (PegsPlanName::Frontier, n) => format!("{game} ({n} buckets per level)"),
+        }
+    }
+
+    fn stages_known(spec: &PegsSpec) -> bool {
+        spec.plan_name() != PegsPlanName::Frontier
+    }
+
+    fn prepare(spec: &PegsSpec, _cache: &KernelCache, _control: &Control) -> Result<PegsPlan> {
+        if spec.plan_name() == PegsPlanName::Frontier {
+            return Ok(PegsPlan::default());
+        }
+        let wanted = if spec.prefixes == 0 {
+            DEFAULT_PREFIXES
+        } else {
+            spec.prefixes
+        };
+        Ok(PegsPlan {
+            peg_tasks: game(spec)?.prefix_tasks(wanted as usize)?,
+            ..PegsPlan::default()
+        })
+    }
+
+    fn plan_stage(spec: &PegsSpec, plan: &PegsPlan, _stage: u32) -> Result<Vec<Planned<PegsTask>>> {
+        if spec.plan_name() == PegsPlanName::Frontier {
+            return frontier::first_stage(spec);
+        }
+        let batch = plan.peg_tasks.len().div_ceil(MAX_SHARDS).max(1);
+        Ok(plan
+            .peg_tasks
+            .chunks(batch)
+            .map(|chunk| Planned {
+                task: PegsTask::PegTasks {
+                    tasks: chunk.iter().map(PegShardTask::from_task).collect(),
+                },
+                work_total: chunk.len() as u64,
+            })
+            .collect())
+    }
+
+    fn trim_plan(plan: &mut PegsPlan) {
+        plan.peg_tasks.clear();
+    }
+
+    fn next_stage(
+        spec: &PegsSpec,
+        plan: &mut PegsPlan,
+        finished: FinishedStage<'_, PegsPartial>,
+    ) -> Result<NextStage<PegsTask>> {
+        // The prefixes plan is one stage (the partials, not the spec's
+        // default, say which plan a stored job runs).
+        if finished
+            .partials
+            .iter()
+            .any(|p| matches!(p, PegsPartial::PegCount { .. }))
+        {
+            return Ok(NextStage::Finish);
+        }
+        frontier::next_stage(spec, plan, finished)
+    }
+
+    fn needs_stage_input(spec: &PegsSpec, stage: u32) -> bool {
+        spec.plan_name() == PegsPlanName::Frontier && stage > 1
+    }
+
+    fn input_bucket(_spec: &PegsSpec, task: &PegsTask) -> Option<u32> {
+        match *task {
+            PegsTask::PegLevel {
+                side: PegSide::End,
+                bucket,
+                buckets_in,
+                ..
+            } => Some(buckets_in + bucket),
+            PegsTask::PegLevel { bucket, .. } => Some(bucket),
+            PegsTask::PegTasks { .. } => None,
+        }
+    }
+
+    fn decode_stage_input(_spec: &PegsSpec, bytes: &[u8]) -> Result<Vec<StageBucket>> {
+        split_gathered(bytes)?
+            .into_iter()
+            .map(StageBucket::decode)
+            .collect()
+    }
+
+    fn execute(
+        spec: &PegsSpec,
+        task: &PegsTask,
+        run: &mut ShardRun<'_, Vec<StageBucket>, PegsPartial>,
+    ) -> Result<Outcome<PegsPartial>> {
+        let PegsTask::PegTasks { tasks } = task else {
+            return frontier::execute(spec, task, run);
+        };
+        let game = game(spec)?;
+        let tasks = tasks
+            .iter()
+            .map(PegShardTask::to_task)
+            .collect::<Result<Vec<_>>>()?;
+        let count = game.count_from(&tasks, run.control, |_, _| {})?;
+        // Work units are tasks: the kernel's own units are not known in advance.
+        run.control.add_work(tasks.len() as u64);
+        Ok(Outcome {
+            output: Vec::new(),
+            partial: PegsPartial::PegCount {
+                tasks: tasks.len() as u32,
+                solutions: count.solutions,
+                positions: count.memo_boards,
+            },
+            work_done: tasks.len() as u64,
+        })
+    }
+
+    fn check_result(
+        spec: &PegsSpec,
+        _plan: &PegsPlan,
+        task: &PegsTask,
+        partial: &PegsPartial,
+        output: &[u8],
+    ) -> Result<()> {
+        match (task, partial) {
+            (PegsTask::PegTasks { tasks }, PegsPartial::PegCount { tasks: counted, .. }) => {
+                if *counted as usize != tasks.len() {
+                    return Err(invalid!(
+                        "peg result covers {counted} of {} tasks",
+                        tasks.len()
+                    ));
+                }
+                no_output(output)
+            }
+            (PegsTask::PegLevel { .. }, _) => frontier::check(spec, task, partial, output),
+            (task, partial) => Err(invalid!("a {partial:?} result for the task {task:?}")),
+        }
+    }
+
+    fn finish(spec: &PegsSpec, plan: &PegsPlan, partials: Vec<PegsPartial>) -> Result<Answer> {
+        if partials
+            .iter()
+            .all(|p| matches!(p, PegsPartial::PegLevels { .. }))
+        {
+            let solutions = parse_solutions(&plan.solutions)?;
+            let positions = plan.levels.iter().chain(&plan.end_levels).sum();
+            return Ok(answer(spec, solutions, positions));
+        }
+        let mut solutions: u128 = 0;
+        let mut positions: u64 = 0;
+        for partial in partials {
+            let PegsPartial::PegCount {
+                solutions: s,
+                positions: p,
+                ..
+            } = partial
+            else {
+                return Err(Error::Internal(
+                    "a pegs job mixes frontier and prefix results".into(),
+                ));
+            };
+            solutions = solutions
+                .checked_add(s)
+                .ok_or_else(|| Error::Internal("peg solution count overflows".into()))?;
+            positions += p;
+        }
+        Ok(answer(spec, solutions, positions))
+    }
+
+    fn direct(spec: &PegsSpec, threads: usize, control: &Control) -> Result<Answer> {
+        let count = pegs::count_solutions(
+            pegs::parse_board(&spec.board)?,
+            spec.start,
+            spec.end,
+            threads,
+            control,
+        )?;
+        Ok(answer(spec, count.solutions, count.memo_boards))
+    }
+
+    fn corrupt_for_testing(partial: &mut PegsPartial) {
+        match partial {
+            PegsPartial::PegCount { solutions, .. } => *solutions = solutions.wrapping_add(1),
+            PegsPartial::PegLevels { sizes, .. } => {
+                if let Some(last) = sizes.last_mut() {
+                    *last = last.wrapping_add(1)
+                }
+            }
+        }
+    }
+}
+
+fn start_hole(spec: &PegsSpec) -> u32 {
+    spec.start
+        .or_else(|| {
+            pegs::parse_board(&spec.board)
+                .ok()
+                .map(|b| b.default_start())
+        })
+        .unwrap_or(0)
+}
+
+fn answer(spec: &PegsSpec, solutions: u128, positions: u64) -> Answer {
+    Answer {
+        line: solutions.to_string(),
+        details: serde_json::json!({
+            "kind": "pegs",
+            "board": spec.board,
+            "start": start_hole(spec),
+            "end": spec.end,
+            "solutions": solutions.to_string(),
+            // Summed over shards: each shard keeps its own positions.
+            "positions": positions,
+        }),
+    }
+}

@@ -1,0 +1,748 @@
+//! The frontier plan of `sliders`: the stages and what each shard does.
+//!
+//! With `D` the distance of the target (found as the search goes):
+//! - stages `1 ..= D + 1`: forward level `k = stage - 1` (`sliders::levels`),
+//!   level `k`'s shards reading both halves of level `k - 1`'s output; the
+//!   level holding the target ends the search;
+//! - stages `D + 2 ..= 2D + 1`: graph level `j = 2D + 1 - stage`, from `D - 1`
+//!   down to 0, reading the members of forward level `j` (kept since stage
+//!   `j + 1`) and the neighbours the graph level after it sent;
+//! - stage `2D + 2`: one shard turns the graph's levels (gathered in the plan
+//!   from the graph shards' partials) into stage data and the prefix tasks;
+//! - stage `2D + 3`: the prefix tasks, enumerated as in the prefixes plan over
+//!   the graph read from stage data (no search on any worker).
+
+use crate::kind::{FinishedStage, NextStage, Outcome, Planned, StageRead};
+use crate::{Control, Error, Result, invalid};
+use tally_kernels::buckets::{add_level_sizes, bucket_count, encode_buckets, levels_note};
+use tally_kernels::sliders;
+use tally_kernels::sliders::levels::{self, Boards, LevelInput};
+
+use super::{SlidersInput, SlidersPartial, SlidersPlan, SlidersSpec, SlidersTask, min_prefixes};
+use super::{shard_count, weighted_shards};
+
+/// Most shards of one level.
+pub const MAX_BUCKETS: u32 = 1024;
+
+/// Boards of a level per shard of the level after next when the plan
+/// chooses the bucket count (a shard then holds a few million candidates
+/// with their counts, some tens of bytes each, while it sums them).
+const BOARDS_PER_BUCKET: u64 = 2_000_000;
+
+/// Most boards of a level per shard of the next level; a level beyond it
+/// fails the job.
+pub const MAX_BOARDS_PER_BUCKET: u64 = 50_000_000;
+
+/// Most boards of the shortest-path graph: its levels are kept in the job
+/// record (about 10 bytes a board) until they become stage data.
+pub const MAX_GRAPH_BOARDS: u64 = 1_000_000;
+
+/// Where a stage lies in the plan.
+enum Phase {
+    Forward { level: u32 },
+    Backward { level: u32 },
+    Graph,
+    Enumerate,
+}
+
+fn phase(plan: &SlidersPlan, stage: u32) -> Phase {
+    match plan.target_level {
+        None => Phase::Forward { level: stage - 1 },
+        Some(d) if stage <= d + 1 => Phase::Forward { level: stage - 1 },
+        Some(d) if stage <= 2 * d + 1 => Phase::Backward {
+            level: 2 * d + 1 - stage,
+        },
+        Some(d) if stage == 2 * d + 2 => Phase::Graph,
+        Some(_) => Phase::Enumerate,
+    }
+}
+
+/// The plan before the search: level 0 (the start) on one shard.
+pub(super) fn initial_plan(spec: &SlidersSpec) -> SlidersPlan {
+    SlidersPlan {
+        buckets: vec![1, next_buckets(spec, 1)],
+        ..SlidersPlan::default()
+    }
+}
+
+/// The shards of the level after next, chosen from the size of the level
+/// just found (levels grow by less than half from one to the next).
+fn next_buckets(spec: &SlidersSpec, level_size: u64) -> u32 {
+    bucket_count(
+        level_size.saturating_mul(2),
+        BOARDS_PER_BUCKET,
+        spec.buckets,
+        MAX_BUCKETS,
+    )
+}
+
+/// The shards of the first stage.
+pub(super) fn first_stage(plan: &SlidersPlan) -> Vec<Planned<SlidersTask>> {
+    forward_level(plan, 0, 1)
+}
+
+fn forward_level(plan: &SlidersPlan, level: u32, work: u64) -> Vec<Planned<SlidersTask>> {
+    let buckets = plan.buckets[level as usize];
+    let buckets_out = plan.buckets[level as usize + 1];
+    (0..buckets)
+        .map(|bucket| Planned {
+            task: SlidersTask::SliderLevel {
+                level,
+                bucket,
+                buckets,
+                buckets_out,
+            },
+            work_total: (work / u64::from(buckets)).max(1),
+        })
+        .collect()
+}
+
+fn graph_level(plan: &SlidersPlan, level: u32, shortest: u32) -> Vec<Planned<SlidersTask>> {
+    // Level j's members were written for the shards of level j + 1.
+    let buckets = plan.buckets[level as usize + 1];
+    let buckets_out = if level == 0 {
+        0
+    } else {
+        plan.buckets[level as usize]
+    };
+    (0..buckets)
+        .map(|bucket| Planned {
+            task: SlidersTask::SliderGraphLevel {
+                level,
+                bucket,
+                buckets,
+                buckets_out,
+                shortest,
+            },
+            work_total: 1,
+        })
+        .collect()
+}
+
+pub(super) fn next_stage(
+    spec: &SlidersSpec,
+    plan: &mut SlidersPlan,
+    finished: FinishedStage<'_, SlidersPartial>,
+) -> Result<NextStage<SlidersTask>> {
+    match phase(plan, finished.stage) {
+        Phase::Forward { level } => after_forward(spec, plan, level, finished.partials),
+        Phase::Backward { level } => after_backward(spec, plan, level, finished.partials),
+        Phase::Graph => after_graph(spec, plan, finished.partials),
+        Phase::Enumerate => Ok(NextStage::Finish),
+    }
+}
+
+fn after_forward(
+    spec: &SlidersSpec,
+    plan: &mut SlidersPlan,
+    level: u32,
+    partials: &[SlidersPartial],
+) -> Result<NextStage<SlidersTask>> {
+    let mut size = Vec::new();
+    let mut target_paths = None;
+    for partial in partials {
+        let SlidersPartial::SliderLevel {
+            level: l,
+            boards,
+            target_paths: paths,
+        } = partial
+        else {
+            return Err(Error::Internal(format!(
+                "a shard of forward level {level} reported {partial:?}"
+            )));
+        };
+        if *l != level {
+            return Err(Error::Internal(format!(
+                "a shard of forward level {level} reported level {l}"
+            )));
+        }
+        add_level_sizes(&mut size, &[*boards], "level")?;
+        if let Some(paths) = paths {
+            target_paths = Some(paths.clone());
+        }
+    }
+    let size = size.first().copied().unwrap_or(0);
+    plan.levels.truncate(level as usize);
+    plan.levels.push(size);
+    let note = levels_note("level", level as usize, &[size], "boards");
+    if let Some(paths) = target_paths {
+        plan.target_level = Some(level);
+        plan.shortest_length = level;
+        plan.sequences = paths;
+        plan.boards = plan.levels.iter().sum();
+        if level == 0 {
+            plan.graph = vec![vec![Boards::new(&spec.board)?.start()]];
+            return graph_stage(plan, note);
+        }
+        let shards = graph_level(plan, level - 1, level);
+        return Ok(NextStage::Shards(
+            shards,
+            format!("{note}; the target is at distance {level}"),
+        ));
+    }
+    if size == 0 {
+        return Err(invalid!(
+            "the target board cannot be reached from the start board: the search from the \
+             start ends after level {} with {} boards",
+            level.saturating_sub(1),
+            plan.levels.iter().sum::<u64>()
+        ));
+    }
+    // The next level's shards were fixed when this level was planned; the
+    // one after is chosen now.
+    let next_shards = plan.buckets[level as usize + 1];
+    let per_shard = size.div_ceil(u64::from(next_shards));
+    if per_shard > MAX_BOARDS_PER_BUCKET {
+        return Err(invalid!(
+            "level {level} has {size} boards, {per_shard} for each of the {next_shards} \
+             shards of the next level, more than the limit of {MAX_BOARDS_PER_BUCKET} a shard"
+        ));
+    }
+    plan.buckets.truncate(level as usize + 2);
+    plan.buckets.push(next_buckets(spec, size));
+    let work = size.saturating_mul(2);
+    Ok(NextStage::Shards(
+        forward_level(plan, level + 1, work),
+        note,
+    ))
+}
+
+fn after_backward(
+    spec: &SlidersSpec,
+    plan: &mut SlidersPlan,
+    level: u32,
+    partials: &[SlidersPartial],
+) -> Result<NextStage<SlidersTask>> {
+    let d = plan.target_level.unwrap_or(0);
+    let mut boards = Vec::new();
+    for partial in partials {
+        match partial {
+            SlidersPartial::SliderGraphLevel {
+                level: l,
+                boards: b,
+            } if *l == level => boards.extend_from_slice(b),
+            other => {
+                return Err(Error::Internal(format!(
+                    "a shard of graph level {level} reported {other:?}"
+                )));
+            }
+        }
+    }
+    boards.sort_unstable();
+    if boards.is_empty() {
+        return Err(Error::Internal(format!(
+            "graph level {level} is empty, though the target is at distance {d}"
+        )));
+    }
+    // The graph's levels are gathered from the target down: index j is
+    // level j once all are in.
+    if plan.graph.is_empty() {
+        plan.graph = vec![Vec::new(); d as usize + 1];
+        plan.graph[d as usize] = vec![Boards::new(&spec.board)?.target()];
+    }
+    plan.graph[level as usize] = boards;
+    let total: u64 = plan.graph.iter().map(|l| l.len() as u64).sum();
+    if total > MAX_GRAPH_BOARDS {
+        return Err(invalid!(
+            "the shortest-path graph has more than {MAX_GRAPH_BOARDS} boards ({total} from \
+             level {level} to the target), the frontier plan's limit; use --plan prefixes"
+        ));
+    }
+    let note = format!(
+        "graph level {level}: {} boards",
+        plan.graph[level as usize].len()
+    );
+    if level > 0 {
+        return Ok(NextStage::Shards(graph_level(plan, level - 1, d), note));
+    }
+    graph_stage(plan, note)
+}
+
+/// The stage that turns the graph's levels into stage data and prefix tasks.
+fn graph_stage(plan: &mut SlidersPlan, note: String) -> Result<NextStage<SlidersTask>> {
+    let layers = std::mem::take(&mut plan.graph);
+    let boards = layers.iter().map(|l| l.len() as u64).sum::<u64>();
+    Ok(NextStage::Shards(
+        vec![Planned {
+            task: SlidersTask::SliderGraph { layers },
+            work_total: boards,
+        }],
+        note,
+    ))
+}
+
+fn after_graph(
+    spec: &SlidersSpec,
+    plan: &mut SlidersPlan,
+    partials: &[SlidersPartial],
+) -> Result<NextStage<SlidersTask>> {
+    let [
+        SlidersPartial::SliderGraph {
+            prefixes,
+            weights,
+            sequences,
+        },
+    ] = partials
+    else {
+        return Err(Error::Internal(format!(
+            "the graph stage reported {partials:?}"
+        )));
+    };
+    if *sequences != plan.sequences {
+        return Err(Error::Internal(format!(
+            "the forward search counts {} shortest sequences, the graph {sequences}",
+            plan.sequences
+        )));
+    }
+    let shards = weighted_shards(spec, prefixes, weights, true)?;
+    let note = format!(
+        "{} prefix tasks over {} shortest sequences",
+        prefixes.len(),
+        sequences
+    );
+    Ok(NextStage::Shards(shards, note))
+}
+
+/// The stage outputs a frontier shard reads.
+pub(super) fn stage_reads(stage: u32, task: &SlidersTask) -> Vec<StageRead> {
+    let read = |stage, bucket| StageRead {
+        stage,
+        bucket: Some(bucket),
+    };
+    match *task {
+        SlidersTask::SliderLevel { level: 0, .. } => Vec::new(),
+        SlidersTask::SliderLevel {
+            bucket, buckets, ..
+        } => vec![read(stage - 1, bucket), read(stage - 1, buckets + bucket)],
+        SlidersTask::SliderGraphLevel {
+            level,
+            bucket,
+            buckets,
+            shortest,
+            ..
+        } => {
+            // Forward level j is stage j + 1.
+            let members = read(level + 1, buckets + bucket);
+            if level + 1 == shortest {
+                vec![members]
+            } else {
+                vec![members, read(stage - 1, bucket)]
+            }
+        }
+        SlidersTask::SliderGraph { .. } => Vec::new(),
+        SlidersTask::SliderPrefixes { graph: true, .. } => vec![read(stage - 1, 0)],
+        SlidersTask::SliderPrefixes { .. } => Vec::new(),
+    }
+}
+
+/// The forward stages later stages still read, while the job is at `stage`:
+/// every forward level before the previous stage during the search, and the
+/// levels the graph has not reached yet after it.
+pub(super) fn kept_stages(plan: &SlidersPlan, stage: u32) -> Vec<u32> {
+    match phase(plan, stage) {
+        Phase::Forward { .. } => (1..stage.saturating_sub(1)).collect(),
+        Phase::Backward { level } => (1..=level + 1).collect(),
+        Phase::Graph | Phase::Enumerate => Vec::new(),
+    }
+}
+
+pub(super) fn decode_inputs(spec: &SlidersSpec, parts: &[&[u8]]) -> Result<SlidersInput> {
+    match levels::decode_inputs(parts)? {
+        LevelInput::Graph(layers) => {
+            let space = sliders::SliderSpace::from_layers(&spec.board, &layers, &Control::new())?;
+            Ok(SlidersInput::Graph(Box::new(space)))
+        }
+        other => Ok(SlidersInput::Levels(other)),
+    }
+}
+
+/// Runs a shard of a forward level, a graph level or the graph stage.
+pub(super) fn execute(
+    spec: &SlidersSpec,
+    task: &SlidersTask,
+    input: Option<&SlidersInput>,
+    control: &Control,
+) -> Result<Outcome<SlidersPartial>> {
+    let boards = Boards::new(&spec.board)?;
+    match (task, input) {
+        (
+            SlidersTask::SliderLevel {
+                level: 0,
+                buckets_out,
+                ..
+            },
+            None,
+        ) => {
+            let (inputs, members) = levels::start_input(&boards);
+            forward(&boards, 0, &inputs, &members, *buckets_out, control)
+        }
+        (
+            SlidersTask::SliderLevel {
+                level, buckets_out, ..
+            },
+            Some(SlidersInput::Levels(LevelInput::Forward { buckets, members })),
+        ) => forward(&boards, *level, buckets, members, *buckets_out, control),
+        (
+            SlidersTask::SliderGraphLevel {
+                level,
+                bucket,
+                buckets,
+                buckets_out,
+                shortest,
+            },
+            Some(SlidersInput::Levels(LevelInput::Backward {
+                members,
+                neighbours,
+            })),
+        ) => {
+            let next_to_target;
+            let neighbours = if level + 1 == *shortest {
+                next_to_target = [levels::target_neighbours(&boards, *bucket, *buckets)?];
+                &next_to_target[..]
+            } else {
+                neighbours
+            };
+            let found =
+                levels::expand_backward(&boards, members, neighbours, *buckets_out, control)?;
+            let work_done = found.boards.len() as u64;
+            Ok(Outcome {
+                output: found.output,
+                partial: SlidersPartial::SliderGraphLevel {
+                    level: *level,
+                    boards: found.boards,
+                },
+                work_done,
+            })
+        }
+        (SlidersTask::SliderGraph { layers }, None) => graph(spec, layers, control),
+        _ => Err(invalid!(
+            "this slider shard was handed stage data it does not read"
+        )),
+    }
+}
+
+fn forward(
+    boards: &Boards,
+    level: u32,
+    inputs: &[levels::ForwardBucket],
+    members: &[Vec<u64>],
+    buckets_out: u32,
+    control: &Control,
+) -> Result<Outcome<SlidersPartial>> {
+    let found = levels::expand_forward(boards, inputs, members, buckets_out, control)?;
+    Ok(Outcome {
+        output: found.output,
+        partial: SlidersPartial::SliderLevel {
+            level,
+            boards: found.boards,
+            target_paths: found.target_paths.map(|p| p.to_string()),
+        },
+        work_done: found.boards,
+    })
+}
+
+/// The graph stage: the graph built from its levels, its levels as stage
+/// data, and the prefix tasks with their weights.
+fn graph(
+    spec: &SlidersSpec,
+    layers: &[Vec<u64>],
+    control: &Control,
+) -> Result<Outcome<SlidersPartial>> {
+    let space = sliders::SliderSpace::from_layers(&spec.board, layers, control)?;
+    let tasks = space.balanced_prefix_tasks(min_prefixes(spec), shard_count(spec));
+    let (prefixes, weights): (Vec<String>, Vec<u128>) = tasks.into_iter().unzip();
+    let work_done = layers.iter().map(|l| l.len() as u64).sum();
+    Ok(Outcome {
+        output: encode_buckets(&[levels::encode_graph(layers)]),
+        partial: SlidersPartial::SliderGraph {
+            prefixes,
+            weights: weights.iter().map(u128::to_string).collect(),
+            sequences: space.path_count().to_string(),
+        },
+        work_done,
+    })
+}
+
+/// The shape of a frontier shard's result: its partial's variant and level,
+/// and the number of buckets of its output.
+pub(super) fn check_result(
+    task: &SlidersTask,
+    partial: &SlidersPartial,
+    output: &[u8],
+) -> Result<()> {
+    let buckets = |output: &[u8]| tally_kernels::buckets::split_buckets(output).map(|b| b.len());
+    match (task, partial) {
+        (
+            SlidersTask::SliderLevel {
+                level, buckets_out, ..
+            },
+            SlidersPartial::SliderLevel { level: l, .. },
+        ) if level == l => {
+            let found = buckets(output)?;
+            if found != 2 * *buckets_out as usize {
+                return Err(invalid!(
+                    "a shard of level {level} wrote {found} buckets, not {}",
+                    2 * buckets_out
+                ));
+            }
+            Ok(())
+        }
+        (
+            SlidersTask::SliderGraphLevel {
+                level, buckets_out, ..
+            },
+            SlidersPartial::SliderGraphLevel { level: l, .. },
+        ) if level == l => {
+            let found = if output.is_empty() {
+                0
+            } else {
+                buckets(output)?
+            };
+            if found != *buckets_out as usize {
+                return Err(invalid!(
+                    "a shard of graph level {level} wrote {found} buckets, not {buckets_out}"
+                ));
+            }
+            Ok(())
+        }
+        (
+            SlidersTask::SliderGraph { .. },
+            SlidersPartial::SliderGraph {
+                prefixes, weights, ..
+            },
+        ) if prefixes.len() == weights.len() && !prefixes.is_empty() => {
+            if buckets(output)? != 1 {
+                return Err(invalid!(
+                    "the graph stage must write the graph as one bucket"
+                ));
+            }
+            Ok(())
+        }
+        _ => Err(invalid!(
+            "a slider result does not match its shard: {partial:?}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::cache::KernelCache;
+    use crate::kind::{Answer, JobKind, ShardRun};
+    use crate::sliders::{Sliders, SlidersPlanName};
+    use tally_kernels::buckets::gather_bucket;
+    use tally_kernels::sliders::SliderParams;
+
+    /// Runs a frontier job in this process the way the runner does: stage by
+    /// stage, each shard handed what `stage_reads` names, and every older
+    /// stage it reads checked to be one the plan keeps. Returns the answer
+    /// and the number of stages.
+    fn run_frontier(spec: &SlidersSpec) -> Result<(Answer, u32)> {
+        let cache = KernelCache::new();
+        let control = Control::new();
+        let mut plan = Sliders::prepare(spec, &cache, &control)?;
+        let mut shards = Sliders::plan_stage(spec, &plan, 1)?;
+        let mut outputs: BTreeMap<u32, Vec<Vec<u8>>> = BTreeMap::new();
+        let mut stage = 1;
+        loop {
+            let kept = Sliders::kept_stages(spec, &plan, stage);
+            outputs.retain(|s, _| *s + 1 == stage || kept.contains(s));
+            let mut partials = Vec::new();
+            let mut stage_outputs = Vec::new();
+            for shard in &shards {
+                let reads = Sliders::stage_reads(spec, stage, &shard.task);
+                let mut parts = Vec::new();
+                for read in &reads {
+                    let stored = outputs
+                        .get(&read.stage)
+                        .unwrap_or_else(|| panic!("stage {stage} reads {read:?}, not kept"));
+                    let slices: Vec<&[u8]> = stored.iter().map(Vec::as_slice).collect();
+                    parts.push(gather_bucket(&slices, read.bucket.expect("bucketed"))?);
+                }
+                let input = if parts.is_empty() {
+                    None
+                } else {
+                    let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                    Some(Sliders::decode_stage_inputs(spec, &slices)?)
+                };
+                let mut on_checkpoint = |_| {};
+                let mut run = ShardRun {
+                    input: input.as_ref(),
+                    checkpoint: &[],
+                    cache: &cache,
+                    control: &control,
+                    checkpoint_every: std::time::Duration::from_secs(3600),
+                    on_checkpoint: &mut on_checkpoint,
+                };
+                let outcome = Sliders::execute(spec, &shard.task, &mut run)?;
+                Sliders::check_result(spec, &plan, &shard.task, &outcome.partial, &outcome.output)?;
+                partials.push(outcome.partial);
+                stage_outputs.push(outcome.output);
+            }
+            outputs.insert(stage, stage_outputs);
+            let finished = FinishedStage {
+                stage,
+                stages_total: stage,
+                partials: &partials,
+            };
+            match Sliders::next_stage(spec, &mut plan, finished)? {
+                NextStage::Shards(next, _) => shards = next,
+                NextStage::Finish => return Ok((Sliders::finish(spec, &plan, partials)?, stage)),
+            }
+            stage += 1;
+        }
+    }
+
+    fn frontier_spec(rows: u32, cols: u32, start: &str, target: &str, buckets: u32) -> SlidersSpec {
+        SlidersSpec {
+            board: SliderParams::new(rows, cols, start, target),
+            plan: SlidersPlanName::Frontier,
+            buckets,
+            ..SlidersSpec::default()
+        }
+    }
+
+    #[test]
+    fn the_frontier_plan_equals_the_direct_search_for_any_bucket_count() {
+        let boards: &[(u32, u32, &str, &str)] = &[
+            (3, 3, "WRBRBRBRB", "WBRBRBRBR"),
+            (3, 3, "WRRRRBBBB", "WBBBBRRRR"),
+            (2, 4, "WRRRBBBG", "GBBBRRRW"),
+            (3, 3, "WRRGGBBRB", "BRBGGRRBW"),
+            (2, 3, "WRRBBG", "WRRBBG"),
+            (2, 3, "WRRBBG", "RWRBBG"),
+            (4, 4, "WRRRRRRGRRRRRRRB", "BRRRRRRGRRRRRRRW"),
+        ];
+        for &(rows, cols, start, target) in boards {
+            let direct = Sliders::direct(
+                &frontier_spec(rows, cols, start, target, 0),
+                1,
+                &Control::new(),
+            )
+            .unwrap();
+            let d = direct.details["shortest_length"].as_u64().unwrap() as u32;
+            for buckets in [1, 2, 7] {
+                let spec = frontier_spec(rows, cols, start, target, buckets);
+                let (answer, stages) = run_frontier(&spec).unwrap();
+                let what = format!("{start} -> {target} with {buckets} buckets");
+                assert_eq!(answer.line, direct.line, "{what}");
+                for field in ["sequences", "checksum_sum", "shortest_length"] {
+                    assert_eq!(
+                        answer.details[field], direct.details[field],
+                        "{what}: {field}"
+                    );
+                }
+                // D + 1 forward levels, D graph levels, the graph, the prefixes.
+                assert_eq!(stages, 2 * d + 3, "{what}");
+                let levels = answer.details["levels"].as_array().unwrap().len();
+                assert_eq!(levels, d as usize + 1, "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_forward_levels_are_the_breadth_first_layers() {
+        // 3 x 3 with four red and four blue tiles: every level size against a
+        // plain breadth-first search over board strings.
+        let (start, target) = ("WRRRRBBBB", "WBBBBRRRR");
+        let (answer, _) = run_frontier(&frontier_spec(3, 3, start, target, 2)).unwrap();
+        let mut seen = std::collections::HashSet::from([start.to_string()]);
+        let mut layer = vec![start.to_string()];
+        let mut sizes = Vec::new();
+        while !layer.is_empty() && !layer.contains(&target.to_string()) {
+            sizes.push(layer.len() as u64);
+            let mut next = Vec::new();
+            for board in &layer {
+                for m in ["L", "R", "U", "D"] {
+                    if let Ok(b) = sliders::apply_moves(3, 3, board, m)
+                        && seen.insert(b.clone())
+                    {
+                        next.push(b);
+                    }
+                }
+            }
+            layer = next;
+        }
+        sizes.push(layer.len() as u64);
+        let levels: Vec<u64> = answer.details["levels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(levels, sizes);
+        assert_eq!(answer.details["boards_searched"], sizes.iter().sum::<u64>());
+    }
+
+    #[test]
+    fn an_unreachable_target_ends_the_search_with_a_clear_error() {
+        // On 2 x 2 the three tiles only rotate: half the boards are out of reach.
+        let spec = frontier_spec(2, 2, "WRBG", "WBRG", 0);
+        let e = run_frontier(&spec).unwrap_err().to_string();
+        assert!(e.contains("cannot be reached"), "{e}");
+        assert!(e.contains("ends after level"), "{e}");
+    }
+
+    #[test]
+    fn a_level_past_the_limit_fails_naming_the_level_and_its_size() {
+        let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 1);
+        let mut plan = initial_plan(&spec);
+        plan.levels = vec![1, 2, 3];
+        plan.buckets = vec![1, 1, 1, 1, 1];
+        let huge = [SlidersPartial::SliderLevel {
+            level: 3,
+            boards: MAX_BOARDS_PER_BUCKET + 1,
+            target_paths: None,
+        }];
+        let finished = FinishedStage {
+            stage: 4,
+            stages_total: 4,
+            partials: &huge,
+        };
+        // The coordinator keeps the plan it had when the barrier fails.
+        let e = next_stage(&spec, &mut plan, finished)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("level 3 has {} boards", MAX_BOARDS_PER_BUCKET + 1)),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn plan_options_are_checked() {
+        let refused = |spec: SlidersSpec, what: &str| {
+            let e = Sliders::validate(&spec).unwrap_err().to_string();
+            assert!(e.contains(what), "{e}");
+        };
+        let mut prefixes_with_buckets = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 4);
+        prefixes_with_buckets.plan = SlidersPlanName::Prefixes;
+        refused(prefixes_with_buckets, "buckets are for the frontier plan");
+        refused(
+            frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", MAX_BUCKETS + 1),
+            "buckets must be between 1 and 1024",
+        );
+        assert!(SlidersPlanName::parse("levels").is_err());
+        assert_eq!(
+            SlidersPlanName::parse("").unwrap(),
+            SlidersPlanName::Prefixes
+        );
+        // The proto form round-trips the plan and the buckets.
+        let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 5);
+        let proto = Sliders::spec_to_proto(&spec);
+        assert_eq!(Sliders::spec_from_proto(&proto).unwrap().unwrap(), spec);
+    }
+
+    #[test]
+    fn stage_data_of_the_wrong_kind_is_refused() {
+        let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 0);
+        let graph = encode_buckets(&[levels::encode_graph(&[vec![1], vec![2]])]);
+        let gathered = gather_bucket(&[&graph], 0).unwrap();
+        // A graph where a forward level's two inputs belong.
+        assert!(Sliders::decode_stage_inputs(&spec, &[&gathered, &gathered]).is_err());
+        assert!(Sliders::decode_stage_inputs(&spec, &[b"\x01\0\0\0\0\0\0\0"]).is_err());
+        assert!(Sliders::decode_stage_inputs(&spec, &[]).is_err());
+    }
+}

@@ -1,0 +1,218 @@
+//! `tally coordinator`: serves the job and worker gRPC services over a sled
+//! store, refusing to serve beyond this host with an API left open.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use tally_wire::transport::{ServerTls, Tokens};
+
+use crate::signals::shutdown_signal;
+
+#[derive(Args, Debug)]
+pub struct CoordinatorArgs {
+    /// Address to serve gRPC on.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    pub listen: std::net::SocketAddr,
+    /// Data directory of the sled store (created if missing).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Address to serve HTTP on: Prometheus `/metrics` and the status page at `/`.
+    #[arg(long, env = "TALLY_HTTP", value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
+    /// Start even if the store has lost acknowledged commits (a damaged file):
+    /// continue from what is intact, note it in each unfinished job's events and
+    /// name the jobs that were lost. Job ids never go back.
+    #[arg(long)]
+    pub recover: bool,
+    /// Serve a non-loopback address with an API that has no token and no
+    /// client certificates (refused without this flag).
+    #[arg(long)]
+    pub insecure: bool,
+    /// Delete finished jobs (their shards, events, stage data and checkpoints)
+    /// this long after they finished, e.g. `7d`, `12h`, `30m`. Default: keep them.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub retain_finished: Option<Duration>,
+    /// Where stage data (frontier buckets, hex frontier vectors, checkpoints
+    /// over 4 MiB) lives: `coordinator` (in this store, streamed through this
+    /// process), `file:///path` (a directory this process and every worker
+    /// mount at that path) or `s3://bucket/prefix` (endpoint, region and
+    /// credentials from the AWS_* environment variables or the shared
+    /// credentials file, on this process and every worker). Workers learn it
+    /// when they register. A data directory with unfinished jobs keeps the
+    /// store they began with.
+    #[arg(long, env = "TALLY_STAGE_STORE", value_name = "URL", default_value = "coordinator", value_parser = StageStoreParser)]
+    pub stage_store: tally_stage::StageStoreUrl,
+    /// How often a stage store outside the coordinator is swept for blobs
+    /// nothing references any more (failed attempts, finished jobs).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub stage_sweep_every: Duration,
+    /// Give this data directory a new prefix of its own in the stage store:
+    /// for a copy of another data directory (a restored backup, a cloned
+    /// machine), which the stage store refuses while the original holds the
+    /// prefix they share. Its unfinished jobs compute again the stage data
+    /// they no longer find.
+    #[arg(long)]
+    pub new_stage_prefix: bool,
+    /// How often the coordinator renews its hold on its stage-store prefix;
+    /// after an unclean stop the next start watches the hold for three times
+    /// this before taking it back.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, hide = true)]
+    pub stage_owner_renew_every: Duration,
+    /// Fault injection for tests: abort the process right after the N-th
+    /// store flush, before any call it covered is answered.
+    #[arg(long, hide = true)]
+    pub exit_after_flushes: Option<u64>,
+}
+
+/// Parses `--stage-store`. A value refused is not echoed whole, as the
+/// parser's own message would: it may hold credentials.
+#[derive(Clone)]
+struct StageStoreParser;
+
+impl clap::builder::TypedValueParser for StageStoreParser {
+    type Value = tally_stage::StageStoreUrl;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        self.parse_ref_(cmd, arg, value, clap::parser::ValueSource::CommandLine)
+    }
+
+    fn parse_ref_(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+        source: clap::parser::ValueSource,
+    ) -> Result<Self::Value, clap::Error> {
+        let refused = |why: String| {
+            let from = match source {
+                clap::parser::ValueSource::EnvVariable => " (from TALLY_STAGE_STORE)",
+                _ => "",
+            };
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("{why}{from}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value
+            .to_str()
+            .ok_or_else(|| refused("--stage-store: the value is not UTF-8".into()))?;
+        text.parse()
+            .map_err(|e: tally_stage::StageError| refused(e.to_string()))
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (a duration such as 7d, 12h, 30m or 90s)"))
+}
+
+/// Serves until SIGINT or SIGTERM, or until the coordinator stops.
+pub async fn execute(
+    args: &CoordinatorArgs,
+    tokens: Tokens,
+    tls: Option<ServerTls>,
+) -> anyhow::Result<ExitCode> {
+    let mut config =
+        tally_coordinator::CoordinatorConfig::new(args.listen, Some(args.data.clone()));
+    check_exposure(args, &tokens, tls.as_ref())?;
+    let secured = security_summary(&tokens, tls.as_ref());
+    config.tokens = tokens;
+    config.tls = tls;
+    config.http = args.http;
+    config.recover = args.recover;
+    config.retain_finished = args.retain_finished;
+    config.exit_after_flushes = args.exit_after_flushes;
+    config.stage_store = args.stage_store.clone();
+    config.stage_sweep_every = args.stage_sweep_every;
+    config.new_stage_prefix = args.new_stage_prefix;
+    config.stage_owner_renew_every = args.stage_owner_renew_every;
+    let mut coordinator = tally_coordinator::start(config).await?;
+    eprintln!(
+        "coordinator listening on {} (data in {}; {secured})",
+        coordinator.addr,
+        args.data.display()
+    );
+    if let Some(http) = coordinator.http_addr {
+        eprintln!("status page http://{http}/ and metrics http://{http}/metrics");
+    }
+    tokio::select! {
+        r = coordinator.wait() => r?,
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down");
+            coordinator.shutdown().await;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses to serve beyond this host with an API that has no authentication,
+/// unless `--insecure` says that is meant: then anyone who reaches the port
+/// could submit and cancel jobs, or act as a worker.
+fn check_exposure(
+    args: &CoordinatorArgs,
+    tokens: &Tokens,
+    tls: Option<&ServerTls>,
+) -> anyhow::Result<()> {
+    let client_certificates = tls.is_some_and(|t| t.client_ca.is_some());
+    let open: Vec<&str> = [
+        (
+            tokens.client.is_none(),
+            "the job API (--token-file or TALLY_TOKEN)",
+        ),
+        (
+            tokens.worker.is_none(),
+            "the worker API (--worker-token-file or TALLY_WORKER_TOKEN)",
+        ),
+    ]
+    .into_iter()
+    .filter(|(missing, _)| *missing)
+    .map(|(_, api)| api)
+    .collect();
+    if args.listen.ip().is_loopback() || client_certificates || open.is_empty() {
+        return Ok(());
+    }
+    if !args.insecure {
+        return Err(tally_kinds::Error::InvalidArgument(format!(
+            "refusing to listen on {} with no authentication on {}: give its token, or client \
+             certificates (--tls-ca), or --insecure to serve anyone who reaches the port",
+            args.listen,
+            open.join(" and ")
+        ))
+        .into());
+    }
+    tracing::warn!(
+        listen = %args.listen,
+        open = %open.join(", "),
+        "serving with no authentication (--insecure): anyone who reaches the port can use these APIs"
+    );
+    Ok(())
+}
+
+/// How each API is guarded, for the banner: `job API needs a token, worker
+/// API open; no TLS`.
+fn security_summary(tokens: &Tokens, tls: Option<&ServerTls>) -> String {
+    let client_certificates = tls.is_some_and(|t| t.client_ca.is_some());
+    let guard = |token: &Option<String>| match token {
+        Some(_) => "needs a token",
+        None if client_certificates => "needs only a client certificate",
+        None => "open",
+    };
+    let tls = match tls {
+        Some(tls) if tls.client_ca.is_some() => "TLS, client certificates required",
+        Some(_) => "TLS",
+        None => "no TLS",
+    };
+    format!(
+        "job API {}, worker API {}; {tls}",
+        guard(&tokens.client),
+        guard(&tokens.worker)
+    )
+}

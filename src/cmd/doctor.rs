@@ -1,0 +1,185 @@
+//! `tally doctor`: checks what a user needs before submitting: the config
+//! file, the coordinator's reachability and health, the token, the versions
+//! and live workers.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use tally_wire::proto;
+use tally_wire::proto::job_service_client::JobServiceClient;
+use tally_wire::transport::{self, BearerToken};
+use tonic::service::interceptor::InterceptedService;
+
+use crate::client::{Remote, quick};
+use crate::output::outln;
+
+/// One line of `tally doctor`.
+struct Check {
+    name: &'static str,
+    ok: bool,
+    /// A warning does not fail the doctor.
+    warning: bool,
+    detail: String,
+}
+
+impl Check {
+    fn pass(name: &'static str, detail: impl Into<String>) -> Check {
+        Check {
+            name,
+            ok: true,
+            warning: false,
+            detail: detail.into(),
+        }
+    }
+
+    fn fail(name: &'static str, detail: impl Into<String>) -> Check {
+        Check {
+            name,
+            ok: false,
+            warning: false,
+            detail: detail.into(),
+        }
+    }
+
+    /// Passes when `ok`, else warns without failing the doctor.
+    fn warn_unless(name: &'static str, ok: bool, detail: String) -> Check {
+        Check {
+            name,
+            ok,
+            warning: !ok,
+            detail,
+        }
+    }
+}
+
+/// Checks what a user needs before submitting: the config, the coordinator's
+/// reachability and health, the token, the versions and live workers.
+pub async fn execute(
+    remote: &Remote,
+    config_path: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut checks = vec![Check::pass(
+        "config",
+        match config_path {
+            Some(p) => format!("{} loaded", p.display()),
+            None => "no config file (flags and environment only)".into(),
+        },
+    )];
+    let url = &remote.url;
+    let channel = match transport::endpoint(url, &remote.security) {
+        Ok(endpoint) => endpoint.connect().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match channel {
+        Err(e) => checks.push(Check::fail(
+            "reachable",
+            format!("cannot connect to {url}: {e}"),
+        )),
+        Ok(channel) => {
+            let how = if url.starts_with("https://") {
+                " over TLS"
+            } else {
+                " (plain text)"
+            };
+            checks.push(Check::pass("reachable", format!("{url}{how}")));
+            checks.push(check_health(channel.clone()).await);
+            checks.extend(check_service(remote, channel).await?);
+        }
+    }
+    print_checks(&checks, json)
+}
+
+async fn check_health(channel: tonic::transport::Channel) -> Check {
+    let health = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await;
+    match health {
+        Ok(r) if r.get_ref().status == 1 => Check::pass("health", "serving"),
+        Ok(r) => Check::fail("health", format!("status {}", r.get_ref().status)),
+        Err(e) => Check::fail("health", e.message()),
+    }
+}
+
+/// The token, the versions and the live workers, from one `Info` call.
+async fn check_service(
+    remote: &Remote,
+    channel: tonic::transport::Channel,
+) -> anyhow::Result<Vec<Check>> {
+    let auth = BearerToken::new(remote.security.token.as_deref())?;
+    let info = JobServiceClient::new(InterceptedService::new(channel, auth))
+        .info(quick(proto::InfoRequest {}))
+        .await;
+    let info = match info {
+        Ok(info) => info.into_inner(),
+        Err(e) if e.code() == tonic::Code::Unauthenticated => {
+            return Ok(vec![Check::fail(
+                "token",
+                format!(
+                    "{} (set TALLY_TOKEN or --token-file to the coordinator's token)",
+                    e.message()
+                ),
+            )]);
+        }
+        Err(e) => return Ok(vec![Check::fail("token", e.message())]),
+    };
+    let ours = env!("CARGO_PKG_VERSION");
+    Ok(vec![
+        Check::pass(
+            "token",
+            if remote.security.token.is_some() {
+                "accepted"
+            } else {
+                "none needed"
+            },
+        ),
+        Check::warn_unless(
+            "version",
+            info.version == ours,
+            format!("tally {ours}, coordinator {}", info.version),
+        ),
+        Check::warn_unless(
+            "workers",
+            info.workers_live > 0,
+            format!(
+                "{} live; {} job(s), {} unfinished",
+                info.workers_live, info.jobs, info.jobs_unfinished
+            ),
+        ),
+    ])
+}
+
+/// Prints the checks; the exit code fails when a check failed (not warned).
+fn print_checks(checks: &[Check], json: bool) -> anyhow::Result<ExitCode> {
+    let failed = checks.iter().any(|c| !c.ok && !c.warning);
+    if json {
+        let list: Vec<_> = checks
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "check": c.name,
+                    "ok": c.ok,
+                    "warning": c.warning,
+                    "detail": c.detail,
+                })
+            })
+            .collect();
+        outln!("{}", serde_json::json!({ "ok": !failed, "checks": list }))?;
+    } else {
+        for c in checks {
+            let mark = match (c.ok, c.warning) {
+                (true, _) => "ok  ",
+                (false, true) => "warn",
+                (false, false) => "FAIL",
+            };
+            outln!("{mark} {:<10} {}", c.name, c.detail)?;
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

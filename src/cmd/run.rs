@@ -1,0 +1,262 @@
+//! `tally run`: a job to completion on this machine, on an embedded cluster
+//! (or, with `--direct`, the kernel alone), resumable with `--data`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use tally_kinds::Control;
+use tally_kinds::invalid;
+use tally_kinds::spec::ValidSpec;
+use tally_wire::digest::fnv1a64;
+use tally_wire::proto::{self, Job};
+
+use crate::client::{Remote, connect, follow, planned, quick};
+use crate::embedded::{LocalCluster, Workers};
+use crate::flags::{MAX_THREADS, SpecArgs, count_to};
+use crate::output::{self, outln};
+use crate::signals::Interrupts;
+use crate::spec_input;
+
+/// Most in-process workers of `tally run`.
+const MAX_RUN_WORKERS: u64 = 64;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// In-process workers (1 to 64).
+    #[arg(
+        help_heading = "Runner options",
+        long,
+        global = true,
+        default_value_t = 1,
+        value_parser = count_to(MAX_RUN_WORKERS)
+    )]
+    pub workers: usize,
+    /// Compute threads per worker (1 to 1024); default: all cores.
+    #[arg(help_heading = "Runner options", long, global = true, value_parser = count_to(MAX_THREADS))]
+    pub threads: Option<usize>,
+    /// Shards a worker holds at once (1 to 1024), leased together; those
+    /// beyond the threads wait for one (more slots: fewer round trips for
+    /// short shards). Default: the threads.
+    #[arg(help_heading = "Runner options", long, global = true, value_parser = count_to(MAX_THREADS))]
+    pub slots: Option<usize>,
+    /// Keep the job's store here (default: a temporary directory).
+    #[arg(help_heading = "Runner options", long, global = true)]
+    pub data: Option<PathBuf>,
+    /// Compute in this process with the kernel alone, without the runner.
+    #[arg(help_heading = "Runner options", long, global = true)]
+    pub direct: bool,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+impl RunArgs {
+    /// The spec of [`spec_input::job_spec`], refused if it asks for more
+    /// replicas than this run has workers: they go to different workers, so
+    /// the job would wait forever.
+    fn to_spec(&self) -> anyhow::Result<(ValidSpec, Vec<Vec<u8>>)> {
+        let (spec, attachments) = spec_input::job_spec(&self.spec)?;
+        let (replicas, workers) = (spec.options().replicas, self.workers);
+        if !self.direct && replicas as usize > workers {
+            return Err(invalid!(
+                "--replicas {replicas} needs {replicas} workers and this run has {workers}: give --workers {replicas}"
+            )
+            .into());
+        }
+        Ok((spec, attachments))
+    }
+}
+
+/// Runs the job to its answer; Ctrl-C stops it (see [`interrupted`]).
+pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let (spec, attachments) = args.to_spec()?;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let threads = args.threads.unwrap_or(cores.min(MAX_THREADS as usize));
+    let slots = args.slots.unwrap_or(threads);
+    if args.direct {
+        return run_direct(spec, threads, json).await;
+    }
+    let (data_dir, _temporary) = match &args.data {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let dir = tempfile::Builder::new().prefix("tally-run-").tempdir()?;
+            (dir.path().to_path_buf(), Some(dir))
+        }
+    };
+    let mut interrupts = Interrupts::new()?;
+    let workers = Workers {
+        count: args.workers,
+        threads,
+        slots,
+    };
+    let cluster = LocalCluster::start(data_dir, workers).await?;
+    let data = args.data.as_deref();
+    let submission = Submission {
+        spec: &spec,
+        attachments,
+    };
+    let outcome =
+        submit_and_follow(cluster.remote(), submission, data, json, &mut interrupts).await;
+    match outcome {
+        Ok(Followed::Finished(finished)) => {
+            cluster.stop().await;
+            let (job, result) = *finished;
+            output::print_result(&job, &result, json)
+        }
+        Ok(Followed::Interrupted(job)) => interrupted(cluster, &job, data, &mut interrupts).await,
+        Err(e) => {
+            cluster.stop().await;
+            Err(e)
+        }
+    }
+}
+
+/// The exit status of a command stopped by Ctrl-C or SIGTERM.
+const INTERRUPTED: u8 = 130;
+
+/// `run` after Ctrl-C. With `--data` the job is kept: the workers hand their
+/// shards back and the same command resumes it; a second Ctrl-C while they
+/// stop cancels it instead. Without `--data` nothing could resume it, so it
+/// is cancelled.
+async fn interrupted(
+    cluster: LocalCluster,
+    job: &str,
+    data: Option<&Path>,
+    interrupts: &mut Interrupts,
+) -> anyhow::Result<ExitCode> {
+    let Some(dir) = data else {
+        cancel_quietly(cluster.remote(), job).await;
+        cluster.stop().await;
+        eprintln!("interrupted; job {job} cancelled (with --data DIR a run can be resumed)");
+        return Ok(ExitCode::from(INTERRUPTED));
+    };
+    eprintln!(
+        "interrupted; stopping (press Ctrl-C again to cancel job {job} instead of keeping it)"
+    );
+    let remote = cluster.remote().clone();
+    let stopping = cluster.stop();
+    tokio::pin!(stopping);
+    tokio::select! {
+        () = &mut stopping => {
+            eprintln!(
+                "job {job} is kept in {}: run the same command again to resume it",
+                dir.display()
+            );
+        }
+        () = interrupts.next() => {
+            cancel_quietly(&remote, job).await;
+            stopping.await;
+            eprintln!("job {job} cancelled");
+        }
+    }
+    Ok(ExitCode::from(INTERRUPTED))
+}
+
+/// Cancels `job`, saying so on stderr if it cannot.
+async fn cancel_quietly(remote: &Remote, job: &str) {
+    let request = proto::CancelRequest {
+        job_id: job.to_string(),
+    };
+    let cancelled = async {
+        connect(remote)
+            .await?
+            .cancel(quick(request))
+            .await
+            .map_err(Into::into)
+    };
+    if let Err(e) = cancelled.await {
+        eprintln!("could not cancel job {job}: {}", output::error_line(&e));
+    }
+}
+
+/// `run --direct`: the kernel alone, in this process.
+async fn run_direct(spec: ValidSpec, threads: usize, json: bool) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
+    let direct_spec = spec.clone();
+    let answer =
+        tokio::task::spawn_blocking(move || direct_spec.compute_direct(threads, &Control::new()))
+            .await??;
+    let elapsed = started.elapsed();
+    if json {
+        let value = serde_json::json!({
+            "kind": spec.kind_name(),
+            "state": "succeeded",
+            "answer": answer.line,
+            "details": answer.details,
+            "elapsed_ms": elapsed.as_millis() as u64,
+            "direct": true,
+        });
+        outln!("{value}")?;
+    } else {
+        eprintln!(
+            "{} in {:.3} s (direct)",
+            spec.describe(),
+            elapsed.as_secs_f64()
+        );
+        outln!("{}", answer.line)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How following a job ended.
+enum Followed {
+    Finished(Box<(Job, proto::JobResult)>),
+    /// Ctrl-C or SIGTERM: the job, still running.
+    Interrupted(String),
+}
+
+/// A job to submit, with the files it sends along.
+struct Submission<'a> {
+    spec: &'a ValidSpec,
+    attachments: Vec<Vec<u8>>,
+}
+
+/// Submits the job (or finds the one a previous `run` with the same spec and
+/// data directory started) and follows it to its result.
+async fn submit_and_follow(
+    remote: &Remote,
+    submission: Submission<'_>,
+    data: Option<&Path>,
+    json: bool,
+    interrupts: &mut Interrupts,
+) -> anyhow::Result<Followed> {
+    let mut client = connect(remote).await?;
+    let spec = submission.spec;
+    let request = proto::SubmitRequest {
+        spec: Some(spec.into()),
+        idempotency_key: run_key(spec),
+        attachments: submission.attachments,
+    };
+    let submitted = client.submit(planned(request)).await?.into_inner();
+    let job = submitted.job.context("the coordinator returned no job")?;
+    match data {
+        Some(dir) if submitted.created => eprintln!(
+            "started {} in {} (Ctrl-C stops it; the same command resumes it)",
+            job.id,
+            dir.display()
+        ),
+        Some(dir) => eprintln!("resuming {} from {}", job.id, dir.display()),
+        None => {}
+    }
+    let finished = tokio::select! {
+        finished = follow(remote, &job.id, !json) => finished?,
+        () = interrupts.next() => return Ok(Followed::Interrupted(job.id)),
+    };
+    let result = client
+        .result(quick(proto::ResultRequest {
+            job_id: finished.id.clone(),
+        }))
+        .await?
+        .into_inner();
+    Ok(Followed::Finished(Box::new((finished, result))))
+}
+
+/// A key that makes `run` with the same spec and data directory resume the job
+/// it started before instead of starting another (FNV-1a of the spec).
+fn run_key(spec: &ValidSpec) -> String {
+    let text = serde_json::to_string(spec).expect("specs serialise");
+    format!("run-{:016x}", fnv1a64(text.as_bytes()))
+}

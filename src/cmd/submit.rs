@@ -1,0 +1,48 @@
+//! `tally submit`: sends a job to the coordinator; prints its id.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use tally_wire::proto;
+
+use crate::client::{Remote, connect, planned};
+use crate::flags::SpecArgs;
+use crate::output::{self, outln};
+use crate::spec_input;
+
+#[derive(Args, Debug)]
+pub struct SubmitArgs {
+    /// Submitting again with the same key returns the first job.
+    #[arg(long, global = true)]
+    pub idempotency_key: Option<String>,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+/// Submits the job; its id is the last line of stdout.
+pub async fn execute(remote: &Remote, args: SubmitArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let (spec, attachments) = spec_input::job_spec(&args.spec)?;
+    let mut client = connect(remote).await?;
+    let response = client
+        .submit(planned(proto::SubmitRequest {
+            spec: Some((&spec).into()),
+            idempotency_key: args.idempotency_key.unwrap_or_default(),
+            attachments,
+        }))
+        .await?
+        .into_inner();
+    let job = response.job.context("the coordinator returned no job")?;
+    if json {
+        let mut value = output::job_json(&job);
+        value["created"] = serde_json::Value::Bool(response.created);
+        outln!("{value}")?;
+    } else {
+        if !response.created {
+            eprintln!("a job with this idempotency key exists already");
+        }
+        eprintln!("submitted {}", job.description);
+        outln!("{}", job.id)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

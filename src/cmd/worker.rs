@@ -1,0 +1,160 @@
+//! `tally worker`: leases shards from a coordinator and computes them until
+//! SIGINT or SIGTERM, then drains.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use tally_worker::WorkerConfig;
+
+use crate::client::Remote;
+use crate::flags::{MAX_THREADS, count_to};
+use crate::signals::shutdown_signal;
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// Shards computed at the same time, 1 to 1024 (default: the compute threads).
+    #[arg(long, value_parser = count_to(MAX_THREADS))]
+    pub slots: Option<usize>,
+    /// Compute threads, 1 to 1024 (default: all cores).
+    #[arg(long, value_parser = count_to(MAX_THREADS))]
+    pub threads: Option<usize>,
+    /// Worker id (default: host-pid-random).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Seconds running shards may take to finish after SIGTERM before they are handed back.
+    #[arg(long, default_value_t = 30)]
+    pub drain_seconds: u64,
+    /// Fault injection for tests: hold each lease this long before computing.
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub shard_delay_ms: u64,
+    /// Milliseconds between checkpoints of a long shard (for checkpoints up
+    /// to 4 MiB; larger ones, such as hex pass vectors, come proportionally
+    /// less often, but at least once a minute). At least 10.
+    #[arg(long, default_value_t = 3000, value_parser = at_least(10))]
+    pub checkpoint_ms: u64,
+    /// Fault injection for tests: alter every result before reporting it.
+    #[arg(long, hide = true)]
+    pub corrupt_results: bool,
+    /// Fault injection for tests: stall a shard this long after its first checkpoint.
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub pause_after_checkpoint_ms: u64,
+    /// Fault injection for tests: write each stage blob in two parts, pausing this long between them.
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub pause_mid_upload_ms: u64,
+    /// Address to serve Prometheus `/metrics` on.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
+    /// Memory the worker's shards may use, e.g. `16GB` or `12GiB`, told to the
+    /// coordinator: it gives this worker only as many shards of a job at once
+    /// as their estimate fits, and cuts hex points shards to the largest
+    /// budget. Default: the machine's memory (or its cgroup's limit).
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    pub memory_budget: Option<u64>,
+    /// Run `wasm` jobs: user kernels compiled to WebAssembly, in a sandbox
+    /// (no files, network, clock or randomness; memory, fuel and time
+    /// limited). Off by default: a module is code whoever may submit jobs
+    /// wrote, so the operator chooses the machines that run it.
+    #[arg(long)]
+    pub allow_wasm: bool,
+    /// With --allow-wasm: the fuel a shard may burn (about one unit per
+    /// WebAssembly instruction), its CPU-time limit [default: 2^44].
+    #[arg(long, value_name = "UNITS", requires = "allow_wasm", value_parser = at_least(1))]
+    pub wasm_fuel: Option<u64>,
+    /// With --allow-wasm: the most linear memory one shard's instance may
+    /// have, e.g. `512MiB` [default: 1GiB].
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory, requires = "allow_wasm")]
+    pub wasm_memory: Option<u64>,
+}
+
+/// A memory size such as `16GB`, `12GiB` or `800MB`, in bytes; at least 64 MB.
+fn parse_memory(text: &str) -> Result<u64, String> {
+    let size: bytesize::ByteSize = text
+        .parse()
+        .map_err(|e| format!("{e} (a size such as 16GB, 12GiB or 800MB)"))?;
+    if size.as_u64() < 64_000_000 {
+        return Err(format!("{text} is less than the 64 MB a worker needs"));
+    }
+    Ok(size.as_u64())
+}
+
+/// A number of at least `min`, refused by the parser otherwise.
+fn at_least(min: u64) -> impl clap::builder::TypedValueParser<Value = u64> {
+    use clap::builder::TypedValueParser;
+    clap::value_parser!(u64).try_map(move |n| {
+        (n >= min)
+            .then_some(n)
+            .ok_or_else(|| format!("must be at least {min}"))
+    })
+}
+
+/// Serves the coordinator of `remote` until SIGINT or SIGTERM.
+pub async fn execute(args: &WorkerArgs, remote: Remote) -> anyhow::Result<ExitCode> {
+    let config = worker_config(args, remote);
+    eprintln!(
+        "worker {} serving {} with {} slot(s), {} thread(s), a memory budget of {}",
+        config.worker_id,
+        config.coordinator,
+        config.slots,
+        config.threads,
+        tally_kinds::kind::format_bytes(config.memory_budget)
+    );
+    let stats = tally_worker::run(config, shutdown_signal()).await?;
+    tracing::info!(
+        completed = stats
+            .shards_completed
+            .load(std::sync::atomic::Ordering::Relaxed),
+        "worker stopped"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The worker's configuration: its defaults, under the flags given.
+fn worker_config(args: &WorkerArgs, remote: Remote) -> WorkerConfig {
+    let mut config = WorkerConfig::new(remote.url);
+    config.security = remote.security;
+    if let Some(threads) = args.threads {
+        config.threads = threads;
+        config.slots = threads;
+    }
+    if let Some(slots) = args.slots {
+        config.slots = slots;
+    }
+    if let Some(id) = &args.id {
+        config.worker_id = id.clone();
+    }
+    config.drain_timeout = Duration::from_secs(args.drain_seconds);
+    config.shard_delay = Duration::from_millis(args.shard_delay_ms);
+    config.corrupt_results = args.corrupt_results;
+    config.pause_after_checkpoint = Duration::from_millis(args.pause_after_checkpoint_ms);
+    config.pause_mid_upload = Duration::from_millis(args.pause_mid_upload_ms);
+    config.http = args.http;
+    config.allow_wasm = args.allow_wasm;
+    if let Some(fuel) = args.wasm_fuel {
+        config.wasm_limits.fuel = fuel;
+    }
+    if let Some(memory) = args.wasm_memory {
+        config.wasm_limits.memory_bytes = usize::try_from(memory).unwrap_or(usize::MAX);
+    }
+    if let Some(budget) = args.memory_budget {
+        config.memory_budget = budget;
+    }
+    config.checkpoint_interval = Duration::from_millis(args.checkpoint_ms);
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_memory;
+
+    #[test]
+    fn memory_sizes_parse_in_decimal_and_binary_units_and_tiny_ones_are_refused() {
+        assert_eq!(parse_memory("16GB"), Ok(16_000_000_000));
+        assert_eq!(parse_memory("12GiB"), Ok(12 << 30));
+        assert_eq!(parse_memory("800 MB"), Ok(800_000_000));
+        let tiny = parse_memory("1MB").unwrap_err();
+        assert!(tiny.contains("less than the 64 MB"), "{tiny}");
+        let bad = parse_memory("lots").unwrap_err();
+        assert!(bad.contains("a size such as"), "{bad}");
+    }
+}

@@ -1,0 +1,118 @@
+//! The cluster of `tally run`: a coordinator on loopback with in-process
+//! workers, which the run talks to through the same client code as any
+//! coordinator.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tally_kinds::cache::KernelCache;
+use tally_wire::proto;
+use tally_worker::{WorkerConfig, WorkerStats};
+
+use crate::client::{Remote, connect, quick};
+
+/// How many workers `run` starts and how each computes.
+pub struct Workers {
+    pub count: usize,
+    /// Compute threads per worker.
+    pub threads: usize,
+    /// Shards a worker holds at once.
+    pub slots: usize,
+}
+
+/// A coordinator on loopback and in-process workers, for `run`.
+pub struct LocalCluster {
+    coordinator: tally_coordinator::RunningCoordinator,
+    remote: Remote,
+    stop: tokio::sync::watch::Sender<bool>,
+    workers: Vec<tokio::task::JoinHandle<tally_worker::Result<Arc<WorkerStats>>>>,
+}
+
+impl LocalCluster {
+    /// Starts the coordinator on `data_dir` and the workers, and waits a
+    /// bounded while for the workers to register.
+    pub async fn start(data_dir: PathBuf, workers: Workers) -> anyhow::Result<LocalCluster> {
+        let mut config = tally_coordinator::CoordinatorConfig::new(
+            "127.0.0.1:0".parse().expect("loopback address"),
+            Some(data_dir),
+        );
+        // The store is this process's alone: whoever held a lease in it was
+        // an in-process worker of a run that has stopped.
+        config.release_leases_on_start = true;
+        // One process: the workers reuse what planning built (slider graphs).
+        let kernel_cache = config.kernel_cache.clone();
+        let coordinator = tally_coordinator::start(config).await?;
+        let url = coordinator.url();
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let handles = (0..workers.count)
+            .map(|i| {
+                let config = worker_config(&url, i, &workers, &kernel_cache);
+                let mut stop = stop_rx.clone();
+                tokio::spawn(tally_worker::run(config, async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                }))
+            })
+            .collect();
+        let remote = Remote::open(url);
+        wait_for_workers(&remote, workers.count).await;
+        Ok(LocalCluster {
+            coordinator,
+            remote,
+            stop,
+            workers: handles,
+        })
+    }
+
+    /// The embedded coordinator, which needs no credentials.
+    pub fn remote(&self) -> &Remote {
+        &self.remote
+    }
+
+    /// Stops the workers (they hand their shards back at once), then the
+    /// coordinator.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for worker in self.workers {
+            let _ = worker.await;
+        }
+        self.coordinator.shutdown().await;
+    }
+}
+
+/// The configuration of in-process worker `index`.
+fn worker_config(
+    url: &str,
+    index: usize,
+    workers: &Workers,
+    kernel_cache: &Arc<KernelCache>,
+) -> WorkerConfig {
+    let mut config = WorkerConfig::new(url.to_string());
+    config.threads = workers.threads;
+    config.slots = workers.slots;
+    config.worker_id = format!("{}-run{index}", tally_worker::default_worker_id());
+    config.lease_wait = Duration::from_secs(1);
+    // Stopping `run` hands shards back at once: the job resumes
+    // from their last checkpoints.
+    config.drain_timeout = Duration::ZERO;
+    config.kernel_cache = kernel_cache.clone();
+    // The user runs their own module on their own machine.
+    config.allow_wasm = true;
+    config
+}
+
+/// Waits, a bounded while, until `wanted` workers have registered: a job is
+/// fitted to the memory of the workers registered when it is submitted.
+async fn wait_for_workers(remote: &Remote, wanted: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(mut client) = connect(remote).await
+            && let Ok(info) = client.info(quick(proto::InfoRequest {})).await
+            && info.into_inner().workers_live as usize >= wanted
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tracing::warn!("not every in-process worker registered within 10 s; submitting anyway");
+}

@@ -9,7 +9,7 @@
 //! before it, so that no answer shows state a crash could take back.
 //!
 //! When a flush fails, every call it covered fails with its error, and the
-//! scheduler must be read back from the store (see `service::Shared`): the
+//! scheduler must be read back from the store (see `shared::Shared`): the
 //! store may have lost what was applied after the last good flush.
 
 use std::collections::VecDeque;

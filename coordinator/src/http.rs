@@ -18,7 +18,7 @@ use tally_wire::proto::{Job, JobState};
 use crate::error::{CoordinatorError, Result};
 use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::WorkerInfo;
-use crate::service::{Shared, now_ms};
+use crate::shared::{Shared, now_ms};
 
 /// Serves `/metrics`, `/api/status` and `/` on `listener` until `shutdown`.
 pub fn serve(

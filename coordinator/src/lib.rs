@@ -10,9 +10,11 @@
 //!   leases; every state change is one atomic batch applied to the store;
 //! - [`group_commit`]: a call answers only once a flush covers its batch, one
 //!   flush for every call that applied meanwhile;
-//! - [`service`]: the state the services share (the scheduler behind its
-//!   lock, the group commit) and the tonic JobService, a thin async shell that
-//!   runs scheduler calls off the async runtime;
+//! - [`shared`]: what every call goes through: the scheduler behind its lock,
+//!   run off the async runtime, answered once its changes are durable;
+//! - [`service`]: the tonic JobService, a thin async shell over [`shared`];
+//! - [`intake`]: a worker's reports from the wire to their answer (checked
+//!   outside the lock, taken under it, counted and announced);
 //! - [`worker_service`]: the tonic WorkerService, the same shell for workers;
 //! - [`stage_owner`]: the data directory's hold on its stage-store prefix
 //!   (refused at start to a copy of the directory; checked by each sweep);
@@ -26,11 +28,13 @@
 pub mod error;
 pub mod group_commit;
 pub mod http;
+pub mod intake;
 pub mod metrics;
 pub mod records;
 pub mod scheduler;
 pub mod server;
 pub mod service;
+pub mod shared;
 pub mod stage_owner;
 pub mod store;
 pub mod worker_service;

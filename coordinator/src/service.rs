@@ -1,207 +1,27 @@
-//! The gRPC services: a thin async shell over the [`Scheduler`]. Every scheduler
-//! call (which may flush the store or plan a job) runs on the blocking pool, never
-//! on the async runtime's threads.
+//! The tonic JobService: a thin async shell over the [`Scheduler`], each call
+//! through [`Shared`] (which runs it on the blocking pool, never on the async
+//! runtime's threads). Planning a job runs outside the scheduler's lock.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tally_kinds::Control;
-use tally_kinds::cache::KernelCache;
 use tally_kinds::guest::{MAX_MODULE_BYTES, SEND_MODULE, sha256_hex};
 use tally_kinds::spec::ValidSpec;
-use tally_stage::StageStoreUrl;
 use tally_wire::proto;
 use tally_wire::proto::Job;
 use tally_wire::proto::job_service_server::JobService;
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::broadcast;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::error::{CoordinatorError, Result};
-use crate::group_commit::GroupCommit;
-use crate::metrics::CoordinatorMetrics;
-use crate::records::attachment_key;
-use crate::scheduler::{ListPage, Report, Scheduler};
-use crate::store::Tree;
+use crate::scheduler::ListPage;
+use crate::shared::{Shared, now_ms};
 
-/// Longest long-poll a worker may ask for.
-pub const MAX_LEASE_WAIT: Duration = Duration::from_secs(30);
-/// Largest report (stage output included) the coordinator accepts.
-pub const MAX_REPORT_BYTES: usize = 1 << 30;
-pub const HEARTBEAT_INTERVAL_MS: u64 = 1_000;
-
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// State shared by both services and the background tasks.
-pub struct Shared {
-    /// `None` once the coordinator has shut down: dropping the scheduler closes
-    /// the store, so a restart in the same process can open it again.
-    pub scheduler: Mutex<Option<Scheduler>>,
-    /// Structures built while planning (slider graphs); shared with in-process
-    /// workers so that they do not build them again.
-    pub cache: Arc<KernelCache>,
-    /// Woken when shards may have become leasable.
-    pub work_ready: Notify,
-    /// Ids of jobs that changed.
-    pub changes: broadcast::Sender<String>,
-    pub metrics: Arc<CoordinatorMetrics>,
-    /// Makes the scheduler's changes durable before calls answer.
-    pub group: GroupCommit,
-    /// Set when a write failed: the scheduler is read back from the store
-    /// before the next call uses it.
-    reload: AtomicBool,
-    /// Where stage data lives; workers learn it when they register.
-    pub stage_store: StageStoreUrl,
-}
-
-impl Shared {
-    pub fn new(
-        scheduler: Scheduler,
-        metrics: Arc<CoordinatorMetrics>,
-        cache: Arc<KernelCache>,
-        group: GroupCommit,
-        stage_store: StageStoreUrl,
-    ) -> Arc<Shared> {
-        // Everything the store holds at start was committed (flushed).
-        group.durable_through(scheduler.store().applied());
-        let (changes, _) = broadcast::channel(1024);
-        Arc::new(Shared {
-            scheduler: Mutex::new(Some(scheduler)),
-            cache,
-            work_ready: Notify::new(),
-            changes,
-            metrics,
-            group,
-            reload: AtomicBool::new(false),
-            stage_store,
-        })
-    }
-
-    /// Runs `f` on the scheduler from the blocking pool, then waits (outside
-    /// the scheduler's lock) until every change applied so far, `f`'s
-    /// included, is durable: a call answers nothing a crash could take back.
-    pub async fn with_scheduler<T, F>(self: &Arc<Self>, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Scheduler) -> Result<T> + Send + 'static,
-    {
-        let shared = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let (result, store, ticket) = {
-                let mut scheduler = shared.scheduler.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(scheduler) = scheduler.as_mut() else {
-                    return Err(CoordinatorError::Unavailable(
-                        "the coordinator is shutting down".into(),
-                    ));
-                };
-                if shared.reload.load(Ordering::SeqCst) {
-                    scheduler.reload(now_ms()).map_err(|e| {
-                        CoordinatorError::Unavailable(format!(
-                            "the store failed and cannot be read back yet: {e}"
-                        ))
-                    })?;
-                    shared.reload.store(false, Ordering::SeqCst);
-                }
-                let result = f(scheduler);
-                if let Err(CoordinatorError::Store(_) | CoordinatorError::StoreFull(_)) = &result {
-                    shared.reload.store(true, Ordering::SeqCst);
-                }
-                let store = scheduler.store();
-                let ticket = store.applied();
-                (result, store, ticket)
-            };
-            if let Err(e) = shared.group.wait_durable(store.as_ref(), ticket) {
-                shared.reload.store(true, Ordering::SeqCst);
-                return Err(e);
-            }
-            result
-        })
-        .await
-        .map_err(|e| CoordinatorError::Internal(format!("scheduler task failed: {e}")))?
-    }
-
-    /// Checks a report's result against its shard on the blocking pool,
-    /// holding the scheduler's lock only to copy what the check needs; the
-    /// report comes back marked checked (a report that is not the result of
-    /// a current attempt comes back as it was: accepting it refuses it).
-    pub async fn check_result(self: &Arc<Self>, report: Report) -> Result<Report> {
-        let mut checked = self.check_results(vec![report]).await;
-        checked.pop().expect("one report in, one out")
-    }
-
-    /// [`Shared::check_result`] for several reports, under one lock.
-    pub async fn check_results(self: &Arc<Self>, reports: Vec<Report>) -> Vec<Result<Report>> {
-        let count = reports.len();
-        let shared = self.clone();
-        let checked = tokio::task::spawn_blocking(move || {
-            let checks: Vec<_> = {
-                let scheduler = shared.scheduler.lock().unwrap_or_else(|p| p.into_inner());
-                reports
-                    .iter()
-                    .map(|report| match (scheduler.as_ref(), &report.result) {
-                        (Some(scheduler), Some(_)) => scheduler.result_to_check(report),
-                        _ => None,
-                    })
-                    .collect()
-            };
-            reports
-                .into_iter()
-                .zip(checks)
-                .map(|(mut report, check)| {
-                    if let Some(check) = check {
-                        check.run(&report)?;
-                        report.checked = true;
-                    }
-                    Ok(report)
-                })
-                .collect::<Vec<_>>()
-        })
-        .await;
-        match checked {
-            Ok(checked) => checked,
-            Err(e) => (0..count)
-                .map(|_| {
-                    Err(CoordinatorError::Internal(format!(
-                        "result check failed: {e}"
-                    )))
-                })
-                .collect(),
-        }
-    }
-
-    /// Drops the scheduler and with it the store, after any call in progress.
-    pub fn close(&self) {
-        let scheduler = self
-            .scheduler
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        drop(scheduler);
-    }
-
-    /// The attachment with this SHA-256 (hex), read from the store (outside
-    /// the scheduler's lock): the store, not the kernel cache, holds the
-    /// attachments jobs may name, since they go with the last job naming them.
-    pub async fn attachment(self: &Arc<Self>, sha256: &str) -> Result<Option<Arc<[u8]>>> {
-        let store = self.with_scheduler(|s| Ok(s.store())).await?;
-        let key = attachment_key(sha256);
-        let bytes = tokio::task::spawn_blocking(move || store.get(Tree::Blobs, &key))
-            .await
-            .map_err(|e| CoordinatorError::Internal(format!("reading an attachment: {e}")))??;
-        Ok(bytes.map(Into::into))
-    }
-
-    pub fn changed(&self, job: &str) {
-        let _ = self.changes.send(job.to_string());
-    }
-}
+#[cfg(doc)]
+use crate::scheduler::Scheduler;
 
 #[derive(Clone)]
 pub struct JobApi {

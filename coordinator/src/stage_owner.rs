@@ -12,7 +12,7 @@ use std::time::Duration;
 use tally_stage::{Claim, OwnerRecord, StageStore};
 
 use crate::error::{CoordinatorError, Result};
-use crate::service::{Shared, now_ms};
+use crate::shared::{Shared, now_ms};
 
 /// A hold not released is watched for this many renewals before a start of
 /// the same data directory takes it back (no renewal: its holder is gone).

@@ -1,13 +1,13 @@
-//! The tonic WorkerService: registration, heartbeats, leases, reports (one
-//! shard's, streamed, or several shards' final reports at once) and stage
-//! data, each a scheduler call through [`Shared`].
+//! The tonic WorkerService: registration, heartbeats, leases and stage data,
+//! each a scheduler call through [`Shared`]; and reports (one shard's,
+//! streamed, or several shards' final reports at once), read off the wire
+//! here and taken by [`intake`].
 
-use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tally_stage::{BlobRef, StageStoreUrl};
+use tally_stage::BlobRef;
 use tally_wire::lease::LeaseId;
 use tally_wire::limits::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS, MAX_CHECKPOINT_BYTES, OUTPUT_CHUNK};
 use tally_wire::proto::worker_service_server::WorkerService;
@@ -16,11 +16,17 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{CoordinatorError, Result};
-use crate::metrics::CoordinatorMetrics;
+use crate::intake;
 use crate::scheduler::{
     Grant, Registration, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult,
 };
-use crate::service::{HEARTBEAT_INTERVAL_MS, MAX_LEASE_WAIT, MAX_REPORT_BYTES, Shared, now_ms};
+use crate::shared::{Shared, now_ms};
+
+/// Longest long-poll a worker may ask for.
+pub const MAX_LEASE_WAIT: Duration = Duration::from_secs(30);
+/// Largest report (stage output included) the coordinator accepts.
+pub const MAX_REPORT_BYTES: usize = 1 << 30;
+pub const HEARTBEAT_INTERVAL_MS: u64 = 1_000;
 
 #[derive(Clone)]
 pub struct WorkerApi {
@@ -44,7 +50,7 @@ fn new_session() -> Result<String> {
     Ok(tally_wire::digest::to_hex(&bytes))
 }
 
-pub(crate) fn require_worker_id(id: &str) -> std::result::Result<(), Status> {
+fn require_worker_id(id: &str) -> std::result::Result<(), Status> {
     if id.is_empty() || id.len() > 128 {
         return Err(Status::invalid_argument("worker id must be 1 to 128 bytes"));
     }
@@ -150,43 +156,7 @@ impl WorkerService for WorkerApi {
         request: Request<Streaming<proto::ReportMessage>>,
     ) -> std::result::Result<Response<proto::ReportResponse>, Status> {
         let (report, session) = receive_report(request.into_inner()).await?;
-        check_stage_store(&self.shared.stage_store, &report)?;
-        let lease = report.lease.clone();
-        let finished_shard = report.result.is_some() || report.failure.is_some();
-        let accepted_work = report.result.as_ref().map(|r| r.work_done);
-        let started = std::time::Instant::now();
-        let metrics = &self.shared.metrics;
-        // A result is checked by its kind (which may decode all its stage
-        // output) before the lock is taken to accept it, so that a large
-        // result does not hold up every other call.
-        let report = match self.shared.check_result(report).await {
-            Ok(report) => report,
-            Err(e) => {
-                metrics.report_latency.observe(started.elapsed());
-                metrics.reports_refused.add(1);
-                return Err(e.into());
-            }
-        };
-        let outcome = self
-            .shared
-            .with_scheduler(move |s| {
-                s.check_session(&report.worker, &session)?;
-                s.report(report, now_ms())
-            })
-            .await;
-        metrics.report_latency.observe(started.elapsed());
-        let outcome = match outcome {
-            Ok(o) => o,
-            Err(e) => {
-                metrics.reports_refused.add(1);
-                return Err(e.into());
-            }
-        };
-        record_outcome(metrics, &lease, accepted_work, finished_shard, &outcome);
-        if finished_shard {
-            self.shared.changed(&lease.job);
-            self.shared.work_ready.notify_waiters();
-        }
+        let outcome = intake::take_report(&self.shared, report, session).await?;
         Ok(Response::new(proto::ReportResponse {
             stop: outcome.stop,
             accepted: outcome.accepted,
@@ -309,29 +279,6 @@ impl WorkerService for WorkerApi {
             output_blob: Some(proto::BlobRef::from(&blob)),
         }))
     }
-}
-
-/// Refuses a report whose stage data is not where this coordinator keeps it:
-/// blobs without a stage store, output or large checkpoint states inline
-/// with one (they would never be read).
-fn check_stage_store(store: &StageStoreUrl, report: &Report) -> std::result::Result<(), Status> {
-    let blobs = report.output_blob.is_some()
-        || report
-            .checkpoint
-            .as_ref()
-            .is_some_and(|c| c.state_blob.is_some());
-    if blobs && !store.is_external() {
-        return Err(Status::failed_precondition(
-            "this coordinator keeps stage data itself (--stage-store coordinator): \
-             send output and checkpoints inline",
-        ));
-    }
-    if store.is_external() && report.output_blob.is_none() && !report.output.is_empty() {
-        return Err(Status::failed_precondition(format!(
-            "stage output goes to the stage store {store}, not inline"
-        )));
-    }
-    Ok(())
 }
 
 /// A blob reference as a message carries it, checked.
@@ -512,28 +459,8 @@ impl ReportParts {
     }
 }
 
-/// Counts an answered report: an accepted result ends its lease's timing.
-pub(crate) fn record_outcome(
-    metrics: &CoordinatorMetrics,
-    lease: &LeaseId,
-    accepted_work: Option<u64>,
-    finished_shard: bool,
-    outcome: &ReportOutcome,
-) {
-    match accepted_work {
-        Some(work) if outcome.accepted => metrics.accepted(lease, work),
-        // A late result of a finished job: answered, not stored.
-        Some(_) => metrics.lease_ended(lease),
-        None if finished_shard => metrics.lease_ended(lease),
-        None => {}
-    }
-}
-
-/// Takes the final reports of a `ReportBatch` call: each is read, checked by
-/// its kind (outside the scheduler's lock) and accepted or refused on its own,
-/// as `Report` would; the accepted ones go through one scheduler call, so they
-/// share its lock and one group flush. A refused session or a failed store
-/// fails the whole call (the worker sends the batch again).
+/// Reads the final reports of a `ReportBatch` call and hands them to the
+/// intake; a report malformed on the wire is refused alone.
 async fn receive_batch(
     shared: &Arc<Shared>,
     request: proto::ReportBatchRequest,
@@ -552,81 +479,14 @@ async fn receive_batch(
              send large outputs through Report"
         )));
     }
-    let started = Instant::now();
-    let metrics = &shared.metrics;
-    let mut verdicts: Vec<Option<proto::ReportVerdict>> = vec![None; request.reports.len()];
-    let mut read = Vec::new();
-    for (position, batched) in request.reports.into_iter().enumerate() {
-        let report = batched_report(&request.worker_id, batched)
-            .and_then(|r| check_stage_store(&shared.stage_store, &r).map(|()| r));
-        match report {
-            Ok(report) => read.push((position, report)),
-            Err(status) => verdicts[position] = Some(refused(&status)),
-        }
-    }
-    let (positions, reports): (Vec<usize>, Vec<Report>) = read.into_iter().unzip();
-    let mut checked = Vec::new();
-    for (position, report) in positions
+    let worker = request.worker_id;
+    let reports = request
+        .reports
         .into_iter()
-        .zip(shared.check_results(reports).await)
-    {
-        match report {
-            Ok(report) => checked.push((position, report)),
-            Err(e) => verdicts[position] = Some(refused(&e.into())),
-        }
-    }
-    let (worker, session) = (request.worker_id, request.session);
-    let answered = shared
-        .with_scheduler(move |s| {
-            s.check_session(&worker, &session)?;
-            let now = now_ms();
-            let mut answered = Vec::with_capacity(checked.len());
-            for (position, report) in checked {
-                let lease = report.lease.clone();
-                let finished = report.result.is_some() || report.failure.is_some();
-                let accepted_work = report.result.as_ref().map(|r| r.work_done);
-                let outcome = s.report(report, now);
-                if let Err(e @ (CoordinatorError::Store(_) | CoordinatorError::StoreFull(_))) =
-                    outcome
-                {
-                    return Err(e);
-                }
-                answered.push((position, lease, accepted_work, finished, outcome));
-            }
-            Ok(answered)
-        })
-        .await?;
-    let mut changed_jobs = BTreeSet::new();
-    for (position, lease, accepted_work, finished, outcome) in answered {
-        metrics.report_latency.observe(started.elapsed());
-        verdicts[position] = Some(match outcome {
-            Ok(outcome) => {
-                record_outcome(metrics, &lease, accepted_work, finished, &outcome);
-                if finished {
-                    changed_jobs.insert(lease.job);
-                }
-                proto::ReportVerdict {
-                    stop: outcome.stop,
-                    accepted: outcome.accepted,
-                    code: 0,
-                    message: String::new(),
-                }
-            }
-            Err(e) => refused(&e.into()),
-        });
-    }
-    for job in &changed_jobs {
-        shared.changed(job);
-    }
-    if !changed_jobs.is_empty() {
-        shared.work_ready.notify_waiters();
-    }
-    let refusals = verdicts.iter().flatten().filter(|v| v.code != 0).count();
-    metrics.reports_refused.add(refusals as u64);
-    Ok(verdicts
-        .into_iter()
-        .map(|v| v.expect("every report has a verdict"))
-        .collect())
+        .map(|batched| batched_report(&worker, batched))
+        .collect();
+    let answers = intake::take_batch(shared, worker, request.session, reports).await?;
+    Ok(answers.into_iter().map(verdict).collect())
 }
 
 /// One report of a batch as the scheduler takes it: a lease id, and a result
@@ -679,12 +539,20 @@ fn batched_report(
     })
 }
 
-/// The verdict of a report refused with `status`.
-fn refused(status: &Status) -> proto::ReportVerdict {
-    proto::ReportVerdict {
-        stop: false,
-        accepted: false,
-        code: status.code() as i32,
-        message: status.message().to_string(),
+/// A report's answer as the batch's response carries it.
+fn verdict(answer: std::result::Result<ReportOutcome, Status>) -> proto::ReportVerdict {
+    match answer {
+        Ok(outcome) => proto::ReportVerdict {
+            stop: outcome.stop,
+            accepted: outcome.accepted,
+            code: 0,
+            message: String::new(),
+        },
+        Err(status) => proto::ReportVerdict {
+            stop: false,
+            accepted: false,
+            code: status.code() as i32,
+            message: status.message().to_string(),
+        },
     }
 }

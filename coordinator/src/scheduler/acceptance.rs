@@ -19,10 +19,11 @@ use crate::records::{
 use crate::store::{Batch, Tree};
 
 use super::events::Event;
+use super::job::JobEntry;
 use super::protocol::{Report, ReportOutcome, ReportedFailure, ReportedResult};
 use super::reports::FailedAttempt;
 use super::stages::StageSnapshot;
-use super::state::{JobEntry, Scheduler};
+use super::state::Scheduler;
 
 impl Scheduler {
     /// Accepts the result of the shard's current attempt (checked by the caller),
@@ -34,7 +35,7 @@ impl Scheduler {
         now_ms: u64,
     ) -> Result<ReportOutcome> {
         let partial = EncodedPartial::from_bytes(&result.partial)?;
-        let entry = self.known_entry(&report.lease.job);
+        let entry = self.jobs.known(&report.lease.job);
         let shard = entry.shards[report.lease.index as usize].clone();
         if !report.checked {
             let rec = &entry.rec;
@@ -97,7 +98,7 @@ impl Scheduler {
         let LeaseId {
             job, stage, index, ..
         } = lease;
-        let entry = self.known_entry(job);
+        let entry = self.jobs.known(job);
         let needed = entry.rec.spec.options().replicas;
         let mut shard = entry.shards[*index as usize].clone();
         let worker = replica.worker.clone();
@@ -125,10 +126,10 @@ impl Scheduler {
             Event::shard("replica", &shard, &worker, &note),
         );
         if let Err(e) = self.write(batch) {
-            self.known_entry(job).next_event = seq;
+            self.jobs.known(job).next_event = seq;
             return Err(e);
         }
-        let entry = self.known_entry(job);
+        let entry = self.jobs.known(job);
         entry.shards.set(*index as usize, shard);
         entry.requeue(*index);
         Ok(ReportOutcome {
@@ -148,7 +149,7 @@ impl Scheduler {
         let (job, index) = (&report.lease.job, report.lease.index);
         let mut shard = shard;
         let mut batch = result_batch(&mut shard, &report.output);
-        let entry = self.known_entry(job);
+        let entry = self.jobs.known(job);
         let saved = SavedAcceptance::of(entry, index);
         let before = entry.shards.set(index as usize, shard.clone());
         // The attempt may have expired and queued the shard again (its
@@ -158,7 +159,7 @@ impl Scheduler {
         if before.state == ShardState::Pending {
             entry.pending.retain(|&i| i != index);
         }
-        entry.outputs[index as usize] = Some(Arc::new(report.output.clone()));
+        entry.outputs.accept(index, Arc::new(report.output.clone()));
         let accepted = Event::shard("accepted", &shard, &report.worker, "");
         entry.log(&mut batch, now_ms, accepted);
         // Only a result that completes the stage changes more than this
@@ -168,11 +169,11 @@ impl Scheduler {
             .advance_if_stage_done(job, &mut batch, now_ms)
             .and_then(|_| self.write(batch))
         {
-            saved.restore(self.known_entry(job), snapshot, index);
+            saved.restore(self.jobs.known(job), snapshot, index);
             return Err(e);
         }
         Ok(ReportOutcome {
-            stop: self.known_entry(job).rec.state.is_finished(),
+            stop: self.jobs.known(job).rec.state.is_finished(),
             accepted: true,
         })
     }
@@ -252,7 +253,7 @@ impl SavedAcceptance {
                 .pending
                 .insert(position.min(entry.pending.len()), index);
         }
-        entry.outputs[index as usize] = None;
+        entry.outputs.forget(index);
         entry.shards.set(index as usize, self.shard);
     }
 }

@@ -4,14 +4,15 @@
 
 use std::collections::HashMap;
 
-use tally_stage::{BlobRef, StageStoreUrl, blob_owner, job_prefix};
+use tally_stage::{StageStoreUrl, blob_owner, job_prefix};
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{ShardState, checkpoint_blob_key, output_key};
 use crate::store::{Batch, Tree};
 
-use super::stages::read_stage_outputs;
-use super::state::{JobEntry, Scheduler};
+use super::job::JobEntry;
+use super::stage_outputs::{KeptBlobs, committed_key};
+use super::state::Scheduler;
 
 /// The stage store the data directory's jobs were last run with, in
 /// [`Tree::Meta`]; absent: the coordinator's own.
@@ -69,7 +70,7 @@ impl Scheduler {
         }
         let unfinished: Vec<&str> = self
             .jobs
-            .values()
+            .iter()
             .filter(|e| !e.rec.state.is_finished())
             .map(|e| e.rec.id.as_str())
             .collect();
@@ -134,12 +135,12 @@ impl Scheduler {
     pub fn unreferenced_blobs(&self, keys: Vec<String>) -> Result<Vec<String>> {
         let jobs: HashMap<String, &JobEntry> = self
             .jobs
-            .values()
+            .iter()
             .filter(|e| !e.rec.state.is_finished())
             .map(|e| (job_prefix(&e.rec.id), e))
             .collect();
         // The committed blobs of kept stages, read once per call.
-        let mut kept_refs: HashMap<(String, u32), Vec<Option<String>>> = HashMap::new();
+        let mut kept = KeptBlobs::new();
         let mut garbage = Vec::new();
         for key in keys {
             let Some((prefix, stage, index, attempt)) = blob_owner(&key) else {
@@ -149,7 +150,7 @@ impl Scheduler {
                 garbage.push(key);
                 continue;
             };
-            if !self.blob_in_use(entry, &key, stage, index, attempt, &mut kept_refs)? {
+            if !self.blob_in_use(entry, &key, stage, index, attempt, &mut kept)? {
                 garbage.push(key);
             }
         }
@@ -163,7 +164,7 @@ impl Scheduler {
         stage: u32,
         index: u32,
         attempt: u64,
-        kept_refs: &mut HashMap<(String, u32), Vec<Option<String>>>,
+        kept: &mut KeptBlobs,
     ) -> Result<bool> {
         let job = &entry.rec.id;
         let current = entry.rec.stage;
@@ -189,9 +190,9 @@ impl Scheduler {
                 return Ok(true);
             }
             if shard.state == ShardState::Done {
-                let output = match entry.outputs.get(index as usize) {
-                    Some(Some(output)) => Some(output.to_vec()),
-                    _ => self
+                let output = match entry.outputs.accepted(index) {
+                    Some(output) => Some(output.to_vec()),
+                    None => self
                         .store
                         .get(Tree::Blobs, &output_key(job, stage, index, 0))?,
                 };
@@ -199,30 +200,11 @@ impl Scheduler {
             }
             return Ok(false);
         }
-        if let Some(finished) = entry.finished.as_ref().filter(|f| f.stage == stage) {
-            let outputs = finished.outputs();
-            return Ok(committed_key(outputs.get(index as usize).copied()).as_deref() == Some(key));
-        }
-        let Some(chunks) = entry.kept.get(&stage) else {
-            return Ok(false);
-        };
-        let refs = match kept_refs.entry((job.clone(), stage)) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                let (data, lengths) = read_stage_outputs(self.store.as_ref(), job, stage, chunks)?;
-                let mut at = 0;
-                let refs = lengths
-                    .iter()
-                    .map(|&len| {
-                        let output = &data[at..at + len];
-                        at += len;
-                        committed_key(Some(output))
-                    })
-                    .collect();
-                v.insert(refs)
-            }
-        };
-        Ok(refs.get(index as usize).cloned().flatten().as_deref() == Some(key))
+        let committed =
+            entry
+                .outputs
+                .committed_blob(self.store.as_ref(), job, stage, index, kept)?;
+        Ok(committed.as_deref() == Some(key))
     }
 }
 
@@ -232,9 +214,4 @@ fn random_hex() -> Result<String> {
     getrandom::fill(&mut random)
         .map_err(|e| CoordinatorError::Internal(format!("no randomness: {e}")))?;
     Ok(tally_wire::digest::to_hex(&random))
-}
-
-/// The key of the blob a stored reference names, if it is one.
-fn committed_key(stored: Option<&[u8]>) -> Option<String> {
-    BlobRef::decode(stored?).map(|blob| blob.key)
 }

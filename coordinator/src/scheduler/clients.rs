@@ -16,8 +16,10 @@ use crate::records::{
 use crate::store::{Batch, NEXT_JOB_KEY, Tree};
 
 use super::events::Event;
+use super::job::JobEntry;
+use super::stage_outputs::StageOutputs;
 use super::stages::install_stage;
-use super::state::{JobEntry, Scheduler};
+use super::state::Scheduler;
 
 /// At most this many shard records in one store transaction at submission.
 pub(super) const SUBMIT_PART: usize = 16_384;
@@ -58,7 +60,7 @@ impl Scheduler {
             };
             new_attachments.push((key, bytes.clone()));
         }
-        let seq = self.next_job;
+        let seq = self.jobs.next_seq();
         let first = spec.plan_stage(&plan, 1)?;
         if first.is_empty() {
             return Err(CoordinatorError::Internal("the plan has no shards".into()));
@@ -84,8 +86,8 @@ impl Scheduler {
         if let Some(needed) = entry.rec.spec.capability()
             && !self
                 .workers
-                .values()
-                .any(|w| w.is_live(now_ms) && w.capabilities.iter().any(|c| c == needed))
+                .live(now_ms)
+                .any(|(_, w)| w.capabilities.iter().any(|c| c == needed))
         {
             let waiting = format!(
                 "no live worker offers {needed}: the job waits for one (tally worker --allow-{needed})"
@@ -93,11 +95,8 @@ impl Scheduler {
             entry.log(&mut batch, now_ms, Event::job("waiting", &waiting));
         }
         self.write(batch)?;
-        self.next_job = seq + 1;
-        if let Some(key) = idempotency_key {
-            self.keys.insert(key, id.clone());
-        }
-        self.jobs.insert(id.clone(), entry);
+        self.jobs.numbered(seq);
+        self.jobs.add(entry);
         Ok((self.job(&id, now_ms)?, true))
     }
 
@@ -121,12 +120,14 @@ impl Scheduler {
                 first = false;
             }
             self.write(batch)?;
-            self.next_job = seq + 1;
+            self.jobs.numbered(seq);
         }
     }
 
     pub fn job_by_key(&self, key: &str, now_ms: u64) -> Option<proto::Job> {
-        self.keys.get(key).and_then(|id| self.job(id, now_ms).ok())
+        self.jobs
+            .by_key(key)
+            .and_then(|id| self.job(id, now_ms).ok())
     }
 
     /// The job submitted under `key`, if any, provided it was submitted with
@@ -137,10 +138,10 @@ impl Scheduler {
         spec: &ValidSpec,
         now_ms: u64,
     ) -> Result<Option<proto::Job>> {
-        let Some(id) = self.keys.get(key) else {
+        let Some(id) = self.jobs.by_key(key) else {
             return Ok(None);
         };
-        let existing = &self.entry(id)?.rec.spec;
+        let existing = &self.jobs.get(id)?.rec.spec;
         if existing.spec() != spec.spec() {
             // The key is echoed in part: it may be 256 bytes long.
             let shown: String = key.chars().take(32).collect();
@@ -155,7 +156,7 @@ impl Scheduler {
 
     /// Cancels a queued or running job; cancelling a cancelled job is a no-op.
     pub fn cancel(&mut self, id: &str, now_ms: u64) -> Result<proto::Job> {
-        let entry = self.entry_mut(id)?;
+        let entry = self.jobs.get_mut(id)?;
         match entry.rec.state {
             JobState::Cancelled => return Ok(entry.view(now_ms)),
             JobState::Succeeded | JobState::Failed => {
@@ -174,7 +175,7 @@ impl Scheduler {
         let cancelled = Event::job("cancelled", "cancelled by request");
         entry.log(&mut batch, now_ms, cancelled);
         self.write(batch)?;
-        let entry = self.entry_mut(id)?;
+        let entry = self.jobs.get_mut(id)?;
         entry.rec = rec;
         entry.pending.clear();
         Ok(entry.view(now_ms))
@@ -186,7 +187,7 @@ impl Scheduler {
     /// and asking for the job says it was deleted. Refused, changing nothing,
     /// for an unfinished job without `force`.
     pub fn delete(&mut self, id: &str, force: bool, now_ms: u64) -> Result<()> {
-        let entry = self.entry(id)?;
+        let entry = self.jobs.get(id)?;
         if !entry.rec.state.is_finished() {
             if !force {
                 return Err(CoordinatorError::FailedPrecondition(format!(
@@ -196,7 +197,7 @@ impl Scheduler {
             }
             self.cancel(id, now_ms)?;
         }
-        let entry = self.entry(id)?;
+        let entry = self.jobs.get(id)?;
         let mut batch = Batch::default();
         for tree in [Tree::Shards, Tree::Events, Tree::Blobs] {
             for (key, _) in self.store.scan_prefix(tree, &shard_prefix(id))? {
@@ -207,7 +208,7 @@ impl Scheduler {
         for digest in entry.rec.spec.attachments() {
             let shared = self
                 .jobs
-                .values()
+                .iter()
                 .any(|other| other.rec.id != id && other.rec.spec.attachments().contains(&digest));
             if !shared {
                 batch.remove(Tree::Blobs, attachment_key(&digest));
@@ -222,12 +223,7 @@ impl Scheduler {
         tombstone.idempotency_key = None;
         batch.put(Tree::Jobs, job_key(id), encode(&tombstone));
         self.write(batch)?;
-        if let Some(entry) = self.jobs.remove(id)
-            && let Some(key) = &entry.rec.idempotency_key
-        {
-            self.keys.remove(key);
-        }
-        self.deleted.insert(id.to_string(), now_ms);
+        self.jobs.remove(id, now_ms);
         Ok(())
     }
 
@@ -238,7 +234,7 @@ impl Scheduler {
     pub fn settle_finished(&mut self, now_ms: u64) -> Result<usize> {
         let mut batch = Batch::default();
         let mut settled = Vec::new();
-        for entry in self.jobs.values() {
+        for entry in self.jobs.iter() {
             if entry.rec.state.is_finished() && entry.rec.final_counts.is_none() {
                 let mut rec = entry.rec.clone();
                 rec.final_counts = Some(entry.final_counts(now_ms));
@@ -252,14 +248,11 @@ impl Scheduler {
         self.write(batch)?;
         let count = settled.len();
         for rec in settled {
-            let entry = self.known_entry(&rec.id.clone());
+            let entry = self.jobs.known(&rec.id.clone());
             entry.rec = rec;
             entry.shards.clear();
-            entry.outputs = Vec::new();
+            entry.outputs = StageOutputs::default();
             entry.pending.clear();
-            entry.finished = None;
-            entry.kept.clear();
-            entry.kept_loaded = None;
         }
         Ok(count)
     }
@@ -269,7 +262,7 @@ impl Scheduler {
     pub fn delete_finished_before(&mut self, cutoff_ms: u64, now_ms: u64) -> Result<usize> {
         let due: Vec<String> = self
             .jobs
-            .values()
+            .iter()
             .filter(|e| {
                 e.rec.state.is_finished() && e.rec.finished_ms.is_some_and(|f| f <= cutoff_ms)
             })
@@ -283,7 +276,7 @@ impl Scheduler {
 
     /// The job's events from sequence number `from` on.
     pub fn events(&self, id: &str, from: u64) -> Result<Vec<EventRecord>> {
-        self.entry(id)?;
+        self.jobs.get(id)?;
         let mut start = event_prefix(id);
         start.extend_from_slice(format!("{from:012}").as_bytes());
         let all = self.store.scan_prefix(Tree::Events, &event_prefix(id))?;

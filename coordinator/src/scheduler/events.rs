@@ -6,7 +6,7 @@
 use crate::records::{EventRecord, ShardRecord, encode, event_key};
 use crate::store::{Batch, Tree};
 
-use super::state::JobEntry;
+use super::job::JobEntry;
 
 /// The kind of the event a checkpoint writes.
 pub(super) const CHECKPOINT: &str = "checkpoint";

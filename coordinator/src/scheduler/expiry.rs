@@ -1,24 +1,111 @@
-//! Lease expiry. An expired lease returns its shard to the queue with backoff
+//! The life of a lease after it is handed out: heartbeats renew the worker's
+//! live leases (in memory) and revoke the others; a lease not renewed
+//! expires. An expired lease returns its shard to the queue with backoff
 //! and a failed attempt counted; a shard whose failed attempts reach the job's
 //! limit fails its job. The expired attempt stays the shard's latest until the
 //! shard is leased again, so its late result is still accepted.
 
 use tally_wire::lease::LeaseId;
+use tally_wire::proto;
 
-use crate::error::Result;
+use crate::error::{CoordinatorError, Result};
 use crate::records::{JobRecord, JobState, ShardRecord, ShardState, encode, job_key, shard_key};
 use crate::store::{Batch, Tree};
 
 use super::events::Event;
+use super::job::JobEntry;
 use super::protocol::ReportedFailure;
 use super::reports::FailedAttempt;
-use super::state::{JobEntry, Scheduler, SchedulerConfig};
+use super::state::{Scheduler, SchedulerConfig};
 
 impl Scheduler {
+    /// Renews the worker's valid leases and records their progress; returns the
+    /// leases it must stop (unknown, superseded, or of a job that is not running).
+    pub fn heartbeat(
+        &mut self,
+        worker: &str,
+        leases: &[proto::LeaseProgress],
+        now_ms: u64,
+    ) -> Vec<String> {
+        self.workers.heard_from(worker, now_ms);
+        let mut revoked = Vec::new();
+        for progress in leases {
+            let current = progress
+                .lease_id
+                .parse::<LeaseId>()
+                .map_err(CoordinatorError::from)
+                .and_then(|lease| Ok((self.current_lease(worker, &lease)?, lease)));
+            match current {
+                Ok((position, lease)) => {
+                    let stall_limit = self.config.stall_limit_ms;
+                    let entry = self.jobs.known(&lease.job);
+                    let ttl = entry.rec.spec.options().lease_ttl_ms;
+                    entry.shards.update(position, |shard| {
+                        let work_done = progress.work_done.min(shard.work_total);
+                        if work_done > shard.work_done || shard.progress_ms == 0 {
+                            shard.progress_ms = now_ms;
+                        }
+                        shard.work_done = work_done;
+                        // A shard stuck in a live worker (no progress for the
+                        // stall limit) is no longer renewed: its lease expires
+                        // and the shard goes to another attempt.
+                        if now_ms.saturating_sub(shard.progress_ms) <= stall_limit {
+                            shard.lease_expires_ms = now_ms + ttl;
+                        }
+                    });
+                }
+                Err(_) => revoked.push(progress.lease_id.clone()),
+            }
+        }
+        revoked
+    }
+
+    /// Checks that `lease` is the current, live lease of `worker` on a running
+    /// job; returns the shard's position in the job's current stage.
+    fn current_lease(&self, worker: &str, lease: &LeaseId) -> Result<usize> {
+        let LeaseId {
+            job,
+            stage,
+            index,
+            attempt,
+        } = lease;
+        let entry = self.jobs.get(job)?;
+        if entry.rec.state.is_finished() {
+            return Err(CoordinatorError::FailedPrecondition(format!(
+                "job {job} is {}",
+                entry.rec.state.name()
+            )));
+        }
+        // Shards sit at their index in the current stage.
+        let pos = *index as usize;
+        entry
+            .shards
+            .get(pos)
+            .filter(|s| s.stage == *stage && s.index == *index)
+            .ok_or_else(|| {
+                CoordinatorError::FailedPrecondition(format!(
+                    "shard {index} of stage {stage} of job {job} is not current"
+                ))
+            })?;
+        let shard = &entry.shards[pos];
+        if shard.attempt != *attempt || shard.state == ShardState::Done {
+            return Err(CoordinatorError::FailedPrecondition(format!(
+                "attempt {attempt} of stage {stage}, shard {index} of job {job} is stale (current attempt {}, {:?})",
+                shard.attempt, shard.state
+            )));
+        }
+        if shard.state == ShardState::Leased && shard.worker.as_deref() != Some(worker) {
+            return Err(CoordinatorError::FailedPrecondition(format!(
+                "lease {lease} belongs to another worker"
+            )));
+        }
+        Ok(pos)
+    }
+
     /// Returns expired leases to the queue (with backoff); a shard whose failed
     /// attempts reach the job's limit fails its job. Returns how many expired.
     pub fn expire_leases(&mut self, now_ms: u64) -> Result<usize> {
-        let ids = self.unfinished_jobs();
+        let ids = self.jobs.unfinished();
         let mut expired = 0;
         for id in ids {
             expired += self.expire_job_leases(&id, now_ms)?;
@@ -33,7 +120,7 @@ impl Scheduler {
     pub fn release_all_leases(&mut self, reason: &str, now_ms: u64) -> Result<usize> {
         let leased: Vec<(LeaseId, String)> = self
             .jobs
-            .values()
+            .iter()
             .filter(|e| !e.rec.state.is_finished())
             .flat_map(|e| {
                 let job = &e.rec.id;
@@ -69,7 +156,7 @@ impl Scheduler {
     /// Expires the job's due leases in one batch; returns how many.
     fn expire_job_leases(&mut self, id: &str, now_ms: u64) -> Result<usize> {
         let config = self.config.clone();
-        let entry = self.known_entry(id);
+        let entry = self.jobs.known(id);
         let due: Vec<usize> = entry
             .shards
             .leased()
@@ -86,7 +173,7 @@ impl Scheduler {
             changed.push(shard);
         }
         self.write(batch)?;
-        let entry = self.known_entry(id);
+        let entry = self.jobs.known(id);
         let expired = changed.len();
         for shard in changed {
             let i = shard.index;

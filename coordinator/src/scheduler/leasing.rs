@@ -15,8 +15,9 @@ use crate::records::{
 use crate::store::{Batch, Store, Tree};
 
 use super::events::Event;
+use super::job::JobEntry;
 use super::protocol::Grant;
-use super::state::{JobEntry, Scheduler};
+use super::state::Scheduler;
 
 /// Who asks for work, and how much it can take.
 struct LeaseRequest<'a> {
@@ -99,12 +100,11 @@ impl Scheduler {
         // Work goes only to a worker that introduced itself: a made-up id gets
         // nothing. A worker forgotten after a long silence, or unknown to a
         // restarted coordinator, registers again and then leases.
-        let Some(info) = self.workers.get_mut(worker) else {
+        let Some(info) = self.workers.heard_from(worker, now_ms) else {
             return Err(CoordinatorError::NotFound(
                 "this worker is not registered (or was forgotten): register first".into(),
             ));
         };
-        info.last_seen_ms = now_ms;
         let request = LeaseRequest {
             worker,
             free_slots,
@@ -113,7 +113,7 @@ impl Scheduler {
             now_ms,
         };
         let mut staged = StagedLeases::default();
-        for group in self.leasing_order() {
+        for group in self.jobs.leasing_order() {
             // Rounds of one shard per job until the request is full or a round
             // leases nothing.
             loop {
@@ -125,7 +125,7 @@ impl Scheduler {
                     let had = staged.grants.len();
                     self.stage_job_leases(id, &request, &mut staged, 1)?;
                     if staged.grants.len() > had {
-                        self.served_last = Some(*seq);
+                        self.jobs.served(*seq);
                     }
                 }
                 if request.is_full(&staged) || staged.grants.len() == before {
@@ -145,7 +145,7 @@ impl Scheduler {
 
     /// Whether some shard could be leased now.
     pub fn has_ready_work(&self, now_ms: u64) -> bool {
-        self.jobs.values().any(|e| {
+        self.jobs.iter().any(|e| {
             matches!(e.rec.state, JobState::Queued | JobState::Running)
                 && (!e.shards_loaded
                     || e.pending
@@ -153,39 +153,6 @@ impl Scheduler {
                         .map(|&i| &e.shards[i as usize])
                         .any(|s| s.state == ShardState::Pending && s.not_before_ms <= now_ms))
         })
-    }
-
-    /// Jobs with pending shards (submission number and id) in groups of equal
-    /// priority, highest first; within a group in submission order, turned to
-    /// start after the job served last.
-    fn leasing_order(&self) -> Vec<Vec<(u64, String)>> {
-        let mut order: Vec<(i32, u64, &String)> = self
-            .jobs
-            .values()
-            .filter(|e| {
-                matches!(e.rec.state, JobState::Queued | JobState::Running) && e.may_have_pending()
-            })
-            .map(|e| (-e.rec.spec.options().priority, e.rec.seq, &e.rec.id))
-            .collect();
-        order.sort();
-        let mut groups: Vec<Vec<(u64, String)>> = Vec::new();
-        let mut priority = None;
-        for (p, seq, id) in order {
-            if priority != Some(p) {
-                groups.push(Vec::new());
-                priority = Some(p);
-            }
-            if let Some(group) = groups.last_mut() {
-                group.push((seq, id.clone()));
-            }
-        }
-        if let Some(last) = self.served_last {
-            for group in &mut groups {
-                let turn = group.partition_point(|&(seq, _)| seq <= last);
-                group.rotate_left(turn);
-            }
-        }
-        groups
     }
 
     /// Leases up to `most` of the job's ready shards, while the request is
@@ -199,7 +166,7 @@ impl Scheduler {
     ) -> Result<()> {
         self.ensure_shards(id)?;
         let store = self.store.clone();
-        let entry = self.known_entry(id);
+        let entry = self.jobs.known(id);
         let most = most.min(request.room_for(entry, staged));
         let mut skipped = 0;
         let mut leased = 0;
@@ -230,7 +197,7 @@ impl Scheduler {
     /// Jobs that got their first lease start running now (recorded in the same batch).
     fn stage_started_jobs(&self, staged: &mut StagedLeases, now_ms: u64) {
         for (id, _) in &staged.updated {
-            let entry = &self.jobs[id];
+            let entry = self.jobs.get(id).expect("a job leased from");
             if entry.rec.state == JobState::Queued && !staged.started.contains(id) {
                 let mut rec = entry.rec.clone();
                 rec.state = JobState::Running;
@@ -246,19 +213,19 @@ impl Scheduler {
     fn commit_leases(&mut self, staged: StagedLeases, now_ms: u64) -> Result<Vec<Grant>> {
         if let Err(e) = self.write(staged.batch) {
             for (id, shard) in staged.updated {
-                self.known_entry(&id).pending.push_front(shard.index);
+                self.jobs.known(&id).pending.push_front(shard.index);
             }
-            for entry in self.jobs.values_mut() {
+            for entry in self.jobs.iter_mut() {
                 entry.pending.make_contiguous().sort();
             }
             return Err(e);
         }
         for (id, shard) in staged.updated {
             let i = shard.index as usize;
-            self.known_entry(&id).shards.set(i, shard);
+            self.jobs.known(&id).shards.set(i, shard);
         }
         for id in staged.started {
-            let entry = self.known_entry(&id);
+            let entry = self.jobs.known(&id);
             entry.rec.state = JobState::Running;
             entry.rec.started_ms = Some(now_ms);
         }

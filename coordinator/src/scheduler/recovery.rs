@@ -5,18 +5,20 @@
 //! worker keeps reporting under its attempt number, a dead one's lease expires.
 //! A barrier that was passed but not acted on is acted on.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::error::{CoordinatorError, Result};
+use crate::records::shard_prefix;
 use crate::records::{EventRecord, JobRecord, JobState, ShardRecord, ShardState};
 use crate::records::{decode, encode, event_prefix, job_key};
-use crate::records::{job_id, shard_prefix};
 use crate::store::{Batch, NEXT_JOB_KEY, Store, Tree};
 
 use super::events::Event;
-use super::stages::read_outputs;
-use super::state::{FinishedStage, JobEntry, Scheduler, SchedulerConfig, retained_stages};
+use super::job::JobEntry;
+use super::jobs::Jobs;
+use super::stage_outputs::{FinishedStage, retained_stages};
+use super::state::{Scheduler, SchedulerConfig};
+use super::workers::Workers;
 
 impl Scheduler {
     /// Rebuilds the state from the store: every job, the shards of its current
@@ -28,30 +30,22 @@ impl Scheduler {
         let mut scheduler = Scheduler {
             store: store.clone(),
             config,
-            jobs: BTreeMap::new(),
-            keys: HashMap::new(),
-            next_job: read_job_counter(store.as_ref())?,
-            workers: HashMap::new(),
-            served_last: None,
-            deleted: HashMap::new(),
+            jobs: Jobs::new(read_job_counter(store.as_ref())?),
+            workers: Workers::default(),
             group_commit: false,
         };
         let mut lost = Vec::new();
         for (_, bytes) in store.scan_prefix(Tree::Jobs, b"")? {
             let rec: JobRecord = decode("job", &bytes)?;
             if let Some(when) = rec.deleted_ms {
-                scheduler.deleted.insert(rec.id, when);
+                scheduler.jobs.note_deleted(&rec.id, when);
                 continue;
             }
             let (entry, lost_input) = load_job(store.as_ref(), rec, external, now_ms)?;
-            let id = entry.rec.id.clone();
-            if let Some(key) = &entry.rec.idempotency_key {
-                scheduler.keys.insert(key.clone(), id.clone());
-            }
             if let Some(why) = lost_input {
-                lost.push((id.clone(), why));
+                lost.push((entry.rec.id.clone(), why));
             }
-            scheduler.jobs.insert(id, entry);
+            scheduler.jobs.add(entry);
         }
         for (id, why) in lost {
             scheduler.fail_for_lost_input(&id, &why, now_ms)?;
@@ -68,7 +62,7 @@ impl Scheduler {
         self.store.reopen_if_broken()?;
         let mut fresh = Scheduler::load(self.store.clone(), self.config.clone(), now_ms)?;
         fresh.workers = std::mem::take(&mut self.workers);
-        fresh.served_last = self.served_last;
+        fresh.jobs.continue_turns(&self.jobs);
         fresh.group_commit = self.group_commit;
         *self = fresh;
         tracing::warn!("the scheduler was read back from the store after a failed write");
@@ -85,7 +79,7 @@ impl Scheduler {
     /// previous stage is gone (only a store recovered with `--recover` lacks
     /// it): its shards would read nothing.
     fn fail_for_lost_input(&mut self, id: &str, why: &str, now_ms: u64) -> Result<()> {
-        let entry = self.known_entry(id);
+        let entry = self.jobs.known(id);
         let mut rec = entry.rec.clone();
         rec.state = JobState::Failed;
         rec.finished_ms = Some(now_ms);
@@ -99,7 +93,7 @@ impl Scheduler {
         entry.log(&mut batch, now_ms, Event::job("failed", &message));
         entry.pending.clear();
         self.store.commit(batch)?;
-        self.known_entry(id).rec = rec;
+        self.jobs.known(id).rec = rec;
         tracing::warn!(job = %id, "{message}");
         Ok(())
     }
@@ -110,12 +104,12 @@ impl Scheduler {
         // Many jobs to a batch, and one flush for all: a store holds
         // thousands of queued jobs, and a flush is an fsync.
         const JOBS_PER_BATCH: usize = 1024;
-        let unfinished = self.unfinished_jobs();
+        let unfinished = self.jobs.unfinished();
         for ids in unfinished.chunks(JOBS_PER_BATCH) {
             let mut batch = Batch::default();
             for id in ids {
                 let resumed = Event::job("resumed", "coordinator restarted");
-                self.known_entry(id).log(&mut batch, now_ms, resumed);
+                self.jobs.known(id).log(&mut batch, now_ms, resumed);
                 self.advance_if_stage_done(id, &mut batch, now_ms)?;
             }
             self.store.apply(batch)?;
@@ -132,7 +126,7 @@ impl Scheduler {
     /// load) and queues them; nothing for a job whose shards are in memory.
     pub(super) fn ensure_shards(&mut self, id: &str) -> Result<()> {
         let store = self.store.clone();
-        let entry = self.known_entry(id);
+        let entry = self.jobs.known(id);
         if entry.shards_loaded {
             return Ok(());
         }
@@ -151,11 +145,8 @@ impl Scheduler {
     /// unfinished job (its progress may have gone back) and returns the ids
     /// handed out whose jobs the store no longer holds.
     pub fn note_recovery(&mut self, lost_commits: u64, now_ms: u64) -> Result<Vec<String>> {
-        let lost: Vec<String> = (1..self.next_job)
-            .map(job_id)
-            .filter(|id| !self.jobs.contains_key(id))
-            .collect();
-        let unfinished = self.unfinished_jobs();
+        let lost = self.jobs.absent_ids();
+        let unfinished = self.jobs.unfinished();
         let what = match lost_commits {
             0 => "lost acknowledged data".to_string(),
             n => format!("lost {n} acknowledged commits"),
@@ -164,7 +155,7 @@ impl Scheduler {
         let mut batch = Batch::default();
         for id in unfinished {
             let recovered = Event::job("recovered", &note);
-            self.known_entry(&id).log(&mut batch, now_ms, recovered);
+            self.jobs.known(&id).log(&mut batch, now_ms, recovered);
         }
         self.store.commit(batch)?;
         Ok(lost)
@@ -217,15 +208,8 @@ fn load_job(
     };
     let mut lost_input = None;
     if !previous.is_empty() && !entry.rec.state.is_finished() {
-        match read_outputs(store, &previous, &[]) {
-            Ok((data, lengths)) => {
-                entry.finished = Some(FinishedStage {
-                    stage: entry.rec.stage - 1,
-                    data: Arc::new(data),
-                    lengths,
-                    chunks: previous.iter().map(|s| s.output_chunks).collect(),
-                })
-            }
+        match FinishedStage::read(store, entry.rec.stage - 1, &previous, &[]) {
+            Ok(input) => entry.outputs.set_input(input),
             Err(CoordinatorError::Store(why)) => lost_input = Some(why),
             Err(e) => return Err(e),
         }
@@ -251,8 +235,8 @@ fn load_job(
 }
 
 /// Puts the current stage's shards into `entry` and counts the earlier stages'
-/// as done, and the output chunks of the stages in `keep` into
-/// `entry.kept`; returns the previous stage's shards (whose output the
+/// as done, and the output chunks of the stages in `keep` among its kept
+/// outputs; returns the previous stage's shards (whose output the
 /// current stage reads), in index order.
 fn load_shards(store: &dyn Store, entry: &mut JobEntry, keep: &[u32]) -> Result<Vec<ShardRecord>> {
     let mut previous = Vec::new();
@@ -264,19 +248,16 @@ fn load_shards(store: &dyn Store, entry: &mut JobEntry, keep: &[u32]) -> Result<
             if shard.stage + 1 == entry.rec.stage {
                 previous.push(shard);
             } else if keep.contains(&shard.stage) {
-                let chunks = entry.kept.entry(shard.stage).or_default();
-                let index = shard.index as usize;
-                if chunks.len() <= index {
-                    chunks.resize(index + 1, 0);
-                }
-                chunks[index] = shard.output_chunks;
+                entry
+                    .outputs
+                    .keep_chunks(shard.stage, shard.index, shard.output_chunks);
             }
         } else if shard.stage == entry.rec.stage {
             entry.shards.push(shard);
         }
     }
     entry.shards.sort_by_index();
-    entry.outputs = vec![None; entry.shards.len()];
+    entry.outputs.start_stage(entry.shards.len());
     previous.sort_by_key(|s| s.index);
     Ok(previous)
 }

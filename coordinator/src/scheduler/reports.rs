@@ -16,15 +16,16 @@ use crate::records::{
 use crate::store::{Batch, Store, Tree};
 
 use super::events::Event;
+use super::job::JobEntry;
 use super::protocol::{Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ResultCheck};
-use super::state::{JobEntry, Scheduler, SchedulerConfig};
+use super::state::{Scheduler, SchedulerConfig};
 
 impl Scheduler {
     /// Accepts a report of the current attempt of a shard: a checkpoint, a result
     /// (with the stage output), or a failure. A report of any other attempt is
     /// refused with FailedPrecondition and changes nothing.
     pub fn report(&mut self, mut report: Report, now_ms: u64) -> Result<ReportOutcome> {
-        let entry = self.entry(&report.lease.job)?;
+        let entry = self.jobs.get(&report.lease.job)?;
         if entry.rec.state.is_finished() {
             return Ok(ReportOutcome::STOP);
         }
@@ -61,7 +62,7 @@ impl Scheduler {
         worker: &str,
         lease: &LeaseId,
     ) -> Result<(Arc<dyn Store>, Vec<u8>)> {
-        let entry = self.entry(&lease.job)?;
+        let entry = self.jobs.get(&lease.job)?;
         let shard = current_attempt(entry, &Report::new(worker.to_string(), lease.clone()))?;
         if shard.state != ShardState::Leased || !shard.has_checkpoint {
             return Err(CoordinatorError::FailedPrecondition(format!(
@@ -80,7 +81,7 @@ impl Scheduler {
     /// shard's task and the job's plan do not change while the attempt is
     /// current.
     pub fn result_to_check(&self, report: &Report) -> Option<ResultCheck> {
-        let entry = self.entry(&report.lease.job).ok()?;
+        let entry = self.jobs.get(&report.lease.job).ok()?;
         if report.result.is_none() || entry.rec.state.is_finished() {
             return None;
         }
@@ -103,7 +104,7 @@ impl Scheduler {
         let LeaseId {
             job, stage, index, ..
         } = &report.lease;
-        let entry = self.known_entry(job);
+        let entry = self.jobs.known(job);
         // As a worker sends it: no partial is empty bytes.
         let partial = if checkpoint.partial.is_empty() {
             None
@@ -139,10 +140,10 @@ impl Scheduler {
         let event = Event::shard(super::events::CHECKPOINT, &shard, &report.worker, &note);
         entry.log(&mut batch, now_ms, event);
         if let Err(e) = self.write(batch) {
-            self.known_entry(job).next_event = seq;
+            self.jobs.known(job).next_event = seq;
             return Err(e);
         }
-        self.known_entry(job).shards.set(*index as usize, shard);
+        self.jobs.known(job).shards.set(*index as usize, shard);
         Ok(())
     }
 
@@ -156,7 +157,7 @@ impl Scheduler {
     ) -> Result<ReportOutcome> {
         let config = self.config.clone();
         let LeaseId { job, index, .. } = failed.lease;
-        let entry = self.known_entry(job);
+        let entry = self.jobs.known(job);
         let mut shard = entry.shards[*index as usize].clone();
         let mut rec = entry.rec.clone();
         let mut batch = Batch::default();
@@ -202,7 +203,7 @@ impl Scheduler {
             encode(&shard),
         );
         self.write(batch)?;
-        let entry = self.known_entry(job);
+        let entry = self.jobs.known(job);
         entry.shards.set(*index as usize, shard);
         entry.rec = rec;
         if fail_job {

@@ -5,19 +5,21 @@
 //! memory and in the store until the stage after it is done; a frontier plan's
 //! shards each read one bucket of it (`tally_kernels::buckets`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tally_kinds::values::{EncodedPartial, EncodedTask, PlannedShard};
 use tally_stage::BlobRef;
 
 use crate::error::{CoordinatorError, Result};
-use crate::records::{JobState, ShardRecord, decode, encode, job_key, output_key, shard_key};
-use crate::store::{Batch, Store, Tree};
+use crate::records::{JobState, ShardRecord, decode, encode, job_key, shard_key};
+use crate::store::{Batch, Tree};
 
 use super::events::Event;
+use super::job::JobEntry;
 use super::shard_table::ShardTable;
-use super::state::{FinishedStage, JobEntry, Scheduler, retained_stages};
+use super::stage_outputs::{FinishedStage, StageOutputs, retained_stages};
+use super::state::Scheduler;
 
 impl Scheduler {
     /// If every shard of the job's current stage is done: plan the next stage, or
@@ -31,21 +33,14 @@ impl Scheduler {
     ) -> Result<()> {
         let store = self.store.clone();
         let external = self.config.external_stage_store;
-        let entry = self.known_entry(job);
+        let entry = self.jobs.known(job);
         if entry.rec.state.is_finished() || !entry.shards_loaded || !entry.shards.all_done() {
             return Ok(());
         }
-        // The previous stage's output is no longer read once this one is
-        // done, unless the kind keeps it for a later stage.
-        let previous = entry.finished.take();
-        let (data, lengths) =
-            read_outputs(store.as_ref(), entry.shards.as_slice(), &entry.outputs)?;
-        let current = FinishedStage {
-            stage: entry.rec.stage,
-            data: Arc::new(data),
-            lengths,
-            chunks: entry.shards.iter().map(|s| s.output_chunks).collect(),
-        };
+        let done =
+            entry
+                .outputs
+                .gather(store.as_ref(), entry.rec.stage, entry.shards.as_slice())?;
         let partials: Vec<EncodedPartial> = entry
             .shards
             .iter()
@@ -66,23 +61,23 @@ impl Scheduler {
             Ok((next, keep))
         });
         match next {
+            // The previous stage's output is no longer read once this one is
+            // done, unless the kind keeps it for a later stage.
             Ok((Some((planned, note)), keep)) => {
                 entry.rec.plan = plan;
-                retire_outputs(entry, previous, &keep, batch);
-                start_next_stage(entry, current, planned, &note, batch, now_ms)
+                entry.outputs.pass_barrier(done, true, &keep, job, batch);
+                start_next_stage(entry, planned, &note, batch, now_ms)
             }
             Ok((None, _)) => {
                 entry.rec.plan = plan;
-                retire_outputs(entry, previous, &[], batch);
-                delete_outputs(&current, job, batch);
+                entry.outputs.pass_barrier(done, false, &[], job, batch);
                 finish_job(entry, batch, now_ms);
                 Ok(())
             }
             // The kind cannot go on (a level past its limits): retrying the
             // barrier would fail the same way, so the job fails, saying why.
             Err(e) => {
-                retire_outputs(entry, previous, &[], batch);
-                delete_outputs(&current, job, batch);
+                entry.outputs.pass_barrier(done, false, &[], job, batch);
                 let message = format!("after stage {}: {e}", entry.rec.stage);
                 fail_job(entry, &message, batch, now_ms);
                 Ok(())
@@ -176,7 +171,7 @@ impl Scheduler {
     /// until another is read).
     fn readable_stage(&mut self, job: &str, stage: u32) -> Result<FinishedStage> {
         let store = self.store.clone();
-        let entry = self.entry_mut(job)?;
+        let entry = self.jobs.get_mut(job)?;
         let unreadable = |entry: &JobEntry| {
             CoordinatorError::FailedPrecondition(format!(
                 "job {job} has no readable output of stage {stage} (it is at stage {}, {})",
@@ -187,39 +182,23 @@ impl Scheduler {
         if entry.rec.state.is_finished() {
             return Err(unreadable(entry));
         }
-        let finished = match (&entry.finished, entry.kept.get(&stage)) {
-            (Some(finished), _) if finished.stage == stage => finished,
-            (_, Some(chunks)) => {
-                if entry.kept_loaded.as_ref().map(|k| k.stage) != Some(stage) {
-                    let chunks = chunks.clone();
-                    let (data, lengths) = read_stage_outputs(store.as_ref(), job, stage, &chunks)?;
-                    entry.kept_loaded = Some(FinishedStage {
-                        stage,
-                        data: Arc::new(data),
-                        lengths,
-                        chunks,
-                    });
-                }
-                entry.kept_loaded.as_ref().expect("loaded above")
-            }
-            _ => return Err(unreadable(entry)),
-        };
-        Ok(finished.clone())
+        match entry.outputs.readable(store.as_ref(), job, stage)? {
+            Some(finished) => Ok(finished),
+            None => Err(unreadable(entry)),
+        }
     }
 }
 
-/// Starts the stage after the current one, whose output is `current`, with
-/// the `planned` shards; `note` goes with its `stage` event.
+/// Starts the stage after the current one with the `planned` shards; `note`
+/// goes with its `stage` event.
 fn start_next_stage(
     entry: &mut JobEntry,
-    current: FinishedStage,
     planned: Vec<PlannedShard>,
     note: &str,
     batch: &mut Batch,
     now_ms: u64,
 ) -> Result<()> {
     let next = entry.rec.stage + 1;
-    entry.finished = Some(current);
     entry.shards_done_before += entry.shards.len() as u64;
     entry.work_done_before += entry.shards.work_total();
     entry.rec.stage = next;
@@ -290,7 +269,7 @@ pub(super) fn install_stage(
 ) {
     entry.shards.clear();
     entry.pending.clear();
-    entry.outputs = vec![None; planned.len()];
+    entry.outputs.start_stage(planned.len());
     for (i, p) in planned.into_iter().enumerate() {
         let shard = ShardRecord::planned(&entry.rec.id, stage, i as u32, p.task, p.work_total);
         batch.put(
@@ -303,122 +282,13 @@ pub(super) fn install_stage(
     }
 }
 
-/// The stored output of `shards` in index order, preferring the copies in
-/// `memory` (by index) over reading the store; and each shard's length.
-pub(super) fn read_outputs(
-    store: &dyn Store,
-    shards: &[ShardRecord],
-    memory: &[Option<Arc<Vec<u8>>>],
-) -> Result<(Vec<u8>, Vec<usize>)> {
-    let mut data = Vec::new();
-    let mut lengths = Vec::with_capacity(shards.len());
-    for shard in shards {
-        let before = data.len();
-        if let Some(Some(bytes)) = memory.get(shard.index as usize) {
-            data.extend_from_slice(bytes);
-            lengths.push(bytes.len());
-            continue;
-        }
-        for chunk in 0..shard.output_chunks {
-            let key = output_key(&shard.job, shard.stage, shard.index, chunk);
-            let bytes = store.get(Tree::Blobs, &key)?.ok_or_else(|| {
-                CoordinatorError::Store(format!(
-                    "output chunk {chunk} of stage {}, shard {} of job {} is missing",
-                    shard.stage, shard.index, shard.job
-                ))
-            })?;
-            data.extend_from_slice(&bytes);
-        }
-        lengths.push(data.len() - before);
-    }
-    Ok((data, lengths))
-}
-
-/// The stored output of the shards of `stage` (with `chunks[i]` chunks for
-/// shard `i`) in index order, and each shard's length.
-pub(super) fn read_stage_outputs(
-    store: &dyn Store,
-    job: &str,
-    stage: u32,
-    chunks: &[u32],
-) -> Result<(Vec<u8>, Vec<usize>)> {
-    let mut data = Vec::new();
-    let mut lengths = Vec::with_capacity(chunks.len());
-    for (index, &count) in chunks.iter().enumerate() {
-        let before = data.len();
-        for chunk in 0..count {
-            let key = output_key(job, stage, index as u32, chunk);
-            let bytes = store.get(Tree::Blobs, &key)?.ok_or_else(|| {
-                CoordinatorError::Store(format!(
-                    "output chunk {chunk} of stage {stage}, shard {index} of job {job} is missing"
-                ))
-            })?;
-            data.extend_from_slice(&bytes);
-        }
-        lengths.push(data.len() - before);
-    }
-    Ok((data, lengths))
-}
-
-/// At a barrier: moves the output of the stage before the one just done
-/// (`previous`) among the kept ones if `keep` names it, else deletes it, and
-/// deletes the kept outputs `keep` no longer names.
-fn retire_outputs(
-    entry: &mut JobEntry,
-    previous: Option<FinishedStage>,
-    keep: &[u32],
-    batch: &mut Batch,
-) {
-    let job = entry.rec.id.clone();
-    if let Some(previous) = previous {
-        if keep.contains(&previous.stage) {
-            entry.kept.insert(previous.stage, previous.chunks);
-        } else {
-            delete_outputs(&previous, &job, batch);
-        }
-    }
-    let dropped: Vec<u32> = entry
-        .kept
-        .keys()
-        .copied()
-        .filter(|stage| !keep.contains(stage))
-        .collect();
-    for stage in dropped {
-        let chunks = entry.kept.remove(&stage).unwrap_or_default();
-        delete_stage_outputs(&job, stage, &chunks, batch);
-    }
-    if entry
-        .kept_loaded
-        .as_ref()
-        .is_some_and(|k| !entry.kept.contains_key(&k.stage))
-    {
-        entry.kept_loaded = None;
-    }
-}
-
-/// Removes the stored output of a finished stage, by key (no scan).
-fn delete_outputs(finished: &FinishedStage, job: &str, batch: &mut Batch) {
-    delete_stage_outputs(job, finished.stage, &finished.chunks, batch);
-}
-
-fn delete_stage_outputs(job: &str, stage: u32, chunks: &[u32], batch: &mut Batch) {
-    for (index, &count) in chunks.iter().enumerate() {
-        for chunk in 0..count {
-            batch.remove(Tree::Blobs, output_key(job, stage, index as u32, chunk));
-        }
-    }
-}
-
 /// What a stage transition changes in memory, to undo it if its commit fails.
 pub(super) struct StageSnapshot {
     shards: ShardTable,
     pending: VecDeque<u32>,
     shards_done_before: u64,
     work_done_before: u64,
-    outputs: Vec<Option<Arc<Vec<u8>>>>,
-    finished: Option<FinishedStage>,
-    kept: BTreeMap<u32, Vec<u32>>,
-    kept_loaded: Option<FinishedStage>,
+    outputs: StageOutputs,
 }
 
 impl JobEntry {
@@ -429,9 +299,6 @@ impl JobEntry {
             shards_done_before: self.shards_done_before,
             work_done_before: self.work_done_before,
             outputs: self.outputs.clone(),
-            finished: self.finished.clone(),
-            kept: self.kept.clone(),
-            kept_loaded: self.kept_loaded.clone(),
         }
     }
 
@@ -441,8 +308,5 @@ impl JobEntry {
         self.shards_done_before = s.shards_done_before;
         self.work_done_before = s.work_done_before;
         self.outputs = s.outputs;
-        self.finished = s.finished;
-        self.kept = s.kept;
-        self.kept_loaded = s.kept_loaded;
     }
 }

@@ -534,8 +534,8 @@ fn finished_jobs_keep_their_view_without_their_shards() {
         "only the finished job"
     );
     assert_eq!(s.settle_finished(2_000_001).unwrap(), 0, "once");
-    assert_eq!(s.entry(&id).unwrap().shards.len(), 0);
-    assert_ne!(s.entry(&running).unwrap().shards.len(), 0);
+    assert_eq!(s.jobs.get(&id).unwrap().shards.len(), 0);
+    assert_ne!(s.jobs.get(&running).unwrap().shards.len(), 0);
     assert_eq!(s.job(&id, 3_000_000).unwrap(), before);
     // Without its shard records, a reload shows the same job.
     let mut batch = crate::store::Batch::default();
@@ -946,7 +946,7 @@ fn a_large_stage_is_written_in_parts_and_a_failure_between_them_never_reuses_the
     let mut s = Scheduler::load(store.clone(), SchedulerConfig::default(), 0).unwrap();
     s.ensure_shards(&id).unwrap();
     assert_eq!(
-        s.entry(&id).unwrap().shards.len(),
+        s.jobs.get(&id).unwrap().shards.len(),
         3 * super::clients::SUBMIT_PART + 5
     );
 
@@ -978,8 +978,8 @@ fn a_large_stage_is_written_in_parts_and_a_failure_between_them_never_reuses_the
         next, "job-000001",
         "the failed submission's id is never given again"
     );
-    assert_eq!(reloaded.entry(&next).unwrap().shards.len(), 3);
-    assert!(reloaded.entry("job-000001").is_err());
+    assert_eq!(reloaded.jobs.get(&next).unwrap().shards.len(), 3);
+    assert!(reloaded.jobs.get("job-000001").is_err());
 }
 
 #[test]
@@ -994,9 +994,9 @@ fn jobs_never_leased_are_read_back_without_their_shards_until_a_lease_wants_them
     let views: Vec<proto::Job> = ids.iter().map(|id| s.job(id, 0).unwrap()).collect();
 
     let mut s = registered(Scheduler::load(store.clone(), SchedulerConfig::default(), 0).unwrap());
-    assert!(s.entry(&ids[0]).unwrap().shards_loaded);
+    assert!(s.jobs.get(&ids[0]).unwrap().shards_loaded);
     for id in &ids[1..] {
-        let entry = s.entry(id).unwrap();
+        let entry = s.jobs.get(id).unwrap();
         assert!(!entry.shards_loaded && entry.shards.len() == 0, "{id}");
     }
     // Their views are as before the restart.
@@ -1034,7 +1034,7 @@ fn jobs_never_leased_are_read_back_without_their_shards_until_a_lease_wants_them
     }
     assert!(!s.has_ready_work(now));
     for (id, spec) in ids.iter().zip(&specs) {
-        assert!(s.entry(id).unwrap().shards_loaded);
+        assert!(s.jobs.get(id).unwrap().shards_loaded);
         let job = s.job(id, now).unwrap();
         assert_eq!(job.answer, direct_answer(spec).line, "{id}");
     }

@@ -6,19 +6,20 @@ use tally_wire::proto;
 use crate::error::{CoordinatorError, Result};
 use crate::records::{FinalCounts, JobRecord, JobState};
 
-use super::state::{JobEntry, Scheduler};
+use super::job::JobEntry;
+use super::state::Scheduler;
 use super::waiting::Fleet;
 
 impl Scheduler {
     pub fn job(&self, id: &str, now_ms: u64) -> Result<proto::Job> {
         let fleet = self.fleet(now_ms);
-        Ok(self.view_of(self.entry(id)?, &fleet, now_ms))
+        Ok(self.view_of(self.jobs.get(id)?, &fleet, now_ms))
     }
 
     pub fn list(&self, now_ms: u64) -> Vec<proto::Job> {
         let fleet = self.fleet(now_ms);
         self.jobs
-            .values()
+            .iter()
             .map(|e| self.view_of(e, &fleet, now_ms))
             .collect()
     }
@@ -35,7 +36,7 @@ impl Scheduler {
     pub fn list_page(&self, request: &ListPage, now_ms: u64) -> (Vec<proto::Job>, String) {
         let mut matching = self
             .jobs
-            .values()
+            .iter()
             .filter(|e| request.after.is_none_or(|a| e.rec.seq > a))
             .filter(|e| request.states.is_empty() || request.states.contains(&e.rec.state))
             .filter(|e| {
@@ -62,7 +63,7 @@ impl Scheduler {
 
     /// The answer or the error of a finished job.
     pub fn result(&self, id: &str) -> Result<proto::JobResult> {
-        let rec = &self.entry(id)?.rec;
+        let rec = &self.jobs.get(id)?.rec;
         if !rec.state.is_finished() {
             return Err(CoordinatorError::FailedPrecondition(format!(
                 "job {id} is {} and has no result yet",

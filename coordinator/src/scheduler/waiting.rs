@@ -9,8 +9,10 @@ use tally_kinds::kind::format_bytes;
 
 use crate::records::ShardState;
 
+use super::job::JobEntry;
+use super::jobs::utc_time;
 use super::protocol::WorkerInfo;
-use super::state::{JobEntry, Scheduler, utc_time};
+use super::state::Scheduler;
 
 /// The live workers, and the shards each holds now (of every job).
 pub(super) struct Fleet<'a> {
@@ -27,14 +29,9 @@ impl Fleet<'_> {
 impl Scheduler {
     /// The live workers as [`Scheduler::waiting`] needs them.
     pub(super) fn fleet(&self, now_ms: u64) -> Fleet<'_> {
-        let live = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.is_live(now_ms))
-            .map(|(id, w)| (id.as_str(), w))
-            .collect();
+        let live = self.workers.live(now_ms).collect();
         let mut held: HashMap<&str, u64> = HashMap::new();
-        for entry in self.jobs.values().filter(|e| !e.rec.state.is_finished()) {
+        for entry in self.jobs.iter().filter(|e| !e.rec.state.is_finished()) {
             for i in entry.shards.leased() {
                 if let Some(worker) = entry.shards[i].worker.as_deref() {
                     *held.entry(worker).or_default() += 1;

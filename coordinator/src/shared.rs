@@ -1,0 +1,155 @@
+//! What every call of the coordinator goes through: the scheduler behind its
+//! lock, run off the async runtime, and answered only once its changes are
+//! durable; with what the services and background tasks share besides (the
+//! kernel cache, the wake-ups of lease polls and watches, the metrics).
+//!
+//! *Invariant:* a call that used the scheduler answers nothing a crash could
+//! take back: it waits, outside the lock, for the group commit to cover every
+//! change applied so far. After a failed write the scheduler is read back
+//! from the store before the next call uses it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tally_kinds::cache::KernelCache;
+use tally_stage::StageStoreUrl;
+use tokio::sync::{Notify, broadcast};
+
+use crate::error::{CoordinatorError, Result};
+use crate::group_commit::GroupCommit;
+use crate::metrics::CoordinatorMetrics;
+use crate::records::attachment_key;
+use crate::scheduler::Scheduler;
+use crate::store::Tree;
+
+/// The wall clock in Unix milliseconds, as the scheduler takes it.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// State shared by both services and the background tasks.
+pub struct Shared {
+    /// `None` once the coordinator has shut down: dropping the scheduler closes
+    /// the store, so a restart in the same process can open it again.
+    scheduler: Mutex<Option<Scheduler>>,
+    /// Structures built while planning (slider graphs); shared with in-process
+    /// workers so that they do not build them again.
+    pub cache: Arc<KernelCache>,
+    /// Woken when shards may have become leasable.
+    pub work_ready: Notify,
+    /// Ids of jobs that changed.
+    pub changes: broadcast::Sender<String>,
+    pub metrics: Arc<CoordinatorMetrics>,
+    /// Makes the scheduler's changes durable before calls answer.
+    group: GroupCommit,
+    /// Set when a write failed: the scheduler is read back from the store
+    /// before the next call uses it.
+    reload: AtomicBool,
+    /// Where stage data lives; workers learn it when they register.
+    pub stage_store: StageStoreUrl,
+}
+
+impl Shared {
+    pub fn new(
+        scheduler: Scheduler,
+        metrics: Arc<CoordinatorMetrics>,
+        cache: Arc<KernelCache>,
+        group: GroupCommit,
+        stage_store: StageStoreUrl,
+    ) -> Arc<Shared> {
+        // Everything the store holds at start was committed (flushed).
+        group.durable_through(scheduler.store().applied());
+        let (changes, _) = broadcast::channel(1024);
+        Arc::new(Shared {
+            scheduler: Mutex::new(Some(scheduler)),
+            cache,
+            work_ready: Notify::new(),
+            changes,
+            metrics,
+            group,
+            reload: AtomicBool::new(false),
+            stage_store,
+        })
+    }
+
+    /// Runs `f` on the scheduler from the blocking pool, then waits (outside
+    /// the scheduler's lock) until every change applied so far, `f`'s
+    /// included, is durable: a call answers nothing a crash could take back.
+    pub async fn with_scheduler<T, F>(self: &Arc<Self>, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Scheduler) -> Result<T> + Send + 'static,
+    {
+        let shared = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let (result, store, ticket) = {
+                let mut scheduler = shared.scheduler.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(scheduler) = scheduler.as_mut() else {
+                    return Err(CoordinatorError::Unavailable(
+                        "the coordinator is shutting down".into(),
+                    ));
+                };
+                if shared.reload.load(Ordering::SeqCst) {
+                    scheduler.reload(now_ms()).map_err(|e| {
+                        CoordinatorError::Unavailable(format!(
+                            "the store failed and cannot be read back yet: {e}"
+                        ))
+                    })?;
+                    shared.reload.store(false, Ordering::SeqCst);
+                }
+                let result = f(scheduler);
+                if let Err(CoordinatorError::Store(_) | CoordinatorError::StoreFull(_)) = &result {
+                    shared.reload.store(true, Ordering::SeqCst);
+                }
+                let store = scheduler.store();
+                let ticket = store.applied();
+                (result, store, ticket)
+            };
+            if let Err(e) = shared.group.wait_durable(store.as_ref(), ticket) {
+                shared.reload.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+            result
+        })
+        .await
+        .map_err(|e| CoordinatorError::Internal(format!("scheduler task failed: {e}")))?
+    }
+
+    /// Reads the scheduler under its lock on the calling thread, changing
+    /// nothing and waiting for no flush: for copying out what work done
+    /// outside the lock needs. `None` once the coordinator has shut down.
+    pub fn peek<T>(&self, f: impl FnOnce(Option<&Scheduler>) -> T) -> T {
+        let scheduler = self.scheduler.lock().unwrap_or_else(|p| p.into_inner());
+        f(scheduler.as_ref())
+    }
+
+    /// Drops the scheduler and with it the store, after any call in progress.
+    pub fn close(&self) {
+        let scheduler = self
+            .scheduler
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(scheduler);
+    }
+
+    /// The attachment with this SHA-256 (hex), read from the store (outside
+    /// the scheduler's lock): the store, not the kernel cache, holds the
+    /// attachments jobs may name, since they go with the last job naming them.
+    pub async fn attachment(self: &Arc<Self>, sha256: &str) -> Result<Option<Arc<[u8]>>> {
+        let store = self.with_scheduler(|s| Ok(s.store())).await?;
+        let key = attachment_key(sha256);
+        let bytes = tokio::task::spawn_blocking(move || store.get(Tree::Blobs, &key))
+            .await
+            .map_err(|e| CoordinatorError::Internal(format!("reading an attachment: {e}")))??;
+        Ok(bytes.map(Into::into))
+    }
+
+    /// Tells the watchers of `job` that it changed.
+    pub fn changed(&self, job: &str) {
+        let _ = self.changes.send(job.to_string());
+    }
+}

@@ -12,8 +12,8 @@
 //! scheduler must be read back from the store (see `shared::Shared`): the
 //! store may have lost what was applied after the last good flush.
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex};
 
 use crate::error::{CoordinatorError, Result};
 use crate::store::Store;
@@ -56,7 +56,7 @@ impl GroupCommit {
     /// Notes that the first `applied` batches are durable already (those a
     /// store applied and flushed before the group commit took over).
     pub fn durable_through(&self, applied: u64) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.lock();
         state.flushed = state.flushed.max(applied);
     }
 
@@ -66,7 +66,7 @@ impl GroupCommit {
     /// call runs itself for every call waiting. Fails if the flush that
     /// covered the ticket failed.
     pub fn wait_durable(&self, store: &dyn Store, ticket: u64) -> Result<()> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.lock();
         loop {
             if state.flushed >= ticket {
                 return match state
@@ -79,7 +79,7 @@ impl GroupCommit {
                 };
             }
             if state.flushing {
-                state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
+                self.done.wait(&mut state);
                 continue;
             }
             state.flushing = true;
@@ -88,7 +88,7 @@ impl GroupCommit {
             // Every batch counted here was applied before the flush starts.
             let target = store.applied();
             let flushed = store.flush();
-            state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            state = self.state.lock();
             state.flushing = false;
             state.flushes += 1;
             if let Err(e) = flushed {
@@ -109,7 +109,7 @@ impl GroupCommit {
 
     /// Flushes run so far.
     pub fn flushes(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).flushes
+        self.state.lock().flushes
     }
 }
 
@@ -138,12 +138,12 @@ mod tests {
             Ok(())
         }
         fn flush(&self) -> Result<()> {
-            let mut closed = self.gate.lock().unwrap();
+            let mut closed = self.gate.lock();
             while *closed {
-                closed = self.opened.wait(closed).unwrap();
+                self.opened.wait(&mut closed);
             }
             self.flushes.fetch_add(1, Ordering::SeqCst);
-            let mut fail = self.fail_next.lock().unwrap();
+            let mut fail = self.fail_next.lock();
             if std::mem::take(&mut *fail) {
                 return Err(CoordinatorError::StoreFull("the disk is full".into()));
             }
@@ -176,13 +176,13 @@ mod tests {
         let store = Arc::new(Probe::default());
         let group = Arc::new(GroupCommit::new(None));
         store.apply(Batch::default()).unwrap();
-        *store.gate.lock().unwrap() = true;
+        *store.gate.lock() = true;
         // The leader flushes ticket 1 and blocks in the store.
         let leader = {
             let (store, group) = (store.clone(), group.clone());
             std::thread::spawn(move || group.wait_durable(store.as_ref(), 1))
         };
-        while !group.state.lock().unwrap().flushing {
+        while !group.state.lock().flushing {
             std::thread::yield_now();
         }
         // Eight more calls apply theirs and wait.
@@ -194,7 +194,7 @@ mod tests {
                 std::thread::spawn(move || group.wait_durable(store.as_ref(), ticket))
             })
             .collect();
-        *store.gate.lock().unwrap() = false;
+        *store.gate.lock() = false;
         store.opened.notify_all();
         leader.join().unwrap().unwrap();
         for w in waiters {
@@ -213,7 +213,7 @@ mod tests {
         group.wait_durable(&store, 1).unwrap();
         store.apply(Batch::default()).unwrap();
         store.apply(Batch::default()).unwrap();
-        *store.fail_next.lock().unwrap() = true;
+        *store.fail_next.lock() = true;
         let e = group.wait_durable(&store, 3).unwrap_err();
         assert!(matches!(e, CoordinatorError::StoreFull(_)), "{e}");
         // Ticket 2 was in the failed flush too; ticket 1 was not.

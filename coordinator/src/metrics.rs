@@ -7,8 +7,8 @@
 //! A bottom layer: it knows the wire types of `tally-wire` and nothing else
 //! of the coordinator.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use tally_wire::lease::LeaseId;
@@ -40,7 +40,7 @@ pub struct CoordinatorMetrics {
 impl CoordinatorMetrics {
     pub fn leased(&self, lease: &LeaseId) {
         self.leases_granted.add(1);
-        let mut started = self.lease_started.lock().unwrap();
+        let mut started = self.lease_started.lock();
         // Leases that expire are never removed: bound the map instead.
         if started.len() > 100_000 {
             started.clear();
@@ -52,18 +52,18 @@ impl CoordinatorMetrics {
     pub fn accepted(&self, lease: &LeaseId, work_units: u64) {
         self.results_accepted.add(1);
         self.work_units_accepted.add(work_units);
-        if let Some(t) = self.lease_started.lock().unwrap().remove(lease) {
+        if let Some(t) = self.lease_started.lock().remove(lease) {
             self.shard_seconds.observe(t.elapsed());
         }
     }
 
     pub fn lease_ended(&self, lease: &LeaseId) {
-        self.lease_started.lock().unwrap().remove(lease);
+        self.lease_started.lock().remove(lease);
     }
 
     /// Records each unfinished job's finished work for its chart.
     pub fn sample(&self, jobs: &[Job], now_ms: u64) {
-        let mut history = self.history.lock().unwrap();
+        let mut history = self.history.lock();
         for job in jobs {
             let samples = history.entry(job.id.clone()).or_default();
             let finished = job.is_finished();
@@ -87,7 +87,6 @@ impl CoordinatorMetrics {
     pub fn history(&self, job: &str) -> Vec<(u64, u64)> {
         self.history
             .lock()
-            .unwrap()
             .get(job)
             .map(|h| h.iter().copied().collect())
             .unwrap_or_default()
@@ -95,7 +94,7 @@ impl CoordinatorMetrics {
 
     /// Work units per second over the last `window` of samples, all jobs together.
     pub fn recent_rate(&self, window_ms: u64, now_ms: u64) -> f64 {
-        let history = self.history.lock().unwrap();
+        let history = self.history.lock();
         let mut units = 0u64;
         for samples in history.values() {
             let recent: Vec<_> = samples

@@ -8,8 +8,9 @@
 //! change applied so far. After a failed write the scheduler is read back
 //! from the store before the next call uses it.
 
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use tally_kinds::cache::KernelCache;
 use tally_stage::StageStoreUrl;
@@ -86,7 +87,7 @@ impl Shared {
         let shared = self.clone();
         tokio::task::spawn_blocking(move || {
             let (result, store, ticket) = {
-                let mut scheduler = shared.scheduler.lock().unwrap_or_else(|p| p.into_inner());
+                let mut scheduler = shared.scheduler.lock();
                 let Some(scheduler) = scheduler.as_mut() else {
                     return Err(CoordinatorError::Unavailable(
                         "the coordinator is shutting down".into(),
@@ -122,17 +123,13 @@ impl Shared {
     /// nothing and waiting for no flush: for copying out what work done
     /// outside the lock needs. `None` once the coordinator has shut down.
     pub fn peek<T>(&self, f: impl FnOnce(Option<&Scheduler>) -> T) -> T {
-        let scheduler = self.scheduler.lock().unwrap_or_else(|p| p.into_inner());
+        let scheduler = self.scheduler.lock();
         f(scheduler.as_ref())
     }
 
     /// Drops the scheduler and with it the store, after any call in progress.
     pub fn close(&self) {
-        let scheduler = self
-            .scheduler
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let scheduler = self.scheduler.lock().take();
         drop(scheduler);
     }
 

@@ -4,9 +4,10 @@
 //! given to run them with: the attachments (modules) its jobs name, and the
 //! sandbox for user kernels where one may run.
 
+use parking_lot::Mutex;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::Result;
 use crate::guest::{GuestRuntime, MODULES_KEPT};
@@ -26,7 +27,7 @@ pub struct KernelCache {
 impl std::fmt::Debug for KernelCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelCache")
-            .field("entries", &self.slots.lock().unwrap().len())
+            .field("entries", &self.slots.lock().len())
             .finish()
     }
 }
@@ -47,7 +48,7 @@ impl KernelCache {
         build: impl FnOnce() -> Result<T>,
     ) -> Result<Arc<T>> {
         let slot = self.slot::<T>(key, capacity);
-        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = slot.lock();
         if let Some(value) = slot.as_ref() {
             return Ok(downcast(value.clone()));
         }
@@ -58,18 +59,18 @@ impl KernelCache {
 
     /// Installs the sandbox user kernels run in.
     pub fn set_guest_runtime(&self, runtime: Arc<dyn GuestRuntime>) {
-        *self.guest.lock().unwrap() = Some(runtime);
+        *self.guest.lock() = Some(runtime);
     }
 
     /// The sandbox, where this process may run user kernels.
     pub fn guest_runtime(&self) -> Option<Arc<dyn GuestRuntime>> {
-        self.guest.lock().unwrap().clone()
+        self.guest.lock().clone()
     }
 
     /// Keeps an attachment, whose digest the caller has checked, for the
     /// kinds (at most [`MODULES_KEPT`]: one more drops the others).
     pub fn put_attachment(&self, sha256: &str, bytes: Arc<[u8]>) {
-        let mut attachments = self.attachments.lock().unwrap();
+        let mut attachments = self.attachments.lock();
         if !attachments.contains_key(sha256) && attachments.len() >= MODULES_KEPT {
             attachments.clear();
         }
@@ -78,11 +79,11 @@ impl KernelCache {
 
     /// The attachment of this digest, if the process has it.
     pub fn attachment(&self, sha256: &str) -> Option<Arc<[u8]>> {
-        self.attachments.lock().unwrap().get(sha256).cloned()
+        self.attachments.lock().get(sha256).cloned()
     }
 
     fn slot<T: Any>(&self, key: &str, capacity: usize) -> Slot {
-        let mut slots = self.slots.lock().unwrap();
+        let mut slots = self.slots.lock();
         let id = (TypeId::of::<T>(), key.to_string());
         if !slots.contains_key(&id) {
             let same_type = slots.keys().filter(|(t, _)| *t == id.0).count();

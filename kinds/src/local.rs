@@ -2,7 +2,7 @@
 //! no runner: for the direct computations of kinds that have no single-sweep
 //! driver of their own.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::cache::KernelCache;
@@ -39,7 +39,7 @@ pub fn run_locally<K: JobKind>(
                 on_checkpoint: &mut |_| {},
             };
             let outcome = K::execute(spec, &shard.task, &mut run)?;
-            results.lock().unwrap()[i] = Some(outcome.partial);
+            results.lock()[i] = Some(outcome.partial);
         }
     };
     std::thread::scope(|scope| {
@@ -53,7 +53,6 @@ pub fn run_locally<K: JobKind>(
     })?;
     let partials = results
         .into_inner()
-        .unwrap()
         .into_iter()
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| Error::Internal("a shard produced no result".into()))?;

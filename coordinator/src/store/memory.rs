@@ -1,8 +1,8 @@
 //! The in-memory backend, for tests and for coordinators without a data
 //! directory: nothing survives the process.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::Result;
@@ -30,7 +30,7 @@ impl Store for MemoryStore {
     }
 
     fn apply(&self, batch: Batch) -> Result<()> {
-        let mut trees = self.trees.lock().unwrap();
+        let mut trees = self.trees.lock();
         for w in batch.writes {
             let tree = trees.entry(w.tree).or_default();
             match w.value {
@@ -50,13 +50,12 @@ impl Store for MemoryStore {
         Ok(self
             .trees
             .lock()
-            .unwrap()
             .get(&tree)
             .and_then(|t| t.get(key).cloned()))
     }
 
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let trees = self.trees.lock().unwrap();
+        let trees = self.trees.lock();
         let Some(t) = trees.get(&tree) else {
             return Ok(Vec::new());
         };
@@ -67,7 +66,7 @@ impl Store for MemoryStore {
     }
 
     fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let trees = self.trees.lock().unwrap();
+        let trees = self.trees.lock();
         Ok(trees.get(&tree).and_then(|t| {
             t.range(prefix.to_vec()..)
                 .take_while(|(k, _)| k.starts_with(prefix))

@@ -8,10 +8,10 @@
 //! storage failures, and `spill.rs` keeps large blob values in files beside
 //! sled, which sled references.
 
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
 
 use crate::error::{CoordinatorError, Result};
 
@@ -214,7 +214,7 @@ impl SledStore {
 
     /// Runs `f` on sled's handles.
     fn with_handles<T>(&self, f: impl FnOnce(&Handles) -> Result<T>) -> Result<T> {
-        let handles = self.handles.read().unwrap_or_else(|p| p.into_inner());
+        let handles = self.handles.read();
         match handles.as_ref() {
             Some(handles) => f(handles),
             None => Err(CoordinatorError::Store(format!(
@@ -230,9 +230,9 @@ impl SledStore {
     /// what the store holds.
     fn reopen(&self, marked: &mut Marked) -> Result<()> {
         // What was applied and not flushed is read back from the store.
-        self.overlay()?.clear();
+        self.overlay().clear();
         self.values.forget_unsynced();
-        let mut handles = self.handles.write().unwrap_or_else(|p| p.into_inner());
+        let mut handles = self.handles.write();
         // The old handles must be gone before sled can take its lock again.
         drop(handles.take());
         let reopened = Handles::open(&self.dir, false)?;
@@ -268,10 +268,7 @@ impl SledStore {
     /// Waits for a content check running in the background; its failure is
     /// the store's, for every later write too.
     fn checked(&self) -> Result<()> {
-        let mut check = self
-            .check
-            .lock()
-            .map_err(|_| CoordinatorError::Internal("the store check lock is poisoned".into()))?;
+        let mut check = self.check.lock();
         match std::mem::replace(&mut *check, ContentCheck::Done) {
             ContentCheck::Done => Ok(()),
             ContentCheck::Failed(e) => {
@@ -293,7 +290,7 @@ impl SledStore {
                             Loss::Changed.message(&self.dir, stored),
                         ));
                     }
-                    let mut marked = self.marked()?;
+                    let mut marked = self.marked();
                     marked.digest = digest.current;
                     Ok(())
                 });
@@ -305,23 +302,17 @@ impl SledStore {
         }
     }
 
-    fn marked(&self) -> Result<std::sync::MutexGuard<'_, Marked>> {
-        self.mark
-            .lock()
-            .map_err(|_| CoordinatorError::Internal("the commit mark lock is poisoned".into()))
+    fn marked(&self) -> Held<'_, Marked> {
+        Held::new(self.mark.lock(), &self.broken)
     }
 
     /// Held across a flush, a reopen, and an apply's early write.
-    fn flush_lock(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
-        self.flushing
-            .lock()
-            .map_err(|_| CoordinatorError::Internal("the flush lock is poisoned".into()))
+    fn flush_lock(&self) -> Held<'_, ()> {
+        Held::new(self.flushing.lock(), &self.broken)
     }
 
-    fn overlay(&self) -> Result<std::sync::MutexGuard<'_, Overlay>> {
-        self.overlay
-            .lock()
-            .map_err(|_| CoordinatorError::Internal("the overlay lock is poisoned".into()))
+    fn overlay(&self) -> Held<'_, Overlay> {
+        Held::new(self.overlay.lock(), &self.broken)
     }
 
     fn refuse_if_broken(&self) -> Result<()> {
@@ -379,7 +370,7 @@ impl Store for SledStore {
         // Nothing is written before the content check has passed (it takes
         // the mark's lock itself).
         self.checked()?;
-        let mut marked = self.marked()?;
+        let mut marked = self.marked();
         // Batches applied after the last good flush may be lost by the
         // reopen: the caller must read its state back first (see
         // `reopen_if_broken`), so nothing is applied on top meanwhile.
@@ -389,7 +380,7 @@ impl Store for SledStore {
             next_job: marked.applied.next_job.max(written_job_counter(&batch)),
         };
         let spills = self.spill(&batch, next.commits)?;
-        let mut overlay = self.overlay()?;
+        let mut overlay = self.overlay();
         let unwritten = overlay.len() + batch.len();
         for (w, spilled) in batch.writes.into_iter().zip(spills) {
             let entry = match (spilled, w.value) {
@@ -411,7 +402,7 @@ impl Store for SledStore {
             // Whole batches to sled now, not yet durable: one transaction
             // holds every node it replaces until it ends, so its size bounds
             // the memory (a submission of many shards comes in parts).
-            let _flushing = self.flush_lock()?;
+            let _flushing = self.flush_lock();
             self.refuse_if_broken()?;
             if let Err(e) = self.write_overlay() {
                 self.broken.store(true, Ordering::SeqCst);
@@ -423,10 +414,10 @@ impl Store for SledStore {
 
     fn flush(&self) -> Result<()> {
         // One flush at a time, so that marks are written in order.
-        let _flushing = self.flush_lock()?;
+        let _flushing = self.flush_lock();
         self.refuse_if_broken()?;
         {
-            let marked = self.marked()?;
+            let marked = self.marked();
             if marked.applied == marked.current {
                 return Ok(());
             }
@@ -448,7 +439,7 @@ impl Store for SledStore {
                 return Err(e);
             }
         };
-        let mut marked = self.marked()?;
+        let mut marked = self.marked();
         // A reopen in between may have started the count again from what the
         // store holds: the mark never goes back.
         if target.commits > marked.current.commits {
@@ -488,8 +479,8 @@ impl Store for SledStore {
             return Ok(());
         }
         // No flush runs while sled is opened again.
-        let _flushing = self.flush_lock()?;
-        let mut marked = self.marked()?;
+        let _flushing = self.flush_lock();
+        let mut marked = self.marked();
         if self.broken.load(Ordering::SeqCst) {
             self.reopen(&mut marked)?;
         }
@@ -511,7 +502,7 @@ impl Store for SledStore {
     fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         // Spilled blobs live in a tree of their own, and writes not yet in
         // sled may remove the last key: merge them as a scan does.
-        if tree == Tree::Blobs || self.overlay()?.touches(tree, prefix) {
+        if tree == Tree::Blobs || self.overlay().touches(tree, prefix) {
             return Ok(self.scan_prefix(tree, prefix)?.pop());
         }
         guarded(&self.dir, || {
@@ -533,13 +524,13 @@ impl SledStore {
     /// the flush lock, so transactions go in the order of their batches.
     fn write_overlay(&self) -> Result<Mark> {
         let (target, commit, writes) = {
-            let marked = self.marked()?;
+            let marked = self.marked();
             let commit = Commit {
                 count: marked.applied.commits,
                 digest: marked.digest,
                 remove_legacy_digest: marked.legacy_digest,
             };
-            (marked.applied, commit, self.overlay()?.take())
+            (marked.applied, commit, self.overlay().take())
         };
         if writes.is_empty() {
             return Ok(target);
@@ -550,7 +541,7 @@ impl SledStore {
         guarded(&self.dir, || {
             self.with_handles(|handles| {
                 let (digest, unreferenced) = write_batch(handles, &writes, commit)?;
-                let mut marked = self.marked()?;
+                let mut marked = self.marked();
                 marked.digest = digest;
                 marked.legacy_digest = false;
                 // Until this transaction is durable the store may come back
@@ -560,7 +551,7 @@ impl SledStore {
                     .unreferenced
                     .extend(unreferenced.into_iter().map(|name| (target.commits, name)));
                 drop(marked);
-                self.overlay()?.written();
+                self.overlay().written();
                 Ok(target)
             })
         })
@@ -583,7 +574,7 @@ impl SledStore {
     }
 
     fn get_unguarded(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let unwritten = self.overlay()?.get(tree, key);
+        let unwritten = self.overlay().get(tree, key);
         if let Some(entry) = unwritten {
             return self.entry_value(entry);
         }
@@ -605,7 +596,7 @@ impl SledStore {
 
     /// [`Store::value_len`]: a spilled value's length from its reference.
     fn value_len_unguarded(&self, tree: Tree, key: &[u8]) -> Result<Option<u64>> {
-        match self.overlay()?.get(tree, key) {
+        match self.overlay().get(tree, key) {
             Some(Entry::Put(value)) => return Ok(Some(value.len() as u64)),
             Some(Entry::Spilled(spilled)) => return Ok(Some(spilled.len)),
             Some(Entry::Remove) => return Ok(None),
@@ -648,7 +639,7 @@ impl SledStore {
     }
 
     fn scan_unguarded(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let unwritten = self.overlay()?.prefix(tree, prefix);
+        let unwritten = self.overlay().prefix(tree, prefix);
         let stored = self.scan_stored(tree, prefix)?;
         if unwritten.is_empty() {
             return Ok(stored);
@@ -701,4 +692,40 @@ fn damaged_values(handles: &Handles, values: &ValueFiles) -> Result<Vec<(Vec<u8>
         }
     }
     Ok(damaged)
+}
+
+/// A store lock's guard that marks the store broken when a panic unwinds
+/// through it: whatever it guarded may be half changed, so applies and
+/// flushes are refused until the store is opened again and read back (the
+/// guarantee a poisoned lock would give, without poisoning every later call).
+struct Held<'a, T> {
+    guard: MutexGuard<'a, T>,
+    broken: &'a AtomicBool,
+}
+
+impl<'a, T> Held<'a, T> {
+    fn new(guard: MutexGuard<'a, T>, broken: &'a AtomicBool) -> Self {
+        Held { guard, broken }
+    }
+}
+
+impl<T> std::ops::Deref for Held<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for Held<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+impl<T> Drop for Held<'_, T> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.broken.store(true, Ordering::SeqCst);
+        }
+    }
 }

@@ -67,7 +67,7 @@ impl SpillRef {
 pub struct ValueFiles {
     dir: PathBuf,
     /// Files written and not yet fsynced, by name.
-    unsynced: std::sync::Mutex<Vec<String>>,
+    unsynced: parking_lot::Mutex<Vec<String>>,
 }
 
 impl ValueFiles {
@@ -88,10 +88,7 @@ impl ValueFiles {
         let mut file = std::fs::File::create(&path).map_err(|e| io_error(&path, "create", &e))?;
         file.write_all(value)
             .map_err(|e| io_error(&path, "write", &e))?;
-        self.unsynced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(name.to_string());
+        self.unsynced.lock().push(name.to_string());
         Ok(SpillRef {
             name: name.to_string(),
             len: value.len() as u64,
@@ -103,7 +100,7 @@ impl ValueFiles {
     /// before a transaction that references them is written. A file deleted
     /// meanwhile (replaced before it was referenced) needs nothing.
     pub fn sync_written(&self) -> Result<()> {
-        let names = std::mem::take(&mut *self.unsynced.lock().unwrap_or_else(|p| p.into_inner()));
+        let names = std::mem::take(&mut *self.unsynced.lock());
         if names.is_empty() {
             return Ok(());
         }
@@ -121,10 +118,7 @@ impl ValueFiles {
     /// Forgets the files written and not synced: after a failed write, the
     /// store is read back and they are swept as unreferenced.
     pub fn forget_unsynced(&self) {
-        self.unsynced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        self.unsynced.lock().clear();
     }
 
     /// Makes the files written so far durable as directory entries.

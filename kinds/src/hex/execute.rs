@@ -105,7 +105,7 @@ pub(super) fn execute_points(
     let points_done = |at: &PassPoint<'_>| (points.len() * at.rounds_done / at.rounds) as u64;
     // Only the thread between two rounds touches this; the lock is for the
     // borrow checker's sake.
-    let progress = std::sync::Mutex::new(PassProgress {
+    let progress = parking_lot::Mutex::new(PassProgress {
         last_checkpoint: std::time::Instant::now(),
         work_counted: 0,
     });
@@ -117,7 +117,7 @@ pub(super) fn execute_points(
         let pass = scope.spawn(move || {
             let after_round = |at: PassPoint<'_>| {
                 let done = points_done(&at);
-                let mut progress = progress.lock().unwrap_or_else(|p| p.into_inner());
+                let mut progress = progress.lock();
                 control.add_work(done.saturating_sub(progress.work_counted));
                 progress.work_counted = done;
                 if progress.last_checkpoint.elapsed() >= interval {
@@ -139,10 +139,7 @@ pub(super) fn execute_points(
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })?;
     run.control.check()?;
-    let counted = progress
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .work_counted;
+    let counted = progress.lock().work_counted;
     run.control
         .add_work((points.len() as u64).saturating_sub(counted));
     Ok(Outcome {

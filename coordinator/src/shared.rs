@@ -101,7 +101,11 @@ impl Shared {
                     })?;
                     shared.reload.store(false, Ordering::SeqCst);
                 }
+                // A panic in `f` may leave the scheduler half changed: read
+                // it back from the store before the next call uses it.
+                let fence = ReloadOnPanic(&shared.reload);
                 let result = f(scheduler);
+                drop(fence);
                 if let Err(CoordinatorError::Store(_) | CoordinatorError::StoreFull(_)) = &result {
                     shared.reload.store(true, Ordering::SeqCst);
                 }
@@ -148,5 +152,34 @@ impl Shared {
     /// Tells the watchers of `job` that it changed.
     pub fn changed(&self, job: &str) {
         let _ = self.changes.send(job.to_string());
+    }
+}
+
+/// Sets its flag when a panic unwinds through it.
+struct ReloadOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for ReloadOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_panic_through_the_fence_asks_for_a_reload() {
+        let reload = AtomicBool::new(false);
+        drop(ReloadOnPanic(&reload));
+        assert!(!reload.load(Ordering::SeqCst));
+        let unwound = std::panic::catch_unwind(|| {
+            let _fence = ReloadOnPanic(&reload);
+            panic!("a bug in a scheduler call");
+        });
+        assert!(unwound.is_err());
+        assert!(reload.load(Ordering::SeqCst));
     }
 }

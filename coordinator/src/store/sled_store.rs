@@ -729,3 +729,25 @@ impl<T> Drop for Held<'_, T> {
         }
     }
 }
+
+#[cfg(test)]
+mod held_tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_under_a_store_lock_marks_the_store_broken() {
+        let lock = Mutex::new(0u32);
+        let broken = AtomicBool::new(false);
+        *Held::new(lock.lock(), &broken) += 1;
+        assert!(!broken.load(Ordering::SeqCst));
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut held = Held::new(lock.lock(), &broken);
+            *held += 1;
+            panic!("a bug while the overlay is half changed");
+        }));
+        assert!(unwound.is_err());
+        assert!(broken.load(Ordering::SeqCst));
+        // The lock is not poisoned: the store's own flag refuses writes.
+        assert_eq!(*lock.lock(), 2);
+    }
+}

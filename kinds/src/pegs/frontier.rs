@@ -337,22 +337,27 @@ fn check_list(
     Ok(())
 }
 
-/// What follows a stage of the frontier plan (see `JobKind::next_stage`).
-pub(super) fn next_stage(
-    spec: &PegsSpec,
-    plan: &mut PegsPlan,
-    finished: FinishedStage<'_, PegsPartial>,
-) -> Result<NextStage<PegsTask>> {
-    let game = game(spec)?;
-    let meeting = pegs::meeting(&game);
-    // Each search's level sizes and the solutions, summed over the shards;
-    // the buckets per group they wrote.
-    let mut start: Vec<u64> = Vec::new();
-    let mut end: Vec<u64> = Vec::new();
-    let mut joined: Option<u64> = None;
-    let mut written = None;
-    let mut solutions = parse_solutions(&plan.solutions)?;
-    for partial in finished.partials {
+/// Each search's level sizes and the solutions of a finished stage, summed
+/// over its shards.
+struct StageSums {
+    start: Vec<u64>,
+    end: Vec<u64>,
+    /// The positions of the joined level, when the stage joined the searches.
+    joined: Option<u64>,
+    /// The buckets a group the shards wrote.
+    written: Option<u32>,
+    solutions: u128,
+}
+
+fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
+    let mut sums = StageSums {
+        start: Vec::new(),
+        end: Vec::new(),
+        joined: None,
+        written: None,
+        solutions: parse_solutions(&plan.solutions)?,
+    };
+    for partial in partials {
         let PegsPartial::PegLevels {
             sizes: own,
             solutions: found,
@@ -362,38 +367,36 @@ pub(super) fn next_stage(
         else {
             return Err(invalid!("a frontier level returned {partial:?}"));
         };
-        solutions = solutions
+        sums.solutions = sums
+            .solutions
             .checked_add(parse_solutions(found)?)
             .ok_or_else(|| Error::Internal("peg solution count overflows".into()))?;
         if *side == PegSide::Join {
-            *joined.get_or_insert(0) += own.iter().sum::<u64>();
+            *sums.joined.get_or_insert(0) += own.iter().sum::<u64>();
             continue;
         }
         let sizes = if *side == PegSide::Start {
-            &mut start
+            &mut sums.start
         } else {
-            &mut end
+            &mut sums.end
         };
-        if written.is_some_and(|w| w != *buckets) {
+        if sums.written.is_some_and(|w| w != *buckets) {
             return Err(invalid!("the shards of one level disagree on its shape"));
         }
-        written = Some(*buckets);
+        sums.written = Some(*buckets);
         add_level_sizes(sizes, own, "level")?;
     }
-    if let Some(positions) = joined {
-        plan.solutions = solutions.to_string();
-        // The joined level is the end search's (or, with one search, the
-        // start search's level after the meeting level).
-        match meeting {
-            Some(m) if m.two_sided => plan.end_levels.push(positions),
-            Some(m) if m.end_level > m.start_level => plan.levels.push(positions),
-            _ => {}
-        }
-        return Ok(NextStage::Finish);
-    }
-    let start_found: Vec<u64> = start.iter().copied().take_while(|&n| n > 0).collect();
-    let end_found: Vec<u64> = end.iter().copied().take_while(|&n| n > 0).collect();
-    let shards = written.unwrap_or(1);
+    Ok(sums)
+}
+
+/// Refuses a next level whose largest search level would put more positions
+/// in a shard than a bucket may hold.
+fn refuse_oversized(
+    plan: &PegsPlan,
+    start_found: &[u64],
+    end_found: &[u64],
+    shards: u32,
+) -> Result<u64> {
     let largest = start_found
         .last()
         .max(end_found.last())
@@ -414,7 +417,34 @@ pub(super) fn next_stage(
              {MAX_BUCKETS}) or let the plan choose"
         ));
     }
-    plan.solutions = solutions.to_string();
+    Ok(largest)
+}
+
+/// What follows a stage of the frontier plan (see `JobKind::next_stage`).
+pub(super) fn next_stage(
+    spec: &PegsSpec,
+    plan: &mut PegsPlan,
+    finished: FinishedStage<'_, PegsPartial>,
+) -> Result<NextStage<PegsTask>> {
+    let game = game(spec)?;
+    let meeting = pegs::meeting(&game);
+    let sums = sum_stage(plan, finished.partials)?;
+    if let Some(positions) = sums.joined {
+        plan.solutions = sums.solutions.to_string();
+        // The joined level is the end search's (or, with one search, the
+        // start search's level after the meeting level).
+        match meeting {
+            Some(m) if m.two_sided => plan.end_levels.push(positions),
+            Some(m) if m.end_level > m.start_level => plan.levels.push(positions),
+            _ => {}
+        }
+        return Ok(NextStage::Finish);
+    }
+    let start_found: Vec<u64> = sums.start.iter().copied().take_while(|&n| n > 0).collect();
+    let end_found: Vec<u64> = sums.end.iter().copied().take_while(|&n| n > 0).collect();
+    let shards = sums.written.unwrap_or(1);
+    let largest = refuse_oversized(plan, &start_found, &end_found, shards)?;
+    plan.solutions = sums.solutions.to_string();
     let first = plan.levels.len();
     let first_end = plan.end_levels.len();
     plan.levels.extend(&start_found);
@@ -424,13 +454,13 @@ pub(super) fn next_stage(
         note = format!("{note}; from the end, level {first_end}: {one} positions");
     }
     // An empty level ends the count: no position goes further.
-    if start_found.len() < start.len() || end_found.len() < end.len() {
+    if start_found.len() < sums.start.len() || end_found.len() < sums.end.len() {
         return Ok(NextStage::Finish);
     }
-    let next = plan.levels.len() as u32;
     let buckets_out = buckets_after(spec, largest);
     let Some(m) = meeting else {
         // One search, to the boards of one peg.
+        let next = plan.levels.len() as u32;
         if start_found.is_empty() || pegs::pegs_at_level(&game, next).is_none_or(|p| p == 0) {
             return Ok(NextStage::Finish);
         }
@@ -438,9 +468,22 @@ pub(super) fn next_stage(
             level_shards(PegSide::Start, next, shards, buckets_out, shards == 1).collect();
         return Ok(NextStage::Shards(planned, note));
     };
+    let planned = meeting_shards(plan, m, shards, buckets_out)?;
+    Ok(NextStage::Shards(planned, note))
+}
+
+/// The next stage's shards of a count with a meeting level: the start
+/// search's next level (and the end search's, once it has started), or the
+/// join once the start search has reached the meeting level.
+fn meeting_shards(
+    plan: &PegsPlan,
+    m: Meeting,
+    shards: u32,
+    buckets_out: u32,
+) -> Result<Vec<Planned<PegsTask>>> {
+    let next = plan.levels.len() as u32;
     if next > m.start_level {
-        let planned = level_shards(PegSide::Join, m.end_level, shards, 0, false).collect();
-        return Ok(NextStage::Shards(planned, note));
+        return Ok(level_shards(PegSide::Join, m.end_level, shards, 0, false).collect());
     }
     // Alone shards stop before the meeting level, which gets its own stage.
     let alone = !m.two_sided && shards == 1 && next < m.start_level;
@@ -461,7 +504,7 @@ pub(super) fn next_stage(
             false,
         ));
     }
-    Ok(NextStage::Shards(planned, note))
+    Ok(planned)
 }
 
 #[cfg(test)]

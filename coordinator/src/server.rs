@@ -204,8 +204,10 @@ impl RunningCoordinator {
     }
 }
 
-/// Opens the store, reloads every job and starts serving on `config.listen`.
-pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
+/// Refuses, before the store is touched, a configuration that cannot work:
+/// tokens, intervals, TLS material, a stage store that cannot be used. Returns
+/// the gRPC server builder with its TLS.
+async fn check_before_store(config: &CoordinatorConfig) -> Result<tonic::transport::Server> {
     config.tokens.check()?;
     for (flag, every) in [
         ("--stage-sweep-every", config.stage_sweep_every),
@@ -218,8 +220,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         }
     }
     // TLS material that cannot work is refused before the store is touched.
-    let builder = grpc_builder(&config)?;
-    let metrics = Arc::new(CoordinatorMetrics::default());
+    let builder = grpc_builder(config)?;
     // A stage store that cannot be opened or used (a missing bucket, wrong
     // credentials, an endpoint not allowed) is refused before the data
     // store is touched.
@@ -231,7 +232,16 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default())?;
         config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
     }
-    let (store, recovery) = open_store(&config).await?;
+    Ok(builder)
+}
+
+/// Opens the store, reloads every job into the scheduler and takes the
+/// stage store's prefix: what every call will go through.
+async fn load_shared(
+    config: &CoordinatorConfig,
+    metrics: Arc<CoordinatorMetrics>,
+) -> Result<(Arc<Shared>, Option<StageStore>)> {
+    let (store, recovery) = open_store(config).await?;
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
     let mut scheduler_config = config.scheduler.clone();
     scheduler_config.external_stage_store = config.stage_store.is_external();
@@ -253,6 +263,14 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         GroupCommit::new(config.exit_after_flushes),
         own_stage_store,
     );
+    Ok((shared, stage_store))
+}
+
+/// Opens the store, reloads every job and starts serving on `config.listen`.
+pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
+    let builder = check_before_store(&config).await?;
+    let metrics = Arc::new(CoordinatorMetrics::default());
+    let (shared, stage_store) = load_shared(&config, metrics).await?;
     // A prefix another data directory holds is refused before serving.
     let stage_owner = match &stage_store {
         Some(store) => {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun, SpecOf,
-    no_output,
+    StageRead, no_output, single_input,
 };
 use crate::{Control, Result, invalid};
 use tally_kernels::blocks;
@@ -336,19 +336,24 @@ impl JobKind for Blocks {
         ))
     }
 
-    fn needs_stage_input(spec: &BlocksSpec, stage: u32) -> bool {
-        spec.plan == BlocksPlanName::Frontier && stage > 1
-    }
-
-    fn input_bucket(_spec: &BlocksSpec, task: &BlocksTask) -> Option<u32> {
-        match task {
+    /// A frontier layer reads its bucket of what every shard of the
+    /// previous layer sent.
+    fn stage_reads(spec: &BlocksSpec, stage: u32, task: &BlocksTask) -> Vec<StageRead> {
+        if spec.plan != BlocksPlanName::Frontier || stage < 2 {
+            return Vec::new();
+        }
+        let bucket = match task {
             BlocksTask::BlocksLayer { layer, bucket, .. } if *layer > 0 => Some(*bucket),
             _ => None,
-        }
+        };
+        vec![StageRead {
+            stage: stage - 1,
+            bucket,
+        }]
     }
 
-    fn decode_stage_input(_spec: &BlocksSpec, bytes: &[u8]) -> Result<Vec<LevelBucket>> {
-        split_gathered(bytes)?
+    fn decode_stage_inputs(_spec: &BlocksSpec, parts: &[&[u8]]) -> Result<Vec<LevelBucket>> {
+        split_gathered(single_input(Self::NAME, parts)?)?
             .into_iter()
             .map(LevelBucket::decode)
             .collect()

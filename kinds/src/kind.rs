@@ -152,45 +152,17 @@ pub trait JobKind: Send + Sync + 'static {
 
     // ------------------------------------------------------------- execution
 
-    /// Whether the shards of `stage` read the previous stage's merged output.
-    fn needs_stage_input(_spec: &Self::Spec, _stage: u32) -> bool {
-        false
+    /// The stage outputs a shard of `stage` with `task` reads, in order: the
+    /// previous stage's, all of it or one bucket of every shard's output (see
+    /// `buckets`), and any older stage the kind keeps with
+    /// [`JobKind::kept_stages`]. None by default.
+    fn stage_reads(_spec: &Self::Spec, _stage: u32, _task: &Self::Task) -> Vec<StageRead> {
+        Vec::new()
     }
-    /// For a shard of a frontier plan: the bucket of the previous stage's
-    /// outputs it reads (see `buckets`); it is then handed bucket `q` of every
-    /// previous shard's output instead of the merged output. `None`: all of it.
-    fn input_bucket(_spec: &Self::Spec, _task: &Self::Task) -> Option<u32> {
-        None
-    }
-    /// Decodes the previous stage's merged output for the shards of a stage.
-    fn decode_stage_input(_spec: &Self::Spec, _bytes: &[u8]) -> Result<Self::StageInput> {
+    /// Decodes what [`JobKind::stage_reads`] named, in its order, once per
+    /// worker and stage (see [`single_input`] for kinds that read one).
+    fn decode_stage_inputs(_spec: &Self::Spec, _parts: &[&[u8]]) -> Result<Self::StageInput> {
         Err(crate::invalid!("{} jobs have no stage data", Self::NAME))
-    }
-    /// The stage outputs a shard of `stage` with `task` reads, in order: by
-    /// default the previous stage's (all of it, or its [`JobKind::input_bucket`])
-    /// when [`JobKind::needs_stage_input`]. A kind whose shards also read an
-    /// older stage names it here and keeps it with [`JobKind::kept_stages`].
-    fn stage_reads(spec: &Self::Spec, stage: u32, task: &Self::Task) -> Vec<StageRead> {
-        if Self::needs_stage_input(spec, stage) {
-            vec![StageRead {
-                stage: stage - 1,
-                bucket: Self::input_bucket(spec, task),
-            }]
-        } else {
-            Vec::new()
-        }
-    }
-    /// Decodes what [`JobKind::stage_reads`] named, in its order; by default
-    /// the one input of [`JobKind::decode_stage_input`].
-    fn decode_stage_inputs(spec: &Self::Spec, parts: &[&[u8]]) -> Result<Self::StageInput> {
-        match parts {
-            [one] => Self::decode_stage_input(spec, one),
-            _ => Err(crate::invalid!(
-                "{} shards read one stage output, not {}",
-                Self::NAME,
-                parts.len()
-            )),
-        }
     }
     /// The stages older than `stage - 1` whose output the shards of `stage` or
     /// of a later stage still read: the coordinator keeps them (in its store)
@@ -303,7 +275,7 @@ pub struct Checkpoint<P> {
 
 /// What a running shard has at hand besides its task.
 pub struct ShardRun<'a, I, P> {
-    /// The previous stage's merged output when [`JobKind::needs_stage_input`].
+    /// What [`JobKind::stage_reads`] named, decoded, when it named anything.
     pub input: Option<&'a I>,
     /// The last accepted checkpoint of an earlier attempt, or empty.
     pub checkpoint: &'a [u8],
@@ -396,6 +368,18 @@ pub fn format_bytes(bytes: u64) -> String {
 /// A kind's spec type, which names its kind: `JobSpec::new(HexSpec { .. })`.
 pub trait SpecOf: Serialize + Send + Sync + 'static {
     type Kind: JobKind<Spec = Self>;
+}
+
+/// The one stage output handed to [`JobKind::decode_stage_inputs`] of a kind
+/// whose shards read one.
+pub fn single_input<'a>(kind: &str, parts: &[&'a [u8]]) -> Result<&'a [u8]> {
+    match parts {
+        [one] => Ok(one),
+        _ => Err(crate::invalid!(
+            "{kind} shards read one stage output, not {}",
+            parts.len()
+        )),
+    }
 }
 
 /// The check of [`JobKind::check_result`] for shards that produce no stage output.

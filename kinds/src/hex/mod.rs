@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun, SpecOf, no_output,
+    Answer, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun, SpecOf, StageRead,
+    no_output, single_input,
 };
 use crate::local::run_locally;
 use crate::{Control, Result, invalid};
@@ -406,11 +407,19 @@ impl JobKind for Hex {
         }
     }
 
-    fn needs_stage_input(_h: &HexSpec, stage: u32) -> bool {
-        stage >= 2
+    /// A cell step reads the previous step's merged vector.
+    fn stage_reads(_h: &HexSpec, stage: u32, _task: &HexTask) -> Vec<StageRead> {
+        if stage < 2 {
+            return Vec::new();
+        }
+        vec![StageRead {
+            stage: stage - 1,
+            bucket: None,
+        }]
     }
 
-    fn decode_stage_input(h: &HexSpec, bytes: &[u8]) -> Result<Vec<u32>> {
+    fn decode_stage_inputs(h: &HexSpec, parts: &[&[u8]]) -> Result<Vec<u32>> {
+        let bytes = single_input(Self::NAME, parts)?;
         hex::decode_polynomials(bytes, stride(h.side) as usize, h.modulus)
     }
 

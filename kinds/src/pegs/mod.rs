@@ -15,7 +15,7 @@ pub use frontier::PegSide;
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun, SpecOf,
-    no_output,
+    StageRead, no_output, single_input,
 };
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::buckets::{bucket_count, split_gathered};
@@ -410,12 +410,13 @@ impl JobKind for Pegs {
         frontier::next_stage(spec, plan, finished)
     }
 
-    fn needs_stage_input(spec: &PegsSpec, stage: u32) -> bool {
-        spec.plan_name() == PegsPlanName::Frontier && stage > 1
-    }
-
-    fn input_bucket(_spec: &PegsSpec, task: &PegsTask) -> Option<u32> {
-        match *task {
+    /// A frontier level reads its bucket of what every shard of the previous
+    /// level sent (the search from the end: the buckets after the start's).
+    fn stage_reads(spec: &PegsSpec, stage: u32, task: &PegsTask) -> Vec<StageRead> {
+        if spec.plan_name() != PegsPlanName::Frontier || stage < 2 {
+            return Vec::new();
+        }
+        let bucket = match *task {
             PegsTask::PegLevel {
                 side: PegSide::End,
                 bucket,
@@ -424,11 +425,15 @@ impl JobKind for Pegs {
             } => Some(buckets_in + bucket),
             PegsTask::PegLevel { bucket, .. } => Some(bucket),
             PegsTask::PegTasks { .. } => None,
-        }
+        };
+        vec![StageRead {
+            stage: stage - 1,
+            bucket,
+        }]
     }
 
-    fn decode_stage_input(_spec: &PegsSpec, bytes: &[u8]) -> Result<Vec<StageBucket>> {
-        split_gathered(bytes)?
+    fn decode_stage_inputs(_spec: &PegsSpec, parts: &[&[u8]]) -> Result<Vec<StageBucket>> {
+        split_gathered(single_input(Self::NAME, parts)?)?
             .into_iter()
             .map(StageBucket::decode)
             .collect()

@@ -3,10 +3,11 @@
 //! which know a kind only through [`dynamic::Kind`] and [`spec::ValidSpec`].
 //!
 //! `kind` is what a kind means to the runner ([`kind::JobKind`]); `dynamic` its
-//! object-safe face; one module per kind (`hex`, `kayles`, `sliders`, `pegs`,
-//! `blocks`, `queens`, `wasm`, `synthetic`) beside the [`registry`]; `spec`
-//! checks job specs into a `ValidSpec`; `cache`, `values`, `local` and `guest`
-//! are the encoded forms and helpers the kinds share.
+//! object-safe faces, `Kind` before a spec and `SpecOps` on a checked one;
+//! one module per kind (`hex`, `kayles`, `sliders`, `pegs`, `blocks`,
+//! `queens`, `wasm`, `synthetic`) beside the [`registry`]; `spec` checks job
+//! specs into a `ValidSpec`; `cache`, `values`, `local` and `guest` are the
+//! encoded forms and helpers the kinds share.
 
 pub mod blocks;
 pub mod cache;

@@ -705,7 +705,7 @@ mod tests {
         );
         assert!(refused.contains("or --force"), "{refused}");
         let fitted = spec.fitted_to(smallest, "w").unwrap();
-        assert_eq!(fitted.params::<HexSpec>().unwrap().points_per_shard, 1);
+        assert_eq!(fitted.spec().params["points_per_shard"], 1);
         let mut forced = JobSpec::new(points(17, 0));
         forced.options.force = true;
         let forced = ValidSpec::new(forced).unwrap();

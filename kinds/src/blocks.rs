@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun, SpecOf,
-    StageRead, no_output, single_input,
+    Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
+    ShardRun, SpecOf, StageRead, no_output, single_input,
 };
 use crate::{Control, Result, invalid};
 use tally_kernels::blocks;
@@ -519,19 +519,6 @@ impl JobKind for Blocks {
             count.largest_layer,
         ))
     }
-
-    fn corrupt_for_testing(partial: &mut BlocksPartial) {
-        match partial {
-            BlocksPartial::BlocksCount { configurations, .. } => {
-                *configurations = configurations.wrapping_add(1)
-            }
-            BlocksPartial::Layers { sizes, .. } => {
-                if let Some(last) = sizes.last_mut() {
-                    *last = last.wrapping_add(1)
-                }
-            }
-        }
-    }
 }
 
 fn answer(spec: &BlocksSpec, configurations: u64, layers: u32, largest_layer: u64) -> Answer {
@@ -547,6 +534,22 @@ fn answer(spec: &BlocksSpec, configurations: u64, layers: u32, largest_layer: u6
             "layers": layers,
             "largest_layer": largest_layer,
         }),
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Blocks {
+    fn corrupt_for_testing(partial: &mut BlocksPartial) {
+        match partial {
+            BlocksPartial::BlocksCount { configurations, .. } => {
+                *configurations = configurations.wrapping_add(1)
+            }
+            BlocksPartial::Layers { sizes, .. } => {
+                if let Some(last) = sizes.last_mut() {
+                    *last = last.wrapping_add(1)
+                }
+            }
+        }
     }
 }
 

@@ -8,6 +8,9 @@
 //!   finish), implemented by [`Checked`], which holds the kind's typed spec;
 //!   a `ValidSpec` hands it out.
 //!
+//! The tests' fault injection ([`FaultInjection`]) is apart from both, behind
+//! [`SpecOps::fault_injection`].
+//!
 //! Both take and return encoded values: decoding, checking and encoding happen
 //! here, at the boundary, so neither the kinds nor the runner deal with both forms.
 
@@ -20,8 +23,8 @@ use serde_json::{Map, Value};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, Checkpoint, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
-    ResourceEstimate, ShardRun, StageRead,
+    Answer, Checkpoint, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome,
+    Planned, ResourceEstimate, ShardRun, StageRead,
 };
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
 use crate::{Control, Error, Result, invalid};
@@ -117,7 +120,14 @@ pub trait SpecOps: Send + Sync {
     /// The answer computed in this process by the kernel alone, without shards:
     /// the reference every run through the runner must equal.
     fn compute_direct(&self, threads: usize, control: &Control) -> Result<Answer>;
-    /// Fault injection for tests: alters a result the way a faulty machine might.
+    /// The kind's fault injection, for a worker run to corrupt its results
+    /// (see [`FaultInjection`]); no part of running a job.
+    fn fault_injection(&self) -> &dyn FaultInjector;
+}
+
+/// A kind's [`FaultInjection`] on encoded results.
+pub trait FaultInjector: Send + Sync {
+    /// Alters a result the way a faulty machine might.
     fn corrupt_for_testing(&self, partial: &mut EncodedPartial) -> Result<()>;
 }
 
@@ -160,7 +170,7 @@ fn decode_partials<K: JobKind>(partials: &[EncodedPartial]) -> Result<Vec<K::Par
         .collect()
 }
 
-impl<K: JobKind> Kind for K {
+impl<K: JobKind + FaultInjection> Kind for K {
     fn name(&self) -> &'static str {
         K::NAME
     }
@@ -202,7 +212,7 @@ impl<K: JobKind> Kind for K {
     }
 }
 
-impl<K: JobKind> SpecOps for Checked<K> {
+impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
     fn kind_name(&self) -> &'static str {
         K::NAME
     }
@@ -365,6 +375,12 @@ impl<K: JobKind> SpecOps for Checked<K> {
         K::direct(&self.0, threads.max(1), control)
     }
 
+    fn fault_injection(&self) -> &dyn FaultInjector {
+        self
+    }
+}
+
+impl<K: JobKind + FaultInjection> FaultInjector for Checked<K> {
     fn corrupt_for_testing(&self, partial: &mut EncodedPartial) -> Result<()> {
         let mut typed: K::Partial = partial.decode()?;
         K::corrupt_for_testing(&mut typed);

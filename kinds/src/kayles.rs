@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, Checkpoint, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output,
+    Answer, Checkpoint, FaultInjection, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf,
+    no_output,
 };
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::kayles;
@@ -219,11 +220,6 @@ impl JobKind for Kayles {
             kayles::fair_rows(spec.pins, spec.digits, threads, control)?,
         ))
     }
-
-    fn corrupt_for_testing(partial: &mut KaylesPartial) {
-        let KaylesPartial::KaylesCharacter { value, .. } = partial;
-        *value = value.wrapping_add(1);
-    }
 }
 
 /// The answer from f(n) mod 10^d.
@@ -255,4 +251,12 @@ fn bytes_to_u64s(bytes: &[u8]) -> Result<Vec<u64>> {
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
         .collect())
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Kayles {
+    fn corrupt_for_testing(partial: &mut KaylesPartial) {
+        let KaylesPartial::KaylesCharacter { value, .. } = partial;
+        *value = value.wrapping_add(1);
+    }
 }

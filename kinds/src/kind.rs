@@ -196,8 +196,16 @@ pub trait JobKind: Send + Sync + 'static {
     /// The answer computed in this process by the kernel's own driver, without
     /// shards: the reference every run through the runner must equal.
     fn direct(spec: &Self::Spec, threads: usize, control: &Control) -> Result<Answer>;
-    /// Fault injection for tests: alters a result the way a faulty machine
-    /// might, so that the checks downstream can be exercised.
+}
+
+/// Fault injection for the tests, apart from [`JobKind`]: what a worker run
+/// with `--corrupt-results` (hidden; the replica and result-check tests) does
+/// to each of its results. Every registered kind implements it, in its own
+/// module, so that the tests can corrupt any kind's results; the runner
+/// reaches it only through `SpecOps::fault_injection`.
+pub trait FaultInjection: JobKind {
+    /// Alters a result the way a faulty machine might, so that the checks
+    /// downstream (result checks, replicas) can be exercised.
     fn corrupt_for_testing(partial: &mut Self::Partial);
 }
 

@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
-use crate::kind::{Answer, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output};
+use crate::kind::{
+    Answer, FaultInjection, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output,
+};
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::queens;
 use tally_wire::proto;
@@ -175,11 +177,6 @@ impl JobKind for Queens {
     fn direct(spec: &QueensSpec, threads: usize, control: &Control) -> Result<Answer> {
         Ok(answer(spec, queens::count(spec.n, threads, control)?))
     }
-
-    fn corrupt_for_testing(partial: &mut QueensPartial) {
-        let QueensPartial::QueensCount { solutions, .. } = partial;
-        *solutions = solutions.wrapping_add(1);
-    }
 }
 
 fn answer(spec: &QueensSpec, solutions: u64) -> Answer {
@@ -190,5 +187,13 @@ fn answer(spec: &QueensSpec, solutions: u64) -> Answer {
             "n": spec.n,
             "solutions": solutions.to_string(),
         }),
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Queens {
+    fn corrupt_for_testing(partial: &mut QueensPartial) {
+        let QueensPartial::QueensCount { solutions, .. } = partial;
+        *solutions = solutions.wrapping_add(1);
     }
 }

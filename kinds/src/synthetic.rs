@@ -8,7 +8,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
-use crate::kind::{Answer, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output};
+use crate::kind::{
+    Answer, FaultInjection, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output,
+};
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::modular::mul_mod;
 use tally_wire::proto;
@@ -218,11 +220,6 @@ impl JobKind for Synthetic {
             sum_of_squares_below(spec.shards * spec.terms_per_shard),
         ))
     }
-
-    fn corrupt_for_testing(partial: &mut SyntheticPartial) {
-        let SyntheticPartial::SyntheticSum { sum, .. } = partial;
-        *sum = add_mod(*sum, 1);
-    }
 }
 
 fn add_mod(a: u64, b: u64) -> u64 {
@@ -256,6 +253,14 @@ fn answer(spec: &SyntheticSpec, sum: u64) -> Answer {
             "terms_per_shard": spec.terms_per_shard,
             "sum": sum.to_string(),
         }),
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Synthetic {
+    fn corrupt_for_testing(partial: &mut SyntheticPartial) {
+        let SyntheticPartial::SyntheticSum { sum, .. } = partial;
+        *sum = add_mod(*sum, 1);
     }
 }
 

@@ -22,7 +22,8 @@ use crate::guest::{
     GuestCall, GuestHooks, GuestModule, MODULES_KEPT, SEND_MODULE, WASM_CAPABILITY, is_sha256_hex,
 };
 use crate::kind::{
-    Answer, Checkpoint, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output,
+    Answer, Checkpoint, FaultInjection, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf,
+    no_output,
 };
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::modular::{inv_mod, is_prime};
@@ -427,13 +428,6 @@ impl JobKind for Wasm {
             "a wasm job runs through the runner, in a worker's sandbox: leave out --direct"
         ))
     }
-
-    fn corrupt_for_testing(partial: &mut WasmPartial) {
-        if let Some(r) = partial.residues.first_mut() {
-            // Another residue, still below any prime.
-            *r = if *r == 0 { 1 } else { *r - 1 };
-        }
-    }
 }
 
 /// A shard's residues: as many as the job asks, each below the task's prime.
@@ -642,6 +636,16 @@ impl GuestHooks for Hooks<'_, '_> {
 
     fn cancelled(&self) -> bool {
         self.run.control.is_cancelled()
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Wasm {
+    fn corrupt_for_testing(partial: &mut WasmPartial) {
+        if let Some(r) = partial.residues.first_mut() {
+            // Another residue, still below any prime.
+            *r = if *r == 0 { 1 } else { *r - 1 };
+        }
     }
 }
 

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun, SpecOf, StageRead,
-    no_output, single_input,
+    Answer, FaultInjection, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun,
+    SpecOf, StageRead, no_output, single_input,
 };
 use crate::local::run_locally;
 use crate::{Control, Result, invalid};
@@ -525,25 +525,6 @@ impl JobKind for Hex {
         };
         finish_cell_step(&sweep, &facts, vec![partial])
     }
-
-    fn corrupt_for_testing(partial: &mut HexPartial) {
-        match partial {
-            HexPartial::None => {}
-            HexPartial::HexCrossings { residues } => {
-                if let Some(r) = residues.first_mut() {
-                    *r = r.wrapping_add(1) % hex::DEFAULT_MODULUS;
-                }
-            }
-            HexPartial::HexEvaluations {
-                modulus,
-                evaluations,
-            } => {
-                if let Some((_, v)) = evaluations.first_mut() {
-                    *v = (*v + 1) % *modulus;
-                }
-            }
-        }
-    }
 }
 
 /// The points a shard of the points plan evaluates: the spec's, or the most.
@@ -638,6 +619,28 @@ pub fn estimate(h: &HexSpec) -> ResourceEstimate {
             // worker saves a pass vector.
             HexPlan::Points => "run it on workers with that much memory (one slot each needs less)",
         },
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Hex {
+    fn corrupt_for_testing(partial: &mut HexPartial) {
+        match partial {
+            HexPartial::None => {}
+            HexPartial::HexCrossings { residues } => {
+                if let Some(r) = residues.first_mut() {
+                    *r = r.wrapping_add(1) % hex::DEFAULT_MODULUS;
+                }
+            }
+            HexPartial::HexEvaluations {
+                modulus,
+                evaluations,
+            } => {
+                if let Some((_, v)) = evaluations.first_mut() {
+                    *v = (*v + 1) % *modulus;
+                }
+            }
+        }
     }
 }
 

@@ -14,8 +14,8 @@ pub use frontier::PegSide;
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun, SpecOf,
-    StageRead, no_output, single_input,
+    Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
+    ShardRun, SpecOf, StageRead, no_output, single_input,
 };
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::buckets::{bucket_count, split_gathered};
@@ -528,17 +528,6 @@ impl JobKind for Pegs {
         )?;
         Ok(answer(spec, count.solutions, count.memo_boards))
     }
-
-    fn corrupt_for_testing(partial: &mut PegsPartial) {
-        match partial {
-            PegsPartial::PegCount { solutions, .. } => *solutions = solutions.wrapping_add(1),
-            PegsPartial::PegLevels { sizes, .. } => {
-                if let Some(last) = sizes.last_mut() {
-                    *last = last.wrapping_add(1)
-                }
-            }
-        }
-    }
 }
 
 fn start_hole(spec: &PegsSpec) -> u32 {
@@ -563,5 +552,19 @@ fn answer(spec: &PegsSpec, solutions: u128, positions: u64) -> Answer {
             // Summed over shards: each shard keeps its own positions.
             "positions": positions,
         }),
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Pegs {
+    fn corrupt_for_testing(partial: &mut PegsPartial) {
+        match partial {
+            PegsPartial::PegCount { solutions, .. } => *solutions = solutions.wrapping_add(1),
+            PegsPartial::PegLevels { sizes, .. } => {
+                if let Some(last) = sizes.last_mut() {
+                    *last = last.wrapping_add(1)
+                }
+            }
+        }
     }
 }

@@ -8,6 +8,20 @@
 //! enumeration reads the shortest-path graph as stage data (see `frontier`).
 
 mod frontier;
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Sliders {
+    fn corrupt_for_testing(partial: &mut SlidersPartial) {
+        match partial {
+            SlidersPartial::SliderSums { sums, .. } => {
+                sums.checksum_sum = sums.checksum_sum.wrapping_add(1)
+            }
+            SlidersPartial::SliderLevel { boards, .. } => *boards += 1,
+            SlidersPartial::SliderGraphLevel { boards, .. } => boards.clear(),
+            SlidersPartial::SliderGraph { sequences, .. } => sequences.push('0'),
+        }
+    }
+}
+
 #[cfg(test)]
 mod kind_tests;
 
@@ -15,8 +29,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, Checkpoint, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun,
-    SpecOf, StageRead, no_output,
+    Answer, Checkpoint, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome,
+    Planned, ShardRun, SpecOf, StageRead, no_output,
 };
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::balance::group_by_weight;
@@ -573,17 +587,6 @@ impl JobKind for Sliders {
             sums,
         };
         Self::finish(spec, &plan, vec![partial])
-    }
-
-    fn corrupt_for_testing(partial: &mut SlidersPartial) {
-        match partial {
-            SlidersPartial::SliderSums { sums, .. } => {
-                sums.checksum_sum = sums.checksum_sum.wrapping_add(1)
-            }
-            SlidersPartial::SliderLevel { boards, .. } => *boards += 1,
-            SlidersPartial::SliderGraphLevel { boards, .. } => boards.clear(),
-            SlidersPartial::SliderGraph { sequences, .. } => sequences.push('0'),
-        }
     }
 }
 

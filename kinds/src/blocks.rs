@@ -259,6 +259,14 @@ impl JobKind for Blocks {
         }
     }
 
+    fn small_example() -> Option<BlocksSpec> {
+        Some(BlocksSpec {
+            puzzle: "aa1.\na23.\n4567\nsame: 1234567\n".into(),
+            plan: BlocksPlanName::Frontier,
+            buckets: 0,
+        })
+    }
+
     fn stages_known(spec: &BlocksSpec) -> bool {
         spec.plan != BlocksPlanName::Frontier
     }

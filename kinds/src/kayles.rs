@@ -119,6 +119,13 @@ impl JobKind for Kayles {
         format!("kayles {} pins, {} digits", spec.pins, spec.digits)
     }
 
+    fn small_example() -> Option<KaylesSpec> {
+        Some(KaylesSpec {
+            pins: 40,
+            digits: kayles::DEFAULT_DIGITS,
+        })
+    }
+
     fn prepare(spec: &KaylesSpec, _cache: &KernelCache, _control: &Control) -> Result<KaylesPlan> {
         Ok(KaylesPlan {
             characters: kayles::character_count(spec.pins),

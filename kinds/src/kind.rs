@@ -82,6 +82,11 @@ pub trait JobKind: Send + Sync + 'static {
     fn validate(spec: &Self::Spec) -> Result<()>;
     /// A one-line human description, e.g. `hex side 11 mod 1000000007 (points)`.
     fn describe(spec: &Self::Spec) -> String;
+    /// A small job of the kind, done in a second or so, whose answer
+    /// [`JobKind::direct`] computes too: the tests run the example of every
+    /// registered kind through the runner and compare the two answers. `None`
+    /// for a kind that has no such job.
+    fn small_example() -> Option<Self::Spec>;
     /// What the job needs. The coordinator refuses (unless forced) a job
     /// whose smallest shard fits no worker's memory budget, and gives a
     /// worker only as many of its shards at once as its budget holds.

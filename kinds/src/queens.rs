@@ -92,6 +92,10 @@ impl JobKind for Queens {
         format!("queens on {0} x {0}", spec.n)
     }
 
+    fn small_example() -> Option<QueensSpec> {
+        Some(QueensSpec { n: 9 })
+    }
+
     fn prepare(spec: &QueensSpec, _cache: &KernelCache, _control: &Control) -> Result<QueensPlan> {
         Ok(QueensPlan {
             depth: queens::prefix_depth(spec.n, PREFIXES_WANTED),

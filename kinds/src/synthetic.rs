@@ -129,6 +129,13 @@ impl JobKind for Synthetic {
         )
     }
 
+    fn small_example() -> Option<SyntheticSpec> {
+        Some(SyntheticSpec {
+            shards: 300,
+            terms_per_shard: 7,
+        })
+    }
+
     fn prepare(
         _spec: &SyntheticSpec,
         _cache: &KernelCache,

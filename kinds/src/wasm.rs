@@ -286,6 +286,11 @@ impl JobKind for Wasm {
         )
     }
 
+    /// None: a wasm job needs a module, and has no direct computation.
+    fn small_example() -> Option<WasmSpec> {
+        None
+    }
+
     fn attachments(spec: &WasmSpec) -> Vec<String> {
         vec![spec.module_sha256.clone()]
     }

@@ -341,6 +341,17 @@ impl JobKind for Hex {
         }
     }
 
+    fn small_example() -> Option<HexSpec> {
+        Some(HexSpec {
+            side: 5,
+            modulus: hex::DEFAULT_MODULUS,
+            plan: HexPlan::Points,
+            shards_per_step: 0,
+            exact: false,
+            points_per_shard: 0,
+        })
+    }
+
     fn estimate(h: &HexSpec) -> Option<ResourceEstimate> {
         Some(estimate(h))
     }

@@ -353,6 +353,17 @@ impl JobKind for Pegs {
         }
     }
 
+    fn small_example() -> Option<PegsSpec> {
+        Some(PegsSpec {
+            board: "triangle:5".into(),
+            start: Some(1),
+            end: None,
+            prefixes: 0,
+            plan: None,
+            buckets: 0,
+        })
+    }
+
     fn stages_known(spec: &PegsSpec) -> bool {
         spec.plan_name() != PegsPlanName::Frontier
     }

@@ -396,6 +396,20 @@ impl JobKind for Sliders {
         )
     }
 
+    fn small_example() -> Option<SlidersSpec> {
+        Some(SlidersSpec {
+            board: sliders::SliderParams {
+                rows: 3,
+                cols: 3,
+                start: "WRBRBRBRB".into(),
+                target: "WBRBRBRBR".into(),
+                base: 243,
+                modulus: 100_000_007,
+            },
+            ..SlidersSpec::default()
+        })
+    }
+
     fn stages_known(spec: &SlidersSpec) -> bool {
         spec.plan != SlidersPlanName::Frontier
     }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
-    ShardRun, SpecOf, StageRead, no_output, single_input,
+    ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
 use crate::{Control, Result, invalid};
 use tally_kernels::blocks;
@@ -105,6 +105,19 @@ pub struct BlocksArgs {
     pub buckets: Option<u32>,
 }
 
+impl SpecArgs<BlocksSpec> for BlocksArgs {
+    fn into_spec(self, files: &dyn FileReader) -> Result<BlocksSpec> {
+        Ok(BlocksSpec {
+            puzzle: match &self.puzzle {
+                None => default_puzzle(),
+                Some(path) => files.read_to_string(path)?,
+            },
+            plan: BlocksPlanName::parse(&self.plan)?,
+            buckets: self.buckets.unwrap_or(0),
+        })
+    }
+}
+
 /// What the frontier plan has found so far: nothing is known before the search.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlocksPlan {
@@ -192,17 +205,6 @@ impl JobKind for Blocks {
     const NAME: &'static str = "blocks";
     const ABOUT: &'static str = "Configurations a sliding-block puzzle reaches (exact).";
     const EXAMPLES: &'static str = "  tally run blocks                      # Project Euler 766\n  tally run blocks --puzzle my.blocks\n  tally run blocks --plan frontier --workers 4";
-
-    fn spec_from_args(args: BlocksArgs, files: &dyn FileReader) -> Result<BlocksSpec> {
-        Ok(BlocksSpec {
-            puzzle: match &args.puzzle {
-                None => default_puzzle(),
-                Some(path) => files.read_to_string(path)?,
-            },
-            plan: BlocksPlanName::parse(&args.plan)?,
-            buckets: args.buckets.unwrap_or(0),
-        })
-    }
 
     fn spec_to_proto(spec: &BlocksSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Blocks(proto::BlocksSpec {

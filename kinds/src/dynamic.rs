@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, Checkpoint, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome,
-    Planned, ResourceEstimate, ShardRun, StageRead,
+    Planned, ResourceEstimate, ShardRun, SpecArgs, StageRead,
 };
 use crate::spec::JobSpec;
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
@@ -181,13 +181,16 @@ impl<K: JobKind + FaultInjection> Kind for K {
 
     fn command(&self) -> clap::Command {
         use clap::Args;
-        let command = clap::Command::new(K::NAME).about(K::ABOUT);
-        let command = if K::EXAMPLES.is_empty() {
+        // The about after the options: a doc comment on the options' struct
+        // (a spec that is its own options) would set it otherwise.
+        let command = K::Args::augment_args(clap::Command::new(K::NAME))
+            .about(K::ABOUT)
+            .long_about(None);
+        if K::EXAMPLES.is_empty() {
             command
         } else {
             command.after_help(format!("Examples:\n{}", K::EXAMPLES))
-        };
-        K::Args::augment_args(command)
+        }
     }
 
     fn params_from_matches(
@@ -197,7 +200,7 @@ impl<K: JobKind + FaultInjection> Kind for K {
     ) -> Result<Map<String, Value>> {
         let args = <K::Args as clap::FromArgMatches>::from_arg_matches(matches)
             .map_err(|e| invalid!("{e}"))?;
-        to_map(&K::spec_from_args(args, files)?)
+        to_map(&args.into_spec(files)?)
     }
 
     fn params_from_proto(

@@ -48,8 +48,10 @@ pub trait JobKind: Send + Sync + 'static {
     /// The parameters of a job of this kind (`{"kind": NAME, ...fields}` in a
     /// spec file, the kind's message in the proto `oneof`).
     type Spec: KindValue + 'static;
-    /// The kind's own command-line options, under `tally run|submit NAME`.
-    type Args: clap::Args + clap::FromArgMatches;
+    /// The kind's own command-line options, under `tally run|submit NAME`:
+    /// the spec itself when it derives `clap::Args` too (one struct, its
+    /// fields the flags), else a struct of their own (see [`SpecArgs`]).
+    type Args: SpecArgs<Self::Spec>;
     /// Facts computed once at submission and stored with the job. Fields must
     /// tolerate unknown names and default missing ones: stored plans outlive
     /// versions.
@@ -71,9 +73,6 @@ pub trait JobKind: Send + Sync + 'static {
 
     // ------------------------------------------------------------- the spec
 
-    /// The spec from the kind's command-line options; `files` reads the files
-    /// they name (the kind itself does no I/O).
-    fn spec_from_args(args: Self::Args, files: &dyn FileReader) -> Result<Self::Spec>;
     fn spec_to_proto(spec: &Self::Spec) -> proto::job_spec::Kind;
     /// The spec from the proto `oneof` (zero values select defaults), or `None`
     /// when the message is another kind's.
@@ -212,6 +211,22 @@ pub trait FaultInjection: JobKind {
     /// Alters a result the way a faulty machine might, so that the checks
     /// downstream (result checks, replicas) can be exercised.
     fn corrupt_for_testing(partial: &mut Self::Partial);
+}
+
+/// Command-line options that make a spec of type `S`. A spec that derives
+/// `clap::Args` is its own options; a kind whose flags are not its spec's
+/// fields (a file read into the spec, a value the flags leave open)
+/// implements this for an options struct of its own.
+pub trait SpecArgs<S>: clap::Args + clap::FromArgMatches {
+    /// The spec from the options; `files` reads the files they name (the kind
+    /// itself does no I/O).
+    fn into_spec(self, files: &dyn FileReader) -> Result<S>;
+}
+
+impl<S: clap::Args + clap::FromArgMatches> SpecArgs<S> for S {
+    fn into_spec(self, _files: &dyn FileReader) -> Result<S> {
+        Ok(self)
+    }
 }
 
 /// Reads the files that command-line options name, for the kinds' parsers.

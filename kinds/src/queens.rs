@@ -5,9 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
-use crate::kind::{
-    Answer, FaultInjection, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output,
-};
+use crate::kind::{Answer, FaultInjection, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output};
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::queens;
 use tally_wire::proto;
@@ -19,21 +17,17 @@ const PREFIXES_WANTED: usize = 256;
 /// At most this many shards for one job.
 const MAX_SHARDS: usize = 64;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A spec file's parameters and the command line's flags alike.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct QueensSpec {
+    /// Board side and number of queens, 1 to 24.
+    #[arg(long)]
     pub n: u32,
 }
 
 impl SpecOf for QueensSpec {
     type Kind = Queens;
-}
-
-#[derive(clap::Args, Debug)]
-pub struct QueensArgs {
-    /// Board side and number of queens, 1 to 24.
-    #[arg(long)]
-    pub n: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,7 +53,7 @@ pub enum QueensPartial {
 
 impl JobKind for Queens {
     type Spec = QueensSpec;
-    type Args = QueensArgs;
+    type Args = QueensSpec;
     type Plan = QueensPlan;
     type Task = QueensTask;
     type Partial = QueensPartial;
@@ -68,10 +62,6 @@ impl JobKind for Queens {
     const NAME: &'static str = "queens";
     const ABOUT: &'static str = "Ways to place N non-attacking queens on an N x N board (exact).";
     const EXAMPLES: &'static str = "  tally run queens --n 12\n  tally submit queens --n 18";
-
-    fn spec_from_args(args: QueensArgs, _files: &dyn FileReader) -> Result<QueensSpec> {
-        Ok(QueensSpec { n: args.n })
-    }
 
     fn spec_to_proto(spec: &QueensSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Queens(proto::QueensSpec { n: spec.n })

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, FaultInjection, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun,
-    SpecOf, StageRead, no_output, single_input,
+    SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
 use crate::local::run_locally;
 use crate::{Control, Result, invalid};
@@ -140,6 +140,19 @@ pub struct HexArgs {
     pub points_per_shard: Option<u32>,
 }
 
+impl SpecArgs<HexSpec> for HexArgs {
+    fn into_spec(self, _files: &dyn FileReader) -> Result<HexSpec> {
+        Ok(HexSpec {
+            side: self.side,
+            modulus: self.modulus,
+            plan: HexPlan::parse(&self.plan)?,
+            shards_per_step: self.shards_per_step,
+            exact: self.exact,
+            points_per_shard: self.points_per_shard.unwrap_or(0),
+        })
+    }
+}
+
 /// A `--modulus` below 2^31 (the kernel's limit), with that limit in the
 /// refusal of any larger number, however large.
 fn parse_modulus(text: &str) -> std::result::Result<u32, String> {
@@ -235,17 +248,6 @@ impl JobKind for Hex {
     const NAME: &'static str = "hex";
     const ABOUT: &'static str = "Number of Hex games on a side x side board, modulo a prime.";
     const EXAMPLES: &'static str = "  tally run hex --side 11\n  tally run hex --side 9 --exact\n  tally run hex --side 8 --plan cell-step --workers 2";
-
-    fn spec_from_args(h: HexArgs, _files: &dyn FileReader) -> Result<HexSpec> {
-        Ok(HexSpec {
-            side: h.side,
-            modulus: h.modulus,
-            plan: HexPlan::parse(&h.plan)?,
-            shards_per_step: h.shards_per_step,
-            exact: h.exact,
-            points_per_shard: h.points_per_shard.unwrap_or(0),
-        })
-    }
 
     fn spec_to_proto(h: &HexSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Hex(proto::HexSpec {

@@ -15,7 +15,7 @@ pub use frontier::PegSide;
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
-    ShardRun, SpecOf, StageRead, no_output, single_input,
+    ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::buckets::{bucket_count, split_gathered};
@@ -148,6 +148,19 @@ pub struct PegsArgs {
     pub prefixes: u32,
 }
 
+impl SpecArgs<PegsSpec> for PegsArgs {
+    fn into_spec(self, _files: &dyn FileReader) -> Result<PegsSpec> {
+        Ok(PegsSpec {
+            board: self.board.trim().to_ascii_lowercase(),
+            start: self.start,
+            end: self.end,
+            prefixes: self.prefixes,
+            plan: self.plan.as_deref().map(PegsPlanName::parse).transpose()?,
+            buckets: self.buckets.unwrap_or(0),
+        })
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PegsPlan {
     /// Prefixes plan: the prefix tasks; copied into the shards, then dropped
@@ -268,17 +281,6 @@ impl JobKind for Pegs {
     const NAME: &'static str = "pegs";
     const ABOUT: &'static str = "Number of peg solitaire solutions (exact).";
     const EXAMPLES: &'static str = "  tally run pegs --board triangle:5 --start 1\n  tally run pegs --board english --end 17\n  tally run pegs --board english --end 17 --plan prefixes\n  tally submit pegs --board triangle:6 --start 4";
-
-    fn spec_from_args(args: PegsArgs, _files: &dyn FileReader) -> Result<PegsSpec> {
-        Ok(PegsSpec {
-            board: args.board.trim().to_ascii_lowercase(),
-            start: args.start,
-            end: args.end,
-            prefixes: args.prefixes,
-            plan: args.plan.as_deref().map(PegsPlanName::parse).transpose()?,
-            buckets: args.buckets.unwrap_or(0),
-        })
-    }
 
     fn spec_to_proto(spec: &PegsSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Pegs(proto::PegsSpec {

@@ -1,13 +1,15 @@
 //! What one job kind means to the runner: the [`JobKind`] trait, and the typed
 //! values a kind plans, computes and returns.
 //!
-//! A kind lives in one file under `kinds/` beside its kernel. It owns its spec
-//! (validation, description, proto and CLI forms), its plan (prepared once at
+//! A kind lives in one module of this crate over its kernel. It owns its spec
+//! (one serde struct, which is its command-line options too unless they
+//! differ from its fields, see [`SpecArgs`]; its proto form; validation,
+//! description and a small example job), its plan (prepared once at
 //! submission, split into stages of shards), shard execution, the check of a
 //! reported result, the final answer and the direct computation without the
 //! runner. The runner sees none of these types: it holds them encoded (see
 //! `values`) and reaches the kind through the registry (`kinds`), so that the
-//! coordinator and the worker name no kind.
+//! coordinator, the worker and the tests name no kind.
 //!
 //! Everything here is synchronous and deterministic: the same spec and plan
 //! always give the same shards, which is what makes re-planning after a crash

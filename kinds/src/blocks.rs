@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun, SpecOf,
-    no_output,
+    Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
+    ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
 use crate::{Control, Result, invalid};
 use tally_kernels::blocks;
@@ -105,6 +105,19 @@ pub struct BlocksArgs {
     pub buckets: Option<u32>,
 }
 
+impl SpecArgs<BlocksSpec> for BlocksArgs {
+    fn into_spec(self, files: &dyn FileReader) -> Result<BlocksSpec> {
+        Ok(BlocksSpec {
+            puzzle: match &self.puzzle {
+                None => default_puzzle(),
+                Some(path) => files.read_to_string(path)?,
+            },
+            plan: BlocksPlanName::parse(&self.plan)?,
+            buckets: self.buckets.unwrap_or(0),
+        })
+    }
+}
+
 /// What the frontier plan has found so far: nothing is known before the search.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlocksPlan {
@@ -193,17 +206,6 @@ impl JobKind for Blocks {
     const ABOUT: &'static str = "Configurations a sliding-block puzzle reaches (exact).";
     const EXAMPLES: &'static str = "  tally run blocks                      # Project Euler 766\n  tally run blocks --puzzle my.blocks\n  tally run blocks --plan frontier --workers 4";
 
-    fn spec_from_args(args: BlocksArgs, files: &dyn FileReader) -> Result<BlocksSpec> {
-        Ok(BlocksSpec {
-            puzzle: match &args.puzzle {
-                None => default_puzzle(),
-                Some(path) => files.read_to_string(path)?,
-            },
-            plan: BlocksPlanName::parse(&args.plan)?,
-            buckets: args.buckets.unwrap_or(0),
-        })
-    }
-
     fn spec_to_proto(spec: &BlocksSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Blocks(proto::BlocksSpec {
             puzzle: spec.puzzle.clone(),
@@ -257,6 +259,14 @@ impl JobKind for Blocks {
             (BlocksPlanName::Frontier, 0) => format!("blocks {puzzle}"),
             (BlocksPlanName::Frontier, n) => format!("blocks {puzzle} ({n} buckets per layer)"),
         }
+    }
+
+    fn small_example() -> Option<BlocksSpec> {
+        Some(BlocksSpec {
+            puzzle: "aa1.\na23.\n4567\nsame: 1234567\n".into(),
+            plan: BlocksPlanName::Frontier,
+            buckets: 0,
+        })
     }
 
     fn stages_known(spec: &BlocksSpec) -> bool {
@@ -336,19 +346,24 @@ impl JobKind for Blocks {
         ))
     }
 
-    fn needs_stage_input(spec: &BlocksSpec, stage: u32) -> bool {
-        spec.plan == BlocksPlanName::Frontier && stage > 1
-    }
-
-    fn input_bucket(_spec: &BlocksSpec, task: &BlocksTask) -> Option<u32> {
-        match task {
+    /// A frontier layer reads its bucket of what every shard of the
+    /// previous layer sent.
+    fn stage_reads(spec: &BlocksSpec, stage: u32, task: &BlocksTask) -> Vec<StageRead> {
+        if spec.plan != BlocksPlanName::Frontier || stage < 2 {
+            return Vec::new();
+        }
+        let bucket = match task {
             BlocksTask::BlocksLayer { layer, bucket, .. } if *layer > 0 => Some(*bucket),
             _ => None,
-        }
+        };
+        vec![StageRead {
+            stage: stage - 1,
+            bucket,
+        }]
     }
 
-    fn decode_stage_input(_spec: &BlocksSpec, bytes: &[u8]) -> Result<Vec<LevelBucket>> {
-        split_gathered(bytes)?
+    fn decode_stage_inputs(_spec: &BlocksSpec, parts: &[&[u8]]) -> Result<Vec<LevelBucket>> {
+        split_gathered(single_input(Self::NAME, parts)?)?
             .into_iter()
             .map(LevelBucket::decode)
             .collect()
@@ -514,19 +529,6 @@ impl JobKind for Blocks {
             count.largest_layer,
         ))
     }
-
-    fn corrupt_for_testing(partial: &mut BlocksPartial) {
-        match partial {
-            BlocksPartial::BlocksCount { configurations, .. } => {
-                *configurations = configurations.wrapping_add(1)
-            }
-            BlocksPartial::Layers { sizes, .. } => {
-                if let Some(last) = sizes.last_mut() {
-                    *last = last.wrapping_add(1)
-                }
-            }
-        }
-    }
 }
 
 fn answer(spec: &BlocksSpec, configurations: u64, layers: u32, largest_layer: u64) -> Answer {
@@ -542,6 +544,22 @@ fn answer(spec: &BlocksSpec, configurations: u64, layers: u32, largest_layer: u6
             "layers": layers,
             "largest_layer": largest_layer,
         }),
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Blocks {
+    fn corrupt_for_testing(partial: &mut BlocksPartial) {
+        match partial {
+            BlocksPartial::BlocksCount { configurations, .. } => {
+                *configurations = configurations.wrapping_add(1)
+            }
+            BlocksPartial::Layers { sizes, .. } => {
+                if let Some(last) = sizes.last_mut() {
+                    *last = last.wrapping_add(1)
+                }
+            }
+        }
     }
 }
 

@@ -1,10 +1,20 @@
-//! The runner's handle on a kind: [`Kind`], an object-safe face of
-//! [`JobKind`] that takes and returns encoded values, implemented once for
-//! every kind by [`Registered`]. Decoding, checking and encoding happen here,
-//! at the boundary, so neither the kinds nor the runner deal with both forms.
+//! The runner's handle on a kind, in two object-safe faces of [`JobKind`],
+//! each implemented once for every kind:
+//!
+//! - [`Kind`], what needs no spec (the name, the command line, the proto form,
+//!   the check that makes a spec), implemented by every `JobKind` itself, so
+//!   the registry lists the kinds' unit structs;
+//! - [`SpecOps`], what the runner does with a checked spec (plan, run, check,
+//!   finish), implemented by [`Checked`], which holds the kind's typed spec;
+//!   a `ValidSpec` hands it out.
+//!
+//! The tests' fault injection ([`FaultInjection`]) is apart from both, behind
+//! [`SpecOps::fault_injection`].
+//!
+//! Both take and return encoded values: decoding, checking and encoding happen
+//! here, at the boundary, so neither the kinds nor the runner deal with both forms.
 
 use std::any::Any;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,15 +23,14 @@ use serde_json::{Map, Value};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, Checkpoint, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
-    ResourceEstimate, ShardRun, StageRead,
+    Answer, Checkpoint, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome,
+    Planned, ResourceEstimate, ShardRun, SpecArgs, StageRead,
 };
+use crate::spec::JobSpec;
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
 use crate::{Control, Error, Result, invalid};
 use tally_wire::proto;
 
-/// A kind's decoded, validated spec, behind the runner's back.
-pub type TypedSpec = Arc<dyn Any + Send + Sync>;
 /// A stage's decoded input, shared by the shards of the stage.
 pub type StageInput = Arc<dyn Any + Send + Sync>;
 
@@ -35,8 +44,7 @@ pub struct ShardContext<'a> {
     pub on_event: &'a mut dyn FnMut(ShardEvent),
 }
 
-/// A kind as the runner sees it. See [`JobKind`] for what each method means;
-/// the `spec` arguments are the [`TypedSpec`] made by [`Kind::check`].
+/// A kind as the registry lists it: what it is before there is a spec.
 pub trait Kind: Send + Sync {
     fn name(&self) -> &'static str;
     /// `tally run|submit NAME` with the kind's own options.
@@ -46,81 +54,89 @@ pub trait Kind: Send + Sync {
         matches: &clap::ArgMatches,
         files: &dyn FileReader,
     ) -> Result<Map<String, Value>>;
+    /// The parameters of the proto `oneof`, or `None` when it is another kind's.
     fn params_from_proto(&self, kind: &proto::job_spec::Kind)
     -> Option<Result<Map<String, Value>>>;
-    /// Parses and validates the spec's parameters; returns the typed spec and
-    /// the parameters with every default filled in.
-    fn check(&self, params: &Map<String, Value>) -> Result<(TypedSpec, Map<String, Value>)>;
+    /// The kind's small example job (see [`JobKind::small_example`]), with
+    /// default runner options.
+    fn small_example(&self) -> Option<JobSpec>;
+    /// Parses and validates the spec's parameters; returns the checked spec
+    /// and the parameters with every default filled in.
+    fn check(&self, params: &Map<String, Value>) -> Result<(Arc<dyn SpecOps>, Map<String, Value>)>;
+}
+
+/// What the runner does with a checked spec of some kind. See [`JobKind`] for
+/// what each method means; made by [`Kind::check`].
+pub trait SpecOps: Send + Sync {
+    fn kind_name(&self) -> &'static str;
+    /// A one-line human description, e.g. `hex side 11 mod 1000000007 (cell-step)`.
+    fn describe(&self) -> String;
+    fn to_proto(&self) -> proto::job_spec::Kind;
+    fn estimate(&self) -> Option<ResourceEstimate>;
     /// The parameters of the spec made to fit workers of `budget` bytes
     /// (see [`JobKind::fit_to_budget`]).
-    fn fit_to_budget(&self, spec: &TypedSpec, budget: u64) -> Result<Map<String, Value>>;
-    fn to_proto(&self, spec: &TypedSpec) -> proto::job_spec::Kind;
-    fn describe(&self, spec: &TypedSpec) -> String;
-    fn estimate(&self, spec: &TypedSpec) -> Option<ResourceEstimate>;
-    fn attachments(&self, spec: &TypedSpec) -> Vec<String>;
-    fn capability(&self, spec: &TypedSpec) -> Option<&'static str>;
-    fn stages_known(&self, spec: &TypedSpec) -> bool;
-    fn prepare(&self, spec: &TypedSpec, cache: &KernelCache, control: &Control) -> Result<JobPlan>;
-    fn plan_stage(&self, spec: &TypedSpec, plan: &JobPlan, stage: u32)
-    -> Result<Vec<PlannedShard>>;
+    fn fit_to_budget(&self, budget: u64) -> Result<Map<String, Value>>;
+    /// The SHA-256 (hex) of every attachment the job needs.
+    fn attachments(&self) -> Vec<String>;
+    /// What a worker must offer to run the job's shards, if anything.
+    fn capability(&self) -> Option<&'static str>;
+    /// Whether the plan knows its stage count from the start.
+    fn stages_known(&self) -> bool;
+    /// Computes the facts the plan needs (the expensive part of planning: building
+    /// a graph, a search). Runs once per job, at submission.
+    fn prepare(&self, cache: &KernelCache, control: &Control) -> Result<JobPlan>;
+    /// The shards of stage `stage` (1-based). Deterministic.
+    fn plan_stage(&self, plan: &JobPlan, stage: u32) -> Result<Vec<PlannedShard>>;
+    /// The plan as the job record keeps it once the first stage is planned.
     fn trim_plan(&self, plan: &mut JobPlan) -> Result<()>;
-    /// The next stage's shards and a line for the events, or `None` when the
-    /// job is done; may update the plan (see [`JobKind::next_stage`]).
+    /// What follows stage `finished` given its partials (in shard order): the
+    /// next stage's shards and a line for the events, or `None` when the job
+    /// is done. May update `plan`, which is stored with the transition.
     fn next_stage(
         &self,
-        spec: &TypedSpec,
         plan: &mut JobPlan,
         finished: u32,
         partials: &[EncodedPartial],
     ) -> Result<Option<(Vec<PlannedShard>, String)>>;
-    fn stage_reads(
-        &self,
-        spec: &TypedSpec,
-        stage: u32,
-        task: &EncodedTask,
-    ) -> Result<Vec<StageRead>>;
-    fn decode_stage_inputs(&self, spec: &TypedSpec, parts: &[&[u8]]) -> Result<StageInput>;
-    fn kept_stages(&self, spec: &TypedSpec, plan: &JobPlan, stage: u32) -> Result<Vec<u32>>;
-    fn execute(
-        &self,
-        spec: &TypedSpec,
-        task: &EncodedTask,
-        context: ShardContext<'_>,
-    ) -> Result<ShardOutcome>;
+    /// The stage outputs a shard of `stage` with `task` reads, in order.
+    fn stage_reads(&self, stage: u32, task: &EncodedTask) -> Result<Vec<StageRead>>;
+    /// Decodes the outputs [`SpecOps::stage_reads`] named, in its order.
+    fn decode_stage_inputs(&self, parts: &[&[u8]]) -> Result<StageInput>;
+    /// The outputs of stages before `stage - 1` that must be kept while the
+    /// job is at `stage`.
+    fn kept_stages(&self, plan: &JobPlan, stage: u32) -> Result<Vec<u32>>;
+    fn execute(&self, task: &EncodedTask, context: ShardContext<'_>) -> Result<ShardOutcome>;
     /// Checks that a checkpoint's partial is one of the kind's partials.
     fn check_checkpoint(&self, partial: &EncodedPartial) -> Result<()>;
-    /// `output` is `None` when the stage output is in a stage store outside
-    /// the coordinator: only the partial's type is checked then (its readers
-    /// check the output as they decode it).
+    /// Checks the shape of a reported result against its shard before it is
+    /// accepted. `output` is `None` when the stage output is in a stage store
+    /// outside the coordinator: only the partial's type is checked then (its
+    /// readers check the output as they decode it).
     fn check_result(
         &self,
-        spec: &TypedSpec,
         plan: &JobPlan,
         task: &EncodedTask,
         partial: &EncodedPartial,
         output: Option<&[u8]>,
     ) -> Result<()>;
-    fn finish(
-        &self,
-        spec: &TypedSpec,
-        plan: &JobPlan,
-        partials: &[EncodedPartial],
-    ) -> Result<Answer>;
-    fn direct(&self, spec: &TypedSpec, threads: usize, control: &Control) -> Result<Answer>;
+    /// The answer from the partial results of the last stage, in shard order.
+    fn finish(&self, plan: &JobPlan, partials: &[EncodedPartial]) -> Result<Answer>;
+    /// The answer computed in this process by the kernel alone, without shards:
+    /// the reference every run through the runner must equal.
+    fn compute_direct(&self, threads: usize, control: &Control) -> Result<Answer>;
+    /// The kind's fault injection, for a worker run to corrupt its results
+    /// (see [`FaultInjection`]); no part of running a job.
+    fn fault_injection(&self) -> &dyn FaultInjector;
+}
+
+/// A kind's [`FaultInjection`] on encoded results.
+pub trait FaultInjector: Send + Sync {
+    /// Alters a result the way a faulty machine might.
     fn corrupt_for_testing(&self, partial: &mut EncodedPartial) -> Result<()>;
 }
 
-/// The [`Kind`] of a [`JobKind`]: `&Registered::<Hex>::KIND` in the registry.
-pub struct Registered<K>(PhantomData<fn() -> K>);
-
-impl<K> Registered<K> {
-    pub const KIND: Registered<K> = Registered(PhantomData);
-}
-
-fn typed<K: JobKind>(spec: &TypedSpec) -> &K::Spec {
-    spec.downcast_ref::<K::Spec>()
-        .unwrap_or_else(|| unreachable!("a {} spec handed to another kind", K::NAME))
-}
+/// A spec of kind `K` that passed [`JobKind::validate`].
+pub struct Checked<K: JobKind>(K::Spec);
 
 fn to_map<T: Serialize>(value: &T) -> Result<Map<String, Value>> {
     match serde_json::to_value(value) {
@@ -158,20 +174,23 @@ fn decode_partials<K: JobKind>(partials: &[EncodedPartial]) -> Result<Vec<K::Par
         .collect()
 }
 
-impl<K: JobKind> Kind for Registered<K> {
+impl<K: JobKind + FaultInjection> Kind for K {
     fn name(&self) -> &'static str {
         K::NAME
     }
 
     fn command(&self) -> clap::Command {
         use clap::Args;
-        let command = clap::Command::new(K::NAME).about(K::ABOUT);
-        let command = if K::EXAMPLES.is_empty() {
+        // The about after the options: a doc comment on the options' struct
+        // (a spec that is its own options) would set it otherwise.
+        let command = K::Args::augment_args(clap::Command::new(K::NAME))
+            .about(K::ABOUT)
+            .long_about(None);
+        if K::EXAMPLES.is_empty() {
             command
         } else {
             command.after_help(format!("Examples:\n{}", K::EXAMPLES))
-        };
-        K::Args::augment_args(command)
+        }
     }
 
     fn params_from_matches(
@@ -181,7 +200,7 @@ impl<K: JobKind> Kind for Registered<K> {
     ) -> Result<Map<String, Value>> {
         let args = <K::Args as clap::FromArgMatches>::from_arg_matches(matches)
             .map_err(|e| invalid!("{e}"))?;
-        to_map(&K::spec_from_args(args, files)?)
+        to_map(&args.into_spec(files)?)
     }
 
     fn params_from_proto(
@@ -191,64 +210,68 @@ impl<K: JobKind> Kind for Registered<K> {
         K::spec_from_proto(kind).map(|spec| to_map(&spec?))
     }
 
-    fn check(&self, params: &Map<String, Value>) -> Result<(TypedSpec, Map<String, Value>)> {
+    fn small_example(&self) -> Option<JobSpec> {
+        K::small_example().map(|spec| JobSpec::of_kind::<K>(&spec))
+    }
+
+    fn check(&self, params: &Map<String, Value>) -> Result<(Arc<dyn SpecOps>, Map<String, Value>)> {
         let spec = K::Spec::deserialize(Value::Object(params.clone()))
             .map_err(|e| invalid!("invalid {} job spec: {e}", K::NAME))?;
         K::validate(&spec)?;
         let normalised = to_map(&spec)?;
-        Ok((Arc::new(spec), normalised))
+        Ok((Arc::new(Checked::<K>(spec)), normalised))
+    }
+}
+
+impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
+    fn kind_name(&self) -> &'static str {
+        K::NAME
     }
 
-    fn fit_to_budget(&self, spec: &TypedSpec, budget: u64) -> Result<Map<String, Value>> {
-        to_map(&K::fit_to_budget(typed::<K>(spec), budget))
+    fn describe(&self) -> String {
+        K::describe(&self.0)
     }
 
-    fn to_proto(&self, spec: &TypedSpec) -> proto::job_spec::Kind {
-        K::spec_to_proto(typed::<K>(spec))
+    fn to_proto(&self) -> proto::job_spec::Kind {
+        K::spec_to_proto(&self.0)
     }
 
-    fn describe(&self, spec: &TypedSpec) -> String {
-        K::describe(typed::<K>(spec))
+    fn estimate(&self) -> Option<ResourceEstimate> {
+        K::estimate(&self.0)
     }
 
-    fn estimate(&self, spec: &TypedSpec) -> Option<ResourceEstimate> {
-        K::estimate(typed::<K>(spec))
+    fn fit_to_budget(&self, budget: u64) -> Result<Map<String, Value>> {
+        to_map(&K::fit_to_budget(&self.0, budget))
     }
 
-    fn attachments(&self, spec: &TypedSpec) -> Vec<String> {
-        K::attachments(typed::<K>(spec))
+    fn attachments(&self) -> Vec<String> {
+        K::attachments(&self.0)
     }
 
-    fn capability(&self, spec: &TypedSpec) -> Option<&'static str> {
-        K::capability(typed::<K>(spec))
+    fn capability(&self) -> Option<&'static str> {
+        K::capability(&self.0)
     }
 
-    fn stages_known(&self, spec: &TypedSpec) -> bool {
-        K::stages_known(typed::<K>(spec))
+    fn stages_known(&self) -> bool {
+        K::stages_known(&self.0)
     }
 
-    fn prepare(&self, spec: &TypedSpec, cache: &KernelCache, control: &Control) -> Result<JobPlan> {
-        let spec = typed::<K>(spec);
-        let plan = K::prepare(spec, cache, control)?;
+    fn prepare(&self, cache: &KernelCache, control: &Control) -> Result<JobPlan> {
+        let plan = K::prepare(&self.0, cache, control)?;
         Ok(JobPlan {
-            stages_total: K::stages(spec, &plan),
+            stages_total: K::stages(&self.0, &plan),
             facts: to_map(&plan)?,
         })
     }
 
-    fn plan_stage(
-        &self,
-        spec: &TypedSpec,
-        plan: &JobPlan,
-        stage: u32,
-    ) -> Result<Vec<PlannedShard>> {
+    fn plan_stage(&self, plan: &JobPlan, stage: u32) -> Result<Vec<PlannedShard>> {
         if stage == 0 || stage > plan.stages_total {
             return Err(Error::Internal(format!(
                 "stage {stage} is outside 1..={}",
                 plan.stages_total
             )));
         }
-        let shards = K::plan_stage(typed::<K>(spec), &plan_of::<K>(plan)?, stage)?;
+        let shards = K::plan_stage(&self.0, &plan_of::<K>(plan)?, stage)?;
         Ok(encode_planned::<K>(shards))
     }
 
@@ -261,7 +284,6 @@ impl<K: JobKind> Kind for Registered<K> {
 
     fn next_stage(
         &self,
-        spec: &TypedSpec,
         plan: &mut JobPlan,
         finished: u32,
         partials: &[EncodedPartial],
@@ -273,7 +295,7 @@ impl<K: JobKind> Kind for Registered<K> {
             stages_total: plan.stages_total,
             partials: &partials,
         };
-        let next = K::next_stage(typed::<K>(spec), &mut facts, stage)?;
+        let next = K::next_stage(&self.0, &mut facts, stage)?;
         plan.facts = to_map(&facts)?;
         Ok(match next {
             NextStage::Finish => None,
@@ -285,33 +307,19 @@ impl<K: JobKind> Kind for Registered<K> {
         })
     }
 
-    fn stage_reads(
-        &self,
-        spec: &TypedSpec,
-        stage: u32,
-        task: &EncodedTask,
-    ) -> Result<Vec<StageRead>> {
-        Ok(K::stage_reads(typed::<K>(spec), stage, &task.decode()?))
+    fn stage_reads(&self, stage: u32, task: &EncodedTask) -> Result<Vec<StageRead>> {
+        Ok(K::stage_reads(&self.0, stage, &task.decode()?))
     }
 
-    fn decode_stage_inputs(&self, spec: &TypedSpec, parts: &[&[u8]]) -> Result<StageInput> {
-        Ok(Arc::new(K::decode_stage_inputs(typed::<K>(spec), parts)?))
+    fn decode_stage_inputs(&self, parts: &[&[u8]]) -> Result<StageInput> {
+        Ok(Arc::new(K::decode_stage_inputs(&self.0, parts)?))
     }
 
-    fn kept_stages(&self, spec: &TypedSpec, plan: &JobPlan, stage: u32) -> Result<Vec<u32>> {
-        Ok(K::kept_stages(
-            typed::<K>(spec),
-            &plan_of::<K>(plan)?,
-            stage,
-        ))
+    fn kept_stages(&self, plan: &JobPlan, stage: u32) -> Result<Vec<u32>> {
+        Ok(K::kept_stages(&self.0, &plan_of::<K>(plan)?, stage))
     }
 
-    fn execute(
-        &self,
-        spec: &TypedSpec,
-        task: &EncodedTask,
-        context: ShardContext<'_>,
-    ) -> Result<ShardOutcome> {
+    fn execute(&self, task: &EncodedTask, context: ShardContext<'_>) -> Result<ShardOutcome> {
         let task: K::Task = task.decode()?;
         let input = match context.input {
             None => None,
@@ -342,7 +350,7 @@ impl<K: JobKind> Kind for Registered<K> {
             output,
             partial,
             work_done,
-        } = K::execute(typed::<K>(spec), &task, &mut run)?;
+        } = K::execute(&self.0, &task, &mut run)?;
         Ok(ShardOutcome {
             output,
             partial: EncodedPartial::encode(&partial),
@@ -356,7 +364,6 @@ impl<K: JobKind> Kind for Registered<K> {
 
     fn check_result(
         &self,
-        spec: &TypedSpec,
         plan: &JobPlan,
         task: &EncodedTask,
         partial: &EncodedPartial,
@@ -367,29 +374,24 @@ impl<K: JobKind> Kind for Registered<K> {
         let Some(output) = output else {
             return Ok(());
         };
-        K::check_result(
-            typed::<K>(spec),
-            &plan_of::<K>(plan)?,
-            &task,
-            &partial,
-            output,
-        )
+        K::check_result(&self.0, &plan_of::<K>(plan)?, &task, &partial, output)
     }
 
-    fn finish(
-        &self,
-        spec: &TypedSpec,
-        plan: &JobPlan,
-        partials: &[EncodedPartial],
-    ) -> Result<Answer> {
+    fn finish(&self, plan: &JobPlan, partials: &[EncodedPartial]) -> Result<Answer> {
         let partials = decode_partials::<K>(partials)?;
-        K::finish(typed::<K>(spec), &plan_of::<K>(plan)?, partials)
+        K::finish(&self.0, &plan_of::<K>(plan)?, partials)
     }
 
-    fn direct(&self, spec: &TypedSpec, threads: usize, control: &Control) -> Result<Answer> {
-        K::direct(typed::<K>(spec), threads.max(1), control)
+    fn compute_direct(&self, threads: usize, control: &Control) -> Result<Answer> {
+        K::direct(&self.0, threads.max(1), control)
     }
 
+    fn fault_injection(&self) -> &dyn FaultInjector {
+        self
+    }
+}
+
+impl<K: JobKind + FaultInjection> FaultInjector for Checked<K> {
     fn corrupt_for_testing(&self, partial: &mut EncodedPartial) -> Result<()> {
         let mut typed: K::Partial = partial.decode()?;
         K::corrupt_for_testing(&mut typed);

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, Checkpoint, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output,
+    Answer, Checkpoint, FaultInjection, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output,
 };
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::kayles;
@@ -13,10 +13,15 @@ use tally_wire::proto;
 
 pub struct Kayles;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A spec file's parameters and the command line's flags alike.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct KaylesSpec {
+    /// Number of pins (even).
+    #[arg(long)]
     pub pins: u64,
+    /// Last digits to compute (1 to 18), printed zero-padded.
+    #[arg(long, default_value_t = kayles::DEFAULT_DIGITS)]
     #[serde(default = "default_digits")]
     pub digits: u32,
 }
@@ -27,16 +32,6 @@ fn default_digits() -> u32 {
 
 impl SpecOf for KaylesSpec {
     type Kind = Kayles;
-}
-
-#[derive(clap::Args, Debug)]
-pub struct KaylesArgs {
-    /// Number of pins (even).
-    #[arg(long)]
-    pub pins: u64,
-    /// Last digits to compute (1 to 18), printed zero-padded.
-    #[arg(long, default_value_t = kayles::DEFAULT_DIGITS)]
-    pub digits: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +66,7 @@ fn work(computed: u64) -> u64 {
 
 impl JobKind for Kayles {
     type Spec = KaylesSpec;
-    type Args = KaylesArgs;
+    type Args = KaylesSpec;
     type Plan = KaylesPlan;
     type Task = KaylesTask;
     type Partial = KaylesPartial;
@@ -81,13 +76,6 @@ impl JobKind for Kayles {
     const ABOUT: &'static str = "Fair Partisan Kayles rows of n pins, last digits.";
     const EXAMPLES: &'static str =
         "  tally run kayles --pins 1000 --digits 9\n  tally submit kayles --pins 1000000";
-
-    fn spec_from_args(args: KaylesArgs, _files: &dyn FileReader) -> Result<KaylesSpec> {
-        Ok(KaylesSpec {
-            pins: args.pins,
-            digits: args.digits,
-        })
-    }
 
     fn spec_to_proto(spec: &KaylesSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Kayles(proto::KaylesSpec {
@@ -116,6 +104,13 @@ impl JobKind for Kayles {
 
     fn describe(spec: &KaylesSpec) -> String {
         format!("kayles {} pins, {} digits", spec.pins, spec.digits)
+    }
+
+    fn small_example() -> Option<KaylesSpec> {
+        Some(KaylesSpec {
+            pins: 40,
+            digits: kayles::DEFAULT_DIGITS,
+        })
     }
 
     fn prepare(spec: &KaylesSpec, _cache: &KernelCache, _control: &Control) -> Result<KaylesPlan> {
@@ -219,11 +214,6 @@ impl JobKind for Kayles {
             kayles::fair_rows(spec.pins, spec.digits, threads, control)?,
         ))
     }
-
-    fn corrupt_for_testing(partial: &mut KaylesPartial) {
-        let KaylesPartial::KaylesCharacter { value, .. } = partial;
-        *value = value.wrapping_add(1);
-    }
 }
 
 /// The answer from f(n) mod 10^d.
@@ -255,4 +245,12 @@ fn bytes_to_u64s(bytes: &[u8]) -> Result<Vec<u64>> {
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
         .collect())
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Kayles {
+    fn corrupt_for_testing(partial: &mut KaylesPartial) {
+        let KaylesPartial::KaylesCharacter { value, .. } = partial;
+        *value = value.wrapping_add(1);
+    }
 }

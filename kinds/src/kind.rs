@@ -1,13 +1,15 @@
 //! What one job kind means to the runner: the [`JobKind`] trait, and the typed
 //! values a kind plans, computes and returns.
 //!
-//! A kind lives in one file under `kinds/` beside its kernel. It owns its spec
-//! (validation, description, proto and CLI forms), its plan (prepared once at
+//! A kind lives in one module of this crate over its kernel. It owns its spec
+//! (one serde struct, which is its command-line options too unless they
+//! differ from its fields, see [`SpecArgs`]; its proto form; validation,
+//! description and a small example job), its plan (prepared once at
 //! submission, split into stages of shards), shard execution, the check of a
 //! reported result, the final answer and the direct computation without the
 //! runner. The runner sees none of these types: it holds them encoded (see
 //! `values`) and reaches the kind through the registry (`kinds`), so that the
-//! coordinator and the worker name no kind.
+//! coordinator, the worker and the tests name no kind.
 //!
 //! Everything here is synchronous and deterministic: the same spec and plan
 //! always give the same shards, which is what makes re-planning after a crash
@@ -48,8 +50,10 @@ pub trait JobKind: Send + Sync + 'static {
     /// The parameters of a job of this kind (`{"kind": NAME, ...fields}` in a
     /// spec file, the kind's message in the proto `oneof`).
     type Spec: KindValue + 'static;
-    /// The kind's own command-line options, under `tally run|submit NAME`.
-    type Args: clap::Args + clap::FromArgMatches;
+    /// The kind's own command-line options, under `tally run|submit NAME`:
+    /// the spec itself when it derives `clap::Args` too (one struct, its
+    /// fields the flags), else a struct of their own (see [`SpecArgs`]).
+    type Args: SpecArgs<Self::Spec>;
     /// Facts computed once at submission and stored with the job. Fields must
     /// tolerate unknown names and default missing ones: stored plans outlive
     /// versions.
@@ -71,9 +75,6 @@ pub trait JobKind: Send + Sync + 'static {
 
     // ------------------------------------------------------------- the spec
 
-    /// The spec from the kind's command-line options; `files` reads the files
-    /// they name (the kind itself does no I/O).
-    fn spec_from_args(args: Self::Args, files: &dyn FileReader) -> Result<Self::Spec>;
     fn spec_to_proto(spec: &Self::Spec) -> proto::job_spec::Kind;
     /// The spec from the proto `oneof` (zero values select defaults), or `None`
     /// when the message is another kind's.
@@ -82,6 +83,11 @@ pub trait JobKind: Send + Sync + 'static {
     fn validate(spec: &Self::Spec) -> Result<()>;
     /// A one-line human description, e.g. `hex side 11 mod 1000000007 (points)`.
     fn describe(spec: &Self::Spec) -> String;
+    /// A small job of the kind, done in a second or so, whose answer
+    /// [`JobKind::direct`] computes too: the tests run the example of every
+    /// registered kind through the runner and compare the two answers. `None`
+    /// for a kind that has no such job.
+    fn small_example() -> Option<Self::Spec>;
     /// What the job needs. The coordinator refuses (unless forced) a job
     /// whose smallest shard fits no worker's memory budget, and gives a
     /// worker only as many of its shards at once as its budget holds.
@@ -152,45 +158,17 @@ pub trait JobKind: Send + Sync + 'static {
 
     // ------------------------------------------------------------- execution
 
-    /// Whether the shards of `stage` read the previous stage's merged output.
-    fn needs_stage_input(_spec: &Self::Spec, _stage: u32) -> bool {
-        false
+    /// The stage outputs a shard of `stage` with `task` reads, in order: the
+    /// previous stage's, all of it or one bucket of every shard's output (see
+    /// `buckets`), and any older stage the kind keeps with
+    /// [`JobKind::kept_stages`]. None by default.
+    fn stage_reads(_spec: &Self::Spec, _stage: u32, _task: &Self::Task) -> Vec<StageRead> {
+        Vec::new()
     }
-    /// For a shard of a frontier plan: the bucket of the previous stage's
-    /// outputs it reads (see `buckets`); it is then handed bucket `q` of every
-    /// previous shard's output instead of the merged output. `None`: all of it.
-    fn input_bucket(_spec: &Self::Spec, _task: &Self::Task) -> Option<u32> {
-        None
-    }
-    /// Decodes the previous stage's merged output for the shards of a stage.
-    fn decode_stage_input(_spec: &Self::Spec, _bytes: &[u8]) -> Result<Self::StageInput> {
+    /// Decodes what [`JobKind::stage_reads`] named, in its order, once per
+    /// worker and stage (see [`single_input`] for kinds that read one).
+    fn decode_stage_inputs(_spec: &Self::Spec, _parts: &[&[u8]]) -> Result<Self::StageInput> {
         Err(crate::invalid!("{} jobs have no stage data", Self::NAME))
-    }
-    /// The stage outputs a shard of `stage` with `task` reads, in order: by
-    /// default the previous stage's (all of it, or its [`JobKind::input_bucket`])
-    /// when [`JobKind::needs_stage_input`]. A kind whose shards also read an
-    /// older stage names it here and keeps it with [`JobKind::kept_stages`].
-    fn stage_reads(spec: &Self::Spec, stage: u32, task: &Self::Task) -> Vec<StageRead> {
-        if Self::needs_stage_input(spec, stage) {
-            vec![StageRead {
-                stage: stage - 1,
-                bucket: Self::input_bucket(spec, task),
-            }]
-        } else {
-            Vec::new()
-        }
-    }
-    /// Decodes what [`JobKind::stage_reads`] named, in its order; by default
-    /// the one input of [`JobKind::decode_stage_input`].
-    fn decode_stage_inputs(spec: &Self::Spec, parts: &[&[u8]]) -> Result<Self::StageInput> {
-        match parts {
-            [one] => Self::decode_stage_input(spec, one),
-            _ => Err(crate::invalid!(
-                "{} shards read one stage output, not {}",
-                Self::NAME,
-                parts.len()
-            )),
-        }
     }
     /// The stages older than `stage - 1` whose output the shards of `stage` or
     /// of a later stage still read: the coordinator keeps them (in its store)
@@ -224,9 +202,33 @@ pub trait JobKind: Send + Sync + 'static {
     /// The answer computed in this process by the kernel's own driver, without
     /// shards: the reference every run through the runner must equal.
     fn direct(spec: &Self::Spec, threads: usize, control: &Control) -> Result<Answer>;
-    /// Fault injection for tests: alters a result the way a faulty machine
-    /// might, so that the checks downstream can be exercised.
+}
+
+/// Fault injection for the tests, apart from [`JobKind`]: what a worker run
+/// with `--corrupt-results` (hidden; the replica and result-check tests) does
+/// to each of its results. Every registered kind implements it, in its own
+/// module, so that the tests can corrupt any kind's results; the runner
+/// reaches it only through `SpecOps::fault_injection`.
+pub trait FaultInjection: JobKind {
+    /// Alters a result the way a faulty machine might, so that the checks
+    /// downstream (result checks, replicas) can be exercised.
     fn corrupt_for_testing(partial: &mut Self::Partial);
+}
+
+/// Command-line options that make a spec of type `S`. A spec that derives
+/// `clap::Args` is its own options; a kind whose flags are not its spec's
+/// fields (a file read into the spec, a value the flags leave open)
+/// implements this for an options struct of its own.
+pub trait SpecArgs<S>: clap::Args + clap::FromArgMatches {
+    /// The spec from the options; `files` reads the files they name (the kind
+    /// itself does no I/O).
+    fn into_spec(self, files: &dyn FileReader) -> Result<S>;
+}
+
+impl<S: clap::Args + clap::FromArgMatches> SpecArgs<S> for S {
+    fn into_spec(self, _files: &dyn FileReader) -> Result<S> {
+        Ok(self)
+    }
 }
 
 /// Reads the files that command-line options name, for the kinds' parsers.
@@ -303,7 +305,7 @@ pub struct Checkpoint<P> {
 
 /// What a running shard has at hand besides its task.
 pub struct ShardRun<'a, I, P> {
-    /// The previous stage's merged output when [`JobKind::needs_stage_input`].
+    /// What [`JobKind::stage_reads`] named, decoded, when it named anything.
     pub input: Option<&'a I>,
     /// The last accepted checkpoint of an earlier attempt, or empty.
     pub checkpoint: &'a [u8],
@@ -396,6 +398,18 @@ pub fn format_bytes(bytes: u64) -> String {
 /// A kind's spec type, which names its kind: `JobSpec::new(HexSpec { .. })`.
 pub trait SpecOf: Serialize + Send + Sync + 'static {
     type Kind: JobKind<Spec = Self>;
+}
+
+/// The one stage output handed to [`JobKind::decode_stage_inputs`] of a kind
+/// whose shards read one.
+pub fn single_input<'a>(kind: &str, parts: &[&'a [u8]]) -> Result<&'a [u8]> {
+    match parts {
+        [one] => Ok(one),
+        _ => Err(crate::invalid!(
+            "{kind} shards read one stage output, not {}",
+            parts.len()
+        )),
+    }
 }
 
 /// The check of [`JobKind::check_result`] for shards that produce no stage output.

@@ -2,11 +2,27 @@
 //! Layer: above the kernels and the wire, below the coordinator and the worker,
 //! which know a kind only through [`dynamic::Kind`] and [`spec::ValidSpec`].
 //!
-//! `kind` is what a kind means to the runner ([`kind::JobKind`]); `dynamic` its
-//! object-safe face; one module per kind (`hex`, `kayles`, `sliders`, `pegs`,
-//! `blocks`, `queens`, `wasm`, `synthetic`) beside the [`registry`]; `spec`
-//! checks job specs into a `ValidSpec`; `cache`, `values`, `local` and `guest`
-//! are the encoded forms and helpers the kinds share.
+//! The kind API, one generation of it:
+//!
+//! - `kind`: what a kind means to the runner, [`kind::JobKind`], written once
+//!   per kind on its typed values (spec, plan, task, partial, stage input):
+//!   the spec's forms (serde, the command line through [`kind::SpecArgs`],
+//!   the proto), its checks, its small example job, the plan and its stages,
+//!   the shards, the answer. The tests' fault injection is a trait of its own,
+//!   [`kind::FaultInjection`], apart from the production trait.
+//! - `dynamic`: the object-safe faces, derived from `JobKind` and never
+//!   written by a kind: [`dynamic::Kind`] (before a spec: name, command line,
+//!   proto, the check) is implemented by every kind's unit struct itself, and
+//!   [`dynamic::SpecOps`] (what the runner does with a checked spec) by
+//!   [`dynamic::Checked`], which holds the typed spec; both take and return
+//!   encoded values.
+//! - `spec`: [`spec::JobSpec`] as written, checked once into a
+//!   [`spec::ValidSpec`], which dereferences to its `SpecOps`.
+//! - one module per kind (`hex`, `kayles`, `sliders`, `pegs`, `blocks`,
+//!   `queens`, `wasm`, `synthetic`) and the [`registry`], their one list:
+//!   adding a kind is its module, its line there and its proto message.
+//! - `cache`, `values`, `local` and `guest`: the encoded forms and helpers the
+//!   kinds share.
 
 #![forbid(unsafe_code)]
 

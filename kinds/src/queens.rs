@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
-use crate::kind::{Answer, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output};
+use crate::kind::{Answer, FaultInjection, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output};
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::queens;
 use tally_wire::proto;
@@ -17,21 +17,17 @@ const PREFIXES_WANTED: usize = 256;
 /// At most this many shards for one job.
 const MAX_SHARDS: usize = 64;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A spec file's parameters and the command line's flags alike.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct QueensSpec {
+    /// Board side and number of queens, 1 to 24.
+    #[arg(long)]
     pub n: u32,
 }
 
 impl SpecOf for QueensSpec {
     type Kind = Queens;
-}
-
-#[derive(clap::Args, Debug)]
-pub struct QueensArgs {
-    /// Board side and number of queens, 1 to 24.
-    #[arg(long)]
-    pub n: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,7 +53,7 @@ pub enum QueensPartial {
 
 impl JobKind for Queens {
     type Spec = QueensSpec;
-    type Args = QueensArgs;
+    type Args = QueensSpec;
     type Plan = QueensPlan;
     type Task = QueensTask;
     type Partial = QueensPartial;
@@ -66,10 +62,6 @@ impl JobKind for Queens {
     const NAME: &'static str = "queens";
     const ABOUT: &'static str = "Ways to place N non-attacking queens on an N x N board (exact).";
     const EXAMPLES: &'static str = "  tally run queens --n 12\n  tally submit queens --n 18";
-
-    fn spec_from_args(args: QueensArgs, _files: &dyn FileReader) -> Result<QueensSpec> {
-        Ok(QueensSpec { n: args.n })
-    }
 
     fn spec_to_proto(spec: &QueensSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Queens(proto::QueensSpec { n: spec.n })
@@ -88,6 +80,10 @@ impl JobKind for Queens {
 
     fn describe(spec: &QueensSpec) -> String {
         format!("queens on {0} x {0}", spec.n)
+    }
+
+    fn small_example() -> Option<QueensSpec> {
+        Some(QueensSpec { n: 9 })
     }
 
     fn prepare(spec: &QueensSpec, _cache: &KernelCache, _control: &Control) -> Result<QueensPlan> {
@@ -175,11 +171,6 @@ impl JobKind for Queens {
     fn direct(spec: &QueensSpec, threads: usize, control: &Control) -> Result<Answer> {
         Ok(answer(spec, queens::count(spec.n, threads, control)?))
     }
-
-    fn corrupt_for_testing(partial: &mut QueensPartial) {
-        let QueensPartial::QueensCount { solutions, .. } = partial;
-        *solutions = solutions.wrapping_add(1);
-    }
 }
 
 fn answer(spec: &QueensSpec, solutions: u64) -> Answer {
@@ -190,5 +181,13 @@ fn answer(spec: &QueensSpec, solutions: u64) -> Answer {
             "n": spec.n,
             "solutions": solutions.to_string(),
         }),
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Queens {
+    fn corrupt_for_testing(partial: &mut QueensPartial) {
+        let QueensPartial::QueensCount { solutions, .. } = partial;
+        *solutions = solutions.wrapping_add(1);
     }
 }

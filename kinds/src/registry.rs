@@ -2,20 +2,20 @@
 //! in `tally-kernels`; adding a kind is writing that module and adding one line
 //! to [`KINDS`] (and its message to the proto `oneof`).
 
-use crate::dynamic::{Kind, Registered};
+use crate::dynamic::Kind;
 use crate::{Result, invalid};
 use crate::{blocks, hex, kayles, pegs, queens, sliders, synthetic, wasm};
 
 /// Every kind, in the order the CLI lists them.
 pub static KINDS: &[&dyn Kind] = &[
-    &Registered::<hex::Hex>::KIND,
-    &Registered::<kayles::Kayles>::KIND,
-    &Registered::<sliders::Sliders>::KIND,
-    &Registered::<pegs::Pegs>::KIND,
-    &Registered::<blocks::Blocks>::KIND,
-    &Registered::<queens::Queens>::KIND,
-    &Registered::<wasm::Wasm>::KIND,
-    &Registered::<synthetic::Synthetic>::KIND,
+    &hex::Hex,
+    &kayles::Kayles,
+    &sliders::Sliders,
+    &pegs::Pegs,
+    &blocks::Blocks,
+    &queens::Queens,
+    &wasm::Wasm,
+    &synthetic::Synthetic,
 ];
 
 /// The kind named `name`.

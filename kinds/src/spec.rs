@@ -4,13 +4,16 @@
 //! [`ValidSpec`]: the proof that every value was accepted, which the runner
 //! takes from then on instead of checking again.
 
+use std::ops::Deref;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::cache::KernelCache;
-use crate::dynamic::{Kind, ShardContext, StageInput, TypedSpec};
-use crate::kind::{Answer, JobKind, ResourceEstimate, SpecOf, StageRead};
-use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardOutcome};
+use crate::dynamic::{ShardContext, SpecOps};
+use crate::kind::{JobKind, SpecOf};
+use crate::values::{EncodedTask, ShardOutcome};
 use crate::{self as kinds, Control, Result, invalid};
 use tally_wire::proto;
 
@@ -109,12 +112,17 @@ pub struct JobSpec {
 impl JobSpec {
     /// A spec of the kind whose parameters `params` are, with default options.
     pub fn new<S: SpecOf>(params: S) -> JobSpec {
-        let params = match serde_json::to_value(&params) {
+        JobSpec::of_kind::<S::Kind>(&params)
+    }
+
+    /// A spec of kind `K` with default options.
+    pub(crate) fn of_kind<K: JobKind>(params: &K::Spec) -> JobSpec {
+        let params = match serde_json::to_value(params) {
             Ok(Value::Object(map)) => map,
             _ => unreachable!("kind specs serialise to JSON objects"),
         };
         JobSpec {
-            kind: S::Kind::NAME.to_string(),
+            kind: K::NAME.to_string(),
             params,
             options: RunnerOptions::default(),
         }
@@ -130,12 +138,13 @@ impl JobSpec {
 
 /// A spec whose every value was checked, with the kind's decoded parameters.
 /// Made only by [`ValidSpec::new`] (and the conversions that call it); stored as
-/// the [`JobSpec`] it came from, with every default filled in.
+/// the [`JobSpec`] it came from, with every default filled in. What the runner
+/// does with it (plan, run, check, finish) are the methods of [`SpecOps`], to
+/// which it dereferences.
 #[derive(Clone)]
 pub struct ValidSpec {
     spec: JobSpec,
-    kind: &'static dyn Kind,
-    typed: TypedSpec,
+    checked: Arc<dyn SpecOps>,
 }
 
 impl std::fmt::Debug for ValidSpec {
@@ -150,18 +159,24 @@ impl PartialEq for ValidSpec {
     }
 }
 
+impl Deref for ValidSpec {
+    type Target = dyn SpecOps;
+
+    fn deref(&self) -> &(dyn SpecOps + 'static) {
+        &*self.checked
+    }
+}
+
 impl ValidSpec {
     /// Checks the options and the kind's parameters. (The memory the job
     /// needs is checked against the workers at submission:
     /// [`ValidSpec::fitted_to`].)
     pub fn new(spec: JobSpec) -> Result<ValidSpec> {
         spec.options.validate()?;
-        let kind = kinds::lookup(&spec.kind)?;
-        let (typed, params) = kind.check(&spec.params)?;
+        let (checked, params) = kinds::lookup(&spec.kind)?.check(&spec.params)?;
         Ok(ValidSpec {
             spec: JobSpec { params, ..spec },
-            kind,
-            typed,
+            checked,
         })
     }
 
@@ -187,48 +202,13 @@ impl ValidSpec {
         })
     }
 
-    pub fn kind_name(&self) -> &'static str {
-        self.kind.name()
-    }
-
-    /// The kind's own parameters, when the spec is of kind `S`.
-    pub fn params<S: SpecOf>(&self) -> Option<&S> {
-        self.typed.downcast_ref::<S>()
-    }
-
-    /// A one-line human description, e.g. `hex side 11 mod 1000000007 (cell-step)`.
-    pub fn describe(&self) -> String {
-        self.kind.describe(&self.typed)
-    }
-
-    pub fn estimate(&self) -> Option<ResourceEstimate> {
-        self.kind.estimate(&self.typed)
-    }
-
-    /// The SHA-256 (hex) of every attachment the job needs.
-    pub fn attachments(&self) -> Vec<String> {
-        self.kind.attachments(&self.typed)
-    }
-
-    /// What a worker must offer to run the job's shards, if anything.
-    pub fn capability(&self) -> Option<&'static str> {
-        self.kind.capability(&self.typed)
-    }
-
-    /// Whether the plan knows its stage count from the start (see
-    /// `JobKind::stages_known`).
-    pub fn stages_known(&self) -> bool {
-        self.kind.stages_known(&self.typed)
-    }
-
     /// The job made to fit workers of `budget` bytes (the largest budget of
     /// the workers, `workers` says which), with the choices the spec left
     /// open made for it; refused, unless forced, when not even its smallest
     /// shard fits, with the numbers.
     pub fn fitted_to(&self, budget: u64, workers: &str) -> Result<ValidSpec> {
-        let params = self.kind.fit_to_budget(&self.typed, budget)?;
         let fitted = ValidSpec::new(JobSpec {
-            params,
+            params: self.fit_to_budget(budget)?,
             ..self.spec.clone()
         })?;
         if !self.options().force
@@ -243,55 +223,6 @@ impl ValidSpec {
             ));
         }
         Ok(fitted)
-    }
-
-    /// Computes the facts the plan needs (the expensive part of planning: building
-    /// a graph, a search). Runs once per job, at submission.
-    pub fn prepare(&self, cache: &KernelCache, control: &Control) -> Result<JobPlan> {
-        self.kind.prepare(&self.typed, cache, control)
-    }
-
-    /// The shards of stage `stage` (1-based). Deterministic.
-    pub fn plan_stage(&self, plan: &JobPlan, stage: u32) -> Result<Vec<PlannedShard>> {
-        self.kind.plan_stage(&self.typed, plan, stage)
-    }
-
-    /// The plan as the job record keeps it once the first stage is planned.
-    pub fn trim_plan(&self, plan: &mut JobPlan) -> Result<()> {
-        self.kind.trim_plan(plan)
-    }
-
-    /// What follows stage `finished` given its partials (in shard order): the
-    /// next stage's shards and a line for the events, or `None` when the job
-    /// is done. May update `plan`, which is stored with the transition.
-    pub fn next_stage(
-        &self,
-        plan: &mut JobPlan,
-        finished: u32,
-        partials: &[EncodedPartial],
-    ) -> Result<Option<(Vec<PlannedShard>, String)>> {
-        self.kind.next_stage(&self.typed, plan, finished, partials)
-    }
-
-    /// The stage outputs a shard of `stage` with `task` reads, in order.
-    pub fn stage_reads(&self, stage: u32, task: &EncodedTask) -> Result<Vec<StageRead>> {
-        self.kind.stage_reads(&self.typed, stage, task)
-    }
-
-    /// Decodes the outputs [`ValidSpec::stage_reads`] named, in its order.
-    pub fn decode_stage_inputs(&self, parts: &[&[u8]]) -> Result<StageInput> {
-        self.kind.decode_stage_inputs(&self.typed, parts)
-    }
-
-    /// The outputs of stages before `stage - 1` that must be kept while the
-    /// job is at `stage` (see [`crate::kind::JobKind::kept_stages`]).
-    pub fn kept_stages(&self, plan: &JobPlan, stage: u32) -> Result<Vec<u32>> {
-        self.kind.kept_stages(&self.typed, plan, stage)
-    }
-
-    /// Runs one shard (see [`ShardContext`]).
-    pub fn execute(&self, task: &EncodedTask, context: ShardContext<'_>) -> Result<ShardOutcome> {
-        self.kind.execute(&self.typed, task, context)
     }
 
     /// Runs a shard from its start, with no stage input and no checkpoints.
@@ -312,39 +243,6 @@ impl ValidSpec {
                 on_event: &mut |_| {},
             },
         )
-    }
-
-    pub fn check_checkpoint(&self, partial: &EncodedPartial) -> Result<()> {
-        self.kind.check_checkpoint(partial)
-    }
-
-    /// Checks the shape of a reported result against its shard before it is
-    /// accepted; with the output in a stage store (`None`), only its partial.
-    pub fn check_result(
-        &self,
-        plan: &JobPlan,
-        task: &EncodedTask,
-        partial: &EncodedPartial,
-        output: Option<&[u8]>,
-    ) -> Result<()> {
-        self.kind
-            .check_result(&self.typed, plan, task, partial, output)
-    }
-
-    /// The answer from the partial results of the last stage, in shard order.
-    pub fn finish(&self, plan: &JobPlan, partials: &[EncodedPartial]) -> Result<Answer> {
-        self.kind.finish(&self.typed, plan, partials)
-    }
-
-    /// The answer computed in this process by the kernel alone, without shards:
-    /// the reference every run through the runner must equal.
-    pub fn compute_direct(&self, threads: usize, control: &Control) -> Result<Answer> {
-        self.kind.direct(&self.typed, threads, control)
-    }
-
-    /// Fault injection for tests: alters a result the way a faulty machine might.
-    pub fn corrupt_for_testing(&self, partial: &mut EncodedPartial) -> Result<()> {
-        self.kind.corrupt_for_testing(partial)
     }
 }
 
@@ -374,7 +272,7 @@ impl From<&ValidSpec> for proto::JobSpec {
     fn from(spec: &ValidSpec) -> proto::JobSpec {
         let o = spec.options();
         proto::JobSpec {
-            kind: Some(spec.kind.to_proto(&spec.typed)),
+            kind: Some(spec.to_proto()),
             options: Some(proto::RunnerOptions {
                 priority: o.priority,
                 max_attempts: o.max_attempts,

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
-use crate::kind::{Answer, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output};
+use crate::kind::{Answer, FaultInjection, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output};
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::modular::mul_mod;
 use tally_wire::proto;
@@ -22,10 +22,15 @@ pub const MAX_SHARDS: u64 = 10_000_000;
 /// At most this many terms per shard (about a second of work).
 pub const MAX_TERMS_PER_SHARD: u64 = 1 << 30;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A spec file's parameters and the command line's flags alike.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct SyntheticSpec {
+    /// Shards of the job, 1 to 10 000 000.
+    #[arg(long)]
     pub shards: u64,
+    /// Terms each shard sums (its work), 1 to 2^30.
+    #[arg(long, default_value_t = 1)]
     #[serde(default = "one")]
     pub terms_per_shard: u64,
 }
@@ -36,16 +41,6 @@ fn one() -> u64 {
 
 impl SpecOf for SyntheticSpec {
     type Kind = Synthetic;
-}
-
-#[derive(clap::Args, Debug)]
-pub struct SyntheticArgs {
-    /// Shards of the job, 1 to 10 000 000.
-    #[arg(long)]
-    pub shards: u64,
-    /// Terms each shard sums (its work), 1 to 2^30.
-    #[arg(long, default_value_t = 1)]
-    pub terms_per_shard: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,7 +62,7 @@ pub enum SyntheticPartial {
 
 impl JobKind for Synthetic {
     type Spec = SyntheticSpec;
-    type Args = SyntheticArgs;
+    type Args = SyntheticSpec;
     type Plan = SyntheticPlan;
     type Task = SyntheticTask;
     type Partial = SyntheticPartial;
@@ -78,13 +73,6 @@ impl JobKind for Synthetic {
                                  modulo 2^61 - 1, checked against its closed form.";
     const EXAMPLES: &'static str =
         "  tally run synthetic --shards 100000\n  tally submit synthetic --shards 1000000";
-
-    fn spec_from_args(args: SyntheticArgs, _files: &dyn FileReader) -> Result<SyntheticSpec> {
-        Ok(SyntheticSpec {
-            shards: args.shards,
-            terms_per_shard: args.terms_per_shard,
-        })
-    }
 
     fn spec_to_proto(spec: &SyntheticSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Synthetic(proto::SyntheticSpec {
@@ -125,6 +113,13 @@ impl JobKind for Synthetic {
             "synthetic load: {} shards of {} terms",
             spec.shards, spec.terms_per_shard
         )
+    }
+
+    fn small_example() -> Option<SyntheticSpec> {
+        Some(SyntheticSpec {
+            shards: 300,
+            terms_per_shard: 7,
+        })
     }
 
     fn prepare(
@@ -218,11 +213,6 @@ impl JobKind for Synthetic {
             sum_of_squares_below(spec.shards * spec.terms_per_shard),
         ))
     }
-
-    fn corrupt_for_testing(partial: &mut SyntheticPartial) {
-        let SyntheticPartial::SyntheticSum { sum, .. } = partial;
-        *sum = add_mod(*sum, 1);
-    }
 }
 
 fn add_mod(a: u64, b: u64) -> u64 {
@@ -256,6 +246,14 @@ fn answer(spec: &SyntheticSpec, sum: u64) -> Answer {
             "terms_per_shard": spec.terms_per_shard,
             "sum": sum.to_string(),
         }),
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Synthetic {
+    fn corrupt_for_testing(partial: &mut SyntheticPartial) {
+        let SyntheticPartial::SyntheticSum { sum, .. } = partial;
+        *sum = add_mod(*sum, 1);
     }
 }
 

@@ -22,7 +22,8 @@ use crate::guest::{
     GuestCall, GuestHooks, GuestModule, MODULES_KEPT, SEND_MODULE, WASM_CAPABILITY, is_sha256_hex,
 };
 use crate::kind::{
-    Answer, Checkpoint, FileReader, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output,
+    Answer, Checkpoint, FaultInjection, FileReader, JobKind, Outcome, Planned, ShardRun, SpecArgs,
+    SpecOf, no_output,
 };
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::modular::{inv_mod, is_prime};
@@ -105,6 +106,24 @@ pub struct WasmArgs {
     pub outputs: u32,
 }
 
+impl SpecArgs<WasmSpec> for WasmArgs {
+    fn into_spec(self, files: &dyn FileReader) -> Result<WasmSpec> {
+        let (modulus, bound_bits) = match (self.exact, self.modulus, self.bound_bits) {
+            (true, _, bound) => (0, bound.unwrap_or(0)),
+            (false, modulus, _) => (modulus.unwrap_or(DEFAULT_MODULUS), 0),
+        };
+        Ok(WasmSpec {
+            module_sha256: files.attach(&self.module)?,
+            shards: self.shards,
+            params: self.params,
+            modulus,
+            exact: self.exact,
+            bound_bits,
+            outputs: self.outputs,
+        })
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WasmPlan {
     /// The primes the shards run modulo: the job's, or those of `exact`
@@ -147,22 +166,6 @@ impl JobKind for Wasm {
     const ABOUT: &'static str =
         "A user kernel compiled to WebAssembly: the sum of its shards modulo a prime, or exact.";
     const EXAMPLES: &'static str = "  tally run wasm --module examples/wasm/queens.wasm --shards 8 --param n=12\n  tally run wasm --module examples/wasm/independent-sets.wasm --shards 16 --param n=11 --exact --bound-bits 80";
-
-    fn spec_from_args(args: WasmArgs, files: &dyn FileReader) -> Result<WasmSpec> {
-        let (modulus, bound_bits) = match (args.exact, args.modulus, args.bound_bits) {
-            (true, _, bound) => (0, bound.unwrap_or(0)),
-            (false, modulus, _) => (modulus.unwrap_or(DEFAULT_MODULUS), 0),
-        };
-        Ok(WasmSpec {
-            module_sha256: files.attach(&args.module)?,
-            shards: args.shards,
-            params: args.params,
-            modulus,
-            exact: args.exact,
-            bound_bits,
-            outputs: args.outputs,
-        })
-    }
 
     fn spec_to_proto(spec: &WasmSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Wasm(proto::WasmSpec {
@@ -283,6 +286,11 @@ impl JobKind for Wasm {
             &spec.module_sha256[..12],
             spec.shards,
         )
+    }
+
+    /// None: a wasm job needs a module, and has no direct computation.
+    fn small_example() -> Option<WasmSpec> {
+        None
     }
 
     fn attachments(spec: &WasmSpec) -> Vec<String> {
@@ -426,13 +434,6 @@ impl JobKind for Wasm {
         Err(invalid!(
             "a wasm job runs through the runner, in a worker's sandbox: leave out --direct"
         ))
-    }
-
-    fn corrupt_for_testing(partial: &mut WasmPartial) {
-        if let Some(r) = partial.residues.first_mut() {
-            // Another residue, still below any prime.
-            *r = if *r == 0 { 1 } else { *r - 1 };
-        }
     }
 }
 
@@ -642,6 +643,16 @@ impl GuestHooks for Hooks<'_, '_> {
 
     fn cancelled(&self) -> bool {
         self.run.control.is_cancelled()
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Wasm {
+    fn corrupt_for_testing(partial: &mut WasmPartial) {
+        if let Some(r) = partial.residues.first_mut() {
+            // Another residue, still below any prime.
+            *r = if *r == 0 { 1 } else { *r - 1 };
+        }
     }
 }
 

@@ -835,14 +835,17 @@ async fn blocks_through_the_runner_equal_the_single_process_count() {
         assert_eq!(done.answer, direct_answer(&spec), "{puzzle}");
     }
     // A bad puzzle is refused at submission with its line and reason.
-    let bad = JobSpec::new(BlocksSpec {
-        puzzle: "aa1.\na2a.\n".into(),
-        plan: BlocksPlanName::Frontier,
-        buckets: 0,
-    });
+    let bad = proto::JobSpec {
+        kind: Some(proto::job_spec::Kind::Blocks(proto::BlocksSpec {
+            puzzle: "aa1.\na2a.\n".into(),
+            plan: "frontier".into(),
+            buckets: 0,
+        })),
+        options: None,
+    };
     let status = client
         .submit(proto::SubmitRequest {
-            spec: Some(proto_spec(&bad)),
+            spec: Some(bad),
             idempotency_key: String::new(),
             ..Default::default()
         })

@@ -80,7 +80,8 @@ pub(crate) async fn compute_shard(
     let mut outcome = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
     let _ = forwarder.await;
     if ctx.config.corrupt_results {
-        spec.corrupt_for_testing(&mut outcome.partial)?;
+        spec.fault_injection()
+            .corrupt_for_testing(&mut outcome.partial)?;
     }
     // With a stage store, the output goes there under this attempt's own key.
     let (output, output_blob) = match stage_store {

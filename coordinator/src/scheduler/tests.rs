@@ -73,6 +73,7 @@ pub(super) fn report_from(worker: &str, grant: &Grant, corrupt: bool) -> Report 
     if corrupt {
         grant
             .spec
+            .fault_injection()
             .corrupt_for_testing(&mut outcome.partial)
             .unwrap();
     }

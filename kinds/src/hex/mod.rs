@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun, SpecOf, no_output,
+    Answer, FaultInjection, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun,
+    SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
 use crate::local::run_locally;
 use crate::{Control, Result, invalid};
@@ -139,6 +140,19 @@ pub struct HexArgs {
     pub points_per_shard: Option<u32>,
 }
 
+impl SpecArgs<HexSpec> for HexArgs {
+    fn into_spec(self, _files: &dyn FileReader) -> Result<HexSpec> {
+        Ok(HexSpec {
+            side: self.side,
+            modulus: self.modulus,
+            plan: HexPlan::parse(&self.plan)?,
+            shards_per_step: self.shards_per_step,
+            exact: self.exact,
+            points_per_shard: self.points_per_shard.unwrap_or(0),
+        })
+    }
+}
+
 /// A `--modulus` below 2^31 (the kernel's limit), with that limit in the
 /// refusal of any larger number, however large.
 fn parse_modulus(text: &str) -> std::result::Result<u32, String> {
@@ -235,17 +249,6 @@ impl JobKind for Hex {
     const ABOUT: &'static str = "Number of Hex games on a side x side board, modulo a prime.";
     const EXAMPLES: &'static str = "  tally run hex --side 11\n  tally run hex --side 9 --exact\n  tally run hex --side 8 --plan cell-step --workers 2";
 
-    fn spec_from_args(h: HexArgs, _files: &dyn FileReader) -> Result<HexSpec> {
-        Ok(HexSpec {
-            side: h.side,
-            modulus: h.modulus,
-            plan: HexPlan::parse(&h.plan)?,
-            shards_per_step: h.shards_per_step,
-            exact: h.exact,
-            points_per_shard: h.points_per_shard.unwrap_or(0),
-        })
-    }
-
     fn spec_to_proto(h: &HexSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Hex(proto::HexSpec {
             side: h.side,
@@ -340,6 +343,17 @@ impl JobKind for Hex {
         }
     }
 
+    fn small_example() -> Option<HexSpec> {
+        Some(HexSpec {
+            side: 5,
+            modulus: hex::DEFAULT_MODULUS,
+            plan: HexPlan::Points,
+            shards_per_step: 0,
+            exact: false,
+            points_per_shard: 0,
+        })
+    }
+
     fn estimate(h: &HexSpec) -> Option<ResourceEstimate> {
         Some(estimate(h))
     }
@@ -406,11 +420,19 @@ impl JobKind for Hex {
         }
     }
 
-    fn needs_stage_input(_h: &HexSpec, stage: u32) -> bool {
-        stage >= 2
+    /// A cell step reads the previous step's merged vector.
+    fn stage_reads(_h: &HexSpec, stage: u32, _task: &HexTask) -> Vec<StageRead> {
+        if stage < 2 {
+            return Vec::new();
+        }
+        vec![StageRead {
+            stage: stage - 1,
+            bucket: None,
+        }]
     }
 
-    fn decode_stage_input(h: &HexSpec, bytes: &[u8]) -> Result<Vec<u32>> {
+    fn decode_stage_inputs(h: &HexSpec, parts: &[&[u8]]) -> Result<Vec<u32>> {
+        let bytes = single_input(Self::NAME, parts)?;
         hex::decode_polynomials(bytes, stride(h.side) as usize, h.modulus)
     }
 
@@ -516,25 +538,6 @@ impl JobKind for Hex {
         };
         finish_cell_step(&sweep, &facts, vec![partial])
     }
-
-    fn corrupt_for_testing(partial: &mut HexPartial) {
-        match partial {
-            HexPartial::None => {}
-            HexPartial::HexCrossings { residues } => {
-                if let Some(r) = residues.first_mut() {
-                    *r = r.wrapping_add(1) % hex::DEFAULT_MODULUS;
-                }
-            }
-            HexPartial::HexEvaluations {
-                modulus,
-                evaluations,
-            } => {
-                if let Some((_, v)) = evaluations.first_mut() {
-                    *v = (*v + 1) % *modulus;
-                }
-            }
-        }
-    }
 }
 
 /// The points a shard of the points plan evaluates: the spec's, or the most.
@@ -632,6 +635,28 @@ pub fn estimate(h: &HexSpec) -> ResourceEstimate {
     }
 }
 
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Hex {
+    fn corrupt_for_testing(partial: &mut HexPartial) {
+        match partial {
+            HexPartial::None => {}
+            HexPartial::HexCrossings { residues } => {
+                if let Some(r) = residues.first_mut() {
+                    *r = r.wrapping_add(1) % hex::DEFAULT_MODULUS;
+                }
+            }
+            HexPartial::HexEvaluations {
+                modulus,
+                evaluations,
+            } => {
+                if let Some((_, v)) = evaluations.first_mut() {
+                    *v = (*v + 1) % *modulus;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::execute::pass_checkpoint_interval;
@@ -696,7 +721,7 @@ mod tests {
         );
         assert!(refused.contains("or --force"), "{refused}");
         let fitted = spec.fitted_to(smallest, "w").unwrap();
-        assert_eq!(fitted.params::<HexSpec>().unwrap().points_per_shard, 1);
+        assert_eq!(fitted.spec().params["points_per_shard"], 1);
         let mut forced = JobSpec::new(points(17, 0));
         forced.options.force = true;
         let forced = ValidSpec::new(forced).unwrap();

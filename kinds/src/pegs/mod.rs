@@ -14,8 +14,8 @@ pub use frontier::PegSide;
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun, SpecOf,
-    no_output,
+    Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
+    ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::buckets::{bucket_count, split_gathered};
@@ -148,6 +148,19 @@ pub struct PegsArgs {
     pub prefixes: u32,
 }
 
+impl SpecArgs<PegsSpec> for PegsArgs {
+    fn into_spec(self, _files: &dyn FileReader) -> Result<PegsSpec> {
+        Ok(PegsSpec {
+            board: self.board.trim().to_ascii_lowercase(),
+            start: self.start,
+            end: self.end,
+            prefixes: self.prefixes,
+            plan: self.plan.as_deref().map(PegsPlanName::parse).transpose()?,
+            buckets: self.buckets.unwrap_or(0),
+        })
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PegsPlan {
     /// Prefixes plan: the prefix tasks; copied into the shards, then dropped
@@ -269,17 +282,6 @@ impl JobKind for Pegs {
     const ABOUT: &'static str = "Number of peg solitaire solutions (exact).";
     const EXAMPLES: &'static str = "  tally run pegs --board triangle:5 --start 1\n  tally run pegs --board english --end 17\n  tally run pegs --board english --end 17 --plan prefixes\n  tally submit pegs --board triangle:6 --start 4";
 
-    fn spec_from_args(args: PegsArgs, _files: &dyn FileReader) -> Result<PegsSpec> {
-        Ok(PegsSpec {
-            board: args.board.trim().to_ascii_lowercase(),
-            start: args.start,
-            end: args.end,
-            prefixes: args.prefixes,
-            plan: args.plan.as_deref().map(PegsPlanName::parse).transpose()?,
-            buckets: args.buckets.unwrap_or(0),
-        })
-    }
-
     fn spec_to_proto(spec: &PegsSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Pegs(proto::PegsSpec {
             board: spec.board.clone(),
@@ -353,6 +355,17 @@ impl JobKind for Pegs {
         }
     }
 
+    fn small_example() -> Option<PegsSpec> {
+        Some(PegsSpec {
+            board: "triangle:5".into(),
+            start: Some(1),
+            end: None,
+            prefixes: 0,
+            plan: None,
+            buckets: 0,
+        })
+    }
+
     fn stages_known(spec: &PegsSpec) -> bool {
         spec.plan_name() != PegsPlanName::Frontier
     }
@@ -410,12 +423,13 @@ impl JobKind for Pegs {
         frontier::next_stage(spec, plan, finished)
     }
 
-    fn needs_stage_input(spec: &PegsSpec, stage: u32) -> bool {
-        spec.plan_name() == PegsPlanName::Frontier && stage > 1
-    }
-
-    fn input_bucket(_spec: &PegsSpec, task: &PegsTask) -> Option<u32> {
-        match *task {
+    /// A frontier level reads its bucket of what every shard of the previous
+    /// level sent (the search from the end: the buckets after the start's).
+    fn stage_reads(spec: &PegsSpec, stage: u32, task: &PegsTask) -> Vec<StageRead> {
+        if spec.plan_name() != PegsPlanName::Frontier || stage < 2 {
+            return Vec::new();
+        }
+        let bucket = match *task {
             PegsTask::PegLevel {
                 side: PegSide::End,
                 bucket,
@@ -424,11 +438,15 @@ impl JobKind for Pegs {
             } => Some(buckets_in + bucket),
             PegsTask::PegLevel { bucket, .. } => Some(bucket),
             PegsTask::PegTasks { .. } => None,
-        }
+        };
+        vec![StageRead {
+            stage: stage - 1,
+            bucket,
+        }]
     }
 
-    fn decode_stage_input(_spec: &PegsSpec, bytes: &[u8]) -> Result<Vec<StageBucket>> {
-        split_gathered(bytes)?
+    fn decode_stage_inputs(_spec: &PegsSpec, parts: &[&[u8]]) -> Result<Vec<StageBucket>> {
+        split_gathered(single_input(Self::NAME, parts)?)?
             .into_iter()
             .map(StageBucket::decode)
             .collect()
@@ -523,17 +541,6 @@ impl JobKind for Pegs {
         )?;
         Ok(answer(spec, count.solutions, count.memo_boards))
     }
-
-    fn corrupt_for_testing(partial: &mut PegsPartial) {
-        match partial {
-            PegsPartial::PegCount { solutions, .. } => *solutions = solutions.wrapping_add(1),
-            PegsPartial::PegLevels { sizes, .. } => {
-                if let Some(last) = sizes.last_mut() {
-                    *last = last.wrapping_add(1)
-                }
-            }
-        }
-    }
 }
 
 fn start_hole(spec: &PegsSpec) -> u32 {
@@ -558,5 +565,19 @@ fn answer(spec: &PegsSpec, solutions: u128, positions: u64) -> Answer {
             // Summed over shards: each shard keeps its own positions.
             "positions": positions,
         }),
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Pegs {
+    fn corrupt_for_testing(partial: &mut PegsPartial) {
+        match partial {
+            PegsPartial::PegCount { solutions, .. } => *solutions = solutions.wrapping_add(1),
+            PegsPartial::PegLevels { sizes, .. } => {
+                if let Some(last) = sizes.last_mut() {
+                    *last = last.wrapping_add(1)
+                }
+            }
+        }
     }
 }

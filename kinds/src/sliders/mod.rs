@@ -8,6 +8,20 @@
 //! enumeration reads the shortest-path graph as stage data (see `frontier`).
 
 mod frontier;
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for Sliders {
+    fn corrupt_for_testing(partial: &mut SlidersPartial) {
+        match partial {
+            SlidersPartial::SliderSums { sums, .. } => {
+                sums.checksum_sum = sums.checksum_sum.wrapping_add(1)
+            }
+            SlidersPartial::SliderLevel { boards, .. } => *boards += 1,
+            SlidersPartial::SliderGraphLevel { boards, .. } => boards.clear(),
+            SlidersPartial::SliderGraph { sequences, .. } => sequences.push('0'),
+        }
+    }
+}
+
 #[cfg(test)]
 mod kind_tests;
 
@@ -15,8 +29,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, Checkpoint, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned, ShardRun,
-    SpecOf, StageRead, no_output,
+    Answer, Checkpoint, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome,
+    Planned, ShardRun, SpecArgs, SpecOf, StageRead, no_output,
 };
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::balance::group_by_weight;
@@ -131,6 +145,39 @@ pub struct SlidersArgs {
     /// Frontier plan: shards per level (default: from each level's size).
     #[arg(long, value_name = "N")]
     pub buckets: Option<u32>,
+}
+
+impl SpecArgs<SlidersSpec> for SlidersArgs {
+    fn into_spec(self, _files: &dyn FileReader) -> Result<SlidersSpec> {
+        let defaults = sliders::SliderParams::default();
+        let (start, target) = match (self.start, self.target) {
+            (Some(a), Some(b)) => (a, b),
+            (None, None) if self.rows == defaults.rows && self.cols == defaults.cols => {
+                (defaults.start, defaults.target)
+            }
+            (None, None) => {
+                return Err(invalid!(
+                    "the default boards are 4 x 4; give --start and --target for a {} x {} board",
+                    self.rows,
+                    self.cols
+                ));
+            }
+            _ => return Err(invalid!("give both --start and --target, or neither")),
+        };
+        Ok(SlidersSpec {
+            board: sliders::SliderParams {
+                rows: self.rows,
+                cols: self.cols,
+                start,
+                target,
+                base: self.base,
+                modulus: self.checksum_modulus,
+            },
+            prefixes: self.prefixes,
+            plan: SlidersPlanName::parse(&self.plan)?,
+            buckets: self.buckets.unwrap_or(0),
+        })
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -291,37 +338,6 @@ impl JobKind for Sliders {
     const ABOUT: &'static str = "Sum of the checksums of all shortest slider sequences.";
     const EXAMPLES: &'static str = "  tally run sliders\n  tally run sliders --rows 3 --cols 3 --start WRBRBRBRB --target WBRBRBRBR";
 
-    fn spec_from_args(s: SlidersArgs, _files: &dyn FileReader) -> Result<SlidersSpec> {
-        let defaults = sliders::SliderParams::default();
-        let (start, target) = match (s.start, s.target) {
-            (Some(a), Some(b)) => (a, b),
-            (None, None) if s.rows == defaults.rows && s.cols == defaults.cols => {
-                (defaults.start, defaults.target)
-            }
-            (None, None) => {
-                return Err(invalid!(
-                    "the default boards are 4 x 4; give --start and --target for a {} x {} board",
-                    s.rows,
-                    s.cols
-                ));
-            }
-            _ => return Err(invalid!("give both --start and --target, or neither")),
-        };
-        Ok(SlidersSpec {
-            board: sliders::SliderParams {
-                rows: s.rows,
-                cols: s.cols,
-                start,
-                target,
-                base: s.base,
-                modulus: s.checksum_modulus,
-            },
-            prefixes: s.prefixes,
-            plan: SlidersPlanName::parse(&s.plan)?,
-            buckets: s.buckets.unwrap_or(0),
-        })
-    }
-
     fn spec_to_proto(s: &SlidersSpec) -> proto::job_spec::Kind {
         proto::job_spec::Kind::Sliders(proto::SlidersSpec {
             rows: s.board.rows,
@@ -380,6 +396,20 @@ impl JobKind for Sliders {
             s.board.target,
             s.plan.name()
         )
+    }
+
+    fn small_example() -> Option<SlidersSpec> {
+        Some(SlidersSpec {
+            board: sliders::SliderParams {
+                rows: 3,
+                cols: 3,
+                start: "WRBRBRBRB".into(),
+                target: "WBRBRBRBR".into(),
+                base: 243,
+                modulus: 100_000_007,
+            },
+            ..SlidersSpec::default()
+        })
     }
 
     fn stages_known(spec: &SlidersSpec) -> bool {
@@ -573,17 +603,6 @@ impl JobKind for Sliders {
             sums,
         };
         Self::finish(spec, &plan, vec![partial])
-    }
-
-    fn corrupt_for_testing(partial: &mut SlidersPartial) {
-        match partial {
-            SlidersPartial::SliderSums { sums, .. } => {
-                sums.checksum_sum = sums.checksum_sum.wrapping_add(1)
-            }
-            SlidersPartial::SliderLevel { boards, .. } => *boards += 1,
-            SlidersPartial::SliderGraphLevel { boards, .. } => boards.clear(),
-            SlidersPartial::SliderGraph { sequences, .. } => sequences.push('0'),
-        }
     }
 }
 

@@ -12,13 +12,8 @@ use std::time::{Duration, Instant};
 
 use tally_coordinator::{CoordinatorConfig, RunningCoordinator};
 use tally_kinds::cache::KernelCache;
-use tally_kinds::kind::JobKind;
 use tally_kinds::spec::{JobSpec, ValidSpec};
 use tally_kinds::values::EncodedTask;
-use tally_kinds::{
-    blocks::Blocks, hex::Hex, kayles::Kayles, pegs::Pegs, queens::Queens, sliders::Sliders,
-    synthetic::Synthetic, wasm::Wasm,
-};
 use tally_wire::proto::job_service_client::JobServiceClient;
 use tally_wire::proto::worker_service_client::WorkerServiceClient;
 use tally_wire::proto::{self, Job, JobState};
@@ -123,39 +118,11 @@ pub fn valid(spec: &JobSpec) -> ValidSpec {
     ValidSpec::new(spec.clone()).unwrap_or_else(|e| panic!("{spec:?} is refused: {e}"))
 }
 
-/// The spec's proto form, unchecked (the coordinator checks what it receives),
-/// through the kind's own conversion.
+/// The spec's proto form, through the kind's own conversion (the spec is
+/// checked first: a test's own specs are valid; a test of what the
+/// coordinator refuses writes the proto message itself).
 pub fn proto_spec(spec: &JobSpec) -> proto::JobSpec {
-    fn kind<K: JobKind>(
-        params: &serde_json::Map<String, serde_json::Value>,
-    ) -> proto::job_spec::Kind {
-        let typed: K::Spec = serde_json::from_value(serde_json::Value::Object(params.clone()))
-            .unwrap_or_else(|e| panic!("not the parameters of a {} job: {e}", K::NAME));
-        K::spec_to_proto(&typed)
-    }
-    let params = &spec.params;
-    let kind = match spec.kind.as_str() {
-        Hex::NAME => kind::<Hex>(params),
-        Kayles::NAME => kind::<Kayles>(params),
-        Sliders::NAME => kind::<Sliders>(params),
-        Pegs::NAME => kind::<Pegs>(params),
-        Blocks::NAME => kind::<Blocks>(params),
-        Queens::NAME => kind::<Queens>(params),
-        Synthetic::NAME => kind::<Synthetic>(params),
-        Wasm::NAME => kind::<Wasm>(params),
-        other => panic!("no proto form for a job of kind {other:?}"),
-    };
-    let o = &spec.options;
-    proto::JobSpec {
-        kind: Some(kind),
-        options: Some(proto::RunnerOptions {
-            priority: o.priority,
-            max_attempts: o.max_attempts,
-            lease_ttl_ms: o.lease_ttl_ms,
-            force: o.force,
-            replicas: o.replicas,
-        }),
-    }
+    proto::JobSpec::from(&valid(spec))
 }
 
 pub async fn submit(client: &mut JobServiceClient<Channel>, spec: &JobSpec, key: &str) -> Job {

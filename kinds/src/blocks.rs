@@ -92,7 +92,7 @@ impl SpecOf for BlocksSpec {
 
 #[derive(clap::Args, Debug)]
 pub struct BlocksArgs {
-    /// Puzzle file (format in the README). Default: the Project Euler 766 puzzle.
+    /// Puzzle file (format in docs/kinds/blocks.md). Default: the Project Euler 766 puzzle.
     #[arg(long, value_name = "FILE")]
     pub puzzle: Option<std::path::PathBuf>,
     /// Shard plan: frontier (the default: layers split over shards when they

@@ -26,7 +26,6 @@ use crate::kind::{
     Answer, Checkpoint, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome,
     Planned, ResourceEstimate, ShardRun, SpecArgs, StageRead,
 };
-use crate::spec::JobSpec;
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
 use crate::{Control, Error, Result, invalid};
 use tally_wire::proto;
@@ -57,9 +56,9 @@ pub trait Kind: Send + Sync {
     /// The parameters of the proto `oneof`, or `None` when it is another kind's.
     fn params_from_proto(&self, kind: &proto::job_spec::Kind)
     -> Option<Result<Map<String, Value>>>;
-    /// The kind's small example job (see [`JobKind::small_example`]), with
-    /// default runner options.
-    fn small_example(&self) -> Option<JobSpec>;
+    /// The parameters of the kind's small example job (see
+    /// [`JobKind::small_example`]).
+    fn small_example(&self) -> Option<Result<Map<String, Value>>>;
     /// Parses and validates the spec's parameters; returns the checked spec
     /// and the parameters with every default filled in.
     fn check(&self, params: &Map<String, Value>) -> Result<(Arc<dyn SpecOps>, Map<String, Value>)>;
@@ -210,8 +209,8 @@ impl<K: JobKind + FaultInjection> Kind for K {
         K::spec_from_proto(kind).map(|spec| to_map(&spec?))
     }
 
-    fn small_example(&self) -> Option<JobSpec> {
-        K::small_example().map(|spec| JobSpec::of_kind::<K>(&spec))
+    fn small_example(&self) -> Option<Result<Map<String, Value>>> {
+        K::small_example().map(|spec| to_map(&spec))
     }
 
     fn check(&self, params: &Map<String, Value>) -> Result<(Arc<dyn SpecOps>, Map<String, Value>)> {

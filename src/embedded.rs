@@ -19,6 +19,8 @@ pub struct Workers {
     pub threads: usize,
     /// Shards a worker holds at once.
     pub slots: usize,
+    /// The memory each worker's shards may use; `None`: the machine's.
+    pub memory_budget: Option<u64>,
 }
 
 /// A coordinator on loopback and in-process workers, for `run`.
@@ -30,13 +32,21 @@ pub struct LocalCluster {
 }
 
 impl LocalCluster {
-    /// Starts the coordinator on `data_dir` and the workers, and waits a
-    /// bounded while for the workers to register.
-    pub async fn start(data_dir: PathBuf, workers: Workers) -> anyhow::Result<LocalCluster> {
+    /// Starts the coordinator on `data_dir` (with its stage data in
+    /// `stage_store`, or in itself) and the workers, and waits a bounded
+    /// while for the workers to register.
+    pub async fn start(
+        data_dir: PathBuf,
+        stage_store: Option<tally_stage::StageStoreUrl>,
+        workers: Workers,
+    ) -> anyhow::Result<LocalCluster> {
         let mut config = tally_coordinator::CoordinatorConfig::new(
             "127.0.0.1:0".parse().expect("loopback address"),
             Some(data_dir),
         );
+        if let Some(url) = stage_store {
+            config.stage_store = url;
+        }
         // The store is this process's alone: whoever held a lease in it was
         // an in-process worker of a run that has stopped.
         config.release_leases_on_start = true;
@@ -90,6 +100,9 @@ fn worker_config(
     let mut config = WorkerConfig::new(url.to_string());
     config.threads = workers.threads;
     config.slots = workers.slots;
+    if let Some(budget) = workers.memory_budget {
+        config.memory_budget = budget;
+    }
     config.worker_id = format!("{}-run{index}", tally_worker::default_worker_id());
     config.lease_wait = Duration::from_secs(1);
     // Stopping `run` hands shards back at once: the job resumes

@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../proto");
+    // Read when the script runs, not when it is compiled: a target directory
+    // shared by two checkouts reuses one compiled script for both.
+    let proto_root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../proto");
     let proto_file = proto_root.join("tally/v1/tally.proto");
     // Relative to this package, not absolute: a target directory shared by two
     // checkouts of the workspace (their build outputs share one hash) must see

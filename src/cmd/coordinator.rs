@@ -69,7 +69,7 @@ pub struct CoordinatorArgs {
 /// Parses `--stage-store`. A value refused is not echoed whole, as the
 /// parser's own message would: it may hold credentials.
 #[derive(Clone)]
-struct StageStoreParser;
+pub(crate) struct StageStoreParser;
 
 impl clap::builder::TypedValueParser for StageStoreParser {
     type Value = tally_stage::StageStoreUrl;

@@ -47,6 +47,16 @@ pub struct RunArgs {
     /// Compute in this process with the kernel alone, without the runner.
     #[arg(help_heading = "Runner options", long, global = true)]
     pub direct: bool,
+    /// Memory the workers' shards may use, e.g. `4GB` (as `tally worker
+    /// --memory-budget`): a job is fitted to it, or refused with the numbers
+    /// when not even its smallest shard fits. Default: the machine's memory.
+    #[arg(help_heading = "Runner options", long, global = true, value_name = "SIZE", value_parser = super::worker::parse_memory)]
+    pub memory_budget: Option<u64>,
+    /// Keep stage data (the levels of frontier plans) in `file:///dir` or
+    /// `s3://bucket/prefix` instead of the run's coordinator (as `tally
+    /// coordinator --stage-store`).
+    #[arg(help_heading = "Runner options", long, global = true, value_name = "URL", value_parser = super::coordinator::StageStoreParser)]
+    pub stage_store: Option<tally_stage::StageStoreUrl>,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -91,8 +101,9 @@ pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         count: args.workers,
         threads,
         slots,
+        memory_budget: args.memory_budget,
     };
-    let cluster = LocalCluster::start(data_dir, workers).await?;
+    let cluster = LocalCluster::start(data_dir, args.stage_store.clone(), workers).await?;
     let data = args.data.as_deref();
     let submission = Submission {
         spec: &spec,

@@ -68,7 +68,7 @@ pub struct WorkerArgs {
 }
 
 /// A memory size such as `16GB`, `12GiB` or `800MB`, in bytes; at least 64 MB.
-fn parse_memory(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_memory(text: &str) -> Result<u64, String> {
     let size: bytesize::ByteSize = text
         .parse()
         .map_err(|e| format!("{e} (a size such as 16GB, 12GiB or 800MB)"))?;

@@ -950,3 +950,63 @@ fn the_coordinator_banner_says_which_api_is_open() {
     );
     assert!(!banner.contains("tokens"), "{banner}");
 }
+
+#[test]
+fn run_keeps_stage_data_in_the_stage_store_it_is_given_and_counts_the_same() {
+    let spec = ["run", "pegs", "--board", "triangle:5", "--start", "4"];
+    let plain = tally(&spec);
+    assert!(
+        plain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let stage = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", stage.path().display());
+    let staged = tally(&[&spec[..], &["--stage-store", &url]].concat());
+    assert!(
+        staged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&staged.stderr)
+    );
+    assert_eq!(last_line(&staged), last_line(&plain));
+    // The frontier levels went to the stage store, under the run's prefix.
+    let written = walk(stage.path());
+    assert!(
+        written.iter().any(|p| p.contains("/jobs/job-000001/")),
+        "{written:?}"
+    );
+}
+
+#[test]
+fn run_fits_a_job_to_its_memory_budget_or_refuses_it_with_the_numbers() {
+    let out = tally(&["run", "hex", "--side", "17", "--memory-budget", "100MB"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("per worker") && stderr.contains("100.0 MB"),
+        "{stderr}"
+    );
+    let out = tally(&["run", "hex", "--side", "4", "--memory-budget", "1GB"]);
+    assert_eq!(last_line(&out), h4_mod_p());
+}
+
+/// Every path below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            found.push(path.display().to_string());
+            if path.is_dir() {
+                todo.push(path);
+            }
+        }
+    }
+    found
+}

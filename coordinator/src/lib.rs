@@ -30,6 +30,7 @@ pub mod group_commit;
 pub mod http;
 pub mod intake;
 pub mod metrics;
+mod panic_fence;
 pub mod records;
 pub mod scheduler;
 pub mod server;

@@ -19,6 +19,7 @@ use tokio::sync::{Notify, broadcast};
 use crate::error::{CoordinatorError, Result};
 use crate::group_commit::GroupCommit;
 use crate::metrics::CoordinatorMetrics;
+use crate::panic_fence::SetOnPanic;
 use crate::records::attachment_key;
 use crate::scheduler::Scheduler;
 use crate::store::Tree;
@@ -103,7 +104,7 @@ impl Shared {
                 }
                 // A panic in `f` may leave the scheduler half changed: read
                 // it back from the store before the next call uses it.
-                let fence = ReloadOnPanic(&shared.reload);
+                let fence = SetOnPanic(&shared.reload);
                 let result = f(scheduler);
                 drop(fence);
                 if let Err(CoordinatorError::Store(_) | CoordinatorError::StoreFull(_)) = &result {
@@ -152,34 +153,5 @@ impl Shared {
     /// Tells the watchers of `job` that it changed.
     pub fn changed(&self, job: &str) {
         let _ = self.changes.send(job.to_string());
-    }
-}
-
-/// Sets its flag when a panic unwinds through it.
-struct ReloadOnPanic<'a>(&'a AtomicBool);
-
-impl Drop for ReloadOnPanic<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_panic_through_the_fence_asks_for_a_reload() {
-        let reload = AtomicBool::new(false);
-        drop(ReloadOnPanic(&reload));
-        assert!(!reload.load(Ordering::SeqCst));
-        let unwound = std::panic::catch_unwind(|| {
-            let _fence = ReloadOnPanic(&reload);
-            panic!("a bug in a scheduler call");
-        });
-        assert!(unwound.is_err());
-        assert!(reload.load(Ordering::SeqCst));
     }
 }

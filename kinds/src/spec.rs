@@ -112,17 +112,12 @@ pub struct JobSpec {
 impl JobSpec {
     /// A spec of the kind whose parameters `params` are, with default options.
     pub fn new<S: SpecOf>(params: S) -> JobSpec {
-        JobSpec::of_kind::<S::Kind>(&params)
-    }
-
-    /// A spec of kind `K` with default options.
-    pub(crate) fn of_kind<K: JobKind>(params: &K::Spec) -> JobSpec {
-        let params = match serde_json::to_value(params) {
+        let params = match serde_json::to_value(&params) {
             Ok(Value::Object(map)) => map,
             _ => unreachable!("kind specs serialise to JSON objects"),
         };
         JobSpec {
-            kind: K::NAME.to_string(),
+            kind: <S::Kind as JobKind>::NAME.to_string(),
             params,
             options: RunnerOptions::default(),
         }

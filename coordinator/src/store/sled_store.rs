@@ -9,6 +9,8 @@
 //! sled, which sled references.
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
+
+use crate::panic_fence::SetOnPanic;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -695,17 +697,20 @@ fn damaged_values(handles: &Handles, values: &ValueFiles) -> Result<Vec<(Vec<u8>
 }
 
 /// A store lock's guard that marks the store broken when a panic unwinds
-/// through it: whatever it guarded may be half changed, so applies and
-/// flushes are refused until the store is opened again and read back (the
-/// guarantee a poisoned lock would give, without poisoning every later call).
+/// through it: applies and flushes are then refused until the store is opened
+/// again and read back.
 struct Held<'a, T> {
+    // Dropped first, so the store is marked broken before the lock is free.
+    _fence: SetOnPanic<'a>,
     guard: MutexGuard<'a, T>,
-    broken: &'a AtomicBool,
 }
 
 impl<'a, T> Held<'a, T> {
     fn new(guard: MutexGuard<'a, T>, broken: &'a AtomicBool) -> Self {
-        Held { guard, broken }
+        Held {
+            _fence: SetOnPanic(broken),
+            guard,
+        }
     }
 }
 
@@ -719,14 +724,6 @@ impl<T> std::ops::Deref for Held<'_, T> {
 impl<T> std::ops::DerefMut for Held<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
         &mut self.guard
-    }
-}
-
-impl<T> Drop for Held<'_, T> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.broken.store(true, Ordering::SeqCst);
-        }
     }
 }
 

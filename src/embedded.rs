@@ -19,8 +19,10 @@ pub struct Workers {
     pub threads: usize,
     /// Shards a worker holds at once.
     pub slots: usize,
-    /// The memory each worker's shards may use; `None`: the machine's.
-    pub memory_budget: Option<u64>,
+    /// The memory each worker's shards may use.
+    pub memory_budget: u64,
+    /// Where their shards spill past their share of it.
+    pub spill_dir: PathBuf,
 }
 
 /// A coordinator on loopback and in-process workers, for `run`.
@@ -33,20 +35,18 @@ pub struct LocalCluster {
 
 impl LocalCluster {
     /// Starts the coordinator on `data_dir` (with its stage data in
-    /// `stage_store`, or in itself) and the workers, and waits a bounded
-    /// while for the workers to register.
+    /// `stage_store`) and the workers, and waits a bounded while for the
+    /// workers to register.
     pub async fn start(
         data_dir: PathBuf,
-        stage_store: Option<tally_stage::StageStoreUrl>,
+        stage_store: tally_stage::StageStoreUrl,
         workers: Workers,
     ) -> anyhow::Result<LocalCluster> {
         let mut config = tally_coordinator::CoordinatorConfig::new(
             "127.0.0.1:0".parse().expect("loopback address"),
             Some(data_dir),
         );
-        if let Some(url) = stage_store {
-            config.stage_store = url;
-        }
+        config.stage_store = stage_store;
         // The store is this process's alone: whoever held a lease in it was
         // an in-process worker of a run that has stopped.
         config.release_leases_on_start = true;
@@ -100,9 +100,8 @@ fn worker_config(
     let mut config = WorkerConfig::new(url.to_string());
     config.threads = workers.threads;
     config.slots = workers.slots;
-    if let Some(budget) = workers.memory_budget {
-        config.memory_budget = budget;
-    }
+    config.memory_budget = workers.memory_budget;
+    config.spill_dir = workers.spill_dir.clone();
     config.worker_id = format!("{}-run{index}", tally_worker::default_worker_id());
     config.lease_wait = Duration::from_secs(1);
     // Stopping `run` hands shards back at once: the job resumes

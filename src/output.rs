@@ -290,7 +290,8 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
     }
     if let Some(
         tally_worker::WorkerError::Wire(tally_wire::Error::InvalidArgument(_))
-        | tally_worker::WorkerError::Kernel(tally_kinds::Error::InvalidArgument(_)),
+        | tally_worker::WorkerError::Kernel(tally_kinds::Error::InvalidArgument(_))
+        | tally_worker::WorkerError::Config(_),
     ) = e.downcast_ref::<tally_worker::WorkerError>()
     {
         return 2;

@@ -169,6 +169,7 @@ fn bad_input_exits_2_whichever_layer_refused_it() {
         tally_coordinator::CoordinatorError::InvalidArgument("x".into()).into(),
         tally_worker::WorkerError::Wire(tally_wire::Error::InvalidArgument("x".into())).into(),
         tally_worker::WorkerError::Kernel(tally_kinds::Error::InvalidArgument("x".into())).into(),
+        tally_worker::WorkerError::Config("x".into()).into(),
     ];
     for e in &bad {
         assert_eq!(exit_code(e), 2, "{e}");

@@ -28,6 +28,7 @@ pub mod parallel;
 pub mod pegs;
 pub mod queens;
 pub mod sliders;
+pub mod spill;
 pub mod varint;
 
 #[doc(hidden)]

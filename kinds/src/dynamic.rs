@@ -27,7 +27,7 @@ use crate::kind::{
     Planned, ResourceEstimate, ShardRun, SpecArgs, StageRead,
 };
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
-use crate::{Control, Error, Result, invalid};
+use crate::{Control, Error, Result, Room, invalid};
 use tally_wire::proto;
 
 /// A stage's decoded input, shared by the shards of the stage.
@@ -41,6 +41,9 @@ pub struct ShardContext<'a> {
     pub control: &'a Control,
     pub checkpoint_every: Duration,
     pub on_event: &'a mut dyn FnMut(ShardEvent),
+    /// The shard's memory share and spill, when the worker gives them;
+    /// `None`: memory without limit, runs kept in memory.
+    pub room: Option<Room<'a>>,
 }
 
 /// A kind as the registry lists it: what it is before there is a spec.
@@ -344,6 +347,11 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
             control: context.control,
             checkpoint_every: context.checkpoint_every,
             on_checkpoint: &mut forward,
+            // Reborrowed for the closure's shorter lifetime.
+            room: context.room.map(|room| Room {
+                memory: room.memory,
+                spill: room.spill,
+            }),
         };
         let Outcome {
             output,

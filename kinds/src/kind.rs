@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::cache::KernelCache;
-use crate::{Control, Result};
+use crate::{Control, Result, Room};
 use tally_wire::proto;
 
 /// Default interval between checkpoints of a running shard.
@@ -315,6 +315,9 @@ pub struct ShardRun<'a, I, P> {
     /// Kinds that can resume checkpoint at most this often.
     pub checkpoint_every: Duration,
     pub on_checkpoint: &'a mut dyn FnMut(Checkpoint<P>),
+    /// The shard's memory share and spill (see [`Room`]), when the worker
+    /// gives them; `None`: memory without limit, runs kept in memory.
+    pub room: Option<Room<'a>>,
 }
 
 impl<I, P> ShardRun<'_, I, P> {

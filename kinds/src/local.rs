@@ -37,6 +37,7 @@ pub fn run_locally<K: JobKind>(
                 control,
                 checkpoint_every: CHECKPOINT_EVERY,
                 on_checkpoint: &mut |_| {},
+                room: None,
             };
             let outcome = K::execute(spec, &shard.task, &mut run)?;
             results.lock()[i] = Some(outcome.partial);

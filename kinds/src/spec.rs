@@ -236,6 +236,7 @@ impl ValidSpec {
                 control,
                 checkpoint_every: crate::kind::CHECKPOINT_EVERY,
                 on_event: &mut |_| {},
+                room: None,
             },
         )
     }

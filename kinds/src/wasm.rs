@@ -906,6 +906,7 @@ mod tests {
             control: &control,
             checkpoint_every: every,
             on_checkpoint: &mut on_checkpoint,
+            room: None,
         };
         let task = WasmTask {
             shard: 3,

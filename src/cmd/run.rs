@@ -48,15 +48,27 @@ pub struct RunArgs {
     #[arg(help_heading = "Runner options", long, global = true)]
     pub direct: bool,
     /// Memory the workers' shards may use, e.g. `4GB` (as `tally worker
-    /// --memory-budget`): a job is fitted to it, or refused with the numbers
-    /// when not even its smallest shard fits. Default: the machine's memory.
+    /// --memory-budget`), shared among the workers: a job is fitted to it,
+    /// or refused with the numbers when not even its smallest shard fits.
+    /// Default: three quarters of the machine's memory (or its container's).
     #[arg(help_heading = "Runner options", long, global = true, value_name = "SIZE", value_parser = super::worker::parse_memory)]
     pub memory_budget: Option<u64>,
-    /// Keep stage data (the levels of frontier plans) in `file:///dir` or
-    /// `s3://bucket/prefix` instead of the run's coordinator (as `tally
-    /// coordinator --stage-store`).
+    /// Keep stage data (the levels of frontier plans) in `file:///dir`,
+    /// `s3://bucket/prefix` or `coordinator` (as `tally coordinator
+    /// --stage-store`). Default: the directory `stage` of the run's data
+    /// directory, so that no level is held in memory whole.
     #[arg(help_heading = "Runner options", long, global = true, value_name = "URL", value_parser = super::coordinator::StageStoreParser)]
     pub stage_store: Option<tally_stage::StageStoreUrl>,
+    /// Where the workers' shards spill past their share of the memory
+    /// budget (as `tally worker --spill-dir`). Default: `tally-spill` in the
+    /// temporary directory.
+    #[arg(
+        help_heading = "Runner options",
+        long,
+        global = true,
+        value_name = "DIR"
+    )]
+    pub spill_dir: Option<PathBuf>,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -97,13 +109,22 @@ pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         }
     };
     let mut interrupts = Interrupts::new()?;
+    let budget = args.memory_budget.unwrap_or_else(default_memory_budget);
     let workers = Workers {
         count: args.workers,
         threads,
         slots,
-        memory_budget: args.memory_budget,
+        memory_budget: (budget / args.workers as u64).max(1),
+        spill_dir: args
+            .spill_dir
+            .clone()
+            .unwrap_or_else(tally_worker::default_spill_dir),
     };
-    let cluster = LocalCluster::start(data_dir, args.stage_store.clone(), workers).await?;
+    let stage_store = match &args.stage_store {
+        Some(url) => url.clone(),
+        None => default_stage_store(&data_dir)?,
+    };
+    let cluster = LocalCluster::start(data_dir, stage_store, workers).await?;
     let data = args.data.as_deref();
     let submission = Submission {
         spec: &spec,
@@ -123,6 +144,21 @@ pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             Err(e)
         }
     }
+}
+
+/// The memory `run`'s workers share by default: three quarters of the
+/// machine's, leaving the rest to the coordinator's store, the page cache
+/// and the other processes.
+fn default_memory_budget() -> u64 {
+    tally_worker::machine_memory() / 4 * 3
+}
+
+/// `run`'s stage store by default: a directory of its data directory, so the
+/// levels of a frontier plan go to disk, not into the coordinator's memory.
+fn default_stage_store(data_dir: &Path) -> anyhow::Result<tally_stage::StageStoreUrl> {
+    let dir = std::path::absolute(data_dir.join(tally_coordinator::store::STAGE_DIR))
+        .with_context(|| format!("the data directory {}", data_dir.display()))?;
+    Ok(tally_stage::StageStoreUrl::File(dir))
 }
 
 /// The exit status of a command stopped by Ctrl-C or SIGTERM.

@@ -51,6 +51,12 @@ pub struct WorkerArgs {
     /// budget. Default: the machine's memory (or its cgroup's limit).
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     pub memory_budget: Option<u64>,
+    /// Where shards that outgrow their share of the budget (the budget over
+    /// the slots) write sorted runs to merge; removed as each shard ends, and
+    /// swept of the runs of workers that died. Default: `tally-spill` in the
+    /// temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<std::path::PathBuf>,
     /// Run `wasm` jobs: user kernels compiled to WebAssembly, in a sandbox
     /// (no files, network, clock or randomness; memory, fuel and time
     /// limited). Off by default: a module is code whoever may submit jobs
@@ -138,6 +144,9 @@ fn worker_config(args: &WorkerArgs, remote: Remote) -> WorkerConfig {
     }
     if let Some(budget) = args.memory_budget {
         config.memory_budget = budget;
+    }
+    if let Some(dir) = &args.spill_dir {
+        config.spill_dir = dir.clone();
     }
     config.checkpoint_interval = Duration::from_millis(args.checkpoint_ms);
     config

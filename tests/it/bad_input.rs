@@ -1121,6 +1121,7 @@ fn compute(lease: &proto::ShardLease, input: Option<&StageInput>) -> ShardOutcom
             control: &Control::new(),
             checkpoint_every: CHECKPOINT_EVERY,
             on_event: &mut |_| {},
+            room: None,
         },
     )
     .unwrap()

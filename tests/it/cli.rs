@@ -952,14 +952,32 @@ fn the_coordinator_banner_says_which_api_is_open() {
 }
 
 #[test]
-fn run_keeps_stage_data_in_the_stage_store_it_is_given_and_counts_the_same() {
+fn run_keeps_stage_data_on_disk_by_default_or_where_it_is_told_and_counts_the_same() {
     let spec = ["run", "pegs", "--board", "triangle:5", "--start", "4"];
-    let plain = tally(&spec);
+    let in_coordinator = tally(&[&spec[..], &["--stage-store", "coordinator"]].concat());
     assert!(
-        plain.status.success(),
+        in_coordinator.status.success(),
         "{}",
-        String::from_utf8_lossy(&plain.stderr)
+        String::from_utf8_lossy(&in_coordinator.stderr)
     );
+    // By default, in the directory `stage` of the run's data directory.
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap();
+    let by_default = tally(&[&spec[..], &["--data", data_dir]].concat());
+    assert!(
+        by_default.status.success(),
+        "{}",
+        String::from_utf8_lossy(&by_default.stderr)
+    );
+    assert_eq!(last_line(&by_default), last_line(&in_coordinator));
+    let written = walk(&data.path().join("stage"));
+    assert!(
+        written.iter().any(|p| p.contains("/jobs/job-000001/")),
+        "{written:?}"
+    );
+    // The same data directory starts again with its stage directory.
+    let again = tally(&[&spec[..], &["--data", data_dir]].concat());
+    assert_eq!(last_line(&again), last_line(&in_coordinator));
     let stage = tempfile::tempdir().unwrap();
     let url = format!("file://{}", stage.path().display());
     let staged = tally(&[&spec[..], &["--stage-store", &url]].concat());
@@ -968,7 +986,7 @@ fn run_keeps_stage_data_in_the_stage_store_it_is_given_and_counts_the_same() {
         "{}",
         String::from_utf8_lossy(&staged.stderr)
     );
-    assert_eq!(last_line(&staged), last_line(&plain));
+    assert_eq!(last_line(&staged), last_line(&in_coordinator));
     // The frontier levels went to the stage store, under the run's prefix.
     let written = walk(stage.path());
     assert!(

@@ -67,6 +67,105 @@ async fn a_small_job_of_every_kind_equals_its_direct_answer() {
     coordinator.shutdown().await;
 }
 
+/// A pegs job on a worker with a tiny memory budget: its level shards pass
+/// their share and spill sorted runs, and the count equals the kernel alone's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pegs_job_whose_levels_spill_equals_the_kernel_alone() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let spill = tempfile::tempdir().unwrap();
+    let spill_dir = spill.path().to_path_buf();
+    let workers = Workers::start_with(&url, 1, 2, |config| {
+        config.memory_budget = 256 << 10;
+        config.spill_dir = spill_dir.clone();
+    });
+    let params = serde_json::json!({"board": "triangle:6", "start": 4, "buckets": 2});
+    let spec = ValidSpec::new(JobSpec {
+        kind: "pegs".into(),
+        params: params.as_object().unwrap().clone(),
+        options: Default::default(),
+    })
+    .unwrap();
+    let done = run_to_answer(&mut client, &spec).await;
+    let direct = spec.compute_direct(2, &Control::new()).unwrap();
+    assert_eq!(done.answer, direct.line);
+    let stats = workers.stop().await;
+    let spilled: u64 = stats.iter().map(|s| s.spilled_bytes.get()).sum();
+    assert!(spilled > 0, "the levels spilled");
+    let left: Vec<_> = std::fs::read_dir(spill.path()).unwrap().collect();
+    assert!(left.is_empty(), "the spill is removed: {left:?}");
+    coordinator.shutdown().await;
+}
+
+/// The pegs frontier plan without a final hole gives the solutions by final
+/// hole. Each equals the count with that final hole by the kernel alone (a
+/// depth-first count over a memo, not a search by levels), they add up to
+/// the total, and reversing a game (start on `b`, end on `a`) gives the same
+/// count, each side found by a forward search of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let workers = Workers::start(&url, 1, 2);
+    let holes = 15;
+    let mut by_start = std::collections::BTreeMap::new();
+    for start in 1..=holes {
+        let params = serde_json::json!({"board": "triangle:5", "start": start, "buckets": 2});
+        let spec = ValidSpec::new(JobSpec {
+            kind: "pegs".into(),
+            params: params.as_object().unwrap().clone(),
+            options: Default::default(),
+        })
+        .unwrap();
+        let done = run_to_answer(&mut client, &spec).await;
+        let result = client
+            .result(proto::ResultRequest {
+                job_id: done.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let details: serde_json::Value = serde_json::from_str(&result.details_json).unwrap();
+        let mut finals = vec![0u128; holes + 1];
+        if let Some(by_hole) = details["by_final_hole"].as_object() {
+            for (hole, count) in by_hole {
+                finals[hole.parse::<usize>().unwrap()] = count.as_str().unwrap().parse().unwrap();
+            }
+        }
+        assert_eq!(
+            finals.iter().sum::<u128>().to_string(),
+            done.answer,
+            "from {start}: the holes add up to the total"
+        );
+        for (end, &found) in finals.iter().enumerate().skip(1) {
+            let alone = tally_kernels::pegs::count_solutions(
+                tally_kernels::pegs::BoardShape::Triangle(5),
+                Some(start as u32),
+                Some(end as u32),
+                1,
+                &Control::new(),
+            )
+            .unwrap();
+            assert_eq!(found, alone.solutions, "{start} -> {end}");
+        }
+        let levels = details["levels"].as_array().unwrap();
+        assert_eq!(levels.len(), holes - 1, "a level per peg count");
+        by_start.insert(start, finals);
+    }
+    let mut solvable = 0;
+    for a in 1..=holes {
+        for b in 1..=holes {
+            assert_eq!(by_start[&a][b], by_start[&b][a], "{a} -> {b} and back");
+            solvable += usize::from(by_start[&a][b] > 0);
+        }
+    }
+    assert!(solvable > 20, "{solvable} solvable pairs");
+    workers.stop().await;
+    coordinator.shutdown().await;
+}
+
 /// OEIS A000170, n = 1..=12.
 const QUEENS: [u64; 12] = [1, 0, 0, 2, 10, 4, 40, 92, 352, 724, 2680, 14200];
 

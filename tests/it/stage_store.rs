@@ -370,6 +370,7 @@ async fn run_stages_here(
                             control: &Control::new(),
                             checkpoint_every: Duration::from_secs(3600),
                             on_event: &mut |_| {},
+                            room: None,
                         },
                     )
                     .unwrap();

@@ -250,6 +250,7 @@ fn compute(
                 on_event: &mut |event| {
                     checkpoints.push((event.state, event.partial, event.work_done));
                 },
+                room: None,
             },
         )
         .unwrap_or_else(|e| panic!("shard {} does not compute: {e}", grant.lease));

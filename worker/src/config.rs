@@ -48,6 +48,9 @@ pub struct WorkerConfig {
     /// coordinator gives this worker only as many shards of a job at once as
     /// their estimate fits in it.
     pub memory_budget: u64,
+    /// Where shards that outgrow their share of `memory_budget` write their
+    /// sorted runs (a directory per worker inside it, see `spill`).
+    pub spill_dir: std::path::PathBuf,
     /// Run user kernels compiled to WebAssembly (`wasm` jobs) in the
     /// sandbox. Off by default: such a module is code anyone who may submit
     /// jobs wrote, and the operator decides which machines run it.
@@ -78,10 +81,16 @@ impl WorkerConfig {
             security: ClientSecurity::default(),
             http: None,
             memory_budget: machine_memory(),
+            spill_dir: default_spill_dir(),
             allow_wasm: false,
             wasm_limits: tally_wasm::Limits::default(),
         }
     }
+}
+
+/// The spill directory by default: beside the other temporary files.
+pub fn default_spill_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join("tally-spill")
 }
 
 /// The memory this process may use: the machine's (`MemTotal`), or its

@@ -21,6 +21,7 @@ use crate::config::WorkerConfig;
 use crate::error::{Result, WorkerError};
 use crate::metrics::{Gauges, WorkerStats};
 use crate::pool::ComputePool;
+use crate::spill::SpillDir;
 
 pub(crate) type Client = WorkerServiceClient<AuthChannel>;
 
@@ -103,6 +104,8 @@ pub(crate) struct Context {
     pub config: WorkerConfig,
     client: Client,
     pub pool: ComputePool,
+    /// Where shards past their memory share spill.
+    pub spill: SpillDir,
     /// The running shards by lease id.
     active: Mutex<HashMap<String, Arc<ShardHandle>>>,
     slot_freed: Notify,
@@ -144,6 +147,7 @@ impl Context {
             config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
         }
         Ok(Context {
+            spill: SpillDir::open(&config.spill_dir, &config.worker_id)?,
             client: connect(&config.coordinator, &config.security)?,
             pool: ComputePool::new(config.threads),
             active: Mutex::new(HashMap::new()),

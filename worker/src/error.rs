@@ -22,6 +22,9 @@ pub enum WorkerError {
     Wire(#[from] tally_wire::Error),
     #[error("{0}")]
     Stage(#[from] tally_stage::StageError),
+    /// The worker's own configuration cannot be used (its spill directory).
+    #[error("{0}")]
+    Config(String),
 }
 
 impl WorkerError {

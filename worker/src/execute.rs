@@ -11,7 +11,7 @@ use tally_kinds::dynamic::{ShardContext, StageInput};
 use tally_kinds::kind::StageRead;
 use tally_kinds::spec::ValidSpec;
 use tally_kinds::values::{EncodedTask, ShardEvent, ShardOutcome};
-use tally_kinds::{Error as CommonError, Result as CommonResult};
+use tally_kinds::{Error as CommonError, Result as CommonResult, Room, Spill};
 use tally_stage::{BlobRef, StageError, StageStore, blob_key};
 use tally_wire::lease::LeaseId;
 use tally_wire::limits::MAX_CHECKPOINT_BYTES;
@@ -22,6 +22,7 @@ use crate::backoff::Backoff;
 use crate::context::{Context, ShardHandle};
 use crate::error::Result;
 use crate::reports::{self, Checkpoint, ShardResult};
+use crate::spill::FileSpill;
 
 /// Computes the shard of `lease`: its checkpoints are sent while it runs, and
 /// all of them before this returns its result.
@@ -76,8 +77,14 @@ pub(crate) async fn compute_shard(
         handle: handle.clone(),
         checkpoint_every: ctx.config.checkpoint_interval,
         pause_after_checkpoint: ctx.config.pause_after_checkpoint,
+        memory_share: ctx.config.memory_budget / ctx.config.slots.max(1) as u64,
+        spill: ctx.spill.attempt(),
     };
-    let mut outcome = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
+    let (mut outcome, spilled) = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
+    if spilled > 0 {
+        ctx.stats.spilled_bytes.add(spilled);
+        tracing::info!(lease = %lease.lease_id, spilled, "the shard spilled past its memory share");
+    }
     let _ = forwarder.await;
     if ctx.config.corrupt_results {
         spec.fault_injection()
@@ -135,11 +142,19 @@ struct Kernel {
     checkpoint_every: Duration,
     /// Fault injection: see `WorkerConfig::pause_after_checkpoint`.
     pause_after_checkpoint: Duration,
+    /// The shard's part of the worker's memory budget, and where it spills
+    /// past it (removed when the kernel returns).
+    memory_share: u64,
+    spill: FileSpill,
 }
 
 impl Kernel {
-    /// Runs the kernel on this thread, sending its checkpoints to `checkpoints`.
-    fn run(self, checkpoints: mpsc::UnboundedSender<Checkpoint>) -> CommonResult<ShardOutcome> {
+    /// Runs the kernel on this thread, sending its checkpoints to
+    /// `checkpoints`: its outcome and the bytes it spilled.
+    fn run(
+        mut self,
+        checkpoints: mpsc::UnboundedSender<Checkpoint>,
+    ) -> CommonResult<(ShardOutcome, u64)> {
         let mut paused = false;
         let mut on_event = |event: ShardEvent| {
             let ShardEvent {
@@ -158,7 +173,7 @@ impl Kernel {
                 std::thread::sleep(self.pause_after_checkpoint);
             }
         };
-        self.spec.execute(
+        let outcome = self.spec.execute(
             &self.task,
             ShardContext {
                 input: self.input.as_ref(),
@@ -167,8 +182,13 @@ impl Kernel {
                 control: &self.handle.control,
                 checkpoint_every: self.checkpoint_every,
                 on_event: &mut on_event,
+                room: Some(Room {
+                    memory: self.memory_share,
+                    spill: &mut self.spill,
+                }),
             },
-        )
+        )?;
+        Ok((outcome, self.spill.bytes_written()))
     }
 }
 
@@ -407,8 +427,10 @@ async fn recompute(
         handle: handle.clone(),
         checkpoint_every: ctx.config.checkpoint_interval,
         pause_after_checkpoint: Duration::ZERO,
+        memory_share: ctx.config.memory_budget / ctx.config.slots.max(1) as u64,
+        spill: ctx.spill.attempt(),
     };
-    let outcome = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
+    let (outcome, _) = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
     let (_, digest) = tally_stage::blob::encode(&outcome.output);
     if outcome.partial.to_bytes() != shard.partial || digest != committed.digest {
         return Err(CommonError::Internal(format!(

@@ -27,11 +27,12 @@ mod lease;
 mod metrics;
 pub mod pool;
 mod reports;
+mod spill;
 
 use std::future::Future;
 use std::sync::Arc;
 
-pub use config::{WorkerConfig, default_worker_id};
+pub use config::{WorkerConfig, default_spill_dir, default_worker_id, machine_memory};
 pub use context::connect;
 pub use error::{Result, WorkerError};
 pub use lease::REPORT_GRACE;
@@ -50,6 +51,7 @@ pub async fn run(
     };
     let heartbeat = tokio::spawn(heartbeat::heartbeat_loop(ctx.clone()));
     let leased = lease::LeaseLoop::new(ctx.clone()).run(shutdown).await;
+    ctx.spill.remove();
     heartbeat.abort();
     if let Some(server) = metrics_server {
         server.abort();

@@ -18,6 +18,8 @@ pub struct WorkerStats {
     pub work_units: Counter,
     /// Stage blobs found missing or damaged and computed again.
     pub blobs_recomputed: AtomicU64,
+    /// Bytes shards wrote to the spill directory past their memory share.
+    pub spilled_bytes: Counter,
 }
 
 impl WorkerStats {
@@ -72,6 +74,11 @@ pub(crate) fn exposition(stats: &WorkerStats, gauges: &Gauges) -> String {
         "tally_worker_stage_blobs_recomputed_total",
         "Stage blobs found missing or damaged in the stage store and computed again.",
         stats.blobs_recomputed.load(Ordering::Relaxed),
+    );
+    e.counter(
+        "tally_worker_spilled_bytes_total",
+        "Bytes shards wrote to the spill directory past their memory share.",
+        stats.spilled_bytes.get(),
     );
     e.gauge(
         "tally_worker_active_shards",

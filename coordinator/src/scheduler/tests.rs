@@ -840,6 +840,7 @@ pub(super) fn staged_report(s: &mut Scheduler, grant: &Grant) -> Report {
                 control: &Control::new(),
                 checkpoint_every: tally_kinds::kind::CHECKPOINT_EVERY,
                 on_event: &mut |_| {},
+                room: None,
             },
         )
         .unwrap();

@@ -94,6 +94,10 @@ pub(super) fn check_marker(
     }
 }
 
+/// The stage directory a data directory may hold beside its store (`tally
+/// run` keeps its stage data there): a directory holding only it is empty.
+pub const STAGE_DIR: &str = "stage";
+
 /// Checks what `dir` holds before sled opens anything, so that sled never
 /// writes into a foreign directory. Returns whether the store is fresh (empty,
 /// or its first start was interrupted); a fresh store's initialisation begins.
@@ -113,7 +117,8 @@ pub(super) fn prepare_directory(dir: &Path) -> Result<bool> {
     // Read the directory once: `exists` says false for what it cannot read,
     // which would make an unreadable store look foreign.
     let empty = match std::fs::read_dir(dir) {
-        Ok(mut entries) => entries.next().is_none(),
+        Ok(mut entries) => entries
+            .all(|entry| entry.is_ok_and(|e| e.file_name() == STAGE_DIR && e.path().is_dir())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
         Err(e) => {
             return Err(CoordinatorError::InvalidArgument(format!(

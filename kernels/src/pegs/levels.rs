@@ -135,6 +135,16 @@ impl StageBucket {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<StageBucket> {
+        let (level, joined) = StageBucket::split(bytes)?;
+        Ok(StageBucket {
+            level: PegBucket::decode(level)?,
+            joined: PegBucket::decode(joined)?,
+        })
+    }
+
+    /// The encoded level and joined positions of [`StageBucket::encode`]'s
+    /// bytes, not decoded.
+    pub fn split(bytes: &[u8]) -> Result<(&[u8], &[u8])> {
         let len = bytes
             .get(..8)
             .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
@@ -144,10 +154,7 @@ impl StageBucket {
             .and_then(|len| len.checked_add(8))
             .filter(|&end| end <= bytes.len())
             .ok_or_else(|| invalid!("peg stage bucket: its level runs past the end"))?;
-        Ok(StageBucket {
-            level: PegBucket::decode(&bytes[8..end])?,
-            joined: PegBucket::decode(&bytes[end..])?,
-        })
+        Ok((&bytes[8..end], &bytes[end..]))
     }
 }
 
@@ -493,6 +500,18 @@ impl CountSums {
             }
             Err(_) => partition.add_wide(board, ways),
         }
+    }
+
+    /// The bytes the tables hold (slots, batches and wide sums).
+    pub(super) fn bytes(&self) -> u64 {
+        let slot = std::mem::size_of::<Slot>();
+        let wide_entry = 2 * std::mem::size_of::<(u64, u128)>();
+        self.partitions
+            .iter()
+            .map(|p| {
+                ((p.slots.len() + p.batch.capacity()) * slot + p.wide.len() * wide_entry) as u64
+            })
+            .sum()
     }
 
     /// The sums split into `buckets` buckets, each sorted by board.

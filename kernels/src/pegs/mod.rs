@@ -59,6 +59,7 @@ mod levels;
 mod meet;
 mod memo;
 mod set;
+mod stream;
 #[cfg(test)]
 mod tests;
 
@@ -73,6 +74,7 @@ pub use levels::{
     PegBucket, PegLevel, StageBucket, expand_level, pegs_at_level, rebucket, start_bucket,
 };
 pub use meet::{AtMeeting, Meeting, Side, join_level, meet_level, meeting, side_start};
+pub use stream::{EncodedLevel, expand_level_within};
 
 /// The smallest and largest triangle side. A count on side 7 (28 holes) visits
 /// up to 18 million boards; side 8 (36 holes) would still fit the bitboards
@@ -85,6 +87,22 @@ pub const MAX_TRIANGLE_SIDE: u32 = 7;
 pub const MAX_BOARDS: usize = 1 << 30;
 /// Boards processed between two polls of the control.
 const POLL_BOARDS: usize = 4096;
+
+/// The images of every jump's three holes under `canonicalizer`, by axis,
+/// direction and position.
+fn jump_images(axes: &[Axis], canonicalizer: &Canonicalizer) -> Vec<Images> {
+    let mut images = vec![Images::default(); axes.len() * 2 * 64];
+    for (a, axis) in axes.iter().enumerate() {
+        let s = axis.step;
+        for p in bits(axis.forward) {
+            images[2 * a * 64 + p as usize] = canonicalizer.images(axis.line << p);
+        }
+        for p in bits(axis.backward) {
+            images[(2 * a + 1) * 64 + p as usize] = canonicalizer.images(axis.line << (p - 2 * s));
+        }
+    }
+    images
+}
 
 /// The shape of a board.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -266,17 +284,7 @@ impl PegGame {
             Some(e) => Canonicalizer::fixing(symmetries, e),
             None => Canonicalizer::fixing(symmetries, holes),
         };
-        let mut jump_images = vec![Images::default(); axes.len() * 2 * 64];
-        for (a, axis) in axes.iter().enumerate() {
-            let s = axis.step;
-            for p in bits(axis.forward) {
-                jump_images[2 * a * 64 + p as usize] = canonicalizer.images(axis.line << p);
-            }
-            for p in bits(axis.backward) {
-                jump_images[(2 * a + 1) * 64 + p as usize] =
-                    canonicalizer.images(axis.line << (p - 2 * s));
-            }
-        }
+        let jump_images = jump_images(&axes, &canonicalizer);
         let invariants = board::parity_invariants(holes, &jumps);
         let mut final_signatures: Vec<u64> = match end_board {
             Some(e) => vec![e],
@@ -303,6 +311,21 @@ impl PegGame {
             invariants,
             final_signatures,
         })
+    }
+
+    /// Without a final hole, the same game with positions reduced only by
+    /// the symmetries that fix the start hole (with one, the game as it is).
+    /// A forward search then reaches every board of a class as often, so the
+    /// sum of a one-peg class splits evenly among its holes: the solutions
+    /// by final hole. About as many classes meet the positions reachable from
+    /// the start either way.
+    pub fn fixing_start(mut self) -> PegGame {
+        if self.end.is_none() {
+            let symmetries = self.canonicalizer.symmetries;
+            self.canonicalizer = Canonicalizer::fixing(symmetries, self.start);
+            self.jump_images = jump_images(&self.axes, &self.canonicalizer);
+        }
+        self
     }
 
     /// The same game without the reduction by symmetries: every board is its

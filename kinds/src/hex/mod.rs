@@ -782,6 +782,7 @@ mod tests {
             control: &control,
             checkpoint_every: std::time::Duration::ZERO,
             on_checkpoint: &mut on_checkpoint,
+            room: None,
         };
         let task = HexTask::HexPoints {
             modulus: h.modulus,

@@ -14,12 +14,15 @@
 //! and leaves the other empty; a shard of the next stage reads bucket `q` of
 //! its search's group from every shard.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::{MAX_BUCKETS, MAX_POSITIONS_PER_BUCKET, PegsPartial, PegsPlan, PegsSpec, PegsTask};
-use super::{buckets_after, game, parse_solutions};
+use super::{PegInput, buckets_after, game, parse_solutions};
 use crate::kind::{FinishedStage, NextStage, Outcome, Planned, ShardRun};
-use crate::{Error, Result, invalid};
+use crate::{Error, MemorySpill, Result, Room, invalid};
 use tally_kernels::buckets::{
     add_level_sizes, bucket_of, encode_buckets, levels_note, split_buckets,
 };
@@ -47,6 +50,7 @@ fn level_shards(
     buckets_in: u32,
     buckets_out: u32,
     alone: bool,
+    fixes_start: bool,
 ) -> impl Iterator<Item = Planned<PegsTask>> {
     let shards = if level == 0 && side != PegSide::Join {
         1
@@ -61,21 +65,33 @@ fn level_shards(
             alone,
             side,
             buckets_in,
+            fixes_start,
         },
         work_total: 1,
     })
 }
 
+/// The game a level shard searches: positions reduced by the symmetries
+/// fixing the start hole when the plan says so.
+fn level_game(spec: &PegsSpec, fixes_start: bool) -> Result<PegGame> {
+    let game = game(spec)?;
+    Ok(if fixes_start {
+        game.fixing_start()
+    } else {
+        game
+    })
+}
+
 /// The first stage: level 0 of the start search alone, with level 0 of the
 /// end search beside it when both start in the same stage.
-pub(super) fn first_stage(spec: &PegsSpec) -> Result<Vec<Planned<PegsTask>>> {
+pub(super) fn first_stage(spec: &PegsSpec, fixes_start: bool) -> Result<Vec<Planned<PegsTask>>> {
     let game = game(spec)?;
     let out = buckets_after(spec, 1);
     let meeting = pegs::meeting(&game);
     let alone = meeting.is_none_or(|m| !m.two_sided && m.start_level > 1);
-    let mut planned: Vec<_> = level_shards(PegSide::Start, 0, 1, out, alone).collect();
+    let mut planned: Vec<_> = level_shards(PegSide::Start, 0, 1, out, alone, fixes_start).collect();
     if meeting.is_some_and(|m| m.two_sided && m.end_delay == 0) {
-        planned.extend(level_shards(PegSide::End, 0, 1, out, false));
+        planned.extend(level_shards(PegSide::End, 0, 1, out, false, fixes_start));
     }
     Ok(planned)
 }
@@ -108,35 +124,42 @@ fn at_meeting(m: &Meeting) -> AtMeeting {
     }
 }
 
-/// Runs a level shard.
+/// Runs a level shard: each level read as a stream and expanded within the
+/// shard's room (its memory share, spilling past it), the meeting level and
+/// the join decoded whole.
 pub(super) fn execute(
     spec: &PegsSpec,
     task: &PegsTask,
-    run: &mut ShardRun<'_, Vec<StageBucket>, PegsPartial>,
+    run: &mut ShardRun<'_, PegInput, PegsPartial>,
 ) -> Result<Outcome<PegsPartial>> {
     let &PegsTask::PegLevel {
         level,
         buckets_out,
         alone,
         side,
+        fixes_start,
         ..
     } = task
     else {
         return Err(invalid!("not a level task: {task:?}"));
     };
-    let game = game(spec)?;
+    let game = level_game(spec, fixes_start)?;
     let meeting = pegs::meeting(&game);
-    let input = run.input.map(Vec::as_slice).unwrap_or_default();
+    let input = run.input;
     // The kernel's units (positions) would exceed work_total: count them on
     // a private counter, sharing only the cancellation flag.
     let inner = run.control.with_own_counter();
     if side == PegSide::Join {
         let m = meeting.ok_or_else(|| invalid!("a join without a final hole"))?;
-        if run.input.is_none() {
-            return Err(invalid!("a join needs the meeting levels' buckets"));
-        }
-        let levels = input.iter().map(|b| b.level.clone()).collect();
-        let joined = input.iter().map(|b| b.joined.clone()).collect();
+        let input = input.ok_or_else(|| invalid!("a join needs the meeting levels' buckets"))?;
+        let levels = input
+            .levels()
+            .map(PegBucket::decode)
+            .collect::<Result<_>>()?;
+        let joined = input
+            .joined()
+            .map(PegBucket::decode)
+            .collect::<Result<_>>()?;
         let (states, solutions) = pegs::join_level(&game, &m, levels, joined, &inner)?;
         run.control.add_work(1);
         return Ok(Outcome {
@@ -146,11 +169,13 @@ pub(super) fn execute(
                 solutions: solutions.to_string(),
                 buckets: 0,
                 side,
+                finals: BTreeMap::new(),
             },
             work_done: 1,
         });
     }
-    if input.iter().any(|b| !b.joined.is_empty()) {
+    let empty = PegBucket::default().encode();
+    if input.is_some_and(|input| input.joined().any(|j| j != empty)) {
         return Err(invalid!("a level shard was sent joined positions"));
     }
     let search = if side == PegSide::End {
@@ -158,28 +183,58 @@ pub(super) fn execute(
     } else {
         Side::Start
     };
-    let mut inputs = match (level, run.input) {
-        (0, _) => vec![pegs::side_start(&game, search)?],
-        (_, Some(_)) => input.iter().map(|b| b.level.clone()).collect(),
+    let mut parts: Vec<Cow<[u8]>> = match (level, input) {
+        (0, _) => vec![Cow::Owned(pegs::side_start(&game, search)?.encode())],
+        (_, Some(input)) => input.levels().map(Cow::Borrowed).collect(),
         (_, None) => return Err(invalid!("level {level} needs the previous level's buckets")),
+    };
+    let mut in_memory = MemorySpill::default();
+    let mut room = match run.room.as_mut() {
+        Some(room) => Room {
+            memory: room.memory,
+            spill: &mut *room.spill,
+        },
+        None => Room {
+            memory: u64::MAX,
+            spill: &mut in_memory,
+        },
     };
     let mut sizes = Vec::new();
     let mut solutions: u128 = 0;
+    let mut finals = BTreeMap::new();
     let mut current = level;
     let meets =
         |level: u32| side == PegSide::Start && meeting.is_some_and(|m| m.start_level == level);
-    let (sent, joined) = loop {
+    let encode_all = |buckets: Vec<PegBucket>| buckets.iter().map(PegBucket::encode).collect();
+    let (sent, joined): (Vec<Vec<u8>>, Vec<Vec<u8>>) = loop {
         if meets(current) {
             let m = meeting.expect("a meeting level has a meeting");
+            let inputs = parts
+                .iter()
+                .map(|p| PegBucket::decode(p))
+                .collect::<Result<_>>()?;
             let (states, sent, joined) =
                 pegs::meet_level(&game, &m, inputs, buckets_out, at_meeting(&m), &inner)?;
             sizes.push(states);
-            break (sent, joined);
+            break (encode_all(sent), encode_all(joined));
         }
         let out_buckets = if alone { 1 } else { buckets_out };
-        let part = pegs::expand_level(&game, current, inputs, out_buckets, &inner)?;
+        let input_bytes = parts.iter().map(|p| p.len()).sum();
+        let slices = parts.iter().map(|p| &p[..]).collect();
+        let part = pegs::expand_level_within(
+            &game,
+            current,
+            slices,
+            input_bytes,
+            out_buckets,
+            &mut room,
+            &inner,
+        )?;
         sizes.push(part.states);
         solutions += part.solutions;
+        if fixes_start && game.end_hole().is_none() {
+            add_finals(&game, &part.finals, &mut finals)?;
+        }
         let mut sent = part.sent;
         if !alone {
             break (sent, Vec::new());
@@ -189,36 +244,96 @@ pub(super) fn execute(
         // An alone shard stops before the meeting level, which runs in its
         // own stage with the join's bucket count.
         if part.states == 0 || next > 1 || !more || meets(current + 1) {
-            break (
-                pegs::rebucket(sent.pop().unwrap_or_default(), next),
-                Vec::new(),
-            );
+            let whole = match sent.pop() {
+                Some(bytes) => PegBucket::decode(&bytes)?,
+                None => PegBucket::default(),
+            };
+            break (encode_all(pegs::rebucket(whole, next)), Vec::new());
         }
-        inputs = sent;
+        parts = sent.into_iter().map(Cow::Owned).collect();
         current += 1;
     };
+    drop(parts);
     run.control.add_work(1);
     let per_group = sent.len() as u32;
     let (groups, own) = layout(meeting.as_ref(), side, current);
-    let mut out = vec![StageBucket::default(); (groups * per_group) as usize];
-    let mut joined = joined.into_iter();
-    for (q, level) in sent.into_iter().enumerate() {
-        out[(own * per_group) as usize + q] = StageBucket {
-            level,
-            joined: joined.next().unwrap_or_default(),
-        };
-    }
-    let buckets: Vec<Vec<u8>> = out.iter().map(StageBucket::encode).collect();
     Ok(Outcome {
-        output: encode_buckets(&buckets),
+        output: encode_output(groups * per_group, own * per_group, &sent, &joined),
         partial: PegsPartial::PegLevels {
             sizes,
             solutions: solutions.to_string(),
             buckets: per_group,
             side,
+            finals: finals
+                .into_iter()
+                .map(|(hole, ways): (u32, u128)| (hole, ways.to_string()))
+                .collect(),
         },
         work_done: 1,
     })
+}
+
+/// Adds the one-peg classes' sums to the solutions by final hole: a class is
+/// the images of its board under the symmetries fixing the start, and each of
+/// them is reached as often (the symmetries map the sequences one to one).
+fn add_finals(
+    game: &PegGame,
+    classes: &[(u64, u128)],
+    finals: &mut BTreeMap<u32, u128>,
+) -> Result<()> {
+    for &(board, ways) in classes {
+        let mut images = game.symmetric_images(board);
+        images.sort_unstable();
+        images.dedup();
+        let n = images.len() as u128;
+        if ways % n != 0 {
+            return Err(Error::Internal(format!(
+                "pegs: the class of {board:#x} has {n} boards and {ways} solutions"
+            )));
+        }
+        for image in images {
+            let &[hole] = game.pegs_of(image).as_slice() else {
+                return Err(invalid!("a final position {image:#x} of more than one peg"));
+            };
+            let sum = finals.entry(hole).or_insert(0);
+            *sum = sum
+                .checked_add(ways / n)
+                .ok_or_else(|| Error::Internal("pegs: count exceeds 128 bits".into()))?;
+        }
+    }
+    Ok(())
+}
+
+/// A level shard's output as `encode_buckets` frames `total` buckets, each a
+/// `StageBucket` (its level's length, its level, its joined positions):
+/// `sent[i]` and `joined[i]` at bucket `first + i`, empty ones elsewhere.
+/// Written once, in place, since a level's output can be large.
+fn encode_output(total: u32, first: u32, sent: &[Vec<u8>], joined: &[Vec<u8>]) -> Vec<u8> {
+    let empty = PegBucket::default().encode();
+    let bucket = |index: u32| -> (&[u8], &[u8]) {
+        let own = index.checked_sub(first).map(|i| i as usize);
+        match own.and_then(|i| sent.get(i).map(|level| (i, level))) {
+            Some((i, level)) => (level, joined.get(i).map_or(&empty[..], |j| &j[..])),
+            None => (&empty, &empty),
+        }
+    };
+    let frame = |index| {
+        let (level, joined) = bucket(index);
+        8 + level.len() + joined.len()
+    };
+    let body: usize = (0..total).map(frame).sum();
+    let mut out = Vec::with_capacity(4 + 8 * total as usize + body);
+    out.extend_from_slice(&total.to_le_bytes());
+    for index in 0..total {
+        out.extend_from_slice(&(frame(index) as u64).to_le_bytes());
+    }
+    for index in 0..total {
+        let (level, joined) = bucket(index);
+        out.extend_from_slice(&(level.len() as u64).to_le_bytes());
+        out.extend_from_slice(level);
+        out.extend_from_slice(joined);
+    }
+    out
 }
 
 /// The buckets per group a level shard that computed levels of `sizes`
@@ -257,6 +372,7 @@ pub(super) fn check(
             solutions,
             buckets: said,
             side: said_side,
+            finals,
         },
     ) = (task, partial)
     else {
@@ -267,7 +383,25 @@ pub(super) fn check(
     }
     let game = game(spec)?;
     let meeting = pegs::meeting(&game);
-    parse_solutions(solutions)?;
+    let solutions = parse_solutions(solutions)?;
+    // The solutions by final hole, when given, are holes of the board and
+    // add up to the solutions.
+    let mut by_hole: u128 = 0;
+    for (&hole, ways) in finals {
+        if hole == 0 || hole > game.shape().holes() {
+            return Err(invalid!(
+                "solutions on hole {hole}, not a hole of the board"
+            ));
+        }
+        by_hole = by_hole
+            .checked_add(parse_solutions(ways)?)
+            .ok_or_else(|| invalid!("solutions by final hole overflow"))?;
+    }
+    if !finals.is_empty() && by_hole != solutions {
+        return Err(invalid!(
+            "solutions by final hole add up to {by_hole}, not {solutions}"
+        ));
+    }
     if sizes.is_empty() {
         return Err(invalid!("a level shard computed no level"));
     }
@@ -347,6 +481,8 @@ struct StageSums {
     /// The buckets a group the shards wrote.
     written: Option<u32>,
     solutions: u128,
+    /// The solutions by final hole found in the stage, with those before.
+    finals: BTreeMap<u32, u128>,
 }
 
 fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
@@ -356,6 +492,11 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
         joined: None,
         written: None,
         solutions: parse_solutions(&plan.solutions)?,
+        finals: plan
+            .finals
+            .iter()
+            .map(|(&hole, ways)| Ok((hole, parse_solutions(ways)?)))
+            .collect::<Result<_>>()?,
     };
     for partial in partials {
         let PegsPartial::PegLevels {
@@ -363,6 +504,7 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
             solutions: found,
             buckets,
             side,
+            finals,
         } = partial
         else {
             return Err(invalid!("a frontier level returned {partial:?}"));
@@ -371,6 +513,12 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
             .solutions
             .checked_add(parse_solutions(found)?)
             .ok_or_else(|| Error::Internal("peg solution count overflows".into()))?;
+        for (&hole, ways) in finals {
+            let sum = sums.finals.entry(hole).or_insert(0);
+            *sum = sum
+                .checked_add(parse_solutions(ways)?)
+                .ok_or_else(|| Error::Internal("peg solution count overflows".into()))?;
+        }
         if *side == PegSide::Join {
             *sums.joined.get_or_insert(0) += own.iter().sum::<u64>();
             continue;
@@ -445,6 +593,11 @@ pub(super) fn next_stage(
     let shards = sums.written.unwrap_or(1);
     let largest = refuse_oversized(plan, &start_found, &end_found, shards)?;
     plan.solutions = sums.solutions.to_string();
+    plan.finals = sums
+        .finals
+        .iter()
+        .map(|(&hole, ways)| (hole, ways.to_string()))
+        .collect();
     let first = plan.levels.len();
     let first_end = plan.end_levels.len();
     plan.levels.extend(&start_found);
@@ -464,8 +617,15 @@ pub(super) fn next_stage(
         if start_found.is_empty() || pegs::pegs_at_level(&game, next).is_none_or(|p| p == 0) {
             return Ok(NextStage::Finish);
         }
-        let planned =
-            level_shards(PegSide::Start, next, shards, buckets_out, shards == 1).collect();
+        let planned = level_shards(
+            PegSide::Start,
+            next,
+            shards,
+            buckets_out,
+            shards == 1,
+            plan.fixes_start,
+        )
+        .collect();
         return Ok(NextStage::Shards(planned, note));
     };
     let planned = meeting_shards(plan, m, shards, buckets_out)?;
@@ -483,12 +643,27 @@ fn meeting_shards(
 ) -> Result<Vec<Planned<PegsTask>>> {
     let next = plan.levels.len() as u32;
     if next > m.start_level {
-        return Ok(level_shards(PegSide::Join, m.end_level, shards, 0, false).collect());
+        let join = level_shards(
+            PegSide::Join,
+            m.end_level,
+            shards,
+            0,
+            false,
+            plan.fixes_start,
+        );
+        return Ok(join.collect());
     }
     // Alone shards stop before the meeting level, which gets its own stage.
     let alone = !m.two_sided && shards == 1 && next < m.start_level;
-    let mut planned: Vec<_> =
-        level_shards(PegSide::Start, next, shards, buckets_out, alone).collect();
+    let mut planned: Vec<_> = level_shards(
+        PegSide::Start,
+        next,
+        shards,
+        buckets_out,
+        alone,
+        plan.fixes_start,
+    )
+    .collect();
     let end_next = plan.end_levels.len() as u32;
     if m.two_sided && next >= m.end_delay && end_next < m.end_level {
         if end_next + m.end_delay != next {
@@ -502,6 +677,7 @@ fn meeting_shards(
             shards,
             buckets_out,
             false,
+            plan.fixes_start,
         ));
     }
     Ok(planned)
@@ -529,6 +705,7 @@ mod tests {
             solutions: String::new(),
             buckets,
             side,
+            finals: BTreeMap::new(),
         }
     }
 
@@ -586,7 +763,7 @@ mod tests {
         };
         let m = pegs::meeting(&game(&spec).unwrap()).unwrap();
         assert_eq!((m.start_level, m.end_level, m.end_delay), (15, 16, 0));
-        let first = first_stage(&spec).unwrap();
+        let first = first_stage(&spec, true).unwrap();
         assert_eq!(first.len(), 2, "both searches start in the first stage");
         let mut plan = PegsPlan::default();
         let mut stage = 1;

@@ -8,6 +8,9 @@
 
 mod frontier;
 
+use std::collections::BTreeMap;
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 
 pub use frontier::PegSide;
@@ -176,6 +179,15 @@ pub struct PegsPlan {
     /// Frontier plan: the solutions found so far (decimal, empty for none).
     #[serde(default)]
     pub solutions: String,
+    /// Frontier plan without a final hole: the solutions by final hole
+    /// (decimal), once the level of one peg is done.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub finals: BTreeMap<u32, String>,
+    /// Frontier plan: its positions are reduced by the symmetries fixing the
+    /// start hole (see `PegGame::fixing_start`); plans made before they were
+    /// reduce by all and give no solutions by final hole.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fixes_start: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -200,6 +212,10 @@ pub enum PegsTask {
         side: PegSide,
         #[serde(default)]
         buckets_in: u32,
+        /// Positions reduced by the symmetries fixing the start hole (see
+        /// `PegGame::fixing_start`); jobs planned before it was, by all.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        fixes_start: bool,
     },
 }
 
@@ -248,6 +264,9 @@ pub enum PegsPartial {
         buckets: u32,
         #[serde(default)]
         side: PegSide,
+        /// On the level of one peg: the solutions by final hole (decimal).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        finals: BTreeMap<u32, String>,
     },
 }
 
@@ -264,6 +283,51 @@ fn parse_solutions(text: &str) -> Result<u128> {
         .map_err(|_| invalid!("malformed solution count {text:?}"))
 }
 
+/// What a level shard reads: bucket `q` of every shard of the previous
+/// stage, framed but not decoded, so a level is read as a stream
+/// (`pegs::expand_level_within`) and never held decoded whole.
+pub struct PegInput {
+    bytes: Vec<u8>,
+    /// Each shard's bucket: the byte ranges of its level and of its joined
+    /// positions in `bytes`.
+    parts: Vec<(Range<usize>, Range<usize>)>,
+}
+
+impl PegInput {
+    /// The gathered buckets (see `tally_kernels::buckets`), their framing
+    /// checked; their contents are checked as they are read.
+    fn new(gathered: &[u8]) -> Result<PegInput> {
+        let base = gathered.as_ptr() as usize;
+        let at = |part: &[u8]| {
+            let start = part.as_ptr() as usize - base;
+            start..start + part.len()
+        };
+        let mut parts = Vec::new();
+        for segment in split_gathered(gathered)? {
+            let (level, joined) = StageBucket::split(segment)?;
+            parts.push((at(level), at(joined)));
+        }
+        Ok(PegInput {
+            bytes: gathered.to_vec(),
+            parts,
+        })
+    }
+
+    /// Each shard's encoded level.
+    fn levels(&self) -> impl Iterator<Item = &[u8]> {
+        self.parts
+            .iter()
+            .map(|(level, _)| &self.bytes[level.clone()])
+    }
+
+    /// Each shard's encoded joined positions.
+    fn joined(&self) -> impl Iterator<Item = &[u8]> {
+        self.parts
+            .iter()
+            .map(|(_, joined)| &self.bytes[joined.clone()])
+    }
+}
+
 fn game(spec: &PegsSpec) -> Result<pegs::PegGame> {
     pegs::PegGame::new(pegs::parse_board(&spec.board)?, spec.start, spec.end)
 }
@@ -275,8 +339,8 @@ impl JobKind for Pegs {
     type Task = PegsTask;
     type Partial = PegsPartial;
     /// The frontier plan's shard input: what each shard of the previous level
-    /// sent this bucket.
-    type StageInput = Vec<StageBucket>;
+    /// sent this bucket, kept encoded.
+    type StageInput = PegInput;
 
     const NAME: &'static str = "pegs";
     const ABOUT: &'static str = "Number of peg solitaire solutions (exact).";
@@ -372,7 +436,10 @@ impl JobKind for Pegs {
 
     fn prepare(spec: &PegsSpec, _cache: &KernelCache, _control: &Control) -> Result<PegsPlan> {
         if spec.plan_name() == PegsPlanName::Frontier {
-            return Ok(PegsPlan::default());
+            return Ok(PegsPlan {
+                fixes_start: true,
+                ..PegsPlan::default()
+            });
         }
         let wanted = if spec.prefixes == 0 {
             DEFAULT_PREFIXES
@@ -387,7 +454,7 @@ impl JobKind for Pegs {
 
     fn plan_stage(spec: &PegsSpec, plan: &PegsPlan, _stage: u32) -> Result<Vec<Planned<PegsTask>>> {
         if spec.plan_name() == PegsPlanName::Frontier {
-            return frontier::first_stage(spec);
+            return frontier::first_stage(spec, plan.fixes_start);
         }
         let batch = plan.peg_tasks.len().div_ceil(MAX_SHARDS).max(1);
         Ok(plan
@@ -445,17 +512,14 @@ impl JobKind for Pegs {
         }]
     }
 
-    fn decode_stage_inputs(_spec: &PegsSpec, parts: &[&[u8]]) -> Result<Vec<StageBucket>> {
-        split_gathered(single_input(Self::NAME, parts)?)?
-            .into_iter()
-            .map(StageBucket::decode)
-            .collect()
+    fn decode_stage_inputs(_spec: &PegsSpec, parts: &[&[u8]]) -> Result<PegInput> {
+        PegInput::new(single_input(Self::NAME, parts)?)
     }
 
     fn execute(
         spec: &PegsSpec,
         task: &PegsTask,
-        run: &mut ShardRun<'_, Vec<StageBucket>, PegsPartial>,
+        run: &mut ShardRun<'_, PegInput, PegsPartial>,
     ) -> Result<Outcome<PegsPartial>> {
         let PegsTask::PegTasks { tasks } = task else {
             return frontier::execute(spec, task, run);
@@ -508,7 +572,15 @@ impl JobKind for Pegs {
         {
             let solutions = parse_solutions(&plan.solutions)?;
             let positions = plan.levels.iter().chain(&plan.end_levels).sum();
-            return Ok(answer(spec, solutions, positions));
+            let mut answer = answer(spec, solutions, positions);
+            answer.details["levels"] = serde_json::json!(plan.levels);
+            if !plan.end_levels.is_empty() {
+                answer.details["levels_from_the_end"] = serde_json::json!(plan.end_levels);
+            }
+            if !plan.finals.is_empty() {
+                answer.details["by_final_hole"] = serde_json::json!(plan.finals);
+            }
+            return Ok(answer);
         }
         let mut solutions: u128 = 0;
         let mut positions: u64 = 0;

@@ -575,6 +575,7 @@ mod tests {
                     control: &control,
                     checkpoint_every: std::time::Duration::from_secs(3600),
                     on_checkpoint: &mut on_checkpoint,
+                    room: None,
                 };
                 let outcome = Sliders::execute(spec, &shard.task, &mut run)?;
                 Sliders::check_result(spec, &plan, &shard.task, &outcome.partial, &outcome.output)?;

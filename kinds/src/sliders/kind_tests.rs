@@ -70,6 +70,7 @@ fn run_shard(
         control,
         checkpoint_every,
         on_checkpoint,
+        room: None,
     };
     Sliders::execute(spec, task, &mut run).unwrap()
 }

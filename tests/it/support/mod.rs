@@ -37,7 +37,7 @@ pub async fn start_coordinator_on(addr: SocketAddr, data: &Path) -> RunningCoord
 /// In-process workers that stop when the returned sender is dropped or set.
 pub struct Workers {
     stop: tokio::sync::watch::Sender<bool>,
-    handles: Vec<tokio::task::JoinHandle<()>>,
+    handles: Vec<tokio::task::JoinHandle<std::sync::Arc<tally_worker::WorkerStats>>>,
 }
 
 impl Workers {
@@ -68,18 +68,23 @@ impl Workers {
                         let _ = rx.wait_for(|s| *s).await;
                     })
                     .await
-                    .expect("worker runs");
+                    .expect("worker runs")
                 })
             })
             .collect();
         Workers { stop, handles }
     }
 
-    pub async fn stop(self) {
+    /// Stops the workers; the counters of those that stopped cleanly.
+    pub async fn stop(self) -> Vec<std::sync::Arc<tally_worker::WorkerStats>> {
         let _ = self.stop.send(true);
+        let mut stats = Vec::new();
         for h in self.handles {
-            let _ = h.await;
+            if let Ok(s) = h.await {
+                stats.push(s);
+            }
         }
+        stats
     }
 }
 

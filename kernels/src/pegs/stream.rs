@@ -1,0 +1,449 @@
+//! A level shard within a memory share (see `levels` for the count itself).
+//!
+//! The input is read board by board from the encoded parts every shard of
+//! the previous level sent (a merge of sorted streams), never decoded whole.
+//! The children's counts are summed in the partitioned tables of `levels`;
+//! when the tables pass the shard's share of memory they are written to the
+//! spill as one sorted run (every outgoing bucket in order, encoded as a
+//! [`PegBucket`]) and emptied. At the end each outgoing bucket is the merge
+//! of its segment of every run and of what the tables still hold, read in
+//! chunks, so a shard's memory is its share plus its encoded output.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::PegGame;
+use super::levels::{CountSums, PegBucket, pegs_at_level};
+use crate::spill::{Room, RunSource, Source, Spill, VarintStream};
+use crate::varint;
+use crate::{Control, Error, Result, invalid};
+
+/// Boards expanded between two polls of the control and of the tables' size.
+const POLL_BOARDS: usize = 4096;
+/// Bytes an encoded board takes at least (its gap and its count), to guess
+/// how many boards some bytes hold.
+const MIN_BOARD_BYTES: usize = 2;
+
+/// One shard's part of one level, its outgoing buckets encoded.
+#[derive(Debug, Default)]
+pub struct EncodedLevel {
+    /// Distinct classes of the level in this shard's bucket.
+    pub states: u64,
+    /// Solutions among them (boards of one peg).
+    pub solutions: u128,
+    /// [`PegBucket::encode`]'s bytes of what goes to each bucket of the next level.
+    pub sent: Vec<Vec<u8>>,
+    /// Sorted runs written to the spill, and their bytes.
+    pub runs: u32,
+    pub spilled_bytes: u64,
+    /// On the level of one peg: each class with its sum, the sum of the jump
+    /// sequences reaching its boards (the solutions by final hole).
+    pub finals: Vec<(u64, u128)>,
+}
+
+fn too_large() -> Error {
+    Error::Internal("pegs: count exceeds 128 bits".into())
+}
+
+/// The boards of one encoded [`PegBucket`], read as they come and checked as
+/// [`PegBucket::decode`] checks them (and, when `pegs` is given, that each is
+/// a board of that many pegs of the game).
+struct PartStream<S> {
+    stream: VarintStream<S>,
+    left: u128,
+    index: u64,
+    previous: u64,
+    check: Option<(u64, u32)>,
+}
+
+impl<S: Source> PartStream<S> {
+    fn new(source: S, check: Option<(u64, u32)>) -> Result<Self> {
+        let mut stream = VarintStream::new(source, "peg level bucket");
+        let left = stream.varint("the board count")?;
+        Ok(PartStream {
+            stream,
+            left,
+            index: 0,
+            previous: 0,
+            check,
+        })
+    }
+
+    fn next(&mut self) -> Result<Option<(u64, u128)>> {
+        if self.left == 0 {
+            if !self.stream.at_end()? {
+                return Err(invalid!(
+                    "peg level bucket: bytes after its {} boards",
+                    self.index
+                ));
+            }
+            return Ok(None);
+        }
+        let index = self.index;
+        let gap = self.stream.varint("a board")?;
+        if gap == 0 && index > 0 {
+            return Err(invalid!(
+                "peg level bucket: board {index} repeats the previous one"
+            ));
+        }
+        let board = u64::try_from(gap)
+            .ok()
+            .and_then(|gap| self.previous.checked_add(gap))
+            .ok_or_else(|| invalid!("peg level bucket: board {index} exceeds 64 bits"))?;
+        let ways = self.stream.varint("a count")?;
+        if ways == 0 {
+            return Err(invalid!("peg level bucket: board {index} has a zero count"));
+        }
+        if let Some((holes, pegs)) = self.check
+            && (board & !holes != 0 || board.count_ones() != pegs)
+        {
+            return Err(invalid!(
+                "peg level bucket: board {board:#x} is not a board of {pegs} pegs on this board"
+            ));
+        }
+        self.left -= 1;
+        self.index += 1;
+        self.previous = board;
+        Ok(Some((board, ways)))
+    }
+}
+
+/// Sorted streams merged into one, the counts of equal boards summed.
+struct Merged<S> {
+    parts: Vec<PartStream<S>>,
+    heads: BinaryHeap<Reverse<(u64, usize)>>,
+    ways: Vec<u128>,
+}
+
+impl<S: Source> Merged<S> {
+    fn new(parts: Vec<PartStream<S>>) -> Result<Self> {
+        let mut merged = Merged {
+            heads: BinaryHeap::with_capacity(parts.len()),
+            ways: vec![0; parts.len()],
+            parts,
+        };
+        for i in 0..merged.parts.len() {
+            merged.advance(i)?;
+        }
+        Ok(merged)
+    }
+
+    fn advance(&mut self, i: usize) -> Result<()> {
+        if let Some((board, ways)) = self.parts[i].next()? {
+            self.ways[i] = ways;
+            self.heads.push(Reverse((board, i)));
+        }
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<Option<(u64, u128)>> {
+        let Some(Reverse((board, i))) = self.heads.pop() else {
+            return Ok(None);
+        };
+        let mut ways = self.ways[i];
+        self.advance(i)?;
+        while let Some(&Reverse((next, j))) = self.heads.peek() {
+            if next != board {
+                break;
+            }
+            self.heads.pop();
+            ways = ways.checked_add(self.ways[j]).ok_or_else(too_large)?;
+            self.advance(j)?;
+        }
+        Ok(Some((board, ways)))
+    }
+}
+
+/// The children's sums, spilled as sorted runs when they pass `limit` bytes.
+struct SpillingSums<'r, 's> {
+    sums: CountSums,
+    boards_hint: usize,
+    limit: u64,
+    buckets: u32,
+    room: &'r mut Room<'s>,
+    /// For each run: its number and each bucket's byte range in it.
+    runs: Vec<(u32, Vec<std::ops::Range<u64>>)>,
+    spilled_bytes: u64,
+}
+
+impl SpillingSums<'_, '_> {
+    fn spill_if_full(&mut self) -> Result<()> {
+        if self.sums.bytes() <= self.limit {
+            return Ok(());
+        }
+        let full = std::mem::replace(&mut self.sums, CountSums::for_boards(self.boards_hint));
+        let mut ranges = Vec::with_capacity(self.buckets as usize);
+        let mut at = 0;
+        for bucket in full.into_buckets(self.buckets)? {
+            let bytes = bucket.encode();
+            self.room.spill.write(&bytes)?;
+            ranges.push(at..at + bytes.len() as u64);
+            at += bytes.len() as u64;
+        }
+        let run = self.room.spill.end_run()?;
+        self.spilled_bytes += at;
+        self.runs.push((run, ranges));
+        Ok(())
+    }
+
+    /// Each outgoing bucket, encoded: the tables' part merged with every run's.
+    fn finish(self) -> Result<(Vec<Vec<u8>>, u32, u64)> {
+        let held = self.sums.into_buckets(self.buckets)?;
+        let runs = self.runs.len() as u32;
+        if self.runs.is_empty() {
+            return Ok((held.iter().map(PegBucket::encode).collect(), 0, 0));
+        }
+        let spill: &dyn Spill = &*self.room.spill;
+        let mut sent = Vec::with_capacity(held.len());
+        for (q, in_memory) in held.into_iter().enumerate() {
+            let in_memory = in_memory.encode();
+            let mut parts = Vec::with_capacity(self.runs.len() + 1);
+            for (run, ranges) in &self.runs {
+                let source = RunSource::new(spill, *run, ranges[q].clone());
+                parts.push(PartStream::new(Either::Run(source), None)?);
+            }
+            parts.push(PartStream::new(Either::Slice(&in_memory[..]), None)?);
+            sent.push(encode_merged(Merged::new(parts)?)?);
+        }
+        Ok((sent, runs, self.spilled_bytes))
+    }
+}
+
+/// A spill run's range or bytes in memory, merged together.
+enum Either<'a> {
+    Run(RunSource<'a>),
+    Slice(&'a [u8]),
+}
+
+impl Source for Either<'_> {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        match self {
+            Either::Run(run) => run.fill(buf),
+            Either::Slice(slice) => slice.fill(buf),
+        }
+    }
+}
+
+/// [`PegBucket::encode`]'s bytes of a merge, written as it is read.
+fn encode_merged<S: Source>(mut merged: Merged<S>) -> Result<Vec<u8>> {
+    let mut body = Vec::new();
+    let (mut count, mut previous) = (0u128, 0u64);
+    while let Some((board, ways)) = merged.next()? {
+        varint::push(&mut body, u128::from(board - previous));
+        varint::push(&mut body, ways);
+        previous = board;
+        count += 1;
+    }
+    let mut out = Vec::with_capacity(body.len() + 10);
+    varint::push(&mut out, count);
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// Bucket `q` of level `level` (see [`super::expand_level`]) from the encoded
+/// parts every shard of the previous level sent it, within `room`: the
+/// children's tables spill to `room.spill` past half of `room.memory` (the
+/// rest is for the input's buffers and the output). The same classes,
+/// solutions and buckets as [`super::expand_level`], encoded.
+pub fn expand_level_within<S: Source>(
+    game: &PegGame,
+    level: u32,
+    parts: Vec<S>,
+    input_bytes: usize,
+    buckets_out: u32,
+    room: &mut Room<'_>,
+    control: &Control,
+) -> Result<EncodedLevel> {
+    if buckets_out == 0 {
+        return Err(invalid!("a level needs at least one bucket"));
+    }
+    let pegs = pegs_at_level(game, level)
+        .filter(|&p| p >= 1)
+        .ok_or_else(|| invalid!("level {level} is past the last peg of the {}", game.shape()))?;
+    let check = Some((game.hole_mask(), pegs));
+    let streams = parts
+        .into_iter()
+        .map(|part| PartStream::new(part, check))
+        .collect::<Result<Vec<_>>>()?;
+    let mut input = Merged::new(streams)?;
+    let mut outcome = EncodedLevel::default();
+    if pegs == 1 {
+        while let Some((board, ways)) = input.next()? {
+            outcome.states += 1;
+            outcome.finals.push((board, ways));
+            outcome.solutions = game
+                .final_value(board)
+                .checked_mul(ways)
+                .and_then(|w| w.checked_add(outcome.solutions))
+                .ok_or_else(too_large)?;
+        }
+        control.add_work(outcome.states);
+        outcome.sent = vec![PegBucket::default().encode(); buckets_out as usize];
+        return Ok(outcome);
+    }
+    let limit = room.memory / 2;
+    // A table slot takes 16 bytes and the tables stay at most half full.
+    let boards_hint = (input_bytes / MIN_BOARD_BYTES).min((limit / 32).max(1) as usize);
+    let mut sums = SpillingSums {
+        sums: CountSums::for_boards(boards_hint),
+        boards_hint,
+        limit,
+        buckets: buckets_out,
+        room,
+        runs: Vec::new(),
+        spilled_bytes: 0,
+    };
+    let mut children = Vec::with_capacity(64);
+    loop {
+        control.check()?;
+        let mut expanded = 0;
+        while expanded < POLL_BOARDS {
+            let Some((board, ways)) = input.next()? else {
+                break;
+            };
+            expanded += 1;
+            children.clear();
+            game.push_children(board, &mut children);
+            for &child in &children {
+                sums.sums.add(child, ways);
+            }
+        }
+        outcome.states += expanded as u64;
+        control.add_work(expanded as u64);
+        if expanded < POLL_BOARDS {
+            break;
+        }
+        sums.spill_if_full()?;
+    }
+    let (sent, runs, spilled_bytes) = sums.finish()?;
+    outcome.sent = sent;
+    outcome.runs = runs;
+    outcome.spilled_bytes = spilled_bytes;
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pegs::{BoardShape, expand_level, start_bucket};
+    use crate::spill::MemorySpill;
+
+    /// The levels of `game` up to `last` with `buckets` buckets each, by the
+    /// decoded kernel: each level's shards' outputs.
+    fn levels_decoded(game: &PegGame, last: u32, buckets: u32) -> Vec<Vec<Vec<PegBucket>>> {
+        let control = Control::new();
+        let mut inbox = vec![vec![start_bucket(game)]];
+        let mut levels = Vec::new();
+        for level in 0..last {
+            let mut outputs = Vec::new();
+            let mut next = vec![Vec::new(); buckets as usize];
+            for inputs in inbox {
+                let part = expand_level(game, level, inputs, buckets, &control).unwrap();
+                for (q, bucket) in part.sent.iter().enumerate() {
+                    next[q].push(bucket.clone());
+                }
+                outputs.push(part.sent);
+            }
+            levels.push(outputs);
+            inbox = next;
+        }
+        levels
+    }
+
+    #[test]
+    fn a_level_that_spills_equals_the_level_held_in_memory() {
+        let game = PegGame::new(BoardShape::English, None, None).unwrap();
+        let control = Control::new();
+        let levels = levels_decoded(&game, 10, 3);
+        // Level 10's bucket 1, from the three shards of level 9.
+        let parts: Vec<Vec<u8>> = levels[9].iter().map(|sent| sent[1].encode()).collect();
+        let input_bytes = parts.iter().map(Vec::len).sum();
+        let inputs: Vec<PegBucket> = levels[9].iter().map(|sent| sent[1].clone()).collect();
+        let expected = expand_level(&game, 10, inputs, 4, &control).unwrap();
+        assert!(expected.states > 10_000, "{}", expected.states);
+        for memory in [u64::MAX, 1 << 18, 0] {
+            let mut spill = MemorySpill::default();
+            let mut room = Room {
+                memory,
+                spill: &mut spill,
+            };
+            let slices = parts.iter().map(Vec::as_slice).collect();
+            let got = expand_level_within(&game, 10, slices, input_bytes, 4, &mut room, &control)
+                .unwrap();
+            assert_eq!(got.states, expected.states);
+            let decoded: Vec<PegBucket> = got
+                .sent
+                .iter()
+                .map(|b| PegBucket::decode(b).unwrap())
+                .collect();
+            assert_eq!(decoded, expected.sent, "memory {memory}");
+            match memory {
+                u64::MAX => assert_eq!((got.runs, spill.bytes_written()), (0, 0)),
+                _ => {
+                    assert!(got.runs >= 2, "memory {memory}: {} runs", got.runs);
+                    assert_eq!(got.spilled_bytes, spill.bytes_written());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn streamed_input_is_checked_like_decoded_input() {
+        let game = PegGame::new(BoardShape::Triangle(5), Some(1), None).unwrap();
+        let control = Control::new();
+        let levels = levels_decoded(&game, 2, 1);
+        let good = levels[1][0][0].encode();
+        let run = |bytes: &[u8], level| {
+            let mut spill = MemorySpill::default();
+            let mut room = Room {
+                memory: u64::MAX,
+                spill: &mut spill,
+            };
+            expand_level_within(
+                &game,
+                level,
+                vec![bytes],
+                bytes.len(),
+                1,
+                &mut room,
+                &control,
+            )
+        };
+        assert!(run(&good, 2).is_ok());
+        assert!(run(&good, 3).is_err(), "boards of the wrong peg count");
+        for cut in 0..good.len() {
+            assert!(run(&good[..cut], 2).is_err(), "cut at {cut}");
+        }
+        let mut longer = good.clone();
+        longer.push(0);
+        assert!(run(&longer, 2).is_err());
+        assert!(
+            run(&[1, 5, 0], 2)
+                .unwrap_err()
+                .to_string()
+                .contains("zero count")
+        );
+        let mut wide = vec![1];
+        varint::push(&mut wide, 1 << 64);
+        wide.push(1);
+        assert!(run(&wide, 2).unwrap_err().to_string().contains("64 bits"));
+    }
+
+    #[test]
+    fn sums_past_128_bits_in_a_merge_are_refused() {
+        let a = PegBucket {
+            boards: vec![7],
+            counts: vec![u128::MAX],
+        };
+        let b = PegBucket {
+            boards: vec![7],
+            counts: vec![1],
+        };
+        let (a, b) = (a.encode(), b.encode());
+        let parts = vec![
+            PartStream::new(&a[..], None).unwrap(),
+            PartStream::new(&b[..], None).unwrap(),
+        ];
+        assert!(encode_merged(Merged::new(parts).unwrap()).is_err());
+    }
+}

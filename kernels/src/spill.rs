@@ -1,0 +1,233 @@
+//! Room for what a shard cannot hold: a memory share and a spill.
+//!
+//! A frontier shard sums its children in a table. When the table passes the
+//! shard's share of its worker's memory, the shard writes it out as a sorted
+//! run and starts an empty one; at the end it merges the runs with sequential
+//! reads. Where runs go is the caller's: the worker gives a directory of its
+//! own ([`Spill`] over files), tests and the kernel alone keep them in memory
+//! ([`MemorySpill`]). Kernels only write and read bytes through the trait.
+
+use crate::{Error, Result};
+
+/// Runs of bytes, each written once in order and then read by ranges.
+pub trait Spill: Send {
+    /// Appends `bytes` to the run being written (a new one after [`Spill::end_run`]).
+    fn write(&mut self, bytes: &[u8]) -> Result<()>;
+    /// Ends the run being written and returns its number (0, 1, ...).
+    fn end_run(&mut self) -> Result<u32>;
+    /// Fills `buf` from run `run` at `offset`: the bytes read, fewer than
+    /// `buf.len()` only at the end of the run.
+    fn read_at(&self, run: u32, offset: u64, buf: &mut [u8]) -> Result<usize>;
+    /// Bytes written to every run so far.
+    fn bytes_written(&self) -> u64;
+}
+
+/// What a shard may use besides its input and output: `memory` bytes for its
+/// tables, and the spill for the rest.
+pub struct Room<'a> {
+    pub memory: u64,
+    pub spill: &'a mut dyn Spill,
+}
+
+/// Runs kept in memory: for tests, and for a shard run where nothing gave a
+/// place on disk (the kernel alone).
+#[derive(Default)]
+pub struct MemorySpill {
+    runs: Vec<Vec<u8>>,
+    open: Vec<u8>,
+    written: u64,
+}
+
+impl Spill for MemorySpill {
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.open.extend_from_slice(bytes);
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn end_run(&mut self) -> Result<u32> {
+        self.runs.push(std::mem::take(&mut self.open));
+        Ok(self.runs.len() as u32 - 1)
+    }
+
+    fn read_at(&self, run: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let run = self
+            .runs
+            .get(run as usize)
+            .ok_or_else(|| Error::Internal(format!("spill: no run {run}")))?;
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(run.len());
+        let n = buf.len().min(run.len() - start);
+        buf[..n].copy_from_slice(&run[start..start + n]);
+        Ok(n)
+    }
+
+    fn bytes_written(&self) -> u64 {
+        self.written
+    }
+}
+
+/// A byte range of a spill run, read in chunks.
+pub struct RunSource<'a> {
+    spill: &'a dyn Spill,
+    run: u32,
+    at: u64,
+    end: u64,
+}
+
+impl<'a> RunSource<'a> {
+    pub fn new(spill: &'a dyn Spill, run: u32, range: std::ops::Range<u64>) -> Self {
+        RunSource {
+            spill,
+            run,
+            at: range.start,
+            end: range.end,
+        }
+    }
+}
+
+/// Bytes arriving in pieces: a slice, or a range of a spill run.
+pub trait Source {
+    /// Fills the start of `buf`; 0 only at the end.
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize>;
+}
+
+impl Source for &[u8] {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let n = buf.len().min(self.len());
+        buf[..n].copy_from_slice(&self[..n]);
+        *self = &self[n..];
+        Ok(n)
+    }
+}
+
+impl Source for RunSource<'_> {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let want = buf.len().min((self.end - self.at) as usize);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.spill.read_at(self.run, self.at, &mut buf[..want])?;
+        if n == 0 {
+            return Err(Error::Failed(format!(
+                "spill: run {} ends at byte {} of {}",
+                self.run, self.at, self.end
+            )));
+        }
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+/// The longest varint of a `u128`.
+const MAX_VARINT: usize = 19;
+const CHUNK: usize = 64 * 1024;
+
+/// Varints (as `varint::push` writes them) read from a [`Source`] through a
+/// buffer of 64 KiB, so a run is never read whole.
+pub struct VarintStream<S> {
+    source: S,
+    buf: Box<[u8]>,
+    at: usize,
+    len: usize,
+    done: bool,
+    label: &'static str,
+}
+
+impl<S: Source> VarintStream<S> {
+    pub fn new(source: S, label: &'static str) -> Self {
+        VarintStream {
+            source,
+            buf: vec![0; CHUNK].into_boxed_slice(),
+            at: 0,
+            len: 0,
+            done: false,
+            label,
+        }
+    }
+
+    fn refill(&mut self) -> Result<()> {
+        self.buf.copy_within(self.at..self.len, 0);
+        self.len -= self.at;
+        self.at = 0;
+        while !self.done && self.len < self.buf.len() {
+            let n = self.source.fill(&mut self.buf[self.len..])?;
+            self.done = n == 0;
+            self.len += n;
+        }
+        Ok(())
+    }
+
+    /// Whether every byte has been read.
+    pub fn at_end(&mut self) -> Result<bool> {
+        if self.at == self.len {
+            self.refill()?;
+        }
+        Ok(self.at == self.len)
+    }
+
+    /// The next varint; `what` names it in the error of a truncated or
+    /// overlong one.
+    pub fn varint(&mut self, what: &str) -> Result<u128> {
+        if self.len - self.at < MAX_VARINT && !self.done {
+            self.refill()?;
+        }
+        let mut value: u128 = 0;
+        for (i, &byte) in self.buf[self.at..self.len].iter().enumerate() {
+            let bits = u128::from(byte & 0x7f);
+            let shift = 7 * i as u32;
+            if shift >= 128 || (shift > 0 && bits >> (128 - shift) != 0) {
+                break;
+            }
+            value |= bits << shift;
+            if byte & 0x80 == 0 {
+                self.at += i + 1;
+                return Ok(value);
+            }
+        }
+        Err(crate::invalid!(
+            "{}: {what} is cut short or longer than 128 bits",
+            self.label
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::varint;
+
+    #[test]
+    fn varints_cross_chunk_boundaries_and_runs_read_back_by_ranges() {
+        let values: Vec<u128> = (0..40_000u128)
+            .map(|i| i * i * 0x1_0000_0001 + (i << 100))
+            .collect();
+        let mut bytes = Vec::new();
+        for &v in &values {
+            varint::push(&mut bytes, v);
+        }
+        assert!(bytes.len() > 3 * CHUNK, "spans several chunks");
+        let mut spill = MemorySpill::default();
+        spill.write(b"xyz").unwrap();
+        spill.end_run().unwrap();
+        spill.write(&bytes[..1000]).unwrap();
+        spill.write(&bytes[1000..]).unwrap();
+        assert_eq!(spill.end_run().unwrap(), 1);
+        assert_eq!(spill.bytes_written(), 3 + bytes.len() as u64);
+        let from_run = RunSource::new(&spill, 1, 0..bytes.len() as u64);
+        let mut stream = VarintStream::new(from_run, "test");
+        for &v in &values {
+            assert_eq!(stream.varint("a value").unwrap(), v);
+        }
+        assert!(stream.at_end().unwrap());
+        // A cut stream is an error, not a short value.
+        let cut = &bytes[..bytes.len() - 1];
+        let mut stream = VarintStream::new(cut, "test");
+        let read = (0..values.len())
+            .map(|_| stream.varint("v"))
+            .collect::<Vec<_>>();
+        assert!(read.last().unwrap().is_err());
+        // A range past a run's end is refused.
+        let mut past = VarintStream::new(RunSource::new(&spill, 0, 0..10), "test");
+        assert!(past.varint("v").is_err());
+    }
+}

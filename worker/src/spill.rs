@@ -1,0 +1,251 @@
+//! The worker's spill directory: sorted runs of shards that outgrow their
+//! memory share (see `tally_kernels::spill`), in files.
+//!
+//! Each worker process owns `SPILL_DIR/<worker id>/`, holding an exclusive
+//! lock on its `lock` file while it lives; each attempt writes its runs under
+//! a directory of its own there, removed when the attempt ends. A worker that
+//! dies (kill -9, a lost node) leaves its directory behind: the next worker
+//! to start on the same spill directory finds its lock free and removes it,
+//! so the directory holds only the attempts of live workers.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tally_kinds::{Error, Spill};
+
+use crate::error::{Result, WorkerError};
+
+const LOCK_FILE: &str = "lock";
+/// Buffer of each run being written: runs are written sequentially.
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// This worker's part of a spill directory.
+pub(crate) struct SpillDir {
+    root: PathBuf,
+    /// Held (locked) while the worker lives.
+    _lock: File,
+    next_attempt: AtomicU64,
+}
+
+impl SpillDir {
+    /// Takes `spill_dir/<worker_id>/` for this worker, first removing the
+    /// directories of workers that died there.
+    pub(crate) fn open(spill_dir: &Path, worker_id: &str) -> Result<SpillDir> {
+        let refused = |what: &str, e: std::io::Error| {
+            WorkerError::Config(format!(
+                "spill directory {}: cannot {what}: {e}",
+                spill_dir.display()
+            ))
+        };
+        std::fs::create_dir_all(spill_dir).map_err(|e| refused("create it", e))?;
+        let swept = sweep_dead(spill_dir).map_err(|e| refused("read it", e))?;
+        if swept > 0 {
+            tracing::info!(dir = %spill_dir.display(), swept, "removed the spill files of workers that stopped uncleanly");
+        }
+        // A number of this process's own, so that two workers of one id
+        // (tests in one process) never share a directory.
+        static OPENED: AtomicU64 = AtomicU64::new(0);
+        let n = OPENED.fetch_add(1, Ordering::Relaxed);
+        let name: String = format!("{worker_id}.{n}")
+            .chars()
+            .map(
+                |c| match c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    true => c,
+                    false => '_',
+                },
+            )
+            .collect();
+        let root = spill_dir.join(name);
+        std::fs::create_dir_all(&root).map_err(|e| refused("create a directory in it", e))?;
+        let lock = File::create(root.join(LOCK_FILE)).map_err(|e| refused("write in it", e))?;
+        // Another worker starting on the same spill directory may sweep this
+        // one before it is locked; the attempts create it again when they
+        // spill, so that costs nothing.
+        lock.try_lock().map_err(|e| {
+            WorkerError::Config(format!(
+                "spill directory {}: cannot lock it ({e})",
+                root.display()
+            ))
+        })?;
+        Ok(SpillDir {
+            root,
+            _lock: lock,
+            next_attempt: AtomicU64::new(0),
+        })
+    }
+
+    /// An empty spill for one attempt.
+    pub(crate) fn attempt(&self) -> FileSpill {
+        let n = self.next_attempt.fetch_add(1, Ordering::Relaxed);
+        FileSpill {
+            dir: self.root.join(format!("attempt-{n}")),
+            runs: Vec::new(),
+            open: None,
+            written: 0,
+        }
+    }
+}
+
+impl SpillDir {
+    /// Removes this worker's directory: called when the worker stops, since
+    /// the context holding this may outlive it a moment in other tasks.
+    pub(crate) fn remove(&self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+impl Drop for SpillDir {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// Removes the directories under `spill_dir` whose lock no live worker holds.
+fn sweep_dead(spill_dir: &Path) -> std::io::Result<usize> {
+    let mut swept = 0;
+    for entry in std::fs::read_dir(spill_dir)? {
+        let path = entry?.path();
+        let Ok(lock) = File::open(path.join(LOCK_FILE)) else {
+            continue;
+        };
+        if lock.try_lock().is_ok() && std::fs::remove_dir_all(&path).is_ok() {
+            swept += 1;
+        }
+    }
+    Ok(swept)
+}
+
+/// One attempt's runs, a file each, removed with it.
+pub(crate) struct FileSpill {
+    dir: PathBuf,
+    runs: Vec<File>,
+    open: Option<BufWriter<File>>,
+    written: u64,
+}
+
+impl FileSpill {
+    fn failed(&self, what: &str, e: std::io::Error) -> Error {
+        Error::Failed(format!(
+            "spill directory {}: cannot {what}: {e}",
+            self.dir.display()
+        ))
+    }
+}
+
+impl Spill for FileSpill {
+    fn write(&mut self, bytes: &[u8]) -> tally_kinds::Result<()> {
+        if self.open.is_none() {
+            std::fs::create_dir_all(&self.dir).map_err(|e| self.failed("create it", e))?;
+            let path = self.dir.join(format!("run-{}", self.runs.len()));
+            let file = File::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| self.failed("create a run", e))?;
+            self.open = Some(BufWriter::with_capacity(WRITE_BUFFER, file));
+        }
+        let open = self.open.as_mut().expect("a run is open");
+        if let Err(e) = open.write_all(bytes) {
+            return Err(self.failed("write a run", e));
+        }
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn end_run(&mut self) -> tally_kinds::Result<u32> {
+        let file = match self.open.take() {
+            Some(open) => open
+                .into_inner()
+                .map_err(|e| self.failed("write a run", e.into_error()))?,
+            // An empty run.
+            None => {
+                self.write(&[])?;
+                return self.end_run();
+            }
+        };
+        self.runs.push(file);
+        Ok(self.runs.len() as u32 - 1)
+    }
+
+    fn read_at(&self, run: u32, offset: u64, buf: &mut [u8]) -> tally_kinds::Result<usize> {
+        let file = self
+            .runs
+            .get(run as usize)
+            .ok_or_else(|| Error::Internal(format!("spill: no run {run}")))?;
+        let mut filled = 0;
+        while filled < buf.len() {
+            match file.read_at(&mut buf[filled..], offset + filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.failed("read a run", e)),
+            }
+        }
+        Ok(filled)
+    }
+
+    fn bytes_written(&self) -> u64 {
+        self.written
+    }
+}
+
+impl Drop for FileSpill {
+    fn drop(&mut self) {
+        self.open = None;
+        self.runs.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_written_read_back_and_removed_with_their_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill_dir = SpillDir::open(dir.path(), "w/1").unwrap();
+        let mut spill = spill_dir.attempt();
+        spill.write(b"hello ").unwrap();
+        spill.write(b"runs").unwrap();
+        assert_eq!(spill.end_run().unwrap(), 0);
+        assert_eq!(spill.end_run().unwrap(), 1, "an empty run");
+        let mut buf = [0u8; 16];
+        assert_eq!(spill.read_at(0, 6, &mut buf).unwrap(), 4);
+        assert_eq!(&buf[..4], b"runs");
+        assert_eq!(spill.read_at(1, 0, &mut buf).unwrap(), 0);
+        assert_eq!(spill.bytes_written(), 10);
+        let attempt = spill.dir.clone();
+        assert!(attempt.exists());
+        drop(spill);
+        assert!(!attempt.exists(), "removed with the attempt");
+    }
+
+    #[test]
+    fn a_dead_workers_spill_is_swept_and_a_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = SpillDir::open(dir.path(), "live").unwrap();
+        let mut kept = live.attempt();
+        kept.write(b"x").unwrap();
+        kept.end_run().unwrap();
+        // A worker that died: its directory and lock file, nobody holding it.
+        let dead = dir.path().join("dead");
+        std::fs::create_dir_all(dead.join("attempt-0")).unwrap();
+        std::fs::write(dead.join("attempt-0/run-0"), b"stale").unwrap();
+        std::fs::write(dead.join(LOCK_FILE), b"").unwrap();
+        let other = SpillDir::open(dir.path(), "other").unwrap();
+        assert!(!dead.exists(), "the dead worker's spill is swept");
+        assert!(kept.dir.exists(), "the live worker's is kept");
+        let twin = SpillDir::open(dir.path(), "live").unwrap();
+        assert_ne!(twin.root, live.root, "one directory per worker");
+        drop(twin);
+        drop(other);
+        drop(kept);
+        drop(live);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}

@@ -42,11 +42,20 @@ impl LocalCluster {
         stage_store: tally_stage::StageStoreUrl,
         workers: Workers,
     ) -> anyhow::Result<LocalCluster> {
+        // A stage directory inside the data directory shares its disk: a blob
+        // it loses, the store would lose too, so no stage is kept spare to
+        // compute one again, and the disk holds a stage fewer.
+        let inside = std::path::absolute(&data_dir).unwrap_or_else(|_| data_dir.clone());
+        let spare_stage = !matches!(&stage_store, tally_stage::StageStoreUrl::File(dir) if dir.starts_with(&inside));
         let mut config = tally_coordinator::CoordinatorConfig::new(
             "127.0.0.1:0".parse().expect("loopback address"),
             Some(data_dir),
         );
+        config.spare_stage = spare_stage;
         config.stage_store = stage_store;
+        // Levels of a frontier plan are deleted as soon as the sweep sees
+        // them unreferenced: on one machine's disk, every stage counts.
+        config.stage_sweep_every = Duration::from_secs(10);
         // The store is this process's alone: whoever held a lease in it was
         // an in-process worker of a run that has stopped.
         config.release_leases_on_start = true;

@@ -55,6 +55,10 @@ pub struct CoordinatorConfig {
     /// that no worker that held one is alive (`tally run` resuming, whose
     /// in-process workers died with it). Otherwise leases get a fresh TTL.
     pub release_leases_on_start: bool,
+    /// With a stage store outside the coordinator, keep each stage's input a
+    /// stage longer so that a lost blob can be computed again (see
+    /// `SchedulerConfig::spare_stage`). On by default.
+    pub spare_stage: bool,
     /// Delete finished jobs this long after they finished; `None` keeps them.
     pub retain_finished: Option<Duration>,
     /// Fault injection for tests: abort right after this many store flushes.
@@ -84,6 +88,7 @@ impl CoordinatorConfig {
             kernel_cache: Arc::new(KernelCache::new()),
             recover: false,
             release_leases_on_start: false,
+            spare_stage: true,
             retain_finished: None,
             exit_after_flushes: None,
             stage_store: StageStoreUrl::Coordinator,
@@ -245,6 +250,7 @@ async fn load_shared(
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
     let mut scheduler_config = config.scheduler.clone();
     scheduler_config.external_stage_store = config.stage_store.is_external();
+    scheduler_config.spare_stage = config.spare_stage;
     let release_leases = config.release_leases_on_start;
     let url = config.stage_store.clone();
     let new_prefix = config.new_stage_prefix;

@@ -737,6 +737,7 @@ async fn pegs_through_several_workers_equal_the_single_process_count() {
                     prefixes,
                     plan: Some(plan),
                     buckets,
+                    by_final_hole: false,
                 });
                 let name = format!("{board} {start:?} {end:?} {plan:?} {buckets} buckets");
                 let job = submit(&mut client, &spec, "").await;

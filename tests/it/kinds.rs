@@ -98,8 +98,8 @@ async fn a_pegs_job_whose_levels_spill_equals_the_kernel_alone() {
     coordinator.shutdown().await;
 }
 
-/// The pegs frontier plan without a final hole gives the solutions by final
-/// hole. Each equals the count with that final hole by the kernel alone (a
+/// The pegs frontier plan without a final hole, asked for them, gives the
+/// solutions by final hole. Each equals the count with that final hole by the kernel alone (a
 /// depth-first count over a memo, not a search by levels), they add up to
 /// the total, and reversing a game (start on `b`, end on `a`) gives the same
 /// count, each side found by a forward search of its own.
@@ -112,7 +112,9 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
     let holes = 15;
     let mut by_start = std::collections::BTreeMap::new();
     for start in 1..=holes {
-        let params = serde_json::json!({"board": "triangle:5", "start": start, "buckets": 2});
+        let params = serde_json::json!({
+            "board": "triangle:5", "start": start, "buckets": 2, "by_final_hole": true
+        });
         let spec = ValidSpec::new(JobSpec {
             kind: "pegs".into(),
             params: params.as_object().unwrap().clone(),

@@ -162,6 +162,7 @@ async fn a_pegs_frontier_job_survives_kills_of_the_coordinator_and_a_worker() {
         prefixes: 0,
         plan: Some(PegsPlanName::Frontier),
         buckets: 3,
+        by_final_hole: false,
     });
     survives_kills(spec, 5).await;
 }

@@ -172,6 +172,7 @@ fn pegs_frontier() -> JobSpec {
         prefixes: 0,
         plan: Some(PegsPlanName::Frontier),
         buckets: 3,
+        by_final_hole: false,
     })
 }
 

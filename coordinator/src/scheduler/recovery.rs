@@ -26,7 +26,7 @@ impl Scheduler {
     /// from `now_ms`: their workers may still report; dead ones expire normally.
     /// Also finishes any stage barrier that was passed but not yet acted on.
     pub fn load(store: Arc<dyn Store>, config: SchedulerConfig, now_ms: u64) -> Result<Scheduler> {
-        let external = config.external_stage_store;
+        let external = config.keeps_spare_stage();
         let mut scheduler = Scheduler {
             store: store.clone(),
             config,

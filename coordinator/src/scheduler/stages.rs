@@ -32,7 +32,7 @@ impl Scheduler {
         now_ms: u64,
     ) -> Result<()> {
         let store = self.store.clone();
-        let external = self.config.external_stage_store;
+        let external = self.config.keeps_spare_stage();
         let entry = self.jobs.known(job);
         if entry.rec.state.is_finished() || !entry.shards_loaded || !entry.shards.all_done() {
             return Ok(());

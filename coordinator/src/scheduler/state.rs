@@ -27,6 +27,12 @@ pub struct SchedulerConfig {
     /// kept are blob references, and a finished stage's input stays one
     /// stage longer (see `stage_outputs::retained_stages`).
     pub external_stage_store: bool,
+    /// With `external_stage_store`: keep the input of the stage before the
+    /// current one a stage longer, so that a lost blob of it can be computed
+    /// again. Off where the store cannot lose a blob the coordinator's own
+    /// disk would not (`tally run`'s stage directory beside its store), to
+    /// keep a stage fewer on that disk.
+    pub spare_stage: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -36,11 +42,17 @@ impl Default for SchedulerConfig {
             backoff_max_ms: 10_000,
             stall_limit_ms: 30 * 60 * 1000,
             external_stage_store: false,
+            spare_stage: true,
         }
     }
 }
 
 impl SchedulerConfig {
+    /// Whether a stage's input stays a stage longer (see `spare_stage`).
+    pub(super) fn keeps_spare_stage(&self) -> bool {
+        self.external_stage_store && self.spare_stage
+    }
+
     /// The delay before a shard's next attempt after `failures` failed ones.
     pub(super) fn backoff_ms(&self, failures: u32) -> u64 {
         let factor = 1u64 << failures.saturating_sub(1).min(20);

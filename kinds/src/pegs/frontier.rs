@@ -696,6 +696,7 @@ mod tests {
             prefixes: 0,
             plan: Some(PegsPlanName::Frontier),
             buckets,
+            by_final_hole: false,
         }
     }
 
@@ -827,6 +828,7 @@ mod validation {
             prefixes,
             plan,
             buckets,
+            by_final_hole: false,
         }
     }
 

@@ -105,6 +105,12 @@ pub struct PegsSpec {
     /// Frontier plan: shards per level; 0 chooses from each level's size.
     #[serde(default)]
     pub buckets: u32,
+    /// Frontier plan without an end hole: the solutions by final hole, the
+    /// positions reduced only by the symmetries that fix the start hole
+    /// (more positions, unless every symmetry fixes it). Always on when
+    /// every symmetry fixes the start: it then costs nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_final_hole: bool,
 }
 
 impl PegsSpec {
@@ -149,6 +155,13 @@ pub struct PegsArgs {
     /// Prefixes plan: minimum number of prefix tasks (0 chooses).
     #[arg(long, default_value_t = 0)]
     pub prefixes: u32,
+    /// Frontier plan without --end: count the solutions by final hole too
+    /// (`by_final_hole` in --json). Off a centre the search then tells
+    /// apart positions that differ by a symmetry moving the start hole: up
+    /// to 8 times the positions on the cross boards (2.4 times from the
+    /// English hole 2). From a centre it is always on.
+    #[arg(long)]
+    pub by_final_hole: bool,
 }
 
 impl SpecArgs<PegsSpec> for PegsArgs {
@@ -160,6 +173,7 @@ impl SpecArgs<PegsSpec> for PegsArgs {
             prefixes: self.prefixes,
             plan: self.plan.as_deref().map(PegsPlanName::parse).transpose()?,
             buckets: self.buckets.unwrap_or(0),
+            by_final_hole: self.by_final_hole,
         })
     }
 }
@@ -354,6 +368,7 @@ impl JobKind for Pegs {
             prefixes: spec.prefixes,
             plan: spec.plan.map(|p| p.name().to_string()).unwrap_or_default(),
             buckets: spec.buckets,
+            by_final_hole: spec.by_final_hole,
         })
     }
 
@@ -376,6 +391,7 @@ impl JobKind for Pegs {
             prefixes: g.prefixes,
             plan,
             buckets: g.buckets,
+            by_final_hole: g.by_final_hole,
         }))
     }
 
@@ -403,6 +419,12 @@ impl JobKind for Pegs {
                 "buckets are for the frontier plan (--plan frontier)"
             ));
         }
+        if spec.by_final_hole && (spec.plan_name() != PegsPlanName::Frontier || spec.end.is_some())
+        {
+            return Err(invalid!(
+                "--by-final-hole is for the frontier plan without --end (with --end the count is for that hole)"
+            ));
+        }
         Ok(())
     }
 
@@ -417,6 +439,12 @@ impl JobKind for Pegs {
             (PegsPlanName::Frontier, 0) => game,
             (PegsPlanName::Frontier, n) => format!("{game} ({n} buckets per level)"),
         }
+        .to_string()
+            + if spec.by_final_hole {
+                " by final hole"
+            } else {
+                ""
+            }
     }
 
     fn small_example() -> Option<PegsSpec> {
@@ -427,6 +455,7 @@ impl JobKind for Pegs {
             prefixes: 0,
             plan: None,
             buckets: 0,
+            by_final_hole: false,
         })
     }
 
@@ -436,8 +465,13 @@ impl JobKind for Pegs {
 
     fn prepare(spec: &PegsSpec, _cache: &KernelCache, _control: &Control) -> Result<PegsPlan> {
         if spec.plan_name() == PegsPlanName::Frontier {
+            let game = game(spec)?;
+            let centre = game
+                .symmetric_images(game.start_board())
+                .iter()
+                .all(|&b| b == game.start_board());
             return Ok(PegsPlan {
-                fixes_start: true,
+                fixes_start: spec.end.is_none() && (spec.by_final_hole || centre),
                 ..PegsPlan::default()
             });
         }

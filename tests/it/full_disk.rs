@@ -145,3 +145,87 @@ async fn a_full_disk_pauses_work_and_it_resumes_by_itself_when_space_returns() {
         .await
         .expect("the shutdown ends within its bound");
 }
+
+/// A worker whose spill directory is full: its shards that spill fail with a
+/// reason that says so, run on the other worker, and the answer is the
+/// kernel alone's. Needs root, as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_spill_disk_fails_the_attempt_and_the_shard_runs_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path().join("small");
+    let _tmpfs = match Tmpfs::mount(&mount, 1 << 20) {
+        Ok(t) => t,
+        Err(why) if std::env::var_os("CI").is_none() => {
+            eprintln!(
+                "skipped: cannot mount a tmpfs here ({why}); run as root to test a full disk"
+            );
+            return;
+        }
+        Err(why) => panic!("CI is set but a tmpfs cannot be mounted: {why}"),
+    };
+    let coordinator = start_coordinator(None).await;
+    let mut client = jobs_client(&coordinator.url()).await;
+    let full = mount.join("spill");
+    let cramped = Workers::start_with(&coordinator.url(), 1, 1, |config| {
+        config.worker_id = "cramped".into();
+        config.memory_budget = 256 << 10;
+        config.spill_dir = full.clone();
+    });
+    // The worker has taken its directory; now nothing more fits.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_dir(&full).map_or(true, |mut d| d.next().is_none()) {
+        assert!(
+            Instant::now() < deadline,
+            "the worker never took its spill directory"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fill(&mount.join("filler"));
+    let params = serde_json::json!({"board": "triangle:6", "start": 4, "buckets": 2});
+    let mut spec = JobSpec {
+        kind: "pegs".into(),
+        params: params.as_object().unwrap().clone(),
+        options: Default::default(),
+    };
+    spec.options.max_attempts = 50;
+    let job = submit(&mut client, &spec, "").await;
+    // Alone, the worker fails the first shard that spills, saying why.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !events(&mut client, &job.id)
+        .await
+        .iter()
+        .any(|e| e.kind.contains("fail"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no attempt failed on the full spill disk"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The shard goes to a worker with room (the full one stops, so that
+    // its retries do not wait out backoffs).
+    cramped.stop().await;
+    let roomy_spill = dir.path().join("roomy");
+    let roomy = Workers::start_with(&coordinator.url(), 1, 2, |config| {
+        config.worker_id = "roomy".into();
+        config.memory_budget = 256 << 10;
+        config.spill_dir = roomy_spill.clone();
+    });
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, direct_answer(&spec));
+    let failed: Vec<_> = events(&mut client, &job.id)
+        .await
+        .into_iter()
+        .filter(|e| e.kind.contains("fail"))
+        .collect();
+    assert!(!failed.is_empty());
+    assert!(
+        failed.iter().all(|e| e.worker_id == "cramped"
+            && e.message.contains("spill directory")
+            && e.message.contains("No space left")),
+        "{failed:?}"
+    );
+    roomy.stop().await;
+    coordinator.shutdown().await;
+}

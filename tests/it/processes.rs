@@ -271,6 +271,83 @@ async fn survives_kills(mut spec: JobSpec, stage: u32) {
     each_shard_accepted_once(&before, &all, done.shards_total);
 }
 
+/// kill -9 of a worker while its level shards spill past its memory share:
+/// the job finishes with the kernel alone's answer, and the next worker to
+/// start on the same spill directory removes the dead worker's runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_while_spilling_leaves_no_runs_and_the_answer_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("log.txt");
+    let spill = dir.path().join("spill");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let _coordinator = spawn_coordinator(port, &data, &log);
+    let mut client = jobs_client(&url).await;
+    // The English board in two buckets a level: its widest levels' shards
+    // outgrow the share of a 64 MB budget.
+    let mut spec = JobSpec::new(PegsSpec {
+        board: "english".into(),
+        start: None,
+        end: None,
+        prefixes: 0,
+        plan: Some(PegsPlanName::Frontier),
+        buckets: 2,
+        by_final_hole: false,
+    });
+    spec.options.lease_ttl_ms = 3_000;
+    spec.options.max_attempts = 10;
+    let small = [
+        "--spill-dir",
+        spill.to_str().unwrap(),
+        "--memory-budget",
+        "64MB",
+    ];
+    let mut spiller = spawn_worker(&url, "spiller", 1, &small, &log);
+    let job = submit(&mut client, &spec, "").await;
+    let runs = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut found = Vec::new();
+        let mut pending = vec![dir.to_path_buf()];
+        while let Some(d) = pending.pop() {
+            for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let path = entry.path();
+                match path.is_dir() {
+                    true => pending.push(path),
+                    false if entry.file_name().to_string_lossy().starts_with("run-") => {
+                        found.push(path)
+                    }
+                    false => {}
+                }
+            }
+        }
+        found
+    };
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while runs(&spill).is_empty() {
+        assert!(Instant::now() < deadline, "the worker never spilled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    spiller.kill9();
+    let left = runs(&spill);
+    assert!(
+        !left.is_empty(),
+        "the dead worker's runs stay until a worker starts"
+    );
+    let _sweeper = spawn_worker(&url, "sweeper", 1, &small, &log);
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(600)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, direct_answer(&spec));
+    let owners: Vec<String> = std::fs::read_dir(&spill)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        owners.iter().all(|name| name.starts_with("sweeper")),
+        "the dead worker's directory is swept: {owners:?}"
+    );
+    assert!(left.iter().all(|run| !run.exists()));
+}
+
 /// kill -9 of a worker that holds a lease: the lease expires and another worker
 /// completes the shard; the answer is right.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

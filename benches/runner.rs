@@ -99,6 +99,10 @@ fn main() {
     if args.first().map(String::as_str) == Some("frontier") {
         return frontier(runs);
     }
+    if args.first().map(String::as_str) == Some("frontier-budget") {
+        let board = args.get(1).map_or("english", String::as_str);
+        return frontier_budget(board, args.get(2).map(String::as_str));
+    }
     if args.first().map(String::as_str) == Some("sliders") {
         return sliders(runs);
     }
@@ -286,8 +290,15 @@ fn median_with_peak(binary: &std::ffi::OsStr, args: &[String], runs: usize) -> (
 }
 
 /// Waits for `child`: its last line of output and its peak memory.
+fn wait_with_peak(child: std::process::Child) -> (String, u64) {
+    let (out, rss, _) = wait_with_usage(child);
+    (out, rss)
+}
+
+/// Waits for `child`: its last line of output, its peak memory and its CPU
+/// time (user and system).
 #[allow(clippy::zombie_processes)]
-fn wait_with_peak(mut child: std::process::Child) -> (String, u64) {
+fn wait_with_usage(mut child: std::process::Child) -> (String, u64, f64) {
     use std::io::Read;
     let mut out = String::new();
     child
@@ -306,9 +317,14 @@ fn wait_with_peak(mut child: std::process::Child) -> (String, u64) {
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
             "the job failed"
         );
-        usage.ru_maxrss as u64 * 1024
+        let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        (
+            usage.ru_maxrss as u64 * 1024,
+            seconds(usage.ru_utime) + seconds(usage.ru_stime),
+        )
     };
-    (out.lines().last().unwrap_or_default().to_string(), rss)
+    let (rss, cpu) = rss;
+    (out.lines().last().unwrap_or_default().to_string(), rss, cpu)
 }
 
 /// Wall time and peak memory (max RSS of the process) of `tally run hex --side N`.
@@ -442,9 +458,103 @@ fn frontier(runs: usize) {
     }
 }
 
+/// `frontier-budget [BOARD [START]]`: a pegs count without a final hole on
+/// the embedded default (`tally run`, its stage data in its data directory),
+/// then through a coordinator with a stage directory and 1 worker process (2
+/// slots) and 3 (1 slot each), each with `--memory-budget 3GiB`: wall time,
+/// CPU, every process's peak memory, bytes spilled, the level sizes and, from
+/// a centre, the solutions by final hole. Default the English board from its
+/// centre; `frontier-budget french 6` is the French board (long, and tens of
+/// GB of stage data on disk).
+fn frontier_budget(board: &str, start: Option<&str>) {
+    let mut spec = vec!["pegs", "--board", board];
+    if let Some(start) = start {
+        spec.extend(["--start", start]);
+    }
+    let run: Vec<String> = ["run"]
+        .iter()
+        .chain(&spec)
+        .chain(&["--json"])
+        .map(|a| a.to_string())
+        .collect();
+    let started = Instant::now();
+    let child = tally()
+        .args(&run)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (out, rss, cpu) = wait_with_usage(child);
+    let wall = started.elapsed().as_secs_f64();
+    let job: serde_json::Value = serde_json::from_str(&out).expect("run --json");
+    let answer = job["answer"].as_str().unwrap_or_default().to_string();
+    let details = &job["details"];
+    println!(
+        "pegs {board} from {}: embedded default (`tally run`) {wall:.1} s, CPU {cpu:.1} s, peak {:.2} GB; \
+         answer {answer}",
+        start.unwrap_or("the centre"),
+        rss as f64 / 1e9
+    );
+    println!("  level sizes: {}", details["levels"]);
+    if let Some(finals) = details["by_final_hole"].as_object() {
+        let by_hole: Vec<String> = finals
+            .iter()
+            .map(|(h, n)| format!("{h}: {}", n.as_str().unwrap_or("?")))
+            .collect();
+        println!("  solutions by final hole: {}", by_hole.join(", "));
+    }
+    for slots in [vec![2], vec![1, 1, 1]] {
+        let dir = tempfile::tempdir().unwrap();
+        let (stage, spill, log) = (
+            dir.path().join("stage"),
+            dir.path().join("spill"),
+            dir.path().join("workers.log"),
+        );
+        let setup = Setup {
+            coordinator_args: vec![
+                "--stage-store".into(),
+                format!("file://{}", stage.display()),
+            ],
+            env: vec![("TALLY_LOG".into(), "info".into())],
+            worker_args: ["--memory-budget", "3GiB", "--spill-dir"]
+                .iter()
+                .map(|a| a.to_string())
+                .chain([spill.display().to_string()])
+                .collect(),
+            worker_log: Some(log.clone()),
+        };
+        let submit: Vec<&str> = spec.clone();
+        let c = cluster(&submit, &slots, &setup);
+        assert_eq!(
+            c.answer, answer,
+            "the cluster and the embedded run disagree"
+        );
+        let spilled: u64 = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split("spilled=").nth(1))
+            .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .sum();
+        let cpus: Vec<String> = c.worker_cpu.iter().map(|t| format!("{t:.1} s")).collect();
+        println!(
+            "  {} worker process(es) of --memory-budget 3GiB: {:.1} s; CPU coordinator {:.1} s, workers {}; \
+             peak coordinator {:.2} GB, workers {}; spilled {:.2} GB",
+            slots.len(),
+            c.wall,
+            c.coordinator_cpu,
+            cpus.join(", "),
+            c.coordinator_rss as f64 / 1e9,
+            c.worker_peaks(1e9, "GB", 2),
+            spilled as f64 / 1e9
+        );
+    }
+}
+
 struct Cluster {
     wall: f64,
     answer: String,
+    /// Each worker process's CPU time (user and system) and peak memory.
+    worker_cpu: Vec<f64>,
     worker_rss: Vec<u64>,
     /// The coordinator process's CPU time (user and system) and peak memory.
     coordinator_cpu: f64,
@@ -500,6 +610,9 @@ fn median_cluster_with(submit: &[&str], slots: &[usize], setup: &Setup, runs: us
 struct Setup {
     coordinator_args: Vec<String>,
     env: Vec<(String, String)>,
+    worker_args: Vec<String>,
+    /// Where the workers' logs go (else nowhere).
+    worker_log: Option<std::path::PathBuf>,
 }
 
 /// Runs `tally submit SUBMIT...` on a coordinator with one worker process per
@@ -528,8 +641,18 @@ fn cluster(submit: &[&str], slots: &[usize], setup: &Setup) -> Cluster {
                     &n,
                 ])
                 .args(["--id", &format!("bench-{i}")])
+                .args(&setup.worker_args)
                 .envs(setup.env.iter().cloned())
-                .stderr(Stdio::null())
+                .stderr(match &setup.worker_log {
+                    Some(path) => Stdio::from(
+                        std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(path)
+                            .unwrap(),
+                    ),
+                    None => Stdio::null(),
+                })
                 .spawn()
                 .unwrap()
         })
@@ -564,15 +687,16 @@ fn cluster(submit: &[&str], slots: &[usize], setup: &Setup) -> Cluster {
         .last()
         .unwrap_or_default()
         .to_string();
-    let worker_rss = workers
+    let (worker_cpu, worker_rss) = workers
         .into_iter()
-        .map(|w| reap(w.id(), libc::SIGTERM).1)
-        .collect();
+        .map(|w| reap(w.id(), libc::SIGTERM))
+        .unzip();
     let store_bytes = dir_size(&data);
     let (coordinator_cpu, coordinator_rss) = reap(coordinator.id(), libc::SIGKILL);
     Cluster {
         wall,
         answer,
+        worker_cpu,
         worker_rss,
         coordinator_cpu,
         coordinator_rss,
@@ -595,7 +719,7 @@ fn stage_stores(runs: usize) {
                     "--stage-store".into(),
                     format!("file://{}", stage_dir.path().display()),
                 ],
-                env: Vec::new(),
+                ..Setup::default()
             },
         ),
     ];
@@ -615,6 +739,7 @@ fn stage_stores(runs: usize) {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
+                ..Setup::default()
             },
         ));
     } else {

@@ -1,7 +1,7 @@
 //! The worker's spill directory: sorted runs of shards that outgrow their
 //! memory share (see `tally_kernels::spill`), in files.
 //!
-//! Each worker process owns `SPILL_DIR/<worker id>/`, holding an exclusive
+//! Each worker owns `SPILL_DIR/<worker id>.<pid>.<n>/`, holding an exclusive
 //! lock on its `lock` file while it lives; each attempt writes its runs under
 //! a directory of its own there, removed when the attempt ends. A worker that
 //! dies (kill -9, a lost node) leaves its directory behind: the next worker
@@ -45,11 +45,12 @@ impl SpillDir {
         if swept > 0 {
             tracing::info!(dir = %spill_dir.display(), swept, "removed the spill files of workers that stopped uncleanly");
         }
-        // A number of this process's own, so that two workers of one id
-        // (tests in one process) never share a directory.
+        // The process id and a number of this process's own, so that two
+        // workers of one id (in two processes, or two in one) never share a
+        // directory.
         static OPENED: AtomicU64 = AtomicU64::new(0);
         let n = OPENED.fetch_add(1, Ordering::Relaxed);
-        let name: String = format!("{worker_id}.{n}")
+        let name: String = format!("{worker_id}.{}.{n}", std::process::id())
             .chars()
             .map(
                 |c| match c.is_ascii_alphanumeric() || c == '-' || c == '.' {

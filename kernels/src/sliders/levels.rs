@@ -229,28 +229,45 @@ pub fn expand_forward(
     if buckets_out == 0 {
         return Err(invalid!("a level needs at least one bucket"));
     }
-    let mut candidates = Vec::new();
-    let mut previous = Vec::new();
-    for input in inputs {
-        candidates.extend_from_slice(&input.candidates);
-        previous.extend_from_slice(&input.previous);
-    }
     let current = merge_sets(members);
-    previous.sort_unstable();
-    previous.dedup();
-    let level = sum_equal(candidates)?;
+    let previous = merge_sets(&inputs.iter().map(|b| &b.previous[..]).collect::<Vec<_>>());
     control.check()?;
-    let level: Vec<(u64, u128)> = level
-        .into_iter()
-        .filter(|(b, _)| current.binary_search(b).is_err() && previous.binary_search(b).is_err())
-        .collect();
+    // The senders' candidates are each increasing: merged, not sorted, and
+    // the two earlier levels (increasing too) removed in the same walk.
+    let mut level: Vec<(u64, u128)> = Vec::new();
+    let (mut in_current, mut in_previous) = (current.iter().peekable(), previous.iter().peekable());
+    merge_increasing(
+        &inputs.iter().map(|b| &b.candidates[..]).collect::<Vec<_>>(),
+        |&(b, _)| b,
+        |(board, paths)| {
+            match level.last_mut() {
+                Some((b, c)) if *b == board => {
+                    *c = c.checked_add(paths).ok_or_else(|| overflow(board))?;
+                    return Ok(());
+                }
+                _ => {}
+            }
+            let known = |set: &mut std::iter::Peekable<std::slice::Iter<'_, u64>>| {
+                while set.next_if(|&&b| b < board).is_some() {}
+                set.peek() == Some(&&board)
+            };
+            if !known(&mut in_current) && !known(&mut in_previous) {
+                level.push((board, paths));
+            }
+            Ok(())
+        },
+    )?;
     let target_paths = level
         .binary_search_by_key(&boards.target, |&(b, _)| b)
         .ok()
         .map(|i| level[i].1);
 
     let p = buckets_out as usize;
-    let mut out_candidates: Vec<Vec<(u64, u128)>> = vec![Vec::new(); p];
+    // Room for every move of every board: reserved address space costs
+    // nothing until it is written, and the lists never grow by copying.
+    let room = level.len() * boards.layout.max_degree() / p + 16;
+    let mut out_candidates: Vec<Vec<(u64, u128)>> =
+        (0..p).map(|_| Vec::with_capacity(room)).collect();
     for chunk in level.chunks(POLL_BOARDS) {
         control.check()?;
         for &(board, paths) in chunk {
@@ -383,31 +400,86 @@ pub fn decode_graph(bytes: &[u8]) -> Result<Vec<Vec<u64>>> {
     Ok(levels)
 }
 
-/// The union of increasing lists, increasing. Any list that is not strictly
+/// The union of increasing lists, increasing. A list that is not strictly
 /// increasing is still merged correctly (sorted and deduplicated).
-fn merge_sets(lists: &[Vec<u64>]) -> Vec<u64> {
-    let mut all: Vec<u64> = lists.iter().flatten().copied().collect();
-    all.sort_unstable();
-    all.dedup();
+fn merge_sets<L: AsRef<[u64]>>(lists: &[L]) -> Vec<u64> {
+    let lists: Vec<&[u64]> = lists.iter().map(AsRef::as_ref).collect();
+    let mut all = Vec::with_capacity(lists.iter().map(|l| l.len()).sum());
+    merge_increasing(
+        &lists,
+        |&b| b,
+        |b| {
+            if all.last() != Some(&b) {
+                all.push(b);
+            }
+            Ok(())
+        },
+    )
+    .expect("pushing never fails");
     all
 }
 
-/// Sorts `(board, count)` pairs and sums the counts of equal boards
-/// (exactly: a sum past 128 bits is refused).
-fn sum_equal(mut pairs: Vec<(u64, u128)>) -> Result<Vec<(u64, u128)>> {
-    pairs.sort_unstable_by_key(|&(b, _)| b);
-    let mut out: Vec<(u64, u128)> = Vec::with_capacity(pairs.len());
-    for (board, count) in pairs {
-        match out.last_mut() {
-            Some((b, c)) if *b == board => {
-                *c = c.checked_add(count).ok_or_else(|| {
-                    invalid!("the number of sequences reaching board {board} overflows 128 bits")
-                })?;
+/// Calls `f` with the items of `lists` in increasing order of `key`. Lists
+/// are read as they come when each is sorted (a k-way merge), and sorted
+/// first otherwise, so any input gives the same sequence.
+fn merge_increasing<T: Copy>(
+    lists: &[&[T]],
+    key: impl Fn(&T) -> u64,
+    mut f: impl FnMut(T) -> Result<()>,
+) -> Result<()> {
+    use std::cmp::Reverse;
+    let sorted: Vec<std::borrow::Cow<'_, [T]>> = lists
+        .iter()
+        .map(|l| match l.is_sorted_by_key(&key) {
+            true => std::borrow::Cow::Borrowed(*l),
+            false => {
+                let mut owned = l.to_vec();
+                owned.sort_unstable_by_key(&key);
+                std::borrow::Cow::Owned(owned)
             }
-            _ => out.push((board, count)),
+        })
+        .filter(|l| !l.is_empty())
+        .collect();
+    if let [only] = sorted.as_slice() {
+        return only.iter().try_for_each(|&item| f(item));
+    }
+    let mut at = vec![0usize; sorted.len()];
+    let mut heads: std::collections::BinaryHeap<Reverse<(u64, usize)>> = sorted
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Reverse((key(&l[0]), i)))
+        .collect();
+    while let Some(Reverse((_, i))) = heads.pop() {
+        f(sorted[i][at[i]])?;
+        at[i] += 1;
+        if let Some(next) = sorted[i].get(at[i]) {
+            heads.push(Reverse((key(next), i)));
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+fn overflow(board: u64) -> crate::Error {
+    invalid!("the number of sequences reaching board {board} overflows 128 bits")
+}
+
+/// Sorts `(board, count)` pairs and sums the counts of equal boards
+/// (exactly: a sum past 128 bits is refused), in place.
+fn sum_equal(mut pairs: Vec<(u64, u128)>) -> Result<Vec<(u64, u128)>> {
+    pairs.sort_unstable_by_key(|&(b, _)| b);
+    let mut kept = 0;
+    for i in 0..pairs.len() {
+        let (board, count) = pairs[i];
+        if kept > 0 && pairs[kept - 1].0 == board {
+            let sum = &mut pairs[kept - 1].1;
+            *sum = sum.checked_add(count).ok_or_else(|| overflow(board))?;
+        } else {
+            pairs[kept] = (board, count);
+            kept += 1;
+        }
+    }
+    pairs.truncate(kept);
+    Ok(pairs)
 }
 
 /// What the shards of a stage of the frontier plan read, decoded.
@@ -472,5 +544,100 @@ pub fn decode_inputs(parts: &[&[u8]]) -> Result<LevelInput> {
              shard of the frontier plan reads",
             parts.len()
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lists of pseudo-random boards, some sorted and some not, with repeats.
+    fn lists(seed: u64) -> Vec<Vec<(u64, u128)>> {
+        let mut x = seed;
+        let mut next = move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 40
+        };
+        (0..5)
+            .map(|i| {
+                let mut list: Vec<(u64, u128)> = (0..200 + 50 * i)
+                    .map(|_| (next() % 700, u128::from(next())))
+                    .collect();
+                if i % 2 == 0 {
+                    list.sort_unstable();
+                }
+                list
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_merge_gives_every_item_in_order_whether_or_not_its_lists_are_sorted() {
+        for seed in 0..20 {
+            let lists = lists(seed);
+            let slices: Vec<&[(u64, u128)]> = lists.iter().map(Vec::as_slice).collect();
+            let mut merged = Vec::new();
+            merge_increasing(
+                &slices,
+                |&(b, _)| b,
+                |item| {
+                    merged.push(item);
+                    Ok(())
+                },
+            )
+            .unwrap();
+            let mut expected: Vec<(u64, u128)> = lists.concat();
+            expected.sort_unstable();
+            assert!(merged.is_sorted_by_key(|&(b, _)| b));
+            merged.sort_unstable();
+            assert_eq!(merged, expected);
+            let boards: Vec<Vec<u64>> = lists
+                .iter()
+                .map(|l| l.iter().map(|&(b, _)| b).collect())
+                .collect();
+            let mut union: Vec<u64> = boards.concat();
+            union.sort_unstable();
+            union.dedup();
+            assert_eq!(merge_sets(&boards), union);
+        }
+    }
+
+    #[test]
+    fn a_level_sums_its_senders_counts_and_refuses_a_sum_past_128_bits() {
+        let boards = Boards::new(&super::super::SliderParams::default()).unwrap();
+        let start = boards.start();
+        let mut others = Vec::new();
+        boards.neighbours(start, |n| others.push(n)).unwrap();
+        others.sort_unstable();
+        let sender = |paths: u128| ForwardBucket {
+            candidates: others.iter().map(|&b| (b, paths)).collect(),
+            previous: Vec::new(),
+        };
+        let control = Control::new();
+        // Two senders reaching the same boards: each board's count is the sum.
+        let level = expand_forward(
+            &boards,
+            &[sender(3), sender(4)],
+            &[vec![start]],
+            1,
+            &control,
+        )
+        .unwrap();
+        assert_eq!(level.boards, others.len() as u64);
+        let buckets = crate::buckets::split_buckets(&level.output).unwrap();
+        let next = ForwardBucket::decode(buckets[0]).unwrap();
+        // The start (the level before) is handed on, and every candidate of
+        // the next level is reached through 7 sequences per board it neighbours.
+        assert_eq!(next.previous, vec![start]);
+        assert!(
+            next.candidates
+                .iter()
+                .all(|&(_, paths)| paths % 7 == 0 && paths > 0)
+        );
+        let wide = expand_forward(&boards, &[sender(u128::MAX), sender(1)], &[], 1, &control);
+        let error = wide.unwrap_err().to_string();
+        assert!(error.contains("overflows 128 bits"), "{error}");
     }
 }

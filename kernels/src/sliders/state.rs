@@ -300,6 +300,11 @@ impl Layout {
         self.degree[blank] as usize
     }
 
+    /// The most moves of any board.
+    pub(crate) fn max_degree(&self) -> usize {
+        self.degree.iter().copied().max().unwrap_or(0) as usize
+    }
+
     /// The board after move `m` (one of `moves(s.blank())`).
     #[inline]
     pub(crate) fn apply(&self, m: &Move, s: State) -> State {

@@ -8,9 +8,11 @@
 //! [`ForwardBucket`] (the neighbours of its boards that fall in `q`, each with
 //! the number of shortest sequences reaching it through that shard, and the
 //! boards of `L_(k-2)` in `q` it was handed) and the boards of `L_(k-1)` in
-//! `q`. It sums the counts of equal candidates, removes the two earlier
-//! levels, and writes `2 P` buckets for the `P` shards of level `k + 1`: the
+//! `q`. It sums the counts of equal candidates (a merge of the senders'
+//! increasing lists), removes the two earlier levels, and writes `2 P` buckets for the `P` shards of level `k + 1`: the
 //! forward buckets first, then its boards of `L_k` by bucket (the members).
+//! Each candidate carries the moves back to the boards that sent it: they
+//! lead to `L_(k-1)`, so the shard expanding it skips them.
 //!
 //! **Backward.** The graph's level `D` is the target; level `j` is the boards
 //! of `L_j` next to a board of graph level `j + 1`. The members of `L_j`
@@ -31,8 +33,11 @@ use crate::{Control, Result, invalid};
 /// Boards handled between two polls of the control.
 const POLL_BOARDS: usize = 4096;
 
-/// Tag of a [`ForwardBucket`].
-const TAG_FORWARD: u8 = 1;
+/// Tag of a [`ForwardBucket`] whose candidates carry no moves back (as
+/// written before they did; still read).
+const TAG_FORWARD_PLAIN: u8 = 1;
+/// Tag of a [`ForwardBucket`] whose candidates carry their moves back.
+const TAG_FORWARD: u8 = 5;
 /// Tag of a bucket of a level's boards.
 const TAG_MEMBERS: u8 = 2;
 /// Tag of a bucket of neighbours of a graph level.
@@ -74,6 +79,19 @@ impl Boards {
             .ok_or_else(|| invalid!("board index {index} is past the last board"))
     }
 
+    /// Calls `f` with the index of every neighbour of board `index` but those
+    /// the moves in `skip` (bit `c` for the move of code `c`) lead to, and
+    /// the code of the move back from it.
+    fn neighbours_except(&self, index: u64, skip: u8, mut f: impl FnMut(u64, u8)) -> Result<()> {
+        let board = self.board(index)?;
+        for m in self.layout.moves(board.blank()) {
+            if skip & 1 << m.code() == 0 {
+                f(self.layout.index(self.layout.apply(m, board)), m.back);
+            }
+        }
+        Ok(())
+    }
+
     /// Calls `f` with the index of every neighbour of board `index`.
     fn neighbours(&self, index: u64, mut f: impl FnMut(u64)) -> Result<()> {
         let board = self.board(index)?;
@@ -84,12 +102,24 @@ impl Boards {
     }
 }
 
+/// A board of the next level as one shard of a level sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Candidate {
+    pub board: u64,
+    /// Shortest sequences reaching it through the sender's boards.
+    pub paths: u128,
+    /// Bit `c` set: the move of code `c` leads from it back to one of the
+    /// sender's boards. Those boards are in the level before its own, so its
+    /// shard skips these moves instead of sending boards the next level
+    /// would remove (0 says nothing).
+    pub back: u8,
+}
+
 /// What one shard of a forward level sends one bucket of the next level.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ForwardBucket {
-    /// Neighbours of the sender's boards, strictly increasing, each with the
-    /// number of shortest sequences reaching it through the sender's boards.
-    pub candidates: Vec<(u64, u128)>,
+    /// Neighbours of the sender's boards, strictly increasing.
+    pub candidates: Vec<Candidate>,
     /// The boards of the level before the sender's that it was handed.
     pub previous: Vec<u64>,
 }
@@ -100,24 +130,33 @@ impl ForwardBucket {
         out.push(TAG_FORWARD);
         push_varint(&mut out, self.candidates.len() as u128);
         let mut last = None;
-        for &(board, count) in &self.candidates {
+        for c in &self.candidates {
             let gap = match last {
-                None => board,
+                None => c.board,
                 Some(p) => {
-                    assert!(board > p, "forward candidates must be strictly increasing");
-                    board - p
+                    assert!(
+                        c.board > p,
+                        "forward candidates must be strictly increasing"
+                    );
+                    c.board - p
                 }
             };
-            push_varint(&mut out, u128::from(gap));
-            push_varint(&mut out, count);
-            last = Some(board);
+            push_varint(&mut out, u128::from(gap) << 4 | u128::from(c.back & 15));
+            push_varint(&mut out, c.paths);
+            last = Some(c.board);
         }
         push_increasing(&mut out, &self.previous);
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Result<ForwardBucket> {
-        let mut reader = tagged(bytes, TAG_FORWARD, "forward bucket")?;
+        let with_back = bytes.first() == Some(&TAG_FORWARD);
+        let tag = if with_back {
+            TAG_FORWARD
+        } else {
+            TAG_FORWARD_PLAIN
+        };
+        let mut reader = tagged(bytes, tag, "forward bucket")?;
         let count = reader.varint("the candidate count")?;
         if count > reader.remaining() as u128 / 2 {
             return Err(invalid!(
@@ -128,7 +167,12 @@ impl ForwardBucket {
         let mut candidates = Vec::with_capacity(count as usize);
         let mut last: Option<u64> = None;
         for i in 0..count as usize {
-            let gap = reader.varint("a candidate")?;
+            let mut gap = reader.varint("a candidate")?;
+            let mut back = 0;
+            if with_back {
+                back = (gap & 15) as u8;
+                gap >>= 4;
+            }
             let board = match last {
                 Some(_) if gap == 0 => {
                     return Err(invalid!(
@@ -146,7 +190,7 @@ impl ForwardBucket {
                     "forward bucket: candidate {i} is reached by no sequence"
                 ));
             }
-            candidates.push((board, paths));
+            candidates.push(Candidate { board, paths, back });
             last = Some(board);
         }
         let previous = reader.increasing("boards")?;
@@ -209,7 +253,11 @@ pub struct ForwardLevel {
 /// sequence.
 pub fn start_input(boards: &Boards) -> (Vec<ForwardBucket>, Vec<Vec<u64>>) {
     let bucket = ForwardBucket {
-        candidates: vec![(boards.start, 1)],
+        candidates: vec![Candidate {
+            board: boards.start,
+            paths: 1,
+            back: 0,
+        }],
         previous: Vec::new(),
     };
     (vec![bucket], Vec::new())
@@ -234,45 +282,51 @@ pub fn expand_forward(
     control.check()?;
     // The senders' candidates are each increasing: merged, not sorted, and
     // the two earlier levels (increasing too) removed in the same walk.
-    let mut level: Vec<(u64, u128)> = Vec::new();
+    let mut level: Vec<Candidate> = Vec::new();
     let (mut in_current, mut in_previous) = (current.iter().peekable(), previous.iter().peekable());
     merge_increasing(
         &inputs.iter().map(|b| &b.candidates[..]).collect::<Vec<_>>(),
-        |&(b, _)| b,
-        |(board, paths)| {
-            match level.last_mut() {
-                Some((b, c)) if *b == board => {
-                    *c = c.checked_add(paths).ok_or_else(|| overflow(board))?;
-                    return Ok(());
-                }
-                _ => {}
+        |c| c.board,
+        |candidate| {
+            let board = candidate.board;
+            if let Some(last) = level.last_mut().filter(|last| last.board == board) {
+                last.paths = (last.paths)
+                    .checked_add(candidate.paths)
+                    .ok_or_else(|| overflow(board))?;
+                last.back |= candidate.back;
+                return Ok(());
             }
             let known = |set: &mut std::iter::Peekable<std::slice::Iter<'_, u64>>| {
                 while set.next_if(|&&b| b < board).is_some() {}
                 set.peek() == Some(&&board)
             };
             if !known(&mut in_current) && !known(&mut in_previous) {
-                level.push((board, paths));
+                level.push(candidate);
             }
             Ok(())
         },
     )?;
     let target_paths = level
-        .binary_search_by_key(&boards.target, |&(b, _)| b)
+        .binary_search_by_key(&boards.target, |c| c.board)
         .ok()
-        .map(|i| level[i].1);
+        .map(|i| level[i].paths);
 
     let p = buckets_out as usize;
     // Room for every move of every board: reserved address space costs
     // nothing until it is written, and the lists never grow by copying.
     let room = level.len() * boards.layout.max_degree() / p + 16;
-    let mut out_candidates: Vec<Vec<(u64, u128)>> =
+    let mut out_candidates: Vec<Vec<Candidate>> =
         (0..p).map(|_| Vec::with_capacity(room)).collect();
     for chunk in level.chunks(POLL_BOARDS) {
         control.check()?;
-        for &(board, paths) in chunk {
-            boards.neighbours(board, |n| {
-                out_candidates[bucket_of(u128::from(n), buckets_out) as usize].push((n, paths))
+        for c in chunk {
+            // The moves back lead to the level before: skipped, not sent.
+            boards.neighbours_except(c.board, c.back, |n, back| {
+                out_candidates[bucket_of(u128::from(n), buckets_out) as usize].push(Candidate {
+                    board: n,
+                    paths: c.paths,
+                    back: 1 << back,
+                })
             })?;
         }
         control.add_work(chunk.len() as u64);
@@ -282,7 +336,7 @@ pub fn expand_forward(
         out_previous[bucket_of(u128::from(board), buckets_out) as usize].push(board);
     }
     let mut out_members: Vec<Vec<u64>> = vec![Vec::new(); p];
-    for &(board, _) in &level {
+    for &Candidate { board, .. } in &level {
         out_members[bucket_of(u128::from(board), buckets_out) as usize].push(board);
     }
     let mut buckets = Vec::with_capacity(2 * p);
@@ -463,23 +517,31 @@ fn overflow(board: u64) -> crate::Error {
     invalid!("the number of sequences reaching board {board} overflows 128 bits")
 }
 
-/// Sorts `(board, count)` pairs and sums the counts of equal boards
-/// (exactly: a sum past 128 bits is refused), in place.
-fn sum_equal(mut pairs: Vec<(u64, u128)>) -> Result<Vec<(u64, u128)>> {
-    pairs.sort_unstable_by_key(|&(b, _)| b);
+/// Sorts candidates by board and sums the counts (exactly: a sum past 128
+/// bits is refused) and joins the moves back of equal boards, in place.
+fn sum_equal(mut candidates: Vec<Candidate>) -> Result<Vec<Candidate>> {
+    candidates.sort_unstable_by_key(|c| c.board);
     let mut kept = 0;
-    for i in 0..pairs.len() {
-        let (board, count) = pairs[i];
-        if kept > 0 && pairs[kept - 1].0 == board {
-            let sum = &mut pairs[kept - 1].1;
-            *sum = sum.checked_add(count).ok_or_else(|| overflow(board))?;
-        } else {
-            pairs[kept] = (board, count);
-            kept += 1;
+    for i in 0..candidates.len() {
+        let c = candidates[i];
+        match kept {
+            0 => kept = 1,
+            _ if candidates[kept - 1].board == c.board => {
+                let sum = &mut candidates[kept - 1];
+                sum.paths = sum
+                    .paths
+                    .checked_add(c.paths)
+                    .ok_or_else(|| overflow(c.board))?;
+                sum.back |= c.back;
+            }
+            _ => {
+                candidates[kept] = c;
+                kept += 1;
+            }
         }
     }
-    pairs.truncate(kept);
-    Ok(pairs)
+    candidates.truncate(kept);
+    Ok(candidates)
 }
 
 /// What the shards of a stage of the frontier plan read, decoded.
@@ -515,7 +577,7 @@ pub fn decode_inputs(parts: &[&[u8]]) -> Result<LevelInput> {
         .and_then(|b| b.first())
         .copied();
     match (first_tag, segments.as_slice()) {
-        (Some(TAG_FORWARD), [buckets, members]) => Ok(LevelInput::Forward {
+        (Some(TAG_FORWARD | TAG_FORWARD_PLAIN), [buckets, members]) => Ok(LevelInput::Forward {
             buckets: buckets
                 .iter()
                 .map(|b| ForwardBucket::decode(b))
@@ -612,7 +674,14 @@ mod tests {
         boards.neighbours(start, |n| others.push(n)).unwrap();
         others.sort_unstable();
         let sender = |paths: u128| ForwardBucket {
-            candidates: others.iter().map(|&b| (b, paths)).collect(),
+            candidates: others
+                .iter()
+                .map(|&board| Candidate {
+                    board,
+                    paths,
+                    back: 0,
+                })
+                .collect(),
             previous: Vec::new(),
         };
         let control = Control::new();
@@ -634,10 +703,89 @@ mod tests {
         assert!(
             next.candidates
                 .iter()
-                .all(|&(_, paths)| paths % 7 == 0 && paths > 0)
+                .all(|c| c.paths % 7 == 0 && c.paths > 0)
         );
         let wide = expand_forward(&boards, &[sender(u128::MAX), sender(1)], &[], 1, &control);
         let error = wide.unwrap_err().to_string();
         assert!(error.contains("overflows 128 bits"), "{error}");
+    }
+
+    /// The forward levels from the start in `buckets` buckets, each board
+    /// with the sequences reaching it, and the candidates sent; `plain`
+    /// hands every bucket on in the form written before candidates carried
+    /// their moves back.
+    fn forward_levels(levels: usize, buckets: u32, plain: bool) -> (Vec<Vec<(u64, u128)>>, usize) {
+        let boards = Boards::new(&super::super::SliderParams::default()).unwrap();
+        let control = Control::new();
+        let b = buckets as usize;
+        let (start_buckets, start_members) = start_input(&boards);
+        let mut inputs: Vec<Vec<ForwardBucket>> = vec![start_buckets];
+        let mut members: Vec<Vec<Vec<u64>>> = vec![start_members];
+        let (mut found, mut sent) = (Vec::new(), 0);
+        for _ in 0..levels {
+            let mut next_inputs = vec![Vec::new(); b];
+            let mut next_members = vec![Vec::new(); b];
+            for q in 0..inputs.len() {
+                let out =
+                    expand_forward(&boards, &inputs[q], &members[q], buckets, &control).unwrap();
+                let parts = crate::buckets::split_buckets(&out.output).unwrap();
+                for r in 0..b {
+                    let mut bucket = ForwardBucket::decode(parts[r]).unwrap();
+                    sent += bucket.candidates.len();
+                    if plain {
+                        bucket = ForwardBucket::decode(&plain_encoding(&bucket)).unwrap();
+                        assert!(bucket.candidates.iter().all(|c| c.back == 0));
+                    }
+                    next_inputs[r].push(bucket);
+                    next_members[r].push(decode_members(parts[b + r]).unwrap());
+                }
+            }
+            // The level these shards found: their members, each with the
+            // sequences of the candidates they were handed for it.
+            let level = merge_sets(&next_members.concat());
+            let mut paths = vec![0u128; level.len()];
+            for c in inputs
+                .iter()
+                .flatten()
+                .flat_map(|bucket| &bucket.candidates)
+            {
+                if let Ok(i) = level.binary_search(&c.board) {
+                    paths[i] += c.paths;
+                }
+            }
+            found.push(level.into_iter().zip(paths).collect());
+            inputs = next_inputs;
+            members = next_members;
+        }
+        (found, sent)
+    }
+
+    /// A bucket in the form written before candidates carried moves back.
+    fn plain_encoding(bucket: &ForwardBucket) -> Vec<u8> {
+        let mut out = vec![TAG_FORWARD_PLAIN];
+        push_varint(&mut out, bucket.candidates.len() as u128);
+        let mut last = 0;
+        for c in &bucket.candidates {
+            push_varint(&mut out, u128::from(c.board - last));
+            push_varint(&mut out, c.paths);
+            last = c.board;
+        }
+        push_increasing(&mut out, &bucket.previous);
+        out
+    }
+
+    #[test]
+    fn moves_back_are_skipped_without_changing_a_level_and_old_buckets_still_read() {
+        for buckets in [1, 3] {
+            let (with_back, sent) = forward_levels(12, buckets, false);
+            let (plain, sent_plain) = forward_levels(12, buckets, true);
+            assert_eq!(with_back, plain);
+            assert!(with_back[11].len() > 100, "the levels grow");
+            // Every board but the start has a move back to the level before.
+            assert!(
+                sent < sent_plain,
+                "{sent} candidates sent, {sent_plain} without moves back"
+            );
+        }
     }
 }

@@ -70,6 +70,14 @@ pub(crate) struct Move {
 /// Codes 0..=3 of the move letters `D`, `L`, `R`, `U`; 4 stands for none.
 pub(crate) const NO_MOVE: u8 = 4;
 
+impl Move {
+    /// This move's code (see [`letter_code`]).
+    #[inline]
+    pub(crate) fn code(&self) -> u8 {
+        letter_code(self.letter)
+    }
+}
+
 fn letter_code(letter: u8) -> u8 {
     match letter {
         b'D' => 0,

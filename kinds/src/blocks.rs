@@ -158,9 +158,10 @@ pub enum BlocksPartial {
     Layers { sizes: Vec<u64>, buckets: u32 },
 }
 
-/// Shards of the layer after one of `states` states.
-fn buckets_after(spec: &BlocksSpec, states: u64) -> u32 {
-    bucket_count(states, STATES_PER_BUCKET, spec.buckets, MAX_BUCKETS)
+/// Shards of the layer after one of `states` states, spread over `slots`
+/// (1 where a shard alone in its stage decides).
+fn buckets_after(spec: &BlocksSpec, states: u64, slots: u32) -> u32 {
+    bucket_count(states, STATES_PER_BUCKET, spec.buckets, MAX_BUCKETS, slots)
 }
 
 fn layer_shards(layer: u32, buckets: u32, buckets_out: u32) -> Vec<Planned<BlocksTask>> {
@@ -181,7 +182,7 @@ fn layer_shards(layer: u32, buckets: u32, buckets_out: u32) -> Vec<Planned<Block
 fn buckets_written(spec: &BlocksSpec, task: &BlocksTask, sizes: &[u64]) -> Result<u32> {
     match task {
         BlocksTask::BlocksLayer { alone: true, .. } => {
-            Ok(buckets_after(spec, sizes.last().copied().unwrap_or(0)))
+            Ok(buckets_after(spec, sizes.last().copied().unwrap_or(0), 1))
         }
         BlocksTask::BlocksLayer { buckets_out, .. } if sizes.len() == 1 => Ok(*buckets_out),
         BlocksTask::BlocksLayer { .. } => Err(invalid!(
@@ -289,7 +290,7 @@ impl JobKind for Blocks {
                 work_total: 1,
             }],
             // Layer 0 is the initial configuration alone.
-            BlocksPlanName::Frontier => layer_shards(0, 1, buckets_after(spec, 1)),
+            BlocksPlanName::Frontier => layer_shards(0, 1, buckets_after(spec, 1, 1)),
         })
     }
 
@@ -341,7 +342,11 @@ impl JobKind for Blocks {
         }
         let last = *found.last().unwrap_or(&0);
         Ok(NextStage::Shards(
-            layer_shards(plan.layers.len() as u32, shards, buckets_after(spec, last)),
+            layer_shards(
+                plan.layers.len() as u32,
+                shards,
+                buckets_after(spec, last, finished.slots),
+            ),
             note,
         ))
     }
@@ -399,7 +404,7 @@ impl JobKind for Blocks {
                 if !alone {
                     break out;
                 }
-                let next = buckets_after(spec, states);
+                let next = buckets_after(spec, states, 1);
                 if states == 0 || next > 1 {
                     break blocks::rebucket(out.pop().unwrap_or_default(), next);
                 }
@@ -594,6 +599,7 @@ mod tests {
             stage: 4,
             stages_total: 4,
             partials: &partials,
+            slots: 1,
         };
         let e = Blocks::next_stage(&spec, &mut plan, finished)
             .unwrap_err()
@@ -624,6 +630,7 @@ mod tests {
             stage: 2,
             stages_total: 2,
             partials: &partials,
+            slots: 1,
         };
         match Blocks::next_stage(&spec, &mut plan, finished).unwrap() {
             NextStage::Shards(shards, note) => {
@@ -646,6 +653,7 @@ mod tests {
             stage: 3,
             stages_total: 3,
             partials: &partials,
+            slots: 1,
         };
         assert_eq!(
             Blocks::next_stage(&spec, &mut plan, finished).unwrap(),
@@ -658,6 +666,7 @@ mod tests {
             stage: 3,
             stages_total: 3,
             partials: &partials,
+            slots: 1,
         };
         assert!(Blocks::next_stage(&spec, &mut plan, finished).is_err());
     }

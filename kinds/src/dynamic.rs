@@ -93,12 +93,14 @@ pub trait SpecOps: Send + Sync {
     fn trim_plan(&self, plan: &mut JobPlan) -> Result<()>;
     /// What follows stage `finished` given its partials (in shard order): the
     /// next stage's shards and a line for the events, or `None` when the job
-    /// is done. May update `plan`, which is stored with the transition.
+    /// is done. May update `plan`, which is stored with the transition, as
+    /// are the shards: they may depend on the live workers' `slots`.
     fn next_stage(
         &self,
         plan: &mut JobPlan,
         finished: u32,
         partials: &[EncodedPartial],
+        slots: u32,
     ) -> Result<Option<(Vec<PlannedShard>, String)>>;
     /// The stage outputs a shard of `stage` with `task` reads, in order.
     fn stage_reads(&self, stage: u32, task: &EncodedTask) -> Result<Vec<StageRead>>;
@@ -289,6 +291,7 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
         plan: &mut JobPlan,
         finished: u32,
         partials: &[EncodedPartial],
+        slots: u32,
     ) -> Result<Option<(Vec<PlannedShard>, String)>> {
         let partials = decode_partials::<K>(partials)?;
         let mut facts = plan_of::<K>(plan)?;
@@ -296,6 +299,7 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
             stage: finished,
             stages_total: plan.stages_total,
             partials: &partials,
+            slots,
         };
         let next = K::next_stage(&self.0, &mut facts, stage)?;
         plan.facts = to_map(&facts)?;

@@ -257,6 +257,9 @@ pub struct FinishedStage<'a, P> {
     pub stages_total: u32,
     /// The stage's partial results, in shard order.
     pub partials: &'a [P],
+    /// The slots of the live workers (0 with none), which a plan may spread
+    /// its next stage over (see `tally_kernels::buckets::bucket_count`).
+    pub slots: u32,
 }
 
 // Copied whatever `P` is: it holds only a reference to the partials.

@@ -33,6 +33,7 @@ impl Scheduler {
     ) -> Result<()> {
         let store = self.store.clone();
         let external = self.config.keeps_spare_stage();
+        let slots = self.workers.live(now_ms).map(|(_, w)| w.slots).sum();
         let entry = self.jobs.known(job);
         if entry.rec.state.is_finished() || !entry.shards_loaded || !entry.shards.all_done() {
             return Ok(());
@@ -51,7 +52,7 @@ impl Scheduler {
         let next = entry
             .rec
             .spec
-            .next_stage(&mut plan, entry.rec.stage, &partials);
+            .next_stage(&mut plan, entry.rec.stage, &partials, slots);
         let next_stage = entry.rec.stage + 1;
         let next = next.and_then(|next| {
             let keep = match &next {

@@ -86,7 +86,7 @@ fn level_game(spec: &PegsSpec, fixes_start: bool) -> Result<PegGame> {
 /// end search beside it when both start in the same stage.
 pub(super) fn first_stage(spec: &PegsSpec, fixes_start: bool) -> Result<Vec<Planned<PegsTask>>> {
     let game = game(spec)?;
-    let out = buckets_after(spec, 1);
+    let out = buckets_after(spec, 1, 1);
     let meeting = pegs::meeting(&game);
     let alone = meeting.is_none_or(|m| !m.two_sided && m.start_level > 1);
     let mut planned: Vec<_> = level_shards(PegSide::Start, 0, 1, out, alone, fixes_start).collect();
@@ -239,7 +239,7 @@ pub(super) fn execute(
         if !alone {
             break (sent, Vec::new());
         }
-        let next = buckets_after(spec, part.states);
+        let next = buckets_after(spec, part.states, 1);
         let more = pegs::pegs_at_level(&game, current + 1).is_some_and(|p| p > 0);
         // An alone shard stops before the meeting level, which runs in its
         // own stage with the join's bucket count.
@@ -345,7 +345,7 @@ fn buckets_written(spec: &PegsSpec, task: &PegsTask, sizes: &[u64]) -> Result<u3
             ..
         } => Ok(0),
         PegsTask::PegLevel { alone: true, .. } => {
-            Ok(buckets_after(spec, sizes.last().copied().unwrap_or(0)))
+            Ok(buckets_after(spec, sizes.last().copied().unwrap_or(0), 1))
         }
         PegsTask::PegLevel { buckets_out, .. } if sizes.len() == 1 => Ok(*buckets_out),
         PegsTask::PegLevel { .. } => Err(invalid!(
@@ -610,7 +610,7 @@ pub(super) fn next_stage(
     if start_found.len() < sums.start.len() || end_found.len() < sums.end.len() {
         return Ok(NextStage::Finish);
     }
-    let buckets_out = buckets_after(spec, largest);
+    let buckets_out = buckets_after(spec, largest, finished.slots);
     let Some(m) = meeting else {
         // One search, to the boards of one peg.
         let next = plan.levels.len() as u32;
@@ -727,6 +727,7 @@ mod tests {
             stage: 4,
             stages_total: 4,
             partials: &partials,
+            slots: 1,
         };
         let e = next_stage(&spec, &mut plan, finished)
             .unwrap_err()
@@ -777,6 +778,7 @@ mod tests {
                 stage,
                 stages_total: stage,
                 partials: &partials,
+                slots: 3,
             };
             match next_stage(&spec, &mut plan, finished).unwrap() {
                 NextStage::Finish => break,

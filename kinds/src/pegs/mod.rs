@@ -284,9 +284,16 @@ pub enum PegsPartial {
     },
 }
 
-/// Shards of the level after one of `positions` positions.
-fn buckets_after(spec: &PegsSpec, positions: u64) -> u32 {
-    bucket_count(positions, POSITIONS_PER_BUCKET, spec.buckets, MAX_BUCKETS)
+/// Shards of the level after one of `positions`, spread over `slots` (1
+/// where a shard alone in its stage decides).
+fn buckets_after(spec: &PegsSpec, positions: u64, slots: u32) -> u32 {
+    bucket_count(
+        positions,
+        POSITIONS_PER_BUCKET,
+        spec.buckets,
+        MAX_BUCKETS,
+        slots,
+    )
 }
 
 fn parse_solutions(text: &str) -> Result<u128> {

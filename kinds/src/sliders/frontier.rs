@@ -60,19 +60,21 @@ fn phase(plan: &SlidersPlan, stage: u32) -> Phase {
 /// The plan before the search: level 0 (the start) on one shard.
 pub(super) fn initial_plan(spec: &SlidersSpec) -> SlidersPlan {
     SlidersPlan {
-        buckets: vec![1, next_buckets(spec, 1)],
+        buckets: vec![1, next_buckets(spec, 1, 1)],
         ..SlidersPlan::default()
     }
 }
 
 /// The shards of the level after next, chosen from the size of the level
-/// just found (levels grow by less than half from one to the next).
-fn next_buckets(spec: &SlidersSpec, level_size: u64) -> u32 {
+/// just found (levels grow by less than half from one to the next) and the
+/// live workers' `slots`.
+fn next_buckets(spec: &SlidersSpec, level_size: u64, slots: u32) -> u32 {
     bucket_count(
         level_size.saturating_mul(2),
         BOARDS_PER_BUCKET,
         spec.buckets,
         MAX_BUCKETS,
+        slots,
     )
 }
 
@@ -125,7 +127,7 @@ pub(super) fn next_stage(
     finished: FinishedStage<'_, SlidersPartial>,
 ) -> Result<NextStage<SlidersTask>> {
     match phase(plan, finished.stage) {
-        Phase::Forward { level } => after_forward(spec, plan, level, finished.partials),
+        Phase::Forward { level } => after_forward(spec, plan, level, finished),
         Phase::Backward { level } => after_backward(spec, plan, level, finished.partials),
         Phase::Graph => after_graph(spec, plan, finished.partials),
         Phase::Enumerate => Ok(NextStage::Finish),
@@ -136,8 +138,9 @@ fn after_forward(
     spec: &SlidersSpec,
     plan: &mut SlidersPlan,
     level: u32,
-    partials: &[SlidersPartial],
+    finished: FinishedStage<'_, SlidersPartial>,
 ) -> Result<NextStage<SlidersTask>> {
+    let partials = finished.partials;
     let mut size = Vec::new();
     let mut target_paths = None;
     for partial in partials {
@@ -199,7 +202,7 @@ fn after_forward(
         ));
     }
     plan.buckets.truncate(level as usize + 2);
-    plan.buckets.push(next_buckets(spec, size));
+    plan.buckets.push(next_buckets(spec, size, finished.slots));
     let work = size.saturating_mul(2);
     Ok(NextStage::Shards(
         forward_level(plan, level + 1, work),
@@ -587,6 +590,7 @@ mod tests {
                 stage,
                 stages_total: stage,
                 partials: &partials,
+                slots: 3,
             };
             match Sliders::next_stage(spec, &mut plan, finished)? {
                 NextStage::Shards(next, _) => shards = next,
@@ -701,6 +705,7 @@ mod tests {
             stage: 4,
             stages_total: 4,
             partials: &huge,
+            slots: 1,
         };
         // The coordinator keeps the plan it had when the barrier fails.
         let e = next_stage(&spec, &mut plan, finished)

@@ -102,7 +102,8 @@ async fn a_pegs_job_whose_levels_spill_equals_the_kernel_alone() {
 /// solutions by final hole. Each equals the count with that final hole by the kernel alone (a
 /// depth-first count over a memo, not a search by levels), they add up to
 /// the total, and reversing a game (start on `b`, end on `a`) gives the same
-/// count, each side found by a forward search of its own.
+/// count, each side found by a forward search of its own. Without the flag,
+/// a start whose final holes the parities tell apart gives the same holes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals() {
     let coordinator = start_coordinator(None).await;
@@ -111,6 +112,7 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
     let workers = Workers::start(&url, 1, 2);
     let holes = 15;
     let mut by_start = std::collections::BTreeMap::new();
+    let mut resolved = 0;
     for start in 1..=holes {
         let params = serde_json::json!({
             "board": "triangle:5", "start": start, "buckets": 2, "by_final_hole": true
@@ -154,6 +156,40 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
         }
         let levels = details["levels"].as_array().unwrap();
         assert_eq!(levels.len(), holes - 1, "a level per peg count");
+        // Without the flag, the search reduced by every symmetry gives the
+        // same holes wherever the parities tell them apart, and none elsewhere.
+        let mut params = params.as_object().unwrap().clone();
+        params.insert("by_final_hole".into(), false.into());
+        let reduced = ValidSpec::new(JobSpec {
+            kind: "pegs".into(),
+            params,
+            options: Default::default(),
+        })
+        .unwrap();
+        let done = run_to_answer(&mut client, &reduced).await;
+        let result = client
+            .result(proto::ResultRequest { job_id: done.id })
+            .await
+            .unwrap()
+            .into_inner();
+        let details: serde_json::Value = serde_json::from_str(&result.details_json).unwrap();
+        let game = tally_kernels::pegs::PegGame::new(
+            tally_kernels::pegs::BoardShape::Triangle(5),
+            Some(start as u32),
+            None,
+        )
+        .unwrap();
+        match details["by_final_hole"].as_object() {
+            Some(by_hole) => {
+                assert!(game.final_classes_resolve(), "from {start}");
+                for (end, &found) in finals.iter().enumerate().skip(1) {
+                    let given = by_hole.get(&end.to_string()).and_then(|c| c.as_str());
+                    assert_eq!(given.unwrap_or("0"), found.to_string(), "{start} -> {end}");
+                }
+                resolved += 1;
+            }
+            None => assert!(!game.final_classes_resolve(), "from {start}"),
+        }
         by_start.insert(start, finals);
     }
     let mut solvable = 0;
@@ -164,6 +200,10 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
         }
     }
     assert!(solvable > 20, "{solvable} solvable pairs");
+    assert!(
+        resolved >= 5,
+        "{resolved} starts gave their final holes without the flag"
+    );
     workers.stop().await;
     coordinator.shutdown().await;
 }

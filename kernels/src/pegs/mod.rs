@@ -400,6 +400,57 @@ impl PegGame {
         self.canonicalizer.canonical(board)
     }
 
+    /// The holes of the class of the one-peg `board` (under the symmetries
+    /// in use) that a solution from the start may end on: those whose
+    /// one-peg position keeps the start's parities, which no jump changes.
+    /// A search reduced by symmetries that move the start counts the
+    /// solutions ending anywhere in a class together; when this gives one
+    /// hole, they all end on it.
+    pub fn final_holes_allowed(&self, board: u64) -> Vec<u32> {
+        let start = board::parity_signature(&self.invariants, self.start);
+        let mut allowed: Vec<u32> = self
+            .symmetric_images(board)
+            .into_iter()
+            .filter(|&b| board::parity_signature(&self.invariants, b) == start)
+            .flat_map(|b| self.pegs_of(b))
+            .collect();
+        allowed.sort_unstable();
+        allowed.dedup();
+        allowed
+    }
+
+    /// The holes that share the solutions ending in the class of the
+    /// one-peg `board` equally: its holes a solution may end on (see
+    /// [`PegGame::final_holes_allowed`]) when they are one orbit of the
+    /// symmetries that fix the start (a symmetry fixing the start maps the
+    /// solutions ending on one hole to those ending on its image), else
+    /// `None`.
+    pub fn final_share(&self, board: u64) -> Option<Vec<u32>> {
+        let allowed = self.final_holes_allowed(board);
+        let Some(&first) = allowed.first() else {
+            return Some(allowed);
+        };
+        let symmetries = &self.canonicalizer.symmetries;
+        let starts = symmetries.images(self.start);
+        let firsts = symmetries.images(1 << self.hole_bits[first as usize - 1]);
+        let mut orbit: Vec<u32> = self
+            .canonicalizer
+            .elements()
+            .filter(|&i| starts[i] == self.start)
+            .flat_map(|i| self.pegs_of(firsts[i]))
+            .collect();
+        orbit.sort_unstable();
+        orbit.dedup();
+        (orbit == allowed).then_some(allowed)
+    }
+
+    /// Whether every class of one-peg positions has a [`PegGame::final_share`]:
+    /// then a search reduced by every symmetry of the board still tells the
+    /// solutions by final hole.
+    pub fn final_classes_resolve(&self) -> bool {
+        (0..self.hole_bits.len()).all(|i| self.final_share(1 << self.hole_bits[i]).is_some())
+    }
+
     /// False when the parity invariants rule out every allowed final position,
     /// so that `board` has no solution.
     pub fn may_finish(&self, board: u64) -> bool {

@@ -845,3 +845,42 @@ fn sums_of_counts_past_128_bits_are_refused_not_wrapped() {
     let error = count::add_counts(u128::MAX, 1).unwrap_err().to_string();
     assert!(error.contains("exceeds 128 bits"), "{error}");
 }
+
+#[test]
+fn solutions_share_the_holes_the_parities_allow_in_each_final_class() {
+    // Against the kernel's own count to each final hole: a hole the start's
+    // parities rule out has no solution, and the holes of a share have as many.
+    let mut resolving = 0;
+    for shape in [BoardShape::Triangle(5), BoardShape::Triangle(6)] {
+        for start in 1..=shape.holes() {
+            let game = PegGame::new(shape, Some(start), None).unwrap();
+            let counts: Vec<u128> = (1..=shape.holes())
+                .map(|end| solutions(shape, Some(start), Some(end)))
+                .collect();
+            for end in 1..=shape.holes() {
+                let allowed = game.final_holes_allowed(game.hole_bit(end).unwrap());
+                if !allowed.contains(&end) {
+                    assert_eq!(counts[end as usize - 1], 0, "{shape:?}: {start} -> {end}");
+                }
+                if let Some(share) = game.final_share(game.hole_bit(end).unwrap()) {
+                    let first = share.first().map_or(0, |&h| counts[h as usize - 1]);
+                    assert!(share.iter().all(|&h| counts[h as usize - 1] == first));
+                }
+            }
+            resolving += usize::from(game.final_classes_resolve());
+        }
+    }
+    assert!(resolving >= 10, "{resolving} starts resolve");
+    // The French board from hole 6: 9 and 15 share (a mirror fixing 6 swaps
+    // them), 12 and 32 are alone in their classes.
+    let french = PegGame::new(BoardShape::French, Some(6), None).unwrap();
+    assert!(french.final_classes_resolve());
+    let share = |h| french.final_share(french.hole_bit(h).unwrap()).unwrap();
+    assert_eq!(share(9), vec![9, 15]);
+    assert_eq!(share(12), vec![12]);
+    assert_eq!(share(32), vec![32]);
+    // The English board from hole 6: 6 and 22 are one class, and no symmetry
+    // fixing 6 maps one to the other.
+    let english = PegGame::new(BoardShape::English, Some(6), None).unwrap();
+    assert!(!english.final_classes_resolve());
+}

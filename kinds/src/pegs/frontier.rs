@@ -202,6 +202,7 @@ pub(super) fn execute(
     let mut sizes = Vec::new();
     let mut solutions: u128 = 0;
     let mut finals = BTreeMap::new();
+    let resolves = !fixes_start && game.end_hole().is_none() && game.final_classes_resolve();
     let mut current = level;
     let meets =
         |level: u32| side == PegSide::Start && meeting.is_some_and(|m| m.start_level == level);
@@ -232,8 +233,12 @@ pub(super) fn execute(
         )?;
         sizes.push(part.states);
         solutions += part.solutions;
-        if fixes_start && game.end_hole().is_none() {
-            add_finals(&game, &part.finals, &mut finals)?;
+        if game.end_hole().is_none() {
+            if fixes_start {
+                add_finals(&game, &part.finals, &mut finals)?;
+            } else if resolves {
+                add_finals_by_invariants(&game, &part.finals, &mut finals)?;
+            }
         }
         let mut sent = part.sent;
         if !alone {
@@ -295,6 +300,37 @@ fn add_finals(
             let &[hole] = game.pegs_of(image).as_slice() else {
                 return Err(invalid!("a final position {image:#x} of more than one peg"));
             };
+            let sum = finals.entry(hole).or_insert(0);
+            *sum = sum
+                .checked_add(ways / n)
+                .ok_or_else(|| Error::Internal("pegs: count exceeds 128 bits".into()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Adds the solutions of a search reduced by every symmetry of the board to
+/// `finals`, by final hole: a class's solutions end on the holes of the class
+/// the parity invariants allow from the start, in equal shares (the caller
+/// has checked they are one orbit of the symmetries fixing the start,
+/// [`PegGame::final_classes_resolve`]).
+fn add_finals_by_invariants(
+    game: &PegGame,
+    classes: &[(u64, u128)],
+    finals: &mut BTreeMap<u32, u128>,
+) -> Result<()> {
+    for &(board, ways) in classes {
+        let holes = game.final_share(board).ok_or_else(|| {
+            Error::Internal(format!("pegs: no share of the final class of {board:#x}"))
+        })?;
+        let n = holes.len() as u128;
+        if n == 0 || ways % n != 0 {
+            return Err(Error::Internal(format!(
+                "pegs: {ways} solutions end in the class of {board:#x}, where the parities of \
+                 the start allow {n} holes"
+            )));
+        }
+        for hole in holes {
             let sum = finals.entry(hole).or_insert(0);
             *sum = sum
                 .checked_add(ways / n)

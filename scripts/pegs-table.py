@@ -48,7 +48,7 @@ def main():
         print(f"start {start} done", file=sys.stderr)
     for a in table:
         for b in table:
-            if b in table[a] and a in table[b] and table[a][b] != table[b][a]:
+            if table[a].get(b, 0) != table[b].get(a, 0):
                 sys.exit(f"{a} -> {b} has {table[a].get(b, 0)} solutions and {b} -> {a} {table[b].get(a, 0)}")
     finals = sorted({b for row in table.values() for b in row if row[b] > 0})
     print("| start \\ final | " + " | ".join(str(b) for b in finals) + " |")

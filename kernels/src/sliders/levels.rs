@@ -393,13 +393,44 @@ pub fn expand_backward(
     buckets_out: u32,
     control: &Control,
 ) -> Result<GraphLevel> {
-    let members = merge_sets(members);
     let neighbours = merge_sets(neighbours);
     control.check()?;
-    let kept: Vec<u64> = members
-        .into_iter()
-        .filter(|b| neighbours.binary_search(b).is_ok())
-        .collect();
+    // Where the neighbours are few next to the level's members (most graph
+    // levels), each is looked up in every sender's increasing list instead of
+    // merging the lists.
+    let total: usize = members.iter().map(Vec::len).sum();
+    if neighbours.len().saturating_mul(members.len()) > total / 8 {
+        let kept: Vec<u64> = merge_sets(members)
+            .into_iter()
+            .filter(|b| neighbours.binary_search(b).is_ok())
+            .collect();
+        return expand_kept(boards, kept, buckets_out, control);
+    }
+    let mut kept: Vec<u64> = Vec::new();
+    for list in members {
+        let sorted = match list.is_sorted() {
+            true => std::borrow::Cow::Borrowed(list),
+            false => std::borrow::Cow::Owned(merge_sets(std::slice::from_ref(list))),
+        };
+        kept.extend(
+            neighbours
+                .iter()
+                .filter(|b| sorted.binary_search(b).is_ok()),
+        );
+    }
+    kept.sort_unstable();
+    kept.dedup();
+    expand_kept(boards, kept, buckets_out, control)
+}
+
+/// The rest of [`expand_backward`]: the graph level's boards `kept`, and
+/// their neighbours bucketed for the graph level before.
+fn expand_kept(
+    boards: &Boards,
+    kept: Vec<u64>,
+    buckets_out: u32,
+    control: &Control,
+) -> Result<GraphLevel> {
     control.add_work(kept.len() as u64);
     if buckets_out == 0 {
         return Ok(GraphLevel {
@@ -663,6 +694,43 @@ mod tests {
             union.sort_unstable();
             union.dedup();
             assert_eq!(merge_sets(&boards), union);
+        }
+    }
+
+    #[test]
+    fn a_graph_level_keeps_the_members_next_to_it_by_lookups_or_by_a_merge() {
+        let boards = Boards::new(&super::super::SliderParams::default()).unwrap();
+        let control = Control::new();
+        for (sorted, few) in [(true, true), (false, true), (true, false), (false, false)] {
+            let members: Vec<Vec<u64>> = (0..3u64)
+                .map(|s| {
+                    let mut list: Vec<u64> =
+                        (0..2000).map(|i| (i * 37 + s * 11) % 100_000).collect();
+                    if sorted {
+                        list.sort_unstable();
+                        list.dedup();
+                    }
+                    list
+                })
+                .collect();
+            let step = if few { 9_973 } else { 7 };
+            let neighbours: Vec<Vec<u64>> = vec![
+                (0..100_000).step_by(step).collect(),
+                vec![74, 1_000_000_000],
+            ];
+            let level = expand_backward(&boards, &members, &neighbours, 2, &control).unwrap();
+            let wanted: std::collections::BTreeSet<u64> = neighbours.concat().into_iter().collect();
+            let expected: std::collections::BTreeSet<u64> = members
+                .concat()
+                .into_iter()
+                .filter(|b| wanted.contains(b))
+                .collect();
+            assert_eq!(
+                level.boards,
+                expected.into_iter().collect::<Vec<_>>(),
+                "{sorted} {few}"
+            );
+            assert!(!level.boards.is_empty());
         }
     }
 

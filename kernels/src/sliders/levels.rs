@@ -86,17 +86,28 @@ impl Boards {
         let board = self.board(index)?;
         for m in self.layout.moves(board.blank()) {
             if skip & 1 << m.code() == 0 {
-                f(self.layout.index(self.layout.apply(m, board)), m.back);
+                f(self.neighbour(index, board, m), m.back);
             }
         }
         Ok(())
+    }
+
+    /// The index of the board move `m` makes of `board` (at `index`): one
+    /// step along the index for a horizontal move, which keeps the tiles'
+    /// order, else ranked again.
+    #[inline]
+    fn neighbour(&self, index: u64, board: State, m: &super::state::Move) -> u64 {
+        match m.index_step {
+            Some(step) => index.wrapping_add(step),
+            None => self.layout.index(self.layout.apply(m, board)),
+        }
     }
 
     /// Calls `f` with the index of every neighbour of board `index`.
     fn neighbours(&self, index: u64, mut f: impl FnMut(u64)) -> Result<()> {
         let board = self.board(index)?;
         for m in self.layout.moves(board.blank()) {
-            f(self.layout.index(self.layout.apply(m, board)));
+            f(self.neighbour(index, board, m));
         }
         Ok(())
     }
@@ -694,6 +705,32 @@ mod tests {
             union.sort_unstable();
             union.dedup();
             assert_eq!(merge_sets(&boards), union);
+        }
+    }
+
+    #[test]
+    fn a_horizontal_move_steps_the_index_as_ranking_the_board_would() {
+        for params in [
+            super::super::SliderParams::default(),
+            super::super::SliderParams {
+                rows: 3,
+                cols: 5,
+                start: "WRRBB/RRBBG/GGBRB".into(),
+                target: "WBRBR/BRBGR/BGRGB".into(),
+                ..Default::default()
+            },
+        ] {
+            let boards = Boards::new(&params).unwrap();
+            let total = boards.layout.total();
+            for index in (0..total).step_by(101) {
+                let board = boards.board(index).unwrap();
+                let mut fast = Vec::new();
+                boards.neighbours(index, |n| fast.push(n)).unwrap();
+                let ranked: Vec<u64> = (boards.layout.moves(board.blank()).iter())
+                    .map(|m| boards.layout.index(boards.layout.apply(m, board)))
+                    .collect();
+                assert_eq!(fast, ranked, "board {index}");
+            }
         }
     }
 

@@ -9,8 +9,9 @@
 //! the number of shortest sequences reaching it through that shard, and the
 //! boards of `L_(k-2)` in `q` it was handed) and the boards of `L_(k-1)` in
 //! `q`. It sums the counts of equal candidates (a merge of the senders'
-//! increasing lists), removes the two earlier levels, and writes `2 P` buckets for the `P` shards of level `k + 1`: the
-//! forward buckets first, then its boards of `L_k` by bucket (the members).
+//! increasing lists), removes the two earlier levels, and writes `2 P`
+//! buckets for the `P` shards of level `k + 1`: the forward buckets first,
+//! then its boards of `L_k` by bucket (the members).
 //! Each candidate carries the moves back to the boards that sent it: they
 //! lead to `L_(k-1)`, so the shard expanding it skips them.
 //!
@@ -105,11 +106,7 @@ impl Boards {
 
     /// Calls `f` with the index of every neighbour of board `index`.
     fn neighbours(&self, index: u64, mut f: impl FnMut(u64)) -> Result<()> {
-        let board = self.board(index)?;
-        for m in self.layout.moves(board.blank()) {
-            f(self.neighbour(index, board, m));
-        }
-        Ok(())
+        self.neighbours_except(index, 0, |n, _| f(n))
     }
 }
 

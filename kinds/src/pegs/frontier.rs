@@ -202,7 +202,9 @@ pub(super) fn execute(
     let mut sizes = Vec::new();
     let mut solutions: u128 = 0;
     let mut finals = BTreeMap::new();
-    let resolves = !fixes_start && game.end_hole().is_none() && game.final_classes_resolve();
+    // Solutions by final hole: from a search fixing the start, or reduced by
+    // every symmetry where the parities still tell the holes apart.
+    let by_final_hole = game.end_hole().is_none() && (fixes_start || game.final_classes_resolve());
     let mut current = level;
     let meets =
         |level: u32| side == PegSide::Start && meeting.is_some_and(|m| m.start_level == level);
@@ -233,12 +235,8 @@ pub(super) fn execute(
         )?;
         sizes.push(part.states);
         solutions += part.solutions;
-        if game.end_hole().is_none() {
-            if fixes_start {
-                add_finals(&game, &part.finals, &mut finals)?;
-            } else if resolves {
-                add_finals_by_invariants(&game, &part.finals, &mut finals)?;
-            }
+        if by_final_hole {
+            add_finals(&game, &part.finals, fixes_start, &mut finals)?;
         }
         let mut sent = part.sent;
         if !alone {
@@ -278,56 +276,30 @@ pub(super) fn execute(
     })
 }
 
-/// Adds the one-peg classes' sums to the solutions by final hole: a class is
-/// the images of its board under the symmetries fixing the start, and each of
-/// them is reached as often (the symmetries map the sequences one to one).
+/// Adds the one-peg classes' sums to the solutions by final hole, each class's
+/// in equal shares among its holes that solutions end on. With the search
+/// reduced by the symmetries fixing the start (`fixes_start`), those are the
+/// holes of the class's images, each reached as often (the symmetries map the
+/// sequences one to one). Reduced by every symmetry, they are the holes the
+/// parity invariants allow from the start, one orbit of the symmetries fixing
+/// it (the caller has checked, [`PegGame::final_classes_resolve`]).
 fn add_finals(
     game: &PegGame,
     classes: &[(u64, u128)],
+    fixes_start: bool,
     finals: &mut BTreeMap<u32, u128>,
 ) -> Result<()> {
     for &(board, ways) in classes {
-        let mut images = game.symmetric_images(board);
-        images.sort_unstable();
-        images.dedup();
-        let n = images.len() as u128;
-        if ways % n != 0 {
-            return Err(Error::Internal(format!(
-                "pegs: the class of {board:#x} has {n} boards and {ways} solutions"
-            )));
-        }
-        for image in images {
-            let &[hole] = game.pegs_of(image).as_slice() else {
-                return Err(invalid!("a final position {image:#x} of more than one peg"));
-            };
-            let sum = finals.entry(hole).or_insert(0);
-            *sum = sum
-                .checked_add(ways / n)
-                .ok_or_else(|| Error::Internal("pegs: count exceeds 128 bits".into()))?;
-        }
-    }
-    Ok(())
-}
-
-/// Adds the solutions of a search reduced by every symmetry of the board to
-/// `finals`, by final hole: a class's solutions end on the holes of the class
-/// the parity invariants allow from the start, in equal shares (the caller
-/// has checked they are one orbit of the symmetries fixing the start,
-/// [`PegGame::final_classes_resolve`]).
-fn add_finals_by_invariants(
-    game: &PegGame,
-    classes: &[(u64, u128)],
-    finals: &mut BTreeMap<u32, u128>,
-) -> Result<()> {
-    for &(board, ways) in classes {
-        let holes = game.final_share(board).ok_or_else(|| {
-            Error::Internal(format!("pegs: no share of the final class of {board:#x}"))
-        })?;
+        let holes = match fixes_start {
+            true => image_holes(game, board)?,
+            false => game.final_share(board).ok_or_else(|| {
+                Error::Internal(format!("pegs: no share of the final class of {board:#x}"))
+            })?,
+        };
         let n = holes.len() as u128;
         if n == 0 || ways % n != 0 {
             return Err(Error::Internal(format!(
-                "pegs: {ways} solutions end in the class of {board:#x}, where the parities of \
-                 the start allow {n} holes"
+                "pegs: {ways} solutions end in the class of {board:#x}, shared by {n} holes"
             )));
         }
         for hole in holes {
@@ -338,6 +310,20 @@ fn add_finals_by_invariants(
         }
     }
     Ok(())
+}
+
+/// The holes of the distinct images of the one-peg `board`.
+fn image_holes(game: &PegGame, board: u64) -> Result<Vec<u32>> {
+    let mut images = game.symmetric_images(board);
+    images.sort_unstable();
+    images.dedup();
+    images
+        .into_iter()
+        .map(|image| match game.pegs_of(image).as_slice() {
+            &[hole] => Ok(hole),
+            _ => Err(invalid!("a final position {image:#x} of more than one peg")),
+        })
+        .collect()
 }
 
 /// A level shard's output as `encode_buckets` frames `total` buckets, each a

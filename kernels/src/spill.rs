@@ -6,6 +6,9 @@
 //! reads. Where runs go is the caller's: the worker gives a directory of its
 //! own ([`Spill`] over files), tests and the kernel alone keep them in memory
 //! ([`MemorySpill`]). Kernels only write and read bytes through the trait.
+//!
+//! A shard's input too may be larger than its share: the worker then writes
+//! it to a file as it arrives and the kernel reads it by ranges ([`Stored`]).
 
 use crate::{Error, Result};
 
@@ -66,6 +69,85 @@ impl Spill for MemorySpill {
     }
 }
 
+/// Bytes written once, then read by ranges: a shard's input, in memory or
+/// in a file the worker wrote as it arrived.
+pub trait Stored: Send + Sync {
+    /// How many bytes there are.
+    fn len(&self) -> u64;
+    /// Fills `buf` from `offset`: the bytes read, fewer than `buf.len()` only
+    /// at the end.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize>;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes `range`, read into memory; an error if they run past the end.
+    fn read_range(&self, range: std::ops::Range<u64>) -> Result<Vec<u8>> {
+        let len = range.end.saturating_sub(range.start);
+        let mut bytes = vec![0; usize::try_from(len).map_err(|_| too_far(range.end))?];
+        let mut filled = 0;
+        while filled < bytes.len() {
+            match self.read_at(range.start + filled as u64, &mut bytes[filled..])? {
+                0 => return Err(too_far(range.end)),
+                n => filled += n,
+            }
+        }
+        Ok(bytes)
+    }
+}
+
+fn too_far(end: u64) -> Error {
+    Error::Failed(format!("stored input: byte {end} is past its end"))
+}
+
+impl Stored for Vec<u8> {
+    fn len(&self) -> u64 {
+        self.as_slice().len() as u64
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(self.as_slice().len());
+        let n = buf.len().min(self.as_slice().len() - start);
+        buf[..n].copy_from_slice(&self[start..start + n]);
+        Ok(n)
+    }
+}
+
+/// A byte range of [`Stored`] bytes, read in chunks.
+pub struct StoredSource<'a> {
+    stored: &'a dyn Stored,
+    at: u64,
+    end: u64,
+}
+
+impl<'a> StoredSource<'a> {
+    pub fn new(stored: &'a dyn Stored, range: std::ops::Range<u64>) -> Self {
+        StoredSource {
+            stored,
+            at: range.start,
+            end: range.end,
+        }
+    }
+}
+
+impl Source for StoredSource<'_> {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let want = buf.len().min((self.end - self.at) as usize);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.stored.read_at(self.at, &mut buf[..want])?;
+        if n == 0 {
+            return Err(too_far(self.end));
+        }
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
 /// A byte range of a spill run, read in chunks.
 pub struct RunSource<'a> {
     spill: &'a dyn Spill,
@@ -85,10 +167,17 @@ impl<'a> RunSource<'a> {
     }
 }
 
-/// Bytes arriving in pieces: a slice, or a range of a spill run.
+/// Bytes arriving in pieces: a slice, a range of a spill run or of a stored
+/// input.
 pub trait Source {
     /// Fills the start of `buf`; 0 only at the end.
     fn fill(&mut self, buf: &mut [u8]) -> Result<usize>;
+}
+
+impl<S: Source + ?Sized> Source for Box<S> {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        (**self).fill(buf)
+    }
 }
 
 impl Source for &[u8] {

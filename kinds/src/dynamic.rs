@@ -27,7 +27,7 @@ use crate::kind::{
     Planned, ResourceEstimate, ShardRun, SpecArgs, StageRead,
 };
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
-use crate::{Control, Error, Result, Room, invalid};
+use crate::{Control, Error, Result, Room, Stored, invalid};
 use tally_wire::proto;
 
 /// A stage's decoded input, shared by the shards of the stage.
@@ -106,6 +106,11 @@ pub trait SpecOps: Send + Sync {
     fn stage_reads(&self, stage: u32, task: &EncodedTask) -> Result<Vec<StageRead>>;
     /// Decodes the outputs [`SpecOps::stage_reads`] named, in its order.
     fn decode_stage_inputs(&self, parts: &[&[u8]]) -> Result<StageInput>;
+    /// Whether an input larger than a shard's memory share may stay in a
+    /// file (see [`SpecOps::decode_stored_inputs`]).
+    fn streams_stage_input(&self) -> bool;
+    /// [`SpecOps::decode_stage_inputs`] of parts that may be in files.
+    fn decode_stored_inputs(&self, parts: Vec<Arc<dyn Stored>>) -> Result<StageInput>;
     /// The outputs of stages before `stage - 1` that must be kept while the
     /// job is at `stage`.
     fn kept_stages(&self, plan: &JobPlan, stage: u32) -> Result<Vec<u32>>;
@@ -319,6 +324,14 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
 
     fn decode_stage_inputs(&self, parts: &[&[u8]]) -> Result<StageInput> {
         Ok(Arc::new(K::decode_stage_inputs(&self.0, parts)?))
+    }
+
+    fn streams_stage_input(&self) -> bool {
+        K::STREAMS_STAGE_INPUT
+    }
+
+    fn decode_stored_inputs(&self, parts: Vec<Arc<dyn Stored>>) -> Result<StageInput> {
+        Ok(Arc::new(K::decode_stored_inputs(&self.0, parts)?))
     }
 
     fn kept_stages(&self, plan: &JobPlan, stage: u32) -> Result<Vec<u32>> {

@@ -18,13 +18,14 @@
 
 use std::fmt::Debug;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::cache::KernelCache;
-use crate::{Control, Result, Room};
+use crate::{Control, Result, Room, Stored};
 use tally_wire::proto;
 
 /// Default interval between checkpoints of a running shard.
@@ -169,6 +170,23 @@ pub trait JobKind: Send + Sync + 'static {
     /// worker and stage (see [`single_input`] for kinds that read one).
     fn decode_stage_inputs(_spec: &Self::Spec, _parts: &[&[u8]]) -> Result<Self::StageInput> {
         Err(crate::invalid!("{} jobs have no stage data", Self::NAME))
+    }
+    /// Whether the kind reads its stage input as a stream, so that a worker
+    /// may keep an input larger than its memory share in a file
+    /// ([`JobKind::decode_stored_inputs`]) instead of memory.
+    const STREAMS_STAGE_INPUT: bool = false;
+    /// [`JobKind::decode_stage_inputs`] of parts that may be in files: read
+    /// into memory, unless the kind streams its input.
+    fn decode_stored_inputs(
+        spec: &Self::Spec,
+        parts: Vec<Arc<dyn Stored>>,
+    ) -> Result<Self::StageInput> {
+        let bytes = parts
+            .iter()
+            .map(|part| part.read_range(0..part.len()))
+            .collect::<Result<Vec<_>>>()?;
+        let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        Self::decode_stage_inputs(spec, &slices)
     }
     /// The stages older than `stage - 1` whose output the shards of `stage` or
     /// of a later stage still read: the coordinator keeps them (in its store)

@@ -10,7 +10,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use object_store::local::LocalFileSystem;
 use object_store::path::{Path, PathPart};
 use object_store::prefix::PrefixStore;
@@ -29,8 +29,8 @@ pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(300);
 pub const CHECK_PATIENCE: Duration = Duration::from_secs(30);
 /// Blobs above this go up in parts of this size (S3's parts are 5 MiB at least).
 const PART: usize = 16 * 1024 * 1024;
-/// Reads of many blobs at once (one per shard of a stage).
-const PARALLEL_READS: usize = 8;
+/// Reads a reader keeps in flight (of many blobs, one per shard of a stage).
+pub const PARALLEL_READS: usize = 8;
 /// Where [`StageStore::check`] writes its probe objects.
 const PROBE_DIR: &str = "probe";
 
@@ -203,7 +203,25 @@ impl StageStore {
     /// Bucket `q` of a blob whose data is a frontier shard's output (framed as
     /// in `tally_kernels::buckets`): its bytes only, checked.
     pub async fn read_bucket(&self, blob: &BlobRef, q: u32, control: &Control) -> Result<Vec<u8>> {
+        let (index, range) = self.locate(blob, Some(q), control).await?;
+        self.read_range(blob, &index, range, control).await
+    }
+
+    /// Where the part of `blob` a reader wants lies in its data: bucket `q` of
+    /// a frontier shard's output (framed as in `tally_kernels::buckets`), or
+    /// with `None` the whole data; with the blob's index, to read it by
+    /// ranges ([`StageStore::read_range`]).
+    pub async fn locate(
+        &self,
+        blob: &BlobRef,
+        bucket: Option<u32>,
+        control: &Control,
+    ) -> Result<(Index, Range<u64>)> {
         let index = self.index(blob, control).await?;
+        let Some(q) = bucket else {
+            let whole = 0..index.data_len();
+            return Ok((index, whole));
+        };
         let malformed = |why: String| StageError::Corrupt {
             key: blob.key.clone(),
             why,
@@ -241,40 +259,7 @@ impl StageStore {
         if end > index.data_len() {
             return Err(malformed(format!("its bucket {q} runs past its data")));
         }
-        self.read_range(blob, &index, start..end, control).await
-    }
-
-    /// Bucket `q` of each of `blobs` (None: the whole data of each), in
-    /// order, a few reads at a time; each read succeeds or fails on its own.
-    pub async fn read_each(
-        &self,
-        blobs: &[BlobRef],
-        bucket: Option<u32>,
-        control: &Control,
-    ) -> Vec<Result<Vec<u8>>> {
-        // The futures are made first: a stream that makes them with a closure
-        // over borrowed arguments is not `Send` for every lifetime, and
-        // callers run this on spawned tasks.
-        let reads: Vec<_> = blobs
-            .iter()
-            .map(|blob| self.read_part(blob, bucket, control))
-            .collect();
-        futures::stream::iter(reads)
-            .buffered(PARALLEL_READS)
-            .collect()
-            .await
-    }
-
-    async fn read_part(
-        &self,
-        blob: &BlobRef,
-        bucket: Option<u32>,
-        control: &Control,
-    ) -> Result<Vec<u8>> {
-        match bucket {
-            Some(q) => self.read_bucket(blob, q, control).await,
-            None => self.read(blob, control).await,
-        }
+        Ok((index, start..end))
     }
 
     /// Removes the blob `key`; one already gone is no error.

@@ -67,35 +67,51 @@ async fn a_small_job_of_every_kind_equals_its_direct_answer() {
     coordinator.shutdown().await;
 }
 
-/// A pegs job on a worker with a tiny memory budget: its level shards pass
-/// their share and spill sorted runs, and the count equals the kernel alone's.
+/// A pegs job on a worker with a tiny memory budget, through the coordinator's
+/// stage store and through a directory: its level shards pass their share
+/// and spill sorted runs, their larger inputs are kept in files, and the
+/// count equals the kernel alone's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pegs_job_whose_levels_spill_equals_the_kernel_alone() {
-    let coordinator = start_coordinator(None).await;
-    let url = coordinator.url();
-    let mut client = jobs_client(&url).await;
-    let spill = tempfile::tempdir().unwrap();
-    let spill_dir = spill.path().to_path_buf();
-    let workers = Workers::start_with(&url, 1, 2, |config| {
-        config.memory_budget = 256 << 10;
-        config.spill_dir = spill_dir.clone();
-    });
-    let params = serde_json::json!({"board": "triangle:6", "start": 4, "buckets": 2});
-    let spec = ValidSpec::new(JobSpec {
-        kind: "pegs".into(),
-        params: params.as_object().unwrap().clone(),
-        options: Default::default(),
-    })
-    .unwrap();
-    let done = run_to_answer(&mut client, &spec).await;
-    let direct = spec.compute_direct(2, &Control::new()).unwrap();
-    assert_eq!(done.answer, direct.line);
-    let stats = workers.stop().await;
-    let spilled: u64 = stats.iter().map(|s| s.spilled_bytes.get()).sum();
-    assert!(spilled > 0, "the levels spilled");
-    let left: Vec<_> = std::fs::read_dir(spill.path()).unwrap().collect();
-    assert!(left.is_empty(), "the spill is removed: {left:?}");
-    coordinator.shutdown().await;
+    let stage = tempfile::tempdir().unwrap();
+    let file_store = format!("file://{}", stage.path().display());
+    for store in ["coordinator", file_store.as_str()] {
+        let mut config =
+            tally_coordinator::CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
+        config.stage_store = store.parse().unwrap();
+        let coordinator = tally_coordinator::start(config)
+            .await
+            .expect("coordinator starts");
+        let url = coordinator.url();
+        let mut client = jobs_client(&url).await;
+        let spill = tempfile::tempdir().unwrap();
+        let spill_dir = spill.path().to_path_buf();
+        let workers = Workers::start_with(&url, 1, 2, |config| {
+            config.memory_budget = 256 << 10;
+            config.spill_dir = spill_dir.clone();
+        });
+        let params = serde_json::json!({"board": "triangle:6", "start": 4, "buckets": 2});
+        let spec = ValidSpec::new(JobSpec {
+            kind: "pegs".into(),
+            params: params.as_object().unwrap().clone(),
+            options: Default::default(),
+        })
+        .unwrap();
+        let done = run_to_answer(&mut client, &spec).await;
+        let direct = spec.compute_direct(2, &Control::new()).unwrap();
+        assert_eq!(done.answer, direct.line, "through {store}");
+        let stats = workers.stop().await;
+        let spilled: u64 = stats.iter().map(|s| s.spilled_bytes.get()).sum();
+        assert!(spilled > 0, "the levels spilled, through {store}");
+        let in_files: u64 = stats.iter().map(|s| s.input_in_files_bytes.get()).sum();
+        assert!(
+            in_files > 0,
+            "the larger inputs were kept in files, through {store}"
+        );
+        let left: Vec<_> = std::fs::read_dir(spill.path()).unwrap().collect();
+        assert!(left.is_empty(), "the spill is removed: {left:?}");
+        coordinator.shutdown().await;
+    }
 }
 
 /// The pegs frontier plan without a final hole, asked for them, gives the

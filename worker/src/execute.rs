@@ -6,12 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use tally_kinds::cache::KernelCache;
 use tally_kinds::dynamic::{ShardContext, StageInput};
 use tally_kinds::kind::StageRead;
 use tally_kinds::spec::ValidSpec;
 use tally_kinds::values::{EncodedTask, ShardEvent, ShardOutcome};
 use tally_kinds::{Error as CommonError, Result as CommonResult, Room, Spill};
+use tally_stage::store::PARALLEL_READS;
 use tally_stage::{BlobRef, StageError, StageStore, blob_key};
 use tally_wire::lease::LeaseId;
 use tally_wire::limits::MAX_CHECKPOINT_BYTES;
@@ -22,7 +24,7 @@ use crate::backoff::Backoff;
 use crate::context::{Context, ShardHandle};
 use crate::error::Result;
 use crate::reports::{self, Checkpoint, ShardResult};
-use crate::spill::FileSpill;
+use crate::spill::{FileSpill, Gathering};
 
 /// Computes the shard of `lease`: its checkpoints are sent while it runs, and
 /// all of them before this returns its result.
@@ -77,7 +79,7 @@ pub(crate) async fn compute_shard(
         handle: handle.clone(),
         checkpoint_every: ctx.config.checkpoint_interval,
         pause_after_checkpoint: ctx.config.pause_after_checkpoint,
-        memory_share: ctx.config.memory_budget / ctx.config.slots.max(1) as u64,
+        memory_share: memory_share(ctx),
         spill: ctx.spill.attempt(),
     };
     let (mut outcome, spilled) = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
@@ -202,7 +204,8 @@ async fn computed<T>(receiver: oneshot::Receiver<CommonResult<T>>) -> Result<T> 
 
 /// The stage outputs a shard reads (each merged, or one bucket of it),
 /// fetched and decoded once per worker, job and reads, and shared by the
-/// shards that read the same. Retries while the coordinator is unreachable,
+/// shards that read the same (unless they were kept in a file: see
+/// [`fetch_stage_input`]). Retries while the coordinator is unreachable,
 /// until the shard is stopped (its lease revoked, or the worker draining).
 async fn stage_input(
     ctx: &Context,
@@ -218,13 +221,26 @@ async fn stage_input(
     {
         return Ok(data.clone());
     }
-    let data = fetch_stage_input(ctx, spec, job, &reads, handle, 0).await?;
-    *cached = Some(((job.to_string(), reads), data.clone()));
+    let (data, in_files) = fetch_stage_input(ctx, spec, job, &reads, handle, 0).await?;
+    // An input in files is one shard's (a bucket of a level): kept no longer
+    // than that shard needs it.
+    *cached = match in_files {
+        false => Some(((job.to_string(), reads), data.clone())),
+        true => None,
+    };
     Ok(data)
 }
 
+/// The part of a worker's memory budget one shard may use.
+fn memory_share(ctx: &Context) -> u64 {
+    ctx.config.memory_budget / ctx.config.slots.max(1) as u64
+}
+
 /// [`stage_input`] without the cache. `depth` counts the shards being
-/// computed again on the way (see [`recompute_output`]).
+/// computed again on the way (see [`recompute_output`]). Read as it arrives,
+/// in pieces: for a kind that reads its input as a stream, a part past a
+/// quarter of the shard's memory share goes to a file in the spill directory
+/// instead of memory (and whether one did is returned).
 async fn fetch_stage_input(
     ctx: &Context,
     spec: &ValidSpec,
@@ -232,34 +248,48 @@ async fn fetch_stage_input(
     reads: &[StageRead],
     handle: &Arc<ShardHandle>,
     depth: u32,
-) -> Result<StageInput> {
+) -> Result<(StageInput, bool)> {
     let control = &handle.control;
     let store = ctx.stage_store()?;
+    let in_memory = spec.streams_stage_input().then(|| memory_share(ctx) / 4);
     let mut parts = Vec::with_capacity(reads.len());
+    let mut in_files = false;
     for read in reads {
-        let bytes = match &store {
+        let mut into = ctx.spill.gathering(in_memory);
+        match &store {
             None => {
+                let into = std::sync::Mutex::new(&mut into);
                 with_retries(ctx, control, "stage data", |session| {
-                    fetch_stage(ctx, job, read.stage, read.bucket, session)
+                    fetch_stage(ctx, job, read, session, &into)
                 })
-                .await?
+                .await??;
             }
-            Some(store) => read_from_store(ctx, store, spec, job, read, handle, depth).await?,
+            Some(store) => {
+                read_from_store(ctx, store, spec, job, read, handle, depth, &mut into).await?
+            }
         };
-        parts.push(bytes);
+        let (part, in_file) = into.finish()?;
+        if in_file {
+            ctx.stats.input_in_files_bytes.add(part.len());
+        }
+        in_files |= in_file;
+        parts.push(part);
     }
     let spec = spec.clone();
-    let decoded = ctx.pool.run(move || {
-        let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-        spec.decode_stage_inputs(&slices)
-    });
-    computed(decoded).await
+    let decoded = ctx.pool.run(move || spec.decode_stored_inputs(parts));
+    Ok((computed(decoded).await?, in_files))
 }
 
-/// One read of stage data from the stage store: the blobs the coordinator
-/// names for the stage, each whole (merged in order) or bucket `q` of each
-/// (framed as `tally_kernels::buckets` gathers it). A blob that is missing or
-/// fails its digest is computed again from its shard.
+/// Bytes read from the stage store at once: a few of these per reader are in
+/// memory at a time, whatever the size of the part.
+const READ_PIECE: u64 = 4 << 20;
+
+/// One read of stage data from the stage store, into `into`: the blobs the
+/// coordinator names for the stage, each whole (merged in order) or bucket
+/// `q` of each (framed as `tally_kernels::buckets` gathers it), read in
+/// pieces a few at a time and in order. A blob that is missing or fails its
+/// digest is computed again from its shard.
+#[allow(clippy::too_many_arguments)]
 async fn read_from_store(
     ctx: &Context,
     store: &StageStore,
@@ -268,7 +298,8 @@ async fn read_from_store(
     read: &StageRead,
     handle: &Arc<ShardHandle>,
     depth: u32,
-) -> Result<Vec<u8>> {
+    into: &mut Gathering,
+) -> Result<()> {
     let control = &handle.control;
     let listed = with_retries(ctx, control, "stage blobs", |session| async move {
         let request = proto::StageBlobsRequest {
@@ -296,47 +327,83 @@ async fn read_from_store(
         ))
         .into());
     }
-    let written: Vec<BlobRef> = blobs.iter().flatten().cloned().collect();
-    let mut reads = store
-        .read_each(&written, read.bucket, control)
-        .await
-        .into_iter();
-    let mut data = Vec::new();
-    for (index, blob) in blobs.iter().enumerate() {
-        let part = match blob {
-            None => Vec::new(),
-            Some(_) => {
-                let got = reads.next().expect("one read per blob");
-                match got {
-                    Ok(part) => part,
-                    Err(e @ StageError::Corrupt { .. }) => {
-                        tracing::warn!(job, stage = read.stage, shard = index, error = %e, "stage blob refused; computing its shard again");
-                        let output = recompute_output(
-                            ctx,
-                            store,
-                            spec,
-                            job,
-                            read.stage,
-                            index as u32,
-                            handle,
-                            depth,
-                        )
-                        .await?;
-                        match read.bucket {
-                            Some(q) => bucket_of_output(&output, q)?,
-                            None => output,
-                        }
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+    let written: Vec<&BlobRef> = blobs.iter().flatten().collect();
+    // Where each blob's part lies, then its pieces; the futures are made
+    // first (see `StageStore::read_range`'s callers: a stream that makes them
+    // in a closure over borrowed arguments is not `Send`).
+    let locating: Vec<_> = written
+        .iter()
+        .map(|blob| store.locate(blob, read.bucket, control))
+        .collect();
+    let located: Vec<_> = futures::stream::iter(locating)
+        .buffered(PARALLEL_READS)
+        .collect()
+        .await;
+    let mut pieces = Vec::new();
+    let mut piece_counts = vec![0; written.len()];
+    for (w, at) in located.iter().enumerate() {
+        if let Ok((index, range)) = at {
+            let mut start = range.start;
+            while start < range.end {
+                let end = range.end.min(start + READ_PIECE);
+                pieces.push(store.read_range(written[w], index, start..end, control));
+                piece_counts[w] += 1;
+                start = end;
             }
-        };
-        if read.bucket.is_some() {
-            data.extend_from_slice(&(part.len() as u64).to_le_bytes());
         }
-        data.extend_from_slice(&part);
     }
-    Ok(data)
+    let mut fetched = futures::stream::iter(pieces).buffered(PARALLEL_READS);
+    let mut w = 0;
+    for (index, blob) in blobs.iter().enumerate() {
+        let Some(_) = blob else {
+            // A shard of a whole read that wrote nothing: nothing to add.
+            continue;
+        };
+        let mark = into.len();
+        let mut refused = located[w].as_ref().err().cloned();
+        if let Ok((_, range)) = &located[w]
+            && read.bucket.is_some()
+        {
+            into.push(&(range.end - range.start).to_le_bytes())?;
+        }
+        for _ in 0..piece_counts[w] {
+            let got = fetched.next().await.expect("one result per piece");
+            match got {
+                Ok(bytes) if refused.is_none() => into.push(&bytes[..])?,
+                Ok(_) => {}
+                Err(e) => refused = refused.or(Some(e)),
+            }
+        }
+        match refused {
+            None => {}
+            Some(e @ StageError::Corrupt { .. }) => {
+                tracing::warn!(job, stage = read.stage, shard = index, error = %e, "stage blob refused; computing its shard again");
+                into.truncate(mark)?;
+                let output = recompute_output(
+                    ctx,
+                    store,
+                    spec,
+                    job,
+                    read.stage,
+                    index as u32,
+                    handle,
+                    depth,
+                )
+                .await?;
+                let part = match read.bucket {
+                    Some(q) => bucket_of_output(&output, q)?,
+                    None => output,
+                };
+                if read.bucket.is_some() {
+                    into.push(&(part.len() as u64).to_le_bytes())?;
+                }
+                into.push(&part)?;
+            }
+            Some(e) => return Err(e.into()),
+        }
+        w += 1;
+    }
+    Ok(())
 }
 
 /// Bucket `q` of a frontier shard's output.
@@ -414,7 +481,11 @@ async fn recompute(
     let reads = spec.stage_reads(stage, &task)?;
     let input = match reads.is_empty() {
         true => None,
-        false => Some(fetch_stage_input(ctx, spec, job, &reads, handle, depth + 1).await?),
+        false => Some(
+            fetch_stage_input(ctx, spec, job, &reads, handle, depth + 1)
+                .await?
+                .0,
+        ),
     };
     // Its checkpoints go nowhere: it is not a leased attempt.
     let (checkpoints, _) = mpsc::unbounded_channel();
@@ -427,7 +498,7 @@ async fn recompute(
         handle: handle.clone(),
         checkpoint_every: ctx.config.checkpoint_interval,
         pause_after_checkpoint: Duration::ZERO,
-        memory_share: ctx.config.memory_budget / ctx.config.slots.max(1) as u64,
+        memory_share: memory_share(ctx),
         spill: ctx.spill.attempt(),
     };
     let (outcome, _) = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
@@ -569,21 +640,33 @@ where
 async fn fetch_stage(
     ctx: &Context,
     job: &str,
-    stage: u32,
-    bucket: Option<u32>,
+    read: &StageRead,
     session: String,
-) -> std::result::Result<Vec<u8>, tonic::Status> {
+    into: &std::sync::Mutex<&mut Gathering>,
+) -> std::result::Result<Result<()>, tonic::Status> {
     let request = proto::FetchStageDataRequest {
         job_id: job.to_string(),
-        stage,
+        stage: read.stage,
         worker_id: ctx.config.worker_id.clone(),
         session,
-        bucket,
+        bucket: read.bucket,
     };
-    let mut stream = ctx.client().fetch_stage_data(request).await?.into_inner();
-    let mut data = Vec::new();
-    while let Some(chunk) = stream.message().await? {
-        data.extend_from_slice(&chunk.data);
+    // A retry starts the part again.
+    let gather = |bytes: Option<&[u8]>| {
+        let mut into = into.lock().expect("the input is not shared");
+        match bytes {
+            Some(bytes) => into.push(bytes),
+            None => into.truncate(0),
+        }
+    };
+    if let Err(e) = gather(None) {
+        return Ok(Err(e));
     }
-    Ok(data)
+    let mut stream = ctx.client().fetch_stage_data(request).await?.into_inner();
+    while let Some(chunk) = stream.message().await? {
+        if let Err(e) = gather(Some(&chunk.data)) {
+            return Ok(Err(e));
+        }
+    }
+    Ok(Ok(()))
 }

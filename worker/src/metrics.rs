@@ -20,6 +20,9 @@ pub struct WorkerStats {
     pub blobs_recomputed: AtomicU64,
     /// Bytes shards wrote to the spill directory past their memory share.
     pub spilled_bytes: Counter,
+    /// Bytes of stage input kept in files of the spill directory, being
+    /// larger than a quarter of their shard's memory share.
+    pub input_in_files_bytes: Counter,
 }
 
 impl WorkerStats {
@@ -79,6 +82,11 @@ pub(crate) fn exposition(stats: &WorkerStats, gauges: &Gauges) -> String {
         "tally_worker_spilled_bytes_total",
         "Bytes shards wrote to the spill directory past their memory share.",
         stats.spilled_bytes.get(),
+    );
+    e.counter(
+        "tally_worker_stage_input_in_files_bytes_total",
+        "Bytes of stage input kept in the spill directory instead of memory, past a quarter of the shard's memory share.",
+        stats.input_in_files_bytes.get(),
     );
     e.gauge(
         "tally_worker_active_shards",

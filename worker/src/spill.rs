@@ -7,14 +7,20 @@
 //! dies (kill -9, a lost node) leaves its directory behind: the next worker
 //! to start on the same spill directory finds its lock free and removes it,
 //! so the directory holds only the attempts of live workers.
+//!
+//! A shard's stage input larger than a quarter of its memory share (for the
+//! kinds that read their input as a stream) is written there too, as it
+//! arrives ([`Gathering`]), and read back by ranges; removed when the input
+//! is dropped.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tally_kinds::{Error, Spill};
+use tally_kinds::{Error, Spill, Stored};
 
 use crate::error::{Result, WorkerError};
 
@@ -88,6 +94,167 @@ impl SpillDir {
             written: 0,
         }
     }
+}
+
+impl SpillDir {
+    /// An empty input that stays in memory up to `in_memory` bytes, then
+    /// moves to a file of this directory (`None`: always in memory).
+    pub(crate) fn gathering(&self, in_memory: Option<u64>) -> Gathering {
+        let n = self.next_attempt.fetch_add(1, Ordering::Relaxed);
+        Gathering {
+            memory: Vec::new(),
+            file: None,
+            in_memory,
+            path: self.root.join(format!("input-{n}")),
+            len: 0,
+        }
+    }
+}
+
+/// A shard's stage input as it arrives: in memory, or past its limit in a
+/// file written sequentially.
+pub(crate) struct Gathering {
+    memory: Vec<u8>,
+    file: Option<BufWriter<File>>,
+    in_memory: Option<u64>,
+    path: PathBuf,
+    len: u64,
+}
+
+impl Gathering {
+    fn failed(&self, what: &str, e: std::io::Error) -> WorkerError {
+        WorkerError::Kernel(Error::Failed(format!(
+            "spill directory: cannot {what} {}: {e}",
+            self.path.display()
+        )))
+    }
+
+    /// Bytes gathered so far.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> Result<()> {
+        let past_limit = self
+            .in_memory
+            .is_some_and(|limit| self.len + bytes.len() as u64 > limit);
+        if self.file.is_none() && past_limit {
+            if let Some(dir) = self.path.parent() {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| self.failed("create the directory of", e))?;
+            }
+            let file = File::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&self.path)
+                .map_err(|e| self.failed("create", e))?;
+            let mut file = BufWriter::with_capacity(WRITE_BUFFER, file);
+            file.write_all(&self.memory)
+                .map_err(|e| self.failed("write", e))?;
+            self.memory = Vec::new();
+            self.file = Some(file);
+        }
+        match self.file.as_mut() {
+            Some(file) => {
+                if let Err(e) = file.write_all(bytes) {
+                    return Err(self.failed("write", e));
+                }
+            }
+            None => self.memory.extend_from_slice(bytes),
+        }
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Drops the bytes past `len` (a part that must be read again).
+    pub(crate) fn truncate(&mut self, len: u64) -> Result<()> {
+        if len >= self.len {
+            return Ok(());
+        }
+        match self.file.as_mut() {
+            Some(file) => {
+                let cut = file
+                    .flush()
+                    .and_then(|()| file.get_ref().set_len(len))
+                    .and_then(|()| file.seek(SeekFrom::Start(len)).map(|_| ()));
+                if let Err(e) = cut {
+                    return Err(self.failed("cut", e));
+                }
+            }
+            None => self.memory.truncate(len as usize),
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// The gathered bytes, and whether they are in a file.
+    pub(crate) fn finish(mut self) -> Result<(Arc<dyn Stored>, bool)> {
+        let Some(file) = self.file.take() else {
+            return Ok((Arc::new(std::mem::take(&mut self.memory)), false));
+        };
+        let file = match file.into_inner() {
+            Ok(file) => file,
+            Err(e) => return Err(self.failed("write", e.into_error())),
+        };
+        let stored = SpooledInput {
+            file,
+            path: std::mem::take(&mut self.path),
+            len: self.len,
+        };
+        Ok((Arc::new(stored), true))
+    }
+}
+
+impl Drop for Gathering {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A stage input in a file, removed with it.
+struct SpooledInput {
+    file: File,
+    path: PathBuf,
+    len: u64,
+}
+
+impl Stored for SpooledInput {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> tally_kinds::Result<usize> {
+        let want = buf.len().min(self.len.saturating_sub(offset) as usize);
+        read_fully(&self.file, offset, &mut buf[..want]).map_err(|e| {
+            Error::Failed(format!(
+                "spill directory: cannot read {}: {e}",
+                self.path.display()
+            ))
+        })
+    }
+}
+
+impl Drop for SpooledInput {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Fills `buf` from `file` at `offset`, or up to its end.
+fn read_fully(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 impl SpillDir {
@@ -177,16 +344,7 @@ impl Spill for FileSpill {
             .runs
             .get(run as usize)
             .ok_or_else(|| Error::Internal(format!("spill: no run {run}")))?;
-        let mut filled = 0;
-        while filled < buf.len() {
-            match file.read_at(&mut buf[filled..], offset + filled as u64) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(self.failed("read a run", e)),
-            }
-        }
-        Ok(filled)
+        read_fully(file, offset, buf).map_err(|e| self.failed("read a run", e))
     }
 
     fn bytes_written(&self) -> u64 {
@@ -224,6 +382,64 @@ mod tests {
         assert!(attempt.exists());
         drop(spill);
         assert!(!attempt.exists(), "removed with the attempt");
+    }
+
+    #[test]
+    fn an_input_moves_to_a_file_past_its_limit_reads_back_and_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill_dir = SpillDir::open(dir.path(), "w").unwrap();
+        let inputs = || {
+            std::fs::read_dir(&spill_dir.root)
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with("input-")
+                })
+                .count()
+        };
+        let read_all = |stored: &dyn Stored| stored.read_range(0..stored.len()).unwrap();
+        // Within its limit: memory, and a cut part read again.
+        let mut small = spill_dir.gathering(Some(10));
+        small.push(b"abcd").unwrap();
+        small.push(b"zz").unwrap();
+        small.truncate(4).unwrap();
+        small.push(b"ef").unwrap();
+        let (stored, in_file) = small.finish().unwrap();
+        assert!(!in_file);
+        assert_eq!(read_all(&*stored), b"abcdef");
+        // Past it: a file holding everything pushed, cut and read again.
+        let mut large = spill_dir.gathering(Some(10));
+        large.push(b"0123456").unwrap();
+        large.push(b"789abc").unwrap();
+        assert_eq!(inputs(), 1, "moved to a file");
+        large.truncate(8).unwrap();
+        large.push(b"XYZ").unwrap();
+        assert_eq!(large.len(), 11);
+        let (stored, in_file) = large.finish().unwrap();
+        assert!(in_file);
+        assert_eq!(read_all(&*stored), b"01234567XYZ");
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            stored.read_at(9, &mut buf).unwrap(),
+            2,
+            "short only at the end"
+        );
+        assert!(stored.read_range(5..12).is_err(), "a range past the end");
+        drop(stored);
+        assert_eq!(inputs(), 0, "removed with the input");
+        // An input dropped before it is finished leaves nothing either.
+        let mut dropped = spill_dir.gathering(Some(0));
+        dropped.push(b"x").unwrap();
+        assert_eq!(inputs(), 1);
+        drop(dropped);
+        assert_eq!(inputs(), 0);
+        // Without a limit: always memory.
+        let mut unlimited = spill_dir.gathering(None);
+        unlimited.push(&[7; 100]).unwrap();
+        assert!(!unlimited.finish().unwrap().1);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::{Control, Error, Result, invalid};
 const POLL_BOARDS: usize = 4096;
 /// Bytes an encoded board takes at least (its gap and its count), to guess
 /// how many boards some bytes hold.
-const MIN_BOARD_BYTES: usize = 2;
+const MIN_BOARD_BYTES: u64 = 2;
 
 /// One shard's part of one level, its outgoing buckets encoded.
 #[derive(Debug, Default)]
@@ -249,7 +249,7 @@ pub fn expand_level_within<S: Source>(
     game: &PegGame,
     level: u32,
     parts: Vec<S>,
-    input_bytes: usize,
+    input_bytes: u64,
     buckets_out: u32,
     room: &mut Room<'_>,
     control: &Control,
@@ -283,7 +283,7 @@ pub fn expand_level_within<S: Source>(
     }
     let limit = room.memory / 2;
     // A table slot takes 16 bytes and the tables stay at most half full.
-    let boards_hint = (input_bytes / MIN_BOARD_BYTES).min((limit / 32).max(1) as usize);
+    let boards_hint = (input_bytes / MIN_BOARD_BYTES).min((limit / 32).max(1)) as usize;
     let mut sums = SpillingSums {
         sums: CountSums::for_boards(boards_hint),
         boards_hint,
@@ -357,7 +357,7 @@ mod tests {
         let levels = levels_decoded(&game, 10, 3);
         // Level 10's bucket 1, from the three shards of level 9.
         let parts: Vec<Vec<u8>> = levels[9].iter().map(|sent| sent[1].encode()).collect();
-        let input_bytes = parts.iter().map(Vec::len).sum();
+        let input_bytes = parts.iter().map(|p| p.len() as u64).sum();
         let inputs: Vec<PegBucket> = levels[9].iter().map(|sent| sent[1].clone()).collect();
         let expected = expand_level(&game, 10, inputs, 4, &control).unwrap();
         assert!(expected.states > 10_000, "{}", expected.states);
@@ -403,7 +403,7 @@ mod tests {
                 &game,
                 level,
                 vec![bytes],
-                bytes.len(),
+                bytes.len() as u64,
                 1,
                 &mut room,
                 &control,

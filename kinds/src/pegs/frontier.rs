@@ -14,7 +14,6 @@
 //! and leaves the other empty; a shard of the next stage reads bucket `q` of
 //! its search's group from every shard.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +26,7 @@ use tally_kernels::buckets::{
     add_level_sizes, bucket_of, encode_buckets, levels_note, split_buckets,
 };
 use tally_kernels::pegs::{self, AtMeeting, Meeting, PegBucket, PegGame, Side, StageBucket};
+use tally_kernels::spill::Source;
 
 /// Which part of the frontier plan a level shard runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -152,14 +152,14 @@ pub(super) fn execute(
     if side == PegSide::Join {
         let m = meeting.ok_or_else(|| invalid!("a join without a final hole"))?;
         let input = input.ok_or_else(|| invalid!("a join needs the meeting levels' buckets"))?;
-        let levels = input
-            .levels()
-            .map(PegBucket::decode)
-            .collect::<Result<_>>()?;
-        let joined = input
-            .joined()
-            .map(PegBucket::decode)
-            .collect::<Result<_>>()?;
+        let decode_all = |parts: Vec<Vec<u8>>| {
+            parts
+                .iter()
+                .map(|p| PegBucket::decode(p))
+                .collect::<Result<Vec<_>>>()
+        };
+        let levels = decode_all(input.levels()?)?;
+        let joined = decode_all(input.joined()?)?;
         let (states, solutions) = pegs::join_level(&game, &m, levels, joined, &inner)?;
         run.control.add_work(1);
         return Ok(Outcome {
@@ -174,8 +174,9 @@ pub(super) fn execute(
             work_done: 1,
         });
     }
-    let empty = PegBucket::default().encode();
-    if input.is_some_and(|input| input.joined().any(|j| j != empty)) {
+    if let Some(input) = input
+        && input.has_joined()?
+    {
         return Err(invalid!("a level shard was sent joined positions"));
     }
     let search = if side == PegSide::End {
@@ -183,10 +184,16 @@ pub(super) fn execute(
     } else {
         Side::Start
     };
-    let mut parts: Vec<Cow<[u8]>> = match (level, input) {
-        (0, _) => vec![Cow::Owned(pegs::side_start(&game, search)?.encode())],
-        (_, Some(input)) => input.levels().map(Cow::Borrowed).collect(),
+    // The level's parts: the stage input's, or this shard's own (the first
+    // level, or the next level of a shard alone in its stage).
+    let mut input = match (level, input) {
+        (0, _) => None,
+        (_, Some(input)) => Some(input),
         (_, None) => return Err(invalid!("level {level} needs the previous level's buckets")),
+    };
+    let mut own = match input {
+        Some(_) => Vec::new(),
+        None => vec![pegs::side_start(&game, search)?.encode()],
     };
     let mut in_memory = MemorySpill::default();
     let mut room = match run.room.as_mut() {
@@ -212,22 +219,33 @@ pub(super) fn execute(
     let (sent, joined): (Vec<Vec<u8>>, Vec<Vec<u8>>) = loop {
         if meets(current) {
             let m = meeting.expect("a meeting level has a meeting");
-            let inputs = parts
-                .iter()
-                .map(|p| PegBucket::decode(p))
-                .collect::<Result<_>>()?;
+            let inputs = match input {
+                Some(input) => input.levels()?,
+                None => std::mem::take(&mut own),
+            }
+            .iter()
+            .map(|p| PegBucket::decode(p))
+            .collect::<Result<_>>()?;
             let (states, sent, joined) =
                 pegs::meet_level(&game, &m, inputs, buckets_out, at_meeting(&m), &inner)?;
             sizes.push(states);
             break (encode_all(sent), encode_all(joined));
         }
         let out_buckets = if alone { 1 } else { buckets_out };
-        let input_bytes = parts.iter().map(|p| p.len()).sum();
-        let slices = parts.iter().map(|p| &p[..]).collect();
+        let (sources, input_bytes): (Vec<Box<dyn Source>>, u64) = match input {
+            Some(input) => (
+                input.level_sources().map(|s| Box::new(s) as _).collect(),
+                input.level_bytes(),
+            ),
+            None => (
+                own.iter().map(|p| Box::new(&p[..]) as _).collect(),
+                own.iter().map(|p| p.len() as u64).sum(),
+            ),
+        };
         let part = pegs::expand_level_within(
             &game,
             current,
-            slices,
+            sources,
             input_bytes,
             out_buckets,
             &mut room,
@@ -253,10 +271,11 @@ pub(super) fn execute(
             };
             break (encode_all(pegs::rebucket(whole, next)), Vec::new());
         }
-        parts = sent.into_iter().map(Cow::Owned).collect();
+        own = sent;
+        input = None;
         current += 1;
     };
-    drop(parts);
+    drop(own);
     run.control.add_work(1);
     let per_group = sent.len() as u32;
     let (groups, own) = layout(meeting.as_ref(), side, current);

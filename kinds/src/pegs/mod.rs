@@ -10,6 +10,7 @@ mod frontier;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,10 +21,10 @@ use crate::kind::{
     Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
     ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
-use crate::{Control, Error, Result, invalid};
-use tally_kernels::buckets::{bucket_count, split_gathered};
+use crate::{Control, Error, Result, Stored, invalid};
+use tally_kernels::buckets::bucket_count;
 use tally_kernels::pegs;
-use tally_kernels::pegs::StageBucket;
+use tally_kernels::spill::StoredSource;
 use tally_wire::proto;
 
 pub struct Pegs;
@@ -306,47 +307,100 @@ fn parse_solutions(text: &str) -> Result<u128> {
 }
 
 /// What a level shard reads: bucket `q` of every shard of the previous
-/// stage, framed but not decoded, so a level is read as a stream
-/// (`pegs::expand_level_within`) and never held decoded whole.
+/// stage, framed but not decoded, in memory or in a file the worker wrote as
+/// it arrived, so a level is read as a stream (`pegs::expand_level_within`)
+/// and never held decoded whole.
 pub struct PegInput {
-    bytes: Vec<u8>,
+    stored: Arc<dyn Stored>,
     /// Each shard's bucket: the byte ranges of its level and of its joined
-    /// positions in `bytes`.
-    parts: Vec<(Range<usize>, Range<usize>)>,
+    /// positions.
+    parts: Vec<(Range<u64>, Range<u64>)>,
 }
 
 impl PegInput {
-    /// The gathered buckets (see `tally_kernels::buckets`), their framing
-    /// checked; their contents are checked as they are read.
-    fn new(gathered: &[u8]) -> Result<PegInput> {
-        let base = gathered.as_ptr() as usize;
-        let at = |part: &[u8]| {
-            let start = part.as_ptr() as usize - base;
-            start..start + part.len()
+    /// The gathered buckets (see `tally_kernels::buckets`: each a length and
+    /// a `StageBucket`), their framing checked; their contents are checked as
+    /// they are read.
+    fn new(stored: Arc<dyn Stored>) -> Result<PegInput> {
+        let len = stored.len();
+        // The little-endian length at `at`, which must end by `end`.
+        let length_at = |at: u64, end: u64, what: &str| -> Result<u64> {
+            if at.checked_add(8).is_none_or(|e| e > end) {
+                return Err(invalid!("{what} is cut short at byte {at}"));
+            }
+            let bytes = stored.read_range(at..at + 8)?;
+            Ok(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
         };
         let mut parts = Vec::new();
-        for segment in split_gathered(gathered)? {
-            let (level, joined) = StageBucket::split(segment)?;
-            parts.push((at(level), at(joined)));
+        let mut at = 0;
+        while at < len {
+            let segment = length_at(at, len, "gathered input: a length")?;
+            let start = at + 8;
+            let end = start
+                .checked_add(segment)
+                .filter(|&end| end <= len)
+                .ok_or_else(|| {
+                    invalid!("gathered input: segment {} runs past the end", parts.len())
+                })?;
+            let level = length_at(start, end, "peg stage bucket: its level's length")?;
+            let level_end = (start + 8)
+                .checked_add(level)
+                .filter(|&e| e <= end)
+                .ok_or_else(|| invalid!("peg stage bucket: its level runs past the end"))?;
+            parts.push((start + 8..level_end, level_end..end));
+            at = end;
         }
-        Ok(PegInput {
-            bytes: gathered.to_vec(),
-            parts,
-        })
+        Ok(PegInput { stored, parts })
     }
 
-    /// Each shard's encoded level.
-    fn levels(&self) -> impl Iterator<Item = &[u8]> {
-        self.parts
-            .iter()
-            .map(|(level, _)| &self.bytes[level.clone()])
+    /// The input held in memory.
+    fn in_memory(gathered: &[u8]) -> Result<PegInput> {
+        PegInput::new(Arc::new(gathered.to_vec()))
     }
 
-    /// Each shard's encoded joined positions.
-    fn joined(&self) -> impl Iterator<Item = &[u8]> {
+    /// Each shard's encoded level, read in chunks.
+    fn level_sources(&self) -> impl Iterator<Item = StoredSource<'_>> {
         self.parts
             .iter()
-            .map(|(_, joined)| &self.bytes[joined.clone()])
+            .map(|(level, _)| StoredSource::new(&*self.stored, level.clone()))
+    }
+
+    /// Bytes of every shard's level together.
+    fn level_bytes(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|(level, _)| level.end - level.start)
+            .sum()
+    }
+
+    /// Each shard's encoded level, read into memory.
+    fn levels(&self) -> Result<Vec<Vec<u8>>> {
+        self.parts
+            .iter()
+            .map(|(level, _)| self.stored.read_range(level.clone()))
+            .collect()
+    }
+
+    /// Whether any shard sent joined positions (a level shard's input has
+    /// none: each part ends with an empty bucket).
+    fn has_joined(&self) -> Result<bool> {
+        let empty = pegs::PegBucket::default().encode();
+        for (_, joined) in &self.parts {
+            if joined.end - joined.start != empty.len() as u64
+                || self.stored.read_range(joined.clone())? != empty
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Each shard's encoded joined positions, read into memory.
+    fn joined(&self) -> Result<Vec<Vec<u8>>> {
+        self.parts
+            .iter()
+            .map(|(_, joined)| self.stored.read_range(joined.clone()))
+            .collect()
     }
 }
 
@@ -555,7 +609,20 @@ impl JobKind for Pegs {
     }
 
     fn decode_stage_inputs(_spec: &PegsSpec, parts: &[&[u8]]) -> Result<PegInput> {
-        PegInput::new(single_input(Self::NAME, parts)?)
+        PegInput::in_memory(single_input(Self::NAME, parts)?)
+    }
+
+    const STREAMS_STAGE_INPUT: bool = true;
+
+    fn decode_stored_inputs(_spec: &PegsSpec, parts: Vec<Arc<dyn Stored>>) -> Result<PegInput> {
+        match <[_; 1]>::try_from(parts) {
+            Ok([one]) => PegInput::new(one),
+            Err(parts) => Err(invalid!(
+                "{} shards read one stage output, not {}",
+                Self::NAME,
+                parts.len()
+            )),
+        }
     }
 
     fn execute(

@@ -18,7 +18,8 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::error::{CoordinatorError, Result};
 use crate::intake;
 use crate::scheduler::{
-    Grant, Registration, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure, ReportedResult,
+    Grant, Piece, Registration, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure,
+    ReportedResult, StageSource,
 };
 use crate::shared::{Shared, now_ms};
 
@@ -179,14 +180,15 @@ impl WorkerService for WorkerApi {
     ) -> std::result::Result<Response<Self::FetchStageDataStream>, Status> {
         let r = request.into_inner();
         require_worker_id(&r.worker_id)?;
-        let data = self
+        let bucket = r.bucket;
+        let source = self
             .shared
             .with_scheduler(move |s| {
                 s.check_session(&r.worker_id, &r.session)?;
-                s.stage_data(&r.job_id, r.stage, r.bucket)
+                s.stage_source(&r.job_id, r.stage)
             })
             .await?;
-        Ok(Response::new(chunk_stream(data)))
+        Ok(Response::new(stage_stream(source, bucket)))
     }
 
     type FetchCheckpointStream = ChunkStream;
@@ -296,6 +298,72 @@ fn chunk_stream(data: Arc<Vec<u8>>) -> ChunkStream {
             data: data[i * OUTPUT_CHUNK..end].to_vec(),
         })
     })))
+}
+
+/// A stage's output (merged, or one bucket of each shard's) as a stream of
+/// chunks of at most [`OUTPUT_CHUNK`] bytes, read from the store a chunk at a
+/// time as the reader takes them: a level is never held whole.
+fn stage_stream(source: StageSource, bucket: Option<u32>) -> ChunkStream {
+    // Two chunks ahead of the reader at most.
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    tokio::spawn(async move {
+        let listed = {
+            let source = source.clone();
+            tokio::task::spawn_blocking(move || source.pieces(bucket)).await
+        };
+        let pieces = match listed {
+            Ok(Ok(pieces)) => pieces,
+            Ok(Err(e)) => {
+                let _ = tx.send(Err(Status::from(e))).await;
+                return;
+            }
+            Err(e) => {
+                let e = CoordinatorError::Internal(format!("reading stage data: {e}"));
+                let _ = tx.send(Err(Status::from(e))).await;
+                return;
+            }
+        };
+        let mut out = Vec::with_capacity(OUTPUT_CHUNK);
+        for piece in pieces {
+            let bytes = match piece {
+                Piece::Bytes(bytes) => Ok(bytes),
+                piece => {
+                    let source = source.clone();
+                    tokio::task::spawn_blocking(move || source.read(piece))
+                        .await
+                        .unwrap_or_else(|e| {
+                            Err(CoordinatorError::Internal(format!(
+                                "reading stage data: {e}"
+                            )))
+                        })
+                }
+            };
+            let mut bytes = match bytes {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    let _ = tx.send(Err(Status::from(e))).await;
+                    return;
+                }
+            };
+            // Framing and small outputs go out together.
+            while !bytes.is_empty() {
+                let room = OUTPUT_CHUNK - out.len();
+                let rest = bytes.split_off(room.min(bytes.len()));
+                out.extend_from_slice(&bytes);
+                bytes = rest;
+                if out.len() == OUTPUT_CHUNK {
+                    let data = std::mem::replace(&mut out, Vec::with_capacity(OUTPUT_CHUNK));
+                    if tx.send(Ok(proto::StageDataChunk { data })).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        if !out.is_empty() {
+            let _ = tx.send(Ok(proto::StageDataChunk { data: out })).await;
+        }
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
 /// The lease as the worker receives it.

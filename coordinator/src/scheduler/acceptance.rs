@@ -5,8 +5,6 @@
 //! replica and the shard returns to the queue for another worker; the last is
 //! accepted only if it equals the first.
 
-use std::sync::Arc;
-
 use tally_kinds::values::EncodedPartial;
 use tally_wire::lease::LeaseId;
 use tally_wire::limits::OUTPUT_CHUNK;
@@ -159,7 +157,7 @@ impl Scheduler {
         if before.state == ShardState::Pending {
             entry.pending.retain(|&i| i != index);
         }
-        entry.outputs.accept(index, Arc::new(report.output.clone()));
+        entry.outputs.accept(index, &report.output);
         let accepted = Event::shard("accepted", &shard, &report.worker, "");
         entry.log(&mut batch, now_ms, accepted);
         // Only a result that completes the stage changes more than this

@@ -1,9 +1,12 @@
-//! The stage output of one job that its readers need: the accepted outputs
-//! of the current stage's shards (kept in memory, so that the barrier
-//! publishes them without reading the store back); the merged output of the
-//! previous stage, which the current stage reads; and the older stages the
-//! kind keeps for later stages (retention), as the number of stored chunks
-//! of each of their shards, read from the store on their first fetch.
+//! The stage output of one job that its readers need: the current stage's
+//! accepted outputs, the previous stage's, which the current stage reads, and
+//! the older stages the kind keeps for later stages (retention), as the
+//! number of stored chunks of each of their shards.
+//!
+//! Outputs live in the store, in chunks of `OUTPUT_CHUNK`; only small ones
+//! (stage-store references, thin levels) are also held in memory. A reader
+//! gets a [`StageSource`] and reads what it needs chunk by chunk, outside the
+//! scheduler's lock, so no level is ever held whole.
 //!
 //! Everything here is derived from the store (each done shard's record says
 //! how many chunks of output it stored) and read back at load. A stage's
@@ -11,20 +14,28 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use tally_kinds::spec::ValidSpec;
 use tally_kinds::values::JobPlan;
 use tally_stage::BlobRef;
 
+use tally_wire::limits::OUTPUT_CHUNK;
+
 use crate::error::{CoordinatorError, Result};
 use crate::records::{ShardRecord, output_key};
 use crate::store::{Batch, Store, Tree};
 
+/// Outputs up to this size are held in memory besides the store: stage-store
+/// references and thin levels, which readers ask for every time.
+const HELD_OUTPUT: usize = 64 << 10;
+
 #[derive(Clone, Default)]
 pub(super) struct StageOutputs {
-    /// The accepted output of each shard of the current stage, by index.
-    current: Vec<Option<Arc<Vec<u8>>>>,
+    /// What this coordinator accepted of each shard of the current stage, by
+    /// index (`None`: nothing, or before a restart).
+    current: Vec<Option<Accepted>>,
     /// The merged output of the previous stage (what the current stage reads).
     input: Option<FinishedStage>,
     /// Older stages whose output later stages read (the kind's
@@ -35,15 +46,32 @@ pub(super) struct StageOutputs {
     kept_loaded: Option<FinishedStage>,
 }
 
-/// The output of a finished stage, merged, and the number of stored chunks
-/// of each of its shards.
+/// An output accepted by this coordinator: held (small enough, see
+/// [`HELD_OUTPUT`]), or only in the store (its batch may not be applied yet
+/// when the barrier reads it).
+#[derive(Clone)]
+pub(super) enum Accepted {
+    Held(Arc<Vec<u8>>),
+    Stored,
+}
+
+/// The output of a finished stage: each shard's stored chunks, and its bytes
+/// when they are small enough to hold.
 #[derive(Clone)]
 pub(super) struct FinishedStage {
     pub(super) stage: u32,
-    pub(super) data: Arc<Vec<u8>>,
-    /// Each shard's share of `data`, in shard order.
-    lengths: Vec<usize>,
+    outputs: Arc<Vec<StoredOutput>>,
     chunks: Vec<u32>,
+}
+
+/// One shard's output in the store.
+#[derive(Default)]
+struct StoredOutput {
+    chunks: u32,
+    held: Option<Arc<Vec<u8>>>,
+    /// Where each bucket of a frontier output lies (read from its head on
+    /// the first bucket read).
+    buckets: OnceLock<Vec<Range<u64>>>,
 }
 
 /// The blobs committed as the outputs of kept stages, read once per sweep:
@@ -56,9 +84,13 @@ impl StageOutputs {
         self.current = vec![None; shards];
     }
 
-    /// Holds the accepted output of the current stage's shard `index`.
-    pub(super) fn accept(&mut self, index: u32, output: Arc<Vec<u8>>) {
-        self.current[index as usize] = Some(output);
+    /// Notes the accepted output of the current stage's shard `index`,
+    /// holding it if it is small.
+    pub(super) fn accept(&mut self, index: u32, output: &[u8]) {
+        self.current[index as usize] = Some(match output.len() <= HELD_OUTPUT {
+            true => Accepted::Held(Arc::new(output.to_vec())),
+            false => Accepted::Stored,
+        });
     }
 
     /// Lets go of the output of shard `index` (its acceptance was undone).
@@ -70,7 +102,7 @@ impl StageOutputs {
     /// held in memory.
     pub(super) fn accepted(&self, index: u32) -> Option<&[u8]> {
         match self.current.get(index as usize) {
-            Some(Some(output)) => Some(output),
+            Some(Some(Accepted::Held(output))) => Some(output),
             _ => None,
         }
     }
@@ -160,13 +192,7 @@ impl StageOutputs {
             (_, Some(chunks)) => {
                 if self.kept_loaded.as_ref().map(|k| k.stage) != Some(stage) {
                     let chunks = chunks.clone();
-                    let (data, lengths) = read_stage_outputs(store, job, stage, &chunks)?;
-                    self.kept_loaded = Some(FinishedStage {
-                        stage,
-                        data: Arc::new(data),
-                        lengths,
-                        chunks,
-                    });
+                    self.kept_loaded = Some(FinishedStage::load(store, job, stage, chunks, &[])?);
                 }
                 self.kept_loaded.as_ref().expect("loaded above")
             }
@@ -187,8 +213,10 @@ impl StageOutputs {
         kept: &mut KeptBlobs,
     ) -> Result<Option<String>> {
         if let Some(input) = self.input.as_ref().filter(|f| f.stage == stage) {
-            let outputs = input.outputs();
-            return Ok(committed_key(outputs.get(index as usize).copied()));
+            let output = input.outputs.get(index as usize);
+            return Ok(committed_key(
+                output.and_then(|o| o.held.as_deref()).map(Vec::as_slice),
+            ));
         }
         let Some(chunks) = self.kept.get(&stage) else {
             return Ok(None);
@@ -196,15 +224,11 @@ impl StageOutputs {
         let refs = match kept.entry((job.to_string(), stage)) {
             Entry::Occupied(o) => o.into_mut(),
             Entry::Vacant(v) => {
-                let (data, lengths) = read_stage_outputs(store, job, stage, chunks)?;
-                let mut at = 0;
-                let refs = lengths
+                let finished = FinishedStage::load(store, job, stage, chunks.clone(), &[])?;
+                let refs = finished
+                    .outputs
                     .iter()
-                    .map(|&len| {
-                        let output = &data[at..at + len];
-                        at += len;
-                        committed_key(Some(output))
-                    })
+                    .map(|o| committed_key(o.held.as_deref().map(Vec::as_slice)))
                     .collect();
                 v.insert(refs)
             }
@@ -214,58 +238,295 @@ impl StageOutputs {
 }
 
 impl FinishedStage {
-    /// The stored output of `stage`'s `shards` in index order, preferring the
-    /// copies in `memory` (by index) over reading the store.
+    /// The stored output of `stage`'s `shards` in index order, holding the
+    /// small ones: what this coordinator accepted (`memory`, by index), else
+    /// read from the store.
     pub(super) fn read(
         store: &dyn Store,
         stage: u32,
         shards: &[ShardRecord],
-        memory: &[Option<Arc<Vec<u8>>>],
+        memory: &[Option<Accepted>],
     ) -> Result<FinishedStage> {
-        let mut data = Vec::new();
-        let mut lengths = Vec::with_capacity(shards.len());
+        let Some(first) = shards.first() else {
+            return Ok(FinishedStage {
+                stage,
+                outputs: Arc::default(),
+                chunks: Vec::new(),
+            });
+        };
+        let mut chunks = vec![0; shards.len()];
+        let mut held = vec![None; shards.len()];
         for shard in shards {
-            let before = data.len();
-            if let Some(Some(bytes)) = memory.get(shard.index as usize) {
-                data.extend_from_slice(bytes);
-                lengths.push(bytes.len());
-                continue;
-            }
-            for chunk in 0..shard.output_chunks {
-                let key = output_key(&shard.job, shard.stage, shard.index, chunk);
-                let bytes = store.get(Tree::Blobs, &key)?.ok_or_else(|| {
-                    CoordinatorError::Store(format!(
-                        "output chunk {chunk} of stage {}, shard {} of job {} is missing",
-                        shard.stage, shard.index, shard.job
-                    ))
-                })?;
-                data.extend_from_slice(&bytes);
-            }
-            lengths.push(data.len() - before);
+            let index = shard.index as usize;
+            *chunks.get_mut(index).ok_or_else(|| {
+                CoordinatorError::Internal(format!("stage {stage} has no shard {index}"))
+            })? = shard.output_chunks;
+            held[index] = memory.get(index).cloned().flatten();
+        }
+        FinishedStage::load(store, &first.job, stage, chunks, &held)
+    }
+
+    /// The output of `stage` of `job`, whose shard `i` stored `chunks[i]`
+    /// chunks; the small outputs held, from `held` or read from the store.
+    fn load(
+        store: &dyn Store,
+        job: &str,
+        stage: u32,
+        chunks: Vec<u32>,
+        accepted: &[Option<Accepted>],
+    ) -> Result<FinishedStage> {
+        let mut outputs = Vec::with_capacity(chunks.len());
+        for (index, &count) in chunks.iter().enumerate() {
+            let held = match accepted.get(index).cloned().flatten() {
+                Some(Accepted::Held(bytes)) => Some(bytes),
+                Some(Accepted::Stored) => None,
+                None => Self::check(store, job, stage, index as u32, count)?,
+            };
+            outputs.push(StoredOutput {
+                chunks: count,
+                held,
+                buckets: OnceLock::new(),
+            });
         }
         Ok(FinishedStage {
             stage,
-            data: Arc::new(data),
-            lengths,
-            chunks: shards.iter().map(|s| s.output_chunks).collect(),
+            outputs: Arc::new(outputs),
+            chunks,
         })
     }
 
-    /// Each shard's output, in order.
-    pub(super) fn outputs(&self) -> Vec<&[u8]> {
-        let mut outputs = Vec::with_capacity(self.lengths.len());
-        let mut at = 0;
-        for &len in &self.lengths {
-            outputs.push(&self.data[at..at + len]);
-            at += len;
+    /// Checks that every chunk of an output accepted before this coordinator
+    /// started is there (a lost one fails the job at load) and reads it if
+    /// it is small enough to hold.
+    fn check(
+        store: &dyn Store,
+        job: &str,
+        stage: u32,
+        index: u32,
+        count: u32,
+    ) -> Result<Option<Arc<Vec<u8>>>> {
+        // Every chunk is there (a lost one fails the job at load), and
+        // the sizes tell which outputs are small enough to hold.
+        let mut len = 0;
+        for chunk in 0..count {
+            let key = output_key(job, stage, index, chunk);
+            len += store
+                .value_len(Tree::Blobs, &key)?
+                .ok_or_else(|| missing(job, stage, index, chunk))?;
         }
-        outputs
+        if len > HELD_OUTPUT as u64 {
+            return Ok(None);
+        }
+        let mut bytes = Vec::with_capacity(len as usize);
+        for chunk in 0..count {
+            bytes.extend(read_chunk(store, job, stage, index, chunk)?);
+        }
+        Ok(Some(Arc::new(bytes)))
+    }
+
+    /// Each shard's output, in order, where all are held (stage-store
+    /// references are); `None` if one is not.
+    pub(super) fn held_outputs(&self) -> Option<Vec<&[u8]>> {
+        self.outputs
+            .iter()
+            .map(|o| o.held.as_deref().map(Vec::as_slice))
+            .collect()
     }
 
     /// Removes the stored output of the stage, by key (no scan).
     fn delete(&self, job: &str, batch: &mut Batch) {
         delete_stage_outputs(job, self.stage, &self.chunks, batch);
     }
+}
+
+/// A readable stage's output as a reader fetches it, chunk by chunk, outside
+/// the scheduler's lock: [`StageSource::pieces`], then each piece's bytes.
+#[derive(Clone)]
+pub struct StageSource {
+    store: Arc<dyn Store>,
+    job: String,
+    finished: FinishedStage,
+}
+
+/// A part of a read: bytes at hand, or a range of one stored chunk.
+pub enum Piece {
+    Bytes(Vec<u8>),
+    Chunk {
+        shard: u32,
+        chunk: u32,
+        range: Range<usize>,
+    },
+}
+
+impl StageSource {
+    pub(super) fn new(store: Arc<dyn Store>, job: &str, finished: FinishedStage) -> StageSource {
+        StageSource {
+            store,
+            job: job.to_string(),
+            finished,
+        }
+    }
+
+    /// What a read of the stage consists of, in order: every shard's output
+    /// merged, or with `bucket`, that bucket of every shard's output, each
+    /// after its length (framed as `tally_kernels::buckets` gathers it).
+    /// Reads the heads of large frontier outputs the first time; blocking.
+    pub fn pieces(&self, bucket: Option<u32>) -> Result<Vec<Piece>> {
+        let mut pieces = Vec::new();
+        for (index, output) in self.finished.outputs.iter().enumerate() {
+            let index = index as u32;
+            let Some(q) = bucket else {
+                match &output.held {
+                    Some(bytes) => pieces.push(Piece::Bytes(bytes.to_vec())),
+                    None => pieces.extend((0..output.chunks).map(|chunk| Piece::Chunk {
+                        shard: index,
+                        chunk,
+                        range: 0..OUTPUT_CHUNK,
+                    })),
+                }
+                continue;
+            };
+            let no_bucket = |why: String| {
+                CoordinatorError::FailedPrecondition(format!(
+                    "job {} has no bucket {q} in the output of stage {}: shard {index} {why}",
+                    self.job, self.finished.stage
+                ))
+            };
+            if let Some(bytes) = &output.held {
+                let buckets = tally_kernels::buckets::split_buckets(bytes)
+                    .map_err(|e| no_bucket(e.to_string()))?;
+                let part = buckets
+                    .get(q as usize)
+                    .ok_or_else(|| no_bucket(format!("wrote {} buckets", buckets.len())))?;
+                pieces.push(Piece::Bytes((part.len() as u64).to_le_bytes().to_vec()));
+                pieces.push(Piece::Bytes(part.to_vec()));
+                continue;
+            }
+            let ranges = match output.buckets.get() {
+                Some(ranges) => ranges,
+                None => {
+                    let ranges = self
+                        .bucket_ranges(index, output.chunks)
+                        .map_err(|e| match e {
+                            CoordinatorError::InvalidArgument(why) => no_bucket(why),
+                            e => e,
+                        })?;
+                    output.buckets.get_or_init(|| ranges)
+                }
+            };
+            let range = ranges
+                .get(q as usize)
+                .ok_or_else(|| no_bucket(format!("wrote {} buckets", ranges.len())))?;
+            pieces.push(Piece::Bytes(
+                (range.end - range.start).to_le_bytes().to_vec(),
+            ));
+            let chunk = OUTPUT_CHUNK as u64;
+            let mut at = range.start;
+            while at < range.end {
+                let end = range.end.min((at / chunk + 1) * chunk);
+                pieces.push(Piece::Chunk {
+                    shard: index,
+                    chunk: (at / chunk) as u32,
+                    range: (at % chunk) as usize..(end - at / chunk * chunk) as usize,
+                });
+                at = end;
+            }
+        }
+        Ok(pieces)
+    }
+
+    /// The bytes of `piece`; blocking.
+    pub fn read(&self, piece: Piece) -> Result<Vec<u8>> {
+        match piece {
+            Piece::Bytes(bytes) => Ok(bytes),
+            Piece::Chunk {
+                shard,
+                chunk,
+                range,
+            } => {
+                let stage = self.finished.stage;
+                let key = output_key(&self.job, stage, shard, chunk);
+                // Gone only once the job moved past the stage: the reader
+                // is a stale attempt.
+                let mut bytes = self.store.get(Tree::Blobs, &key)?.ok_or_else(|| {
+                    CoordinatorError::FailedPrecondition(format!(
+                        "output chunk {chunk} of stage {stage}, shard {shard} of job {} is gone: \
+                         the job has moved past the stage",
+                        self.job
+                    ))
+                })?;
+                if range.end > bytes.len() && range != (0..OUTPUT_CHUNK) {
+                    return Err(CoordinatorError::Store(format!(
+                        "output chunk {chunk} of stage {}, shard {shard} of job {} is shorter than                          its bucket framing says",
+                        self.finished.stage, self.job
+                    )));
+                }
+                bytes.truncate(range.end);
+                Ok(bytes.split_off(range.start.min(bytes.len())))
+            }
+        }
+    }
+
+    /// The whole read at once (for tests and small stages); blocking.
+    pub fn read_all(&self, bucket: Option<u32>) -> Result<Vec<u8>> {
+        let mut data = Vec::new();
+        for piece in self.pieces(bucket)? {
+            data.extend_from_slice(&self.read(piece)?);
+        }
+        Ok(data)
+    }
+
+    /// Where each bucket of shard `index`'s stored output lies, from the
+    /// bucket count and lengths at its head (`tally_kernels::buckets`).
+    fn bucket_ranges(&self, index: u32, chunks: u32) -> Result<Vec<Range<u64>>> {
+        let store = self.store.as_ref();
+        let stage = self.finished.stage;
+        let malformed = |why: &str| CoordinatorError::InvalidArgument(why.to_string());
+        let mut head = Vec::new();
+        let mut next = 0;
+        let mut want = 4;
+        let mut lengths_read = false;
+        loop {
+            while head.len() < want {
+                if next >= chunks {
+                    return Err(malformed("is too short for its bucket framing"));
+                }
+                head.extend(read_chunk(store, &self.job, stage, index, next)?);
+                next += 1;
+            }
+            let count = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+            if lengths_read {
+                let mut at = want as u64;
+                return Ok(head[4..want]
+                    .chunks(8)
+                    .map(|l| {
+                        let len = u64::from_le_bytes(l.try_into().expect("8 bytes"));
+                        let range = at..at.saturating_add(len);
+                        at = range.end;
+                        range
+                    })
+                    .collect());
+            }
+            want = 4 + 8 * count;
+            if want as u64 > u64::from(chunks) * OUTPUT_CHUNK as u64 {
+                return Err(malformed("is too short for its bucket framing"));
+            }
+            lengths_read = true;
+        }
+    }
+}
+
+/// Chunk `chunk` of the stored output of shard `index` of `stage`.
+fn read_chunk(store: &dyn Store, job: &str, stage: u32, index: u32, chunk: u32) -> Result<Vec<u8>> {
+    store
+        .get(Tree::Blobs, &output_key(job, stage, index, chunk))?
+        .ok_or_else(|| missing(job, stage, index, chunk))
+}
+
+fn missing(job: &str, stage: u32, index: u32, chunk: u32) -> CoordinatorError {
+    CoordinatorError::Store(format!(
+        "output chunk {chunk} of stage {stage}, shard {index} of job {job} is missing"
+    ))
 }
 
 /// The older stages whose output stays while `stage` runs: those the kind
@@ -295,36 +556,101 @@ pub(super) fn committed_key(stored: Option<&[u8]>) -> Option<String> {
     BlobRef::decode(stored?).map(|blob| blob.key)
 }
 
-/// The stored output of the shards of `stage` (with `chunks[i]` chunks for
-/// shard `i`) in index order, and each shard's length.
-fn read_stage_outputs(
-    store: &dyn Store,
-    job: &str,
-    stage: u32,
-    chunks: &[u32],
-) -> Result<(Vec<u8>, Vec<usize>)> {
-    let mut data = Vec::new();
-    let mut lengths = Vec::with_capacity(chunks.len());
-    for (index, &count) in chunks.iter().enumerate() {
-        let before = data.len();
-        for chunk in 0..count {
-            let key = output_key(job, stage, index as u32, chunk);
-            let bytes = store.get(Tree::Blobs, &key)?.ok_or_else(|| {
-                CoordinatorError::Store(format!(
-                    "output chunk {chunk} of stage {stage}, shard {index} of job {job} is missing"
-                ))
-            })?;
-            data.extend_from_slice(&bytes);
-        }
-        lengths.push(data.len() - before);
-    }
-    Ok((data, lengths))
-}
-
 fn delete_stage_outputs(job: &str, stage: u32, chunks: &[u32], batch: &mut Batch) {
     for (index, &count) in chunks.iter().enumerate() {
         for chunk in 0..count {
             batch.remove(Tree::Blobs, output_key(job, stage, index as u32, chunk));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+    use tally_kernels::buckets::{encode_buckets, gather_bucket};
+
+    /// Outputs stored in chunks as acceptance stores them.
+    fn stored(store: &MemoryStore, job: &str, stage: u32, outputs: &[Vec<u8>]) -> Vec<u32> {
+        let mut batch = Batch::default();
+        let mut chunks = Vec::new();
+        for (index, output) in outputs.iter().enumerate() {
+            chunks.push(output.len().div_ceil(OUTPUT_CHUNK) as u32);
+            for (chunk, data) in output.chunks(OUTPUT_CHUNK).enumerate() {
+                batch.put(
+                    Tree::Blobs,
+                    output_key(job, stage, index as u32, chunk as u32),
+                    data.to_vec(),
+                );
+            }
+        }
+        store.commit(batch).unwrap();
+        chunks
+    }
+
+    /// Bucket reads of outputs larger than a chunk, small ones held and
+    /// empty ones, read piece by piece, equal the buckets gathered from the
+    /// whole outputs; whole reads equal the outputs merged; a bucket past
+    /// the count is refused; a deleted stage is gone for its readers.
+    #[test]
+    fn reads_by_chunks_equal_the_whole_outputs_gathered() {
+        let store = Arc::new(MemoryStore::new());
+        let bucket = |seed: u8, len: usize| -> Vec<u8> {
+            (0..len)
+                .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+                .collect()
+        };
+        let outputs = vec![
+            // Buckets across chunk boundaries, the head in the first chunk.
+            encode_buckets(&[
+                bucket(1, OUTPUT_CHUNK - 100),
+                bucket(2, 3 * OUTPUT_CHUNK + 17),
+                Vec::new(),
+            ]),
+            // Small: held.
+            encode_buckets(&[bucket(3, 10), bucket(4, 0), bucket(5, 999)]),
+            // One bucket, exactly a chunk's worth of data.
+            encode_buckets(&[
+                bucket(6, OUTPUT_CHUNK - 4 - 3 * 8 - 3),
+                bucket(7, 1),
+                bucket(8, 2),
+            ]),
+        ];
+        let chunks = stored(&store, "j", 3, &outputs);
+        assert_eq!(chunks, [4, 1, 1]);
+        assert_eq!(
+            outputs[2].len(),
+            OUTPUT_CHUNK,
+            "one whole chunk, too large to hold"
+        );
+        let finished = FinishedStage::load(store.as_ref(), "j", 3, chunks.clone(), &[]).unwrap();
+        assert!(finished.outputs[1].held.is_some());
+        assert!(finished.outputs[0].held.is_none() && finished.outputs[2].held.is_none());
+        let source = StageSource::new(store.clone(), "j", finished.clone());
+        let slices: Vec<&[u8]> = outputs.iter().map(Vec::as_slice).collect();
+        for q in 0..3 {
+            let got = source.read_all(Some(q)).unwrap();
+            assert_eq!(got, gather_bucket(&slices, q).unwrap(), "bucket {q}");
+            // Again, from the cached bucket index.
+            assert_eq!(source.read_all(Some(q)).unwrap(), got);
+        }
+        assert_eq!(source.read_all(None).unwrap(), outputs.concat());
+        let err = source.read_all(Some(3)).unwrap_err();
+        assert!(
+            matches!(err, CoordinatorError::FailedPrecondition(_)),
+            "{err}"
+        );
+        let mut batch = Batch::default();
+        finished.delete("j", &mut batch);
+        store.commit(batch).unwrap();
+        let err = source.read_all(Some(1)).unwrap_err();
+        assert!(err.to_string().contains("gone"), "{err}");
+        let err = FinishedStage::load(store.as_ref(), "j", 3, chunks, &[])
+            .err()
+            .unwrap();
+        assert!(
+            matches!(err, CoordinatorError::Store(_)),
+            "a lost chunk at load: {err}"
+        );
     }
 }

@@ -2,11 +2,11 @@
 //! says what follows from the stage's partials (deterministically, so deciding
 //! again after a crash yields the same shards): the next stage's shards, or
 //! the job's answer. The stage output that the next stage reads is kept in
-//! memory and in the store until the stage after it is done; a frontier plan's
-//! shards each read one bucket of it (`tally_kernels::buckets`).
+//! the store until the stage after it is done, and read from there a chunk at
+//! a time; a frontier plan's shards each read one bucket of it
+//! (`tally_kernels::buckets`).
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use tally_kinds::values::{EncodedPartial, EncodedTask, PlannedShard};
 use tally_stage::BlobRef;
@@ -18,7 +18,7 @@ use crate::store::{Batch, Tree};
 use super::events::Event;
 use super::job::JobEntry;
 use super::shard_table::ShardTable;
-use super::stage_outputs::{FinishedStage, StageOutputs, retained_stages};
+use super::stage_outputs::{FinishedStage, StageOutputs, StageSource, retained_stages};
 use super::state::Scheduler;
 
 impl Scheduler {
@@ -87,26 +87,18 @@ impl Scheduler {
     }
 
     /// The output of the previous stage, which the current stage reads, or of
-    /// a stage the kind keeps: all of it merged, or with `bucket`, that bucket
-    /// of every shard's output. A kept stage is read from the store on its
-    /// first fetch and held until another is read.
-    pub fn stage_data(
-        &mut self,
-        job: &str,
-        stage: u32,
-        bucket: Option<u32>,
-    ) -> Result<Arc<Vec<u8>>> {
+    /// a stage the kind keeps, for a reader to fetch outside the lock: all of
+    /// it merged, or one bucket of every shard's output
+    /// ([`StageSource::pieces`]).
+    pub fn stage_source(&mut self, job: &str, stage: u32) -> Result<StageSource> {
         let finished = self.readable_stage(job, stage)?;
-        let Some(bucket) = bucket else {
-            return Ok(finished.data.clone());
-        };
-        let outputs = finished.outputs();
-        let gathered = tally_kernels::buckets::gather_bucket(&outputs, bucket).map_err(|e| {
-            CoordinatorError::FailedPrecondition(format!(
-                "job {job} has no bucket {bucket} in the output of stage {stage}: {e}"
-            ))
-        })?;
-        Ok(Arc::new(gathered))
+        Ok(StageSource::new(self.store.clone(), job, finished))
+    }
+
+    /// [`Scheduler::stage_source`]'s read whole, under the lock: for tests
+    /// and small stages only (the service streams it).
+    pub fn stage_data(&mut self, job: &str, stage: u32, bucket: Option<u32>) -> Result<Vec<u8>> {
+        self.stage_source(job, stage)?.read_all(bucket)
     }
 
     /// With a stage store outside the coordinator: the blob of each shard of
@@ -114,8 +106,13 @@ impl Scheduler {
     /// a shard that wrote no output.
     pub fn stage_blobs(&mut self, job: &str, stage: u32) -> Result<Vec<Option<BlobRef>>> {
         let finished = self.readable_stage(job, stage)?;
-        finished
-            .outputs()
+        let outputs = finished.held_outputs().ok_or_else(|| {
+            CoordinatorError::FailedPrecondition(format!(
+                "the output of stage {stage} of job {job} is not in the stage store: the job \
+                 began before the coordinator used one"
+            ))
+        })?;
+        outputs
             .into_iter()
             .enumerate()
             .map(|(index, output)| {

@@ -97,17 +97,24 @@ impl TryFrom<&tally_wire::proto::BlobRef> for BlobRef {
 
 /// `data` framed as a blob, and the digest of its index.
 pub fn encode(data: &[u8]) -> (Vec<u8>, [u8; 32]) {
-    let chunks = (data.len() as u64).div_ceil(CHUNK) as usize;
-    let mut blob = Vec::with_capacity(HEADER as usize + 32 * chunks + data.len());
-    blob.extend_from_slice(MAGIC);
-    blob.extend_from_slice(&(CHUNK as u32).to_le_bytes());
-    blob.extend_from_slice(&(data.len() as u64).to_le_bytes());
-    for chunk in data.chunks(CHUNK as usize) {
-        blob.extend_from_slice(&Sha256::digest(chunk));
-    }
-    let digest = Sha256::digest(&blob).into();
+    let (mut blob, digest) = index(data);
     blob.extend_from_slice(data);
     (blob, digest)
+}
+
+/// The index a blob of `data` starts with (the data follows it), and its
+/// digest: what a writer sends before the data, without copying the data.
+pub fn index(data: &[u8]) -> (Vec<u8>, [u8; 32]) {
+    let chunks = (data.len() as u64).div_ceil(CHUNK) as usize;
+    let mut index = Vec::with_capacity(HEADER as usize + 32 * chunks);
+    index.extend_from_slice(MAGIC);
+    index.extend_from_slice(&(CHUNK as u32).to_le_bytes());
+    index.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    for chunk in data.chunks(CHUNK as usize) {
+        index.extend_from_slice(&Sha256::digest(chunk));
+    }
+    let digest = Sha256::digest(&index).into();
+    (index, digest)
 }
 
 /// A blob's index, checked against the committed reference.

@@ -111,33 +111,52 @@ impl StageStore {
         &self.url
     }
 
-    /// Writes `data` as the blob `key`, returning what to commit.
-    pub async fn put(&self, key: &str, data: &[u8], control: &Control) -> Result<BlobRef> {
-        let (bytes, digest) = blob::encode(data);
-        let size = bytes.len() as u64;
+    /// Writes `data` as the blob `key`, returning what to commit. The data
+    /// goes out as it is, after its index: never copied.
+    pub async fn put(
+        &self,
+        key: &str,
+        data: impl Into<bytes::Bytes>,
+        control: &Control,
+    ) -> Result<BlobRef> {
+        let data: bytes::Bytes = data.into();
+        let (index, digest) = blob::index(&data);
+        let index = bytes::Bytes::from(index);
+        let size = (index.len() + data.len()) as u64;
         let path = parse_key(key)?;
-        let bytes = bytes::Bytes::from(bytes);
         let pause = self.mid_upload_pause;
         self.patiently("write", key, control, || {
-            let (path, bytes, inner) = (path.clone(), bytes.clone(), self.inner.clone());
+            let (path, index, data, inner) = (
+                path.clone(),
+                index.clone(),
+                data.clone(),
+                self.inner.clone(),
+            );
             async move {
-                if bytes.len() <= PART && pause.is_zero() {
-                    return inner.put(&path, PutPayload::from(bytes)).await.map(|_| ());
+                let total = index.len() + data.len();
+                if total <= PART && pause.is_zero() {
+                    let payload = PutPayload::from_iter([index, data]);
+                    return inner.put(&path, payload).await.map(|_| ());
                 }
                 let part = match pause.is_zero() {
                     true => PART,
-                    false => bytes.len().div_ceil(2),
+                    false => total.div_ceil(2),
                 };
                 let upload = inner.put_multipart(&path).await?;
                 let mut write = WriteMultipart::new_with_chunk_size(upload, part);
-                for (i, chunk) in bytes.chunks(part).enumerate() {
-                    if i == 1 && !pause.is_zero() {
+                let pieces = std::iter::once(index.clone())
+                    .chain(data.chunks(part).map(|piece| data.slice_ref(piece)));
+                let (mut written, mut paused) = (0, false);
+                for piece in pieces {
+                    if written >= part && !pause.is_zero() && !paused {
+                        paused = true;
                         write.wait_for_capacity(1).await?;
                         tracing::warn!(key = %path, ?pause, "fault injection: pausing mid-upload");
                         tokio::time::sleep(pause).await;
                     }
                     write.wait_for_capacity(2).await?;
-                    write.put(bytes.slice_ref(chunk));
+                    written += piece.len();
+                    write.put(piece);
                 }
                 write.finish().await.map(|_| ())
             }
@@ -619,7 +638,7 @@ mod tests {
             .collect();
         let output = tally_kernels::buckets::encode_buckets(&buckets);
         let key = blob_key(&LeaseId::new("j", 1, 0, 1), "output");
-        let blob = store.put(&key, &output, &control).await.unwrap();
+        let blob = store.put(&key, output.clone(), &control).await.unwrap();
         assert_eq!(store.read(&blob, &control).await.unwrap(), output);
         for (q, bucket) in buckets.iter().enumerate() {
             let read = store.read_bucket(&blob, q as u32, &control).await.unwrap();
@@ -659,7 +678,7 @@ mod tests {
         let store = file_store(dir.path());
         let key = blob_key(&LeaseId::new("j", 1, 0, 1), "output");
         let blob = store
-            .put(&key, b"whole", &Control::default())
+            .put(&key, &b"whole"[..], &Control::default())
             .await
             .unwrap();
         let partial = dir.path().join(format!("{key}#1"));
@@ -692,7 +711,7 @@ mod tests {
         drop(listener);
         let store = s3_at(port);
         let err = store
-            .put("jobs/j/1/0/1/output", b"data", &Control::default())
+            .put("jobs/j/1/0/1/output", &b"data"[..], &Control::default())
             .await
             .unwrap_err();
         assert!(matches!(err, StageError::Unavailable(_)), "{err}");
@@ -700,7 +719,7 @@ mod tests {
         let cancelled = Control::default();
         cancelled.cancel();
         let err = store
-            .put("jobs/j/1/0/1/output", b"data", &cancelled)
+            .put("jobs/j/1/0/1/output", &b"data"[..], &cancelled)
             .await
             .unwrap_err();
         assert_eq!(err, StageError::Cancelled);
@@ -785,7 +804,7 @@ mod tests {
              <CanonicalRequest>PUT /tally-test/k</CanonicalRequest>\n</Error>\n",
         );
         let err = s3_at(signature)
-            .put("jobs/j/1/0/1/output", b"data", &Control::default())
+            .put("jobs/j/1/0/1/output", &b"data"[..], &Control::default())
             .await
             .unwrap_err();
         let said = err.to_string();

@@ -189,7 +189,10 @@ fn a_coordinator_whose_prefix_was_taken_deletes_nothing_there() {
 
         // While A holds its prefix, the sweep deletes what nothing references.
         let first = unreferenced("job-900001");
-        store.put(&first, b"stage data", &control).await.unwrap();
+        store
+            .put(&first, &b"stage data"[..], &control)
+            .await
+            .unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         while listed(&first).await {
             assert!(Instant::now() < deadline, "the sweep never deleted {first}");
@@ -207,7 +210,7 @@ fn a_coordinator_whose_prefix_was_taken_deletes_nothing_there() {
         assert!(store.put_owner(&copy).await.unwrap());
         let second = unreferenced("job-900002");
         store
-            .put(&second, b"the copy's stage data", &control)
+            .put(&second, &b"the copy's stage data"[..], &control)
             .await
             .unwrap();
         // Two refusals after the blob was written: the second sweep began

@@ -378,7 +378,7 @@ async fn run_stages_here(
                 let lease_id: LeaseId = lease.lease_id.parse().unwrap();
                 let key = blob_key(&lease_id, "output");
                 let blob = store
-                    .put(&key, &outcome.output, &Control::new())
+                    .put(&key, outcome.output.clone(), &Control::new())
                     .await
                     .unwrap();
                 let messages = [
@@ -420,7 +420,7 @@ fn damaged_blobs_are_computed_again(store: Store) {
         assert_eq!(stage2.len(), 2, "two shards per step");
         let control = Control::new();
         opened
-            .put(&stage2[0].key, b"other content", &control)
+            .put(&stage2[0].key, &b"other content"[..], &control)
             .await
             .unwrap();
         opened.delete(&stage2[1].key).await.unwrap();

@@ -97,7 +97,8 @@ pub(crate) async fn compute_shard(
         Some(store) if !outcome.output.is_empty() => {
             let lease_id: LeaseId = lease.lease_id.parse()?;
             let key = blob_key(&lease_id, "output");
-            let blob = store.put(&key, &outcome.output, &handle.control).await?;
+            let output = std::mem::take(&mut outcome.output);
+            let blob = store.put(&key, output, &handle.control).await?;
             (Vec::new(), Some(proto::BlobRef::from(&blob)))
         }
         _ => (outcome.output, None),
@@ -502,7 +503,7 @@ async fn recompute(
         spill: ctx.spill.attempt(),
     };
     let (outcome, _) = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
-    let (_, digest) = tally_stage::blob::encode(&outcome.output);
+    let (_, digest) = tally_stage::blob::index(&outcome.output);
     if outcome.partial.to_bytes() != shard.partial || digest != committed.digest {
         return Err(CommonError::Internal(format!(
             "stage {stage}, shard {index} of job {job} computed again differs from its committed result"
@@ -510,7 +511,9 @@ async fn recompute(
         .into());
     }
     // The same bytes under the same key: readers after this one find it whole.
-    store.put(&committed.key, &outcome.output, control).await?;
+    store
+        .put(&committed.key, outcome.output.clone(), control)
+        .await?;
     ctx.stats
         .blobs_recomputed
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -314,7 +314,10 @@ async fn to_stage_store(
 ) -> Result<(), WorkerError> {
     let lease: LeaseId = lease_id.parse()?;
     let key = blob_key(&lease, name);
-    let blob = store.put(&key, &checkpoint.state, &handle.control).await?;
+    // Kept until the write succeeds (a failed one leaves the checkpoint as it was).
+    let blob = store
+        .put(&key, checkpoint.state.clone(), &handle.control)
+        .await?;
     checkpoint.state = Vec::new();
     checkpoint.state_blob = Some(proto::BlobRef::from(&blob));
     Ok(())

@@ -280,7 +280,7 @@ pub(super) fn execute(
     let per_group = sent.len() as u32;
     let (groups, own) = layout(meeting.as_ref(), side, current);
     Ok(Outcome {
-        output: encode_output(groups * per_group, own * per_group, &sent, &joined),
+        output: encode_output(groups * per_group, own * per_group, sent, &joined),
         partial: PegsPartial::PegLevels {
             sizes,
             solutions: solutions.to_string(),
@@ -349,29 +349,36 @@ fn image_holes(game: &PegGame, board: u64) -> Result<Vec<u32>> {
 /// `StageBucket` (its level's length, its level, its joined positions):
 /// `sent[i]` and `joined[i]` at bucket `first + i`, empty ones elsewhere.
 /// Written once, in place, since a level's output can be large.
-fn encode_output(total: u32, first: u32, sent: &[Vec<u8>], joined: &[Vec<u8>]) -> Vec<u8> {
+fn encode_output(total: u32, first: u32, mut sent: Vec<Vec<u8>>, joined: &[Vec<u8>]) -> Vec<u8> {
     let empty = PegBucket::default().encode();
-    let bucket = |index: u32| -> (&[u8], &[u8]) {
-        let own = index.checked_sub(first).map(|i| i as usize);
-        match own.and_then(|i| sent.get(i).map(|level| (i, level))) {
-            Some((i, level)) => (level, joined.get(i).map_or(&empty[..], |j| &j[..])),
-            None => (&empty, &empty),
-        }
+    let sent_len = sent.len();
+    let own = |index: u32| {
+        index
+            .checked_sub(first)
+            .map(|i| i as usize)
+            .filter(|&i| i < sent_len)
     };
-    let frame = |index| {
-        let (level, joined) = bucket(index);
-        8 + level.len() + joined.len()
-    };
-    let body: usize = (0..total).map(frame).sum();
-    let mut out = Vec::with_capacity(4 + 8 * total as usize + body);
+    let joined_of = |i: usize| joined.get(i).map_or(&empty[..], |j| &j[..]);
+    let frames: Vec<usize> = (0..total)
+        .map(|index| match own(index) {
+            Some(i) => 8 + sent[i].len() + joined_of(i).len(),
+            None => 8 + 2 * empty.len(),
+        })
+        .collect();
+    let mut out = Vec::with_capacity(4 + 8 * total as usize + frames.iter().sum::<usize>());
     out.extend_from_slice(&total.to_le_bytes());
-    for index in 0..total {
-        out.extend_from_slice(&(frame(index) as u64).to_le_bytes());
+    for &len in &frames {
+        out.extend_from_slice(&(len as u64).to_le_bytes());
     }
     for index in 0..total {
-        let (level, joined) = bucket(index);
+        // Each bucket is let go once copied: the output and one bucket are
+        // in memory at once, not the output twice.
+        let (level, joined) = match own(index) {
+            Some(i) => (std::mem::take(&mut sent[i]), joined_of(i)),
+            None => (empty.clone(), &empty[..]),
+        };
         out.extend_from_slice(&(level.len() as u64).to_le_bytes());
-        out.extend_from_slice(level);
+        out.extend_from_slice(&level);
         out.extend_from_slice(joined);
     }
     out

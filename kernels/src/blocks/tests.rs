@@ -769,3 +769,42 @@ fn the_large_example_puzzle_parses_and_starts_as_the_search_does() {
         }];
     }
 }
+
+/// The benchmark puzzle past 10^9 configurations: the 235m puzzle with one
+/// unit square told apart. It parses as documented, its first layers by
+/// buckets equal the single-process search's, and each layer holds at least
+/// the 235m puzzle's layer and at most nine times it (where the marked square
+/// is among the nine).
+#[test]
+fn the_two_billion_example_puzzle_starts_as_the_search_does_within_nine_times_the_235m_one() {
+    let p = puzzle(include_str!("../../../examples/puzzle-2g.blocks"));
+    let plain = puzzle(include_str!("../../../examples/puzzle-235m.blocks"));
+    assert_eq!((p.rows(), p.cols()), (4, 6));
+    assert_eq!(p.piece_count(), 14);
+    assert_eq!(p.piece_types().len(), 7);
+    let control = Control::new();
+    let mut previous: Vec<u128> = Vec::new();
+    let mut current = vec![p.initial_state()];
+    let mut plain_previous: Vec<u128> = Vec::new();
+    let mut plain_current = vec![plain.initial_state()];
+    let mut inbox = vec![super::start_bucket(&p)];
+    for layer in 0..12 {
+        let (states, out) = super::expand_bucket(&p, inbox, 3, &control).unwrap();
+        assert_eq!(states, current.len() as u64, "layer {layer}");
+        inbox = vec![super::LevelBucket {
+            candidates: merge_states(out.iter().map(|b| b.candidates.clone()).collect()),
+            current: merge_states(out.iter().map(|b| b.current.clone()).collect()),
+            previous: merge_states(out.iter().map(|b| b.previous.clone()).collect()),
+        }];
+        let (marked, unmarked) = (current.len(), plain_current.len());
+        assert!(
+            unmarked <= marked && marked <= 9 * unmarked,
+            "layer {layer}: {marked} configurations against {unmarked}"
+        );
+        let next = expand_layer(&p, &current, &previous, 0..current.len(), &control).unwrap();
+        previous = std::mem::replace(&mut current, next);
+        let all = 0..plain_current.len();
+        let next = expand_layer(&plain, &plain_current, &plain_previous, all, &control).unwrap();
+        plain_previous = std::mem::replace(&mut plain_current, next);
+    }
+}

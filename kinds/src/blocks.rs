@@ -30,8 +30,18 @@ pub const MAX_PUZZLE_BYTES: usize = 64 * 1024;
 pub const MAX_BUCKETS: u32 = 1024;
 
 /// States of a layer per shard of the next layer when the frontier plan
-/// chooses the bucket count: about 100 MB of lists per shard.
+/// chooses the bucket count and the workers' memory allows: about 1 GB a
+/// shard (see [`SHARD_BYTES_PER_STATE`]).
 const STATES_PER_BUCKET: u64 = 2_000_000;
+
+/// Memory a layer shard takes per state of its bucket: the lists it is sent,
+/// the layer, and the neighbours it sends on (measured: 0.8 to 1.05 GB of
+/// worker for buckets of 1.6 to 1.9 million states).
+const SHARD_BYTES_PER_STATE: u64 = 600;
+
+/// The fewest states per shard the plan sizes to a small worker: below it,
+/// the runner's cost per shard would outweigh the shard.
+const MIN_STATES_PER_BUCKET: u64 = 50_000;
 
 /// Most states of a layer per shard of the next layer: its lists then take up
 /// to a few gigabytes in a worker. A layer beyond it fails the job.
@@ -158,10 +168,15 @@ pub enum BlocksPartial {
     Layers { sizes: Vec<u64>, buckets: u32 },
 }
 
-/// Shards of the layer after one of `states` states, spread over `slots`
-/// (1 where a shard alone in its stage decides).
-fn buckets_after(spec: &BlocksSpec, states: u64, slots: u32) -> u32 {
-    bucket_count(states, STATES_PER_BUCKET, spec.buckets, MAX_BUCKETS, slots)
+/// Shards of the layer after one of `states` states, spread over `slots`,
+/// each within `slot_memory` (1 and 0, unknown, where a shard alone in its
+/// stage decides: the coordinator checks its choice).
+fn buckets_after(spec: &BlocksSpec, states: u64, slots: u32, slot_memory: u64) -> u32 {
+    let per_bucket = match slot_memory {
+        0 => STATES_PER_BUCKET,
+        memory => (memory / SHARD_BYTES_PER_STATE).clamp(MIN_STATES_PER_BUCKET, STATES_PER_BUCKET),
+    };
+    bucket_count(states, per_bucket, spec.buckets, MAX_BUCKETS, slots)
 }
 
 fn layer_shards(layer: u32, buckets: u32, buckets_out: u32) -> Vec<Planned<BlocksTask>> {
@@ -181,9 +196,12 @@ fn layer_shards(layer: u32, buckets: u32, buckets_out: u32) -> Vec<Planned<Block
 /// The buckets a layer shard that computed layers of `sizes` writes.
 fn buckets_written(spec: &BlocksSpec, task: &BlocksTask, sizes: &[u64]) -> Result<u32> {
     match task {
-        BlocksTask::BlocksLayer { alone: true, .. } => {
-            Ok(buckets_after(spec, sizes.last().copied().unwrap_or(0), 1))
-        }
+        BlocksTask::BlocksLayer { alone: true, .. } => Ok(buckets_after(
+            spec,
+            sizes.last().copied().unwrap_or(0),
+            1,
+            0,
+        )),
         BlocksTask::BlocksLayer { buckets_out, .. } if sizes.len() == 1 => Ok(*buckets_out),
         BlocksTask::BlocksLayer { .. } => Err(invalid!(
             "a layer shard that shares its stage computes one layer, not {}",
@@ -290,7 +308,7 @@ impl JobKind for Blocks {
                 work_total: 1,
             }],
             // Layer 0 is the initial configuration alone.
-            BlocksPlanName::Frontier => layer_shards(0, 1, buckets_after(spec, 1, 1)),
+            BlocksPlanName::Frontier => layer_shards(0, 1, buckets_after(spec, 1, 1, 0)),
         })
     }
 
@@ -345,7 +363,7 @@ impl JobKind for Blocks {
             layer_shards(
                 plan.layers.len() as u32,
                 shards,
-                buckets_after(spec, last, finished.slots),
+                buckets_after(spec, last, finished.slots, finished.slot_memory),
             ),
             note,
         ))
@@ -404,7 +422,7 @@ impl JobKind for Blocks {
                 if !alone {
                     break out;
                 }
-                let next = buckets_after(spec, states, 1);
+                let next = buckets_after(spec, states, 1, 0);
                 if states == 0 || next > 1 {
                     break blocks::rebucket(out.pop().unwrap_or_default(), next);
                 }
@@ -587,6 +605,53 @@ mod tests {
         }
     }
 
+    /// A layer is split so that each shard fits the least memory a live
+    /// worker's slot has: more shards for smaller workers, the default size
+    /// for large or silent ones, never below the floor.
+    #[test]
+    fn the_next_layer_is_split_to_fit_the_smallest_slot() {
+        let spec = frontier(0);
+        let plan_for = |slot_memory: u64| {
+            let mut plan = BlocksPlan {
+                layers: vec![1, 4, 9],
+            };
+            let partials = [layers(&[12_000_000], 1)];
+            let finished = FinishedStage {
+                stage: 4,
+                stages_total: 4,
+                partials: &partials,
+                slots: 2,
+                slot_memory,
+            };
+            // The shards of the next layer write the buckets of the one
+            // after it, sized by this layer's size.
+            match Blocks::next_stage(&spec, &mut plan, finished).unwrap() {
+                NextStage::Shards(shards, _) => match shards[0].task {
+                    BlocksTask::BlocksLayer { buckets_out, .. } => u64::from(buckets_out),
+                    ref task => panic!("{task:?}"),
+                },
+                NextStage::Finish => panic!("finished"),
+            }
+        };
+        let default = plan_for(0);
+        assert_eq!(default, 12_000_000 / STATES_PER_BUCKET);
+        assert_eq!(
+            plan_for(64 << 30),
+            default,
+            "a large slot takes the default"
+        );
+        let small = 300 << 20;
+        let shards = plan_for(small);
+        let per_shard = 12_000_000u64.div_ceil(shards);
+        assert!(
+            per_shard * SHARD_BYTES_PER_STATE <= small,
+            "{shards} shards of {per_shard}"
+        );
+        assert!(shards > default);
+        let tiny = plan_for(1 << 20);
+        assert_eq!(tiny, 12_000_000 / MIN_STATES_PER_BUCKET, "the floor");
+    }
+
     #[test]
     fn a_layer_past_the_limit_ends_the_plan_with_its_number_and_size() {
         let spec = frontier(2);
@@ -600,6 +665,7 @@ mod tests {
             stages_total: 4,
             partials: &partials,
             slots: 1,
+            slot_memory: 0,
         };
         let e = Blocks::next_stage(&spec, &mut plan, finished)
             .unwrap_err()
@@ -631,6 +697,7 @@ mod tests {
             stages_total: 2,
             partials: &partials,
             slots: 1,
+            slot_memory: 0,
         };
         match Blocks::next_stage(&spec, &mut plan, finished).unwrap() {
             NextStage::Shards(shards, note) => {
@@ -654,6 +721,7 @@ mod tests {
             stages_total: 3,
             partials: &partials,
             slots: 1,
+            slot_memory: 0,
         };
         assert_eq!(
             Blocks::next_stage(&spec, &mut plan, finished).unwrap(),
@@ -667,6 +735,7 @@ mod tests {
             stages_total: 3,
             partials: &partials,
             slots: 1,
+            slot_memory: 0,
         };
         assert!(Blocks::next_stage(&spec, &mut plan, finished).is_err());
     }

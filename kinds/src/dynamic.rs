@@ -94,13 +94,15 @@ pub trait SpecOps: Send + Sync {
     /// What follows stage `finished` given its partials (in shard order): the
     /// next stage's shards and a line for the events, or `None` when the job
     /// is done. May update `plan`, which is stored with the transition, as
-    /// are the shards: they may depend on the live workers' `slots`.
+    /// are the shards: they may depend on the live workers' `slots` and the
+    /// least memory one of their slots has (`slot_memory`, 0: unknown).
     fn next_stage(
         &self,
         plan: &mut JobPlan,
         finished: u32,
         partials: &[EncodedPartial],
         slots: u32,
+        slot_memory: u64,
     ) -> Result<Option<(Vec<PlannedShard>, String)>>;
     /// The stage outputs a shard of `stage` with `task` reads, in order.
     fn stage_reads(&self, stage: u32, task: &EncodedTask) -> Result<Vec<StageRead>>;
@@ -297,6 +299,7 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
         finished: u32,
         partials: &[EncodedPartial],
         slots: u32,
+        slot_memory: u64,
     ) -> Result<Option<(Vec<PlannedShard>, String)>> {
         let partials = decode_partials::<K>(partials)?;
         let mut facts = plan_of::<K>(plan)?;
@@ -305,6 +308,7 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
             stages_total: plan.stages_total,
             partials: &partials,
             slots,
+            slot_memory,
         };
         let next = K::next_stage(&self.0, &mut facts, stage)?;
         plan.facts = to_map(&facts)?;

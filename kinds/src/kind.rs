@@ -278,6 +278,10 @@ pub struct FinishedStage<'a, P> {
     /// The slots of the live workers (0 with none), which a plan may spread
     /// its next stage over (see `tally_kernels::buckets::bucket_count`).
     pub slots: u32,
+    /// The least memory a slot of a live worker has (its budget over its
+    /// slots; 0 when no worker said): a plan whose shards hold their states
+    /// in memory sizes them to it.
+    pub slot_memory: u64,
 }
 
 // Copied whatever `P` is: it holds only a reference to the partials.

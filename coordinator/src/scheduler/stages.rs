@@ -34,6 +34,13 @@ impl Scheduler {
         let store = self.store.clone();
         let external = self.config.keeps_spare_stage();
         let slots = self.workers.live(now_ms).map(|(_, w)| w.slots).sum();
+        let slot_memory = self
+            .workers
+            .live(now_ms)
+            .filter(|(_, w)| w.slots > 0 && w.memory_budget > 0)
+            .map(|(_, w)| w.memory_budget / u64::from(w.slots))
+            .min()
+            .unwrap_or(0);
         let entry = self.jobs.known(job);
         if entry.rec.state.is_finished() || !entry.shards_loaded || !entry.shards.all_done() {
             return Ok(());
@@ -49,10 +56,11 @@ impl Scheduler {
             .collect::<Option<_>>()
             .ok_or_else(|| CoordinatorError::Internal("a done shard has no result".into()))?;
         let mut plan = entry.rec.plan.clone();
-        let next = entry
-            .rec
-            .spec
-            .next_stage(&mut plan, entry.rec.stage, &partials, slots);
+        let next =
+            entry
+                .rec
+                .spec
+                .next_stage(&mut plan, entry.rec.stage, &partials, slots, slot_memory);
         let next_stage = entry.rec.stage + 1;
         let next = next.and_then(|next| {
             let keep = match &next {

@@ -776,6 +776,7 @@ mod tests {
             stages_total: 4,
             partials: &partials,
             slots: 1,
+            slot_memory: 0,
         };
         let e = next_stage(&spec, &mut plan, finished)
             .unwrap_err()
@@ -827,6 +828,7 @@ mod tests {
                 stages_total: stage,
                 partials: &partials,
                 slots: 3,
+                slot_memory: 0,
             };
             match next_stage(&spec, &mut plan, finished).unwrap() {
                 NextStage::Finish => break,

@@ -591,6 +591,7 @@ mod tests {
                 stages_total: stage,
                 partials: &partials,
                 slots: 3,
+                slot_memory: 0,
             };
             match Sliders::next_stage(spec, &mut plan, finished)? {
                 NextStage::Shards(next, _) => shards = next,
@@ -706,6 +707,7 @@ mod tests {
             stages_total: 4,
             partials: &huge,
             slots: 1,
+            slot_memory: 0,
         };
         // The coordinator keeps the plan it had when the barrier fails.
         let e = next_stage(&spec, &mut plan, finished)

@@ -34,13 +34,7 @@ impl Scheduler {
         let store = self.store.clone();
         let external = self.config.keeps_spare_stage();
         let slots = self.workers.live(now_ms).map(|(_, w)| w.slots).sum();
-        let slot_memory = self
-            .workers
-            .live(now_ms)
-            .filter(|(_, w)| w.slots > 0 && w.memory_budget > 0)
-            .map(|(_, w)| w.memory_budget / u64::from(w.slots))
-            .min()
-            .unwrap_or(0);
+        let slot_memory = self.workers.least_slot_memory(now_ms);
         let entry = self.jobs.known(job);
         if entry.rec.state.is_finished() || !entry.shards_loaded || !entry.shards.all_done() {
             return Ok(());

@@ -74,6 +74,17 @@ impl Workers {
         }
     }
 
+    /// The least memory a slot of a live worker has (its budget over its
+    /// slots), among the workers that said their budget; 0 when none did. A
+    /// barrier sizes the next stage's shards to it.
+    pub(super) fn least_slot_memory(&self, now_ms: u64) -> u64 {
+        self.live(now_ms)
+            .filter(|(_, w)| w.slots > 0 && w.memory_budget > 0)
+            .map(|(_, w)| w.memory_budget / u64::from(w.slots))
+            .min()
+            .unwrap_or(0)
+    }
+
     /// Refuses a call of `worker` that does not carry its current session:
     /// a worker never registered, forgotten after a long silence, replaced by
     /// a later registration, or registered with a coordinator that has since
@@ -111,5 +122,34 @@ impl Workers {
         self.known
             .retain(|_, w| w.last_seen_ms + WORKER_FORGOTTEN_MS >= now_ms);
         before - self.known.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::protocol::WORKER_LOST_MS;
+
+    #[test]
+    fn the_least_slot_memory_is_among_live_workers_that_said_their_budget() {
+        let mut workers = Workers::default();
+        let register = |workers: &mut Workers, id: &str, slots, budget, now| {
+            let registration = Registration {
+                slots,
+                memory_budget: budget,
+                ..Registration::default()
+            };
+            workers.register(id, registration, id.to_string(), now);
+        };
+        assert_eq!(workers.least_slot_memory(0), 0, "no worker");
+        register(&mut workers, "silent", 4, 0, 0);
+        assert_eq!(workers.least_slot_memory(0), 0, "no budget said");
+        register(&mut workers, "large", 2, 8 << 30, 0);
+        register(&mut workers, "small", 4, 4 << 30, 0);
+        assert_eq!(workers.least_slot_memory(0), 1 << 30);
+        // The small one falls silent: the large one's slots remain.
+        let later = WORKER_LOST_MS + 1;
+        workers.heard_from("large", later);
+        assert_eq!(workers.least_slot_memory(later), 4 << 30);
     }
 }

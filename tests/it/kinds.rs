@@ -67,6 +67,16 @@ async fn a_small_job_of_every_kind_equals_its_direct_answer() {
     coordinator.shutdown().await;
 }
 
+/// A pegs job with these parameters.
+fn pegs_spec(params: serde_json::Value) -> ValidSpec {
+    ValidSpec::new(JobSpec {
+        kind: "pegs".into(),
+        params: params.as_object().expect("an object").clone(),
+        options: Default::default(),
+    })
+    .unwrap()
+}
+
 /// A pegs job on a worker with a tiny memory budget, through the coordinator's
 /// stage store and through a directory: its level shards pass their share
 /// and spill sorted runs, their larger inputs are kept in files, and the
@@ -90,13 +100,7 @@ async fn a_pegs_job_whose_levels_spill_equals_the_kernel_alone() {
             config.memory_budget = 256 << 10;
             config.spill_dir = spill_dir.clone();
         });
-        let params = serde_json::json!({"board": "triangle:6", "start": 4, "buckets": 2});
-        let spec = ValidSpec::new(JobSpec {
-            kind: "pegs".into(),
-            params: params.as_object().unwrap().clone(),
-            options: Default::default(),
-        })
-        .unwrap();
+        let spec = pegs_spec(serde_json::json!({"board": "triangle:6", "start": 4, "buckets": 2}));
         let done = run_to_answer(&mut client, &spec).await;
         let direct = spec.compute_direct(2, &Control::new()).unwrap();
         assert_eq!(done.answer, direct.line, "through {store}");
@@ -133,12 +137,7 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
         let params = serde_json::json!({
             "board": "triangle:5", "start": start, "buckets": 2, "by_final_hole": true
         });
-        let spec = ValidSpec::new(JobSpec {
-            kind: "pegs".into(),
-            params: params.as_object().unwrap().clone(),
-            options: Default::default(),
-        })
-        .unwrap();
+        let spec = pegs_spec(params.clone());
         let done = run_to_answer(&mut client, &spec).await;
         let result = client
             .result(proto::ResultRequest {
@@ -174,14 +173,9 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
         assert_eq!(levels.len(), holes - 1, "a level per peg count");
         // Without the flag, the search reduced by every symmetry gives the
         // same holes wherever the parities tell them apart, and none elsewhere.
-        let mut params = params.as_object().unwrap().clone();
-        params.insert("by_final_hole".into(), false.into());
-        let reduced = ValidSpec::new(JobSpec {
-            kind: "pegs".into(),
-            params,
-            options: Default::default(),
-        })
-        .unwrap();
+        let mut params = params.clone();
+        params["by_final_hole"] = false.into();
+        let reduced = pegs_spec(params);
         let done = run_to_answer(&mut client, &reduced).await;
         let result = client
             .result(proto::ResultRequest { job_id: done.id })

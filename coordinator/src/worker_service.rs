@@ -345,7 +345,18 @@ fn stage_stream(source: StageSource, bucket: Option<u32>) -> ChunkStream {
                     return;
                 }
             };
-            // Framing and small outputs go out together.
+            // A whole chunk goes out as it is; framing and small outputs
+            // are gathered into chunks.
+            if out.is_empty() && bytes.len() == OUTPUT_CHUNK {
+                if tx
+                    .send(Ok(proto::StageDataChunk { data: bytes }))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                continue;
+            }
             while !bytes.is_empty() {
                 let room = OUTPUT_CHUNK - out.len();
                 let rest = bytes.split_off(room.min(bytes.len()));

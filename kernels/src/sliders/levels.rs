@@ -25,7 +25,7 @@
 //! Every bucket starts with a tag byte naming what it holds, so a shard that
 //! is handed the wrong data refuses it.
 
-use super::state::{Layout, State};
+use super::state::{Layout, State, StateHint};
 use super::{SliderParams, parse_params};
 use crate::buckets::{bucket_of, encode_buckets};
 use crate::varint::{Reader, push as push_varint, push_increasing};
@@ -74,17 +74,24 @@ impl Boards {
         self.target
     }
 
-    fn board(&self, index: u64) -> Result<State> {
+    fn board(&self, index: u64, hint: &mut StateHint) -> Result<State> {
         self.layout
-            .state_at(index)
+            .state_near(index, hint)
             .ok_or_else(|| invalid!("board index {index} is past the last board"))
     }
 
     /// Calls `f` with the index of every neighbour of board `index` but those
     /// the moves in `skip` (bit `c` for the move of code `c`) lead to, and
-    /// the code of the move back from it.
-    fn neighbours_except(&self, index: u64, skip: u8, mut f: impl FnMut(u64, u8)) -> Result<()> {
-        let board = self.board(index)?;
+    /// the code of the move back from it. Boards come faster in increasing
+    /// order with one `hint`.
+    fn neighbours_except(
+        &self,
+        index: u64,
+        skip: u8,
+        hint: &mut StateHint,
+        mut f: impl FnMut(u64, u8),
+    ) -> Result<()> {
+        let board = self.board(index, hint)?;
         for m in self.layout.moves(board.blank()) {
             if skip & 1 << m.code() == 0 {
                 f(self.neighbour(index, board, m), m.back);
@@ -105,8 +112,8 @@ impl Boards {
     }
 
     /// Calls `f` with the index of every neighbour of board `index`.
-    fn neighbours(&self, index: u64, mut f: impl FnMut(u64)) -> Result<()> {
-        self.neighbours_except(index, 0, |n, _| f(n))
+    fn neighbours(&self, index: u64, hint: &mut StateHint, mut f: impl FnMut(u64)) -> Result<()> {
+        self.neighbours_except(index, 0, hint, |n, _| f(n))
     }
 }
 
@@ -290,7 +297,8 @@ pub fn expand_forward(
     control.check()?;
     // The senders' candidates are each increasing: merged, not sorted, and
     // the two earlier levels (increasing too) removed in the same walk.
-    let mut level: Vec<Candidate> = Vec::new();
+    let mut level: Vec<Candidate> =
+        Vec::with_capacity(inputs.iter().map(|b| b.candidates.len()).sum());
     let (mut in_current, mut in_previous) = (current.iter().peekable(), previous.iter().peekable());
     merge_increasing(
         &inputs.iter().map(|b| &b.candidates[..]).collect::<Vec<_>>(),
@@ -332,18 +340,19 @@ pub fn expand_forward(
         true => out_narrow = (0..p).map(|_| Vec::with_capacity(room)).collect(),
         false => out_wide = (0..p).map(|_| Vec::with_capacity(room)).collect(),
     }
+    let mut hint = StateHint::default();
     for chunk in level.chunks(POLL_BOARDS) {
         control.check()?;
         for c in chunk {
             // The moves back lead to the level before: skipped, not sent.
             match narrow {
-                true => boards.neighbours_except(c.board, c.back, |n, back| {
+                true => boards.neighbours_except(c.board, c.back, &mut hint, |n, back| {
                     out_narrow[bucket_of(u128::from(n), buckets_out) as usize].push(Sent {
                         key: n << 4 | 1 << back,
                         paths: c.paths as u64,
                     })
                 })?,
-                false => boards.neighbours_except(c.board, c.back, |n, back| {
+                false => boards.neighbours_except(c.board, c.back, &mut hint, |n, back| {
                     out_wide[bucket_of(u128::from(n), buckets_out) as usize].push(Candidate {
                         board: n,
                         paths: c.paths,
@@ -398,7 +407,7 @@ pub struct GraphLevel {
 /// shards of the graph level next to the target start from.
 pub fn target_neighbours(boards: &Boards, bucket: u32, buckets: u32) -> Result<Vec<u64>> {
     let mut out = Vec::new();
-    boards.neighbours(boards.target, |n| {
+    boards.neighbours(boards.target, &mut StateHint::default(), |n| {
         if bucket_of(u128::from(n), buckets) == bucket {
             out.push(n);
         }
@@ -466,10 +475,11 @@ fn expand_kept(
         });
     }
     let mut out: Vec<Vec<u64>> = vec![Vec::new(); buckets_out as usize];
+    let mut hint = StateHint::default();
     for chunk in kept.chunks(POLL_BOARDS) {
         control.check()?;
         for &board in chunk {
-            boards.neighbours(board, |n| {
+            boards.neighbours(board, &mut hint, |n| {
                 out[bucket_of(u128::from(n), buckets_out) as usize].push(n)
             })?;
         }
@@ -588,7 +598,9 @@ struct Sent {
 /// [`sum_equal`] sums) and `previous`: sorted in place and encoded as it is
 /// summed, without a list of [`Candidate`]s.
 fn encode_sent(mut sent: Vec<Sent>, previous: &[u64]) -> Vec<u8> {
-    sent.sort_unstable_by_key(|s| s.key);
+    // A radix sort by the key's bytes that differ: the boards of one job use
+    // a few of the key's bytes, so a few passes instead of a comparison sort.
+    radsort::sort_by_key(&mut sent, |s| s.key);
     let distinct = sent.chunk_by(|a, b| a.key >> 4 == b.key >> 4).count();
     let mut out = Vec::with_capacity(1 + 6 * distinct + 2 * previous.len());
     out.push(TAG_FORWARD);
@@ -774,10 +786,14 @@ mod tests {
         ] {
             let boards = Boards::new(&params).unwrap();
             let total = boards.layout.total();
+            // One hint for increasing boards, as a level shard uses it.
+            let mut hint = StateHint::default();
             for index in (0..total).step_by(101) {
-                let board = boards.board(index).unwrap();
+                let board = boards.layout.state_at(index).unwrap();
                 let mut fast = Vec::new();
-                boards.neighbours(index, |n| fast.push(n)).unwrap();
+                boards
+                    .neighbours(index, &mut hint, |n| fast.push(n))
+                    .unwrap();
                 let ranked: Vec<u64> = (boards.layout.moves(board.blank()).iter())
                     .map(|m| boards.layout.index(boards.layout.apply(m, board)))
                     .collect();
@@ -872,7 +888,9 @@ mod tests {
         let boards = Boards::new(&super::super::SliderParams::default()).unwrap();
         let start = boards.start();
         let mut others = Vec::new();
-        boards.neighbours(start, |n| others.push(n)).unwrap();
+        boards
+            .neighbours(start, &mut StateHint::default(), |n| others.push(n))
+            .unwrap();
         others.sort_unstable();
         let sender = |paths: u128| ForwardBucket {
             candidates: others

@@ -24,7 +24,7 @@
 //! two boards share a cache line.
 
 use super::board::Geometry;
-use super::index::{BinomTable, binomials};
+use super::index::binomials;
 
 const MASK_BITS: u32 = 24;
 const MASK: u64 = (1 << MASK_BITS) - 1;
@@ -87,7 +87,8 @@ fn letter_code(letter: u8) -> u8 {
     }
 }
 
-/// Colex ranks of `k`-subsets of 24 positions, one table lookup per byte.
+/// Colex ranks of `k`-subsets of 24 positions, one table lookup per byte,
+/// and their inverse, a search per byte.
 #[derive(Clone, Debug)]
 struct ColexTable {
     /// Number of set bits plus one.
@@ -95,6 +96,40 @@ struct ColexTable {
     /// `table[(chunk * 256 + byte) * stride + s]`: the contribution of the set
     /// bits of `byte` at positions `8 * chunk + q` when `s` set bits precede.
     table: Vec<u32>,
+    /// The top bytes (positions 16..24) a `k`-subset can have, by their
+    /// contribution: the subsets with one top byte have the consecutive ranks
+    /// of a [`ByteRange`].
+    top: Vec<ByteRange>,
+    /// `middle[j]`: the same for the byte of positions 8..16 of a `j`-subset
+    /// of positions 0..16.
+    middle: Vec<Vec<ByteRange>>,
+    /// `low[j][r]`: the byte with `j` set bits of colex rank `r`.
+    low: Vec<Vec<u8>>,
+}
+
+/// The ranks `start..end` of the subsets that have `byte` in one chunk (and
+/// given bytes above it), relative to the chunk above.
+#[derive(Clone, Copy, Debug, Default)]
+struct ByteRange {
+    start: u32,
+    end: u32,
+    byte: u8,
+}
+
+/// The top and middle [`ByteRange`]s of the last rank unranked, in absolute
+/// ranks: increasing ranks mostly fall in the same ones, which then need no
+/// search.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct UnrankHint {
+    top: (u64, u64, u8),
+    middle: (u64, u64, u8),
+}
+
+/// An [`UnrankHint`] for each of a board's two masks.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct StateHint {
+    a: UnrankHint,
+    b: UnrankHint,
 }
 
 impl ColexTable {
@@ -118,7 +153,66 @@ impl ColexTable {
                 }
             }
         }
-        ColexTable { stride, table }
+        // The bytes of `chunk` whose set bits, with `ones` set bits in all up
+        // to the chunk's end, leave at most `8 * chunk` below it.
+        let ranges = |chunk: usize, ones: usize| {
+            let mut list: Vec<ByteRange> = (0..256usize)
+                .filter(|&b| {
+                    let own = POPCOUNT[b] as usize;
+                    own <= ones && ones - own <= 8 * chunk
+                })
+                .map(|b| {
+                    let below = ones - POPCOUNT[b] as usize;
+                    let start = table[(chunk * 256 + b) * stride + below];
+                    let subsets_below = binom[8 * chunk][below] as u32;
+                    ByteRange {
+                        start,
+                        end: start + subsets_below,
+                        byte: b as u8,
+                    }
+                })
+                .collect();
+            list.sort_unstable_by_key(|r| r.start);
+            list
+        };
+        let top = ranges(2, k);
+        let middle = (0..=k.min(16)).map(|j| ranges(1, j)).collect();
+        let low = (0..=k.min(8))
+            .map(|j| ranges(0, j).into_iter().map(|r| r.byte).collect())
+            .collect();
+        ColexTable {
+            stride,
+            table,
+            top,
+            middle,
+            low,
+        }
+    }
+
+    /// The `k`-subset (`k` as built) of colex rank `rank`, which is below
+    /// `binom(24, k)`: the top byte's range found by a search, the middle
+    /// byte's within it, the low byte looked up. A search is skipped where
+    /// `hint` (the ranges of the rank before) already holds the rank.
+    #[inline]
+    fn unrank(&self, rank: u64, hint: &mut UnrankHint) -> u64 {
+        let find = |list: &[ByteRange], base: u64| {
+            let i = list.partition_point(|r| base + u64::from(r.start) <= rank) - 1;
+            let r = list[i];
+            (base + u64::from(r.start), base + u64::from(r.end), r.byte)
+        };
+        if !(hint.top.0..hint.top.1).contains(&rank) {
+            hint.top = find(&self.top, 0);
+            hint.middle = (0, 0, 0);
+        }
+        let (top_start, _, b2) = hint.top;
+        let ones = self.stride - 1 - POPCOUNT[b2 as usize] as usize;
+        if !(hint.middle.0..hint.middle.1).contains(&rank) {
+            hint.middle = find(&self.middle[ones], top_start);
+        }
+        let (middle_start, _, b1) = hint.middle;
+        let ones = ones - POPCOUNT[b1 as usize] as usize;
+        let b0 = self.low[ones][(rank - middle_start) as usize];
+        u64::from(b0) | u64::from(b1) << 8 | u64::from(b2) << 16
     }
 
     #[inline]
@@ -176,10 +270,6 @@ pub(crate) struct Layout {
     span_b: u64,
     /// Number of tile sequences `M`.
     per_blank: u64,
-    /// Set bits of `A` and of `B`.
-    k_a: usize,
-    k_b: usize,
-    binom: BinomTable,
 }
 
 impl Layout {
@@ -276,9 +366,6 @@ impl Layout {
             rank_b: ColexTable::new(k1),
             span_b,
             per_blank,
-            k_a,
-            k_b: k1,
-            binom,
         }
     }
 
@@ -398,34 +485,25 @@ impl Layout {
     /// The board with dense index `index` (the inverse of [`Layout::index`]),
     /// or `None` past the last index.
     pub(crate) fn state_at(&self, index: u64) -> Option<State> {
+        self.state_near(index, &mut StateHint::default())
+    }
+
+    /// [`Layout::state_at`], faster for increasing indices that reuse `hint`.
+    #[inline]
+    pub(crate) fn state_near(&self, index: u64, hint: &mut StateHint) -> Option<State> {
         if index >= self.total() {
             return None;
         }
         let cells = self.cells as u64;
         let (rest, z) = (index / cells, index % cells);
-        let a = self.unrank(rest / self.span_b, self.k_a);
-        let b = if self.three_colours {
-            self.unrank(rest % self.span_b, self.k_b)
-        } else {
-            0
+        let (a, b) = match self.three_colours {
+            true => (
+                self.rank_a.unrank(rest / self.span_b, &mut hint.a),
+                self.rank_b.unrank(rest % self.span_b, &mut hint.b),
+            ),
+            false => (self.rank_a.unrank(rest, &mut hint.a), 0),
         };
         Some(State(a | b << MASK_BITS | z << BLANK_SHIFT))
-    }
-
-    /// The `k`-subset of colex rank `rank`: its `j`-th position (from the
-    /// top) is the largest `p` with `binom(p, j) <= rank` left.
-    fn unrank(&self, mut rank: u64, k: usize) -> u64 {
-        let mut mask = 0u64;
-        let mut p = MASK_BITS as usize;
-        for j in (1..=k).rev() {
-            p -= 1;
-            while self.binom[p][j] > rank {
-                p -= 1;
-            }
-            rank -= self.binom[p][j];
-            mask |= 1 << p;
-        }
-        mask
     }
 
     /// The dense index of a state, in `0..total()`.
@@ -440,5 +518,61 @@ impl Layout {
             r
         };
         r * self.cells as u64 + z
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::index::BinomTable;
+    use super::*;
+
+    /// Every third mask of 24 bits: its rank is below `binom(24, k)` and the
+    /// search per byte finds the mask again from it.
+    /// The subset of colex rank `rank` position by position from the top: its
+    /// `j`-th position is the largest `p` with `binom(p, j) <= rank` left.
+    fn unrank_by_positions(binom: &BinomTable, mut rank: u64, k: usize) -> u64 {
+        let mut mask = 0u64;
+        let mut p = MASK_BITS as usize;
+        for j in (1..=k).rev() {
+            p -= 1;
+            while binom[p][j] > rank {
+                p -= 1;
+            }
+            rank -= binom[p][j];
+            mask |= 1 << p;
+        }
+        mask
+    }
+
+    #[test]
+    fn a_rank_unranks_to_its_subset_for_every_size() {
+        let binom = binomials();
+        let tables: Vec<ColexTable> = (0..=24).map(ColexTable::new).collect();
+        // A hint per size, kept from mask to mask: ranks come in any order.
+        let mut hints = [UnrankHint::default(); 25];
+        for mask in (0u64..1 << 24).step_by(3) {
+            let k = popcount24(mask) as usize;
+            let rank = tables[k].rank(mask);
+            assert!(rank < binom[24][k], "rank {rank} of {mask:#x}");
+            assert_eq!(
+                tables[k].unrank(rank, &mut hints[k]),
+                mask,
+                "rank {rank} of {k} bits"
+            );
+            assert_eq!(tables[k].unrank(rank, &mut UnrankHint::default()), mask);
+            if mask % 61 == 0 {
+                assert_eq!(unrank_by_positions(&binom, rank, k), mask);
+            }
+        }
+        for k in 0..=24 {
+            let last = binom[24][k] - 1;
+            let mut hint = UnrankHint::default();
+            assert_eq!(popcount24(tables[k].unrank(last, &mut hint)) as usize, k);
+            assert_eq!(
+                tables[k].unrank(0, &mut hint),
+                (1 << k) - 1,
+                "the least subset"
+            );
+        }
     }
 }

@@ -29,6 +29,15 @@ pub const MAX_BUCKETS: u32 = 1024;
 /// with their counts, some tens of bytes each, while it sums them).
 const BOARDS_PER_BUCKET: u64 = 2_000_000;
 
+/// Memory a forward shard takes per board of its bucket: the candidates it
+/// is sent, the level with its counts, and the neighbours it sends on
+/// (measured: about 360 MB a worker slot for buckets of 750,000 boards).
+const SHARD_BYTES_PER_BOARD: u64 = 500;
+
+/// The fewest boards per shard the plan sizes to a small worker: below it,
+/// the runner's cost per shard would outweigh the shard.
+const MIN_BOARDS_PER_BUCKET: u64 = 50_000;
+
 /// Most boards of a level per shard of the next level; a level beyond it
 /// fails the job.
 pub const MAX_BOARDS_PER_BUCKET: u64 = 50_000_000;
@@ -60,18 +69,23 @@ fn phase(plan: &SlidersPlan, stage: u32) -> Phase {
 /// The plan before the search: level 0 (the start) on one shard.
 pub(super) fn initial_plan(spec: &SlidersSpec) -> SlidersPlan {
     SlidersPlan {
-        buckets: vec![1, next_buckets(spec, 1, 1)],
+        buckets: vec![1, next_buckets(spec, 1, 1, 0)],
         ..SlidersPlan::default()
     }
 }
 
 /// The shards of the level after next, chosen from the size of the level
-/// just found (levels grow by less than half from one to the next) and the
-/// live workers' `slots`.
-fn next_buckets(spec: &SlidersSpec, level_size: u64, slots: u32) -> u32 {
+/// just found (levels grow by less than half from one to the next), the
+/// live workers' `slots` and the least memory of a slot (`slot_memory`, 0
+/// when unknown): a shard's bucket fits the smallest slot.
+fn next_buckets(spec: &SlidersSpec, level_size: u64, slots: u32, slot_memory: u64) -> u32 {
+    let per_bucket = match slot_memory {
+        0 => BOARDS_PER_BUCKET,
+        memory => (memory / SHARD_BYTES_PER_BOARD).clamp(MIN_BOARDS_PER_BUCKET, BOARDS_PER_BUCKET),
+    };
     bucket_count(
         level_size.saturating_mul(2),
-        BOARDS_PER_BUCKET,
+        per_bucket,
         spec.buckets,
         MAX_BUCKETS,
         slots,
@@ -202,7 +216,12 @@ fn after_forward(
         ));
     }
     plan.buckets.truncate(level as usize + 2);
-    plan.buckets.push(next_buckets(spec, size, finished.slots));
+    plan.buckets.push(next_buckets(
+        spec,
+        size,
+        finished.slots,
+        finished.slot_memory,
+    ));
     let work = size.saturating_mul(2);
     Ok(NextStage::Shards(
         forward_level(plan, level + 1, work),
@@ -716,6 +735,56 @@ mod tests {
         assert!(
             e.contains(&format!("level 3 has {} boards", MAX_BOARDS_PER_BUCKET + 1)),
             "{e}"
+        );
+    }
+
+    /// The level after next is split so that each shard fits the least
+    /// memory a live worker's slot has: more shards for smaller workers, the
+    /// default size for large or silent ones, never below the floor.
+    #[test]
+    fn the_level_after_next_is_split_to_fit_the_smallest_slot() {
+        let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 0);
+        let size = 6_000_000;
+        let plan_for = |slot_memory: u64| {
+            let mut plan = initial_plan(&spec);
+            plan.levels = vec![1, 2, 3];
+            plan.buckets = vec![1, 1, 1, 1, 4];
+            let partials = [SlidersPartial::SliderLevel {
+                level: 3,
+                boards: size,
+                target_paths: None,
+            }];
+            let finished = FinishedStage {
+                stage: 4,
+                stages_total: 4,
+                partials: &partials,
+                slots: 2,
+                slot_memory,
+            };
+            match next_stage(&spec, &mut plan, finished).unwrap() {
+                NextStage::Shards(..) => u64::from(*plan.buckets.last().unwrap()),
+                NextStage::Finish => panic!("finished"),
+            }
+        };
+        let default = plan_for(0);
+        assert_eq!(default, 2 * size / BOARDS_PER_BUCKET);
+        assert_eq!(
+            plan_for(64 << 30),
+            default,
+            "a large slot takes the default"
+        );
+        let small = 300 << 20;
+        let shards = plan_for(small);
+        let per_shard = (2 * size).div_ceil(shards);
+        assert!(
+            per_shard * SHARD_BYTES_PER_BOARD <= small,
+            "{shards} shards of {per_shard}"
+        );
+        assert!(shards > default);
+        assert_eq!(
+            plan_for(1 << 20),
+            2 * size / MIN_BOARDS_PER_BUCKET,
+            "the floor"
         );
     }
 

@@ -43,6 +43,18 @@ pub fn bucket_count(states: u64, per_bucket: u64, fixed: u32, max: u32, slots: u
     count.clamp(1, u64::from(max)) as u32
 }
 
+/// States per shard for a frontier plan whose shards hold their bucket in
+/// memory at about `bytes_per_state`: `default` when the least memory of a
+/// live worker's slot is unknown (0) or large, fewer to fit a smaller slot,
+/// never below `floor` (below it the runner's cost per shard would outweigh
+/// the shard).
+pub fn states_per_slot(slot_memory: u64, bytes_per_state: u64, floor: u64, default: u64) -> u64 {
+    match slot_memory {
+        0 => default,
+        memory => (memory / bytes_per_state.max(1)).clamp(floor, default),
+    }
+}
+
 /// Adds one shard's level sizes to a stage's sums; the shards of a stage
 /// report as many levels, or the stage is refused (`level` names them).
 pub fn add_level_sizes(total: &mut Vec<u64>, own: &[u64], level: &str) -> Result<()> {
@@ -173,6 +185,19 @@ pub fn split_gathered(input: &[u8]) -> Result<Vec<&[u8]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A shard fits the smallest slot: the default for an unknown or large
+    /// slot, fewer states for a small one, never below the floor.
+    #[test]
+    fn shards_are_sized_to_the_smallest_slot_between_the_floor_and_the_default() {
+        let (floor, default) = (50_000, 2_000_000);
+        assert_eq!(states_per_slot(0, 600, floor, default), default, "unknown");
+        assert_eq!(states_per_slot(64 << 30, 600, floor, default), default);
+        let small = 300 << 20;
+        let fits = states_per_slot(small, 600, floor, default);
+        assert!(fits < default && fits * 600 <= small && (fits + 1) * 600 > small);
+        assert_eq!(states_per_slot(1 << 20, 600, floor, default), floor);
+    }
 
     #[test]
     fn bucket_counts_follow_the_size_and_fill_the_live_slots_in_whole_rounds() {

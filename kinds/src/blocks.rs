@@ -17,7 +17,7 @@ use tally_kernels::blocks;
 use tally_kernels::blocks::LevelBucket;
 use tally_kernels::buckets::{
     add_level_sizes, bucket_count, bucket_of, encode_buckets, levels_note, split_buckets,
-    split_gathered,
+    split_gathered, states_per_slot,
 };
 use tally_wire::proto;
 
@@ -172,10 +172,12 @@ pub enum BlocksPartial {
 /// each within `slot_memory` (1 and 0, unknown, where a shard alone in its
 /// stage decides: the coordinator checks its choice).
 fn buckets_after(spec: &BlocksSpec, states: u64, slots: u32, slot_memory: u64) -> u32 {
-    let per_bucket = match slot_memory {
-        0 => STATES_PER_BUCKET,
-        memory => (memory / SHARD_BYTES_PER_STATE).clamp(MIN_STATES_PER_BUCKET, STATES_PER_BUCKET),
-    };
+    let per_bucket = states_per_slot(
+        slot_memory,
+        SHARD_BYTES_PER_STATE,
+        MIN_STATES_PER_BUCKET,
+        STATES_PER_BUCKET,
+    );
     bucket_count(states, per_bucket, spec.buckets, MAX_BUCKETS, slots)
 }
 

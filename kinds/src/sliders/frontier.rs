@@ -14,7 +14,9 @@
 
 use crate::kind::{FinishedStage, NextStage, Outcome, Planned, StageRead};
 use crate::{Control, Error, Result, invalid};
-use tally_kernels::buckets::{add_level_sizes, bucket_count, encode_buckets, levels_note};
+use tally_kernels::buckets::{
+    add_level_sizes, bucket_count, encode_buckets, levels_note, states_per_slot,
+};
 use tally_kernels::sliders;
 use tally_kernels::sliders::levels::{self, Boards, LevelInput};
 
@@ -79,10 +81,12 @@ pub(super) fn initial_plan(spec: &SlidersSpec) -> SlidersPlan {
 /// live workers' `slots` and the least memory of a slot (`slot_memory`, 0
 /// when unknown): a shard's bucket fits the smallest slot.
 fn next_buckets(spec: &SlidersSpec, level_size: u64, slots: u32, slot_memory: u64) -> u32 {
-    let per_bucket = match slot_memory {
-        0 => BOARDS_PER_BUCKET,
-        memory => (memory / SHARD_BYTES_PER_BOARD).clamp(MIN_BOARDS_PER_BUCKET, BOARDS_PER_BUCKET),
-    };
+    let per_bucket = states_per_slot(
+        slot_memory,
+        SHARD_BYTES_PER_BOARD,
+        MIN_BOARDS_PER_BUCKET,
+        BOARDS_PER_BUCKET,
+    );
     bucket_count(
         level_size.saturating_mul(2),
         per_bucket,
@@ -766,25 +770,15 @@ mod tests {
                 NextStage::Finish => panic!("finished"),
             }
         };
+        // The sizing rule itself is tested in `buckets`: here, that the
+        // plan passes it the level after next and the smallest slot.
         let default = plan_for(0);
         assert_eq!(default, 2 * size / BOARDS_PER_BUCKET);
-        assert_eq!(
-            plan_for(64 << 30),
-            default,
-            "a large slot takes the default"
-        );
         let small = 300 << 20;
-        let shards = plan_for(small);
-        let per_shard = (2 * size).div_ceil(shards);
-        assert!(
-            per_shard * SHARD_BYTES_PER_BOARD <= small,
-            "{shards} shards of {per_shard}"
-        );
-        assert!(shards > default);
+        let per_board = states_per_slot(small, SHARD_BYTES_PER_BOARD, 1, u64::MAX);
         assert_eq!(
-            plan_for(1 << 20),
-            2 * size / MIN_BOARDS_PER_BUCKET,
-            "the floor"
+            plan_for(small),
+            (2 * size).div_ceil(per_board).div_ceil(2) * 2
         );
     }
 

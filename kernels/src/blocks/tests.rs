@@ -741,6 +741,41 @@ fn state_set_finds_what_it_holds() {
     assert!(!set.contains(u128::MAX));
 }
 
+/// The sizes of the first `layers` layers of `p` by the single-process
+/// search.
+fn layers_by_search(p: &Puzzle, layers: usize) -> Vec<usize> {
+    let control = Control::new();
+    let mut previous: Vec<u128> = Vec::new();
+    let mut current = vec![p.initial_state()];
+    let mut sizes = Vec::new();
+    for _ in 0..layers {
+        sizes.push(current.len());
+        let next = expand_layer(p, &current, &previous, 0..current.len(), &control).unwrap();
+        previous = std::mem::replace(&mut current, next);
+    }
+    sizes
+}
+
+/// The sizes of the first `layers` layers of `p` by buckets (three a layer,
+/// gathered again into one for the next), each equal to the single-process
+/// search's.
+fn layers_by_buckets_as_by_search(p: &Puzzle, layers: usize) -> Vec<usize> {
+    let control = Control::new();
+    let mut inbox = vec![super::start_bucket(p)];
+    let mut sizes = Vec::new();
+    for (layer, searched) in layers_by_search(p, layers).into_iter().enumerate() {
+        let (states, out) = super::expand_bucket(p, inbox, 3, &control).unwrap();
+        assert_eq!(states, searched as u64, "layer {layer}");
+        sizes.push(searched);
+        inbox = vec![super::LevelBucket {
+            candidates: merge_states(out.iter().map(|b| b.candidates.clone()).collect()),
+            current: merge_states(out.iter().map(|b| b.current.clone()).collect()),
+            previous: merge_states(out.iter().map(|b| b.previous.clone()).collect()),
+        }];
+    }
+    sizes
+}
+
 /// The benchmark puzzle of `examples/` (235,378,560 configurations, too many
 /// for the suite): it parses as documented, and its first layers by buckets
 /// equal the single-process search's first layers.
@@ -750,24 +785,7 @@ fn the_large_example_puzzle_parses_and_starts_as_the_search_does() {
     assert_eq!((p.rows(), p.cols()), (4, 6));
     assert_eq!(p.piece_count(), 14);
     assert_eq!(p.piece_types().len(), 6);
-    // Twelve layers both ways.
-    let control = Control::new();
-    let mut previous: Vec<u128> = Vec::new();
-    let mut current = vec![p.initial_state()];
-    let mut inbox = vec![super::start_bucket(&p)];
-    for _ in 0..12 {
-        let (states, out) = super::expand_bucket(&p, inbox, 3, &control).unwrap();
-        assert_eq!(states, current.len() as u64);
-        inbox = out;
-        let next = expand_layer(&p, &current, &previous, 0..current.len(), &control).unwrap();
-        previous = std::mem::replace(&mut current, next);
-        // Re-gather the three buckets into one for the next layer.
-        inbox = vec![super::LevelBucket {
-            candidates: merge_states(inbox.iter().map(|b| b.candidates.clone()).collect()),
-            current: merge_states(inbox.iter().map(|b| b.current.clone()).collect()),
-            previous: merge_states(inbox.iter().map(|b| b.previous.clone()).collect()),
-        }];
-    }
+    assert_eq!(layers_by_buckets_as_by_search(&p, 12).len(), 12);
 }
 
 /// The benchmark puzzle past 10^9 configurations: the 235m puzzle with one
@@ -784,31 +802,14 @@ fn the_two_billion_example_puzzle_starts_as_the_search_does_within_nine_times_th
     assert_eq!((p.rows(), p.cols()), (4, 6));
     assert_eq!(p.piece_count(), 14);
     assert_eq!(p.piece_types().len(), 7);
-    let control = Control::new();
-    let mut previous: Vec<u128> = Vec::new();
-    let mut current = vec![p.initial_state()];
-    let mut plain_previous: Vec<u128> = Vec::new();
-    let mut plain_current = vec![plain.initial_state()];
-    let mut inbox = vec![super::start_bucket(&p)];
+    let marked = layers_by_buckets_as_by_search(&p, 12);
     let mut unmarked_so_far = 0;
-    for layer in 0..12 {
-        let (states, out) = super::expand_bucket(&p, inbox, 3, &control).unwrap();
-        assert_eq!(states, current.len() as u64, "layer {layer}");
-        inbox = vec![super::LevelBucket {
-            candidates: merge_states(out.iter().map(|b| b.candidates.clone()).collect()),
-            current: merge_states(out.iter().map(|b| b.current.clone()).collect()),
-            previous: merge_states(out.iter().map(|b| b.previous.clone()).collect()),
-        }];
-        let (marked, unmarked) = (current.len(), plain_current.len());
+    for (layer, (&marked, unmarked)) in marked.iter().zip(layers_by_search(&plain, 12)).enumerate()
+    {
         unmarked_so_far += unmarked;
         assert!(
             unmarked <= marked && marked <= 9 * unmarked_so_far,
             "layer {layer}: {marked} configurations against {unmarked} ({unmarked_so_far} so far)"
         );
-        let next = expand_layer(&p, &current, &previous, 0..current.len(), &control).unwrap();
-        previous = std::mem::replace(&mut current, next);
-        let all = 0..plain_current.len();
-        let next = expand_layer(&plain, &plain_current, &plain_previous, all, &control).unwrap();
-        plain_previous = std::mem::replace(&mut plain_current, next);
     }
 }

@@ -26,16 +26,23 @@ pub fn bucket_of(key: u128, buckets: u32) -> u32 {
 /// The buckets of the next level of a frontier plan: `fixed` when the spec
 /// gives it, else one per `per_bucket` states of `states` (the size of the
 /// level just found), from 1 to `max`, spread over the `slots` of the live
-/// workers: a level worth splitting (shards of a quarter of `per_bucket` or
+/// workers: a level worth splitting (shards of `worth_a_shard` states or
 /// more) gets a shard per slot at least, and more shards than slots come in
 /// whole rounds of them, so no slot idles while another runs a second shard.
-pub fn bucket_count(states: u64, per_bucket: u64, fixed: u32, max: u32, slots: u32) -> u32 {
+pub fn bucket_count(
+    states: u64,
+    per_bucket: u64,
+    worth_a_shard: u64,
+    fixed: u32,
+    max: u32,
+    slots: u32,
+) -> u32 {
     if fixed > 0 {
         return fixed;
     }
     let slots = u64::from(slots.max(1));
     let by_size = states.div_ceil(per_bucket);
-    let worth_splitting = states / (per_bucket / 4).max(1);
+    let worth_splitting = states / worth_a_shard.max(1);
     let mut count = by_size.max(slots.min(worth_splitting));
     if count > slots {
         count = count.div_ceil(slots) * slots;
@@ -204,24 +211,28 @@ mod tests {
         let per = 1_000_000;
         // With one slot (or none known): one bucket per `per` states.
         for slots in [0, 1] {
-            assert_eq!(bucket_count(0, per, 0, 64, slots), 1);
-            assert_eq!(bucket_count(900_000, per, 0, 64, slots), 1);
-            assert_eq!(bucket_count(2_500_000, per, 0, 64, slots), 3);
+            assert_eq!(bucket_count(0, per, per / 4, 0, 64, slots), 1);
+            assert_eq!(bucket_count(900_000, per, per / 4, 0, 64, slots), 1);
+            assert_eq!(bucket_count(2_500_000, per, per / 4, 0, 64, slots), 3);
         }
         // A level too small to be worth splitting stays whole.
-        assert_eq!(bucket_count(200_000, per, 0, 64, 8), 1);
+        assert_eq!(bucket_count(200_000, per, per / 4, 0, 64, 8), 1);
         // Worth splitting: a shard per slot, up to shards of a quarter of `per`.
-        assert_eq!(bucket_count(900_000, per, 0, 64, 2), 2);
-        assert_eq!(bucket_count(900_000, per, 0, 64, 8), 3);
+        assert_eq!(bucket_count(900_000, per, per / 4, 0, 64, 2), 2);
+        assert_eq!(bucket_count(900_000, per, per / 4, 0, 64, 8), 3);
+        // A plan whose shards are worth it at fewer states splits smaller levels.
+        assert_eq!(bucket_count(200_000, per, 50_000, 0, 64, 2), 2);
+        assert_eq!(bucket_count(200_000, per, 50_000, 0, 64, 8), 4);
+        assert_eq!(bucket_count(40_000, per, 50_000, 0, 64, 8), 1);
         // More shards than slots come in whole rounds.
-        assert_eq!(bucket_count(2_500_000, per, 0, 64, 2), 4);
-        assert_eq!(bucket_count(9_500_000, per, 0, 64, 4), 12);
+        assert_eq!(bucket_count(2_500_000, per, per / 4, 0, 64, 2), 4);
+        assert_eq!(bucket_count(9_500_000, per, per / 4, 0, 64, 4), 12);
         // The most buckets and a count the spec fixes win.
-        assert_eq!(bucket_count(u64::MAX, per, 0, 64, 3), 64);
-        assert_eq!(bucket_count(9_500_000, per, 5, 64, 4), 5);
+        assert_eq!(bucket_count(u64::MAX, per, per / 4, 0, 64, 3), 64);
+        assert_eq!(bucket_count(9_500_000, per, per / 4, 5, 64, 4), 5);
         for states in (0..40).map(|i| i * 250_001) {
             for slots in 0..6 {
-                let n = bucket_count(states, per, 0, 64, slots);
+                let n = bucket_count(states, per, per / 4, 0, 64, slots);
                 assert!(
                     n >= states.div_ceil(per).max(1) as u32,
                     "never fewer than the size asks"

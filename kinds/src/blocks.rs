@@ -178,7 +178,14 @@ fn buckets_after(spec: &BlocksSpec, states: u64, slots: u32, slot_memory: u64) -
         MIN_STATES_PER_BUCKET,
         STATES_PER_BUCKET,
     );
-    bucket_count(states, per_bucket, spec.buckets, MAX_BUCKETS, slots)
+    bucket_count(
+        states,
+        per_bucket,
+        per_bucket / 4,
+        spec.buckets,
+        MAX_BUCKETS,
+        slots,
+    )
 }
 
 fn layer_shards(layer: u32, buckets: u32, buckets_out: u32) -> Vec<Planned<BlocksTask>> {

@@ -292,6 +292,7 @@ fn buckets_after(spec: &PegsSpec, positions: u64, slots: u32) -> u32 {
     bucket_count(
         positions,
         POSITIONS_PER_BUCKET,
+        POSITIONS_PER_BUCKET / 4,
         spec.buckets,
         MAX_BUCKETS,
         slots,

@@ -37,8 +37,9 @@ const BOARDS_PER_BUCKET: u64 = 2_000_000;
 /// million boards in 4 buckets, about 400 bytes a board; with room to spare).
 const SHARD_BYTES_PER_BOARD: u64 = 500;
 
-/// The fewest boards per shard the plan sizes to a small worker: below it,
-/// the runner's cost per shard would outweigh the shard.
+/// The fewest boards per shard the plan sizes to a small worker, and the
+/// fewest for which a level is spread over the live slots: below it, the
+/// runner's cost per shard would outweigh the shard.
 const MIN_BOARDS_PER_BUCKET: u64 = 50_000;
 
 /// Most boards of a level per shard of the next level; a level beyond it
@@ -91,6 +92,7 @@ fn next_buckets(spec: &SlidersSpec, level_size: u64, slots: u32, slot_memory: u6
     bucket_count(
         level_size.saturating_mul(2),
         per_bucket,
+        MIN_BOARDS_PER_BUCKET,
         spec.buckets,
         MAX_BUCKETS,
         slots,

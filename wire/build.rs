@@ -24,6 +24,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .codec_path("crate::codec::StrictCodec")
+        // Stage output travels in 1 MiB chunks: as `Bytes`, a sender slices
+        // one buffer and a report's copies share it instead of copying it.
+        .bytes(".tally.v1.OutputChunk.data")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -413,7 +413,12 @@ async fn receive_report(
         }
     };
     require_worker_id(&header.worker_id)?;
-    let mut parts = ReportParts::default();
+    let mut parts = ReportParts {
+        // Room for the announced output at once, not grown by copying; never
+        // more than a report may hold, whatever the header says.
+        output: Vec::with_capacity(header.output_bytes.min(MAX_REPORT_BYTES as u64) as usize),
+        ..ReportParts::default()
+    };
     while let Some(message) = stream.next().await {
         parts.add(message?.body)?;
     }

@@ -1047,10 +1047,17 @@ const HOLDER: &str = "bad-input-holder";
 type Evaluations = Vec<(u32, u32)>;
 
 fn header(worker: &str, session: &str, lease: &str) -> Option<Body> {
+    header_announcing(worker, session, lease, 0)
+}
+
+/// A header announcing `output_bytes` of output: only a hint of the room to
+/// make, which a wrong figure must not turn into a refusal or a wrong result.
+fn header_announcing(worker: &str, session: &str, lease: &str, output_bytes: u64) -> Option<Body> {
     Some(Body::Header(proto::ReportHeader {
         worker_id: worker.into(),
         lease_id: lease.into(),
         session: session.into(),
+        output_bytes,
     }))
 }
 
@@ -1067,7 +1074,7 @@ fn result(partial: &impl Serialize) -> Option<Body> {
 }
 
 fn output(data: Vec<u8>) -> Option<Body> {
-    Some(Body::Output(proto::OutputChunk { data }))
+    Some(Body::Output(proto::OutputChunk { data: data.into() }))
 }
 
 fn checkpoint(state: Vec<u8>, partial: Vec<u8>) -> Option<Body> {
@@ -1237,9 +1244,14 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
     let hs = register(&mut w, HOLDER).await;
     let intruder = register(&mut w, "intruder").await;
     let mut held = lease_all(&mut w, &hs).await;
-    for lease in held.iter().filter(|x| x.job_id == l) {
+    for (announced, lease) in [u64::MAX, 1]
+        .into_iter()
+        .cycle()
+        .zip(held.iter().filter(|x| x.job_id == l))
+    {
         let outcome = compute(lease, None);
-        let mut messages = vec![header(HOLDER, &hs, &lease.lease_id)];
+        // More than a report may hold, or less than is sent: a hint only.
+        let mut messages = vec![header_announcing(HOLDER, &hs, &lease.lease_id, announced)];
         messages.push(output(outcome.output));
         messages.push(result(&outcome.partial));
         send(&mut w, messages)

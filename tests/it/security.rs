@@ -165,6 +165,7 @@ async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str
             worker_id: "w".into(),
             lease_id: "job-000001/0/0/1".into(),
             session: session.clone(),
+            output_bytes: 0,
         })),
     };
     vec![

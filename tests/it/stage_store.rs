@@ -386,6 +386,7 @@ async fn run_stages_here(
                         worker_id: worker.into(),
                         lease_id: lease.lease_id.clone(),
                         session: session.clone(),
+                        output_bytes: 0,
                     }),
                     Body::OutputBlob(proto::BlobRef::from(&blob)),
                     Body::Result(proto::ReportResult {

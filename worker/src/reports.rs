@@ -36,6 +36,17 @@ pub(crate) struct ShardResult {
     /// The encoded partial result; empty when the output is all.
     pub partial: Vec<u8>,
     pub work_done: u64,
+    /// What the attempt read, wrote and spilled (logged, not reported).
+    pub io: ShardIo,
+}
+
+/// The bytes of stage data a shard attempt read (0 when its input was
+/// cached) and wrote, and the bytes it spilled past its memory share.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ShardIo {
+    pub read: u64,
+    pub written: u64,
+    pub spilled: u64,
 }
 
 /// How a shard attempt ended, for the final report.
@@ -87,12 +98,14 @@ impl Ending {
     fn body(self) -> Option<Vec<Body>> {
         Some(match self {
             Ending::Done(result) => {
-                let chunks = result.output.chunks(OUTPUT_CHUNK);
+                // Chunks are slices of one buffer: neither this nor a resend copies them.
+                let output = bytes::Bytes::from(result.output);
                 let blob = result.output_blob.map(Body::OutputBlob);
                 let mut messages: Vec<Body> = blob.into_iter().collect();
-                messages.extend(chunks.map(|chunk| {
+                messages.extend((0..output.len()).step_by(OUTPUT_CHUNK).map(|start| {
+                    let end = (start + OUTPUT_CHUNK).min(output.len());
                     Body::Output(proto::OutputChunk {
-                        data: chunk.to_vec(),
+                        data: output.slice(start..end),
                     })
                 }));
                 messages.push(Body::Result(proto::ReportResult {
@@ -135,6 +148,17 @@ impl From<Vec<Body>> for Messages {
             sent: 0,
             rest: messages.into_iter(),
         }
+    }
+}
+
+impl Messages {
+    /// The length of the output chunks among the messages.
+    fn output_bytes(&self) -> u64 {
+        let chunks = self.rest.as_slice().iter().map(|m| match m {
+            Body::Output(chunk) => chunk.data.len() as u64,
+            _ => 0,
+        });
+        chunks.sum()
     }
 }
 
@@ -181,10 +205,12 @@ async fn send_report(
     body: Messages,
 ) -> Result<proto::ReportResponse, tonic::Status> {
     let session = ctx.session();
+    let output_bytes = body.output_bytes();
     let header = Body::Header(proto::ReportHeader {
         worker_id: ctx.config.worker_id.clone(),
         lease_id: lease_id.to_string(),
         session: session.clone(),
+        output_bytes,
     });
     let stream = tokio_stream::iter(std::iter::once(header).chain(body).map(message));
     match ctx.client().report(stream).await {

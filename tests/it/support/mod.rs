@@ -289,6 +289,7 @@ pub fn result_report(
             worker_id: worker.into(),
             lease_id: lease.lease_id.clone(),
             session: session.into(),
+            output_bytes: 0,
         }),
         Body::Result(proto::ReportResult {
             partial: outcome.partial.to_bytes(),

@@ -477,11 +477,14 @@ fn frontier_budget(board: &str, start: Option<&str>) {
         .chain(&["--json"])
         .map(|a| a.to_string())
         .collect();
+    let run_dir = tempfile::tempdir().unwrap();
+    let run_log = run_dir.path().join("run.log");
     let started = Instant::now();
     let child = tally()
         .args(&run)
+        .env("TALLY_LOG", "info")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&run_log).unwrap())
         .spawn()
         .unwrap();
     let (out, rss, cpu) = wait_with_usage(child);
@@ -496,6 +499,7 @@ fn frontier_budget(board: &str, start: Option<&str>) {
         rss as f64 / 1e9
     );
     println!("  level sizes: {}", details["levels"]);
+    print_stage_io(&run_log);
     if let Some(finals) = details["by_final_hole"].as_object() {
         let by_hole: Vec<String> = finals
             .iter()
@@ -529,12 +533,7 @@ fn frontier_budget(board: &str, start: Option<&str>) {
             c.answer, answer,
             "the cluster and the embedded run disagree"
         );
-        let spilled: u64 = std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split("spilled=").nth(1))
-            .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .sum();
+        let spilled: u64 = stage_io(&log).iter().map(|io| io.spilled).sum();
         let cpus: Vec<String> = c.worker_cpu.iter().map(|t| format!("{t:.1} s")).collect();
         println!(
             "  {} worker process(es) of --memory-budget 3GiB: {:.1} s; CPU coordinator {:.1} s, workers {}; \
@@ -547,7 +546,66 @@ fn frontier_budget(board: &str, start: Option<&str>) {
             c.worker_peaks(1e9, "GB", 2),
             spilled as f64 / 1e9
         );
+        print_stage_io(&log);
     }
+}
+
+/// Bytes of stage data one stage's shards read and wrote, and spilled.
+#[derive(Clone, Copy, Default)]
+struct StageIo {
+    read: u64,
+    written: u64,
+    spilled: u64,
+}
+
+/// Each stage's bytes, from the workers' `shard finished` lines in `log`
+/// (the stage is the second field of the lease id).
+fn stage_io(log: &std::path::Path) -> Vec<StageIo> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let field = |line: &str, name: &str| -> Option<String> {
+        let value = line.split(&format!(" {name}=")).nth(1)?;
+        Some(value.split_whitespace().next()?.to_string())
+    };
+    let mut stages: Vec<StageIo> = Vec::new();
+    for line in text.lines().filter(|l| l.contains("shard finished")) {
+        let Some(stage) =
+            field(line, "lease").and_then(|lease| lease.split('/').nth(1)?.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let bytes = |name| field(line, name).and_then(|v| v.parse::<u64>().ok());
+        if stages.len() <= stage {
+            stages.resize(stage + 1, StageIo::default());
+        }
+        let io = &mut stages[stage];
+        io.read += bytes("read").unwrap_or(0);
+        io.written += bytes("written").unwrap_or(0);
+        io.spilled += bytes("spilled").unwrap_or(0);
+    }
+    stages
+}
+
+/// One line per stage of [`stage_io`]: read, written and spilled in MB.
+fn print_stage_io(log: &std::path::Path) {
+    let mb = |b: u64| b as f64 / 1e6;
+    let stages = stage_io(log);
+    let rows: Vec<String> = stages
+        .iter()
+        .enumerate()
+        .filter(|(_, io)| io.read + io.written + io.spilled > 0)
+        .map(|(s, io)| {
+            format!(
+                "{s}: {:.1}/{:.1}/{:.1}",
+                mb(io.read),
+                mb(io.written),
+                mb(io.spilled)
+            )
+        })
+        .collect();
+    println!(
+        "  stage data per stage (the first holds the thin levels), MB read/written/spilled: {}",
+        rows.join(", ")
+    );
 }
 
 struct Cluster {

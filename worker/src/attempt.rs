@@ -24,7 +24,15 @@ pub(crate) async fn run_shard(
         Ending::Done(result) => {
             ctx.stats
                 .record_completed(started.elapsed(), result.work_done);
-            tracing::info!(lease = %lease_id, seconds = started.elapsed().as_secs_f64(), "shard finished");
+            let io = result.io;
+            tracing::info!(
+                lease = %lease_id,
+                seconds = started.elapsed().as_secs_f64(),
+                read = io.read,
+                written = io.written,
+                spilled = io.spilled,
+                "shard finished"
+            );
         }
         Ending::Failed { message, .. } => {
             ctx.stats.record_failed();

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::backoff::Backoff;
 use crate::context::{Context, ShardHandle};
 use crate::error::Result;
-use crate::reports::{self, Checkpoint, ShardResult};
+use crate::reports::{self, Checkpoint, ShardIo, ShardResult};
 use crate::spill::{FileSpill, Gathering};
 
 /// Computes the shard of `lease`: its checkpoints are sent while it runs, and
@@ -47,10 +47,11 @@ pub(crate) async fn compute_shard(
     }
     let stage_store = ctx.stage_store()?;
     let reads = spec.stage_reads(lease.stage, &task)?;
-    let input = if reads.is_empty() {
-        None
+    let (input, read) = if reads.is_empty() {
+        (None, 0)
     } else {
-        Some(stage_input(ctx, &spec, &lease.job_id, reads, handle).await?)
+        let (input, read) = stage_input(ctx, &spec, &lease.job_id, reads, handle).await?;
+        (Some(input), read)
     };
     let checkpoint = if let Some(blob) = &lease.checkpoint_blob {
         let store = stage_store.as_ref().ok_or_else(|| {
@@ -92,6 +93,11 @@ pub(crate) async fn compute_shard(
         spec.fault_injection()
             .corrupt_for_testing(&mut outcome.partial)?;
     }
+    let io = ShardIo {
+        read,
+        written: outcome.output.len() as u64,
+        spilled,
+    };
     // With a stage store, the output goes there under this attempt's own key.
     let (output, output_blob) = match stage_store {
         Some(store) if !outcome.output.is_empty() => {
@@ -108,6 +114,7 @@ pub(crate) async fn compute_shard(
         output_blob,
         partial: outcome.partial.to_bytes(),
         work_done: outcome.work_done,
+        io,
     })
 }
 
@@ -214,22 +221,22 @@ async fn stage_input(
     job: &str,
     reads: Vec<StageRead>,
     handle: &Arc<ShardHandle>,
-) -> Result<StageInput> {
+) -> Result<(StageInput, u64)> {
     let mut cached = ctx.stage_cache.lock().await;
     if let Some(((j, r), data)) = cached.as_ref()
         && j == job
         && *r == reads
     {
-        return Ok(data.clone());
+        return Ok((data.clone(), 0));
     }
-    let (data, in_files) = fetch_stage_input(ctx, spec, job, &reads, handle, 0).await?;
+    let (data, in_files, read) = fetch_stage_input(ctx, spec, job, &reads, handle, 0).await?;
     // An input in files is one shard's (a bucket of a level): kept no longer
     // than that shard needs it.
     *cached = match in_files {
         false => Some(((job.to_string(), reads), data.clone())),
         true => None,
     };
-    Ok(data)
+    Ok((data, read))
 }
 
 /// The part of a worker's memory budget one shard may use.
@@ -241,7 +248,7 @@ fn memory_share(ctx: &Context) -> u64 {
 /// computed again on the way (see [`recompute_output`]). Read as it arrives,
 /// in pieces: for a kind that reads its input as a stream, a part past a
 /// quarter of the shard's memory share goes to a file in the spill directory
-/// instead of memory (and whether one did is returned).
+/// instead of memory (and whether one did is returned, with the bytes read).
 async fn fetch_stage_input(
     ctx: &Context,
     spec: &ValidSpec,
@@ -249,7 +256,7 @@ async fn fetch_stage_input(
     reads: &[StageRead],
     handle: &Arc<ShardHandle>,
     depth: u32,
-) -> Result<(StageInput, bool)> {
+) -> Result<(StageInput, bool, u64)> {
     let control = &handle.control;
     let store = ctx.stage_store()?;
     let in_memory = spec.streams_stage_input().then(|| memory_share(ctx) / 4);
@@ -276,9 +283,10 @@ async fn fetch_stage_input(
         in_files |= in_file;
         parts.push(part);
     }
+    let read = parts.iter().map(|p| p.len()).sum();
     let spec = spec.clone();
     let decoded = ctx.pool.run(move || spec.decode_stored_inputs(parts));
-    Ok((computed(decoded).await?, in_files))
+    Ok((computed(decoded).await?, in_files, read))
 }
 
 /// Bytes read from the stage store at once: a few of these per reader are in

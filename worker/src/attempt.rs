@@ -22,6 +22,11 @@ pub(crate) async fn run_shard(
     let ending = Ending::of(computed, handle.is_revoked(), handle.control.is_cancelled());
     match &ending {
         Ending::Done(result) => {
+            // An output held for the report that is small next to the slot's
+            // share leaves room for the next shard while it travels.
+            if result.output.len() as u64 <= execute::memory_share(&ctx) / 8 {
+                ctx.reporting(lease_id);
+            }
             ctx.stats
                 .record_completed(started.elapsed(), result.work_done);
             let io = result.io;

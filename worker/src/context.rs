@@ -84,6 +84,9 @@ pub(crate) struct ShardHandle {
     /// Set when the coordinator no longer wants this attempt (revoked lease,
     /// refused report): the shard then stops without a final report.
     revoked: AtomicBool,
+    /// Set once the shard is computed and only its final report is on its
+    /// way: its lease is still renewed, but its slot may run the next shard.
+    reporting: AtomicBool,
 }
 
 impl ShardHandle {
@@ -289,6 +292,15 @@ impl Context {
         self.slot_freed.notify_one();
     }
 
+    /// The shard of `lease_id` is computed and only its report is on its way:
+    /// its slot may lease the next shard meanwhile (see [`Self::free_slots`]).
+    pub(crate) fn reporting(&self, lease_id: &str) {
+        if let Some(shard) = self.active.lock().get(lease_id) {
+            shard.reporting.store(true, Ordering::Relaxed);
+        }
+        self.slot_freed.notify_one();
+    }
+
     pub(crate) async fn slot_freed(&self) {
         self.slot_freed.notified().await
     }
@@ -297,8 +309,17 @@ impl Context {
         self.active.lock().len()
     }
 
+    /// Slots without a shard to compute. A shard whose report is on its way
+    /// holds no slot, so the next lease and input fetch overlap the report's
+    /// round trip; but at most one such report a slot, so that reports held
+    /// up (the coordinator unreachable) stop the leasing instead of piling up.
     pub(crate) fn free_slots(&self) -> usize {
-        self.config.slots.saturating_sub(self.running())
+        let active = self.active.lock();
+        let reporting = active
+            .values()
+            .filter(|h| h.reporting.load(Ordering::Relaxed))
+            .count();
+        free_slots(self.config.slots, active.len() - reporting, reporting)
     }
 
     /// The work done so far by each running shard, by lease id.
@@ -335,9 +356,46 @@ impl Context {
     }
 }
 
+/// Free slots of `slots` with `computing` shards running and `reporting`
+/// shards computed whose reports are on their way (one of those a slot is
+/// free of charge).
+fn free_slots(slots: usize, computing: usize, reporting: usize) -> usize {
+    slots.saturating_sub(computing + reporting.saturating_sub(slots))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_on_its_way_frees_its_slot_once_a_slot() {
+        assert_eq!(free_slots(2, 0, 0), 2);
+        assert_eq!(free_slots(2, 2, 0), 0);
+        // Computed shards reporting leave their slots to the next shards...
+        assert_eq!(free_slots(2, 1, 1), 1);
+        assert_eq!(free_slots(2, 0, 2), 2);
+        assert_eq!(free_slots(2, 2, 2), 0);
+        // ...but reports held up beyond one a slot take slots again.
+        assert_eq!(free_slots(2, 0, 3), 1);
+        assert_eq!(free_slots(2, 1, 3), 0);
+        assert_eq!(free_slots(2, 0, 9), 0);
+        for slots in 1..5 {
+            for computing in 0..=slots {
+                for reporting in 0..3 * slots {
+                    let free = free_slots(slots, computing, reporting);
+                    assert!(
+                        computing + free <= slots,
+                        "never more shards computing than slots"
+                    );
+                    let held = computing + reporting;
+                    assert!(
+                        held + free <= (2 * slots).max(held),
+                        "leasing never takes a worker past two leases a slot"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn heartbeats_come_three_times_per_shortest_lease() {

@@ -240,7 +240,7 @@ async fn stage_input(
 }
 
 /// The part of a worker's memory budget one shard may use.
-fn memory_share(ctx: &Context) -> u64 {
+pub(crate) fn memory_share(ctx: &Context) -> u64 {
     ctx.config.memory_budget / ctx.config.slots.max(1) as u64
 }
 

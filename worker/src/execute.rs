@@ -84,10 +84,8 @@ pub(crate) async fn compute_shard(
         spill: ctx.spill.attempt(),
     };
     let (mut outcome, spilled) = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
-    if spilled > 0 {
-        ctx.stats.spilled_bytes.add(spilled);
-        tracing::info!(lease = %lease.lease_id, spilled, "the shard spilled past its memory share");
-    }
+    // Logged with the shard's other bytes when it finishes (`ShardIo`).
+    ctx.stats.spilled_bytes.add(spilled);
     let _ = forwarder.await;
     if ctx.config.corrupt_results {
         spec.fault_injection()

@@ -26,7 +26,7 @@ use crate::shared::{Shared, now_ms};
 /// Longest long-poll a worker may ask for.
 pub const MAX_LEASE_WAIT: Duration = Duration::from_secs(30);
 /// Largest report (stage output included) the coordinator accepts.
-pub const MAX_REPORT_BYTES: usize = 1 << 30;
+pub const MAX_REPORT_BYTES: usize = tally_wire::limits::MAX_REPORT_OUTPUT_BYTES;
 pub const HEARTBEAT_INTERVAL_MS: u64 = 1_000;
 
 #[derive(Clone)]

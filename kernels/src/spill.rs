@@ -9,6 +9,11 @@
 //!
 //! A shard's input too may be larger than its share: the worker then writes
 //! it to a file as it arrives and the kernel reads it by ranges ([`Stored`]).
+//! So may its output: a shard that spilled writes its output as a run too,
+//! and hands it on as [`StageOutput::Stored`], which the worker uploads from
+//! the file without reading it into memory.
+
+use std::sync::Arc;
 
 use crate::{Error, Result};
 
@@ -23,6 +28,61 @@ pub trait Spill: Send {
     fn read_at(&self, run: u32, offset: u64, buf: &mut [u8]) -> Result<usize>;
     /// Bytes written to every run so far.
     fn bytes_written(&self) -> u64;
+    /// The ended run `run` as bytes that outlive the spill: a shard's output
+    /// written as a run, handed on without being read into memory.
+    fn keep_run(&self, run: u32) -> Result<Arc<dyn Stored>>;
+}
+
+/// What a shard hands to the next stage: bytes in memory, or (for an output
+/// larger than the shard may hold) a run of its spill.
+#[derive(Clone)]
+pub enum StageOutput {
+    Bytes(Vec<u8>),
+    Stored(Arc<dyn Stored>),
+}
+
+impl StageOutput {
+    pub fn len(&self) -> u64 {
+        match self {
+            StageOutput::Bytes(bytes) => bytes.len() as u64,
+            StageOutput::Stored(stored) => stored.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The output in memory: read whole if it was stored.
+    pub fn into_bytes(self) -> Result<Vec<u8>> {
+        match self {
+            StageOutput::Bytes(bytes) => Ok(bytes),
+            StageOutput::Stored(stored) => stored.read_range(0..stored.len()),
+        }
+    }
+}
+
+impl From<Vec<u8>> for StageOutput {
+    fn from(bytes: Vec<u8>) -> Self {
+        StageOutput::Bytes(bytes)
+    }
+}
+
+impl Default for StageOutput {
+    fn default() -> Self {
+        StageOutput::Bytes(Vec::new())
+    }
+}
+
+impl std::fmt::Debug for StageOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StageOutput::Bytes(bytes) => write!(f, "StageOutput::Bytes({} bytes)", bytes.len()),
+            StageOutput::Stored(stored) => {
+                write!(f, "StageOutput::Stored({} bytes)", stored.len())
+            }
+        }
+    }
 }
 
 /// What a shard may use besides its input and output: `memory` bytes for its
@@ -66,6 +126,14 @@ impl Spill for MemorySpill {
 
     fn bytes_written(&self) -> u64 {
         self.written
+    }
+
+    fn keep_run(&self, run: u32) -> Result<Arc<dyn Stored>> {
+        let run = self
+            .runs
+            .get(run as usize)
+            .ok_or_else(|| Error::Internal(format!("spill: no run {run}")))?;
+        Ok(Arc::new(run.clone()))
     }
 }
 

@@ -440,7 +440,7 @@ impl JobKind for Blocks {
             run.control.add_work(1);
             let buckets: Vec<Vec<u8>> = out.iter().map(LevelBucket::encode).collect();
             return Ok(Outcome {
-                output: encode_buckets(&buckets),
+                output: encode_buckets(&buckets).into(),
                 partial: BlocksPartial::Layers {
                     sizes,
                     buckets: buckets.len() as u32,
@@ -454,7 +454,7 @@ impl JobKind for Blocks {
         let count = blocks::count_reachable(&puzzle, 1, &inner)?;
         run.control.add_work(1);
         Ok(Outcome {
-            output: Vec::new(),
+            output: crate::StageOutput::default(),
             partial: BlocksPartial::BlocksCount {
                 configurations: count.configurations,
                 layers: count.layers,

@@ -162,7 +162,7 @@ impl JobKind for Kayles {
             .value()
             .ok_or_else(|| Error::Internal("kayles series finished without a value".into()))?;
         Ok(Outcome {
-            output: Vec::new(),
+            output: crate::StageOutput::default(),
             partial: KaylesPartial::KaylesCharacter { character, value },
             work_done: work(series.target() as u64),
         })

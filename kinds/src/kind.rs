@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::cache::KernelCache;
-use crate::{Control, Result, Room, Stored};
+use crate::{Control, Result, Room, StageOutput, Stored};
 use tally_wire::proto;
 
 /// Default interval between checkpoints of a running shard.
@@ -315,7 +315,7 @@ pub struct StageRead {
 #[derive(Debug)]
 pub struct Outcome<P> {
     /// Stage data for the next stage, else empty.
-    pub output: Vec<u8>,
+    pub output: StageOutput,
     pub partial: P,
     pub work_done: u64,
 }

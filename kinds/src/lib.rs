@@ -44,5 +44,5 @@ pub mod values;
 pub mod wasm;
 
 pub use registry::{KINDS, lookup, names};
-pub use tally_kernels::spill::{MemorySpill, Room, Spill, Stored};
+pub use tally_kernels::spill::{MemorySpill, Room, Spill, StageOutput, Stored};
 pub use tally_kernels::{Control, Error, Result, invalid};

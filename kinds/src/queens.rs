@@ -125,7 +125,7 @@ impl JobKind for Queens {
             run.control.add_work(1);
         }
         Ok(Outcome {
-            output: Vec::new(),
+            output: crate::StageOutput::default(),
             partial: QueensPartial::QueensCount {
                 prefixes: prefixes.len() as u32,
                 solutions,

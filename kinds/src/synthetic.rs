@@ -165,7 +165,7 @@ impl JobKind for Synthetic {
             run.control.add_work(block);
         }
         Ok(Outcome {
-            output: Vec::new(),
+            output: crate::StageOutput::default(),
             partial: SyntheticPartial::SyntheticSum { terms: count, sum },
             work_done: count,
         })

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::{Result, invalid};
+use crate::{Result, StageOutput, invalid};
 
 macro_rules! encoded_value {
     ($(#[$doc:meta])* $ty:ident, $what:literal) => {
@@ -120,7 +120,7 @@ pub struct ShardEvent {
 #[derive(Debug)]
 pub struct ShardOutcome {
     /// Stage data for the next stage, else empty.
-    pub output: Vec<u8>,
+    pub output: StageOutput,
     pub partial: EncodedPartial,
     pub work_done: u64,
 }

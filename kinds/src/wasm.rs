@@ -378,7 +378,7 @@ impl JobKind for Wasm {
         // checks them again (`check_result`) before it accepts them.
         let residues = module.0.run(&call, &mut hooks)?;
         Ok(Outcome {
-            output: Vec::new(),
+            output: crate::StageOutput::default(),
             partial: WasmPartial { residues },
             work_done: WORK_UNITS,
         })

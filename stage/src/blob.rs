@@ -10,6 +10,7 @@
 use std::ops::Range;
 
 use sha2::{Digest, Sha256};
+use tally_kinds::{Error as KindError, Stored};
 
 use crate::error::{Result, StageError};
 
@@ -115,6 +116,29 @@ pub fn index(data: &[u8]) -> (Vec<u8>, [u8; 32]) {
     }
     let digest = Sha256::digest(&index).into();
     (index, digest)
+}
+
+/// [`index`] of bytes read by ranges (a shard's output in a file), read
+/// once in order.
+pub fn index_stored(data: &dyn Stored) -> std::result::Result<(Vec<u8>, [u8; 32]), KindError> {
+    let len = data.len();
+    let chunks = len.div_ceil(CHUNK) as usize;
+    let mut index = Vec::with_capacity(HEADER as usize + 32 * chunks);
+    index.extend_from_slice(MAGIC);
+    index.extend_from_slice(&(CHUNK as u32).to_le_bytes());
+    index.extend_from_slice(&len.to_le_bytes());
+    // Many chunks a read: the file is read in large sequential pieces.
+    let step = 64 * CHUNK;
+    let mut at = 0;
+    while at < len {
+        let piece = data.read_range(at..(at + step).min(len))?;
+        for chunk in piece.chunks(CHUNK as usize) {
+            index.extend_from_slice(&Sha256::digest(chunk));
+        }
+        at += piece.len() as u64;
+    }
+    let digest = Sha256::digest(&index).into();
+    Ok((index, digest))
 }
 
 /// A blob's index, checked against the committed reference.

@@ -15,7 +15,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::{Path, PathPart};
 use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
-use tally_kinds::Control;
+use tally_kinds::{Control, Stored};
 use tally_wire::lease::LeaseId;
 
 use crate::blob::{self, BlobRef, Index};
@@ -46,6 +46,8 @@ pub struct StageStore {
     /// Fault injection for tests: write every blob in two parts, pausing
     /// this long between them.
     mid_upload_pause: Duration,
+    /// The parts [`StageStore::put_stored`] reads and uploads.
+    part: usize,
 }
 
 impl std::fmt::Debug for StageStore {
@@ -90,6 +92,7 @@ impl StageStore {
             place,
             patience: DEFAULT_PATIENCE,
             mid_upload_pause: Duration::ZERO,
+            part: PART,
         }))
     }
 
@@ -157,6 +160,65 @@ impl StageStore {
                     write.wait_for_capacity(2).await?;
                     written += piece.len();
                     write.put(piece);
+                }
+                write.finish().await.map(|_| ())
+            }
+        })
+        .await?;
+        Ok(BlobRef {
+            key: key.to_string(),
+            size,
+            digest,
+        })
+    }
+
+    /// Writes the bytes of `data` (a shard's output in a file) as the blob
+    /// `key`, as [`StageStore::put`] does, reading them in parts: never more
+    /// than a few parts in memory.
+    pub async fn put_stored(
+        &self,
+        key: &str,
+        data: Arc<dyn Stored>,
+        control: &Control,
+    ) -> Result<BlobRef> {
+        let (len, part) = (data.len(), self.part);
+        if len <= part as u64 {
+            let bytes = read_stored(data, 0..len).await?;
+            return self.put(key, bytes, control).await;
+        }
+        let (index, digest) = {
+            let data = data.clone();
+            tokio::task::spawn_blocking(move || blob::index_stored(&*data))
+                .await
+                .map_err(|e| StageError::Unavailable(format!("indexing {key}: {e}")))?
+                .map_err(|e| StageError::Unavailable(format!("indexing {key}: {e}")))?
+        };
+        let index = bytes::Bytes::from(index);
+        let size = index.len() as u64 + len;
+        let path = parse_key(key)?;
+        self.patiently("write", key, control, || {
+            let (path, index, data, inner) = (
+                path.clone(),
+                index.clone(),
+                data.clone(),
+                self.inner.clone(),
+            );
+            async move {
+                let upload = inner.put_multipart(&path).await?;
+                let mut write = WriteMultipart::new_with_chunk_size(upload, part);
+                write.put(index);
+                let mut at = 0;
+                while at < len {
+                    let end = (at + part as u64).min(len);
+                    let piece = read_stored(data.clone(), at..end).await.map_err(|e| {
+                        object_store::Error::Generic {
+                            store: LOCAL_READ,
+                            source: Box::new(e),
+                        }
+                    })?;
+                    write.wait_for_capacity(2).await?;
+                    write.put(piece);
+                    at = end;
                 }
                 write.finish().await.map(|_| ())
             }
@@ -480,6 +542,10 @@ impl StageStore {
                     reading.line
                 ))
             }
+            // The worker's own file, not the store: trying again cannot help.
+            object_store::Error::Generic {
+                store: LOCAL_READ, ..
+            } => Failure::Final(StageError::Unavailable(format!("{what} {key}: {error}"))),
             object_store::Error::NotFound { .. } => Failure::Final(StageError::Corrupt {
                 key: key.to_string(),
                 why: "it is missing from the store".into(),
@@ -507,6 +573,24 @@ impl StageStore {
     /// endpoint and the variable that named it.
     pub fn place(&self) -> &str {
         &self.place
+    }
+}
+
+/// The `store` of an upload's error that is a failed read of the local
+/// bytes being written.
+const LOCAL_READ: &str = "the local file being uploaded";
+
+/// The bytes `range` of `data`, read on a blocking thread.
+async fn read_stored(data: Arc<dyn Stored>, range: Range<u64>) -> Result<bytes::Bytes> {
+    let read = tokio::task::spawn_blocking(move || data.read_range(range)).await;
+    match read {
+        Ok(Ok(bytes)) => Ok(bytes::Bytes::from(bytes)),
+        Ok(Err(e)) => Err(StageError::Unavailable(format!(
+            "reading a local file: {e}"
+        ))),
+        Err(e) => Err(StageError::Unavailable(format!(
+            "reading a local file: {e}"
+        ))),
     }
 }
 
@@ -672,6 +756,74 @@ mod tests {
         assert!(store.list(None).await.unwrap().is_empty());
     }
 
+    /// Bytes that fail to be read past `fails_from`.
+    struct Unreadable {
+        bytes: Vec<u8>,
+        fails_from: u64,
+    }
+
+    impl Stored for Unreadable {
+        fn len(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> tally_kinds::Result<usize> {
+            if offset + buf.len() as u64 > self.fails_from {
+                return Err(tally_kinds::Error::Failed("the disk is gone".into()));
+            }
+            self.bytes.read_at(offset, buf)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stored_output_is_written_in_parts_as_the_same_blob() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = file_store(dir.path());
+        store.part = 64 * 1024;
+        let control = Control::default();
+        let buckets: Vec<Vec<u8>> = (0..7u32)
+            .map(|b| (0..50_000 * b + 3).map(|i| (i * 7 + b) as u8).collect())
+            .collect();
+        let output = tally_kernels::buckets::encode_buckets(&buckets);
+        assert!(output.len() > 10 * store.part, "{} bytes", output.len());
+        let whole = store
+            .put("a/whole", output.clone(), &control)
+            .await
+            .unwrap();
+        let stored: Arc<dyn Stored> = Arc::new(output.clone());
+        let parts = store.put_stored("a/parts", stored, &control).await.unwrap();
+        assert_eq!((parts.size, parts.digest), (whole.size, whole.digest));
+        assert_eq!(
+            std::fs::read(dir.path().join("a/parts")).unwrap(),
+            std::fs::read(dir.path().join("a/whole")).unwrap()
+        );
+        assert_eq!(store.read(&parts, &control).await.unwrap(), output);
+        for (q, bucket) in buckets.iter().enumerate() {
+            let read = store.read_bucket(&parts, q as u32, &control).await.unwrap();
+            assert_eq!(&read, bucket, "bucket {q}");
+        }
+        // Small enough for one part: the same blob too.
+        let small: Arc<dyn Stored> = Arc::new(buckets[1].clone());
+        let one = store.put_stored("a/one", small, &control).await.unwrap();
+        assert_eq!(store.read(&one, &control).await.unwrap(), buckets[1]);
+
+        // Bytes that cannot be read fail the write at once, and nothing is
+        // committed under the key.
+        let len = output.len() as u64;
+        for fails_from in [0, len / 2] {
+            let broken: Arc<dyn Stored> = Arc::new(Unreadable {
+                bytes: output.clone(),
+                fails_from,
+            });
+            let err = store
+                .put_stored("a/broken", broken, &control)
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains("the disk is gone"), "{err}");
+            assert!(!dir.path().join("a/broken").exists());
+        }
+    }
+
     #[tokio::test]
     async fn the_files_of_uploads_cut_short_are_removed_once_idle() {
         let dir = tempfile::tempdir().unwrap();
@@ -753,6 +905,7 @@ mod tests {
             place: format!("bucket tally-test at http://127.0.0.1:{port}"),
             patience: Duration::from_millis(500),
             mid_upload_pause: Duration::ZERO,
+            part: PART,
         }
     }
 

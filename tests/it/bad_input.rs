@@ -1252,7 +1252,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         let outcome = compute(lease, None);
         // More than a report may hold, or less than is sent: a hint only.
         let mut messages = vec![header_announcing(HOLDER, &hs, &lease.lease_id, announced)];
-        messages.push(output(outcome.output));
+        messages.push(output(outcome.output.into_bytes().unwrap()));
         messages.push(result(&outcome.partial));
         send(&mut w, messages)
             .await
@@ -1301,7 +1301,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         prefixes_done: done,
         sums: Default::default(),
     };
-    let step_output = compute(&cl[0], None).output;
+    let step_output = compute(&cl[0], None).output.into_bytes().unwrap();
     let step_polys = hex::check_polynomials(&step_output, 5, hex::DEFAULT_MODULUS).unwrap();
     let stride = 3; // side 2: 2 * 2 / 2 + 1 coefficients
     let sums = |residues: Vec<u32>| HexPartial::HexCrossings { residues };
@@ -2229,7 +2229,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         let outcome = compute(lease, input.as_ref());
         let mut messages = vec![header(HOLDER, &hs, &lease.lease_id)];
         if !outcome.output.is_empty() {
-            messages.push(output(outcome.output));
+            messages.push(output(outcome.output.into_bytes().unwrap()));
         }
         messages.push(result(&outcome.partial));
         send(&mut w, messages)

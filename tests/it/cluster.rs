@@ -1198,7 +1198,7 @@ fn batched_result(spec: &JobSpec, lease: &proto::ShardLease) -> proto::BatchedRe
         .unwrap();
     proto::BatchedReport {
         lease_id: lease.lease_id.clone(),
-        output: outcome.output,
+        output: outcome.output.into_bytes().unwrap(),
         output_blob: None,
         ending: Some(proto::batched_report::Ending::Result(proto::ReportResult {
             partial: outcome.partial.to_bytes(),

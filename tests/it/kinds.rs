@@ -79,8 +79,9 @@ fn pegs_spec(params: serde_json::Value) -> ValidSpec {
 
 /// A pegs job on a worker with a tiny memory budget, through the coordinator's
 /// stage store and through a directory: its level shards pass their share
-/// and spill sorted runs, their larger inputs are kept in files, and the
-/// count equals the kernel alone's.
+/// and spill sorted runs, their larger inputs are kept in files, the outputs
+/// of the shards that spilled are written to files and sent from there, and
+/// the count equals the kernel alone's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pegs_job_whose_levels_spill_equals_the_kernel_alone() {
     let stage = tempfile::tempdir().unwrap();
@@ -111,6 +112,11 @@ async fn a_pegs_job_whose_levels_spill_equals_the_kernel_alone() {
         assert!(
             in_files > 0,
             "the larger inputs were kept in files, through {store}"
+        );
+        let out_files: u64 = stats.iter().map(|s| s.output_in_files_bytes.get()).sum();
+        assert!(
+            out_files > 0,
+            "outputs were sent from files, through {store}"
         );
         let left: Vec<_> = std::fs::read_dir(spill.path()).unwrap().collect();
         assert!(left.is_empty(), "the spill is removed: {left:?}");

@@ -378,7 +378,11 @@ async fn run_stages_here(
                 let lease_id: LeaseId = lease.lease_id.parse().unwrap();
                 let key = blob_key(&lease_id, "output");
                 let blob = store
-                    .put(&key, outcome.output.clone(), &Control::new())
+                    .put(
+                        &key,
+                        outcome.output.clone().into_bytes().unwrap(),
+                        &Control::new(),
+                    )
                     .await
                     .unwrap();
                 let messages = [

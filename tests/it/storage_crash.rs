@@ -262,7 +262,12 @@ fn result_report(worker: &str, grant: &Grant, outcome: &ShardOutcome) -> Report 
         partial: outcome.partial.to_bytes(),
         work_done: outcome.work_done,
     };
-    Report::result(worker, grant.lease.clone(), result, outcome.output.clone())
+    Report::result(
+        worker,
+        grant.lease.clone(),
+        result,
+        outcome.output.clone().into_bytes().unwrap(),
+    )
 }
 
 /// A refusal a worker may meet in normal operation: its attempt was superseded

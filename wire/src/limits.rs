@@ -20,6 +20,11 @@ pub const MAX_INLINE_CHECKPOINTS_PER_RESPONSE: usize = 8 << 20;
 /// 17 at 16 points is about 0.9 GB).
 pub const MAX_CHECKPOINT_BYTES: usize = 1 << 30;
 
+/// The largest stage output a report may carry to a coordinator that keeps
+/// stage data itself; a larger one needs a stage store, where workers write
+/// it directly.
+pub const MAX_REPORT_OUTPUT_BYTES: usize = 1 << 30;
+
 /// At most this many reports in one `ReportBatch` call.
 pub const MAX_BATCH_REPORTS: usize = 1_024;
 

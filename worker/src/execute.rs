@@ -12,11 +12,11 @@ use tally_kinds::dynamic::{ShardContext, StageInput};
 use tally_kinds::kind::StageRead;
 use tally_kinds::spec::ValidSpec;
 use tally_kinds::values::{EncodedTask, ShardEvent, ShardOutcome};
-use tally_kinds::{Error as CommonError, Result as CommonResult, Room, Spill};
+use tally_kinds::{Error as CommonError, Result as CommonResult, Room, Spill, StageOutput};
 use tally_stage::store::PARALLEL_READS;
 use tally_stage::{BlobRef, StageError, StageStore, blob_key};
 use tally_wire::lease::LeaseId;
-use tally_wire::limits::MAX_CHECKPOINT_BYTES;
+use tally_wire::limits::{MAX_CHECKPOINT_BYTES, MAX_REPORT_OUTPUT_BYTES};
 use tally_wire::proto;
 use tokio::sync::{mpsc, oneshot};
 
@@ -91,21 +91,29 @@ pub(crate) async fn compute_shard(
         spec.fault_injection()
             .corrupt_for_testing(&mut outcome.partial)?;
     }
+    let written = outcome.output.len();
     let io = ShardIo {
         read,
-        written: outcome.output.len() as u64,
+        written,
         spilled,
     };
+    if let StageOutput::Stored(_) = &outcome.output {
+        ctx.stats.output_in_files_bytes.add(written);
+    }
     // With a stage store, the output goes there under this attempt's own key.
-    let (output, output_blob) = match stage_store {
-        Some(store) if !outcome.output.is_empty() => {
+    let (output, output_blob) = match (stage_store, outcome.output) {
+        (Some(store), output) if !output.is_empty() => {
             let lease_id: LeaseId = lease.lease_id.parse()?;
             let key = blob_key(&lease_id, "output");
-            let output = std::mem::take(&mut outcome.output);
-            let blob = store.put(&key, output, &handle.control).await?;
+            let blob = match output {
+                StageOutput::Bytes(bytes) => store.put(&key, bytes, &handle.control).await?,
+                StageOutput::Stored(stored) => {
+                    store.put_stored(&key, stored, &handle.control).await?
+                }
+            };
             (Vec::new(), Some(proto::BlobRef::from(&blob)))
         }
-        _ => (outcome.output, None),
+        (_, output) => (output_in_memory(output).await?, None),
     };
     Ok(ShardResult {
         output,
@@ -114,6 +122,28 @@ pub(crate) async fn compute_shard(
         work_done: outcome.work_done,
         io,
     })
+}
+
+/// A shard's output for a report to a coordinator that keeps stage data:
+/// read from its file if it was written to one, up to what a report holds.
+async fn output_in_memory(output: StageOutput) -> Result<Vec<u8>> {
+    let stored = match output {
+        StageOutput::Bytes(bytes) => return Ok(bytes),
+        StageOutput::Stored(stored) => stored,
+    };
+    if stored.len() > MAX_REPORT_OUTPUT_BYTES as u64 {
+        return Err(CommonError::InvalidArgument(format!(
+            "a shard's output of {} bytes is more than the {MAX_REPORT_OUTPUT_BYTES} a report \
+             carries to a coordinator that keeps stage data itself; give the coordinator a \
+             --stage-store",
+            stored.len()
+        ))
+        .into());
+    }
+    tokio::task::spawn_blocking(move || stored.read_range(0..stored.len()))
+        .await
+        .map_err(|e| CommonError::Internal(format!("reading a shard's output: {e}")))?
+        .map_err(Into::into)
 }
 
 /// The checkpoint of a lease in the stage store. One that is missing or
@@ -196,7 +226,12 @@ impl Kernel {
                 }),
             },
         )?;
-        Ok((outcome, self.spill.bytes_written()))
+        // The output written to the spill is counted as written, not spilled.
+        let output_in_file = match &outcome.output {
+            StageOutput::Stored(stored) => stored.len(),
+            StageOutput::Bytes(_) => 0,
+        };
+        Ok((outcome, self.spill.bytes_written() - output_in_file))
     }
 }
 
@@ -509,7 +544,8 @@ async fn recompute(
         spill: ctx.spill.attempt(),
     };
     let (outcome, _) = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
-    let (_, digest) = tally_stage::blob::index(&outcome.output);
+    let output = output_in_memory(outcome.output).await?;
+    let (_, digest) = tally_stage::blob::index(&output);
     if outcome.partial.to_bytes() != shard.partial || digest != committed.digest {
         return Err(CommonError::Internal(format!(
             "stage {stage}, shard {index} of job {job} computed again differs from its committed result"
@@ -517,14 +553,12 @@ async fn recompute(
         .into());
     }
     // The same bytes under the same key: readers after this one find it whole.
-    store
-        .put(&committed.key, outcome.output.clone(), control)
-        .await?;
+    store.put(&committed.key, output.clone(), control).await?;
     ctx.stats
         .blobs_recomputed
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(job, stage, shard = index, key = %committed.key, "stage blob computed again and written back");
-    Ok(outcome.output)
+    Ok(output)
 }
 
 /// The checkpoint a lease starts from when it was too large to come with the

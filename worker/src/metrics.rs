@@ -23,6 +23,9 @@ pub struct WorkerStats {
     /// Bytes of stage input kept in files of the spill directory, being
     /// larger than a quarter of their shard's memory share.
     pub input_in_files_bytes: Counter,
+    /// Bytes of stage output written to the spill directory and sent from
+    /// there, by shards that spilled.
+    pub output_in_files_bytes: Counter,
 }
 
 impl WorkerStats {
@@ -87,6 +90,11 @@ pub(crate) fn exposition(stats: &WorkerStats, gauges: &Gauges) -> String {
         "tally_worker_stage_input_in_files_bytes_total",
         "Bytes of stage input kept in the spill directory instead of memory, past a quarter of the shard's memory share.",
         stats.input_in_files_bytes.get(),
+    );
+    e.counter(
+        "tally_worker_stage_output_in_files_bytes_total",
+        "Bytes of stage output written to the spill directory and sent from there, by shards that spilled.",
+        stats.output_in_files_bytes.get(),
     );
     e.gauge(
         "tally_worker_active_shards",

@@ -201,6 +201,7 @@ impl Gathering {
             file,
             path: std::mem::take(&mut self.path),
             len: self.len,
+            remove: true,
         };
         Ok((Arc::new(stored), true))
     }
@@ -214,11 +215,13 @@ impl Drop for Gathering {
     }
 }
 
-/// A stage input in a file, removed with it.
+/// A stage input in a file, removed with it (`remove`), or a spill run kept
+/// past its attempt.
 struct SpooledInput {
     file: File,
     path: PathBuf,
     len: u64,
+    remove: bool,
 }
 
 impl Stored for SpooledInput {
@@ -239,7 +242,9 @@ impl Stored for SpooledInput {
 
 impl Drop for SpooledInput {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if self.remove {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -350,6 +355,26 @@ impl Spill for FileSpill {
     fn bytes_written(&self) -> u64 {
         self.written
     }
+
+    /// The run through a handle of its own: readable after the attempt's
+    /// directory is removed, its disk space freed when the last handle goes.
+    fn keep_run(&self, run: u32) -> tally_kinds::Result<Arc<dyn Stored>> {
+        let file = self
+            .runs
+            .get(run as usize)
+            .ok_or_else(|| Error::Internal(format!("spill: no run {run}")))?;
+        let kept = file
+            .try_clone()
+            .and_then(|file| Ok((file.metadata()?.len(), file)))
+            .map_err(|e| self.failed("keep a run", e));
+        let (len, file) = kept?;
+        Ok(Arc::new(SpooledInput {
+            file,
+            path: self.dir.join(format!("run-{run}")),
+            len,
+            remove: false,
+        }))
+    }
 }
 
 impl Drop for FileSpill {
@@ -378,10 +403,16 @@ mod tests {
         assert_eq!(&buf[..4], b"runs");
         assert_eq!(spill.read_at(1, 0, &mut buf).unwrap(), 0);
         assert_eq!(spill.bytes_written(), 10);
+        let kept = spill.keep_run(0).unwrap();
+        assert!(spill.keep_run(2).is_err(), "no such run");
         let attempt = spill.dir.clone();
         assert!(attempt.exists());
         drop(spill);
         assert!(!attempt.exists(), "removed with the attempt");
+        // A kept run (a shard's output) is read after its attempt is gone.
+        assert_eq!(kept.len(), 10);
+        assert_eq!(kept.read_range(0..10).unwrap(), b"hello runs");
+        assert!(kept.read_range(5..11).is_err(), "past its end");
     }
 
     #[test]

@@ -81,7 +81,12 @@ pub(super) fn report_from(worker: &str, grant: &Grant, corrupt: bool) -> Report 
         partial: outcome.partial.to_bytes(),
         work_done: outcome.work_done,
     };
-    Report::result(worker, grant.lease.clone(), result, outcome.output)
+    Report::result(
+        worker,
+        grant.lease.clone(),
+        result,
+        outcome.output.into_bytes().unwrap(),
+    )
 }
 
 fn event_count(s: &Scheduler, job: &str) -> usize {
@@ -848,7 +853,12 @@ pub(super) fn staged_report(s: &mut Scheduler, grant: &Grant) -> Report {
         partial: outcome.partial.to_bytes(),
         work_done: outcome.work_done,
     };
-    Report::result("w", grant.lease.clone(), result, outcome.output)
+    Report::result(
+        "w",
+        grant.lease.clone(),
+        result,
+        outcome.output.into_bytes().unwrap(),
+    )
 }
 
 /// Stages a kind keeps for later ones survive a reload and are read long

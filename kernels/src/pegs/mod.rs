@@ -74,7 +74,7 @@ pub use levels::{
     PegBucket, PegLevel, StageBucket, expand_level, pegs_at_level, rebucket, start_bucket,
 };
 pub use meet::{AtMeeting, Meeting, Side, join_level, meet_level, meeting, side_start};
-pub use stream::{EncodedLevel, expand_level_within};
+pub use stream::{EncodedLevel, SentBucket, expand_level_within};
 
 /// The smallest and largest triangle side. A count on side 7 (28 holes) visits
 /// up to 18 million boards; side 8 (36 holes) would still fit the bitboards

@@ -7,14 +7,18 @@
 //! spill as one sorted run (every outgoing bucket in order, encoded as a
 //! [`PegBucket`]) and emptied. At the end each outgoing bucket is the merge
 //! of its segment of every run and of what the tables still hold, read in
-//! chunks, so a shard's memory is its share plus its encoded output.
+//! chunks. A shard that spilled writes its outgoing buckets to the spill
+//! too ([`SentBucket::Spilled`]), so its memory is its share and buffers
+//! whatever its input and output.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::ops::Range;
+use std::sync::Arc;
 
 use super::PegGame;
 use super::levels::{CountSums, PegBucket, pegs_at_level};
-use crate::spill::{Room, RunSource, Source, Spill, VarintStream};
+use crate::spill::{Room, Source, Spill, Stored, StoredSource, VarintStream};
 use crate::varint;
 use crate::{Control, Error, Result, invalid};
 
@@ -23,6 +27,78 @@ const POLL_BOARDS: usize = 4096;
 /// Bytes an encoded board takes at least (its gap and its count), to guess
 /// how many boards some bytes hold.
 const MIN_BOARD_BYTES: u64 = 2;
+/// Bytes gathered before each write to the spill.
+const WRITE_CHUNK: usize = 1 << 20;
+
+/// [`PegBucket::encode`]'s bytes of one outgoing bucket: in memory, or (from
+/// a shard that spilled) its board count and the rest of its bytes, a range
+/// of a spill run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SentBucket {
+    Bytes(Vec<u8>),
+    Spilled {
+        count: u128,
+        run: u32,
+        body: Range<u64>,
+    },
+}
+
+impl SentBucket {
+    /// The length of its encoding.
+    pub fn len(&self) -> u64 {
+        match self {
+            SentBucket::Bytes(bytes) => bytes.len() as u64,
+            SentBucket::Spilled { count, body, .. } => varint_len(*count) + (body.end - body.start),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its encoding in memory, read from `spill` if it is there.
+    pub fn to_bytes(&self, spill: &dyn Spill) -> Result<Vec<u8>> {
+        match self {
+            SentBucket::Bytes(bytes) => Ok(bytes.clone()),
+            SentBucket::Spilled { count, run, body } => {
+                let mut bytes = Vec::new();
+                varint::push(&mut bytes, *count);
+                let kept = spill.keep_run(*run)?;
+                bytes.extend_from_slice(&kept.read_range(body.clone())?);
+                Ok(bytes)
+            }
+        }
+    }
+
+    /// Appends its encoding to the run `spill` is writing, in chunks (a
+    /// spilled bucket is read from a run of the same spill).
+    pub fn write_to(&self, spill: &mut dyn Spill) -> Result<()> {
+        match self {
+            SentBucket::Bytes(bytes) => spill.write(bytes),
+            SentBucket::Spilled { count, run, body } => {
+                let mut head = Vec::new();
+                varint::push(&mut head, *count);
+                spill.write(&head)?;
+                let kept = spill.keep_run(*run)?;
+                let mut source = StoredSource::new(&*kept, body.clone());
+                let mut buf = vec![0; WRITE_CHUNK.min((body.end - body.start) as usize)];
+                loop {
+                    let n = source.fill(&mut buf)?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    spill.write(&buf[..n])?;
+                }
+            }
+        }
+    }
+}
+
+fn varint_len(value: u128) -> u64 {
+    let mut bytes = Vec::with_capacity(19);
+    varint::push(&mut bytes, value);
+    bytes.len() as u64
+}
 
 /// One shard's part of one level, its outgoing buckets encoded.
 #[derive(Debug, Default)]
@@ -31,8 +107,8 @@ pub struct EncodedLevel {
     pub states: u64,
     /// Solutions among them (boards of one peg).
     pub solutions: u128,
-    /// [`PegBucket::encode`]'s bytes of what goes to each bucket of the next level.
-    pub sent: Vec<Vec<u8>>,
+    /// What goes to each bucket of the next level.
+    pub sent: Vec<SentBucket>,
     /// Sorted runs written to the spill, and their bytes.
     pub runs: u32,
     pub spilled_bytes: u64,
@@ -186,32 +262,45 @@ impl SpillingSums<'_, '_> {
         Ok(())
     }
 
-    /// Each outgoing bucket, encoded: the tables' part merged with every run's.
-    fn finish(self) -> Result<(Vec<Vec<u8>>, u32, u64)> {
+    /// Each outgoing bucket, encoded: the tables' part merged with every
+    /// run's, written to one run of the spill as it is merged.
+    fn finish(self) -> Result<(Vec<SentBucket>, u32, u64)> {
         let held = self.sums.into_buckets(self.buckets)?;
         let runs = self.runs.len() as u32;
         if self.runs.is_empty() {
-            return Ok((held.iter().map(PegBucket::encode).collect(), 0, 0));
+            let sent = held.iter().map(|b| SentBucket::Bytes(b.encode())).collect();
+            return Ok((sent, 0, 0));
         }
-        let spill: &dyn Spill = &*self.room.spill;
-        let mut sent = Vec::with_capacity(held.len());
+        // The runs are read through handles of their own while the merge is
+        // written to the spill.
+        let kept = (self.runs.iter())
+            .map(|(run, _)| self.room.spill.keep_run(*run))
+            .collect::<Result<Vec<Arc<dyn Stored>>>>()?;
+        let mut bodies = Vec::with_capacity(held.len());
+        let mut at = 0;
         for (q, in_memory) in held.into_iter().enumerate() {
             let in_memory = in_memory.encode();
             let mut parts = Vec::with_capacity(self.runs.len() + 1);
-            for (run, ranges) in &self.runs {
-                let source = RunSource::new(spill, *run, ranges[q].clone());
+            for (stored, (_, ranges)) in kept.iter().zip(&self.runs) {
+                let source = StoredSource::new(&**stored, ranges[q].clone());
                 parts.push(PartStream::new(Either::Run(source), None)?);
             }
             parts.push(PartStream::new(Either::Slice(&in_memory[..]), None)?);
-            sent.push(encode_merged(Merged::new(parts)?)?);
+            let (count, len) = write_merged(Merged::new(parts)?, &mut *self.room.spill)?;
+            bodies.push((count, at..at + len));
+            at += len;
         }
-        Ok((sent, runs, self.spilled_bytes))
+        let run = self.room.spill.end_run()?;
+        let sent = (bodies.into_iter())
+            .map(|(count, body)| SentBucket::Spilled { count, run, body })
+            .collect();
+        Ok((sent, runs, self.spilled_bytes + at))
     }
 }
 
 /// A spill run's range or bytes in memory, merged together.
 enum Either<'a> {
-    Run(RunSource<'a>),
+    Run(StoredSource<'a>),
     Slice(&'a [u8]),
 }
 
@@ -224,20 +313,26 @@ impl Source for Either<'_> {
     }
 }
 
-/// [`PegBucket::encode`]'s bytes of a merge, written as it is read.
-fn encode_merged<S: Source>(mut merged: Merged<S>) -> Result<Vec<u8>> {
-    let mut body = Vec::new();
-    let (mut count, mut previous) = (0u128, 0u64);
+/// Writes a merge to `spill` as [`PegBucket::encode`] writes a bucket's
+/// boards (their count, which comes first, is returned instead): the count
+/// and the bytes written.
+fn write_merged<S: Source>(mut merged: Merged<S>, spill: &mut dyn Spill) -> Result<(u128, u64)> {
+    let mut body = Vec::with_capacity(WRITE_CHUNK + 64);
+    let (mut count, mut previous, mut written) = (0u128, 0u64, 0u64);
     while let Some((board, ways)) = merged.next()? {
         varint::push(&mut body, u128::from(board - previous));
         varint::push(&mut body, ways);
         previous = board;
         count += 1;
+        if body.len() >= WRITE_CHUNK {
+            spill.write(&body)?;
+            written += body.len() as u64;
+            body.clear();
+        }
     }
-    let mut out = Vec::with_capacity(body.len() + 10);
-    varint::push(&mut out, count);
-    out.extend_from_slice(&body);
-    Ok(out)
+    spill.write(&body)?;
+    written += body.len() as u64;
+    Ok((count, written))
 }
 
 /// Bucket `q` of level `level` (see [`super::expand_level`]) from the encoded
@@ -278,7 +373,7 @@ pub fn expand_level_within<S: Source>(
                 .ok_or_else(too_large)?;
         }
         control.add_work(outcome.states);
-        outcome.sent = vec![PegBucket::default().encode(); buckets_out as usize];
+        outcome.sent = vec![SentBucket::Bytes(PegBucket::default().encode()); buckets_out as usize];
         return Ok(outcome);
     }
     let limit = room.memory / 2;
@@ -371,17 +466,35 @@ mod tests {
             let got = expand_level_within(&game, 10, slices, input_bytes, 4, &mut room, &control)
                 .unwrap();
             assert_eq!(got.states, expected.states);
-            let decoded: Vec<PegBucket> = got
+            let decoded: Vec<PegBucket> = (got.sent.iter())
+                .map(|b| PegBucket::decode(&b.to_bytes(&spill).unwrap()).unwrap())
+                .collect();
+            let lengths: Vec<u64> = expected
                 .sent
                 .iter()
-                .map(|b| PegBucket::decode(b).unwrap())
+                .map(|b| b.encode().len() as u64)
                 .collect();
+            let sent_lengths: Vec<u64> = got.sent.iter().map(SentBucket::len).collect();
+            assert_eq!(sent_lengths, lengths, "memory {memory}");
             assert_eq!(decoded, expected.sent, "memory {memory}");
             match memory {
-                u64::MAX => assert_eq!((got.runs, spill.bytes_written()), (0, 0)),
+                u64::MAX => {
+                    assert_eq!((got.runs, spill.bytes_written()), (0, 0));
+                    assert!(matches!(got.sent[0], SentBucket::Bytes(_)));
+                }
                 _ => {
                     assert!(got.runs >= 2, "memory {memory}: {} runs", got.runs);
                     assert_eq!(got.spilled_bytes, spill.bytes_written());
+                    assert!(matches!(got.sent[0], SentBucket::Spilled { .. }));
+                    // Copied into a run of their own, as a stage output is.
+                    for bucket in &got.sent {
+                        bucket.write_to(&mut spill).unwrap();
+                    }
+                    let run = spill.end_run().unwrap();
+                    let whole = spill.keep_run(run).unwrap();
+                    let together: Vec<u8> =
+                        expected.sent.iter().flat_map(PegBucket::encode).collect();
+                    assert_eq!(whole.read_range(0..whole.len()).unwrap(), together);
                 }
             }
         }
@@ -444,6 +557,7 @@ mod tests {
             PartStream::new(&a[..], None).unwrap(),
             PartStream::new(&b[..], None).unwrap(),
         ];
-        assert!(encode_merged(Merged::new(parts).unwrap()).is_err());
+        let mut spill = MemorySpill::default();
+        assert!(write_merged(Merged::new(parts).unwrap(), &mut spill).is_err());
     }
 }

@@ -59,13 +59,13 @@ pub(super) fn execute_step(
     if shard.last {
         let residues = sum_polynomials(&out, stride, modulus);
         Ok(Outcome {
-            output: Vec::new(),
+            output: crate::StageOutput::default(),
             partial: HexPartial::HexCrossings { residues },
             work_done,
         })
     } else {
         Ok(Outcome {
-            output: hex::encode_polynomials(&out, stride),
+            output: hex::encode_polynomials(&out, stride).into(),
             partial: HexPartial::None,
             work_done,
         })
@@ -143,7 +143,7 @@ pub(super) fn execute_points(
     run.control
         .add_work((points.len() as u64).saturating_sub(counted));
     Ok(Outcome {
-        output: Vec::new(),
+        output: crate::StageOutput::default(),
         partial: HexPartial::HexEvaluations {
             modulus,
             evaluations: points.iter().copied().zip(values).collect(),

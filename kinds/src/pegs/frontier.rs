@@ -18,14 +18,16 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{MAX_BUCKETS, MAX_POSITIONS_PER_BUCKET, PegsPartial, PegsPlan, PegsSpec, PegsTask};
 use super::{PegInput, buckets_after, game, parse_solutions};
+use super::{PegsPartial, PegsPlan, PegsSpec, PegsTask};
 use crate::kind::{FinishedStage, NextStage, Outcome, Planned, ShardRun};
-use crate::{Error, MemorySpill, Result, Room, invalid};
+use crate::{Error, MemorySpill, Result, Room, Spill, StageOutput, invalid};
 use tally_kernels::buckets::{
     add_level_sizes, bucket_of, encode_buckets, levels_note, split_buckets,
 };
-use tally_kernels::pegs::{self, AtMeeting, Meeting, PegBucket, PegGame, Side, StageBucket};
+use tally_kernels::pegs::{
+    self, AtMeeting, Meeting, PegBucket, PegGame, SentBucket, Side, StageBucket,
+};
 use tally_kernels::spill::Source;
 
 /// Which part of the frontier plan a level shard runs.
@@ -163,7 +165,7 @@ pub(super) fn execute(
         let (states, solutions) = pegs::join_level(&game, &m, levels, joined, &inner)?;
         run.control.add_work(1);
         return Ok(Outcome {
-            output: encode_buckets(&[]),
+            output: encode_buckets(&[]).into(),
             partial: PegsPartial::PegLevels {
                 sizes: vec![states],
                 solutions: solutions.to_string(),
@@ -216,7 +218,13 @@ pub(super) fn execute(
     let meets =
         |level: u32| side == PegSide::Start && meeting.is_some_and(|m| m.start_level == level);
     let encode_all = |buckets: Vec<PegBucket>| buckets.iter().map(PegBucket::encode).collect();
-    let (sent, joined): (Vec<Vec<u8>>, Vec<Vec<u8>>) = loop {
+    let bytes_all = |buckets: Vec<PegBucket>| {
+        buckets
+            .iter()
+            .map(|b| SentBucket::Bytes(b.encode()))
+            .collect()
+    };
+    let (sent, joined): (Vec<SentBucket>, Vec<Vec<u8>>) = loop {
         if meets(current) {
             let m = meeting.expect("a meeting level has a meeting");
             let inputs = match input {
@@ -229,7 +237,7 @@ pub(super) fn execute(
             let (states, sent, joined) =
                 pegs::meet_level(&game, &m, inputs, buckets_out, at_meeting(&m), &inner)?;
             sizes.push(states);
-            break (encode_all(sent), encode_all(joined));
+            break (bytes_all(sent), encode_all(joined));
         }
         let out_buckets = if alone { 1 } else { buckets_out };
         let (sources, input_bytes): (Vec<Box<dyn Source>>, u64) = match input {
@@ -256,10 +264,15 @@ pub(super) fn execute(
         if by_final_hole {
             add_finals(&game, &part.finals, fixes_start, &mut finals)?;
         }
-        let mut sent = part.sent;
+        let sent = part.sent;
         if !alone {
             break (sent, Vec::new());
         }
+        // A shard alone in its stage has a level too small to split, held in
+        // memory as the next level's input.
+        let mut sent = (sent.iter())
+            .map(|bucket| bucket.to_bytes(&*room.spill))
+            .collect::<Result<Vec<_>>>()?;
         let next = buckets_after(spec, part.states, 1);
         let more = pegs::pegs_at_level(&game, current + 1).is_some_and(|p| p > 0);
         // An alone shard stops before the meeting level, which runs in its
@@ -269,7 +282,7 @@ pub(super) fn execute(
                 Some(bytes) => PegBucket::decode(&bytes)?,
                 None => PegBucket::default(),
             };
-            break (encode_all(pegs::rebucket(whole, next)), Vec::new());
+            break (bytes_all(pegs::rebucket(whole, next)), Vec::new());
         }
         own = sent;
         input = None;
@@ -279,8 +292,12 @@ pub(super) fn execute(
     run.control.add_work(1);
     let per_group = sent.len() as u32;
     let (groups, own) = layout(meeting.as_ref(), side, current);
+    let output = match sent.iter().all(|b| matches!(b, SentBucket::Bytes(_))) {
+        true => encode_output(groups * per_group, own * per_group, sent, &joined).into(),
+        false => write_output(groups * per_group, own * per_group, &sent, &mut *room.spill)?,
+    };
     Ok(Outcome {
-        output: encode_output(groups * per_group, own * per_group, sent, &joined),
+        output,
         partial: PegsPartial::PegLevels {
             sizes,
             solutions: solutions.to_string(),
@@ -349,7 +366,13 @@ fn image_holes(game: &PegGame, board: u64) -> Result<Vec<u32>> {
 /// `StageBucket` (its level's length, its level, its joined positions):
 /// `sent[i]` and `joined[i]` at bucket `first + i`, empty ones elsewhere.
 /// Written once, in place, since a level's output can be large.
-fn encode_output(total: u32, first: u32, mut sent: Vec<Vec<u8>>, joined: &[Vec<u8>]) -> Vec<u8> {
+fn encode_output(total: u32, first: u32, sent: Vec<SentBucket>, joined: &[Vec<u8>]) -> Vec<u8> {
+    let mut sent: Vec<Vec<u8>> = (sent.into_iter())
+        .map(|bucket| match bucket {
+            SentBucket::Bytes(bytes) => bytes,
+            SentBucket::Spilled { .. } => unreachable!("encode_output is given buckets in memory"),
+        })
+        .collect();
     let empty = PegBucket::default().encode();
     let sent_len = sent.len();
     let own = |index: u32| {
@@ -382,6 +405,40 @@ fn encode_output(total: u32, first: u32, mut sent: Vec<Vec<u8>>, joined: &[Vec<u
         out.extend_from_slice(joined);
     }
     out
+}
+
+/// [`encode_output`]'s bytes, for a level shard that spilled (no joined
+/// positions), written as a run of `spill` and handed on from there.
+fn write_output(
+    total: u32,
+    first: u32,
+    sent: &[SentBucket],
+    spill: &mut dyn Spill,
+) -> Result<StageOutput> {
+    let empty = PegBucket::default().encode();
+    let own = |index: u32| index.checked_sub(first).and_then(|i| sent.get(i as usize));
+    let mut head = Vec::with_capacity(4 + 8 * total as usize);
+    head.extend_from_slice(&total.to_le_bytes());
+    for index in 0..total {
+        let level = own(index).map_or(empty.len() as u64, SentBucket::len);
+        head.extend_from_slice(&(8 + level + empty.len() as u64).to_le_bytes());
+    }
+    spill.write(&head)?;
+    for index in 0..total {
+        match own(index) {
+            Some(level) => {
+                spill.write(&level.len().to_le_bytes())?;
+                level.write_to(spill)?;
+            }
+            None => {
+                spill.write(&(empty.len() as u64).to_le_bytes())?;
+                spill.write(&empty)?;
+            }
+        }
+        spill.write(&empty)?;
+    }
+    let run = spill.end_run()?;
+    Ok(StageOutput::Stored(spill.keep_run(run)?))
 }
 
 /// The buckets per group a level shard that computed levels of `sizes`
@@ -585,35 +642,15 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
     Ok(sums)
 }
 
-/// Refuses a next level whose largest search level would put more positions
-/// in a shard than a bucket may hold.
-fn refuse_oversized(
-    plan: &PegsPlan,
-    start_found: &[u64],
-    end_found: &[u64],
-    shards: u32,
-) -> Result<u64> {
-    let largest = start_found
+/// The largest level a stage found, of the start search or the end search.
+/// No level is too large: past `MAX_BUCKETS` shards, each shard takes a
+/// larger part and spills past its memory share.
+fn largest_level(start_found: &[u64], end_found: &[u64]) -> u64 {
+    start_found
         .last()
         .max(end_found.last())
         .copied()
-        .unwrap_or(0);
-    if largest > MAX_POSITIONS_PER_BUCKET * u64::from(shards) {
-        let (what, level) = if start_found.last() >= end_found.last() {
-            ("level", plan.levels.len() + start_found.len() - 1)
-        } else {
-            (
-                "level from the end",
-                plan.end_levels.len() + end_found.len() - 1,
-            )
-        };
-        return Err(invalid!(
-            "{what} {level} has {largest} positions, more than {MAX_POSITIONS_PER_BUCKET} per \
-             shard over the {shards} shards of the next level; give more --buckets (at most \
-             {MAX_BUCKETS}) or let the plan choose"
-        ));
-    }
-    Ok(largest)
+        .unwrap_or(0)
 }
 
 /// What follows a stage of the frontier plan (see `JobKind::next_stage`).
@@ -639,7 +676,7 @@ pub(super) fn next_stage(
     let start_found: Vec<u64> = sums.start.iter().copied().take_while(|&n| n > 0).collect();
     let end_found: Vec<u64> = sums.end.iter().copied().take_while(|&n| n > 0).collect();
     let shards = sums.written.unwrap_or(1);
-    let largest = refuse_oversized(plan, &start_found, &end_found, shards)?;
+    let largest = largest_level(&start_found, &end_found);
     plan.solutions = sums.solutions.to_string();
     plan.finals = sums
         .finals
@@ -758,49 +795,39 @@ mod tests {
         }
     }
 
+    use crate::pegs::MAX_BUCKETS;
+
     #[test]
-    fn a_level_past_the_limit_fails_the_plan_naming_it_and_changes_nothing() {
-        let spec = spec(None, 2);
-        let before = PegsPlan {
-            levels: vec![1, 1, 2],
-            ..PegsPlan::default()
-        };
-        let mut plan = before.clone();
-        let too_many = MAX_POSITIONS_PER_BUCKET * 2 + 1;
-        let partials = [
-            levels(&[too_many / 2], 2, PegSide::Start),
-            levels(&[too_many - too_many / 2], 2, PegSide::Start),
-        ];
-        let finished = FinishedStage {
-            stage: 4,
-            stages_total: 4,
-            partials: &partials,
-            slots: 1,
-            slot_memory: 0,
-        };
-        let e = next_stage(&spec, &mut plan, finished)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains(&format!("level 3 has {too_many} positions")),
-            "{e}"
-        );
-        assert_eq!(plan, before);
-        // One position fewer and the next level is planned, split in two.
-        let partials = [
-            levels(&[too_many / 2], 2, PegSide::Start),
-            levels(&[too_many - too_many / 2 - 1], 2, PegSide::Start),
-        ];
-        let finished = FinishedStage {
-            partials: &partials,
-            ..finished
-        };
-        match next_stage(&spec, &mut plan, finished).unwrap() {
-            NextStage::Shards(shards, note) => {
-                assert_eq!(shards.len(), 2);
-                assert_eq!(note, format!("level 3: {} positions", too_many - 1));
+    fn a_level_of_any_size_is_planned_over_at_most_the_most_shards() {
+        let huge = u64::MAX / 4;
+        for (buckets, expected) in [(2, 2), (0, MAX_BUCKETS as usize)] {
+            let spec = spec(None, buckets);
+            let mut plan = PegsPlan {
+                levels: vec![1, 1, 2],
+                ..PegsPlan::default()
+            };
+            let partials = [
+                levels(&[huge], 2, PegSide::Start),
+                levels(&[huge], 2, PegSide::Start),
+            ];
+            let finished = FinishedStage {
+                stage: 4,
+                stages_total: 4,
+                partials: &partials,
+                slots: 1,
+                slot_memory: 0,
+            };
+            match next_stage(&spec, &mut plan, finished).unwrap() {
+                NextStage::Shards(shards, note) => {
+                    assert_eq!(shards.len(), 2, "the shards the last stage wrote for");
+                    assert_eq!(note, format!("level 3: {} positions", 2 * huge));
+                    let PegsTask::PegLevel { buckets_out, .. } = shards[0].task else {
+                        panic!("{:?}", shards[0].task);
+                    };
+                    assert_eq!(buckets_out as usize, expected, "buckets {buckets}");
+                }
+                NextStage::Finish => panic!("finished"),
             }
-            NextStage::Finish => panic!("finished"),
         }
     }
 
@@ -870,6 +897,7 @@ mod tests {
 mod validation {
     use super::*;
     use crate::kind::JobKind;
+    use crate::pegs::MAX_BUCKETS;
     use crate::pegs::{Pegs, PegsPlanName};
 
     fn spec(plan: Option<PegsPlanName>, prefixes: u32, buckets: u32) -> PegsSpec {

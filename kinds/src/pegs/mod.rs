@@ -49,10 +49,6 @@ pub const MAX_BUCKETS: u32 = 1024;
 /// and the job takes 8.1 s; with 250,000 positions a shard, 616 MB and 10.1 s.
 const POSITIONS_PER_BUCKET: u64 = 500_000;
 
-/// Most positions of a level per shard of the next level: a shard's lists and
-/// tables then take a few gigabytes. A level beyond it fails the job.
-pub const MAX_POSITIONS_PER_BUCKET: u64 = 40_000_000;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum PegsPlanName {
@@ -643,7 +639,7 @@ impl JobKind for Pegs {
         // Work units are tasks: the kernel's own units are not known in advance.
         run.control.add_work(tasks.len() as u64);
         Ok(Outcome {
-            output: Vec::new(),
+            output: crate::StageOutput::default(),
             partial: PegsPartial::PegCount {
                 tasks: tasks.len() as u32,
                 solutions: count.solutions,

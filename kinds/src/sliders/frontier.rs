@@ -435,7 +435,7 @@ pub(super) fn execute(
                 levels::expand_backward(&boards, members, neighbours, *buckets_out, control)?;
             let work_done = found.boards.len() as u64;
             Ok(Outcome {
-                output: found.output,
+                output: found.output.into(),
                 partial: SlidersPartial::SliderGraphLevel {
                     level: *level,
                     boards: found.boards,
@@ -460,7 +460,7 @@ fn forward(
 ) -> Result<Outcome<SlidersPartial>> {
     let found = levels::expand_forward(boards, inputs, members, buckets_out, control)?;
     Ok(Outcome {
-        output: found.output,
+        output: found.output.into(),
         partial: SlidersPartial::SliderLevel {
             level,
             boards: found.boards,
@@ -482,7 +482,7 @@ fn graph(
     let (prefixes, weights): (Vec<String>, Vec<u128>) = tasks.into_iter().unzip();
     let work_done = layers.iter().map(|l| l.len() as u64).sum();
     Ok(Outcome {
-        output: encode_buckets(&[levels::encode_graph(layers)]),
+        output: encode_buckets(&[levels::encode_graph(layers)]).into(),
         partial: SlidersPartial::SliderGraph {
             prefixes,
             weights: weights.iter().map(u128::to_string).collect(),
@@ -607,9 +607,10 @@ mod tests {
                     room: None,
                 };
                 let outcome = Sliders::execute(spec, &shard.task, &mut run)?;
-                Sliders::check_result(spec, &plan, &shard.task, &outcome.partial, &outcome.output)?;
+                let output = outcome.output.into_bytes()?;
+                Sliders::check_result(spec, &plan, &shard.task, &outcome.partial, &output)?;
                 partials.push(outcome.partial);
-                stage_outputs.push(outcome.output);
+                stage_outputs.push(output);
             }
             outputs.insert(stage, stage_outputs);
             let finished = FinishedStage {

@@ -727,7 +727,7 @@ fn enumerate_prefixes(
         }
     }
     Ok(Outcome {
-        output: Vec::new(),
+        output: crate::StageOutput::default(),
         partial: SlidersPartial::SliderSums {
             prefixes_done: done as u32,
             sums,

@@ -13,9 +13,10 @@
 //! and hands it on as [`StageOutput::Stored`], which the worker uploads from
 //! the file without reading it into memory.
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use crate::{Error, Result};
+use crate::{Error, Result, varint};
 
 /// Runs of bytes, each written once in order and then read by ranges.
 pub trait Spill: Send {
@@ -83,6 +84,81 @@ impl std::fmt::Debug for StageOutput {
             }
         }
     }
+}
+
+/// Bytes gathered before each write to a spill.
+pub const WRITE_CHUNK: usize = 1 << 20;
+
+/// Bytes of an encoding that starts with a count (a varint): in memory, or
+/// (written by a shard that spilled) the count and the rest, a range of a
+/// spill run, since the count is known only once the rest is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CountedList {
+    Bytes(Vec<u8>),
+    Spilled {
+        count: u128,
+        run: u32,
+        body: Range<u64>,
+    },
+}
+
+impl CountedList {
+    /// The length of its encoding.
+    pub fn len(&self) -> u64 {
+        match self {
+            CountedList::Bytes(bytes) => bytes.len() as u64,
+            CountedList::Spilled { count, body, .. } => {
+                varint_len(*count) + (body.end - body.start)
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its bytes in memory, read from `spill` if they are there.
+    pub fn to_bytes(&self, spill: &dyn Spill) -> Result<Vec<u8>> {
+        match self {
+            CountedList::Bytes(bytes) => Ok(bytes.clone()),
+            CountedList::Spilled { count, run, body } => {
+                let mut bytes = Vec::new();
+                varint::push(&mut bytes, *count);
+                let kept = spill.keep_run(*run)?;
+                bytes.extend_from_slice(&kept.read_range(body.clone())?);
+                Ok(bytes)
+            }
+        }
+    }
+
+    /// Appends its bytes to the run `spill` is writing, in chunks (a spilled
+    /// list is read from a run of the same spill).
+    pub fn write_to(&self, spill: &mut dyn Spill) -> Result<()> {
+        match self {
+            CountedList::Bytes(bytes) => spill.write(bytes),
+            CountedList::Spilled { count, run, body } => {
+                let mut head = Vec::new();
+                varint::push(&mut head, *count);
+                spill.write(&head)?;
+                let kept = spill.keep_run(*run)?;
+                let mut source = StoredSource::new(&*kept, body.clone());
+                let mut buf = vec![0; WRITE_CHUNK.min((body.end - body.start) as usize)];
+                loop {
+                    let n = source.fill(&mut buf)?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    spill.write(&buf[..n])?;
+                }
+            }
+        }
+    }
+}
+
+fn varint_len(value: u128) -> u64 {
+    let mut bytes = Vec::with_capacity(19);
+    varint::push(&mut bytes, value);
+    bytes.len() as u64
 }
 
 /// What a shard may use besides its input and output: `memory` bytes for its

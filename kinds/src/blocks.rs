@@ -5,6 +5,9 @@
 //! layers small enough for one shard run together in one stage; and `search`,
 //! one shard running the whole search on one worker.
 
+use std::ops::Range;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
@@ -12,16 +15,167 @@ use crate::kind::{
     Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
     ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
-use crate::{Control, Result, invalid};
+use crate::{Control, MemorySpill, Result, Room, Spill, StageOutput, Stored, invalid};
 use tally_kernels::blocks;
 use tally_kernels::blocks::LevelBucket;
 use tally_kernels::buckets::{
     add_level_sizes, bucket_count, bucket_of, encode_buckets, levels_note, split_buckets,
-    split_gathered, states_per_slot,
+    states_per_slot,
 };
+use tally_kernels::spill::{CountedList, StoredSource};
 use tally_wire::proto;
 
 pub struct Blocks;
+
+/// What a layer shard reads: bucket `q` of every shard of the previous
+/// stage, framed but not decoded, in memory or in a file the worker wrote as
+/// it arrived, so that a layer is read as streams
+/// (`blocks::expand_bucket_within`) and never held decoded whole.
+pub struct BlocksInput {
+    stored: Arc<dyn Stored>,
+    /// Each sender's bucket: the byte ranges of its three lists.
+    senders: Vec<[Range<u64>; 3]>,
+}
+
+impl BlocksInput {
+    /// The gathered buckets (see `tally_kernels::buckets`: each a length and
+    /// a `LevelBucket`), their framing checked; the lists are checked as they
+    /// are read.
+    fn new(stored: Arc<dyn Stored>) -> Result<BlocksInput> {
+        let len = stored.len();
+        let length_at = |at: u64, end: u64, what: &str| -> Result<u64> {
+            if at.checked_add(8).is_none_or(|e| e > end) {
+                return Err(invalid!("{what} is cut short at byte {at}"));
+            }
+            let bytes = stored.read_range(at..at + 8)?;
+            Ok(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+        };
+        let mut senders = Vec::new();
+        let mut at = 0;
+        while at < len {
+            let segment = length_at(at, len, "gathered input: a length")?;
+            let end = (at + 8)
+                .checked_add(segment)
+                .filter(|&end| end <= len)
+                .ok_or_else(|| {
+                    invalid!(
+                        "gathered input: segment {} runs past the end",
+                        senders.len()
+                    )
+                })?;
+            let mut list_at = at + 8;
+            let mut lists: [Range<u64>; 3] = Default::default();
+            for (i, what) in ["candidates", "current layer", "previous layer"]
+                .iter()
+                .enumerate()
+            {
+                let list = length_at(
+                    list_at,
+                    end,
+                    &format!("layer bucket: the length of its {what}"),
+                )?;
+                let list_end = (list_at + 8)
+                    .checked_add(list)
+                    .filter(|&e| e <= end)
+                    .ok_or_else(|| invalid!("layer bucket: its {what} run past the end"))?;
+                lists[i] = list_at + 8..list_end;
+                list_at = list_end;
+            }
+            if list_at != end {
+                return Err(invalid!(
+                    "layer bucket: {} bytes after its lists",
+                    end - list_at
+                ));
+            }
+            senders.push(lists);
+            at = end;
+        }
+        Ok(BlocksInput { stored, senders })
+    }
+
+    /// Every sender's bucket, decoded into memory.
+    fn decode_all(&self) -> Result<Vec<LevelBucket>> {
+        self.senders
+            .iter()
+            .map(|lists| {
+                let read = |i: usize| {
+                    self.stored
+                        .read_range(lists[i].clone())
+                        .and_then(|bytes| blocks::decode_states(&bytes))
+                };
+                Ok(LevelBucket {
+                    candidates: read(0)?,
+                    current: read(1)?,
+                    previous: read(2)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// One layer shard that shares its stage: its input read as streams, within
+/// the shard's room (in memory without one).
+fn layer_within(
+    puzzle: &blocks::Puzzle,
+    input: &BlocksInput,
+    buckets_out: u32,
+    room: Option<&mut Room<'_>>,
+    control: &Control,
+) -> Result<Outcome<BlocksPartial>> {
+    let mut in_memory = MemorySpill::default();
+    let mut room = match room {
+        Some(room) => Room {
+            memory: room.memory,
+            spill: &mut *room.spill,
+        },
+        None => Room {
+            memory: u64::MAX,
+            spill: &mut in_memory,
+        },
+    };
+    let senders = (input.senders.iter())
+        .map(|lists| std::array::from_fn(|i| StoredSource::new(&*input.stored, lists[i].clone())))
+        .collect();
+    let layer = blocks::expand_bucket_within(puzzle, senders, buckets_out, &mut room, control)?;
+    let spilled = layer.sent.iter().any(|sent| {
+        sent.0
+            .iter()
+            .any(|list| matches!(list, CountedList::Spilled { .. }))
+    });
+    let output = match spilled {
+        false => {
+            let buckets = (layer.sent.iter())
+                .map(|sent| sent.to_bytes(&*room.spill))
+                .collect::<Result<Vec<_>>>()?;
+            encode_buckets(&buckets).into()
+        }
+        true => write_output(&layer.sent, &mut *room.spill)?,
+    };
+    Ok(Outcome {
+        output,
+        partial: BlocksPartial::Layers {
+            sizes: vec![layer.states],
+            buckets: buckets_out,
+        },
+        work_done: 1,
+    })
+}
+
+/// `encode_buckets`'s bytes of a layer shard's buckets, for a shard that
+/// spilled: written as a run of `spill` and handed on from there.
+fn write_output(sent: &[blocks::SentLists], spill: &mut dyn Spill) -> Result<StageOutput> {
+    let mut head = Vec::with_capacity(4 + 8 * sent.len());
+    head.extend_from_slice(&(sent.len() as u32).to_le_bytes());
+    for bucket in sent {
+        head.extend_from_slice(&bucket.len().to_le_bytes());
+    }
+    spill.write(&head)?;
+    for bucket in sent {
+        bucket.write_to(spill)?;
+    }
+    let run = spill.end_run()?;
+    Ok(StageOutput::Stored(spill.keep_run(run)?))
+}
 
 /// Longest accepted puzzle text.
 pub const MAX_PUZZLE_BYTES: usize = 64 * 1024;
@@ -42,10 +196,6 @@ const SHARD_BYTES_PER_STATE: u64 = 600;
 /// The fewest states per shard the plan sizes to a small worker: below it,
 /// the runner's cost per shard would outweigh the shard.
 const MIN_STATES_PER_BUCKET: u64 = 50_000;
-
-/// Most states of a layer per shard of the next layer: its lists then take up
-/// to a few gigabytes in a worker. A layer beyond it fails the job.
-pub const MAX_STATES_PER_BUCKET: u64 = 50_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -227,8 +377,8 @@ impl JobKind for Blocks {
     type Task = BlocksTask;
     type Partial = BlocksPartial;
     /// The frontier plan's shard input: what each shard of the previous layer
-    /// sent this bucket.
-    type StageInput = Vec<LevelBucket>;
+    /// sent this bucket, kept encoded.
+    type StageInput = BlocksInput;
 
     const NAME: &'static str = "blocks";
     const ABOUT: &'static str = "Configurations a sliding-block puzzle reaches (exact).";
@@ -351,16 +501,8 @@ impl JobKind for Blocks {
         let first = plan.layers.len();
         let found: Vec<u64> = sizes.iter().copied().take_while(|&n| n > 0).collect();
         let shards = written.unwrap_or(1);
-        if let Some(&last) = found.last()
-            && last > MAX_STATES_PER_BUCKET * u64::from(shards)
-        {
-            return Err(invalid!(
-                "layer {} has {last} configurations, more than {MAX_STATES_PER_BUCKET} per \
-                 shard over the {shards} shards of the next layer; give more --buckets \
-                 (at most {MAX_BUCKETS}) or let the plan choose",
-                first + found.len() - 1
-            ));
-        }
+        // No layer is too large: past MAX_BUCKETS shards, each takes a larger
+        // part and spills past its memory share.
         plan.layers.extend(&found);
         let note = levels_note("layer", first, &found, "configurations");
         // A layer of no configurations ends the search.
@@ -394,17 +536,30 @@ impl JobKind for Blocks {
         }]
     }
 
-    fn decode_stage_inputs(_spec: &BlocksSpec, parts: &[&[u8]]) -> Result<Vec<LevelBucket>> {
-        split_gathered(single_input(Self::NAME, parts)?)?
-            .into_iter()
-            .map(LevelBucket::decode)
-            .collect()
+    fn decode_stage_inputs(_spec: &BlocksSpec, parts: &[&[u8]]) -> Result<BlocksInput> {
+        BlocksInput::new(Arc::new(single_input(Self::NAME, parts)?.to_vec()))
+    }
+
+    const STREAMS_STAGE_INPUT: bool = true;
+
+    fn decode_stored_inputs(
+        _spec: &BlocksSpec,
+        parts: Vec<Arc<dyn Stored>>,
+    ) -> Result<BlocksInput> {
+        match <[_; 1]>::try_from(parts) {
+            Ok([one]) => BlocksInput::new(one),
+            Err(parts) => Err(invalid!(
+                "{} shards read one stage output, not {}",
+                Self::NAME,
+                parts.len()
+            )),
+        }
     }
 
     fn execute(
         spec: &BlocksSpec,
         task: &BlocksTask,
-        run: &mut ShardRun<'_, Vec<LevelBucket>, BlocksPartial>,
+        run: &mut ShardRun<'_, BlocksInput, BlocksPartial>,
     ) -> Result<Outcome<BlocksPartial>> {
         let puzzle = blocks::parse_puzzle(&spec.puzzle)?;
         if let BlocksTask::BlocksLayer {
@@ -414,14 +569,22 @@ impl JobKind for Blocks {
             ..
         } = *task
         {
+            let inner = run.control.with_own_counter();
+            if !alone && layer > 0 {
+                let input = run
+                    .input
+                    .ok_or_else(|| invalid!("layer {layer} needs the previous layer's buckets"))?;
+                return layer_within(&puzzle, input, buckets_out, run.room.as_mut(), &inner);
+            }
+            // A shard alone in its stage runs layers too small to split, in
+            // memory, until one is worth splitting.
             let mut inputs = match (layer, run.input) {
                 (0, _) => vec![blocks::start_bucket(&puzzle)],
-                (_, Some(input)) => input.clone(),
+                (_, Some(input)) => input.decode_all()?,
                 (_, None) => {
                     return Err(invalid!("layer {layer} needs the previous layer's buckets"));
                 }
             };
-            let inner = run.control.with_own_counter();
             let mut sizes = Vec::new();
             let out = loop {
                 let out_buckets = if alone { 1 } else { buckets_out };
@@ -662,37 +825,32 @@ mod tests {
     }
 
     #[test]
-    fn a_layer_past_the_limit_ends_the_plan_with_its_number_and_size() {
-        let spec = frontier(2);
-        let mut plan = BlocksPlan {
-            layers: vec![1, 4, 9],
-        };
-        let states = MAX_STATES_PER_BUCKET * 2 + 1;
-        let partials = [layers(&[states], 2)];
-        let finished = FinishedStage {
-            stage: 4,
-            stages_total: 4,
-            partials: &partials,
-            slots: 1,
-            slot_memory: 0,
-        };
-        let e = Blocks::next_stage(&spec, &mut plan, finished)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("layer 3 has 100000001 configurations"), "{e}");
-        assert_eq!(plan.layers, [1, 4, 9], "the plan is unchanged");
-        // At the limit, the next layer is planned.
-        let partials = [layers(&[states - 1], 2)];
-        let finished = FinishedStage {
-            partials: &partials,
-            ..finished
-        };
-        match Blocks::next_stage(&spec, &mut plan, finished).unwrap() {
-            NextStage::Shards(shards, note) => {
-                assert_eq!(shards.len(), 2);
-                assert_eq!(note, "layer 3: 100000000 configurations");
+    fn a_layer_of_any_size_is_planned_over_at_most_the_most_shards() {
+        let huge = u64::MAX / 4;
+        for (buckets, expected) in [(2, 2), (0, MAX_BUCKETS)] {
+            let spec = frontier(buckets);
+            let mut plan = BlocksPlan {
+                layers: vec![1, 4, 9],
+            };
+            let partials = [layers(&[huge], 2), layers(&[huge], 2)];
+            let finished = FinishedStage {
+                stage: 4,
+                stages_total: 4,
+                partials: &partials,
+                slots: 1,
+                slot_memory: 0,
+            };
+            match Blocks::next_stage(&spec, &mut plan, finished).unwrap() {
+                NextStage::Shards(shards, note) => {
+                    assert_eq!(shards.len(), 2, "the shards the last stage wrote for");
+                    assert_eq!(note, format!("layer 3: {} configurations", 2 * huge));
+                    let BlocksTask::BlocksLayer { buckets_out, .. } = shards[0].task else {
+                        panic!("{:?}", shards[0].task);
+                    };
+                    assert_eq!(buckets_out, expected, "buckets {buckets}");
+                }
+                NextStage::Finish => panic!("finished"),
             }
-            NextStage::Finish => panic!("finished"),
         }
     }
 

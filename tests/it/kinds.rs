@@ -77,50 +77,64 @@ fn pegs_spec(params: serde_json::Value) -> ValidSpec {
     .unwrap()
 }
 
-/// A pegs job on a worker with a tiny memory budget, through the coordinator's
-/// stage store and through a directory: its level shards pass their share
-/// and spill sorted runs, their larger inputs are kept in files, the outputs
-/// of the shards that spilled are written to files and sent from there, and
-/// the count equals the kernel alone's.
+/// A frontier job on a worker with a tiny memory budget, through the
+/// coordinator's stage store and through a directory: its shards pass their
+/// share and spill sorted runs, their larger inputs are kept in files, the
+/// outputs of the shards that spilled are written to files and sent from
+/// there, and the count equals the kernel alone's. Pegs levels and blocks
+/// layers alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pegs_job_whose_levels_spill_equals_the_kernel_alone() {
-    let stage = tempfile::tempdir().unwrap();
-    let file_store = format!("file://{}", stage.path().display());
-    for store in ["coordinator", file_store.as_str()] {
-        let mut config =
-            tally_coordinator::CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
-        config.stage_store = store.parse().unwrap();
-        let coordinator = tally_coordinator::start(config)
-            .await
-            .expect("coordinator starts");
-        let url = coordinator.url();
-        let mut client = jobs_client(&url).await;
-        let spill = tempfile::tempdir().unwrap();
-        let spill_dir = spill.path().to_path_buf();
-        let workers = Workers::start_with(&url, 1, 2, |config| {
-            config.memory_budget = 256 << 10;
-            config.spill_dir = spill_dir.clone();
-        });
-        let spec = pegs_spec(serde_json::json!({"board": "triangle:6", "start": 4, "buckets": 2}));
-        let done = run_to_answer(&mut client, &spec).await;
-        let direct = spec.compute_direct(2, &Control::new()).unwrap();
-        assert_eq!(done.answer, direct.line, "through {store}");
-        let stats = workers.stop().await;
-        let spilled: u64 = stats.iter().map(|s| s.spilled_bytes.get()).sum();
-        assert!(spilled > 0, "the levels spilled, through {store}");
-        let in_files: u64 = stats.iter().map(|s| s.input_in_files_bytes.get()).sum();
-        assert!(
-            in_files > 0,
-            "the larger inputs were kept in files, through {store}"
-        );
-        let out_files: u64 = stats.iter().map(|s| s.output_in_files_bytes.get()).sum();
-        assert!(
-            out_files > 0,
-            "outputs were sent from files, through {store}"
-        );
-        let left: Vec<_> = std::fs::read_dir(spill.path()).unwrap().collect();
-        assert!(left.is_empty(), "the spill is removed: {left:?}");
-        coordinator.shutdown().await;
+async fn frontier_jobs_whose_shards_spill_equal_the_kernel_alone() {
+    let klotski = "aXXb\naXXb\ncdde\nc12e\n3..4\nsame: abce\nsame: 1234\n";
+    let blocks = ValidSpec::new(JobSpec {
+        kind: "blocks".into(),
+        params: serde_json::json!({"puzzle": klotski, "plan": "frontier", "buckets": 2})
+            .as_object()
+            .expect("an object")
+            .clone(),
+        options: Default::default(),
+    })
+    .unwrap();
+    let pegs = pegs_spec(serde_json::json!({"board": "triangle:6", "start": 4, "buckets": 2}));
+    for (spec, budget) in [(pegs, 256 << 10), (blocks, 16 << 10)] {
+        let name = spec.kind_name().to_string();
+        let stage = tempfile::tempdir().unwrap();
+        let file_store = format!("file://{}", stage.path().display());
+        for store in ["coordinator", file_store.as_str()] {
+            let mut config =
+                tally_coordinator::CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
+            config.stage_store = store.parse().unwrap();
+            let coordinator = tally_coordinator::start(config)
+                .await
+                .expect("coordinator starts");
+            let url = coordinator.url();
+            let mut client = jobs_client(&url).await;
+            let spill = tempfile::tempdir().unwrap();
+            let spill_dir = spill.path().to_path_buf();
+            let workers = Workers::start_with(&url, 1, 2, |config| {
+                config.memory_budget = budget;
+                config.spill_dir = spill_dir.clone();
+            });
+            let done = run_to_answer(&mut client, &spec).await;
+            let direct = spec.compute_direct(2, &Control::new()).unwrap();
+            assert_eq!(done.answer, direct.line, "{name} through {store}");
+            let stats = workers.stop().await;
+            let spilled: u64 = stats.iter().map(|s| s.spilled_bytes.get()).sum();
+            assert!(spilled > 0, "{name}: the shards spilled, through {store}");
+            let in_files: u64 = stats.iter().map(|s| s.input_in_files_bytes.get()).sum();
+            assert!(
+                in_files > 0,
+                "{name}: the larger inputs were kept in files, through {store}"
+            );
+            let out_files: u64 = stats.iter().map(|s| s.output_in_files_bytes.get()).sum();
+            assert!(
+                out_files > 0,
+                "{name}: outputs were sent from files, through {store}"
+            );
+            let left: Vec<_> = std::fs::read_dir(spill.path()).unwrap().collect();
+            assert!(left.is_empty(), "{name}: the spill is removed: {left:?}");
+            coordinator.shutdown().await;
+        }
     }
 }
 

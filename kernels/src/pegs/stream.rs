@@ -13,12 +13,11 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::ops::Range;
 use std::sync::Arc;
 
 use super::PegGame;
 use super::levels::{CountSums, PegBucket, pegs_at_level};
-use crate::spill::{Room, Source, Spill, Stored, StoredSource, VarintStream};
+use crate::spill::{CountedList, Room, Source, Spill, Stored, StoredSource, VarintStream};
 use crate::varint;
 use crate::{Control, Error, Result, invalid};
 
@@ -27,78 +26,11 @@ const POLL_BOARDS: usize = 4096;
 /// Bytes an encoded board takes at least (its gap and its count), to guess
 /// how many boards some bytes hold.
 const MIN_BOARD_BYTES: u64 = 2;
-/// Bytes gathered before each write to the spill.
-const WRITE_CHUNK: usize = 1 << 20;
 
 /// [`PegBucket::encode`]'s bytes of one outgoing bucket: in memory, or (from
 /// a shard that spilled) its board count and the rest of its bytes, a range
 /// of a spill run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SentBucket {
-    Bytes(Vec<u8>),
-    Spilled {
-        count: u128,
-        run: u32,
-        body: Range<u64>,
-    },
-}
-
-impl SentBucket {
-    /// The length of its encoding.
-    pub fn len(&self) -> u64 {
-        match self {
-            SentBucket::Bytes(bytes) => bytes.len() as u64,
-            SentBucket::Spilled { count, body, .. } => varint_len(*count) + (body.end - body.start),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Its encoding in memory, read from `spill` if it is there.
-    pub fn to_bytes(&self, spill: &dyn Spill) -> Result<Vec<u8>> {
-        match self {
-            SentBucket::Bytes(bytes) => Ok(bytes.clone()),
-            SentBucket::Spilled { count, run, body } => {
-                let mut bytes = Vec::new();
-                varint::push(&mut bytes, *count);
-                let kept = spill.keep_run(*run)?;
-                bytes.extend_from_slice(&kept.read_range(body.clone())?);
-                Ok(bytes)
-            }
-        }
-    }
-
-    /// Appends its encoding to the run `spill` is writing, in chunks (a
-    /// spilled bucket is read from a run of the same spill).
-    pub fn write_to(&self, spill: &mut dyn Spill) -> Result<()> {
-        match self {
-            SentBucket::Bytes(bytes) => spill.write(bytes),
-            SentBucket::Spilled { count, run, body } => {
-                let mut head = Vec::new();
-                varint::push(&mut head, *count);
-                spill.write(&head)?;
-                let kept = spill.keep_run(*run)?;
-                let mut source = StoredSource::new(&*kept, body.clone());
-                let mut buf = vec![0; WRITE_CHUNK.min((body.end - body.start) as usize)];
-                loop {
-                    let n = source.fill(&mut buf)?;
-                    if n == 0 {
-                        return Ok(());
-                    }
-                    spill.write(&buf[..n])?;
-                }
-            }
-        }
-    }
-}
-
-fn varint_len(value: u128) -> u64 {
-    let mut bytes = Vec::with_capacity(19);
-    varint::push(&mut bytes, value);
-    bytes.len() as u64
-}
+pub type SentBucket = CountedList;
 
 /// One shard's part of one level, its outgoing buckets encoded.
 #[derive(Debug, Default)]
@@ -317,14 +249,14 @@ impl Source for Either<'_> {
 /// boards (their count, which comes first, is returned instead): the count
 /// and the bytes written.
 fn write_merged<S: Source>(mut merged: Merged<S>, spill: &mut dyn Spill) -> Result<(u128, u64)> {
-    let mut body = Vec::with_capacity(WRITE_CHUNK + 64);
+    let mut body = Vec::with_capacity(crate::spill::WRITE_CHUNK + 64);
     let (mut count, mut previous, mut written) = (0u128, 0u64, 0u64);
     while let Some((board, ways)) = merged.next()? {
         varint::push(&mut body, u128::from(board - previous));
         varint::push(&mut body, ways);
         previous = board;
         count += 1;
-        if body.len() >= WRITE_CHUNK {
+        if body.len() >= crate::spill::WRITE_CHUNK {
             spill.write(&body)?;
             written += body.len() as u64;
             body.clear();

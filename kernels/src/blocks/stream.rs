@@ -1,0 +1,578 @@
+//! A layer shard within a memory share: the same rule and the same bytes as
+//! [`super::expand_bucket`], without holding the layer.
+//!
+//! The three lists every shard of the previous layer sent are read as
+//! streams and merged (candidates less the two earlier layers, as the layer
+//! rule says). The shard's output is three lists for each bucket of the next
+//! layer: the neighbours of the layer's states, the layer's states and the
+//! layer before. They gather in memory until they pass half of the shard's
+//! share, and are then written to the spill as one run (each bucket's three
+//! lists in turn, sorted and deduplicated) and emptied. At the end each list
+//! of each bucket is the merge of its segment of every run and of what memory
+//! still holds, written to the spill as it is merged when the shard spilled.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::levels::LevelBucket;
+use super::puzzle::Puzzle;
+use crate::buckets::bucket_of;
+use crate::spill::{CountedList, Room, Source, Spill, Stored, StoredSource, VarintStream};
+use crate::{Control, Result, invalid, varint};
+
+/// States expanded between two polls of the control and of the lists' size.
+const POLL_STATES: usize = 1024;
+/// Bytes a state takes in the lists being gathered.
+const STATE_BYTES: u64 = 16;
+
+/// The names of a bucket's three lists, in their order.
+const LISTS: [&str; 3] = ["candidates", "current layer", "previous layer"];
+
+/// One shard's layer, its outgoing buckets encoded.
+#[derive(Debug, Default)]
+pub struct EncodedLayer {
+    /// States of the layer in this shard's bucket.
+    pub states: u64,
+    /// [`LevelBucket::encode`]'s bytes of each bucket of the next layer.
+    pub sent: Vec<SentLists>,
+    /// Runs written to the spill, and the bytes written to it.
+    pub runs: u32,
+    pub spilled_bytes: u64,
+}
+
+/// [`LevelBucket::encode`]'s bytes of one outgoing bucket: its three lists,
+/// each after its length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentLists(pub [CountedList; 3]);
+
+impl SentLists {
+    fn in_memory(bucket: &LevelBucket) -> SentLists {
+        let list = |states: &[u128]| CountedList::Bytes(super::encode_states(states));
+        SentLists([
+            list(&bucket.candidates),
+            list(&bucket.current),
+            list(&bucket.previous),
+        ])
+    }
+
+    /// The length of its encoding.
+    pub fn len(&self) -> u64 {
+        self.0.iter().map(|list| 8 + list.len()).sum()
+    }
+
+    /// Never: the encoding holds three lengths at least.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Its encoding in memory, read from `spill` if it is there.
+    pub fn to_bytes(&self, spill: &dyn Spill) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for list in &self.0 {
+            out.extend_from_slice(&list.len().to_le_bytes());
+            out.extend_from_slice(&list.to_bytes(spill)?);
+        }
+        Ok(out)
+    }
+
+    /// Appends its encoding to the run `spill` is writing.
+    pub fn write_to(&self, spill: &mut dyn Spill) -> Result<()> {
+        for list in &self.0 {
+            spill.write(&list.len().to_le_bytes())?;
+            list.write_to(spill)?;
+        }
+        Ok(())
+    }
+}
+
+/// One list of [`super::encode_states`] bytes, read as it comes and checked
+/// as [`super::decode_states`] checks it.
+struct StateStream<S> {
+    stream: VarintStream<S>,
+    left: u128,
+    index: u64,
+    previous: Option<u128>,
+    what: &'static str,
+}
+
+impl<S: Source> StateStream<S> {
+    fn new(source: S, what: &'static str) -> Result<Self> {
+        let mut stream = VarintStream::new(source, "layer bucket");
+        let left = stream.varint("a list's count")?;
+        Ok(StateStream {
+            stream,
+            left,
+            index: 0,
+            previous: None,
+            what,
+        })
+    }
+
+    fn next(&mut self) -> Result<Option<u128>> {
+        let what = self.what;
+        if self.left == 0 {
+            if !self.stream.at_end()? {
+                return Err(invalid!(
+                    "layer bucket: bytes after the {} states of its {what}",
+                    self.index
+                ));
+            }
+            return Ok(None);
+        }
+        let gap = self.stream.varint(what)?;
+        let state = match self.previous {
+            None => gap,
+            Some(_) if gap == 0 => {
+                return Err(invalid!(
+                    "layer bucket: its {what} are not sorted and distinct"
+                ));
+            }
+            Some(p) => p.checked_add(gap).ok_or_else(|| {
+                invalid!(
+                    "layer bucket: state {} of its {what} overflows 128 bits",
+                    self.index
+                )
+            })?,
+        };
+        self.left -= 1;
+        self.index += 1;
+        self.previous = Some(state);
+        Ok(Some(state))
+    }
+}
+
+/// Increasing streams merged into one, each state once.
+struct Merged<S> {
+    parts: Vec<StateStream<S>>,
+    heads: BinaryHeap<Reverse<(u128, usize)>>,
+}
+
+impl<S: Source> Merged<S> {
+    fn new(parts: Vec<StateStream<S>>) -> Result<Self> {
+        let mut merged = Merged {
+            heads: BinaryHeap::with_capacity(parts.len()),
+            parts,
+        };
+        for i in 0..merged.parts.len() {
+            merged.advance(i)?;
+        }
+        Ok(merged)
+    }
+
+    fn advance(&mut self, i: usize) -> Result<()> {
+        if let Some(state) = self.parts[i].next()? {
+            self.heads.push(Reverse((state, i)));
+        }
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<Option<u128>> {
+        let Some(Reverse((state, i))) = self.heads.pop() else {
+            return Ok(None);
+        };
+        self.advance(i)?;
+        while let Some(&Reverse((next, j))) = self.heads.peek() {
+            if next != state {
+                break;
+            }
+            self.heads.pop();
+            self.advance(j)?;
+        }
+        Ok(Some(state))
+    }
+
+    /// The next state if it is below `bound`, else `None` (and it stays).
+    fn next_below(&mut self, bound: u128) -> Result<Option<u128>> {
+        match self.heads.peek() {
+            Some(&Reverse((state, _))) if state < bound => self.next(),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether the next state is `state`; if so it is taken.
+    fn take_if(&mut self, state: u128) -> Result<bool> {
+        match self.heads.peek() {
+            Some(&Reverse((next, _))) if next == state => self.next().map(|_| true),
+            _ => Ok(false),
+        }
+    }
+}
+
+/// The next layer's lists by bucket, spilled as runs when they pass `limit`
+/// bytes.
+struct SpillingLists<'r, 's> {
+    /// For each bucket: candidates (unsorted), current, previous (increasing).
+    lists: Vec<[Vec<u128>; 3]>,
+    held: u64,
+    limit: u64,
+    room: &'r mut Room<'s>,
+    /// For each run: its number and each bucket's three byte ranges in it.
+    runs: Vec<(u32, Vec<[Range<u64>; 3]>)>,
+    spilled_bytes: u64,
+}
+
+impl SpillingLists<'_, '_> {
+    fn push(&mut self, list: usize, state: u128, buckets: u32) {
+        self.lists[bucket_of(state, buckets) as usize][list].push(state);
+        self.held += STATE_BYTES;
+    }
+
+    fn spill_if_full(&mut self) -> Result<()> {
+        if self.held <= self.limit {
+            return Ok(());
+        }
+        let mut ranges = Vec::with_capacity(self.lists.len());
+        let mut at = 0;
+        for lists in &mut self.lists {
+            let mut bucket: [Range<u64>; 3] = Default::default();
+            for (i, list) in lists.iter_mut().enumerate() {
+                if i == 0 {
+                    list.sort_unstable();
+                    list.dedup();
+                }
+                let bytes = super::encode_states(list);
+                self.room.spill.write(&bytes)?;
+                bucket[i] = at..at + bytes.len() as u64;
+                at += bytes.len() as u64;
+                *list = Vec::new();
+            }
+            ranges.push(bucket);
+        }
+        let run = self.room.spill.end_run()?;
+        self.spilled_bytes += at;
+        self.held = 0;
+        self.runs.push((run, ranges));
+        Ok(())
+    }
+
+    /// Each outgoing bucket, encoded: in memory if nothing spilled, else each
+    /// list the merge of its segments, written to one run as it is merged.
+    fn finish(mut self) -> Result<(Vec<SentLists>, u32, u64)> {
+        let runs = self.runs.len() as u32;
+        if self.runs.is_empty() {
+            let sent = (self.lists.into_iter())
+                .map(|[mut candidates, current, previous]| {
+                    candidates.sort_unstable();
+                    candidates.dedup();
+                    SentLists::in_memory(&LevelBucket {
+                        candidates,
+                        current,
+                        previous,
+                    })
+                })
+                .collect();
+            return Ok((sent, 0, 0));
+        }
+        // The runs are read through handles of their own while the merges
+        // are written to the spill.
+        let kept = (self.runs.iter())
+            .map(|(run, _)| self.room.spill.keep_run(*run))
+            .collect::<Result<Vec<Arc<dyn Stored>>>>()?;
+        let mut bodies = Vec::with_capacity(self.lists.len());
+        let mut at = 0;
+        for (q, mut lists) in std::mem::take(&mut self.lists).into_iter().enumerate() {
+            lists[0].sort_unstable();
+            lists[0].dedup();
+            let mut bucket = Vec::with_capacity(3);
+            for (i, in_memory) in lists.iter().enumerate() {
+                let in_memory = super::encode_states(in_memory);
+                let mut parts = Vec::with_capacity(kept.len() + 1);
+                for (stored, (_, ranges)) in kept.iter().zip(&self.runs) {
+                    let source = StoredSource::new(&**stored, ranges[q][i].clone());
+                    parts.push(StateStream::new(Either::Run(source), LISTS[i])?);
+                }
+                parts.push(StateStream::new(Either::Slice(&in_memory[..]), LISTS[i])?);
+                let (count, len) = write_merged(Merged::new(parts)?, &mut *self.room.spill)?;
+                bucket.push((count, at..at + len));
+                at += len;
+            }
+            bodies.push(bucket);
+        }
+        let run = self.room.spill.end_run()?;
+        let sent = (bodies.into_iter())
+            .map(|bucket| {
+                let mut lists = bucket
+                    .into_iter()
+                    .map(|(count, body)| CountedList::Spilled { count, run, body });
+                SentLists(std::array::from_fn(|_| lists.next().expect("three lists")))
+            })
+            .collect();
+        Ok((sent, runs, self.spilled_bytes + at))
+    }
+}
+
+/// A spill run's range or bytes in memory, merged together.
+enum Either<'a> {
+    Run(StoredSource<'a>),
+    Slice(&'a [u8]),
+}
+
+impl Source for Either<'_> {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        match self {
+            Either::Run(run) => run.fill(buf),
+            Either::Slice(slice) => slice.fill(buf),
+        }
+    }
+}
+
+/// Writes a merge to `spill` as [`super::encode_states`] writes a list (its
+/// count, which comes first, is returned instead): the count and the bytes
+/// written.
+fn write_merged<S: Source>(mut merged: Merged<S>, spill: &mut dyn Spill) -> Result<(u128, u64)> {
+    let mut body = Vec::with_capacity(crate::spill::WRITE_CHUNK + 64);
+    let (mut count, mut previous, mut written) = (0u128, None, 0u64);
+    while let Some(state) = merged.next()? {
+        varint::push(&mut body, previous.map_or(state, |p| state - p));
+        previous = Some(state);
+        count += 1;
+        if body.len() >= crate::spill::WRITE_CHUNK {
+            spill.write(&body)?;
+            written += body.len() as u64;
+            body.clear();
+        }
+    }
+    spill.write(&body)?;
+    written += body.len() as u64;
+    Ok((count, written))
+}
+
+/// The three lists of one sender's [`LevelBucket::encode`]d bucket.
+pub type SenderLists<S> = [S; 3];
+
+/// One shard of a layer (see [`super::expand_bucket`]) from the lists every
+/// shard of the previous layer sent its bucket, read as streams, within
+/// `room`: what the shard gathers for the next layer spills to `room.spill`
+/// past half of `room.memory` (the rest is for the input's buffers). The same
+/// states and the same bytes as [`super::expand_bucket`]'s buckets encoded.
+pub fn expand_bucket_within<S: Source>(
+    puzzle: &Puzzle,
+    senders: Vec<SenderLists<S>>,
+    buckets_out: u32,
+    room: &mut Room<'_>,
+    control: &Control,
+) -> Result<EncodedLayer> {
+    if buckets_out == 0 {
+        return Err(invalid!("a layer needs at least one bucket"));
+    }
+    let mut streams: [Vec<StateStream<S>>; 3] = Default::default();
+    for lists in senders {
+        for (i, source) in lists.into_iter().enumerate() {
+            streams[i].push(StateStream::new(source, LISTS[i])?);
+        }
+    }
+    let [candidates, current, previous] = streams;
+    let (mut candidates, mut current, mut previous) = (
+        Merged::new(candidates)?,
+        Merged::new(current)?,
+        Merged::new(previous)?,
+    );
+    let limit = room.memory / 2;
+    let mut out = SpillingLists {
+        lists: (0..buckets_out).map(|_| Default::default()).collect(),
+        held: 0,
+        limit,
+        room,
+        runs: Vec::new(),
+        spilled_bytes: 0,
+    };
+    let mut states = 0u64;
+    let mut found = Vec::new();
+    loop {
+        control.check()?;
+        let mut expanded = 0;
+        while expanded < POLL_STATES {
+            let Some(state) = candidates.next()? else {
+                break;
+            };
+            // The layer before this one goes on as the next layer's previous.
+            while let Some(known) = current.next_below(state)? {
+                out.push(2, known, buckets_out);
+            }
+            if current.take_if(state)? {
+                out.push(2, state, buckets_out);
+                continue;
+            }
+            while previous.next_below(state)?.is_some() {}
+            if previous.take_if(state)? {
+                continue;
+            }
+            expanded += 1;
+            found.clear();
+            puzzle.push_checked_neighbours(state, &mut found)?;
+            for &n in &found {
+                out.push(0, n, buckets_out);
+            }
+            out.push(1, state, buckets_out);
+            out.spill_if_full()?;
+        }
+        states += expanded as u64;
+        control.add_work(expanded as u64);
+        if expanded < POLL_STATES && candidates.heads.is_empty() {
+            break;
+        }
+    }
+    while let Some(known) = current.next()? {
+        out.push(2, known, buckets_out);
+        out.spill_if_full()?;
+    }
+    // The earlier layers' lists are checked to their ends.
+    while previous.next()?.is_some() {}
+    let (sent, runs, spilled_bytes) = out.finish()?;
+    Ok(EncodedLayer {
+        states,
+        sent,
+        runs,
+        spilled_bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blocks::{expand_bucket, parse_puzzle, start_bucket};
+    use crate::spill::MemorySpill;
+
+    /// Klotski, its like pieces interchangeable: a few hundred configurations
+    /// a layer in the middle of its search.
+    const PUZZLE: &str = "aXXb\naXXb\ncdde\nc12e\n3..4\nsame: abce\nsame: 1234\n";
+
+    /// Every layer's buckets by the reference kernel, `buckets` a layer.
+    fn layers(puzzle: &Puzzle, last: usize, buckets: u32) -> Vec<Vec<Vec<LevelBucket>>> {
+        let control = Control::new();
+        let mut inbox = vec![vec![start_bucket(puzzle)]];
+        let mut layers = Vec::new();
+        for _ in 0..last {
+            let mut sent = Vec::new();
+            let mut next = vec![Vec::new(); buckets as usize];
+            for inputs in inbox {
+                let (_, out) = expand_bucket(puzzle, inputs, buckets, &control).unwrap();
+                for (q, bucket) in out.iter().enumerate() {
+                    next[q].push(bucket.clone());
+                }
+                sent.push(out);
+            }
+            layers.push(sent);
+            inbox = next;
+        }
+        layers
+    }
+
+    fn lists(bytes: &[u8]) -> [&[u8]; 3] {
+        let mut at = 0;
+        std::array::from_fn(|_| {
+            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+            let list = &bytes[at + 8..at + 8 + len];
+            at += 8 + len;
+            list
+        })
+    }
+
+    #[test]
+    fn a_layer_that_spills_equals_the_layer_held_in_memory() {
+        let puzzle = parse_puzzle(PUZZLE).unwrap();
+        let control = Control::new();
+        let all = layers(&puzzle, 91, 3);
+        let mut spilled_somewhere = false;
+        for layer in [6, 40, 90] {
+            // Bucket 1 of the layer after `layer`, from its three senders.
+            let inputs: Vec<LevelBucket> = all[layer].iter().map(|out| out[1].clone()).collect();
+            let encoded: Vec<Vec<u8>> = inputs.iter().map(LevelBucket::encode).collect();
+            let (states, expected) = expand_bucket(&puzzle, inputs, 4, &control).unwrap();
+            let expected: Vec<Vec<u8>> = expected.iter().map(LevelBucket::encode).collect();
+            for memory in [u64::MAX, 1 << 12, 0] {
+                let mut spill = MemorySpill::default();
+                let mut room = Room {
+                    memory,
+                    spill: &mut spill,
+                };
+                let senders = encoded.iter().map(|b| lists(b)).collect();
+                let got = expand_bucket_within(&puzzle, senders, 4, &mut room, &control).unwrap();
+                assert_eq!(got.states, states, "layer {layer}, memory {memory}");
+                let bytes: Vec<Vec<u8>> = got
+                    .sent
+                    .iter()
+                    .map(|s| s.to_bytes(&spill).unwrap())
+                    .collect();
+                assert_eq!(bytes, expected, "layer {layer}, memory {memory}");
+                let lengths: Vec<u64> = got.sent.iter().map(SentLists::len).collect();
+                let want: Vec<u64> = expected.iter().map(|b| b.len() as u64).collect();
+                assert_eq!(lengths, want);
+                if memory == u64::MAX {
+                    assert_eq!((got.runs, spill.bytes_written()), (0, 0));
+                    continue;
+                }
+                assert_eq!(got.spilled_bytes, spill.bytes_written());
+                if got.runs > 0 {
+                    assert!(
+                        got.runs >= 2,
+                        "layer {layer}, memory {memory}: {} runs",
+                        got.runs
+                    );
+                    spilled_somewhere = true;
+                    assert!(matches!(got.sent[0].0[0], CountedList::Spilled { .. }));
+                    for sent in &got.sent {
+                        sent.write_to(&mut spill).unwrap();
+                    }
+                    let run = spill.end_run().unwrap();
+                    let whole = spill.keep_run(run).unwrap();
+                    assert_eq!(whole.read_range(0..whole.len()).unwrap(), expected.concat());
+                }
+            }
+        }
+        assert!(spilled_somewhere);
+    }
+
+    #[test]
+    fn streamed_lists_are_checked_like_decoded_ones() {
+        let puzzle = parse_puzzle(PUZZLE).unwrap();
+        let control = Control::new();
+        let run = |candidates: &[u8], current: &[u8], previous: &[u8]| {
+            let mut spill = MemorySpill::default();
+            let mut room = Room {
+                memory: u64::MAX,
+                spill: &mut spill,
+            };
+            expand_bucket_within(
+                &puzzle,
+                vec![[candidates, current, previous]],
+                2,
+                &mut room,
+                &control,
+            )
+            .map(|layer| layer.states)
+        };
+        let start = super::super::encode_states(&[puzzle.initial_state()]);
+        let empty = super::super::encode_states(&[]);
+        assert_eq!(run(&start, &empty, &empty).unwrap(), 1);
+        assert_eq!(
+            run(&start, &start, &empty).unwrap(),
+            0,
+            "in the layer before"
+        );
+        assert_eq!(run(&start, &empty, &start).unwrap(), 0, "two layers before");
+        for cut in 0..start.len() {
+            assert!(run(&start[..cut], &empty, &empty).is_err(), "cut at {cut}");
+        }
+        let mut longer = start.clone();
+        longer.push(0);
+        assert!(run(&longer, &empty, &empty).is_err());
+        assert!(
+            run(&[2, 5, 0], &empty, &empty)
+                .unwrap_err()
+                .to_string()
+                .contains("not sorted")
+        );
+        assert!(run(&[1, 3], &empty, &empty).is_err(), "not a configuration");
+        let mut wide = vec![2, 1];
+        varint::push(&mut wide, u128::MAX);
+        assert!(
+            run(&wide, &empty, &empty)
+                .unwrap_err()
+                .to_string()
+                .contains("128 bits")
+        );
+    }
+}

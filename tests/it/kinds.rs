@@ -81,8 +81,8 @@ fn pegs_spec(params: serde_json::Value) -> ValidSpec {
 /// coordinator's stage store and through a directory: its shards pass their
 /// share and spill sorted runs, their larger inputs are kept in files, the
 /// outputs of the shards that spilled are written to files and sent from
-/// there, and the count equals the kernel alone's. Pegs levels and blocks
-/// layers alike.
+/// there, and the count equals the kernel alone's. Pegs levels, blocks
+/// layers and sliders levels alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frontier_jobs_whose_shards_spill_equal_the_kernel_alone() {
     let klotski = "aXXb\naXXb\ncdde\nc12e\n3..4\nsame: abce\nsame: 1234\n";
@@ -95,8 +95,22 @@ async fn frontier_jobs_whose_shards_spill_equal_the_kernel_alone() {
         options: Default::default(),
     })
     .unwrap();
+    let sliders = ValidSpec::new(JobSpec {
+        kind: "sliders".into(),
+        params: serde_json::json!({
+            "rows": 4, "cols": 4, "start": "WRRRRRRGRRRRRRRB", "target": "BRRRRRRGRRRRRRRW",
+            "base": tally_kernels::sliders::DEFAULT_BASE,
+            "modulus": tally_kernels::sliders::DEFAULT_MODULUS,
+            "plan": "frontier", "buckets": 2
+        })
+        .as_object()
+        .expect("an object")
+        .clone(),
+        options: Default::default(),
+    })
+    .unwrap();
     let pegs = pegs_spec(serde_json::json!({"board": "triangle:6", "start": 4, "buckets": 2}));
-    for (spec, budget) in [(pegs, 256 << 10), (blocks, 16 << 10)] {
+    for (spec, budget) in [(pegs, 256 << 10), (blocks, 16 << 10), (sliders, 4 << 10)] {
         let name = spec.kind_name().to_string();
         let stage = tempfile::tempdir().unwrap();
         let file_store = format!("file://{}", stage.path().display());

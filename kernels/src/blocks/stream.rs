@@ -11,15 +11,15 @@
 //! of each bucket is the merge of its segment of every run and of what memory
 //! still holds, written to the spill as it is merged when the shard spilled.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::ops::Range;
 use std::sync::Arc;
 
 use super::levels::LevelBucket;
 use super::puzzle::Puzzle;
 use crate::buckets::bucket_of;
-use crate::spill::{CountedList, Room, Source, Spill, Stored, StoredSource, VarintStream};
+use crate::spill::{
+    CountedList, IncreasingStream, MergedIncreasing, Room, Source, Spill, Stored, StoredSource,
+};
 use crate::{Control, Result, invalid, varint};
 
 /// States expanded between two polls of the control and of the lists' size.
@@ -28,7 +28,11 @@ const POLL_STATES: usize = 1024;
 const STATE_BYTES: u64 = 16;
 
 /// The names of a bucket's three lists, in their order.
-const LISTS: [&str; 3] = ["candidates", "current layer", "previous layer"];
+const LISTS: [&str; 3] = [
+    "layer bucket: its candidates",
+    "layer bucket: its current layer",
+    "layer bucket: its previous layer",
+];
 
 /// One shard's layer, its outgoing buckets encoded.
 #[derive(Debug, Default)]
@@ -84,119 +88,6 @@ impl SentLists {
             list.write_to(spill)?;
         }
         Ok(())
-    }
-}
-
-/// One list of [`super::encode_states`] bytes, read as it comes and checked
-/// as [`super::decode_states`] checks it.
-struct StateStream<S> {
-    stream: VarintStream<S>,
-    left: u128,
-    index: u64,
-    previous: Option<u128>,
-    what: &'static str,
-}
-
-impl<S: Source> StateStream<S> {
-    fn new(source: S, what: &'static str) -> Result<Self> {
-        let mut stream = VarintStream::new(source, "layer bucket");
-        let left = stream.varint("a list's count")?;
-        Ok(StateStream {
-            stream,
-            left,
-            index: 0,
-            previous: None,
-            what,
-        })
-    }
-
-    fn next(&mut self) -> Result<Option<u128>> {
-        let what = self.what;
-        if self.left == 0 {
-            if !self.stream.at_end()? {
-                return Err(invalid!(
-                    "layer bucket: bytes after the {} states of its {what}",
-                    self.index
-                ));
-            }
-            return Ok(None);
-        }
-        let gap = self.stream.varint(what)?;
-        let state = match self.previous {
-            None => gap,
-            Some(_) if gap == 0 => {
-                return Err(invalid!(
-                    "layer bucket: its {what} are not sorted and distinct"
-                ));
-            }
-            Some(p) => p.checked_add(gap).ok_or_else(|| {
-                invalid!(
-                    "layer bucket: state {} of its {what} overflows 128 bits",
-                    self.index
-                )
-            })?,
-        };
-        self.left -= 1;
-        self.index += 1;
-        self.previous = Some(state);
-        Ok(Some(state))
-    }
-}
-
-/// Increasing streams merged into one, each state once.
-struct Merged<S> {
-    parts: Vec<StateStream<S>>,
-    heads: BinaryHeap<Reverse<(u128, usize)>>,
-}
-
-impl<S: Source> Merged<S> {
-    fn new(parts: Vec<StateStream<S>>) -> Result<Self> {
-        let mut merged = Merged {
-            heads: BinaryHeap::with_capacity(parts.len()),
-            parts,
-        };
-        for i in 0..merged.parts.len() {
-            merged.advance(i)?;
-        }
-        Ok(merged)
-    }
-
-    fn advance(&mut self, i: usize) -> Result<()> {
-        if let Some(state) = self.parts[i].next()? {
-            self.heads.push(Reverse((state, i)));
-        }
-        Ok(())
-    }
-
-    fn next(&mut self) -> Result<Option<u128>> {
-        let Some(Reverse((state, i))) = self.heads.pop() else {
-            return Ok(None);
-        };
-        self.advance(i)?;
-        while let Some(&Reverse((next, j))) = self.heads.peek() {
-            if next != state {
-                break;
-            }
-            self.heads.pop();
-            self.advance(j)?;
-        }
-        Ok(Some(state))
-    }
-
-    /// The next state if it is below `bound`, else `None` (and it stays).
-    fn next_below(&mut self, bound: u128) -> Result<Option<u128>> {
-        match self.heads.peek() {
-            Some(&Reverse((state, _))) if state < bound => self.next(),
-            _ => Ok(None),
-        }
-    }
-
-    /// Whether the next state is `state`; if so it is taken.
-    fn take_if(&mut self, state: u128) -> Result<bool> {
-        match self.heads.peek() {
-            Some(&Reverse((next, _))) if next == state => self.next().map(|_| true),
-            _ => Ok(false),
-        }
     }
 }
 
@@ -281,10 +172,14 @@ impl SpillingLists<'_, '_> {
                 let mut parts = Vec::with_capacity(kept.len() + 1);
                 for (stored, (_, ranges)) in kept.iter().zip(&self.runs) {
                     let source = StoredSource::new(&**stored, ranges[q][i].clone());
-                    parts.push(StateStream::new(Either::Run(source), LISTS[i])?);
+                    parts.push(IncreasingStream::new(Either::Run(source), LISTS[i])?);
                 }
-                parts.push(StateStream::new(Either::Slice(&in_memory[..]), LISTS[i])?);
-                let (count, len) = write_merged(Merged::new(parts)?, &mut *self.room.spill)?;
+                parts.push(IncreasingStream::new(
+                    Either::Slice(&in_memory[..]),
+                    LISTS[i],
+                )?);
+                let (count, len) =
+                    write_merged(MergedIncreasing::new(parts)?, &mut *self.room.spill)?;
                 bucket.push((count, at..at + len));
                 at += len;
             }
@@ -321,10 +216,13 @@ impl Source for Either<'_> {
 /// Writes a merge to `spill` as [`super::encode_states`] writes a list (its
 /// count, which comes first, is returned instead): the count and the bytes
 /// written.
-fn write_merged<S: Source>(mut merged: Merged<S>, spill: &mut dyn Spill) -> Result<(u128, u64)> {
+fn write_merged<S: Source>(
+    mut merged: MergedIncreasing<S>,
+    spill: &mut dyn Spill,
+) -> Result<(u128, u64)> {
     let mut body = Vec::with_capacity(crate::spill::WRITE_CHUNK + 64);
     let (mut count, mut previous, mut written) = (0u128, None, 0u64);
-    while let Some(state) = merged.next()? {
+    while let Some(state) = merged.pull()? {
         varint::push(&mut body, previous.map_or(state, |p| state - p));
         previous = Some(state);
         count += 1;
@@ -357,17 +255,17 @@ pub fn expand_bucket_within<S: Source>(
     if buckets_out == 0 {
         return Err(invalid!("a layer needs at least one bucket"));
     }
-    let mut streams: [Vec<StateStream<S>>; 3] = Default::default();
+    let mut streams: [Vec<IncreasingStream<S>>; 3] = Default::default();
     for lists in senders {
         for (i, source) in lists.into_iter().enumerate() {
-            streams[i].push(StateStream::new(source, LISTS[i])?);
+            streams[i].push(IncreasingStream::new(source, LISTS[i])?);
         }
     }
     let [candidates, current, previous] = streams;
     let (mut candidates, mut current, mut previous) = (
-        Merged::new(candidates)?,
-        Merged::new(current)?,
-        Merged::new(previous)?,
+        MergedIncreasing::new(candidates)?,
+        MergedIncreasing::new(current)?,
+        MergedIncreasing::new(previous)?,
     );
     let limit = room.memory / 2;
     let mut out = SpillingLists {
@@ -384,7 +282,7 @@ pub fn expand_bucket_within<S: Source>(
         control.check()?;
         let mut expanded = 0;
         while expanded < POLL_STATES {
-            let Some(state) = candidates.next()? else {
+            let Some(state) = candidates.pull()? else {
                 break;
             };
             // The layer before this one goes on as the next layer's previous.
@@ -410,16 +308,16 @@ pub fn expand_bucket_within<S: Source>(
         }
         states += expanded as u64;
         control.add_work(expanded as u64);
-        if expanded < POLL_STATES && candidates.heads.is_empty() {
+        if expanded < POLL_STATES && candidates.is_empty() {
             break;
         }
     }
-    while let Some(known) = current.next()? {
+    while let Some(known) = current.pull()? {
         out.push(2, known, buckets_out);
         out.spill_if_full()?;
     }
     // The earlier layers' lists are checked to their ends.
-    while previous.next()?.is_some() {}
+    while previous.pull()?.is_some() {}
     let (sent, runs, spilled_bytes) = out.finish()?;
     Ok(EncodedLayer {
         states,

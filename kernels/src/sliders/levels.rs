@@ -36,11 +36,11 @@ const POLL_BOARDS: usize = 4096;
 
 /// Tag of a [`ForwardBucket`] whose candidates carry no moves back (as
 /// written before they did; still read).
-const TAG_FORWARD_PLAIN: u8 = 1;
+pub(super) const TAG_FORWARD_PLAIN: u8 = 1;
 /// Tag of a [`ForwardBucket`] whose candidates carry their moves back.
-const TAG_FORWARD: u8 = 5;
+pub(super) const TAG_FORWARD: u8 = 5;
 /// Tag of a bucket of a level's boards.
-const TAG_MEMBERS: u8 = 2;
+pub(super) const TAG_MEMBERS: u8 = 2;
 /// Tag of a bucket of neighbours of a graph level.
 const TAG_NEIGHBOURS: u8 = 3;
 /// Tag of a whole shortest-path graph.
@@ -74,6 +74,11 @@ impl Boards {
         self.target
     }
 
+    /// Whether a board's index leaves 4 bits for its moves back in a `u64`.
+    pub fn fits_narrow_keys(&self) -> bool {
+        self.layout.total() < 1 << 60
+    }
+
     fn board(&self, index: u64, hint: &mut StateHint) -> Result<State> {
         self.layout
             .state_near(index, hint)
@@ -84,7 +89,7 @@ impl Boards {
     /// the moves in `skip` (bit `c` for the move of code `c`) lead to, and
     /// the code of the move back from it. Boards come faster in increasing
     /// order with one `hint`.
-    fn neighbours_except(
+    pub(super) fn neighbours_except(
         &self,
         index: u64,
         skip: u8,
@@ -215,6 +220,11 @@ impl ForwardBucket {
             previous,
         })
     }
+}
+
+/// Whether a bucket starting with `tag` is a forward bucket.
+pub fn is_forward_tag(tag: Option<u8>) -> bool {
+    matches!(tag, Some(TAG_FORWARD | TAG_FORWARD_PLAIN))
 }
 
 /// A bucket of a level's boards (`TAG_MEMBERS`) or of a graph level's

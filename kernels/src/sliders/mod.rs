@@ -29,6 +29,7 @@ mod index;
 pub mod levels;
 mod space;
 mod state;
+pub mod stream;
 #[cfg(test)]
 mod tests;
 

@@ -13,12 +13,16 @@
 //!   the graph read from stage data (no search on any worker).
 
 use crate::kind::{FinishedStage, NextStage, Outcome, Planned, StageRead};
-use crate::{Control, Error, Result, invalid};
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::{Control, Error, Result, Room, Spill, StageOutput, Stored, invalid};
 use tally_kernels::buckets::{
     add_level_sizes, bucket_count, encode_buckets, levels_note, states_per_slot,
 };
 use tally_kernels::sliders;
 use tally_kernels::sliders::levels::{self, Boards, LevelInput};
+use tally_kernels::spill::CountedList;
 
 use super::{SlidersInput, SlidersPartial, SlidersPlan, SlidersSpec, SlidersTask, min_prefixes};
 use super::{shard_count, weighted_shards};
@@ -41,10 +45,6 @@ const SHARD_BYTES_PER_BOARD: u64 = 500;
 /// fewest for which a level is spread over the live slots: below it, the
 /// runner's cost per shard would outweigh the shard.
 const MIN_BOARDS_PER_BUCKET: u64 = 50_000;
-
-/// Most boards of a level per shard of the next level; a level beyond it
-/// fails the job.
-pub const MAX_BOARDS_PER_BUCKET: u64 = 50_000_000;
 
 /// Most boards of the shortest-path graph: its levels are kept in the job
 /// record (about 10 bytes a board) until they become stage data.
@@ -213,15 +213,9 @@ fn after_forward(
         ));
     }
     // The next level's shards were fixed when this level was planned; the
-    // one after is chosen now.
-    let next_shards = plan.buckets[level as usize + 1];
-    let per_shard = size.div_ceil(u64::from(next_shards));
-    if per_shard > MAX_BOARDS_PER_BUCKET {
-        return Err(invalid!(
-            "level {level} has {size} boards, {per_shard} for each of the {next_shards} \
-             shards of the next level, more than the limit of {MAX_BOARDS_PER_BUCKET} a shard"
-        ));
-    }
+    // one after is chosen now. No level is too large: past MAX_BUCKETS
+    // shards each takes a larger part, read as streams and spilled past its
+    // memory share.
     plan.buckets.truncate(level as usize + 2);
     plan.buckets.push(next_buckets(
         spec,
@@ -375,6 +369,106 @@ pub(super) fn kept_stages(plan: &SlidersPlan, stage: u32) -> Vec<u32> {
     }
 }
 
+/// One stage input kept encoded: its bytes and each sender's bucket in them.
+pub struct Framed {
+    stored: Arc<dyn Stored>,
+    buckets: Vec<Range<u64>>,
+}
+
+impl std::fmt::Debug for Framed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} buckets in {} bytes",
+            self.buckets.len(),
+            self.stored.len()
+        )
+    }
+}
+
+impl Framed {
+    /// The gathered buckets (`buckets::split_gathered` form) of `stored`,
+    /// their framing checked.
+    fn new(stored: Arc<dyn Stored>) -> Result<Framed> {
+        let len = stored.len();
+        let mut buckets = Vec::new();
+        let mut at = 0;
+        while at < len {
+            if at + 8 > len {
+                return Err(invalid!(
+                    "gathered input: a length is cut short at byte {at}"
+                ));
+            }
+            let bytes = stored.read_range(at..at + 8)?;
+            let segment = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+            let end = (at + 8)
+                .checked_add(segment)
+                .filter(|&end| end <= len)
+                .ok_or_else(|| {
+                    invalid!(
+                        "gathered input: segment {} runs past the end",
+                        buckets.len()
+                    )
+                })?;
+            buckets.push(at + 8..end);
+            at = end;
+        }
+        Ok(Framed { stored, buckets })
+    }
+
+    fn bytes(&self) -> u64 {
+        self.stored.len()
+    }
+
+    /// The first byte of the first bucket: what the input holds.
+    fn first_tag(&self) -> Result<Option<u8>> {
+        match self.buckets.iter().find(|b| b.end > b.start) {
+            Some(bucket) => Ok(Some(
+                self.stored.read_range(bucket.start..bucket.start + 1)?[0],
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A shard's stage inputs as the worker gathered them: a forward level's kept
+/// encoded, to be read as streams or decoded as the shard's room allows;
+/// the other stages' decoded at once.
+pub(super) fn decode_stored_inputs(
+    spec: &SlidersSpec,
+    parts: Vec<Arc<dyn Stored>>,
+) -> Result<SlidersInput> {
+    if parts.len() == 2 {
+        let framed = parts
+            .iter()
+            .map(|part| Framed::new(part.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        if levels::is_forward_tag(framed[0].first_tag()?) {
+            let [buckets, members] = <[Framed; 2]>::try_from(framed).expect("two parts");
+            return Ok(SlidersInput::Forward(Box::new([buckets, members])));
+        }
+    }
+    let bytes = parts
+        .iter()
+        .map(|part| part.read_range(0..part.len()))
+        .collect::<Result<Vec<_>>>()?;
+    let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+    decode_inputs(spec, &slices)
+}
+
+/// A forward level's input decoded into memory.
+fn decode_forward(input: &[Framed; 2]) -> Result<LevelInput> {
+    let read =
+        |framed: &Framed| -> Result<Vec<u8>> { framed.stored.read_range(0..framed.stored.len()) };
+    let (buckets, members) = (read(&input[0])?, read(&input[1])?);
+    levels::decode_inputs(&[&buckets, &members])
+}
+
+/// Bytes of memory a forward shard held in memory takes per byte of its
+/// input (measured: about 500 bytes a board, from some 17 bytes of input a
+/// board), with room to spare.
+const MEMORY_PER_INPUT_BYTE: u64 = 32;
+
 pub(super) fn decode_inputs(spec: &SlidersSpec, parts: &[&[u8]]) -> Result<SlidersInput> {
     match levels::decode_inputs(parts)? {
         LevelInput::Graph(layers) => {
@@ -391,8 +485,36 @@ pub(super) fn execute(
     task: &SlidersTask,
     input: Option<&SlidersInput>,
     control: &Control,
+    room: Option<&mut Room<'_>>,
 ) -> Result<Outcome<SlidersPartial>> {
     let boards = Boards::new(&spec.board)?;
+    let decoded;
+    let input = match input {
+        Some(SlidersInput::Forward(framed)) => {
+            let SlidersTask::SliderLevel {
+                level, buckets_out, ..
+            } = task
+            else {
+                return Err(invalid!(
+                    "a forward level's buckets were handed to {task:?}"
+                ));
+            };
+            let bytes = framed[0].bytes() + framed[1].bytes();
+            match room {
+                Some(room)
+                    if bytes.saturating_mul(MEMORY_PER_INPUT_BYTE) > room.memory
+                        && boards.fits_narrow_keys() =>
+                {
+                    return forward_within(&boards, *level, framed, *buckets_out, room, control);
+                }
+                _ => {
+                    decoded = SlidersInput::Levels(decode_forward(framed)?);
+                    Some(&decoded)
+                }
+            }
+        }
+        other => other,
+    };
     match (task, input) {
         (
             SlidersTask::SliderLevel {
@@ -448,6 +570,68 @@ pub(super) fn execute(
             "this slider shard was handed stage data it does not read"
         )),
     }
+}
+
+/// A forward level shard whose input is large next to its memory share:
+/// read as streams, spilling past the share.
+fn forward_within(
+    boards: &Boards,
+    level: u32,
+    input: &[Framed; 2],
+    buckets_out: u32,
+    room: &mut Room<'_>,
+    control: &Control,
+) -> Result<Outcome<SlidersPartial>> {
+    let [buckets, members] = input;
+    let found = sliders::stream::expand_forward_within(
+        boards,
+        (&*buckets.stored, &buckets.buckets),
+        (&*members.stored, &members.buckets),
+        buckets_out,
+        room,
+        control,
+    )?;
+    let spilled = (found.sent.iter().flatten()).any(|p| matches!(p, CountedList::Spilled { .. }));
+    let output = match spilled {
+        false => {
+            let bytes = (found.sent.iter())
+                .map(|pieces| {
+                    (pieces.iter())
+                        .map(|piece| piece.to_bytes(&*room.spill))
+                        .collect::<Result<Vec<_>>>()
+                        .map(|parts| parts.concat())
+                })
+                .collect::<Result<Vec<_>>>()?;
+            encode_buckets(&bytes).into()
+        }
+        true => write_output(&found.sent, &mut *room.spill)?,
+    };
+    Ok(Outcome {
+        output,
+        partial: SlidersPartial::SliderLevel {
+            level,
+            boards: found.boards,
+            target_paths: found.target_paths.map(|p| p.to_string()),
+        },
+        work_done: found.boards,
+    })
+}
+
+/// `encode_buckets`'s bytes of buckets made of pieces, for a shard that
+/// spilled: written as a run of `spill` and handed on from there.
+fn write_output(buckets: &[Vec<CountedList>], spill: &mut dyn Spill) -> Result<StageOutput> {
+    let mut head = Vec::with_capacity(4 + 8 * buckets.len());
+    head.extend_from_slice(&(buckets.len() as u32).to_le_bytes());
+    for pieces in buckets {
+        let len: u64 = pieces.iter().map(CountedList::len).sum();
+        head.extend_from_slice(&len.to_le_bytes());
+    }
+    spill.write(&head)?;
+    for piece in buckets.iter().flatten() {
+        piece.write_to(spill)?;
+    }
+    let run = spill.end_run()?;
+    Ok(StageOutput::Stored(spill.keep_run(run)?))
 }
 
 fn forward(
@@ -719,30 +903,35 @@ mod tests {
     }
 
     #[test]
-    fn a_level_past_the_limit_fails_naming_the_level_and_its_size() {
-        let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 1);
+    fn a_level_of_any_size_is_planned_over_at_most_the_most_shards() {
+        let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 0);
         let mut plan = initial_plan(&spec);
         plan.levels = vec![1, 2, 3];
         plan.buckets = vec![1, 1, 1, 1, 1];
-        let huge = [SlidersPartial::SliderLevel {
+        let huge = u64::MAX / 4;
+        let partials = [SlidersPartial::SliderLevel {
             level: 3,
-            boards: MAX_BOARDS_PER_BUCKET + 1,
+            boards: huge,
             target_paths: None,
         }];
         let finished = FinishedStage {
             stage: 4,
             stages_total: 4,
-            partials: &huge,
+            partials: &partials,
             slots: 1,
             slot_memory: 0,
         };
-        // The coordinator keeps the plan it had when the barrier fails.
-        let e = next_stage(&spec, &mut plan, finished)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains(&format!("level 3 has {} boards", MAX_BOARDS_PER_BUCKET + 1)),
-            "{e}"
+        match next_stage(&spec, &mut plan, finished).unwrap() {
+            NextStage::Shards(shards, note) => {
+                assert_eq!(shards.len(), 1, "the shards fixed when level 3 was planned");
+                assert_eq!(note, format!("level 3: {huge} boards"));
+            }
+            NextStage::Finish => panic!("finished"),
+        }
+        assert_eq!(
+            plan.buckets.last(),
+            Some(&MAX_BUCKETS),
+            "the level after next"
         );
     }
 

@@ -52,7 +52,7 @@ pub const MAX_PREFIX_TASKS: u32 = 100_000;
 /// Slider graphs kept per process: they can be large.
 const CACHED_SPACES: usize = 4;
 
-pub use frontier::{MAX_BOARDS_PER_BUCKET, MAX_BUCKETS, MAX_GRAPH_BOARDS};
+pub use frontier::{MAX_BUCKETS, MAX_GRAPH_BOARDS};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -285,6 +285,11 @@ pub enum SlidersPartial {
 #[derive(Debug)]
 pub enum SlidersInput {
     Levels(sliders::levels::LevelInput),
+    /// A forward level's two inputs (every sender's forward bucket, every
+    /// sender's members) kept encoded, in memory or in files the worker wrote
+    /// as they arrived: read as streams when they are large next to the
+    /// shard's memory share.
+    Forward(Box<[frontier::Framed; 2]>),
     /// The shortest-path graph, for the prefix tasks.
     Graph(Box<sliders::SliderSpace>),
 }
@@ -471,6 +476,15 @@ impl JobKind for Sliders {
         frontier::decode_inputs(spec, parts)
     }
 
+    const STREAMS_STAGE_INPUT: bool = true;
+
+    fn decode_stored_inputs(
+        spec: &SlidersSpec,
+        parts: Vec<std::sync::Arc<dyn crate::Stored>>,
+    ) -> Result<SlidersInput> {
+        frontier::decode_stored_inputs(spec, parts)
+    }
+
     fn kept_stages(spec: &SlidersSpec, plan: &SlidersPlan, stage: u32) -> Vec<u32> {
         match spec.plan {
             SlidersPlanName::Prefixes => Vec::new(),
@@ -514,7 +528,7 @@ impl JobKind for Sliders {
                     }
                     other => other,
                 };
-                frontier::execute(spec, task, input, run.control)
+                frontier::execute(spec, task, input, run.control, run.room.as_mut())
             }
         }
     }

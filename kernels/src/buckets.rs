@@ -13,6 +13,9 @@
 //! Both readers refuse anything malformed (truncated, lengths past the end,
 //! trailing bytes) without panicking or allocating more than the input holds.
 
+use std::ops::Range;
+
+use crate::spill::Stored;
 use crate::{Result, invalid};
 
 /// The bucket of `key` among `buckets` (at least 1): a 64-bit mix of the key
@@ -161,6 +164,39 @@ pub fn gather_bucket(outputs: &[&[u8]], q: u32) -> Result<Vec<u8>> {
         input.extend_from_slice(bucket);
     }
     Ok(input)
+}
+
+/// The little-endian `u64` at byte `at` of `stored`, which must end by
+/// `end`; `what` names it in the error.
+pub fn length_at(stored: &dyn Stored, at: u64, end: u64, what: &str) -> Result<u64> {
+    if at.checked_add(8).is_none_or(|e| e > end) {
+        return Err(invalid!("{what} is cut short at byte {at}"));
+    }
+    let bytes = stored.read_range(at..at + 8)?;
+    Ok(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+}
+
+/// The byte ranges of the segments of a gathered input (what
+/// [`split_gathered`] splits) in `stored`, read without the segments.
+pub fn gathered_ranges(stored: &dyn Stored) -> Result<Vec<Range<u64>>> {
+    let len = stored.len();
+    let mut segments = Vec::new();
+    let mut at = 0;
+    while at < len {
+        let segment = length_at(stored, at, len, "gathered input: a length")?;
+        let end = (at + 8)
+            .checked_add(segment)
+            .filter(|&end| end <= len)
+            .ok_or_else(|| {
+                invalid!(
+                    "gathered input: segment {} runs past the end",
+                    segments.len()
+                )
+            })?;
+        segments.push(at + 8..end);
+        at = end;
+    }
+    Ok(segments)
 }
 
 /// The segments of a gathered input: one bucket from each shard, in order.

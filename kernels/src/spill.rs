@@ -281,11 +281,135 @@ impl<S: Source> MergedIncreasing<S> {
     }
 }
 
+/// A segment of a spill run or bytes in memory: what a merge reads.
+pub enum RunOrSlice<'a> {
+    Run(StoredSource<'a>),
+    Slice(&'a [u8]),
+}
+
+impl Source for RunOrSlice<'_> {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        match self {
+            RunOrSlice::Run(run) => run.fill(buf),
+            RunOrSlice::Slice(slice) => slice.fill(buf),
+        }
+    }
+}
+
+/// Bytes appended to the run a spill is writing, in chunks of
+/// [`WRITE_CHUNK`], counted.
+pub struct ChunkedWrite<'s> {
+    spill: &'s mut dyn Spill,
+    pub buf: Vec<u8>,
+    written: u64,
+}
+
+impl<'s> ChunkedWrite<'s> {
+    pub fn new(spill: &'s mut dyn Spill) -> Self {
+        ChunkedWrite {
+            spill,
+            buf: Vec::with_capacity(WRITE_CHUNK + 64),
+            written: 0,
+        }
+    }
+
+    /// Writes what is gathered once it reaches a chunk.
+    pub fn flush_if_full(&mut self) -> Result<()> {
+        if self.buf.len() >= WRITE_CHUNK {
+            self.spill.write(&self.buf)?;
+            self.written += self.buf.len() as u64;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes the rest: the bytes written in all.
+    pub fn finish(self) -> Result<u64> {
+        self.spill.write(&self.buf)?;
+        Ok(self.written + self.buf.len() as u64)
+    }
+}
+
+/// Writes a merge to `spill` as `varint::push_increasing` writes a list (its
+/// count, which comes first, is returned instead): the count and the bytes
+/// written.
+pub fn write_increasing<S: Source>(
+    mut merged: MergedIncreasing<S>,
+    spill: &mut dyn Spill,
+) -> Result<(u128, u64)> {
+    let mut out = ChunkedWrite::new(spill);
+    let (mut count, mut previous) = (0u128, None);
+    while let Some(value) = merged.pull()? {
+        varint::push(&mut out.buf, previous.map_or(value, |p| value - p));
+        previous = Some(value);
+        count += 1;
+        out.flush_if_full()?;
+    }
+    Ok((count, out.finish()?))
+}
+
+/// `buckets::encode_buckets`'s framing of buckets made of pieces (each
+/// bucket its pieces one after another), written as a run of `spill`: a
+/// shard's output, handed on from there.
+pub fn write_framed(buckets: &[Vec<CountedList>], spill: &mut dyn Spill) -> Result<StageOutput> {
+    let mut head = Vec::with_capacity(4 + 8 * buckets.len());
+    head.extend_from_slice(&(buckets.len() as u32).to_le_bytes());
+    for pieces in buckets {
+        let len: u64 = pieces.iter().map(CountedList::len).sum();
+        head.extend_from_slice(&len.to_le_bytes());
+    }
+    spill.write(&head)?;
+    for piece in buckets.iter().flatten() {
+        piece.write_to(spill)?;
+    }
+    let run = spill.end_run()?;
+    Ok(StageOutput::Stored(spill.keep_run(run)?))
+}
+
+/// The buckets made of pieces, each in memory (read from `spill` where
+/// they are there).
+pub fn pieces_to_bytes(buckets: &[Vec<CountedList>], spill: &dyn Spill) -> Result<Vec<Vec<u8>>> {
+    (buckets.iter())
+        .map(|pieces| {
+            let mut bytes = Vec::new();
+            for piece in pieces {
+                bytes.extend_from_slice(&piece.to_bytes(spill)?);
+            }
+            Ok(bytes)
+        })
+        .collect()
+}
+
+/// Whether any piece of any bucket is in the spill.
+pub fn any_spilled(buckets: &[Vec<CountedList>]) -> bool {
+    (buckets.iter().flatten()).any(|piece| matches!(piece, CountedList::Spilled { .. }))
+}
+
 /// What a shard may use besides its input and output: `memory` bytes for its
 /// tables, and the spill for the rest.
 pub struct Room<'a> {
     pub memory: u64,
     pub spill: &'a mut dyn Spill,
+}
+
+impl Room<'_> {
+    /// `room` itself, or without one (the kernel alone) all of memory, and
+    /// `in_memory` for what would spill.
+    pub fn or_in_memory<'b>(
+        room: Option<&'b mut Room<'_>>,
+        in_memory: &'b mut MemorySpill,
+    ) -> Room<'b> {
+        match room {
+            Some(room) => Room {
+                memory: room.memory,
+                spill: &mut *room.spill,
+            },
+            None => Room {
+                memory: u64::MAX,
+                spill: in_memory,
+            },
+        }
+    }
 }
 
 /// Runs kept in memory: for tests, and for a shard run where nothing gave a

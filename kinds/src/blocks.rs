@@ -15,14 +15,14 @@ use crate::kind::{
     Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
     ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
-use crate::{Control, MemorySpill, Result, Room, Spill, StageOutput, Stored, invalid};
+use crate::{Control, MemorySpill, Result, Room, Stored, invalid};
 use tally_kernels::blocks;
 use tally_kernels::blocks::LevelBucket;
 use tally_kernels::buckets::{
-    add_level_sizes, bucket_count, bucket_of, encode_buckets, levels_note, split_buckets,
-    states_per_slot,
+    add_level_sizes, bucket_count, bucket_of, encode_buckets, gathered_ranges, length_at,
+    levels_note, split_buckets, states_per_slot,
 };
-use tally_kernels::spill::{CountedList, StoredSource};
+use tally_kernels::spill::{StoredSource, any_spilled, pieces_to_bytes, write_framed};
 use tally_wire::proto;
 
 pub struct Blocks;
@@ -42,53 +42,30 @@ impl BlocksInput {
     /// a `LevelBucket`), their framing checked; the lists are checked as they
     /// are read.
     fn new(stored: Arc<dyn Stored>) -> Result<BlocksInput> {
-        let len = stored.len();
-        let length_at = |at: u64, end: u64, what: &str| -> Result<u64> {
-            if at.checked_add(8).is_none_or(|e| e > end) {
-                return Err(invalid!("{what} is cut short at byte {at}"));
-            }
-            let bytes = stored.read_range(at..at + 8)?;
-            Ok(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
-        };
         let mut senders = Vec::new();
-        let mut at = 0;
-        while at < len {
-            let segment = length_at(at, len, "gathered input: a length")?;
-            let end = (at + 8)
-                .checked_add(segment)
-                .filter(|&end| end <= len)
-                .ok_or_else(|| {
-                    invalid!(
-                        "gathered input: segment {} runs past the end",
-                        senders.len()
-                    )
-                })?;
-            let mut list_at = at + 8;
+        for segment in gathered_ranges(&*stored)? {
+            let mut list_at = segment.start;
             let mut lists: [Range<u64>; 3] = Default::default();
             for (i, what) in ["candidates", "current layer", "previous layer"]
                 .iter()
                 .enumerate()
             {
-                let list = length_at(
-                    list_at,
-                    end,
-                    &format!("layer bucket: the length of its {what}"),
-                )?;
+                let what = format!("layer bucket: the length of its {what}");
+                let list = length_at(&*stored, list_at, segment.end, &what)?;
                 let list_end = (list_at + 8)
                     .checked_add(list)
-                    .filter(|&e| e <= end)
-                    .ok_or_else(|| invalid!("layer bucket: its {what} run past the end"))?;
+                    .filter(|&e| e <= segment.end)
+                    .ok_or_else(|| invalid!("layer bucket: its lists run past the end"))?;
                 lists[i] = list_at + 8..list_end;
                 list_at = list_end;
             }
-            if list_at != end {
+            if list_at != segment.end {
                 return Err(invalid!(
                     "layer bucket: {} bytes after its lists",
-                    end - list_at
+                    segment.end - list_at
                 ));
             }
             senders.push(lists);
-            at = end;
         }
         Ok(BlocksInput { stored, senders })
     }
@@ -123,33 +100,14 @@ fn layer_within(
     control: &Control,
 ) -> Result<Outcome<BlocksPartial>> {
     let mut in_memory = MemorySpill::default();
-    let mut room = match room {
-        Some(room) => Room {
-            memory: room.memory,
-            spill: &mut *room.spill,
-        },
-        None => Room {
-            memory: u64::MAX,
-            spill: &mut in_memory,
-        },
-    };
+    let mut room = Room::or_in_memory(room, &mut in_memory);
     let senders = (input.senders.iter())
         .map(|lists| std::array::from_fn(|i| StoredSource::new(&*input.stored, lists[i].clone())))
         .collect();
     let layer = blocks::expand_bucket_within(puzzle, senders, buckets_out, &mut room, control)?;
-    let spilled = layer.sent.iter().any(|sent| {
-        sent.0
-            .iter()
-            .any(|list| matches!(list, CountedList::Spilled { .. }))
-    });
-    let output = match spilled {
-        false => {
-            let buckets = (layer.sent.iter())
-                .map(|sent| sent.to_bytes(&*room.spill))
-                .collect::<Result<Vec<_>>>()?;
-            encode_buckets(&buckets).into()
-        }
-        true => write_output(&layer.sent, &mut *room.spill)?,
+    let output = match any_spilled(&layer.sent) {
+        false => encode_buckets(&pieces_to_bytes(&layer.sent, &*room.spill)?).into(),
+        true => write_framed(&layer.sent, &mut *room.spill)?,
     };
     Ok(Outcome {
         output,
@@ -159,22 +117,6 @@ fn layer_within(
         },
         work_done: 1,
     })
-}
-
-/// `encode_buckets`'s bytes of a layer shard's buckets, for a shard that
-/// spilled: written as a run of `spill` and handed on from there.
-fn write_output(sent: &[blocks::SentLists], spill: &mut dyn Spill) -> Result<StageOutput> {
-    let mut head = Vec::with_capacity(4 + 8 * sent.len());
-    head.extend_from_slice(&(sent.len() as u32).to_le_bytes());
-    for bucket in sent {
-        head.extend_from_slice(&bucket.len().to_le_bytes());
-    }
-    spill.write(&head)?;
-    for bucket in sent {
-        bucket.write_to(spill)?;
-    }
-    let run = spill.end_run()?;
-    Ok(StageOutput::Stored(spill.keep_run(run)?))
 }
 
 /// Longest accepted puzzle text.

@@ -93,7 +93,7 @@ pub use frontier::{decode_states, encode_states};
 pub use levels::{LevelBucket, expand_bucket, rebucket, start_bucket};
 pub use puzzle::{Puzzle, parse_puzzle};
 pub use search::{BlocksCount, count_reachable, expand_layer, merge_states};
-pub use stream::{EncodedLayer, SenderLists, SentLists, expand_bucket_within};
+pub use stream::{EncodedLayer, SenderLists, expand_bucket_within};
 
 /// The puzzle of Project Euler 766, the default puzzle (2,613,742 reachable
 /// configurations).

@@ -14,13 +14,13 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::levels::LevelBucket;
 use super::puzzle::Puzzle;
 use crate::buckets::bucket_of;
 use crate::spill::{
-    CountedList, IncreasingStream, MergedIncreasing, Room, Source, Spill, Stored, StoredSource,
+    CountedList, IncreasingStream, MergedIncreasing, Room, RunOrSlice, Source, Stored,
+    StoredSource, write_increasing,
 };
-use crate::{Control, Result, invalid, varint};
+use crate::{Control, Result, invalid};
 
 /// States expanded between two polls of the control and of the lists' size.
 const POLL_STATES: usize = 1024;
@@ -39,56 +39,23 @@ const LISTS: [&str; 3] = [
 pub struct EncodedLayer {
     /// States of the layer in this shard's bucket.
     pub states: u64,
-    /// [`LevelBucket::encode`]'s bytes of each bucket of the next layer.
-    pub sent: Vec<SentLists>,
+    /// [`super::LevelBucket::encode`]'s bytes of each bucket of the next layer, as
+    /// pieces one after another.
+    pub sent: Vec<Vec<CountedList>>,
     /// Runs written to the spill, and the bytes written to it.
     pub runs: u32,
     pub spilled_bytes: u64,
 }
 
-/// [`LevelBucket::encode`]'s bytes of one outgoing bucket: its three lists,
-/// each after its length.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SentLists(pub [CountedList; 3]);
-
-impl SentLists {
-    fn in_memory(bucket: &LevelBucket) -> SentLists {
-        let list = |states: &[u128]| CountedList::Bytes(super::encode_states(states));
-        SentLists([
-            list(&bucket.candidates),
-            list(&bucket.current),
-            list(&bucket.previous),
-        ])
+/// [`super::LevelBucket::encode`]'s pieces of one outgoing bucket: each of its
+/// three lists after its length.
+fn bucket_pieces(lists: [CountedList; 3]) -> Vec<CountedList> {
+    let mut pieces = Vec::with_capacity(6);
+    for list in lists {
+        pieces.push(CountedList::Bytes(list.len().to_le_bytes().to_vec()));
+        pieces.push(list);
     }
-
-    /// The length of its encoding.
-    pub fn len(&self) -> u64 {
-        self.0.iter().map(|list| 8 + list.len()).sum()
-    }
-
-    /// Never: the encoding holds three lengths at least.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    /// Its encoding in memory, read from `spill` if it is there.
-    pub fn to_bytes(&self, spill: &dyn Spill) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        for list in &self.0 {
-            out.extend_from_slice(&list.len().to_le_bytes());
-            out.extend_from_slice(&list.to_bytes(spill)?);
-        }
-        Ok(out)
-    }
-
-    /// Appends its encoding to the run `spill` is writing.
-    pub fn write_to(&self, spill: &mut dyn Spill) -> Result<()> {
-        for list in &self.0 {
-            spill.write(&list.len().to_le_bytes())?;
-            list.write_to(spill)?;
-        }
-        Ok(())
-    }
+    pieces
 }
 
 /// The next layer's lists by bucket, spilled as runs when they pass `limit`
@@ -140,18 +107,17 @@ impl SpillingLists<'_, '_> {
 
     /// Each outgoing bucket, encoded: in memory if nothing spilled, else each
     /// list the merge of its segments, written to one run as it is merged.
-    fn finish(mut self) -> Result<(Vec<SentLists>, u32, u64)> {
+    fn finish(mut self) -> Result<(Vec<Vec<CountedList>>, u32, u64)> {
         let runs = self.runs.len() as u32;
         if self.runs.is_empty() {
             let sent = (self.lists.into_iter())
                 .map(|[mut candidates, current, previous]| {
                     candidates.sort_unstable();
                     candidates.dedup();
-                    SentLists::in_memory(&LevelBucket {
-                        candidates,
-                        current,
-                        previous,
-                    })
+                    bucket_pieces(
+                        [candidates, current, previous]
+                            .map(|list| CountedList::Bytes(super::encode_states(&list))),
+                    )
                 })
                 .collect();
             return Ok((sent, 0, 0));
@@ -172,14 +138,14 @@ impl SpillingLists<'_, '_> {
                 let mut parts = Vec::with_capacity(kept.len() + 1);
                 for (stored, (_, ranges)) in kept.iter().zip(&self.runs) {
                     let source = StoredSource::new(&**stored, ranges[q][i].clone());
-                    parts.push(IncreasingStream::new(Either::Run(source), LISTS[i])?);
+                    parts.push(IncreasingStream::new(RunOrSlice::Run(source), LISTS[i])?);
                 }
                 parts.push(IncreasingStream::new(
-                    Either::Slice(&in_memory[..]),
+                    RunOrSlice::Slice(&in_memory[..]),
                     LISTS[i],
                 )?);
                 let (count, len) =
-                    write_merged(MergedIncreasing::new(parts)?, &mut *self.room.spill)?;
+                    write_increasing(MergedIncreasing::new(parts)?, &mut *self.room.spill)?;
                 bucket.push((count, at..at + len));
                 at += len;
             }
@@ -191,53 +157,14 @@ impl SpillingLists<'_, '_> {
                 let mut lists = bucket
                     .into_iter()
                     .map(|(count, body)| CountedList::Spilled { count, run, body });
-                SentLists(std::array::from_fn(|_| lists.next().expect("three lists")))
+                bucket_pieces(std::array::from_fn(|_| lists.next().expect("three lists")))
             })
             .collect();
         Ok((sent, runs, self.spilled_bytes + at))
     }
 }
 
-/// A spill run's range or bytes in memory, merged together.
-enum Either<'a> {
-    Run(StoredSource<'a>),
-    Slice(&'a [u8]),
-}
-
-impl Source for Either<'_> {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
-        match self {
-            Either::Run(run) => run.fill(buf),
-            Either::Slice(slice) => slice.fill(buf),
-        }
-    }
-}
-
-/// Writes a merge to `spill` as [`super::encode_states`] writes a list (its
-/// count, which comes first, is returned instead): the count and the bytes
-/// written.
-fn write_merged<S: Source>(
-    mut merged: MergedIncreasing<S>,
-    spill: &mut dyn Spill,
-) -> Result<(u128, u64)> {
-    let mut body = Vec::with_capacity(crate::spill::WRITE_CHUNK + 64);
-    let (mut count, mut previous, mut written) = (0u128, None, 0u64);
-    while let Some(state) = merged.pull()? {
-        varint::push(&mut body, previous.map_or(state, |p| state - p));
-        previous = Some(state);
-        count += 1;
-        if body.len() >= crate::spill::WRITE_CHUNK {
-            spill.write(&body)?;
-            written += body.len() as u64;
-            body.clear();
-        }
-    }
-    spill.write(&body)?;
-    written += body.len() as u64;
-    Ok((count, written))
-}
-
-/// The three lists of one sender's [`LevelBucket::encode`]d bucket.
+/// The three lists of one sender's [`super::LevelBucket::encode`]d bucket.
 pub type SenderLists<S> = [S; 3];
 
 /// One shard of a layer (see [`super::expand_bucket`]) from the lists every
@@ -330,8 +257,10 @@ pub fn expand_bucket_within<S: Source>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blocks::{expand_bucket, parse_puzzle, start_bucket};
-    use crate::spill::MemorySpill;
+    use crate::blocks::{LevelBucket, expand_bucket, parse_puzzle, start_bucket};
+    use crate::spill::Spill;
+    use crate::spill::{MemorySpill, StageOutput, any_spilled, pieces_to_bytes, write_framed};
+    use crate::varint;
 
     /// Klotski, its like pieces interchangeable: a few hundred configurations
     /// a layer in the middle of its search.
@@ -389,13 +318,11 @@ mod tests {
                 let senders = encoded.iter().map(|b| lists(b)).collect();
                 let got = expand_bucket_within(&puzzle, senders, 4, &mut room, &control).unwrap();
                 assert_eq!(got.states, states, "layer {layer}, memory {memory}");
-                let bytes: Vec<Vec<u8>> = got
-                    .sent
-                    .iter()
-                    .map(|s| s.to_bytes(&spill).unwrap())
-                    .collect();
+                let bytes = pieces_to_bytes(&got.sent, &spill).unwrap();
                 assert_eq!(bytes, expected, "layer {layer}, memory {memory}");
-                let lengths: Vec<u64> = got.sent.iter().map(SentLists::len).collect();
+                let lengths: Vec<u64> = (got.sent.iter())
+                    .map(|pieces| pieces.iter().map(CountedList::len).sum())
+                    .collect();
                 let want: Vec<u64> = expected.iter().map(|b| b.len() as u64).collect();
                 assert_eq!(lengths, want);
                 if memory == u64::MAX {
@@ -410,13 +337,14 @@ mod tests {
                         got.runs
                     );
                     spilled_somewhere = true;
-                    assert!(matches!(got.sent[0].0[0], CountedList::Spilled { .. }));
-                    for sent in &got.sent {
-                        sent.write_to(&mut spill).unwrap();
-                    }
-                    let run = spill.end_run().unwrap();
-                    let whole = spill.keep_run(run).unwrap();
-                    assert_eq!(whole.read_range(0..whole.len()).unwrap(), expected.concat());
+                    assert!(any_spilled(&got.sent));
+                    // Framed as the shard's output is.
+                    let StageOutput::Stored(whole) = write_framed(&got.sent, &mut spill).unwrap()
+                    else {
+                        panic!("a framed output is a run");
+                    };
+                    let framed = crate::buckets::encode_buckets(&expected);
+                    assert_eq!(whole.read_range(0..whole.len()).unwrap(), framed);
                 }
             }
         }

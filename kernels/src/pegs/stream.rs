@@ -17,7 +17,9 @@ use std::sync::Arc;
 
 use super::PegGame;
 use super::levels::{CountSums, PegBucket, pegs_at_level};
-use crate::spill::{CountedList, Room, Source, Spill, Stored, StoredSource, VarintStream};
+use crate::spill::{
+    ChunkedWrite, CountedList, Room, RunOrSlice, Source, Spill, Stored, StoredSource, VarintStream,
+};
 use crate::varint;
 use crate::{Control, Error, Result, invalid};
 
@@ -215,9 +217,9 @@ impl SpillingSums<'_, '_> {
             let mut parts = Vec::with_capacity(self.runs.len() + 1);
             for (stored, (_, ranges)) in kept.iter().zip(&self.runs) {
                 let source = StoredSource::new(&**stored, ranges[q].clone());
-                parts.push(PartStream::new(Either::Run(source), None)?);
+                parts.push(PartStream::new(RunOrSlice::Run(source), None)?);
             }
-            parts.push(PartStream::new(Either::Slice(&in_memory[..]), None)?);
+            parts.push(PartStream::new(RunOrSlice::Slice(&in_memory[..]), None)?);
             let (count, len) = write_merged(Merged::new(parts)?, &mut *self.room.spill)?;
             bodies.push((count, at..at + len));
             at += len;
@@ -230,41 +232,20 @@ impl SpillingSums<'_, '_> {
     }
 }
 
-/// A spill run's range or bytes in memory, merged together.
-enum Either<'a> {
-    Run(StoredSource<'a>),
-    Slice(&'a [u8]),
-}
-
-impl Source for Either<'_> {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
-        match self {
-            Either::Run(run) => run.fill(buf),
-            Either::Slice(slice) => slice.fill(buf),
-        }
-    }
-}
-
 /// Writes a merge to `spill` as [`PegBucket::encode`] writes a bucket's
 /// boards (their count, which comes first, is returned instead): the count
 /// and the bytes written.
 fn write_merged<S: Source>(mut merged: Merged<S>, spill: &mut dyn Spill) -> Result<(u128, u64)> {
-    let mut body = Vec::with_capacity(crate::spill::WRITE_CHUNK + 64);
-    let (mut count, mut previous, mut written) = (0u128, 0u64, 0u64);
+    let mut out = ChunkedWrite::new(spill);
+    let (mut count, mut previous) = (0u128, 0u64);
     while let Some((board, ways)) = merged.next()? {
-        varint::push(&mut body, u128::from(board - previous));
-        varint::push(&mut body, ways);
+        varint::push(&mut out.buf, u128::from(board - previous));
+        varint::push(&mut out.buf, ways);
         previous = board;
         count += 1;
-        if body.len() >= crate::spill::WRITE_CHUNK {
-            spill.write(&body)?;
-            written += body.len() as u64;
-            body.clear();
-        }
+        out.flush_if_full()?;
     }
-    spill.write(&body)?;
-    written += body.len() as u64;
-    Ok((count, written))
+    Ok((count, out.finish()?))
 }
 
 /// Bucket `q` of level `level` (see [`super::expand_level`]) from the encoded

@@ -19,8 +19,8 @@ use super::levels::{Boards, TAG_FORWARD, TAG_FORWARD_PLAIN, TAG_MEMBERS};
 use super::state::StateHint;
 use crate::buckets::bucket_of;
 use crate::spill::{
-    CountedList, IncreasingStream, MergedIncreasing, Room, Source, Spill, Stored, StoredSource,
-    VarintStream, WRITE_CHUNK,
+    ChunkedWrite, CountedList, IncreasingStream, MergedIncreasing, Room, RunOrSlice, Source, Spill,
+    Stored, StoredSource, VarintStream, write_increasing,
 };
 use crate::varint::{push as push_varint, push_increasing};
 use crate::{Control, Result, invalid};
@@ -286,9 +286,9 @@ impl SpillingForward<'_, '_> {
             let segment = |i: usize| {
                 (kept.iter().zip(&self.runs))
                     .map(move |(stored, (_, ranges))| {
-                        Either::Run(StoredSource::new(&**stored, ranges[q][i].clone()))
+                        RunOrSlice::Run(StoredSource::new(&**stored, ranges[q][i].clone()))
                     })
-                    .chain(std::iter::once(Either::Slice(&in_memory[i][..])))
+                    .chain(std::iter::once(RunOrSlice::Slice(&in_memory[i][..])))
             };
             let spill = &mut *self.room.spill;
             let sent = segment(0)
@@ -301,7 +301,7 @@ impl SpillingForward<'_, '_> {
                 let parts = segment(i)
                     .map(|source| IncreasingStream::new(source, what))
                     .collect::<Result<Vec<_>>>()?;
-                let (count, len) = write_boards(MergedIncreasing::new(parts)?, spill)?;
+                let (count, len) = write_increasing(MergedIncreasing::new(parts)?, spill)?;
                 bucket.push((count, at..at + len));
                 at += len;
             }
@@ -327,64 +327,25 @@ fn increasing(boards: &[u64]) -> Vec<u8> {
     out
 }
 
-/// A spill run's range or bytes in memory, merged together.
-enum Either<'a> {
-    Run(StoredSource<'a>),
-    Slice(&'a [u8]),
-}
-
-impl Source for Either<'_> {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
-        match self {
-            Either::Run(run) => run.fill(buf),
-            Either::Slice(slice) => slice.fill(buf),
-        }
-    }
-}
-
 /// Writes merged candidates to `spill` as a forward bucket's entries (their
 /// count is returned instead): the count and the bytes written.
 fn write_candidates<S: Source>(
     mut merged: MergedCandidates<S>,
     spill: &mut dyn Spill,
 ) -> Result<(u128, u64)> {
-    let mut body = Vec::with_capacity(WRITE_CHUNK + 64);
-    let (mut count, mut last, mut written) = (0u128, 0u64, 0u64);
+    let mut out = ChunkedWrite::new(spill);
+    let (mut count, mut last) = (0u128, 0u64);
     while let Some((board, paths, back)) = merged.next()? {
-        push_varint(&mut body, u128::from(board - last) << 4 | u128::from(back));
-        push_varint(&mut body, paths);
+        push_varint(
+            &mut out.buf,
+            u128::from(board - last) << 4 | u128::from(back),
+        );
+        push_varint(&mut out.buf, paths);
         last = board;
         count += 1;
-        if body.len() >= WRITE_CHUNK {
-            spill.write(&body)?;
-            written += body.len() as u64;
-            body.clear();
-        }
+        out.flush_if_full()?;
     }
-    spill.write(&body)?;
-    Ok((count, written + body.len() as u64))
-}
-
-/// Writes merged boards to `spill` as `push_increasing` writes them (their
-/// count is returned instead): the count and the bytes written.
-fn write_boards<S: Source>(
-    mut merged: MergedIncreasing<S>,
-    spill: &mut dyn Spill,
-) -> Result<(u128, u64)> {
-    let mut body = Vec::with_capacity(WRITE_CHUNK + 64);
-    let (mut count, mut last, mut written) = (0u128, None, 0u64);
-    while let Some(board) = merged.pull()? {
-        push_varint(&mut body, last.map_or(board, |l| board - l));
-        last = Some(board);
-        count += 1;
-        if body.len() >= WRITE_CHUNK {
-            spill.write(&body)?;
-            written += body.len() as u64;
-            body.clear();
-        }
-    }
-    spill.write(&body)?;
-    Ok((count, written + body.len() as u64))
+    Ok((count, out.finish()?))
 }
 
 /// The boards of a stream of `u128` values, each a board index.

@@ -198,16 +198,7 @@ pub(super) fn execute(
         None => vec![pegs::side_start(&game, search)?.encode()],
     };
     let mut in_memory = MemorySpill::default();
-    let mut room = match run.room.as_mut() {
-        Some(room) => Room {
-            memory: room.memory,
-            spill: &mut *room.spill,
-        },
-        None => Room {
-            memory: u64::MAX,
-            spill: &mut in_memory,
-        },
-    };
+    let mut room = Room::or_in_memory(run.room.as_mut(), &mut in_memory);
     let mut sizes = Vec::new();
     let mut solutions: u128 = 0;
     let mut finals = BTreeMap::new();

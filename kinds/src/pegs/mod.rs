@@ -22,7 +22,7 @@ use crate::kind::{
     ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
 use crate::{Control, Error, Result, Stored, invalid};
-use tally_kernels::buckets::bucket_count;
+use tally_kernels::buckets::{bucket_count, gathered_ranges, length_at};
 use tally_kernels::pegs;
 use tally_kernels::spill::StoredSource;
 use tally_wire::proto;
@@ -319,33 +319,15 @@ impl PegInput {
     /// a `StageBucket`), their framing checked; their contents are checked as
     /// they are read.
     fn new(stored: Arc<dyn Stored>) -> Result<PegInput> {
-        let len = stored.len();
-        // The little-endian length at `at`, which must end by `end`.
-        let length_at = |at: u64, end: u64, what: &str| -> Result<u64> {
-            if at.checked_add(8).is_none_or(|e| e > end) {
-                return Err(invalid!("{what} is cut short at byte {at}"));
-            }
-            let bytes = stored.read_range(at..at + 8)?;
-            Ok(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
-        };
         let mut parts = Vec::new();
-        let mut at = 0;
-        while at < len {
-            let segment = length_at(at, len, "gathered input: a length")?;
-            let start = at + 8;
-            let end = start
-                .checked_add(segment)
-                .filter(|&end| end <= len)
-                .ok_or_else(|| {
-                    invalid!("gathered input: segment {} runs past the end", parts.len())
-                })?;
-            let level = length_at(start, end, "peg stage bucket: its level's length")?;
+        for segment in gathered_ranges(&*stored)? {
+            let (start, end) = (segment.start, segment.end);
+            let level = length_at(&*stored, start, end, "peg stage bucket: its level's length")?;
             let level_end = (start + 8)
                 .checked_add(level)
                 .filter(|&e| e <= end)
                 .ok_or_else(|| invalid!("peg stage bucket: its level runs past the end"))?;
             parts.push((start + 8..level_end, level_end..end));
-            at = end;
         }
         Ok(PegInput { stored, parts })
     }

@@ -16,13 +16,13 @@ use crate::kind::{FinishedStage, NextStage, Outcome, Planned, StageRead};
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::{Control, Error, Result, Room, Spill, StageOutput, Stored, invalid};
+use crate::{Control, Error, Result, Room, Stored, invalid};
 use tally_kernels::buckets::{
-    add_level_sizes, bucket_count, encode_buckets, levels_note, states_per_slot,
+    add_level_sizes, bucket_count, encode_buckets, gathered_ranges, levels_note, states_per_slot,
 };
 use tally_kernels::sliders;
 use tally_kernels::sliders::levels::{self, Boards, LevelInput};
-use tally_kernels::spill::CountedList;
+use tally_kernels::spill::{any_spilled, pieces_to_bytes, write_framed};
 
 use super::{SlidersInput, SlidersPartial, SlidersPlan, SlidersSpec, SlidersTask, min_prefixes};
 use super::{shard_count, weighted_shards};
@@ -390,29 +390,7 @@ impl Framed {
     /// The gathered buckets (`buckets::split_gathered` form) of `stored`,
     /// their framing checked.
     fn new(stored: Arc<dyn Stored>) -> Result<Framed> {
-        let len = stored.len();
-        let mut buckets = Vec::new();
-        let mut at = 0;
-        while at < len {
-            if at + 8 > len {
-                return Err(invalid!(
-                    "gathered input: a length is cut short at byte {at}"
-                ));
-            }
-            let bytes = stored.read_range(at..at + 8)?;
-            let segment = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
-            let end = (at + 8)
-                .checked_add(segment)
-                .filter(|&end| end <= len)
-                .ok_or_else(|| {
-                    invalid!(
-                        "gathered input: segment {} runs past the end",
-                        buckets.len()
-                    )
-                })?;
-            buckets.push(at + 8..end);
-            at = end;
-        }
+        let buckets = gathered_ranges(&*stored)?;
         Ok(Framed { stored, buckets })
     }
 
@@ -591,20 +569,9 @@ fn forward_within(
         room,
         control,
     )?;
-    let spilled = (found.sent.iter().flatten()).any(|p| matches!(p, CountedList::Spilled { .. }));
-    let output = match spilled {
-        false => {
-            let bytes = (found.sent.iter())
-                .map(|pieces| {
-                    (pieces.iter())
-                        .map(|piece| piece.to_bytes(&*room.spill))
-                        .collect::<Result<Vec<_>>>()
-                        .map(|parts| parts.concat())
-                })
-                .collect::<Result<Vec<_>>>()?;
-            encode_buckets(&bytes).into()
-        }
-        true => write_output(&found.sent, &mut *room.spill)?,
+    let output = match any_spilled(&found.sent) {
+        false => encode_buckets(&pieces_to_bytes(&found.sent, &*room.spill)?).into(),
+        true => write_framed(&found.sent, &mut *room.spill)?,
     };
     Ok(Outcome {
         output,
@@ -615,23 +582,6 @@ fn forward_within(
         },
         work_done: found.boards,
     })
-}
-
-/// `encode_buckets`'s bytes of buckets made of pieces, for a shard that
-/// spilled: written as a run of `spill` and handed on from there.
-fn write_output(buckets: &[Vec<CountedList>], spill: &mut dyn Spill) -> Result<StageOutput> {
-    let mut head = Vec::with_capacity(4 + 8 * buckets.len());
-    head.extend_from_slice(&(buckets.len() as u32).to_le_bytes());
-    for pieces in buckets {
-        let len: u64 = pieces.iter().map(CountedList::len).sum();
-        head.extend_from_slice(&len.to_le_bytes());
-    }
-    spill.write(&head)?;
-    for piece in buckets.iter().flatten() {
-        piece.write_to(spill)?;
-    }
-    let run = spill.end_run()?;
-    Ok(StageOutput::Stored(spill.keep_run(run)?))
 }
 
 fn forward(

@@ -250,8 +250,9 @@ fn write_merged<S: Source>(mut merged: Merged<S>, spill: &mut dyn Spill) -> Resu
 
 /// Bucket `q` of level `level` (see [`super::expand_level`]) from the encoded
 /// parts every shard of the previous level sent it, within `room`: the
-/// children's tables spill to `room.spill` past half of `room.memory` (the
-/// rest is for the input's buffers and the output). The same classes,
+/// children's tables spill to `room.spill` past a third of `room.memory`
+/// (the rest is for the copy a table takes while it spills, the input's
+/// buffers and the output). The same classes,
 /// solutions and buckets as [`super::expand_level`], encoded.
 pub fn expand_level_within<S: Source>(
     game: &PegGame,
@@ -289,7 +290,9 @@ pub fn expand_level_within<S: Source>(
         outcome.sent = vec![SentBucket::Bytes(PegBucket::default().encode()); buckets_out as usize];
         return Ok(outcome);
     }
-    let limit = room.memory / 2;
+    // A table at its limit and the buckets it is sorted into take about 1.75
+    // times the limit while it spills.
+    let limit = room.memory / 3;
     // A table slot takes 16 bytes and the tables stay at most half full.
     let boards_hint = (input_bytes / MIN_BOARD_BYTES).min((limit / 32).max(1)) as usize;
     let mut sums = SpillingSums {

@@ -16,7 +16,8 @@
 //!   kernel alone. `-- frontier prefixes` adds one run of the pegs prefixes plan.
 //!
 //! - `-- sliders`: the 5 x 5 sliders instance of docs/kinds/sliders.md through a
-//!   coordinator and one worker process, prefixes plan against frontier plan:
+//!   coordinator and one worker process, prefixes plan against frontier plan
+//!   (stage data in the coordinator's store, then in a `file://` stage store):
 //!   wall time, the coordinator's CPU time and peak memory, the worker's peak.
 //!
 //! - `-- shards`: the cost per shard at about 10^5 shards (hex side 11,
@@ -895,9 +896,6 @@ fn hex_large(side: u32, exact: bool) {
     );
 }
 
-/// The sliders 5 x 5 instance of docs/kinds/sliders.md through a coordinator with one
-/// worker process of two slots: the prefixes plan (the coordinator searches
-/// while planning) against the frontier plan (the workers search).
 /// The 5 x 5 sliders instance of docs/kinds/sliders.md, as `tally submit` arguments.
 const SLIDERS_5X5: [&str; 9] = [
     "sliders",
@@ -911,16 +909,33 @@ const SLIDERS_5X5: [&str; 9] = [
     "WBRBR/BRBRB/RBRBR/BRBRB/RBRBR",
 ];
 
+/// The sliders 5 x 5 instance of docs/kinds/sliders.md through a coordinator with one
+/// worker process of two slots: the prefixes plan (the coordinator searches
+/// while planning) against the frontier plan (the workers search), with the
+/// stage data in the coordinator's store and in a `file://` stage store.
 fn sliders(runs: usize) {
     let board = SLIDERS_5X5;
+    let stage_dir = tempfile::tempdir().unwrap();
+    let stage_store = Setup {
+        coordinator_args: vec![
+            "--stage-store".into(),
+            format!("file://{}", stage_dir.path().display()),
+        ],
+        ..Setup::default()
+    };
+    let runs_of = [
+        ("prefixes", "", Setup::default()),
+        ("frontier", "", Setup::default()),
+        ("frontier", ", stage data in a file:// store", stage_store),
+    ];
     let mut answers = Vec::new();
     let mut walls = Vec::new();
-    for plan in ["prefixes", "frontier"] {
+    for (plan, store, setup) in &runs_of {
         let submit = [&board[..], &["--plan", plan]].concat();
-        let c = median_cluster(&submit, &[2], runs);
+        let c = median_cluster_with(&submit, &[2], setup, runs);
         println!(
-            "sliders 5 x 5, {plan} plan, 1 worker process of 2 slots: {:.2} s; coordinator CPU \
-             {:.2} s, peak {:.0} MB; worker peak {:.0} MB (answer {})",
+            "sliders 5 x 5, {plan} plan{store}, 1 worker process of 2 slots: {:.2} s; \
+             coordinator CPU {:.2} s, peak {:.0} MB; worker peak {:.0} MB (answer {})",
             c.wall,
             c.coordinator_cpu,
             c.coordinator_rss as f64 / 1e6,
@@ -930,10 +945,15 @@ fn sliders(runs: usize) {
         answers.push(c.answer);
         walls.push(c.wall);
     }
-    assert_eq!(answers[0], answers[1], "the plans disagree");
+    assert!(
+        answers.windows(2).all(|w| w[0] == w[1]),
+        "the plans disagree"
+    );
     println!(
-        "sliders 5 x 5: frontier plan / prefixes plan wall time {:.2}",
-        walls[1] / walls[0]
+        "sliders 5 x 5: frontier plan / prefixes plan wall time {:.2}; with a file:// stage \
+         store {:.2}",
+        walls[1] / walls[0],
+        walls[2] / walls[0]
     );
 }
 

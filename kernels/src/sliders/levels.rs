@@ -441,32 +441,84 @@ pub fn expand_backward(
 ) -> Result<GraphLevel> {
     let neighbours = merge_sets(neighbours);
     control.check()?;
-    // Where the neighbours are few next to the level's members (most graph
+    let kept = members_among(members, &neighbours);
+    expand_kept(boards, kept, buckets_out, control)
+}
+
+/// What a shard of several graph levels found: each level's boards (the
+/// highest level first, each increasing) and the last one's neighbours.
+#[derive(Debug)]
+pub struct GraphLevels {
+    pub levels: Vec<Vec<u64>>,
+    /// `buckets_out` buckets of the last level's neighbours; empty for 0.
+    pub output: Vec<u8>,
+}
+
+/// Several graph levels in one shard, from the highest down: `members[i]`
+/// holds every forward shard's list of level `top - i`'s boards (all its
+/// buckets), and `neighbours` the boards next to the graph level above
+/// `top`. Each level's graph boards are its members next to the level
+/// above; the last level's neighbours go to the `buckets_out` buckets of
+/// the graph level below it (none when 0). One unit of work per board kept.
+pub fn expand_backward_levels(
+    boards: &Boards,
+    members: &[Vec<&[u64]>],
+    neighbours: &[Vec<u64>],
+    buckets_out: u32,
+    control: &Control,
+) -> Result<GraphLevels> {
+    let Some((last, above)) = members.split_last() else {
+        return Err(invalid!("a shard of graph levels was handed no level"));
+    };
+    let mut next_to = merge_sets(neighbours);
+    let mut levels = Vec::with_capacity(members.len());
+    let mut hint = StateHint::default();
+    for level in above {
+        control.check()?;
+        let kept = members_among(level, &next_to);
+        control.add_work(kept.len() as u64);
+        next_to.clear();
+        for &board in &kept {
+            boards.neighbours(board, &mut hint, |n| next_to.push(n))?;
+        }
+        next_to.sort_unstable();
+        next_to.dedup();
+        levels.push(kept);
+    }
+    control.check()?;
+    let found = expand_kept(boards, members_among(last, &next_to), buckets_out, control)?;
+    levels.push(found.boards);
+    Ok(GraphLevels {
+        levels,
+        output: found.output,
+    })
+}
+
+/// The boards of `members` (lists, each increasing or not) that are in
+/// `wanted` (increasing, without repeats), increasing.
+fn members_among<L: AsRef<[u64]>>(members: &[L], wanted: &[u64]) -> Vec<u64> {
+    // Where the wanted boards are few next to the level's members (most graph
     // levels), each is looked up in every sender's increasing list instead of
     // merging the lists.
-    let total: usize = members.iter().map(Vec::len).sum();
-    if neighbours.len().saturating_mul(members.len()) > total / 8 {
-        let kept: Vec<u64> = merge_sets(members)
+    let total: usize = members.iter().map(|l| l.as_ref().len()).sum();
+    if wanted.len().saturating_mul(members.len()) > total / 8 {
+        return merge_sets(members)
             .into_iter()
-            .filter(|b| neighbours.binary_search(b).is_ok())
+            .filter(|b| wanted.binary_search(b).is_ok())
             .collect();
-        return expand_kept(boards, kept, buckets_out, control);
     }
     let mut kept: Vec<u64> = Vec::new();
     for list in members {
+        let list = list.as_ref();
         let sorted = match list.is_sorted() {
             true => std::borrow::Cow::Borrowed(list),
-            false => std::borrow::Cow::Owned(merge_sets(std::slice::from_ref(list))),
+            false => std::borrow::Cow::Owned(merge_sets(&[list])),
         };
-        kept.extend(
-            neighbours
-                .iter()
-                .filter(|b| sorted.binary_search(b).is_ok()),
-        );
+        kept.extend(wanted.iter().filter(|b| sorted.binary_search(b).is_ok()));
     }
     kept.sort_unstable();
     kept.dedup();
-    expand_kept(boards, kept, buckets_out, control)
+    kept
 }
 
 /// The rest of [`expand_backward`]: the graph level's boards `kept`, and
@@ -669,10 +721,12 @@ pub enum LevelInput {
         buckets: Vec<ForwardBucket>,
         members: Vec<Vec<u64>>,
     },
-    /// A graph level: the forward shards' members of the level, and the
-    /// neighbours of the graph level after it (none next to the target).
+    /// Graph levels: for each bucket read, the forward shards' members in
+    /// it (a shard of one graph level reads one bucket, a shard of several
+    /// every bucket of each level, as its task says), and the neighbours of
+    /// the graph level above (none next to the target).
     Backward {
-        members: Vec<Vec<u64>>,
+        members: Vec<Vec<Vec<u64>>>,
         neighbours: Vec<Vec<u64>>,
     },
     /// The whole graph's levels.
@@ -703,17 +757,34 @@ pub fn decode_inputs(parts: &[&[u8]]) -> Result<LevelInput> {
                 .map(|b| decode_members(b))
                 .collect::<Result<_>>()?,
         }),
-        (Some(TAG_MEMBERS), [members, rest @ ..]) if rest.len() <= 1 => Ok(LevelInput::Backward {
-            members: members
+        (Some(TAG_MEMBERS), _) => {
+            // Members' buckets first, then the neighbours' (each bucket's
+            // senders all write its tag).
+            let is =
+                |segments: &Vec<&[u8]>, tag: u8| segments.iter().all(|b| b.first() == Some(&tag));
+            let split = segments
                 .iter()
-                .map(|b| decode_members(b))
-                .collect::<Result<_>>()?,
-            neighbours: rest
-                .iter()
-                .flat_map(|part| part.iter())
-                .map(|b| decode_neighbours(b))
-                .collect::<Result<_>>()?,
-        }),
+                .position(|s| !is(s, TAG_MEMBERS))
+                .unwrap_or(segments.len());
+            let (members, rest) = segments.split_at(split);
+            if !rest.iter().all(|s| is(s, TAG_NEIGHBOURS)) {
+                return Err(invalid!(
+                    "slider stage data: a graph shard's inputs are members' buckets, then \
+                     neighbours' buckets"
+                ));
+            }
+            Ok(LevelInput::Backward {
+                members: members
+                    .iter()
+                    .map(|part| part.iter().map(|b| decode_members(b)).collect())
+                    .collect::<Result<_>>()?,
+                neighbours: rest
+                    .iter()
+                    .flat_map(|part| part.iter())
+                    .map(|b| decode_neighbours(b))
+                    .collect::<Result<_>>()?,
+            })
+        }
         (Some(TAG_GRAPH), [graph]) if graph.len() == 1 => {
             Ok(LevelInput::Graph(decode_graph(graph[0])?))
         }

@@ -4,13 +4,15 @@
 //! - stages `1 ..= D + 1`: forward level `k = stage - 1` (`sliders::levels`),
 //!   level `k`'s shards reading both halves of level `k - 1`'s output; the
 //!   level holding the target ends the search;
-//! - stages `D + 2 ..= 2D + 1`: graph level `j = 2D + 1 - stage`, from `D - 1`
-//!   down to 0, reading the members of forward level `j` (kept since stage
-//!   `j + 1`) and the neighbours the graph level after it sent;
-//! - stage `2D + 2`: one shard turns the graph's levels (gathered in the plan
-//!   from the graph shards' partials) into stage data and the prefix tasks;
-//! - stage `2D + 3`: the prefix tasks, enumerated as in the prefixes plan over
-//!   the graph read from stage data (no search on any worker).
+//! - stages `D + 2 ..`: the graph levels from `D - 1` down to 0, a stage for
+//!   each large one (its shards reading their bucket of the members of
+//!   forward level `j`, kept since stage `j + 1`, and the neighbours the
+//!   graph level after it sent) and one shard for a run of small ones (every
+//!   bucket of each), `plan.backward_tops` naming each stage's highest level;
+//! - then one shard turns the graph's levels (gathered in the plan from the
+//!   graph shards' partials) into stage data and the prefix tasks;
+//! - and last the prefix tasks, enumerated as in the prefixes plan over the
+//!   graph read from stage data (no search on any worker).
 
 use crate::kind::{FinishedStage, NextStage, Outcome, Planned, StageRead};
 use std::ops::Range;
@@ -50,23 +52,49 @@ const MIN_BOARDS_PER_BUCKET: u64 = 50_000;
 /// record (about 10 bytes a board) until they become stage data.
 pub const MAX_GRAPH_BOARDS: u64 = 1_000_000;
 
+/// Most boards of forward levels whose graph levels one shard takes
+/// together (reading every bucket of each): below it, a stage a level
+/// (a barrier, a report and a lease, some milliseconds) costs more than
+/// reading the levels' members on one slot instead of all (about 8 bytes
+/// a board decoded, a few nanoseconds each).
+const GRAPH_GROUP_BOARDS: u64 = 4_000_000;
+
 /// Where a stage lies in the plan.
 enum Phase {
-    Forward { level: u32 },
-    Backward { level: u32 },
+    Forward {
+        level: u32,
+    },
+    /// Graph levels from `top` down, in one stage.
+    Backward {
+        top: u32,
+    },
     Graph,
     Enumerate,
 }
 
 fn phase(plan: &SlidersPlan, stage: u32) -> Phase {
-    match plan.target_level {
-        None => Phase::Forward { level: stage - 1 },
-        Some(d) if stage <= d + 1 => Phase::Forward { level: stage - 1 },
-        Some(d) if stage <= 2 * d + 1 => Phase::Backward {
-            level: 2 * d + 1 - stage,
+    let Some(d) = plan.target_level else {
+        return Phase::Forward { level: stage - 1 };
+    };
+    if stage <= d + 1 {
+        return Phase::Forward { level: stage - 1 };
+    }
+    let after = (stage - d - 2) as usize;
+    let backward_stages = match plan.backward_tops.len() {
+        // Plans made before stages took several levels: one each.
+        0 => d as usize,
+        n => n,
+    };
+    match after.cmp(&backward_stages) {
+        std::cmp::Ordering::Less => Phase::Backward {
+            top: plan
+                .backward_tops
+                .get(after)
+                .copied()
+                .unwrap_or(d - 1 - after as u32),
         },
-        Some(d) if stage == 2 * d + 2 => Phase::Graph,
-        Some(_) => Phase::Enumerate,
+        std::cmp::Ordering::Equal => Phase::Graph,
+        std::cmp::Ordering::Greater => Phase::Enumerate,
     }
 }
 
@@ -120,6 +148,77 @@ fn forward_level(plan: &SlidersPlan, level: u32, work: u64) -> Vec<Planned<Slide
         .collect()
 }
 
+/// The stage of graph levels from `top` down: one shard for a run of small
+/// levels, else a shard for each bucket of `top`.
+fn backward_stage(
+    plan: &mut SlidersPlan,
+    index: usize,
+    top: u32,
+    shortest: u32,
+) -> Vec<Planned<SlidersTask>> {
+    plan.backward_tops.truncate(index);
+    // A job planned before stages took several levels took one a stage.
+    while plan.backward_tops.len() < index {
+        let before = plan.backward_tops.len() as u32;
+        plan.backward_tops.push(shortest - 1 - before);
+    }
+    plan.backward_tops.push(top);
+    let size = |level: u32| plan.levels.get(level as usize).copied().unwrap_or(u64::MAX);
+    let mut sum = size(top);
+    if sum > group_boards() {
+        return graph_level(plan, top, shortest);
+    }
+    let mut bottom = top;
+    while bottom > 0 && sum.saturating_add(size(bottom - 1)) <= group_boards() {
+        bottom -= 1;
+        sum += size(bottom);
+    }
+    // A level alone keeps its shards a bucket, spread over the slots.
+    if bottom == top && plan.buckets[top as usize + 1] > 1 {
+        return graph_level(plan, top, shortest);
+    }
+    let member_buckets = (bottom..=top)
+        .rev()
+        .map(|level| plan.buckets[level as usize + 1])
+        .collect();
+    let neighbour_buckets = match top + 1 == shortest {
+        true => 0,
+        false => plan.buckets[top as usize + 1],
+    };
+    let buckets_out = match bottom {
+        0 => 0,
+        _ => plan.buckets[bottom as usize],
+    };
+    vec![Planned {
+        task: SlidersTask::SliderGraphLevels {
+            top,
+            bottom,
+            member_buckets,
+            neighbour_buckets,
+            buckets_out,
+            shortest,
+        },
+        work_total: 1,
+    }]
+}
+
+/// The most boards of forward levels one graph shard takes together.
+#[cfg(not(test))]
+fn group_boards() -> u64 {
+    GRAPH_GROUP_BOARDS
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests group levels of a few boards, to have groups of several buckets.
+    static GROUP_BOARDS: std::cell::Cell<u64> = const { std::cell::Cell::new(GRAPH_GROUP_BOARDS) };
+}
+
+#[cfg(test)]
+fn group_boards() -> u64 {
+    GROUP_BOARDS.get()
+}
+
 fn graph_level(plan: &SlidersPlan, level: u32, shortest: u32) -> Vec<Planned<SlidersTask>> {
     // Level j's members were written for the shards of level j + 1.
     let buckets = plan.buckets[level as usize + 1];
@@ -149,7 +248,9 @@ pub(super) fn next_stage(
 ) -> Result<NextStage<SlidersTask>> {
     match phase(plan, finished.stage) {
         Phase::Forward { level } => after_forward(spec, plan, level, finished),
-        Phase::Backward { level } => after_backward(spec, plan, level, finished.partials),
+        Phase::Backward { top } => {
+            after_backward(spec, plan, finished.stage, top, finished.partials)
+        }
         Phase::Graph => after_graph(spec, plan, finished.partials),
         Phase::Enumerate => Ok(NextStage::Finish),
     }
@@ -198,7 +299,7 @@ fn after_forward(
             plan.graph = vec![vec![Boards::new(&spec.board)?.start()]];
             return graph_stage(plan, note);
         }
-        let shards = graph_level(plan, level - 1, level);
+        let shards = backward_stage(plan, 0, level - 1, level);
         return Ok(NextStage::Shards(
             shards,
             format!("{note}; the target is at distance {level}"),
@@ -233,50 +334,76 @@ fn after_forward(
 fn after_backward(
     spec: &SlidersSpec,
     plan: &mut SlidersPlan,
-    level: u32,
+    stage: u32,
+    top: u32,
     partials: &[SlidersPartial],
 ) -> Result<NextStage<SlidersTask>> {
     let d = plan.target_level.unwrap_or(0);
-    let mut boards = Vec::new();
+    // Each level's boards, from `top` down.
+    let mut found: Vec<Vec<u64>> = Vec::new();
     for partial in partials {
         match partial {
-            SlidersPartial::SliderGraphLevel {
-                level: l,
-                boards: b,
-            } if *l == level => boards.extend_from_slice(b),
+            SlidersPartial::SliderGraphLevel { level, boards } if *level == top => {
+                found.resize_with(found.len().max(1), Vec::new);
+                found[0].extend_from_slice(boards);
+            }
+            SlidersPartial::SliderGraphLevels { top: t, levels }
+                if *t == top && partials.len() == 1 && (levels.len() as u32) <= top + 1 =>
+            {
+                found = levels.clone();
+            }
             other => {
                 return Err(Error::Internal(format!(
-                    "a shard of graph level {level} reported {other:?}"
+                    "a shard of graph level {top} reported {other:?}"
                 )));
             }
         }
     }
-    boards.sort_unstable();
-    if boards.is_empty() {
-        return Err(Error::Internal(format!(
-            "graph level {level} is empty, though the target is at distance {d}"
-        )));
-    }
+    let bottom = (top + 1)
+        .checked_sub(found.len() as u32)
+        .filter(|_| !found.is_empty())
+        .ok_or_else(|| Error::Internal(format!("graph level {top}: no boards reported")))?;
     // The graph's levels are gathered from the target down: index j is
     // level j once all are in.
     if plan.graph.is_empty() {
         plan.graph = vec![Vec::new(); d as usize + 1];
         plan.graph[d as usize] = vec![Boards::new(&spec.board)?.target()];
     }
-    plan.graph[level as usize] = boards;
+    for (level, mut boards) in (bottom..=top).rev().zip(found) {
+        boards.sort_unstable();
+        if boards.is_empty() {
+            return Err(Error::Internal(format!(
+                "graph level {level} is empty, though the target is at distance {d}"
+            )));
+        }
+        plan.graph[level as usize] = boards;
+    }
     let total: u64 = plan.graph.iter().map(|l| l.len() as u64).sum();
     if total > MAX_GRAPH_BOARDS {
         return Err(invalid!(
             "the shortest-path graph has more than {MAX_GRAPH_BOARDS} boards ({total} from \
-             level {level} to the target), the frontier plan's limit; use --plan prefixes"
+             level {bottom} to the target), the frontier plan's limit; use --plan prefixes"
         ));
     }
-    let note = format!(
-        "graph level {level}: {} boards",
-        plan.graph[level as usize].len()
-    );
-    if level > 0 {
-        return Ok(NextStage::Shards(graph_level(plan, level - 1, d), note));
+    let note = match bottom == top {
+        true => format!(
+            "graph level {top}: {} boards",
+            plan.graph[top as usize].len()
+        ),
+        false => format!(
+            "graph levels {top} to {bottom}: {} boards",
+            plan.graph[bottom as usize..=top as usize]
+                .iter()
+                .map(|l| l.len())
+                .sum::<usize>()
+        ),
+    };
+    if bottom > 0 {
+        let index = (stage - d - 1) as usize;
+        return Ok(NextStage::Shards(
+            backward_stage(plan, index, bottom - 1, d),
+            note,
+        ));
     }
     graph_stage(plan, note)
 }
@@ -352,6 +479,19 @@ pub(super) fn stage_reads(stage: u32, task: &SlidersTask) -> Vec<StageRead> {
                 vec![members, read(stage - 1, bucket)]
             }
         }
+        SlidersTask::SliderGraphLevels {
+            top,
+            ref member_buckets,
+            neighbour_buckets,
+            ..
+        } => {
+            let mut reads = Vec::new();
+            for (level, &buckets) in (0..=top).rev().zip(member_buckets) {
+                reads.extend((buckets..2 * buckets).map(|bucket| read(level + 1, bucket)));
+            }
+            reads.extend((0..neighbour_buckets).map(|bucket| read(stage - 1, bucket)));
+            reads
+        }
         SlidersTask::SliderGraph { .. } => Vec::new(),
         SlidersTask::SliderPrefixes { graph: true, .. } => vec![read(stage - 1, 0)],
         SlidersTask::SliderPrefixes { .. } => Vec::new(),
@@ -364,7 +504,7 @@ pub(super) fn stage_reads(stage: u32, task: &SlidersTask) -> Vec<StageRead> {
 pub(super) fn kept_stages(plan: &SlidersPlan, stage: u32) -> Vec<u32> {
     match phase(plan, stage) {
         Phase::Forward { .. } => (1..stage.saturating_sub(1)).collect(),
-        Phase::Backward { level } => (1..=level + 1).collect(),
+        Phase::Backward { top } => (1..=top + 1).collect(),
         Phase::Graph | Phase::Enumerate => Vec::new(),
     }
 }
@@ -531,6 +671,12 @@ pub(super) fn execute(
             } else {
                 neighbours
             };
+            let [members] = members.as_slice() else {
+                return Err(invalid!(
+                    "a shard of graph level {level} reads one bucket of its members, not {}",
+                    members.len()
+                ));
+            };
             let found =
                 levels::expand_backward(&boards, members, neighbours, *buckets_out, control)?;
             let work_done = found.boards.len() as u64;
@@ -539,6 +685,59 @@ pub(super) fn execute(
                 partial: SlidersPartial::SliderGraphLevel {
                     level: *level,
                     boards: found.boards,
+                },
+                work_done,
+            })
+        }
+        (
+            SlidersTask::SliderGraphLevels {
+                top,
+                member_buckets,
+                buckets_out,
+                shortest,
+                ..
+            },
+            Some(SlidersInput::Levels(LevelInput::Backward {
+                members,
+                neighbours,
+            })),
+        ) => {
+            if members.len() != member_buckets.iter().map(|&b| b as usize).sum::<usize>() {
+                return Err(invalid!(
+                    "graph levels from {top}: {} buckets of members where the task names {}",
+                    members.len(),
+                    member_buckets.iter().sum::<u32>()
+                ));
+            }
+            // The members' buckets, level by level from the top.
+            let mut parts = members.iter();
+            let by_level: Vec<Vec<&[u64]>> = member_buckets
+                .iter()
+                .map(|&buckets| {
+                    let level = parts.by_ref().take(buckets as usize);
+                    level.flatten().map(Vec::as_slice).collect()
+                })
+                .collect();
+            let next_to_target;
+            let neighbours = if top + 1 == *shortest {
+                next_to_target = [levels::target_neighbours(&boards, 0, 1)?];
+                &next_to_target[..]
+            } else {
+                neighbours
+            };
+            let found = levels::expand_backward_levels(
+                &boards,
+                &by_level,
+                neighbours,
+                *buckets_out,
+                control,
+            )?;
+            let work_done = found.levels.iter().map(|l| l.len() as u64).sum();
+            Ok(Outcome {
+                output: found.output.into(),
+                partial: SlidersPartial::SliderGraphLevels {
+                    top: *top,
+                    levels: found.levels,
                 },
                 work_done,
             })
@@ -669,6 +868,28 @@ pub(super) fn check_result(
             Ok(())
         }
         (
+            SlidersTask::SliderGraphLevels {
+                top,
+                bottom,
+                buckets_out,
+                ..
+            },
+            SlidersPartial::SliderGraphLevels { top: t, levels },
+        ) if top == t && levels.len() as u32 == top + 1 - bottom => {
+            let found = if output.is_empty() {
+                0
+            } else {
+                buckets(output)?
+            };
+            if found != *buckets_out as usize {
+                return Err(invalid!(
+                    "a shard of graph levels {top} to {bottom} wrote {found} buckets, not \
+                     {buckets_out}"
+                ));
+            }
+            Ok(())
+        }
+        (
             SlidersTask::SliderGraph { .. },
             SlidersPartial::SliderGraph {
                 prefixes, weights, ..
@@ -701,8 +922,10 @@ mod tests {
     /// Runs a frontier job in this process the way the runner does: stage by
     /// stage, each shard handed what `stage_reads` names, and every older
     /// stage it reads checked to be one the plan keeps. Returns the answer
-    /// and the number of stages.
-    fn run_frontier(spec: &SlidersSpec) -> Result<(Answer, u32)> {
+    /// and the number of stages, of shards of one graph level's bucket and
+    /// of shards of several graph levels.
+    fn run_frontier(spec: &SlidersSpec) -> Result<(Answer, u32, [u32; 2])> {
+        let mut graph_shards = [0, 0];
         let cache = KernelCache::new();
         let control = Control::new();
         let mut plan = Sliders::prepare(spec, &cache, &control)?;
@@ -715,6 +938,11 @@ mod tests {
             let mut partials = Vec::new();
             let mut stage_outputs = Vec::new();
             for shard in &shards {
+                match shard.task {
+                    SlidersTask::SliderGraphLevel { .. } => graph_shards[0] += 1,
+                    SlidersTask::SliderGraphLevels { .. } => graph_shards[1] += 1,
+                    _ => {}
+                }
                 let reads = Sliders::stage_reads(spec, stage, &shard.task);
                 let mut parts = Vec::new();
                 for read in &reads {
@@ -756,7 +984,9 @@ mod tests {
             };
             match Sliders::next_stage(spec, &mut plan, finished)? {
                 NextStage::Shards(next, _) => shards = next,
-                NextStage::Finish => return Ok((Sliders::finish(spec, &plan, partials)?, stage)),
+                NextStage::Finish => {
+                    return Ok((Sliders::finish(spec, &plan, partials)?, stage, graph_shards));
+                }
             }
             stage += 1;
         }
@@ -790,10 +1020,13 @@ mod tests {
             )
             .unwrap();
             let d = direct.details["shortest_length"].as_u64().unwrap() as u32;
-            for buckets in [1, 2, 7] {
+            // Graph levels grouped never, by a few, and all in one shard.
+            for (buckets, group) in [(1, 0), (2, 0), (7, 0), (2, 40), (7, 40), (3, u64::MAX)] {
+                GROUP_BOARDS.set(group);
                 let spec = frontier_spec(rows, cols, start, target, buckets);
-                let (answer, stages) = run_frontier(&spec).unwrap();
-                let what = format!("{start} -> {target} with {buckets} buckets");
+                let (answer, stages, [single, grouped]) = run_frontier(&spec).unwrap();
+                GROUP_BOARDS.set(GRAPH_GROUP_BOARDS);
+                let what = format!("{start} -> {target} with {buckets} buckets, groups of {group}");
                 assert_eq!(answer.line, direct.line, "{what}");
                 for field in ["sequences", "checksum_sum", "shortest_length"] {
                     assert_eq!(
@@ -801,8 +1034,29 @@ mod tests {
                         "{what}: {field}"
                     );
                 }
-                // D + 1 forward levels, D graph levels, the graph, the prefixes.
-                assert_eq!(stages, 2 * d + 3, "{what}");
+                // D + 1 forward levels, D graph levels (some together), the
+                // graph, the prefixes.
+                let sizes: Vec<u64> = answer.details["levels"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap())
+                    .collect();
+                let graph_levels = &sizes[..d as usize];
+                // Levels are grouped when two or more fit together; a level
+                // alone keeps a shard a bucket.
+                let pairs = graph_levels.windows(2).any(|w| w[0] + w[1] <= group);
+                match group {
+                    0 => assert_eq!((stages, grouped), (2 * d + 3, 0), "{what}"),
+                    _ if d >= 2 && group == u64::MAX => {
+                        assert_eq!((stages, single, grouped), (d + 4, 0, 1), "{what}")
+                    }
+                    _ => {
+                        assert_eq!(grouped > 0, pairs, "{what}");
+                        assert_eq!(single % buckets, 0, "{what}");
+                        assert!(stages <= 2 * d + 3, "{what}");
+                    }
+                }
                 let levels = answer.details["levels"].as_array().unwrap().len();
                 assert_eq!(levels, d as usize + 1, "{what}");
             }
@@ -814,7 +1068,7 @@ mod tests {
         // 3 x 3 with four red and four blue tiles: every level size against a
         // plain breadth-first search over board strings.
         let (start, target) = ("WRRRRBBBB", "WBBBBRRRR");
-        let (answer, _) = run_frontier(&frontier_spec(3, 3, start, target, 2)).unwrap();
+        let (answer, ..) = run_frontier(&frontier_spec(3, 3, start, target, 2)).unwrap();
         let mut seen = std::collections::HashSet::from([start.to_string()]);
         let mut layer = vec![start.to_string()];
         let mut sizes = Vec::new();
@@ -923,6 +1177,55 @@ mod tests {
             plan_for(small),
             (2 * size).div_ceil(per_board).div_ceil(2) * 2
         );
+    }
+
+    /// A job planned before graph stages took several levels (no
+    /// `backward_tops`) goes on one level a stage, then groups.
+    #[test]
+    fn a_plan_from_before_grouped_graph_stages_keeps_its_stage_numbers() {
+        let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 0);
+        let mut plan = initial_plan(&spec);
+        let d = 6;
+        plan.target_level = Some(d);
+        plan.levels = vec![1, 2, 4, 6, 8, 9, 1];
+        plan.buckets = vec![1; d as usize + 2];
+        plan.graph = vec![vec![]; d as usize + 1];
+        plan.graph[d as usize] = vec![7];
+        plan.graph[5] = vec![5];
+        // Stage d + 3 took graph level d - 2 = 4 alone.
+        let stage = d + 3;
+        assert!(matches!(phase(&plan, stage), Phase::Backward { top: 4 }));
+        let partials = [SlidersPartial::SliderGraphLevel {
+            level: 4,
+            boards: vec![3],
+        }];
+        let finished = FinishedStage {
+            stage,
+            stages_total: stage,
+            partials: &partials,
+            slots: 1,
+            slot_memory: 0,
+        };
+        let NextStage::Shards(shards, _) = next_stage(&spec, &mut plan, finished).unwrap() else {
+            panic!("finished");
+        };
+        // Levels 3 to 0 together, and the stages before mapped as they ran.
+        assert_eq!(plan.backward_tops, vec![5, 4, 3]);
+        assert!(matches!(
+            shards[..],
+            [Planned {
+                task: SlidersTask::SliderGraphLevels {
+                    top: 3,
+                    bottom: 0,
+                    ..
+                },
+                ..
+            }]
+        ));
+        assert!(matches!(phase(&plan, d + 2), Phase::Backward { top: 5 }));
+        assert!(matches!(phase(&plan, d + 4), Phase::Backward { top: 3 }));
+        assert!(matches!(phase(&plan, d + 5), Phase::Graph));
+        assert!(matches!(phase(&plan, d + 6), Phase::Enumerate));
     }
 
     #[test]

@@ -17,6 +17,9 @@ impl FaultInjection for Sliders {
             }
             SlidersPartial::SliderLevel { boards, .. } => *boards += 1,
             SlidersPartial::SliderGraphLevel { boards, .. } => boards.clear(),
+            SlidersPartial::SliderGraphLevels { levels, .. } => {
+                levels.iter_mut().for_each(Vec::clear)
+            }
             SlidersPartial::SliderGraph { sequences, .. } => sequences.push('0'),
         }
     }
@@ -213,6 +216,12 @@ pub struct SlidersPlan {
     /// dense board indices, until the graph stage takes them.
     #[serde(default)]
     pub graph: Vec<Vec<u64>>,
+    /// Frontier plan: the highest graph level of each backward stage so far
+    /// (a stage takes one level, or several small ones); empty in plans
+    /// made before stages took several, whose stage `D + 1 + i` is graph
+    /// level `D - i`.
+    #[serde(default)]
+    pub backward_tops: Vec<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -249,6 +258,20 @@ pub enum SlidersTask {
         buckets_out: u32,
         shortest: u32,
     },
+    /// Frontier plan: graph levels `top` down to `bottom` in one shard, which
+    /// reads every bucket of each level's members (`member_buckets[i]`
+    /// buckets for level `top - i`) and every one of the `neighbour_buckets`
+    /// buckets the stage before sent (none next to the target): small levels,
+    /// where a stage each would cost more than their work. The last level's
+    /// neighbours go to the `buckets_out` shards of the level below it.
+    SliderGraphLevels {
+        top: u32,
+        bottom: u32,
+        member_buckets: Vec<u32>,
+        neighbour_buckets: u32,
+        buckets_out: u32,
+        shortest: u32,
+    },
     /// Frontier plan: the graph's levels (dense board indices), to become
     /// stage data and prefix tasks.
     SliderGraph { layers: Vec<Vec<u64>> },
@@ -272,6 +295,8 @@ pub enum SlidersPartial {
     },
     /// A graph level's boards in one bucket (dense indices).
     SliderGraphLevel { level: u32, boards: Vec<u64> },
+    /// Several graph levels' boards (dense indices), level `top` first.
+    SliderGraphLevels { top: u32, levels: Vec<Vec<u64>> },
     /// The prefix tasks over the graph, with their weights, and the number of
     /// shortest sequences (decimal).
     SliderGraph {

@@ -1,42 +1,56 @@
-//! Board geometry: holes on an 8 x 8 grid of bits, jumps grouped by axis, the
-//! board symmetries as bit transforms and the parity invariants of the jumps.
+//! Board geometry: holes on an 8 x 8 grid of bits (the diamond on a sheared
+//! layout), jumps grouped by axis, the board symmetries as bit transforms and
+//! the parity invariants of the jumps.
+
+use std::sync::OnceLock;
 
 use super::BoardShape;
 
 /// Bits per grid row: hole `(row, col)` is bit `GRID * row + col`.
 pub(crate) const GRID: u32 = 8;
 
-/// The bit of grid cell `(row, col)`.
-pub(crate) fn cell_bit(row: u32, col: u32) -> u32 {
-    GRID * row + col
+/// The diamond's rows (and columns): holes `(row, col)` with
+/// `|row - 4| + |col - 4| <= 4`.
+const DIAMOND_SIDE: u32 = 9;
+
+/// The bit of hole `(row, col)` of `shape`. The 9 x 9 diamond does not fit
+/// the 8 x 8 grid: its holes are bits `7 row + 2 col - 8`, from 0 to 56,
+/// distinct on the diamond (two holes with the same bit would be 2 rows and
+/// 7 columns apart, which no two holes are); a step along a row is 2 bits,
+/// down a column 7.
+pub(crate) fn cell_bit(shape: BoardShape, row: u32, col: u32) -> u32 {
+    match shape {
+        BoardShape::Diamond => 7 * row + 2 * col - 8,
+        _ => GRID * row + col,
+    }
+}
+
+/// Whether `(row, col)` is a hole of `shape`.
+fn is_cell(shape: BoardShape, row: u32, col: u32) -> bool {
+    match shape {
+        BoardShape::English | BoardShape::French => {
+            let cross = row < 7 && col < 7 && ((2..=4).contains(&row) || (2..=4).contains(&col));
+            let corner =
+                shape == BoardShape::French && (row == 1 || row == 5) && (col == 1 || col == 5);
+            cross || corner
+        }
+        BoardShape::Triangle(side) => row < side && col <= row,
+        BoardShape::Diamond => row.abs_diff(4) + col.abs_diff(4) <= 4,
+    }
 }
 
 /// The grid cells of the holes of a board, in hole-number order: row by row
 /// from the top, left to right within a row.
 pub(crate) fn hole_cells(shape: BoardShape) -> Vec<(u32, u32)> {
-    let mut cells = Vec::new();
-    match shape {
-        BoardShape::English | BoardShape::French => {
-            let french = shape == BoardShape::French;
-            for row in 0..7 {
-                for col in 0..7 {
-                    let arm = (2..=4).contains(&row) || (2..=4).contains(&col);
-                    let french_corner = french && (row == 1 || row == 5) && (col == 1 || col == 5);
-                    if arm || french_corner {
-                        cells.push((row, col));
-                    }
-                }
-            }
-        }
-        BoardShape::Triangle(side) => {
-            for row in 0..side {
-                for col in 0..=row {
-                    cells.push((row, col));
-                }
-            }
-        }
-    }
-    cells
+    let side = match shape {
+        BoardShape::English | BoardShape::French => 7,
+        BoardShape::Triangle(side) => side,
+        BoardShape::Diamond => DIAMOND_SIDE,
+    };
+    (0..side)
+        .flat_map(|row| (0..side).map(move |col| (row, col)))
+        .filter(|&(row, col)| is_cell(shape, row, col))
+        .collect()
 }
 
 /// One jump: the peg on `from` jumps over the peg on `over` into the empty `to`.
@@ -71,21 +85,25 @@ pub(crate) struct Axis {
 
 /// The jump axes of a shape, built from cell coordinates so that a jump never
 /// wraps from one grid row into the next.
-pub(crate) fn axes(shape: BoardShape, holes: u64) -> Vec<Axis> {
+pub(crate) fn axes(shape: BoardShape) -> Vec<Axis> {
     let directions: &[(u32, u32)] = match shape {
-        BoardShape::English | BoardShape::French => &[(0, 1), (1, 0)],
+        BoardShape::English | BoardShape::French | BoardShape::Diamond => &[(0, 1), (1, 0)],
         BoardShape::Triangle(_) => &[(0, 1), (1, 0), (1, 1)],
     };
-    let is_hole =
-        |row: u32, col: u32| row < GRID && col < GRID && holes >> cell_bit(row, col) & 1 == 1;
+    let is_hole = |row: u32, col: u32| is_cell(shape, row, col);
     directions
         .iter()
         .map(|&(dr, dc)| {
-            let step = cell_bit(dr, dc);
+            // The layouts are linear: a step is the same number of bits
+            // from every hole.
+            let step = match shape {
+                BoardShape::Diamond => 7 * dr + 2 * dc,
+                _ => cell_bit(shape, dr, dc),
+            };
             let mut forward = 0;
             let mut backward = 0;
             for (row, col) in hole_cells(shape) {
-                let bit = 1u64 << cell_bit(row, col);
+                let bit = 1u64 << cell_bit(shape, row, col);
                 if is_hole(row + dr, col + dc) && is_hole(row + 2 * dr, col + 2 * dc) {
                     forward |= bit;
                 }
@@ -188,6 +206,9 @@ pub(crate) enum Symmetries {
     Square,
     /// A triangle of the given side: the 6 symmetries of the triangle.
     Triangle(u32),
+    /// The diamond: the 8 symmetries of the square about its centre hole, by
+    /// table on its sheared layout.
+    Diamond,
 }
 
 /// Upper bound of the group order.
@@ -198,12 +219,13 @@ impl Symmetries {
         match shape {
             BoardShape::English | BoardShape::French => Symmetries::Square,
             BoardShape::Triangle(side) => Symmetries::Triangle(side),
+            BoardShape::Diamond => Symmetries::Diamond,
         }
     }
 
     pub(crate) fn order(self) -> usize {
         match self {
-            Symmetries::Square => 8,
+            Symmetries::Square | Symmetries::Diamond => 8,
             Symmetries::Triangle(_) => 6,
         }
     }
@@ -246,7 +268,70 @@ impl Symmetries {
                 let am = reflect(m);
                 [board, m, a, mirror(a), am, mirror(am), board, board]
             }
+            Symmetries::Diamond => diamond_tables().images(board),
         }
+    }
+}
+
+/// The diamond's symmetries as tables: for byte `k` of a board with value
+/// `v`, the images of its bits under every symmetry (one cache line), so a
+/// board's images are eight lookups or'ed together. Bit permutations have no
+/// cheap shift form on the sheared layout.
+struct DiamondTables(Box<[[Images; 256]; 8]>);
+
+fn diamond_tables() -> &'static DiamondTables {
+    static TABLES: OnceLock<DiamondTables> = OnceLock::new();
+    TABLES.get_or_init(|| {
+        let shape = BoardShape::Diamond;
+        // About the centre (4, 4): (x, y) to (±x, ±y) and (±y, ±x), in the
+        // order of the square's images: identity, half turn, rows flipped,
+        // columns flipped, transposed, and the three others.
+        type PlaneMap = fn(i32, i32) -> (i32, i32);
+        let maps: [PlaneMap; MAX_GROUP] = [
+            |x, y| (x, y),
+            |x, y| (-x, -y),
+            |x, y| (x, -y),
+            |x, y| (-x, y),
+            |x, y| (y, x),
+            |x, y| (-y, -x),
+            |x, y| (-y, x),
+            |x, y| (y, -x),
+        ];
+        let mut image_of_bit = [[0u64; MAX_GROUP]; 64];
+        for (row, col) in hole_cells(shape) {
+            let (x, y) = (col as i32 - 4, row as i32 - 4);
+            for (i, map) in maps.iter().enumerate() {
+                let (mx, my) = map(x, y);
+                let to = cell_bit(shape, (my + 4) as u32, (mx + 4) as u32);
+                image_of_bit[cell_bit(shape, row, col) as usize][i] = 1 << to;
+            }
+        }
+        let mut tables = Box::new([[Images::default(); 256]; 8]);
+        for (k, table) in tables.iter_mut().enumerate() {
+            for (value, images) in table.iter_mut().enumerate() {
+                for bit in bits(value as u64) {
+                    let of_bit = &image_of_bit[8 * k + bit as usize];
+                    for (image, of) in images.0.iter_mut().zip(of_bit) {
+                        *image |= of;
+                    }
+                }
+            }
+        }
+        DiamondTables(tables)
+    })
+}
+
+impl DiamondTables {
+    #[inline(always)]
+    fn images(&self, board: u64) -> [u64; MAX_GROUP] {
+        let mut out = [0u64; MAX_GROUP];
+        for (k, table) in self.0.iter().enumerate() {
+            let images = &table[(board >> (8 * k)) as usize & 0xff].0;
+            for i in 0..MAX_GROUP {
+                out[i] |= images[i];
+            }
+        }
+        out
     }
 }
 

@@ -8,8 +8,9 @@
 //! edge directions) into the empty hole just behind it and removes the peg
 //! jumped over. A solution is a sequence of jumps from the start position that
 //! leaves exactly one peg, in the required final hole when one is given.
-//! Boards: `english` (33 holes), `french` (37 holes) and `triangle:N` (side
-//! `N`, `N (N + 1) / 2` holes). Holes are numbered from 1 row by row from the
+//! Boards: `english` (33 holes), `french` (37 holes), `diamond` (41 holes: a
+//! 9 x 9 square standing on a corner) and `triangle:N` (side `N`,
+//! `N (N + 1) / 2` holes). Holes are numbered from 1 row by row from the
 //! top, left to right within a row; on a triangle, 1 is the apex and 2, 3 the
 //! second row.
 //!
@@ -17,13 +18,16 @@
 //!
 //! A position is a bitboard: hole `(row, col)` of the board is bit
 //! `8 row + col` of a `u64`, a set bit being a peg (triangle rows are
-//! left-aligned, `col <= row`). All jumps along one axis are found at once by
-//! shifting the board by the axis step (1, 8 and on triangles 9) and masking
+//! left-aligned, `col <= row`; the diamond, 9 holes wide, is sheared to bit
+//! `7 row + 2 col - 8`, its symmetries applied by table). All jumps along one
+//! axis are found at once by shifting the board by the axis step (1, 8 and on
+//! triangles 9; 2 and 7 on the diamond) and masking
 //! with the holes where such a jump stays on the board.
 //!
 //! The count from a position is the sum of the counts from the positions one
 //! jump later, and 1 or 0 on a one-peg position. Positions are reduced by the
-//! symmetries of the board (8 for the cross boards, 6 for triangles),
+//! symmetries of the board (8 for the cross boards and the diamond, 6 for
+//! triangles),
 //! restricted to those that fix the required final hole: under such a symmetry
 //! `g` the jumps from `b` and from `g(b)` correspond one to one, and so do their
 //! solutions. A class is represented by its canonical board, the smallest of
@@ -113,6 +117,9 @@ pub enum BoardShape {
     French,
     /// A triangle of the given side.
     Triangle(u32),
+    /// The 41-hole diamond (a 9 x 9 square standing on a corner, holes with
+    /// `|row - 4| + |col - 4| <= 4`), centre 21.
+    Diamond,
 }
 
 impl BoardShape {
@@ -122,6 +129,7 @@ impl BoardShape {
             BoardShape::English => 33,
             BoardShape::French => 37,
             BoardShape::Triangle(side) => side * (side + 1) / 2,
+            BoardShape::Diamond => 41,
         }
     }
 
@@ -132,6 +140,7 @@ impl BoardShape {
             BoardShape::English => 17,
             BoardShape::French => 19,
             BoardShape::Triangle(_) => 1,
+            BoardShape::Diamond => 21,
         }
     }
 }
@@ -142,6 +151,7 @@ impl fmt::Display for BoardShape {
             BoardShape::English => f.write_str("english"),
             BoardShape::French => f.write_str("french"),
             BoardShape::Triangle(side) => write!(f, "triangle:{side}"),
+            BoardShape::Diamond => f.write_str("diamond"),
         }
     }
 }
@@ -154,17 +164,18 @@ impl FromStr for BoardShape {
     }
 }
 
-/// Reads `english`, `french` or `triangle:N` (`N` from [`MIN_TRIANGLE_SIDE`] to
+/// Reads `english`, `french`, `diamond` or `triangle:N` (`N` from [`MIN_TRIANGLE_SIDE`] to
 /// [`MAX_TRIANGLE_SIDE`]); the text is trimmed and case-insensitive.
 pub fn parse_board(s: &str) -> Result<BoardShape> {
     let text = s.trim().to_ascii_lowercase();
     let expected = format!(
-        "expected english, french or triangle:N with N from {MIN_TRIANGLE_SIDE} to \
+        "expected english, french, diamond or triangle:N with N from {MIN_TRIANGLE_SIDE} to \
          {MAX_TRIANGLE_SIDE}"
     );
     match text.as_str() {
         "english" => Ok(BoardShape::English),
         "french" => Ok(BoardShape::French),
+        "diamond" => Ok(BoardShape::Diamond),
         _ => {
             let Some(side) = text.strip_prefix("triangle:") else {
                 return Err(invalid!("unknown board {s:?}: {expected}"));
@@ -272,11 +283,11 @@ impl PegGame {
         let start_hole = start.unwrap_or(shape.default_start());
         let hole_bits: Vec<u32> = hole_cells(shape)
             .into_iter()
-            .map(|(row, col)| cell_bit(row, col))
+            .map(|(row, col)| cell_bit(shape, row, col))
             .collect();
         let holes = hole_bits.iter().fold(0u64, |m, &b| m | 1 << b);
         let bit_of = |hole: u32| 1u64 << hole_bits[hole as usize - 1];
-        let axes = board::axes(shape, holes);
+        let axes = board::axes(shape);
         let jumps = board::jumps_of(&axes);
         let symmetries = Symmetries::of(shape);
         let end_board = end.map(bit_of);

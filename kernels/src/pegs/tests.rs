@@ -15,6 +15,17 @@ const ENGLISH_PICTURE: [&str; 7] = [
 const FRENCH_PICTURE: [&str; 7] = [
     "  ooo  ", " ooooo ", "ooooooo", "ooooooo", "ooooooo", " ooooo ", "  ooo  ",
 ];
+const DIAMOND_PICTURE: [&str; 9] = [
+    "    o    ",
+    "   ooo   ",
+    "  ooooo  ",
+    " ooooooo ",
+    "ooooooooo",
+    " ooooooo ",
+    "  ooooo  ",
+    "   ooo   ",
+    "    o    ",
+];
 
 /// A map of the plane, about the centre of a cross board.
 type PlaneMap = fn(i32, i32) -> (i32, i32);
@@ -33,6 +44,7 @@ impl Reference {
             BoardShape::English => Reference::cross(&ENGLISH_PICTURE),
             BoardShape::French => Reference::cross(&FRENCH_PICTURE),
             BoardShape::Triangle(side) => Reference::triangle(side as i32),
+            BoardShape::Diamond => Reference::cross(&DIAMOND_PICTURE),
         }
     }
 
@@ -40,11 +52,12 @@ impl Reference {
     /// two cells in one of the four directions; symmetries are the 8 maps
     /// `(x, y) -> (+-x, +-y), (+-y, +-x)` about the centre.
     fn cross(picture: &[&str]) -> Reference {
+        let centre = picture.len() as i32 / 2;
         let mut cells = Vec::new();
         for (y, line) in picture.iter().enumerate() {
             for (x, ch) in line.chars().enumerate() {
                 if ch == 'o' {
-                    cells.push((x as i32 - 3, y as i32 - 3));
+                    cells.push((x as i32 - centre, y as i32 - centre));
                 }
             }
         }
@@ -182,6 +195,79 @@ impl Reference {
     }
 }
 
+impl Reference {
+    /// The positions after `depth` jumps from `start`, as bit masks of hole
+    /// indices, each reduced to the least of its images.
+    fn orbits_after(&self, start: u32, depth: usize) -> BTreeSet<u64> {
+        let mask = |pegs: &[bool]| {
+            pegs.iter()
+                .enumerate()
+                .filter(|&(_, &p)| p)
+                .fold(0u64, |m, (i, _)| m | 1 << i)
+        };
+        let mut layer = BTreeSet::from([mask(
+            &(1..=self.holes as u32)
+                .map(|h| h != start)
+                .collect::<Vec<_>>(),
+        )]);
+        for _ in 0..depth {
+            let mut next = BTreeSet::new();
+            for &board in &layer {
+                for &(f, o, t) in &self.jumps {
+                    let has = |i: usize| board >> i & 1 == 1;
+                    if has(f) && has(o) && !has(t) {
+                        next.insert(board ^ (1 << f | 1 << o | 1 << t));
+                    }
+                }
+            }
+            layer = next;
+        }
+        layer
+            .into_iter()
+            .map(|board| {
+                self.symmetries
+                    .iter()
+                    .map(|perm| {
+                        (0..self.holes)
+                            .filter(|&i| board >> i & 1 == 1)
+                            .fold(0u64, |m, i| m | 1 << perm[i])
+                    })
+                    .min()
+                    .unwrap()
+            })
+            .collect()
+    }
+}
+
+/// The 41-hole diamond's first levels through the frontier kernel (its
+/// sheared layout and table symmetries) against the reference's plain
+/// enumeration: the jump sequences of each length, and the positions up to
+/// symmetry.
+#[test]
+fn diamond_levels_match_plain_enumeration() {
+    let game = PegGame::new(BoardShape::Diamond, None, None).unwrap();
+    assert_eq!(game.start_hole(), 21);
+    let reference = Reference::new(BoardShape::Diamond);
+    let control = Control::new();
+    let mut level = vec![levels::start_bucket(&game)];
+    for depth in 1..=5 {
+        let found = levels::expand_level(&game, depth - 1, level, 3, &control).unwrap();
+        level = found.sent;
+        let ways: u128 = level.iter().flat_map(|b| b.counts.iter()).sum();
+        let boards: usize = level.iter().map(|b| b.boards.len()).sum();
+        assert_eq!(
+            ways,
+            reference.sequences(21, depth as usize),
+            "depth {depth}"
+        );
+        assert_eq!(
+            boards,
+            reference.orbits_after(21, depth as usize).len(),
+            "depth {depth}"
+        );
+    }
+}
+
 fn solutions(shape: BoardShape, start: Option<u32>, end: Option<u32>) -> u128 {
     count_solutions(shape, start, end, 1, &Control::new())
         .unwrap()
@@ -196,7 +282,7 @@ fn invalid_message<T: std::fmt::Debug>(r: Result<T>) -> String {
 }
 
 fn all_shapes() -> Vec<BoardShape> {
-    let mut shapes = vec![BoardShape::English, BoardShape::French];
+    let mut shapes = vec![BoardShape::English, BoardShape::French, BoardShape::Diamond];
     shapes.extend((MIN_TRIANGLE_SIDE..=MAX_TRIANGLE_SIDE).map(BoardShape::Triangle));
     shapes
 }
@@ -439,6 +525,9 @@ fn jumps_match_the_reference_geometry() {
             // holes has L - 2 jump triples, each in two orientations:
             // 3 * 2 * (1 + ... + (n - 2)) = 3 (n - 1) (n - 2).
             BoardShape::Triangle(n) => assert_eq!(count as u32, 3 * (n - 1) * (n - 2)),
+            // Lines of 1, 3, 5, 7, 9, 7, 5, 3, 1 holes in each direction: 2
+            // orientations of 1 + 3 + 5 + 7 + 5 + 3 + 1 triples per direction.
+            BoardShape::Diamond => assert_eq!(count, 100),
         }
     }
 }
@@ -796,7 +885,7 @@ fn parse_and_display() {
 
     let message = invalid_message(parse_board("hex"));
     assert!(
-        message.contains("english, french or triangle:N"),
+        message.contains("english, french, diamond or triangle:N"),
         "{message}"
     );
     let message = invalid_message(parse_board("triangle:3"));

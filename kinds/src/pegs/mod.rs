@@ -83,7 +83,7 @@ impl PegsPlanName {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PegsSpec {
-    /// `english`, `french` or `triangle:N`.
+    /// `english`, `french`, `diamond` or `triangle:N`.
     #[serde(default = "default_board")]
     pub board: String,
     /// The hole empty at the start; `None` is the board's default.
@@ -131,7 +131,7 @@ impl SpecOf for PegsSpec {
 
 #[derive(clap::Args, Debug)]
 pub struct PegsArgs {
-    /// english (33 holes), french (37) or triangle:N (N = 4 to 7).
+    /// english (33 holes), french (37), diamond (41) or triangle:N (N = 4 to 7).
     #[arg(long, default_value = "english")]
     pub board: String,
     /// The hole empty at the start, numbered row by row from 1 (default: the

@@ -149,7 +149,7 @@ impl Context {
             let sandbox = tally_wasm::GuestSandbox::new(config.wasm_limits)?;
             config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
         }
-        crate::execute::warn_if_budget_is_small(config.memory_budget, config.slots);
+        crate::budget::warn_if_budget_is_small(config.memory_budget, config.slots);
         Ok(Context {
             spill: SpillDir::open(&config.spill_dir, &config.worker_id)?,
             client: connect(&config.coordinator, &config.security)?,

@@ -17,6 +17,7 @@
 mod attempt;
 mod backoff;
 mod batch;
+mod budget;
 mod config;
 mod context;
 mod error;

@@ -664,13 +664,8 @@ pub(super) fn execute(
                 neighbours,
             })),
         ) => {
-            let next_to_target;
-            let neighbours = if level + 1 == *shortest {
-                next_to_target = [levels::target_neighbours(&boards, *bucket, *buckets)?];
-                &next_to_target[..]
-            } else {
-                neighbours
-            };
+            let neighbours =
+                neighbours_above(&boards, *level, *shortest, (*bucket, *buckets), neighbours)?;
             let [members] = members.as_slice() else {
                 return Err(invalid!(
                     "a shard of graph level {level} reads one bucket of its members, not {}",
@@ -678,7 +673,7 @@ pub(super) fn execute(
                 ));
             };
             let found =
-                levels::expand_backward(&boards, members, neighbours, *buckets_out, control)?;
+                levels::expand_backward(&boards, members, &neighbours, *buckets_out, control)?;
             let work_done = found.boards.len() as u64;
             Ok(Outcome {
                 output: found.output.into(),
@@ -718,17 +713,11 @@ pub(super) fn execute(
                     level.flatten().map(Vec::as_slice).collect()
                 })
                 .collect();
-            let next_to_target;
-            let neighbours = if top + 1 == *shortest {
-                next_to_target = [levels::target_neighbours(&boards, 0, 1)?];
-                &next_to_target[..]
-            } else {
-                neighbours
-            };
+            let neighbours = neighbours_above(&boards, *top, *shortest, (0, 1), neighbours)?;
             let found = levels::expand_backward_levels(
                 &boards,
                 &by_level,
-                neighbours,
+                &neighbours,
                 *buckets_out,
                 control,
             )?;
@@ -747,6 +736,23 @@ pub(super) fn execute(
             "this slider shard was handed stage data it does not read"
         )),
     }
+}
+
+/// The boards next to the graph level above `level` that a graph shard
+/// starts from: what that level's shards `sent`, or for the level next to
+/// the target (at distance `shortest`), the target's neighbours in the
+/// shard's bucket (`bucket` of `buckets`).
+fn neighbours_above<'a>(
+    boards: &Boards,
+    level: u32,
+    shortest: u32,
+    (bucket, buckets): (u32, u32),
+    sent: &'a [Vec<u64>],
+) -> Result<std::borrow::Cow<'a, [Vec<u64>]>> {
+    Ok(match level + 1 == shortest {
+        true => vec![levels::target_neighbours(boards, bucket, buckets)?].into(),
+        false => sent.into(),
+    })
 }
 
 /// A forward level shard whose input is large next to its memory share:
@@ -833,6 +839,11 @@ pub(super) fn check_result(
     output: &[u8],
 ) -> Result<()> {
     let buckets = |output: &[u8]| tally_kernels::buckets::split_buckets(output).map(|b| b.len());
+    // A graph shard of level 0 sends nothing on.
+    let neighbour_buckets = |output: &[u8]| match output.is_empty() {
+        true => Ok(0),
+        false => buckets(output),
+    };
     match (task, partial) {
         (
             SlidersTask::SliderLevel {
@@ -855,11 +866,7 @@ pub(super) fn check_result(
             },
             SlidersPartial::SliderGraphLevel { level: l, .. },
         ) if level == l => {
-            let found = if output.is_empty() {
-                0
-            } else {
-                buckets(output)?
-            };
+            let found = neighbour_buckets(output)?;
             if found != *buckets_out as usize {
                 return Err(invalid!(
                     "a shard of graph level {level} wrote {found} buckets, not {buckets_out}"
@@ -876,11 +883,7 @@ pub(super) fn check_result(
             },
             SlidersPartial::SliderGraphLevels { top: t, levels },
         ) if top == t && levels.len() as u32 == top + 1 - bottom => {
-            let found = if output.is_empty() {
-                0
-            } else {
-                buckets(output)?
-            };
+            let found = neighbour_buckets(output)?;
             if found != *buckets_out as usize {
                 return Err(invalid!(
                     "a shard of graph levels {top} to {bottom} wrote {found} buckets, not \

@@ -187,23 +187,8 @@ impl ForwardBucket {
         let mut candidates = Vec::with_capacity(count as usize);
         let mut last: Option<u64> = None;
         for i in 0..count as usize {
-            let mut gap = reader.varint("a candidate")?;
-            let mut back = 0;
-            if with_back {
-                back = (gap & 15) as u8;
-                gap >>= 4;
-            }
-            let board = match last {
-                Some(_) if gap == 0 => {
-                    return Err(invalid!(
-                        "forward bucket: candidate {i} repeats the previous one"
-                    ));
-                }
-                Some(p) => u128::from(p) + gap,
-                None => gap,
-            };
-            let board = u64::try_from(board)
-                .map_err(|_| invalid!("forward bucket: candidate {i} is too large"))?;
+            let (board, back) =
+                next_candidate(reader.varint("a candidate")?, with_back, last, i as u64)?;
             let paths = reader.varint("a sequence count")?;
             if paths == 0 {
                 return Err(invalid!(
@@ -225,6 +210,33 @@ impl ForwardBucket {
 /// Whether a bucket starting with `tag` is a forward bucket.
 pub fn is_forward_tag(tag: Option<u8>) -> bool {
     matches!(tag, Some(TAG_FORWARD | TAG_FORWARD_PLAIN))
+}
+
+/// Candidate `i` of a forward bucket from its encoded gap (with its moves
+/// back in the low four bits when the bucket has them) and the board
+/// before it: its board and its moves back.
+pub(super) fn next_candidate(
+    code: u128,
+    with_back: bool,
+    last: Option<u64>,
+    i: u64,
+) -> Result<(u64, u8)> {
+    let (gap, back) = match with_back {
+        true => (code >> 4, (code & 15) as u8),
+        false => (code, 0),
+    };
+    let board = match last {
+        Some(_) if gap == 0 => {
+            return Err(invalid!(
+                "forward bucket: candidate {i} repeats the previous one"
+            ));
+        }
+        Some(p) => u128::from(p) + gap,
+        None => gap,
+    };
+    let board =
+        u64::try_from(board).map_err(|_| invalid!("forward bucket: candidate {i} is too large"))?;
+    Ok((board, back))
 }
 
 /// A bucket of a level's boards (`TAG_MEMBERS`) or of a graph level's

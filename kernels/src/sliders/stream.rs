@@ -95,23 +95,8 @@ impl<S: Source> CandidateStream<S> {
             return Ok(None);
         }
         let i = self.index;
-        let mut gap = self.stream.varint("a candidate")?;
-        let mut back = 0;
-        if self.with_back {
-            back = (gap & 15) as u8;
-            gap >>= 4;
-        }
-        let board = match self.last {
-            Some(_) if gap == 0 => {
-                return Err(invalid!(
-                    "forward bucket: candidate {i} repeats the previous one"
-                ));
-            }
-            Some(p) => u128::from(p) + gap,
-            None => gap,
-        };
-        let board = u64::try_from(board)
-            .map_err(|_| invalid!("forward bucket: candidate {i} is too large"))?;
+        let code = self.stream.varint("a candidate")?;
+        let (board, back) = super::levels::next_candidate(code, self.with_back, self.last, i)?;
         let paths = self.stream.varint("a sequence count")?;
         if paths == 0 {
             return Err(invalid!(

@@ -15,16 +15,13 @@
 //! Each candidate carries the moves back to the boards that sent it: they
 //! lead to `L_(k-1)`, so the shard expanding it skips them.
 //!
-//! **Backward.** The graph's level `D` is the target; level `j` is the boards
-//! of `L_j` next to a board of graph level `j + 1`. The members of `L_j`
-//! written by the shards of level `j` are kept for this: shard `q` of graph
-//! level `j` intersects its bucket of them with the neighbours of graph level
-//! `j + 1` that fall in `q` (sent by the shards of graph level `j + 1`), and
-//! sends the neighbours of what it keeps on, bucketed for graph level `j - 1`.
+//! **Backward** is [`super::graph_levels`]: the shortest-path graph found
+//! from the members of each level that the forward shards wrote.
 //!
 //! Every bucket starts with a tag byte naming what it holds, so a shard that
 //! is handed the wrong data refuses it.
 
+use super::graph_levels::decode_graph;
 use super::state::{Layout, State, StateHint};
 use super::{SliderParams, parse_params};
 use crate::buckets::{bucket_of, encode_buckets};
@@ -32,7 +29,7 @@ use crate::varint::{Reader, push as push_varint, push_increasing};
 use crate::{Control, Result, invalid};
 
 /// Boards handled between two polls of the control.
-const POLL_BOARDS: usize = 4096;
+pub(super) const POLL_BOARDS: usize = 4096;
 
 /// Tag of a [`ForwardBucket`] whose candidates carry no moves back (as
 /// written before they did; still read).
@@ -42,9 +39,9 @@ pub(super) const TAG_FORWARD: u8 = 5;
 /// Tag of a bucket of a level's boards.
 pub(super) const TAG_MEMBERS: u8 = 2;
 /// Tag of a bucket of neighbours of a graph level.
-const TAG_NEIGHBOURS: u8 = 3;
+pub(super) const TAG_NEIGHBOURS: u8 = 3;
 /// Tag of a whole shortest-path graph.
-const TAG_GRAPH: u8 = 4;
+pub(super) const TAG_GRAPH: u8 = 4;
 
 /// The boards of one job and their dense indices.
 pub struct Boards {
@@ -117,7 +114,12 @@ impl Boards {
     }
 
     /// Calls `f` with the index of every neighbour of board `index`.
-    fn neighbours(&self, index: u64, hint: &mut StateHint, mut f: impl FnMut(u64)) -> Result<()> {
+    pub(super) fn neighbours(
+        &self,
+        index: u64,
+        hint: &mut StateHint,
+        mut f: impl FnMut(u64),
+    ) -> Result<()> {
         self.neighbours_except(index, 0, hint, |n, _| f(n))
     }
 }
@@ -241,7 +243,7 @@ pub(super) fn next_candidate(
 
 /// A bucket of a level's boards (`TAG_MEMBERS`) or of a graph level's
 /// neighbours (`TAG_NEIGHBOURS`).
-fn encode_boards(tag: u8, boards: &[u64]) -> Vec<u8> {
+pub(super) fn encode_boards(tag: u8, boards: &[u64]) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + 2 * boards.len());
     out.push(tag);
     push_increasing(&mut out, boards);
@@ -266,7 +268,7 @@ pub fn decode_neighbours(bytes: &[u8]) -> Result<Vec<u64>> {
 }
 
 /// A reader past the tag byte, which must be `tag`.
-fn tagged<'a>(bytes: &'a [u8], tag: u8, what: &'static str) -> Result<Reader<'a>> {
+pub(super) fn tagged<'a>(bytes: &'a [u8], tag: u8, what: &'static str) -> Result<Reader<'a>> {
     match bytes.first() {
         Some(&t) if t == tag => Ok(Reader::new(&bytes[1..], what)),
         Some(&t) => Err(invalid!("{what}: tag {t} where {tag} was expected")),
@@ -416,189 +418,9 @@ pub fn expand_forward(
     })
 }
 
-/// What one backward shard found and sends on.
-#[derive(Debug)]
-pub struct GraphLevel {
-    /// The graph's boards in the shard's bucket of its level, increasing.
-    pub boards: Vec<u64>,
-    /// `buckets_out` buckets of their neighbours; empty for level 0.
-    pub output: Vec<u8>,
-}
-
-/// The neighbours of the target in bucket `bucket` of `buckets`: what the
-/// shards of the graph level next to the target start from.
-pub fn target_neighbours(boards: &Boards, bucket: u32, buckets: u32) -> Result<Vec<u64>> {
-    let mut out = Vec::new();
-    boards.neighbours(boards.target, &mut StateHint::default(), |n| {
-        if bucket_of(u128::from(n), buckets) == bucket {
-            out.push(n);
-        }
-    })?;
-    out.sort_unstable();
-    out.dedup();
-    Ok(out)
-}
-
-/// One shard of a graph level: its bucket of the level's boards (`members`,
-/// one list per forward shard) next to a board of the graph level after it
-/// (`neighbours`, one list per shard of that level), and their neighbours in
-/// the `buckets_out` buckets of the graph level before (none when 0). One unit
-/// of work per board kept.
-pub fn expand_backward(
-    boards: &Boards,
-    members: &[Vec<u64>],
-    neighbours: &[Vec<u64>],
-    buckets_out: u32,
-    control: &Control,
-) -> Result<GraphLevel> {
-    let neighbours = merge_sets(neighbours);
-    control.check()?;
-    let kept = members_among(members, &neighbours);
-    expand_kept(boards, kept, buckets_out, control)
-}
-
-/// What a shard of several graph levels found: each level's boards (the
-/// highest level first, each increasing) and the last one's neighbours.
-#[derive(Debug)]
-pub struct GraphLevels {
-    pub levels: Vec<Vec<u64>>,
-    /// `buckets_out` buckets of the last level's neighbours; empty for 0.
-    pub output: Vec<u8>,
-}
-
-/// Several graph levels in one shard, from the highest down: `members[i]`
-/// holds every forward shard's list of level `top - i`'s boards (all its
-/// buckets), and `neighbours` the boards next to the graph level above
-/// `top`. Each level's graph boards are its members next to the level
-/// above; the last level's neighbours go to the `buckets_out` buckets of
-/// the graph level below it (none when 0). One unit of work per board kept.
-pub fn expand_backward_levels(
-    boards: &Boards,
-    members: &[Vec<&[u64]>],
-    neighbours: &[Vec<u64>],
-    buckets_out: u32,
-    control: &Control,
-) -> Result<GraphLevels> {
-    let Some((last, above)) = members.split_last() else {
-        return Err(invalid!("a shard of graph levels was handed no level"));
-    };
-    let mut next_to = merge_sets(neighbours);
-    let mut levels = Vec::with_capacity(members.len());
-    let mut hint = StateHint::default();
-    for level in above {
-        control.check()?;
-        let kept = members_among(level, &next_to);
-        control.add_work(kept.len() as u64);
-        next_to.clear();
-        for &board in &kept {
-            boards.neighbours(board, &mut hint, |n| next_to.push(n))?;
-        }
-        next_to.sort_unstable();
-        next_to.dedup();
-        levels.push(kept);
-    }
-    control.check()?;
-    let found = expand_kept(boards, members_among(last, &next_to), buckets_out, control)?;
-    levels.push(found.boards);
-    Ok(GraphLevels {
-        levels,
-        output: found.output,
-    })
-}
-
-/// The boards of `members` (lists, each increasing or not) that are in
-/// `wanted` (increasing, without repeats), increasing.
-fn members_among<L: AsRef<[u64]>>(members: &[L], wanted: &[u64]) -> Vec<u64> {
-    // Where the wanted boards are few next to the level's members (most graph
-    // levels), each is looked up in every sender's increasing list instead of
-    // merging the lists.
-    let total: usize = members.iter().map(|l| l.as_ref().len()).sum();
-    if wanted.len().saturating_mul(members.len()) > total / 8 {
-        return merge_sets(members)
-            .into_iter()
-            .filter(|b| wanted.binary_search(b).is_ok())
-            .collect();
-    }
-    let mut kept: Vec<u64> = Vec::new();
-    for list in members {
-        let list = list.as_ref();
-        let sorted = match list.is_sorted() {
-            true => std::borrow::Cow::Borrowed(list),
-            false => std::borrow::Cow::Owned(merge_sets(&[list])),
-        };
-        kept.extend(wanted.iter().filter(|b| sorted.binary_search(b).is_ok()));
-    }
-    kept.sort_unstable();
-    kept.dedup();
-    kept
-}
-
-/// The rest of [`expand_backward`]: the graph level's boards `kept`, and
-/// their neighbours bucketed for the graph level before.
-fn expand_kept(
-    boards: &Boards,
-    kept: Vec<u64>,
-    buckets_out: u32,
-    control: &Control,
-) -> Result<GraphLevel> {
-    control.add_work(kept.len() as u64);
-    if buckets_out == 0 {
-        return Ok(GraphLevel {
-            boards: kept,
-            output: Vec::new(),
-        });
-    }
-    let mut out: Vec<Vec<u64>> = vec![Vec::new(); buckets_out as usize];
-    let mut hint = StateHint::default();
-    for chunk in kept.chunks(POLL_BOARDS) {
-        control.check()?;
-        for &board in chunk {
-            boards.neighbours(board, &mut hint, |n| {
-                out[bucket_of(u128::from(n), buckets_out) as usize].push(n)
-            })?;
-        }
-    }
-    let buckets: Vec<Vec<u8>> = out
-        .into_iter()
-        .map(|mut list| {
-            list.sort_unstable();
-            list.dedup();
-            encode_boards(TAG_NEIGHBOURS, &list)
-        })
-        .collect();
-    Ok(GraphLevel {
-        boards: kept,
-        output: encode_buckets(&buckets),
-    })
-}
-
-/// The shortest-path graph's levels as stage data.
-pub fn encode_graph(levels: &[Vec<u64>]) -> Vec<u8> {
-    let mut out = vec![TAG_GRAPH];
-    push_varint(&mut out, levels.len() as u128);
-    for level in levels {
-        push_increasing(&mut out, level);
-    }
-    out
-}
-
-pub fn decode_graph(bytes: &[u8]) -> Result<Vec<Vec<u64>>> {
-    let mut reader = tagged(bytes, TAG_GRAPH, "shortest-path graph")?;
-    let count = reader.varint("the level count")?;
-    if count > reader.remaining() as u128 {
-        return Err(invalid!("shortest-path graph: {count} levels announced"));
-    }
-    let mut levels = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        levels.push(reader.increasing("boards")?);
-    }
-    reader.finish("the last level")?;
-    Ok(levels)
-}
-
 /// The union of increasing lists, increasing. A list that is not strictly
 /// increasing is still merged correctly (sorted and deduplicated).
-fn merge_sets<L: AsRef<[u64]>>(lists: &[L]) -> Vec<u64> {
+pub(super) fn merge_sets<L: AsRef<[u64]>>(lists: &[L]) -> Vec<u64> {
     let lists: Vec<&[u64]> = lists.iter().map(AsRef::as_ref).collect();
     let mut all = Vec::with_capacity(lists.iter().map(|l| l.len()).sum());
     merge_increasing(
@@ -892,43 +714,6 @@ mod tests {
                     .collect();
                 assert_eq!(fast, ranked, "board {index}");
             }
-        }
-    }
-
-    #[test]
-    fn a_graph_level_keeps_the_members_next_to_it_by_lookups_or_by_a_merge() {
-        let boards = Boards::new(&super::super::SliderParams::default()).unwrap();
-        let control = Control::new();
-        for (sorted, few) in [(true, true), (false, true), (true, false), (false, false)] {
-            let members: Vec<Vec<u64>> = (0..3u64)
-                .map(|s| {
-                    let mut list: Vec<u64> =
-                        (0..2000).map(|i| (i * 37 + s * 11) % 100_000).collect();
-                    if sorted {
-                        list.sort_unstable();
-                        list.dedup();
-                    }
-                    list
-                })
-                .collect();
-            let step = if few { 9_973 } else { 7 };
-            let neighbours: Vec<Vec<u64>> = vec![
-                (0..100_000).step_by(step).collect(),
-                vec![74, 1_000_000_000],
-            ];
-            let level = expand_backward(&boards, &members, &neighbours, 2, &control).unwrap();
-            let wanted: std::collections::BTreeSet<u64> = neighbours.concat().into_iter().collect();
-            let expected: std::collections::BTreeSet<u64> = members
-                .concat()
-                .into_iter()
-                .filter(|b| wanted.contains(b))
-                .collect();
-            assert_eq!(
-                level.boards,
-                expected.into_iter().collect::<Vec<_>>(),
-                "{sorted} {few}"
-            );
-            assert!(!level.boards.is_empty());
         }
     }
 

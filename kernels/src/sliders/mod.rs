@@ -25,6 +25,7 @@
 
 mod arith;
 mod board;
+pub mod graph_levels;
 mod index;
 pub mod levels;
 mod space;

@@ -23,6 +23,7 @@ use tally_kernels::buckets::{
     add_level_sizes, bucket_count, encode_buckets, gathered_ranges, levels_note, states_per_slot,
 };
 use tally_kernels::sliders;
+use tally_kernels::sliders::graph_levels;
 use tally_kernels::sliders::levels::{self, Boards, LevelInput};
 use tally_kernels::spill::{any_spilled, pieces_to_bytes, write_framed};
 
@@ -672,8 +673,13 @@ pub(super) fn execute(
                     members.len()
                 ));
             };
-            let found =
-                levels::expand_backward(&boards, members, &neighbours, *buckets_out, control)?;
+            let found = graph_levels::expand_backward(
+                &boards,
+                members,
+                &neighbours,
+                *buckets_out,
+                control,
+            )?;
             let work_done = found.boards.len() as u64;
             Ok(Outcome {
                 output: found.output.into(),
@@ -714,7 +720,7 @@ pub(super) fn execute(
                 })
                 .collect();
             let neighbours = neighbours_above(&boards, *top, *shortest, (0, 1), neighbours)?;
-            let found = levels::expand_backward_levels(
+            let found = graph_levels::expand_backward_levels(
                 &boards,
                 &by_level,
                 &neighbours,
@@ -750,7 +756,7 @@ fn neighbours_above<'a>(
     sent: &'a [Vec<u64>],
 ) -> Result<std::borrow::Cow<'a, [Vec<u64>]>> {
     Ok(match level + 1 == shortest {
-        true => vec![levels::target_neighbours(boards, bucket, buckets)?].into(),
+        true => vec![graph_levels::target_neighbours(boards, bucket, buckets)?].into(),
         false => sent.into(),
     })
 }
@@ -821,7 +827,7 @@ fn graph(
     let (prefixes, weights): (Vec<String>, Vec<u128>) = tasks.into_iter().unzip();
     let work_done = layers.iter().map(|l| l.len() as u64).sum();
     Ok(Outcome {
-        output: encode_buckets(&[levels::encode_graph(layers)]).into(),
+        output: encode_buckets(&[graph_levels::encode_graph(layers)]).into(),
         partial: SlidersPartial::SliderGraph {
             prefixes,
             weights: weights.iter().map(u128::to_string).collect(),
@@ -1258,7 +1264,7 @@ mod tests {
     #[test]
     fn stage_data_of_the_wrong_kind_is_refused() {
         let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 0);
-        let graph = encode_buckets(&[levels::encode_graph(&[vec![1], vec![2]])]);
+        let graph = encode_buckets(&[graph_levels::encode_graph(&[vec![1], vec![2]])]);
         let gathered = gather_bucket(&[&graph], 0).unwrap();
         // A graph where a forward level's two inputs belong.
         assert!(Sliders::decode_stage_inputs(&spec, &[&gathered, &gathered]).is_err());

@@ -8,12 +8,9 @@
 //! `j - 1`. Small levels go several to a shard, which reads every bucket of
 //! each ([`expand_backward_levels`]).
 
-use super::levels::{
-    Boards, POLL_BOARDS, TAG_GRAPH, TAG_NEIGHBOURS, encode_boards, merge_sets, tagged,
-};
+use super::levels::{Boards, POLL_BOARDS, TAG_NEIGHBOURS, encode_boards, merge_sets};
 use super::state::StateHint;
 use crate::buckets::{bucket_of, encode_buckets};
-use crate::varint::{push as push_varint, push_increasing};
 use crate::{Control, Result, invalid};
 
 /// What one backward shard found and sends on.
@@ -170,30 +167,6 @@ fn expand_kept(
         boards: kept,
         output: encode_buckets(&buckets),
     })
-}
-
-/// The shortest-path graph's levels as stage data.
-pub fn encode_graph(levels: &[Vec<u64>]) -> Vec<u8> {
-    let mut out = vec![TAG_GRAPH];
-    push_varint(&mut out, levels.len() as u128);
-    for level in levels {
-        push_increasing(&mut out, level);
-    }
-    out
-}
-
-pub fn decode_graph(bytes: &[u8]) -> Result<Vec<Vec<u64>>> {
-    let mut reader = tagged(bytes, TAG_GRAPH, "shortest-path graph")?;
-    let count = reader.varint("the level count")?;
-    if count > reader.remaining() as u128 {
-        return Err(invalid!("shortest-path graph: {count} levels announced"));
-    }
-    let mut levels = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        levels.push(reader.increasing("boards")?);
-    }
-    reader.finish("the last level")?;
-    Ok(levels)
 }
 
 #[cfg(test)]

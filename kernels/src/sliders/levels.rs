@@ -21,7 +21,6 @@
 //! Every bucket starts with a tag byte naming what it holds, so a shard that
 //! is handed the wrong data refuses it.
 
-use super::graph_levels::decode_graph;
 use super::state::{Layout, State, StateHint};
 use super::{SliderParams, parse_params};
 use crate::buckets::{bucket_of, encode_buckets};
@@ -41,7 +40,7 @@ pub(super) const TAG_MEMBERS: u8 = 2;
 /// Tag of a bucket of neighbours of a graph level.
 pub(super) const TAG_NEIGHBOURS: u8 = 3;
 /// Tag of a whole shortest-path graph.
-pub(super) const TAG_GRAPH: u8 = 4;
+const TAG_GRAPH: u8 = 4;
 
 /// The boards of one job and their dense indices.
 pub struct Boards {
@@ -268,7 +267,7 @@ pub fn decode_neighbours(bytes: &[u8]) -> Result<Vec<u64>> {
 }
 
 /// A reader past the tag byte, which must be `tag`.
-pub(super) fn tagged<'a>(bytes: &'a [u8], tag: u8, what: &'static str) -> Result<Reader<'a>> {
+fn tagged<'a>(bytes: &'a [u8], tag: u8, what: &'static str) -> Result<Reader<'a>> {
     match bytes.first() {
         Some(&t) if t == tag => Ok(Reader::new(&bytes[1..], what)),
         Some(&t) => Err(invalid!("{what}: tag {t} where {tag} was expected")),
@@ -416,6 +415,30 @@ pub fn expand_forward(
         target_paths,
         output: encode_buckets(&buckets),
     })
+}
+
+/// The shortest-path graph's levels as stage data.
+pub fn encode_graph(levels: &[Vec<u64>]) -> Vec<u8> {
+    let mut out = vec![TAG_GRAPH];
+    push_varint(&mut out, levels.len() as u128);
+    for level in levels {
+        push_increasing(&mut out, level);
+    }
+    out
+}
+
+pub fn decode_graph(bytes: &[u8]) -> Result<Vec<Vec<u64>>> {
+    let mut reader = tagged(bytes, TAG_GRAPH, "shortest-path graph")?;
+    let count = reader.varint("the level count")?;
+    if count > reader.remaining() as u128 {
+        return Err(invalid!("shortest-path graph: {count} levels announced"));
+    }
+    let mut levels = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        levels.push(reader.increasing("boards")?);
+    }
+    reader.finish("the last level")?;
+    Ok(levels)
 }
 
 /// The union of increasing lists, increasing. A list that is not strictly

@@ -827,7 +827,7 @@ fn graph(
     let (prefixes, weights): (Vec<String>, Vec<u128>) = tasks.into_iter().unzip();
     let work_done = layers.iter().map(|l| l.len() as u64).sum();
     Ok(Outcome {
-        output: encode_buckets(&[graph_levels::encode_graph(layers)]).into(),
+        output: encode_buckets(&[levels::encode_graph(layers)]).into(),
         partial: SlidersPartial::SliderGraph {
             prefixes,
             weights: weights.iter().map(u128::to_string).collect(),
@@ -1264,7 +1264,7 @@ mod tests {
     #[test]
     fn stage_data_of_the_wrong_kind_is_refused() {
         let spec = frontier_spec(3, 3, "WRBRBRBRB", "WBRBRBRBR", 0);
-        let graph = encode_buckets(&[graph_levels::encode_graph(&[vec![1], vec![2]])]);
+        let graph = encode_buckets(&[levels::encode_graph(&[vec![1], vec![2]])]);
         let gathered = gather_bucket(&[&graph], 0).unwrap();
         // A graph where a forward level's two inputs belong.
         assert!(Sliders::decode_stage_inputs(&spec, &[&gathered, &gathered]).is_err());

@@ -352,18 +352,24 @@ pub fn write_increasing<S: Source>(
 /// bucket its pieces one after another), written as a run of `spill`: a
 /// shard's output, handed on from there.
 pub fn write_framed(buckets: &[Vec<CountedList>], spill: &mut dyn Spill) -> Result<StageOutput> {
+    spill.write(&framing_head(buckets))?;
+    for piece in buckets.iter().flatten() {
+        piece.write_to(spill)?;
+    }
+    let run = spill.end_run()?;
+    Ok(StageOutput::Stored(spill.keep_run(run)?))
+}
+
+/// The head of `buckets::encode_buckets`'s framing: the bucket count and
+/// each bucket's length.
+fn framing_head(buckets: &[Vec<CountedList>]) -> Vec<u8> {
     let mut head = Vec::with_capacity(4 + 8 * buckets.len());
     head.extend_from_slice(&(buckets.len() as u32).to_le_bytes());
     for pieces in buckets {
         let len: u64 = pieces.iter().map(CountedList::len).sum();
         head.extend_from_slice(&len.to_le_bytes());
     }
-    spill.write(&head)?;
-    for piece in buckets.iter().flatten() {
-        piece.write_to(spill)?;
-    }
-    let run = spill.end_run()?;
-    Ok(StageOutput::Stored(spill.keep_run(run)?))
+    head
 }
 
 /// The buckets made of pieces, each in memory (read from `spill` where
@@ -378,6 +384,45 @@ pub fn pieces_to_bytes(buckets: &[Vec<CountedList>], spill: &dyn Spill) -> Resul
             Ok(bytes)
         })
         .collect()
+}
+
+/// Each bucket's three lists' byte ranges in a run.
+pub type BucketRanges = Vec<[Range<u64>; 3]>;
+
+/// Three encoded lists of each outgoing bucket written as one run of
+/// `spill`: the run, each list's byte range in it, and the bytes written.
+pub fn write_bucket_lists(
+    spill: &mut dyn Spill,
+    buckets: impl IntoIterator<Item = Result<[Vec<u8>; 3]>>,
+) -> Result<(u32, BucketRanges, u64)> {
+    let mut ranges = Vec::new();
+    let mut at = 0;
+    for lists in buckets {
+        let mut bucket: [Range<u64>; 3] = Default::default();
+        for (range, bytes) in bucket.iter_mut().zip(&lists?) {
+            spill.write(bytes)?;
+            *range = at..at + bytes.len() as u64;
+            at += bytes.len() as u64;
+        }
+        ranges.push(bucket);
+    }
+    Ok((spill.end_run()?, ranges, at))
+}
+
+/// A frontier shard's output from its buckets of pieces: framed in memory
+/// when nothing spilled, else written as a run of `spill` and handed on from
+/// there.
+pub fn stage_output(buckets: &[Vec<CountedList>], spill: &mut dyn Spill) -> Result<StageOutput> {
+    match any_spilled(buckets) {
+        false => {
+            let mut framed = framing_head(buckets);
+            for piece in buckets.iter().flatten() {
+                framed.extend_from_slice(&piece.to_bytes(spill)?);
+            }
+            Ok(framed.into())
+        }
+        true => write_framed(buckets, spill),
+    }
 }
 
 /// Whether any piece of any bucket is in the spill.
@@ -672,6 +717,43 @@ impl<S: Source> VarintStream<S> {
 mod tests {
     use super::*;
     use crate::varint;
+
+    /// An output framed in memory and one written to the spill hold the
+    /// bytes `buckets::encode_buckets` gives for the same buckets.
+    #[test]
+    fn stage_outputs_are_framed_as_encoded_buckets_in_memory_or_in_the_spill() {
+        let bodies: [&[u8]; 3] = [b"abc", b"", b"defgh"];
+        for spilled in [false, true] {
+            let mut spill = MemorySpill::default();
+            let mut expected = Vec::new();
+            let mut buckets = Vec::new();
+            for (i, body) in bodies.iter().enumerate() {
+                let mut bytes = vec![i as u8];
+                varint::push(&mut bytes, 300 + i as u128);
+                bytes.extend_from_slice(body);
+                expected.push(bytes.clone());
+                let counted = match spilled {
+                    false => CountedList::Bytes(bytes[1..].to_vec()),
+                    true => {
+                        spill.write(body).unwrap();
+                        let run = spill.end_run().unwrap();
+                        CountedList::Spilled {
+                            count: 300 + i as u128,
+                            run,
+                            body: 0..body.len() as u64,
+                        }
+                    }
+                };
+                buckets.push(vec![CountedList::Bytes(vec![i as u8]), counted]);
+            }
+            let output = stage_output(&buckets, &mut spill).unwrap();
+            assert_eq!(
+                output.into_bytes().unwrap(),
+                crate::buckets::encode_buckets(&expected),
+                "spilled {spilled}"
+            );
+        }
+    }
 
     #[test]
     fn varints_cross_chunk_boundaries_and_runs_read_back_by_ranges() {

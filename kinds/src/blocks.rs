@@ -22,7 +22,7 @@ use tally_kernels::buckets::{
     add_level_sizes, bucket_count, bucket_of, encode_buckets, gathered_ranges, length_at,
     levels_note, split_buckets, states_per_slot,
 };
-use tally_kernels::spill::{StoredSource, any_spilled, pieces_to_bytes, write_framed};
+use tally_kernels::spill::{StoredSource, stage_output};
 use tally_wire::proto;
 
 pub struct Blocks;
@@ -105,10 +105,7 @@ fn layer_within(
         .map(|lists| std::array::from_fn(|i| StoredSource::new(&*input.stored, lists[i].clone())))
         .collect();
     let layer = blocks::expand_bucket_within(puzzle, senders, buckets_out, &mut room, control)?;
-    let output = match any_spilled(&layer.sent) {
-        false => encode_buckets(&pieces_to_bytes(&layer.sent, &*room.spill)?).into(),
-        true => write_framed(&layer.sent, &mut *room.spill)?,
-    };
+    let output = stage_output(&layer.sent, &mut *room.spill)?;
     Ok(Outcome {
         output,
         partial: BlocksPartial::Layers {

@@ -18,7 +18,7 @@ use super::puzzle::Puzzle;
 use crate::buckets::bucket_of;
 use crate::spill::{
     CountedList, IncreasingStream, MergedIncreasing, Room, RunOrSlice, Source, Stored,
-    StoredSource, write_increasing,
+    StoredSource, write_bucket_lists, write_increasing,
 };
 use crate::{Control, Result, invalid};
 
@@ -81,25 +81,15 @@ impl SpillingLists<'_, '_> {
         if self.held <= self.limit {
             return Ok(());
         }
-        let mut ranges = Vec::with_capacity(self.lists.len());
-        let mut at = 0;
-        for lists in &mut self.lists {
-            let mut bucket: [Range<u64>; 3] = Default::default();
-            for (i, list) in lists.iter_mut().enumerate() {
-                if i == 0 {
-                    list.sort_unstable();
-                    list.dedup();
-                }
-                let bytes = super::encode_states(list);
-                self.room.spill.write(&bytes)?;
-                bucket[i] = at..at + bytes.len() as u64;
-                at += bytes.len() as u64;
-                *list = Vec::new();
-            }
-            ranges.push(bucket);
-        }
-        let run = self.room.spill.end_run()?;
-        self.spilled_bytes += at;
+        let buckets = self.lists.iter_mut().map(|lists| {
+            lists[0].sort_unstable();
+            lists[0].dedup();
+            Ok(lists
+                .each_mut()
+                .map(|list| super::encode_states(&std::mem::take(list))))
+        });
+        let (run, ranges, bytes) = write_bucket_lists(&mut *self.room.spill, buckets)?;
+        self.spilled_bytes += bytes;
         self.held = 0;
         self.runs.push((run, ranges));
         Ok(())

@@ -20,7 +20,7 @@ use super::state::StateHint;
 use crate::buckets::bucket_of;
 use crate::spill::{
     ChunkedWrite, CountedList, IncreasingStream, MergedIncreasing, Room, RunOrSlice, Source, Spill,
-    Stored, StoredSource, VarintStream, write_increasing,
+    Stored, StoredSource, VarintStream, write_bucket_lists, write_increasing,
 };
 use crate::varint::{push as push_varint, push_increasing};
 use crate::{Control, Result, invalid};
@@ -209,24 +209,16 @@ impl SpillingForward<'_, '_> {
         if self.held <= self.limit {
             return Ok(());
         }
-        let mut ranges = Vec::with_capacity(self.sent.len());
-        let mut at = 0;
-        for q in 0..self.sent.len() {
-            let mut bucket: [Range<u64>; 3] = Default::default();
-            let lists = [
-                encode_sent(std::mem::take(&mut self.sent[q]))?,
-                increasing(&std::mem::take(&mut self.members[q])),
-                increasing(&std::mem::take(&mut self.previous[q])),
-            ];
-            for (i, bytes) in lists.iter().enumerate() {
-                self.room.spill.write(bytes)?;
-                bucket[i] = at..at + bytes.len() as u64;
-                at += bytes.len() as u64;
-            }
-            ranges.push(bucket);
-        }
-        let run = self.room.spill.end_run()?;
-        self.spilled_bytes += at;
+        let (sent, members, previous) = (&mut self.sent, &mut self.members, &mut self.previous);
+        let buckets = (0..sent.len()).map(|q| {
+            Ok([
+                encode_sent(std::mem::take(&mut sent[q]))?,
+                increasing(&std::mem::take(&mut members[q])),
+                increasing(&std::mem::take(&mut previous[q])),
+            ])
+        });
+        let (run, ranges, bytes) = write_bucket_lists(&mut *self.room.spill, buckets)?;
+        self.spilled_bytes += bytes;
         self.held = 0;
         self.runs.push((run, ranges));
         Ok(())

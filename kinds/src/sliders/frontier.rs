@@ -25,7 +25,7 @@ use tally_kernels::buckets::{
 use tally_kernels::sliders;
 use tally_kernels::sliders::graph_levels;
 use tally_kernels::sliders::levels::{self, Boards, LevelInput};
-use tally_kernels::spill::{any_spilled, pieces_to_bytes, write_framed};
+use tally_kernels::spill::stage_output;
 
 use super::{SlidersInput, SlidersPartial, SlidersPlan, SlidersSpec, SlidersTask, min_prefixes};
 use super::{shard_count, weighted_shards};
@@ -780,10 +780,7 @@ fn forward_within(
         room,
         control,
     )?;
-    let output = match any_spilled(&found.sent) {
-        false => encode_buckets(&pieces_to_bytes(&found.sent, &*room.spill)?).into(),
-        true => write_framed(&found.sent, &mut *room.spill)?,
-    };
+    let output = stage_output(&found.sent, &mut *room.spill)?;
     Ok(Outcome {
         output,
         partial: SlidersPartial::SliderLevel {

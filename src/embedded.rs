@@ -56,9 +56,6 @@ impl LocalCluster {
         // Levels of a frontier plan are deleted as soon as the sweep sees
         // them unreferenced: on one machine's disk, every stage counts.
         config.stage_sweep_every = Duration::from_secs(10);
-        // The store is this process's alone: whoever held a lease in it was
-        // an in-process worker of a run that has stopped.
-        config.release_leases_on_start = true;
         // One process: the workers reuse what planning built (slider graphs).
         let kernel_cache = config.kernel_cache.clone();
         let coordinator = tally_coordinator::start(config).await?;

@@ -124,6 +124,11 @@ pub struct ShardRecord {
     /// by the scheduler's clock; in memory only (0: not known since a load).
     #[serde(skip)]
     pub progress_ms: u64,
+    /// Attempts handed back by their workers since the scheduler was loaded
+    /// (in memory only: a restart hands nothing back, so a count since load
+    /// catches a worker or kernel that hands shards back for ever).
+    #[serde(skip)]
+    pub hand_backs: u32,
 }
 
 impl ShardRecord {
@@ -148,6 +153,7 @@ impl ShardRecord {
             last_error: None,
             replicas: Vec::new(),
             progress_ms: 0,
+            hand_backs: 0,
         }
     }
 }

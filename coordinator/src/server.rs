@@ -51,10 +51,6 @@ pub struct CoordinatorConfig {
     /// Start from what is intact if the store has lost acknowledged commits,
     /// instead of refusing to start.
     pub recover: bool,
-    /// Hand back every lease found in the store at start: the caller knows
-    /// that no worker that held one is alive (`tally run` resuming, whose
-    /// in-process workers died with it). Otherwise leases get a fresh TTL.
-    pub release_leases_on_start: bool,
     /// With a stage store outside the coordinator, keep each stage's input a
     /// stage longer so that a lost blob can be computed again (see
     /// `SchedulerConfig::spare_stage`). On by default.
@@ -87,7 +83,6 @@ impl CoordinatorConfig {
             http: None,
             kernel_cache: Arc::new(KernelCache::new()),
             recover: false,
-            release_leases_on_start: false,
             spare_stage: true,
             retain_finished: None,
             exit_after_flushes: None,
@@ -251,11 +246,10 @@ async fn load_shared(
     let mut scheduler_config = config.scheduler.clone();
     scheduler_config.external_stage_store = config.stage_store.is_external();
     scheduler_config.spare_stage = config.spare_stage;
-    let release_leases = config.release_leases_on_start;
     let url = config.stage_store.clone();
     let new_prefix = config.new_stage_prefix;
     let (scheduler, own_stage_store) = blocking(move || {
-        let mut scheduler = load_scheduler(store, scheduler_config, recovery, release_leases)?;
+        let mut scheduler = load_scheduler(store, scheduler_config, recovery)?;
         let own = scheduler.use_stage_store(&url, new_prefix)?;
         Ok((scheduler, own))
     })
@@ -468,7 +462,6 @@ fn load_scheduler(
     store: Arc<dyn Store>,
     config: SchedulerConfig,
     recovery: Option<Recovery>,
-    release_leases: bool,
 ) -> Result<Scheduler> {
     // A damaged store may fail the load before its check has finished: the
     // check's verdict names the damage, so it comes first.
@@ -479,16 +472,6 @@ fn load_scheduler(
         })?;
     if let Some(recovery) = recovery {
         note_recovery(&mut scheduler, &recovery)?;
-    }
-    if release_leases {
-        let reason = "its worker stopped with the previous run";
-        let released = scheduler.release_all_leases(reason, now_ms())?;
-        if released > 0 {
-            tracing::info!(
-                released,
-                "handed back the leases of the previous run's workers"
-            );
-        }
     }
     // Nothing is served from a store whose content check has not passed.
     scheduler.store().verify()?;

@@ -32,6 +32,13 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether a call's answer waits for its changes to be durable.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    Wait,
+    Soft,
+}
+
 /// State shared by both services and the background tasks.
 pub struct Shared {
     /// `None` once the coordinator has shut down: dropping the scheduler closes
@@ -85,6 +92,27 @@ impl Shared {
         T: Send + 'static,
         F: FnOnce(&mut Scheduler) -> Result<T> + Send + 'static,
     {
+        self.call_scheduler(f, Durability::Wait).await
+    }
+
+    /// Runs `f` on the scheduler like [`Shared::with_scheduler`] but answers
+    /// without waiting for a flush: for a call whose answer is soft state
+    /// that a restart makes stale by itself (a lease: its attempt is of this
+    /// load's epoch, and after a restart no report of it is accepted). What
+    /// it applied is flushed with the next call that waits.
+    pub async fn with_scheduler_unflushed<T, F>(self: &Arc<Self>, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Scheduler) -> Result<T> + Send + 'static,
+    {
+        self.call_scheduler(f, Durability::Soft).await
+    }
+
+    async fn call_scheduler<T, F>(self: &Arc<Self>, f: F, durability: Durability) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Scheduler) -> Result<T> + Send + 'static,
+    {
         let shared = self.clone();
         tokio::task::spawn_blocking(move || {
             let (result, store, ticket) = {
@@ -114,6 +142,9 @@ impl Shared {
                 let ticket = store.applied();
                 (result, store, ticket)
             };
+            if durability == Durability::Soft {
+                return result;
+            }
             if let Err(e) = shared.group.wait_durable(store.as_ref(), ticket) {
                 shared.reload.store(true, Ordering::SeqCst);
                 return Err(e);

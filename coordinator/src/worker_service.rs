@@ -128,9 +128,10 @@ impl WorkerService for WorkerApi {
             let worker = r.worker_id.clone();
             let session = r.session.clone();
             let slots = r.free_slots;
+            // A lease waits for no flush (see `scheduler::leasing`).
             let grants = self
                 .shared
-                .with_scheduler(move |s| {
+                .with_scheduler_unflushed(move |s| {
                     s.check_session(&worker, &session)?;
                     s.lease(&worker, slots, now_ms())
                 })

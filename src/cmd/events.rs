@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use tally_wire::lease::Attempt;
 use tally_wire::proto;
 
 use crate::client::{Remote, connect, quick};
@@ -36,12 +37,12 @@ pub async fn execute(remote: &Remote, job_id: &str, json: bool) -> anyhow::Resul
     } else {
         for e in &events {
             outln!(
-                "{:>6} {:<14} stage {:>4} shard {:>5} attempt {:>3} {} {}",
+                "{:>6} {:<14} stage {:>4} shard {:>5} attempt {:>5} {} {}",
                 e.sequence,
                 e.kind,
                 e.stage,
                 e.shard,
-                e.attempt,
+                Attempt(e.attempt).to_string(),
                 e.worker_id,
                 e.message
             )?;

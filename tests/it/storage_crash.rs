@@ -545,6 +545,8 @@ impl Acknowledged {
 #[derive(Default)]
 struct Snapshot {
     next_job: u64,
+    /// The epoch of the last load: the high half of its attempt numbers.
+    epoch: u64,
     jobs: BTreeMap<String, JobRecord>,
     shards: BTreeMap<ShardId, ShardRecord>,
     /// Raw event bytes by job, in sequence order, and the decoded records.
@@ -570,6 +572,11 @@ impl Snapshot {
                 .expect("reads")
                 .map(|v| u64::from_be_bytes(v.try_into().expect("an 8-byte counter")))
                 .unwrap_or(1),
+            epoch: store
+                .get(Tree::Meta, b"epoch")
+                .expect("reads")
+                .map(|v| u64::from_be_bytes(v.try_into().expect("an 8-byte epoch")))
+                .unwrap_or(0),
             ..Snapshot::default()
         };
         for (key, value) in scan(Tree::Jobs) {
@@ -785,12 +792,14 @@ fn check_acknowledged(s: &Snapshot, acked: &Acknowledged, t: &mut Tally) {
             || job.clone(),
         );
     }
+    // Leases are not stored; the epoch they carry is, before the first of
+    // them is handed out, so the next load's attempts exceed them all.
     for (shard, &attempt) in &acked.highest_attempt {
-        let stored = s.shards.get(shard).map(|r| r.attempt);
+        let leased_in = tally_wire::lease::Attempt(attempt).epoch();
         t.check(
             "attempt numbers never go backwards",
-            stored.is_some_and(|a| a >= attempt),
-            || format!("{shard:?}: leased as attempt {attempt}, stored {stored:?}"),
+            s.epoch >= leased_in,
+            || format!("{shard:?}: leased as attempt {attempt} in epoch {leased_in}, the store's epoch {}", s.epoch),
         );
     }
     for (shard, (attempt, partial)) in &acked.accepted {
@@ -883,9 +892,10 @@ fn direct_answer(spec: &ValidSpec, cache: &mut HashMap<String, String>) -> Strin
 }
 
 /// Loads the scheduler on a copy of the store and runs every unfinished job to
-/// its end: the leases the killed child held are reported by their workers,
-/// the rest is leased and computed. Every such job must succeed with the
-/// direct answer, and the finished ones must not change.
+/// its end: the results of the leases the killed child's store recorded (by
+/// a checkpoint) are refused, being of an earlier epoch, and everything is
+/// leased again and computed. Every such job must succeed with the direct
+/// answer, and the finished ones must not change.
 fn resume_to_completion(
     copy: &Path,
     snapshot: &Snapshot,
@@ -916,7 +926,7 @@ fn resume_to_completion(
         || format!("{listed:?} vs {stored:?}"),
     );
     let cache = KernelCache::new();
-    let mut held: Vec<(String, Grant)> = Vec::new();
+    let mut stale: Vec<(String, Grant)> = Vec::new();
     for (id, shard) in &snapshot.shards {
         let rec = &snapshot.jobs[&id.0];
         if shard.state != ShardState::Leased || rec.state.is_finished() || shard.stage != rec.stage
@@ -941,7 +951,7 @@ fn resume_to_completion(
             ttl_ms: rec.spec.options().lease_ttl_ms,
             work_total: shard.work_total,
         };
-        held.push((
+        stale.push((
             shard
                 .worker
                 .clone()
@@ -949,6 +959,22 @@ fn resume_to_completion(
             grant,
         ));
     }
+    for (worker, grant) in &stale {
+        now += 1;
+        let refused = match compute(&mut scheduler, grant, &cache) {
+            Some((outcome, _)) => scheduler
+                .report(result_report(worker, grant, &outcome), now)
+                .is_err(),
+            // The stage data its attempt read may be gone: nothing to report.
+            None => true,
+        };
+        t.check(
+            "a result leased before the restart is refused",
+            refused,
+            || grant.lease.to_string(),
+        );
+    }
+    let mut held: Vec<(String, Grant)> = Vec::new();
     let open: Vec<&String> = snapshot
         .jobs
         .iter()

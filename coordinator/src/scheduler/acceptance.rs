@@ -72,7 +72,10 @@ impl Scheduler {
         let failure = ReportedFailure {
             message: format!(
                 "replicas disagree: workers {} (attempt {}) and {} (attempt {}) returned different results",
-                first.worker, first.attempt, this.worker, this.attempt
+                first.worker,
+                tally_wire::lease::Attempt(first.attempt),
+                this.worker,
+                tally_wire::lease::Attempt(this.attempt)
             ),
             permanent: false,
             handed_back: false,

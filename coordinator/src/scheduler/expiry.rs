@@ -14,8 +14,6 @@ use crate::store::{Batch, Tree};
 
 use super::events::Event;
 use super::job::JobEntry;
-use super::protocol::ReportedFailure;
-use super::reports::FailedAttempt;
 use super::state::{Scheduler, SchedulerConfig};
 
 impl Scheduler {
@@ -89,10 +87,7 @@ impl Scheduler {
             })?;
         let shard = &entry.shards[pos];
         if shard.attempt != *attempt || shard.state == ShardState::Done {
-            return Err(CoordinatorError::FailedPrecondition(format!(
-                "attempt {attempt} of stage {stage}, shard {index} of job {job} is stale (current attempt {}, {:?})",
-                shard.attempt, shard.state
-            )));
+            return Err(super::reports::stale_attempt(lease, shard));
         }
         if shard.state == ShardState::Leased && shard.worker.as_deref() != Some(worker) {
             return Err(CoordinatorError::FailedPrecondition(format!(
@@ -111,46 +106,6 @@ impl Scheduler {
             expired += self.expire_job_leases(&id, now_ms)?;
         }
         Ok(expired)
-    }
-
-    /// Hands every outstanding lease back at once, as its worker would, with
-    /// no failed attempt counted: for a coordinator that knows the workers
-    /// holding them are gone (`tally run` resuming: its in-process workers
-    /// died with the process before). Returns how many.
-    pub fn release_all_leases(&mut self, reason: &str, now_ms: u64) -> Result<usize> {
-        let leased: Vec<(LeaseId, String)> = self
-            .jobs
-            .iter()
-            .filter(|e| !e.rec.state.is_finished())
-            .flat_map(|e| {
-                let job = &e.rec.id;
-                e.shards.leased().map(move |position| {
-                    let s = &e.shards[position];
-                    let lease = LeaseId {
-                        job: job.clone(),
-                        stage: s.stage,
-                        index: s.index,
-                        attempt: s.attempt,
-                    };
-                    (lease, s.worker.clone().unwrap_or_default())
-                })
-            })
-            .collect();
-        let failure = ReportedFailure {
-            message: reason.to_string(),
-            permanent: false,
-            handed_back: true,
-        };
-        for (lease, worker) in &leased {
-            let released = FailedAttempt {
-                lease,
-                worker,
-                failure: &failure,
-                discard_replicas: false,
-            };
-            self.record_failure(released, now_ms)?;
-        }
-        Ok(leased.len())
     }
 
     /// Expires the job's due leases in one batch; returns how many.
@@ -202,7 +157,10 @@ fn expire(
     let worker = shard.worker.take().unwrap_or_default();
     shard.state = ShardState::Pending;
     shard.failed_attempts += 1;
-    shard.last_error = Some(format!("lease of attempt {} expired", shard.attempt));
+    shard.last_error = Some(format!(
+        "lease of attempt {} expired",
+        tally_wire::lease::Attempt(shard.attempt)
+    ));
     shard.not_before_ms = now_ms + config.backoff_ms(shard.failed_attempts);
     entry.log(batch, now_ms, Event::shard("expired", &shard, &worker, ""));
     if shard.failed_attempts >= rec.spec.options().max_attempts && rec.state != JobState::Failed {

@@ -1,16 +1,18 @@
-//! Handing shards to workers. A shard's attempt number grows and is committed
-//! before the lease that carries it is returned, so attempt numbers never
-//! repeat, even across restarts: they are fencing tokens. Only pending shards
-//! are leased, highest priority first, then oldest job first.
+//! Handing shards to workers. A lease is soft state: granting one writes
+//! nothing that must be durable before it is returned. Its attempt number
+//! grows in memory and carries the load's epoch, which was committed before
+//! the first lease of that load, so attempt numbers never repeat, even across
+//! restarts: they are fencing tokens, and a restart makes every earlier lease
+//! stale. Only pending shards are leased, highest priority first, then oldest
+//! job first.
 
 use tally_stage::BlobRef;
-use tally_wire::lease::LeaseId;
+use tally_wire::lease::{Attempt, LeaseId};
 use tally_wire::limits::{INLINE_CHECKPOINT_BYTES, MAX_INLINE_CHECKPOINTS_PER_RESPONSE};
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{
     JobState, ShardRecord, ShardState, checkpoint_blob_key, checkpoint_key, encode, job_key,
-    shard_key,
 };
 use crate::store::{Batch, Store, Tree};
 
@@ -28,6 +30,8 @@ struct LeaseRequest<'a> {
     /// What the worker runs besides the built-in kinds.
     capabilities: Vec<String>,
     now_ms: u64,
+    /// The scheduler's epoch, the high half of the attempts leased now.
+    epoch: u64,
 }
 
 impl LeaseRequest<'_> {
@@ -92,7 +96,10 @@ impl Scheduler {
     /// Leases up to `free_slots` ready shards to `worker`, highest priority
     /// first; jobs of equal priority take turns, one shard each a round,
     /// starting after the job served last, so that one job's many shards never
-    /// hold back the others. The new attempt numbers are durable before return.
+    /// hold back the others. Nothing here needs a flush before the grants are
+    /// returned: a lease's attempt is of this load's epoch, committed when it
+    /// started; the `leased` events and a job's start are applied for the
+    /// next flush, and a crash that loses them loses only soft state.
     pub fn lease(&mut self, worker: &str, free_slots: u32, now_ms: u64) -> Result<Vec<Grant>> {
         if free_slots == 0 {
             return Ok(Vec::new());
@@ -111,6 +118,7 @@ impl Scheduler {
             memory_budget: info.memory_budget(),
             capabilities: info.capabilities.clone(),
             now_ms,
+            epoch: self.epoch,
         };
         let mut staged = StagedLeases::default();
         for group in self.jobs.leasing_order() {
@@ -208,8 +216,9 @@ impl Scheduler {
         }
     }
 
-    /// Commits the staged leases and then applies them in memory; if the commit
-    /// fails, nothing was handed out and the shards go back to the queue.
+    /// Applies the staged writes (the `leased` events, jobs started) and
+    /// then the leases in memory; if the apply fails, nothing was handed out
+    /// and the shards go back to the queue.
     fn commit_leases(&mut self, staged: StagedLeases, now_ms: u64) -> Result<Vec<Grant>> {
         if let Err(e) = self.write(staged.batch) {
             for (id, shard) in staged.updated {
@@ -234,7 +243,9 @@ impl Scheduler {
 }
 
 /// Stages the next attempt of shard `index` for the request's worker: its
-/// record, its `leased` event and the grant, with the shard's checkpoint.
+/// `leased` event and the grant, with the shard's checkpoint. The shard's
+/// record is not written: a lease lives in memory, and a restart makes it
+/// stale.
 fn lease_shard(
     entry: &mut JobEntry,
     store: &dyn Store,
@@ -245,16 +256,11 @@ fn lease_shard(
     let id = entry.rec.id.clone();
     let ttl = entry.rec.spec.options().lease_ttl_ms;
     let mut shard = entry.shards[index as usize].clone();
-    shard.attempt += 1;
+    shard.attempt = Attempt(shard.attempt).next_in(request.epoch).0;
     shard.state = ShardState::Leased;
     shard.worker = Some(request.worker.to_string());
     shard.lease_expires_ms = request.now_ms + ttl;
     shard.progress_ms = request.now_ms;
-    staged.batch.put(
-        Tree::Shards,
-        shard_key(&id, shard.stage, shard.index),
-        encode(&shard),
-    );
     // A large checkpoint is not read here, under the lock, nor one that
     // would take the response past its share of a message: the worker
     // fetches it apart (`FetchCheckpoint`).

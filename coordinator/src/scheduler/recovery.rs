@@ -1,9 +1,11 @@
 //! Rebuilding the scheduler from the store after a start or a crash.
 //!
 //! Every job, the shards of its current stage and its counters come back as
-//! they were committed. Leases outstanding at the crash get a fresh TTL: a live
-//! worker keeps reporting under its attempt number, a dead one's lease expires.
-//! A barrier that was passed but not acted on is acted on.
+//! they were committed. Leases are not: they were never written, and each
+//! load starts a new epoch, above every attempt leased before it, so every
+//! lease handed out before is stale and its shard pending again (its work
+//! resumes from the shard's last checkpoint). A barrier that was passed but
+//! not acted on is acted on.
 
 use std::sync::Arc;
 
@@ -11,7 +13,8 @@ use crate::error::{CoordinatorError, Result};
 use crate::records::shard_prefix;
 use crate::records::{EventRecord, JobRecord, JobState, ShardRecord, ShardState};
 use crate::records::{decode, encode, event_prefix, job_key};
-use crate::store::{Batch, NEXT_JOB_KEY, Store, Tree};
+use crate::store::{Batch, EPOCH_KEY, NEXT_JOB_KEY, Store, Tree};
+use tally_wire::lease::Attempt;
 
 use super::events::Event;
 use super::job::JobEntry;
@@ -22,16 +25,19 @@ use super::workers::Workers;
 
 impl Scheduler {
     /// Rebuilds the state from the store: every job, the shards of its current
-    /// stage, and its counters. Leases outstanding at the crash get a fresh TTL
-    /// from `now_ms`: their workers may still report; dead ones expire normally.
-    /// Also finishes any stage barrier that was passed but not yet acted on.
+    /// stage, and its counters, in a new epoch (written before anything is
+    /// leased in it): every shard not done is pending, and no attempt from
+    /// before is current. Also finishes any stage barrier that was passed
+    /// but not yet acted on.
     pub fn load(store: Arc<dyn Store>, config: SchedulerConfig, now_ms: u64) -> Result<Scheduler> {
         let external = config.keeps_spare_stage();
+        let epoch = next_epoch(store.as_ref())?;
         let mut scheduler = Scheduler {
             store: store.clone(),
             config,
             jobs: Jobs::new(read_job_counter(store.as_ref())?),
             workers: Workers::default(),
+            epoch,
             group_commit: false,
         };
         let mut lost = Vec::new();
@@ -41,7 +47,7 @@ impl Scheduler {
                 scheduler.jobs.note_deleted(&rec.id, when);
                 continue;
             }
-            let (entry, lost_input) = load_job(store.as_ref(), rec, external, now_ms)?;
+            let (entry, lost_input) = load_job(store.as_ref(), rec, external, epoch)?;
             if let Some(why) = lost_input {
                 lost.push((entry.rec.id.clone(), why));
             }
@@ -98,12 +104,15 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Notes the restart in each unfinished job's log, and passes any barrier
-    /// whose stage completed just before the crash.
+    /// Commits the epoch, notes the restart in each unfinished job's log, and
+    /// passes any barrier whose stage completed just before the crash.
     fn resume(&mut self, now_ms: u64) -> Result<()> {
         // Many jobs to a batch, and one flush for all: a store holds
         // thousands of queued jobs, and a flush is an fsync.
         const JOBS_PER_BATCH: usize = 1024;
+        let mut epoch = Batch::default();
+        epoch.put(Tree::Meta, EPOCH_KEY, self.epoch.to_be_bytes().to_vec());
+        self.store.apply(epoch)?;
         let unfinished = self.jobs.unfinished();
         for ids in unfinished.chunks(JOBS_PER_BATCH) {
             let mut batch = Batch::default();
@@ -113,9 +122,6 @@ impl Scheduler {
                 self.advance_if_stage_done(id, &mut batch, now_ms)?;
             }
             self.store.apply(batch)?;
-        }
-        if unfinished.is_empty() {
-            return Ok(());
         }
         self.store.flush()
     }
@@ -162,6 +168,28 @@ impl Scheduler {
     }
 }
 
+/// The epoch after the previous load's. `resume` commits it: one write a
+/// load, durable before the first lease of the new epoch. (Not written here:
+/// a store writes nothing before its content check, which runs meanwhile.)
+fn next_epoch(store: &dyn Store) -> Result<u64> {
+    let previous = match store.get(Tree::Meta, EPOCH_KEY)? {
+        Some(v) => u64::from_be_bytes(
+            v.as_slice()
+                .try_into()
+                .map_err(|_| CoordinatorError::Store("corrupt epoch".into()))?,
+        ),
+        None => 0,
+    };
+    // Epochs are the high half of a u64 attempt number.
+    let epoch = previous + 1;
+    if epoch > u64::from(u32::MAX) {
+        return Err(CoordinatorError::Store(
+            "the store's epoch counter is exhausted".into(),
+        ));
+    }
+    Ok(epoch)
+}
+
 fn read_job_counter(store: &dyn Store) -> Result<u64> {
     match store.get(Tree::Meta, NEXT_JOB_KEY)? {
         Some(v) => {
@@ -173,13 +201,13 @@ fn read_job_counter(store: &dyn Store) -> Result<u64> {
     }
 }
 
-/// One job as it was committed, its leased shards given a fresh TTL; and why
-/// the input of its current stage cannot be read, if it cannot.
+/// One job as it was committed, its shards not done pending in `epoch`; and
+/// why the input of its current stage cannot be read, if it cannot.
 fn load_job(
     store: &dyn Store,
     rec: JobRecord,
     external: bool,
-    now_ms: u64,
+    epoch: u64,
 ) -> Result<(JobEntry, Option<String>)> {
     let mut entry = JobEntry::new(rec);
     let id = entry.rec.id.clone();
@@ -214,16 +242,20 @@ fn load_job(
             Err(e) => return Err(e),
         }
     }
-    let ttl = entry.rec.spec.options().lease_ttl_ms;
+    let floor = Attempt::epoch_floor(epoch).0;
     for position in 0..entry.shards.len() {
-        match entry.shards[position].state {
-            ShardState::Pending => entry.pending.push_back(entry.shards[position].index),
-            ShardState::Leased => entry.shards.update(position, |shard| {
-                shard.lease_expires_ms = shard.lease_expires_ms.max(now_ms + ttl);
-                shard.progress_ms = now_ms;
-            }),
-            ShardState::Done => {}
+        if entry.shards[position].state == ShardState::Done {
+            continue;
         }
+        // A shard recorded as leased (by a checkpoint) was leased in an
+        // earlier epoch: pending now, its attempt below every current one.
+        entry.shards.update(position, |shard| {
+            shard.state = ShardState::Pending;
+            shard.worker = None;
+            shard.lease_expires_ms = 0;
+            shard.attempt = shard.attempt.max(floor);
+        });
+        entry.pending.push_back(entry.shards[position].index);
     }
     // Only the last event: a long job has millions.
     entry.next_event = store

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use tally_kinds::values::EncodedPartial;
-use tally_wire::lease::LeaseId;
+use tally_wire::lease::{Attempt, LeaseId};
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{
@@ -226,14 +226,10 @@ pub const MAX_HAND_BACKS: u64 = 64;
 /// [`MAX_HAND_BACKS`].
 const HAND_BACKS_WITHOUT_BACKOFF: u64 = 4;
 
-/// The attempts of `shard` that ended handed back: every lease is an
-/// attempt, and each ended failed, as an accepted replica, or handed back
-/// (or is the current one).
+/// The attempts of `shard` that ended handed back since the scheduler was
+/// loaded.
 fn hand_backs(shard: &ShardRecord) -> u64 {
-    shard
-        .attempt
-        .saturating_sub(u64::from(shard.failed_attempts))
-        .saturating_sub(shard.replicas.len() as u64)
+    u64::from(shard.hand_backs)
 }
 
 /// An attempt that ends without a result.
@@ -263,10 +259,7 @@ fn current_attempt<'a>(entry: &'a JobEntry, report: &Report) -> Result<&'a Shard
     }
     let shard = &entry.shards[*index as usize];
     if shard.attempt != *attempt || shard.state == ShardState::Done {
-        return Err(CoordinatorError::FailedPrecondition(format!(
-            "attempt {attempt} of shard {stage}/{index} of job {job} is stale (current attempt {})",
-            shard.attempt
-        )));
+        return Err(stale_attempt(&report.lease, shard));
     }
     if shard.state == ShardState::Leased && shard.worker.as_deref() != Some(report.worker.as_str())
     {
@@ -276,6 +269,22 @@ fn current_attempt<'a>(entry: &'a JobEntry, report: &Report) -> Result<&'a Shard
         )));
     }
     Ok(shard)
+}
+
+/// Why `lease` is not the current attempt of `shard`.
+pub(super) fn stale_attempt(lease: &LeaseId, shard: &ShardRecord) -> CoordinatorError {
+    let (attempt, current) = (Attempt(lease.attempt), Attempt(shard.attempt));
+    let why = if shard.state == ShardState::Done {
+        "the shard is done".to_string()
+    } else if attempt.epoch() < current.epoch() {
+        format!("it was leased before the coordinator restarted; current attempt {current}")
+    } else {
+        format!("current attempt {current}")
+    };
+    CoordinatorError::FailedPrecondition(format!(
+        "attempt {attempt} of shard {}/{} of job {} is stale ({why})",
+        lease.stage, lease.index, lease.job
+    ))
 }
 
 /// Returns the shard to the queue: at once if it was handed back, after a
@@ -290,6 +299,7 @@ fn end_attempt(
 ) {
     let message = &failed.failure.message;
     if failed.failure.handed_back {
+        shard.hand_backs = shard.hand_backs.saturating_add(1);
         let repeated = hand_backs(shard).saturating_sub(HAND_BACKS_WITHOUT_BACKOFF);
         shard.not_before_ms = match repeated {
             0 => now_ms,

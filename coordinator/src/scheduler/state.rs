@@ -71,6 +71,10 @@ pub struct Scheduler {
     pub(super) config: SchedulerConfig,
     pub(super) jobs: Jobs,
     pub(super) workers: Workers,
+    /// This load's epoch (durable before any lease of it is handed out): the
+    /// high half of every attempt number leased now, so that an attempt
+    /// from before a restart never passes for a current one.
+    pub(super) epoch: u64,
     /// Whether a group commit flushes the changes after each call (the
     /// coordinator's service); otherwise each change is flushed as it is
     /// written (a scheduler driven directly).
@@ -92,6 +96,11 @@ impl Scheduler {
         } else {
             self.store.commit(batch)
         }
+    }
+
+    /// This load's epoch (see the field).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     pub fn store_size_on_disk(&self) -> Option<u64> {

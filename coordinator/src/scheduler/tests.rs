@@ -239,7 +239,7 @@ fn malformed_results_are_refused_and_change_nothing() {
 }
 
 #[test]
-fn a_reload_keeps_accepted_results_and_attempt_numbers() {
+fn a_reload_keeps_accepted_results_and_attempt_numbers_only_grow() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let mut s = new_scheduler(store.clone());
     let id = submit(&mut s, &kayles(20));
@@ -249,23 +249,18 @@ fn a_reload_keeps_accepted_results_and_attempt_numbers() {
     let mut s = registered(Scheduler::load(store, SchedulerConfig::default(), 10).unwrap());
     let job = s.job(&id, 10).unwrap();
     assert_eq!(job.shards_done, 1);
-    assert_eq!(job.shards_leased, 2);
-    // The surviving leases are still valid: their workers may report.
-    s.report(result_of(&grants[1]), 11).unwrap();
-    // After expiry the third shard is leased again with a new attempt number.
-    s.expire_leases(100_000).unwrap();
-    let again = s.lease("v", 100, 200_000).unwrap();
-    let third = again
-        .iter()
-        .find(|g| g.lease.index == grants[2].lease.index)
-        .unwrap();
-    assert_eq!(third.lease.attempt, grants[2].lease.attempt + 1);
-    assert!(
-        again
+    assert_eq!(job.shards_leased, 0, "leases do not outlive a restart");
+    // The leases from before are stale: their results are refused.
+    assert!(s.report(result_of(&grants[1]), 11).is_err());
+    let again = s.lease("v", 100, 20).unwrap();
+    for old in &grants[1..] {
+        let newer = again
             .iter()
-            .all(|g| g.lease.index != grants[0].lease.index
-                && g.lease.index != grants[1].lease.index)
-    );
+            .find(|g| g.lease.index == old.lease.index)
+            .unwrap();
+        assert!(newer.lease.attempt > old.lease.attempt);
+    }
+    assert!(again.iter().all(|g| g.lease.index != grants[0].lease.index));
     assert!(
         s.events(&id, 0)
             .unwrap()
@@ -283,7 +278,11 @@ fn repeated_failures_fail_the_job_with_the_workers_message() {
     for attempt in 1..=spec.options.max_attempts as u64 {
         now += 100_000;
         let grant = s.lease("w", 1, now).unwrap().remove(0);
-        assert_eq!((grant.lease.index, grant.lease.attempt), (0, attempt));
+        let first = tally_wire::lease::Attempt::epoch_floor(s.epoch()).0;
+        assert_eq!(
+            (grant.lease.index, grant.lease.attempt),
+            (0, first + attempt)
+        );
         let failure = ReportedFailure {
             message: "disk on fire".into(),
             permanent: false,
@@ -571,35 +570,82 @@ fn retention_deletes_only_jobs_finished_long_enough_ago() {
     assert!(s.job(&running, 1_000).is_ok(), "an unfinished job is kept");
 }
 
-/// `tally run` resuming: the in-process workers that held leases died with
-/// the previous process, so their shards are handed back at once, without a
-/// failed attempt, instead of waiting out the lease TTL.
+/// Leases are soft state: a restart starts a new epoch, in which every lease
+/// handed out before is stale. Their shards are leased again at once, with
+/// no failed attempt counted; reports and heartbeats of the old attempts are
+/// refused; a result accepted before the restart is never leased again.
 #[test]
-fn leases_released_at_start_are_handed_back_at_once_without_a_failed_attempt() {
+fn a_restart_makes_every_earlier_lease_stale_and_its_shard_pending() {
+    use tally_wire::lease::Attempt;
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let mut s = new_scheduler(store.clone());
+    let first_epoch = s.epoch();
     let id = submit(&mut s, &kayles(30));
-    let held = s.lease("gone", 3, 1).unwrap();
-    assert_eq!(held.len(), 3);
-    let mut s = registered(Scheduler::load(store, SchedulerConfig::default(), 2).unwrap());
-    // Without a release, nothing held is leased again before the TTL.
-    let total = tally_kernels::kayles::character_count(30) as usize;
-    assert_eq!(s.lease("w", 100, 2).unwrap().len(), total - 3);
-    assert_eq!(
-        s.release_all_leases("its worker stopped", 3).unwrap(),
-        total
+    let held = s.lease("gone", 4, 1).unwrap();
+    assert_eq!(held.len(), 4);
+    assert!(
+        held.iter()
+            .all(|g| Attempt(g.lease.attempt).epoch() == first_epoch)
     );
-    let again = s.lease("w", 100, 3).unwrap();
-    assert_eq!(again.len(), total, "every shard is leased again at once");
+    // One result is accepted before the restart; a checkpoint is saved.
+    s.report(report_from("gone", &held[0], false), 1).unwrap();
+    let checkpoint = super::ReportedCheckpoint {
+        state: vec![1, 2, 3],
+        partial: Vec::new(),
+        work_done: 0,
+        state_blob: None,
+    };
+    s.report(
+        Report::checkpoint("gone", held[1].lease.clone(), checkpoint),
+        1,
+    )
+    .unwrap();
+    let mut s = registered(Scheduler::load(store, SchedulerConfig::default(), 2).unwrap());
+    assert_eq!(s.epoch(), first_epoch + 1);
+    let total = tally_kernels::kayles::character_count(30) as usize;
+    let again = s.lease("w", 1_000, 2).unwrap();
+    assert_eq!(
+        again.len(),
+        total - 1,
+        "every shard but the one done, at once"
+    );
+    assert!(
+        again.iter().all(|g| g.lease.index != held[0].lease.index),
+        "the accepted shard is not leased again"
+    );
+    let resumed = again
+        .iter()
+        .find(|g| g.lease.index == held[1].lease.index)
+        .unwrap();
+    assert_eq!(
+        resumed.checkpoint,
+        vec![1, 2, 3],
+        "resumes from its checkpoint"
+    );
+    for old in &held[1..] {
+        let newer = again
+            .iter()
+            .find(|g| g.lease.index == old.lease.index)
+            .unwrap();
+        assert!(newer.lease.attempt > old.lease.attempt);
+        let e = s.report(report_from("gone", old, false), 3).unwrap_err();
+        assert!(
+            e.to_string().contains("before the coordinator restarted"),
+            "{e}"
+        );
+    }
+    let beat = proto::LeaseProgress {
+        lease_id: held[2].lease.to_string(),
+        work_done: 0,
+    };
+    s.register("gone", slots(4), "session-gone".into(), 3);
+    assert_eq!(
+        s.heartbeat("gone", &[beat], 3),
+        vec![held[2].lease.to_string()]
+    );
     let job = s.job(&id, 3).unwrap();
     assert_eq!(job.shards_failed_attempts, 0);
-    let handed_back = s
-        .events(&id, 0)
-        .unwrap()
-        .into_iter()
-        .filter(|e| e.kind == "handed-back")
-        .count();
-    assert_eq!(handed_back, total);
+    assert_eq!(job.shards_done, 1);
 }
 
 /// Checkpoints come with their leases only up to a share of one message:
@@ -635,10 +681,8 @@ fn a_lease_response_carries_checkpoints_up_to_its_share_of_a_message() {
         s.report(Report::checkpoint("w", grant.lease.clone(), checkpoint), 2)
             .unwrap();
     }
-    assert_eq!(
-        s.release_all_leases("its worker stopped", 3).unwrap(),
-        total
-    );
+    // Restarted: the checkpoints come with the next leases.
+    let mut s = registered(Scheduler::load(store, SchedulerConfig::default(), 3).unwrap());
     let again = s.lease("w", 100, 4).unwrap();
     assert_eq!(again.len(), total);
     let inline: usize = again.iter().map(|g| g.checkpoint.len()).sum();
@@ -953,8 +997,13 @@ fn a_large_stage_is_written_in_parts_and_a_failure_between_them_never_reuses_the
     // Whole: four parts, every shard readable after a reload.
     let store = Arc::new(MemoryStore::new());
     let mut s = new_scheduler(store.clone());
+    let before = store.applied();
     let id = submit(&mut s, &big);
-    assert_eq!(store.applied(), 4, "three parts ahead of the job's batch");
+    assert_eq!(
+        store.applied() - before,
+        4,
+        "three parts ahead of the job's batch"
+    );
     let mut s = Scheduler::load(store.clone(), SchedulerConfig::default(), 0).unwrap();
     s.ensure_shards(&id).unwrap();
     assert_eq!(
@@ -967,7 +1016,9 @@ fn a_large_stage_is_written_in_parts_and_a_failure_between_them_never_reuses_the
     let store = Arc::new(FailingFrom {
         inner: Arc::new(MemoryStore::new()),
         batches: Default::default(),
-        fail_from: 1,
+        // The load writes its epoch; the submission's first part goes, its
+        // second fails.
+        fail_from: 2,
     });
     let mut s = new_scheduler(store.clone());
     let spec = ValidSpec::new(big.clone()).unwrap();
@@ -1030,9 +1081,9 @@ fn jobs_never_leased_are_read_back_without_their_shards_until_a_lease_wants_them
             "{id}"
         );
     }
-    // The lease from before the restart still reports; leases read the
-    // other jobs' shards as they come, and every job ends with its answer.
-    s.report(result_of(&grant), 1).unwrap();
+    // The lease from before the restart is stale; leases read the other
+    // jobs' shards as they come, and every job ends with its answer.
+    assert!(s.report(result_of(&grant), 1).is_err());
     let mut now = 1;
     loop {
         let grants = s.lease("w", 64, now).unwrap();

@@ -47,6 +47,12 @@ impl Tree {
 /// ids never go back, even when a damaged store is recovered.
 pub const NEXT_JOB_KEY: &[u8] = b"next_job";
 
+/// The coordinator's epoch in [`Tree::Meta`], big-endian u64: one more at
+/// each load of the scheduler, and the high half of every attempt number
+/// leased after it, so that leases, which are never written, are fenced
+/// across restarts (see `tally_wire::lease::Attempt`).
+pub const EPOCH_KEY: &[u8] = b"epoch";
+
 /// One write of a commit: `None` removes the key.
 #[derive(Clone, Debug)]
 pub struct Write {

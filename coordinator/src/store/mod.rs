@@ -21,7 +21,7 @@ mod timed;
 #[cfg(test)]
 mod tests;
 
-pub use api::{Batch, NEXT_JOB_KEY, Store, Tree, Write};
+pub use api::{Batch, EPOCH_KEY, NEXT_JOB_KEY, Store, Tree, Write};
 pub use directory::{SCHEMA_VERSION, STAGE_DIR};
 pub use integrity::{OnLoss, Recovery};
 pub use mark::MARK_FILE;

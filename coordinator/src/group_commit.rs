@@ -6,7 +6,8 @@
 //!
 //! The durability promise is unchanged: nothing is acknowledged before it is
 //! on disk. A call that changed nothing waits too, for every change applied
-//! before it, so that no answer shows state a crash could take back.
+//! before it but a lease's (soft state: `shared.rs` decides what a call
+//! waits for), so that no answer shows state a crash could take back.
 //!
 //! When a flush fails, every call it covered fails with its error, and the
 //! scheduler must be read back from the store (see `shared::Shared`): the

@@ -4,13 +4,14 @@
 //! kernel cache, the wake-ups of lease polls and watches, the metrics).
 //!
 //! *Invariant:* a call that used the scheduler answers nothing a crash could
-//! take back: it waits, outside the lock, for the group commit to cover every
-//! change applied so far. After a failed write the scheduler is read back
+//! take back but soft state (leases): it waits, outside the lock, for the
+//! group commit to cover its own changes and every change applied before it
+//! that was not a lease's. After a failed write the scheduler is read back
 //! from the store before the next call uses it.
 
 use parking_lot::Mutex;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tally_kinds::cache::KernelCache;
 use tally_stage::StageStoreUrl;
@@ -57,6 +58,9 @@ pub struct Shared {
     /// Set when a write failed: the scheduler is read back from the store
     /// before the next call uses it.
     reload: AtomicBool,
+    /// The store's applied count after the last call whose changes must be
+    /// durable before it answers: what a call that changed nothing waits for.
+    owed: AtomicU64,
     /// Where stage data lives; workers learn it when they register.
     pub stage_store: StageStoreUrl,
 }
@@ -80,6 +84,7 @@ impl Shared {
             metrics,
             group,
             reload: AtomicBool::new(false),
+            owed: AtomicU64::new(0),
             stage_store,
         })
     }
@@ -132,14 +137,26 @@ impl Shared {
                 }
                 // A panic in `f` may leave the scheduler half changed: read
                 // it back from the store before the next call uses it.
+                let store = scheduler.store();
+                let before = store.applied();
                 let fence = SetOnPanic(&shared.reload);
                 let result = f(scheduler);
                 drop(fence);
                 if let Err(CoordinatorError::Store(_) | CoordinatorError::StoreFull(_)) = &result {
                     shared.reload.store(true, Ordering::SeqCst);
                 }
-                let store = scheduler.store();
-                let ticket = store.applied();
+                let after = store.applied();
+                // A call waits for its own changes, or, if it made none, for
+                // every change before it that was not soft: a lease's writes
+                // (its event) need no flush, so neither does a read after it.
+                let ticket = match (durability, after > before) {
+                    (Durability::Soft, _) => after,
+                    (Durability::Wait, true) => {
+                        shared.owed.fetch_max(after, Ordering::SeqCst);
+                        after
+                    }
+                    (Durability::Wait, false) => shared.owed.load(Ordering::SeqCst).min(after),
+                };
                 (result, store, ticket)
             };
             if durability == Durability::Soft {

@@ -117,6 +117,9 @@ impl WorkerService for WorkerApi {
         if r.free_slots > 1024 {
             return Err(Status::invalid_argument("free slots must be at most 1024"));
         }
+        if r.lease_ahead > 1024 {
+            return Err(Status::invalid_argument("lease ahead must be at most 1024"));
+        }
         let wait = Duration::from_millis(r.wait_ms).min(MAX_LEASE_WAIT);
         let deadline = tokio::time::Instant::now() + wait;
         loop {
@@ -127,13 +130,13 @@ impl WorkerService for WorkerApi {
             notified.as_mut().enable();
             let worker = r.worker_id.clone();
             let session = r.session.clone();
-            let slots = r.free_slots;
+            let (slots, ahead) = (r.free_slots, r.lease_ahead);
             // A lease waits for no flush (see `scheduler::leasing`).
             let grants = self
                 .shared
                 .with_scheduler_unflushed(move |s| {
                     s.check_session(&worker, &session)?;
-                    s.lease(&worker, slots, now_ms())
+                    s.lease_ahead(&worker, slots, ahead, now_ms())
                 })
                 .await?;
             if !grants.is_empty() || tokio::time::Instant::now() >= deadline {
@@ -530,6 +533,7 @@ impl ReportParts {
                 self.result = Some(ReportedResult {
                     partial: r.partial,
                     work_done: r.work_done,
+                    compute_us: r.compute_us,
                 })
             }
             Some(Body::Failure(f)) => {
@@ -586,6 +590,7 @@ fn batched_report(
             Some(ReportedResult {
                 partial: r.partial,
                 work_done: r.work_done,
+                compute_us: r.compute_us,
             }),
             None,
         ),

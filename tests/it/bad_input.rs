@@ -1063,6 +1063,7 @@ fn header_announcing(worker: &str, session: &str, lease: &str, output_bytes: u64
 
 fn result_bytes(partial: Vec<u8>) -> Option<Body> {
     Some(Body::Result(proto::ReportResult {
+        compute_us: 0,
         partial,
         work_done: 1,
     }))
@@ -1140,6 +1141,7 @@ async fn lease_all(
 ) -> Vec<proto::ShardLease> {
     workers
         .lease(proto::LeaseRequest {
+            lease_ahead: 0,
             worker_id: HOLDER.into(),
             free_slots: 1024,
             wait_ms: 0,
@@ -1321,13 +1323,19 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             "a later attempt",
             own(&stale(k0.attempt + 1)),
             Code::FailedPrecondition,
-            "is stale (current attempt 1)",
+            format!(
+                "is stale (current attempt {})",
+                tally_wire::lease::Attempt(k0.attempt)
+            ),
         ),
         row(
             "attempt 0",
             own(&stale(0)),
             Code::FailedPrecondition,
-            format!("attempt 0 of shard 1/{}", k0.index),
+            format!(
+                "attempt 0 of shard 1/{} of job {k} is stale (it was leased before the coordinator restarted",
+                k0.index
+            ),
         ),
         row(
             "unknown job",
@@ -1901,6 +1909,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "lease with an empty worker id",
             Call::Lease(proto::LeaseRequest {
+                lease_ahead: 0,
                 worker_id: String::new(),
                 free_slots: 1,
                 wait_ms: 0,
@@ -1912,6 +1921,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "lease with a 129-byte worker id",
             Call::Lease(proto::LeaseRequest {
+                lease_ahead: 0,
                 worker_id: long_id.clone(),
                 free_slots: 1,
                 wait_ms: 0,
@@ -1923,6 +1933,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "lease by a worker that never registered",
             Call::Lease(proto::LeaseRequest {
+                lease_ahead: 0,
                 worker_id: "made-up".into(),
                 free_slots: 1,
                 wait_ms: 0,
@@ -1934,6 +1945,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "lease with a guessed session",
             Call::Lease(proto::LeaseRequest {
+                lease_ahead: 0,
                 worker_id: HOLDER.into(),
                 free_slots: 1,
                 wait_ms: 0,
@@ -1945,6 +1957,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "lease with another worker's session",
             Call::Lease(proto::LeaseRequest {
+                lease_ahead: 0,
                 worker_id: HOLDER.into(),
                 free_slots: 1,
                 wait_ms: 0,
@@ -1999,6 +2012,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "lease 1025 slots",
             Call::Lease(proto::LeaseRequest {
+                lease_ahead: 0,
                 worker_id: "greedy".into(),
                 free_slots: 1025,
                 wait_ms: 0,
@@ -2010,6 +2024,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         row(
             "lease u32::MAX slots",
             Call::Lease(proto::LeaseRequest {
+                lease_ahead: 0,
                 worker_id: "greedy".into(),
                 free_slots: u32::MAX,
                 wait_ms: 0,

@@ -486,6 +486,7 @@ async fn a_report_from_a_stale_attempt_is_refused() {
     let stale = register(&mut w, "stale").await;
     let fresh = register(&mut w, "fresh").await;
     let lease = |worker: &str| proto::LeaseRequest {
+        lease_ahead: 0,
         worker_id: worker.into(),
         free_slots: 1,
         wait_ms: 5_000,
@@ -510,6 +511,7 @@ async fn a_report_from_a_stale_attempt_is_refused() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let leases = w
             .lease(proto::LeaseRequest {
+                lease_ahead: 0,
                 free_slots: 16,
                 ..lease("fresh")
             })
@@ -1207,6 +1209,7 @@ fn batched_result(spec: &JobSpec, lease: &proto::ShardLease) -> proto::BatchedRe
         output: outcome.output.into_bytes().unwrap(),
         output_blob: None,
         ending: Some(proto::batched_report::Ending::Result(proto::ReportResult {
+            compute_us: 0,
             partial: outcome.partial.to_bytes(),
             work_done: lease.work_total,
         })),
@@ -1228,6 +1231,7 @@ async fn each_report_of_a_batch_is_accepted_or_refused_on_its_own() {
     let session = register(&mut w, "batcher").await;
     let mut leases = w
         .lease(proto::LeaseRequest {
+            lease_ahead: 0,
             worker_id: "batcher".into(),
             free_slots: 6,
             wait_ms: 5_000,

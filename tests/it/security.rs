@@ -185,6 +185,7 @@ async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str
             "Lease",
             code(
                 w.lease(proto::LeaseRequest {
+                    lease_ahead: 0,
                     worker_id: "w".into(),
                     free_slots: 1,
                     wait_ms: 0,
@@ -327,6 +328,7 @@ async fn each_credential_is_refused_the_other_roles_api() {
     // The refusal names what went wrong.
     let status = workers(&url, &security(Some(TOKEN)))
         .lease(proto::LeaseRequest {
+            lease_ahead: 0,
             worker_id: "w".into(),
             free_slots: 1,
             wait_ms: 0,

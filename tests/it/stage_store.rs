@@ -325,6 +325,7 @@ async fn run_stages_here(
         while blobs.len() < shards_per_stage {
             let leases = client
                 .lease(proto::LeaseRequest {
+                    lease_ahead: 0,
                     worker_id: worker.into(),
                     free_slots: (shards_per_stage - blobs.len()) as u32,
                     wait_ms: 2_000,
@@ -394,6 +395,7 @@ async fn run_stages_here(
                     }),
                     Body::OutputBlob(proto::BlobRef::from(&blob)),
                     Body::Result(proto::ReportResult {
+                        compute_us: 0,
                         partial: outcome.partial.to_bytes(),
                         work_done: lease.work_total,
                     }),

@@ -261,6 +261,7 @@ fn result_report(worker: &str, grant: &Grant, outcome: &ShardOutcome) -> Report 
     let result = ReportedResult {
         partial: outcome.partial.to_bytes(),
         work_done: outcome.work_done,
+        compute_us: 0,
     };
     Report::result(
         worker,

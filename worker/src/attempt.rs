@@ -8,7 +8,7 @@ use tally_wire::proto;
 
 use crate::context::{Context, ShardHandle};
 use crate::execute;
-use crate::reports::{self, Ending};
+use crate::reports::{self, Ending, ShardResult};
 
 pub(crate) async fn run_shard(
     ctx: Arc<Context>,
@@ -16,10 +16,32 @@ pub(crate) async fn run_shard(
     handle: Arc<ShardHandle>,
 ) {
     let lease_id = &lease.lease_id;
+    // Leased ahead, the shard waits here for a slot; stopped meanwhile (a
+    // revoked lease, a drain) it never starts.
+    let Some(slot) = ctx.compute_slot(&handle).await else {
+        let ending = match handle.is_revoked() {
+            true => Ending::Stopped,
+            false => Ending::HandedBack,
+        };
+        ctx.stats.record_abandoned();
+        ctx.ended(lease_id);
+        reports::deliver_final_report(&ctx, lease_id, ending).await;
+        ctx.release(lease_id);
+        return;
+    };
     let started = Instant::now();
     tracing::debug!(lease = %lease_id, "shard started");
     let computed = execute::compute_shard(&ctx, &lease, &handle).await;
+    let compute_us = (started.elapsed().as_micros() as u64).max(1);
+    drop(slot);
     let ending = Ending::of(computed, handle.is_revoked(), handle.control.is_cancelled());
+    let ending = match ending {
+        Ending::Done(result) => Ending::Done(ShardResult {
+            compute_us,
+            ..result
+        }),
+        other => other,
+    };
     match &ending {
         Ending::Done(result) => {
             // An output held for the report that is small next to the slot's
@@ -45,6 +67,7 @@ pub(crate) async fn run_shard(
         }
         Ending::HandedBack | Ending::Stopped => ctx.stats.record_abandoned(),
     }
+    ctx.ended(lease_id);
     reports::deliver_final_report(&ctx, lease_id, ending).await;
     ctx.release(lease_id);
 }

@@ -4,11 +4,16 @@
 //! makes one round trip for many results instead of one each; a worker with
 //! one long shard at a time sends each report at once, as before.
 //!
+//! While the worker still computes shards, a batch waits a few milliseconds
+//! for their reports to join it (see [`LINGER`]), so that short shards share
+//! one call and one flush by the dozen.
+//!
 //! Each report still gets its own answer, as `Report` would have given it, and
 //! the shard's own loop (`reports::deliver_final_report`) retries or gives up
 //! exactly as it does for a streamed report.
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use tally_wire::limits::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS};
 use tally_wire::proto;
@@ -36,6 +41,15 @@ pub(crate) async fn send(ctx: &Arc<Context>, report: proto::BatchedReport) -> An
         .unwrap_or_else(|_| Err(tonic::Status::unavailable("the worker is stopping")))
 }
 
+/// How long a batch waits for more reports while the worker still computes
+/// shards whose reports would join it: far below a flush's share of a short
+/// shard's cost, and nothing next to a long shard.
+const LINGER: Duration = Duration::from_millis(5);
+
+/// Reports that make a batch worth a flush of its own: past them a batch
+/// lingers no longer.
+const FULL_ENOUGH: usize = 256;
+
 async fn send_batches(ctx: Weak<Context>, mut inbox: mpsc::UnboundedReceiver<Queued>) {
     let mut next = None;
     loop {
@@ -48,8 +62,24 @@ async fn send_batches(ctx: Weak<Context>, mut inbox: mpsc::UnboundedReceiver<Que
         };
         let mut bytes = first.report.output.len();
         let mut batch = vec![first];
+        let linger_until = tokio::time::Instant::now() + LINGER;
         while batch.len() < MAX_BATCH_REPORTS {
-            let Ok(queued) = inbox.try_recv() else { break };
+            if batch.len() >= FULL_ENOUGH && inbox.is_empty() {
+                break;
+            }
+            let queued = match inbox.try_recv() {
+                Ok(queued) => queued,
+                Err(_) => {
+                    let more_coming = ctx.upgrade().is_some_and(|c| c.computing_or_queued() > 0);
+                    if !more_coming {
+                        break;
+                    }
+                    match tokio::time::timeout_at(linger_until, inbox.recv()).await {
+                        Ok(Some(queued)) => queued,
+                        _ => break,
+                    }
+                }
+            };
             bytes += queued.report.output.len();
             if bytes > MAX_BATCH_OUTPUT {
                 next = Some(queued);

@@ -87,12 +87,36 @@ pub(crate) struct ShardHandle {
     /// Set once the shard is computed and only its final report is on its
     /// way: its lease is still renewed, but its slot may run the next shard.
     reporting: AtomicBool,
+    /// Set once the attempt has ended and only its final report (if any)
+    /// is on its way.
+    ended: AtomicBool,
+    /// Set while the shard waits in the worker's queue for a slot (leased
+    /// ahead): its lease is renewed, and it holds no slot.
+    queued: AtomicBool,
+    /// Wakes a queued shard that is stopped before it got a slot.
+    stopped: Notify,
 }
 
 impl ShardHandle {
     pub(crate) fn revoke(&self) {
         self.revoked.store(true, Ordering::Relaxed);
+        self.cancel();
+    }
+
+    /// Asks the shard to stop (and hand its lease back), queued or running.
+    pub(crate) fn cancel(&self) {
         self.control.cancel();
+        self.stopped.notify_one();
+    }
+
+    /// Resolves once the shard is asked to stop (at once if it was).
+    pub(crate) async fn stop_requested(&self) {
+        self.stopped.notified().await
+    }
+
+    /// The shard leaves the queue: it has a slot, or it ends.
+    pub(crate) fn dequeue(&self) {
+        self.queued.store(false, Ordering::Relaxed);
     }
 
     pub(crate) fn is_revoked(&self) -> bool {
@@ -107,6 +131,9 @@ pub(crate) struct Context {
     pub config: WorkerConfig,
     client: Client,
     pub pool: ComputePool,
+    /// One permit a slot: a shard computes only while it holds one; shards
+    /// leased ahead wait for one in the worker's queue.
+    compute_slots: Arc<tokio::sync::Semaphore>,
     /// Where shards past their memory share spill.
     pub spill: SpillDir,
     /// The running shards by lease id.
@@ -154,6 +181,7 @@ impl Context {
             spill: SpillDir::open(&config.spill_dir, &config.worker_id)?,
             client: connect(&config.coordinator, &config.security)?,
             pool: ComputePool::new(config.threads),
+            compute_slots: Arc::new(tokio::sync::Semaphore::new(config.slots.max(1))),
             active: Mutex::new(HashMap::new()),
             slot_freed: Notify::new(),
             leases_changed: Notify::new(),
@@ -261,10 +289,12 @@ impl Context {
         self.client.clone()
     }
 
-    /// Takes a slot for a newly leased shard whose lease lives `ttl`.
+    /// Tracks a newly leased shard whose lease lives `ttl`, queued until it
+    /// gets a slot ([`Context::compute_slot`]).
     pub(crate) fn track(&self, lease_id: &str, ttl: Duration) -> Arc<ShardHandle> {
         let handle = Arc::new(ShardHandle {
             ttl,
+            queued: AtomicBool::new(true),
             ..ShardHandle::default()
         });
         let mut active = self.active.lock();
@@ -310,17 +340,44 @@ impl Context {
         self.active.lock().len()
     }
 
-    /// Slots without a shard to compute. A shard whose report is on its way
-    /// holds no slot, so the next lease and input fetch overlap the report's
-    /// round trip; but at most one such report a slot, so that reports held
-    /// up (the coordinator unreachable) stop the leasing instead of piling up.
-    pub(crate) fn free_slots(&self) -> usize {
+    /// Shards computing or queued: their reports are still to come.
+    pub(crate) fn computing_or_queued(&self) -> usize {
+        let active = self.active.lock();
+        active
+            .values()
+            .filter(|h| !h.ended.load(Ordering::Relaxed))
+            .count()
+    }
+
+    /// The attempt of `lease_id` has ended; its final report follows.
+    pub(crate) fn ended(&self, lease_id: &str) {
+        if let Some(shard) = self.active.lock().get(lease_id) {
+            shard.ended.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits for a slot for `shard`: `None` if the shard is asked to stop
+    /// first. The slot is held until the permit is dropped.
+    pub(crate) async fn compute_slot(
+        &self,
+        shard: &ShardHandle,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let slot = tokio::select! {
+            permit = self.compute_slots.clone().acquire_owned() => permit.ok(),
+            _ = shard.stop_requested() => None,
+        };
+        shard.dequeue();
+        slot
+    }
+
+    /// What the worker may lease now (see [`LeaseRoom`]).
+    pub(crate) fn lease_room(&self) -> LeaseRoom {
         let active = self.active.lock();
         let reporting = active
             .values()
             .filter(|h| h.reporting.load(Ordering::Relaxed))
             .count();
-        free_slots(self.config.slots, active.len() - reporting, reporting)
+        LeaseRoom::of(self.config.slots, active.len() - reporting, reporting)
     }
 
     /// The work done so far by each running shard, by lease id.
@@ -340,10 +397,20 @@ impl Context {
         }
     }
 
-    /// Stops every running shard; each hands its lease back.
+    /// Stops every shard, queued or running; each hands its lease back.
     pub(crate) fn cancel_all(&self) {
         for shard in self.active.lock().values() {
-            shard.control.cancel();
+            shard.cancel();
+        }
+    }
+
+    /// Hands back the shards still queued (leased ahead, never started):
+    /// a draining worker starts nothing new.
+    pub(crate) fn hand_back_queued(&self) {
+        for shard in self.active.lock().values() {
+            if shard.queued.load(Ordering::Relaxed) {
+                shard.cancel();
+            }
         }
     }
 
@@ -357,11 +424,42 @@ impl Context {
     }
 }
 
-/// Free slots of `slots` with `computing` shards running and `reporting`
-/// shards computed whose reports are on their way (one of those a slot is
-/// free of charge).
-fn free_slots(slots: usize, computing: usize, reporting: usize) -> usize {
-    slots.saturating_sub(computing + reporting.saturating_sub(slots))
+/// Shards a worker may hold queued beyond its slots, when the coordinator
+/// finds the job's shards short enough (it decides how many of these it
+/// grants, from the shards' observed time).
+pub(crate) const LEASE_AHEAD: usize = 64;
+
+/// Reports of computed shards that may be on their way beyond one a slot
+/// before leasing stops: several batches' worth, so that short shards keep
+/// computing while a batch waits for its flush.
+pub(crate) const REPORTS_ON_THEIR_WAY: usize = 4 * LEASE_AHEAD;
+
+/// What a worker may lease: `free` shards to start at once, and `ahead` more
+/// to queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LeaseRoom {
+    pub free: usize,
+    pub ahead: usize,
+}
+
+impl LeaseRoom {
+    /// The room of a worker of `slots` with `unstarted` shards computing or
+    /// queued and `reporting` shards computed whose reports are on their
+    /// way. A shard whose report is on its way holds no slot, so the next
+    /// lease and input fetch overlap the report's round trip; but reports
+    /// beyond what the slots and the queue hold take room again, so that
+    /// reports held up (the coordinator unreachable) stop the leasing
+    /// instead of piling up.
+    pub(crate) fn of(slots: usize, unstarted: usize, reporting: usize) -> LeaseRoom {
+        let held_up = reporting.saturating_sub(slots + REPORTS_ON_THEIR_WAY);
+        let busy = unstarted + held_up;
+        let room = (slots + LEASE_AHEAD).saturating_sub(busy);
+        let free = slots.saturating_sub(busy).min(room);
+        LeaseRoom {
+            free,
+            ahead: room - free,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -369,29 +467,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_report_on_its_way_frees_its_slot_once_a_slot() {
-        assert_eq!(free_slots(2, 0, 0), 2);
-        assert_eq!(free_slots(2, 2, 0), 0);
+    fn a_worker_leases_up_to_its_slots_and_queue_and_stops_when_reports_pile_up() {
+        let room = |slots, unstarted, reporting| {
+            let r = LeaseRoom::of(slots, unstarted, reporting);
+            (r.free, r.ahead)
+        };
+        assert_eq!(room(2, 0, 0), (2, LEASE_AHEAD));
+        assert_eq!(room(2, 2, 0), (0, LEASE_AHEAD));
+        assert_eq!(room(2, 2 + LEASE_AHEAD, 0), (0, 0));
         // Computed shards reporting leave their slots to the next shards...
-        assert_eq!(free_slots(2, 1, 1), 1);
-        assert_eq!(free_slots(2, 0, 2), 2);
-        assert_eq!(free_slots(2, 2, 2), 0);
-        // ...but reports held up beyond one a slot take slots again.
-        assert_eq!(free_slots(2, 0, 3), 1);
-        assert_eq!(free_slots(2, 1, 3), 0);
-        assert_eq!(free_slots(2, 0, 9), 0);
+        let on_their_way = 2 + REPORTS_ON_THEIR_WAY;
+        assert_eq!(room(2, 1, 1), (1, LEASE_AHEAD));
+        assert_eq!(room(2, 0, on_their_way), (2, LEASE_AHEAD));
+        // ...but reports held up beyond those take room.
+        assert_eq!(room(2, 0, on_their_way + 1), (1, LEASE_AHEAD));
+        assert_eq!(room(2, 0, on_their_way + 2 + LEASE_AHEAD), (0, 0));
         for slots in 1..5 {
-            for computing in 0..=slots {
-                for reporting in 0..3 * slots {
-                    let free = free_slots(slots, computing, reporting);
+            for unstarted in 0..=slots + LEASE_AHEAD {
+                for reporting in (0..2 * (slots + REPORTS_ON_THEIR_WAY)).step_by(7) {
+                    let r = LeaseRoom::of(slots, unstarted, reporting);
                     assert!(
-                        computing + free <= slots,
-                        "never more shards computing than slots"
+                        unstarted + r.free <= slots.max(unstarted),
+                        "never more to start than slots"
                     );
-                    let held = computing + reporting;
+                    let held = unstarted + reporting;
+                    let most = 2 * slots + LEASE_AHEAD + REPORTS_ON_THEIR_WAY;
                     assert!(
-                        held + free <= (2 * slots).max(held),
-                        "leasing never takes a worker past two leases a slot"
+                        held + r.free + r.ahead <= most.max(held),
+                        "leasing never takes a worker past its slots, queue and reports"
                     );
                 }
             }

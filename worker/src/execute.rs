@@ -121,6 +121,8 @@ pub(crate) async fn compute_shard(
         output_blob,
         partial: outcome.partial.to_bytes(),
         work_done: outcome.work_done,
+        // Set by the attempt, which times the whole computation.
+        compute_us: 0,
         io,
     })
 }

@@ -1,5 +1,7 @@
 //! The lease loop: register with the coordinator, lease shards up to the free
-//! slots and start an attempt for each; on shutdown, drain.
+//! slots and a queue beyond them (granted for jobs of short shards only), and
+//! start an attempt for each, which waits in the queue for a slot; on
+//! shutdown, drain.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use tokio::task::JoinSet;
 use crate::attempt;
 use crate::backoff::Backoff;
 use crate::config::hostname;
-use crate::context::Context;
+use crate::context::{Context, LEASE_AHEAD, LeaseRoom};
 use crate::error::{Result, WorkerError};
 
 /// With every slot taken, how long to wait for one to free before looking again.
@@ -30,6 +32,9 @@ pub(crate) struct LeaseLoop {
     started: bool,
     backoff: Backoff,
     shards: JoinSet<()>,
+    /// Set when a request for queue room alone got nothing (the jobs' shards
+    /// are long): it is not asked again until a lease is granted.
+    ahead_refused: bool,
 }
 
 impl LeaseLoop {
@@ -40,6 +45,7 @@ impl LeaseLoop {
             started: false,
             backoff: Backoff::new(),
             shards: JoinSet::new(),
+            ahead_refused: false,
         }
     }
 
@@ -65,17 +71,20 @@ impl LeaseLoop {
         Ok(())
     }
 
-    /// One step: register, wait for a free slot, or lease.
+    /// One step: register, lease, or wait for a free slot. With every slot
+    /// busy the worker asks only for queue room, once the queue is half
+    /// empty, so that one call carries many shards.
     async fn turn(&mut self) -> Result<()> {
         if !self.registered || self.ctx.session_lost() {
             return self.register().await;
         }
         while self.shards.try_join_next().is_some() {}
-        match self.ctx.free_slots() {
-            0 => {
-                let _ = tokio::time::timeout(FULL_RECHECK, self.ctx.slot_freed()).await;
-            }
-            free => self.lease(free).await,
+        let room = self.ctx.lease_room();
+        let queue_room = room.ahead >= LEASE_AHEAD / 2 && !self.ahead_refused;
+        if room.free > 0 || queue_room {
+            self.lease(room).await;
+        } else {
+            let _ = tokio::time::timeout(FULL_RECHECK, self.ctx.slot_freed()).await;
         }
         Ok(())
     }
@@ -123,18 +132,26 @@ impl LeaseLoop {
         Ok(())
     }
 
-    /// Asks for up to `free` shards and starts an attempt for each.
-    async fn lease(&mut self, free: usize) {
+    /// Asks for up to `room` shards and starts an attempt for each. Only a
+    /// worker with a free slot waits for work to come.
+    async fn lease(&mut self, room: LeaseRoom) {
+        let wait = match room.free {
+            0 => Duration::ZERO,
+            _ => self.ctx.config.lease_wait,
+        };
         let request = proto::LeaseRequest {
             worker_id: self.ctx.config.worker_id.clone(),
-            free_slots: free as u32,
-            wait_ms: self.ctx.config.lease_wait.as_millis() as u64,
+            free_slots: room.free as u32,
+            wait_ms: wait.as_millis() as u64,
             session: self.ctx.session(),
+            lease_ahead: room.ahead as u32,
         };
         match self.ctx.client().lease(request).await {
             Ok(response) => {
                 self.backoff.reset();
-                for lease in response.into_inner().leases {
+                let leases = response.into_inner().leases;
+                self.ahead_refused = room.free == 0 && leases.is_empty();
+                for lease in leases {
                     let ttl = Duration::from_millis(lease.ttl_ms);
                     let handle = self.ctx.track(&lease.lease_id, ttl);
                     let shard = attempt::run_shard(self.ctx.clone(), lease, handle);
@@ -163,6 +180,8 @@ impl LeaseLoop {
     /// drain ends within the drain timeout plus the grace, whether or not the
     /// coordinator answers.
     async fn drain(mut self) {
+        // Shards leased ahead and not started go back at once.
+        self.ctx.hand_back_queued();
         let running = self.ctx.running();
         let timeout = self.ctx.config.drain_timeout;
         if running > 0 {

@@ -36,6 +36,8 @@ pub(crate) struct ShardResult {
     /// The encoded partial result; empty when the output is all.
     pub partial: Vec<u8>,
     pub work_done: u64,
+    /// Microseconds from the start of the computation to its end.
+    pub compute_us: u64,
     /// What the attempt read, wrote and spilled (logged, not reported).
     pub io: ShardIo,
 }
@@ -111,6 +113,7 @@ impl Ending {
                 messages.push(Body::Result(proto::ReportResult {
                     partial: result.partial,
                     work_done: result.work_done,
+                    compute_us: result.compute_us,
                 }));
                 messages
             }

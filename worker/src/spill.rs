@@ -89,6 +89,7 @@ impl SpillDir {
         let n = self.next_attempt.fetch_add(1, Ordering::Relaxed);
         FileSpill {
             dir: self.root.join(format!("attempt-{n}")),
+            made_dir: false,
             runs: Vec::new(),
             open: None,
             written: 0,
@@ -294,6 +295,9 @@ fn sweep_dead(spill_dir: &Path) -> std::io::Result<usize> {
 /// One attempt's runs, a file each, removed with it.
 pub(crate) struct FileSpill {
     dir: PathBuf,
+    /// Whether `dir` was made: most attempts never spill, and their end
+    /// then costs no call to the file system.
+    made_dir: bool,
     runs: Vec<File>,
     open: Option<BufWriter<File>>,
     written: u64,
@@ -312,6 +316,7 @@ impl Spill for FileSpill {
     fn write(&mut self, bytes: &[u8]) -> tally_kinds::Result<()> {
         if self.open.is_none() {
             std::fs::create_dir_all(&self.dir).map_err(|e| self.failed("create it", e))?;
+            self.made_dir = true;
             let path = self.dir.join(format!("run-{}", self.runs.len()));
             let file = File::options()
                 .read(true)
@@ -381,7 +386,9 @@ impl Drop for FileSpill {
     fn drop(&mut self) {
         self.open = None;
         self.runs.clear();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if self.made_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

@@ -40,6 +40,7 @@ impl Scheduler {
             rec.spec
                 .check_result(&rec.plan, &shard.task, &partial, report.output_to_check())?;
         }
+        entry.shard_time.note(result.compute_us);
         let replicas = entry.rec.spec.options().replicas as usize;
         if replicas > 1 {
             let this = ReplicaRecord {

@@ -39,6 +39,50 @@ pub(super) struct JobEntry {
     /// The memory a worker needs for the job (per worker, per shard held):
     /// a worker gets only as many of its shards at once as its budget holds.
     pub(super) memory: Option<ResourceEstimate>,
+    /// How long its shards take a worker, as reported (in memory only).
+    pub(super) shard_time: ShardTime,
+}
+
+/// The time a job's shards take to compute: a moving average of the times
+/// workers report, which sizes how far ahead of their slots workers may
+/// lease the job's shards.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct ShardTime {
+    /// Microseconds; `None` before the first report that says.
+    average_us: Option<u64>,
+}
+
+/// Work a worker may hold queued beyond its slots, in microseconds of the
+/// job's shards: short enough that the last shards of a stage wait little
+/// in one worker's queue while another is idle, long enough that a call and
+/// a flush (about a millisecond) are shared by many shards.
+pub(super) const LEASE_AHEAD_WORK_US: u64 = 50_000;
+
+/// The most shards a worker may hold queued beyond its slots.
+pub(super) const MAX_LEASE_AHEAD: u32 = 128;
+
+impl ShardTime {
+    /// Notes one shard's time (0: not measured, ignored). The average
+    /// follows a change of shard size within a few tens of shards.
+    pub(super) fn note(&mut self, compute_us: u64) {
+        if compute_us == 0 {
+            return;
+        }
+        self.average_us = Some(match self.average_us {
+            None => compute_us,
+            Some(average) => (average.saturating_mul(7).saturating_add(compute_us)) / 8,
+        });
+    }
+
+    /// How many of the job's shards a worker may hold beyond its slots:
+    /// none before a time is known, or for shards of
+    /// [`LEASE_AHEAD_WORK_US`] or more.
+    pub(super) fn lease_ahead(&self) -> u32 {
+        match self.average_us {
+            None => 0,
+            Some(us) => (LEASE_AHEAD_WORK_US / us.max(1)).min(u64::from(MAX_LEASE_AHEAD)) as u32,
+        }
+    }
 }
 
 impl JobEntry {
@@ -57,6 +101,7 @@ impl JobEntry {
             outputs: StageOutputs::default(),
             waiting_noted: false,
             shards_loaded: true,
+            shard_time: ShardTime::default(),
         }
     }
 
@@ -84,5 +129,34 @@ impl JobEntry {
 
     pub(super) fn work_done(&self) -> u64 {
         self.work_done_before + self.shards.work_done()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_shards_are_leased_ahead_and_long_ones_not() {
+        let mut time = ShardTime::default();
+        assert_eq!(time.lease_ahead(), 0, "nothing known: nothing ahead");
+        time.note(0);
+        assert_eq!(time.lease_ahead(), 0, "an unmeasured report says nothing");
+        time.note(5);
+        assert_eq!(time.lease_ahead(), MAX_LEASE_AHEAD);
+        let mut slow = ShardTime::default();
+        slow.note(2_000_000);
+        assert_eq!(slow.lease_ahead(), 0, "a shard of seconds needs no queue");
+        // Shards of a millisecond: the queue holds about the work allowed.
+        let mut middling = ShardTime::default();
+        for _ in 0..100 {
+            middling.note(1_000);
+        }
+        assert_eq!(middling.lease_ahead() as u64, LEASE_AHEAD_WORK_US / 1_000);
+        // The average follows the shards as they grow.
+        for _ in 0..100 {
+            middling.note(1_000_000);
+        }
+        assert_eq!(middling.lease_ahead(), 0);
     }
 }

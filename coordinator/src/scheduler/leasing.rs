@@ -17,7 +17,7 @@ use crate::records::{
 use crate::store::{Batch, Store, Tree};
 
 use super::events::Event;
-use super::job::JobEntry;
+use super::job::{JobEntry, MAX_LEASE_AHEAD};
 use super::protocol::Grant;
 use super::state::Scheduler;
 
@@ -25,6 +25,9 @@ use super::state::Scheduler;
 struct LeaseRequest<'a> {
     worker: &'a str,
     free_slots: u32,
+    /// Shards the worker may queue beyond its free slots: granted only of
+    /// jobs with short shards (`ShardTime::lease_ahead`).
+    ahead: u32,
     /// The memory the worker may use for shards.
     memory_budget: u64,
     /// What the worker runs besides the built-in kinds.
@@ -63,7 +66,14 @@ impl LeaseRequest<'_> {
     }
 
     fn is_full(&self, staged: &StagedLeases) -> bool {
-        staged.grants.len() as u32 >= self.free_slots
+        staged.grants.len() as u32 >= self.free_slots + self.ahead
+    }
+
+    /// How many of the job's shards this request may take: the free slots,
+    /// and as many more as the job's shards are short enough to queue.
+    fn cap_for(&self, entry: &JobEntry) -> usize {
+        let ahead = self.ahead.min(entry.shard_time.lease_ahead());
+        (self.free_slots + ahead) as usize
     }
 
     /// Whether this worker may take the shard now: its backoff is over, and a
@@ -101,7 +111,20 @@ impl Scheduler {
     /// started; the `leased` events and a job's start are applied for the
     /// next flush, and a crash that loses them loses only soft state.
     pub fn lease(&mut self, worker: &str, free_slots: u32, now_ms: u64) -> Result<Vec<Grant>> {
-        if free_slots == 0 {
+        self.lease_ahead(worker, free_slots, 0, now_ms)
+    }
+
+    /// Leases like [`Scheduler::lease`], and up to `ahead` shards more for the
+    /// worker to queue, of jobs whose shards are short: one call then
+    /// carries many of them.
+    pub fn lease_ahead(
+        &mut self,
+        worker: &str,
+        free_slots: u32,
+        ahead: u32,
+        now_ms: u64,
+    ) -> Result<Vec<Grant>> {
+        if free_slots + ahead == 0 {
             return Ok(Vec::new());
         }
         // Work goes only to a worker that introduced itself: a made-up id gets
@@ -115,6 +138,7 @@ impl Scheduler {
         let request = LeaseRequest {
             worker,
             free_slots,
+            ahead: ahead.min(MAX_LEASE_AHEAD),
             memory_budget: info.memory_budget(),
             capabilities: info.capabilities.clone(),
             now_ms,
@@ -175,7 +199,10 @@ impl Scheduler {
         self.ensure_shards(id)?;
         let store = self.store.clone();
         let entry = self.jobs.known(id);
-        let most = most.min(request.room_for(entry, staged));
+        let taken = staged.updated.iter().filter(|(job, _)| job == id).count();
+        let most = most
+            .min(request.room_for(entry, staged))
+            .min(request.cap_for(entry).saturating_sub(taken));
         let mut skipped = 0;
         let mut leased = 0;
         while skipped < entry.pending.len() && !request.is_full(staged) && leased < most {

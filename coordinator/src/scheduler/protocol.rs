@@ -208,6 +208,8 @@ pub struct ReportedCheckpoint {
 pub struct ReportedResult {
     pub partial: Vec<u8>,
     pub work_done: u64,
+    /// The worker's time on the shard, its queue not counted (0: unknown).
+    pub compute_us: u64,
 }
 
 #[derive(Clone, Debug)]

@@ -80,6 +80,7 @@ pub(super) fn report_from(worker: &str, grant: &Grant, corrupt: bool) -> Report 
     let result = ReportedResult {
         partial: outcome.partial.to_bytes(),
         work_done: outcome.work_done,
+        compute_us: 0,
     };
     Report::result(
         worker,
@@ -223,6 +224,7 @@ fn malformed_results_are_refused_and_change_nothing() {
     garbage.result = Some(ReportedResult {
         partial: b"{not json".to_vec(),
         work_done: 1,
+        compute_us: 0,
     });
     assert!(matches!(
         s.report(garbage, 1),
@@ -896,6 +898,7 @@ pub(super) fn staged_report(s: &mut Scheduler, grant: &Grant) -> Report {
     let result = ReportedResult {
         partial: outcome.partial.to_bytes(),
         work_done: outcome.work_done,
+        compute_us: 0,
     };
     Report::result(
         "w",

@@ -257,6 +257,7 @@ pub async fn hold_a_shard(url: &str, worker: &str) -> (proto::ShardLease, String
     let session = register(&mut client, worker).await;
     let lease = client
         .lease(proto::LeaseRequest {
+            lease_ahead: 0,
             worker_id: worker.into(),
             free_slots: 1,
             wait_ms: 5_000,
@@ -292,6 +293,7 @@ pub fn result_report(
             output_bytes: 0,
         }),
         Body::Result(proto::ReportResult {
+            compute_us: 0,
             partial: outcome.partial.to_bytes(),
             work_done: lease.work_total,
         }),

@@ -5,9 +5,10 @@
 //! large checkpoints grew the store without bound (a hex cell-step job of side
 //! 11 left 180 MB behind). Values of [`Tree::Blobs`](super::Tree::Blobs) above
 //! [`SPILL_THRESHOLD`] are therefore written here, and sled holds only a
-//! reference (name, length, digest) in a tree of its own: sled's leaves (at
-//! most 16 entries) then stay far below its blob size. The digest is XXH3
-//! (64 bits); references written before it was are FNV-1a and still read.
+//! reference (name, offset, length, digest) in a tree of its own: sled's
+//! leaves (at most 16 entries) then stay far below its blob size. The digest
+//! is XXH3 (64 bits); references written before it was are FNV-1a, and
+//! references written before offsets name a whole file: both still read.
 //!
 //! Order of a commit: the files are written when their batch is applied (under
 //! the scheduler's lock, so not fsynced there), fsynced with the directory
@@ -19,7 +20,9 @@
 //! there like any other loss of acknowledged data.
 
 use std::collections::HashSet;
+use std::fs::File;
 use std::io::Write as _;
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 
 use tally_wire::digest::fnv1a64;
@@ -35,15 +38,38 @@ pub const VALUES_DIR: &str = "values";
 /// Where a spilled value lives, as sled stores it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpillRef {
+    /// The file holding the value.
     pub name: String,
+    /// Where the value starts in the file (0 for a whole-file reference).
+    pub offset: u64,
     pub len: u64,
     pub digest: u64,
-    pub digest_kind: ValueDigest,
+    pub format: RefFormat,
 }
 
-/// How a [`SpillRef`]'s digest was taken.
+/// How a [`SpillRef`] is stored: where its value lies and how it was digested.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ValueDigest {
+pub enum RefFormat {
+    /// The whole file, FNV-1a: references written before XXH3.
+    WholeFileFnv1a,
+    /// The whole file, XXH3: references written before packs.
+    WholeFileXxh3,
+    /// `len` bytes at `offset` of a pack, XXH3.
+    Packed,
+}
+
+impl RefFormat {
+    fn digest(self) -> ValueDigest {
+        match self {
+            RefFormat::WholeFileFnv1a => ValueDigest::Fnv1a,
+            RefFormat::WholeFileXxh3 | RefFormat::Packed => ValueDigest::Xxh3,
+        }
+    }
+}
+
+/// How a value's digest is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ValueDigest {
     /// FNV-1a, a byte at a time: references written before XXH3.
     Fnv1a,
     /// XXH3 (64 bits): some tens of times faster on the megabyte chunks of
@@ -60,16 +86,26 @@ impl ValueDigest {
     }
 }
 
-/// Marks an XXH3 reference: before the name, which is digits and dashes.
+/// Marks a whole-file XXH3 reference: before the name, which is digits and
+/// dashes. No mark is FNV-1a.
 const XXH3_MARK: u8 = b'x';
+
+/// Marks a packed reference: followed by the offset (8 bytes, big-endian),
+/// then the name.
+const PACKED_MARK: u8 = b'o';
 
 impl SpillRef {
     pub fn encode(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(17 + self.name.len());
+        let mut bytes = Vec::with_capacity(25 + self.name.len());
         bytes.extend_from_slice(&self.len.to_be_bytes());
         bytes.extend_from_slice(&self.digest.to_be_bytes());
-        if self.digest_kind == ValueDigest::Xxh3 {
-            bytes.push(XXH3_MARK);
+        match self.format {
+            RefFormat::WholeFileFnv1a => {}
+            RefFormat::WholeFileXxh3 => bytes.push(XXH3_MARK),
+            RefFormat::Packed => {
+                bytes.push(PACKED_MARK);
+                bytes.extend_from_slice(&self.offset.to_be_bytes());
+            }
         }
         bytes.extend_from_slice(self.name.as_bytes());
         bytes
@@ -80,17 +116,22 @@ impl SpillRef {
     pub fn decode(bytes: &[u8]) -> Option<SpillRef> {
         let len = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
         let digest = u64::from_be_bytes(bytes.get(8..16)?.try_into().ok()?);
-        let (digest_kind, name) = match bytes.get(16..)? {
-            [XXH3_MARK, name @ ..] => (ValueDigest::Xxh3, name),
-            name => (ValueDigest::Fnv1a, name),
+        let (format, offset, name) = match bytes.get(16..)? {
+            [XXH3_MARK, name @ ..] => (RefFormat::WholeFileXxh3, 0, name),
+            [PACKED_MARK, rest @ ..] => {
+                let offset = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+                (RefFormat::Packed, offset, rest.get(8..)?)
+            }
+            name => (RefFormat::WholeFileFnv1a, 0, name),
         };
         let name = std::str::from_utf8(name).ok()?;
         let plain = !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit() || b == b'-');
         plain.then(|| SpillRef {
             name: name.to_string(),
+            offset,
             len,
             digest,
-            digest_kind,
+            format,
         })
     }
 }
@@ -117,15 +158,16 @@ impl ValueFiles {
     /// that failed), not yet durably: [`ValueFiles::sync_written`] makes it so.
     pub fn write(&self, name: &str, value: &[u8]) -> Result<SpillRef> {
         let path = self.dir.join(name);
-        let mut file = std::fs::File::create(&path).map_err(|e| io_error(&path, "create", &e))?;
+        let mut file = File::create(&path).map_err(|e| io_error(&path, "create", &e))?;
         file.write_all(value)
             .map_err(|e| io_error(&path, "write", &e))?;
         self.unsynced.lock().push(name.to_string());
         Ok(SpillRef {
             name: name.to_string(),
+            offset: 0,
             len: value.len() as u64,
             digest: ValueDigest::Xxh3.of(value),
-            digest_kind: ValueDigest::Xxh3,
+            format: RefFormat::Packed,
         })
     }
 
@@ -164,12 +206,40 @@ impl ValueFiles {
     /// The value `spilled` refers to, checked against its length and digest.
     pub fn read(&self, spilled: &SpillRef) -> Result<Vec<u8>> {
         let path = self.dir.join(&spilled.name);
-        let bytes = std::fs::read(&path).map_err(|e| io_error(&path, "read", &e))?;
-        if bytes.len() as u64 != spilled.len || spilled.digest_kind.of(&bytes) != spilled.digest {
-            return Err(CoordinatorError::Store(format!(
-                "the value file {} is damaged: its length or digest differs from what was committed",
-                path.display()
-            )));
+        let damaged = || {
+            CoordinatorError::Store(format!(
+                "the value file {} is damaged: the {} bytes at {} are missing or differ from \
+                 what was committed",
+                path.display(),
+                spilled.len,
+                spilled.offset
+            ))
+        };
+        let file = File::open(&path).map_err(|e| io_error(&path, "read", &e))?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| io_error(&path, "read", &e))?
+            .len();
+        // A pack holds more than the value; a file of an older reference is
+        // the value. The length is checked before it is allocated.
+        let fits = match spilled.format {
+            RefFormat::Packed => spilled
+                .offset
+                .checked_add(spilled.len)
+                .is_some_and(|end| end <= file_len),
+            RefFormat::WholeFileFnv1a | RefFormat::WholeFileXxh3 => file_len == spilled.len,
+        };
+        if !fits {
+            return Err(damaged());
+        }
+        let mut bytes = vec![0; usize::try_from(spilled.len).map_err(|_| damaged())?];
+        file.read_exact_at(&mut bytes, spilled.offset)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => damaged(),
+                _ => io_error(&path, "read", &e),
+            })?;
+        if spilled.format.digest().of(&bytes) != spilled.digest {
+            return Err(damaged());
         }
         Ok(bytes)
     }
@@ -229,34 +299,58 @@ fn io_error(path: &Path, what: &str, e: &std::io::Error) -> CoordinatorError {
 mod tests {
     use super::*;
 
+    /// A reference's bytes as a release before packs wrote them: length,
+    /// digest, the mark if any, the name.
+    fn whole_file_reference(len: u64, digest: u64, mark: &[u8], name: &str) -> Vec<u8> {
+        let mut bytes = len.to_be_bytes().to_vec();
+        bytes.extend_from_slice(&digest.to_be_bytes());
+        bytes.extend_from_slice(mark);
+        bytes.extend_from_slice(name.as_bytes());
+        bytes
+    }
+
     #[test]
     fn references_round_trip_and_never_name_another_path() {
         let spilled = SpillRef {
             name: "17-3".into(),
+            offset: 0x0102_0304_0506,
             len: 5000,
             digest: 0xdead_beef,
-            digest_kind: ValueDigest::Xxh3,
+            format: RefFormat::Packed,
         };
         assert_eq!(SpillRef::decode(&spilled.encode()), Some(spilled.clone()));
-        // A reference written before XXH3: no mark, an FNV-1a digest.
-        let mut old = 5000u64.to_be_bytes().to_vec();
-        old.extend_from_slice(&0xdead_beefu64.to_be_bytes());
-        old.extend_from_slice(b"17-3");
-        let decoded = SpillRef::decode(&old).unwrap();
-        assert_eq!(decoded.digest_kind, ValueDigest::Fnv1a);
-        assert_eq!(
-            (decoded.name.as_str(), decoded.digest),
-            ("17-3", 0xdead_beef)
-        );
-        assert_eq!(decoded.encode(), old, "written back as it was");
-        for name in ["../etc/passwd", "a/b", "", "17.3", "x"] {
-            let bad = SpillRef {
-                name: name.into(),
-                ..spilled.clone()
-            };
-            assert_eq!(SpillRef::decode(&bad.encode()), None, "{name:?}");
+        // References written before packs: no mark (FNV-1a) or `x` (XXH3),
+        // a whole file read from its start, written back as they were.
+        for (mark, format) in [
+            (&b""[..], RefFormat::WholeFileFnv1a),
+            (b"x", RefFormat::WholeFileXxh3),
+        ] {
+            let old = whole_file_reference(5000, 0xdead_beef, mark, "17-3");
+            let decoded = SpillRef::decode(&old).unwrap();
+            assert_eq!(decoded.format, format);
+            assert_eq!(
+                (decoded.name.as_str(), decoded.offset, decoded.digest),
+                ("17-3", 0, 0xdead_beef)
+            );
+            assert_eq!(decoded.encode(), old, "written back as it was");
+        }
+        for name in ["../etc/passwd", "a/b", "", "17.3", "x", "o"] {
+            for format in [
+                RefFormat::Packed,
+                RefFormat::WholeFileXxh3,
+                RefFormat::WholeFileFnv1a,
+            ] {
+                let bad = SpillRef {
+                    name: name.into(),
+                    format,
+                    ..spilled.clone()
+                };
+                assert_eq!(SpillRef::decode(&bad.encode()), None, "{name:?}");
+            }
         }
         assert_eq!(SpillRef::decode(&[0; 15]), None);
+        // A packed reference cut inside its offset.
+        assert_eq!(SpillRef::decode(&spilled.encode()[..20]), None);
     }
 
     #[test]
@@ -288,25 +382,30 @@ mod tests {
         assert_eq!(files.size(), 10_000);
     }
 
-    /// A value file written under an FNV-1a reference (before XXH3) is read
-    /// and checked by that digest.
+    /// Files written under the references of releases before packs (a
+    /// whole file each, FNV-1a or XXH3) are read and checked by their own
+    /// digest, and only whole.
     #[test]
-    fn a_value_under_an_older_reference_is_checked_by_its_own_digest() {
+    fn values_under_older_references_are_whole_files_checked_by_their_own_digest() {
         let dir = tempfile::tempdir().unwrap();
         let files = ValueFiles::open(dir.path()).unwrap();
         let value: Vec<u8> = (0..9000u32).map(|i| (i * 7) as u8).collect();
-        let written = files.write("3-0", &value).unwrap();
-        assert_eq!(written.digest_kind, ValueDigest::Xxh3);
-        let older = SpillRef {
-            digest: fnv1a64(&value),
-            digest_kind: ValueDigest::Fnv1a,
-            ..written.clone()
-        };
-        assert_eq!(files.read(&older).unwrap(), value);
-        let mismatched = SpillRef {
-            digest_kind: ValueDigest::Fnv1a,
-            ..written
-        };
-        assert!(files.read(&mismatched).is_err());
+        let fnv = fnv1a64(&value);
+        let xxh3 = xxhash_rust::xxh3::xxh3_64(&value);
+        for (name, mark, digest) in [("3-0", &b""[..], fnv), ("3-1", b"x", xxh3)] {
+            let path = dir.path().join(VALUES_DIR).join(name);
+            std::fs::write(&path, &value).unwrap();
+            let older = SpillRef::decode(&whole_file_reference(9000, digest, mark, name)).unwrap();
+            assert_eq!(files.read(&older).unwrap(), value, "{name}");
+            // The other digest does not pass.
+            let other = if digest == fnv { xxh3 } else { fnv };
+            let mismatched = SpillRef::decode(&whole_file_reference(9000, other, mark, name));
+            assert!(files.read(&mismatched.unwrap()).is_err(), "{name}");
+            // A whole-file value is the file: one byte more is damage too.
+            let mut longer = value.clone();
+            longer.push(0);
+            std::fs::write(&path, &longer).unwrap();
+            assert!(files.read(&older).is_err(), "{name}");
+        }
     }
 }

@@ -47,8 +47,9 @@ pub(super) struct Marked {
     /// The content digest after the last batch applied (set once the store
     /// is read).
     pub(super) digest: u64,
-    /// Value files the batches applied no longer reference, with the commit
-    /// that dropped them: deleted once that commit is flushed.
+    /// The files of the value references the batches applied dropped (a file
+    /// once per reference), with the commit that dropped them: released once
+    /// that commit is flushed, and a file goes with its last reference.
     pub(super) unreferenced: Vec<(u64, String)>,
     /// Whether the store still holds [`LEGACY_DIGEST_KEY`]: the next commit
     /// removes it.

@@ -5,8 +5,8 @@
 //!
 //! Around it: `directory.rs` checks and opens the data directory,
 //! `integrity.rs` tells whether acknowledged data was lost, `faults.rs` names
-//! storage failures, and `spill.rs` keeps large blob values in files beside
-//! sled, which sled references.
+//! storage failures, and `spill.rs` keeps large blob values in pack files
+//! beside sled, which sled references.
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
@@ -133,11 +133,13 @@ impl SledStore {
         }
         marked.digest = digest.map_or(0, |d| d.current);
         let values = ValueFiles::open(dir)?;
-        let damaged = damaged_values(&handles, &values)?;
+        let spilled = handles.spilled_refs()?;
+        values.recount(spilled.iter().map(|(_, r)| r));
+        let damaged = damaged_values(&spilled, &values);
         if let Some((_, why)) = damaged.first() {
             let lost = format!(
-                "the store in {} has lost acknowledged data: {} of its value files are \
-                 missing or damaged ({why})",
+                "the store in {} has lost acknowledged data: {} of the large values in \
+                 its value files are missing or damaged ({why})",
                 dir.display(),
                 damaged.len()
             );
@@ -233,11 +235,13 @@ impl SledStore {
     fn reopen(&self, marked: &mut Marked) -> Result<()> {
         // What was applied and not flushed is read back from the store.
         self.overlay().clear();
-        self.values.forget_unsynced();
         let mut handles = self.handles.write();
         // The old handles must be gone before sled can take its lock again.
         drop(handles.take());
         let reopened = Handles::open(&self.dir, false)?;
+        // The values of the writes just forgotten lost their references.
+        let spilled = reopened.spilled_refs()?;
+        self.values.recount(spilled.iter().map(|(_, r)| r));
         let meta = reopened.tree(Tree::Meta);
         let stored = stored_mark(meta, &self.dir)?;
         let acknowledged = marked.current;
@@ -256,8 +260,9 @@ impl SledStore {
         marked.current.commits = stored.commits;
         marked.current.next_job = acknowledged.next_job.max(stored.next_job);
         // Batches applied but not flushed may be gone: go on from the store
-        // (a file they no longer referenced may be referenced again; the
-        // sweep at the next open removes any left over).
+        // (a reference they dropped may be there again, and the counts come
+        // from the store; the sweep at the next open removes any file left
+        // over).
         marked.applied = marked.current;
         marked.unreferenced.clear();
         marked.digest = digest.current;
@@ -390,8 +395,8 @@ impl Store for SledStore {
                 (None, Some(value)) => Entry::Put(value),
                 (None, None) => Entry::Remove,
             };
-            // A value file replaced before sled ever referenced it goes
-            // once this batch is durable.
+            // A value replaced before sled ever referenced it releases its
+            // reference to its pack once this batch is durable.
             if let Some(Entry::Spilled(old)) = overlay.insert(w.tree, w.key, entry) {
                 marked.unreferenced.push((next.commits, old.name));
             }
@@ -455,7 +460,7 @@ impl Store for SledStore {
         marked.unreferenced = kept;
         drop(marked);
         for (_, name) in gone {
-            self.values.remove(&name);
+            self.values.release(&name);
         }
         Ok(())
     }
@@ -537,8 +542,10 @@ impl SledStore {
         if writes.is_empty() {
             return Ok(target);
         }
-        // The value files these writes reference go to disk first: sled may
-        // write its log at any time once it holds the references.
+        // The values these writes reference go to disk first: sled may write
+        // its log at any time once it holds the references. They were all
+        // written before the take above; values applied since may land in
+        // the same pack and are synced early with it.
         self.values.sync_written()?;
         guarded(&self.dir, || {
             self.with_handles(|handles| {
@@ -547,8 +554,8 @@ impl SledStore {
                 marked.digest = digest;
                 marked.legacy_digest = false;
                 // Until this transaction is durable the store may come back
-                // without it, referencing these files again: they go after
-                // the flush that covers it.
+                // without it, referencing these values again: they are
+                // released after the flush that covers it.
                 marked
                     .unreferenced
                     .extend(unreferenced.into_iter().map(|name| (target.commits, name)));
@@ -559,8 +566,8 @@ impl SledStore {
         })
     }
 
-    /// Writes the large blob values of `batch` to files (made durable by
-    /// `write_overlay`, before the transaction that references them); one
+    /// Writes the large blob values of `batch` to the open pack (made durable
+    /// by `write_overlay`, before the transaction that references them); one
     /// entry per write, `None` for a value kept in sled.
     fn spill(&self, batch: &Batch, commit: u64) -> Result<Vec<Option<SpillRef>>> {
         let mut spills = Vec::with_capacity(batch.writes.len());
@@ -573,6 +580,12 @@ impl SledStore {
             });
         }
         Ok(spills)
+    }
+
+    /// fsyncs of value packs and of their directory since the store opened.
+    #[cfg(test)]
+    pub(super) fn value_fsyncs(&self) -> u64 {
+        self.values.fsyncs()
     }
 
     fn get_unguarded(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -684,16 +697,16 @@ impl SledStore {
     }
 }
 
-/// The spilled values whose files are missing or no longer match their
+/// The spilled values missing from their files or no longer matching their
 /// reference: their keys, and why.
-fn damaged_values(handles: &Handles, values: &ValueFiles) -> Result<Vec<(Vec<u8>, String)>> {
-    let mut damaged = Vec::new();
-    for (key, spilled) in handles.spilled_refs()? {
-        if let Err(e) = values.read(&spilled) {
-            damaged.push((key, e.to_string()));
-        }
-    }
-    Ok(damaged)
+fn damaged_values(spilled: &[(Vec<u8>, SpillRef)], values: &ValueFiles) -> Vec<(Vec<u8>, String)> {
+    spilled
+        .iter()
+        .filter_map(|(key, spilled)| {
+            let why = values.read(spilled).err()?;
+            Some((key.clone(), why.to_string()))
+        })
+        .collect()
 }
 
 /// A store lock's guard that marks the store broken when a panic unwinds

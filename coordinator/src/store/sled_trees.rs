@@ -101,7 +101,7 @@ pub(super) fn holds_legacy_digest(handles: &Handles, dir: &Path) -> Result<bool>
 /// write of each key) in one transaction over every tree, with the commit
 /// count and the content digest moved on (durable once sled is flushed). A
 /// spilled blob value is stored as its reference. Returns the new digest and
-/// the value files no longer referenced.
+/// the files of the references it dropped (a file once per reference).
 pub(super) fn write_batch(
     handles: &Handles,
     writes: &Writes,

@@ -260,9 +260,9 @@ fn a_store_that_lost_an_old_entry_but_kept_its_last_commit_is_refused() {
     assert!(store.recovery().is_none());
 }
 
-/// Large blob values live in files beside sled: the store reads them back,
-/// deletes a file once nothing references it, deletes files a crash left
-/// unreferenced, and refuses a store whose file was damaged or lost
+/// Large blob values live in pack files beside sled: the store reads them
+/// back, deletes a pack once nothing references it, deletes files a crash
+/// left unreferenced, and refuses a store whose file was damaged or lost
 /// (`--recover` drops the entry).
 #[test]
 fn large_blob_values_live_in_files_that_go_with_their_entries() {
@@ -278,13 +278,14 @@ fn large_blob_values_live_in_files_that_go_with_their_entries() {
         b.put(Tree::Blobs, b"j/2".to_vec(), big(2));
         b.put(Tree::Blobs, b"j/3".to_vec(), b"small".to_vec());
         store.commit(b).unwrap();
-        assert_eq!(files(), 2);
+        assert_eq!(files(), 1, "one pack for the commit");
         assert_eq!(store.get(Tree::Blobs, b"j/1").unwrap(), Some(big(1)));
         let all = store.scan_prefix(Tree::Blobs, b"j/").unwrap();
         let keys: Vec<&[u8]> = all.iter().map(|(k, _)| k.as_slice()).collect();
         assert_eq!(keys, [b"j/1".as_slice(), b"j/2", b"j/3"]);
         assert_eq!(all[1].1, big(2));
-        // Replaced by a small value, removed: the files go.
+        // Replaced by a small value, removed: the pack goes; the new value
+        // is in a pack of its own.
         let mut b = Batch::default();
         b.put(Tree::Blobs, b"j/1".to_vec(), b"now small".to_vec());
         b.remove(Tree::Blobs, b"j/2".to_vec());
@@ -523,13 +524,14 @@ fn applied_batches_are_read_before_their_flush_and_lost_together_without_it() {
 }
 
 /// A large blob written twice before a flush: sled only ever references
-/// the second file, and the first goes once the flush is done.
+/// the second value, and the first one's reference to the pack is released
+/// by the flush (the pack goes with the second's).
 #[test]
-fn a_value_file_replaced_before_its_flush_is_deleted_after_it() {
+fn a_value_replaced_before_its_flush_releases_its_pack_after_it() {
     use super::spill::{SPILL_THRESHOLD, VALUES_DIR};
     let dir = tempfile::tempdir().unwrap();
     let values = dir.path().join(VALUES_DIR);
-    let files = || std::fs::read_dir(&values).unwrap().count();
+    let names = || value_files(&values);
     let big = |fill: u8| vec![fill; SPILL_THRESHOLD + 1];
     let store = SledStore::open(dir.path()).unwrap();
     for fill in [1, 2] {
@@ -537,13 +539,282 @@ fn a_value_file_replaced_before_its_flush_is_deleted_after_it() {
         b.put(Tree::Blobs, b"j/out".to_vec(), big(fill));
         store.apply(b).unwrap();
     }
-    assert_eq!(files(), 2, "both files are written before their flush");
+    let pack = names();
+    assert_eq!(pack.len(), 1, "both values in one pack before their flush");
     assert_eq!(store.get(Tree::Blobs, b"j/out").unwrap(), Some(big(2)));
     store.flush().unwrap();
-    assert_eq!(files(), 1);
+    assert_eq!(names(), pack, "the second value keeps the pack");
     drop(store);
     let store = SledStore::open(dir.path()).unwrap();
     assert_eq!(store.get(Tree::Blobs, b"j/out").unwrap(), Some(big(2)));
+    let mut b = Batch::default();
+    b.put(Tree::Blobs, b"j/out".to_vec(), big(3));
+    store.commit(b).unwrap();
+    let now = names();
+    assert_eq!(now.len(), 1);
+    assert_ne!(now, pack, "the old pack went with its last value");
+    assert_eq!(store.get(Tree::Blobs, b"j/out").unwrap(), Some(big(3)));
+}
+
+/// The names of the files in a store's values directory, sorted.
+fn value_files(values: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(values)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A large value of `len` bytes that differs with `seed`.
+fn large_value(seed: u32, len: usize) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503)) as u8)
+        .collect()
+}
+
+/// Staged outputs of 5 to 60 KiB applied one batch each between two
+/// flushes go into one pack, which the flush fsyncs once (and the
+/// directory once), not once per value; they read back as written after the
+/// store is opened again.
+#[test]
+fn values_applied_between_two_flushes_share_one_pack_synced_once() {
+    use super::spill::VALUES_DIR;
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join(VALUES_DIR);
+    let written: Vec<(Vec<u8>, Vec<u8>)> = (0..300u32)
+        .map(|i| {
+            let len = 5 * 1024 + (i as usize * 7_919) % (55 * 1024);
+            (format!("j/{i:04}").into_bytes(), large_value(i, len))
+        })
+        .collect();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        let synced = store.value_fsyncs();
+        for (key, value) in &written[..200] {
+            let mut b = Batch::default();
+            b.put(Tree::Blobs, key.clone(), value.clone());
+            store.apply(b).unwrap();
+        }
+        store.flush().unwrap();
+        assert_eq!(value_files(&values).len(), 1);
+        assert_eq!(store.value_fsyncs() - synced, 2, "one pack, one directory");
+        // The next flush's values go to a pack of their own.
+        for (key, value) in &written[200..] {
+            let mut b = Batch::default();
+            b.put(Tree::Blobs, key.clone(), value.clone());
+            store.apply(b).unwrap();
+        }
+        store.flush().unwrap();
+        assert_eq!(value_files(&values).len(), 2);
+        assert_eq!(store.value_fsyncs() - synced, 4);
+    }
+    let store = SledStore::open(dir.path()).unwrap();
+    for (key, value) in &written {
+        let read = store.get(Tree::Blobs, key).unwrap();
+        assert!(
+            read.as_ref() == Some(value),
+            "{}",
+            String::from_utf8_lossy(key)
+        );
+    }
+    assert_eq!(store.scan_prefix(Tree::Blobs, b"j/").unwrap(), written);
+}
+
+/// A pack stays while any of its values is referenced, across a reopen
+/// (which counts the references anew), and goes with the flush that drops
+/// its last one.
+#[test]
+fn a_pack_stays_while_any_of_its_values_is_referenced() {
+    use super::spill::VALUES_DIR;
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join(VALUES_DIR);
+    let value = |i: u32| large_value(i, 7_000 + i as usize);
+    let key = |i: u32| format!("j/{i}").into_bytes();
+    let first_pack = {
+        let store = SledStore::open(dir.path()).unwrap();
+        let mut b = Batch::default();
+        for i in 0..6 {
+            b.put(Tree::Blobs, key(i), value(i));
+        }
+        store.commit(b).unwrap();
+        let first_pack = value_files(&values);
+        assert_eq!(first_pack.len(), 1);
+        // Removed, made small, replaced by a large value (in a new pack).
+        let mut b = Batch::default();
+        b.remove(Tree::Blobs, key(0));
+        b.put(Tree::Blobs, key(1), b"small".to_vec());
+        b.put(Tree::Blobs, key(2), value(20));
+        store.commit(b).unwrap();
+        let packs = value_files(&values);
+        assert_eq!(packs.len(), 2);
+        assert!(packs.contains(&first_pack[0]));
+        for i in 3..6 {
+            assert_eq!(store.get(Tree::Blobs, &key(i)).unwrap(), Some(value(i)));
+        }
+        first_pack
+    };
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(value_files(&values).len(), 2);
+    let mut b = Batch::default();
+    b.remove(Tree::Blobs, key(3));
+    b.remove(Tree::Blobs, key(4));
+    store.commit(b).unwrap();
+    assert!(value_files(&values).contains(&first_pack[0]));
+    assert_eq!(store.get(Tree::Blobs, &key(5)).unwrap(), Some(value(5)));
+    let mut b = Batch::default();
+    b.put(Tree::Blobs, key(5), b"small too".to_vec());
+    store.commit(b).unwrap();
+    let left = value_files(&values);
+    assert_eq!(left.len(), 1);
+    assert!(
+        !left.contains(&first_pack[0]),
+        "the last value took the pack"
+    );
+    assert_eq!(store.get(Tree::Blobs, &key(2)).unwrap(), Some(value(20)));
+    assert_eq!(
+        store.get(Tree::Blobs, &key(1)).unwrap(),
+        Some(b"small".to_vec())
+    );
+}
+
+/// A store with five values of 8,000 bytes in one pack, in key order, and
+/// the pack's path.
+fn store_with_one_pack(dir: &std::path::Path) -> std::path::PathBuf {
+    use super::spill::VALUES_DIR;
+    let store = SledStore::open(dir).unwrap();
+    let mut b = Batch::default();
+    for i in 0..5 {
+        b.put(
+            Tree::Blobs,
+            format!("j/{i}").into_bytes(),
+            large_value(i, 8_000),
+        );
+    }
+    b.put(Tree::Jobs, b"j".to_vec(), b"running".to_vec());
+    store.commit(b).unwrap();
+    let packs = value_files(&dir.join(VALUES_DIR));
+    assert_eq!(packs.len(), 1);
+    dir.join(VALUES_DIR).join(&packs[0])
+}
+
+/// A changed byte inside one packed value, or a pack cut short, is found by
+/// the check on open and refused; `--recover` drops only the values lost.
+#[test]
+fn a_damaged_or_cut_pack_is_refused_and_recovered_without_its_lost_values() {
+    let read =
+        |store: &SledStore, i: u32| store.get(Tree::Blobs, format!("j/{i}").as_bytes()).unwrap();
+    for (damage, lost) in [("a byte changed", &[2][..]), ("cut short", &[2, 3, 4])] {
+        let dir = tempfile::tempdir().unwrap();
+        let pack = store_with_one_pack(dir.path());
+        let mut bytes = std::fs::read(&pack).unwrap();
+        if lost.len() == 1 {
+            bytes[2 * 8_000 + 1_234] ^= 0x10;
+        } else {
+            bytes.truncate(2 * 8_000 + 10);
+        }
+        std::fs::write(&pack, bytes).unwrap();
+        let refused = SledStore::open(dir.path()).err().expect(damage).to_string();
+        assert!(
+            refused.contains("missing or damaged"),
+            "{damage}: {refused}"
+        );
+        assert!(refused.contains("--recover"), "{damage}: {refused}");
+        assert!(!refused.contains('\n'), "{damage}: {refused}");
+        let store = SledStore::open_with(dir.path(), OnLoss::Recover).unwrap();
+        assert!(store.recovery().is_some(), "{damage}");
+        for i in 0..5 {
+            let expected = (!lost.contains(&i)).then(|| large_value(i, 8_000));
+            assert_eq!(read(&store, i), expected, "{damage}: value {i}");
+        }
+        assert_eq!(
+            store.get(Tree::Jobs, b"j").unwrap(),
+            Some(b"running".to_vec())
+        );
+        assert!(pack.exists(), "{damage}: the values left keep the pack");
+        drop(store);
+        let store = SledStore::open(dir.path()).expect("the recovered store opens plainly");
+        assert_eq!(read(&store, 0), Some(large_value(0, 8_000)), "{damage}");
+    }
+}
+
+/// A store of a release before packs references whole files (FNV-1a with no
+/// mark, XXH3 with `x`): they read, a later commit packs beside them, and
+/// each goes with its one reference.
+#[test]
+fn values_under_references_of_older_releases_read_and_go_with_their_entries() {
+    use super::integrity::{DIGEST_KEY, content_digest};
+    use super::spill::VALUES_DIR;
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join(VALUES_DIR);
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        commit_jobs(&store, 1..3);
+    }
+    let fnv_value = large_value(1, 9_000);
+    let xxh3_value = large_value(2, 12_345);
+    {
+        // What the older release wrote: a file per value, sled's reference
+        // to it, and the content digest over them.
+        let db = open_waiting_for_lock(dir.path()).unwrap();
+        let trees: Vec<sled::Tree> = Tree::ALL
+            .iter()
+            .map(|t| t.name())
+            .chain(["spilled"])
+            .map(|name| db.open_tree(name).unwrap())
+            .collect();
+        let spilled = trees.last().unwrap();
+        for (key, name, mark, value, digest) in [
+            (
+                "old/fnv",
+                "1-0",
+                &b""[..],
+                &fnv_value,
+                tally_wire::digest::fnv1a64(&fnv_value),
+            ),
+            (
+                "old/xxh3",
+                "2-0",
+                b"x",
+                &xxh3_value,
+                xxhash_rust::xxh3::xxh3_64(&xxh3_value),
+            ),
+        ] {
+            std::fs::write(values.join(name), value).unwrap();
+            let mut reference = (value.len() as u64).to_be_bytes().to_vec();
+            reference.extend_from_slice(&digest.to_be_bytes());
+            reference.extend_from_slice(mark);
+            reference.extend_from_slice(name.as_bytes());
+            spilled.insert(key, reference).unwrap();
+        }
+        let digest = content_digest(&trees, dir.path()).unwrap().current;
+        trees[0].insert(DIGEST_KEY, &digest.to_be_bytes()).unwrap();
+        db.flush().unwrap();
+    }
+    let store = SledStore::open(dir.path()).unwrap();
+    assert!(store.recovery().is_none());
+    assert_eq!(store.get(Tree::Blobs, b"old/fnv").unwrap(), Some(fnv_value));
+    assert_eq!(
+        store.get(Tree::Blobs, b"old/xxh3").unwrap(),
+        Some(xxh3_value.clone())
+    );
+    let mut b = Batch::default();
+    b.put(Tree::Blobs, b"old/fnv".to_vec(), large_value(3, 5_000));
+    store.commit(b).unwrap();
+    let names = value_files(&values);
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(!names.contains(&"1-0".to_string()), "{names:?}");
+    assert!(names.contains(&"2-0".to_string()), "{names:?}");
+    drop(store);
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(
+        store.get(Tree::Blobs, b"old/fnv").unwrap(),
+        Some(large_value(3, 5_000))
+    );
+    assert_eq!(
+        store.get(Tree::Blobs, b"old/xxh3").unwrap(),
+        Some(xxh3_value)
+    );
 }
 
 /// Many writes applied before a flush go to sled in whole batches as they

@@ -607,6 +607,7 @@ async fn expire_leases(shared: Arc<Shared>, every: Duration, retain: Option<Dura
                 if let Err(e) = s.settle_finished(now) {
                     tracing::debug!(error = %e, "settling finished jobs failed");
                 }
+                s.write_deferred_events()?;
                 s.expire_leases(now)
             })
             .await;

@@ -134,6 +134,9 @@ impl Shared {
                         ))
                     })?;
                     shared.reload.store(false, Ordering::SeqCst);
+                    // What the store holds now is durable (the load flushed
+                    // it); the changes owed before were lost with the failure.
+                    shared.owed.store(0, Ordering::SeqCst);
                 }
                 // A panic in `f` may leave the scheduler half changed: read
                 // it back from the store before the next call uses it.

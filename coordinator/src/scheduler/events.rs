@@ -2,6 +2,12 @@
 //! that makes it, numbered in order. A checkpoint right after a checkpoint
 //! of the same attempt replaces it, so the log grows with attempts, whose
 //! number is bounded, and not with how often a worker saves.
+//!
+//! A lease writes nothing (it is soft state), so its `leased` event waits in
+//! memory ([`JobEntry::defer`]) and goes into the job's next batch, or the
+//! next expiry tick's ([`Scheduler::write_deferred_events`]): the log shows
+//! it only once it is as durable as what follows it, and a crash that loses
+//! it loses no number a reader has seen.
 
 use crate::records::{EventRecord, ShardRecord, encode, event_key};
 use crate::store::{Batch, Tree};
@@ -52,9 +58,55 @@ impl<'a> Event<'a> {
     }
 }
 
+/// An event logged later, with the next batch of its job.
+pub(super) struct DeferredEvent {
+    time_ms: u64,
+    kind: &'static str,
+    stage: u32,
+    shard: u32,
+    attempt: u64,
+    worker: String,
+    message: String,
+}
+
 impl JobEntry {
-    /// Adds `event` to `batch` under the job's next event number.
+    /// Keeps `event` for the job's next batch (see the module's note).
+    pub(super) fn defer(&mut self, now_ms: u64, kind: &'static str, event: Event) {
+        self.deferred_events.push(DeferredEvent {
+            time_ms: now_ms,
+            kind,
+            stage: event.stage,
+            shard: event.shard,
+            attempt: event.attempt,
+            worker: event.worker.to_string(),
+            message: event.message.to_string(),
+        });
+    }
+
+    /// Adds the deferred events to `batch`, in order, under the job's next
+    /// event numbers.
+    pub(super) fn log_deferred(&mut self, batch: &mut Batch) {
+        for deferred in std::mem::take(&mut self.deferred_events) {
+            let event = Event {
+                kind: deferred.kind,
+                stage: deferred.stage,
+                shard: deferred.shard,
+                attempt: deferred.attempt,
+                worker: &deferred.worker,
+                message: &deferred.message,
+            };
+            self.log_now(batch, deferred.time_ms, event);
+        }
+    }
+
+    /// Adds `event` to `batch` under the job's next event number, after the
+    /// events deferred before it.
     pub(super) fn log(&mut self, batch: &mut Batch, now_ms: u64, event: Event) {
+        self.log_deferred(batch);
+        self.log_now(batch, now_ms, event);
+    }
+
+    fn log_now(&mut self, batch: &mut Batch, now_ms: u64, event: Event) {
         let place = (event.stage, event.shard, event.attempt);
         let replaced = match self.last_checkpoint_event {
             Some((stage, shard, attempt, seq, count))
@@ -89,5 +141,20 @@ impl JobEntry {
             encode(&record),
         );
         self.next_event = seq + 1;
+    }
+}
+
+impl super::state::Scheduler {
+    /// Writes every job's deferred events in one batch (the expiry tick's),
+    /// so that leases show in the log within a tick.
+    pub fn write_deferred_events(&mut self) -> crate::error::Result<()> {
+        let mut batch = Batch::default();
+        for entry in self.jobs.iter_mut() {
+            entry.log_deferred(&mut batch);
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.write(batch)
     }
 }

@@ -41,6 +41,8 @@ pub(super) struct JobEntry {
     pub(super) memory: Option<ResourceEstimate>,
     /// How long its shards take a worker, as reported (in memory only).
     pub(super) shard_time: ShardTime,
+    /// Events waiting for the job's next batch (`events.rs`).
+    pub(super) deferred_events: Vec<super::events::DeferredEvent>,
 }
 
 /// The time a job's shards take to compute: a moving average of the times
@@ -102,6 +104,7 @@ impl JobEntry {
             waiting_noted: false,
             shards_loaded: true,
             shard_time: ShardTime::default(),
+            deferred_events: Vec::new(),
         }
     }
 

@@ -108,8 +108,9 @@ impl Scheduler {
     /// starting after the job served last, so that one job's many shards never
     /// hold back the others. Nothing here needs a flush before the grants are
     /// returned: a lease's attempt is of this load's epoch, committed when it
-    /// started; the `leased` events and a job's start are applied for the
-    /// next flush, and a crash that loses them loses only soft state.
+    /// started; a job's start is applied for the next flush, and the `leased`
+    /// events wait for the job's next batch (`events.rs`), so a crash that
+    /// loses them loses only soft state.
     pub fn lease(&mut self, worker: &str, free_slots: u32, now_ms: u64) -> Result<Vec<Grant>> {
         self.lease_ahead(worker, free_slots, 0, now_ms)
     }
@@ -169,7 +170,7 @@ impl Scheduler {
             }
         }
         self.stage_started_jobs(&mut staged, now_ms);
-        if staged.batch.is_empty() {
+        if staged.grants.is_empty() && staged.batch.is_empty() {
             return Ok(Vec::new());
         }
         self.commit_leases(staged, now_ms)
@@ -247,7 +248,11 @@ impl Scheduler {
     /// then the leases in memory; if the apply fails, nothing was handed out
     /// and the shards go back to the queue.
     fn commit_leases(&mut self, staged: StagedLeases, now_ms: u64) -> Result<Vec<Grant>> {
-        if let Err(e) = self.write(staged.batch) {
+        let written = match staged.batch.is_empty() {
+            true => Ok(()),
+            false => self.write(staged.batch),
+        };
+        if let Err(e) = written {
             for (id, shard) in staged.updated {
                 self.jobs.known(&id).pending.push_front(shard.index);
             }
@@ -342,7 +347,7 @@ fn lease_shard(
         String::new()
     };
     let leased = Event::shard("leased", &shard, request.worker, &note);
-    entry.log(&mut staged.batch, request.now_ms, leased);
+    entry.defer(request.now_ms, "leased", leased);
     staged.updated.push((id, shard));
     Ok(grant)
 }

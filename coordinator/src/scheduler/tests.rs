@@ -384,7 +384,11 @@ fn checkpoints_of_one_attempt_are_coalesced_into_one_event() {
         state_blob: None,
     };
     let grant = s.lease("w", 1, 0).unwrap().remove(0);
+    // The lease's event waits for the job's next batch, or the next tick.
     let before = s.events(&id, 0).unwrap().len();
+    s.write_deferred_events().unwrap();
+    assert_eq!(s.events(&id, 0).unwrap().len(), before + 1);
+    let before = before + 1;
     for work in 0..500 {
         s.report(
             Report::checkpoint("w", grant.lease.clone(), checkpoint(work)),

@@ -39,10 +39,19 @@
 //!   loopback, if installed): wall time, the coordinator's CPU time, peak
 //!   memory and store size at the end.
 //!
+//! - `-- defaults [1m]`: the runner's cost at its defaults, the commands a user
+//!   runs without tuning (synthetic shards at the default slots and at 128,
+//!   hex cell-step with 1 and 100 shards a step, a trivial wasm module over
+//!   10,000 shards, a tiny job through a running cluster), with
+//!   `TALLY_BENCH_BEFORE=BIN` for an older build alongside (`runner_parts/defaults.rs`).
+//!
 //! Run: `cargo bench --bench runner` (add `-- quick` for one repetition).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "runner_parts/defaults.rs"]
+mod runner_defaults;
 
 fn tally() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tally"))
@@ -109,6 +118,10 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("stage-store") {
         return stage_stores(runs);
+    }
+    if args.first().map(String::as_str) == Some("defaults") {
+        let million = args.iter().any(|a| a == "1m");
+        return runner_defaults::defaults(runs, million);
     }
     if args.first().map(String::as_str) == Some("shards") {
         return shard_cost(runs);

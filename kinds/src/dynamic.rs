@@ -130,8 +130,9 @@ pub trait SpecOps: Send + Sync {
         partial: &EncodedPartial,
         output: Option<&[u8]>,
     ) -> Result<()>;
-    /// The answer from the partial results of the last stage, in shard order.
-    fn finish(&self, plan: &JobPlan, partials: &[EncodedPartial]) -> Result<Answer>;
+    /// The answer from the partial results of the last stage, in shard order
+    /// (borrowed: a stage may hold a million).
+    fn finish(&self, plan: &JobPlan, partials: &[&EncodedPartial]) -> Result<Answer>;
     /// The answer computed in this process by the kernel alone, without shards:
     /// the reference every run through the runner must equal.
     fn compute_direct(&self, threads: usize, control: &Control) -> Result<Answer>;
@@ -174,9 +175,11 @@ fn encode_planned<K: JobKind>(shards: Vec<Planned<K::Task>>) -> Vec<PlannedShard
         .collect()
 }
 
-fn decode_partials<K: JobKind>(partials: &[EncodedPartial]) -> Result<Vec<K::Partial>> {
+fn decode_partials<'a, K: JobKind>(
+    partials: impl IntoIterator<Item = &'a EncodedPartial>,
+) -> Result<Vec<K::Partial>> {
     partials
-        .iter()
+        .into_iter()
         .map(|p| {
             p.decode::<K::Partial>().map_err(|e| {
                 Error::Internal(format!("stored {} result does not load: {e}", K::NAME))
@@ -405,8 +408,8 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
         K::check_result(&self.0, &plan_of::<K>(plan)?, &task, &partial, output)
     }
 
-    fn finish(&self, plan: &JobPlan, partials: &[EncodedPartial]) -> Result<Answer> {
-        let partials = decode_partials::<K>(partials)?;
+    fn finish(&self, plan: &JobPlan, partials: &[&EncodedPartial]) -> Result<Answer> {
+        let partials = decode_partials::<K>(partials.iter().copied())?;
         K::finish(&self.0, &plan_of::<K>(plan)?, partials)
     }
 

@@ -2177,7 +2177,21 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
         ),
     ]);
 
-    let before = observe(&mut client).await;
+    // A lease's event reaches the log with the job's next batch or the next
+    // expiry tick: wait for every held lease's, so that nothing changes the
+    // log while the refusals are checked.
+    let before = loop {
+        let observed = observe(&mut client).await;
+        let logged = |x: &&proto::ShardLease| {
+            observed.events[&x.job_id].iter().any(|e| {
+                e.kind == "leased" && (e.stage, e.shard, e.attempt) == (x.stage, x.index, x.attempt)
+            })
+        };
+        if held.iter().all(|x| logged(&x)) {
+            break observed;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     let held_ids: Vec<proto::LeaseProgress> = held
         .iter()
         .map(|x| proto::LeaseProgress {

@@ -427,7 +427,7 @@ impl Context {
 /// Shards a worker may hold queued beyond its slots, when the coordinator
 /// finds the job's shards short enough (it decides how many of these it
 /// grants, from the shards' observed time).
-pub(crate) const LEASE_AHEAD: usize = 64;
+pub(crate) const LEASE_AHEAD: usize = 128;
 
 /// Reports of computed shards that may be on their way beyond one a slot
 /// before leasing stops: several batches' worth, so that short shards keep

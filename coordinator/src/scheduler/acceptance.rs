@@ -165,7 +165,7 @@ impl Scheduler {
         let accepted = Event::shard("accepted", &shard, &report.worker, "");
         entry.log(&mut batch, now_ms, accepted);
         // Only a result that completes the stage changes more than this
-        // shard: only then is the stage worth saving (a copy of every shard).
+        // shard: only then is the stage worth saving.
         let snapshot = entry.shards.all_done().then(|| entry.snapshot_stage());
         if let Err(e) = self
             .advance_if_stage_done(job, &mut batch, now_ms)
@@ -174,6 +174,7 @@ impl Scheduler {
             saved.restore(self.jobs.known(job), snapshot, index);
             return Err(e);
         }
+        self.jobs.known(job).replaced_shards = None;
         Ok(ReportOutcome {
             stop: self.jobs.known(job).rec.state.is_finished(),
             accepted: true,

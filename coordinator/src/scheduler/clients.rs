@@ -18,7 +18,7 @@ use crate::store::{Batch, NEXT_JOB_KEY, Tree};
 use super::events::Event;
 use super::job::JobEntry;
 use super::stage_outputs::StageOutputs;
-use super::stages::install_stage;
+use super::stages::{install_stage_unwritten, write_shard_records};
 use super::state::Scheduler;
 
 /// At most this many shard records in one store transaction at submission.
@@ -70,9 +70,8 @@ impl Scheduler {
         let rec = new_job(seq, spec, plan, idempotency_key.clone(), &first, now_ms);
         let id = rec.id.clone();
         let mut entry = JobEntry::new(rec);
-        let mut shards = Batch::default();
-        install_stage(&mut entry, 1, first, &mut shards);
-        let mut batch = self.write_shards_ahead(shards, seq)?;
+        install_stage_unwritten(&mut entry, 1, first);
+        let mut batch = self.write_shards_ahead(&entry, seq)?;
         for (key, bytes) in new_attachments {
             batch.put(Tree::Blobs, key, bytes.to_vec());
         }
@@ -106,21 +105,27 @@ impl Scheduler {
     /// counter goes with the first part, so a failure or a crash between the
     /// parts leaves only records of an id never given again, which no job
     /// record names and nothing reads.
-    fn write_shards_ahead(&mut self, shards: Batch, seq: u64) -> Result<Batch> {
-        let mut writes = shards.writes.into_iter();
-        let mut first = true;
+    /// Each part is encoded only when it is written, so that a million
+    /// records are never held encoded at once.
+    fn write_shards_ahead(&mut self, entry: &JobEntry, seq: u64) -> Result<Batch> {
+        let total = entry.shards.len();
+        let mut start = 0;
         loop {
-            let part: Vec<_> = writes.by_ref().take(SUBMIT_PART).collect();
-            if writes.len() == 0 {
-                return Ok(Batch { writes: part });
+            let end = (start + SUBMIT_PART).min(total);
+            let mut batch = Batch::default();
+            write_shard_records(entry, start..end, &mut batch);
+            if end == total {
+                return Ok(batch);
             }
-            let mut batch = Batch { writes: part };
-            if first {
+            if start == 0 {
                 batch.put(Tree::Meta, NEXT_JOB_KEY, (seq + 1).to_be_bytes().to_vec());
-                first = false;
             }
             self.write(batch)?;
             self.jobs.numbered(seq);
+            // Flushed part by part: the store's memory holds one part's
+            // unwritten pages, not a million records'.
+            self.store.flush()?;
+            start = end;
         }
     }
 

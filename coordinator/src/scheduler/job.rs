@@ -43,6 +43,9 @@ pub(super) struct JobEntry {
     pub(super) shard_time: ShardTime,
     /// Events waiting for the job's next batch (`events.rs`).
     pub(super) deferred_events: Vec<super::events::DeferredEvent>,
+    /// The table of the stage a transition replaced, until the batch that
+    /// replaced it is written (see `stages::StageSnapshot`).
+    pub(super) replaced_shards: Option<ShardTable>,
 }
 
 /// The time a job's shards take to compute: a moving average of the times
@@ -105,6 +108,7 @@ impl JobEntry {
             shards_loaded: true,
             shard_time: ShardTime::default(),
             deferred_events: Vec::new(),
+            replaced_shards: None,
         }
     }
 

@@ -122,6 +122,9 @@ impl Scheduler {
                 self.advance_if_stage_done(id, &mut batch, now_ms)?;
             }
             self.store.apply(batch)?;
+            for id in ids {
+                self.jobs.known(id).replaced_shards = None;
+            }
         }
         self.store.flush()
     }

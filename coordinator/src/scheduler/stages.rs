@@ -17,7 +17,6 @@ use crate::store::{Batch, Tree};
 
 use super::events::Event;
 use super::job::JobEntry;
-use super::shard_table::ShardTable;
 use super::stage_outputs::{FinishedStage, StageOutputs, StageSource, retained_stages};
 use super::state::Scheduler;
 
@@ -216,8 +215,8 @@ fn start_next_stage(
 /// not combine fails.
 fn finish_job(entry: &mut JobEntry, batch: &mut Batch, now_ms: u64) {
     let stage = entry.rec.stage;
-    let partials: Option<Vec<EncodedPartial>> =
-        entry.shards.iter().map(|s| s.partial.clone()).collect();
+    let partials: Option<Vec<&EncodedPartial>> =
+        entry.shards.iter().map(|s| s.partial.as_ref()).collect();
     let mut rec = entry.rec.clone();
     let answer = partials
         .ok_or_else(|| tally_kinds::Error::Internal("a done shard has no result".into()))
@@ -267,24 +266,49 @@ pub(super) fn install_stage(
     planned: Vec<PlannedShard>,
     batch: &mut Batch,
 ) {
-    entry.shards.clear();
+    install_stage_unwritten(entry, stage, planned);
+    write_shard_records(entry, 0..entry.shards.len(), batch);
+}
+
+/// Puts the planned shards of `stage` into `entry` without writing them:
+/// the caller writes them (`write_shard_records`), in parts if many.
+pub(super) fn install_stage_unwritten(
+    entry: &mut JobEntry,
+    stage: u32,
+    planned: Vec<PlannedShard>,
+) {
+    // The stage's table is kept, not copied, until the change that replaces
+    // it is written (`StageSnapshot`): a million-shard stage is not held twice.
+    entry.replaced_shards = Some(std::mem::take(&mut entry.shards));
     entry.pending.clear();
     entry.outputs.start_stage(planned.len());
     for (i, p) in planned.into_iter().enumerate() {
         let shard = ShardRecord::planned(&entry.rec.id, stage, i as u32, p.task, p.work_total);
-        batch.put(
-            Tree::Shards,
-            shard_key(&entry.rec.id, stage, i as u32),
-            encode(&shard),
-        );
         entry.shards.push(shard);
         entry.pending.push_back(i as u32);
     }
 }
 
+/// Adds the records of the shards at `positions` to `batch`.
+pub(super) fn write_shard_records(
+    entry: &JobEntry,
+    positions: std::ops::Range<usize>,
+    batch: &mut Batch,
+) {
+    for position in positions {
+        let shard = &entry.shards[position];
+        batch.put(
+            Tree::Shards,
+            shard_key(&entry.rec.id, shard.stage, shard.index),
+            encode(shard),
+        );
+    }
+}
+
 /// What a stage transition changes in memory, to undo it if its commit fails.
+/// The shard table is not copied: a stage transition moves it aside
+/// (`JobEntry::replaced_shards`) and a restore moves it back.
 pub(super) struct StageSnapshot {
-    shards: ShardTable,
     pending: VecDeque<u32>,
     shards_done_before: u64,
     work_done_before: u64,
@@ -294,7 +318,6 @@ pub(super) struct StageSnapshot {
 impl JobEntry {
     pub(super) fn snapshot_stage(&self) -> StageSnapshot {
         StageSnapshot {
-            shards: self.shards.clone(),
             pending: self.pending.clone(),
             shards_done_before: self.shards_done_before,
             work_done_before: self.work_done_before,
@@ -303,7 +326,9 @@ impl JobEntry {
     }
 
     pub(super) fn restore_stage(&mut self, s: StageSnapshot) {
-        self.shards = s.shards;
+        if let Some(shards) = self.replaced_shards.take() {
+            self.shards = shards;
+        }
         self.pending = s.pending;
         self.shards_done_before = s.shards_done_before;
         self.work_done_before = s.work_done_before;

@@ -8,17 +8,30 @@ use tally_wire::proto;
 use crate::client::{Remote, connect, quick};
 use crate::output::outln;
 
+/// The events one `Events` call returns at most (the coordinator's page).
+const EVENTS_PAGE: usize = 16_384;
+
 /// Prints the job's events, one a line (or all in one JSON object).
 pub async fn execute(remote: &Remote, job_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = connect(remote).await?;
-    let events = client
-        .events(quick(proto::EventsRequest {
-            job_id: job_id.to_string(),
-            from_sequence: 0,
-        }))
-        .await?
-        .into_inner()
-        .events;
+    // A response holds a page of the log: ask on until one comes back short.
+    let mut events: Vec<proto::Event> = Vec::new();
+    loop {
+        let from_sequence = events.last().map_or(0, |e| e.sequence + 1);
+        let page = client
+            .events(quick(proto::EventsRequest {
+                job_id: job_id.to_string(),
+                from_sequence,
+            }))
+            .await?
+            .into_inner()
+            .events;
+        let full = page.len() >= EVENTS_PAGE;
+        events.extend(page);
+        if !full {
+            break;
+        }
+    }
     if json {
         let list: Vec<_> = events
             .iter()

@@ -280,6 +280,9 @@ impl Scheduler {
     }
 
     /// The job's events from sequence number `from` on.
+    /// The job's events from sequence `from`, at most [`EVENTS_PER_CALL`]
+    /// of them: a job of a million shards has millions, more than one
+    /// message holds; the caller asks again from the next sequence.
     pub fn events(&self, id: &str, from: u64) -> Result<Vec<EventRecord>> {
         self.jobs.get(id)?;
         let mut start = event_prefix(id);
@@ -287,10 +290,14 @@ impl Scheduler {
         let all = self.store.scan_prefix(Tree::Events, &event_prefix(id))?;
         all.into_iter()
             .filter(|(k, _)| *k >= start)
+            .take(EVENTS_PER_CALL)
             .map(|(_, v)| decode("event", &v))
             .collect()
     }
 }
+
+/// The most events one `Events` call returns (well within a message).
+pub const EVENTS_PER_CALL: usize = 16_384;
 
 /// The record of job number `seq`, queued, at its first stage.
 fn new_job(

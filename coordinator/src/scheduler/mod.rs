@@ -47,6 +47,7 @@ mod tests;
 #[cfg(test)]
 mod view_tests;
 
+pub use clients::EVENTS_PER_CALL;
 pub use protocol::{
     Grant, Registration, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure,
     ReportedResult, ResultCheck, WORKER_FORGOTTEN_MS, WORKER_LOST_MS, WorkerInfo,

@@ -187,15 +187,23 @@ pub async fn wait_finished(
 }
 
 pub async fn events(client: &mut JobServiceClient<Channel>, id: &str) -> Vec<proto::Event> {
-    client
-        .events(proto::EventsRequest {
-            job_id: id.into(),
-            from_sequence: 0,
-        })
-        .await
-        .expect("events")
-        .into_inner()
-        .events
+    let mut events: Vec<proto::Event> = Vec::new();
+    loop {
+        let page = client
+            .events(proto::EventsRequest {
+                job_id: id.into(),
+                from_sequence: events.last().map_or(0, |e| e.sequence + 1),
+            })
+            .await
+            .expect("events")
+            .into_inner()
+            .events;
+        let full = page.len() >= tally_coordinator::scheduler::EVENTS_PER_CALL;
+        events.extend(page);
+        if !full {
+            return events;
+        }
+    }
 }
 
 /// The job's whole event log, retrying for up to 20 s while the coordinator

@@ -22,6 +22,7 @@ mod flags;
 mod output;
 mod parse;
 mod signals;
+mod sizing;
 mod spec_input;
 
 use std::process::ExitCode;

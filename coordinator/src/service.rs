@@ -316,6 +316,12 @@ impl JobService for JobApi {
                 Ok(proto::InfoResponse {
                     version: env!("CARGO_PKG_VERSION").to_string(),
                     workers_live: s.workers().values().filter(|w| w.is_live(now)).count() as u32,
+                    slots_live: s
+                        .workers()
+                        .values()
+                        .filter(|w| w.is_live(now))
+                        .map(|w| w.slots)
+                        .sum(),
                     jobs: jobs.len() as u32,
                     jobs_unfinished: jobs.iter().filter(|j| !j.is_finished()).count() as u32,
                     store_bytes: s.store_size_on_disk().unwrap_or(0),

@@ -78,6 +78,10 @@ pub trait SpecOps: Send + Sync {
     /// The parameters of the spec made to fit workers of `budget` bytes
     /// (see [`JobKind::fit_to_budget`]).
     fn fit_to_budget(&self, budget: u64) -> Result<Map<String, Value>>;
+    /// The shard count the user chose (see [`JobKind::shard_count`]).
+    fn shard_count(&self) -> Option<crate::kind::ShardCount>;
+    /// The parameters with `shards` shards (see [`JobKind::with_shard_count`]).
+    fn with_shard_count(&self, shards: u64) -> Result<Map<String, Value>>;
     /// The SHA-256 (hex) of every attachment the job needs.
     fn attachments(&self) -> Vec<String>;
     /// What a worker must offer to run the job's shards, if anything.
@@ -256,6 +260,14 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
 
     fn fit_to_budget(&self, budget: u64) -> Result<Map<String, Value>> {
         to_map(&K::fit_to_budget(&self.0, budget))
+    }
+
+    fn shard_count(&self) -> Option<crate::kind::ShardCount> {
+        K::shard_count(&self.0)
+    }
+
+    fn with_shard_count(&self, shards: u64) -> Result<Map<String, Value>> {
+        to_map(&K::with_shard_count(&self.0, shards))
     }
 
     fn attachments(&self) -> Vec<String> {

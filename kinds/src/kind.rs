@@ -101,6 +101,19 @@ pub trait JobKind: Send + Sync + 'static {
     fn fit_to_budget(spec: &Self::Spec, _budget: u64) -> Self::Spec {
         spec.clone()
     }
+    /// The shard count, where the user chose it (synthetic, wasm, the hex
+    /// cell-step plan): the client times a shard before it submits, says
+    /// when shards are far shorter than the runner's own cost a shard, and
+    /// picks the count itself for [`ShardCount::Auto`] where the kind takes
+    /// it. `None`: the kind decides.
+    fn shard_count(_spec: &Self::Spec) -> Option<ShardCount> {
+        None
+    }
+    /// The spec with `shards` shards, for a kind that takes
+    /// [`ShardCount::Auto`]; unchanged by default.
+    fn with_shard_count(spec: &Self::Spec, _shards: u64) -> Self::Spec {
+        spec.clone()
+    }
     /// The SHA-256 (hex) of every attachment the job needs (a wasm job's
     /// module): the coordinator must hold them to accept the job, and a
     /// worker fetches them before it runs a shard.
@@ -292,6 +305,25 @@ impl<P> Clone for FinishedStage<'_, P> {
 }
 
 impl<P> Copy for FinishedStage<'_, P> {}
+
+/// `--shards N` or `--shards auto` (0: the count is picked at submission).
+pub fn parse_shard_count(text: &str) -> std::result::Result<u64, String> {
+    match text.parse::<u64>() {
+        _ if text == "auto" => Ok(0),
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "expected a count of at least 1, or auto, not {text:?}"
+        )),
+    }
+}
+
+/// A shard count the user chose (see [`JobKind::shard_count`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShardCount {
+    /// Picked when the job is submitted (`--shards auto`).
+    Auto,
+    Chosen(u64),
+}
 
 /// What follows a finished stage (see [`JobKind::next_stage`]).
 #[derive(Clone, Debug, PartialEq, Eq)]

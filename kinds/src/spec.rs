@@ -220,6 +220,33 @@ impl ValidSpec {
         Ok(fitted)
     }
 
+    /// The same job cut into `shards` shards (the count picked for
+    /// `--shards auto`); checked again.
+    pub fn with_shard_count(&self, shards: u64) -> Result<ValidSpec> {
+        ValidSpec::new(JobSpec {
+            params: self.checked.with_shard_count(shards)?,
+            ..self.spec.clone()
+        })
+    }
+
+    /// Whether `other` asks the same question: the same spec, or one that
+    /// differs only in a shard count the kind would pick itself (`--shards
+    /// auto`: the count changes how the work is cut, not the answer).
+    pub fn same_question(&self, other: &ValidSpec) -> bool {
+        if self.spec == other.spec {
+            return true;
+        }
+        let unsized_spec = |s: &ValidSpec| {
+            s.with_shard_count(0)
+                .ok()
+                .filter(|u| u.shard_count() == Some(crate::kind::ShardCount::Auto))
+        };
+        match (unsized_spec(self), unsized_spec(other)) {
+            (Some(a), Some(b)) => a.spec == b.spec,
+            _ => false,
+        }
+    }
+
     /// Runs a shard from its start, with no stage input and no checkpoints.
     pub fn execute_once(
         &self,

@@ -8,7 +8,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
-use crate::kind::{Answer, FaultInjection, JobKind, Outcome, Planned, ShardRun, SpecOf, no_output};
+use crate::kind::{
+    Answer, FaultInjection, JobKind, Outcome, Planned, ShardCount, ShardRun, SpecOf, no_output,
+};
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::modular::mul_mod;
 use tally_wire::proto;
@@ -90,6 +92,11 @@ impl JobKind for Synthetic {
             // Zero is proto3's "unset".
             terms_per_shard: s.terms_per_shard.max(1),
         }))
+    }
+
+    /// The count is the user's, and part of the sum: never auto.
+    fn shard_count(spec: &SyntheticSpec) -> Option<ShardCount> {
+        Some(ShardCount::Chosen(spec.shards))
     }
 
     fn validate(spec: &SyntheticSpec) -> Result<()> {

@@ -22,8 +22,8 @@ use crate::guest::{
     GuestCall, GuestHooks, GuestModule, MODULES_KEPT, SEND_MODULE, WASM_CAPABILITY, is_sha256_hex,
 };
 use crate::kind::{
-    Answer, Checkpoint, FaultInjection, FileReader, JobKind, Outcome, Planned, ShardRun, SpecArgs,
-    SpecOf, no_output,
+    Answer, Checkpoint, FaultInjection, FileReader, JobKind, Outcome, Planned, ShardCount,
+    ShardRun, SpecArgs, SpecOf, no_output,
 };
 use crate::{Control, Error, Result, invalid};
 use tally_kernels::modular::{inv_mod, is_prime};
@@ -85,8 +85,9 @@ pub struct WasmArgs {
     /// The module, a .wasm file of at most 8 MiB; it is sent with the job.
     #[arg(long, value_name = "FILE")]
     pub module: PathBuf,
-    /// Shards the sum is cut into, 1 to 100000.
-    #[arg(long)]
+    /// Shards the sum is cut into, 1 to 100000, or auto: picked when the job
+    /// is submitted, from the workers' slots and a shard timed then.
+    #[arg(long, value_parser = crate::kind::parse_shard_count)]
     pub shards: u64,
     /// A parameter for the module; repeat for more (the module reads them).
     #[arg(long = "param", value_name = "K=V")]
@@ -204,9 +205,10 @@ impl JobKind for Wasm {
                 spec.module_sha256
             ));
         }
-        if !(1..=MAX_SHARDS).contains(&spec.shards) {
+        // 0: auto, picked by the client before it submits (`shard_count`).
+        if spec.shards > MAX_SHARDS {
             return Err(invalid!(
-                "shards must be between 1 and {MAX_SHARDS}, not {}",
+                "shards must be auto or between 1 and {MAX_SHARDS}, not {}",
                 spec.shards
             ));
         }
@@ -288,6 +290,20 @@ impl JobKind for Wasm {
         )
     }
 
+    fn shard_count(spec: &WasmSpec) -> Option<ShardCount> {
+        Some(match spec.shards {
+            0 => ShardCount::Auto,
+            n => ShardCount::Chosen(n),
+        })
+    }
+
+    fn with_shard_count(spec: &WasmSpec, shards: u64) -> WasmSpec {
+        WasmSpec {
+            shards,
+            ..spec.clone()
+        }
+    }
+
     /// None: a wasm job needs a module, and has no direct computation.
     fn small_example() -> Option<WasmSpec> {
         None
@@ -304,6 +320,11 @@ impl JobKind for Wasm {
     /// Checks the module (the coordinator holds it in `cache` by now) and
     /// chooses the primes.
     fn prepare(spec: &WasmSpec, cache: &KernelCache, _control: &Control) -> Result<WasmPlan> {
+        if spec.shards == 0 {
+            return Err(invalid!(
+                "shards auto is picked by tally submit or tally run before the job is                  submitted; give a count of 1 to {MAX_SHARDS}"
+            ));
+        }
         let runtime = cache
             .guest_runtime()
             .ok_or_else(|| Error::Internal("no sandbox to check wasm modules with".into()))?;

@@ -124,11 +124,20 @@ pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         Some(url) => url.clone(),
         None => default_stage_store(&data_dir)?,
     };
+    // The run's key names the question, before its shards are sized: the
+    // same command resumes the job whatever count `--shards auto` picks.
+    let key = run_key(&spec);
+    let sized = crate::sizing::size(spec, &attachments, (args.workers * slots) as u64)?;
+    if let Some(note) = &sized.note {
+        eprintln!("note: {note}");
+    }
+    let spec = sized.spec;
     let cluster = LocalCluster::start(data_dir, stage_store, workers).await?;
     let data = args.data.as_deref();
     let submission = Submission {
         spec: &spec,
         attachments,
+        key,
     };
     let outcome =
         submit_and_follow(cluster.remote(), submission, data, json, &mut interrupts).await;
@@ -259,6 +268,8 @@ enum Followed {
 struct Submission<'a> {
     spec: &'a ValidSpec,
     attachments: Vec<Vec<u8>>,
+    /// The idempotency key (`run_key`).
+    key: String,
 }
 
 /// Submits the job (or finds the one a previous `run` with the same spec and
@@ -274,7 +285,7 @@ async fn submit_and_follow(
     let spec = submission.spec;
     let request = proto::SubmitRequest {
         spec: Some(spec.into()),
-        idempotency_key: run_key(spec),
+        idempotency_key: submission.key,
         attachments: submission.attachments,
     };
     let submitted = client.submit(planned(request)).await?.into_inner();

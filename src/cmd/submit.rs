@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Args;
 use tally_wire::proto;
 
-use crate::client::{Remote, connect, planned};
+use crate::client::{Remote, connect, planned, quick};
 use crate::flags::SpecArgs;
 use crate::output::{self, outln};
 use crate::spec_input;
@@ -24,6 +24,18 @@ pub struct SubmitArgs {
 pub async fn execute(remote: &Remote, args: SubmitArgs, json: bool) -> anyhow::Result<ExitCode> {
     let (spec, attachments) = spec_input::job_spec(&args.spec)?;
     let mut client = connect(remote).await?;
+    let slots = match spec.shard_count() {
+        Some(_) => {
+            let info = client
+                .info(quick(proto::InfoRequest {}))
+                .await?
+                .into_inner();
+            u64::from(info.slots_live)
+        }
+        None => 0,
+    };
+    let sized = crate::sizing::size(spec, &attachments, slots)?;
+    let spec = sized.spec;
     let response = client
         .submit(planned(proto::SubmitRequest {
             spec: Some((&spec).into()),
@@ -36,12 +48,18 @@ pub async fn execute(remote: &Remote, args: SubmitArgs, json: bool) -> anyhow::R
     if json {
         let mut value = output::job_json(&job);
         value["created"] = serde_json::Value::Bool(response.created);
+        if let Some(note) = &sized.note {
+            value["note"] = serde_json::Value::String(note.clone());
+        }
         outln!("{value}")?;
     } else {
         if !response.created {
             eprintln!("a job with this idempotency key exists already");
         }
-        eprintln!("submitted {}", job.description);
+        match &sized.note {
+            Some(note) => eprintln!("submitted {} ({note})", job.description),
+            None => eprintln!("submitted {}", job.description),
+        }
         outln!("{}", job.id)?;
     }
     Ok(ExitCode::SUCCESS)

@@ -80,6 +80,34 @@ fn run_prints_the_answer_as_the_last_line() {
     assert_eq!(last_line(&out), last_line(&direct));
 }
 
+/// Shards sized for the user: `--shards auto` picks a count (said on
+/// stderr) and the answer is the one any count gives; shards of no work are
+/// called short; a count of 0 is refused, naming auto.
+#[test]
+fn shards_auto_picks_a_count_and_short_shards_are_said() {
+    let queens = example_module("queens");
+    let out = tally(&[
+        "run", "wasm", "--module", &queens, "--shards", "auto", "--param", "n=10",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        last_line(&out),
+        tally_example_queens::A000170[10].to_string()
+    );
+    assert!(stderr.contains("--shards auto: "), "{stderr}");
+    let out = tally(&["run", "synthetic", "--shards", "2000"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("2000 shards are short"), "{stderr}");
+    let bad = tally(&["run", "wasm", "--module", &queens, "--shards", "0"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("or auto"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
 #[test]
 fn a_wasm_spec_file_sends_its_module_with_attach() {
     let queens = example_module("queens");

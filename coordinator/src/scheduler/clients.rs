@@ -147,7 +147,7 @@ impl Scheduler {
             return Ok(None);
         };
         let existing = &self.jobs.get(id)?.rec.spec;
-        if existing.spec() != spec.spec() {
+        if !existing.same_question(spec) {
             // The key is echoed in part: it may be 256 bytes long.
             let shown: String = key.chars().take(32).collect();
             let more = if shown.len() < key.len() { "..." } else { "" };

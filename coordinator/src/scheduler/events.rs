@@ -5,14 +5,14 @@
 //!
 //! A lease writes nothing (it is soft state), so its `leased` event waits in
 //! memory ([`JobEntry::defer`]) and goes into the job's next batch, or the
-//! next expiry tick's ([`Scheduler::write_deferred_events`]): the log shows
+//! next expiry tick's (`Scheduler::write_deferred_events`): the log shows
 //! it only once it is as durable as what follows it, and a crash that loses
 //! it loses no number a reader has seen.
 
 use crate::records::{EventRecord, ShardRecord, encode, event_key};
 use crate::store::{Batch, Tree};
 
-use super::job::JobEntry;
+use super::job::{DeferredEvent, JobEntry};
 
 /// The kind of the event a checkpoint writes.
 pub(super) const CHECKPOINT: &str = "checkpoint";
@@ -56,17 +56,6 @@ impl<'a> Event<'a> {
             message,
         }
     }
-}
-
-/// An event logged later, with the next batch of its job.
-pub(super) struct DeferredEvent {
-    time_ms: u64,
-    kind: &'static str,
-    stage: u32,
-    shard: u32,
-    attempt: u64,
-    worker: String,
-    message: String,
 }
 
 impl JobEntry {
@@ -141,20 +130,5 @@ impl JobEntry {
             encode(&record),
         );
         self.next_event = seq + 1;
-    }
-}
-
-impl super::state::Scheduler {
-    /// Writes every job's deferred events in one batch (the expiry tick's),
-    /// so that leases show in the log within a tick.
-    pub fn write_deferred_events(&mut self) -> crate::error::Result<()> {
-        let mut batch = Batch::default();
-        for entry in self.jobs.iter_mut() {
-            entry.log_deferred(&mut batch);
-        }
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.write(batch)
     }
 }

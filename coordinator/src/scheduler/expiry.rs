@@ -108,6 +108,19 @@ impl Scheduler {
         Ok(expired)
     }
 
+    /// Writes every job's deferred events in one batch (the expiry tick's),
+    /// so that leases show in the log within a tick (see `events.rs`).
+    pub fn write_deferred_events(&mut self) -> Result<()> {
+        let mut batch = Batch::default();
+        for entry in self.jobs.iter_mut() {
+            entry.log_deferred(&mut batch);
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.write(batch)
+    }
+
     /// Expires the job's due leases in one batch; returns how many.
     fn expire_job_leases(&mut self, id: &str, now_ms: u64) -> Result<usize> {
         let config = self.config.clone();

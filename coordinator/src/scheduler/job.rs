@@ -42,10 +42,21 @@ pub(super) struct JobEntry {
     /// How long its shards take a worker, as reported (in memory only).
     pub(super) shard_time: ShardTime,
     /// Events waiting for the job's next batch (`events.rs`).
-    pub(super) deferred_events: Vec<super::events::DeferredEvent>,
+    pub(super) deferred_events: Vec<DeferredEvent>,
     /// The table of the stage a transition replaced, until the batch that
     /// replaced it is written (see `stages::StageSnapshot`).
     pub(super) replaced_shards: Option<ShardTable>,
+}
+
+/// An event logged later, with the next batch of its job (`events.rs`).
+pub(super) struct DeferredEvent {
+    pub(super) time_ms: u64,
+    pub(super) kind: &'static str,
+    pub(super) stage: u32,
+    pub(super) shard: u32,
+    pub(super) attempt: u64,
+    pub(super) worker: String,
+    pub(super) message: String,
 }
 
 /// The time a job's shards take to compute: a moving average of the times

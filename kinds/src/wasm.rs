@@ -1000,10 +1000,10 @@ mod tests {
             ),
             (
                 WasmSpec {
-                    shards: 0,
+                    shards: MAX_SHARDS + 1,
                     ..good.clone()
                 },
-                "shards",
+                "shards must be auto or between 1",
             ),
             (
                 WasmSpec {
@@ -1070,5 +1070,22 @@ mod tests {
             let error = Wasm::validate(&spec).unwrap_err().to_string();
             assert!(error.contains(named), "{spec:?}: {error}");
         }
+        // 0 is `--shards auto`: a valid spec, which only its client sizes;
+        // planning it unsized is refused, saying so.
+        let auto = WasmSpec {
+            shards: 0,
+            ..good.clone()
+        };
+        Wasm::validate(&auto).unwrap();
+        assert_eq!(Wasm::shard_count(&auto), Some(ShardCount::Auto));
+        assert_eq!(Wasm::with_shard_count(&auto, 7).shards, 7);
+        let unsized_plan = Wasm::prepare(&auto, &KernelCache::new(), &Control::new());
+        assert!(
+            unsized_plan
+                .unwrap_err()
+                .to_string()
+                .contains("auto is picked"),
+            "a spec of 0 shards reached planning"
+        );
     }
 }

@@ -150,16 +150,10 @@ fn run_row(name: &'static str, args: &'static [&'static str]) -> Row {
 
 /// Runs `binary args` to the end: wall time and peak memory.
 fn timed(binary: &OsStr, args: &[&str]) -> Measured {
-    let started = Instant::now();
-    let child = Command::new(binary)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (_, peak_bytes) = crate::wait_with_peak(child);
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let (seconds, _, peak_bytes) = crate::median_with_peak(binary, &args, 1);
     Measured {
-        seconds: started.elapsed().as_secs_f64(),
+        seconds,
         peak_bytes,
     }
 }

@@ -205,13 +205,7 @@ fn shard_cost(runs: usize) {
         ]
         .map(String::from)
     };
-    let before = std::env::var_os("TALLY_BENCH_BEFORE");
-    let binaries: Vec<(&str, std::ffi::OsString)> = std::iter::once((
-        "this build",
-        std::ffi::OsString::from(env!("CARGO_BIN_EXE_tally")),
-    ))
-    .chain(before.map(|b| ("before", b)))
-    .collect();
+    let binaries = builds();
     let (few, many) = (110.0, 110.0 * 1024.0);
     let mut costs = Vec::new();
     for (name, binary) in &binaries {
@@ -246,13 +240,7 @@ fn synthetic_cost(shards: u64, runs: usize) {
             .chain([n.to_string()])
             .collect::<Vec<_>>()
     };
-    let mut binaries = vec![(
-        "this build",
-        std::ffi::OsString::from(env!("CARGO_BIN_EXE_tally")),
-    )];
-    if let Some(before) = std::env::var_os("TALLY_BENCH_BEFORE") {
-        binaries.push(("before", before));
-    }
+    let binaries = builds();
     let few = 1_000;
     // Alternate the builds run by run, so that both see the same machine.
     let mut times = vec![(Vec::new(), Vec::new(), String::new(), 0u64); binaries.len()];
@@ -279,6 +267,18 @@ fn synthetic_cost(shards: u64, runs: usize) {
     if let [now, before] = costs[..] {
         println!("cost per shard, this build / before: {:.2}", now / before);
     }
+}
+
+/// The builds a benchmark compares: this one, and the older build named by
+/// `TALLY_BENCH_BEFORE`, when set.
+fn builds() -> Vec<(&'static str, std::ffi::OsString)> {
+    let this = (
+        "this build",
+        std::ffi::OsString::from(env!("CARGO_BIN_EXE_tally")),
+    );
+    std::iter::once(this)
+        .chain(std::env::var_os("TALLY_BENCH_BEFORE").map(|b| ("before", b)))
+        .collect()
 }
 
 /// `binary args` run `runs` times: the median wall time, the last line of

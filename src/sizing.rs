@@ -34,6 +34,11 @@ const TRIAL_BUDGET: Duration = Duration::from_millis(25);
 /// one percent).
 const AUTO_SHARD_TIME: Duration = Duration::from_millis(10);
 
+/// Shard counts above this are not timed: planning every shard to time the
+/// first would cost more than the trial's budget (a million synthetic tasks),
+/// and would go on past it, since planning is not cancelled.
+const MOST_SHARDS_TIMED: u64 = 100_000;
+
 /// `--shards auto`: shards a slot, so that the last ones balance.
 const AUTO_SHARDS_PER_SLOT: u64 = 4;
 
@@ -46,13 +51,27 @@ pub struct Sized {
 /// Sizes `spec`'s shards for `slots` live worker slots (see the module's
 /// note); `attachments` are the files the job sends (a module).
 pub fn size(spec: ValidSpec, attachments: &[Vec<u8>], slots: u64) -> anyhow::Result<Sized> {
+    if spec.shard_count().is_none() {
+        return Ok(Sized { spec, note: None });
+    }
+    let cache = trial_cache(attachments)?;
+    size_by(spec, slots, |spec| trial(spec, &cache))
+}
+
+/// [`size`] with `time_first_shard` timing a spec's first shard (`None`:
+/// longer than the trial allows, or it cannot run).
+fn size_by(
+    spec: ValidSpec,
+    slots: u64,
+    time_first_shard: impl Fn(&ValidSpec) -> Option<Duration>,
+) -> anyhow::Result<Sized> {
     let Some(count) = spec.shard_count() else {
         return Ok(Sized { spec, note: None });
     };
-    let cache = trial_cache(attachments)?;
     match count {
+        ShardCount::Chosen(shards) if shards > MOST_SHARDS_TIMED => Ok(Sized { spec, note: None }),
         ShardCount::Chosen(shards) => {
-            let note = trial(&spec, &cache)
+            let note = time_first_shard(&spec)
                 .filter(|t| *t < RUNNER_COST_PER_SHARD * SHORT_TIMES_COST)
                 .map(|t| {
                     format!(
@@ -71,7 +90,7 @@ pub fn size(spec: ValidSpec, attachments: &[Vec<u8>], slots: u64) -> anyhow::Res
         ShardCount::Auto => {
             let first = (slots.max(1) * AUTO_SHARDS_PER_SLOT).max(AUTO_SHARDS_PER_SLOT);
             let trial_spec = spec.with_shard_count(first)?;
-            let (shards, why) = match trial(&trial_spec, &cache) {
+            let (shards, why) = match time_first_shard(&trial_spec) {
                 Some(t) if t < AUTO_SHARD_TIME => {
                     let scaled = (first as f64 * t.as_secs_f64() / AUTO_SHARD_TIME.as_secs_f64())
                         .ceil()
@@ -165,14 +184,69 @@ mod tests {
         .unwrap()
     }
 
+    /// A wasm job of `shards` (0: auto); the module need not exist to size it.
+    fn wasm(shards: u64) -> ValidSpec {
+        ValidSpec::of(tally_kinds::wasm::WasmSpec {
+            module_sha256: "ab".repeat(32),
+            shards,
+            params: Vec::new(),
+            modulus: 1_000_000_007,
+            exact: false,
+            bound_bits: 0,
+            outputs: 1,
+        })
+        .unwrap()
+    }
+
+    const US: fn(u64) -> Duration = Duration::from_micros;
+
     #[test]
-    fn shards_of_no_work_are_called_short_and_kept_as_asked() {
-        let sized = size(synthetic(1_000), &[], 2).unwrap();
+    fn short_shards_are_called_short_and_kept_as_asked() {
+        let sized = size_by(synthetic(1_000), 2, |_| Some(US(5))).unwrap();
         assert_eq!(sized.spec, synthetic(1_000), "a chosen count is kept");
-        let note = sized.note.expect("a shard of one term is short");
+        let note = sized.note.expect("a shard of 5 µs is short");
         assert!(note.contains("1000 shards are short"), "{note}");
         // Synthetic counts are part of the sum: no auto to offer.
         assert!(!note.contains("auto"), "{note}");
+        let note = size_by(wasm(10), 2, |_| Some(US(5))).unwrap().note.unwrap();
+        assert!(note.contains("--shards auto picks"), "{note}");
+        for long in [Some(RUNNER_COST_PER_SHARD * SHORT_TIMES_COST), None] {
+            assert_eq!(size_by(wasm(10), 2, |_| long).unwrap().note, None);
+        }
+        let untimed = size_by(synthetic(MOST_SHARDS_TIMED + 1), 2, |_| {
+            panic!("a count past the limit is not timed")
+        });
+        assert_eq!(untimed.unwrap().note, None);
+    }
+
+    #[test]
+    fn shards_auto_takes_four_a_slot_and_fewer_when_they_would_be_short() {
+        let timed = |t: Option<Duration>| {
+            let sized = size_by(wasm(0), 3, |spec| {
+                assert_eq!(
+                    spec.shard_count(),
+                    Some(ShardCount::Chosen(12)),
+                    "timed at 4 a slot"
+                );
+                t
+            })
+            .unwrap();
+            (sized.spec.shard_count(), sized.note.unwrap())
+        };
+        let (long, note) = timed(None);
+        assert_eq!(long, Some(ShardCount::Chosen(12)), "{note}");
+        assert!(note.starts_with("--shards auto: 12 shards"), "{note}");
+        // A shard of 12 taking 2.5 ms: 3 shards of about 10 ms.
+        let (short, note) = timed(Some(US(2_500)));
+        assert_eq!(short, Some(ShardCount::Chosen(3)), "{note}");
+        let (tiny, _) = timed(Some(US(1)));
+        assert_eq!(tiny, Some(ShardCount::Chosen(1)), "never fewer than one");
+    }
+
+    #[test]
+    fn the_trial_times_a_real_shard_within_its_budget() {
+        let cache = trial_cache(&[]).unwrap();
+        trial(&synthetic(10), &cache).expect("a shard of one term finishes in time");
     }
 
     #[test]

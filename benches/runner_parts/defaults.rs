@@ -6,7 +6,7 @@
 //! printed under the table. `-- defaults 1m` adds a million synthetic shards
 //! (time and peak memory).
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,10 +23,7 @@ struct Measured {
 }
 
 pub fn defaults(runs: usize, million: bool) {
-    let mut binaries = vec![("this build", OsString::from(env!("CARGO_BIN_EXE_tally")))];
-    if let Some(before) = std::env::var_os("TALLY_BENCH_BEFORE") {
-        binaries.push(("before", before));
-    }
+    let binaries = crate::builds();
     let module = trivial_module();
     let mut rows = vec![
         run_row(

@@ -81,8 +81,9 @@ fn run_prints_the_answer_as_the_last_line() {
 }
 
 /// Shards sized for the user: `--shards auto` picks a count (said on
-/// stderr) and the answer is the one any count gives; shards of no work are
-/// called short; a count of 0 is refused, naming auto.
+/// stderr) and the answer is the one any count gives; a count of 0 is
+/// refused, naming auto. (What is called short, and how auto counts, is
+/// tested with set timings in `src/sizing.rs`.)
 #[test]
 fn shards_auto_picks_a_count_and_short_shards_are_said() {
     let queens = example_module("queens");
@@ -96,9 +97,6 @@ fn shards_auto_picks_a_count_and_short_shards_are_said() {
         tally_example_queens::A000170[10].to_string()
     );
     assert!(stderr.contains("--shards auto: "), "{stderr}");
-    let out = tally(&["run", "synthetic", "--shards", "2000"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("2000 shards are short"), "{stderr}");
     let bad = tally(&["run", "wasm", "--module", &queens, "--shards", "0"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(

@@ -60,10 +60,10 @@ impl<'a> Event<'a> {
 
 impl JobEntry {
     /// Keeps `event` for the job's next batch (see the module's note).
-    pub(super) fn defer(&mut self, now_ms: u64, kind: &'static str, event: Event) {
+    pub(super) fn defer(&mut self, now_ms: u64, event: Event) {
         self.deferred_events.push(DeferredEvent {
             time_ms: now_ms,
-            kind,
+            kind: event.kind.to_string(),
             stage: event.stage,
             shard: event.shard,
             attempt: event.attempt,
@@ -77,7 +77,7 @@ impl JobEntry {
     pub(super) fn log_deferred(&mut self, batch: &mut Batch) {
         for deferred in std::mem::take(&mut self.deferred_events) {
             let event = Event {
-                kind: deferred.kind,
+                kind: &deferred.kind,
                 stage: deferred.stage,
                 shard: deferred.shard,
                 attempt: deferred.attempt,

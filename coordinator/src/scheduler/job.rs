@@ -51,7 +51,7 @@ pub(super) struct JobEntry {
 /// An event logged later, with the next batch of its job (`events.rs`).
 pub(super) struct DeferredEvent {
     pub(super) time_ms: u64,
-    pub(super) kind: &'static str,
+    pub(super) kind: String,
     pub(super) stage: u32,
     pub(super) shard: u32,
     pub(super) attempt: u64,

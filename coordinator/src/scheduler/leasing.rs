@@ -347,7 +347,7 @@ fn lease_shard(
         String::new()
     };
     let leased = Event::shard("leased", &shard, request.worker, &note);
-    entry.defer(request.now_ms, "leased", leased);
+    entry.defer(request.now_ms, leased);
     staged.updated.push((id, shard));
     Ok(grant)
 }

@@ -3,7 +3,7 @@
 //! it imports nothing but the ABI's three functions and exports what the ABI
 //! asks); each shard then runs in a fresh instance with a memory limit, a
 //! fuel budget (its CPU-time limit) and epoch interruption (cancellation),
-//! on a thread of its own while the caller's thread forwards its progress
+//! on a thread its caller keeps for its shards while the caller forwards its progress
 //! and checkpoints. Nothing else reaches the module: no filesystem, network,
 //! clock or randomness. Execution is deterministic (NaNs canonicalised, no
 //! threads, relaxed SIMD deterministic), so replicas agree bit for bit.
@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod runtime;
+mod shard_thread;
 
 pub use runtime::GuestSandbox;
 /// One shard's call, and what a running shard tells its caller and asks it:
@@ -23,8 +24,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use wasmtime::{
-    Caller, Config, Engine, ExternType, FuncType, Instance, Linker, Memory, Module, Store,
-    StoreLimits, StoreLimitsBuilder, Trap, TypedFunc, UpdateDeadline, ValType,
+    Caller, Config, Engine, ExternType, FuncType, Instance, InstancePre, Linker, Memory, Module,
+    Store, StoreLimits, StoreLimitsBuilder, Trap, TypedFunc, UpdateDeadline, ValType,
 };
 
 /// The ABI version this sandbox speaks.
@@ -96,9 +97,16 @@ pub type Result<T> = std::result::Result<T, WasmError>;
 /// The engine shared by every module of a worker, and the thread that ticks
 /// its epoch.
 pub struct Sandbox {
+    instances: Instances,
+    ticking: Arc<AtomicBool>,
+}
+
+/// What makes and runs instances: cheap to clone, so that a shard's call can
+/// move to its shard thread.
+#[derive(Clone)]
+struct Instances {
     engine: Engine,
     limits: Limits,
-    ticking: Arc<AtomicBool>,
 }
 
 /// How often running shards look at their cancellation.
@@ -132,14 +140,13 @@ impl Sandbox {
             })
             .map_err(|e| WasmError::Failed(format!("no epoch thread: {e}")))?;
         Ok(Sandbox {
-            engine,
-            limits,
+            instances: Instances { engine, limits },
             ticking,
         })
     }
 
     pub fn limits(&self) -> Limits {
-        self.limits
+        self.instances.limits
     }
 
     /// Compiles and checks a module: its size, its imports (only the ABI's),
@@ -147,29 +154,37 @@ impl Sandbox {
     /// speaks (called in an instance with little fuel), so that a module no
     /// shard could run is refused before any shard is planned.
     pub fn load(&self, bytes: &[u8]) -> Result<Kernel> {
-        if bytes.len() > self.limits.module_bytes {
+        let limits = self.instances.limits;
+        let engine = &self.instances.engine;
+        if bytes.len() > limits.module_bytes {
             return Err(WasmError::Refused(format!(
                 "it has {} bytes, above the limit of {}",
                 bytes.len(),
-                self.limits.module_bytes
+                limits.module_bytes
             )));
         }
-        let module = Module::new(&self.engine, bytes).map_err(|e| {
+        let module = Module::new(engine, bytes).map_err(|e| {
             WasmError::Refused(format!("it is not a valid module: {}", one_line(&e)))
         })?;
-        check_imports(&self.engine, &module)?;
-        check_exports(&self.engine, &module)?;
-        self.check_version(&module)?;
-        Ok(Kernel { module })
+        check_imports(engine, &module)?;
+        check_exports(engine, &module)?;
+        // Linked once: a shard's instance is then made without a linker.
+        let linked = linker(engine)?
+            .instantiate_pre(&module)
+            .map_err(|e| WasmError::Refused(format!("it cannot be linked: {}", one_line(&e))))?;
+        let kernel = Kernel { linked };
+        self.check_version(&kernel)?;
+        Ok(kernel)
     }
 
     /// Calls the module's `tally_abi_version` in an instance of its own with
     /// [`VERSION_CHECK_FUEL`].
-    fn check_version(&self, module: &Module) -> Result<()> {
+    fn check_version(&self, kernel: &Kernel) -> Result<()> {
         let (events, _) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let (mut store, instance) = self
-            .instantiate(module, events, stop, VERSION_CHECK_FUEL)
+            .instances
+            .instantiate(kernel, events, stop, VERSION_CHECK_FUEL)
             .map_err(|e| WasmError::Refused(format!("it cannot be instantiated: {e}")))?;
         let exports = Exports::of(&instance, &mut store)?;
         let version = exports.version.call(&mut store, ()).map_err(|e| {
@@ -182,11 +197,46 @@ impl Sandbox {
         check_version(version)
     }
 
-    /// A fresh instance of `module` in a store of its own with `fuel`, the
+    /// Runs one shard of `kernel`; `hooks` gets its progress and checkpoints
+    /// as they come and is asked whether to stop. The shard runs on a thread
+    /// that this thread keeps for its shards (one made a shard cost more
+    /// than a short shard itself) while this one forwards its events.
+    pub fn run(
+        &self,
+        kernel: &Kernel,
+        call: &ShardCall<'_>,
+        hooks: &mut dyn Hooks,
+    ) -> Result<Vec<u64>> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (events, received) = mpsc::channel();
+        let (instances, kernel, call) =
+            (self.instances.clone(), kernel.clone(), OwnedCall::of(call));
+        let shard_stop = stop.clone();
+        let done = shard_thread::run(move || {
+            instances.run_here(&kernel, &call.borrowed(), events, shard_stop)
+        })?;
+        loop {
+            match received.recv_timeout(TICK * 5) {
+                Ok(Event::Progress(done, total)) => hooks.progress(done, total),
+                Ok(Event::Checkpoint(state)) => hooks.checkpoint(&state),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            if hooks.cancelled() {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+        done.recv()
+            .map_err(|_| WasmError::Failed("the shard thread panicked".into()))?
+    }
+}
+
+impl Instances {
+    /// A fresh instance of `kernel` in a store of its own with `fuel`, the
     /// memory limit and the stop flag.
     fn instantiate(
         &self,
-        module: &Module,
+        kernel: &Kernel,
         events: mpsc::Sender<Event>,
         stop: Arc<AtomicBool>,
         fuel: u64,
@@ -218,42 +268,11 @@ impl Sandbox {
             }
             Ok(UpdateDeadline::Continue(1))
         });
-        let instance = linker(&self.engine)?
-            .instantiate(&mut store, module)
+        let instance = kernel
+            .linked
+            .instantiate(&mut store)
             .map_err(|e| self.explain(&mut store, e))?;
         Ok((store, instance))
-    }
-
-    /// Runs one shard of `kernel`; `hooks` gets its progress and checkpoints
-    /// as they come and is asked whether to stop.
-    pub fn run(
-        &self,
-        kernel: &Kernel,
-        call: &ShardCall<'_>,
-        hooks: &mut dyn Hooks,
-    ) -> Result<Vec<u64>> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (events, received) = mpsc::channel();
-        std::thread::scope(|scope| {
-            let running = std::thread::Builder::new()
-                .name("wasm-shard".into())
-                .spawn_scoped(scope, || self.run_here(kernel, call, events, stop.clone()))
-                .map_err(|e| WasmError::Failed(format!("no shard thread: {e}")))?;
-            loop {
-                match received.recv_timeout(TICK * 5) {
-                    Ok(Event::Progress(done, total)) => hooks.progress(done, total),
-                    Ok(Event::Checkpoint(state)) => hooks.checkpoint(&state),
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-                if hooks.cancelled() {
-                    stop.store(true, Ordering::Relaxed);
-                }
-            }
-            running
-                .join()
-                .map_err(|_| WasmError::Failed("the shard thread panicked".into()))?
-        })
     }
 
     fn run_here(
@@ -264,7 +283,7 @@ impl Sandbox {
         stop: Arc<AtomicBool>,
     ) -> Result<Vec<u64>> {
         let (mut store, instance) =
-            self.instantiate(&kernel.module, events, stop.clone(), self.limits.fuel)?;
+            self.instantiate(kernel, events, stop.clone(), self.limits.fuel)?;
         // The version was checked when the kernel was loaded.
         let exports = Exports::of(&instance, &mut store)?;
         let params = exports.place(&mut store, call.params.as_bytes())?;
@@ -384,7 +403,41 @@ fn one_line(error: &wasmtime::Error) -> String {
 /// computed when it received them; the sandbox does not hash them again.)
 #[derive(Clone)]
 pub struct Kernel {
-    module: Module,
+    linked: InstancePre<Host>,
+}
+
+/// A shard's call, owned, to move to the shard thread.
+struct OwnedCall {
+    shard: u64,
+    shards: u64,
+    prime: u64,
+    params: String,
+    state: Vec<u8>,
+    outputs: u32,
+}
+
+impl OwnedCall {
+    fn of(call: &ShardCall<'_>) -> OwnedCall {
+        OwnedCall {
+            shard: call.shard,
+            shards: call.shards,
+            prime: call.prime,
+            params: call.params.to_string(),
+            state: call.state.to_vec(),
+            outputs: call.outputs,
+        }
+    }
+
+    fn borrowed(&self) -> ShardCall<'_> {
+        ShardCall {
+            shard: self.shard,
+            shards: self.shards,
+            prime: self.prime,
+            params: &self.params,
+            state: &self.state,
+            outputs: self.outputs,
+        }
+    }
 }
 
 enum Event {

@@ -35,11 +35,12 @@ pub struct LocalCluster {
 
 impl LocalCluster {
     /// Starts the coordinator on `data_dir` (with its stage data in
-    /// `stage_store`) and the workers, and waits a bounded while for the
-    /// workers to register.
+    /// `stage_store`, but for outputs up to `inline_stage_output` bytes) and
+    /// the workers, and waits a bounded while for the workers to register.
     pub async fn start(
         data_dir: PathBuf,
         stage_store: tally_stage::StageStoreUrl,
+        inline_stage_output: usize,
         workers: Workers,
     ) -> anyhow::Result<LocalCluster> {
         // A stage directory inside the data directory shares its disk: a blob
@@ -53,6 +54,7 @@ impl LocalCluster {
         );
         config.spare_stage = spare_stage;
         config.stage_store = stage_store;
+        config.inline_stage_output = inline_stage_output;
         // Levels of a frontier plan are deleted as soon as the sweep sees
         // them unreferenced: on one machine's disk, every stage counts.
         config.stage_sweep_every = Duration::from_secs(10);

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tally_stage::StageStoreUrl;
+use tally_stage::BlobRef;
 use tally_wire::lease::LeaseId;
 use tonic::Status;
 
@@ -25,7 +25,7 @@ pub async fn take_report(
     report: Report,
     session: String,
 ) -> std::result::Result<ReportOutcome, Status> {
-    check_stage_store(&shared.stage_store, &report)?;
+    check_stage_store(shared, &report)?;
     let ending = Ending::of(&report);
     let started = Instant::now();
     let metrics = &shared.metrics;
@@ -80,7 +80,7 @@ pub async fn take_batch(
         (0..reports.len()).map(|_| None).collect();
     let mut read = Vec::new();
     for (position, report) in reports.into_iter().enumerate() {
-        match report.and_then(|r| check_stage_store(&shared.stage_store, &r).map(|()| r)) {
+        match report.and_then(|r| check_stage_store(shared, &r).map(|()| r)) {
             Ok(report) => read.push((position, report)),
             Err(status) => answers[position] = Some(Err(status)),
         }
@@ -139,9 +139,11 @@ pub async fn take_batch(
 }
 
 /// Refuses a report whose stage data is not where this coordinator keeps it:
-/// blobs without a stage store, output or large checkpoint states inline
-/// with one (they would never be read).
-fn check_stage_store(store: &StageStoreUrl, report: &Report) -> std::result::Result<(), Status> {
+/// blobs without a stage store; with one, large checkpoint states inline, and
+/// output inline past the size this coordinator takes that way or beginning
+/// as a stored stage-store reference does (which it could be taken for).
+fn check_stage_store(shared: &Shared, report: &Report) -> std::result::Result<(), Status> {
+    let store = &shared.stage_store;
     let blobs = report.output_blob.is_some()
         || report
             .checkpoint
@@ -154,9 +156,20 @@ fn check_stage_store(store: &StageStoreUrl, report: &Report) -> std::result::Res
         ));
     }
     if store.is_external() && report.output_blob.is_none() && !report.output.is_empty() {
-        return Err(Status::failed_precondition(format!(
-            "stage output goes to the stage store {store}, not inline"
-        )));
+        let limit = shared.inline_stage_output;
+        if report.output.len() > limit {
+            return Err(Status::failed_precondition(format!(
+                "a stage output of {} bytes goes to the stage store {store}: this coordinator \
+                 takes up to {limit} bytes inline",
+                report.output.len()
+            )));
+        }
+        if BlobRef::is_encoded(&report.output) {
+            return Err(Status::failed_precondition(
+                "an inline stage output may not begin as a stage-store reference does: \
+                 send it to the stage store",
+            ));
+        }
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tally_kinds::cache::KernelCache;
 use tally_stage::store::CHECK_PATIENCE;
 use tally_stage::{StageStore, StageStoreUrl};
-use tally_wire::limits::MAX_MESSAGE_BYTES;
+use tally_wire::limits::{DEFAULT_INLINE_STAGE_OUTPUT, MAX_INLINE_STAGE_OUTPUT, MAX_MESSAGE_BYTES};
 use tally_wire::proto::job_service_server::JobServiceServer;
 use tally_wire::proto::worker_service_server::WorkerServiceServer;
 use tally_wire::transport::{Role, ServerTls, Tokens, tls_config_error};
@@ -69,6 +69,10 @@ pub struct CoordinatorConfig {
     pub new_stage_prefix: bool,
     /// How often the hold on the stage-store prefix is renewed.
     pub stage_owner_renew_every: Duration,
+    /// With a stage store outside the coordinator: the largest stage output
+    /// taken inline with its report and kept here (0: none), at most
+    /// `MAX_INLINE_STAGE_OUTPUT`.
+    pub inline_stage_output: usize,
 }
 
 impl CoordinatorConfig {
@@ -90,6 +94,7 @@ impl CoordinatorConfig {
             stage_sweep_every: STAGE_SWEEP_EVERY,
             new_stage_prefix: false,
             stage_owner_renew_every: STAGE_OWNER_RENEW_EVERY,
+            inline_stage_output: DEFAULT_INLINE_STAGE_OUTPUT,
         }
     }
 }
@@ -262,6 +267,7 @@ async fn load_shared(
         config.kernel_cache.clone(),
         GroupCommit::new(config.exit_after_flushes),
         own_stage_store,
+        config.inline_stage_output.min(MAX_INLINE_STAGE_OUTPUT),
     );
     Ok((shared, stage_store))
 }

@@ -63,6 +63,10 @@ pub struct Shared {
     owed: AtomicU64,
     /// Where stage data lives; workers learn it when they register.
     pub stage_store: StageStoreUrl,
+    /// With a stage store outside the coordinator: the largest stage output
+    /// a report may carry inline, kept here (workers learn it when they
+    /// register); 0 with none.
+    pub inline_stage_output: usize,
 }
 
 impl Shared {
@@ -72,6 +76,7 @@ impl Shared {
         cache: Arc<KernelCache>,
         group: GroupCommit,
         stage_store: StageStoreUrl,
+        inline_stage_output: usize,
     ) -> Arc<Shared> {
         // Everything the store holds at start was committed (flushed).
         group.durable_through(scheduler.store().applied());
@@ -85,6 +90,10 @@ impl Shared {
             group,
             reload: AtomicBool::new(false),
             owed: AtomicU64::new(0),
+            inline_stage_output: match stage_store.is_external() {
+                true => inline_stage_output,
+                false => 0,
+            },
             stage_store,
         })
     }

@@ -87,6 +87,7 @@ impl WorkerService for WorkerApi {
             coordinator_version: env!("CARGO_PKG_VERSION").to_string(),
             session,
             stage_store: self.shared.stage_store.to_string(),
+            max_inline_stage_output: self.shared.inline_stage_output as u64,
         }))
     }
 
@@ -184,7 +185,7 @@ impl WorkerService for WorkerApi {
     ) -> std::result::Result<Response<Self::FetchStageDataStream>, Status> {
         let r = request.into_inner();
         require_worker_id(&r.worker_id)?;
-        let bucket = r.bucket;
+        let (bucket, held_only) = (r.bucket, r.held_only);
         let source = self
             .shared
             .with_scheduler(move |s| {
@@ -192,7 +193,7 @@ impl WorkerService for WorkerApi {
                 s.stage_source(&r.job_id, r.stage)
             })
             .await?;
-        Ok(Response::new(stage_stream(source, bucket)))
+        Ok(Response::new(stage_stream(source, bucket, held_only)))
     }
 
     type FetchCheckpointStream = ChunkStream;
@@ -252,18 +253,30 @@ impl WorkerService for WorkerApi {
     ) -> std::result::Result<Response<proto::StageBlobsResponse>, Status> {
         let r = request.into_inner();
         require_worker_id(&r.worker_id)?;
-        let blobs = self
+        let reads_held = r.reads_held;
+        let (job, stage) = (r.job_id.clone(), r.stage);
+        let listed = self
             .shared
             .with_scheduler(move |s| {
                 s.check_session(&r.worker_id, &r.session)?;
                 s.stage_blobs(&r.job_id, r.stage)
             })
             .await?;
-        let blobs = blobs
+        if !listed.held.is_empty() && !reads_held {
+            return Err(Status::failed_precondition(format!(
+                "stage {stage} of job {job} has outputs the coordinator holds itself, which this \
+                 worker cannot read: run a worker of this coordinator's release"
+            )));
+        }
+        let blobs = listed
+            .blobs
             .iter()
             .map(|blob| blob.as_ref().map(proto::BlobRef::from).unwrap_or_default())
             .collect();
-        Ok(Response::new(proto::StageBlobsResponse { blobs }))
+        Ok(Response::new(proto::StageBlobsResponse {
+            blobs,
+            held: listed.held,
+        }))
     }
 
     async fn stage_shard(
@@ -307,13 +320,13 @@ fn chunk_stream(data: Arc<Vec<u8>>) -> ChunkStream {
 /// A stage's output (merged, or one bucket of each shard's) as a stream of
 /// chunks of at most [`OUTPUT_CHUNK`] bytes, read from the store a chunk at a
 /// time as the reader takes them: a level is never held whole.
-fn stage_stream(source: StageSource, bucket: Option<u32>) -> ChunkStream {
+fn stage_stream(source: StageSource, bucket: Option<u32>, held_only: bool) -> ChunkStream {
     // Two chunks ahead of the reader at most.
     let (tx, rx) = tokio::sync::mpsc::channel(2);
     tokio::spawn(async move {
         let listed = {
             let source = source.clone();
-            tokio::task::spawn_blocking(move || source.pieces(bucket)).await
+            tokio::task::spawn_blocking(move || source.pieces(bucket, held_only)).await
         };
         let pieces = match listed {
             Ok(Ok(pieces)) => pieces,

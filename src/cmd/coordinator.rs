@@ -48,6 +48,13 @@ pub struct CoordinatorArgs {
     /// nothing references any more (failed attempts, finished jobs).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub stage_sweep_every: Duration,
+    /// With a stage store outside the coordinator: stage outputs up to this
+    /// size come inline with their reports and are kept in this store (a
+    /// blob of its own costs a file or a request, more than a small output's
+    /// bytes here); larger ones go to the stage store. `0`: all go there.
+    /// At most 1MiB.
+    #[arg(long, value_name = "SIZE", default_value = "256KiB", value_parser = parse_inline_stage_output)]
+    pub inline_stage_output: usize,
     /// Give this data directory a new prefix of its own in the stage store:
     /// for a copy of another data directory (a restored backup, a cloned
     /// machine), which the stage store refuses while the original holds the
@@ -64,6 +71,20 @@ pub struct CoordinatorArgs {
     /// store flush, before any call it covered is answered.
     #[arg(long, hide = true)]
     pub exit_after_flushes: Option<u64>,
+}
+
+/// Parses `--inline-stage-output`: a size up to `MAX_INLINE_STAGE_OUTPUT`.
+pub(crate) fn parse_inline_stage_output(text: &str) -> Result<usize, String> {
+    let size: bytesize::ByteSize = text
+        .parse()
+        .map_err(|e| format!("{e} (a size such as 256KiB, or 0)"))?;
+    let most = tally_wire::limits::MAX_INLINE_STAGE_OUTPUT;
+    match usize::try_from(size.as_u64()) {
+        Ok(bytes) if bytes <= most => Ok(bytes),
+        _ => Err(format!(
+            "{text} is more than the {most} bytes a report carries inline"
+        )),
+    }
 }
 
 /// Parses `--stage-store`. A value refused is not echoed whole, as the
@@ -132,6 +153,7 @@ pub async fn execute(
     config.exit_after_flushes = args.exit_after_flushes;
     config.stage_store = args.stage_store.clone();
     config.stage_sweep_every = args.stage_sweep_every;
+    config.inline_stage_output = args.inline_stage_output;
     config.new_stage_prefix = args.new_stage_prefix;
     config.stage_owner_renew_every = args.stage_owner_renew_every;
     let mut coordinator = tally_coordinator::start(config).await?;

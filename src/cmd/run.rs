@@ -59,6 +59,10 @@ pub struct RunArgs {
     /// directory, so that no level is held in memory whole.
     #[arg(help_heading = "Runner options", long, global = true, value_name = "URL", value_parser = super::coordinator::StageStoreParser)]
     pub stage_store: Option<tally_stage::StageStoreUrl>,
+    /// Stage outputs up to this size stay in the run's store instead of
+    /// the stage store (as `tally coordinator --inline-stage-output`).
+    #[arg(help_heading = "Runner options", long, global = true, value_name = "SIZE", default_value = "256KiB", value_parser = super::coordinator::parse_inline_stage_output)]
+    pub inline_stage_output: usize,
     /// Where the workers' shards spill past their share of the memory
     /// budget (as `tally worker --spill-dir`). Default: `tally-spill` in the
     /// temporary directory.
@@ -132,7 +136,8 @@ pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         eprintln!("note: {note}");
     }
     let spec = sized.spec;
-    let cluster = LocalCluster::start(data_dir, stage_store, workers).await?;
+    let cluster =
+        LocalCluster::start(data_dir, stage_store, args.inline_stage_output, workers).await?;
     let data = args.data.as_deref();
     let submission = Submission {
         spec: &spec,

@@ -44,6 +44,13 @@ impl BlobRef {
         bytes
     }
 
+    /// Whether `bytes` begin as a reference [`BlobRef::encode`] wrote: bytes
+    /// that do are never kept as anything else, so a stored value is told
+    /// apart from a reference by its first bytes.
+    pub fn is_encoded(bytes: &[u8]) -> bool {
+        bytes.starts_with(REF_MAGIC)
+    }
+
     /// A reference [`BlobRef::encode`] wrote, or `None`.
     pub fn decode(bytes: &[u8]) -> Option<BlobRef> {
         if bytes.len() <= 44 || &bytes[..4] != REF_MAGIC {

@@ -986,7 +986,8 @@ fn run_keeps_stage_data_on_disk_by_default_or_where_it_is_told_and_counts_the_sa
         "{}",
         String::from_utf8_lossy(&in_coordinator.stderr)
     );
-    // By default, in the directory `stage` of the run's data directory.
+    // By default, in the directory `stage` of the run's data directory; but
+    // this board's levels are small, and stay inline in the run's store.
     let data = tempfile::tempdir().unwrap();
     let data_dir = data.path().to_str().unwrap();
     let by_default = tally(&[&spec[..], &["--data", data_dir]].concat());
@@ -997,6 +998,14 @@ fn run_keeps_stage_data_on_disk_by_default_or_where_it_is_told_and_counts_the_sa
     );
     assert_eq!(last_line(&by_default), last_line(&in_coordinator));
     let written = walk(&data.path().join("stage"));
+    assert!(!written.iter().any(|p| p.contains("/jobs/")), "{written:?}");
+    // With nothing inline, in the directory `stage`.
+    let all_out = tempfile::tempdir().unwrap();
+    let all_out_dir = all_out.path().to_str().unwrap();
+    let none_inline = ["--inline-stage-output", "0"];
+    let blobs = tally(&[&spec[..], &["--data", all_out_dir], &none_inline[..]].concat());
+    assert_eq!(last_line(&blobs), last_line(&in_coordinator));
+    let written = walk(&all_out.path().join("stage"));
     assert!(
         written.iter().any(|p| p.contains("/jobs/job-000001/")),
         "{written:?}"
@@ -1006,7 +1015,7 @@ fn run_keeps_stage_data_on_disk_by_default_or_where_it_is_told_and_counts_the_sa
     assert_eq!(last_line(&again), last_line(&in_coordinator));
     let stage = tempfile::tempdir().unwrap();
     let url = format!("file://{}", stage.path().display());
-    let staged = tally(&[&spec[..], &["--stage-store", &url]].concat());
+    let staged = tally(&[&spec[..], &["--stage-store", &url], &none_inline[..]].concat());
     assert!(
         staged.status.success(),
         "{}",

@@ -207,6 +207,7 @@ async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str
                     worker_id: "w".into(),
                     session: session.clone(),
                     bucket: None,
+                    held_only: false,
                 })
                 .await,
             ),
@@ -230,6 +231,7 @@ async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str
                     stage: 1,
                     worker_id: "w".into(),
                     session: session.clone(),
+                    reads_held: false,
                 })
                 .await,
             ),

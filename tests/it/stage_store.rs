@@ -90,7 +90,9 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(store: &Store, sweep_every: &str) -> Cluster {
+    /// A coordinator on `store`, sweeping it every `sweep_every`, that takes
+    /// stage outputs up to `inline` inline (`"0"`: every output is a blob).
+    fn start(store: &Store, sweep_every: &str, inline: &str) -> Cluster {
         let logs = tempfile::tempdir().unwrap();
         let port = free_port();
         let http = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -109,6 +111,8 @@ impl Cluster {
                 &store.url(),
                 "--stage-sweep-every",
                 sweep_every,
+                "--inline-stage-output",
+                inline,
             ],
             &env,
             &logs.path().join("coordinator.log"),
@@ -208,7 +212,7 @@ async fn eventually(what: &str, limit: Duration, mut check: impl AsyncFnMut() ->
 /// swept once the jobs are done, and the secret key shows nowhere.
 fn the_same_answers(store: Store) {
     runtime().block_on(async {
-        let mut cluster = Cluster::start(&store, "1s");
+        let mut cluster = Cluster::start(&store, "1s", "0");
         cluster.add_worker("w1", 1, &[]);
         cluster.add_worker("w2", 1, &[]);
         let mut client = jobs_client(&cluster.url).await;
@@ -272,7 +276,181 @@ fn jobs_give_the_same_answers_through_s3() {
     }
 }
 
+// ------------------------------------- small outputs held by the coordinator
+
+/// Frontier and hex cell-step jobs through a shared directory whose
+/// coordinator keeps outputs up to 1 KiB itself: their stages mix blobs and
+/// held outputs, read whole and by buckets, and the answers equal the direct
+/// kernels'; fewer blobs are written than with nothing inline, and some are.
+#[test]
+fn stages_that_mix_blobs_and_outputs_held_by_the_coordinator_give_the_same_answers() {
+    runtime().block_on(async {
+        let mut written = Vec::new();
+        for inline in ["0", "1KiB"] {
+            let store = Store::file();
+            // No sweep during the jobs: every blob written is still there.
+            let mut cluster = Cluster::start(&store, "1h", inline);
+            cluster.add_worker("w1", 2, &[]);
+            let mut client = jobs_client(&cluster.url).await;
+            for (i, spec) in [pegs_frontier(), hex_cell_step(5, 3)].iter().enumerate() {
+                let id = submit(&mut client, spec, &format!("mixed-{i}")).await.id;
+                let job = wait_finished(&mut client, &id, Duration::from_secs(240)).await;
+                assert_eq!(state(&job), JobState::Succeeded, "{id}: {}", job.error);
+                assert_eq!(job.answer, direct_answer(spec), "{id}, {inline} inline");
+            }
+            written.push(stage_blobs(&store.open().unwrap()).await.len());
+        }
+        let [none_inline, mixed] = written[..] else {
+            unreachable!()
+        };
+        assert!(
+            0 < mixed && mixed < none_inline,
+            "blobs written: {none_inline} with nothing inline, {mixed} with 1 KiB"
+        );
+    });
+}
+
+/// A worker's report with its output inline is refused past the size the
+/// coordinator said at registration, and when the output begins as a
+/// stored reference does; one within it is accepted, and the next stage's
+/// listing names it held, refused to a worker that does not read held
+/// outputs.
+#[test]
+fn inline_outputs_are_taken_within_the_limit_and_listed_as_held() {
+    runtime().block_on(async {
+        let store = Store::file();
+        let mut cluster = Cluster::start(&store, "1h", "1KiB");
+        let spec = hex_cell_step(4, 1);
+        let mut jobs = jobs_client(&cluster.url).await;
+        let id = submit(&mut jobs, &spec, "inline").await.id;
+        let mut client = workers_client(&cluster.url).await;
+        let worker = "test-hand";
+        let registered = client
+            .register(proto::RegisterRequest {
+                worker_id: worker.into(),
+                slots: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(registered.max_inline_stage_output, 1024);
+        let session = registered.session;
+        let lease = client
+            .lease(proto::LeaseRequest {
+                worker_id: worker.into(),
+                free_slots: 1,
+                wait_ms: 2_000,
+                session: session.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .leases
+            .remove(0);
+        assert_eq!(lease.stage, 1);
+        let valid = valid(&spec);
+        let task = EncodedTask::from_bytes(&lease.task).unwrap();
+        let outcome = compute_here(&valid, &task, None);
+        let output = outcome.output.into_bytes().unwrap();
+        assert!(
+            !output.is_empty() && output.len() <= 1024,
+            "{}",
+            output.len()
+        );
+        let report = |output: Vec<u8>| {
+            [
+                Body::Header(proto::ReportHeader {
+                    worker_id: worker.into(),
+                    lease_id: lease.lease_id.clone(),
+                    session: session.clone(),
+                    output_bytes: output.len() as u64,
+                }),
+                Body::Output(proto::OutputChunk {
+                    data: output.into(),
+                }),
+                Body::Result(proto::ReportResult {
+                    compute_us: 0,
+                    partial: outcome.partial.to_bytes(),
+                    work_done: lease.work_total,
+                }),
+            ]
+            .map(|body| proto::ReportMessage { body: Some(body) })
+        };
+        let reference = BlobRef {
+            key: "jobs/x/1/0.1.output".into(),
+            size: 1,
+            digest: [0; 32],
+        }
+        .encode();
+        for (refused, says) in [
+            (vec![0; 1025], "takes up to 1024 bytes inline"),
+            (reference, "begin as a stage-store reference does"),
+        ] {
+            let status = client
+                .report(tokio_stream::iter(report(refused)))
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+            assert!(status.message().contains(says), "{}", status.message());
+        }
+        let answer = client
+            .report(tokio_stream::iter(report(output)))
+            .await
+            .unwrap();
+        assert!(answer.into_inner().accepted);
+        let listing = |reads_held: bool| {
+            let mut client = client.clone();
+            let request = proto::StageBlobsRequest {
+                job_id: id.clone(),
+                stage: 1,
+                worker_id: worker.into(),
+                session: session.clone(),
+                reads_held,
+            };
+            async move { client.stage_blobs(request).await }
+        };
+        let status = listing(false).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            status.message().contains("holds itself"),
+            "{}",
+            status.message()
+        );
+        let listed = listing(true).await.unwrap().into_inner();
+        assert_eq!(listed.held, [0]);
+        assert!(listed.blobs.iter().all(|blob| blob.key.is_empty()));
+        cluster.add_worker("w1", 1, &[]);
+        let job = wait_finished(&mut jobs, &id, Duration::from_secs(240)).await;
+        assert_eq!(state(&job), JobState::Succeeded, "{}", job.error);
+        assert_eq!(job.answer, direct_answer(&spec));
+    });
+}
+
 // ------------------------------------------- damaged blobs computed again
+
+/// A shard's outcome computed in this process, from `input`.
+fn compute_here(
+    valid: &tally_kinds::spec::ValidSpec,
+    task: &EncodedTask,
+    input: Option<&tally_kinds::dynamic::StageInput>,
+) -> tally_kinds::values::ShardOutcome {
+    valid
+        .execute(
+            task,
+            ShardContext {
+                input,
+                checkpoint: &[],
+                cache: &tally_kinds::cache::KernelCache::new(),
+                control: &Control::new(),
+                checkpoint_every: Duration::from_secs(3600),
+                on_event: &mut |_| {},
+                room: None,
+            },
+        )
+        .unwrap()
+}
 
 /// Registers as a worker: its session, and the stage store the coordinator
 /// names (its own place in the configured store).
@@ -346,6 +524,7 @@ async fn run_stages_here(
                             stage: read.stage,
                             worker_id: worker.into(),
                             session: session.clone(),
+                            reads_held: false,
                         })
                         .await
                         .unwrap()
@@ -362,20 +541,7 @@ async fn run_stages_here(
                 let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
                 let input =
                     (!slices.is_empty()).then(|| valid.decode_stage_inputs(&slices).unwrap());
-                let outcome = valid
-                    .execute(
-                        &task,
-                        ShardContext {
-                            input: input.as_ref(),
-                            checkpoint: &[],
-                            cache: &tally_kinds::cache::KernelCache::new(),
-                            control: &Control::new(),
-                            checkpoint_every: Duration::from_secs(3600),
-                            on_event: &mut |_| {},
-                            room: None,
-                        },
-                    )
-                    .unwrap();
+                let outcome = compute_here(&valid, &task, input.as_ref());
                 let lease_id: LeaseId = lease.lease_id.parse().unwrap();
                 let key = blob_key(&lease_id, "output");
                 let blob = store
@@ -419,7 +585,7 @@ async fn run_stages_here(
 /// the job's answer is the direct kernel's.
 fn damaged_blobs_are_computed_again(store: Store) {
     runtime().block_on(async {
-        let cluster = &mut Cluster::start(&store, "1h");
+        let cluster = &mut Cluster::start(&store, "1h", "0");
         let spec = hex_cell_step(4, 2);
         let mut client = jobs_client(&cluster.url).await;
         let id = submit(&mut client, &spec, "damaged").await.id;
@@ -486,8 +652,8 @@ fn damaged_and_missing_blobs_in_s3_are_computed_again() {
 fn two_data_directories_share_a_stage_store_without_touching_each_others_blobs() {
     runtime().block_on(async {
         let store = Store::file();
-        let mut first = Cluster::start(&store, "1s");
-        let mut second = Cluster::start(&store, "1s");
+        let mut first = Cluster::start(&store, "1s", "0");
+        let mut second = Cluster::start(&store, "1s", "0");
         first.add_worker("w1", 1, &["--shard-delay-ms", "50"]);
         second.add_worker("w2", 1, &["--shard-delay-ms", "50"]);
         let spec = pegs_frontier();
@@ -516,7 +682,7 @@ fn two_data_directories_share_a_stage_store_without_touching_each_others_blobs()
 /// the sweep leaves the store empty.
 fn killed_mid_upload(store: Store) {
     runtime().block_on(async {
-        let mut cluster = Cluster::start(&store, "1s");
+        let mut cluster = Cluster::start(&store, "1s", "0");
         let opened = store.open().expect("a store outside the coordinator");
         cluster.add_worker("paused", 1, &["--pause-mid-upload-ms", "600000"]);
         let spec = with_ttl(hex_cell_step(4, 1), 2_000);
@@ -594,7 +760,7 @@ fn an_s3_endpoint_unreachable_for_10_s_only_pauses_the_job() {
         return;
     };
     runtime().block_on(async {
-        let mut cluster = Cluster::start(&store, "1s");
+        let mut cluster = Cluster::start(&store, "1s", "0");
         cluster.add_worker("w1", 2, &["--shard-delay-ms", "300"]);
         let spec = hex_cell_step(6, 2);
         let mut client = jobs_client(&cluster.url).await;
@@ -834,7 +1000,7 @@ fn a_worker_that_cannot_use_the_stage_store_says_so_at_once() {
         return;
     };
     let store = Store::S3(s3, "worker-check".into());
-    let cluster = Cluster::start(&store, "1h");
+    let cluster = Cluster::start(&store, "1h", "0");
     let env: Vec<_> = store
         .env()
         .into_iter()

@@ -31,3 +31,14 @@ pub const MAX_BATCH_REPORTS: usize = 1_024;
 /// At most this much stage output in one `ReportBatch` call (far below
 /// [`MAX_MESSAGE_BYTES`]); a larger output goes through `Report` in chunks.
 pub const MAX_BATCH_OUTPUT: usize = 4 << 20;
+
+/// With a stage store, a coordinator takes stage outputs up to the size it
+/// says at registration inline with their reports and keeps them itself; it
+/// says at most this much (a batched report's share of
+/// [`MAX_BATCH_OUTPUT`]), and by default [`DEFAULT_INLINE_STAGE_OUTPUT`].
+pub const MAX_INLINE_STAGE_OUTPUT: usize = 1 << 20;
+
+/// The inline stage output a coordinator takes by default: a blob of its own
+/// costs a file or a request, more than this many bytes cost through the
+/// coordinator.
+pub const DEFAULT_INLINE_STAGE_OUTPUT: usize = 256 << 10;

@@ -4,7 +4,7 @@
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tally_kinds::Control;
@@ -155,6 +155,9 @@ pub(crate) struct Context {
     pub batching_refused: AtomicBool,
     /// Where stage data lives, as the coordinator said at registration.
     stage: Mutex<StageData>,
+    /// With a stage store: the largest output the coordinator takes inline
+    /// with its report, as it said at registration (0: none).
+    inline_stage_output: AtomicU64,
 }
 
 /// Where stage data lives for this worker.
@@ -192,6 +195,7 @@ impl Context {
             batches: Batches::new(),
             batching_refused: AtomicBool::new(false),
             stage: Mutex::new(StageData::Coordinator),
+            inline_stage_output: AtomicU64::new(0),
             config,
         })
     }
@@ -238,6 +242,19 @@ impl Context {
         tracing::error!(error = %why, "the stage store cannot be used from this worker; shards that need it fail");
         *self.stage.lock() = StageData::Unusable(why.to_string());
         WorkerError::Stage(why)
+    }
+
+    /// Notes the largest stage output the coordinator takes inline, as it
+    /// said at registration (at most `MAX_INLINE_STAGE_OUTPUT`).
+    pub(crate) fn set_inline_stage_output(&self, bytes: u64) {
+        let bytes = bytes.min(tally_wire::limits::MAX_INLINE_STAGE_OUTPUT as u64);
+        self.inline_stage_output.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Whether a stage output of `len` bytes goes to the coordinator inline
+    /// rather than to the stage store.
+    pub(crate) fn takes_inline(&self, len: u64) -> bool {
+        len <= self.inline_stage_output.load(Ordering::Relaxed)
     }
 
     /// Where stage data lives: `None` for the coordinator.

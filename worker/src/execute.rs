@@ -12,7 +12,7 @@ use tally_kinds::dynamic::{ShardContext, StageInput};
 use tally_kinds::kind::StageRead;
 use tally_kinds::spec::ValidSpec;
 use tally_kinds::values::{EncodedTask, ShardEvent, ShardOutcome};
-use tally_kinds::{Error as CommonError, Result as CommonResult, Room, Spill, StageOutput};
+use tally_kinds::{Error as CommonError, Result as CommonResult, Room, Spill, StageOutput, Stored};
 use tally_stage::store::PARALLEL_READS;
 use tally_stage::{BlobRef, StageError, StageStore, blob_key};
 use tally_wire::lease::LeaseId;
@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::backoff::Backoff;
 use crate::budget::{self, READ_PIECE};
 use crate::context::{Context, ShardHandle};
-use crate::error::Result;
+use crate::error::{Result, WorkerError};
 use crate::reports::{self, Checkpoint, ShardIo, ShardResult};
 use crate::spill::{FileSpill, Gathering};
 
@@ -101,9 +101,10 @@ pub(crate) async fn compute_shard(
     if let StageOutput::Stored(_) = &outcome.output {
         ctx.stats.output_in_files_bytes.add(written);
     }
-    // With a stage store, the output goes there under this attempt's own key.
+    // With a stage store, the output goes there under this attempt's own key,
+    // unless the coordinator takes it inline: a small one costs less there.
     let (output, output_blob) = match (stage_store, outcome.output) {
-        (Some(store), output) if !output.is_empty() => {
+        (Some(store), output) if !output.is_empty() && !goes_inline(ctx, &output) => {
             let lease_id: LeaseId = lease.lease_id.parse()?;
             let key = blob_key(&lease_id, "output");
             let blob = match output {
@@ -125,6 +126,18 @@ pub(crate) async fn compute_shard(
         compute_us: 0,
         io,
     })
+}
+
+/// Whether a shard's output goes inline to a coordinator with a stage store:
+/// small enough for it, and not one it could take for a reference.
+fn goes_inline(ctx: &Context, output: &StageOutput) -> bool {
+    match output {
+        StageOutput::Bytes(bytes) => {
+            ctx.takes_inline(bytes.len() as u64) && !BlobRef::is_encoded(bytes)
+        }
+        // Written to a file: too large to go inline.
+        StageOutput::Stored(_) => false,
+    }
 }
 
 /// A shard's output for a report to a coordinator that keeps stage data:
@@ -305,7 +318,7 @@ async fn fetch_stage_input(
             None => {
                 let into = std::sync::Mutex::new(&mut into);
                 with_retries(ctx, control, "stage data", |session| {
-                    fetch_stage(ctx, job, read, session, &into)
+                    fetch_stage(ctx, job, read, session, &into, false)
                 })
                 .await??;
             }
@@ -329,8 +342,9 @@ async fn fetch_stage_input(
 /// One read of stage data from the stage store, into `into`: the blobs the
 /// coordinator names for the stage, each whole (merged in order) or bucket
 /// `q` of each (framed as `tally_kernels::buckets` gathers it), read in
-/// pieces a few at a time and in order. A blob that is missing or fails its
-/// digest is computed again from its shard.
+/// pieces a few at a time and in order, with the outputs the coordinator
+/// holds itself in their places. A blob that is missing or fails its digest
+/// is computed again from its shard.
 #[allow(clippy::too_many_arguments)]
 async fn read_from_store(
     ctx: &Context,
@@ -349,19 +363,25 @@ async fn read_from_store(
             stage: read.stage,
             worker_id: ctx.config.worker_id.clone(),
             session,
+            reads_held: true,
         };
-        Ok(ctx.client().stage_blobs(request).await?.into_inner().blobs)
+        Ok(ctx.client().stage_blobs(request).await?.into_inner())
     })
     .await?;
-    let mut blobs = Vec::with_capacity(listed.len());
-    for blob in &listed {
+    let mut blobs = Vec::with_capacity(listed.blobs.len());
+    for blob in &listed.blobs {
         blobs.push(match blob.key.is_empty() {
             true => None,
             false => Some(BlobRef::try_from(blob)?),
         });
     }
+    let held = match listed.held.is_empty() {
+        true => None,
+        false => Some(fetch_held(ctx, job, read, &listed.held, &blobs, control).await?),
+    };
+    let is_held = |index: usize| listed.held.binary_search(&(index as u32)).is_ok();
     if read.bucket.is_some()
-        && let Some(index) = blobs.iter().position(Option::is_none)
+        && let Some(index) = (0..blobs.len()).find(|&i| blobs[i].is_none() && !is_held(i))
     {
         return Err(CommonError::InvalidArgument(format!(
             "stage {}, shard {index} of job {job} wrote no buckets",
@@ -396,7 +416,24 @@ async fn read_from_store(
     }
     let mut fetched = futures::stream::iter(pieces).buffered(PARALLEL_READS);
     let mut w = 0;
+    let mut held_parts = held.iter().flat_map(|held| held.parts.iter());
     for (index, blob) in blobs.iter().enumerate() {
+        if is_held(index) {
+            let (held, range) = (
+                held.as_ref().expect("fetched when any is held"),
+                held_parts.next().expect("one part per held output"),
+            );
+            if read.bucket.is_some() {
+                into.push(&(range.end - range.start).to_le_bytes())?;
+            }
+            let mut at = range.start;
+            while at < range.end {
+                let end = range.end.min(at + READ_PIECE);
+                into.push(&held.bytes.read_range(at..end)?)?;
+                at = end;
+            }
+            continue;
+        }
         let Some(_) = blob else {
             // A shard of a whole read that wrote nothing: nothing to add.
             continue;
@@ -446,6 +483,69 @@ async fn read_from_store(
         w += 1;
     }
     Ok(())
+}
+
+/// The outputs of a stage that the coordinator holds itself, fetched from it
+/// at once (in memory, or in a file past a quarter of a shard's memory
+/// share): where each shard's part lies, in order.
+struct HeldOutputs {
+    bytes: Arc<dyn Stored>,
+    parts: Vec<std::ops::Range<u64>>,
+}
+
+/// Fetches the outputs of `held` (ascending shard indices the coordinator
+/// listed, with no blob in `blobs`) for `read`, each whole or its bucket.
+async fn fetch_held(
+    ctx: &Context,
+    job: &str,
+    read: &StageRead,
+    held: &[u32],
+    blobs: &[Option<BlobRef>],
+    control: &tally_kinds::Control,
+) -> Result<HeldOutputs> {
+    let malformed = |why: String| {
+        WorkerError::from(CommonError::Internal(format!(
+            "the coordinator's list of the outputs of stage {} of job {job} it holds {why}",
+            read.stage
+        )))
+    };
+    let ascending = held.windows(2).all(|pair| pair[0] < pair[1]);
+    if !ascending
+        || held
+            .iter()
+            .any(|&i| !matches!(blobs.get(i as usize), Some(None)))
+    {
+        return Err(malformed("does not match its list of blobs".into()));
+    }
+    let mut gathered = ctx.spill.gathering(Some(memory_share(ctx) / 4));
+    {
+        let into = std::sync::Mutex::new(&mut gathered);
+        with_retries(ctx, control, "stage data", |session| {
+            fetch_stage(ctx, job, read, session, &into, true)
+        })
+        .await??;
+    }
+    let (bytes, _) = gathered.finish()?;
+    let mut parts = Vec::with_capacity(held.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let len = bytes
+            .read_range(at..at + 8)
+            .map_err(|_| malformed("is cut short".into()))?;
+        let len = u64::from_le_bytes(len.try_into().expect("8 bytes"));
+        let end = (at + 8).checked_add(len).filter(|&end| end <= bytes.len());
+        let end = end.ok_or_else(|| malformed("is cut short".into()))?;
+        parts.push(at + 8..end);
+        at = end;
+    }
+    if parts.len() != held.len() {
+        return Err(malformed(format!(
+            "names {} outputs and sent {}",
+            held.len(),
+            parts.len()
+        )));
+    }
+    Ok(HeldOutputs { bytes, parts })
 }
 
 /// Bucket `q` of a frontier shard's output.
@@ -686,6 +786,7 @@ async fn fetch_stage(
     read: &StageRead,
     session: String,
     into: &std::sync::Mutex<&mut Gathering>,
+    held_only: bool,
 ) -> std::result::Result<Result<()>, tonic::Status> {
     let request = proto::FetchStageDataRequest {
         job_id: job.to_string(),
@@ -693,6 +794,7 @@ async fn fetch_stage(
         worker_id: ctx.config.worker_id.clone(),
         session,
         bucket: read.bucket,
+        held_only,
     };
     // A retry starts the part again.
     let gather = |bytes: Option<&[u8]>| {

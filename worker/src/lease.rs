@@ -104,6 +104,8 @@ impl LeaseLoop {
                 tracing::info!(worker = %config.worker_id, coordinator = %config.coordinator, "registered");
                 let response = response.into_inner();
                 let usable = self.ctx.use_stage_store(&response.stage_store).await;
+                self.ctx
+                    .set_inline_stage_output(response.max_inline_stage_output);
                 if !self.started {
                     usable?;
                 }

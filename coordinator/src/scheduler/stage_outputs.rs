@@ -31,11 +31,18 @@ use crate::store::{Batch, Store, Tree};
 /// references and thin levels, which readers ask for every time.
 const HELD_OUTPUT: usize = 64 << 10;
 
+/// At most this many bytes of one stage's outputs are held in memory;
+/// past it, only stage-store references are (so many small outputs of a
+/// stage cannot fill the coordinator's memory).
+const HELD_STAGE_BYTES: usize = 256 << 20;
+
 #[derive(Clone, Default)]
 pub(super) struct StageOutputs {
     /// What this coordinator accepted of each shard of the current stage, by
     /// index (`None`: nothing, or before a restart).
     current: Vec<Option<Accepted>>,
+    /// The bytes of `current` held in memory.
+    current_held: usize,
     /// The merged output of the previous stage (what the current stage reads).
     input: Option<FinishedStage>,
     /// Older stages whose output later stages read (the kind's
@@ -74,6 +81,23 @@ struct StoredOutput {
     buckets: OnceLock<Vec<Range<u64>>>,
 }
 
+/// Where a stage's outputs are (see [`FinishedStage::blobs`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct StageBlobs {
+    /// Each shard's blob, in order; `None` where it has none.
+    pub blobs: Vec<Option<BlobRef>>,
+    /// The shards, in order, whose outputs are held by the coordinator.
+    pub held: Vec<u32>,
+}
+
+/// Whether an output is held in memory, with `held` bytes of its stage held
+/// already: a stage-store reference always, others up to [`HELD_OUTPUT`]
+/// and within [`HELD_STAGE_BYTES`] a stage.
+fn holds(output: &[u8], held: usize) -> bool {
+    BlobRef::decode(output).is_some()
+        || (output.len() <= HELD_OUTPUT && held + output.len() <= HELD_STAGE_BYTES)
+}
+
 /// The blobs committed as the outputs of kept stages, read once per sweep:
 /// by job and stage, each shard's blob key (if its output is a blob).
 pub(super) type KeptBlobs = HashMap<(String, u32), Vec<Option<String>>>;
@@ -82,19 +106,27 @@ impl StageOutputs {
     /// Makes room for the outputs of a new current stage of `shards` shards.
     pub(super) fn start_stage(&mut self, shards: usize) {
         self.current = vec![None; shards];
+        self.current_held = 0;
     }
 
     /// Notes the accepted output of the current stage's shard `index`,
-    /// holding it if it is small.
+    /// holding it if it is small (see [`holds`]).
     pub(super) fn accept(&mut self, index: u32, output: &[u8]) {
-        self.current[index as usize] = Some(match output.len() <= HELD_OUTPUT {
-            true => Accepted::Held(Arc::new(output.to_vec())),
+        self.forget(index);
+        self.current[index as usize] = Some(match holds(output, self.current_held) {
+            true => {
+                self.current_held += output.len();
+                Accepted::Held(Arc::new(output.to_vec()))
+            }
             false => Accepted::Stored,
         });
     }
 
     /// Lets go of the output of shard `index` (its acceptance was undone).
     pub(super) fn forget(&mut self, index: u32) {
+        if let Some(Accepted::Held(output)) = &self.current[index as usize] {
+            self.current_held -= output.len();
+        }
         self.current[index as usize] = None;
     }
 
@@ -276,12 +308,15 @@ impl FinishedStage {
         accepted: &[Option<Accepted>],
     ) -> Result<FinishedStage> {
         let mut outputs = Vec::with_capacity(chunks.len());
+        let mut held_bytes = 0;
         for (index, &count) in chunks.iter().enumerate() {
             let held = match accepted.get(index).cloned().flatten() {
                 Some(Accepted::Held(bytes)) => Some(bytes),
                 Some(Accepted::Stored) => None,
-                None => Self::check(store, job, stage, index as u32, count)?,
+                None => Self::check(store, job, stage, index as u32, count)?
+                    .filter(|bytes| holds(bytes, held_bytes)),
             };
+            held_bytes += held.as_ref().map_or(0, |bytes| bytes.len());
             outputs.push(StoredOutput {
                 chunks: count,
                 held,
@@ -324,13 +359,22 @@ impl FinishedStage {
         Ok(Some(Arc::new(bytes)))
     }
 
-    /// Each shard's output, in order, where all are held (stage-store
-    /// references are); `None` if one is not.
-    pub(super) fn held_outputs(&self) -> Option<Vec<&[u8]>> {
-        self.outputs
-            .iter()
-            .map(|o| o.held.as_deref().map(Vec::as_slice))
-            .collect()
+    /// Where each shard's output is, with a stage store outside the
+    /// coordinator: a blob of the stage store (its reference is held), or
+    /// held here (anything else that is not empty).
+    pub(super) fn blobs(&self) -> StageBlobs {
+        let mut blobs = StageBlobs::default();
+        for (index, output) in self.outputs.iter().enumerate() {
+            let blob = output
+                .held
+                .as_deref()
+                .and_then(|held| BlobRef::decode(held));
+            if blob.is_none() && output.chunks > 0 {
+                blobs.held.push(index as u32);
+            }
+            blobs.blobs.push(blob);
+        }
+        blobs
     }
 
     /// Removes the stored output of the stage, by key (no scan).
@@ -370,11 +414,27 @@ impl StageSource {
     /// What a read of the stage consists of, in order: every shard's output
     /// merged, or with `bucket`, that bucket of every shard's output, each
     /// after its length (framed as `tally_kernels::buckets` gathers it).
-    /// Reads the heads of large frontier outputs the first time; blocking.
-    pub fn pieces(&self, bucket: Option<u32>) -> Result<Vec<Piece>> {
+    /// With `held_only`, only the outputs held here among blobs of a stage
+    /// store ([`FinishedStage::blobs`]), each part after its length, whole
+    /// or its bucket. Reads the heads of large frontier outputs the first
+    /// time; blocking.
+    pub fn pieces(&self, bucket: Option<u32>, held_only: bool) -> Result<Vec<Piece>> {
         let mut pieces = Vec::new();
         for (index, output) in self.finished.outputs.iter().enumerate() {
             let index = index as u32;
+            if held_only {
+                let blob = output
+                    .held
+                    .as_deref()
+                    .is_some_and(|h| BlobRef::is_encoded(h));
+                if blob || output.chunks == 0 {
+                    continue;
+                }
+                if bucket.is_none() {
+                    let len = self.output_len(index, output)?;
+                    pieces.push(Piece::Bytes(len.to_le_bytes().to_vec()));
+                }
+            }
             let Some(q) = bucket else {
                 match &output.held {
                     Some(bytes) => pieces.push(Piece::Bytes(bytes.to_vec())),
@@ -467,10 +527,26 @@ impl StageSource {
         }
     }
 
+    /// The length of shard `index`'s output; blocking.
+    fn output_len(&self, index: u32, output: &StoredOutput) -> Result<u64> {
+        if let Some(held) = &output.held {
+            return Ok(held.len() as u64);
+        }
+        let (job, stage) = (&self.job, self.finished.stage);
+        let mut len = 0;
+        for chunk in 0..output.chunks {
+            len += self
+                .store
+                .value_len(Tree::Blobs, &output_key(job, stage, index, chunk))?
+                .ok_or_else(|| missing(job, stage, index, chunk))?;
+        }
+        Ok(len)
+    }
+
     /// The whole read at once (for tests and small stages); blocking.
-    pub fn read_all(&self, bucket: Option<u32>) -> Result<Vec<u8>> {
+    pub fn read_all(&self, bucket: Option<u32>, held_only: bool) -> Result<Vec<u8>> {
         let mut data = Vec::new();
-        for piece in self.pieces(bucket)? {
+        for piece in self.pieces(bucket, held_only)? {
             data.extend_from_slice(&self.read(piece)?);
         }
         Ok(data)
@@ -629,13 +705,13 @@ mod tests {
         let source = StageSource::new(store.clone(), "j", finished.clone());
         let slices: Vec<&[u8]> = outputs.iter().map(Vec::as_slice).collect();
         for q in 0..3 {
-            let got = source.read_all(Some(q)).unwrap();
+            let got = source.read_all(Some(q), false).unwrap();
             assert_eq!(got, gather_bucket(&slices, q).unwrap(), "bucket {q}");
             // Again, from the cached bucket index.
-            assert_eq!(source.read_all(Some(q)).unwrap(), got);
+            assert_eq!(source.read_all(Some(q), false).unwrap(), got);
         }
-        assert_eq!(source.read_all(None).unwrap(), outputs.concat());
-        let err = source.read_all(Some(3)).unwrap_err();
+        assert_eq!(source.read_all(None, false).unwrap(), outputs.concat());
+        let err = source.read_all(Some(3), false).unwrap_err();
         assert!(
             matches!(err, CoordinatorError::FailedPrecondition(_)),
             "{err}"
@@ -643,7 +719,7 @@ mod tests {
         let mut batch = Batch::default();
         finished.delete("j", &mut batch);
         store.commit(batch).unwrap();
-        let err = source.read_all(Some(1)).unwrap_err();
+        let err = source.read_all(Some(1), false).unwrap_err();
         assert!(err.to_string().contains("gone"), "{err}");
         let err = FinishedStage::load(store.as_ref(), "j", 3, chunks, &[])
             .err()
@@ -651,6 +727,92 @@ mod tests {
         assert!(
             matches!(err, CoordinatorError::Store(_)),
             "a lost chunk at load: {err}"
+        );
+    }
+
+    /// Frames of the parts a held-only read sent: each after its length.
+    fn unframe(mut bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut parts = Vec::new();
+        while !bytes.is_empty() {
+            let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+            parts.push(bytes[8..8 + len].to_vec());
+            bytes = &bytes[8 + len..];
+        }
+        parts
+    }
+
+    /// A stage whose outputs are blobs of a stage store, outputs held here
+    /// (small, and one past what is held in memory) and empty: each shard is
+    /// listed where it is, and a held-only read gives exactly the held ones,
+    /// whole or their buckets, each framed, in order, as a read of the stage
+    /// without blobs would give them.
+    #[test]
+    fn a_stage_of_blobs_and_held_outputs_lists_each_where_it_is() {
+        let store = Arc::new(MemoryStore::new());
+        let blob = |n: u8| BlobRef {
+            key: format!("jobs/j/2/{n}.1.output"),
+            size: 100 + u64::from(n),
+            digest: [n; 32],
+        };
+        let buckets = |seed: u8, len: usize| -> Vec<u8> {
+            let part = |q: u8| (0..len).map(|i| (i as u8) ^ seed ^ q).collect();
+            encode_buckets(&[part(0), part(1)])
+        };
+        let outputs = vec![
+            blob(0).encode(),
+            buckets(1, 10),
+            Vec::new(),
+            // Past what is held in memory, and more than a chunk.
+            buckets(2, OUTPUT_CHUNK),
+            blob(4).encode(),
+            buckets(3, 0),
+        ];
+        let chunks = stored(&store, "j", 2, &outputs);
+        let finished = FinishedStage::load(store.as_ref(), "j", 2, chunks, &[]).unwrap();
+        assert!(finished.outputs[3].held.is_none());
+        let listed = finished.blobs();
+        assert_eq!(
+            listed.blobs,
+            [Some(blob(0)), None, None, None, Some(blob(4)), None]
+        );
+        assert_eq!(listed.held, [1, 3, 5]);
+        let source = StageSource::new(store.clone(), "j", finished);
+        let held: Vec<&[u8]> = [1, 3, 5].iter().map(|&i| outputs[i].as_slice()).collect();
+        assert_eq!(unframe(&source.read_all(None, true).unwrap()), held);
+        for q in 0..2 {
+            let parts = unframe(&source.read_all(Some(q), true).unwrap());
+            let split: Vec<Vec<u8>> = held
+                .iter()
+                .map(|o| tally_kernels::buckets::split_buckets(o).unwrap()[q as usize].to_vec())
+                .collect();
+            assert_eq!(parts, split, "bucket {q}");
+        }
+    }
+
+    /// References are always held in memory; other outputs only while the
+    /// stage's held bytes stay within their bound.
+    #[test]
+    fn held_outputs_are_bounded_by_the_stage_and_references_always_held() {
+        let reference = BlobRef {
+            key: "jobs/j/1/0.1.output".into(),
+            size: 1,
+            digest: [0; 32],
+        }
+        .encode();
+        assert!(holds(&reference, HELD_STAGE_BYTES));
+        assert!(holds(&[7; HELD_OUTPUT], 0));
+        assert!(!holds(&[7; HELD_OUTPUT + 1], 0));
+        assert!(!holds(&[7; 10], HELD_STAGE_BYTES - 9));
+        let mut outputs = StageOutputs::default();
+        outputs.start_stage(3);
+        outputs.accept(0, &[1; 100]);
+        outputs.accept(1, &reference);
+        assert_eq!(outputs.current_held, 100 + reference.len());
+        outputs.accept(0, &[1; 50]);
+        outputs.forget(1);
+        assert_eq!(
+            outputs.current_held, 50,
+            "a replaced or undone output is let go"
         );
     }
 }

@@ -17,7 +17,7 @@ use crate::store::{Batch, Tree};
 
 use super::events::Event;
 use super::job::JobEntry;
-use super::stage_outputs::{FinishedStage, StageOutputs, StageSource, retained_stages};
+use super::stage_outputs::{FinishedStage, StageBlobs, StageOutputs, StageSource, retained_stages};
 use super::state::Scheduler;
 
 impl Scheduler {
@@ -99,35 +99,17 @@ impl Scheduler {
     /// [`Scheduler::stage_source`]'s read whole, under the lock: for tests
     /// and small stages only (the service streams it).
     pub fn stage_data(&mut self, job: &str, stage: u32, bucket: Option<u32>) -> Result<Vec<u8>> {
-        self.stage_source(job, stage)?.read_all(bucket)
+        self.stage_source(job, stage)?.read_all(bucket, false)
     }
 
     /// With a stage store outside the coordinator: the blob of each shard of
-    /// a readable stage (see [`Scheduler::stage_data`]), in order; `None` for
-    /// a shard that wrote no output.
-    pub fn stage_blobs(&mut self, job: &str, stage: u32) -> Result<Vec<Option<BlobRef>>> {
-        let finished = self.readable_stage(job, stage)?;
-        let outputs = finished.held_outputs().ok_or_else(|| {
-            CoordinatorError::FailedPrecondition(format!(
-                "the output of stage {stage} of job {job} is not in the stage store: the job \
-                 began before the coordinator used one"
-            ))
-        })?;
-        outputs
-            .into_iter()
-            .enumerate()
-            .map(|(index, output)| {
-                if output.is_empty() {
-                    return Ok(None);
-                }
-                BlobRef::decode(output).map(Some).ok_or_else(|| {
-                    CoordinatorError::FailedPrecondition(format!(
-                        "the output of stage {stage}, shard {index} of job {job} is not in the stage \
-                         store: the job began before the coordinator used one"
-                    ))
-                })
-            })
-            .collect()
+    /// a readable stage (see [`Scheduler::stage_data`]), in order (`None`
+    /// for a shard that wrote no output, or whose output is held here), and
+    /// the shards whose outputs this coordinator holds itself: small ones
+    /// that came inline, or written before it had a stage store (read with
+    /// [`StageSource::pieces`], `held_only`).
+    pub fn stage_blobs(&mut self, job: &str, stage: u32) -> Result<StageBlobs> {
+        Ok(self.readable_stage(job, stage)?.blobs())
     }
 
     /// One shard of a readable stage, for a worker that computes its output
@@ -138,8 +120,9 @@ impl Scheduler {
         stage: u32,
         index: u32,
     ) -> Result<(EncodedTask, EncodedPartial, BlobRef)> {
-        let blobs = self.stage_blobs(job, stage)?;
-        let blob = blobs
+        let blob = self
+            .stage_blobs(job, stage)?
+            .blobs
             .into_iter()
             .nth(index as usize)
             .flatten()

@@ -1,4 +1,4 @@
-//! Final reports sent together: while one `ReportBatch` call is in flight, the
+//! Final reports sent together: while two `ReportBatch` calls are in flight, the
 //! reports of the shards that finish meanwhile wait, and go in the next call
 //! (as a group commit does with flushes). A worker with many short shards then
 //! makes one round trip for many results instead of one each; a worker with
@@ -51,6 +51,7 @@ const LINGER: Duration = Duration::from_millis(5);
 const FULL_ENOUGH: usize = 256;
 
 async fn send_batches(ctx: Weak<Context>, mut inbox: mpsc::UnboundedReceiver<Queued>) {
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
     let mut next = None;
     loop {
         let first = match next.take() {
@@ -87,10 +88,21 @@ async fn send_batches(ctx: Weak<Context>, mut inbox: mpsc::UnboundedReceiver<Que
             }
             batch.push(queued);
         }
-        let Some(ctx) = ctx.upgrade() else { return };
-        send_batch(&ctx, batch).await;
+        let Some(strong) = ctx.upgrade() else { return };
+        // A batch leaves while the one before it is still answered: the
+        // coordinator commits them in one flush or in two that overlap.
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        tokio::spawn(async move {
+            send_batch(&strong, batch).await;
+            drop(permit);
+        });
     }
 }
+
+/// Batches on their way at once.
+const BATCHES_IN_FLIGHT: usize = 2;
 
 /// One `ReportBatch` call; every report of the batch gets its answer, or the
 /// call's error.

@@ -375,6 +375,15 @@ async fn read_from_store(
             false => Some(BlobRef::try_from(blob)?),
         });
     }
+    // Every output held by the coordinator: read as from a coordinator
+    // that keeps stage data, straight into `into`.
+    if !listed.held.is_empty() && blobs.iter().all(Option::is_none) {
+        let into = std::sync::Mutex::new(into);
+        return with_retries(ctx, control, "stage data", |session| {
+            fetch_stage(ctx, job, read, session, &into, false)
+        })
+        .await?;
+    }
     let held = match listed.held.is_empty() {
         true => None,
         false => Some(fetch_held(ctx, job, read, &listed.held, &blobs, control).await?),

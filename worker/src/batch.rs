@@ -1,6 +1,8 @@
-//! Final reports sent together: while two `ReportBatch` calls are in flight, the
+//! Final reports sent together: while a `ReportBatch` call is in flight, the
 //! reports of the shards that finish meanwhile wait, and go in the next call
-//! (as a group commit does with flushes). A worker with many short shards then
+//! (as a group commit does with flushes); a batch of much stage output may
+//! leave while one other is in flight, since its transfer and checks take
+//! longer than a flush. A worker with many short shards then
 //! makes one round trip for many results instead of one each; a worker with
 //! one long shard at a time sends each report at once, as before.
 //!
@@ -61,11 +63,59 @@ async fn send_batches(ctx: Weak<Context>, mut inbox: mpsc::UnboundedReceiver<Que
                 None => return,
             },
         };
-        let mut bytes = first.report.output.len();
-        let mut batch = vec![first];
+        let mut batch = Forming::new(first);
+        next = batch.fill(&mut inbox, &ctx).await;
+        // A batch of much output leaves while the one before it is still
+        // answered (its transfer and checks, not a flush, are what it waits
+        // for); a small one waits for the batches on their way, then for
+        // more reports, so that short shards share flushes.
+        let permits = match batch.bytes >= OVERLAPPED_OUTPUT {
+            true => 1,
+            false => BATCHES_IN_FLIGHT as u32,
+        };
+        let Ok(permit) = in_flight.clone().acquire_many_owned(permits).await else {
+            return;
+        };
+        if next.is_none() && permits > 1 {
+            next = batch.fill(&mut inbox, &ctx).await;
+        }
+        let Some(ctx) = ctx.upgrade() else { return };
+        tokio::spawn(async move {
+            send_batch(&ctx, batch.reports).await;
+            drop(permit);
+        });
+    }
+}
+
+/// A batch being formed, and the output it carries.
+struct Forming {
+    reports: Vec<Queued>,
+    bytes: usize,
+}
+
+impl Forming {
+    fn new(first: Queued) -> Forming {
+        Forming {
+            bytes: first.report.output.len(),
+            reports: vec![first],
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.reports.len() >= MAX_BATCH_REPORTS
+    }
+
+    /// Takes the reports waiting, and those that come within [`LINGER`]
+    /// while the worker still computes shards, until the batch is full: the
+    /// first report that does not fit is given back.
+    async fn fill(
+        &mut self,
+        inbox: &mut mpsc::UnboundedReceiver<Queued>,
+        ctx: &Weak<Context>,
+    ) -> Option<Queued> {
         let linger_until = tokio::time::Instant::now() + LINGER;
-        while batch.len() < MAX_BATCH_REPORTS {
-            if batch.len() >= FULL_ENOUGH && inbox.is_empty() {
+        while !self.is_full() {
+            if self.reports.len() >= FULL_ENOUGH && inbox.is_empty() {
                 break;
             }
             let queued = match inbox.try_recv() {
@@ -81,28 +131,31 @@ async fn send_batches(ctx: Weak<Context>, mut inbox: mpsc::UnboundedReceiver<Que
                     }
                 }
             };
-            bytes += queued.report.output.len();
-            if bytes > MAX_BATCH_OUTPUT {
-                next = Some(queued);
-                break;
+            if let Some(back) = self.take(queued) {
+                return Some(back);
             }
-            batch.push(queued);
         }
-        let Some(strong) = ctx.upgrade() else { return };
-        // A batch leaves while the one before it is still answered: the
-        // coordinator commits them in one flush or in two that overlap.
-        let Ok(permit) = in_flight.clone().acquire_owned().await else {
-            return;
-        };
-        tokio::spawn(async move {
-            send_batch(&strong, batch).await;
-            drop(permit);
-        });
+        None
+    }
+
+    /// Adds `queued`, or gives it back if its output does not fit.
+    fn take(&mut self, queued: Queued) -> Option<Queued> {
+        let bytes = self.bytes + queued.report.output.len();
+        if bytes > MAX_BATCH_OUTPUT {
+            return Some(queued);
+        }
+        self.bytes = bytes;
+        self.reports.push(queued);
+        None
     }
 }
 
-/// Batches on their way at once.
+/// Batches of much output on their way at once.
 const BATCHES_IN_FLIGHT: usize = 2;
+
+/// Stage output that makes a batch one of much output: its transfer and
+/// checks, more than a flush, are what it waits for.
+const OVERLAPPED_OUTPUT: usize = 64 << 10;
 
 /// One `ReportBatch` call; every report of the batch gets its answer, or the
 /// call's error.
@@ -181,5 +234,37 @@ mod tests {
         .unwrap_err();
         assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
         assert_eq!(refused.message(), "attempt 1 is stale");
+    }
+
+    fn queued(output: usize) -> Queued {
+        let (answer, _) = oneshot::channel();
+        let report = proto::BatchedReport {
+            output: vec![7; output],
+            ..Default::default()
+        };
+        Queued { report, answer }
+    }
+
+    /// A batch takes reports up to its output limit and gives back the first
+    /// that does not fit, counting only what it holds.
+    #[test]
+    fn a_batch_gives_back_the_report_past_its_output_limit() {
+        let mut batch = Forming::new(queued(MAX_BATCHED_OUTPUT));
+        for _ in 1..MAX_BATCH_OUTPUT / MAX_BATCHED_OUTPUT {
+            assert!(batch.take(queued(MAX_BATCHED_OUTPUT)).is_none());
+        }
+        assert_eq!(batch.bytes, MAX_BATCH_OUTPUT);
+        let back = batch.take(queued(1)).expect("no room for one byte more");
+        assert_eq!(back.report.output.len(), 1);
+        assert_eq!(batch.bytes, MAX_BATCH_OUTPUT);
+        assert!(
+            batch.take(queued(0)).is_none(),
+            "a report without output fits"
+        );
+        assert_eq!(
+            batch.reports.len(),
+            MAX_BATCH_OUTPUT / MAX_BATCHED_OUTPUT + 1
+        );
+        assert!(!batch.is_full());
     }
 }

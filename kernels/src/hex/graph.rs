@@ -193,7 +193,7 @@ impl Gather {
         self.info.len() + self.others.len() - 1
     }
 
-    fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.info.capacity() + 4 * (self.others.capacity() + self.marks.capacity())
     }
 }

@@ -923,3 +923,90 @@ fn hex_points_solver_large_sides() {
         }
     }
 }
+
+/// How the graph's bytes divide among its parts, and how its gather lists
+/// are laid out, for choosing how to shrink or split it past side 18 (`cargo
+/// test --release -p tally-kernels -- --ignored hex_graph_layout
+/// --nocapture`, `HEX_LAYOUT_SIDES=12-16`). Per block: its groups, the
+/// largest, and per column how many other sources lie within 2^8 and 2^16
+/// positions of their group's start, and how many sit at the same rank in
+/// their chunk as their target in its own (a source a sweep could compute).
+#[test]
+#[ignore]
+fn hex_graph_layout() {
+    let sides = std::env::var("HEX_LAYOUT_SIDES").unwrap_or_else(|_| "12-14".into());
+    let (from, to) = sides.split_once('-').expect("sides as FROM-TO");
+    for side in from.parse::<u32>().unwrap()..=to.parse::<u32>().unwrap() {
+        let graph = HexGraph::build_parallel(side, 2).unwrap();
+        let n = graph.num_states() as f64;
+        let per_state = |bytes: usize| bytes as f64 / n;
+        println!(
+            "side {side}: {} states, {:.1} bytes a state (masks {:.1}, narrow masks {:.1})",
+            graph.num_states(),
+            per_state(graph.memory_bytes()),
+            per_state(8 * graph.masks.capacity()),
+            per_state(4 * graph.narrow_masks.capacity()),
+        );
+        for (b, block) in graph.blocks.iter().enumerate() {
+            let orders = 4
+                * (block.members.capacity()
+                    + block.position.capacity()
+                    + block.masks.capacity()
+                    + block.from_prev.capacity());
+            let width = block.cols.len();
+            let mut line = format!(
+                "  block {b} (columns {}..{}): orders {:.1} B, {} groups, largest {}, {} chunks;",
+                block.first_col,
+                block.first_col + width,
+                per_state(orders),
+                block.groups(),
+                block.max_group,
+                block.chunk_offsets.len() - 1,
+            );
+            // The group and chunk of every position.
+            let mut group_of = vec![0u32; block.members.len()];
+            for g in 0..block.groups() {
+                let range = block.group_offsets[g] as usize..block.group_offsets[g + 1] as usize;
+                group_of[range].fill(g as u32);
+            }
+            let mut chunk_of = vec![0u32; block.members.len()];
+            for c in 0..block.chunk_offsets.len() - 1 {
+                let range = block.chunk_offsets[c] as usize..block.chunk_offsets[c + 1] as usize;
+                chunk_of[range].fill(c as u32);
+            }
+            for (k, gather) in block.cols.iter().enumerate() {
+                let (mut near8, mut near16, mut aligned, mut total) = (0u64, 0u64, 0u64, 0u64);
+                let mut offset = 0;
+                for pos in 0..gather.info.len() {
+                    let count = gather.count(pos);
+                    let group_start = block.group_offsets[group_of[pos] as usize] as usize;
+                    let chunk = chunk_of[pos] as usize;
+                    let rank = pos - block.chunk_offsets[chunk] as usize;
+                    let partner = chunk ^ (1 << k);
+                    for &source in &gather.others[offset..offset + count] {
+                        let source = source as usize;
+                        total += 1;
+                        near8 += u64::from(source - group_start < 1 << 8);
+                        near16 += u64::from(source - group_start < 1 << 16);
+                        let source_rank =
+                            source.wrapping_sub(block.chunk_offsets[partner] as usize);
+                        aligned +=
+                            u64::from(chunk_of[source] as usize == partner && source_rank == rank);
+                    }
+                    offset += count;
+                }
+                let share = |x: u64| 100.0 * x as f64 / total.max(1) as f64;
+                line += &format!(
+                    " col {}: {:.2} others a state ({:.1} B), {:.0}%/{:.0}% within 2^8/2^16, {:.0}% aligned;",
+                    block.first_col + k,
+                    total as f64 / n,
+                    per_state(gather.bytes()),
+                    share(near8),
+                    share(near16),
+                    share(aligned),
+                );
+            }
+            println!("{line}");
+        }
+    }
+}

@@ -186,9 +186,11 @@ impl WorkerService for WorkerApi {
         let r = request.into_inner();
         require_worker_id(&r.worker_id)?;
         let (bucket, held_only) = (r.bucket, r.held_only);
+        // Not after a flush: what a reader computes from stage data not yet
+        // durable is fenced by its lease's epoch (ARCHITECTURE, protocol step 2).
         let source = self
             .shared
-            .with_scheduler(move |s| {
+            .with_scheduler_unflushed(move |s| {
                 s.check_session(&r.worker_id, &r.session)?;
                 s.stage_source(&r.job_id, r.stage)
             })
@@ -255,9 +257,10 @@ impl WorkerService for WorkerApi {
         require_worker_id(&r.worker_id)?;
         let reads_held = r.reads_held;
         let (job, stage) = (r.job_id.clone(), r.stage);
+        // Not after a flush, as `fetch_stage_data`.
         let listed = self
             .shared
-            .with_scheduler(move |s| {
+            .with_scheduler_unflushed(move |s| {
                 s.check_session(&r.worker_id, &r.session)?;
                 s.stage_blobs(&r.job_id, r.stage)
             })

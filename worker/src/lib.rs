@@ -22,6 +22,7 @@ mod config;
 mod context;
 mod error;
 mod execute;
+mod fetch;
 mod heartbeat;
 mod http;
 mod lease;

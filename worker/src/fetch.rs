@@ -1,0 +1,169 @@
+//! What a shard fetches from the coordinator besides its lease: a checkpoint
+//! too large to come with it, an attachment (a wasm module), stage data; each
+//! call retried while the coordinator is unreachable or has forgotten the
+//! worker's session, until the shard is stopped.
+
+use tally_kinds::Error as CommonError;
+use tally_kinds::kind::StageRead;
+use tally_wire::limits::MAX_CHECKPOINT_BYTES;
+use tally_wire::proto;
+
+use crate::backoff::Backoff;
+use crate::context::Context;
+use crate::error::Result;
+use crate::spill::Gathering;
+
+/// The checkpoint a lease starts from when it was too large to come with the
+/// lease: fetched in chunks, retried as stage data is. The size the lease
+/// announced bounds what is read.
+pub(crate) async fn fetch_checkpoint(
+    ctx: &Context,
+    lease_id: &str,
+    announced: u64,
+    control: &tally_kinds::Control,
+) -> Result<Vec<u8>> {
+    let data = with_retries(ctx, control, "checkpoint", |session| async move {
+        let request = proto::FetchCheckpointRequest {
+            worker_id: ctx.config.worker_id.clone(),
+            session,
+            lease_id: lease_id.to_string(),
+        };
+        let mut stream = ctx.client().fetch_checkpoint(request).await?.into_inner();
+        let mut data = Vec::with_capacity(announced.min(MAX_CHECKPOINT_BYTES as u64) as usize);
+        while let Some(chunk) = stream.message().await? {
+            if (data.len() + chunk.data.len()) as u64 > announced {
+                return Err(tonic::Status::data_loss(format!(
+                    "the checkpoint of {lease_id} is longer than the {announced} bytes announced"
+                )));
+            }
+            data.extend_from_slice(&chunk.data);
+        }
+        Ok(data)
+    })
+    .await?;
+    if data.len() as u64 != announced {
+        return Err(tonic::Status::data_loss(format!(
+            "the checkpoint of {lease_id} has {} bytes, {announced} announced",
+            data.len()
+        ))
+        .into());
+    }
+    tracing::info!(lease = %lease_id, bytes = announced, "checkpoint fetched; resuming from it");
+    Ok(data)
+}
+
+/// Makes the attachment (a wasm module) with this SHA-256 available to the
+/// kinds, fetched from the coordinator unless the kernel cache has it; its
+/// digest is checked.
+pub(crate) async fn fetch_attachment(
+    ctx: &Context,
+    sha256: &str,
+    control: &tally_kinds::Control,
+) -> Result<()> {
+    let cache = &ctx.config.kernel_cache;
+    if cache.attachment(sha256).is_some() {
+        return Ok(());
+    }
+    let data = with_retries(ctx, control, "attachment", |session| async move {
+        let request = proto::FetchAttachmentRequest {
+            worker_id: ctx.config.worker_id.clone(),
+            session,
+            sha256: sha256.to_string(),
+        };
+        Ok(ctx
+            .client()
+            .fetch_attachment(request)
+            .await?
+            .into_inner()
+            .data)
+    })
+    .await?;
+    // Hashing 8 MiB takes milliseconds: not on the async runtime.
+    let (data, got) = tokio::task::spawn_blocking(move || {
+        let got = tally_kinds::guest::sha256_hex(&data);
+        (data, got)
+    })
+    .await
+    .map_err(|e| CommonError::Internal(format!("hashing an attachment: {e}")))?;
+    if got != sha256 {
+        return Err(tonic::Status::data_loss(format!(
+            "the attachment fetched as {sha256} has SHA-256 {got}"
+        ))
+        .into());
+    }
+    tracing::info!(sha256, bytes = data.len(), "attachment fetched");
+    cache.put_attachment(sha256, data.into());
+    Ok(())
+}
+
+/// `fetch` with the current session, until it answers: while the coordinator
+/// is unreachable, or has forgotten the session (the worker then registers
+/// again), it waits with backoff and tries again, until the shard is stopped.
+/// `what` names the data in the log.
+pub(crate) async fn with_retries<T, F, Fut>(
+    ctx: &Context,
+    control: &tally_kinds::Control,
+    what: &str,
+    mut fetch: F,
+) -> Result<T>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, tonic::Status>>,
+{
+    let mut backoff = Backoff::new();
+    loop {
+        control.check()?;
+        let session = ctx.session();
+        match fetch(session.clone()).await {
+            Ok(value) => return Ok(value),
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                tracing::warn!(error = %status.message(), "{what} fetch failed; retrying");
+                backoff.wait().await;
+            }
+            Err(status) if status.code() == tonic::Code::Unauthenticated => {
+                tracing::info!(error = %status.message(), "{what} fetch refused; registering again");
+                ctx.session_refused(&session);
+                backoff.wait().await;
+            }
+            Err(status) => return Err(status.into()),
+        }
+    }
+}
+
+/// The raw output of `stage` (or one bucket of it), in one call with
+/// `session`.
+pub(crate) async fn fetch_stage(
+    ctx: &Context,
+    job: &str,
+    read: &StageRead,
+    session: String,
+    into: &std::sync::Mutex<&mut Gathering>,
+    held_only: bool,
+) -> std::result::Result<Result<()>, tonic::Status> {
+    let request = proto::FetchStageDataRequest {
+        job_id: job.to_string(),
+        stage: read.stage,
+        worker_id: ctx.config.worker_id.clone(),
+        session,
+        bucket: read.bucket,
+        held_only,
+    };
+    // A retry starts the part again.
+    let gather = |bytes: Option<&[u8]>| {
+        let mut into = into.lock().expect("the input is not shared");
+        match bytes {
+            Some(bytes) => into.push(bytes),
+            None => into.truncate(0),
+        }
+    };
+    if let Err(e) = gather(None) {
+        return Ok(Err(e));
+    }
+    let mut stream = ctx.client().fetch_stage_data(request).await?.into_inner();
+    while let Some(chunk) = stream.message().await? {
+        if let Err(e) = gather(Some(&chunk.data)) {
+            return Ok(Err(e));
+        }
+    }
+    Ok(Ok(()))
+}

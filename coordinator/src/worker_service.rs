@@ -18,8 +18,8 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::error::{CoordinatorError, Result};
 use crate::intake;
 use crate::scheduler::{
-    Grant, Piece, Registration, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure,
-    ReportedResult, StageSource,
+    Grant, HeldRead, Piece, Registration, Report, ReportOutcome, ReportedCheckpoint,
+    ReportedFailure, ReportedResult, StageSource,
 };
 use crate::shared::{Shared, now_ms};
 
@@ -185,7 +185,24 @@ impl WorkerService for WorkerApi {
     ) -> std::result::Result<Response<Self::FetchStageDataStream>, Status> {
         let r = request.into_inner();
         require_worker_id(&r.worker_id)?;
-        let (bucket, held_only) = (r.bucket, r.held_only);
+        let bucket = r.bucket;
+        let held = match (r.held_only, r.shards.is_empty()) {
+            (false, true) => HeldRead::No,
+            (false, false) => {
+                return Err(Status::invalid_argument(
+                    "shards are named only in a read of held outputs (held_only)",
+                ));
+            }
+            (true, true) => HeldRead::All,
+            (true, false) if r.shards.windows(2).all(|pair| pair[0] < pair[1]) => {
+                HeldRead::Only(r.shards.clone())
+            }
+            (true, false) => {
+                return Err(Status::invalid_argument(
+                    "the shards of a read are named in ascending order, each once",
+                ));
+            }
+        };
         // Not after a flush: what a reader computes from stage data not yet
         // durable is fenced by its lease's epoch (ARCHITECTURE, protocol step 2).
         let source = self
@@ -195,7 +212,7 @@ impl WorkerService for WorkerApi {
                 s.stage_source(&r.job_id, r.stage)
             })
             .await?;
-        Ok(Response::new(stage_stream(source, bucket, held_only)))
+        Ok(Response::new(stage_stream(source, bucket, held)))
     }
 
     type FetchCheckpointStream = ChunkStream;
@@ -276,9 +293,15 @@ impl WorkerService for WorkerApi {
             .iter()
             .map(|blob| blob.as_ref().map(proto::BlobRef::from).unwrap_or_default())
             .collect();
+        let held_digests = listed
+            .held_digests
+            .iter()
+            .map(|digest| digest.map_or_else(Vec::new, |d| d.to_le_bytes().to_vec()))
+            .collect();
         Ok(Response::new(proto::StageBlobsResponse {
             blobs,
             held: listed.held,
+            held_digests,
         }))
     }
 
@@ -323,13 +346,13 @@ fn chunk_stream(data: Arc<Vec<u8>>) -> ChunkStream {
 /// A stage's output (merged, or one bucket of each shard's) as a stream of
 /// chunks of at most [`OUTPUT_CHUNK`] bytes, read from the store a chunk at a
 /// time as the reader takes them: a level is never held whole.
-fn stage_stream(source: StageSource, bucket: Option<u32>, held_only: bool) -> ChunkStream {
+fn stage_stream(source: StageSource, bucket: Option<u32>, held: HeldRead) -> ChunkStream {
     // Two chunks ahead of the reader at most.
     let (tx, rx) = tokio::sync::mpsc::channel(2);
     tokio::spawn(async move {
         let listed = {
             let source = source.clone();
-            tokio::task::spawn_blocking(move || source.pieces(bucket, held_only)).await
+            tokio::task::spawn_blocking(move || source.pieces(bucket, &held)).await
         };
         let pieces = match listed {
             Ok(Ok(pieces)) => pieces,

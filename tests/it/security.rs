@@ -208,6 +208,7 @@ async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str
                     session: session.clone(),
                     bucket: None,
                     held_only: false,
+                    shards: Vec::new(),
                 })
                 .await,
             ),

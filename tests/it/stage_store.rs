@@ -299,6 +299,12 @@ fn stages_that_mix_blobs_and_outputs_held_by_the_coordinator_give_the_same_answe
                 assert_eq!(job.answer, direct_answer(spec), "{id}, {inline} inline");
             }
             written.push(stage_blobs(&store.open().unwrap()).await.len());
+            // The worker read the outputs it had sent inline from its own
+            // copies, not back from the coordinator.
+            let reused = cluster
+                .log("w1")
+                .contains("stage outputs this worker computed read from its own copies");
+            assert_eq!(reused, inline != "0", "{inline} inline");
         }
         let [none_inline, mixed] = written[..] else {
             unreachable!()

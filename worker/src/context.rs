@@ -142,6 +142,8 @@ pub(crate) struct Context {
     leases_changed: Notify,
     /// The decoded output of the last stage fetched.
     pub stage_cache: tokio::sync::Mutex<Option<CachedStage>>,
+    /// The stage outputs this worker sent inline, for the next stage's input.
+    pub own_outputs: Mutex<crate::own_outputs::OwnOutputs>,
     pub stats: Arc<WorkerStats>,
     /// The session of the current registration; empty before the first.
     session: Mutex<String>,
@@ -189,6 +191,7 @@ impl Context {
             slot_freed: Notify::new(),
             leases_changed: Notify::new(),
             stage_cache: tokio::sync::Mutex::new(None),
+            own_outputs: Mutex::new(Default::default()),
             stats: Arc::new(WorkerStats::default()),
             session: Mutex::new(String::new()),
             session_lost: AtomicBool::new(false),

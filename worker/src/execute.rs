@@ -115,7 +115,18 @@ pub(crate) async fn compute_shard(
             };
             (Vec::new(), Some(proto::BlobRef::from(&blob)))
         }
-        (_, output) => (output_in_memory(output).await?, None),
+        (store, output) => {
+            let output = output_in_memory(output).await?;
+            // Inline beside a stage store: kept for the next stage's input.
+            if store.is_some() && !output.is_empty() {
+                let lease_id: LeaseId = lease.lease_id.parse()?;
+                let kept = Arc::new(output.clone());
+                ctx.own_outputs
+                    .lock()
+                    .keep(&lease_id.job, lease_id.stage, lease_id.index, kept);
+            }
+            (output, None)
+        }
     };
     Ok(ShardResult {
         output,
@@ -318,7 +329,7 @@ async fn fetch_stage_input(
             None => {
                 let into = std::sync::Mutex::new(&mut into);
                 with_retries(ctx, control, "stage data", |session| {
-                    fetch_stage(ctx, job, read, session, &into, false)
+                    fetch_stage(ctx, job, read, session, &into, None)
                 })
                 .await??;
             }
@@ -375,18 +386,30 @@ async fn read_from_store(
             false => Some(BlobRef::try_from(blob)?),
         });
     }
-    // Every output held by the coordinator: read as from a coordinator
-    // that keeps stage data, straight into `into`.
-    if !listed.held.is_empty() && blobs.iter().all(Option::is_none) {
+    let own = own_copies(ctx, job, read.stage, &listed.held, &listed.held_digests).await?;
+    let missing: Vec<u32> = listed
+        .held
+        .iter()
+        .zip(&own)
+        .filter(|(_, own)| own.is_none())
+        .map(|(&index, _)| index)
+        .collect();
+    // Every output held by the coordinator, and none of them this worker's
+    // own: read as from a coordinator that keeps stage data, straight into
+    // `into`.
+    if !listed.held.is_empty()
+        && missing.len() == listed.held.len()
+        && blobs.iter().all(Option::is_none)
+    {
         let into = std::sync::Mutex::new(into);
         return with_retries(ctx, control, "stage data", |session| {
-            fetch_stage(ctx, job, read, session, &into, false)
+            fetch_stage(ctx, job, read, session, &into, None)
         })
         .await?;
     }
-    let held = match listed.held.is_empty() {
+    let from_coordinator = match listed.held.is_empty() {
         true => None,
-        false => Some(fetch_held(ctx, job, read, &listed.held, &blobs, control).await?),
+        false => Some(fetch_held(ctx, job, read, &listed.held, &missing, &blobs, control).await?),
     };
     let is_held = |index: usize| listed.held.binary_search(&(index as u32)).is_ok();
     if read.bucket.is_some()
@@ -425,12 +448,24 @@ async fn read_from_store(
     }
     let mut fetched = futures::stream::iter(pieces).buffered(PARALLEL_READS);
     let mut w = 0;
-    let mut held_parts = held.iter().flat_map(|held| held.parts.iter());
+    let mut fetched_parts = from_coordinator.iter().flat_map(|held| held.parts.iter());
+    let mut own = own.into_iter();
     for (index, blob) in blobs.iter().enumerate() {
         if is_held(index) {
+            if let Some(output) = own.next().expect("one entry per held output") {
+                match read.bucket {
+                    Some(q) => {
+                        let part = bucket_of_output(&output, q)?;
+                        into.push(&(part.len() as u64).to_le_bytes())?;
+                        into.push(&part)?;
+                    }
+                    None => into.push(&output)?,
+                }
+                continue;
+            }
             let (held, range) = (
-                held.as_ref().expect("fetched when any is held"),
-                held_parts.next().expect("one part per held output"),
+                from_coordinator.as_ref().expect("fetched when any is held"),
+                fetched_parts.next().expect("one part per fetched output"),
             );
             if read.bucket.is_some() {
                 into.push(&(range.end - range.start).to_le_bytes())?;
@@ -502,13 +537,15 @@ struct HeldOutputs {
     parts: Vec<std::ops::Range<u64>>,
 }
 
-/// Fetches the outputs of `held` (ascending shard indices the coordinator
-/// listed, with no blob in `blobs`) for `read`, each whole or its bucket.
+/// Of the outputs of `held` (ascending shard indices the coordinator
+/// listed, with no blob in `blobs`), fetches those of `missing` for `read`,
+/// each whole or its bucket.
 async fn fetch_held(
     ctx: &Context,
     job: &str,
     read: &StageRead,
     held: &[u32],
+    missing: &[u32],
     blobs: &[Option<BlobRef>],
     control: &tally_kinds::Control,
 ) -> Result<HeldOutputs> {
@@ -527,10 +564,15 @@ async fn fetch_held(
         return Err(malformed("does not match its list of blobs".into()));
     }
     let mut gathered = ctx.spill.gathering(Some(memory_share(ctx) / 4));
-    {
+    if !missing.is_empty() {
+        // All of them: named by none.
+        let named = match missing.len() == held.len() {
+            true => &[][..],
+            false => missing,
+        };
         let into = std::sync::Mutex::new(&mut gathered);
         with_retries(ctx, control, "stage data", |session| {
-            fetch_stage(ctx, job, read, session, &into, true)
+            fetch_stage(ctx, job, read, session, &into, Some(named))
         })
         .await??;
     }
@@ -547,14 +589,65 @@ async fn fetch_held(
         parts.push(at + 8..end);
         at = end;
     }
-    if parts.len() != held.len() {
+    if parts.len() != missing.len() {
         return Err(malformed(format!(
-            "names {} outputs and sent {}",
-            held.len(),
+            "names {} outputs to fetch and sent {}",
+            missing.len(),
             parts.len()
         )));
     }
     Ok(HeldOutputs { bytes, parts })
+}
+
+/// For each output of `held` (with the coordinator's `digests`), this
+/// worker's own copy where it kept one with that digest; hashed off the async
+/// runtime (a step's outputs may be megabytes).
+async fn own_copies(
+    ctx: &Context,
+    job: &str,
+    stage: u32,
+    held: &[u32],
+    digests: &[Vec<u8>],
+) -> Result<Vec<Option<Arc<Vec<u8>>>>> {
+    type Candidate = Option<(Arc<Vec<u8>>, [u8; 16])>;
+    let candidates: Vec<Candidate> = {
+        let kept = ctx.own_outputs.lock();
+        held.iter()
+            .enumerate()
+            .map(|(k, &index)| {
+                let digest = digests.get(k)?.as_slice().try_into().ok()?;
+                Some((kept.get(job, stage, index)?, digest))
+            })
+            .collect()
+    };
+    if candidates.iter().all(Option::is_none) {
+        return Ok(vec![None; held.len()]);
+    }
+    let checked: Vec<Option<Arc<Vec<u8>>>> = tokio::task::spawn_blocking(move || {
+        candidates
+            .into_iter()
+            .map(|candidate| {
+                let (output, digest) = candidate?;
+                let same = xxhash_rust::xxh3::xxh3_128(&output).to_le_bytes() == digest;
+                same.then_some(output)
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| CommonError::Internal(format!("checking kept stage outputs: {e}")))?;
+    let reused = checked.iter().flatten().count();
+    if reused > 0 {
+        ctx.stats
+            .own_outputs_reused
+            .fetch_add(reused as u64, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            job,
+            stage,
+            reused,
+            "stage outputs this worker computed read from its own copies"
+        );
+    }
+    Ok(checked)
 }
 
 /// Bucket `q` of a frontier shard's output.

@@ -131,14 +131,16 @@ where
 }
 
 /// The raw output of `stage` (or one bucket of it), in one call with
-/// `session`.
+/// `session`; with `held`, only the outputs the coordinator holds among
+/// blobs, each after its length: these shards, or all of them if none are
+/// named.
 pub(crate) async fn fetch_stage(
     ctx: &Context,
     job: &str,
     read: &StageRead,
     session: String,
     into: &std::sync::Mutex<&mut Gathering>,
-    held_only: bool,
+    held: Option<&[u32]>,
 ) -> std::result::Result<Result<()>, tonic::Status> {
     let request = proto::FetchStageDataRequest {
         job_id: job.to_string(),
@@ -146,7 +148,8 @@ pub(crate) async fn fetch_stage(
         worker_id: ctx.config.worker_id.clone(),
         session,
         bucket: read.bucket,
-        held_only,
+        held_only: held.is_some(),
+        shards: held.unwrap_or_default().to_vec(),
     };
     // A retry starts the part again.
     let gather = |bytes: Option<&[u8]>| {

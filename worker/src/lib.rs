@@ -27,6 +27,7 @@ mod heartbeat;
 mod http;
 mod lease;
 mod metrics;
+mod own_outputs;
 pub mod pool;
 mod reports;
 mod spill;

@@ -18,6 +18,8 @@ pub struct WorkerStats {
     pub work_units: Counter,
     /// Stage blobs found missing or damaged and computed again.
     pub blobs_recomputed: AtomicU64,
+    /// Stage outputs this worker computed and read again from its own copy.
+    pub own_outputs_reused: AtomicU64,
     /// Bytes shards wrote to the spill directory past their memory share.
     pub spilled_bytes: Counter,
     /// Bytes of stage input kept in files of the spill directory, being
@@ -80,6 +82,11 @@ pub(crate) fn exposition(stats: &WorkerStats, gauges: &Gauges) -> String {
         "tally_worker_stage_blobs_recomputed_total",
         "Stage blobs found missing or damaged in the stage store and computed again.",
         stats.blobs_recomputed.load(Ordering::Relaxed),
+    );
+    e.counter(
+        "tally_worker_stage_outputs_reused_total",
+        "Stage outputs this worker computed and read again from its own copy instead of fetching them.",
+        stats.own_outputs_reused.load(Ordering::Relaxed),
     );
     e.counter(
         "tally_worker_spilled_bytes_total",

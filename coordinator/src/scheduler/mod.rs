@@ -33,7 +33,7 @@ mod recovery;
 mod reports;
 mod shard_table;
 mod stage_outputs;
-pub use stage_outputs::{Piece, StageBlobs, StageSource};
+pub use stage_outputs::{HeldRead, Piece, StageBlobs, StageSource};
 mod stages;
 mod state;
 mod views;

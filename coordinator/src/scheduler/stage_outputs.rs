@@ -76,6 +76,8 @@ pub(super) struct FinishedStage {
 struct StoredOutput {
     chunks: u32,
     held: Option<Arc<Vec<u8>>>,
+    /// The XXH3-128 of a held output that is not a stage-store reference.
+    digest: Option<u128>,
     /// Where each bucket of a frontier output lies (read from its head on
     /// the first bucket read).
     buckets: OnceLock<Vec<Range<u64>>>,
@@ -88,6 +90,8 @@ pub struct StageBlobs {
     pub blobs: Vec<Option<BlobRef>>,
     /// The shards, in order, whose outputs are held by the coordinator.
     pub held: Vec<u32>,
+    /// The XXH3-128 of each output of `held`, where it is held in memory.
+    pub held_digests: Vec<Option<u128>>,
 }
 
 /// Whether an output is held in memory, with `held` bytes of its stage held
@@ -317,9 +321,14 @@ impl FinishedStage {
                     .filter(|bytes| holds(bytes, held_bytes)),
             };
             held_bytes += held.as_ref().map_or(0, |bytes| bytes.len());
+            let digest = held
+                .as_deref()
+                .filter(|bytes| !BlobRef::is_encoded(bytes))
+                .map(|bytes| xxhash_rust::xxh3::xxh3_128(bytes));
             outputs.push(StoredOutput {
                 chunks: count,
                 held,
+                digest,
                 buckets: OnceLock::new(),
             });
         }
@@ -371,6 +380,7 @@ impl FinishedStage {
                 .and_then(|held| BlobRef::decode(held));
             if blob.is_none() && output.chunks > 0 {
                 blobs.held.push(index as u32);
+                blobs.held_digests.push(output.digest);
             }
             blobs.blobs.push(blob);
         }
@@ -390,6 +400,16 @@ pub struct StageSource {
     store: Arc<dyn Store>,
     job: String,
     finished: FinishedStage,
+}
+
+/// Which outputs a read takes: all (the stage as it is stored), or only
+/// those held here among blobs of a stage store (see [`FinishedStage::blobs`]),
+/// all of them or these shards (ascending).
+#[derive(Clone, Debug)]
+pub enum HeldRead {
+    No,
+    All,
+    Only(Vec<u32>),
 }
 
 /// A part of a read: bytes at hand, or a range of one stored chunk.
@@ -418,8 +438,9 @@ impl StageSource {
     /// store ([`FinishedStage::blobs`]), each part after its length, whole
     /// or its bucket. Reads the heads of large frontier outputs the first
     /// time; blocking.
-    pub fn pieces(&self, bucket: Option<u32>, held_only: bool) -> Result<Vec<Piece>> {
+    pub fn pieces(&self, bucket: Option<u32>, held: &HeldRead) -> Result<Vec<Piece>> {
         let mut pieces = Vec::new();
+        let held_only = !matches!(held, HeldRead::No);
         for (index, output) in self.finished.outputs.iter().enumerate() {
             let index = index as u32;
             if held_only {
@@ -427,7 +448,11 @@ impl StageSource {
                     .held
                     .as_deref()
                     .is_some_and(|h| BlobRef::is_encoded(h));
-                if blob || output.chunks == 0 {
+                let wanted = match held {
+                    HeldRead::Only(shards) => shards.binary_search(&index).is_ok(),
+                    _ => true,
+                };
+                if blob || output.chunks == 0 || !wanted {
                     continue;
                 }
                 if bucket.is_none() {
@@ -544,9 +569,9 @@ impl StageSource {
     }
 
     /// The whole read at once (for tests and small stages); blocking.
-    pub fn read_all(&self, bucket: Option<u32>, held_only: bool) -> Result<Vec<u8>> {
+    pub fn read_all(&self, bucket: Option<u32>, held: &HeldRead) -> Result<Vec<u8>> {
         let mut data = Vec::new();
-        for piece in self.pieces(bucket, held_only)? {
+        for piece in self.pieces(bucket, held)? {
             data.extend_from_slice(&self.read(piece)?);
         }
         Ok(data)
@@ -705,13 +730,16 @@ mod tests {
         let source = StageSource::new(store.clone(), "j", finished.clone());
         let slices: Vec<&[u8]> = outputs.iter().map(Vec::as_slice).collect();
         for q in 0..3 {
-            let got = source.read_all(Some(q), false).unwrap();
+            let got = source.read_all(Some(q), &HeldRead::No).unwrap();
             assert_eq!(got, gather_bucket(&slices, q).unwrap(), "bucket {q}");
             // Again, from the cached bucket index.
-            assert_eq!(source.read_all(Some(q), false).unwrap(), got);
+            assert_eq!(source.read_all(Some(q), &HeldRead::No).unwrap(), got);
         }
-        assert_eq!(source.read_all(None, false).unwrap(), outputs.concat());
-        let err = source.read_all(Some(3), false).unwrap_err();
+        assert_eq!(
+            source.read_all(None, &HeldRead::No).unwrap(),
+            outputs.concat()
+        );
+        let err = source.read_all(Some(3), &HeldRead::No).unwrap_err();
         assert!(
             matches!(err, CoordinatorError::FailedPrecondition(_)),
             "{err}"
@@ -719,7 +747,7 @@ mod tests {
         let mut batch = Batch::default();
         finished.delete("j", &mut batch);
         store.commit(batch).unwrap();
-        let err = source.read_all(Some(1), false).unwrap_err();
+        let err = source.read_all(Some(1), &HeldRead::No).unwrap_err();
         assert!(err.to_string().contains("gone"), "{err}");
         let err = FinishedStage::load(store.as_ref(), "j", 3, chunks, &[])
             .err()
@@ -776,11 +804,25 @@ mod tests {
             [Some(blob(0)), None, None, None, Some(blob(4)), None]
         );
         assert_eq!(listed.held, [1, 3, 5]);
+        let digest = |i: usize| Some(xxhash_rust::xxh3::xxh3_128(&outputs[i]));
+        assert_eq!(
+            listed.held_digests,
+            [digest(1), None, digest(5)],
+            "digests of the outputs held in memory"
+        );
         let source = StageSource::new(store.clone(), "j", finished);
         let held: Vec<&[u8]> = [1, 3, 5].iter().map(|&i| outputs[i].as_slice()).collect();
-        assert_eq!(unframe(&source.read_all(None, true).unwrap()), held);
+        assert_eq!(
+            unframe(&source.read_all(None, &HeldRead::All).unwrap()),
+            held
+        );
+        let some = source.read_all(None, &HeldRead::Only(vec![3, 5])).unwrap();
+        assert_eq!(
+            unframe(&some),
+            [outputs[3].as_slice(), outputs[5].as_slice()]
+        );
         for q in 0..2 {
-            let parts = unframe(&source.read_all(Some(q), true).unwrap());
+            let parts = unframe(&source.read_all(Some(q), &HeldRead::All).unwrap());
             let split: Vec<Vec<u8>> = held
                 .iter()
                 .map(|o| tally_kernels::buckets::split_buckets(o).unwrap()[q as usize].to_vec())

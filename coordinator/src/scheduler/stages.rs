@@ -17,7 +17,9 @@ use crate::store::{Batch, Tree};
 
 use super::events::Event;
 use super::job::JobEntry;
-use super::stage_outputs::{FinishedStage, StageBlobs, StageOutputs, StageSource, retained_stages};
+use super::stage_outputs::{
+    FinishedStage, HeldRead, StageBlobs, StageOutputs, StageSource, retained_stages,
+};
 use super::state::Scheduler;
 
 impl Scheduler {
@@ -99,7 +101,8 @@ impl Scheduler {
     /// [`Scheduler::stage_source`]'s read whole, under the lock: for tests
     /// and small stages only (the service streams it).
     pub fn stage_data(&mut self, job: &str, stage: u32, bucket: Option<u32>) -> Result<Vec<u8>> {
-        self.stage_source(job, stage)?.read_all(bucket, false)
+        self.stage_source(job, stage)?
+            .read_all(bucket, &HeldRead::No)
     }
 
     /// With a stage store outside the coordinator: the blob of each shard of

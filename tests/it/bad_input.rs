@@ -2107,6 +2107,34 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
             "no job \"\"",
         ),
         row(
+            "stage data of named shards without held_only",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: l.clone(),
+                stage: 1,
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
+                bucket: None,
+                held_only: false,
+                shards: vec![0],
+            }),
+            Code::InvalidArgument,
+            "only in a read of held outputs",
+        ),
+        row(
+            "held stage data of shards out of order",
+            Call::Fetch(proto::FetchStageDataRequest {
+                job_id: l.clone(),
+                stage: 1,
+                worker_id: HOLDER.into(),
+                session: hs.clone(),
+                bucket: None,
+                held_only: true,
+                shards: vec![1, 0],
+            }),
+            Code::InvalidArgument,
+            "ascending order, each once",
+        ),
+        row(
             "stage data of a stage not finished",
             Call::Fetch(proto::FetchStageDataRequest {
                 job_id: c.clone(),

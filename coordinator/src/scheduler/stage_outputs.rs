@@ -76,8 +76,10 @@ pub(super) struct FinishedStage {
 struct StoredOutput {
     chunks: u32,
     held: Option<Arc<Vec<u8>>>,
-    /// The XXH3-128 of a held output that is not a stage-store reference.
-    digest: Option<u128>,
+    /// The XXH3-128 of a held output that is not a stage-store reference,
+    /// hashed on the stage's first listing (only readers of a stage store
+    /// ask for it).
+    digest: OnceLock<u128>,
     /// Where each bucket of a frontier output lies (read from its head on
     /// the first bucket read).
     buckets: OnceLock<Vec<Range<u64>>>,
@@ -321,14 +323,10 @@ impl FinishedStage {
                     .filter(|bytes| holds(bytes, held_bytes)),
             };
             held_bytes += held.as_ref().map_or(0, |bytes| bytes.len());
-            let digest = held
-                .as_deref()
-                .filter(|bytes| !BlobRef::is_encoded(bytes))
-                .map(|bytes| xxhash_rust::xxh3::xxh3_128(bytes));
             outputs.push(StoredOutput {
                 chunks: count,
                 held,
-                digest,
+                digest: OnceLock::new(),
                 buckets: OnceLock::new(),
             });
         }
@@ -379,8 +377,13 @@ impl FinishedStage {
                 .as_deref()
                 .and_then(|held| BlobRef::decode(held));
             if blob.is_none() && output.chunks > 0 {
+                let digest = output.held.as_deref().map(|held| {
+                    *output
+                        .digest
+                        .get_or_init(|| xxhash_rust::xxh3::xxh3_128(held))
+                });
                 blobs.held.push(index as u32);
-                blobs.held_digests.push(output.digest);
+                blobs.held_digests.push(digest);
             }
             blobs.blobs.push(blob);
         }

@@ -158,7 +158,6 @@ impl HexGraph {
             "a pass takes 1 to {POINTS_PER_PASS} points"
         );
         control.check()?;
-        let len = xs.len();
         let pass = PassArgs {
             xs,
             modulus,
@@ -166,7 +165,36 @@ impl HexGraph {
             control,
             resume,
             after_round,
+            group_copies: false,
         };
+        self.pass_with(pass)
+    }
+
+    /// [`HexGraph::evaluate_pass`] (without resume) where each group's part
+    /// of the graph is copied out before its steps, as a pass reading its
+    /// graph group by group from a file would: the same values, at the cost
+    /// of the copies. For measuring that route (`hex_streamed_pass_cost`).
+    #[cfg(test)]
+    pub(crate) fn evaluate_pass_group_copies(
+        &self,
+        xs: &[u32],
+        modulus: u32,
+        threads: usize,
+    ) -> Result<Vec<u32>> {
+        let pass = PassArgs {
+            xs,
+            modulus,
+            threads,
+            control: &Control::new(),
+            resume: None,
+            after_round: &|_| {},
+            group_copies: true,
+        };
+        self.pass_with(pass)
+    }
+
+    fn pass_with(&self, pass: PassArgs<'_>) -> Result<Vec<u32>> {
+        let len = pass.xs.len();
         Ok(match len.next_power_of_two() {
             1 => self.pass::<1>(pass)?.to_vec(),
             2 => self.pass::<2>(pass)?.to_vec(),
@@ -196,6 +224,7 @@ impl HexGraph {
             control,
             resume,
             after_round,
+            group_copies,
         } = args;
         let q = u64::from(modulus);
         let mut x = [0u32; NP];
@@ -260,10 +289,19 @@ impl HexGraph {
         // Round i is stage i; its items are the groups of the stage's block.
         let worker = || {
             let mut local = [vec![[0u32; NP]; max_group], vec![[0u32; NP]; max_group]];
+            let mut copy = GroupCopy::default();
             move |i: usize, g: usize| {
                 let block = stages[i].block;
+                let (part, g, base) = match group_copies {
+                    true => {
+                        let base = copy.fill(&self.blocks[block], g);
+                        (&copy.block, 0, base)
+                    }
+                    false => (&self.blocks[block], g, 0),
+                };
                 let run = GroupPass {
-                    block: &self.blocks[block],
+                    block: part,
+                    base,
                     home_block,
                     is_home: block == 0,
                     two_blocks: self.blocks.len() == 2,
@@ -325,11 +363,17 @@ struct PassArgs<'a> {
     control: &'a Control,
     resume: Option<(usize, &'a [u8])>,
     after_round: &'a (dyn Fn(PassPoint<'_>) + Sync),
+    /// Whether each group's part of the graph is first copied out, as a pass
+    /// that reads its graph group by group from a file would hold it.
+    group_copies: bool,
 }
 
 /// The steps of one block for one group of a pass.
 struct GroupPass<'a, const NP: usize> {
     block: &'a Block,
+    /// Position in the home block of `block`'s position 0: 0, or the start
+    /// of the group when `block` holds one group's copy (see [`GroupCopy`]).
+    base: usize,
     /// The block whose order the vector is in.
     home_block: &'a Block,
     is_home: bool,
@@ -338,6 +382,58 @@ struct GroupPass<'a, const NP: usize> {
     lanes: Lanes<NP>,
     /// `Some` when the explicit AVX2 step may run.
     avx2: Option<Isa<true>>,
+}
+
+/// One group of a block copied out as a block of its own (one group, at
+/// positions from 0), the form in which a pass reading its graph from a file
+/// group by group would hold it: only with two blocks a row, whose
+/// `from_prev` gives the home positions.
+#[derive(Default)]
+struct GroupCopy {
+    block: Block,
+}
+
+impl GroupCopy {
+    /// Copies group `g` of `block`; returns the group's first position.
+    fn fill(&mut self, block: &Block, g: usize) -> usize {
+        let start = block.group_offsets[g] as usize;
+        let end = block.group_offsets[g + 1] as usize;
+        let width = block.cols.len();
+        let to_local = |p: &u32| p - start as u32;
+        let part = &mut self.block;
+        part.first_col = block.first_col;
+        part.max_group = end - start;
+        part.group_offsets.clear();
+        part.group_offsets.extend([0, (end - start) as u32]);
+        part.chunk_offsets.clear();
+        part.chunk_offsets.extend(
+            block.chunk_offsets[g << width..=(g + 1) << width]
+                .iter()
+                .map(to_local),
+        );
+        part.from_prev.clear();
+        part.from_prev
+            .extend_from_slice(&block.from_prev[start..end]);
+        part.cols.resize_with(width, Default::default);
+        for (copy, col) in part.cols.iter_mut().zip(&block.cols) {
+            let others = &col.others[col.offset(start)..col.offset(end)];
+            copy.info.clear();
+            copy.info.extend_from_slice(&col.info[start..end]);
+            copy.others.clear();
+            copy.others.extend(others.iter().map(to_local));
+            copy.others.push(0);
+            copy.marks.clear();
+            let mut at = 0u32;
+            for chunk in copy.info.chunks(super::graph::MARK_EVERY) {
+                copy.marks.push(at);
+                at += chunk
+                    .iter()
+                    .map(|&b| u32::from(b & COUNT_MASK))
+                    .sum::<u32>();
+            }
+        }
+        start
+    }
 }
 
 /// A group of a block of at least this many columns takes its steps in two
@@ -409,7 +505,8 @@ impl<const NP: usize> GroupPass<'_, NP> {
             // entries of group `g` are `start..end`, with `end <= num_states`
             // (group offsets are positions); the caller leaves them to this
             // call, and no other reference to them is made below.
-            let home_group = unsafe { std::slice::from_raw_parts_mut(home.0.add(start), len) };
+            let home_group =
+                unsafe { std::slice::from_raw_parts_mut(home.0.add(self.base + start), len) };
             [home_group, &mut a[..len]]
         } else {
             for (k, value) in a[..len].iter_mut().enumerate() {

@@ -135,7 +135,7 @@ impl<W: Word> StateTable<W> {
 /// lie in the target's group of the block (a flip at one of the block's columns
 /// keeps the occupancy outside them, which is what defines a group; a test
 /// checks both on every graph up to side 9, for every block width).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Gather {
     pub info: Vec<u8>,
     /// The other sources, target after target, and one padding entry.
@@ -200,7 +200,7 @@ impl Gather {
 
 /// The columns `first_col..first_col + cols.len()` with the states grouped by
 /// their occupancy outside these columns.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Block {
     pub first_col: usize,
     /// State index at each position; groups are contiguous, largest first.

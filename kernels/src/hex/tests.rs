@@ -640,6 +640,78 @@ fn hex_evaluate_points_every_layout() {
 }
 
 #[test]
+fn hex_group_copies_give_the_same_values() {
+    // A pass that copies each group's part of the graph out before its steps
+    // (as one reading its graph from a file would) agrees with the swept
+    // polynomial at every lane count, both ways of taking a wide block's steps.
+    for side in [2u32, 4, 7, 8] {
+        let graph = HexGraph::build_parallel(side, 2).unwrap();
+        assert_eq!(graph.blocks.len(), 2, "two blocks a row at side {side}");
+        let full = swept_full(&graph, P);
+        for count in [1usize, 3, 8, 16] {
+            let xs: Vec<u32> = (0..count as u32).map(|i| i * 104_729 + 3).collect();
+            let expected: Vec<u32> = xs.iter().map(|&x| eval_poly(&full, x, P)).collect();
+            for split in [usize::MAX, 0] {
+                eval::SPLIT_BYTES.store(split, std::sync::atomic::Ordering::Relaxed);
+                let got = graph.evaluate_pass_group_copies(&xs, P, 2).unwrap();
+                eval::SPLIT_BYTES.store(1 << 20, std::sync::atomic::Ordering::Relaxed);
+                assert_eq!(got, expected, "side {side}, {count} points, split {split}");
+            }
+        }
+    }
+}
+
+/// What a pass costs when each group's part of the graph is copied out
+/// before its steps, as a pass reading its graph group by group from a file
+/// would hold it, against the pass on the graph in memory; and a pass of 8
+/// points against one of 16 (`HEX_STREAM_SIDES=14-16 cargo test --release -p
+/// tally-kernels --lib -- --ignored hex_streamed_pass_cost --nocapture`; one
+/// thread, so that the times are CPU).
+#[test]
+#[ignore]
+fn hex_streamed_pass_cost() {
+    let sides = std::env::var("HEX_STREAM_SIDES").unwrap_or_else(|_| "12-13".into());
+    let (from, to) = sides.split_once('-').expect("sides as FROM-TO");
+    for side in from.parse::<u32>().unwrap()..=to.parse::<u32>().unwrap() {
+        let graph = HexGraph::build_parallel(side, 2).unwrap();
+        let xs: Vec<u32> = (0..16u32).map(|i| i * 7919 + 2).collect();
+        let time = |copies: bool, points: usize| {
+            let started = std::time::Instant::now();
+            let values: Vec<u32> = xs
+                .chunks(points)
+                .flat_map(|batch| match copies {
+                    true => graph.evaluate_pass_group_copies(batch, P, 1).unwrap(),
+                    false => graph
+                        .evaluate_pass(batch, P, 1, &Control::new(), None, &|_| {})
+                        .unwrap(),
+                })
+                .collect();
+            (started.elapsed().as_secs_f64(), values)
+        };
+        let (memory16, expected) = time(false, 16);
+        let (copied16, values16) = time(true, 16);
+        let (memory8, values8m) = time(false, 8);
+        let (copied8, values8) = time(true, 8);
+        assert!(values16 == expected && values8 == expected && values8m == expected);
+        let largest = graph.blocks.iter().map(|b| b.max_group).max().unwrap();
+        let group_bytes = |b: &super::graph::Block| {
+            b.cols.iter().map(|c| c.bytes()).sum::<usize>() + 4 * b.from_prev.len()
+        };
+        let pass_graph: usize = graph.blocks.iter().map(group_bytes).sum();
+        println!(
+            "side {side}: {} states; 16 points: in memory {memory16:.2} s, group copies {copied16:.2} s \
+             ({:.3}x); 8 points twice: in memory {memory8:.2} s ({:.3}x of 16), group copies \
+             {copied8:.2} s ({:.3}x of 16 in memory); graph read a pass {:.1} MB a row, largest group {largest} states",
+            graph.num_states(),
+            copied16 / memory16,
+            memory8 / memory16,
+            copied8 / memory16,
+            pass_graph as f64 / 1e6,
+        );
+    }
+}
+
+#[test]
 fn hex_evaluate_points_cancelled() {
     let graph = HexGraph::build(6).unwrap();
     let control = Control::new();

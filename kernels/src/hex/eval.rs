@@ -19,11 +19,13 @@
 //! come in long runs. With AVX2 the 16 residues of a state are two registers.
 
 use std::hint::select_unpredictable;
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::HexGraph;
 use super::graph::{Block, COUNT_MASK, Gather, OCCUPIED};
 use super::kernel::Isa;
+use super::tiles::Tiles;
 use crate::modular::pow_mod;
 use crate::parallel::in_rounds;
 use crate::{Control, Result};
@@ -89,6 +91,27 @@ impl<const NP: usize> SharedVec<NP> {
         // `u32`, so `states` entries are `states * NP` residues; valid and
         // unwritten for `'a` as the caller guarantees.
         unsafe { std::slice::from_raw_parts(self.0 as *const u32, states * NP) }
+    }
+
+    /// The entries `range` of the vector.
+    ///
+    /// # Safety
+    /// The pointer is to a vector with at least `range.end` entries that
+    /// outlive `'a`, and no one writes these entries while the slice lives.
+    unsafe fn entries<'a>(self, range: Range<usize>) -> &'a [[u32; NP]] {
+        // SAFETY: as the caller guarantees.
+        unsafe { std::slice::from_raw_parts(self.0.add(range.start), range.len()) }
+    }
+
+    /// The entries `range` of the vector, to write.
+    ///
+    /// # Safety
+    /// The pointer is to a vector with at least `range.end` entries that
+    /// outlive `'a`, and no one else reads or writes these entries while the
+    /// slice lives.
+    unsafe fn entries_mut<'a>(self, range: Range<usize>) -> &'a mut [[u32; NP]] {
+        // SAFETY: as the caller guarantees.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(range.start), range.len()) }
     }
 }
 
@@ -233,6 +256,13 @@ impl HexGraph {
         }
         let lanes = Lanes::new(x, modulus);
         let home_block = &self.blocks[0];
+        let tiles = &Tiles::new(self);
+        // The first block's groups as runs of the vector, in the order of the
+        // block's positions: the order of a checkpoint's vector.
+        let home_runs: Vec<Range<usize>> = (0..home_block.groups())
+            .map(|g| tiles.first_block_group(home_block, g))
+            .collect();
+        let home_runs = &home_runs;
         let stages = &self.stages();
         let (first_round, mut home) = match resume {
             Some((done, vector)) => {
@@ -245,27 +275,32 @@ impl HexGraph {
                         vector.len()
                     )));
                 }
-                let home: Vec<[u32; NP]> = vector
-                    .chunks_exact(NP * 4)
-                    .map(|state| {
-                        std::array::from_fn(|k| {
-                            let at = 4 * k;
-                            u32::from_le_bytes(state[at..at + 4].try_into().expect("4 bytes"))
-                        })
+                let mut home = vec![[0u32; NP]; self.num_states()];
+                let mut states = vector.chunks_exact(NP * 4).map(|state| {
+                    std::array::from_fn(|k| {
+                        let at = 4 * k;
+                        u32::from_le_bytes(state[at..at + 4].try_into().expect("4 bytes"))
                     })
-                    .collect();
+                });
+                for run in home_runs {
+                    for (slot, value) in home[run.clone()].iter_mut().zip(&mut states) {
+                        *slot = value;
+                    }
+                }
                 (done, home)
             }
             None => {
-                // The vector after the top row, in the order of block 0:
-                // x^(occupied cells) at the top-row states (the states with
-                // labels 0 and 1 only).
+                // The vector after the top row: x^(occupied cells) at the
+                // top-row states (the states with labels 0 and 1 only).
                 let mut home = vec![[0u32; NP]; self.num_states()];
-                for (i, &m) in self.masks.iter().enumerate() {
-                    if let Some(degree) = super::graph::top_row_degree(m) {
-                        let degree = u64::from(degree);
-                        home[home_block.position[i] as usize] =
-                            x.map(|v| pow_mod(u64::from(v), degree, q) as u32);
+                let first_positions = home_block.group_offsets.iter().map(|&p| p as usize);
+                for (run, first) in home_runs.iter().zip(first_positions) {
+                    let members = &home_block.members[first..first + run.len()];
+                    for (slot, &i) in home[run.clone()].iter_mut().zip(members) {
+                        if let Some(degree) = super::graph::top_row_degree(self.masks[i as usize]) {
+                            let degree = u64::from(degree);
+                            *slot = x.map(|v| pow_mod(u64::from(v), degree, q) as u32);
+                        }
                     }
                 }
                 (0, home)
@@ -292,19 +327,24 @@ impl HexGraph {
             let mut copy = GroupCopy::default();
             move |i: usize, g: usize| {
                 let block = stages[i].block;
-                let (part, g, base) = match group_copies {
+                let key = tiles.key(block, g);
+                let home_start = match block {
+                    0 => home_runs[g].start,
+                    _ => 0,
+                };
+                let (part, g) = match group_copies {
                     true => {
-                        let base = copy.fill(&self.blocks[block], g);
-                        (&copy.block, 0, base)
+                        copy.fill(&self.blocks[block], g);
+                        (&copy.block, 0)
                     }
-                    false => (&self.blocks[block], g, 0),
+                    false => (&self.blocks[block], g),
                 };
                 let run = GroupPass {
                     block: part,
-                    base,
-                    home_block,
+                    tiles,
+                    key,
+                    home_start,
                     is_home: block == 0,
-                    two_blocks: self.blocks.len() == 2,
                     lanes,
                     avx2,
                 };
@@ -331,6 +371,8 @@ impl HexGraph {
                     rounds_done: done,
                     rounds: stages.len(),
                     vector,
+                    lanes: NP,
+                    runs: home_runs,
                 });
             }
         };
@@ -351,8 +393,28 @@ pub struct PassPoint<'a> {
     pub rounds_done: usize,
     pub rounds: usize,
     /// The vector: one residue per state and lane (the points rounded up to
-    /// a power of two), state by state.
-    pub vector: &'a [u32],
+    /// a power of two), state by state, in the pass's order.
+    vector: &'a [u32],
+    lanes: usize,
+    /// The states of [`PassPoint::residues`], in turn, as runs of `vector`.
+    runs: &'a [Range<usize>],
+}
+
+impl PassPoint<'_> {
+    /// The states of the vector.
+    pub fn states(&self) -> usize {
+        self.vector.len() / self.lanes
+    }
+
+    /// The vector, one residue per state and lane (the points rounded up to a
+    /// power of two), state by state in the order of the first block's
+    /// positions, in runs: the order in which [`HexGraph::evaluate_pass`]
+    /// takes a vector to resume from, whatever its own order.
+    pub fn residues(&self) -> impl Iterator<Item = &[u32]> {
+        self.runs
+            .iter()
+            .map(|run| &self.vector[run.start * self.lanes..run.end * self.lanes])
+    }
 }
 
 /// What [`HexGraph::evaluate_pass`] hands its monomorphised pass.
@@ -370,15 +432,17 @@ struct PassArgs<'a> {
 
 /// The steps of one block for one group of a pass.
 struct GroupPass<'a, const NP: usize> {
+    /// The block, or a copy of the group alone (see [`GroupCopy`]).
     block: &'a Block,
-    /// Position in the home block of `block`'s position 0: 0, or the start
-    /// of the group when `block` holds one group's copy (see [`GroupCopy`]).
-    base: usize,
-    /// The block whose order the vector is in.
-    home_block: &'a Block,
+    /// The vector's order.
+    tiles: &'a Tiles,
+    /// The occupancy outside the block's columns that the group's states share.
+    key: usize,
+    /// In the first block, where the group starts in the vector.
+    home_start: usize,
+    /// Whether the block is the first of the row, whose groups are runs of the
+    /// vector.
     is_home: bool,
-    /// Whether the row has two blocks, this one and the home block.
-    two_blocks: bool,
     lanes: Lanes<NP>,
     /// `Some` when the explicit AVX2 step may run.
     avx2: Option<Isa<true>>,
@@ -387,7 +451,7 @@ struct GroupPass<'a, const NP: usize> {
 /// One group of a block copied out as a block of its own (one group, at
 /// positions from 0), the form in which a pass reading its graph from a file
 /// group by group would hold it: only with two blocks a row, whose
-/// `from_prev` gives the home positions.
+/// whose tiles (see [`Tiles`]) the group's key gives.
 #[derive(Default)]
 struct GroupCopy {
     block: Block,
@@ -411,9 +475,6 @@ impl GroupCopy {
                 .iter()
                 .map(to_local),
         );
-        part.from_prev.clear();
-        part.from_prev
-            .extend_from_slice(&block.from_prev[start..end]);
         part.cols.resize_with(width, Default::default);
         for (copy, col) in part.cols.iter_mut().zip(&block.cols) {
             let others = &col.others[col.offset(start)..col.offset(end)];
@@ -500,22 +561,24 @@ impl<const NP: usize> GroupPass<'_, NP> {
         let len = end - start;
         let width = block.cols.len();
         let [a, b] = local;
+        let chunks = &block.chunk_offsets[g << width..];
         let mut bufs: [&mut [[u32; NP]]; 2] = if self.is_home {
-            // SAFETY: the vector is in the order of the home block, so the
-            // entries of group `g` are `start..end`, with `end <= num_states`
-            // (group offsets are positions); the caller leaves them to this
-            // call, and no other reference to them is made below.
+            // SAFETY: in the first block the group's entries are the run of
+            // `len` entries at `home_start` of the vector, in the order of the
+            // block's positions (see `Tiles`), inside its `num_states` entries;
+            // the caller leaves them to this call, and no other reference to
+            // them is made below.
             let home_group =
-                unsafe { std::slice::from_raw_parts_mut(home.0.add(self.base + start), len) };
+                unsafe { std::slice::from_raw_parts_mut(home.0.add(self.home_start), len) };
             [home_group, &mut a[..len]]
         } else {
-            for (k, value) in a[..len].iter_mut().enumerate() {
-                // SAFETY: `home_position` maps a position of this block to the
-                // position of the same state in the home block, which is below
-                // `num_states` (`position` and `from_prev` are permutations of
-                // `0..num_states`); the state is in group `g`, whose entries the
-                // caller leaves to this call.
-                *value = unsafe { *home.0.add(self.home_position(start + k)) };
+            for (positions, tile) in self.tiles.group_tiles(block, chunks, self.key, start) {
+                // SAFETY: the tiles of the group's chunks are the group's
+                // entries of the vector (inside its `num_states` entries, as
+                // long as the chunks), which the caller leaves to this call;
+                // the slice does not outlive this statement.
+                let entries = unsafe { home.entries(tile) };
+                a[positions].copy_from_slice(entries);
             }
             [&mut a[..len], &mut b[..len]]
         };
@@ -571,22 +634,11 @@ impl<const NP: usize> GroupPass<'_, NP> {
             } else {
                 second
             };
-            for (k, value) in result.iter().enumerate() {
+            for (positions, tile) in self.tiles.group_tiles(block, chunks, self.key, start) {
                 // SAFETY: as for the reads above.
-                unsafe { *home.0.add(self.home_position(start + k)) = *value };
+                let entries = unsafe { home.entries_mut(tile) };
+                entries.copy_from_slice(&result[positions]);
             }
-        }
-    }
-
-    /// Where the state at position `pos` of this block (not the home block) is
-    /// in the vector. With two blocks per row (the default) the map is the
-    /// block's `from_prev`, read in order; else it takes two lookups.
-    #[inline(always)]
-    fn home_position(&self, pos: usize) -> usize {
-        if self.two_blocks {
-            self.block.from_prev[pos] as usize
-        } else {
-            self.home_block.position[self.block.members[pos] as usize] as usize
         }
     }
 

@@ -41,6 +41,7 @@ mod graph;
 mod kernel;
 mod points;
 mod sweep;
+mod tiles;
 
 #[cfg(test)]
 mod tests;

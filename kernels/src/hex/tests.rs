@@ -640,6 +640,37 @@ fn hex_evaluate_points_every_layout() {
 }
 
 #[test]
+fn hex_pass_resumes_from_a_vector_in_the_first_blocks_order() {
+    // The vector a pass resumes from (and so every checkpoint of a release
+    // before or after this one) is in the order of the first block's
+    // positions, whatever order the pass keeps it in: the vector after the top
+    // row, made here in that order, resumed after 0 rounds, gives the
+    // uninterrupted pass's values.
+    for side in [3u32, 6, 8] {
+        let graph = HexGraph::build_parallel(side, 2).unwrap();
+        let xs = [5u32, 7, 11, 13];
+        let expected = graph.evaluate_points(&xs, P);
+        let first = &graph.blocks[0];
+        let mut vector = vec![0u8; graph.num_states() * 4 * xs.len()];
+        for (i, &mask) in graph.masks.iter().enumerate() {
+            if let Some(degree) = graph::top_row_degree(mask) {
+                let at = first.position[i] as usize * 4 * xs.len();
+                for (k, &x) in xs.iter().enumerate() {
+                    let value =
+                        crate::modular::pow_mod(u64::from(x), u64::from(degree), u64::from(P));
+                    vector[at + 4 * k..at + 4 * k + 4]
+                        .copy_from_slice(&(value as u32).to_le_bytes());
+                }
+            }
+        }
+        let resumed = graph
+            .evaluate_pass(&xs, P, 2, &Control::new(), Some((0, &vector)), &|_| {})
+            .unwrap();
+        assert_eq!(resumed, expected, "side {side}");
+    }
+}
+
+#[test]
 fn hex_group_copies_give_the_same_values() {
     // A pass that copies each group's part of the graph out before its steps
     // (as one reading its graph from a file would) agrees with the swept

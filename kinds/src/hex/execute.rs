@@ -185,12 +185,12 @@ impl<'a> PassCheckpoint<'a> {
     const HEADER: usize = 20;
 
     fn encode(at: &PassPoint<'_>, lanes: usize) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(Self::HEADER + 4 * at.vector.len());
+        let mut bytes = Vec::with_capacity(Self::HEADER + 4 * at.states() * lanes);
         bytes.extend_from_slice(Self::MAGIC);
         bytes.extend_from_slice(&(at.rounds_done as u32).to_le_bytes());
         bytes.extend_from_slice(&(lanes as u32).to_le_bytes());
-        bytes.extend_from_slice(&((at.vector.len() / lanes) as u64).to_le_bytes());
-        for residue in at.vector {
+        bytes.extend_from_slice(&(at.states() as u64).to_le_bytes());
+        for residue in at.residues().flatten() {
             bytes.extend_from_slice(&residue.to_le_bytes());
         }
         bytes

@@ -38,6 +38,7 @@ mod eval;
 mod exact;
 mod frontier;
 mod graph;
+mod group_pass;
 mod kernel;
 mod points;
 mod sweep;

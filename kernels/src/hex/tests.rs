@@ -624,11 +624,11 @@ fn hex_evaluate_points_every_layout() {
             let graph = HexGraph::build_with(side, 2, width).unwrap();
             for threads in [1, 3] {
                 for split in [usize::MAX, 0] {
-                    eval::SPLIT_BYTES.store(split, std::sync::atomic::Ordering::Relaxed);
+                    group_pass::SPLIT_BYTES.store(split, std::sync::atomic::Ordering::Relaxed);
                     let got = graph
                         .evaluate_points_with(&xs, P, threads, &Control::new())
                         .unwrap();
-                    eval::SPLIT_BYTES.store(1 << 20, std::sync::atomic::Ordering::Relaxed);
+                    group_pass::SPLIT_BYTES.store(1 << 20, std::sync::atomic::Ordering::Relaxed);
                     assert_eq!(
                         got, expected,
                         "side {side} width {width} threads {threads} split {split}"
@@ -683,9 +683,9 @@ fn hex_group_copies_give_the_same_values() {
             let xs: Vec<u32> = (0..count as u32).map(|i| i * 104_729 + 3).collect();
             let expected: Vec<u32> = xs.iter().map(|&x| eval_poly(&full, x, P)).collect();
             for split in [usize::MAX, 0] {
-                eval::SPLIT_BYTES.store(split, std::sync::atomic::Ordering::Relaxed);
+                group_pass::SPLIT_BYTES.store(split, std::sync::atomic::Ordering::Relaxed);
                 let got = graph.evaluate_pass_group_copies(&xs, P, 2).unwrap();
-                eval::SPLIT_BYTES.store(1 << 20, std::sync::atomic::Ordering::Relaxed);
+                group_pass::SPLIT_BYTES.store(1 << 20, std::sync::atomic::Ordering::Relaxed);
                 assert_eq!(got, expected, "side {side}, {count} points, split {split}");
             }
         }

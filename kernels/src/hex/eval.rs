@@ -21,7 +21,7 @@
 use std::ops::Range;
 
 use super::HexGraph;
-use super::group_pass::{GroupCopy, GroupPass, Lanes, SharedVec};
+use super::group_pass::{GroupCopy, GroupPass, Lanes, PassVector, SharedVec};
 use super::kernel::Isa;
 use super::tiles::Tiles;
 use crate::modular::pow_mod;
@@ -256,6 +256,7 @@ impl HexGraph {
                     is_home: block == 0,
                     lanes,
                     avx2,
+                    vector: PassVector::Memory(shared),
                 };
                 // SAFETY: `shared` points to the `num_states` entries of `home`,
                 // which outlives `in_rounds` and is touched by nothing else
@@ -264,7 +265,7 @@ impl HexGraph {
                 // states, and the rounds before ended at the barrier of
                 // `in_rounds` (which orders their writes before this call): the
                 // entries of group `g` are this call's alone.
-                unsafe { run.run(g, shared, &mut local) };
+                unsafe { run.run(g, &mut local) }.expect("a pass in memory reads no file");
             }
         };
         let between_rounds = |round: usize| {

@@ -188,6 +188,19 @@ impl Gather {
         &buf[..=count]
     }
 
+    /// Sets `marks` from `info`.
+    pub(crate) fn set_marks(&mut self) {
+        self.marks.clear();
+        let mut at = 0u32;
+        for chunk in self.info.chunks(MARK_EVERY) {
+            self.marks.push(at);
+            at += chunk
+                .iter()
+                .map(|&b| u32::from(b & COUNT_MASK))
+                .sum::<u32>();
+        }
+    }
+
     /// Source, target pairs: every target with itself, and the others.
     pub fn transitions(&self) -> usize {
         self.info.len() + self.others.len() - 1

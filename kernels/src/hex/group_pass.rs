@@ -115,12 +115,50 @@ pub(super) struct GroupPass<'a, const NP: usize> {
     pub(super) lanes: Lanes<NP>,
     /// `Some` when the explicit AVX2 step may run.
     pub(super) avx2: Option<Isa<true>>,
+    pub(super) vector: PassVector<'a, NP>,
+}
+
+/// Where a pass keeps its vector: in memory, shared by its threads, or in a
+/// file (`NP` residues a state, in the machine's byte order: the file is the
+/// pass's own scratch), read and written a group at a time.
+#[derive(Clone, Copy)]
+pub(super) enum PassVector<'a, const NP: usize> {
+    Memory(SharedVec<NP>),
+    File(&'a std::fs::File),
+}
+
+/// Reads `into.len()` entries of a vector file from entry `first` on.
+fn read_entries<const NP: usize>(
+    file: &std::fs::File,
+    first: usize,
+    into: &mut [[u32; NP]],
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    // SAFETY: `[u32; NP]` entries are `4 NP` bytes each with no padding, and
+    // every byte pattern is a valid `u32`: the slice's memory as bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts_mut(into.as_mut_ptr() as *mut u8, std::mem::size_of_val(into))
+    };
+    file.read_exact_at(bytes, (first * 4 * NP) as u64)
+}
+
+/// Writes `from` to a vector file from entry `first` on.
+fn write_entries<const NP: usize>(
+    file: &std::fs::File,
+    first: usize,
+    from: &[[u32; NP]],
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    // SAFETY: as in `read_entries`, for reading.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(from.as_ptr() as *const u8, std::mem::size_of_val(from))
+    };
+    file.write_all_at(bytes, (first * 4 * NP) as u64)
 }
 
 /// One group of a block copied out as a block of its own (one group, at
 /// positions from 0), the form in which a pass reading its graph from a file
-/// group by group would hold it: only with two blocks a row, whose
-/// whose tiles (see [`Tiles`]) the group's key gives.
+/// group by group holds it; the group's key gives its tiles (see [`Tiles`]).
 #[derive(Default)]
 pub(super) struct GroupCopy {
     pub(super) block: Block,
@@ -152,15 +190,7 @@ impl GroupCopy {
             copy.others.clear();
             copy.others.extend(others.iter().map(to_local));
             copy.others.push(0);
-            copy.marks.clear();
-            let mut at = 0u32;
-            for chunk in copy.info.chunks(super::graph::MARK_EVERY) {
-                copy.marks.push(at);
-                at += chunk
-                    .iter()
-                    .map(|&b| u32::from(b & COUNT_MASK))
-                    .sum::<u32>();
-            }
+            copy.set_marks();
         }
         start
     }
@@ -177,30 +207,29 @@ impl<const NP: usize> GroupPass<'_, NP> {
     /// CPU has it.
     ///
     /// # Safety
-    /// `home` points to the pass vector (`num_states` entries, valid for reads
-    /// and writes), whose entries of the states of group `g` no one else
-    /// accesses during the call.
+    /// The pass vector has `num_states` entries, valid for reads and writes,
+    /// whose entries of the states of group `g` no one else accesses during
+    /// the call.
     pub(super) unsafe fn run(
         &self,
         g: usize,
-        home: SharedVec<NP>,
         local: &mut [Vec<[u32; NP]>; 2],
-    ) {
+    ) -> std::io::Result<()> {
         #[cfg(target_arch = "x86_64")]
         if let Some(isa) = self.avx2 {
             // SAFETY: `isa` shows that the CPU has AVX2 and POPCNT, the
-            // features of `run_avx2`; `home` as this function's caller
+            // features of `run_avx2`; the vector as this function's caller
             // guarantees.
-            return unsafe { self.run_avx2(isa, g, home, local) };
+            return unsafe { self.run_avx2(isa, g, local) };
         }
-        // SAFETY: `home` as this function's caller guarantees.
-        unsafe { self.run_impl(g, home, local) }
+        // SAFETY: the vector as this function's caller guarantees.
+        unsafe { self.run_impl(g, local) }
     }
 
     /// [`GroupPass::run`] compiled for AVX2.
     ///
     /// # Safety
-    /// The CPU has AVX2 and POPCNT (as `_isa` shows); `home` as for
+    /// The CPU has AVX2 and POPCNT (as `_isa` shows); the vector as for
     /// [`GroupPass::run`].
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,popcnt")]
@@ -208,16 +237,16 @@ impl<const NP: usize> GroupPass<'_, NP> {
         &self,
         _isa: Isa<true>,
         g: usize,
-        home: SharedVec<NP>,
         local: &mut [Vec<[u32; NP]>; 2],
-    ) {
-        // SAFETY: `home` as this function's caller guarantees.
-        unsafe { self.run_impl(g, home, local) }
+    ) -> std::io::Result<()> {
+        // SAFETY: the vector as this function's caller guarantees.
+        unsafe { self.run_impl(g, local) }
     }
 
     /// The group's values go through two buffers, one step after the other. In
-    /// the block that orders the vector they start in the vector itself (the
-    /// group is a contiguous part of it); elsewhere they are copied in and out.
+    /// the first block of a vector in memory they start in the vector itself
+    /// (the group is a contiguous part of it); elsewhere they are copied (or
+    /// read) in and out.
     ///
     /// A wide block takes its steps in two phases, each made one sub-group at a
     /// time: the first columns only mix the states of runs of consecutive
@@ -226,9 +255,9 @@ impl<const NP: usize> GroupPass<'_, NP> {
     /// phase, while the group as a whole is not.
     ///
     /// # Safety
-    /// `home` as for [`GroupPass::run`].
+    /// The vector as for [`GroupPass::run`].
     #[inline(always)]
-    unsafe fn run_impl(&self, g: usize, home: SharedVec<NP>, local: &mut [Vec<[u32; NP]>; 2]) {
+    unsafe fn run_impl(&self, g: usize, local: &mut [Vec<[u32; NP]>; 2]) -> std::io::Result<()> {
         let block = self.block;
         let start = block.group_offsets[g] as usize;
         let end = block.group_offsets[g + 1] as usize;
@@ -236,25 +265,40 @@ impl<const NP: usize> GroupPass<'_, NP> {
         let width = block.cols.len();
         let [a, b] = local;
         let chunks = &block.chunk_offsets[g << width..];
-        let mut bufs: [&mut [[u32; NP]]; 2] = if self.is_home {
-            // SAFETY: in the first block the group's entries are the run of
-            // `len` entries at `home_start` of the vector, in the order of the
-            // block's positions (see `Tiles`), inside its `num_states` entries;
-            // the caller leaves them to this call, and no other reference to
-            // them is made below.
-            let home_group =
-                unsafe { std::slice::from_raw_parts_mut(home.0.add(self.home_start), len) };
-            [home_group, &mut a[..len]]
-        } else {
-            for (positions, tile) in self.tiles.group_tiles(block, chunks, self.key, start) {
-                // SAFETY: the tiles of the group's chunks are the group's
-                // entries of the vector (inside its `num_states` entries, as
-                // long as the chunks), which the caller leaves to this call;
-                // the slice does not outlive this statement.
-                let entries = unsafe { home.entries(tile) };
-                a[positions].copy_from_slice(entries);
+        // In the first block the group's entries are the run of `len` entries
+        // at `home_start` of the vector, in the order of the block's positions;
+        // elsewhere they are the tiles of the group's chunks (see `Tiles`).
+        let run = self.home_start..self.home_start + len;
+        let mut bufs: [&mut [[u32; NP]]; 2] = match (self.vector, self.is_home) {
+            (PassVector::Memory(home), true) => {
+                // SAFETY: the run lies inside the vector's `num_states`
+                // entries; the caller leaves them to this call, and no other
+                // reference to them is made below.
+                [unsafe { home.entries_mut(run.clone()) }, &mut a[..len]]
             }
-            [&mut a[..len], &mut b[..len]]
+            (PassVector::File(file), true) => {
+                read_entries(file, run.start, &mut a[..len])?;
+                [&mut a[..len], &mut b[..len]]
+            }
+            (vector, false) => {
+                for (positions, tile) in self.tiles.group_tiles(block, chunks, self.key, start) {
+                    match vector {
+                        PassVector::Memory(home) => {
+                            // SAFETY: the tiles of the group's chunks are the
+                            // group's entries of the vector (inside its
+                            // `num_states` entries, as long as the chunks),
+                            // which the caller leaves to this call; the slice
+                            // does not outlive this statement.
+                            let entries = unsafe { home.entries(tile) };
+                            a[positions].copy_from_slice(entries);
+                        }
+                        PassVector::File(file) => {
+                            read_entries(file, tile.start, &mut a[positions])?
+                        }
+                    }
+                }
+                [&mut a[..len], &mut b[..len]]
+            }
         };
         let bytes = 2 * len * std::mem::size_of::<[u32; NP]>();
         // The first column of each phase, and the end.
@@ -296,24 +340,36 @@ impl<const NP: usize> GroupPass<'_, NP> {
             }
         }
         let [first, second] = bufs;
-        if self.is_home {
-            if width % 2 == 1 {
-                // The result is in the private buffer, and `first` is the
-                // group's part of the vector.
-                first.copy_from_slice(second);
-            }
+        let result: &[[u32; NP]] = if width.is_multiple_of(2) {
+            first
         } else {
-            let result: &[[u32; NP]] = if width.is_multiple_of(2) {
-                first
-            } else {
-                second
-            };
-            for (positions, tile) in self.tiles.group_tiles(block, chunks, self.key, start) {
-                // SAFETY: as for the reads above.
-                let entries = unsafe { home.entries_mut(tile) };
-                entries.copy_from_slice(&result[positions]);
+            second
+        };
+        match (self.vector, self.is_home) {
+            (PassVector::Memory(_), true) => {
+                if width % 2 == 1 {
+                    // The result is in the private buffer, and `first` is the
+                    // group's part of the vector.
+                    first.copy_from_slice(second);
+                }
+            }
+            (PassVector::File(file), true) => write_entries(file, run.start, result)?,
+            (vector, false) => {
+                for (positions, tile) in self.tiles.group_tiles(block, chunks, self.key, start) {
+                    match vector {
+                        PassVector::Memory(home) => {
+                            // SAFETY: as for the reads above.
+                            let entries = unsafe { home.entries_mut(tile) };
+                            entries.copy_from_slice(&result[positions]);
+                        }
+                        PassVector::File(file) => {
+                            write_entries(file, tile.start, &result[positions])?
+                        }
+                    }
+                }
             }
         }
+        Ok(())
     }
 
     /// Step `j` of the block for the targets `targets` of the group starting at

@@ -671,6 +671,157 @@ fn hex_pass_resumes_from_a_vector_in_the_first_blocks_order() {
 }
 
 #[test]
+fn hex_spilled_passes_give_the_same_values() {
+    // A pass with the graph in a file, read a group at a time, and its vector
+    // in memory or in a file, agrees with the pass in memory at every lane
+    // count and thread count.
+    let dir = tempfile::tempdir().unwrap();
+    for side in [1u32, 2, 5, 8] {
+        let graph = HexGraph::build_parallel(side, 2).unwrap();
+        let spilled = graph
+            .spill(&dir.path().join(format!("graph-{side}")))
+            .unwrap();
+        assert_eq!(spilled.num_states(), graph.num_states());
+        for count in [1usize, 3, 8, 16] {
+            let xs: Vec<u32> = (0..count as u32).map(|i| i * 7_919 + 2).collect();
+            let expected = graph.evaluate_points(&xs, P);
+            for threads in [1, 3] {
+                for scratch in [None, Some(dir.path())] {
+                    let got = spilled
+                        .evaluate_pass(&xs, P, threads, &Control::new(), scratch)
+                        .unwrap();
+                    assert_eq!(
+                        got, expected,
+                        "side {side}, {count} points, {threads} threads, vector in {scratch:?}"
+                    );
+                }
+            }
+        }
+        drop(spilled);
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "the graphs' and vectors' files are removed: {left:?}"
+    );
+}
+
+#[test]
+fn hex_spilled_pass_without_its_scratch_fails_cleanly() {
+    // A vector that cannot be written is an error naming the file, not a
+    // panic; a damaged graph file is refused; a graph file that exists
+    // already is not overwritten.
+    let dir = tempfile::tempdir().unwrap();
+    let graph = HexGraph::build(4).unwrap();
+    let spilled = graph.spill(&dir.path().join("graph")).unwrap();
+    let missing = dir.path().join("no such directory");
+    let err = spilled
+        .evaluate_pass(&[3, 5], P, 2, &Control::new(), Some(&missing))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Failed(m) if m.contains("no such directory")),
+        "{err:?}"
+    );
+    // A damaged graph file (a source past its group) is refused, not read.
+    let damaged = dir.path().join("damaged");
+    let spilled_damaged = graph.spill(&damaged).unwrap();
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    let last = bytes.len() - 4;
+    bytes[last..].copy_from_slice(&u32::MAX.to_le_bytes());
+    std::fs::write(&damaged, &bytes).unwrap();
+    let err = spilled_damaged
+        .evaluate_pass(&[3, 5], P, 2, &Control::new(), None)
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Failed(m) if m.contains("damaged")),
+        "{err:?}"
+    );
+    let again = graph
+        .spill(&dir.path().join("graph"))
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&again, Error::Failed(m) if m.contains("graph")),
+        "{again:?}"
+    );
+}
+
+/// A pass with the graph and the vector in files against one in memory:
+/// CPU (one thread) and the process's peak memory during the pass once the
+/// graph is dropped (`HEX_SPILL_SIDES=15-17 cargo test --release -p
+/// tally-kernels --lib -- --ignored hex_spilled_pass_cost --nocapture`; the
+/// files in `HEX_SPILL_DIR`, default the system's temporary directory).
+#[test]
+#[ignore]
+fn hex_spilled_pass_cost() {
+    let sides = std::env::var("HEX_SPILL_SIDES").unwrap_or_else(|_| "12-13".into());
+    let (from, to) = sides.split_once('-').expect("sides as FROM-TO");
+    let base = std::env::var("HEX_SPILL_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
+    let status = |field: &str| -> f64 {
+        let text = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = text.lines().find(|l| l.starts_with(field)).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+            / 1e3
+    };
+    for side in from.parse::<u32>().unwrap()..=to.parse::<u32>().unwrap() {
+        let dir = tempfile::tempdir_in(&base).unwrap();
+        let graph = HexGraph::build_parallel(side, 2).unwrap();
+        let xs: Vec<u32> = (0..16u32).map(|i| i * 7919 + 2).collect();
+        let started = std::time::Instant::now();
+        let expected = graph
+            .evaluate_pass(&xs, P, 1, &Control::new(), None, &|_| {})
+            .unwrap();
+        let memory = started.elapsed().as_secs_f64();
+        let (graph_mb, vector_mb) = (
+            graph.memory_bytes() as f64 / 1e6,
+            graph.pass_bytes(16) as f64 / 1e6,
+        );
+        let started = std::time::Instant::now();
+        let spilled = graph.spill(&dir.path().join("graph")).unwrap();
+        let spill = started.elapsed().as_secs_f64();
+        drop(graph);
+        println!(
+            "side {side}: {} states; in memory, 16 points: {memory:.2} s (graph {graph_mb:.0} MB, \
+             vector {vector_mb:.0} MB); graph written out in {spill:.2} s ({:.0} MB), largest \
+             group {} states",
+            spilled.num_states(),
+            spilled.file_bytes() as f64 / 1e6,
+            spilled.max_group(),
+        );
+        for (points, scratch) in [(16, None), (8, None), (16, Some(dir.path()))] {
+            std::fs::write("/proc/self/clear_refs", "5").unwrap();
+            let before = status("VmRSS:");
+            let started = std::time::Instant::now();
+            let got: Vec<u32> = xs
+                .chunks(points)
+                .flat_map(|batch| {
+                    spilled
+                        .evaluate_pass(batch, P, 1, &Control::new(), scratch)
+                        .unwrap()
+                })
+                .collect();
+            let took = started.elapsed().as_secs_f64();
+            assert_eq!(got, expected);
+            println!(
+                "  graph from its file, {points} points a pass, vector in {}: {took:.2} s \
+                 ({:.3}x), peak {:.0} MB ({before:.0} MB before)",
+                if scratch.is_some() {
+                    "a file"
+                } else {
+                    "memory"
+                },
+                took / memory,
+                status("VmHWM:"),
+            );
+        }
+    }
+}
+
+#[test]
 fn hex_group_copies_give_the_same_values() {
     // A pass that copies each group's part of the graph out before its steps
     // (as one reading its graph from a file would) agrees with the swept

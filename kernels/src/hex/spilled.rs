@@ -9,7 +9,6 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -251,10 +250,9 @@ impl SpilledGraph {
         let worker = || {
             let mut local = [vec![[0u32; NP]; max_group], vec![[0u32; NP]; max_group]];
             let mut copy = GroupCopy::default();
-            let mut bytes = Vec::new();
             move |round: usize, g: usize| {
                 let b = self.rounds[round];
-                let done = self.load(b, g, &mut copy, &mut bytes).and_then(|()| {
+                let done = self.load(b, g, &mut copy).and_then(|()| {
                     let run = GroupPass {
                         block: &copy.block,
                         tiles: &self.tiles,
@@ -324,18 +322,18 @@ impl SpilledGraph {
 
     /// Reads group `g` of block `b` into `copy`, as [`GroupCopy::fill`] makes
     /// it from a block in memory.
-    fn load(&self, b: usize, g: usize, copy: &mut GroupCopy, bytes: &mut Vec<u8>) -> Result<()> {
+    fn load(&self, b: usize, g: usize, copy: &mut GroupCopy) -> Result<()> {
         let block = &self.blocks[b];
         let (start, end) = (
             block.group_offsets[g] as usize,
             block.group_offsets[g + 1] as usize,
         );
         let len = end - start;
-        let part: Range<u64> = block.parts[g]..block.parts[g + 1];
-        bytes.resize((part.end - part.start) as usize, 0);
-        self.file
-            .read_exact_at(bytes, part.start)
-            .map_err(|e| io_failed("cannot read the graph from", &self.path, e))?;
+        let read = |into: &mut [u8], at: u64| {
+            self.file
+                .read_exact_at(into, at)
+                .map_err(|e| io_failed("cannot read the graph from", &self.path, e))
+        };
         let local = &mut copy.block;
         local.first_col = block.first_col;
         local.max_group = len;
@@ -349,20 +347,24 @@ impl SpilledGraph {
                 .map(|&p| p - start as u32),
         );
         local.cols.resize_with(width, Default::default);
-        let mut at = 0;
+        let mut at = block.parts[g];
         for (j, col) in local.cols.iter_mut().enumerate() {
             let count = block.others[g * width + j] as usize;
-            col.info.clear();
-            col.info.extend_from_slice(&bytes[at..at + len]);
-            at += len;
-            col.others.clear();
-            col.others.extend(
-                bytes[at..at + 4 * count]
-                    .chunks_exact(4)
-                    .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes"))),
-            );
-            col.others.push(0);
-            at += 4 * count;
+            col.info.resize(len, 0);
+            read(&mut col.info, at)?;
+            at += len as u64;
+            col.others.resize(count + 1, 0);
+            // SAFETY: `u32`s have no padding and take any byte pattern: the
+            // first `count` entries' memory as bytes, for this statement.
+            let raw = unsafe {
+                std::slice::from_raw_parts_mut(col.others.as_mut_ptr() as *mut u8, 4 * count)
+            };
+            read(raw, at)?;
+            at += 4 * count as u64;
+            for s in &mut col.others[..count] {
+                *s = u32::from_le(*s);
+            }
+            col.others[count] = 0;
             col.set_marks();
             // The step reads sources unchecked: a part that a damaged file
             // gave is refused here, never stepped through.

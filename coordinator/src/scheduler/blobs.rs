@@ -177,18 +177,9 @@ impl Scheduler {
                 return Ok(false);
             }
             let shard = &entry.shards[index as usize];
-            // The latest attempt may be running, or its output committed.
-            if attempt == shard.attempt {
-                return Ok(true);
-            }
-            // An earlier attempt's checkpoint that a later attempt resumes
-            // from, or the output of an earlier replica that was committed.
-            let checkpoint = self
-                .store
-                .get(Tree::Blobs, &checkpoint_blob_key(job, stage, index))?;
-            if committed_key(checkpoint.as_deref()).as_deref() == Some(key) {
-                return Ok(true);
-            }
+            // A finished shard needs its committed output only: its
+            // checkpoints (of a pass of gigabytes, say) go now, not when the
+            // stage ends.
             if shard.state == ShardState::Done {
                 let output = match entry.outputs.accepted(index) {
                     Some(output) => Some(output.to_vec()),
@@ -198,7 +189,16 @@ impl Scheduler {
                 };
                 return Ok(committed_key(output.as_deref()).as_deref() == Some(key));
             }
-            return Ok(false);
+            // The latest attempt may be running.
+            if attempt == shard.attempt {
+                return Ok(true);
+            }
+            // An earlier attempt's checkpoint that a later attempt resumes
+            // from.
+            let checkpoint = self
+                .store
+                .get(Tree::Blobs, &checkpoint_blob_key(job, stage, index))?;
+            return Ok(committed_key(checkpoint.as_deref()).as_deref() == Some(key));
         }
         let committed =
             entry

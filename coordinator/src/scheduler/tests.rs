@@ -1150,3 +1150,41 @@ fn a_worker_holds_only_the_shards_its_memory_budget_holds() {
     assert_eq!(s.lease("w", 4, 5).unwrap().len(), 4);
     assert!(s.lease("short", 4, 6).unwrap().is_empty());
 }
+
+/// A finished shard's checkpoint in the stage store is swept while its stage
+/// still runs (a side-18 hex shard's is 1.3 GB, one for each of hundreds of
+/// shards); a running shard's and the finished shard's output are kept.
+#[test]
+fn a_finished_shards_checkpoint_blob_is_swept_before_its_stage_ends() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    submit(&mut s, &kayles(30));
+    let held = s.lease("w", 100, 1).unwrap();
+    assert!(held.len() >= 2);
+    let key = |grant: &Grant| tally_stage::blob_key(&grant.lease, "checkpoint-1");
+    for grant in &held[..2] {
+        let checkpoint = super::ReportedCheckpoint {
+            state: Vec::new(),
+            partial: Vec::new(),
+            work_done: 0,
+            state_blob: Some(tally_stage::BlobRef {
+                key: key(grant),
+                size: 1,
+                digest: [0; 32],
+            }),
+        };
+        s.report(Report::checkpoint("w", grant.lease.clone(), checkpoint), 2)
+            .unwrap();
+    }
+    let unrelated = tally_stage::blob_key(&held[1].lease, "output");
+    let keys = vec![key(&held[0]), key(&held[1]), unrelated.clone()];
+    assert!(
+        s.unreferenced_blobs(keys.clone()).unwrap().is_empty(),
+        "both shards run: their attempts' blobs are kept"
+    );
+    s.report(result_of(&held[0]), 3).unwrap();
+    assert_eq!(
+        s.unreferenced_blobs(keys).unwrap(),
+        vec![key(&held[0])],
+        "the finished shard's checkpoint goes; the running shard's blobs stay"
+    );
+}

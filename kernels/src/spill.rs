@@ -502,6 +502,29 @@ impl Spill for MemorySpill {
     }
 }
 
+/// Bytes a kernel rewrites in place, at offsets, kept where its caller
+/// chooses (a file of the worker's spill directory, say): a hex pass's vector
+/// past its memory share. Threads may read and write disjoint ranges at once.
+pub trait Scratch: Sync {
+    /// Fills `buf` with the bytes at `offset`, all of them written before.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    /// Writes `bytes` at `offset`.
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<()>;
+    /// Makes the first `len` bytes read as zeros. A file does better than
+    /// this default (truncated and extended, it is holes: nothing written
+    /// now, nothing to write back while a pass rewrites it).
+    fn clear(&self, len: u64) -> Result<()> {
+        let zeros = vec![0u8; 1 << 22];
+        let mut at = 0;
+        while at < len {
+            let n = zeros.len().min((len - at) as usize);
+            self.write_at(at, &zeros[..n])?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+}
+
 /// Bytes written once, then read by ranges: a shard's input, in memory or
 /// in a file the worker wrote as it arrived.
 pub trait Stored: Send + Sync {

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::graph::{Block, COUNT_MASK, Gather, OCCUPIED};
 use super::kernel::Isa;
 use super::tiles::Tiles;
+use crate::Result;
+use crate::spill::Scratch;
 
 /// Arithmetic modulo `q < 2^31` on `NP` lanes, with multiplication by fixed
 /// residues `x` (one per lane) through precomputed quotients (Shoup): no
@@ -118,42 +120,40 @@ pub(super) struct GroupPass<'a, const NP: usize> {
     pub(super) vector: PassVector<'a, NP>,
 }
 
-/// Where a pass keeps its vector: in memory, shared by its threads, or in a
-/// file (`NP` residues a state, in the machine's byte order: the file is the
-/// pass's own scratch), read and written a group at a time.
+/// Where a pass keeps its vector: in memory, shared by its threads, or in
+/// the caller's scratch (`NP` residues a state, in the machine's byte order:
+/// the scratch is the pass's own), read and written a group at a time.
 #[derive(Clone, Copy)]
 pub(super) enum PassVector<'a, const NP: usize> {
     Memory(SharedVec<NP>),
-    File(&'a std::fs::File),
+    Scratch(&'a dyn Scratch),
 }
 
-/// Reads `into.len()` entries of a vector file from entry `first` on.
+/// Reads `into.len()` entries of a vector in scratch from entry `first` on.
 fn read_entries<const NP: usize>(
-    file: &std::fs::File,
+    scratch: &dyn Scratch,
     first: usize,
     into: &mut [[u32; NP]],
-) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
+) -> Result<()> {
     // SAFETY: `[u32; NP]` entries are `4 NP` bytes each with no padding, and
     // every byte pattern is a valid `u32`: the slice's memory as bytes.
     let bytes = unsafe {
         std::slice::from_raw_parts_mut(into.as_mut_ptr() as *mut u8, std::mem::size_of_val(into))
     };
-    file.read_exact_at(bytes, (first * 4 * NP) as u64)
+    scratch.read_at((first * 4 * NP) as u64, bytes)
 }
 
-/// Writes `from` to a vector file from entry `first` on.
+/// Writes `from` to a vector in scratch from entry `first` on.
 fn write_entries<const NP: usize>(
-    file: &std::fs::File,
+    scratch: &dyn Scratch,
     first: usize,
     from: &[[u32; NP]],
-) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
+) -> Result<()> {
     // SAFETY: as in `read_entries`, for reading.
     let bytes = unsafe {
         std::slice::from_raw_parts(from.as_ptr() as *const u8, std::mem::size_of_val(from))
     };
-    file.write_all_at(bytes, (first * 4 * NP) as u64)
+    scratch.write_at((first * 4 * NP) as u64, bytes)
 }
 
 /// One group of a block copied out as a block of its own (one group, at
@@ -210,11 +210,7 @@ impl<const NP: usize> GroupPass<'_, NP> {
     /// The pass vector has `num_states` entries, valid for reads and writes,
     /// whose entries of the states of group `g` no one else accesses during
     /// the call.
-    pub(super) unsafe fn run(
-        &self,
-        g: usize,
-        local: &mut [Vec<[u32; NP]>; 2],
-    ) -> std::io::Result<()> {
+    pub(super) unsafe fn run(&self, g: usize, local: &mut [Vec<[u32; NP]>; 2]) -> Result<()> {
         #[cfg(target_arch = "x86_64")]
         if let Some(isa) = self.avx2 {
             // SAFETY: `isa` shows that the CPU has AVX2 and POPCNT, the
@@ -238,7 +234,7 @@ impl<const NP: usize> GroupPass<'_, NP> {
         _isa: Isa<true>,
         g: usize,
         local: &mut [Vec<[u32; NP]>; 2],
-    ) -> std::io::Result<()> {
+    ) -> Result<()> {
         // SAFETY: the vector as this function's caller guarantees.
         unsafe { self.run_impl(g, local) }
     }
@@ -257,7 +253,7 @@ impl<const NP: usize> GroupPass<'_, NP> {
     /// # Safety
     /// The vector as for [`GroupPass::run`].
     #[inline(always)]
-    unsafe fn run_impl(&self, g: usize, local: &mut [Vec<[u32; NP]>; 2]) -> std::io::Result<()> {
+    unsafe fn run_impl(&self, g: usize, local: &mut [Vec<[u32; NP]>; 2]) -> Result<()> {
         let block = self.block;
         let start = block.group_offsets[g] as usize;
         let end = block.group_offsets[g + 1] as usize;
@@ -276,8 +272,8 @@ impl<const NP: usize> GroupPass<'_, NP> {
                 // reference to them is made below.
                 [unsafe { home.entries_mut(run.clone()) }, &mut a[..len]]
             }
-            (PassVector::File(file), true) => {
-                read_entries(file, run.start, &mut a[..len])?;
+            (PassVector::Scratch(scratch), true) => {
+                read_entries(scratch, run.start, &mut a[..len])?;
                 [&mut a[..len], &mut b[..len]]
             }
             (vector, false) => {
@@ -292,8 +288,8 @@ impl<const NP: usize> GroupPass<'_, NP> {
                             let entries = unsafe { home.entries(tile) };
                             a[positions].copy_from_slice(entries);
                         }
-                        PassVector::File(file) => {
-                            read_entries(file, tile.start, &mut a[positions])?
+                        PassVector::Scratch(scratch) => {
+                            read_entries(scratch, tile.start, &mut a[positions])?
                         }
                     }
                 }
@@ -353,7 +349,7 @@ impl<const NP: usize> GroupPass<'_, NP> {
                     first.copy_from_slice(second);
                 }
             }
-            (PassVector::File(file), true) => write_entries(file, run.start, result)?,
+            (PassVector::Scratch(scratch), true) => write_entries(scratch, run.start, result)?,
             (vector, false) => {
                 for (positions, tile) in self.tiles.group_tiles(block, chunks, self.key, start) {
                     match vector {
@@ -362,8 +358,8 @@ impl<const NP: usize> GroupPass<'_, NP> {
                             let entries = unsafe { home.entries_mut(tile) };
                             entries.copy_from_slice(&result[positions]);
                         }
-                        PassVector::File(file) => {
-                            write_entries(file, tile.start, &result[positions])?
+                        PassVector::Scratch(scratch) => {
+                            write_entries(scratch, tile.start, &result[positions])?
                         }
                     }
                 }

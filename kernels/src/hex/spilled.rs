@@ -1,16 +1,13 @@
 //! A points pass that holds neither the graph nor its vector: the graph's
-//! blocks written group by group to a file, read back one group at a time by
-//! each thread, and the vector in a file of its own, read and written a group
-//! at a time (see `tiles`). What stays in memory is an index of a few bytes a
-//! group, the tiles' starts (`2^side` entries) and each thread's two group
-//! buffers, so the memory of a pass is set by the largest group, not by the
-//! number of states; the price is the copies (measured in
-//! docs/benchmarks.md, "Hex sides 17 to 20").
+//! blocks written group by group to the caller's spill, read back one group at
+//! a time by each thread, and the vector in the caller's scratch, read and
+//! written a group at a time (see `tiles`). The kernel does no I/O itself.
+//! What stays in memory is an index of a few bytes a group, the tiles' starts
+//! (`2^side` entries) and each thread's two group buffers, so the memory of a
+//! pass is set by the largest group, not by the number of states; the price
+//! is the copies (measured in docs/benchmarks.md, "Hex sides 17 to 20").
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::HexGraph;
 use super::graph::COUNT_MASK;
@@ -19,10 +16,11 @@ use super::kernel::Isa;
 use super::tiles::Tiles;
 use crate::modular::pow_mod;
 use crate::parallel::in_rounds;
+use crate::spill::{Scratch, Spill, Stored};
 use crate::{Control, Error, Result};
 
 /// The graph of [`HexGraph::spill`]: what a pass needs of it in memory, and
-/// the file of its groups.
+/// the spilled parts of its groups.
 pub struct SpilledGraph {
     num_states: usize,
     blocks: Vec<SpilledBlock>,
@@ -32,17 +30,17 @@ pub struct SpilledGraph {
     /// The top-row states: their entries of the vector, and their occupied
     /// cells (the power of `x` they start with).
     top_row: Vec<(u32, u32)>,
-    file: File,
-    path: PathBuf,
+    /// The groups' parts, as [`HexGraph::spill`] wrote them.
+    parts: Arc<dyn Stored>,
 }
 
-/// A block without its gather lists: where each group's part is in the file.
+/// A block without its gather lists: where each group's part is.
 struct SpilledBlock {
     first_col: usize,
     width: usize,
     group_offsets: Vec<u32>,
     chunk_offsets: Vec<u32>,
-    /// Per group: the start of its part in the file (one more entry: the end).
+    /// Per group: the start of its part (one more entry: the end).
     parts: Vec<u64>,
     /// Per group and column: the number of other sources.
     others: Vec<u32>,
@@ -50,16 +48,29 @@ struct SpilledBlock {
     home_starts: Vec<usize>,
 }
 
-fn io_failed(what: &str, path: &Path, e: std::io::Error) -> Error {
-    Error::Failed(format!("{what} {}: {e}", path.display()))
+/// Fills `buf` from `offset` of `stored`, all of it.
+fn read_exact(stored: &dyn Stored, offset: u64, buf: &mut [u8]) -> Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = stored.read_at(offset + done as u64, &mut buf[done..])?;
+        if n == 0 {
+            return Err(Error::Failed(format!(
+                "the spilled hex graph ends at byte {}, before byte {}",
+                offset + done as u64,
+                offset + buf.len() as u64
+            )));
+        }
+        done += n;
+    }
+    Ok(())
 }
 
 impl HexGraph {
-    /// Writes the graph's blocks group by group to a new file at `path` (each
+    /// Writes the graph's blocks group by group to one run of `spill` (each
     /// group's gather lists, column after column), for passes that hold one
     /// group at a time ([`SpilledGraph::evaluate_pass`]); the graph itself may
-    /// then be dropped. Only with two blocks a row or one (the default widths).
-    pub fn spill(&self, path: &Path) -> Result<SpilledGraph> {
+    /// then be dropped.
+    pub fn spill(&self, spill: &mut dyn Spill) -> Result<SpilledGraph> {
         let tiles = Tiles::new(self);
         let home = &self.blocks[0];
         let home_starts: Vec<usize> = (0..home.groups())
@@ -75,14 +86,7 @@ impl HexGraph {
                 }
             }
         }
-        let failed = |e| io_failed("cannot write the graph to", path, e);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .map_err(failed)?;
-        let mut out = BufWriter::new(file);
+        let mut bytes = Vec::new();
         let mut at = 0u64;
         let mut copy = GroupCopy::default();
         let mut blocks = Vec::with_capacity(self.blocks.len());
@@ -92,12 +96,12 @@ impl HexGraph {
             for g in 0..block.groups() {
                 copy.fill(block, g);
                 for col in &copy.block.cols {
-                    out.write_all(&col.info).map_err(failed)?;
                     let sources = &col.others[..col.others.len() - 1];
-                    for s in sources {
-                        out.write_all(&s.to_le_bytes()).map_err(failed)?;
-                    }
-                    at += (col.info.len() + 4 * sources.len()) as u64;
+                    bytes.clear();
+                    bytes.extend_from_slice(&col.info);
+                    bytes.extend(sources.iter().flat_map(|s| s.to_le_bytes()));
+                    spill.write(&bytes)?;
+                    at += bytes.len() as u64;
                     others.push(sources.len() as u32);
                 }
                 parts.push(at);
@@ -116,16 +120,14 @@ impl HexGraph {
                 },
             });
         }
-        let file = out.into_inner().map_err(|e| failed(e.into_error()))?;
-        file.sync_data().map_err(failed)?;
+        let run = spill.end_run()?;
         Ok(SpilledGraph {
             num_states: self.num_states(),
             blocks,
             tiles,
             rounds: self.stages().iter().map(|s| s.block).collect(),
             top_row,
-            file,
-            path: path.to_path_buf(),
+            parts: spill.keep_run(run)?,
         })
     }
 }
@@ -135,11 +137,15 @@ impl SpilledGraph {
         self.num_states
     }
 
-    /// Bytes of the graph's file.
-    pub fn file_bytes(&self) -> u64 {
-        self.blocks
-            .last()
-            .map_or(0, |b| *b.parts.last().unwrap_or(&0))
+    /// Bytes of the graph's spilled parts.
+    pub fn spilled_bytes(&self) -> u64 {
+        self.parts.len()
+    }
+
+    /// Bytes of the scratch a pass of `points` points keeps its vector in.
+    pub fn vector_bytes(&self, points: usize) -> u64 {
+        let lanes = points.clamp(1, super::POINTS_PER_PASS).next_power_of_two();
+        self.num_states as u64 * 4 * lanes as u64
     }
 
     /// The most states of one group, which sets a pass's buffers.
@@ -152,15 +158,16 @@ impl SpilledGraph {
     }
 
     /// [`HexGraph::evaluate_pass`] without resume, the graph read a group at a
-    /// time and the vector in memory, or with `scratch` in a new file there
-    /// (removed when the pass ends): the same values.
+    /// time and the vector in memory, or in `scratch` (its first
+    /// [`SpilledGraph::vector_bytes`] bytes, which the pass writes before it
+    /// reads them): the same values.
     pub fn evaluate_pass(
         &self,
         xs: &[u32],
         modulus: u32,
         threads: usize,
         control: &Control,
-        scratch: Option<&Path>,
+        scratch: Option<&dyn Scratch>,
     ) -> Result<Vec<u32>> {
         assert!(
             modulus > 1 && modulus < 1 << 31,
@@ -172,19 +179,17 @@ impl SpilledGraph {
             super::POINTS_PER_PASS
         );
         control.check()?;
-        let file = scratch.map(ScratchFile::create).transpose()?;
-        let vector = file.as_ref();
         let len = xs.len();
         Ok(match len.next_power_of_two() {
             1 => self
-                .pass::<1>(xs, modulus, threads, control, vector)?
+                .pass::<1>(xs, modulus, threads, control, scratch)?
                 .to_vec(),
             2 => self
-                .pass::<2>(xs, modulus, threads, control, vector)?
+                .pass::<2>(xs, modulus, threads, control, scratch)?
                 .to_vec(),
-            4 => self.pass::<4>(xs, modulus, threads, control, vector)?[..len].to_vec(),
-            8 => self.pass::<8>(xs, modulus, threads, control, vector)?[..len].to_vec(),
-            _ => self.pass::<16>(xs, modulus, threads, control, vector)?[..len].to_vec(),
+            4 => self.pass::<4>(xs, modulus, threads, control, scratch)?[..len].to_vec(),
+            8 => self.pass::<8>(xs, modulus, threads, control, scratch)?[..len].to_vec(),
+            _ => self.pass::<16>(xs, modulus, threads, control, scratch)?[..len].to_vec(),
         })
     }
 
@@ -194,7 +199,7 @@ impl SpilledGraph {
         modulus: u32,
         threads: usize,
         control: &Control,
-        file: Option<&ScratchFile>,
+        scratch: Option<&dyn Scratch>,
     ) -> Result<[u32; NP]> {
         let q = u64::from(modulus);
         let mut x = [0u32; NP];
@@ -202,41 +207,30 @@ impl SpilledGraph {
             *slot = v % modulus;
         }
         let lanes = Lanes::new(x, modulus);
-        let entry = 4 * NP as u64;
-        let starts = |values: [u32; NP]| {
-            self.top_row.iter().map(move |&(at, degree)| {
-                (
-                    at as usize,
-                    values.map(|v| pow_mod(u64::from(v), u64::from(degree), q) as u32),
-                )
-            })
-        };
+        let entry = 4 * NP;
+        let starts = self.top_row.iter().map(|&(at, degree)| {
+            let values = x.map(|v| pow_mod(u64::from(v), u64::from(degree), q) as u32);
+            (at as usize, values)
+        });
         let mut in_memory = Vec::new();
-        let vector = match file {
-            Some(vector) => {
-                let failed = |e| io_failed("cannot write the pass vector", &vector.path, e);
-                vector
-                    .file
-                    .set_len(self.num_states as u64 * entry)
-                    .map_err(failed)?;
-                for (at, values) in starts(x) {
+        let vector = match scratch {
+            Some(scratch) => {
+                // Zeros first: the scratch may hold anything.
+                scratch.clear((self.num_states * entry) as u64)?;
+                for (at, values) in starts {
                     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
-                    vector
-                        .file
-                        .write_all_at(&bytes, at as u64 * entry)
-                        .map_err(failed)?;
+                    scratch.write_at((at * entry) as u64, &bytes)?;
                 }
-                PassVector::File(&vector.file)
+                PassVector::Scratch(scratch)
             }
             None => {
                 in_memory = vec![[0u32; NP]; self.num_states];
-                for (at, values) in starts(x) {
+                for (at, values) in starts {
                     in_memory[at] = values;
                 }
                 PassVector::Memory(SharedVec(in_memory.as_mut_ptr()))
             }
         };
-        let vector_path = file.map(|f| f.path.as_path());
         let to_do: Vec<usize> = self
             .rounds
             .iter()
@@ -266,15 +260,12 @@ impl SpilledGraph {
                     // SAFETY: a vector in memory has the `num_states` entries
                     // of `in_memory`, which outlives `in_rounds` and is
                     // touched by nothing else meanwhile; `in_rounds` hands
-                    // item `g` of round `i` to one thread only, the groups of
-                    // a block hold disjoint sets of states, and the rounds
+                    // item `g` of a round to one thread only, the groups of a
+                    // block hold disjoint sets of states, and the rounds
                     // before ended at its barrier: the entries of the group
-                    // are this call's alone. A vector in a file is read and
-                    // written through positioned calls only.
-                    unsafe { run.run(0, &mut local) }.map_err(|e| {
-                        let path = vector_path.unwrap_or(Path::new("(memory)"));
-                        io_failed("cannot read or write the pass vector", path, e)
-                    })
+                    // are this call's alone. A vector in scratch is read and
+                    // written through the caller's calls only.
+                    unsafe { run.run(0, &mut local) }
                 });
                 if let Err(e) = done {
                     first_error_ref
@@ -296,24 +287,19 @@ impl SpilledGraph {
                 sums[k % NP] += u64::from(v);
             }
         };
-        match file {
+        match scratch {
             None => in_memory.iter().for_each(|values| add(values)),
-            Some(vector) => {
-                let mut chunk = vec![0u8; (1 << 20) * NP];
-                let total = self.num_states as u64 * entry;
-                let mut at = 0u64;
-                while at < total {
-                    let n = chunk.len().min((total - at) as usize);
-                    vector
-                        .file
-                        .read_exact_at(&mut chunk[..n], at)
-                        .map_err(|e| io_failed("cannot read the pass vector", &vector.path, e))?;
+            Some(scratch) => {
+                let mut chunk = vec![0u8; (1 << 16) * entry];
+                let total = self.num_states * entry;
+                for at in (0..total).step_by(chunk.len()) {
+                    let n = chunk.len().min(total - at);
+                    scratch.read_at(at as u64, &mut chunk[..n])?;
                     let words: Vec<u32> = chunk[..n]
                         .chunks_exact(4)
                         .map(|w| u32::from_ne_bytes(w.try_into().expect("4 bytes")))
                         .collect();
                     add(&words);
-                    at += n as u64;
                 }
             }
         }
@@ -329,11 +315,6 @@ impl SpilledGraph {
             block.group_offsets[g + 1] as usize,
         );
         let len = end - start;
-        let read = |into: &mut [u8], at: u64| {
-            self.file
-                .read_exact_at(into, at)
-                .map_err(|e| io_failed("cannot read the graph from", &self.path, e))
-        };
         let local = &mut copy.block;
         local.first_col = block.first_col;
         local.max_group = len;
@@ -351,7 +332,7 @@ impl SpilledGraph {
         for (j, col) in local.cols.iter_mut().enumerate() {
             let count = block.others[g * width + j] as usize;
             col.info.resize(len, 0);
-            read(&mut col.info, at)?;
+            read_exact(self.parts.as_ref(), at, &mut col.info)?;
             at += len as u64;
             col.others.resize(count + 1, 0);
             // SAFETY: `u32`s have no padding and take any byte pattern: the
@@ -359,57 +340,23 @@ impl SpilledGraph {
             let raw = unsafe {
                 std::slice::from_raw_parts_mut(col.others.as_mut_ptr() as *mut u8, 4 * count)
             };
-            read(raw, at)?;
+            read_exact(self.parts.as_ref(), at, raw)?;
             at += 4 * count as u64;
             for s in &mut col.others[..count] {
                 *s = u32::from_le(*s);
             }
             col.others[count] = 0;
             col.set_marks();
-            // The step reads sources unchecked: a part that a damaged file
+            // The step reads sources unchecked: a part that damaged storage
             // gave is refused here, never stepped through.
             let counted: usize = col.info.iter().map(|&b| usize::from(b & COUNT_MASK)).sum();
             let outside = col.others[..count].iter().any(|&s| s as usize >= len);
             if counted != count || outside {
                 return Err(Error::Failed(format!(
-                    "the graph file {} is damaged: group {g} of block {b}, column {j}",
-                    self.path.display()
+                    "the spilled hex graph is damaged: group {g} of block {b}, column {j}"
                 )));
             }
         }
         Ok(())
-    }
-}
-
-impl Drop for SpilledGraph {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// A pass's vector file, removed when the pass ends.
-struct ScratchFile {
-    file: File,
-    path: PathBuf,
-}
-
-impl ScratchFile {
-    fn create(dir: &Path) -> Result<ScratchFile> {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = dir.join(format!("hex-pass-{}-{n}.vector", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| io_failed("cannot create the pass vector", &path, e))?;
-        Ok(ScratchFile { file, path })
-    }
-}
-
-impl Drop for ScratchFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
     }
 }

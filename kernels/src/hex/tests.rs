@@ -670,87 +670,228 @@ fn hex_pass_resumes_from_a_vector_in_the_first_blocks_order() {
     }
 }
 
-#[test]
-fn hex_spilled_passes_give_the_same_values() {
-    // A pass with the graph in a file, read a group at a time, and its vector
-    // in memory or in a file, agrees with the pass in memory at every lane
-    // count and thread count.
-    let dir = tempfile::tempdir().unwrap();
-    for side in [1u32, 2, 5, 8] {
-        let graph = HexGraph::build_parallel(side, 2).unwrap();
-        let spilled = graph
-            .spill(&dir.path().join(format!("graph-{side}")))
+/// A spill of one file, as a worker gives a kernel (runs one after another).
+struct FileSpill {
+    file: std::sync::Arc<std::fs::File>,
+    written: u64,
+    open: u64,
+    runs: Vec<(u64, u64)>,
+}
+
+impl FileSpill {
+    fn create(path: &std::path::Path) -> FileSpill {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
             .unwrap();
-        assert_eq!(spilled.num_states(), graph.num_states());
-        for count in [1usize, 3, 8, 16] {
-            let xs: Vec<u32> = (0..count as u32).map(|i| i * 7_919 + 2).collect();
-            let expected = graph.evaluate_points(&xs, P);
-            for threads in [1, 3] {
-                for scratch in [None, Some(dir.path())] {
-                    let got = spilled
-                        .evaluate_pass(&xs, P, threads, &Control::new(), scratch)
-                        .unwrap();
-                    assert_eq!(
-                        got, expected,
-                        "side {side}, {count} points, {threads} threads, vector in {scratch:?}"
-                    );
-                }
-            }
+        FileSpill {
+            file: std::sync::Arc::new(file),
+            written: 0,
+            open: 0,
+            runs: Vec::new(),
         }
-        drop(spilled);
     }
-    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
-    assert!(
-        left.is_empty(),
-        "the graphs' and vectors' files are removed: {left:?}"
-    );
+}
+
+/// One run of a [`FileSpill`].
+struct FileRun {
+    file: std::sync::Arc<std::fs::File>,
+    start: u64,
+    len: u64,
+}
+
+fn io(e: std::io::Error) -> Error {
+    Error::Failed(format!("test file: {e}"))
+}
+
+impl crate::spill::Stored for FileRun {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = buf.len().min(self.len.saturating_sub(offset) as usize);
+        self.file
+            .read_exact_at(&mut buf[..n], self.start + offset)
+            .map_err(io)?;
+        Ok(n)
+    }
+}
+
+impl crate::spill::Spill for FileSpill {
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(bytes, self.written).map_err(io)?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn end_run(&mut self) -> Result<u32> {
+        self.runs.push((self.open, self.written));
+        self.open = self.written;
+        Ok(self.runs.len() as u32 - 1)
+    }
+
+    fn read_at(&self, run: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.keep_run(run)?.read_at(offset, buf)
+    }
+
+    fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    fn keep_run(&self, run: u32) -> Result<std::sync::Arc<dyn crate::spill::Stored>> {
+        let (start, end) = self.runs[run as usize];
+        Ok(std::sync::Arc::new(FileRun {
+            file: self.file.clone(),
+            start,
+            len: end - start,
+        }))
+    }
+}
+
+/// A scratch in a file, as a worker gives a pass; or one that fails.
+struct FileScratch {
+    file: std::fs::File,
+    fail_reads: bool,
+}
+
+impl FileScratch {
+    fn create(path: &std::path::Path) -> FileScratch {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .unwrap();
+        FileScratch {
+            file,
+            fail_reads: false,
+        }
+    }
+}
+
+impl crate::spill::Scratch for FileScratch {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        if self.fail_reads {
+            return Err(Error::Failed("the test scratch refuses reads".into()));
+        }
+        self.file.read_exact_at(buf, offset).map_err(io)
+    }
+
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(bytes, offset).map_err(io)
+    }
+
+    fn clear(&self, len: u64) -> Result<()> {
+        self.file.set_len(0).map_err(io)?;
+        self.file.set_len(len).map_err(io)
+    }
+}
+
+/// A scratch that keeps the trait's own `clear` (zeros written).
+struct ZeroedScratch(FileScratch);
+
+impl crate::spill::Scratch for ZeroedScratch {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.0.read_at(offset, buf)
+    }
+
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+        self.0.write_at(offset, bytes)
+    }
 }
 
 #[test]
-fn hex_spilled_pass_without_its_scratch_fails_cleanly() {
-    // A vector that cannot be written is an error naming the file, not a
-    // panic; a damaged graph file is refused; a graph file that exists
-    // already is not overwritten.
+fn hex_spilled_passes_give_the_same_values() {
+    // A pass with the graph spilled, read a group at a time, and its vector
+    // in memory or in a scratch, agrees with the pass in memory at every lane
+    // count and thread count, whether the spill is in memory or in a file.
+    let dir = tempfile::tempdir().unwrap();
+    for side in [1u32, 2, 5, 8] {
+        let graph = HexGraph::build_parallel(side, 2).unwrap();
+        let mut in_memory = crate::spill::MemorySpill::default();
+        let mut in_file = FileSpill::create(&dir.path().join(format!("graph-{side}")));
+        let spills = [
+            graph.spill(&mut in_memory).unwrap(),
+            graph.spill(&mut in_file).unwrap(),
+        ];
+        let scratch = FileScratch::create(&dir.path().join(format!("vector-{side}")));
+        let zeroed = ZeroedScratch(FileScratch::create(
+            &dir.path().join(format!("zeroed-{side}")),
+        ));
+        // Garbage where the vector goes: the pass clears it before it reads.
+        let garbage = vec![0xA5; 64 * graph.num_states()];
+        crate::spill::Scratch::write_at(&scratch, 0, &garbage).unwrap();
+        crate::spill::Scratch::write_at(&zeroed, 0, &garbage).unwrap();
+        for spilled in &spills {
+            assert_eq!(spilled.num_states(), graph.num_states());
+            for count in [1usize, 3, 8, 16] {
+                let xs: Vec<u32> = (0..count as u32).map(|i| i * 7_919 + 2).collect();
+                let expected = graph.evaluate_points(&xs, P);
+                for threads in [1, 3] {
+                    let scratches: [Option<&dyn crate::spill::Scratch>; 3] =
+                        [None, Some(&scratch), Some(&zeroed)];
+                    for vector in scratches {
+                        let got = spilled
+                            .evaluate_pass(&xs, P, threads, &Control::new(), vector)
+                            .unwrap();
+                        assert_eq!(
+                            got,
+                            expected,
+                            "side {side}, {count} points, {threads} threads, vector in scratch {}",
+                            vector.is_some()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn hex_spilled_pass_stops_at_a_failing_scratch_or_a_damaged_spill() {
+    // A scratch that fails is the pass's error, not a panic; a damaged
+    // spilled part (a source past its group) is refused, never stepped
+    // through.
     let dir = tempfile::tempdir().unwrap();
     let graph = HexGraph::build(4).unwrap();
-    let spilled = graph.spill(&dir.path().join("graph")).unwrap();
-    let missing = dir.path().join("no such directory");
+    let path = dir.path().join("graph");
+    let mut spill = FileSpill::create(&path);
+    let spilled = graph.spill(&mut spill).unwrap();
+    let mut scratch = FileScratch::create(&dir.path().join("vector"));
+    scratch.fail_reads = true;
     let err = spilled
-        .evaluate_pass(&[3, 5], P, 2, &Control::new(), Some(&missing))
+        .evaluate_pass(&[3, 5], P, 2, &Control::new(), Some(&scratch))
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Failed(m) if m.contains("no such directory")),
+        matches!(&err, Error::Failed(m) if m.contains("refuses reads")),
         "{err:?}"
     );
-    // A damaged graph file (a source past its group) is refused, not read.
-    let damaged = dir.path().join("damaged");
-    let spilled_damaged = graph.spill(&damaged).unwrap();
-    let mut bytes = std::fs::read(&damaged).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
     let last = bytes.len() - 4;
     bytes[last..].copy_from_slice(&u32::MAX.to_le_bytes());
-    std::fs::write(&damaged, &bytes).unwrap();
-    let err = spilled_damaged
+    std::fs::write(&path, &bytes).unwrap();
+    let err = spilled
         .evaluate_pass(&[3, 5], P, 2, &Control::new(), None)
         .unwrap_err();
     assert!(
         matches!(&err, Error::Failed(m) if m.contains("damaged")),
         "{err:?}"
     );
-    let again = graph
-        .spill(&dir.path().join("graph"))
-        .err()
-        .expect("refused");
-    assert!(
-        matches!(&again, Error::Failed(m) if m.contains("graph")),
-        "{again:?}"
-    );
 }
 
-/// A pass with the graph and the vector in files against one in memory:
-/// CPU (one thread) and the process's peak memory during the pass once the
-/// graph is dropped (`HEX_SPILL_SIDES=15-17 cargo test --release -p
-/// tally-kernels --lib -- --ignored hex_spilled_pass_cost --nocapture`; the
-/// files in `HEX_SPILL_DIR`, default the system's temporary directory).
+/// A pass with the graph spilled (and its vector in memory or in a scratch
+/// file) against one in memory: CPU (one thread) and the process's peak
+/// memory during the pass once the graph is dropped (`HEX_SPILL_SIDES=15-17
+/// cargo test --release -p tally-kernels --lib -- --ignored
+/// hex_spilled_pass_cost --nocapture`; the files in `HEX_SPILL_DIR`, default
+/// the system's temporary directory).
 #[test]
 #[ignore]
 fn hex_spilled_pass_cost() {
@@ -781,39 +922,38 @@ fn hex_spilled_pass_cost() {
             graph.pass_bytes(16) as f64 / 1e6,
         );
         let started = std::time::Instant::now();
-        let spilled = graph.spill(&dir.path().join("graph")).unwrap();
-        let spill = started.elapsed().as_secs_f64();
+        let mut spill = FileSpill::create(&dir.path().join("graph"));
+        let spilled = graph.spill(&mut spill).unwrap();
+        let spill_took = started.elapsed().as_secs_f64();
         drop(graph);
         println!(
             "side {side}: {} states; in memory, 16 points: {memory:.2} s (graph {graph_mb:.0} MB, \
-             vector {vector_mb:.0} MB); graph written out in {spill:.2} s ({:.0} MB), largest \
+             vector {vector_mb:.0} MB); graph spilled in {spill_took:.2} s ({:.0} MB), largest \
              group {} states",
             spilled.num_states(),
-            spilled.file_bytes() as f64 / 1e6,
+            spilled.spilled_bytes() as f64 / 1e6,
             spilled.max_group(),
         );
-        for (points, scratch) in [(16, None), (8, None), (16, Some(dir.path()))] {
+        let scratch = FileScratch::create(&dir.path().join("vector"));
+        for (points, in_scratch) in [(16, false), (8, false), (16, true)] {
             std::fs::write("/proc/self/clear_refs", "5").unwrap();
             let before = status("VmRSS:");
+            let vector: Option<&dyn crate::spill::Scratch> = in_scratch.then_some(&scratch);
             let started = std::time::Instant::now();
             let got: Vec<u32> = xs
                 .chunks(points)
                 .flat_map(|batch| {
                     spilled
-                        .evaluate_pass(batch, P, 1, &Control::new(), scratch)
+                        .evaluate_pass(batch, P, 1, &Control::new(), vector)
                         .unwrap()
                 })
                 .collect();
             let took = started.elapsed().as_secs_f64();
             assert_eq!(got, expected);
             println!(
-                "  graph from its file, {points} points a pass, vector in {}: {took:.2} s \
-                 ({:.3}x), peak {:.0} MB ({before:.0} MB before)",
-                if scratch.is_some() {
-                    "a file"
-                } else {
-                    "memory"
-                },
+                "  graph spilled, {points} points a pass, vector in {}: {took:.2} s ({:.3}x), \
+                 peak {:.0} MB ({before:.0} MB before)",
+                if in_scratch { "a file" } else { "memory" },
                 took / memory,
                 status("VmHWM:"),
             );

@@ -234,8 +234,9 @@ pub(crate) struct Block {
     /// Size of the largest group.
     pub max_group: usize,
     /// For each position, the position of the same state in the previous block
-    /// of the row (the last one for the first block): the sweep keeps its vectors
-    /// in the order of the block that wrote them.
+    /// of the row (the last one for the first block): the polynomial sweep
+    /// keeps its vectors in the order of the block that wrote them (sides up to
+    /// 16 only: the sweep's bounds; empty beyond).
     pub from_prev: Vec<u32>,
 }
 
@@ -460,8 +461,14 @@ pub(crate) fn build(side: usize, width: usize, threads: usize) -> Built {
             flips[col] = None;
         }
     }
+    // Only the polynomial sweep reads `from_prev` (a points pass finds a
+    // group's states by their tiles), and it stops at the narrow sides.
+    let keep_from_prev = side <= super::NARROW_SIDES as usize;
     let from_prev: Vec<Vec<u32>> = (0..blocks.len())
         .map(|b| {
+            if !keep_from_prev {
+                return Vec::new();
+            }
             let prev = &blocks[(b + blocks.len() - 1) % blocks.len()];
             blocks[b]
                 .members

@@ -516,15 +516,21 @@ fn hex_known_state_counts() {
     assert_eq!(known_state_count(18), Some(40_843_521));
 }
 
+/// The sides a measurement runs, `FROM-TO` from the variable `var`.
+fn sides_from_env(var: &str, default: &str) -> std::ops::RangeInclusive<u32> {
+    let sides = std::env::var(var).unwrap_or_else(|_| default.into());
+    let (from, to) = sides.split_once('-').expect("sides as FROM-TO");
+    from.parse().expect("a side")..=to.parse().expect("a side")
+}
+
 /// The counts of the table past side 12, from the graph itself: minutes and
 /// gigabytes from side 16 on, so run by hand (`cargo test --release -p
 /// tally-kernels -- --ignored hex_large_state_counts`, `HEX_COUNT_SIDES=13-17`).
 #[test]
 #[ignore]
 fn hex_large_state_counts() {
-    let sides = std::env::var("HEX_COUNT_SIDES").unwrap_or_else(|_| "13-16".into());
-    let (from, to) = sides.split_once('-').expect("sides as FROM-TO");
-    for side in from.parse::<u32>().unwrap()..=to.parse::<u32>().unwrap() {
+    let sides = sides_from_env("HEX_COUNT_SIDES", "13-16");
+    for side in sides {
         let started = std::time::Instant::now();
         let graph = HexGraph::build_parallel(side, 2).unwrap();
         println!(
@@ -895,8 +901,7 @@ fn hex_spilled_pass_stops_at_a_failing_scratch_or_a_damaged_spill() {
 #[test]
 #[ignore]
 fn hex_spilled_pass_cost() {
-    let sides = std::env::var("HEX_SPILL_SIDES").unwrap_or_else(|_| "12-13".into());
-    let (from, to) = sides.split_once('-').expect("sides as FROM-TO");
+    let sides = sides_from_env("HEX_SPILL_SIDES", "12-13");
     let base = std::env::var("HEX_SPILL_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
     let status = |field: &str| -> f64 {
         let text = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -908,7 +913,7 @@ fn hex_spilled_pass_cost() {
             .unwrap()
             / 1e3
     };
-    for side in from.parse::<u32>().unwrap()..=to.parse::<u32>().unwrap() {
+    for side in sides {
         let dir = tempfile::tempdir_in(&base).unwrap();
         let graph = HexGraph::build_parallel(side, 2).unwrap();
         let xs: Vec<u32> = (0..16u32).map(|i| i * 7919 + 2).collect();
@@ -992,9 +997,8 @@ fn hex_group_copies_give_the_same_values() {
 #[test]
 #[ignore]
 fn hex_streamed_pass_cost() {
-    let sides = std::env::var("HEX_STREAM_SIDES").unwrap_or_else(|_| "12-13".into());
-    let (from, to) = sides.split_once('-').expect("sides as FROM-TO");
-    for side in from.parse::<u32>().unwrap()..=to.parse::<u32>().unwrap() {
+    let sides = sides_from_env("HEX_STREAM_SIDES", "12-13");
+    for side in sides {
         let graph = HexGraph::build_parallel(side, 2).unwrap();
         let xs: Vec<u32> = (0..16u32).map(|i| i * 7919 + 2).collect();
         let time = |copies: bool, points: usize| {
@@ -1328,9 +1332,8 @@ fn hex_points_solver_large_sides() {
 #[test]
 #[ignore]
 fn hex_graph_layout() {
-    let sides = std::env::var("HEX_LAYOUT_SIDES").unwrap_or_else(|_| "12-14".into());
-    let (from, to) = sides.split_once('-').expect("sides as FROM-TO");
-    for side in from.parse::<u32>().unwrap()..=to.parse::<u32>().unwrap() {
+    let sides = sides_from_env("HEX_LAYOUT_SIDES", "12-14");
+    for side in sides {
         let graph = HexGraph::build_parallel(side, 2).unwrap();
         let n = graph.num_states() as f64;
         let per_state = |bytes: usize| bytes as f64 / n;

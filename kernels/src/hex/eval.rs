@@ -81,14 +81,7 @@ impl HexGraph {
         resume: Option<(usize, &[u8])>,
         after_round: &(dyn Fn(PassPoint<'_>) + Sync),
     ) -> Result<Vec<u32>> {
-        assert!(
-            modulus > 1 && modulus < 1 << 31,
-            "modulus must be in 2..2^31"
-        );
-        assert!(
-            !xs.is_empty() && xs.len() <= POINTS_PER_PASS,
-            "a pass takes 1 to {POINTS_PER_PASS} points"
-        );
+        check_pass(xs, modulus);
         control.check()?;
         let pass = PassArgs {
             xs,
@@ -159,11 +152,7 @@ impl HexGraph {
             group_copies,
         } = args;
         let q = u64::from(modulus);
-        let mut x = [0u32; NP];
-        for (slot, &v) in x.iter_mut().zip(xs) {
-            *slot = v % modulus;
-        }
-        let lanes = Lanes::new(x, modulus);
+        let (x, lanes) = pass_lanes::<NP>(xs, modulus);
         let home_block = &self.blocks[0];
         let tiles = &Tiles::new(self);
         // The first block's groups as runs of the vector, in the order of the
@@ -295,6 +284,28 @@ impl HexGraph {
         }
         Ok(sums.map(|s| (s % q) as u32))
     }
+}
+
+/// Refuses what no pass takes: a modulus outside `2..2^31`, no point or
+/// more than [`POINTS_PER_PASS`].
+pub(super) fn check_pass(xs: &[u32], modulus: u32) {
+    assert!(
+        modulus > 1 && modulus < 1 << 31,
+        "modulus must be in 2..2^31"
+    );
+    assert!(
+        !xs.is_empty() && xs.len() <= POINTS_PER_PASS,
+        "a pass takes 1 to {POINTS_PER_PASS} points"
+    );
+}
+
+/// A pass's points reduced (missing lanes 0), and its lanes' arithmetic.
+pub(super) fn pass_lanes<const NP: usize>(xs: &[u32], modulus: u32) -> ([u32; NP], Lanes<NP>) {
+    let mut x = [0u32; NP];
+    for (slot, &v) in x.iter_mut().zip(xs) {
+        *slot = v % modulus;
+    }
+    (x, Lanes::new(x, modulus))
 }
 
 /// Where a pass stands between two rounds (blocks of cell steps).

@@ -165,24 +165,45 @@ pub(super) struct GroupCopy {
 }
 
 impl GroupCopy {
-    /// Copies group `g` of `block`; returns the group's first position.
-    pub(super) fn fill(&mut self, block: &Block, g: usize) -> usize {
-        let start = block.group_offsets[g] as usize;
-        let end = block.group_offsets[g + 1] as usize;
-        let width = block.cols.len();
-        let to_local = |p: &u32| p - start as u32;
+    /// Makes the copy's block group `g` alone of a block starting at column
+    /// `first_col`, `width` columns wide, with these offsets (its columns
+    /// left to the caller to fill); returns the group's positions.
+    pub(super) fn begin(
+        &mut self,
+        first_col: usize,
+        width: usize,
+        group_offsets: &[u32],
+        chunk_offsets: &[u32],
+        g: usize,
+    ) -> (usize, usize) {
+        let (start, end) = (group_offsets[g] as usize, group_offsets[g + 1] as usize);
         let part = &mut self.block;
-        part.first_col = block.first_col;
+        part.first_col = first_col;
         part.max_group = end - start;
         part.group_offsets.clear();
         part.group_offsets.extend([0, (end - start) as u32]);
         part.chunk_offsets.clear();
         part.chunk_offsets.extend(
-            block.chunk_offsets[g << width..=(g + 1) << width]
+            chunk_offsets[g << width..=(g + 1) << width]
                 .iter()
-                .map(to_local),
+                .map(|&p| p - start as u32),
         );
         part.cols.resize_with(width, Default::default);
+        (start, end)
+    }
+
+    /// Copies group `g` of `block`; returns the group's first position.
+    pub(super) fn fill(&mut self, block: &Block, g: usize) -> usize {
+        let width = block.cols.len();
+        let (start, end) = self.begin(
+            block.first_col,
+            width,
+            &block.group_offsets,
+            &block.chunk_offsets,
+            g,
+        );
+        let to_local = |p: &u32| p - start as u32;
+        let part = &mut self.block;
         for (copy, col) in part.cols.iter_mut().zip(&block.cols) {
             let others = &col.others[col.offset(start)..col.offset(end)];
             copy.info.clear();

@@ -10,8 +10,9 @@
 use std::sync::Arc;
 
 use super::HexGraph;
+use super::eval::{check_pass, pass_lanes};
 use super::graph::COUNT_MASK;
-use super::group_pass::{GroupCopy, GroupPass, Lanes, PassVector, SharedVec};
+use super::group_pass::{GroupCopy, GroupPass, PassVector, SharedVec};
 use super::kernel::Isa;
 use super::tiles::Tiles;
 use crate::modular::pow_mod;
@@ -169,15 +170,7 @@ impl SpilledGraph {
         control: &Control,
         scratch: Option<&dyn Scratch>,
     ) -> Result<Vec<u32>> {
-        assert!(
-            modulus > 1 && modulus < 1 << 31,
-            "modulus must be in 2..2^31"
-        );
-        assert!(
-            !xs.is_empty() && xs.len() <= super::POINTS_PER_PASS,
-            "a pass takes 1 to {} points",
-            super::POINTS_PER_PASS
-        );
+        check_pass(xs, modulus);
         control.check()?;
         let len = xs.len();
         Ok(match len.next_power_of_two() {
@@ -202,11 +195,7 @@ impl SpilledGraph {
         scratch: Option<&dyn Scratch>,
     ) -> Result<[u32; NP]> {
         let q = u64::from(modulus);
-        let mut x = [0u32; NP];
-        for (slot, &v) in x.iter_mut().zip(xs) {
-            *slot = v % modulus;
-        }
-        let lanes = Lanes::new(x, modulus);
+        let (x, lanes) = pass_lanes::<NP>(xs, modulus);
         let entry = 4 * NP;
         let starts = self.top_row.iter().map(|&(at, degree)| {
             let values = x.map(|v| pow_mod(u64::from(v), u64::from(degree), q) as u32);
@@ -310,24 +299,16 @@ impl SpilledGraph {
     /// it from a block in memory.
     fn load(&self, b: usize, g: usize, copy: &mut GroupCopy) -> Result<()> {
         let block = &self.blocks[b];
-        let (start, end) = (
-            block.group_offsets[g] as usize,
-            block.group_offsets[g + 1] as usize,
+        let width = block.width;
+        let (start, end) = copy.begin(
+            block.first_col,
+            width,
+            &block.group_offsets,
+            &block.chunk_offsets,
+            g,
         );
         let len = end - start;
         let local = &mut copy.block;
-        local.first_col = block.first_col;
-        local.max_group = len;
-        local.group_offsets.clear();
-        local.group_offsets.extend([0, len as u32]);
-        local.chunk_offsets.clear();
-        let width = block.width;
-        local.chunk_offsets.extend(
-            block.chunk_offsets[g << width..=(g + 1) << width]
-                .iter()
-                .map(|&p| p - start as u32),
-        );
-        local.cols.resize_with(width, Default::default);
         let mut at = block.parts[g];
         for (j, col) in local.cols.iter_mut().enumerate() {
             let count = block.others[g * width + j] as usize;

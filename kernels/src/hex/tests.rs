@@ -676,6 +676,16 @@ fn hex_pass_resumes_from_a_vector_in_the_first_blocks_order() {
     }
 }
 
+/// A new file to read and write, never one that exists.
+fn new_file(path: &std::path::Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .unwrap()
+}
+
 /// A spill of one file, as a worker gives a kernel (runs one after another).
 struct FileSpill {
     file: std::sync::Arc<std::fs::File>,
@@ -686,12 +696,7 @@ struct FileSpill {
 
 impl FileSpill {
     fn create(path: &std::path::Path) -> FileSpill {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .unwrap();
+        let file = new_file(path);
         FileSpill {
             file: std::sync::Arc::new(file),
             written: 0,
@@ -767,12 +772,7 @@ struct FileScratch {
 
 impl FileScratch {
     fn create(path: &std::path::Path) -> FileScratch {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .unwrap();
+        let file = new_file(path);
         FileScratch {
             file,
             fail_reads: false,

@@ -163,29 +163,8 @@ impl HexGraph {
         let home_runs = &home_runs;
         let stages = &self.stages();
         let (first_round, mut home) = match resume {
-            Some((done, vector)) => {
-                if done >= stages.len() || vector.len() != self.num_states() * NP * 4 {
-                    return Err(crate::Error::InvalidArgument(format!(
-                        "a pass of this graph resumes after 0 to {} rounds from {} bytes, \
-                         not after {done} from {}",
-                        stages.len() - 1,
-                        self.num_states() * NP * 4,
-                        vector.len()
-                    )));
-                }
-                let mut home = vec![[0u32; NP]; self.num_states()];
-                let mut states = vector.chunks_exact(NP * 4).map(|state| {
-                    std::array::from_fn(|k| {
-                        let at = 4 * k;
-                        u32::from_le_bytes(state[at..at + 4].try_into().expect("4 bytes"))
-                    })
-                });
-                for run in home_runs {
-                    for (slot, value) in home[run.clone()].iter_mut().zip(&mut states) {
-                        *slot = value;
-                    }
-                }
-                (done, home)
+            Some(resume) => {
+                resumed_vector::<NP>(home_runs, self.num_states(), stages.len(), resume)?
             }
             None => {
                 // The vector after the top row: x^(occupied cells) at the
@@ -266,13 +245,7 @@ impl HexGraph {
                 // and all writes of the round are done, and the slice does not
                 // outlive this call (`after_round` takes any lifetime).
                 let vector = unsafe { shared.residues(self.num_states()) };
-                after_round(PassPoint {
-                    rounds_done: done,
-                    rounds: stages.len(),
-                    vector,
-                    lanes: NP,
-                    runs: home_runs,
-                });
+                after_round(PassPoint::new(done, stages.len(), vector, NP, home_runs));
             }
         };
         in_rounds(threads, &to_do, control, worker, between_rounds)?;
@@ -299,6 +272,40 @@ pub(super) fn check_pass(xs: &[u32], modulus: u32) {
     );
 }
 
+/// The vector of a pass that resumes after `resume.0` of its `rounds` rounds
+/// from `resume.1`, a [`PassPoint`]'s residues as little-endian bytes, put
+/// back into the `runs` of the first block's groups.
+pub(super) fn resumed_vector<const NP: usize>(
+    runs: &[Range<usize>],
+    num_states: usize,
+    rounds: usize,
+    resume: (usize, &[u8]),
+) -> Result<(usize, Vec<[u32; NP]>)> {
+    let (done, vector) = resume;
+    if done >= rounds || vector.len() != num_states * NP * 4 {
+        return Err(crate::Error::InvalidArgument(format!(
+            "a pass of this graph resumes after 0 to {} rounds from {} bytes, not after {done} \
+             from {}",
+            rounds - 1,
+            num_states * NP * 4,
+            vector.len()
+        )));
+    }
+    let mut home = vec![[0u32; NP]; num_states];
+    let mut states = vector.chunks_exact(NP * 4).map(|state| {
+        std::array::from_fn(|k| {
+            let at = 4 * k;
+            u32::from_le_bytes(state[at..at + 4].try_into().expect("4 bytes"))
+        })
+    });
+    for run in runs {
+        for (slot, value) in home[run.clone()].iter_mut().zip(&mut states) {
+            *slot = value;
+        }
+    }
+    Ok((done, home))
+}
+
 /// A pass's points reduced (missing lanes 0), and its lanes' arithmetic.
 pub(super) fn pass_lanes<const NP: usize>(xs: &[u32], modulus: u32) -> ([u32; NP], Lanes<NP>) {
     let mut x = [0u32; NP];
@@ -321,7 +328,23 @@ pub struct PassPoint<'a> {
     runs: &'a [Range<usize>],
 }
 
-impl PassPoint<'_> {
+impl<'a> PassPoint<'a> {
+    pub(super) fn new(
+        rounds_done: usize,
+        rounds: usize,
+        vector: &'a [u32],
+        lanes: usize,
+        runs: &'a [Range<usize>],
+    ) -> PassPoint<'a> {
+        PassPoint {
+            rounds_done,
+            rounds,
+            vector,
+            lanes,
+            runs,
+        }
+    }
+
     /// The states of the vector.
     pub fn states(&self) -> usize {
         self.vector.len() / self.lanes

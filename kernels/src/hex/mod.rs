@@ -38,6 +38,7 @@ mod eval;
 mod exact;
 mod frontier;
 mod graph;
+mod graph_file;
 mod group_pass;
 mod kernel;
 mod points;
@@ -57,7 +58,7 @@ pub use codec::{check_polynomials, decode_polynomials, encode_polynomials};
 pub use eval::{POINTS_PER_PASS, PassPoint};
 pub use exact::{exact_crossings, exact_game_count, exact_primes};
 pub use points::{PointsLayout, SPARE_POINTS, full_crossings, points_layout, solve_crossings};
-pub use spilled::SpilledGraph;
+pub use spilled::{PassOptions, SpilledGraph};
 
 /// Largest supported board side. Sides up to 16 pack a frontier state in a
 /// `u64`, larger ones in a `u128`; beyond 20 the graph alone would need some

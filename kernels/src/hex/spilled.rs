@@ -7,11 +7,13 @@
 //! pass is set by the largest group, not by the number of states; the price
 //! is the copies (measured in docs/benchmarks.md, "Hex sides 17 to 20").
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::HexGraph;
-use super::eval::{check_pass, pass_lanes};
+use super::eval::{PassPoint, check_pass, pass_lanes, resumed_vector};
 use super::graph::COUNT_MASK;
+use super::graph_file;
 use super::group_pass::{GroupCopy, GroupPass, PassVector, SharedVec};
 use super::kernel::Isa;
 use super::tiles::Tiles;
@@ -21,32 +23,34 @@ use crate::spill::{Scratch, Spill, Stored};
 use crate::{Control, Error, Result};
 
 /// The graph of [`HexGraph::spill`]: what a pass needs of it in memory, and
-/// the spilled parts of its groups.
+/// the spilled parts of its groups (with the index, one run of bytes: see
+/// `graph_file`).
 pub struct SpilledGraph {
-    num_states: usize,
-    blocks: Vec<SpilledBlock>,
-    tiles: Tiles,
+    pub(super) side: u32,
+    pub(super) num_states: usize,
+    pub(super) blocks: Vec<SpilledBlock>,
+    pub(super) tiles: Tiles,
     /// The block of each round of a pass.
     rounds: Vec<usize>,
     /// The top-row states: their entries of the vector, and their occupied
     /// cells (the power of `x` they start with).
-    top_row: Vec<(u32, u32)>,
+    pub(super) top_row: Vec<(u32, u32)>,
     /// The groups' parts, as [`HexGraph::spill`] wrote them.
     parts: Arc<dyn Stored>,
 }
 
 /// A block without its gather lists: where each group's part is.
-struct SpilledBlock {
-    first_col: usize,
-    width: usize,
-    group_offsets: Vec<u32>,
-    chunk_offsets: Vec<u32>,
+pub(super) struct SpilledBlock {
+    pub(super) first_col: usize,
+    pub(super) width: usize,
+    pub(super) group_offsets: Vec<u32>,
+    pub(super) chunk_offsets: Vec<u32>,
     /// Per group: the start of its part (one more entry: the end).
-    parts: Vec<u64>,
+    pub(super) parts: Vec<u64>,
     /// Per group and column: the number of other sources.
-    others: Vec<u32>,
+    pub(super) others: Vec<u32>,
     /// Per group: where it starts in the vector, for the first block.
-    home_starts: Vec<usize>,
+    pub(super) home_starts: Vec<usize>,
 }
 
 /// Fills `buf` from `offset` of `stored`, all of it.
@@ -121,24 +125,61 @@ impl HexGraph {
                 },
             });
         }
-        let run = spill.end_run()?;
-        Ok(SpilledGraph {
-            num_states: self.num_states(),
+        let mut graph = SpilledGraph::from_index(
+            self.side,
+            self.num_states(),
             blocks,
             tiles,
-            rounds: self.stages().iter().map(|s| s.block).collect(),
             top_row,
-            parts: spill.keep_run(run)?,
-        })
+            Arc::new(Vec::new()),
+        );
+        spill.write(&graph_file::encode_index(&graph))?;
+        let run = spill.end_run()?;
+        // Read back as any worker would read it, so that what was written is
+        // what a pass of this process uses too.
+        graph = SpilledGraph::open(spill.keep_run(run)?)?;
+        Ok(graph)
     }
 }
 
 impl SpilledGraph {
+    /// The graph whose parts, index and trailer [`HexGraph::spill`] wrote to
+    /// `stored` (a run of its spill, or those bytes kept anywhere else), its
+    /// index checked.
+    pub fn open(stored: Arc<dyn Stored>) -> Result<SpilledGraph> {
+        graph_file::decode(stored)
+    }
+
+    pub(super) fn from_index(
+        side: u32,
+        num_states: usize,
+        blocks: Vec<SpilledBlock>,
+        tiles: Tiles,
+        top_row: Vec<(u32, u32)>,
+        parts: Arc<dyn Stored>,
+    ) -> SpilledGraph {
+        // A round a block, row after row (see `HexGraph::stages`).
+        let rounds = (1..side as usize).flat_map(|_| 0..blocks.len()).collect();
+        SpilledGraph {
+            side,
+            num_states,
+            blocks,
+            tiles,
+            rounds,
+            top_row,
+            parts,
+        }
+    }
+
+    pub fn side(&self) -> u32 {
+        self.side
+    }
+
     pub fn num_states(&self) -> usize {
         self.num_states
     }
 
-    /// Bytes of the graph's spilled parts.
+    /// Bytes of the graph's spilled form: its parts and its index.
     pub fn spilled_bytes(&self) -> u64 {
         self.parts.len()
     }
@@ -158,72 +199,112 @@ impl SpilledGraph {
             .unwrap_or(0)
     }
 
-    /// [`HexGraph::evaluate_pass`] without resume, the graph read a group at a
-    /// time and the vector in memory, or in `scratch` (its first
-    /// [`SpilledGraph::vector_bytes`] bytes, which the pass writes before it
-    /// reads them): the same values.
+    /// [`HexGraph::evaluate_pass`] with the graph read a group at a time:
+    /// the same values, the same resumption and the same checkpoints (a
+    /// [`PassPoint`] of either resumes the other), the vector in memory or
+    /// in the options' scratch.
     pub fn evaluate_pass(
         &self,
         xs: &[u32],
         modulus: u32,
-        threads: usize,
-        control: &Control,
-        scratch: Option<&dyn Scratch>,
+        options: &PassOptions<'_>,
     ) -> Result<Vec<u32>> {
         check_pass(xs, modulus);
-        control.check()?;
+        options.control.check()?;
         let len = xs.len();
         Ok(match len.next_power_of_two() {
-            1 => self
-                .pass::<1>(xs, modulus, threads, control, scratch)?
-                .to_vec(),
-            2 => self
-                .pass::<2>(xs, modulus, threads, control, scratch)?
-                .to_vec(),
-            4 => self.pass::<4>(xs, modulus, threads, control, scratch)?[..len].to_vec(),
-            8 => self.pass::<8>(xs, modulus, threads, control, scratch)?[..len].to_vec(),
-            _ => self.pass::<16>(xs, modulus, threads, control, scratch)?[..len].to_vec(),
+            1 => self.pass::<1>(xs, modulus, options)?.to_vec(),
+            2 => self.pass::<2>(xs, modulus, options)?.to_vec(),
+            4 => self.pass::<4>(xs, modulus, options)?[..len].to_vec(),
+            8 => self.pass::<8>(xs, modulus, options)?[..len].to_vec(),
+            _ => self.pass::<16>(xs, modulus, options)?[..len].to_vec(),
         })
+    }
+
+    /// The first block's groups as runs of the vector, in the order of its
+    /// positions: the order of a checkpoint's vector.
+    fn home_runs(&self) -> Vec<Range<usize>> {
+        let home = &self.blocks[0];
+        home.group_offsets
+            .windows(2)
+            .zip(&home.home_starts)
+            .map(|(w, &start)| start..start + (w[1] - w[0]) as usize)
+            .collect()
     }
 
     fn pass<const NP: usize>(
         &self,
         xs: &[u32],
         modulus: u32,
-        threads: usize,
-        control: &Control,
-        scratch: Option<&dyn Scratch>,
+        options: &PassOptions<'_>,
     ) -> Result<[u32; NP]> {
+        let PassOptions {
+            threads,
+            control,
+            resume,
+            after_round,
+            scratch,
+        } = *options;
         let q = u64::from(modulus);
         let (x, lanes) = pass_lanes::<NP>(xs, modulus);
         let entry = 4 * NP;
-        let starts = self.top_row.iter().map(|&(at, degree)| {
-            let values = x.map(|v| pow_mod(u64::from(v), u64::from(degree), q) as u32);
-            (at as usize, values)
-        });
+        let home_runs = &self.home_runs();
         let mut in_memory = Vec::new();
-        let vector = match scratch {
-            Some(scratch) => {
-                // Zeros first: the scratch may hold anything.
-                scratch.clear((self.num_states * entry) as u64)?;
-                for (at, values) in starts {
-                    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
-                    scratch.write_at((at * entry) as u64, &bytes)?;
+        let first_round = match resume {
+            Some(resume) => {
+                let (done, home) =
+                    resumed_vector::<NP>(home_runs, self.num_states, self.rounds.len(), resume)?;
+                match scratch {
+                    Some(scratch) => {
+                        let bytes: Vec<u8> = home
+                            .iter()
+                            .flatten()
+                            .flat_map(|v| v.to_ne_bytes())
+                            .collect();
+                        scratch.write_at(0, &bytes)?;
+                    }
+                    None => in_memory = home,
                 }
-                PassVector::Scratch(scratch)
+                done
             }
             None => {
-                in_memory = vec![[0u32; NP]; self.num_states];
-                for (at, values) in starts {
-                    in_memory[at] = values;
+                let starts = self.top_row.iter().map(|&(at, degree)| {
+                    let values = x.map(|v| pow_mod(u64::from(v), u64::from(degree), q) as u32);
+                    (at as usize, values)
+                });
+                match scratch {
+                    Some(scratch) => {
+                        // Zeros first: the scratch may hold anything.
+                        scratch.clear((self.num_states * entry) as u64)?;
+                        for (at, values) in starts {
+                            let bytes: Vec<u8> =
+                                values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+                            scratch.write_at((at * entry) as u64, &bytes)?;
+                        }
+                    }
+                    None => {
+                        in_memory = vec![[0u32; NP]; self.num_states];
+                        for (at, values) in starts {
+                            in_memory[at] = values;
+                        }
+                    }
                 }
-                PassVector::Memory(SharedVec(in_memory.as_mut_ptr()))
+                0
             }
         };
+        let vector = match scratch {
+            Some(scratch) => PassVector::Scratch(scratch),
+            None => PassVector::Memory(SharedVec(in_memory.as_mut_ptr())),
+        };
+        // The rounds done before a resume are skipped: no items.
         let to_do: Vec<usize> = self
             .rounds
             .iter()
-            .map(|&b| self.blocks[b].group_offsets.len() - 1)
+            .enumerate()
+            .map(|(round, &b)| match round < first_round {
+                true => 0,
+                false => self.blocks[b].group_offsets.len() - 1,
+            })
             .collect();
         let max_group = self.max_group();
         let threads = threads.clamp(1, to_do.iter().copied().max().unwrap_or(1));
@@ -265,7 +346,23 @@ impl SpilledGraph {
                 }
             }
         };
-        let ran = in_rounds(threads, &to_do, control, worker, |_| {});
+        let rounds = self.rounds.len();
+        let between_rounds = |round: usize| {
+            let done = round + 1;
+            if let PassVector::Memory(shared) = vector
+                && done > first_round
+                && done < rounds
+            {
+                // SAFETY: `shared` points to the `num_states` entries of
+                // `in_memory`, which outlives `in_rounds`. `in_rounds` calls
+                // this between the two waits of its barrier, when every other
+                // thread waits and all writes of the round are done, and the
+                // slice does not outlive this call.
+                let vector = unsafe { shared.residues(self.num_states) };
+                after_round(PassPoint::new(done, rounds, vector, NP, home_runs));
+            }
+        };
+        let ran = in_rounds(threads, &to_do, control, worker, between_rounds);
         if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             return Err(e);
         }
@@ -339,5 +436,35 @@ impl SpilledGraph {
             }
         }
         Ok(())
+    }
+}
+
+/// How a [`SpilledGraph::evaluate_pass`] runs besides its points.
+#[derive(Clone, Copy)]
+pub struct PassOptions<'a> {
+    pub threads: usize,
+    pub control: &'a Control,
+    /// Where a pass resumes: the rounds done and a [`PassPoint`]'s vector
+    /// (as little-endian bytes).
+    pub resume: Option<(usize, &'a [u8])>,
+    /// Shown where the pass stands after each round but the last, as
+    /// [`HexGraph::evaluate_pass`] does, when its vector is in memory.
+    pub after_round: &'a (dyn Fn(PassPoint<'_>) + Sync),
+    /// Where the vector is kept instead of memory (its first
+    /// [`SpilledGraph::vector_bytes`] bytes, which the pass writes before it
+    /// reads them).
+    pub scratch: Option<&'a dyn Scratch>,
+}
+
+impl<'a> PassOptions<'a> {
+    /// From the start, the vector in memory, no checkpoints.
+    pub fn new(threads: usize, control: &'a Control) -> PassOptions<'a> {
+        PassOptions {
+            threads,
+            control,
+            resume: None,
+            after_round: &|_| {},
+            scratch: None,
+        }
     }
 }

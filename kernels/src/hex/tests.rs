@@ -844,9 +844,12 @@ fn hex_spilled_passes_give_the_same_values() {
                     let scratches: [Option<&dyn crate::spill::Scratch>; 3] =
                         [None, Some(&scratch), Some(&zeroed)];
                     for vector in scratches {
-                        let got = spilled
-                            .evaluate_pass(&xs, P, threads, &Control::new(), vector)
-                            .unwrap();
+                        let control = Control::new();
+                        let options = PassOptions {
+                            scratch: vector,
+                            ..PassOptions::new(threads, &control)
+                        };
+                        let got = spilled.evaluate_pass(&xs, P, &options).unwrap();
                         assert_eq!(
                             got,
                             expected,
@@ -872,24 +875,154 @@ fn hex_spilled_pass_stops_at_a_failing_scratch_or_a_damaged_spill() {
     let spilled = graph.spill(&mut spill).unwrap();
     let mut scratch = FileScratch::create(&dir.path().join("vector"));
     scratch.fail_reads = true;
-    let err = spilled
-        .evaluate_pass(&[3, 5], P, 2, &Control::new(), Some(&scratch))
-        .unwrap_err();
+    let control = Control::new();
+    let options = PassOptions {
+        scratch: Some(&scratch),
+        ..PassOptions::new(2, &control)
+    };
+    let err = spilled.evaluate_pass(&[3, 5], P, &options).unwrap_err();
     assert!(
         matches!(&err, Error::Failed(m) if m.contains("refuses reads")),
         "{err:?}"
     );
+    // The last source of the last group: the four bytes before the index
+    // (the trailer's first eight bytes give the index's length).
     let mut bytes = std::fs::read(&path).unwrap();
-    let last = bytes.len() - 4;
-    bytes[last..].copy_from_slice(&u32::MAX.to_le_bytes());
+    let trailer = bytes.len() - 16;
+    let index_len = u64::from_le_bytes(bytes[trailer..trailer + 8].try_into().unwrap());
+    let last = trailer - index_len as usize - 4;
+    bytes[last..last + 4].copy_from_slice(&u32::MAX.to_le_bytes());
     std::fs::write(&path, &bytes).unwrap();
     let err = spilled
-        .evaluate_pass(&[3, 5], P, 2, &Control::new(), None)
+        .evaluate_pass(&[3, 5], P, &PassOptions::new(2, &Control::new()))
         .unwrap_err();
     assert!(
         matches!(&err, Error::Failed(m) if m.contains("damaged")),
         "{err:?}"
     );
+}
+
+/// Every checkpoint of a pass, as (rounds done, residues as little-endian bytes).
+type Checkpoints = std::sync::Mutex<Vec<(usize, Vec<u8>)>>;
+
+fn keep_checkpoint(kept: &Checkpoints) -> impl Fn(PassPoint<'_>) + Sync + '_ {
+    move |at: PassPoint<'_>| {
+        let bytes = at
+            .residues()
+            .flatten()
+            .flat_map(|r| r.to_le_bytes())
+            .collect();
+        kept.lock().unwrap().push((at.rounds_done, bytes));
+    }
+}
+
+#[test]
+fn hex_spilled_and_in_memory_passes_resume_from_each_others_checkpoints() {
+    // Both passes show the same vector after every round, and each resumes
+    // from the other's checkpoints (the spilled one with its vector in
+    // memory or in a scratch) to the same values.
+    let dir = tempfile::tempdir().unwrap();
+    let graph = HexGraph::build_parallel(6, 2).unwrap();
+    let spilled = graph
+        .spill(&mut crate::spill::MemorySpill::default())
+        .unwrap();
+    let scratch = FileScratch::create(&dir.path().join("vector"));
+    let control = Control::new();
+    for count in [3usize, 16] {
+        let xs: Vec<u32> = (0..count as u32).map(|i| i * 31 + 2).collect();
+        let expected = graph.evaluate_points(&xs, P);
+        let (in_memory, in_spill) = (Checkpoints::default(), Checkpoints::default());
+        let values = graph
+            .evaluate_pass(&xs, P, 2, &control, None, &keep_checkpoint(&in_memory))
+            .unwrap();
+        assert_eq!(values, expected);
+        let keep = keep_checkpoint(&in_spill);
+        let options = PassOptions {
+            after_round: &keep,
+            ..PassOptions::new(2, &control)
+        };
+        assert_eq!(spilled.evaluate_pass(&xs, P, &options).unwrap(), expected);
+        drop(keep);
+        let (in_memory, in_spill) = (
+            in_memory.into_inner().unwrap(),
+            in_spill.into_inner().unwrap(),
+        );
+        assert_eq!(in_memory.len(), graph.pass_rounds() - 1, "{count} points");
+        assert!(in_memory == in_spill, "{count} points: the vectors differ");
+        for (done, vector) in &in_memory {
+            let resume = Some((*done, vector.as_slice()));
+            let from_spilled = graph
+                .evaluate_pass(&xs, P, 2, &control, resume, &|_| {})
+                .unwrap();
+            assert_eq!(from_spilled, expected, "{count} points, after {done}");
+            for vector in [None, Some(&scratch as &dyn crate::spill::Scratch)] {
+                let options = PassOptions {
+                    resume,
+                    scratch: vector,
+                    ..PassOptions::new(2, &control)
+                };
+                let got = spilled.evaluate_pass(&xs, P, &options).unwrap();
+                assert_eq!(
+                    got,
+                    expected,
+                    "{count} points, after {done}, scratch {}",
+                    vector.is_some()
+                );
+            }
+        }
+        // A checkpoint of another width or past the last round is refused.
+        let (done, vector) = &in_memory[0];
+        for resume in [
+            (*done, &vector[4..]),
+            (graph.pass_rounds(), vector.as_slice()),
+        ] {
+            let options = PassOptions {
+                resume: Some(resume),
+                ..PassOptions::new(2, &control)
+            };
+            assert!(spilled.evaluate_pass(&xs, P, &options).is_err());
+        }
+    }
+}
+
+#[test]
+fn hex_spilled_graph_opens_from_its_bytes_and_refuses_a_damaged_index() {
+    // The spilled form is one run of bytes that a pass anywhere opens; an
+    // index or trailer damaged anywhere is refused.
+    let graph = HexGraph::build_parallel(4, 2).unwrap();
+    let mut spill = crate::spill::MemorySpill::default();
+    let spilled = graph.spill(&mut spill).unwrap();
+    let bytes = crate::spill::Spill::keep_run(&spill, 0)
+        .unwrap()
+        .read_range(0..spilled.spilled_bytes())
+        .unwrap();
+    let control = Control::new();
+    let options = PassOptions::new(1, &control);
+    let xs = [2, 3, 5];
+    let expected = graph.evaluate_points(&xs, P);
+    let opened = SpilledGraph::open(std::sync::Arc::new(bytes.clone())).unwrap();
+    assert_eq!(
+        (opened.side(), opened.num_states()),
+        (4, graph.num_states())
+    );
+    assert_eq!(opened.evaluate_pass(&xs, P, &options).unwrap(), expected);
+    let trailer = bytes.len() - 16;
+    let index_len = u64::from_le_bytes(bytes[trailer..trailer + 8].try_into().unwrap()) as usize;
+    let index = trailer - index_len;
+    for at in index..bytes.len() {
+        for flip in [0x01u8, 0x10, 0x80] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= flip;
+            let err = SpilledGraph::open(std::sync::Arc::new(damaged)).err();
+            assert!(
+                err.is_some_and(|e| e.to_string().contains("damaged")),
+                "byte {at} of {} flipped by {flip:#x} opened",
+                bytes.len()
+            );
+        }
+    }
+    assert!(SpilledGraph::open(std::sync::Arc::new(bytes[..bytes.len() - 1].to_vec())).is_err());
+    assert!(SpilledGraph::open(std::sync::Arc::new(bytes[1..].to_vec())).is_err());
 }
 
 /// A pass with the graph spilled (and its vector in memory or in a scratch
@@ -945,13 +1078,14 @@ fn hex_spilled_pass_cost() {
             let before = status("VmRSS:");
             let vector: Option<&dyn crate::spill::Scratch> = in_scratch.then_some(&scratch);
             let started = std::time::Instant::now();
+            let control = Control::new();
+            let options = PassOptions {
+                scratch: vector,
+                ..PassOptions::new(1, &control)
+            };
             let got: Vec<u32> = xs
                 .chunks(points)
-                .flat_map(|batch| {
-                    spilled
-                        .evaluate_pass(batch, P, 1, &Control::new(), vector)
-                        .unwrap()
-                })
+                .flat_map(|batch| spilled.evaluate_pass(batch, P, &options).unwrap())
                 .collect();
             let took = started.elapsed().as_secs_f64();
             assert_eq!(got, expected);

@@ -48,6 +48,22 @@ impl Tiles {
         Tiles { start, keys }
     }
 
+    /// Tiles as [`Tiles::starts`] and [`Tiles::keys`] gave them, unchecked:
+    /// `graph_file` checks what it decodes before it hands them to a pass.
+    pub fn from_parts(start: Vec<u32>, keys: Vec<Vec<usize>>) -> Tiles {
+        Tiles { start, keys }
+    }
+
+    /// Where each occupancy pattern's states start in the vector, and the end.
+    pub fn starts(&self) -> &[u32] {
+        &self.start
+    }
+
+    /// Per block, per group: [`Tiles::key`].
+    pub fn keys(&self) -> &[Vec<usize>] {
+        &self.keys
+    }
+
     /// The occupancy outside block `b`'s columns shared by its group `g`.
     pub fn key(&self, b: usize, g: usize) -> usize {
         self.keys[b][g]

@@ -132,7 +132,11 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("hex-large") {
         let side = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(17);
-        return hex_large(side, args.iter().any(|a| a == "exact"));
+        let places: Vec<&str> = match args.iter().find_map(|a| a.strip_prefix("graph=")) {
+            Some(place) => vec![place],
+            None => vec!["worker", "stage"],
+        };
+        return hex_large(side, args.iter().any(|a| a == "exact"), &places);
     }
     if args.first().map(String::as_str) == Some("restart") {
         let jobs = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(16_000);
@@ -877,35 +881,48 @@ fn moto_server() -> Option<(std::process::Child, u16)> {
 /// worker process of two threads, then two worker processes of one thread
 /// (the same two cores, each with its own graph): wall time, each worker's
 /// peak memory, and the answer (with `exact`, its digit count and ends).
-fn hex_large(side: u32, exact: bool) {
+fn hex_large(side: u32, exact: bool, places: &[&str]) {
     let side_arg = side.to_string();
-    let mut submit = vec!["hex", "--side", side_arg.as_str()];
-    if exact {
-        submit.push("--exact");
-    }
-    let one = cluster(&submit, &[2], &Setup::default());
-    let two = cluster(&submit, &[1, 1], &Setup::default());
-    assert_eq!(one.answer, two.answer, "one and two workers disagree");
-    let answer = if exact && one.answer.len() > 40 {
-        format!(
-            "{} digits, {}...{}",
-            one.answer.len(),
-            &one.answer[..20],
-            &one.answer[one.answer.len() - 20..]
-        )
-    } else {
-        one.answer.clone()
-    };
-    let peaks = |c: &Cluster| c.worker_peaks(1e9, "GB", 2);
     let mode = if exact { "exact" } else { "mod 1000000007" };
-    println!(
-        "hex side {side} {mode}: 1 worker process (2 threads) {:.1} s, peak {}; \
-         2 worker processes (1 thread each) {:.1} s, peaks {}; coordinator peak {:.2} GB; answer {answer}",
-        one.wall,
-        peaks(&one),
-        two.wall,
-        peaks(&two),
-        one.coordinator_rss.max(two.coordinator_rss) as f64 / 1e9,
+    let mut answers = Vec::new();
+    for &place in places {
+        let mut submit = vec!["hex", "--side", side_arg.as_str(), "--graph", place];
+        if exact {
+            submit.push("--exact");
+        }
+        let one = cluster(&submit, &[2], &Setup::default());
+        let two = cluster(&submit, &[1, 1], &Setup::default());
+        assert_eq!(one.answer, two.answer, "one and two workers disagree");
+        let answer = if exact && one.answer.len() > 40 {
+            format!(
+                "{} digits, {}...{}",
+                one.answer.len(),
+                &one.answer[..20],
+                &one.answer[one.answer.len() - 20..]
+            )
+        } else {
+            one.answer.clone()
+        };
+        let peaks = |c: &Cluster| c.worker_peaks(1e9, "GB", 2);
+        let cpu = |c: &Cluster| c.worker_cpu.iter().sum::<f64>();
+        println!(
+            "hex side {side} {mode}, graph in {place}: 1 worker process (2 threads) {:.1} s, \
+             workers' CPU {:.1} s, peak {}; 2 worker processes (1 thread each) {:.1} s \
+             ({:.2}x), CPU {:.1} s, peaks {}; coordinator peak {:.2} GB; answer {answer}",
+            one.wall,
+            cpu(&one),
+            peaks(&one),
+            two.wall,
+            two.wall / one.wall,
+            cpu(&two),
+            peaks(&two),
+            one.coordinator_rss.max(two.coordinator_rss) as f64 / 1e9,
+        );
+        answers.push(one.answer);
+    }
+    assert!(
+        answers.windows(2).all(|w| w[0] == w[1]),
+        "the graph's places disagree"
     );
 }
 

@@ -75,6 +75,8 @@ pub trait SpecOps: Send + Sync {
     fn describe(&self) -> String;
     fn to_proto(&self) -> proto::job_spec::Kind;
     fn estimate(&self) -> Option<ResourceEstimate>;
+    /// What the shards of stage `stage` need (see [`JobKind::stage_estimate`]).
+    fn stage_estimate(&self, stage: u32) -> Option<ResourceEstimate>;
     /// The parameters of the spec made to fit workers of `budget` bytes
     /// (see [`JobKind::fit_to_budget`]).
     fn fit_to_budget(&self, budget: u64) -> Result<Map<String, Value>>;
@@ -258,6 +260,10 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
         K::estimate(&self.0)
     }
 
+    fn stage_estimate(&self, stage: u32) -> Option<ResourceEstimate> {
+        K::stage_estimate(&self.0, stage)
+    }
+
     fn fit_to_budget(&self, budget: u64) -> Result<Map<String, Value>> {
         to_map(&K::fit_to_budget(&self.0, budget))
     }
@@ -346,7 +352,7 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
     }
 
     fn streams_stage_input(&self) -> bool {
-        K::STREAMS_STAGE_INPUT
+        K::streams_stage_input(&self.0)
     }
 
     fn decode_stored_inputs(&self, parts: Vec<Arc<dyn Stored>>) -> Result<StageInput> {

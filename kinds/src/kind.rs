@@ -89,11 +89,18 @@ pub trait JobKind: Send + Sync + 'static {
     /// registered kind through the runner and compare the two answers. `None`
     /// for a kind that has no such job.
     fn small_example() -> Option<Self::Spec>;
-    /// What the job needs. The coordinator refuses (unless forced) a job
-    /// whose smallest shard fits no worker's memory budget, and gives a
-    /// worker only as many of its shards at once as its budget holds.
+    /// What the job needs, in its most demanding stage. The coordinator
+    /// refuses (unless forced) a job whose smallest shard fits no worker's
+    /// memory budget.
     fn estimate(_spec: &Self::Spec) -> Option<ResourceEstimate> {
         None
+    }
+    /// What the shards of stage `stage` need, where stages differ (the hex
+    /// graph built by one shard, then read by the others a group at a time):
+    /// the coordinator gives a worker only as many of the stage's shards at
+    /// once as its budget holds by this.
+    fn stage_estimate(spec: &Self::Spec, _stage: u32) -> Option<ResourceEstimate> {
+        Self::estimate(spec)
     }
     /// The spec made to fit workers of `budget` bytes where the kind can cut
     /// its shards smaller (the hex points plan: fewer points a shard); only
@@ -188,6 +195,12 @@ pub trait JobKind: Send + Sync + 'static {
     /// may keep an input larger than its memory share in a file
     /// ([`JobKind::decode_stored_inputs`]) instead of memory.
     const STREAMS_STAGE_INPUT: bool = false;
+    /// [`JobKind::STREAMS_STAGE_INPUT`] for this job, where it depends on the
+    /// spec (hex: a staged graph is read from where it is, polynomials are
+    /// not).
+    fn streams_stage_input(_spec: &Self::Spec) -> bool {
+        Self::STREAMS_STAGE_INPUT
+    }
     /// [`JobKind::decode_stage_inputs`] of parts that may be in files: read
     /// into memory, unless the kind streams its input.
     fn decode_stored_inputs(

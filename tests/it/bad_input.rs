@@ -58,6 +58,7 @@ fn hex_spec(side: u32, modulus: u32, plan: &str) -> proto::HexSpec {
         shards_per_step: 0,
         exact: false,
         points_per_shard: 0,
+        graph: Default::default(),
     }
 }
 
@@ -133,6 +134,7 @@ fn first_side_over_budget() -> u32 {
                 shards_per_step: 0,
                 exact: false,
                 points_per_shard: 0,
+                graph: Default::default(),
             };
             hex_kind::estimate(&h).smallest_worker_bytes() > WORKER_MEMORY_BUDGET
         })
@@ -1208,6 +1210,7 @@ fn cell_step(side: u32, shards_per_step: u32) -> JobSpec {
         shards_per_step,
         exact: false,
         points_per_shard: 0,
+        graph: Default::default(),
     }))
 }
 
@@ -2563,6 +2566,13 @@ mod fuzz {
         ]
     }
 
+    fn graph_place() -> impl Strategy<Value = String> + Clone {
+        prop_oneof![
+            select(vec!["", "worker", "stage", "Stage"]).prop_map(String::from),
+            any::<String>(),
+        ]
+    }
+
     fn proto_spec() -> impl Strategy<Value = proto::JobSpec> {
         let small = prop_oneof![0u32..8, edge_u32()];
         let hex = (
@@ -2572,9 +2582,10 @@ mod fuzz {
             edge_u32(),
             any::<bool>(),
             edge_u32(),
+            graph_place(),
         )
             .prop_map(
-                |(side, modulus, plan, shards_per_step, exact, points_per_shard)| {
+                |(side, modulus, plan, shards_per_step, exact, points_per_shard, graph)| {
                     Kind::Hex(proto::HexSpec {
                         side,
                         modulus,
@@ -2582,6 +2593,7 @@ mod fuzz {
                         shards_per_step,
                         exact,
                         points_per_shard,
+                        graph,
                     })
                 },
             );

@@ -25,6 +25,7 @@ fn hex_points(side: u32, modulus: u32, exact: bool) -> JobSpec {
         shards_per_step: 0,
         exact,
         points_per_shard: 0,
+        graph: Default::default(),
     })
 }
 
@@ -43,6 +44,7 @@ async fn hex_points_equals_cell_step_and_the_direct_kernel() {
                 shards_per_step: 2,
                 exact: false,
                 points_per_shard: 0,
+                graph: Default::default(),
             });
             let a = submit(&mut client, &points, "").await;
             let b = submit(&mut client, &cell, "").await;

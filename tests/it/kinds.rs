@@ -289,3 +289,53 @@ fn queens_specs_are_checked_at_the_edge() {
     let wire = proto::JobSpec::from(&spec);
     assert_eq!(ValidSpec::try_from(&wire).unwrap(), spec);
 }
+
+/// The hex points plan with its graph as stage data (built by one shard,
+/// opened by the point shards from the stage's output) gives the answers of
+/// a graph in memory (the sweep's count, or for an exact count every point
+/// on the graph in memory), through the coordinator's own store and through
+/// a shared directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hex_with_its_graph_as_stage_data_gives_the_answers_of_the_graph_in_memory() {
+    let stage = tempfile::tempdir().unwrap();
+    let file_store = format!("file://{}", stage.path().display());
+    for store in ["coordinator", file_store.as_str()] {
+        let mut config =
+            tally_coordinator::CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
+        config.stage_store = store.parse().unwrap();
+        let coordinator = tally_coordinator::start(config)
+            .await
+            .expect("coordinator starts");
+        let url = coordinator.url();
+        let mut client = jobs_client(&url).await;
+        let spill = tempfile::tempdir().unwrap();
+        let spill_dir = spill.path().to_path_buf();
+        let workers = Workers::start_with(&url, 2, 1, |config| {
+            config.spill_dir = spill_dir.clone();
+        });
+        for (side, exact) in [(1, false), (2, true), (5, false), (7, true), (9, false)] {
+            let spec = |graph: kinds::hex::HexGraphPlace| {
+                valid(&JobSpec::new(kinds::hex::HexSpec {
+                    side,
+                    modulus: 1_000_000_007,
+                    plan: kinds::hex::HexPlan::Points,
+                    shards_per_step: 0,
+                    exact,
+                    points_per_shard: 0,
+                    graph,
+                }))
+            };
+            let staged = spec(kinds::hex::HexGraphPlace::Stage);
+            let done = run_to_answer(&mut client, &staged).await;
+            assert!(
+                done.description.contains("graph as stage data") && done.stages_total == 2,
+                "{done:?}"
+            );
+            let in_memory = spec(kinds::hex::HexGraphPlace::Worker);
+            let direct = in_memory.compute_direct(2, &Control::new()).unwrap();
+            assert_eq!(done.answer, direct.line, "side {side} through {store}");
+        }
+        workers.stop().await;
+        coordinator.shutdown().await;
+    }
+}

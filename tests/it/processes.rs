@@ -42,6 +42,7 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
         shards_per_step: 3,
         exact: false,
         points_per_shard: 0,
+        graph: Default::default(),
     });
     let job = submit(&mut client, &spec, "").await;
     // Let a good part of the job be accepted, then kill the coordinator.
@@ -495,6 +496,7 @@ fn hex_points_with_a_large_checkpoint() -> (JobSpec, u64) {
         shards_per_step: 0,
         exact: false,
         points_per_shard: 16,
+        graph: Default::default(),
     };
     let vector = tally_kernels::hex::known_state_count(14).unwrap() * 16 * 4;
     assert!(vector > tally_wire::limits::INLINE_CHECKPOINT_BYTES as u64);

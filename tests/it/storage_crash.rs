@@ -140,6 +140,7 @@ fn random_spec(rng: &mut Rng) -> ValidSpec {
             shards_per_step: 1 + rng.below(3) as u32,
             exact: false,
             points_per_shard: 0,
+            graph: Default::default(),
         }),
         4 => JobSpec::new(HexSpec {
             side: 1 + rng.below(5) as u32,
@@ -148,6 +149,7 @@ fn random_spec(rng: &mut Rng) -> ValidSpec {
             shards_per_step: 0,
             exact: rng.chance(30),
             points_per_shard: 0,
+            graph: Default::default(),
         }),
         _ => JobSpec::new(SlidersSpec {
             board: SliderParams::new(3, 3, "WRRRRBBBB", "WBBBBRRRR"),

@@ -36,9 +36,6 @@ pub(super) struct JobEntry {
     /// wants them (`Scheduler::ensure_shards`), so that a restart with many
     /// queued jobs neither reads nor holds their shards.
     pub(super) shards_loaded: bool,
-    /// The memory a worker needs for the job (per worker, per shard held):
-    /// a worker gets only as many of its shards at once as its budget holds.
-    pub(super) memory: Option<ResourceEstimate>,
     /// How long its shards take a worker, as reported (in memory only).
     pub(super) shard_time: ShardTime,
     /// Events waiting for the job's next batch (`events.rs`).
@@ -102,11 +99,16 @@ impl ShardTime {
 }
 
 impl JobEntry {
+    /// The memory a worker needs for the job's current stage (per worker,
+    /// per shard held): a worker gets only as many of its shards at once as
+    /// its budget holds. Asked of the kind each time: stages may differ.
+    pub(super) fn memory(&self) -> Option<ResourceEstimate> {
+        self.rec.spec.stage_estimate(self.rec.stage)
+    }
+
     /// A job with no shards in memory yet.
     pub(super) fn new(rec: JobRecord) -> JobEntry {
-        let memory = rec.spec.estimate();
         JobEntry {
-            memory,
             rec,
             shards: ShardTable::default(),
             pending: VecDeque::new(),

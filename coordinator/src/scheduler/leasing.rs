@@ -48,7 +48,7 @@ impl LeaseRequest<'_> {
         {
             return 0;
         }
-        let Some(memory) = &entry.memory else {
+        let Some(memory) = entry.memory() else {
             return usize::MAX;
         };
         let fit = usize::try_from(memory.shards_within(self.memory_budget)).unwrap_or(usize::MAX);

@@ -1124,6 +1124,7 @@ fn a_worker_holds_only_the_shards_its_memory_budget_holds() {
         shards_per_step: 0,
         exact: false,
         points_per_shard: 1,
+        graph: Default::default(),
     });
     let need = ValidSpec::new(spec.clone()).unwrap().estimate().unwrap();
     submit(&mut s, &spec);

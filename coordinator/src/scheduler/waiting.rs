@@ -114,7 +114,7 @@ impl Scheduler {
                 able.len()
             );
         }
-        if let Some(memory) = &entry.memory {
+        if let Some(memory) = entry.memory() {
             let held_here = |worker: &str| {
                 entry
                     .shards

@@ -179,6 +179,12 @@ impl SpilledGraph {
         self.num_states
     }
 
+    /// The graph's spilled form, as [`SpilledGraph::open`] takes it: a
+    /// stage's output, say.
+    pub fn stored(&self) -> Arc<dyn Stored> {
+        self.parts.clone()
+    }
+
     /// Bytes of the graph's spilled form: its parts and its index.
     pub fn spilled_bytes(&self) -> u64 {
         self.parts.len()

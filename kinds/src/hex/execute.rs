@@ -1,12 +1,14 @@
 //! Running one hex shard: a cell step's range of target states, or a points
 //! shard's vectorised pass with its checkpoints.
 
+use std::sync::Arc;
+
 use crate::kind::{Checkpoint, Outcome, ShardRun};
 use crate::{Control, Result, invalid};
 use tally_kernels::hex;
 use tally_kernels::hex::PassPoint;
 
-use super::{HexPartial, HexSpec, POINTS_PER_SHARD, graph};
+use super::{HexInput, HexPartial, HexSpec, POINTS_PER_SHARD, graph};
 
 /// A cell-step shard: the target states of one step.
 pub(super) struct StepShard {
@@ -82,18 +84,72 @@ pub(super) fn sum_polynomials(values: &[u32], stride: usize, modulus: u32) -> Ve
     sums.into_iter().map(|s| s as u32).collect()
 }
 
+/// The graph a points shard's pass runs on: the worker's, in memory, or
+/// the job's staged graph, read a group at a time.
+enum PassGraph<'a> {
+    Memory(Arc<hex::HexGraph>),
+    Spilled(&'a hex::SpilledGraph),
+}
+
+impl PassGraph<'_> {
+    fn num_states(&self) -> usize {
+        match self {
+            PassGraph::Memory(graph) => graph.num_states(),
+            PassGraph::Spilled(graph) => graph.num_states(),
+        }
+    }
+
+    fn pass_bytes(&self, points: usize) -> usize {
+        match self {
+            PassGraph::Memory(graph) => graph.pass_bytes(points),
+            PassGraph::Spilled(graph) => graph.vector_bytes(points) as usize,
+        }
+    }
+
+    fn evaluate_pass(
+        &self,
+        points: &[u32],
+        modulus: u32,
+        control: &Control,
+        resume: Option<(usize, &[u8])>,
+        after_round: &(dyn Fn(PassPoint<'_>) + Sync),
+    ) -> Result<Vec<u32>> {
+        match self {
+            PassGraph::Memory(graph) => {
+                graph.evaluate_pass(points, modulus, 1, control, resume, after_round)
+            }
+            PassGraph::Spilled(graph) => {
+                let options = hex::PassOptions {
+                    resume,
+                    after_round,
+                    ..hex::PassOptions::new(1, control)
+                };
+                graph.evaluate_pass(points, modulus, &options)
+            }
+        }
+    }
+}
+
 pub(super) fn execute_points(
     h: &HexSpec,
     modulus: u32,
     points: &[u32],
-    run: &mut ShardRun<'_, Vec<u32>, HexPartial>,
+    run: &mut ShardRun<'_, HexInput, HexPartial>,
 ) -> Result<Outcome<HexPartial>> {
     run.control.check()?;
     let valid = modulus == h.modulus || (h.exact && hex::exact_primes(h.side).contains(&modulus));
     if !valid || points.is_empty() || points.len() > POINTS_PER_SHARD {
         return Err(invalid!("hex points shard does not belong to this job"));
     }
-    let graph = graph(run.cache, h.side)?;
+    let graph = match (h.staged(), run.input) {
+        (false, _) => PassGraph::Memory(graph(run.cache, h.side)?),
+        (true, Some(HexInput::Graph(graph))) => PassGraph::Spilled(graph),
+        (true, _) => {
+            return Err(invalid!(
+                "a hex points shard of a staged graph needs the graph"
+            ));
+        }
+    };
     let lanes = points.len().next_power_of_two();
     let resume = PassCheckpoint::decode(run.checkpoint, graph.num_states(), lanes, modulus)?;
     let interval = pass_checkpoint_interval(run.checkpoint_every, graph.pass_bytes(points.len()));
@@ -126,7 +182,7 @@ pub(super) fn execute_points(
                 }
             };
             let resume = resume.map(|r| (r.rounds_done, r.vector));
-            graph.evaluate_pass(points, modulus, 1, control, resume, &after_round)
+            graph.evaluate_pass(points, modulus, control, resume, &after_round)
         });
         for (state, work_done) in checkpoints {
             run.checkpoint(Checkpoint {

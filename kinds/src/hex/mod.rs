@@ -2,7 +2,9 @@
 //! Two plans: `points` (independent shards, each evaluating the full crossing
 //! polynomial at a few points; the coordinator solves for the counts) and
 //! `cell-step` (state ranges per cell step, a barrier per step; the frontier
-//! vector passes through the coordinator at every step).
+//! vector passes through the coordinator at every step). The points plan's
+//! graph is built by every worker in its memory, or once a job by one shard
+//! as stage data that the point shards read a group at a time (`staged`).
 
 use std::sync::Arc;
 
@@ -14,12 +16,13 @@ use crate::kind::{
     SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
 use crate::local::run_locally;
-use crate::{Control, Result, invalid};
+use crate::{Control, Result, Stored, invalid};
 use tally_kernels::hex;
 use tally_wire::proto;
 
 mod execute;
 mod finish;
+mod staged;
 
 use execute::{StepShard, execute_points, execute_step};
 use finish::{check_crossing_sums, check_evaluations, finish_cell_step, finish_points};
@@ -49,6 +52,50 @@ pub enum HexPlan {
     /// State ranges per cell step, a barrier per step; the frontier vector passes
     /// through the coordinator at every step.
     CellStep,
+}
+
+/// Where the points plan's shards find the state graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum HexGraphPlace {
+    /// Not chosen: the coordinator chooses from its workers' memory at
+    /// submission (a job stored before the choice existed: `Worker`).
+    #[default]
+    Auto,
+    /// Every worker builds the graph and holds it in memory.
+    Worker,
+    /// One shard builds it and writes it as stage data; the point shards
+    /// read it a group at a time (`staged`).
+    Stage,
+}
+
+impl HexGraphPlace {
+    pub fn name(self) -> &'static str {
+        match self {
+            HexGraphPlace::Auto => "",
+            HexGraphPlace::Worker => "worker",
+            HexGraphPlace::Stage => "stage",
+        }
+    }
+
+    /// The empty name leaves the choice to the coordinator.
+    pub fn parse(name: &str) -> Result<HexGraphPlace> {
+        match name {
+            "" => Ok(HexGraphPlace::Auto),
+            "worker" => Ok(HexGraphPlace::Worker),
+            "stage" => Ok(HexGraphPlace::Stage),
+            other => Err(invalid!(
+                "unknown hex graph place {other:?}: expected \"worker\" or \"stage\""
+            )),
+        }
+    }
+}
+
+impl HexSpec {
+    /// Whether the points plan's graph is stage data (else each worker's).
+    fn staged(&self) -> bool {
+        self.plan == HexPlan::Points && self.graph == HexGraphPlace::Stage
+    }
 }
 
 impl HexPlan {
@@ -93,6 +140,9 @@ pub struct HexSpec {
     /// workers' memory.
     #[serde(default)]
     pub points_per_shard: u32,
+    /// Points plan: where its shards find the graph.
+    #[serde(default)]
+    pub graph: HexGraphPlace,
 }
 
 fn default_modulus() -> u32 {
@@ -138,6 +188,13 @@ pub struct HexArgs {
         )
     )]
     pub points_per_shard: Option<u32>,
+    /// Points plan: where the shards find the state graph: "worker" (each
+    /// worker builds it and holds it in memory) or "stage" (built once a job
+    /// by one shard, stage data the others read a group at a time; a
+    /// fraction of the memory a shard, at some CPU). Default: worker, or
+    /// stage where the workers' memory budgets hold no graph.
+    #[arg(long, value_name = "PLACE", value_parser = ["worker", "stage"])]
+    pub graph: Option<String>,
 }
 
 impl SpecArgs<HexSpec> for HexArgs {
@@ -149,6 +206,7 @@ impl SpecArgs<HexSpec> for HexArgs {
             shards_per_step: self.shards_per_step,
             exact: self.exact,
             points_per_shard: self.points_per_shard.unwrap_or(0),
+            graph: HexGraphPlace::parse(self.graph.as_deref().unwrap_or(""))?,
         })
     }
 }
@@ -201,6 +259,16 @@ pub enum HexTask {
     },
     /// The full crossing polynomial at a few points, modulo one prime.
     HexPoints { modulus: u32, points: Vec<u32> },
+    /// The state graph of `side`, built and written as the stage's output
+    /// (the points plan with its graph as stage data).
+    HexGraph { side: u32 },
+}
+
+/// What a hex shard reads: the previous cell step's polynomials, or the
+/// graph a shard of the job built.
+pub enum HexInput {
+    Polynomials(Vec<u32>),
+    Graph(hex::SpilledGraph),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,7 +311,7 @@ impl JobKind for Hex {
     type Plan = HexFacts;
     type Task = HexTask;
     type Partial = HexPartial;
-    type StageInput = Vec<u32>;
+    type StageInput = HexInput;
 
     const NAME: &'static str = "hex";
     const ABOUT: &'static str = "Number of Hex games on a side x side board, modulo a prime.";
@@ -257,6 +325,7 @@ impl JobKind for Hex {
             shards_per_step: h.shards_per_step,
             exact: h.exact,
             points_per_shard: h.points_per_shard,
+            graph: h.graph.name().to_string(),
         })
     }
 
@@ -264,17 +333,21 @@ impl JobKind for Hex {
         let proto::job_spec::Kind::Hex(h) = kind else {
             return None;
         };
-        Some(HexPlan::parse(&h.plan).map(|plan| HexSpec {
-            side: h.side,
-            modulus: if h.modulus == 0 {
-                hex::DEFAULT_MODULUS
-            } else {
-                h.modulus
-            },
-            plan,
-            shards_per_step: h.shards_per_step,
-            exact: h.exact,
-            points_per_shard: h.points_per_shard,
+        let graph = HexGraphPlace::parse(&h.graph);
+        Some(HexPlan::parse(&h.plan).and_then(|plan| {
+            Ok(HexSpec {
+                side: h.side,
+                modulus: if h.modulus == 0 {
+                    hex::DEFAULT_MODULUS
+                } else {
+                    h.modulus
+                },
+                plan,
+                shards_per_step: h.shards_per_step,
+                exact: h.exact,
+                points_per_shard: h.points_per_shard,
+                graph: graph?,
+            })
         }))
     }
 
@@ -313,6 +386,11 @@ impl JobKind for Hex {
                 "points per shard are for the points plan (--plan points)"
             ));
         }
+        if h.graph != HexGraphPlace::Auto && h.plan != HexPlan::Points {
+            return Err(invalid!(
+                "where the graph is (--graph) is for the points plan (--plan points)"
+            ));
+        }
         if h.exact && h.plan != HexPlan::Points {
             return Err(invalid!(
                 "exact hex counts need the points plan (--plan points)"
@@ -336,10 +414,14 @@ impl JobKind for Hex {
     }
 
     fn describe(h: &HexSpec) -> String {
+        let plan = match h.staged() {
+            true => "points, graph as stage data",
+            false => h.plan.name(),
+        };
         if h.exact {
-            format!("hex side {} exact ({})", h.side, h.plan.name())
+            format!("hex side {} exact ({plan})", h.side)
         } else {
-            format!("hex side {} mod {} ({})", h.side, h.modulus, h.plan.name())
+            format!("hex side {} mod {} ({plan})", h.side, h.modulus)
         }
     }
 
@@ -351,6 +433,7 @@ impl JobKind for Hex {
             shards_per_step: 0,
             exact: false,
             points_per_shard: 0,
+            graph: HexGraphPlace::Auto,
         })
     }
 
@@ -358,9 +441,36 @@ impl JobKind for Hex {
         Some(estimate(h))
     }
 
+    fn stage_estimate(h: &HexSpec, stage: u32) -> Option<ResourceEstimate> {
+        Some(match h.staged() {
+            true => staged::estimate(h, stage),
+            false => estimate(h),
+        })
+    }
+
     fn fit_to_budget(h: &HexSpec, budget: u64) -> HexSpec {
-        if h.plan != HexPlan::Points || h.points_per_shard != 0 {
+        if h.plan != HexPlan::Points {
             return h.clone();
+        }
+        // The graph in each worker's memory where the budget holds it with a
+        // shard of one point; else as stage data, which a shard reads a group
+        // at a time.
+        let graph = match h.graph {
+            HexGraphPlace::Auto => {
+                let in_memory = HexSpec {
+                    points_per_shard: 1,
+                    graph: HexGraphPlace::Worker,
+                    ..h.clone()
+                };
+                match estimate(&in_memory).smallest_worker_bytes() <= budget {
+                    true => HexGraphPlace::Worker,
+                    false => HexGraphPlace::Stage,
+                }
+            }
+            chosen => chosen,
+        };
+        if h.points_per_shard != 0 {
+            return HexSpec { graph, ..h.clone() };
         }
         // The most points a shard (a pass is as fast per point at any width
         // up to 16) such that the worker with the budget holds two shards;
@@ -368,13 +478,19 @@ impl JobKind for Hex {
         let fits = |points: u32| {
             let spec = HexSpec {
                 points_per_shard: points,
+                graph,
                 ..h.clone()
             };
-            estimate(&spec).worker_memory_bytes() <= budget
+            let need = match graph {
+                HexGraphPlace::Stage => staged::estimate(&spec, staged::POINTS_STAGE),
+                _ => estimate(&spec),
+            };
+            need.worker_memory_bytes() <= budget
         };
         let points = [16, 8, 4, 2].into_iter().find(|&p| fits(p)).unwrap_or(1);
         HexSpec {
             points_per_shard: points,
+            graph,
             ..h.clone()
         }
     }
@@ -408,6 +524,7 @@ impl JobKind for Hex {
 
     fn stages(h: &HexSpec, facts: &HexFacts) -> u32 {
         match h.plan {
+            HexPlan::Points if h.staged() => staged::POINTS_STAGE,
             HexPlan::Points => 1,
             HexPlan::CellStep => facts.steps.max(1),
         }
@@ -415,12 +532,16 @@ impl JobKind for Hex {
 
     fn plan_stage(h: &HexSpec, facts: &HexFacts, stage: u32) -> Result<Vec<Planned<HexTask>>> {
         match h.plan {
+            HexPlan::Points if h.staged() && stage < staged::POINTS_STAGE => {
+                Ok(staged::build_shards(h))
+            }
             HexPlan::Points => Ok(points_shards(facts, points_per_shard(h))),
             HexPlan::CellStep => Ok(step_shards(h, facts, stage)),
         }
     }
 
-    /// A cell step reads the previous step's merged vector.
+    /// A cell step reads the previous step's merged vector; a point shard
+    /// of a staged graph, the graph.
     fn stage_reads(_h: &HexSpec, stage: u32, _task: &HexTask) -> Vec<StageRead> {
         if stage < 2 {
             return Vec::new();
@@ -431,15 +552,38 @@ impl JobKind for Hex {
         }]
     }
 
-    fn decode_stage_inputs(h: &HexSpec, parts: &[&[u8]]) -> Result<Vec<u32>> {
+    fn decode_stage_inputs(h: &HexSpec, parts: &[&[u8]]) -> Result<HexInput> {
         let bytes = single_input(Self::NAME, parts)?;
-        hex::decode_polynomials(bytes, stride(h.side) as usize, h.modulus)
+        if h.staged() {
+            return staged::open_graph(h, Arc::new(bytes.to_vec()));
+        }
+        let polynomials = hex::decode_polynomials(bytes, stride(h.side) as usize, h.modulus)?;
+        Ok(HexInput::Polynomials(polynomials))
+    }
+
+    fn streams_stage_input(h: &HexSpec) -> bool {
+        h.staged()
+    }
+
+    fn decode_stored_inputs(h: &HexSpec, parts: Vec<Arc<dyn Stored>>) -> Result<HexInput> {
+        match (h.staged(), <[_; 1]>::try_from(parts)) {
+            (true, Ok([graph])) => staged::open_graph(h, graph),
+            (_, Ok(parts)) => {
+                let bytes = parts.map(|part| part.read_range(0..part.len()));
+                let [bytes] = bytes;
+                Self::decode_stage_inputs(h, &[&bytes?])
+            }
+            (_, Err(parts)) => Err(invalid!(
+                "a hex shard reads one stage output, not {}",
+                parts.len()
+            )),
+        }
     }
 
     fn execute(
         h: &HexSpec,
         task: &HexTask,
-        run: &mut ShardRun<'_, Vec<u32>, HexPartial>,
+        run: &mut ShardRun<'_, HexInput, HexPartial>,
     ) -> Result<Outcome<HexPartial>> {
         match task {
             HexTask::HexStep {
@@ -454,15 +598,17 @@ impl JobKind for Hex {
                     states: *start as usize..*end as usize,
                     last: *last,
                 };
-                execute_step(
-                    &graph,
-                    h.modulus,
-                    &shard,
-                    run.input.map(|v| v.as_slice()),
-                    run.control,
-                )
+                let input = match run.input {
+                    Some(HexInput::Polynomials(words)) => Some(words.as_slice()),
+                    Some(HexInput::Graph(_)) => {
+                        return Err(invalid!("a hex cell step reads polynomials, not a graph"));
+                    }
+                    None => None,
+                };
+                execute_step(&graph, h.modulus, &shard, input, run.control)
             }
             HexTask::HexPoints { modulus, points } => execute_points(h, *modulus, points, run),
+            HexTask::HexGraph { side } => staged::build_graph(h, *side, run),
         }
     }
 
@@ -508,6 +654,12 @@ impl JobKind for Hex {
             (HexTask::HexPoints { .. }, _) => {
                 Err(invalid!("the result does not match the hex shard"))
             }
+            // The graph is checked whole where a point shard opens it, and a
+            // wrong one gives values the solver's spare points refuse.
+            (HexTask::HexGraph { .. }, HexPartial::None) => Ok(()),
+            (HexTask::HexGraph { .. }, _) => Err(invalid!(
+                "a hex graph shard returns its graph, not a partial"
+            )),
         }
     }
 
@@ -520,8 +672,13 @@ impl JobKind for Hex {
 
     fn direct(h: &HexSpec, threads: usize, control: &Control) -> Result<Answer> {
         if h.exact {
-            // Exact counts have no single-sweep driver: evaluate every point here.
-            return run_locally::<Hex>(h, threads, control);
+            // Exact counts have no single-sweep driver: evaluate every point
+            // here, on a graph in memory (one stage).
+            let in_memory = HexSpec {
+                graph: HexGraphPlace::Worker,
+                ..h.clone()
+            };
+            return run_locally::<Hex>(&in_memory, threads, control);
         }
         let answer = hex::count_games(h.side, h.modulus, threads, control)?;
         let facts = HexFacts {
@@ -596,6 +753,10 @@ fn step_shards(h: &HexSpec, facts: &HexFacts, stage: u32) -> Vec<Planned<HexTask
 /// What a job needs, by plan: memory per worker and in the coordinator, and the
 /// data moved between them.
 pub fn estimate(h: &HexSpec) -> ResourceEstimate {
+    if h.staged() {
+        // The graph's build is the stage that needs the most.
+        return staged::estimate(h, 1);
+    }
     let side = h.side as u64;
     let states = hex::estimated_state_count(h.side);
     let steps = side * side.saturating_sub(1);
@@ -673,6 +834,7 @@ mod tests {
             shards_per_step: 0,
             exact: false,
             points_per_shard,
+            graph: HexGraphPlace::Auto,
         }
     }
 
@@ -704,24 +866,45 @@ mod tests {
     }
 
     /// A job whose smallest shard fits no worker is refused with the
-    /// numbers, unless forced; one that fits is planned with the points
-    /// chosen for it, in shards of that many points.
+    /// numbers, unless forced; one whose graph fits no worker's memory with
+    /// a shard runs with the graph as stage data; one that fits is planned
+    /// with the points chosen for it, in shards of that many points.
     #[test]
     fn a_job_whose_smallest_shard_fits_no_worker_is_refused_with_the_numbers() {
         let spec = ValidSpec::new(JobSpec::new(points(17, 0))).unwrap();
-        let smallest = estimate(&points(17, 1)).smallest_worker_bytes();
+        let staged = HexSpec {
+            graph: HexGraphPlace::Stage,
+            ..points(17, 1)
+        };
+        let build = estimate(&staged).smallest_worker_bytes();
+        let in_memory = estimate(&points(17, 1)).smallest_worker_bytes();
+        assert!(build < in_memory, "{build} {in_memory}");
         let refused = spec
-            .fitted_to(smallest - 1, "the largest worker (h)")
+            .fitted_to(build - 1, "the largest worker (h)")
             .unwrap_err()
             .to_string();
         assert!(refused.contains("the largest worker (h) has"), "{refused}");
         assert!(
-            refused.contains(&crate::kind::format_bytes(smallest)),
+            refused.contains(&crate::kind::format_bytes(build)),
             "{refused}"
         );
         assert!(refused.contains("or --force"), "{refused}");
-        let fitted = spec.fitted_to(smallest, "w").unwrap();
-        assert_eq!(fitted.spec().params["points_per_shard"], 1);
+        let fitted = |budget: u64| {
+            let params = spec.fitted_to(budget, "w").unwrap().spec().params.clone();
+            (params["graph"].clone(), params["points_per_shard"].clone())
+        };
+        // Without the graph, a shard of more points fits the same budget.
+        let (place, points_fitted) = fitted(build);
+        assert_eq!(place, "stage");
+        assert!(points_fitted.as_u64().unwrap() > 1, "{points_fitted}");
+        assert_eq!(fitted(in_memory - 1).0, "stage");
+        assert_eq!(fitted(in_memory), ("worker".into(), 1.into()));
+        // Chosen by the user, the place stays.
+        let chosen = ValidSpec::new(JobSpec::new(staged.clone())).unwrap();
+        assert_eq!(
+            chosen.fitted_to(u64::MAX, "w").unwrap().spec().params["graph"],
+            "stage"
+        );
         let mut forced = JobSpec::new(points(17, 0));
         forced.options.force = true;
         let forced = ValidSpec::new(forced).unwrap();
@@ -775,8 +958,9 @@ mod tests {
             checkpoints.push(c.state);
             checkpoint_work.push(c.work_done);
         };
+        let input = h.staged().then(|| staged_graph(h));
         let mut run = ShardRun {
-            input: None,
+            input: input.as_ref(),
             checkpoint,
             cache: &cache,
             control: &control,
@@ -800,6 +984,37 @@ mod tests {
         }
     }
 
+    /// The graph of a staged job as its point shards read it: built by the
+    /// job's build shard, its output opened as a worker opens stage input.
+    fn staged_graph(h: &HexSpec) -> HexInput {
+        let cache = KernelCache::new();
+        let control = Control::new();
+        let mut run = ShardRun {
+            input: None,
+            checkpoint: &[],
+            cache: &cache,
+            control: &control,
+            checkpoint_every: std::time::Duration::ZERO,
+            on_checkpoint: &mut |_| {},
+            room: None,
+        };
+        let [build] = &staged::build_shards(h)[..] else {
+            panic!("one build shard")
+        };
+        let built = Hex::execute(h, &build.task, &mut run).unwrap();
+        let crate::StageOutput::Stored(graph) = built.output else {
+            panic!("the graph is handed on as stored bytes")
+        };
+        Hex::decode_stored_inputs(h, vec![graph]).unwrap()
+    }
+
+    fn staged(h: HexSpec) -> HexSpec {
+        HexSpec {
+            graph: HexGraphPlace::Stage,
+            ..h
+        }
+    }
+
     fn rounds_done(checkpoint: &[u8]) -> u32 {
         u32::from_le_bytes(checkpoint[4..8].try_into().unwrap())
     }
@@ -807,12 +1022,23 @@ mod tests {
     /// A points shard checkpoints between blocks of cell steps; resumed from
     /// any of its checkpoints it goes on from there (its next checkpoint is
     /// one round later) to the evaluations of an uninterrupted pass. Its work
-    /// (its points) is counted as the rounds go, from where it resumed.
+    /// (its points) is counted as the rounds go, from where it resumed. The
+    /// same with the graph as stage data, whose shards make the same
+    /// checkpoints.
     #[test]
     fn a_points_shard_resumes_from_any_of_its_checkpoints() {
-        let h = points(7, 5);
-        let xs = [3, 5, 7, 11, 13];
         let graph = hex::HexGraph::build(7).unwrap();
+        let in_memory = run_points(&points(7, 5), &[3, 5, 7, 11, 13], &[]).checkpoints;
+        for h in [points(7, 5), staged(points(7, 5))] {
+            resumes_from_any_of_its_checkpoints(&h, &graph);
+            let checkpoints = run_points(&h, &[3, 5, 7, 11, 13], &[]).checkpoints;
+            assert!(checkpoints == in_memory, "the same checkpoints");
+        }
+    }
+
+    fn resumes_from_any_of_its_checkpoints(h: &HexSpec, graph: &hex::HexGraph) {
+        let h = h.clone();
+        let xs = [3, 5, 7, 11, 13];
         let expected: Vec<(u32, u32)> = xs
             .iter()
             .copied()

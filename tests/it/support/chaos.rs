@@ -65,6 +65,7 @@ pub fn default_menu() -> Vec<JobTemplate> {
                 shards_per_step: shards,
                 exact: false,
                 points_per_shard: 0,
+                graph: Default::default(),
             },
             &[
                 "hex",

@@ -116,6 +116,7 @@ pub fn hex_cell_step(side: u32, shards_per_step: u32) -> JobSpec {
         shards_per_step,
         exact: false,
         points_per_shard: 0,
+        graph: Default::default(),
     })
 }
 

@@ -36,6 +36,17 @@ async fn run_to_answer(
     done
 }
 
+/// A coordinator without a data directory whose stage data goes to `store`
+/// ("coordinator": its own store).
+async fn coordinator_on_store(store: &str) -> tally_coordinator::RunningCoordinator {
+    let mut config =
+        tally_coordinator::CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
+    config.stage_store = store.parse().unwrap();
+    tally_coordinator::start(config)
+        .await
+        .expect("coordinator starts")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_job_of_every_kind_equals_its_direct_answer() {
     let coordinator = start_coordinator(None).await;
@@ -115,12 +126,7 @@ async fn frontier_jobs_whose_shards_spill_equal_the_kernel_alone() {
         let stage = tempfile::tempdir().unwrap();
         let file_store = format!("file://{}", stage.path().display());
         for store in ["coordinator", file_store.as_str()] {
-            let mut config =
-                tally_coordinator::CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
-            config.stage_store = store.parse().unwrap();
-            let coordinator = tally_coordinator::start(config)
-                .await
-                .expect("coordinator starts");
+            let coordinator = coordinator_on_store(store).await;
             let url = coordinator.url();
             let mut client = jobs_client(&url).await;
             let spill = tempfile::tempdir().unwrap();
@@ -300,12 +306,7 @@ async fn hex_with_its_graph_as_stage_data_gives_the_answers_of_the_graph_in_memo
     let stage = tempfile::tempdir().unwrap();
     let file_store = format!("file://{}", stage.path().display());
     for store in ["coordinator", file_store.as_str()] {
-        let mut config =
-            tally_coordinator::CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
-        config.stage_store = store.parse().unwrap();
-        let coordinator = tally_coordinator::start(config)
-            .await
-            .expect("coordinator starts");
+        let coordinator = coordinator_on_store(store).await;
         let url = coordinator.url();
         let mut client = jobs_client(&url).await;
         let spill = tempfile::tempdir().unwrap();

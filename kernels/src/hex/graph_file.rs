@@ -9,9 +9,6 @@
 //! they name must lie inside the vector, and the groups of a block must not
 //! share a state. (Each group's part is checked when a pass reads it.)
 
-use std::sync::Arc;
-
-use super::spilled::{SpilledBlock, SpilledGraph};
 use super::tiles::Tiles;
 use crate::spill::Stored;
 use crate::{Error, Result};
@@ -23,8 +20,34 @@ const TRAILER: u64 = 16;
 /// tiles is a `u32` of `side` bits.
 const MAX_SIDE: u32 = 24;
 
+/// What a pass holds of a spilled graph in memory: where each group's part
+/// is, and the vector's tiles.
+pub(super) struct GraphIndex {
+    pub(super) side: u32,
+    pub(super) num_states: usize,
+    pub(super) blocks: Vec<SpilledBlock>,
+    pub(super) tiles: Tiles,
+    /// The top-row states: their entries of the vector, and their occupied
+    /// cells (the power of `x` they start with).
+    pub(super) top_row: Vec<(u32, u32)>,
+}
+
+/// A block without its gather lists: where each group's part is.
+pub(super) struct SpilledBlock {
+    pub(super) first_col: usize,
+    pub(super) width: usize,
+    pub(super) group_offsets: Vec<u32>,
+    pub(super) chunk_offsets: Vec<u32>,
+    /// Per group: the start of its part (one more entry: the end).
+    pub(super) parts: Vec<u64>,
+    /// Per group and column: the number of other sources.
+    pub(super) others: Vec<u32>,
+    /// Per group: where it starts in the vector, for the first block.
+    pub(super) home_starts: Vec<usize>,
+}
+
 /// The index of `graph` as bytes, then the trailer: what follows its parts.
-pub(super) fn encode_index(graph: &SpilledGraph) -> Vec<u8> {
+pub(super) fn encode_index(graph: &GraphIndex) -> Vec<u8> {
     let mut out = Index::default();
     out.u32(graph.side);
     out.u64(graph.num_states as u64);
@@ -55,8 +78,9 @@ pub(super) fn encode_index(graph: &SpilledGraph) -> Vec<u8> {
     out.0
 }
 
-/// The spilled graph whose parts, index and trailer are `stored`, checked.
-pub(super) fn decode(stored: Arc<dyn Stored>) -> Result<SpilledGraph> {
+/// The index of the spilled graph whose parts, index and trailer are
+/// `stored`, checked.
+pub(super) fn decode(stored: &dyn Stored) -> Result<GraphIndex> {
     let total = stored.len();
     if total < TRAILER {
         return Err(damaged(format!("{total} bytes are too few for a graph")));
@@ -158,9 +182,13 @@ pub(super) fn decode(stored: Arc<dyn Stored>) -> Result<SpilledGraph> {
     home.home_starts = (0..home.group_offsets.len() - 1)
         .map(|g| tiles.starts()[tiles.key(0, g)] as usize)
         .collect();
-    Ok(SpilledGraph::from_index(
-        side, num_states, blocks, tiles, top_row, stored,
-    ))
+    Ok(GraphIndex {
+        side,
+        num_states,
+        blocks,
+        tiles,
+        top_row,
+    })
 }
 
 /// Offsets into the vector: from 0, never decreasing, to `num_states`.
@@ -300,20 +328,15 @@ mod tests {
 
     /// The graph's bytes with `change` made to its index, written with a
     /// good checksum: what a faulty writer, not damaged storage, would give.
-    fn rewritten(graph: &HexGraph, change: impl FnOnce(&mut SpilledGraph)) -> Vec<u8> {
+    fn rewritten(graph: &HexGraph, change: impl FnOnce(&mut GraphIndex)) -> Vec<u8> {
         let mut spill = MemorySpill::default();
-        let mut spilled = graph.spill(&mut spill).unwrap();
-        let parts_len = spilled
-            .blocks
-            .last()
-            .unwrap()
-            .parts
-            .last()
-            .copied()
-            .unwrap();
-        let mut bytes = spill.keep_run(0).unwrap().read_range(0..parts_len).unwrap();
-        change(&mut spilled);
-        bytes.extend(encode_index(&spilled));
+        graph.spill(&mut spill).unwrap();
+        let stored = spill.keep_run(0).unwrap();
+        let mut index = decode(stored.as_ref()).unwrap();
+        let parts_len = index.blocks.last().unwrap().parts.last().copied().unwrap();
+        let mut bytes = stored.read_range(0..parts_len).unwrap();
+        change(&mut index);
+        bytes.extend(encode_index(&index));
         bytes
     }
 
@@ -321,10 +344,10 @@ mod tests {
     fn an_index_that_would_take_a_pass_outside_its_vector_is_refused() {
         let graph = HexGraph::build(5).unwrap();
         let good = rewritten(&graph, |_| {});
-        assert!(decode(Arc::new(good)).is_ok());
-        let starts = |g: &SpilledGraph| g.tiles.starts().to_vec();
-        let keys = |g: &SpilledGraph| g.tiles.keys().to_vec();
-        type Change<'a> = Box<dyn FnOnce(&mut SpilledGraph) + 'a>;
+        assert!(decode(&good).is_ok());
+        let starts = |g: &GraphIndex| g.tiles.starts().to_vec();
+        let keys = |g: &GraphIndex| g.tiles.keys().to_vec();
+        type Change<'a> = Box<dyn FnOnce(&mut GraphIndex) + 'a>;
         let changes: Vec<(&str, Change<'_>)> = vec![
             (
                 "two groups on one tile",
@@ -377,7 +400,7 @@ mod tests {
         ];
         for (what, change) in changes {
             let bytes = rewritten(&graph, change);
-            let err = decode(Arc::new(bytes)).err();
+            let err = decode(&bytes).err();
             assert!(
                 err.as_ref()
                     .is_some_and(|e| e.to_string().contains("damaged")),

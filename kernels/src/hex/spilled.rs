@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::HexGraph;
 use super::eval::{PassPoint, check_pass, pass_lanes, resumed_vector};
 use super::graph::COUNT_MASK;
-use super::graph_file;
+use super::graph_file::{self, GraphIndex, SpilledBlock};
 use super::group_pass::{GroupCopy, GroupPass, PassVector, SharedVec};
 use super::kernel::Isa;
 use super::tiles::Tiles;
@@ -26,31 +26,11 @@ use crate::{Control, Error, Result};
 /// the spilled parts of its groups (with the index, one run of bytes: see
 /// `graph_file`).
 pub struct SpilledGraph {
-    pub(super) side: u32,
-    pub(super) num_states: usize,
-    pub(super) blocks: Vec<SpilledBlock>,
-    pub(super) tiles: Tiles,
+    index: GraphIndex,
     /// The block of each round of a pass.
     rounds: Vec<usize>,
-    /// The top-row states: their entries of the vector, and their occupied
-    /// cells (the power of `x` they start with).
-    pub(super) top_row: Vec<(u32, u32)>,
     /// The groups' parts, as [`HexGraph::spill`] wrote them.
     parts: Arc<dyn Stored>,
-}
-
-/// A block without its gather lists: where each group's part is.
-pub(super) struct SpilledBlock {
-    pub(super) first_col: usize,
-    pub(super) width: usize,
-    pub(super) group_offsets: Vec<u32>,
-    pub(super) chunk_offsets: Vec<u32>,
-    /// Per group: the start of its part (one more entry: the end).
-    pub(super) parts: Vec<u64>,
-    /// Per group and column: the number of other sources.
-    pub(super) others: Vec<u32>,
-    /// Per group: where it starts in the vector, for the first block.
-    pub(super) home_starts: Vec<usize>,
 }
 
 /// Fills `buf` from `offset` of `stored`, all of it.
@@ -95,7 +75,7 @@ impl HexGraph {
         let mut at = 0u64;
         let mut copy = GroupCopy::default();
         let mut blocks = Vec::with_capacity(self.blocks.len());
-        for (b, block) in self.blocks.iter().enumerate() {
+        for block in &self.blocks {
             let mut parts = vec![at];
             let mut others = Vec::with_capacity(block.groups() * block.cols.len());
             for g in 0..block.groups() {
@@ -118,27 +98,22 @@ impl HexGraph {
                 chunk_offsets: block.chunk_offsets.clone(),
                 parts,
                 others,
-                home_starts: if b == 0 {
-                    home_starts.clone()
-                } else {
-                    Vec::new()
-                },
+                // Derived from the tiles when the graph is opened.
+                home_starts: Vec::new(),
             });
         }
-        let mut graph = SpilledGraph::from_index(
-            self.side,
-            self.num_states(),
+        let index = GraphIndex {
+            side: self.side,
+            num_states: self.num_states(),
             blocks,
             tiles,
             top_row,
-            Arc::new(Vec::new()),
-        );
-        spill.write(&graph_file::encode_index(&graph))?;
+        };
+        spill.write(&graph_file::encode_index(&index))?;
         let run = spill.end_run()?;
         // Read back as any worker would read it, so that what was written is
         // what a pass of this process uses too.
-        graph = SpilledGraph::open(spill.keep_run(run)?)?;
-        Ok(graph)
+        SpilledGraph::open(spill.keep_run(run)?)
     }
 }
 
@@ -147,36 +122,24 @@ impl SpilledGraph {
     /// `stored` (a run of its spill, or those bytes kept anywhere else), its
     /// index checked.
     pub fn open(stored: Arc<dyn Stored>) -> Result<SpilledGraph> {
-        graph_file::decode(stored)
-    }
-
-    pub(super) fn from_index(
-        side: u32,
-        num_states: usize,
-        blocks: Vec<SpilledBlock>,
-        tiles: Tiles,
-        top_row: Vec<(u32, u32)>,
-        parts: Arc<dyn Stored>,
-    ) -> SpilledGraph {
+        let index = graph_file::decode(stored.as_ref())?;
         // A round a block, row after row (see `HexGraph::stages`).
-        let rounds = (1..side as usize).flat_map(|_| 0..blocks.len()).collect();
-        SpilledGraph {
-            side,
-            num_states,
-            blocks,
-            tiles,
+        let rounds = (1..index.side as usize)
+            .flat_map(|_| 0..index.blocks.len())
+            .collect();
+        Ok(SpilledGraph {
+            index,
             rounds,
-            top_row,
-            parts,
-        }
+            parts: stored,
+        })
     }
 
     pub fn side(&self) -> u32 {
-        self.side
+        self.index.side
     }
 
     pub fn num_states(&self) -> usize {
-        self.num_states
+        self.index.num_states
     }
 
     /// The graph's spilled form, as [`SpilledGraph::open`] takes it: a
@@ -193,12 +156,13 @@ impl SpilledGraph {
     /// Bytes of the scratch a pass of `points` points keeps its vector in.
     pub fn vector_bytes(&self, points: usize) -> u64 {
         let lanes = points.clamp(1, super::POINTS_PER_PASS).next_power_of_two();
-        self.num_states as u64 * 4 * lanes as u64
+        self.index.num_states as u64 * 4 * lanes as u64
     }
 
     /// The most states of one group, which sets a pass's buffers.
     pub fn max_group(&self) -> usize {
-        self.blocks
+        self.index
+            .blocks
             .iter()
             .flat_map(|b| b.group_offsets.windows(2).map(|w| (w[1] - w[0]) as usize))
             .max()
@@ -230,7 +194,7 @@ impl SpilledGraph {
     /// The first block's groups as runs of the vector, in the order of its
     /// positions: the order of a checkpoint's vector.
     fn home_runs(&self) -> Vec<Range<usize>> {
-        let home = &self.blocks[0];
+        let home = &self.index.blocks[0];
         home.group_offsets
             .windows(2)
             .zip(&home.home_starts)
@@ -258,8 +222,12 @@ impl SpilledGraph {
         let mut in_memory = Vec::new();
         let first_round = match resume {
             Some(resume) => {
-                let (done, home) =
-                    resumed_vector::<NP>(home_runs, self.num_states, self.rounds.len(), resume)?;
+                let (done, home) = resumed_vector::<NP>(
+                    home_runs,
+                    self.index.num_states,
+                    self.rounds.len(),
+                    resume,
+                )?;
                 match scratch {
                     Some(scratch) => {
                         let bytes: Vec<u8> = home
@@ -274,14 +242,14 @@ impl SpilledGraph {
                 done
             }
             None => {
-                let starts = self.top_row.iter().map(|&(at, degree)| {
+                let starts = self.index.top_row.iter().map(|&(at, degree)| {
                     let values = x.map(|v| pow_mod(u64::from(v), u64::from(degree), q) as u32);
                     (at as usize, values)
                 });
                 match scratch {
                     Some(scratch) => {
                         // Zeros first: the scratch may hold anything.
-                        scratch.clear((self.num_states * entry) as u64)?;
+                        scratch.clear((self.index.num_states * entry) as u64)?;
                         for (at, values) in starts {
                             let bytes: Vec<u8> =
                                 values.iter().flat_map(|v| v.to_ne_bytes()).collect();
@@ -289,7 +257,7 @@ impl SpilledGraph {
                         }
                     }
                     None => {
-                        in_memory = vec![[0u32; NP]; self.num_states];
+                        in_memory = vec![[0u32; NP]; self.index.num_states];
                         for (at, values) in starts {
                             in_memory[at] = values;
                         }
@@ -309,7 +277,7 @@ impl SpilledGraph {
             .enumerate()
             .map(|(round, &b)| match round < first_round {
                 true => 0,
-                false => self.blocks[b].group_offsets.len() - 1,
+                false => self.index.blocks[b].group_offsets.len() - 1,
             })
             .collect();
         let max_group = self.max_group();
@@ -325,9 +293,13 @@ impl SpilledGraph {
                 let done = self.load(b, g, &mut copy).and_then(|()| {
                     let run = GroupPass {
                         block: &copy.block,
-                        tiles: &self.tiles,
-                        key: self.tiles.key(b, g),
-                        home_start: self.blocks[b].home_starts.get(g).copied().unwrap_or(0),
+                        tiles: &self.index.tiles,
+                        key: self.index.tiles.key(b, g),
+                        home_start: self.index.blocks[b]
+                            .home_starts
+                            .get(g)
+                            .copied()
+                            .unwrap_or(0),
                         is_home: b == 0,
                         lanes,
                         avx2,
@@ -364,7 +336,7 @@ impl SpilledGraph {
                 // this between the two waits of its barrier, when every other
                 // thread waits and all writes of the round are done, and the
                 // slice does not outlive this call.
-                let vector = unsafe { shared.residues(self.num_states) };
+                let vector = unsafe { shared.residues(self.index.num_states) };
                 after_round(PassPoint::new(done, rounds, vector, NP, home_runs));
             }
         };
@@ -383,7 +355,7 @@ impl SpilledGraph {
             None => in_memory.iter().for_each(|values| add(values)),
             Some(scratch) => {
                 let mut chunk = vec![0u8; (1 << 16) * entry];
-                let total = self.num_states * entry;
+                let total = self.index.num_states * entry;
                 for at in (0..total).step_by(chunk.len()) {
                     let n = chunk.len().min(total - at);
                     scratch.read_at(at as u64, &mut chunk[..n])?;
@@ -401,7 +373,7 @@ impl SpilledGraph {
     /// Reads group `g` of block `b` into `copy`, as [`GroupCopy::fill`] makes
     /// it from a block in memory.
     fn load(&self, b: usize, g: usize, copy: &mut GroupCopy) -> Result<()> {
-        let block = &self.blocks[b];
+        let block = &self.index.blocks[b];
         let width = block.width;
         let (start, end) = copy.begin(
             block.first_col,

@@ -486,6 +486,19 @@ async fn a_re_leased_hex_points_shard_reads_its_checkpoint_from_the_stage_store(
     assert_resumed_from_whole(&log, line, vector);
 }
 
+/// The same with the graph as stage data: the first worker builds it (the
+/// first stage), then checkpoints a point shard that reads it and is killed;
+/// the second opens the staged graph and resumes the shard from the
+/// checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_re_leased_point_shard_of_a_staged_graph_resumes_from_its_checkpoint() {
+    let (mut spec, vector) = hex_points_with_a_large_checkpoint();
+    spec.params.insert("graph".into(), "stage".into());
+    assert!(valid(&spec).describe().contains("graph as stage data"));
+    let log = resumes_from_its_last_checkpoint(spec, &[]).await;
+    assert_resumed_from_whole(&log, "checkpoint fetched; resuming from it", vector);
+}
+
 /// A hex points job whose shards checkpoint the pass vector of side 14 at 16
 /// points (about 42 MB, above what comes with a lease), and that vector's size.
 fn hex_points_with_a_large_checkpoint() -> (JobSpec, u64) {

@@ -452,47 +452,55 @@ impl JobKind for Hex {
         if h.plan != HexPlan::Points {
             return h.clone();
         }
-        // The graph in each worker's memory where the budget holds it with a
-        // shard of one point; else as stage data, which a shard reads a group
-        // at a time.
-        let graph = match h.graph {
-            HexGraphPlace::Auto => {
-                let in_memory = HexSpec {
-                    points_per_shard: 1,
-                    graph: HexGraphPlace::Worker,
-                    ..h.clone()
-                };
-                match estimate(&in_memory).smallest_worker_bytes() <= budget {
-                    true => HexGraphPlace::Worker,
-                    false => HexGraphPlace::Stage,
-                }
+        let with = |graph: HexGraphPlace, points: u32| HexSpec {
+            graph,
+            points_per_shard: points,
+            ..h.clone()
+        };
+        // What a worker needs for the point shards.
+        let shards_need = |spec: &HexSpec| match spec.graph {
+            HexGraphPlace::Stage => staged::estimate(spec, staged::POINTS_STAGE),
+            _ => estimate(spec),
+        };
+        // The points a shard with the graph at `graph`: those the spec
+        // chose, or the most (a pass of more points costs less a point: 8
+        // cost 1.19 times 16 a point at side 15) such that the worker with
+        // the budget holds two shards, else one point if it holds one shard;
+        // none if not even that fits, or the staged graph's build does not.
+        let points_for = |graph: HexGraphPlace| -> Option<u32> {
+            let build = estimate(&with(graph, 1)).smallest_worker_bytes();
+            if graph == HexGraphPlace::Stage && build > budget {
+                return None;
             }
+            let fits_one = |p: u32| shards_need(&with(graph, p)).smallest_worker_bytes() <= budget;
+            if h.points_per_shard != 0 {
+                return fits_one(h.points_per_shard).then_some(h.points_per_shard);
+            }
+            [16, 8, 4, 2]
+                .into_iter()
+                .find(|&p| shards_need(&with(graph, p)).worker_memory_bytes() <= budget)
+                .or_else(|| fits_one(1).then_some(1))
+        };
+        let graph = match h.graph {
+            // The staged graph where it gives a shard more points (fewer
+            // passes over the graph) or where no worker holds the graph;
+            // when nothing fits, the staged job's smaller need is the one the
+            // refusal gives.
+            HexGraphPlace::Auto => match (
+                points_for(HexGraphPlace::Worker),
+                points_for(HexGraphPlace::Stage),
+            ) {
+                (Some(worker), Some(stage)) if stage > worker => HexGraphPlace::Stage,
+                (Some(_), _) => HexGraphPlace::Worker,
+                (None, _) => HexGraphPlace::Stage,
+            },
             chosen => chosen,
         };
-        if h.points_per_shard != 0 {
-            return HexSpec { graph, ..h.clone() };
-        }
-        // The most points a shard (a pass is as fast per point at any width
-        // up to 16) such that the worker with the budget holds two shards;
-        // else one point a shard, the least memory there is.
-        let fits = |points: u32| {
-            let spec = HexSpec {
-                points_per_shard: points,
-                graph,
-                ..h.clone()
-            };
-            let need = match graph {
-                HexGraphPlace::Stage => staged::estimate(&spec, staged::POINTS_STAGE),
-                _ => estimate(&spec),
-            };
-            need.worker_memory_bytes() <= budget
+        let points = match h.points_per_shard {
+            0 => points_for(graph).unwrap_or(1),
+            chosen => chosen,
         };
-        let points = [16, 8, 4, 2].into_iter().find(|&p| fits(p)).unwrap_or(1);
-        HexSpec {
-            points_per_shard: points,
-            graph,
-            ..h.clone()
-        }
+        with(graph, points)
     }
 
     fn prepare(h: &HexSpec, cache: &KernelCache, _control: &Control) -> Result<HexFacts> {
@@ -838,14 +846,19 @@ mod tests {
         }
     }
 
-    /// The points a shard get as the budget shrinks: the most such that the
-    /// worker holds two shards, then one point (the least memory there is);
-    /// a spec that chose its points keeps them.
+    /// The points a shard get as the budget shrinks (the graph in the
+    /// workers): the most such that the worker holds two shards, then one
+    /// point (the least memory there is); a spec that chose its points keeps
+    /// them.
     #[test]
     fn points_per_shard_follow_the_memory_budget() {
         let side = 17;
         let need = |p: u32| estimate(&points(side, p));
-        let fitted = |budget: u64| Hex::fit_to_budget(&points(side, 0), budget).points_per_shard;
+        let in_workers = HexSpec {
+            graph: HexGraphPlace::Worker,
+            ..points(side, 0)
+        };
+        let fitted = |budget: u64| Hex::fit_to_budget(&in_workers, budget).points_per_shard;
         assert_eq!(fitted(u64::MAX), 16);
         for p in [16, 8, 4, 2] {
             let two = need(p).worker_memory_bytes();
@@ -898,7 +911,14 @@ mod tests {
         assert_eq!(place, "stage");
         assert!(points_fitted.as_u64().unwrap() > 1, "{points_fitted}");
         assert_eq!(fitted(in_memory - 1).0, "stage");
-        assert_eq!(fitted(in_memory), ("worker".into(), 1.into()));
+        // Where the graph fits with a shard of one point, the staged graph
+        // still gives more points a shard; with room for two shards of 16
+        // points beside the graph, the graph stays in the workers.
+        let (place, points_fitted) = fitted(in_memory);
+        assert_eq!(place, "stage");
+        assert!(points_fitted.as_u64().unwrap() > 1, "{points_fitted}");
+        let roomy = estimate(&points(17, 16)).worker_memory_bytes();
+        assert_eq!(fitted(roomy), ("worker".into(), 16.into()));
         // Chosen by the user, the place stays.
         let chosen = ValidSpec::new(JobSpec::new(staged.clone())).unwrap();
         assert_eq!(

@@ -191,8 +191,9 @@ pub struct HexArgs {
     /// Points plan: where the shards find the state graph: "worker" (each
     /// worker builds it and holds it in memory) or "stage" (built once a job
     /// by one shard, stage data the others read a group at a time; a
-    /// fraction of the memory a shard, at some CPU). Default: worker, or
-    /// stage where the workers' memory budgets hold no graph.
+    /// fraction of the memory a shard, at some CPU). Default: stage where
+    /// the workers' memory budgets hold no graph, or where it gives a shard
+    /// more points; else worker.
     #[arg(long, value_name = "PLACE", value_parser = ["worker", "stage"])]
     pub graph: Option<String>,
 }

@@ -101,8 +101,12 @@ impl JobService for JobApi {
             .shared
             .with_scheduler(|s| Ok(s.largest_memory_budget(now_ms())))
             .await?;
+        // A coordinator that keeps stage data itself takes outputs only as
+        // large as a report carries.
+        let output_limit = (!self.shared.stage_store.is_external())
+            .then_some(tally_wire::limits::MAX_REPORT_OUTPUT_BYTES as u64);
         let spec = spec
-            .fitted_to(budget, &whose)
+            .fitted_to(budget, &whose, output_limit)
             .map_err(CoordinatorError::from)?;
         let key = Some(request.idempotency_key).filter(|k| !k.is_empty());
         if let Some(k) = &key

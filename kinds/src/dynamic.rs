@@ -79,7 +79,7 @@ pub trait SpecOps: Send + Sync {
     fn stage_estimate(&self, stage: u32) -> Option<ResourceEstimate>;
     /// The parameters of the spec made to fit workers of `budget` bytes
     /// (see [`JobKind::fit_to_budget`]).
-    fn fit_to_budget(&self, budget: u64) -> Result<Map<String, Value>>;
+    fn fit_to_budget(&self, budget: u64, output_limit: Option<u64>) -> Result<Map<String, Value>>;
     /// The shard count the user chose (see [`JobKind::shard_count`]).
     fn shard_count(&self) -> Option<crate::kind::ShardCount>;
     /// The parameters with `shards` shards (see [`JobKind::with_shard_count`]).
@@ -264,8 +264,8 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
         K::stage_estimate(&self.0, stage)
     }
 
-    fn fit_to_budget(&self, budget: u64) -> Result<Map<String, Value>> {
-        to_map(&K::fit_to_budget(&self.0, budget))
+    fn fit_to_budget(&self, budget: u64, output_limit: Option<u64>) -> Result<Map<String, Value>> {
+        to_map(&K::fit_to_budget(&self.0, budget, output_limit))
     }
 
     fn shard_count(&self) -> Option<crate::kind::ShardCount> {

@@ -103,9 +103,11 @@ pub trait JobKind: Send + Sync + 'static {
         Self::estimate(spec)
     }
     /// The spec made to fit workers of `budget` bytes where the kind can cut
-    /// its shards smaller (the hex points plan: fewer points a shard); only
-    /// choices the spec left open change. Unchanged by default.
-    fn fit_to_budget(spec: &Self::Spec, _budget: u64) -> Self::Spec {
+    /// its shards smaller (the hex points plan: fewer points a shard), and a
+    /// coordinator that takes shard outputs of at most `output_limit` bytes
+    /// (`None`: any, through its stage store); only choices the spec left
+    /// open change. Unchanged by default.
+    fn fit_to_budget(spec: &Self::Spec, _budget: u64, _output_limit: Option<u64>) -> Self::Spec {
         spec.clone()
     }
     /// The shard count, where the user chose it (synthetic, wasm, the hex
@@ -418,6 +420,9 @@ pub struct ResourceEstimate {
     pub shard_bytes: u64,
     pub coordinator_memory_bytes: u64,
     pub traffic_bytes: u64,
+    /// The most one shard of the job sends as its output (a staged hex
+    /// graph); 0 for outputs of no note.
+    pub largest_output_bytes: u64,
     /// What to do instead when the job does not fit, e.g. `use the points plan`.
     pub advice: &'static str,
 }

@@ -198,18 +198,36 @@ impl ValidSpec {
     }
 
     /// The job made to fit workers of `budget` bytes (the largest budget of
-    /// the workers, `workers` says which), with the choices the spec left
-    /// open made for it; refused, unless forced, when not even its smallest
-    /// shard fits, with the numbers.
-    pub fn fitted_to(&self, budget: u64, workers: &str) -> Result<ValidSpec> {
+    /// the workers, `workers` says which) and a coordinator that takes shard
+    /// outputs of at most `output_limit` bytes (`None`: any), with the
+    /// choices the spec left open made for it; refused, unless forced, when
+    /// not even its smallest shard fits, with the numbers, and always when a
+    /// shard's output would be more than the coordinator takes.
+    pub fn fitted_to(
+        &self,
+        budget: u64,
+        workers: &str,
+        output_limit: Option<u64>,
+    ) -> Result<ValidSpec> {
         let fitted = ValidSpec::new(JobSpec {
-            params: self.fit_to_budget(budget)?,
+            params: self.fit_to_budget(budget, output_limit)?,
             ..self.spec.clone()
         })?;
-        if !self.options().force
-            && let Some(estimate) = fitted.estimate()
-            && estimate.shards_within(budget) == 0
+        let Some(estimate) = fitted.estimate() else {
+            return Ok(fitted);
+        };
+        if let Some(limit) = output_limit
+            && estimate.largest_output_bytes > limit
         {
+            return Err(invalid!(
+                "{} sends a shard output of about {}, more than the {} a coordinator that keeps \
+                 stage data itself takes: give the coordinator a --stage-store",
+                estimate.subject,
+                crate::kind::format_bytes(estimate.largest_output_bytes),
+                crate::kind::format_bytes(limit)
+            ));
+        }
+        if !self.options().force && estimate.shards_within(budget) == 0 {
             return Err(invalid!(
                 "{}; that is more than {workers} has ({}): {}, or --force",
                 estimate.describe(),

@@ -16,6 +16,11 @@ use tally_kinds::cache::KernelCache;
 use tally_kinds::dynamic::{ShardContext, StageInput};
 use tally_kinds::hex::{self as hex_kind, HexPartial, HexPlan, HexSpec, MAX_SHARDS_PER_STEP};
 use tally_kinds::kind::{CHECKPOINT_EVERY, WORKER_MEMORY_BUDGET};
+
+/// The largest shard output a coordinator that keeps stage data itself (as
+/// the coordinators of these tests do) takes.
+const COORDINATOR_OUTPUT_LIMIT: Option<u64> =
+    Some(tally_wire::limits::MAX_REPORT_OUTPUT_BYTES as u64);
 use tally_kinds::sliders::{MAX_PREFIX_TASKS, SlidersPartial, SlidersTask};
 use tally_kinds::spec::{self, JobSpec, ValidSpec};
 use tally_kinds::values::{EncodedTask, ShardOutcome};
@@ -776,7 +781,7 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
                 // a worker is assumed to have (the points a hex shard).
                 let sent = ValidSpec::try_from(&spec)
                     .unwrap()
-                    .fitted_to(WORKER_MEMORY_BUDGET, "no worker")
+                    .fitted_to(WORKER_MEMORY_BUDGET, "no worker", COORDINATOR_OUTPUT_LIMIT)
                     .unwrap();
                 let stored = ValidSpec::try_from(job.spec.as_ref().unwrap()).unwrap();
                 assert_eq!(sent, stored, "{name}: the stored spec differs");
@@ -804,8 +809,9 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
                 // The same refusal as the spec conversion gives in process
                 // (or, for memory, the fit to the budget a worker is assumed
                 // to have when none has registered).
-                let in_process = ValidSpec::try_from(&spec)
-                    .and_then(|spec| spec.fitted_to(WORKER_MEMORY_BUDGET, "no worker"));
+                let in_process = ValidSpec::try_from(&spec).and_then(|spec| {
+                    spec.fitted_to(WORKER_MEMORY_BUDGET, "no worker", COORDINATOR_OUTPUT_LIMIT)
+                });
                 assert!(in_process.is_err(), "{name}");
                 assert_eq!(observe(&mut client).await, before, "{name}: state changed");
                 refused += 1;

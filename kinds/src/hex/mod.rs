@@ -449,7 +449,7 @@ impl JobKind for Hex {
         })
     }
 
-    fn fit_to_budget(h: &HexSpec, budget: u64) -> HexSpec {
+    fn fit_to_budget(h: &HexSpec, budget: u64, output_limit: Option<u64>) -> HexSpec {
         if h.plan != HexPlan::Points {
             return h.clone();
         }
@@ -467,10 +467,14 @@ impl JobKind for Hex {
         // chose, or the most (a pass of more points costs less a point: 8
         // cost 1.19 times 16 a point at side 15) such that the worker with
         // the budget holds two shards, else one point if it holds one shard;
-        // none if not even that fits, or the staged graph's build does not.
+        // none if not even that fits, or the staged graph's build does not,
+        // or the coordinator cannot take the graph as a shard's output.
+        let staged_build = estimate(&with(HexGraphPlace::Stage, 1));
+        let staged_output_fits =
+            output_limit.is_none_or(|limit| staged_build.largest_output_bytes <= limit);
         let points_for = |graph: HexGraphPlace| -> Option<u32> {
-            let build = estimate(&with(graph, 1)).smallest_worker_bytes();
-            if graph == HexGraphPlace::Stage && build > budget {
+            let stage = graph == HexGraphPlace::Stage;
+            if stage && (staged_build.smallest_worker_bytes() > budget || !staged_output_fits) {
                 return None;
             }
             let fits_one = |p: u32| shards_need(&with(graph, p)).smallest_worker_bytes() <= budget;
@@ -486,14 +490,15 @@ impl JobKind for Hex {
             // The staged graph where it gives a shard more points (fewer
             // passes over the graph) or where no worker holds the graph;
             // when nothing fits, the staged job's smaller need is the one the
-            // refusal gives.
+            // refusal gives, unless the coordinator could not take its graph.
             HexGraphPlace::Auto => match (
                 points_for(HexGraphPlace::Worker),
                 points_for(HexGraphPlace::Stage),
             ) {
                 (Some(worker), Some(stage)) if stage > worker => HexGraphPlace::Stage,
                 (Some(_), _) => HexGraphPlace::Worker,
-                (None, _) => HexGraphPlace::Stage,
+                (None, _) if staged_output_fits => HexGraphPlace::Stage,
+                (None, _) => HexGraphPlace::Worker,
             },
             chosen => chosen,
         };
@@ -796,6 +801,7 @@ pub fn estimate(h: &HexSpec) -> ResourceEstimate {
         shard_bytes: shard,
         coordinator_memory_bytes: coordinator,
         traffic_bytes: traffic,
+        largest_output_bytes: 0,
         advice: match h.plan {
             HexPlan::CellStep => "use the points plan",
             // The graph alone grows past a worker at side 19; one slot a
@@ -859,7 +865,7 @@ mod tests {
             graph: HexGraphPlace::Worker,
             ..points(side, 0)
         };
-        let fitted = |budget: u64| Hex::fit_to_budget(&in_workers, budget).points_per_shard;
+        let fitted = |budget: u64| Hex::fit_to_budget(&in_workers, budget, None).points_per_shard;
         assert_eq!(fitted(u64::MAX), 16);
         for p in [16, 8, 4, 2] {
             let two = need(p).worker_memory_bytes();
@@ -871,12 +877,15 @@ mod tests {
         // Fewer points, less memory a shard; the graph is the same.
         assert!(need(1).shard_bytes < need(16).shard_bytes);
         assert_eq!(need(1).worker_base_bytes, need(16).worker_base_bytes);
-        assert_eq!(Hex::fit_to_budget(&points(side, 3), 0).points_per_shard, 3);
+        assert_eq!(
+            Hex::fit_to_budget(&points(side, 3), 0, None).points_per_shard,
+            3
+        );
         let cell = HexSpec {
             plan: HexPlan::CellStep,
             ..points(9, 0)
         };
-        assert_eq!(Hex::fit_to_budget(&cell, 0), cell);
+        assert_eq!(Hex::fit_to_budget(&cell, 0, None), cell);
     }
 
     /// A job whose smallest shard fits no worker is refused with the
@@ -894,7 +903,7 @@ mod tests {
         let in_memory = estimate(&points(17, 1)).smallest_worker_bytes();
         assert!(build < in_memory, "{build} {in_memory}");
         let refused = spec
-            .fitted_to(build - 1, "the largest worker (h)")
+            .fitted_to(build - 1, "the largest worker (h)", None)
             .unwrap_err()
             .to_string();
         assert!(refused.contains("the largest worker (h) has"), "{refused}");
@@ -904,7 +913,12 @@ mod tests {
         );
         assert!(refused.contains("or --force"), "{refused}");
         let fitted = |budget: u64| {
-            let params = spec.fitted_to(budget, "w").unwrap().spec().params.clone();
+            let params = spec
+                .fitted_to(budget, "w", None)
+                .unwrap()
+                .spec()
+                .params
+                .clone();
             (params["graph"].clone(), params["points_per_shard"].clone())
         };
         // Without the graph, a shard of more points fits the same budget.
@@ -923,13 +937,35 @@ mod tests {
         // Chosen by the user, the place stays.
         let chosen = ValidSpec::new(JobSpec::new(staged.clone())).unwrap();
         assert_eq!(
-            chosen.fitted_to(u64::MAX, "w").unwrap().spec().params["graph"],
+            chosen.fitted_to(u64::MAX, "w", None).unwrap().spec().params["graph"],
             "stage"
         );
         let mut forced = JobSpec::new(points(17, 0));
         forced.options.force = true;
         let forced = ValidSpec::new(forced).unwrap();
-        assert!(forced.fitted_to(0, "w").is_ok());
+        assert!(forced.fitted_to(0, "w", None).is_ok());
+
+        // A coordinator that takes outputs smaller than the staged graph:
+        // the graph stays in the workers where they hold it, and a job that
+        // asks for it staged is refused, forced or not, saying what to do.
+        let graph_bytes = estimate(&staged).largest_output_bytes;
+        assert!(graph_bytes > 0);
+        let limit = Some(graph_bytes - 1);
+        let fitted = spec.fitted_to(in_memory, "w", limit).unwrap();
+        assert_eq!(fitted.spec().params["graph"], "worker");
+        assert!(spec.fitted_to(build, "w", limit).is_err());
+        let mut forced_staged = JobSpec::new(staged.clone());
+        forced_staged.options.force = true;
+        let refused = ValidSpec::new(forced_staged)
+            .unwrap()
+            .fitted_to(u64::MAX, "w", limit)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("give the coordinator a --stage-store"),
+            "{refused}"
+        );
+        assert!(chosen.fitted_to(u64::MAX, "w", Some(graph_bytes)).is_ok());
 
         let small = points(7, 3);
         let facts = HexFacts {

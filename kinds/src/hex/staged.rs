@@ -96,6 +96,7 @@ pub(super) fn estimate(h: &HexSpec, stage: u32) -> ResourceEstimate {
             shard_bytes: 0,
             coordinator_memory_bytes: 0,
             traffic_bytes: spilled,
+            largest_output_bytes: spilled,
             advice: "build the graph on a worker with that much memory",
         };
     }
@@ -113,6 +114,7 @@ pub(super) fn estimate(h: &HexSpec, stage: u32) -> ResourceEstimate {
         shard_bytes: 3 * vector + (20 << 20),
         coordinator_memory_bytes: vector,
         traffic_bytes: spilled * super::ESTIMATE_WORKERS,
+        largest_output_bytes: 0,
         advice: "run it on workers with that much memory (one slot each needs less)",
     }
 }

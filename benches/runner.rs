@@ -136,7 +136,8 @@ fn main() {
             Some(place) => vec![place],
             None => vec!["worker", "stage"],
         };
-        return hex_large(side, args.iter().any(|a| a == "exact"), &places);
+        let budget = args.iter().find_map(|a| a.strip_prefix("budget="));
+        return hex_large(side, args.iter().any(|a| a == "exact"), &places, budget);
     }
     if args.first().map(String::as_str) == Some("restart") {
         let jobs = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(16_000);
@@ -881,7 +882,7 @@ fn moto_server() -> Option<(std::process::Child, u16)> {
 /// worker process of two threads, then two worker processes of one thread
 /// (the same two cores, each with its own graph): wall time, each worker's
 /// peak memory, and the answer (with `exact`, its digit count and ends).
-fn hex_large(side: u32, exact: bool, places: &[&str]) {
+fn hex_large(side: u32, exact: bool, places: &[&str], budget: Option<&str>) {
     let side_arg = side.to_string();
     let mode = if exact { "exact" } else { "mod 1000000007" };
     // Stage data in a directory, as a cluster would keep a staged graph
@@ -892,6 +893,9 @@ fn hex_large(side: u32, exact: bool, places: &[&str]) {
             "--stage-store".into(),
             format!("file://{}", stage.path().display()),
         ],
+        worker_args: budget
+            .map(|b| vec!["--memory-budget".to_string(), b.to_string()])
+            .unwrap_or_default(),
         ..Setup::default()
     };
     let mut answers = Vec::new();
@@ -916,9 +920,10 @@ fn hex_large(side: u32, exact: bool, places: &[&str]) {
         let peaks = |c: &Cluster| c.worker_peaks(1e9, "GB", 2);
         let cpu = |c: &Cluster| c.worker_cpu.iter().sum::<f64>();
         println!(
-            "hex side {side} {mode}, graph in {place}: 1 worker process (2 threads) {:.1} s, \
+            "hex side {side} {mode}, graph in {place}{}: 1 worker process (2 threads) {:.1} s, \
              workers' CPU {:.1} s, peak {}; 2 worker processes (1 thread each) {:.1} s \
              ({:.2}x), CPU {:.1} s, peaks {}; coordinator peak {:.2} GB; answer {answer}",
+            budget.map_or(String::new(), |b| format!(", workers of {b}")),
             one.wall,
             cpu(&one),
             peaks(&one),

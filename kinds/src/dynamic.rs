@@ -114,9 +114,10 @@ pub trait SpecOps: Send + Sync {
     fn stage_reads(&self, stage: u32, task: &EncodedTask) -> Result<Vec<StageRead>>;
     /// Decodes the outputs [`SpecOps::stage_reads`] named, in its order.
     fn decode_stage_inputs(&self, parts: &[&[u8]]) -> Result<StageInput>;
-    /// Whether an input larger than a shard's memory share may stay in a
-    /// file (see [`SpecOps::decode_stored_inputs`]).
-    fn streams_stage_input(&self) -> bool;
+    /// How much of a stage input stays in memory before the rest goes to a
+    /// file (see [`JobKind::stage_input_memory`] and
+    /// [`SpecOps::decode_stored_inputs`]).
+    fn stage_input_memory(&self, share: u64) -> Option<u64>;
     /// [`SpecOps::decode_stage_inputs`] of parts that may be in files.
     fn decode_stored_inputs(&self, parts: Vec<Arc<dyn Stored>>) -> Result<StageInput>;
     /// The outputs of stages before `stage - 1` that must be kept while the
@@ -351,8 +352,8 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
         Ok(Arc::new(K::decode_stage_inputs(&self.0, parts)?))
     }
 
-    fn streams_stage_input(&self) -> bool {
-        K::streams_stage_input(&self.0)
+    fn stage_input_memory(&self, share: u64) -> Option<u64> {
+        K::stage_input_memory(&self.0, share)
     }
 
     fn decode_stored_inputs(&self, parts: Vec<Arc<dyn Stored>>) -> Result<StageInput> {

@@ -197,11 +197,13 @@ pub trait JobKind: Send + Sync + 'static {
     /// may keep an input larger than its memory share in a file
     /// ([`JobKind::decode_stored_inputs`]) instead of memory.
     const STREAMS_STAGE_INPUT: bool = false;
-    /// [`JobKind::STREAMS_STAGE_INPUT`] for this job, where it depends on the
-    /// spec (hex: a staged graph is read from where it is, polynomials are
-    /// not).
-    fn streams_stage_input(_spec: &Self::Spec) -> bool {
-        Self::STREAMS_STAGE_INPUT
+    /// How much of a stage input a worker keeps in memory before it writes
+    /// the rest to a file, for a shard of memory share `share`: all of it
+    /// (`None`) unless the kind streams its input, then a quarter of the
+    /// share. A kind may keep less (hex: a staged graph, read a group at a
+    /// time, is never held in memory; polynomials are held whole).
+    fn stage_input_memory(_spec: &Self::Spec, share: u64) -> Option<u64> {
+        Self::STREAMS_STAGE_INPUT.then_some(share / 4)
     }
     /// [`JobKind::decode_stage_inputs`] of parts that may be in files: read
     /// into memory, unless the kind streams its input.

@@ -297,7 +297,8 @@ fn queens_specs_are_checked_at_the_edge() {
 }
 
 /// The hex points plan with its graph as stage data (built by one shard,
-/// opened by the point shards from the stage's output) gives the answers of
+/// opened by the point shards from the stage's output, which their workers
+/// keep in files) gives the answers of
 /// a graph in memory (the sweep's count, or for an exact count every point
 /// on the graph in memory), through the coordinator's own store and through
 /// a shared directory.
@@ -336,7 +337,16 @@ async fn hex_with_its_graph_as_stage_data_gives_the_answers_of_the_graph_in_memo
             let direct = in_memory.compute_direct(2, &Control::new()).unwrap();
             assert_eq!(done.answer, direct.line, "side {side} through {store}");
         }
-        workers.stop().await;
+        // The workers kept the graphs in files, however small, and removed
+        // them.
+        let stats = workers.stop().await;
+        let in_files: u64 = stats.iter().map(|s| s.input_in_files_bytes.get()).sum();
+        assert!(
+            in_files > 0,
+            "the graphs were kept in files, through {store}"
+        );
+        let left: Vec<_> = std::fs::read_dir(spill.path()).unwrap().collect();
+        assert!(left.is_empty(), "the spill is removed: {left:?}");
         coordinator.shutdown().await;
     }
 }

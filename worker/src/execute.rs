@@ -307,9 +307,10 @@ pub(crate) fn memory_share(ctx: &Context) -> u64 {
 
 /// [`stage_input`] without the cache. `depth` counts the shards being
 /// computed again on the way (see [`recompute_output`]). Read as it arrives,
-/// in pieces: for a kind that reads its input as a stream, a part past a
-/// quarter of the shard's memory share goes to a file in the spill directory
-/// instead of memory (and whether one did is returned, with the bytes read).
+/// in pieces: for a kind that reads its input as a stream, a part past what
+/// the kind keeps in memory (a quarter of the shard's memory share, unless it
+/// says less) goes to a file in the spill directory instead of memory (and
+/// whether one did is returned, with the bytes read).
 async fn fetch_stage_input(
     ctx: &Context,
     spec: &ValidSpec,
@@ -320,7 +321,7 @@ async fn fetch_stage_input(
 ) -> Result<(StageInput, bool, u64)> {
     let control = &handle.control;
     let store = ctx.stage_store()?;
-    let in_memory = spec.streams_stage_input().then(|| memory_share(ctx) / 4);
+    let in_memory = spec.stage_input_memory(memory_share(ctx));
     let mut parts = Vec::with_capacity(reads.len());
     let mut in_files = false;
     for read in reads {

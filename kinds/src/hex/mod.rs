@@ -575,8 +575,10 @@ impl JobKind for Hex {
         Ok(HexInput::Polynomials(polynomials))
     }
 
-    fn streams_stage_input(h: &HexSpec) -> bool {
-        h.staged()
+    /// A staged graph goes to a file whole: a point shard reads it a group
+    /// at a time, and its worker should hold no graph.
+    fn stage_input_memory(h: &HexSpec, _share: u64) -> Option<u64> {
+        h.staged().then_some(0)
     }
 
     fn decode_stored_inputs(h: &HexSpec, parts: Vec<Arc<dyn Stored>>) -> Result<HexInput> {

@@ -37,14 +37,38 @@ async fn run_to_answer(
 }
 
 /// A coordinator without a data directory whose stage data goes to `store`
-/// ("coordinator": its own store).
-async fn coordinator_on_store(store: &str) -> tally_coordinator::RunningCoordinator {
+/// ("coordinator": its own store), and a client of it.
+async fn coordinator_on_store(
+    store: &str,
+) -> (
+    tally_coordinator::RunningCoordinator,
+    tally_wire::proto::job_service_client::JobServiceClient<tonic::transport::Channel>,
+) {
     let mut config =
         tally_coordinator::CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
     config.stage_store = store.parse().unwrap();
-    tally_coordinator::start(config)
+    let coordinator = tally_coordinator::start(config)
         .await
-        .expect("coordinator starts")
+        .expect("coordinator starts");
+    let client = jobs_client(&coordinator.url()).await;
+    (coordinator, client)
+}
+
+/// `count` workers of `slots` slots on `coordinator` that spill to `spill`,
+/// with `budget` bytes each if given.
+fn workers_spilling_to(
+    coordinator: &tally_coordinator::RunningCoordinator,
+    spill: &std::path::Path,
+    count: usize,
+    slots: usize,
+    budget: Option<u64>,
+) -> Workers {
+    Workers::start_with(&coordinator.url(), count, slots, |config| {
+        config.spill_dir = spill.to_path_buf();
+        if let Some(budget) = budget {
+            config.memory_budget = budget;
+        }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,15 +150,9 @@ async fn frontier_jobs_whose_shards_spill_equal_the_kernel_alone() {
         let stage = tempfile::tempdir().unwrap();
         let file_store = format!("file://{}", stage.path().display());
         for store in ["coordinator", file_store.as_str()] {
-            let coordinator = coordinator_on_store(store).await;
-            let url = coordinator.url();
-            let mut client = jobs_client(&url).await;
+            let (coordinator, mut client) = coordinator_on_store(store).await;
             let spill = tempfile::tempdir().unwrap();
-            let spill_dir = spill.path().to_path_buf();
-            let workers = Workers::start_with(&url, 1, 2, |config| {
-                config.memory_budget = budget;
-                config.spill_dir = spill_dir.clone();
-            });
+            let workers = workers_spilling_to(&coordinator, spill.path(), 1, 2, Some(budget));
             let done = run_to_answer(&mut client, &spec).await;
             let direct = spec.compute_direct(2, &Control::new()).unwrap();
             assert_eq!(done.answer, direct.line, "{name} through {store}");
@@ -307,14 +325,9 @@ async fn hex_with_its_graph_as_stage_data_gives_the_answers_of_the_graph_in_memo
     let stage = tempfile::tempdir().unwrap();
     let file_store = format!("file://{}", stage.path().display());
     for store in ["coordinator", file_store.as_str()] {
-        let coordinator = coordinator_on_store(store).await;
-        let url = coordinator.url();
-        let mut client = jobs_client(&url).await;
+        let (coordinator, mut client) = coordinator_on_store(store).await;
         let spill = tempfile::tempdir().unwrap();
-        let spill_dir = spill.path().to_path_buf();
-        let workers = Workers::start_with(&url, 2, 1, |config| {
-            config.spill_dir = spill_dir.clone();
-        });
+        let workers = workers_spilling_to(&coordinator, spill.path(), 2, 1, None);
         for (side, exact) in [(1, false), (2, true), (5, false), (7, true), (9, false)] {
             let spec = |graph: kinds::hex::HexGraphPlace| {
                 valid(&JobSpec::new(kinds::hex::HexSpec {

@@ -333,7 +333,8 @@ pub(crate) fn forward_checkpoints(
 }
 
 /// Writes a checkpoint's state to the stage store as `name` of its attempt,
-/// leaving its reference in its place.
+/// leaving its reference in its place; on failure the state is gone (the
+/// caller drops such a checkpoint: the next may get through).
 async fn to_stage_store(
     store: &StageStore,
     lease_id: &str,
@@ -343,11 +344,9 @@ async fn to_stage_store(
 ) -> Result<(), WorkerError> {
     let lease: LeaseId = lease_id.parse()?;
     let key = blob_key(&lease, name);
-    // Kept until the write succeeds (a failed one leaves the checkpoint as it was).
-    let blob = store
-        .put(&key, checkpoint.state.clone(), &handle.control)
-        .await?;
-    checkpoint.state = Vec::new();
+    // Handed over, not copied: a hex pass vector is gigabytes.
+    let state = std::mem::take(&mut checkpoint.state);
+    let blob = store.put(&key, state, &handle.control).await?;
     checkpoint.state_blob = Some(proto::BlobRef::from(&blob));
     Ok(())
 }

@@ -17,5 +17,7 @@ pub mod url;
 pub use blob::BlobRef;
 pub use error::{Result, StageError};
 pub use owner::{Claim, OwnerRecord};
-pub use store::{StageStore, blob_key, blob_owner, job_prefix};
+pub use store::{
+    StageStore, blob_key, blob_owner, checkpoint_blob_name, checkpoint_number, job_prefix,
+};
 pub use url::StageStoreUrl;

@@ -664,6 +664,20 @@ pub fn blob_key(lease: &LeaseId, name: &str) -> String {
     .to_string()
 }
 
+/// The name of an attempt's `n`-th checkpoint blob (1, 2, ...), for
+/// [`blob_key`].
+pub fn checkpoint_blob_name(n: u64) -> String {
+    format!("checkpoint-{n}")
+}
+
+/// Which checkpoint of its attempt the blob at `key` is, if it is one
+/// ([`checkpoint_blob_name`] under [`blob_key`]).
+pub fn checkpoint_number(key: &str) -> Option<u64> {
+    let path = Path::parse(key).ok()?;
+    let name = path.parts().next_back()?;
+    name.as_ref().strip_prefix("checkpoint-")?.parse().ok()
+}
+
 /// The key prefix of every blob of `job`.
 pub fn job_prefix(job: &str) -> String {
     Path::from_iter([PathPart::from("jobs"), PathPart::from(job)]).to_string()

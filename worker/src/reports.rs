@@ -307,7 +307,7 @@ pub(crate) fn forward_checkpoints(
                 && let Ok(Some(store)) = ctx.stage_store()
             {
                 uploaded += 1;
-                let name = format!("checkpoint-{uploaded}");
+                let name = tally_stage::checkpoint_blob_name(uploaded);
                 if let Err(e) =
                     to_stage_store(&store, &lease_id, &name, &mut checkpoint, &handle).await
                 {

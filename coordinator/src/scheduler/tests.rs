@@ -1189,3 +1189,40 @@ fn a_finished_shards_checkpoint_blob_is_swept_before_its_stage_ends() {
         "the finished shard's checkpoint goes; the running shard's blobs stay"
     );
 }
+
+/// A running attempt's checkpoints before the one committed are swept (a
+/// side-19 hex shard writes a 3.7 GB vector a minute); the committed one,
+/// a later one still in flight and its other blobs stay.
+#[test]
+fn a_running_attempts_superseded_checkpoints_are_swept() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    submit(&mut s, &kayles(30));
+    let grant = s.lease("w", 1, 1).unwrap().remove(0);
+    let key = |n: u64| tally_stage::blob_key(&grant.lease, &tally_stage::checkpoint_blob_name(n));
+    let checkpoint_at = |n: u64| super::ReportedCheckpoint {
+        state: Vec::new(),
+        partial: Vec::new(),
+        work_done: 0,
+        state_blob: Some(tally_stage::BlobRef {
+            key: key(n),
+            size: 1,
+            digest: [0; 32],
+        }),
+    };
+    let output = tally_stage::blob_key(&grant.lease, "output");
+    let keys = vec![key(1), key(2), key(3), key(4), output.clone()];
+    assert!(
+        s.unreferenced_blobs(keys.clone()).unwrap().is_empty(),
+        "nothing committed yet: every blob of the attempt may be in flight"
+    );
+    s.report(
+        Report::checkpoint("w", grant.lease.clone(), checkpoint_at(3)),
+        2,
+    )
+    .unwrap();
+    assert_eq!(
+        s.unreferenced_blobs(keys).unwrap(),
+        vec![key(1), key(2)],
+        "the checkpoints before the committed third go"
+    );
+}

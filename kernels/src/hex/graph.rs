@@ -189,16 +189,19 @@ impl Gather {
     }
 
     /// Sets `marks` from `info`.
-    pub(crate) fn set_marks(&mut self) {
+    /// Sets [`Gather::marks`] from the counts of `info`; returns the number
+    /// of other sources they add up to.
+    pub(crate) fn set_marks(&mut self) -> usize {
         self.marks.clear();
-        let mut at = 0u32;
+        let mut at = 0usize;
         for chunk in self.info.chunks(MARK_EVERY) {
-            self.marks.push(at);
+            self.marks.push(at as u32);
             at += chunk
                 .iter()
-                .map(|&b| u32::from(b & COUNT_MASK))
-                .sum::<u32>();
+                .map(|&b| usize::from(b & COUNT_MASK))
+                .sum::<usize>();
         }
+        at
     }
 
     /// Source, target pairs: every target with itself, and the others.

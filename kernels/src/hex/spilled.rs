@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use super::HexGraph;
 use super::eval::{PassPoint, check_pass, pass_lanes, resumed_vector};
-use super::graph::COUNT_MASK;
 use super::graph_file::{self, GraphIndex, SpilledBlock};
 use super::group_pass::{GroupCopy, GroupPass, PassVector, SharedVec};
 use super::kernel::Isa;
@@ -402,11 +401,12 @@ impl SpilledGraph {
                 *s = u32::from_le(*s);
             }
             col.others[count] = 0;
-            col.set_marks();
+            let counted = col.set_marks();
             // The step reads sources unchecked: a part that damaged storage
-            // gave is refused here, never stepped through.
-            let counted: usize = col.info.iter().map(|&b| usize::from(b & COUNT_MASK)).sum();
-            let outside = col.others[..count].iter().any(|&s| s as usize >= len);
+            // gave is refused here, never stepped through. (The largest
+            // source, not the first one outside: a scan without a branch.)
+            let largest = col.others[..count].iter().copied().max();
+            let outside = largest.is_some_and(|s| s as usize >= len);
             if counted != count || outside {
                 return Err(Error::Failed(format!(
                     "the spilled hex graph is damaged: group {g} of block {b}, column {j}"

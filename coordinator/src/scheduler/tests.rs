@@ -1226,3 +1226,45 @@ fn a_running_attempts_superseded_checkpoints_are_swept() {
         "the checkpoints before the committed third go"
     );
 }
+
+/// Each stage's shards are leased by that stage's estimate: the staged hex
+/// graph's build needs the graph, its point shards a vector each, and a
+/// worker gets the shards of the stage at hand as far as its budget holds
+/// them.
+#[test]
+fn each_stage_is_leased_by_its_own_estimate() {
+    use tally_kinds::hex::{HexGraphPlace, HexPlan, HexSpec};
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let spec = JobSpec::new(HexSpec {
+        side: 6,
+        modulus: 1_000_000_007,
+        plan: HexPlan::Points,
+        shards_per_step: 0,
+        exact: false,
+        points_per_shard: 1,
+        graph: HexGraphPlace::Stage,
+    });
+    let valid = ValidSpec::new(spec.clone()).unwrap();
+    let build = valid.stage_estimate(1).unwrap().smallest_worker_bytes();
+    let point = valid.stage_estimate(2).unwrap().smallest_worker_bytes();
+    // At side 6 the graph is small and a point shard's buffers are not.
+    assert!(build < point, "{build} {point}");
+    submit(&mut s, &spec);
+    let with_budget = |memory_budget| Registration {
+        memory_budget,
+        ..slots(4)
+    };
+    s.register("none", with_budget(build - 1), "n".into(), 0);
+    s.register("tight", with_budget(build), "t".into(), 0);
+    s.register("roomy", with_budget(point), "r".into(), 0);
+    assert!(s.lease("none", 4, 1).unwrap().is_empty());
+    let built = s.lease("tight", 4, 2).unwrap();
+    assert_eq!(built.len(), 1, "the build, the stage's one shard");
+    let outcome = s.report(report_from("tight", &built[0], false), 3).unwrap();
+    assert!(outcome.accepted, "{outcome:?}");
+    // The point shards: not for the worker that held the build.
+    assert!(s.lease("tight", 4, 4).unwrap().is_empty());
+    let points = s.lease("roomy", 4, 5).unwrap();
+    assert_eq!(points.len(), 1, "room for one point shard at a time");
+    assert_eq!(points[0].lease.stage, 2);
+}

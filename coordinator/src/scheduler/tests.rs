@@ -1110,28 +1110,37 @@ fn jobs_never_leased_are_read_back_without_their_shards_until_a_lease_wants_them
     }
 }
 
+/// A hex points job of side 6 in shards of one point, its graph at `graph`.
+fn hex_points_of_one_point(graph: tally_kinds::hex::HexGraphPlace) -> JobSpec {
+    JobSpec::new(tally_kinds::hex::HexSpec {
+        side: 6,
+        modulus: 1_000_000_007,
+        plan: tally_kinds::hex::HexPlan::Points,
+        shards_per_step: 0,
+        exact: false,
+        points_per_shard: 1,
+        graph,
+    })
+}
+
+/// A worker of four slots and `memory_budget` bytes.
+fn with_budget(memory_budget: u64) -> Registration {
+    Registration {
+        memory_budget,
+        ..slots(4)
+    }
+}
+
 /// A worker gets only as many shards of a job at once as its memory budget
 /// holds by the job's estimate: none if not even one fits, one at a time
 /// if one does; a worker that said nothing is assumed to have the default.
 #[test]
 fn a_worker_holds_only_the_shards_its_memory_budget_holds() {
-    use tally_kinds::hex::{HexPlan, HexSpec};
+    use tally_kinds::hex::HexGraphPlace;
     let mut s = new_scheduler(Arc::new(MemoryStore::new()));
-    let spec = JobSpec::new(HexSpec {
-        side: 6,
-        modulus: 1_000_000_007,
-        plan: HexPlan::Points,
-        shards_per_step: 0,
-        exact: false,
-        points_per_shard: 1,
-        graph: Default::default(),
-    });
+    let spec = hex_points_of_one_point(HexGraphPlace::Auto);
     let need = ValidSpec::new(spec.clone()).unwrap().estimate().unwrap();
     submit(&mut s, &spec);
-    let with_budget = |memory_budget| Registration {
-        memory_budget,
-        ..slots(4)
-    };
     let smallest = need.smallest_worker_bytes();
     s.register("short", with_budget(smallest - 1), "s".into(), 0);
     s.register(
@@ -1233,27 +1242,15 @@ fn a_running_attempts_superseded_checkpoints_are_swept() {
 /// them.
 #[test]
 fn each_stage_is_leased_by_its_own_estimate() {
-    use tally_kinds::hex::{HexGraphPlace, HexPlan, HexSpec};
+    use tally_kinds::hex::HexGraphPlace;
     let mut s = new_scheduler(Arc::new(MemoryStore::new()));
-    let spec = JobSpec::new(HexSpec {
-        side: 6,
-        modulus: 1_000_000_007,
-        plan: HexPlan::Points,
-        shards_per_step: 0,
-        exact: false,
-        points_per_shard: 1,
-        graph: HexGraphPlace::Stage,
-    });
+    let spec = hex_points_of_one_point(HexGraphPlace::Stage);
     let valid = ValidSpec::new(spec.clone()).unwrap();
     let build = valid.stage_estimate(1).unwrap().smallest_worker_bytes();
     let point = valid.stage_estimate(2).unwrap().smallest_worker_bytes();
     // At side 6 the graph is small and a point shard's buffers are not.
     assert!(build < point, "{build} {point}");
     submit(&mut s, &spec);
-    let with_budget = |memory_budget| Registration {
-        memory_budget,
-        ..slots(4)
-    };
     s.register("none", with_budget(build - 1), "n".into(), 0);
     s.register("tight", with_budget(build), "t".into(), 0);
     s.register("roomy", with_budget(point), "r".into(), 0);

@@ -22,7 +22,10 @@ use tally_wire::proto;
 
 mod execute;
 mod finish;
+mod resources;
 mod staged;
+
+pub use resources::estimate;
 
 use execute::{StepShard, execute_points, execute_step};
 use finish::{check_crossing_sums, check_evaluations, finish_cell_step, finish_points};
@@ -35,11 +38,6 @@ pub const MAX_SHARDS_PER_STEP: u32 = 1_024;
 pub const POINTS_PER_SHARD: usize = hex::POINTS_PER_PASS;
 /// State graphs kept per process (one per side).
 const CACHED_GRAPHS: usize = 16;
-/// Measured size of the state graph per frontier state (states, the per-column
-/// transition lists and their offsets).
-const GRAPH_BYTES_PER_STATE: u64 = 125;
-/// Workers assumed when estimating traffic.
-const ESTIMATE_WORKERS: u64 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -444,69 +442,13 @@ impl JobKind for Hex {
 
     fn stage_estimate(h: &HexSpec, stage: u32) -> Option<ResourceEstimate> {
         Some(match h.staged() {
-            true => staged::estimate(h, stage),
+            true => resources::staged_estimate(h, stage),
             false => estimate(h),
         })
     }
 
     fn fit_to_budget(h: &HexSpec, budget: u64, output_limit: Option<u64>) -> HexSpec {
-        if h.plan != HexPlan::Points {
-            return h.clone();
-        }
-        let with = |graph: HexGraphPlace, points: u32| HexSpec {
-            graph,
-            points_per_shard: points,
-            ..h.clone()
-        };
-        // What a worker needs for the point shards.
-        let shards_need = |spec: &HexSpec| match spec.graph {
-            HexGraphPlace::Stage => staged::estimate(spec, staged::POINTS_STAGE),
-            _ => estimate(spec),
-        };
-        // The points a shard with the graph at `graph`: those the spec
-        // chose, or the most (a pass of more points costs less a point: 8
-        // cost 1.19 times 16 a point at side 15) such that the worker with
-        // the budget holds two shards, else one point if it holds one shard;
-        // none if not even that fits, or the staged graph's build does not,
-        // or the coordinator cannot take the graph as a shard's output.
-        let staged_build = estimate(&with(HexGraphPlace::Stage, 1));
-        let staged_output_fits =
-            output_limit.is_none_or(|limit| staged_build.largest_output_bytes <= limit);
-        let points_for = |graph: HexGraphPlace| -> Option<u32> {
-            let stage = graph == HexGraphPlace::Stage;
-            if stage && (staged_build.smallest_worker_bytes() > budget || !staged_output_fits) {
-                return None;
-            }
-            let fits_one = |p: u32| shards_need(&with(graph, p)).smallest_worker_bytes() <= budget;
-            if h.points_per_shard != 0 {
-                return fits_one(h.points_per_shard).then_some(h.points_per_shard);
-            }
-            [16, 8, 4, 2]
-                .into_iter()
-                .find(|&p| shards_need(&with(graph, p)).worker_memory_bytes() <= budget)
-                .or_else(|| fits_one(1).then_some(1))
-        };
-        let graph = match h.graph {
-            // The staged graph where it gives a shard more points (fewer
-            // passes over the graph) or where no worker holds the graph;
-            // when nothing fits, the staged job's smaller need is the one the
-            // refusal gives, unless the coordinator could not take its graph.
-            HexGraphPlace::Auto => match (
-                points_for(HexGraphPlace::Worker),
-                points_for(HexGraphPlace::Stage),
-            ) {
-                (Some(worker), Some(stage)) if stage > worker => HexGraphPlace::Stage,
-                (Some(_), _) => HexGraphPlace::Worker,
-                (None, _) if staged_output_fits => HexGraphPlace::Stage,
-                (None, _) => HexGraphPlace::Worker,
-            },
-            chosen => chosen,
-        };
-        let points = match h.points_per_shard {
-            0 => points_for(graph).unwrap_or(1),
-            chosen => chosen,
-        };
-        with(graph, points)
+        resources::fitted(h, budget, output_limit)
     }
 
     fn prepare(h: &HexSpec, cache: &KernelCache, _control: &Control) -> Result<HexFacts> {
@@ -764,53 +706,6 @@ fn step_shards(h: &HexSpec, facts: &HexFacts, stage: u32) -> Vec<Planned<HexTask
             }
         })
         .collect()
-}
-
-/// What a job needs, by plan: memory per worker and in the coordinator, and the
-/// data moved between them.
-pub fn estimate(h: &HexSpec) -> ResourceEstimate {
-    if h.staged() {
-        // The graph's build is the stage that needs the most.
-        return staged::estimate(h, 1);
-    }
-    let side = h.side as u64;
-    let states = hex::estimated_state_count(h.side);
-    let steps = side * side.saturating_sub(1);
-    let graph = states * GRAPH_BYTES_PER_STATE;
-    let vector = states * stride(h.side) * 4;
-    let (base, shard, coordinator, traffic) = match h.plan {
-        // Input, output and the decoded copy; the coordinator keeps the previous
-        // stage and assembles the current one (about half of each is zero runs).
-        HexPlan::CellStep => (
-            graph + 3 * vector,
-            0,
-            vector,
-            steps * vector / 2 * (ESTIMATE_WORKERS + 1),
-        ),
-        // The graph, shared; each shard an in-place vector of one lane per
-        // point (a power of two) and two checkpoints of it (one being sent,
-        // the next being made: measured at side 17), plus the pass's private
-        // buffers. The coordinator holds a checkpoint as it arrives.
-        HexPlan::Points => {
-            let lanes = (points_per_shard(h) as u64).next_power_of_two();
-            let vector = states * lanes * 4;
-            (graph, 3 * vector + (20 << 20), vector, 1 << 20)
-        }
-    };
-    ResourceEstimate {
-        subject: format!("hex side {} with the {} plan", h.side, h.plan.name()),
-        worker_base_bytes: base,
-        shard_bytes: shard,
-        coordinator_memory_bytes: coordinator,
-        traffic_bytes: traffic,
-        largest_output_bytes: 0,
-        advice: match h.plan {
-            HexPlan::CellStep => "use the points plan",
-            // The graph alone grows past a worker at side 19; one slot a
-            // worker saves a pass vector.
-            HexPlan::Points => "run it on workers with that much memory (one slot each needs less)",
-        },
-    }
 }
 
 /// Alters a result the way a faulty machine might (see [`FaultInjection`]).

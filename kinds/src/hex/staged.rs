@@ -8,24 +8,14 @@
 
 use std::sync::Arc;
 
-use crate::kind::{Outcome, Planned, ResourceEstimate, ShardRun};
+use crate::kind::{Outcome, Planned, ShardRun};
 use crate::{MemorySpill, Result, Spill, StageOutput, Stored, invalid};
 use tally_kernels::hex;
 
-use super::{
-    GRAPH_BYTES_PER_STATE, HexInput, HexPartial, HexSpec, HexTask, POINTS_PER_SHARD,
-    points_per_shard,
-};
+use super::{HexInput, HexPartial, HexSpec, HexTask};
 
 /// The stage of the point shards; the graph is built in the one before.
 pub(super) const POINTS_STAGE: u32 = 2;
-
-/// The spilled form's size against the graph in memory (it keeps no state
-/// orders; measured at side 17: 1,212 MB against 1,691 MB).
-const SPILLED_PER_GRAPH: f64 = 0.72;
-
-/// The build's peak above the finished graph (see the kernel's `graph`).
-const BUILD_PEAK: f64 = 1.1;
 
 /// Stage 1: one shard that builds the graph.
 pub(super) fn build_shards(h: &HexSpec) -> Vec<Planned<HexTask>> {
@@ -76,45 +66,4 @@ pub(super) fn open_graph(h: &HexSpec, stored: Arc<dyn Stored>) -> Result<HexInpu
         ));
     }
     Ok(HexInput::Graph(graph))
-}
-
-/// What each stage needs: the build, the graph (once); a point shard, its
-/// vector three times (as a shard of the graph in memory: the vector, a
-/// checkpoint being sent and the next) and its buffers, over an index of the
-/// graph that its worker shares between shards.
-pub(super) fn estimate(h: &HexSpec, stage: u32) -> ResourceEstimate {
-    let states = hex::estimated_state_count(h.side);
-    let graph = states * GRAPH_BYTES_PER_STATE;
-    let spilled = (graph as f64 * SPILLED_PER_GRAPH) as u64;
-    if stage < POINTS_STAGE {
-        return ResourceEstimate {
-            subject: format!(
-                "hex side {} with the points plan and its graph as stage data (the graph's build)",
-                h.side
-            ),
-            worker_base_bytes: (graph as f64 * BUILD_PEAK) as u64,
-            shard_bytes: 0,
-            coordinator_memory_bytes: 0,
-            traffic_bytes: spilled,
-            largest_output_bytes: spilled,
-            advice: "build the graph on a worker with that much memory",
-        };
-    }
-    let lanes = (points_per_shard(h).min(POINTS_PER_SHARD) as u64).next_power_of_two();
-    let vector = states * lanes * 4;
-    // The index: the tiles' starts and the blocks' chunk offsets, a few
-    // words an occupancy pattern.
-    let index = (16u64 << h.side) + (1 << 20);
-    ResourceEstimate {
-        subject: format!(
-            "hex side {} with the points plan and its graph as stage data",
-            h.side
-        ),
-        worker_base_bytes: index,
-        shard_bytes: 3 * vector + (20 << 20),
-        coordinator_memory_bytes: vector,
-        traffic_bytes: spilled * super::ESTIMATE_WORKERS,
-        largest_output_bytes: 0,
-        advice: "run it on workers with that much memory (one slot each needs less)",
-    }
 }

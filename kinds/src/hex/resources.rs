@@ -1,0 +1,170 @@
+//! What a hex job needs (memory per worker and in the coordinator, the data
+//! moved), and the job fitted to its workers' memory: where the graph is and
+//! how many points a shard evaluates.
+
+use crate::kind::ResourceEstimate;
+use tally_kernels::hex;
+
+use super::{HexGraphPlace, HexPlan, HexSpec, POINTS_PER_SHARD, points_per_shard, staged, stride};
+
+/// Measured size of the state graph per frontier state (states, the per-column
+/// transition lists and their offsets).
+const GRAPH_BYTES_PER_STATE: u64 = 125;
+/// Workers assumed when estimating traffic.
+const ESTIMATE_WORKERS: u64 = 2;
+/// A staged graph's spilled form against the graph in memory (it keeps no
+/// state orders; measured at side 17: 1,212 MB against 1,691 MB).
+const SPILLED_PER_GRAPH: f64 = 0.72;
+/// The build's peak above the finished graph (see the kernel's `graph`).
+const BUILD_PEAK: f64 = 1.1;
+
+/// The spec fitted to workers of `budget` bytes and a coordinator that takes
+/// shard outputs of at most `output_limit` bytes (see
+/// [`crate::kind::JobKind::fit_to_budget`]).
+pub(super) fn fitted(h: &HexSpec, budget: u64, output_limit: Option<u64>) -> HexSpec {
+    if h.plan != HexPlan::Points {
+        return h.clone();
+    }
+    let with = |graph: HexGraphPlace, points: u32| HexSpec {
+        graph,
+        points_per_shard: points,
+        ..h.clone()
+    };
+    // What a worker needs for the point shards.
+    let shards_need = |spec: &HexSpec| match spec.graph {
+        HexGraphPlace::Stage => staged_estimate(spec, staged::POINTS_STAGE),
+        _ => estimate(spec),
+    };
+    // The points a shard with the graph at `graph`: those the spec
+    // chose, or the most (a pass of more points costs less a point: 8
+    // cost 1.19 times 16 a point at side 15) such that the worker with
+    // the budget holds two shards, else one point if it holds one shard;
+    // none if not even that fits, or the staged graph's build does not,
+    // or the coordinator cannot take the graph as a shard's output.
+    let staged_build = estimate(&with(HexGraphPlace::Stage, 1));
+    let staged_output_fits =
+        output_limit.is_none_or(|limit| staged_build.largest_output_bytes <= limit);
+    let points_for = |graph: HexGraphPlace| -> Option<u32> {
+        let stage = graph == HexGraphPlace::Stage;
+        if stage && (staged_build.smallest_worker_bytes() > budget || !staged_output_fits) {
+            return None;
+        }
+        let fits_one = |p: u32| shards_need(&with(graph, p)).smallest_worker_bytes() <= budget;
+        if h.points_per_shard != 0 {
+            return fits_one(h.points_per_shard).then_some(h.points_per_shard);
+        }
+        [16, 8, 4, 2]
+            .into_iter()
+            .find(|&p| shards_need(&with(graph, p)).worker_memory_bytes() <= budget)
+            .or_else(|| fits_one(1).then_some(1))
+    };
+    let graph = match h.graph {
+        // The staged graph where it gives a shard more points (fewer
+        // passes over the graph) or where no worker holds the graph;
+        // when nothing fits, the staged job's smaller need is the one the
+        // refusal gives, unless the coordinator could not take its graph.
+        HexGraphPlace::Auto => match (
+            points_for(HexGraphPlace::Worker),
+            points_for(HexGraphPlace::Stage),
+        ) {
+            (Some(worker), Some(stage)) if stage > worker => HexGraphPlace::Stage,
+            (Some(_), _) => HexGraphPlace::Worker,
+            (None, _) if staged_output_fits => HexGraphPlace::Stage,
+            (None, _) => HexGraphPlace::Worker,
+        },
+        chosen => chosen,
+    };
+    let points = match h.points_per_shard {
+        0 => points_for(graph).unwrap_or(1),
+        chosen => chosen,
+    };
+    with(graph, points)
+}
+
+/// What a job needs, by plan: memory per worker and in the coordinator, and the
+/// data moved between them.
+pub fn estimate(h: &HexSpec) -> ResourceEstimate {
+    if h.staged() {
+        // The graph's build is the stage that needs the most.
+        return staged_estimate(h, 1);
+    }
+    let side = h.side as u64;
+    let states = hex::estimated_state_count(h.side);
+    let steps = side * side.saturating_sub(1);
+    let graph = states * GRAPH_BYTES_PER_STATE;
+    let vector = states * stride(h.side) * 4;
+    let (base, shard, coordinator, traffic) = match h.plan {
+        // Input, output and the decoded copy; the coordinator keeps the previous
+        // stage and assembles the current one (about half of each is zero runs).
+        HexPlan::CellStep => (
+            graph + 3 * vector,
+            0,
+            vector,
+            steps * vector / 2 * (ESTIMATE_WORKERS + 1),
+        ),
+        // The graph, shared; each shard an in-place vector of one lane per
+        // point (a power of two) and two checkpoints of it (one being sent,
+        // the next being made: measured at side 17), plus the pass's private
+        // buffers. The coordinator holds a checkpoint as it arrives.
+        HexPlan::Points => {
+            let lanes = (points_per_shard(h) as u64).next_power_of_two();
+            let vector = states * lanes * 4;
+            (graph, 3 * vector + (20 << 20), vector, 1 << 20)
+        }
+    };
+    ResourceEstimate {
+        subject: format!("hex side {} with the {} plan", h.side, h.plan.name()),
+        worker_base_bytes: base,
+        shard_bytes: shard,
+        coordinator_memory_bytes: coordinator,
+        traffic_bytes: traffic,
+        largest_output_bytes: 0,
+        advice: match h.plan {
+            HexPlan::CellStep => "use the points plan",
+            // The graph alone grows past a worker at side 19; one slot a
+            // worker saves a pass vector.
+            HexPlan::Points => "run it on workers with that much memory (one slot each needs less)",
+        },
+    }
+}
+
+/// What each stage needs: the build, the graph (once); a point shard, its
+/// vector three times (as a shard of the graph in memory: the vector, a
+/// checkpoint being sent and the next) and its buffers, over an index of the
+/// graph that its worker shares between shards.
+pub(super) fn staged_estimate(h: &HexSpec, stage: u32) -> ResourceEstimate {
+    let states = hex::estimated_state_count(h.side);
+    let graph = states * GRAPH_BYTES_PER_STATE;
+    let spilled = (graph as f64 * SPILLED_PER_GRAPH) as u64;
+    if stage < staged::POINTS_STAGE {
+        return ResourceEstimate {
+            subject: format!(
+                "hex side {} with the points plan and its graph as stage data (the graph's build)",
+                h.side
+            ),
+            worker_base_bytes: (graph as f64 * BUILD_PEAK) as u64,
+            shard_bytes: 0,
+            coordinator_memory_bytes: 0,
+            traffic_bytes: spilled,
+            largest_output_bytes: spilled,
+            advice: "build the graph on a worker with that much memory",
+        };
+    }
+    let lanes = (points_per_shard(h).min(POINTS_PER_SHARD) as u64).next_power_of_two();
+    let vector = states * lanes * 4;
+    // The index: the tiles' starts and the blocks' chunk offsets, a few
+    // words an occupancy pattern.
+    let index = (16u64 << h.side) + (1 << 20);
+    ResourceEstimate {
+        subject: format!(
+            "hex side {} with the points plan and its graph as stage data",
+            h.side
+        ),
+        worker_base_bytes: index,
+        shard_bytes: 3 * vector + (20 << 20),
+        coordinator_memory_bytes: vector,
+        traffic_bytes: spilled * ESTIMATE_WORKERS,
+        largest_output_bytes: 0,
+        advice: "run it on workers with that much memory (one slot each needs less)",
+    }
+}

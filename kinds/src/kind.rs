@@ -211,12 +211,7 @@ pub trait JobKind: Send + Sync + 'static {
         spec: &Self::Spec,
         parts: Vec<Arc<dyn Stored>>,
     ) -> Result<Self::StageInput> {
-        let bytes = parts
-            .iter()
-            .map(|part| part.read_range(0..part.len()))
-            .collect::<Result<Vec<_>>>()?;
-        let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
-        Self::decode_stage_inputs(spec, &slices)
+        decode_in_memory::<Self>(spec, &parts)
     }
     /// The stages older than `stage - 1` whose output the shards of `stage` or
     /// of a later stage still read: the coordinator keeps them (in its store)
@@ -462,6 +457,20 @@ impl ResourceEstimate {
             format_bytes(self.traffic_bytes)
         )
     }
+}
+
+/// [`JobKind::decode_stage_inputs`] of `parts` read whole into memory: what
+/// [`JobKind::decode_stored_inputs`] does unless a kind reads from files.
+pub fn decode_in_memory<K: JobKind + ?Sized>(
+    spec: &K::Spec,
+    parts: &[Arc<dyn Stored>],
+) -> Result<K::StageInput> {
+    let bytes = parts
+        .iter()
+        .map(|part| part.read_range(0..part.len()))
+        .collect::<Result<Vec<_>>>()?;
+    let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+    K::decode_stage_inputs(spec, &slices)
 }
 
 pub fn format_bytes(bytes: u64) -> String {

@@ -294,13 +294,16 @@ fn stride(side: u32) -> u64 {
 }
 
 /// The state graph of `side`, built once per process with all cores: the other
+/// The cores a graph is built with: all of the process's (a build is
+/// needed before any shard of the worker can go on).
+pub(super) fn all_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// shards of the worker wait for it.
 pub(super) fn graph(cache: &KernelCache, side: u32) -> Result<Arc<hex::HexGraph>> {
     cache.get_or_build(&side.to_string(), CACHED_GRAPHS, || {
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
-        hex::HexGraph::build_parallel(side, threads)
+        hex::HexGraph::build_parallel(side, all_cores())
     })
 }
 
@@ -523,18 +526,11 @@ impl JobKind for Hex {
         h.staged().then_some(0)
     }
 
+    /// A staged graph is opened where it is; polynomials are read whole.
     fn decode_stored_inputs(h: &HexSpec, parts: Vec<Arc<dyn Stored>>) -> Result<HexInput> {
-        match (h.staged(), <[_; 1]>::try_from(parts)) {
-            (true, Ok([graph])) => staged::open_graph(h, graph),
-            (_, Ok(parts)) => {
-                let bytes = parts.map(|part| part.read_range(0..part.len()));
-                let [bytes] = bytes;
-                Self::decode_stage_inputs(h, &[&bytes?])
-            }
-            (_, Err(parts)) => Err(invalid!(
-                "a hex shard reads one stage output, not {}",
-                parts.len()
-            )),
+        match parts.as_slice() {
+            [graph] if h.staged() => staged::open_graph(h, graph.clone()),
+            _ => crate::kind::decode_in_memory::<Self>(h, &parts),
         }
     }
 

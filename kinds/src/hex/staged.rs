@@ -36,8 +36,7 @@ pub(super) fn build_graph(
         return Err(invalid!("hex graph shard does not belong to this job"));
     }
     run.control.check()?;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let graph = hex::HexGraph::build_parallel(side, threads)?;
+    let graph = hex::HexGraph::build_parallel(side, super::all_cores())?;
     run.control.check()?;
     let mut in_memory = MemorySpill::default();
     let spill: &mut dyn Spill = match run.room.as_mut() {

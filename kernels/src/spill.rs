@@ -34,6 +34,11 @@ pub trait Spill: Send {
     /// The ended run `run` as bytes that outlive the spill: a shard's output
     /// written as a run, handed on without being read into memory.
     fn keep_run(&self, run: u32) -> Result<Arc<dyn Stored>>;
+    /// The spill no longer holds run `run` (reading it through the spill is
+    /// then an error): its bytes live on in the handles [`Spill::keep_run`]
+    /// gave, and their room is freed with the last of them. For runs made
+    /// over and over by one shard (a pass's checkpoints).
+    fn release_run(&mut self, run: u32) -> Result<()>;
 }
 
 /// What a shard hands to the next stage: bytes in memory, or (for an output
@@ -461,9 +466,19 @@ impl Room<'_> {
 /// place on disk (the kernel alone).
 #[derive(Default)]
 pub struct MemorySpill {
-    runs: Vec<Vec<u8>>,
+    /// The runs, `None` once released.
+    runs: Vec<Option<Vec<u8>>>,
     open: Vec<u8>,
     written: u64,
+}
+
+impl MemorySpill {
+    fn run(&self, run: u32) -> Result<&Vec<u8>> {
+        self.runs
+            .get(run as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| Error::Internal(format!("spill: no run {run}")))
+    }
 }
 
 impl Spill for MemorySpill {
@@ -474,19 +489,12 @@ impl Spill for MemorySpill {
     }
 
     fn end_run(&mut self) -> Result<u32> {
-        self.runs.push(std::mem::take(&mut self.open));
+        self.runs.push(Some(std::mem::take(&mut self.open)));
         Ok(self.runs.len() as u32 - 1)
     }
 
     fn read_at(&self, run: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let run = self
-            .runs
-            .get(run as usize)
-            .ok_or_else(|| Error::Internal(format!("spill: no run {run}")))?;
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(run.len());
-        let n = buf.len().min(run.len() - start);
-        buf[..n].copy_from_slice(&run[start..start + n]);
-        Ok(n)
+        self.run(run)?.read_at(offset, buf)
     }
 
     fn bytes_written(&self) -> u64 {
@@ -494,11 +502,13 @@ impl Spill for MemorySpill {
     }
 
     fn keep_run(&self, run: u32) -> Result<Arc<dyn Stored>> {
-        let run = self
-            .runs
-            .get(run as usize)
-            .ok_or_else(|| Error::Internal(format!("spill: no run {run}")))?;
-        Ok(Arc::new(run.clone()))
+        Ok(Arc::new(self.run(run)?.clone()))
+    }
+
+    fn release_run(&mut self, run: u32) -> Result<()> {
+        self.run(run)?;
+        self.runs[run as usize] = None;
+        Ok(())
     }
 }
 
@@ -538,17 +548,23 @@ pub trait Stored: Send + Sync {
         self.len() == 0
     }
 
+    /// Fills `buf` from `offset`, all of it; an error if the bytes end first.
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match self.read_at(offset + filled as u64, &mut buf[filled..])? {
+                0 => return Err(too_far(offset + buf.len() as u64)),
+                n => filled += n,
+            }
+        }
+        Ok(())
+    }
+
     /// The bytes `range`, read into memory; an error if they run past the end.
     fn read_range(&self, range: std::ops::Range<u64>) -> Result<Vec<u8>> {
         let len = range.end.saturating_sub(range.start);
         let mut bytes = vec![0; usize::try_from(len).map_err(|_| too_far(range.end))?];
-        let mut filled = 0;
-        while filled < bytes.len() {
-            match self.read_at(range.start + filled as u64, &mut bytes[filled..])? {
-                0 => return Err(too_far(range.end)),
-                n => filled += n,
-            }
-        }
+        self.read_exact_at(range.start, &mut bytes)?;
         Ok(bytes)
     }
 }

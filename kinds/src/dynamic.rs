@@ -36,7 +36,8 @@ pub type StageInput = Arc<dyn Any + Send + Sync>;
 /// What a running shard has at hand besides its task (see [`ShardRun`]).
 pub struct ShardContext<'a> {
     pub input: Option<&'a StageInput>,
-    pub checkpoint: &'a [u8],
+    /// See [`ShardRun::checkpoint`].
+    pub checkpoint: &'a dyn Stored,
     pub cache: &'a KernelCache,
     pub control: &'a Control,
     pub checkpoint_every: Duration,

@@ -142,7 +142,7 @@ impl JobKind for Kayles {
         let mut series = if run.checkpoint.is_empty() {
             kayles::CharacterSeries::new(spec.pins, spec.digits, character)?
         } else {
-            let words = bytes_to_u64s(run.checkpoint)?;
+            let words = bytes_to_u64s(&run.checkpoint_bytes()?)?;
             kayles::CharacterSeries::restore(spec.pins, spec.digits, character, &words)?
         };
         let mut last_checkpoint = std::time::Instant::now();
@@ -152,7 +152,7 @@ impl JobKind for Kayles {
             if !series.is_done() && last_checkpoint.elapsed() >= run.checkpoint_every {
                 last_checkpoint = std::time::Instant::now();
                 run.checkpoint(Checkpoint {
-                    state: u64s_to_bytes(&series.checkpoint()),
+                    state: u64s_to_bytes(&series.checkpoint()).into(),
                     partial: None,
                     work_done: work(series.computed() as u64),
                 });

@@ -367,17 +367,23 @@ pub struct Outcome<P> {
 /// A resumable state of a running shard and the partial result it stands for.
 #[derive(Debug)]
 pub struct Checkpoint<P> {
-    pub state: Vec<u8>,
+    /// The state to resume from: bytes, or (a state too large to copy) a
+    /// run of the shard's spill, which the worker sends from its file.
+    pub state: StageOutput,
     pub partial: Option<P>,
     pub work_done: u64,
 }
+
+/// The checkpoint of a shard that has none.
+pub static NO_CHECKPOINT: Vec<u8> = Vec::new();
 
 /// What a running shard has at hand besides its task.
 pub struct ShardRun<'a, I, P> {
     /// What [`JobKind::stage_reads`] named, decoded, when it named anything.
     pub input: Option<&'a I>,
-    /// The last accepted checkpoint of an earlier attempt, or empty.
-    pub checkpoint: &'a [u8],
+    /// The last accepted checkpoint's state of an earlier attempt, or empty:
+    /// in memory, or (a large one) in a file of the worker's spill directory.
+    pub checkpoint: &'a dyn Stored,
     pub cache: &'a KernelCache,
     /// Cancellation and the live work counter.
     pub control: &'a Control,
@@ -390,6 +396,12 @@ pub struct ShardRun<'a, I, P> {
 }
 
 impl<I, P> ShardRun<'_, I, P> {
+    /// The last accepted checkpoint's state, read whole (for kinds whose
+    /// states are small).
+    pub fn checkpoint_bytes(&self) -> Result<Vec<u8>> {
+        self.checkpoint.read_range(0..self.checkpoint.len())
+    }
+
     /// Hands a checkpoint to the worker.
     pub fn checkpoint(&mut self, checkpoint: Checkpoint<P>) {
         (self.on_checkpoint)(checkpoint)

@@ -32,7 +32,7 @@ pub fn run_locally<K: JobKind>(
             };
             let mut run = ShardRun {
                 input: None,
-                checkpoint: &[],
+                checkpoint: &crate::kind::NO_CHECKPOINT,
                 cache: &cache,
                 control,
                 checkpoint_every: CHECKPOINT_EVERY,

@@ -276,7 +276,7 @@ impl ValidSpec {
             task,
             ShardContext {
                 input: None,
-                checkpoint: &[],
+                checkpoint: &crate::kind::NO_CHECKPOINT,
                 cache,
                 control,
                 checkpoint_every: crate::kind::CHECKPOINT_EVERY,

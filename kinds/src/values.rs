@@ -111,7 +111,7 @@ pub struct PlannedShard {
 /// and the partial result it stands for.
 #[derive(Debug)]
 pub struct ShardEvent {
-    pub state: Vec<u8>,
+    pub state: StageOutput,
     pub partial: Option<EncodedPartial>,
     pub work_done: u64,
 }

@@ -381,7 +381,7 @@ impl JobKind for Wasm {
             Ok(Loaded(runtime.load(&bytes)?))
         })?;
         let params = spec.params.join("\n");
-        let state = run.checkpoint.to_vec();
+        let state = run.checkpoint_bytes()?;
         let call = GuestCall {
             shard: task.shard,
             shards: spec.shards,
@@ -656,7 +656,7 @@ impl GuestHooks for Hooks<'_, '_> {
         self.last_checkpoint = Some(Instant::now());
         let work_done = self.reported;
         self.run.checkpoint(Checkpoint {
-            state: state.to_vec(),
+            state: state.to_vec().into(),
             partial: None,
             work_done,
         });
@@ -918,11 +918,12 @@ mod tests {
         };
         let control = Control::new();
         let mut checkpoints = Vec::new();
-        let mut on_checkpoint =
-            |c: Checkpoint<WasmPartial>| checkpoints.push((c.state, c.work_done));
+        let mut on_checkpoint = |c: Checkpoint<WasmPartial>| {
+            checkpoints.push((c.state.into_bytes().unwrap(), c.work_done))
+        };
         let mut run = ShardRun {
             input: None,
-            checkpoint: state,
+            checkpoint: &state.to_vec(),
             cache,
             control: &control,
             checkpoint_every: every,

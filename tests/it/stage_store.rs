@@ -447,7 +447,7 @@ fn compute_here(
             task,
             ShardContext {
                 input,
-                checkpoint: &[],
+                checkpoint: &tally_kinds::kind::NO_CHECKPOINT,
                 cache: &tally_kinds::cache::KernelCache::new(),
                 control: &Control::new(),
                 checkpoint_every: Duration::from_secs(3600),

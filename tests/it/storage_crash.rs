@@ -250,7 +250,8 @@ fn compute(
                 control: &Control::new(),
                 checkpoint_every: Duration::ZERO,
                 on_event: &mut |event| {
-                    checkpoints.push((event.state, event.partial, event.work_done));
+                    let state = event.state.into_bytes().expect("a state in memory");
+                    checkpoints.push((state, event.partial, event.work_done));
                 },
                 room: None,
             },

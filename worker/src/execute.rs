@@ -16,7 +16,7 @@ use tally_kinds::{Error as CommonError, Result as CommonResult, Room, Spill, Sta
 use tally_stage::store::PARALLEL_READS;
 use tally_stage::{BlobRef, StageError, StageStore, blob_key};
 use tally_wire::lease::LeaseId;
-use tally_wire::limits::MAX_REPORT_OUTPUT_BYTES;
+use tally_wire::limits::{INLINE_CHECKPOINT_BYTES, MAX_REPORT_OUTPUT_BYTES};
 use tally_wire::proto;
 use tokio::sync::{mpsc, oneshot};
 
@@ -58,17 +58,20 @@ pub(crate) async fn compute_shard(
         let store = stage_store.as_ref().ok_or_else(|| {
             StageError::InvalidConfig("a checkpoint blob, and no stage store to read it".into())
         })?;
-        checkpoint_from_store(store, blob, &lease.lease_id, &handle.control).await?
+        checkpoint_from_store(ctx, store, blob, &lease.lease_id, &handle.control).await?
     } else if lease.checkpoint_bytes > 0 && lease.checkpoint.is_empty() {
+        let mut into = ctx.spill.gathering(Some(INLINE_CHECKPOINT_BYTES as u64));
         fetch_checkpoint(
             ctx,
             &lease.lease_id,
             lease.checkpoint_bytes,
             &handle.control,
+            &mut into,
         )
-        .await?
+        .await?;
+        into.finish()?.0
     } else {
-        lease.checkpoint.clone()
+        Arc::new(lease.checkpoint.clone())
     };
     let (checkpoints, forwarder) =
         reports::forward_checkpoints(ctx.clone(), lease.lease_id.clone(), handle.clone());
@@ -173,25 +176,44 @@ async fn output_in_memory(output: StageOutput) -> Result<Vec<u8>> {
         .map_err(Into::into)
 }
 
-/// The checkpoint of a lease in the stage store. One that is missing or
-/// fails its digest is refused: the shard starts from the beginning.
+/// The checkpoint of a lease in the stage store, read in pieces (each
+/// checked) a few at a time; one larger than a report's checkpoint goes to a
+/// file of the spill directory instead of memory (a hex pass vector is
+/// gigabytes: the shard holds its own vector, not a copy of it besides). One
+/// that is missing or fails its checks is refused: the shard starts from the
+/// beginning.
 async fn checkpoint_from_store(
+    ctx: &Context,
     store: &StageStore,
     blob: &proto::BlobRef,
     lease_id: &str,
     control: &tally_kinds::Control,
-) -> Result<Vec<u8>> {
+) -> Result<Arc<dyn Stored>> {
     let blob = BlobRef::try_from(blob)?;
-    match store.read(&blob, control).await {
-        Ok(state) => {
-            tracing::info!(lease = %lease_id, bytes = state.len(), "checkpoint read from the stage store; resuming from it");
+    let mut into = ctx.spill.gathering(Some(INLINE_CHECKPOINT_BYTES as u64));
+    let read = async {
+        let (index, range) = store.locate(&blob, None, control).await?;
+        let pieces: Vec<_> = (range.start..range.end)
+            .step_by(READ_PIECE as usize)
+            .map(|at| store.read_range(&blob, &index, at..range.end.min(at + READ_PIECE), control))
+            .collect();
+        let mut pieces = futures::stream::iter(pieces).buffered(PARALLEL_READS);
+        while let Some(piece) = pieces.next().await {
+            into.push(&piece?)?;
+        }
+        Ok::<_, WorkerError>(())
+    };
+    match read.await {
+        Ok(()) => {
+            let (state, in_file) = into.finish()?;
+            tracing::info!(lease = %lease_id, in_file, bytes = state.len(), "checkpoint read from the stage store; resuming from it");
             Ok(state)
         }
-        Err(e @ StageError::Corrupt { .. }) => {
+        Err(WorkerError::Stage(e @ StageError::Corrupt { .. })) => {
             tracing::warn!(lease = %lease_id, error = %e, "checkpoint refused; computing the shard from the beginning");
-            Ok(Vec::new())
+            Ok(Arc::new(Vec::new()))
         }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     }
 }
 
@@ -201,7 +223,7 @@ struct Kernel {
     task: EncodedTask,
     input: Option<StageInput>,
     /// The last accepted checkpoint of an earlier attempt, or empty.
-    checkpoint: Vec<u8>,
+    checkpoint: Arc<dyn Stored>,
     cache: Arc<KernelCache>,
     handle: Arc<ShardHandle>,
     checkpoint_every: Duration,
@@ -242,7 +264,7 @@ impl Kernel {
             &self.task,
             ShardContext {
                 input: self.input.as_ref(),
-                checkpoint: &self.checkpoint,
+                checkpoint: &*self.checkpoint,
                 cache: &self.cache,
                 control: &self.handle.control,
                 checkpoint_every: self.checkpoint_every,
@@ -738,7 +760,7 @@ async fn recompute(
         spec: spec.clone(),
         task,
         input,
-        checkpoint: Vec::new(),
+        checkpoint: Arc::new(Vec::new()),
         cache: ctx.config.kernel_cache.clone(),
         handle: handle.clone(),
         checkpoint_every: ctx.config.checkpoint_interval,

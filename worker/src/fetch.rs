@@ -5,7 +5,6 @@
 
 use tally_kinds::Error as CommonError;
 use tally_kinds::kind::StageRead;
-use tally_wire::limits::MAX_CHECKPOINT_BYTES;
 use tally_wire::proto;
 
 use crate::backoff::Backoff;
@@ -14,42 +13,58 @@ use crate::error::Result;
 use crate::spill::Gathering;
 
 /// The checkpoint a lease starts from when it was too large to come with the
-/// lease: fetched in chunks, retried as stage data is. The size the lease
-/// announced bounds what is read.
+/// lease: fetched in chunks, retried as stage data is, into `into` (a file
+/// when it is large: see [`Gathering`]). The size the lease announced bounds
+/// what is read.
 pub(crate) async fn fetch_checkpoint(
     ctx: &Context,
     lease_id: &str,
     announced: u64,
     control: &tally_kinds::Control,
-) -> Result<Vec<u8>> {
-    let data = with_retries(ctx, control, "checkpoint", |session| async move {
+    into: &mut Gathering,
+) -> Result<()> {
+    let into = std::sync::Mutex::new(into);
+    let into = &into;
+    with_retries(ctx, control, "checkpoint", |session| async move {
         let request = proto::FetchCheckpointRequest {
             worker_id: ctx.config.worker_id.clone(),
             session,
             lease_id: lease_id.to_string(),
         };
+        // A retry starts again.
+        let gather = |bytes: &[u8]| {
+            let mut into = into.lock().expect("the checkpoint is not shared");
+            match bytes.is_empty() {
+                true => into.truncate(0),
+                false => into.push(bytes),
+            }
+        };
+        if let Err(e) = gather(&[]) {
+            return Ok(Err(e));
+        }
         let mut stream = ctx.client().fetch_checkpoint(request).await?.into_inner();
-        let mut data = Vec::with_capacity(announced.min(MAX_CHECKPOINT_BYTES as u64) as usize);
+        let mut len = 0;
         while let Some(chunk) = stream.message().await? {
-            if (data.len() + chunk.data.len()) as u64 > announced {
+            len += chunk.data.len() as u64;
+            if len > announced {
                 return Err(tonic::Status::data_loss(format!(
                     "the checkpoint of {lease_id} is longer than the {announced} bytes announced"
                 )));
             }
-            data.extend_from_slice(&chunk.data);
+            if let Err(e) = gather(&chunk.data) {
+                return Ok(Err(e));
+            }
         }
-        Ok(data)
+        if len != announced {
+            return Err(tonic::Status::data_loss(format!(
+                "the checkpoint of {lease_id} has {len} bytes, {announced} announced"
+            )));
+        }
+        Ok(Ok(()))
     })
-    .await?;
-    if data.len() as u64 != announced {
-        return Err(tonic::Status::data_loss(format!(
-            "the checkpoint of {lease_id} has {} bytes, {announced} announced",
-            data.len()
-        ))
-        .into());
-    }
+    .await??;
     tracing::info!(lease = %lease_id, bytes = announced, "checkpoint fetched; resuming from it");
-    Ok(data)
+    Ok(())
 }
 
 /// Makes the attachment (a wasm module) with this SHA-256 available to the

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use tally_kinds::Error as CommonError;
+use tally_kinds::{Error as CommonError, StageOutput};
 use tally_stage::{StageStore, blob_key};
 use tally_wire::lease::LeaseId;
-use tally_wire::limits::{INLINE_CHECKPOINT_BYTES, OUTPUT_CHUNK};
+use tally_wire::limits::{INLINE_CHECKPOINT_BYTES, MAX_CHECKPOINT_BYTES, OUTPUT_CHUNK};
 use tally_wire::proto::{self, batched_report::Ending as BatchedEnding, report_message::Body};
 use tokio::sync::mpsc;
 
@@ -19,8 +19,9 @@ use crate::error::WorkerError;
 
 /// A resumable state of a running shard, encoded for the wire.
 pub(crate) struct Checkpoint {
-    /// The state, or empty when it is in the stage store.
-    pub state: Vec<u8>,
+    /// The state, in memory or in a file of the shard's spill; empty when
+    /// it is in the stage store.
+    pub state: StageOutput,
     pub state_blob: Option<proto::BlobRef>,
     /// The encoded partial result the state stands for.
     pub partial: Vec<u8>,
@@ -180,14 +181,16 @@ impl Iterator for Messages {
 }
 
 /// A checkpoint's messages: a state larger than one chunk goes in chunks.
-fn checkpoint_body(mut checkpoint: Checkpoint) -> Messages {
-    let chunked = if checkpoint.state.len() > OUTPUT_CHUNK {
-        std::mem::take(&mut checkpoint.state)
+/// The report of a checkpoint whose state is `state` (the checkpoint's own
+/// read into memory, or none when it is in the stage store).
+fn checkpoint_body(checkpoint: Checkpoint, state: Vec<u8>) -> Messages {
+    let (chunked, state) = if state.len() > OUTPUT_CHUNK {
+        (state, Vec::new())
     } else {
-        Vec::new()
+        (Vec::new(), state)
     };
     let last = Body::Checkpoint(proto::ReportCheckpoint {
-        state: checkpoint.state,
+        state,
         partial: checkpoint.partial,
         work_done: checkpoint.work_done,
         state_blob: checkpoint.state_blob,
@@ -303,7 +306,7 @@ pub(crate) fn forward_checkpoints(
             while let Ok(newer) = checkpoints.try_recv() {
                 checkpoint = newer;
             }
-            if checkpoint.state.len() > INLINE_CHECKPOINT_BYTES
+            if checkpoint.state.len() > INLINE_CHECKPOINT_BYTES as u64
                 && let Ok(Some(store)) = ctx.stage_store()
             {
                 uploaded += 1;
@@ -316,7 +319,30 @@ pub(crate) fn forward_checkpoints(
                     continue;
                 }
             }
-            match send_report(&ctx, &lease_id, checkpoint_body(checkpoint)).await {
+            // In memory for the report: read from its file only where there
+            // is no stage store to send it to.
+            let state = match std::mem::take(&mut checkpoint.state) {
+                StageOutput::Bytes(bytes) => bytes,
+                StageOutput::Stored(stored) if stored.len() > MAX_CHECKPOINT_BYTES as u64 => {
+                    tracing::debug!(lease = %lease_id, bytes = stored.len(), "checkpoint larger than a report carries, and no stage store: not sent");
+                    continue;
+                }
+                StageOutput::Stored(stored) => {
+                    let read =
+                        tokio::task::spawn_blocking(move || stored.read_range(0..stored.len()))
+                            .await
+                            .map_err(|e| CommonError::Internal(e.to_string()))
+                            .and_then(|read| read);
+                    match read {
+                        Ok(bytes) => bytes,
+                        Err(e) => {
+                            tracing::warn!(lease = %lease_id, error = %e, "checkpoint not read from the spill");
+                            continue;
+                        }
+                    }
+                }
+            };
+            match send_report(&ctx, &lease_id, checkpoint_body(checkpoint, state)).await {
                 Ok(answer) if answer.stop => handle.revoke(),
                 Ok(_) => {}
                 Err(status) if is_refusal(&status) => {
@@ -344,9 +370,12 @@ async fn to_stage_store(
 ) -> Result<(), WorkerError> {
     let lease: LeaseId = lease_id.parse()?;
     let key = blob_key(&lease, name);
-    // Handed over, not copied: a hex pass vector is gigabytes.
-    let state = std::mem::take(&mut checkpoint.state);
-    let blob = store.put(&key, state, &handle.control).await?;
+    // Handed over, not copied: a hex pass vector is gigabytes (and sent
+    // from its file when the shard wrote it to one).
+    let blob = match std::mem::take(&mut checkpoint.state) {
+        StageOutput::Bytes(state) => store.put(&key, state, &handle.control).await?,
+        StageOutput::Stored(state) => store.put_stored(&key, state, &handle.control).await?,
+    };
     checkpoint.state_blob = Some(proto::BlobRef::from(&blob));
     Ok(())
 }

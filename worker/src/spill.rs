@@ -298,7 +298,8 @@ pub(crate) struct FileSpill {
     /// Whether `dir` was made: most attempts never spill, and their end
     /// then costs no call to the file system.
     made_dir: bool,
-    runs: Vec<File>,
+    /// The runs, `None` once released.
+    runs: Vec<Option<File>>,
     open: Option<BufWriter<File>>,
     written: u64,
 }
@@ -310,6 +311,17 @@ impl FileSpill {
             self.dir.display()
         ))
     }
+
+    fn run(&self, run: u32) -> tally_kinds::Result<&File> {
+        self.runs
+            .get(run as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| Error::Internal(format!("spill: no run {run}")))
+    }
+
+    fn run_path(&self, run: u32) -> PathBuf {
+        self.dir.join(format!("run-{run}"))
+    }
 }
 
 impl Spill for FileSpill {
@@ -317,7 +329,7 @@ impl Spill for FileSpill {
         if self.open.is_none() {
             std::fs::create_dir_all(&self.dir).map_err(|e| self.failed("create it", e))?;
             self.made_dir = true;
-            let path = self.dir.join(format!("run-{}", self.runs.len()));
+            let path = self.run_path(self.runs.len() as u32);
             let file = File::options()
                 .read(true)
                 .write(true)
@@ -345,16 +357,12 @@ impl Spill for FileSpill {
                 return self.end_run();
             }
         };
-        self.runs.push(file);
+        self.runs.push(Some(file));
         Ok(self.runs.len() as u32 - 1)
     }
 
     fn read_at(&self, run: u32, offset: u64, buf: &mut [u8]) -> tally_kinds::Result<usize> {
-        let file = self
-            .runs
-            .get(run as usize)
-            .ok_or_else(|| Error::Internal(format!("spill: no run {run}")))?;
-        read_fully(file, offset, buf).map_err(|e| self.failed("read a run", e))
+        read_fully(self.run(run)?, offset, buf).map_err(|e| self.failed("read a run", e))
     }
 
     fn bytes_written(&self) -> u64 {
@@ -364,21 +372,26 @@ impl Spill for FileSpill {
     /// The run through a handle of its own: readable after the attempt's
     /// directory is removed, its disk space freed when the last handle goes.
     fn keep_run(&self, run: u32) -> tally_kinds::Result<Arc<dyn Stored>> {
-        let file = self
-            .runs
-            .get(run as usize)
-            .ok_or_else(|| Error::Internal(format!("spill: no run {run}")))?;
-        let kept = file
+        let kept = self
+            .run(run)?
             .try_clone()
             .and_then(|file| Ok((file.metadata()?.len(), file)))
             .map_err(|e| self.failed("keep a run", e));
         let (len, file) = kept?;
         Ok(Arc::new(SpooledInput {
             file,
-            path: self.dir.join(format!("run-{run}")),
+            path: self.run_path(run),
             len,
             remove: false,
         }))
+    }
+
+    /// Removes the run's file: its space is freed when the last handle that
+    /// [`Spill::keep_run`] gave is dropped.
+    fn release_run(&mut self, run: u32) -> tally_kinds::Result<()> {
+        self.run(run)?;
+        self.runs[run as usize] = None;
+        std::fs::remove_file(self.run_path(run)).map_err(|e| self.failed("remove a run", e))
     }
 }
 
@@ -420,6 +433,26 @@ mod tests {
         assert_eq!(kept.len(), 10);
         assert_eq!(kept.read_range(0..10).unwrap(), b"hello runs");
         assert!(kept.read_range(5..11).is_err(), "past its end");
+    }
+
+    #[test]
+    fn a_released_run_lives_on_in_its_kept_handle_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill_dir = SpillDir::open(dir.path(), "w").unwrap();
+        let mut spill = spill_dir.attempt();
+        spill.write(b"checkpoint").unwrap();
+        let run = spill.end_run().unwrap();
+        let kept = spill.keep_run(run).unwrap();
+        spill.release_run(run).unwrap();
+        assert!(!spill.run_path(run).exists(), "its file is removed");
+        let mut byte = [0u8];
+        assert!(spill.read_at(run, 0, &mut byte).is_err());
+        assert!(spill.keep_run(run).is_err());
+        assert!(spill.release_run(run).is_err(), "released once");
+        assert_eq!(kept.read_range(0..10).unwrap(), b"checkpoint");
+        // The runs after it are numbered on.
+        spill.write(b"next").unwrap();
+        assert_eq!(spill.end_run().unwrap(), run + 1);
     }
 
     #[test]

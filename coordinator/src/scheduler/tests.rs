@@ -890,7 +890,7 @@ pub(super) fn staged_report(s: &mut Scheduler, grant: &Grant) -> Report {
             &task,
             tally_kinds::dynamic::ShardContext {
                 input: input.as_ref(),
-                checkpoint: &[],
+                checkpoint: &tally_kinds::kind::NO_CHECKPOINT,
                 cache: &KernelCache::new(),
                 control: &Control::new(),
                 checkpoint_every: tally_kinds::kind::CHECKPOINT_EVERY,

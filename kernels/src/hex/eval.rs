@@ -26,6 +26,7 @@ use super::kernel::Isa;
 use super::tiles::Tiles;
 use crate::modular::pow_mod;
 use crate::parallel::in_rounds;
+use crate::spill::Stored;
 use crate::{Control, Result};
 
 /// Points swept together by one pass (64 bytes per state: one cache line).
@@ -71,14 +72,15 @@ impl HexGraph {
     /// each block but the last, while no thread writes the vector, it shows
     /// `after_round` where it stands; given such a [`PassPoint`]'s rounds and
     /// vector (as little-endian bytes) as `resume`, it carries on from there
-    /// to the same values.
+    /// to the same values. A vector to resume from that does not fit the
+    /// pass (its length, its rounds, a residue not below `modulus`) is refused.
     pub fn evaluate_pass(
         &self,
         xs: &[u32],
         modulus: u32,
         threads: usize,
         control: &Control,
-        resume: Option<(usize, &[u8])>,
+        resume: Option<Resume<'_>>,
         after_round: &(dyn Fn(PassPoint<'_>) + Sync),
     ) -> Result<Vec<u32>> {
         check_pass(xs, modulus);
@@ -164,7 +166,7 @@ impl HexGraph {
         let stages = &self.stages();
         let (first_round, mut home) = match resume {
             Some(resume) => {
-                resumed_vector::<NP>(home_runs, self.num_states(), stages.len(), resume)?
+                resumed_vector::<NP>(home_runs, self.num_states(), stages.len(), resume, modulus)?
             }
             None => {
                 // The vector after the top row: x^(occupied cells) at the
@@ -272,35 +274,78 @@ pub(super) fn check_pass(xs: &[u32], modulus: u32) {
     );
 }
 
-/// The vector of a pass that resumes after `resume.0` of its `rounds` rounds
-/// from `resume.1`, a [`PassPoint`]'s residues as little-endian bytes, put
-/// back into the `runs` of the first block's groups.
+/// Where a pass resumes: after `rounds_done` of its rounds, from a
+/// [`PassPoint`]'s residues as little-endian bytes: those of `vector` from
+/// byte `from` to its end (a checkpoint behind its header, in memory or in a
+/// file: it is read a chunk at a time, never whole).
+#[derive(Clone, Copy)]
+pub struct Resume<'a> {
+    pub rounds_done: usize,
+    pub vector: &'a dyn Stored,
+    pub from: u64,
+}
+
+impl<'a> Resume<'a> {
+    /// After `rounds_done` rounds, from all of `vector`.
+    pub fn new(rounds_done: usize, vector: &'a dyn Stored) -> Resume<'a> {
+        Resume {
+            rounds_done,
+            vector,
+            from: 0,
+        }
+    }
+}
+
+/// States read at a time when a pass resumes.
+const RESUME_CHUNK_STATES: usize = 1 << 14;
+
+/// The vector of a pass of `rounds` rounds that resumes from `resume`, put
+/// back into the `runs` of the first block's groups. Every residue is checked
+/// to be below `modulus`: the steps' reductions take nothing larger, and a
+/// larger one would give wrong values without a sign.
 pub(super) fn resumed_vector<const NP: usize>(
     runs: &[Range<usize>],
     num_states: usize,
     rounds: usize,
-    resume: (usize, &[u8]),
+    resume: Resume<'_>,
+    modulus: u32,
 ) -> Result<(usize, Vec<[u32; NP]>)> {
-    let (done, vector) = resume;
-    if done >= rounds || vector.len() != num_states * NP * 4 {
+    let Resume {
+        rounds_done: done,
+        vector,
+        from,
+    } = resume;
+    let entry = NP * 4;
+    let bytes = vector.len().saturating_sub(from);
+    if done >= rounds || bytes != (num_states * entry) as u64 {
         return Err(crate::Error::InvalidArgument(format!(
             "a pass of this graph resumes after 0 to {} rounds from {} bytes, not after {done} \
-             from {}",
+             from {bytes}",
             rounds - 1,
-            num_states * NP * 4,
-            vector.len()
+            num_states * entry,
         )));
     }
     let mut home = vec![[0u32; NP]; num_states];
-    let mut states = vector.chunks_exact(NP * 4).map(|state| {
-        std::array::from_fn(|k| {
-            let at = 4 * k;
-            u32::from_le_bytes(state[at..at + 4].try_into().expect("4 bytes"))
-        })
-    });
-    for run in runs {
-        for (slot, value) in home[run.clone()].iter_mut().zip(&mut states) {
-            *slot = value;
+    let mut slots = runs.iter().flat_map(|run| run.clone());
+    let mut chunk = vec![0u8; RESUME_CHUNK_STATES * entry];
+    let mut at = from;
+    while at < vector.len() {
+        let n = chunk.len().min((vector.len() - at) as usize);
+        vector.read_exact_at(at, &mut chunk[..n])?;
+        at += n as u64;
+        for state in chunk[..n].chunks_exact(entry) {
+            let value: [u32; NP] = std::array::from_fn(|k| {
+                u32::from_le_bytes(state[4 * k..4 * k + 4].try_into().expect("4 bytes"))
+            });
+            if value.iter().any(|&r| r >= modulus) {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "the vector to resume from holds a residue that is not below {modulus}"
+                )));
+            }
+            let slot = slots.next().ok_or_else(|| {
+                crate::Error::Internal("the first block's groups hold fewer states".into())
+            })?;
+            home[slot] = value;
         }
     }
     Ok((done, home))
@@ -367,7 +412,7 @@ struct PassArgs<'a> {
     modulus: u32,
     threads: usize,
     control: &'a Control,
-    resume: Option<(usize, &'a [u8])>,
+    resume: Option<Resume<'a>>,
     after_round: &'a (dyn Fn(PassPoint<'_>) + Sync),
     /// Whether each group's part of the graph is first copied out, as a pass
     /// that reads its graph group by group from a file would hold it.

@@ -55,7 +55,7 @@ use crate::{Control, Result, invalid};
 use graph::Block;
 
 pub use codec::{check_polynomials, decode_polynomials, encode_polynomials};
-pub use eval::{POINTS_PER_PASS, PassPoint};
+pub use eval::{POINTS_PER_PASS, PassPoint, Resume};
 pub use exact::{exact_crossings, exact_game_count, exact_primes};
 pub use points::{PointsLayout, SPARE_POINTS, full_crossings, points_layout, solve_crossings};
 pub use spilled::{PassOptions, SpilledGraph};

@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::HexGraph;
-use super::eval::{PassPoint, check_pass, pass_lanes, resumed_vector};
+use super::eval::{PassPoint, Resume, check_pass, pass_lanes, resumed_vector};
 use super::graph_file::{self, GraphIndex, SpilledBlock};
 use super::group_pass::{GroupCopy, GroupPass, PassVector, SharedVec};
 use super::kernel::Isa;
@@ -30,23 +30,6 @@ pub struct SpilledGraph {
     rounds: Vec<usize>,
     /// The groups' parts, as [`HexGraph::spill`] wrote them.
     parts: Arc<dyn Stored>,
-}
-
-/// Fills `buf` from `offset` of `stored`, all of it.
-fn read_exact(stored: &dyn Stored, offset: u64, buf: &mut [u8]) -> Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        let n = stored.read_at(offset + done as u64, &mut buf[done..])?;
-        if n == 0 {
-            return Err(Error::Failed(format!(
-                "the spilled hex graph ends at byte {}, before byte {}",
-                offset + done as u64,
-                offset + buf.len() as u64
-            )));
-        }
-        done += n;
-    }
-    Ok(())
 }
 
 impl HexGraph {
@@ -226,6 +209,7 @@ impl SpilledGraph {
                     self.index.num_states,
                     self.rounds.len(),
                     resume,
+                    modulus,
                 )?;
                 match scratch {
                     Some(scratch) => {
@@ -387,7 +371,7 @@ impl SpilledGraph {
         for (j, col) in local.cols.iter_mut().enumerate() {
             let count = block.others[g * width + j] as usize;
             col.info.resize(len, 0);
-            read_exact(self.parts.as_ref(), at, &mut col.info)?;
+            self.parts.read_exact_at(at, &mut col.info)?;
             at += len as u64;
             col.others.resize(count + 1, 0);
             // SAFETY: `u32`s have no padding and take any byte pattern: the
@@ -395,7 +379,7 @@ impl SpilledGraph {
             let raw = unsafe {
                 std::slice::from_raw_parts_mut(col.others.as_mut_ptr() as *mut u8, 4 * count)
             };
-            read_exact(self.parts.as_ref(), at, raw)?;
+            self.parts.read_exact_at(at, raw)?;
             at += 4 * count as u64;
             for s in &mut col.others[..count] {
                 *s = u32::from_le(*s);
@@ -422,9 +406,8 @@ impl SpilledGraph {
 pub struct PassOptions<'a> {
     pub threads: usize,
     pub control: &'a Control,
-    /// Where a pass resumes: the rounds done and a [`PassPoint`]'s vector
-    /// (as little-endian bytes).
-    pub resume: Option<(usize, &'a [u8])>,
+    /// Where a pass resumes (see [`Resume`]).
+    pub resume: Option<Resume<'a>>,
     /// Shown where the pass stands after each round but the last, as
     /// [`HexGraph::evaluate_pass`] does, when its vector is in memory.
     pub after_round: &'a (dyn Fn(PassPoint<'_>) + Sync),

@@ -670,7 +670,14 @@ fn hex_pass_resumes_from_a_vector_in_the_first_blocks_order() {
             }
         }
         let resumed = graph
-            .evaluate_pass(&xs, P, 2, &Control::new(), Some((0, &vector)), &|_| {})
+            .evaluate_pass(
+                &xs,
+                P,
+                2,
+                &Control::new(),
+                Some(Resume::new(0, &vector)),
+                &|_| {},
+            )
             .unwrap();
         assert_eq!(resumed, expected, "side {side}");
     }
@@ -761,6 +768,11 @@ impl crate::spill::Spill for FileSpill {
             start,
             len: end - start,
         }))
+    }
+
+    /// The runs share one file, freed with the spill: nothing to free sooner.
+    fn release_run(&mut self, _run: u32) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -950,7 +962,7 @@ fn hex_spilled_and_in_memory_passes_resume_from_each_others_checkpoints() {
         assert_eq!(in_memory.len(), graph.pass_rounds() - 1, "{count} points");
         assert!(in_memory == in_spill, "{count} points: the vectors differ");
         for (done, vector) in &in_memory {
-            let resume = Some((*done, vector.as_slice()));
+            let resume = Some(Resume::new(*done, vector));
             let from_spilled = graph
                 .evaluate_pass(&xs, P, 2, &control, resume, &|_| {})
                 .unwrap();
@@ -970,18 +982,37 @@ fn hex_spilled_and_in_memory_passes_resume_from_each_others_checkpoints() {
                 );
             }
         }
-        // A checkpoint of another width or past the last round is refused.
+        // A checkpoint of another width, past the last round or with a
+        // residue not below the modulus is refused, by both passes.
         let (done, vector) = &in_memory[0];
+        let mut too_large = vector.clone();
+        let last = too_large.len() - 4;
+        too_large[last..].copy_from_slice(&P.to_le_bytes());
         for resume in [
-            (*done, &vector[4..]),
-            (graph.pass_rounds(), vector.as_slice()),
+            Resume {
+                from: 4,
+                ..Resume::new(*done, vector)
+            },
+            Resume::new(graph.pass_rounds(), vector),
+            Resume::new(*done, &too_large),
         ] {
             let options = PassOptions {
                 resume: Some(resume),
                 ..PassOptions::new(2, &control)
             };
             assert!(spilled.evaluate_pass(&xs, P, &options).is_err());
+            let refused = graph.evaluate_pass(&xs, P, 2, &control, Some(resume), &|_| {});
+            assert!(refused.is_err());
         }
+        // Behind a header, as a checkpoint holds it: the same values.
+        let mut with_header = b"HEAD".to_vec();
+        with_header.extend_from_slice(vector);
+        let behind = Resume {
+            from: 4,
+            ..Resume::new(*done, &with_header)
+        };
+        let got = graph.evaluate_pass(&xs, P, 2, &control, Some(behind), &|_| {});
+        assert_eq!(got.unwrap(), expected);
     }
 }
 

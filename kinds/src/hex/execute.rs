@@ -1,12 +1,13 @@
 //! Running one hex shard: a cell step's range of target states, or a points
 //! shard's vectorised pass with its checkpoints.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::kind::{Checkpoint, Outcome, ShardRun};
-use crate::{Control, Result, invalid};
+use crate::{Control, Result, Spill, StageOutput, Stored, invalid};
 use tally_kernels::hex;
 use tally_kernels::hex::PassPoint;
+use tally_kernels::spill::WRITE_CHUNK;
 
 use super::{HexInput, HexPartial, HexSpec, POINTS_PER_SHARD, graph};
 
@@ -111,7 +112,7 @@ impl PassGraph<'_> {
         points: &[u32],
         modulus: u32,
         control: &Control,
-        resume: Option<(usize, &[u8])>,
+        resume: Option<hex::Resume<'_>>,
         after_round: &(dyn Fn(PassPoint<'_>) + Sync),
     ) -> Result<Vec<u32>> {
         match self {
@@ -151,10 +152,21 @@ pub(super) fn execute_points(
         }
     };
     let lanes = points.len().next_power_of_two();
-    let resume = PassCheckpoint::decode(run.checkpoint, graph.num_states(), lanes, modulus)?;
-    let interval = pass_checkpoint_interval(run.checkpoint_every, graph.pass_bytes(points.len()));
+    let resume = PassCheckpoint::resume(run.checkpoint, graph.num_states(), lanes)?;
+    let vector_bytes = graph.pass_bytes(points.len());
+    let interval = pass_checkpoint_interval(run.checkpoint_every, vector_bytes);
     let control = run.control;
     let graph = &graph;
+    // Where the worker gives a spill, each checkpoint is written there from
+    // the pass's vector, not copied in memory: the shard holds one vector,
+    // whatever its checkpoints.
+    let sink = match run.room.as_mut() {
+        Some(room) => CheckpointSink::Spill {
+            spill: &mut *room.spill,
+            in_flight: None,
+        },
+        None => CheckpointSink::Memory,
+    };
     // The work of a shard is its points: counted in proportion to the rounds
     // done, so that a pass of hours shows progress (and is not taken for
     // stalled), from where it resumed.
@@ -164,11 +176,13 @@ pub(super) fn execute_points(
     let progress = parking_lot::Mutex::new(PassProgress {
         last_checkpoint: std::time::Instant::now(),
         work_counted: 0,
+        sink,
     });
     let progress = &progress;
     // The pass runs on a thread of its own and hands its checkpoints here,
     // where the shard's callback lives; at most one waits at a time.
-    let (sender, checkpoints) = std::sync::mpsc::sync_channel::<(Vec<u8>, u64)>(1);
+    let (sender, checkpoints) = std::sync::mpsc::sync_channel::<(StageOutput, u64)>(1);
+    let on_checkpoint = &mut *run.on_checkpoint;
     let values = std::thread::scope(|scope| {
         let pass = scope.spawn(move || {
             let after_round = |at: PassPoint<'_>| {
@@ -176,16 +190,17 @@ pub(super) fn execute_points(
                 let mut progress = progress.lock();
                 control.add_work(done.saturating_sub(progress.work_counted));
                 progress.work_counted = done;
-                if progress.last_checkpoint.elapsed() >= interval {
-                    let _ = sender.send((PassCheckpoint::encode(&at, lanes), done));
+                if progress.last_checkpoint.elapsed() >= interval
+                    && let Some(state) = progress.sink.make(&at, lanes)
+                {
+                    let _ = sender.send((state, done));
                     progress.last_checkpoint = std::time::Instant::now();
                 }
             };
-            let resume = resume.map(|r| (r.rounds_done, r.vector));
             graph.evaluate_pass(points, modulus, control, resume, &after_round)
         });
         for (state, work_done) in checkpoints {
-            run.checkpoint(Checkpoint {
+            on_checkpoint(Checkpoint {
                 state,
                 partial: None,
                 work_done,
@@ -194,10 +209,9 @@ pub(super) fn execute_points(
         pass.join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })?;
-    run.control.check()?;
+    control.check()?;
     let counted = progress.lock().work_counted;
-    run.control
-        .add_work((points.len() as u64).saturating_sub(counted));
+    control.add_work((points.len() as u64).saturating_sub(counted));
     Ok(Outcome {
         output: crate::StageOutput::default(),
         partial: HexPartial::HexEvaluations {
@@ -209,10 +223,79 @@ pub(super) fn execute_points(
 }
 
 /// Where a points shard's pass stands, as its rounds end.
-pub(super) struct PassProgress {
+struct PassProgress<'s> {
     last_checkpoint: std::time::Instant,
     /// The points counted as work so far.
     work_counted: u64,
+    sink: CheckpointSink<'s>,
+}
+
+/// Where a points shard makes its checkpoints.
+enum CheckpointSink<'s> {
+    /// Bytes in memory, where there is no spill (the kernel alone).
+    Memory,
+    /// Runs of the shard's spill, each released by the spill as soon as it
+    /// is made, so that the last handle to it (the worker's, once it has
+    /// sent it on) frees it. A new one is made only when the last one is
+    /// gone: one checkpoint at a time on disk, and a slow upload is never
+    /// queued behind.
+    Spill {
+        spill: &'s mut dyn Spill,
+        in_flight: Option<Weak<dyn Stored>>,
+    },
+}
+
+impl CheckpointSink<'_> {
+    /// The checkpoint of the pass at `at`, or none now (the last is still
+    /// being sent, or the spill refused it: the pass goes on, and a later
+    /// round makes one).
+    fn make(&mut self, at: &PassPoint<'_>, lanes: usize) -> Option<StageOutput> {
+        match self {
+            CheckpointSink::Memory => {
+                let mut bytes = Vec::with_capacity(PassCheckpoint::len(at.states(), lanes));
+                PassCheckpoint::write(at, lanes, &mut |chunk| {
+                    bytes.extend_from_slice(chunk);
+                    Ok(())
+                })
+                .expect("writing to memory does not fail");
+                Some(bytes.into())
+            }
+            CheckpointSink::Spill { spill, in_flight } => {
+                if in_flight
+                    .as_ref()
+                    .is_some_and(|last| last.strong_count() > 0)
+                {
+                    return None;
+                }
+                let made = (|| {
+                    let mut chunk = Vec::with_capacity(WRITE_CHUNK);
+                    PassCheckpoint::write(at, lanes, &mut |bytes| {
+                        chunk.extend_from_slice(bytes);
+                        if chunk.len() >= WRITE_CHUNK {
+                            spill.write(&chunk)?;
+                            chunk.clear();
+                        }
+                        Ok(())
+                    })?;
+                    spill.write(&chunk)?;
+                    let run = spill.end_run()?;
+                    let kept = spill.keep_run(run)?;
+                    spill.release_run(run)?;
+                    Ok::<_, crate::Error>(kept)
+                })();
+                match made {
+                    Ok(kept) => {
+                        *in_flight = Some(Arc::downgrade(&kept));
+                        Some(StageOutput::Stored(kept))
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a hex pass checkpoint was not written to the spill; the pass goes on");
+                        None
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// How far apart a points shard checkpoints: `every` for a vector that could
@@ -231,59 +314,65 @@ pub(super) fn pass_checkpoint_interval(
 /// The resumable state of a points shard: the rounds of its pass done and
 /// the pass vector. Encoded as `HXP1`, the rounds done (u32), the lanes (u32),
 /// the states (u64), then the vector's residues, all little-endian.
-pub(super) struct PassCheckpoint<'a> {
-    rounds_done: usize,
-    vector: &'a [u8],
-}
+pub(super) struct PassCheckpoint;
 
-impl<'a> PassCheckpoint<'a> {
+impl PassCheckpoint {
     const MAGIC: &'static [u8; 4] = b"HXP1";
     const HEADER: usize = 20;
 
-    fn encode(at: &PassPoint<'_>, lanes: usize) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(Self::HEADER + 4 * at.states() * lanes);
-        bytes.extend_from_slice(Self::MAGIC);
-        bytes.extend_from_slice(&(at.rounds_done as u32).to_le_bytes());
-        bytes.extend_from_slice(&(lanes as u32).to_le_bytes());
-        bytes.extend_from_slice(&(at.states() as u64).to_le_bytes());
-        for residue in at.residues().flatten() {
-            bytes.extend_from_slice(&residue.to_le_bytes());
-        }
-        bytes
+    fn len(states: usize, lanes: usize) -> usize {
+        Self::HEADER + 4 * states * lanes
     }
 
-    /// The checkpoint in `bytes` (none if empty), checked against the shard:
-    /// its graph's states, its lanes and its modulus.
-    fn decode(bytes: &'a [u8], states: usize, lanes: usize, modulus: u32) -> Result<Option<Self>> {
-        if bytes.is_empty() {
+    /// Hands the checkpoint of the pass at `at` to `out`, a piece at a time.
+    fn write(
+        at: &PassPoint<'_>,
+        lanes: usize,
+        out: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut header = Vec::with_capacity(Self::HEADER);
+        header.extend_from_slice(Self::MAGIC);
+        header.extend_from_slice(&(at.rounds_done as u32).to_le_bytes());
+        header.extend_from_slice(&(lanes as u32).to_le_bytes());
+        header.extend_from_slice(&(at.states() as u64).to_le_bytes());
+        out(&header)?;
+        let mut piece = Vec::with_capacity(1 << 16);
+        for run in at.residues() {
+            for residues in run.chunks(1 << 14) {
+                piece.clear();
+                piece.extend(residues.iter().flat_map(|r| r.to_le_bytes()));
+                out(&piece)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the shard resumes from the checkpoint `stored` (none if empty),
+    /// checked against the shard: its graph's states and its lanes (the
+    /// pass checks its rounds and residues as it reads the vector).
+    fn resume(stored: &dyn Stored, states: usize, lanes: usize) -> Result<Option<hex::Resume<'_>>> {
+        if stored.is_empty() {
             return Ok(None);
         }
-        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-        let vector_bytes = states * lanes * 4;
-        if bytes.len() != Self::HEADER + vector_bytes
-            || &bytes[..4] != Self::MAGIC
+        let expected = Self::len(states, lanes);
+        let mut header = [0u8; Self::HEADER];
+        let fits = stored.len() == expected as u64 && stored.read_exact_at(0, &mut header).is_ok();
+        let word = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4 bytes"));
+        if !fits
+            || &header[..4] != Self::MAGIC
             || word(8) as usize != lanes
-            || u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) != states as u64
+            || u64::from_le_bytes(header[12..20].try_into().expect("8 bytes")) != states as u64
         {
             return Err(invalid!(
-                "the checkpoint is not one of this hex points shard ({} bytes, expected {} \
-                 for {states} states of {lanes} lanes)",
-                bytes.len(),
-                Self::HEADER + vector_bytes
+                "the checkpoint is not one of this hex points shard ({} bytes, expected \
+                 {expected} for {states} states of {lanes} lanes)",
+                stored.len(),
             ));
         }
-        let vector = &bytes[Self::HEADER..];
-        let in_range = vector
-            .chunks_exact(4)
-            .all(|r| u32::from_le_bytes(r.try_into().expect("4 bytes")) < modulus);
-        if !in_range {
-            return Err(invalid!(
-                "the checkpoint holds a residue that is not below {modulus}"
-            ));
-        }
-        Ok(Some(PassCheckpoint {
+        Ok(Some(hex::Resume {
             rounds_done: word(4) as usize,
-            vector,
+            vector: stored,
+            from: Self::HEADER as u64,
         }))
     }
 }

@@ -782,9 +782,10 @@ mod tests {
     }
 
     /// A job whose smallest shard fits no worker is refused with the
-    /// numbers, unless forced; one whose graph fits no worker's memory with
-    /// a shard runs with the graph as stage data; one that fits is planned
-    /// with the points chosen for it, in shards of that many points.
+    /// numbers (those of the place that needs less), unless forced; one
+    /// whose graph's build fits a worker runs with the graph as stage data
+    /// where that gives a shard more points; one that fits is planned with
+    /// the points chosen for it, in shards of that many points.
     #[test]
     fn a_job_whose_smallest_shard_fits_no_worker_is_refused_with_the_numbers() {
         let spec = ValidSpec::new(JobSpec::new(points(17, 0))).unwrap();
@@ -794,14 +795,16 @@ mod tests {
         };
         let build = estimate(&staged).smallest_worker_bytes();
         let in_memory = estimate(&points(17, 1)).smallest_worker_bytes();
-        assert!(build < in_memory, "{build} {in_memory}");
+        // The build's peak is above the graph with a shard of one point,
+        // which holds one vector.
+        assert!(in_memory < build, "{build} {in_memory}");
         let refused = spec
-            .fitted_to(build - 1, "the largest worker (h)", None)
+            .fitted_to(in_memory - 1, "the largest worker (h)", None)
             .unwrap_err()
             .to_string();
         assert!(refused.contains("the largest worker (h) has"), "{refused}");
         assert!(
-            refused.contains(&crate::kind::format_bytes(build)),
+            refused.contains(&crate::kind::format_bytes(in_memory)),
             "{refused}"
         );
         assert!(refused.contains("or --force"), "{refused}");
@@ -814,17 +817,15 @@ mod tests {
                 .clone();
             (params["graph"].clone(), params["points_per_shard"].clone())
         };
+        // Below the build, the graph stays in the workers, a point a shard.
+        assert_eq!(fitted(in_memory), ("worker".into(), 1.into()));
+        assert_eq!(fitted(build - 1), ("worker".into(), 1.into()));
         // Without the graph, a shard of more points fits the same budget.
         let (place, points_fitted) = fitted(build);
         assert_eq!(place, "stage");
         assert!(points_fitted.as_u64().unwrap() > 1, "{points_fitted}");
-        assert_eq!(fitted(in_memory - 1).0, "stage");
-        // Where the graph fits with a shard of one point, the staged graph
-        // still gives more points a shard; with room for two shards of 16
-        // points beside the graph, the graph stays in the workers.
-        let (place, points_fitted) = fitted(in_memory);
-        assert_eq!(place, "stage");
-        assert!(points_fitted.as_u64().unwrap() > 1, "{points_fitted}");
+        // With room for two shards of 16 points beside the graph, the graph
+        // stays in the workers.
         let roomy = estimate(&points(17, 16)).worker_memory_bytes();
         assert_eq!(fitted(roomy), ("worker".into(), 16.into()));
         // Chosen by the user, the place stays.
@@ -846,7 +847,7 @@ mod tests {
         let limit = Some(graph_bytes - 1);
         let fitted = spec.fitted_to(in_memory, "w", limit).unwrap();
         assert_eq!(fitted.spec().params["graph"], "worker");
-        assert!(spec.fitted_to(build, "w", limit).is_err());
+        assert!(spec.fitted_to(in_memory - 1, "w", limit).is_err());
         let mut forced_staged = JobSpec::new(staged.clone());
         forced_staged.options.force = true;
         let refused = ValidSpec::new(forced_staged)
@@ -905,13 +906,13 @@ mod tests {
         let mut checkpoint_work = Vec::new();
         let mut on_checkpoint = |c: Checkpoint<HexPartial>| {
             assert!(c.partial.is_none());
-            checkpoints.push(c.state);
+            checkpoints.push(c.state.into_bytes().unwrap());
             checkpoint_work.push(c.work_done);
         };
         let input = h.staged().then(|| staged_graph(h));
         let mut run = ShardRun {
             input: input.as_ref(),
-            checkpoint,
+            checkpoint: &checkpoint.to_vec(),
             cache: &cache,
             control: &control,
             checkpoint_every: std::time::Duration::ZERO,
@@ -941,7 +942,7 @@ mod tests {
         let control = Control::new();
         let mut run = ShardRun {
             input: None,
-            checkpoint: &[],
+            checkpoint: &crate::kind::NO_CHECKPOINT,
             cache: &cache,
             control: &control,
             checkpoint_every: std::time::Duration::ZERO,
@@ -1028,6 +1029,68 @@ mod tests {
             if let Some(next) = resumed.checkpoints.first() {
                 assert_eq!(rounds_done(next) as usize, k + 2);
                 assert_eq!(resumed.checkpoint_work[0], whole.checkpoint_work[k + 1]);
+            }
+        }
+    }
+
+    /// Given a spill (as a worker gives one), a points shard writes each
+    /// checkpoint there from its vector instead of copying it in memory: a
+    /// run the spill releases at once, alive while the worker holds it, with
+    /// the bytes of the checkpoint in memory of the same round; and it makes
+    /// no new one while the worker still holds the last (one on disk at a
+    /// time, none queued behind a slow upload).
+    #[test]
+    fn a_points_shard_with_a_spill_checkpoints_there_one_at_a_time() {
+        let xs = [3, 5, 7, 11, 13];
+        for h in [points(7, 5), staged(points(7, 5))] {
+            let in_memory = run_points(&h, &xs, &[]).checkpoints;
+            for held in [false, true] {
+                let (cache, control) = (KernelCache::new(), Control::new());
+                let mut spill = crate::MemorySpill::default();
+                let (mut kept, mut made) = (Vec::new(), Vec::new());
+                let mut on_checkpoint = |c: Checkpoint<HexPartial>| {
+                    let crate::StageOutput::Stored(stored) = c.state else {
+                        panic!("a checkpoint in memory")
+                    };
+                    made.push(stored.read_range(0..stored.len()).unwrap());
+                    if held {
+                        kept.push(stored);
+                    }
+                };
+                let input = h.staged().then(|| staged_graph(&h));
+                let mut run = ShardRun {
+                    input: input.as_ref(),
+                    checkpoint: &crate::kind::NO_CHECKPOINT,
+                    cache: &cache,
+                    control: &control,
+                    checkpoint_every: std::time::Duration::ZERO,
+                    on_checkpoint: &mut on_checkpoint,
+                    room: Some(crate::Room {
+                        memory: u64::MAX,
+                        spill: &mut spill,
+                    }),
+                };
+                let task = HexTask::HexPoints {
+                    modulus: h.modulus,
+                    points: xs.to_vec(),
+                };
+                Hex::execute(&h, &task, &mut run).unwrap();
+                assert!(!made.is_empty());
+                if held {
+                    assert_eq!(made.len(), 1, "none while the worker holds the last");
+                }
+                for checkpoint in &made {
+                    let round = rounds_done(checkpoint) as usize;
+                    assert!(*checkpoint == in_memory[round - 1], "after {round} rounds");
+                }
+                for run in 0..made.len() as u32 {
+                    let mut byte = [0u8];
+                    assert!(
+                        crate::Spill::read_at(&spill, run, 0, &mut byte).is_err(),
+                        "run {run} released by the spill"
+                    );
+                }
+                drop(kept);
             }
         }
     }

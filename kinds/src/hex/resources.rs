@@ -61,16 +61,25 @@ pub(super) fn fitted(h: &HexSpec, budget: u64, output_limit: Option<u64>) -> Hex
     let graph = match h.graph {
         // The staged graph where it gives a shard more points (fewer
         // passes over the graph) or where no worker holds the graph;
-        // when nothing fits, the staged job's smaller need is the one the
-        // refusal gives, unless the coordinator could not take its graph.
+        // when nothing fits, the place that needs less is the one the
+        // refusal gives (the staged graph only if the coordinator can take
+        // it).
         HexGraphPlace::Auto => match (
             points_for(HexGraphPlace::Worker),
             points_for(HexGraphPlace::Stage),
         ) {
             (Some(worker), Some(stage)) if stage > worker => HexGraphPlace::Stage,
             (Some(_), _) => HexGraphPlace::Worker,
-            (None, _) if staged_output_fits => HexGraphPlace::Stage,
-            (None, _) => HexGraphPlace::Worker,
+            (None, Some(_)) => HexGraphPlace::Stage,
+            (None, None) => {
+                let least = |graph| estimate(&with(graph, 1)).smallest_worker_bytes();
+                match staged_output_fits
+                    && least(HexGraphPlace::Stage) < least(HexGraphPlace::Worker)
+                {
+                    true => HexGraphPlace::Stage,
+                    false => HexGraphPlace::Worker,
+                }
+            }
         },
         chosen => chosen,
     };
@@ -103,13 +112,12 @@ pub fn estimate(h: &HexSpec) -> ResourceEstimate {
             steps * vector / 2 * (ESTIMATE_WORKERS + 1),
         ),
         // The graph, shared; each shard an in-place vector of one lane per
-        // point (a power of two) and two checkpoints of it (one being sent,
-        // the next being made: measured at side 17), plus the pass's private
-        // buffers. The coordinator holds a checkpoint as it arrives.
+        // point (a power of two), whose checkpoints go to the worker's spill
+        // from the vector itself, and the pass's group buffers. The
+        // coordinator holds a checkpoint as it arrives.
         HexPlan::Points => {
-            let lanes = (points_per_shard(h) as u64).next_power_of_two();
-            let vector = states * lanes * 4;
-            (graph, 3 * vector + (20 << 20), vector, 1 << 20)
+            let vector = pass_vector_bytes(h);
+            (graph, vector + pass_buffer_bytes(vector), vector, 1 << 20)
         }
     };
     ResourceEstimate {
@@ -129,9 +137,8 @@ pub fn estimate(h: &HexSpec) -> ResourceEstimate {
 }
 
 /// What each stage needs: the build, the graph (once); a point shard, its
-/// vector three times (as a shard of the graph in memory: the vector, a
-/// checkpoint being sent and the next) and its buffers, over an index of the
-/// graph that its worker shares between shards.
+/// vector and its buffers (as a shard of the graph in memory), over an index
+/// of the graph that its worker shares between shards.
 pub(super) fn staged_estimate(h: &HexSpec, stage: u32) -> ResourceEstimate {
     let states = hex::estimated_state_count(h.side);
     let graph = states * GRAPH_BYTES_PER_STATE;
@@ -150,8 +157,7 @@ pub(super) fn staged_estimate(h: &HexSpec, stage: u32) -> ResourceEstimate {
             advice: "build the graph on a worker with that much memory",
         };
     }
-    let lanes = (points_per_shard(h).min(POINTS_PER_SHARD) as u64).next_power_of_two();
-    let vector = states * lanes * 4;
+    let vector = pass_vector_bytes(h);
     // The index: the tiles' starts and the blocks' chunk offsets, a few
     // words an occupancy pattern.
     let index = (16u64 << h.side) + (1 << 20);
@@ -161,10 +167,25 @@ pub(super) fn staged_estimate(h: &HexSpec, stage: u32) -> ResourceEstimate {
             h.side
         ),
         worker_base_bytes: index,
-        shard_bytes: 3 * vector + (20 << 20),
+        shard_bytes: vector + pass_buffer_bytes(vector),
         coordinator_memory_bytes: vector,
         traffic_bytes: spilled * ESTIMATE_WORKERS,
         largest_output_bytes: 0,
         advice: "run it on workers with that much memory (one slot each needs less)",
     }
+}
+
+/// Bytes of a points shard's pass vector: one residue a state and lane (the
+/// points rounded up to a power of two).
+fn pass_vector_bytes(h: &HexSpec) -> u64 {
+    let lanes = (points_per_shard(h).min(POINTS_PER_SHARD) as u64).next_power_of_two();
+    hex::estimated_state_count(h.side) * lanes * 4
+}
+
+/// Bytes of a pass's two group buffers besides its `vector` bytes: each
+/// holds the largest group of a block, about 3% of the states from side 12
+/// to 16 (the groups grow with the states), so a sixteenth of the vector,
+/// and a little for the checkpoints' pieces.
+fn pass_buffer_bytes(vector: u64) -> u64 {
+    vector / 16 + (4 << 20)
 }

@@ -967,7 +967,7 @@ mod tests {
                 let mut on_checkpoint = |_| {};
                 let mut run = ShardRun {
                     input: input.as_ref(),
-                    checkpoint: &[],
+                    checkpoint: &crate::kind::NO_CHECKPOINT,
                     cache: &cache,
                     control: &control,
                     checkpoint_every: std::time::Duration::from_secs(3600),

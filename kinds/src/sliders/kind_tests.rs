@@ -65,7 +65,7 @@ fn run_shard(
     let cache = KernelCache::new();
     let mut run = ShardRun {
         input: None,
-        checkpoint,
+        checkpoint: &checkpoint.to_vec(),
         cache: &cache,
         control,
         checkpoint_every,
@@ -173,7 +173,7 @@ fn a_shard_counts_sequences_and_resumes_from_a_checkpoint() {
         &[],
         &control,
         std::time::Duration::ZERO,
-        &mut |c| checkpoints.push((c.state, c.work_done)),
+        &mut |c| checkpoints.push((c.state.into_bytes().unwrap(), c.work_done)),
     );
     assert_eq!(whole.work_done, shard.work_total);
     assert_eq!(

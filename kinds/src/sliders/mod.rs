@@ -727,7 +727,7 @@ fn enumerate_prefixes(
     weighted: bool,
     run: &mut ShardRun<'_, SlidersInput, SlidersPartial>,
 ) -> Result<Outcome<SlidersPartial>> {
-    let (mut done, mut sums) = resume_point(run.checkpoint, prefixes.len())?;
+    let (mut done, mut sums) = resume_point(&run.checkpoint_bytes()?, prefixes.len())?;
     let units_of = |prefix: &str| -> Result<u64> {
         if weighted {
             space.prefix_weight(prefix).map(units)
@@ -783,7 +783,9 @@ fn checkpoint(done: usize, sums: sliders::PathSums, work: u64) -> Checkpoint<Sli
         sums,
     };
     Checkpoint {
-        state: serde_json::to_vec(&state).expect("checkpoint serialises"),
+        state: serde_json::to_vec(&state)
+            .expect("checkpoint serialises")
+            .into(),
         partial: Some(SlidersPartial::SliderSums {
             prefixes_done,
             sums,

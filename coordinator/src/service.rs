@@ -97,16 +97,16 @@ impl JobService for JobApi {
         let spec = ValidSpec::try_from(&spec_proto).map_err(CoordinatorError::from)?;
         // Shards cut to the workers' memory, or the job refused if not even
         // its smallest shard fits the largest of them.
-        let (budget, whose) = self
+        let (worker, whose) = self
             .shared
-            .with_scheduler(|s| Ok(s.largest_memory_budget(now_ms())))
+            .with_scheduler(|s| Ok(s.largest_worker(now_ms())))
             .await?;
         // A coordinator that keeps stage data itself takes outputs only as
         // large as a report carries.
         let output_limit = (!self.shared.stage_store.is_external())
             .then_some(tally_wire::limits::MAX_REPORT_OUTPUT_BYTES as u64);
         let spec = spec
-            .fitted_to(budget, &whose, output_limit)
+            .fitted_to(worker, &whose, output_limit)
             .map_err(CoordinatorError::from)?;
         let key = Some(request.idempotency_key).filter(|k| !k.is_empty());
         if let Some(k) = &key

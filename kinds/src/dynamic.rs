@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, Checkpoint, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome,
-    Planned, ResourceEstimate, ShardRun, SpecArgs, StageRead,
+    Planned, ResourceEstimate, ShardRun, SpecArgs, StageRead, WorkerRoom,
 };
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
 use crate::{Control, Error, Result, Room, Stored, invalid};
@@ -80,7 +80,11 @@ pub trait SpecOps: Send + Sync {
     fn stage_estimate(&self, stage: u32) -> Option<ResourceEstimate>;
     /// The parameters of the spec made to fit workers of `budget` bytes
     /// (see [`JobKind::fit_to_budget`]).
-    fn fit_to_budget(&self, budget: u64, output_limit: Option<u64>) -> Result<Map<String, Value>>;
+    fn fit_to_budget(
+        &self,
+        worker: WorkerRoom,
+        output_limit: Option<u64>,
+    ) -> Result<Map<String, Value>>;
     /// The shard count the user chose (see [`JobKind::shard_count`]).
     fn shard_count(&self) -> Option<crate::kind::ShardCount>;
     /// The parameters with `shards` shards (see [`JobKind::with_shard_count`]).
@@ -266,8 +270,12 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
         K::stage_estimate(&self.0, stage)
     }
 
-    fn fit_to_budget(&self, budget: u64, output_limit: Option<u64>) -> Result<Map<String, Value>> {
-        to_map(&K::fit_to_budget(&self.0, budget, output_limit))
+    fn fit_to_budget(
+        &self,
+        worker: WorkerRoom,
+        output_limit: Option<u64>,
+    ) -> Result<Map<String, Value>> {
+        to_map(&K::fit_to_budget(&self.0, worker, output_limit))
     }
 
     fn shard_count(&self) -> Option<crate::kind::ShardCount> {

@@ -38,6 +38,22 @@ pub const WORKER_MEMORY_BUDGET: u64 = 8_000_000_000;
 /// Shards of one job a worker is assumed to hold at once in an estimate.
 pub const ESTIMATE_SLOTS: u64 = 2;
 
+/// The worker a job is fitted to: its memory budget and the shards it runs
+/// at once (its slots).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerRoom {
+    pub budget: u64,
+    pub slots: u64,
+}
+
+impl WorkerRoom {
+    /// The worker assumed when none has registered.
+    pub const ASSUMED: WorkerRoom = WorkerRoom {
+        budget: WORKER_MEMORY_BUDGET,
+        slots: ESTIMATE_SLOTS,
+    };
+}
+
 /// Values a kind stores and sends: JSON through serde, compared for replicas.
 pub trait KindValue:
     Serialize + DeserializeOwned + Clone + Debug + PartialEq + Send + Sync
@@ -102,12 +118,16 @@ pub trait JobKind: Send + Sync + 'static {
     fn stage_estimate(spec: &Self::Spec, _stage: u32) -> Option<ResourceEstimate> {
         Self::estimate(spec)
     }
-    /// The spec made to fit workers of `budget` bytes where the kind can cut
-    /// its shards smaller (the hex points plan: fewer points a shard), and a
+    /// The spec made to fit `worker` where the kind can cut its shards
+    /// smaller (the hex points plan: fewer points a shard), and a
     /// coordinator that takes shard outputs of at most `output_limit` bytes
     /// (`None`: any, through its stage store); only choices the spec left
     /// open change. Unchanged by default.
-    fn fit_to_budget(spec: &Self::Spec, _budget: u64, _output_limit: Option<u64>) -> Self::Spec {
+    fn fit_to_budget(
+        spec: &Self::Spec,
+        _worker: WorkerRoom,
+        _output_limit: Option<u64>,
+    ) -> Self::Spec {
         spec.clone()
     }
     /// The shard count, where the user chose it (synthetic, wasm, the hex
@@ -439,7 +459,12 @@ pub struct ResourceEstimate {
 impl ResourceEstimate {
     /// A worker's memory with [`ESTIMATE_SLOTS`] shards of the job at once.
     pub fn worker_memory_bytes(&self) -> u64 {
-        self.worker_base_bytes + ESTIMATE_SLOTS * self.shard_bytes
+        self.worker_bytes_with(ESTIMATE_SLOTS)
+    }
+
+    /// A worker's memory with `slots` shards of the job at once.
+    pub fn worker_bytes_with(&self, slots: u64) -> u64 {
+        self.worker_base_bytes + slots * self.shard_bytes
     }
 
     /// A worker's memory with one shard: the least any worker needs.

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::cache::KernelCache;
 use crate::dynamic::{ShardContext, SpecOps};
-use crate::kind::{JobKind, SpecOf};
+use crate::kind::{JobKind, SpecOf, WorkerRoom};
 use crate::values::{EncodedTask, ShardOutcome};
 use crate::{self as kinds, Control, Result, invalid};
 use tally_wire::proto;
@@ -197,20 +197,21 @@ impl ValidSpec {
         })
     }
 
-    /// The job made to fit workers of `budget` bytes (the largest budget of
-    /// the workers, `workers` says which) and a coordinator that takes shard
-    /// outputs of at most `output_limit` bytes (`None`: any), with the
-    /// choices the spec left open made for it; refused, unless forced, when
-    /// not even its smallest shard fits, with the numbers, and always when a
-    /// shard's output would be more than the coordinator takes.
+    /// The job made to fit `worker` (the worker with the largest budget,
+    /// `workers` says which) and a coordinator that takes shard outputs of
+    /// at most `output_limit` bytes (`None`: any), with the choices the spec
+    /// left open made for it; refused, unless forced, when not even its
+    /// smallest shard fits, with the numbers, and always when a shard's
+    /// output would be more than the coordinator takes.
     pub fn fitted_to(
         &self,
-        budget: u64,
+        worker: WorkerRoom,
         workers: &str,
         output_limit: Option<u64>,
     ) -> Result<ValidSpec> {
+        let budget = worker.budget;
         let fitted = ValidSpec::new(JobSpec {
-            params: self.fit_to_budget(budget, output_limit)?,
+            params: self.fit_to_budget(worker, output_limit)?,
             ..self.spec.clone()
         })?;
         let Some(estimate) = fitted.estimate() else {

@@ -15,7 +15,7 @@ use tally_kinds::Control;
 use tally_kinds::cache::KernelCache;
 use tally_kinds::dynamic::{ShardContext, StageInput};
 use tally_kinds::hex::{self as hex_kind, HexPartial, HexPlan, HexSpec, MAX_SHARDS_PER_STEP};
-use tally_kinds::kind::{CHECKPOINT_EVERY, WORKER_MEMORY_BUDGET};
+use tally_kinds::kind::{CHECKPOINT_EVERY, WORKER_MEMORY_BUDGET, WorkerRoom};
 
 /// The largest shard output a coordinator that keeps stage data itself (as
 /// the coordinators of these tests do) takes.
@@ -781,7 +781,7 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
                 // a worker is assumed to have (the points a hex shard).
                 let sent = ValidSpec::try_from(&spec)
                     .unwrap()
-                    .fitted_to(WORKER_MEMORY_BUDGET, "no worker", COORDINATOR_OUTPUT_LIMIT)
+                    .fitted_to(WorkerRoom::ASSUMED, "no worker", COORDINATOR_OUTPUT_LIMIT)
                     .unwrap();
                 let stored = ValidSpec::try_from(job.spec.as_ref().unwrap()).unwrap();
                 assert_eq!(sent, stored, "{name}: the stored spec differs");
@@ -810,7 +810,7 @@ async fn every_spec_value_is_accepted_at_its_limit_and_refused_past_it() {
                 // (or, for memory, the fit to the budget a worker is assumed
                 // to have when none has registered).
                 let in_process = ValidSpec::try_from(&spec).and_then(|spec| {
-                    spec.fitted_to(WORKER_MEMORY_BUDGET, "no worker", COORDINATOR_OUTPUT_LIMIT)
+                    spec.fitted_to(WorkerRoom::ASSUMED, "no worker", COORDINATOR_OUTPUT_LIMIT)
                 });
                 assert!(in_process.is_err(), "{name}");
                 assert_eq!(observe(&mut client).await, before, "{name}: state changed");

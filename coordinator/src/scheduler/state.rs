@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use tally_kinds::kind::WorkerRoom;
+
 use crate::error::Result;
 use crate::store::Store;
 
@@ -126,8 +128,8 @@ impl Scheduler {
 
     /// The largest memory budget of the live workers, and who has it: a job
     /// is fitted to it at submission.
-    pub fn largest_memory_budget(&self, now_ms: u64) -> (u64, String) {
-        self.workers.largest_memory_budget(now_ms)
+    pub fn largest_worker(&self, now_ms: u64) -> (WorkerRoom, String) {
+        self.workers.largest_worker(now_ms)
     }
 
     pub fn workers(&self) -> &HashMap<String, WorkerInfo> {

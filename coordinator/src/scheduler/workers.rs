@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use tally_kinds::kind::WORKER_MEMORY_BUDGET;
+use tally_kinds::kind::WorkerRoom;
 use tally_wire::transport::constant_time_eq;
 
 use crate::error::{CoordinatorError, Result};
@@ -58,17 +58,20 @@ impl Workers {
         Some(info)
     }
 
-    /// The largest memory budget of the live workers, and who has it: a job
-    /// is fitted to it at submission. With no live worker, the budget a
-    /// worker is assumed to have.
-    pub(super) fn largest_memory_budget(&self, now_ms: u64) -> (u64, String) {
+    /// The live worker with the largest memory budget (the budget and its
+    /// slots), and who it is: a job is fitted to it at submission. With no
+    /// live worker, the worker assumed.
+    pub(super) fn largest_worker(&self, now_ms: u64) -> (WorkerRoom, String) {
         match self.live(now_ms).max_by_key(|(_, w)| w.memory_budget()) {
             Some((_, w)) => (
-                w.memory_budget(),
+                WorkerRoom {
+                    budget: w.memory_budget(),
+                    slots: u64::from(w.slots.max(1)),
+                },
                 format!("the largest worker ({})", w.hostname),
             ),
             None => (
-                WORKER_MEMORY_BUDGET,
+                WorkerRoom::ASSUMED,
                 "a worker is assumed to have with none registered".to_string(),
             ),
         }

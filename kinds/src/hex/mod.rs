@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, FaultInjection, FileReader, JobKind, Outcome, Planned, ResourceEstimate, ShardRun,
-    SpecArgs, SpecOf, StageRead, no_output, single_input,
+    SpecArgs, SpecOf, StageRead, WorkerRoom, no_output, single_input,
 };
 use crate::local::run_locally;
 use crate::{Control, Result, Stored, invalid};
@@ -450,8 +450,8 @@ impl JobKind for Hex {
         })
     }
 
-    fn fit_to_budget(h: &HexSpec, budget: u64, output_limit: Option<u64>) -> HexSpec {
-        resources::fitted(h, budget, output_limit)
+    fn fit_to_budget(h: &HexSpec, worker: WorkerRoom, output_limit: Option<u64>) -> HexSpec {
+        resources::fitted(h, worker, output_limit)
     }
 
     fn prepare(h: &HexSpec, cache: &KernelCache, _control: &Control) -> Result<HexFacts> {
@@ -734,6 +734,11 @@ mod tests {
     use crate::kind::Checkpoint;
     use crate::spec::{JobSpec, ValidSpec};
 
+    /// A worker of `budget` bytes and two slots.
+    fn two_slots(budget: u64) -> WorkerRoom {
+        WorkerRoom { budget, slots: 2 }
+    }
+
     fn points(side: u32, points_per_shard: u32) -> HexSpec {
         HexSpec {
             side,
@@ -747,9 +752,9 @@ mod tests {
     }
 
     /// The points a shard get as the budget shrinks (the graph in the
-    /// workers): the most such that the worker holds two shards, then one
-    /// point (the least memory there is); a spec that chose its points keeps
-    /// them.
+    /// workers): the most such that the worker holds a shard in each of its
+    /// slots, then one point (the least memory there is); a spec that chose
+    /// its points keeps them.
     #[test]
     fn points_per_shard_follow_the_memory_budget() {
         let side = 17;
@@ -758,27 +763,34 @@ mod tests {
             graph: HexGraphPlace::Worker,
             ..points(side, 0)
         };
-        let fitted = |budget: u64| Hex::fit_to_budget(&in_workers, budget, None).points_per_shard;
+        let fitted_with = |budget: u64, slots: u64| {
+            Hex::fit_to_budget(&in_workers, WorkerRoom { budget, slots }, None).points_per_shard
+        };
+        let fitted = |budget: u64| fitted_with(budget, 2);
         assert_eq!(fitted(u64::MAX), 16);
         for p in [16, 8, 4, 2] {
-            let two = need(p).worker_memory_bytes();
-            assert_eq!(fitted(two), p, "budget {two}");
-            assert!(fitted(two - 1) < p, "budget {}", two - 1);
+            for slots in [1, 2, 3] {
+                let all = need(p).worker_bytes_with(slots);
+                assert_eq!(fitted_with(all, slots), p, "budget {all}, {slots} slots");
+                assert!(fitted_with(all - 1, slots) < p, "budget {}", all - 1);
+            }
         }
+        // The budget of two shards of 8 points holds one of 16.
+        assert_eq!(fitted_with(need(8).worker_bytes_with(2), 1), 16);
         assert_eq!(fitted(need(2).worker_memory_bytes() - 1), 1);
         assert_eq!(fitted(0), 1);
         // Fewer points, less memory a shard; the graph is the same.
         assert!(need(1).shard_bytes < need(16).shard_bytes);
         assert_eq!(need(1).worker_base_bytes, need(16).worker_base_bytes);
         assert_eq!(
-            Hex::fit_to_budget(&points(side, 3), 0, None).points_per_shard,
+            Hex::fit_to_budget(&points(side, 3), two_slots(0), None).points_per_shard,
             3
         );
         let cell = HexSpec {
             plan: HexPlan::CellStep,
             ..points(9, 0)
         };
-        assert_eq!(Hex::fit_to_budget(&cell, 0, None), cell);
+        assert_eq!(Hex::fit_to_budget(&cell, two_slots(0), None), cell);
     }
 
     /// A job whose smallest shard fits no worker is refused with the
@@ -799,7 +811,7 @@ mod tests {
         // which holds one vector.
         assert!(in_memory < build, "{build} {in_memory}");
         let refused = spec
-            .fitted_to(in_memory - 1, "the largest worker (h)", None)
+            .fitted_to(two_slots(in_memory - 1), "the largest worker (h)", None)
             .unwrap_err()
             .to_string();
         assert!(refused.contains("the largest worker (h) has"), "{refused}");
@@ -810,7 +822,7 @@ mod tests {
         assert!(refused.contains("or --force"), "{refused}");
         let fitted = |budget: u64| {
             let params = spec
-                .fitted_to(budget, "w", None)
+                .fitted_to(two_slots(budget), "w", None)
                 .unwrap()
                 .spec()
                 .params
@@ -831,13 +843,17 @@ mod tests {
         // Chosen by the user, the place stays.
         let chosen = ValidSpec::new(JobSpec::new(staged.clone())).unwrap();
         assert_eq!(
-            chosen.fitted_to(u64::MAX, "w", None).unwrap().spec().params["graph"],
+            chosen
+                .fitted_to(two_slots(u64::MAX), "w", None)
+                .unwrap()
+                .spec()
+                .params["graph"],
             "stage"
         );
         let mut forced = JobSpec::new(points(17, 0));
         forced.options.force = true;
         let forced = ValidSpec::new(forced).unwrap();
-        assert!(forced.fitted_to(0, "w", None).is_ok());
+        assert!(forced.fitted_to(two_slots(0), "w", None).is_ok());
 
         // A coordinator that takes outputs smaller than the staged graph:
         // the graph stays in the workers where they hold it, and a job that
@@ -845,21 +861,28 @@ mod tests {
         let graph_bytes = estimate(&staged).largest_output_bytes;
         assert!(graph_bytes > 0);
         let limit = Some(graph_bytes - 1);
-        let fitted = spec.fitted_to(in_memory, "w", limit).unwrap();
+        let fitted = spec.fitted_to(two_slots(in_memory), "w", limit).unwrap();
         assert_eq!(fitted.spec().params["graph"], "worker");
-        assert!(spec.fitted_to(in_memory - 1, "w", limit).is_err());
+        assert!(
+            spec.fitted_to(two_slots(in_memory - 1), "w", limit)
+                .is_err()
+        );
         let mut forced_staged = JobSpec::new(staged.clone());
         forced_staged.options.force = true;
         let refused = ValidSpec::new(forced_staged)
             .unwrap()
-            .fitted_to(u64::MAX, "w", limit)
+            .fitted_to(two_slots(u64::MAX), "w", limit)
             .unwrap_err()
             .to_string();
         assert!(
             refused.contains("give the coordinator a --stage-store"),
             "{refused}"
         );
-        assert!(chosen.fitted_to(u64::MAX, "w", Some(graph_bytes)).is_ok());
+        assert!(
+            chosen
+                .fitted_to(two_slots(u64::MAX), "w", Some(graph_bytes))
+                .is_ok()
+        );
 
         let small = points(7, 3);
         let facts = HexFacts {

@@ -2,7 +2,7 @@
 //! moved), and the job fitted to its workers' memory: where the graph is and
 //! how many points a shard evaluates.
 
-use crate::kind::ResourceEstimate;
+use crate::kind::{ResourceEstimate, WorkerRoom};
 use tally_kernels::hex;
 
 use super::{HexGraphPlace, HexPlan, HexSpec, POINTS_PER_SHARD, points_per_shard, staged, stride};
@@ -18,10 +18,11 @@ const SPILLED_PER_GRAPH: f64 = 0.72;
 /// The build's peak above the finished graph (see the kernel's `graph`).
 const BUILD_PEAK: f64 = 1.1;
 
-/// The spec fitted to workers of `budget` bytes and a coordinator that takes
-/// shard outputs of at most `output_limit` bytes (see
+/// The spec fitted to `worker` and a coordinator that takes shard outputs of
+/// at most `output_limit` bytes (see
 /// [`crate::kind::JobKind::fit_to_budget`]).
-pub(super) fn fitted(h: &HexSpec, budget: u64, output_limit: Option<u64>) -> HexSpec {
+pub(super) fn fitted(h: &HexSpec, worker: WorkerRoom, output_limit: Option<u64>) -> HexSpec {
+    let budget = worker.budget;
     if h.plan != HexPlan::Points {
         return h.clone();
     }
@@ -37,8 +38,8 @@ pub(super) fn fitted(h: &HexSpec, budget: u64, output_limit: Option<u64>) -> Hex
     };
     // The points a shard with the graph at `graph`: those the spec
     // chose, or the most (a pass of more points costs less a point: 8
-    // cost 1.19 times 16 a point at side 15) such that the worker with
-    // the budget holds two shards, else one point if it holds one shard;
+    // cost 1.19 times 16 a point at side 15) such that the worker holds
+    // a shard in each of its slots, else one point if it holds one shard;
     // none if not even that fits, or the staged graph's build does not,
     // or the coordinator cannot take the graph as a shard's output.
     let staged_build = estimate(&with(HexGraphPlace::Stage, 1));
@@ -55,7 +56,9 @@ pub(super) fn fitted(h: &HexSpec, budget: u64, output_limit: Option<u64>) -> Hex
         }
         [16, 8, 4, 2]
             .into_iter()
-            .find(|&p| shards_need(&with(graph, p)).worker_memory_bytes() <= budget)
+            .find(|&p| {
+                shards_need(&with(graph, p)).worker_bytes_with(worker.slots.max(1)) <= budget
+            })
             .or_else(|| fits_one(1).then_some(1))
     };
     let graph = match h.graph {

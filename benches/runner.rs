@@ -886,17 +886,21 @@ fn hex_large(side: u32, exact: bool, places: &[&str], budget: Option<&str>) {
     let side_arg = side.to_string();
     let mode = if exact { "exact" } else { "mod 1000000007" };
     // Stage data in a directory, as a cluster would keep a staged graph
-    // (larger than a report carries to a coordinator that keeps it itself).
-    let stage = tempfile::tempdir().unwrap();
-    let setup = Setup {
-        coordinator_args: vec![
-            "--stage-store".into(),
-            format!("file://{}", stage.path().display()),
-        ],
-        worker_args: budget
-            .map(|b| vec!["--memory-budget".to_string(), b.to_string()])
-            .unwrap_or_default(),
-        ..Setup::default()
+    // (larger than a report carries to a coordinator that keeps it itself):
+    // a directory a run, removed after it (a side-18 run leaves gigabytes).
+    let run_on = |submit: &[&str], workers: &[usize]| {
+        let stage = tempfile::tempdir().unwrap();
+        let setup = Setup {
+            coordinator_args: vec![
+                "--stage-store".into(),
+                format!("file://{}", stage.path().display()),
+            ],
+            worker_args: budget
+                .map(|b| vec!["--memory-budget".to_string(), b.to_string()])
+                .unwrap_or_default(),
+            ..Setup::default()
+        };
+        cluster(submit, workers, &setup)
     };
     let mut answers = Vec::new();
     for &place in places {
@@ -904,8 +908,8 @@ fn hex_large(side: u32, exact: bool, places: &[&str], budget: Option<&str>) {
         if exact {
             submit.push("--exact");
         }
-        let one = cluster(&submit, &[2], &setup);
-        let two = cluster(&submit, &[1, 1], &setup);
+        let one = run_on(&submit, &[2]);
+        let two = run_on(&submit, &[1, 1]);
         assert_eq!(one.answer, two.answer, "one and two workers disagree");
         let answer = if exact && one.answer.len() > 40 {
             format!(

@@ -30,7 +30,7 @@ pub struct WorkerArgs {
     pub shard_delay_ms: u64,
     /// Milliseconds between checkpoints of a long shard (for checkpoints up
     /// to 4 MiB; larger ones, such as hex pass vectors, come proportionally
-    /// less often, but at least once a minute). At least 10.
+    /// less often, but at least once a minute for each GB). At least 10.
     #[arg(long, default_value_t = 3000, value_parser = at_least(10))]
     pub checkpoint_ms: u64,
     /// Fault injection for tests: alter every result before reporting it.

@@ -20,6 +20,34 @@
 use super::frontier::{Word, advance, label, top_row_state};
 use crate::cache::prefetch;
 use crate::parallel::map_indices;
+use crate::{Control, Result};
+
+/// Work units a build counts on its control: the search for the states (in
+/// proportion to the states whose transitions are done, against their known
+/// count), then the gather lists (in proportion to the columns done); a long
+/// build shows progress as it goes.
+pub const BUILD_WORK: u64 = 100;
+/// Of [`BUILD_WORK`], the search's units; the gather lists have the rest.
+const SEARCH_WORK: u64 = 70;
+
+/// The work a build has counted on its control, raised to a new mark.
+struct BuildProgress<'a> {
+    control: &'a Control,
+    counted: u64,
+}
+
+impl BuildProgress<'_> {
+    /// Counts up to `units` (of [`BUILD_WORK`]), and stops the build if the
+    /// control was cancelled.
+    fn reach(&mut self, units: u64) -> Result<()> {
+        let units = units.min(BUILD_WORK);
+        if units > self.counted {
+            self.control.add_work(units - self.counted);
+            self.counted = units;
+        }
+        self.control.check()
+    }
+}
 
 /// Marks a dropped transition while the graph is built.
 const NONE: u32 = u32::MAX;
@@ -338,8 +366,15 @@ const NOT_STORED: u32 = u32::MAX;
 /// follows both choices of every column, also the ones that keep the occupancy
 /// (they can only change states that never occur before that column's step, and
 /// keeping them keeps the set of states of the original search).
-fn closure<W: Word>(side: usize, threads: usize) -> (Vec<W>, Vec<Vec<u32>>) {
+fn closure<W: Word>(
+    side: usize,
+    threads: usize,
+    progress: &mut BuildProgress<'_>,
+) -> Result<(Vec<W>, Vec<Vec<u32>>)> {
     let expected = super::known_state_count(side as u32).map_or(1 << 20, |n| n as usize);
+    // Every state's transitions are computed once: the states done against
+    // all of them (the estimate past the known counts, which holds so far).
+    let all = super::estimated_state_count(side as u32).max(1);
     let mut states: Vec<W> = Vec::with_capacity(expected);
     let mut index = StateTable::<W>::with_capacity(expected);
     for mask in 1u64..(1u64 << side) {
@@ -423,21 +458,29 @@ fn closure<W: Word>(side: usize, threads: usize) -> (Vec<W>, Vec<Vec<u32>>) {
             }
         }
         done = round.end;
+        progress.reach(done as u64 * SEARCH_WORK / all)?;
     }
-    (states, flips)
+    Ok((states, flips))
 }
 
 /// Finds every state reachable from the top row by deciding cells in any column,
 /// numbers them, and builds the blocks of `width` columns, on up to `threads`
-/// threads.
-pub(crate) fn build(side: usize, width: usize, threads: usize) -> Built {
+/// threads; counts [`BUILD_WORK`] units on `control` as it goes, and stops
+/// when it is cancelled.
+pub(crate) fn build(side: usize, width: usize, threads: usize, control: &Control) -> Result<Built> {
+    let mut progress = BuildProgress {
+        control,
+        counted: 0,
+    };
+    progress.reach(0)?;
     // The narrowest word that holds the side; the states themselves are not
     // kept, only their masks and transitions.
     let (masks, flips) = if side <= <u64 as Word>::POSITIONS {
-        masks_and_flips::<u64>(side, threads)
+        masks_and_flips::<u64>(side, threads, &mut progress)?
     } else {
-        masks_and_flips::<u128>(side, threads)
+        masks_and_flips::<u128>(side, threads, &mut progress)?
     };
+    progress.reach(SEARCH_WORK)?;
     let layout = block_layout(side, width);
     let mut col_block = vec![(0, 0); side];
     for (b, cols) in layout.iter().enumerate() {
@@ -463,6 +506,8 @@ pub(crate) fn build(side: usize, width: usize, threads: usize) -> Built {
         for &col in cols {
             flips[col] = None;
         }
+        let columns_done = gathers.len() as u64;
+        progress.reach(SEARCH_WORK + columns_done * (BUILD_WORK - SEARCH_WORK) / side as u64)?;
     }
     // Only the polynomial sweep reads `from_prev` (a points pass finds a
     // group's states by their tiles), and it stops at the narrow sides.
@@ -490,20 +535,25 @@ pub(crate) fn build(side: usize, width: usize, threads: usize) -> Built {
     } else {
         Vec::new()
     };
-    Built {
+    progress.reach(BUILD_WORK)?;
+    Ok(Built {
         num_states: masks.len(),
         masks,
         narrow_masks,
         blocks,
         col_block,
-    }
+    })
 }
 
 /// The masks of all states and the flips of [`closure`].
-fn masks_and_flips<W: Word>(side: usize, threads: usize) -> (Vec<u64>, Vec<Vec<u32>>) {
-    let (states, flips) = closure::<W>(side, threads);
+fn masks_and_flips<W: Word>(
+    side: usize,
+    threads: usize,
+    progress: &mut BuildProgress<'_>,
+) -> Result<(Vec<u64>, Vec<Vec<u32>>)> {
+    let (states, flips) = closure::<W>(side, threads, progress)?;
     let masks = states.iter().map(|&s| state_mask(s, side)).collect();
-    (masks, flips)
+    Ok((masks, flips))
 }
 
 /// The groups of the block of columns `cols` (without its gather lists).

@@ -52,6 +52,7 @@ mod tests;
 use crate::modular::{inv_mod, is_prime, mul_mod};
 use crate::{Control, Result, invalid};
 
+pub use graph::BUILD_WORK;
 use graph::Block;
 
 pub use codec::{check_polynomials, decode_polynomials, encode_polynomials};
@@ -179,12 +180,25 @@ impl HexGraph {
         Self::build_with(side, threads, graph::default_block_width(side as usize))
     }
 
+    /// [`HexGraph::build_parallel`] that counts [`BUILD_WORK`] units of work
+    /// on `control` as it goes (a build of a large side takes long enough to
+    /// need progress) and stops soon after `control` is cancelled.
+    pub fn build_controlled(side: u32, threads: usize, control: &Control) -> Result<HexGraph> {
+        let width = graph::default_block_width(side as usize);
+        Self::build_inner(side, threads, width, control)
+    }
+
     /// [`HexGraph::build`] on up to `threads` threads, with `width` columns per
     /// block of the sweep (see [`HexGraph::sweep`]). The graph, every vector and
     /// every result are the same whatever the two numbers.
     pub fn build_with(side: u32, threads: usize, width: usize) -> Result<HexGraph> {
+        Self::build_inner(side, threads, width, &Control::new())
+    }
+
+    fn build_inner(side: u32, threads: usize, width: usize, control: &Control) -> Result<HexGraph> {
         validate_side(side)?;
-        let built = graph::build(side as usize, width.clamp(1, side as usize), threads.max(1));
+        let (width, threads) = (width.clamp(1, side as usize), threads.max(1));
+        let built = graph::build(side as usize, width, threads, control)?;
         Ok(HexGraph {
             side,
             stride: (side * side / 2) as usize + 1,

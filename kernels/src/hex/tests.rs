@@ -416,6 +416,39 @@ fn hex_build_options_agree() {
     }
 }
 
+#[test]
+fn hex_build_counts_its_work_and_stops_when_cancelled() {
+    // A build counts BUILD_WORK units as it goes, the same graph as without
+    // a control; cancelled before it starts or in the middle of the search
+    // or of the gather lists (as its count reaches a unit), it stops with
+    // `Cancelled`.
+    for side in [1u32, 6, 9] {
+        let control = Control::new();
+        let graph = HexGraph::build_controlled(side, 2, &control).unwrap();
+        assert_eq!(control.work_done(), BUILD_WORK, "side {side}");
+        let reference = HexGraph::build_parallel(side, 2).unwrap();
+        assert_eq!(graph.masks, reference.masks, "side {side}");
+        let xs = [3u32, 5, 7];
+        assert_eq!(
+            graph.evaluate_points(&xs, P),
+            reference.evaluate_points(&xs, P)
+        );
+    }
+    let cancelled = Control::new();
+    cancelled.cancel();
+    assert!(matches!(
+        HexGraph::build_controlled(9, 2, &cancelled),
+        Err(Error::Cancelled)
+    ));
+    // At side 9 the search is one round (70 units), then the gather lists
+    // of two columns at a time.
+    for at in [1, 75, 85, BUILD_WORK] {
+        let control = Control::cancelled_at_work(at);
+        let stopped = HexGraph::build_controlled(9, 2, &control);
+        assert!(matches!(stopped, Err(Error::Cancelled)), "at {at}");
+    }
+}
+
 /// What the AVX2 step of the points plan reads unchecked: every source of a
 /// target lies in the target's group, and every list of other sources ends
 /// with a padding entry.

@@ -976,6 +976,9 @@ mod tests {
             panic!("one build shard")
         };
         let built = Hex::execute(h, &build.task, &mut run).unwrap();
+        // Its work, as planned, counted as the build went.
+        assert_eq!(built.work_done, build.work_total);
+        assert_eq!(control.work_done(), build.work_total);
         let crate::StageOutput::Stored(graph) = built.output else {
             panic!("the graph is handed on as stored bytes")
         };
@@ -1152,7 +1155,7 @@ mod tests {
     }
 
     /// Large vectors checkpoint less often, in proportion, but at least once
-    /// a minute.
+    /// a minute for each gigabyte.
     #[test]
     fn points_checkpoints_are_spaced_by_their_size() {
         let every = std::time::Duration::from_secs(3);
@@ -1165,5 +1168,14 @@ mod tests {
             pass_checkpoint_interval(every, 864 << 20),
             std::time::Duration::from_secs(60)
         );
+        // Past a gigabyte, a minute for each: side 18 at 16 points, side
+        // 20 at 8.
+        let minutes =
+            |bytes: f64| pass_checkpoint_interval(every, bytes as usize).as_secs_f64() / 60.0;
+        assert!((minutes(2.61e9) - 2.61).abs() < 1e-6);
+        assert!((minutes(10.5e9) - 10.5).abs() < 1e-6);
+        // Never more often than `every`.
+        let slow = std::time::Duration::from_secs(600);
+        assert_eq!(pass_checkpoint_interval(slow, 2 << 30), slow);
     }
 }

@@ -17,16 +17,18 @@ use super::{HexInput, HexPartial, HexSpec, HexTask};
 /// The stage of the point shards; the graph is built in the one before.
 pub(super) const POINTS_STAGE: u32 = 2;
 
-/// Stage 1: one shard that builds the graph.
+/// Stage 1: one shard that builds the graph, counting the build's work units
+/// as it goes (its lease is renewed only while its work grows).
 pub(super) fn build_shards(h: &HexSpec) -> Vec<Planned<HexTask>> {
     vec![Planned {
         task: HexTask::HexGraph { side: h.side },
-        work_total: 1,
+        work_total: hex::BUILD_WORK,
     }]
 }
 
-/// Builds the graph with all of the worker's cores and writes its spilled
-/// form to the shard's spill, which hands it on without reading it back.
+/// Builds the graph with all of the worker's cores (stopping when the shard
+/// is cancelled) and writes its spilled form to the shard's spill, which
+/// hands it on without reading it back.
 pub(super) fn build_graph(
     h: &HexSpec,
     side: u32,
@@ -35,8 +37,7 @@ pub(super) fn build_graph(
     if side != h.side || !h.staged() {
         return Err(invalid!("hex graph shard does not belong to this job"));
     }
-    run.control.check()?;
-    let graph = hex::HexGraph::build_parallel(side, super::all_cores())?;
+    let graph = hex::HexGraph::build_controlled(side, super::all_cores(), run.control)?;
     run.control.check()?;
     let mut in_memory = MemorySpill::default();
     let spill: &mut dyn Spill = match run.room.as_mut() {
@@ -45,11 +46,10 @@ pub(super) fn build_graph(
     };
     let spilled = graph.spill(spill)?;
     drop(graph);
-    run.control.add_work(1);
     Ok(Outcome {
         output: StageOutput::Stored(spilled.stored()),
         partial: HexPartial::None,
-        work_done: 1,
+        work_done: hex::BUILD_WORK,
     })
 }
 

@@ -7,7 +7,6 @@ use crate::kind::{Checkpoint, Outcome, ShardRun};
 use crate::{Control, Result, Spill, StageOutput, Stored, invalid};
 use tally_kernels::hex;
 use tally_kernels::hex::PassPoint;
-use tally_kernels::spill::WRITE_CHUNK;
 
 use super::{HexInput, HexPartial, HexSpec, POINTS_PER_SHARD, graph};
 
@@ -267,17 +266,10 @@ impl CheckpointSink<'_> {
                 {
                     return None;
                 }
+                // The spill buffers its runs' writes itself: the pieces go
+                // to it as they are made.
                 let made = (|| {
-                    let mut chunk = Vec::with_capacity(WRITE_CHUNK);
-                    PassCheckpoint::write(at, lanes, &mut |bytes| {
-                        chunk.extend_from_slice(bytes);
-                        if chunk.len() >= WRITE_CHUNK {
-                            spill.write(&chunk)?;
-                            chunk.clear();
-                        }
-                        Ok(())
-                    })?;
-                    spill.write(&chunk)?;
+                    PassCheckpoint::write(at, lanes, &mut |bytes| spill.write(bytes))?;
                     let run = spill.end_run()?;
                     let kept = spill.keep_run(run)?;
                     spill.release_run(run)?;

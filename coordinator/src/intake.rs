@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tally_stage::BlobRef;
+use tally_stage::{BlobRef, is_pack_key, job_prefix, pack_owner};
 use tally_wire::lease::LeaseId;
 use tonic::Status;
 
@@ -154,6 +154,17 @@ fn check_stage_store(shared: &Shared, report: &Report) -> std::result::Result<()
             "this coordinator keeps stage data itself (--stage-store coordinator): \
              send output and checkpoints inline",
         ));
+    }
+    // A pack is swept with its job's stage: an output may lie only in a pack
+    // of its own shard's job and stage.
+    if let Some(blob) = &report.output_blob
+        && is_pack_key(&blob.key)
+        && pack_owner(&blob.key) != Some((job_prefix(&report.lease.job), report.lease.stage))
+    {
+        return Err(Status::invalid_argument(format!(
+            "the output of {} lies in the pack {}, which is not of its job and stage",
+            report.lease, blob.key
+        )));
     }
     if store.is_external() && report.output_blob.is_none() && !report.output.is_empty() {
         let limit = shared.inline_stage_output;

@@ -88,6 +88,7 @@ impl WorkerService for WorkerApi {
             session,
             stage_store: self.shared.stage_store.to_string(),
             max_inline_stage_output: self.shared.inline_stage_output as u64,
+            takes_packed_outputs: self.shared.stage_store.is_external(),
         }))
     }
 
@@ -272,7 +273,7 @@ impl WorkerService for WorkerApi {
     ) -> std::result::Result<Response<proto::StageBlobsResponse>, Status> {
         let r = request.into_inner();
         require_worker_id(&r.worker_id)?;
-        let reads_held = r.reads_held;
+        let (reads_held, reads_packed) = (r.reads_held, r.reads_packed);
         let (job, stage) = (r.job_id.clone(), r.stage);
         // Not after a flush, as `fetch_stage_data`.
         let listed = self
@@ -285,6 +286,12 @@ impl WorkerService for WorkerApi {
         if !listed.held.is_empty() && !reads_held {
             return Err(Status::failed_precondition(format!(
                 "stage {stage} of job {job} has outputs the coordinator holds itself, which this \
+                 worker cannot read: run a worker of this coordinator's release"
+            )));
+        }
+        if !reads_packed && listed.blobs.iter().flatten().any(|b| b.offset > 0) {
+            return Err(Status::failed_precondition(format!(
+                "stage {stage} of job {job} has outputs in packs of several shards, which this \
                  worker cannot read: run a worker of this coordinator's release"
             )));
         }

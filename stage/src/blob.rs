@@ -27,19 +27,34 @@ pub struct BlobRef {
     pub key: String,
     pub size: u64,
     pub digest: [u8; 32],
+    /// Where the blob starts in its object: 0 for a blob of its own, else
+    /// its place in a pack of several shards' outputs (see
+    /// [`crate::StageStore::put_pack`]).
+    pub offset: u64,
 }
 
-/// The first bytes of a reference as the coordinator stores it.
+/// The first bytes of a reference as the coordinator stores it: a blob of
+/// its own, and one in a pack (the offset follows the digest).
 const REF_MAGIC: &[u8; 4] = b"TSBR";
+const PACKED_REF_MAGIC: &[u8; 4] = b"TSBP";
 
 impl BlobRef {
     /// The reference as the coordinator stores it: `TSBR`, the size (u64
-    /// LE), the digest, the key.
+    /// LE), the digest, the key; a blob in a pack: `TSBP`, the size, the
+    /// digest, the offset (u64 LE), the key. (A blob of its own keeps the
+    /// form of the releases before packs.)
     pub fn encode(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(44 + self.key.len());
-        bytes.extend_from_slice(REF_MAGIC);
+        let mut bytes = Vec::with_capacity(52 + self.key.len());
+        let packed = self.offset > 0;
+        bytes.extend_from_slice(match packed {
+            true => PACKED_REF_MAGIC,
+            false => REF_MAGIC,
+        });
         bytes.extend_from_slice(&self.size.to_le_bytes());
         bytes.extend_from_slice(&self.digest);
+        if packed {
+            bytes.extend_from_slice(&self.offset.to_le_bytes());
+        }
         bytes.extend_from_slice(self.key.as_bytes());
         bytes
     }
@@ -48,19 +63,31 @@ impl BlobRef {
     /// that do are never kept as anything else, so a stored value is told
     /// apart from a reference by its first bytes.
     pub fn is_encoded(bytes: &[u8]) -> bool {
-        bytes.starts_with(REF_MAGIC)
+        bytes.starts_with(REF_MAGIC) || bytes.starts_with(PACKED_REF_MAGIC)
     }
 
     /// A reference [`BlobRef::encode`] wrote, or `None`.
     pub fn decode(bytes: &[u8]) -> Option<BlobRef> {
-        if bytes.len() <= 44 || &bytes[..4] != REF_MAGIC {
+        let packed = bytes.starts_with(PACKED_REF_MAGIC);
+        let key_at = if packed { 52 } else { 44 };
+        if bytes.len() <= key_at || !BlobRef::is_encoded(bytes) {
             return None;
         }
+        let offset = match packed {
+            true => u64::from_le_bytes(bytes[44..52].try_into().ok()?),
+            false => 0,
+        };
         Some(BlobRef {
             size: u64::from_le_bytes(bytes[4..12].try_into().ok()?),
             digest: bytes[12..44].try_into().ok()?,
-            key: String::from_utf8(bytes[44..].to_vec()).ok()?,
+            offset,
+            key: String::from_utf8(bytes[key_at..].to_vec()).ok()?,
         })
+    }
+
+    /// The byte range of the blob in its object.
+    pub fn in_object(&self) -> Range<u64> {
+        self.offset..self.offset + self.size
     }
 }
 
@@ -70,6 +97,7 @@ impl From<&BlobRef> for tally_wire::proto::BlobRef {
             key: blob.key.clone(),
             size: blob.size,
             sha256: blob.digest.to_vec(),
+            offset: blob.offset,
         }
     }
 }
@@ -95,10 +123,17 @@ impl TryFrom<&tally_wire::proto::BlobRef> for BlobRef {
         if blob.size < HEADER {
             return Err(bad("is shorter than a blob header"));
         }
+        if blob.offset.checked_add(blob.size).is_none() {
+            return Err(bad("runs past the end of any object"));
+        }
+        if blob.offset > 0 && !crate::keys::is_pack_key(&blob.key) {
+            return Err(bad("has an offset, and its key names no pack"));
+        }
         Ok(BlobRef {
             key: blob.key.clone(),
             size: blob.size,
             digest,
+            offset: blob.offset,
         })
     }
 }
@@ -265,6 +300,7 @@ mod tests {
             key: "k".into(),
             size: bytes.len() as u64,
             digest,
+            offset: 0,
         };
         (bytes, blob)
     }
@@ -308,9 +344,40 @@ mod tests {
                 size: 3,
                 ..sent.clone()
             },
+            // An offset is a place in a pack, whose key says so.
+            tally_wire::proto::BlobRef {
+                offset: 8,
+                ..sent.clone()
+            },
+            tally_wire::proto::BlobRef {
+                key: "jobs/job-000001/2/packs/3-1".into(),
+                offset: u64::MAX - 2,
+                ..sent.clone()
+            },
         ] {
             assert!(BlobRef::try_from(&bad).is_err(), "{bad:?}");
         }
+        // A blob in a pack: its offset kept in both forms, and its stored
+        // form told from a blob's own and from bytes that are neither.
+        let packed = BlobRef {
+            key: "jobs/job-000001/2/packs/3-1".into(),
+            offset: 4_000_000_017,
+            ..blob.clone()
+        };
+        let stored = packed.encode();
+        assert!(BlobRef::is_encoded(&stored) && stored.starts_with(b"TSBP"));
+        assert_eq!(BlobRef::decode(&stored), Some(packed.clone()));
+        assert!(
+            blob.encode().starts_with(b"TSBR"),
+            "a blob of its own keeps its form"
+        );
+        let sent = tally_wire::proto::BlobRef::from(&packed);
+        assert_eq!(BlobRef::try_from(&sent).unwrap(), packed);
+        assert_eq!(BlobRef::decode(&stored[..52]), None, "cut before its key");
+        assert_eq!(
+            packed.in_object(),
+            4_000_000_017..4_000_000_017 + packed.size
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod blob;
 pub mod error;
 mod error_text;
+pub mod keys;
 pub mod owner;
 mod s3;
 pub mod store;
@@ -16,8 +17,10 @@ pub mod url;
 
 pub use blob::BlobRef;
 pub use error::{Result, StageError};
-pub use owner::{Claim, OwnerRecord};
-pub use store::{
-    StageStore, blob_key, blob_owner, checkpoint_blob_name, checkpoint_number, job_prefix,
+pub use keys::{
+    blob_key, blob_owner, checkpoint_blob_name, checkpoint_number, is_pack_key, job_prefix,
+    pack_key, pack_owner,
 };
+pub use owner::{Claim, OwnerRecord};
+pub use store::StageStore;
 pub use url::StageStoreUrl;

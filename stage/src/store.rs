@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
 use object_store::local::LocalFileSystem;
-use object_store::path::{Path, PathPart};
+use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use tally_kinds::{Control, Stored};
-use tally_wire::lease::LeaseId;
 
 use crate::blob::{self, BlobRef, Index};
 use crate::error::{Result, StageError};
 use crate::error_text::read_error;
+use crate::keys::is_pack_key;
 use crate::url::StageStoreUrl;
 
 /// How long a call waits out an unreachable store by default.
@@ -126,19 +126,59 @@ impl StageStore {
         let (index, digest) = blob::index(&data);
         let index = bytes::Bytes::from(index);
         let size = (index.len() + data.len()) as u64;
+        self.write_pieces(key, vec![index, data], control).await?;
+        Ok(BlobRef {
+            key: key.to_string(),
+            size,
+            digest,
+            offset: 0,
+        })
+    }
+
+    /// Writes `outputs` (the outputs of the shards of one report batch, of
+    /// one stage) one after another as blobs of one object, the pack `key`
+    /// ([`pack_key`]), returning each one's reference (its offset in the
+    /// pack beside its size and digest). One write for many shards: a file
+    /// or an object request a batch instead of one a shard. The pack starts
+    /// with a header of its own, so no blob in it is at offset 0 (the form
+    /// of a blob of its own). The data goes out as it is: never copied.
+    pub async fn put_pack(
+        &self,
+        key: &str,
+        outputs: Vec<bytes::Bytes>,
+        control: &Control,
+    ) -> Result<Vec<BlobRef>> {
+        if !is_pack_key(key) {
+            return Err(StageError::Refused(format!("{key} names no pack")));
+        }
+        let (pieces, refs) = {
+            let owned = key.to_string();
+            tokio::task::spawn_blocking(move || pack_pieces(&owned, outputs))
+                .await
+                .map_err(|e| StageError::Unavailable(format!("indexing the pack {key}: {e}")))?
+        };
+        self.write_pieces(key, pieces, control).await?;
+        Ok(refs)
+    }
+
+    /// Writes `pieces`, one after another, as the object `key`: in one
+    /// request up to a part, else as a multipart upload of parts (never
+    /// copied). With a mid-upload pause set (fault injection), always in
+    /// two parts, pausing after the first.
+    async fn write_pieces(
+        &self,
+        key: &str,
+        pieces: Vec<bytes::Bytes>,
+        control: &Control,
+    ) -> Result<()> {
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
         let path = parse_key(key)?;
         let pause = self.mid_upload_pause;
         self.patiently("write", key, control, || {
-            let (path, index, data, inner) = (
-                path.clone(),
-                index.clone(),
-                data.clone(),
-                self.inner.clone(),
-            );
+            let (path, pieces, inner) = (path.clone(), pieces.clone(), self.inner.clone());
             async move {
-                let total = index.len() + data.len();
                 if total <= PART && pause.is_zero() {
-                    let payload = PutPayload::from_iter([index, data]);
+                    let payload = PutPayload::from_iter(pieces);
                     return inner.put(&path, payload).await.map(|_| ());
                 }
                 let part = match pause.is_zero() {
@@ -147,10 +187,14 @@ impl StageStore {
                 };
                 let upload = inner.put_multipart(&path).await?;
                 let mut write = WriteMultipart::new_with_chunk_size(upload, part);
-                let pieces = std::iter::once(index.clone())
-                    .chain(data.chunks(part).map(|piece| data.slice_ref(piece)));
+                // Collected first: an iterator of closures held across the
+                // awaits would keep the future from being `Send`.
+                let slices: Vec<bytes::Bytes> = pieces
+                    .iter()
+                    .flat_map(|piece| piece.chunks(part).map(|slice| piece.slice_ref(slice)))
+                    .collect();
                 let (mut written, mut paused) = (0, false);
-                for piece in pieces {
+                for slice in slices {
                     if written >= part && !pause.is_zero() && !paused {
                         paused = true;
                         write.wait_for_capacity(1).await?;
@@ -158,18 +202,13 @@ impl StageStore {
                         tokio::time::sleep(pause).await;
                     }
                     write.wait_for_capacity(2).await?;
-                    written += piece.len();
-                    write.put(piece);
+                    written += slice.len();
+                    write.put(slice);
                 }
                 write.finish().await.map(|_| ())
             }
         })
-        .await?;
-        Ok(BlobRef {
-            key: key.to_string(),
-            size,
-            digest,
-        })
+        .await
     }
 
     /// Writes the bytes of `data` (a shard's output in a file) as the blob
@@ -228,11 +267,16 @@ impl StageStore {
             key: key.to_string(),
             size,
             digest,
+            offset: 0,
         })
     }
 
     /// The data of `blob`, checked.
     pub async fn read(&self, blob: &BlobRef, control: &Control) -> Result<Vec<u8>> {
+        if blob.offset > 0 {
+            let bytes = self.get_range(blob, 0..blob.size, control).await?;
+            return blob::decode(blob, &bytes);
+        }
         let path = parse_key(&blob.key)?;
         let bytes = self
             .patiently("read", &blob.key, control, || async {
@@ -474,6 +518,7 @@ impl StageStore {
         control: &Control,
     ) -> Result<bytes::Bytes> {
         let path = parse_key(&blob.key)?;
+        let range = blob.offset + range.start..blob.offset + range.end;
         self.patiently("read", &blob.key, control, || {
             self.inner.get_range(&path, range.clone())
         })
@@ -649,82 +694,112 @@ fn parse_key(key: &str) -> Result<Path> {
         .map_err(|e| StageError::Refused(format!("the blob key {key:?} is malformed: {e}")))
 }
 
-/// Where one attempt of one shard writes its blob `name` (`output`,
-/// `checkpoint-3`): a key no other attempt uses, so a stale attempt's blobs
-/// are never the ones committed.
-pub fn blob_key(lease: &LeaseId, name: &str) -> String {
-    Path::from_iter([
-        PathPart::from("jobs"),
-        PathPart::from(lease.job.as_str()),
-        PathPart::from(lease.stage.to_string()),
-        PathPart::from(lease.index.to_string()),
-        PathPart::from(lease.attempt.to_string()),
-        PathPart::from(name),
-    ])
-    .to_string()
-}
+/// The first bytes of a pack: it holds blobs after them, so none is at
+/// offset 0.
+const PACK_MAGIC: &[u8; 8] = b"TSPACK1\n";
 
-/// The name of an attempt's `n`-th checkpoint blob (1, 2, ...), for
-/// [`blob_key`].
-pub fn checkpoint_blob_name(n: u64) -> String {
-    format!("checkpoint-{n}")
-}
-
-/// Which checkpoint of its attempt the blob at `key` is, if it is one
-/// ([`checkpoint_blob_name`] under [`blob_key`]).
-pub fn checkpoint_number(key: &str) -> Option<u64> {
-    let path = Path::parse(key).ok()?;
-    let name = path.parts().next_back()?;
-    name.as_ref().strip_prefix("checkpoint-")?.parse().ok()
-}
-
-/// The key prefix of every blob of `job`.
-pub fn job_prefix(job: &str) -> String {
-    Path::from_iter([PathPart::from("jobs"), PathPart::from(job)]).to_string()
-}
-
-/// The job prefix and the lease of a key [`blob_key`] made, if it is one.
-pub fn blob_owner(key: &str) -> Option<(String, u32, u32, u64)> {
-    let path = Path::parse(key).ok()?;
-    let parts: Vec<_> = path.parts().collect();
-    let [jobs, job, stage, index, attempt, _name] = parts.as_slice() else {
-        return None;
-    };
-    if jobs.as_ref() != "jobs" {
-        return None;
+/// The pieces of a pack of `outputs` (its header, then each output's index
+/// and data) and the reference of each output's blob in it.
+fn pack_pieces(key: &str, outputs: Vec<bytes::Bytes>) -> (Vec<bytes::Bytes>, Vec<BlobRef>) {
+    let mut pieces = Vec::with_capacity(1 + 2 * outputs.len());
+    let mut refs = Vec::with_capacity(outputs.len());
+    pieces.push(bytes::Bytes::from_static(PACK_MAGIC));
+    let mut at = PACK_MAGIC.len() as u64;
+    for data in outputs {
+        let (index, digest) = blob::index(&data);
+        let size = (index.len() + data.len()) as u64;
+        refs.push(BlobRef {
+            key: key.to_string(),
+            size,
+            digest,
+            offset: at,
+        });
+        at += size;
+        pieces.push(bytes::Bytes::from(index));
+        pieces.push(data);
     }
-    let prefix = Path::from_iter([PathPart::from("jobs"), job.clone()]).to_string();
-    Some((
-        prefix,
-        stage.as_ref().parse().ok()?,
-        index.as_ref().parse().ok()?,
-        attempt.as_ref().parse().ok()?,
-    ))
+    (pieces, refs)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::{blob_key, job_prefix, pack_key};
+    use tally_wire::lease::LeaseId;
 
     fn file_store(dir: &std::path::Path) -> StageStore {
         let url = StageStoreUrl::File(dir.to_path_buf());
         StageStore::open(&url).unwrap().unwrap()
     }
 
-    #[test]
-    fn keys_are_attempt_scoped_and_parse_back_whatever_the_job_id() {
-        for job in ["j-1", "team/a b%c", "x"] {
-            let lease = LeaseId::new(job, 3, 7, 2);
-            let key = blob_key(&lease, "output");
-            let (prefix, stage, index, attempt) = blob_owner(&key).unwrap();
-            assert_eq!((stage, index, attempt), (3, 7, 2), "{key}");
-            assert_eq!(prefix, job_prefix(job));
-            assert!(key.starts_with(&format!("{prefix}/")));
-            assert_ne!(key, blob_key(&LeaseId::new(job, 3, 7, 3), "output"));
+    /// The outputs of one batch in one object: each read back whole and by
+    /// bucket through its own reference; a changed byte refuses only the
+    /// blob it falls in; one write for all of them.
+    #[tokio::test]
+    async fn a_pack_holds_each_output_as_a_blob_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = file_store(dir.path());
+        let control = Control::default();
+        let buckets: Vec<Vec<u8>> = (0..3u8)
+            .map(|b| vec![b; 900 + 40_000 * b as usize])
+            .collect();
+        let outputs: Vec<Vec<u8>> = vec![
+            b"small".to_vec(),
+            tally_kernels::buckets::encode_buckets(&buckets),
+            (0..3 * CHUNK_FOR_TESTS + 11)
+                .map(|i| (i * 13 % 251) as u8)
+                .collect(),
+        ];
+        let key = pack_key(&LeaseId::new("j", 2, 5, 1), 3);
+        let sent = outputs.iter().cloned().map(bytes::Bytes::from).collect();
+        let refs = store.put_pack(&key, sent, &control).await.unwrap();
+        assert_eq!(refs.len(), 3);
+        assert_eq!(
+            store.list(Some(&job_prefix("j"))).await.unwrap(),
+            vec![key.clone()]
+        );
+        for (blob, output) in refs.iter().zip(&outputs) {
+            assert!(blob.offset > 0 && blob.key == key);
+            assert_eq!(&store.read(blob, &control).await.unwrap(), output);
+            let (index, range) = store.locate(blob, None, &control).await.unwrap();
+            let part = range.start + 1..range.end - 1;
+            let read = store
+                .read_range(blob, &index, part.clone(), &control)
+                .await
+                .unwrap();
+            assert_eq!(read, output[part.start as usize..part.end as usize]);
         }
-        assert_eq!(blob_owner("jobs/j/1/2"), None);
-        assert_eq!(blob_owner("other/j/1/2/3/output"), None);
+        for (q, bucket) in buckets.iter().enumerate() {
+            let read = store
+                .read_bucket(&refs[1], q as u32, &control)
+                .await
+                .unwrap();
+            assert_eq!(&read, bucket, "bucket {q}");
+        }
+        // The blobs lie one after another, the first past the pack's header.
+        assert_eq!(refs[0].offset, PACK_MAGIC.len() as u64);
+        assert_eq!(refs[1].offset, refs[0].offset + refs[0].size);
+        let file = dir.path().join(&key);
+        let mut bytes = std::fs::read(&file).unwrap();
+        assert_eq!(bytes.len() as u64, refs[2].offset + refs[2].size);
+        bytes[(refs[1].offset + refs[1].size - 1) as usize] ^= 1;
+        std::fs::write(&file, &bytes).unwrap();
+        let err = store.read(&refs[1], &control).await.unwrap_err();
+        assert!(matches!(err, StageError::Corrupt { .. }), "{err}");
+        assert_eq!(store.read(&refs[0], &control).await.unwrap(), outputs[0]);
+        assert_eq!(store.read(&refs[2], &control).await.unwrap(), outputs[2]);
+        let err = store
+            .put_pack(
+                &blob_key(&LeaseId::new("j", 2, 5, 1), "output"),
+                vec![],
+                &control,
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("names no pack"), "{err}");
     }
+
+    const CHUNK_FOR_TESTS: u64 = blob::CHUNK;
 
     #[tokio::test]
     async fn a_file_store_round_trips_blobs_and_buckets_and_refuses_tampering() {
@@ -1004,6 +1079,7 @@ mod tests {
             key: "jobs/j/1/0/1/output".into(),
             size: 100,
             digest: [0; 32],
+            offset: 0,
         };
         let err = store.read(&blob, &Control::default()).await.unwrap_err();
         let said = err.to_string();

@@ -1105,6 +1105,7 @@ fn blob_ref(digest: usize) -> proto::BlobRef {
         key: "jobs/job-000001/1/0/1/output".into(),
         size: 100,
         sha256: vec![7; digest],
+        offset: 0,
     }
 }
 
@@ -1587,6 +1588,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 worker_id: HOLDER.into(),
                 session: hs.clone(),
                 reads_held: false,
+                reads_packed: false,
             }),
             Code::FailedPrecondition,
             "no readable output of stage 7",
@@ -1599,6 +1601,7 @@ async fn bad_worker_messages_are_refused_and_change_nothing() {
                 worker_id: HOLDER.into(),
                 session: String::new(),
                 reads_held: false,
+                reads_packed: false,
             }),
             Code::Unauthenticated,
             "no live session given",

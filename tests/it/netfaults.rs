@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use support::{ChildGuard, direct_answer, jobs_client, submit, tally_bin};
+use support::{ChildGuard, direct_answer, jobs_client, metric, submit, tally_bin};
 use tally_kinds::kayles::KaylesSpec;
 use tally_kinds::spec::JobSpec;
 use tally_wire::proto::{self, JobState};
@@ -347,14 +347,6 @@ fn metrics() -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
-}
-
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
-        .unwrap_or_else(|| panic!("metric {name} missing"))
 }
 
 fn now_ms() -> u64 {

@@ -233,6 +233,7 @@ async fn call_workers(url: &str, security: &ClientSecurity) -> Vec<(&'static str
                     worker_id: "w".into(),
                     session: session.clone(),
                     reads_held: false,
+                    reads_packed: false,
                 })
                 .await,
             ),

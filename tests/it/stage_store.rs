@@ -23,8 +23,8 @@ use tally_wire::proto::{self, JobState};
 
 use crate::support::s3::{BUCKET, MotoS3, SECRET};
 use crate::support::{
-    ChildGuard, direct_answer, events, free_port, hex_cell_step, http_get, jobs_client, runtime,
-    state, submit, tally_bin, valid, wait_finished, workers_client,
+    ChildGuard, direct_answer, events, free_port, hex_cell_step, http_get, jobs_client, metric,
+    runtime, state, submit, tally_bin, valid, wait_finished, workers_client,
 };
 
 /// Where a test's stage data goes.
@@ -316,6 +316,49 @@ fn stages_that_mix_blobs_and_outputs_held_by_the_coordinator_give_the_same_answe
     });
 }
 
+/// With many shards a step, the outputs of a report batch go into one pack
+/// of the stage store: with two workers, each reads its own outputs from
+/// memory and the other's from the packs, none is computed again, the
+/// answer is the direct kernel's, and once the job is done the sweep
+/// deletes its packs.
+#[test]
+fn outputs_in_packs_are_read_by_every_worker_and_swept_with_their_job() {
+    runtime().block_on(async {
+        let store = Store::file();
+        let mut cluster = Cluster::start(&store, "1s", "256KiB");
+        let metrics =
+            [free_port(), free_port()].map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p)));
+        for (worker, http) in ["w1", "w2"].iter().zip(&metrics) {
+            cluster.add_worker(worker, 2, &["--http", &http.to_string()]);
+        }
+        let mut client = jobs_client(&cluster.url).await;
+        let spec = hex_cell_step(8, 8);
+        let id = submit(&mut client, &spec, "packed").await.id;
+        let job = wait_finished(&mut client, &id, Duration::from_secs(240)).await;
+        assert_eq!(state(&job), JobState::Succeeded, "{}", job.error);
+        assert_eq!(job.answer, direct_answer(&spec));
+        let count = |name: &str| -> u64 {
+            metrics
+                .iter()
+                .map(|&http| metric(&http_get(http, "/metrics").1, name))
+                .sum()
+        };
+        assert!(count("tally_worker_stage_packs_written_total") > 0);
+        let packed = count("tally_worker_stage_outputs_packed_total");
+        let reused = count("tally_worker_stage_outputs_reused_total");
+        assert!(
+            packed > 0 && reused > 0,
+            "{packed} packed, {reused} read from own copies"
+        );
+        assert_eq!(count("tally_worker_stage_blobs_recomputed_total"), 0);
+        let opened = store.open().unwrap();
+        eventually("the packs swept", Duration::from_secs(60), async || {
+            stage_blobs(&opened).await.is_empty()
+        })
+        .await;
+    });
+}
+
 /// A worker's report with its output inline is refused past the size the
 /// coordinator said at registration, and when the output begins as a
 /// stored reference does; one within it is accepted, and the next stage's
@@ -342,19 +385,7 @@ fn inline_outputs_are_taken_within_the_limit_and_listed_as_held() {
             .into_inner();
         assert_eq!(registered.max_inline_stage_output, 1024);
         let session = registered.session;
-        let lease = client
-            .lease(proto::LeaseRequest {
-                worker_id: worker.into(),
-                free_slots: 1,
-                wait_ms: 2_000,
-                session: session.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .leases
-            .remove(0);
+        let lease = lease_one(&mut client, worker, &session).await;
         assert_eq!(lease.stage, 1);
         let valid = valid(&spec);
         let task = EncodedTask::from_bytes(&lease.task).unwrap();
@@ -388,6 +419,7 @@ fn inline_outputs_are_taken_within_the_limit_and_listed_as_held() {
             key: "jobs/x/1/0.1.output".into(),
             size: 1,
             digest: [0; 32],
+            offset: 0,
         }
         .encode();
         for (refused, says) in [
@@ -414,6 +446,7 @@ fn inline_outputs_are_taken_within_the_limit_and_listed_as_held() {
                 worker_id: worker.into(),
                 session: session.clone(),
                 reads_held,
+                reads_packed: false,
             };
             async move { client.stage_blobs(request).await }
         };
@@ -458,6 +491,29 @@ fn compute_here(
         .unwrap()
 }
 
+/// One shard leased as `worker`.
+async fn lease_one(
+    client: &mut tally_wire::proto::worker_service_client::WorkerServiceClient<
+        tonic::transport::Channel,
+    >,
+    worker: &str,
+    session: &str,
+) -> proto::ShardLease {
+    client
+        .lease(proto::LeaseRequest {
+            worker_id: worker.into(),
+            free_slots: 1,
+            wait_ms: 2_000,
+            session: session.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .leases
+        .remove(0)
+}
+
 /// Registers as a worker: its session, and the stage store the coordinator
 /// names (its own place in the configured store).
 async fn register_for_store(
@@ -489,12 +545,14 @@ async fn register_for_store(
 /// `shards_per_stage` shards each), with the stage store the coordinator
 /// names at registration (returned too): leases each shard,
 /// computes it here (reading its input from the store), writes its output
-/// to the store and reports the blob. Returns the blobs of the last stage.
+/// to the store (a blob each, or with `packed` all of a stage in one pack)
+/// and reports the blob. Returns the blobs of the last stage.
 async fn run_stages_here(
     cluster: &Cluster,
     spec: &JobSpec,
     stages: u32,
     shards_per_stage: usize,
+    packed: bool,
 ) -> (Vec<BlobRef>, StageStore) {
     let worker = "test-hand";
     let mut client = workers_client(&cluster.url).await;
@@ -503,15 +561,15 @@ async fn run_stages_here(
     let valid = valid(spec);
     let mut last = Vec::new();
     for stage in 1..=stages {
-        let mut blobs = Vec::new();
+        let mut computed = Vec::new();
         // Exactly the stage's shards: a lease of the next stage would be held
         // from the workers that must compute it.
-        while blobs.len() < shards_per_stage {
+        while computed.len() < shards_per_stage {
             let leases = client
                 .lease(proto::LeaseRequest {
                     lease_ahead: 0,
                     worker_id: worker.into(),
-                    free_slots: (shards_per_stage - blobs.len()) as u32,
+                    free_slots: (shards_per_stage - computed.len()) as u32,
                     wait_ms: 2_000,
                     session: session.clone(),
                 })
@@ -531,6 +589,7 @@ async fn run_stages_here(
                             worker_id: worker.into(),
                             session: session.clone(),
                             reads_held: false,
+                            reads_packed: packed,
                         })
                         .await
                         .unwrap()
@@ -548,38 +607,53 @@ async fn run_stages_here(
                 let input =
                     (!slices.is_empty()).then(|| valid.decode_stage_inputs(&slices).unwrap());
                 let outcome = compute_here(&valid, &task, input.as_ref());
-                let lease_id: LeaseId = lease.lease_id.parse().unwrap();
-                let key = blob_key(&lease_id, "output");
-                let blob = store
-                    .put(
-                        &key,
-                        outcome.output.clone().into_bytes().unwrap(),
-                        &Control::new(),
-                    )
-                    .await
-                    .unwrap();
-                let messages = [
-                    Body::Header(proto::ReportHeader {
-                        worker_id: worker.into(),
-                        lease_id: lease.lease_id.clone(),
-                        session: session.clone(),
-                        output_bytes: 0,
-                    }),
-                    Body::OutputBlob(proto::BlobRef::from(&blob)),
-                    Body::Result(proto::ReportResult {
-                        compute_us: 0,
-                        partial: outcome.partial.to_bytes(),
-                        work_done: lease.work_total,
-                    }),
-                ]
-                .map(|body| proto::ReportMessage { body: Some(body) });
-                let answer = client.report(tokio_stream::iter(messages)).await.unwrap();
-                assert!(answer.into_inner().accepted);
-                blobs.push((lease.index, blob));
+                computed.push((lease, outcome));
             }
         }
-        blobs.sort_by_key(|(index, _)| *index);
-        last = blobs.into_iter().map(|(_, blob)| blob).collect();
+        computed.sort_by_key(|(lease, _)| lease.index);
+        let outputs = computed
+            .iter()
+            .map(|(_, outcome)| outcome.output.clone().into_bytes().unwrap());
+        let blobs = match packed {
+            true => {
+                let first: LeaseId = computed[0].0.lease_id.parse().unwrap();
+                let outputs = outputs.map(bytes::Bytes::from).collect();
+                let key = tally_stage::pack_key(&first, 0);
+                store
+                    .put_pack(&key, outputs, &Control::new())
+                    .await
+                    .unwrap()
+            }
+            false => {
+                let mut blobs = Vec::new();
+                for ((lease, _), output) in computed.iter().zip(outputs) {
+                    let lease_id: LeaseId = lease.lease_id.parse().unwrap();
+                    let key = blob_key(&lease_id, "output");
+                    blobs.push(store.put(&key, output, &Control::new()).await.unwrap());
+                }
+                blobs
+            }
+        };
+        for ((lease, outcome), blob) in computed.iter().zip(&blobs) {
+            let messages = [
+                Body::Header(proto::ReportHeader {
+                    worker_id: worker.into(),
+                    lease_id: lease.lease_id.clone(),
+                    session: session.clone(),
+                    output_bytes: 0,
+                }),
+                Body::OutputBlob(proto::BlobRef::from(blob)),
+                Body::Result(proto::ReportResult {
+                    compute_us: 0,
+                    partial: outcome.partial.to_bytes(),
+                    work_done: lease.work_total,
+                }),
+            ]
+            .map(|body| proto::ReportMessage { body: Some(body) });
+            let answer = client.report(tokio_stream::iter(messages)).await.unwrap();
+            assert!(answer.into_inner().accepted);
+        }
+        last = blobs;
     }
     (last, store.clone())
 }
@@ -595,7 +669,7 @@ fn damaged_blobs_are_computed_again(store: Store) {
         let spec = hex_cell_step(4, 2);
         let mut client = jobs_client(&cluster.url).await;
         let id = submit(&mut client, &spec, "damaged").await.id;
-        let (stage2, opened) = run_stages_here(cluster, &spec, 2, 2).await;
+        let (stage2, opened) = run_stages_here(cluster, &spec, 2, 2, false).await;
         assert_eq!(stage2.len(), 2, "two shards per step");
         let control = Control::new();
         opened
@@ -647,6 +721,120 @@ fn damaged_and_missing_blobs_in_s3_are_computed_again() {
     if let Some(store) = Store::s3("damaged") {
         damaged_blobs_are_computed_again(store);
     }
+}
+
+/// Stages 1 and 2 of a hex cell-step job computed by hand, each stage's
+/// outputs in one pack. A listing of stage 2 is refused to a worker that
+/// does not read packs, and a report naming a pack of another stage is
+/// refused. Then the middle blob of stage 2's pack is damaged: the worker
+/// that reads the pack refuses that blob alone, computes its shard again
+/// without writing into the pack, reads the pack's other blobs as they are,
+/// and the answer is the direct kernel's.
+#[test]
+fn a_damaged_blob_in_a_pack_is_computed_again_alone() {
+    runtime().block_on(async {
+        let store = Store::file();
+        let cluster = &mut Cluster::start(&store, "1h", "0");
+        let spec = hex_cell_step(4, 3);
+        let mut client = jobs_client(&cluster.url).await;
+        let id = submit(&mut client, &spec, "damaged-pack").await.id;
+        let (stage2, opened) = run_stages_here(cluster, &spec, 2, 3, true).await;
+        assert_eq!(stage2.len(), 3);
+        assert!(
+            stage2
+                .iter()
+                .all(|b| b.key == stage2[0].key && b.offset > 0)
+        );
+
+        let mut workers = workers_client(&cluster.url).await;
+        let old = "test-old";
+        let (session, _) = register_for_store(&mut workers, old).await;
+        let status = workers
+            .stage_blobs(proto::StageBlobsRequest {
+                job_id: id.clone(),
+                stage: 2,
+                worker_id: old.into(),
+                session: session.clone(),
+                reads_held: true,
+                reads_packed: false,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            status.message().contains("in packs"),
+            "{}",
+            status.message()
+        );
+        let lease = lease_one(&mut workers, old, &session).await;
+        assert_eq!(lease.stage, 3);
+        let report = |last: Body| {
+            let header = Body::Header(proto::ReportHeader {
+                worker_id: old.into(),
+                lease_id: lease.lease_id.clone(),
+                session: session.clone(),
+                output_bytes: 0,
+            });
+            let blob = Body::OutputBlob(proto::BlobRef::from(&stage2[0]));
+            let bodies = match last {
+                Body::Failure(_) => vec![header, last],
+                _ => vec![header, blob, last],
+            };
+            tokio_stream::iter(
+                bodies
+                    .into_iter()
+                    .map(|body| proto::ReportMessage { body: Some(body) })
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let result = Body::Result(proto::ReportResult {
+            compute_us: 0,
+            partial: Vec::new(),
+            work_done: lease.work_total,
+        });
+        let status = workers.report(report(result)).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(
+            status.message().contains("not of its job and stage"),
+            "{}",
+            status.message()
+        );
+        let handed_back = Body::Failure(proto::ReportFailure {
+            message: "handing back".into(),
+            permanent: false,
+            handed_back: true,
+        });
+        workers.report(report(handed_back)).await.unwrap();
+
+        // The pack written again with one byte of its middle output changed:
+        // the same places, one blob that no longer matches its digest.
+        let control = Control::new();
+        let mut outputs = Vec::new();
+        for blob in &stage2 {
+            outputs.push(opened.read(blob, &control).await.unwrap());
+        }
+        outputs[1][0] ^= 1;
+        let outputs = outputs.into_iter().map(bytes::Bytes::from).collect();
+        let rewritten = opened
+            .put_pack(&stage2[0].key, outputs, &control)
+            .await
+            .unwrap();
+        assert_eq!(rewritten[1].offset, stage2[1].offset);
+        assert!(opened.read(&stage2[1], &control).await.is_err());
+
+        cluster.add_worker("w1", 2, &[]);
+        let job = wait_finished(&mut client, &id, Duration::from_secs(240)).await;
+        assert_eq!(state(&job), JobState::Succeeded, "{}", job.error);
+        assert_eq!(job.answer, direct_answer(&spec));
+        let log = cluster.log("w1");
+        assert!(log.contains("stage blob in a pack computed again"), "{log}");
+        assert!(!log.contains("written back"), "{log}");
+        // Nothing was written into the pack: its damaged blob is as it was.
+        assert!(opened.read(&stage2[1], &control).await.is_err());
+        for blob in [&stage2[0], &stage2[2]] {
+            assert!(opened.read(blob, &control).await.is_ok());
+        }
+    });
 }
 
 // ------------------------------------------- two directories, one store

@@ -14,8 +14,14 @@
 //! the shard's own loop (`reports::deliver_final_report`) retries or gives up
 //! exactly as it does for a streamed report.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use tally_kinds::Control;
+use tally_stage::pack_key;
+use tally_wire::lease::LeaseId;
 
 use tally_wire::limits::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS};
 use tally_wire::proto;
@@ -157,12 +163,80 @@ const BATCHES_IN_FLIGHT: usize = 2;
 /// checks, more than a flush, are what it waits for.
 const OVERLAPPED_OUTPUT: usize = 64 << 10;
 
+/// Output a batch's reports of one stage carry at least, in all, for it to
+/// go into a pack: below it, a write to the stage store costs more than the
+/// bytes cost the coordinator inline.
+const PACK_AT_LEAST: usize = 64 << 10;
+
+/// Packs this process has made: numbers them apart (see `pack_key`).
+static PACKS_MADE: AtomicU64 = AtomicU64::new(0);
+
+/// With a stage store and a coordinator that takes packs, the outputs that
+/// would go inline with the batch's reports of one stage go instead into one
+/// pack in the stage store, and those reports carry their references: the
+/// coordinator then stores a reference a shard, not its bytes, and the
+/// store gets one write a batch, not one a shard. A pack that cannot be
+/// written leaves its outputs inline.
+async fn pack(ctx: &Context, reports: &mut [proto::BatchedReport]) {
+    if !ctx.takes_packed() {
+        return;
+    }
+    let Ok(Some(store)) = ctx.stage_store() else {
+        return;
+    };
+    let mut stages: BTreeMap<(String, u32), Vec<(usize, LeaseId)>> = BTreeMap::new();
+    for (i, report) in reports.iter().enumerate() {
+        if report.output.is_empty() || report.output_blob.is_some() {
+            continue;
+        }
+        if let Ok(lease) = report.lease_id.parse::<LeaseId>() {
+            let stage = (lease.job.clone(), lease.stage);
+            stages.entry(stage).or_default().push((i, lease));
+        }
+    }
+    for members in stages.into_values() {
+        let bytes: usize = members.iter().map(|(i, _)| reports[*i].output.len()).sum();
+        if bytes < PACK_AT_LEAST {
+            continue;
+        }
+        let key = pack_key(&members[0].1, PACKS_MADE.fetch_add(1, Ordering::Relaxed));
+        let outputs: Vec<bytes::Bytes> = members
+            .iter()
+            .map(|(i, _)| bytes::Bytes::from(std::mem::take(&mut reports[*i].output)))
+            .collect();
+        match store
+            .put_pack(&key, outputs.clone(), &Control::default())
+            .await
+        {
+            Ok(blobs) => {
+                let mut own = ctx.own_outputs.lock();
+                for (((i, lease), blob), output) in members.iter().zip(blobs).zip(&outputs) {
+                    own.note_packed(&lease.job, lease.stage, lease.index, output, blob.digest);
+                    reports[*i].output_blob = Some(proto::BlobRef::from(&blob));
+                }
+                ctx.stats.packs_written.fetch_add(1, Ordering::Relaxed);
+                let packed = members.len() as u64;
+                ctx.stats
+                    .outputs_packed
+                    .fetch_add(packed, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!(key, error = %e, "a pack of stage outputs was not written; sending them inline");
+                for ((i, _), output) in members.iter().zip(outputs) {
+                    reports[*i].output = Vec::from(output);
+                }
+            }
+        }
+    }
+}
+
 /// One `ReportBatch` call; every report of the batch gets its answer, or the
 /// call's error.
 async fn send_batch(ctx: &Context, batch: Vec<Queued>) {
     let session = ctx.session();
-    let (reports, answers): (Vec<_>, Vec<_>) =
+    let (mut reports, answers): (Vec<_>, Vec<_>) =
         batch.into_iter().map(|q| (q.report, q.answer)).unzip();
+    pack(ctx, &mut reports).await;
     let count = reports.len();
     let request = proto::ReportBatchRequest {
         worker_id: ctx.config.worker_id.clone(),

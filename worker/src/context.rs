@@ -160,6 +160,8 @@ pub(crate) struct Context {
     /// With a stage store: the largest output the coordinator takes inline
     /// with its report, as it said at registration (0: none).
     inline_stage_output: AtomicU64,
+    /// Whether the coordinator takes outputs in packs (see `batch::pack`).
+    takes_packed: AtomicBool,
 }
 
 /// Where stage data lives for this worker.
@@ -199,6 +201,7 @@ impl Context {
             batching_refused: AtomicBool::new(false),
             stage: Mutex::new(StageData::Coordinator),
             inline_stage_output: AtomicU64::new(0),
+            takes_packed: AtomicBool::new(false),
             config,
         })
     }
@@ -252,6 +255,16 @@ impl Context {
     pub(crate) fn set_inline_stage_output(&self, bytes: u64) {
         let bytes = bytes.min(tally_wire::limits::MAX_INLINE_STAGE_OUTPUT as u64);
         self.inline_stage_output.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Notes whether the coordinator takes outputs in packs (said at each
+    /// registration: an older coordinator does not).
+    pub(crate) fn set_takes_packed(&self, takes: bool) {
+        self.takes_packed.store(takes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn takes_packed(&self) -> bool {
+        self.takes_packed.load(Ordering::Relaxed)
     }
 
     /// Whether a stage output of `len` bytes goes to the coordinator inline

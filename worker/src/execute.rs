@@ -398,6 +398,7 @@ async fn read_from_store(
             worker_id: ctx.config.worker_id.clone(),
             session,
             reads_held: true,
+            reads_packed: true,
         };
         Ok(ctx.client().stage_blobs(request).await?.into_inner())
     })
@@ -444,7 +445,30 @@ async fn read_from_store(
         ))
         .into());
     }
-    let written: Vec<&BlobRef> = blobs.iter().flatten().collect();
+    // Blobs in packs this worker wrote: read from its own copies.
+    let own_blobs: Vec<Option<Arc<Vec<u8>>>> = {
+        let kept = ctx.own_outputs.lock();
+        blobs
+            .iter()
+            .enumerate()
+            .map(|(index, blob)| {
+                let blob = blob.as_ref().filter(|b| b.offset > 0)?;
+                kept.get_packed(job, read.stage, index as u32, &blob.digest)
+            })
+            .collect()
+    };
+    let reused = own_blobs.iter().flatten().count();
+    if reused > 0 {
+        ctx.stats
+            .own_outputs_reused
+            .fetch_add(reused as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    let written: Vec<&BlobRef> = blobs
+        .iter()
+        .zip(&own_blobs)
+        .filter(|(_, own)| own.is_none())
+        .filter_map(|(blob, _)| blob.as_ref())
+        .collect();
     // Where each blob's part lies, then its pieces; the futures are made
     // first (see `StageStore::read_range`'s callers: a stream that makes them
     // in a closure over borrowed arguments is not `Send`).
@@ -476,14 +500,7 @@ async fn read_from_store(
     for (index, blob) in blobs.iter().enumerate() {
         if is_held(index) {
             if let Some(output) = own.next().expect("one entry per held output") {
-                match read.bucket {
-                    Some(q) => {
-                        let part = bucket_of_output(&output, q)?;
-                        into.push(&(part.len() as u64).to_le_bytes())?;
-                        into.push(&part)?;
-                    }
-                    None => into.push(&output)?,
-                }
+                push_own_output(into, &output, read.bucket)?;
                 continue;
             }
             let (held, range) = (
@@ -499,6 +516,10 @@ async fn read_from_store(
                 into.push(&held.bytes.read_range(at..end)?)?;
                 at = end;
             }
+            continue;
+        }
+        if let Some(output) = &own_blobs[index] {
+            push_own_output(into, output, read.bucket)?;
             continue;
         }
         let Some(_) = blob else {
@@ -673,6 +694,20 @@ async fn own_copies(
     Ok(checked)
 }
 
+/// This worker's own copy of an output, as the read takes it: whole, or its
+/// bucket `q` after its length.
+fn push_own_output(into: &mut Gathering, output: &[u8], bucket: Option<u32>) -> Result<()> {
+    match bucket {
+        Some(q) => {
+            let part = bucket_of_output(output, q)?;
+            into.push(&(part.len() as u64).to_le_bytes())?;
+            into.push(&part)?;
+        }
+        None => into.push(output)?,
+    }
+    Ok(())
+}
+
 /// Bucket `q` of a frontier shard's output.
 fn bucket_of_output(output: &[u8], q: u32) -> Result<Vec<u8>> {
     let buckets = tally_kernels::buckets::split_buckets(output)?;
@@ -777,11 +812,23 @@ async fn recompute(
         ))
         .into());
     }
-    // The same bytes under the same key: readers after this one find it whole.
-    store.put(&committed.key, output.clone(), control).await?;
+    // The same bytes under the same key: readers after this one find it
+    // whole. (Not into a pack: its other blobs may be whole, and are read
+    // by their own ranges.)
+    let in_pack = tally_stage::is_pack_key(&committed.key);
+    if !in_pack {
+        store.put(&committed.key, output.clone(), control).await?;
+    }
     ctx.stats
         .blobs_recomputed
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    tracing::info!(job, stage, shard = index, key = %committed.key, "stage blob computed again and written back");
+    match in_pack {
+        true => {
+            tracing::info!(job, stage, shard = index, key = %committed.key, "stage blob in a pack computed again")
+        }
+        false => {
+            tracing::info!(job, stage, shard = index, key = %committed.key, "stage blob computed again and written back")
+        }
+    }
     Ok(output)
 }

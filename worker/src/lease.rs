@@ -106,6 +106,7 @@ impl LeaseLoop {
                 let usable = self.ctx.use_stage_store(&response.stage_store).await;
                 self.ctx
                     .set_inline_stage_output(response.max_inline_stage_output);
+                self.ctx.set_takes_packed(response.takes_packed_outputs);
                 if !self.started {
                     usable?;
                 }

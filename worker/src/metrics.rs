@@ -20,6 +20,10 @@ pub struct WorkerStats {
     pub blobs_recomputed: AtomicU64,
     /// Stage outputs this worker computed and read again from its own copy.
     pub own_outputs_reused: AtomicU64,
+    /// Packs of stage outputs written (each the outputs of one report
+    /// batch's shards of one stage), and the outputs in them.
+    pub packs_written: AtomicU64,
+    pub outputs_packed: AtomicU64,
     /// Bytes shards wrote to the spill directory past their memory share.
     pub spilled_bytes: Counter,
     /// Bytes of stage input kept in files of the spill directory, being
@@ -87,6 +91,16 @@ pub(crate) fn exposition(stats: &WorkerStats, gauges: &Gauges) -> String {
         "tally_worker_stage_outputs_reused_total",
         "Stage outputs this worker computed and read again from its own copy instead of fetching them.",
         stats.own_outputs_reused.load(Ordering::Relaxed),
+    );
+    e.counter(
+        "tally_worker_stage_packs_written_total",
+        "Packs written to the stage store, each holding the stage outputs of one report batch.",
+        stats.packs_written.load(Ordering::Relaxed),
+    );
+    e.counter(
+        "tally_worker_stage_outputs_packed_total",
+        "Stage outputs written in packs rather than sent inline to the coordinator.",
+        stats.outputs_packed.load(Ordering::Relaxed),
     );
     e.counter(
         "tally_worker_spilled_bytes_total",

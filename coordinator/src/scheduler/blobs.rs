@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use tally_stage::{StageStoreUrl, blob_owner, checkpoint_number, job_prefix};
+use tally_stage::{StageStoreUrl, blob_owner, checkpoint_number, job_prefix, pack_owner};
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{ShardState, checkpoint_blob_key, output_key};
@@ -143,6 +143,16 @@ impl Scheduler {
         let mut kept = KeptBlobs::new();
         let mut garbage = Vec::new();
         for key in keys {
+            if let Some((prefix, stage)) = pack_owner(&key) {
+                let in_use = match jobs.get(&prefix) {
+                    Some(entry) => self.pack_in_use(entry, &key, stage, &mut kept)?,
+                    None => false,
+                };
+                if !in_use {
+                    garbage.push(key);
+                }
+                continue;
+            }
             let Some((prefix, stage, index, attempt)) = blob_owner(&key) else {
                 continue;
             };
@@ -155,6 +165,25 @@ impl Scheduler {
             }
         }
         Ok(garbage)
+    }
+
+    /// A pack holds the outputs of several shards of one stage: it is in use
+    /// while that stage is current (the reports of a pack just written may
+    /// still be on their way) or later (not known yet), and after it while
+    /// any committed output of a stage the job still holds lies in it.
+    fn pack_in_use(
+        &self,
+        entry: &JobEntry,
+        key: &str,
+        stage: u32,
+        kept: &mut KeptBlobs,
+    ) -> Result<bool> {
+        if stage >= entry.rec.stage {
+            return Ok(true);
+        }
+        entry
+            .outputs
+            .stage_refers_to(self.store.as_ref(), &entry.rec.id, stage, key, kept)
     }
 
     fn blob_in_use(

@@ -239,6 +239,34 @@ impl StageOutputs {
         Ok(Some(finished.clone()))
     }
 
+    /// Whether any committed output of the earlier stage `stage` lies in the
+    /// blob or pack `key`, if the job still holds that stage. A kept stage's
+    /// blobs are read once into `kept`.
+    pub(super) fn stage_refers_to(
+        &self,
+        store: &dyn Store,
+        job: &str,
+        stage: u32,
+        key: &str,
+        kept: &mut KeptBlobs,
+    ) -> Result<bool> {
+        let shards = match (&self.input, self.kept.get(&stage)) {
+            (Some(input), _) if input.stage == stage => input.outputs.len(),
+            (_, Some(chunks)) => chunks.len(),
+            _ => return Ok(false),
+        };
+        for index in 0..shards as u32 {
+            if self
+                .committed_blob(store, job, stage, index, kept)?
+                .as_deref()
+                == Some(key)
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// The key of the blob committed as the output of shard `index` of the
     /// earlier stage `stage`, if the job still holds that stage and the
     /// output is a blob. A kept stage's blobs are read once into `kept`.
@@ -784,6 +812,7 @@ mod tests {
             key: format!("jobs/j/2/{n}.1.output"),
             size: 100 + u64::from(n),
             digest: [n; 32],
+            offset: 0,
         };
         let buckets = |seed: u8, len: usize| -> Vec<u8> {
             let part = |q: u8| (0..len).map(|i| (i as u8) ^ seed ^ q).collect();
@@ -842,6 +871,7 @@ mod tests {
             key: "jobs/j/1/0.1.output".into(),
             size: 1,
             digest: [0; 32],
+            offset: 0,
         }
         .encode();
         assert!(holds(&reference, HELD_STAGE_BYTES));

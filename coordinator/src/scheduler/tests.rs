@@ -1180,6 +1180,7 @@ fn a_finished_shards_checkpoint_blob_is_swept_before_its_stage_ends() {
                 key: key(grant),
                 size: 1,
                 digest: [0; 32],
+                offset: 0,
             }),
         };
         s.report(Report::checkpoint("w", grant.lease.clone(), checkpoint), 2)
@@ -1216,6 +1217,7 @@ fn a_running_attempts_superseded_checkpoints_are_swept() {
             key: key(n),
             size: 1,
             digest: [0; 32],
+            offset: 0,
         }),
     };
     let output = tally_stage::blob_key(&grant.lease, "output");
@@ -1264,4 +1266,74 @@ fn each_stage_is_leased_by_its_own_estimate() {
     let points = s.lease("roomy", 4, 5).unwrap();
     assert_eq!(points.len(), 1, "room for one point shard at a time");
     assert_eq!(points[0].lease.stage, 2);
+}
+
+/// A pack holds the outputs of several shards of one stage: it stays while
+/// its stage is current and, after it, while a committed output of a stage
+/// the job still holds lies in it; a pack nothing committed refers to, and
+/// any pack of a job the coordinator no longer runs, go.
+#[test]
+fn packs_are_swept_with_the_stages_whose_outputs_they_hold() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let spec = JobSpec::new(tally_kinds::hex::HexSpec {
+        side: 3,
+        modulus: 1_000_000_007,
+        plan: tally_kinds::hex::HexPlan::CellStep,
+        shards_per_step: 2,
+        exact: false,
+        points_per_shard: 0,
+        graph: Default::default(),
+    });
+    let job = submit(&mut s, &spec);
+    // Runs the current stage, its outputs in the pack `key`; the partials
+    // are those of the first stage's shards (a step's before the last holds
+    // nothing: its output is all), computed for the first stage.
+    let run_stage = |s: &mut Scheduler, key: &str, partial: &mut Vec<u8>| {
+        let grants = s.lease("w", 100, 2).unwrap();
+        assert!(!grants.is_empty());
+        for (n, grant) in grants.iter().enumerate() {
+            if partial.is_empty() {
+                *partial = report_from("w", grant, false).result.unwrap().partial;
+            }
+            let result = ReportedResult {
+                partial: partial.clone(),
+                work_done: 1,
+                compute_us: 0,
+            };
+            let report = Report::result("w", grant.lease.clone(), result, Vec::new())
+                .with_output_blob(tally_stage::BlobRef {
+                    key: key.to_string(),
+                    size: 64,
+                    digest: [n as u8; 32],
+                    offset: 8 + 64 * n as u64,
+                });
+            assert!(s.report(report, 3).unwrap().accepted);
+        }
+        grants[0].lease.stage
+    };
+    let mut partial = Vec::new();
+    let pack = |stage: u32, name: &str| {
+        let first = tally_wire::lease::LeaseId::new(&job, stage, 0, 1);
+        format!("{}-{name}", tally_stage::pack_key(&first, 0))
+    };
+    let (one, orphan) = (pack(1, "one"), pack(1, "orphan"));
+    let (two, other_job) = (pack(2, "two"), "jobs/job-999999/1/packs/0-1-0".to_string());
+    let keys = vec![one.clone(), orphan.clone(), two.clone(), other_job.clone()];
+    assert_eq!(
+        s.unreferenced_blobs(keys.clone()).unwrap(),
+        vec![other_job.clone()],
+        "stage 1 is current: its packs may still be on their way"
+    );
+    assert_eq!(run_stage(&mut s, &one, &mut partial), 1);
+    assert_eq!(
+        s.unreferenced_blobs(keys.clone()).unwrap(),
+        vec![orphan.clone(), other_job.clone()],
+        "stage 1 is the input of stage 2: its pack stays, the orphan goes"
+    );
+    assert_eq!(run_stage(&mut s, &two, &mut partial), 2);
+    assert_eq!(
+        s.unreferenced_blobs(keys).unwrap(),
+        vec![one, orphan, other_job],
+        "stage 1 is read no more: its pack goes; stage 2's stays"
+    );
 }

@@ -27,6 +27,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Stage output travels in 1 MiB chunks: as `Bytes`, a sender slices
         // one buffer and a report's copies share it instead of copying it.
         .bytes(".tally.v1.OutputChunk.data")
+        // And so does a batched report's output: the worker's kept copy, the
+        // report and the pack it may go into share one buffer.
+        .bytes(".tally.v1.BatchedReport.output")
         .compile_fds(descriptors)?;
     Ok(())
 }

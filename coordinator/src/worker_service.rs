@@ -664,7 +664,7 @@ fn batched_report(
         ));
     }
     let report = Report {
-        output: batched.output,
+        output: batched.output.into(),
         result,
         failure,
         ..Report::new(worker.to_string(), lease)

@@ -1208,7 +1208,7 @@ fn batched_result(spec: &JobSpec, lease: &proto::ShardLease) -> proto::BatchedRe
         .unwrap();
     proto::BatchedReport {
         lease_id: lease.lease_id.clone(),
-        output: outcome.output.into_bytes().unwrap(),
+        output: outcome.output.into_bytes().unwrap().into(),
         output_blob: None,
         ending: Some(proto::batched_report::Ending::Result(proto::ReportResult {
             compute_us: 0,

@@ -202,7 +202,7 @@ async fn pack(ctx: &Context, reports: &mut [proto::BatchedReport]) {
         let key = pack_key(&members[0].1, PACKS_MADE.fetch_add(1, Ordering::Relaxed));
         let outputs: Vec<bytes::Bytes> = members
             .iter()
-            .map(|(i, _)| bytes::Bytes::from(std::mem::take(&mut reports[*i].output)))
+            .map(|(i, _)| std::mem::take(&mut reports[*i].output))
             .collect();
         match store
             .put_pack(&key, outputs.clone(), &Control::default())
@@ -223,7 +223,7 @@ async fn pack(ctx: &Context, reports: &mut [proto::BatchedReport]) {
             Err(e) => {
                 tracing::warn!(key, error = %e, "a pack of stage outputs was not written; sending them inline");
                 for ((i, _), output) in members.iter().zip(outputs) {
-                    reports[*i].output = Vec::from(output);
+                    reports[*i].output = output;
                 }
             }
         }
@@ -313,7 +313,7 @@ mod tests {
     fn queued(output: usize) -> Queued {
         let (answer, _) = oneshot::channel();
         let report = proto::BatchedReport {
-            output: vec![7; output],
+            output: vec![7; output].into(),
             ..Default::default()
         };
         Queued { report, answer }

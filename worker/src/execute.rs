@@ -87,10 +87,13 @@ pub(crate) async fn compute_shard(
         memory_share: memory_share(ctx),
         spill: ctx.spill.attempt(),
     };
-    let (mut outcome, spilled) = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;
+    // The forwarder ends once the kernel has dropped its sender and the last
+    // checkpoint is sent.
+    let computing = computed(ctx.pool.run(move || kernel.run(checkpoints)));
+    let (computed, ()) = tokio::join!(computing, forwarder);
+    let (mut outcome, spilled) = computed?;
     // Logged with the shard's other bytes when it finishes (`ShardIo`).
     ctx.stats.spilled_bytes.add(spilled);
-    let _ = forwarder.await;
     if ctx.config.corrupt_results {
         spec.fault_injection()
             .corrupt_for_testing(&mut outcome.partial)?;
@@ -116,17 +119,20 @@ pub(crate) async fn compute_shard(
                     store.put_stored(&key, stored, &handle.control).await?
                 }
             };
-            (Vec::new(), Some(proto::BlobRef::from(&blob)))
+            (bytes::Bytes::new(), Some(proto::BlobRef::from(&blob)))
         }
         (store, output) => {
-            let output = output_in_memory(output).await?;
-            // Inline beside a stage store: kept for the next stage's input.
+            let output = bytes::Bytes::from(output_in_memory(output).await?);
+            // Inline beside a stage store: kept for the next stage's input
+            // (the same buffer as the report's).
             if store.is_some() && !output.is_empty() {
                 let lease_id: LeaseId = lease.lease_id.parse()?;
-                let kept = Arc::new(output.clone());
-                ctx.own_outputs
-                    .lock()
-                    .keep(&lease_id.job, lease_id.stage, lease_id.index, kept);
+                ctx.own_outputs.lock().keep(
+                    &lease_id.job,
+                    lease_id.stage,
+                    lease_id.index,
+                    output.clone(),
+                );
             }
             (output, None)
         }
@@ -446,7 +452,7 @@ async fn read_from_store(
         .into());
     }
     // Blobs in packs this worker wrote: read from its own copies.
-    let own_blobs: Vec<Option<Arc<Vec<u8>>>> = {
+    let own_blobs: Vec<Option<bytes::Bytes>> = {
         let kept = ctx.own_outputs.lock();
         blobs
             .iter()
@@ -652,8 +658,8 @@ async fn own_copies(
     stage: u32,
     held: &[u32],
     digests: &[Vec<u8>],
-) -> Result<Vec<Option<Arc<Vec<u8>>>>> {
-    type Candidate = Option<(Arc<Vec<u8>>, [u8; 16])>;
+) -> Result<Vec<Option<bytes::Bytes>>> {
+    type Candidate = Option<(bytes::Bytes, [u8; 16])>;
     let candidates: Vec<Candidate> = {
         let kept = ctx.own_outputs.lock();
         held.iter()
@@ -667,7 +673,7 @@ async fn own_copies(
     if candidates.iter().all(Option::is_none) {
         return Ok(vec![None; held.len()]);
     }
-    let checked: Vec<Option<Arc<Vec<u8>>>> = tokio::task::spawn_blocking(move || {
+    let checked: Vec<Option<bytes::Bytes>> = tokio::task::spawn_blocking(move || {
         candidates
             .into_iter()
             .map(|candidate| {

@@ -5,8 +5,8 @@
 //! for an output it holds, the digest of its index for a blob in a pack), so
 //! a copy of an attempt whose result was not the one committed is never read.
 
+use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
 /// Stages kept: the one being read and the one being computed.
 const KEPT_STAGES: usize = 2;
@@ -16,7 +16,7 @@ const KEPT_BYTES: usize = 256 << 20;
 
 /// A kept output, and the digest of its blob's index once it went in a pack.
 struct Kept {
-    output: Arc<Vec<u8>>,
+    output: Bytes,
     packed: Option<[u8; 32]>,
 }
 
@@ -33,7 +33,7 @@ pub(crate) struct OwnOutputs {
 impl OwnOutputs {
     /// Keeps the output of shard `index` of `stage` of `job`, dropping the
     /// oldest stage when a third comes.
-    pub(crate) fn keep(&mut self, job: &str, stage: u32, index: u32, output: Arc<Vec<u8>>) {
+    pub(crate) fn keep(&mut self, job: &str, stage: u32, index: u32, output: Bytes) {
         let key = (job.to_string(), stage);
         if !self.stages.iter().any(|(k, _)| *k == key) {
             if self.stages.len() == KEPT_STAGES
@@ -74,7 +74,7 @@ impl OwnOutputs {
         digest: [u8; 32],
     ) {
         if let Some(kept) = self.entry_mut(job, stage, index)
-            && kept.output.as_slice() == output
+            && kept.output[..] == *output
         {
             kept.packed = Some(digest);
         }
@@ -88,7 +88,7 @@ impl OwnOutputs {
         stage: u32,
         index: u32,
         digest: &[u8; 32],
-    ) -> Option<Arc<Vec<u8>>> {
+    ) -> Option<Bytes> {
         let kept = self.entry(job, stage, index)?;
         (kept.packed.as_ref() == Some(digest)).then(|| kept.output.clone())
     }
@@ -110,7 +110,7 @@ impl OwnOutputs {
     }
 
     /// The kept output of shard `index` of `stage` of `job`.
-    pub(crate) fn get(&self, job: &str, stage: u32, index: u32) -> Option<Arc<Vec<u8>>> {
+    pub(crate) fn get(&self, job: &str, stage: u32, index: u32) -> Option<Bytes> {
         self.entry(job, stage, index)
             .map(|kept| kept.output.clone())
     }
@@ -123,17 +123,17 @@ mod tests {
     #[test]
     fn two_stages_are_kept_within_the_bound() {
         let mut kept = OwnOutputs::default();
-        kept.keep("j", 1, 0, Arc::new(vec![1; 10]));
-        kept.keep("j", 2, 0, Arc::new(vec![2; 10]));
-        kept.keep("j", 2, 0, Arc::new(vec![3; 5]));
+        kept.keep("j", 1, 0, Bytes::from(vec![1; 10]));
+        kept.keep("j", 2, 0, Bytes::from(vec![2; 10]));
+        kept.keep("j", 2, 0, Bytes::from(vec![3; 5]));
         assert_eq!(kept.bytes, 15, "a replaced output is let go");
         assert_eq!(kept.get("j", 1, 0).unwrap()[0], 1);
-        kept.keep("j", 3, 4, Arc::new(vec![4; 10]));
+        kept.keep("j", 3, 4, Bytes::from(vec![4; 10]));
         assert!(kept.get("j", 1, 0).is_none(), "the oldest stage went");
         assert_eq!(kept.get("j", 2, 0).unwrap().len(), 5);
         assert_eq!(kept.bytes, 15);
         assert!(kept.get("k", 3, 4).is_none() && kept.get("j", 3, 5).is_none());
-        kept.keep("j", 3, 5, Arc::new(vec![0; KEPT_BYTES]));
+        kept.keep("j", 3, 5, Bytes::from(vec![0; KEPT_BYTES]));
         assert!(kept.get("j", 3, 5).is_none(), "past the bound, not kept");
     }
 
@@ -142,7 +142,7 @@ mod tests {
     #[test]
     fn a_packed_output_is_taken_only_for_its_own_digest() {
         let mut kept = OwnOutputs::default();
-        kept.keep("j", 1, 0, Arc::new(vec![1; 10]));
+        kept.keep("j", 1, 0, Bytes::from(vec![1; 10]));
         assert!(
             kept.get_packed("j", 1, 0, &[7; 32]).is_none(),
             "not packed yet"
@@ -159,7 +159,7 @@ mod tests {
             "another digest"
         );
         assert!(kept.get_packed("j", 1, 1, &[7; 32]).is_none());
-        kept.keep("j", 1, 0, Arc::new(vec![1; 10]));
+        kept.keep("j", 1, 0, Bytes::from(vec![1; 10]));
         assert!(
             kept.get_packed("j", 1, 0, &[7; 32]).is_none(),
             "an output kept again is packed again before it is read so"

@@ -31,7 +31,7 @@ pub(crate) struct Checkpoint {
 /// What a finished shard reports, encoded for the wire.
 pub(crate) struct ShardResult {
     /// Stage data for the next stage, else empty.
-    pub output: Vec<u8>,
+    pub output: bytes::Bytes,
     /// The stage data in the stage store instead (`output` is then empty).
     pub output_blob: Option<proto::BlobRef>,
     /// The encoded partial result; empty when the output is all.
@@ -102,7 +102,7 @@ impl Ending {
         Some(match self {
             Ending::Done(result) => {
                 // Chunks are slices of one buffer: neither this nor a resend copies them.
-                let output = bytes::Bytes::from(result.output);
+                let output = result.output;
                 let blob = result.output_blob.map(Body::OutputBlob);
                 let mut messages: Vec<Body> = blob.into_iter().collect();
                 messages.extend((0..output.len()).step_by(OUTPUT_CHUNK).map(|start| {
@@ -264,7 +264,12 @@ fn batched(lease_id: &str, body: &[Body]) -> Option<proto::BatchedReport> {
                 if report.output.len() + chunk.data.len() > batch::MAX_BATCHED_OUTPUT {
                     return None;
                 }
-                report.output.extend_from_slice(&chunk.data);
+                // One chunk (an output below a chunk, as every batched one
+                // is) is shared, not copied.
+                report.output = match report.output.is_empty() {
+                    true => chunk.data.clone(),
+                    false => [&report.output[..], &chunk.data[..]].concat().into(),
+                };
             }
             Body::OutputBlob(blob) => report.output_blob = Some(blob.clone()),
             Body::Result(r) => report.ending = Some(BatchedEnding::Result(r.clone())),
@@ -285,11 +290,13 @@ fn is_refusal(status: &tonic::Status) -> bool {
     )
 }
 
-/// Starts the task that sends a shard's checkpoints as they come, each once: a
+/// What sends a shard's checkpoints as they come, each once (the caller
+/// runs it beside the shard's computation, in the shard's own task: a task of
+/// its own would cost every short shard a spawn and a wake-up): a
 /// lost checkpoint only costs recomputation after a crash. Of the checkpoints
 /// that wait while one is sent, only the newest is sent next (the others are
 /// dropped: a large one is a copy of the shard's whole state). A refusal, or
-/// the coordinator's `stop`, revokes the shard. The task ends when the sender
+/// the coordinator's `stop`, revokes the shard. It ends when the sender
 /// is dropped and the newest checkpoint is sent.
 pub(crate) fn forward_checkpoints(
     ctx: Arc<Context>,
@@ -297,10 +304,10 @@ pub(crate) fn forward_checkpoints(
     handle: Arc<ShardHandle>,
 ) -> (
     mpsc::UnboundedSender<Checkpoint>,
-    tokio::task::JoinHandle<()>,
+    impl Future<Output = ()> + Send,
 ) {
     let (sender, mut checkpoints) = mpsc::unbounded_channel::<Checkpoint>();
-    let forwarder = tokio::spawn(async move {
+    let forwarder = async move {
         let mut uploaded = 0;
         while let Some(mut checkpoint) = checkpoints.recv().await {
             while let Ok(newer) = checkpoints.try_recv() {
@@ -354,7 +361,7 @@ pub(crate) fn forward_checkpoints(
                 }
             }
         }
-    });
+    };
     (sender, forwarder)
 }
 

@@ -321,10 +321,8 @@ fn stages_that_mix_blobs_and_outputs_held_by_the_coordinator_give_the_same_answe
 /// memory and the other's from the packs, none is computed again, the
 /// answer is the direct kernel's, and once the job is done the sweep
 /// deletes its packs.
-#[test]
-fn outputs_in_packs_are_read_by_every_worker_and_swept_with_their_job() {
+fn outputs_in_packs(store: Store) {
     runtime().block_on(async {
-        let store = Store::file();
         let mut cluster = Cluster::start(&store, "1s", "256KiB");
         let metrics =
             [free_port(), free_port()].map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p)));
@@ -357,6 +355,18 @@ fn outputs_in_packs_are_read_by_every_worker_and_swept_with_their_job() {
         })
         .await;
     });
+}
+
+#[test]
+fn outputs_in_packs_in_a_shared_directory_are_read_by_every_worker_and_swept() {
+    outputs_in_packs(Store::file());
+}
+
+#[test]
+fn outputs_in_packs_in_s3_are_read_by_every_worker_and_swept() {
+    if let Some(store) = Store::s3("packs") {
+        outputs_in_packs(store);
+    }
 }
 
 /// A worker's report with its output inline is refused past the size the

@@ -548,6 +548,12 @@ pub trait Stored: Send + Sync {
         self.len() == 0
     }
 
+    /// The bytes themselves, when they are in memory: read in place instead
+    /// of copied (a stage's input may be hundreds of megabytes).
+    fn in_memory(&self) -> Option<&[u8]> {
+        None
+    }
+
     /// Fills `buf` from `offset`, all of it; an error if the bytes end first.
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let mut filled = 0;
@@ -585,6 +591,10 @@ impl Stored for Vec<u8> {
         let n = buf.len().min(self.as_slice().len() - start);
         buf[..n].copy_from_slice(&self[start..start + n]);
         Ok(n)
+    }
+
+    fn in_memory(&self) -> Option<&[u8]> {
+        Some(self)
     }
 }
 

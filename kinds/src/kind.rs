@@ -502,11 +502,19 @@ pub fn decode_in_memory<K: JobKind + ?Sized>(
     spec: &K::Spec,
     parts: &[Arc<dyn Stored>],
 ) -> Result<K::StageInput> {
-    let bytes = parts
+    // Parts in memory are decoded where they are; those in files are read.
+    let read = parts
         .iter()
-        .map(|part| part.read_range(0..part.len()))
+        .map(|part| match part.in_memory() {
+            Some(_) => Ok(None),
+            None => part.read_range(0..part.len()).map(Some),
+        })
         .collect::<Result<Vec<_>>>()?;
-    let slices: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+    let slices: Vec<&[u8]> = parts
+        .iter()
+        .zip(&read)
+        .map(|(part, read)| read.as_deref().or(part.in_memory()).unwrap_or_default())
+        .collect();
     K::decode_stage_inputs(spec, &slices)
 }
 

@@ -46,7 +46,7 @@ pub(crate) async fn run_shard(
         Ending::Done(result) => {
             // An output held for the report that is small next to the slot's
             // share leaves room for the next shard while it travels.
-            if result.output.len() as u64 <= execute::memory_share(&ctx) / 8 {
+            if result.output.len() as u64 <= ctx.memory_share() / 8 {
                 ctx.reporting(lease_id);
             }
             ctx.stats

@@ -282,6 +282,12 @@ impl Context {
         self.takes_packed.load(Ordering::Relaxed)
     }
 
+    /// The part of the worker's memory budget one shard may use (see
+    /// [`crate::budget::share_of`]).
+    pub(crate) fn memory_share(&self) -> u64 {
+        crate::budget::share_of(self.config.memory_budget, self.config.slots)
+    }
+
     /// Whether a stage output of `len` bytes goes to the coordinator inline
     /// rather than to the stage store.
     pub(crate) fn takes_inline(&self, len: u64) -> bool {

@@ -20,10 +20,11 @@ use tally_wire::limits::{INLINE_CHECKPOINT_BYTES, MAX_REPORT_OUTPUT_BYTES};
 use tally_wire::proto;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::budget::{self, READ_PIECE};
+use crate::budget::READ_PIECE;
 use crate::context::{Context, ShardHandle};
 use crate::error::{Result, WorkerError};
 use crate::fetch::{fetch_attachment, fetch_checkpoint, fetch_stage, with_retries};
+use crate::held::{bucket_of_output, fetch_held, own_copies, push_own_output};
 use crate::reports::{self, Checkpoint, ShardIo, ShardResult};
 use crate::spill::{FileSpill, Gathering};
 
@@ -84,7 +85,7 @@ pub(crate) async fn compute_shard(
         handle: handle.clone(),
         checkpoint_every: ctx.config.checkpoint_interval,
         pause_after_checkpoint: ctx.config.pause_after_checkpoint,
-        memory_share: memory_share(ctx),
+        memory_share: ctx.memory_share(),
         spill: ctx.spill.attempt(),
     };
     // The forwarder ends once the kernel has dropped its sender and the last
@@ -327,12 +328,6 @@ async fn stage_input(
     Ok((data, read))
 }
 
-/// The part of a worker's memory budget one shard may use (see
-/// [`budget::share_of`]).
-pub(crate) fn memory_share(ctx: &Context) -> u64 {
-    budget::share_of(ctx.config.memory_budget, ctx.config.slots)
-}
-
 /// [`stage_input`] without the cache. `depth` counts the shards being
 /// computed again on the way (see [`recompute_output`]). Read as it arrives,
 /// in pieces: for a kind that reads its input as a stream, a part past what
@@ -349,7 +344,7 @@ async fn fetch_stage_input(
 ) -> Result<(StageInput, bool, u64)> {
     let control = &handle.control;
     let store = ctx.stage_store()?;
-    let in_memory = spec.stage_input_memory(memory_share(ctx));
+    let in_memory = spec.stage_input_memory(ctx.memory_share());
     let mut parts = Vec::with_capacity(reads.len());
     let mut in_files = false;
     for read in reads {
@@ -579,153 +574,6 @@ async fn read_from_store(
     Ok(())
 }
 
-/// The outputs of a stage that the coordinator holds itself, fetched from it
-/// at once (in memory, or in a file past a quarter of a shard's memory
-/// share): where each shard's part lies, in order.
-struct HeldOutputs {
-    bytes: Arc<dyn Stored>,
-    parts: Vec<std::ops::Range<u64>>,
-}
-
-/// Of the outputs of `held` (ascending shard indices the coordinator
-/// listed, with no blob in `blobs`), fetches those of `missing` for `read`,
-/// each whole or its bucket.
-async fn fetch_held(
-    ctx: &Context,
-    job: &str,
-    read: &StageRead,
-    held: &[u32],
-    missing: &[u32],
-    blobs: &[Option<BlobRef>],
-    control: &tally_kinds::Control,
-) -> Result<HeldOutputs> {
-    let malformed = |why: String| {
-        WorkerError::from(CommonError::Internal(format!(
-            "the coordinator's list of the outputs of stage {} of job {job} it holds {why}",
-            read.stage
-        )))
-    };
-    let ascending = held.windows(2).all(|pair| pair[0] < pair[1]);
-    if !ascending
-        || held
-            .iter()
-            .any(|&i| !matches!(blobs.get(i as usize), Some(None)))
-    {
-        return Err(malformed("does not match its list of blobs".into()));
-    }
-    let mut gathered = ctx.spill.gathering(Some(memory_share(ctx) / 4));
-    if !missing.is_empty() {
-        // All of them: named by none.
-        let named = match missing.len() == held.len() {
-            true => &[][..],
-            false => missing,
-        };
-        let into = std::sync::Mutex::new(&mut gathered);
-        with_retries(ctx, control, "stage data", |session| {
-            fetch_stage(ctx, job, read, session, &into, Some(named))
-        })
-        .await??;
-    }
-    let (bytes, _) = gathered.finish()?;
-    let mut parts = Vec::with_capacity(held.len());
-    let mut at = 0;
-    while at < bytes.len() {
-        let len = bytes
-            .read_range(at..at + 8)
-            .map_err(|_| malformed("is cut short".into()))?;
-        let len = u64::from_le_bytes(len.try_into().expect("8 bytes"));
-        let end = (at + 8).checked_add(len).filter(|&end| end <= bytes.len());
-        let end = end.ok_or_else(|| malformed("is cut short".into()))?;
-        parts.push(at + 8..end);
-        at = end;
-    }
-    if parts.len() != missing.len() {
-        return Err(malformed(format!(
-            "names {} outputs to fetch and sent {}",
-            missing.len(),
-            parts.len()
-        )));
-    }
-    Ok(HeldOutputs { bytes, parts })
-}
-
-/// For each output of `held` (with the coordinator's `digests`), this
-/// worker's own copy where it kept one with that digest; hashed off the async
-/// runtime (a step's outputs may be megabytes).
-async fn own_copies(
-    ctx: &Context,
-    job: &str,
-    stage: u32,
-    held: &[u32],
-    digests: &[Vec<u8>],
-) -> Result<Vec<Option<bytes::Bytes>>> {
-    type Candidate = Option<(bytes::Bytes, [u8; 16])>;
-    let candidates: Vec<Candidate> = {
-        let kept = ctx.own_outputs.lock();
-        held.iter()
-            .enumerate()
-            .map(|(k, &index)| {
-                let digest = digests.get(k)?.as_slice().try_into().ok()?;
-                Some((kept.get(job, stage, index)?, digest))
-            })
-            .collect()
-    };
-    if candidates.iter().all(Option::is_none) {
-        return Ok(vec![None; held.len()]);
-    }
-    let checked: Vec<Option<bytes::Bytes>> = tokio::task::spawn_blocking(move || {
-        candidates
-            .into_iter()
-            .map(|candidate| {
-                let (output, digest) = candidate?;
-                let same = xxhash_rust::xxh3::xxh3_128(&output).to_le_bytes() == digest;
-                same.then_some(output)
-            })
-            .collect()
-    })
-    .await
-    .map_err(|e| CommonError::Internal(format!("checking kept stage outputs: {e}")))?;
-    let reused = checked.iter().flatten().count();
-    if reused > 0 {
-        ctx.stats
-            .own_outputs_reused
-            .fetch_add(reused as u64, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!(
-            job,
-            stage,
-            reused,
-            "stage outputs this worker computed read from its own copies"
-        );
-    }
-    Ok(checked)
-}
-
-/// This worker's own copy of an output, as the read takes it: whole, or its
-/// bucket `q` after its length.
-fn push_own_output(into: &mut Gathering, output: &[u8], bucket: Option<u32>) -> Result<()> {
-    match bucket {
-        Some(q) => {
-            let part = bucket_of_output(output, q)?;
-            into.push(&(part.len() as u64).to_le_bytes())?;
-            into.push(&part)?;
-        }
-        None => into.push(output)?,
-    }
-    Ok(())
-}
-
-/// Bucket `q` of a frontier shard's output.
-fn bucket_of_output(output: &[u8], q: u32) -> Result<Vec<u8>> {
-    let buckets = tally_kernels::buckets::split_buckets(output)?;
-    let bucket = buckets.get(q as usize).ok_or_else(|| {
-        CommonError::InvalidArgument(format!(
-            "the output holds {} buckets; bucket {q} was asked for",
-            buckets.len()
-        ))
-    })?;
-    Ok(bucket.to_vec())
-}
-
 /// Computes again the output of shard `index` of `stage`, whose blob is
 /// missing or damaged, and writes it back under its committed key. Kernels
 /// are deterministic, so the result must equal what was committed: its
@@ -806,7 +654,7 @@ async fn recompute(
         handle: handle.clone(),
         checkpoint_every: ctx.config.checkpoint_interval,
         pause_after_checkpoint: Duration::ZERO,
-        memory_share: memory_share(ctx),
+        memory_share: ctx.memory_share(),
         spill: ctx.spill.attempt(),
     };
     let (outcome, _) = computed(ctx.pool.run(move || kernel.run(checkpoints))).await?;

@@ -24,6 +24,7 @@ mod error;
 mod execute;
 mod fetch;
 mod heartbeat;
+mod held;
 mod http;
 mod lease;
 mod metrics;

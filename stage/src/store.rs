@@ -137,7 +137,7 @@ impl StageStore {
 
     /// Writes `outputs` (the outputs of the shards of one report batch, of
     /// one stage) one after another as blobs of one object, the pack `key`
-    /// ([`pack_key`]), returning each one's reference (its offset in the
+    /// ([`crate::keys::pack_key`]), returning each one's reference (its offset in the
     /// pack beside its size and digest). One write for many shards: a file
     /// or an object request a batch instead of one a shard. The pack starts
     /// with a header of its own, so no blob in it is at offset 0 (the form
@@ -401,7 +401,7 @@ impl StageStore {
     }
 
     /// The keys of every blob under `prefix` (a key prefix such as
-    /// [`job_prefix`]), or of every blob.
+    /// [`crate::keys::job_prefix`]), or of every blob.
     pub async fn list(&self, prefix: Option<&str>) -> Result<Vec<String>> {
         let prefix = prefix.map(parse_key).transpose()?;
         let control = Control::default();

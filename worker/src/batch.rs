@@ -22,7 +22,6 @@ use std::time::Duration;
 use tally_kinds::Control;
 use tally_stage::pack_key;
 use tally_wire::lease::LeaseId;
-
 use tally_wire::limits::{MAX_BATCH_OUTPUT, MAX_BATCH_REPORTS};
 use tally_wire::proto;
 use tokio::sync::{mpsc, oneshot};

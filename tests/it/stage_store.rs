@@ -316,12 +316,12 @@ fn stages_that_mix_blobs_and_outputs_held_by_the_coordinator_give_the_same_answe
     });
 }
 
-/// With many shards a step, the outputs of a report batch go into one pack
-/// of the stage store: with two workers, each reads its own outputs from
-/// memory and the other's from the packs, none is computed again, the
-/// answer is the direct kernel's, and once the job is done the sweep
-/// deletes its packs.
-fn outputs_in_packs(store: Store) {
+/// With many shards a step (or a level), the outputs of a report batch go
+/// into one pack of the stage store: with two workers, each reads its own
+/// outputs from memory and the other's from the packs (whole, or by bucket),
+/// none is computed again, each job's answer is the direct kernel's, and once
+/// the jobs are done the sweep deletes their packs.
+fn outputs_in_packs(store: Store, specs: &[JobSpec]) {
     runtime().block_on(async {
         let mut cluster = Cluster::start(&store, "1s", "256KiB");
         let metrics =
@@ -329,19 +329,22 @@ fn outputs_in_packs(store: Store) {
         for (worker, http) in ["w1", "w2"].iter().zip(&metrics) {
             cluster.add_worker(worker, 2, &["--http", &http.to_string()]);
         }
-        let mut client = jobs_client(&cluster.url).await;
-        let spec = hex_cell_step(8, 8);
-        let id = submit(&mut client, &spec, "packed").await.id;
-        let job = wait_finished(&mut client, &id, Duration::from_secs(240)).await;
-        assert_eq!(state(&job), JobState::Succeeded, "{}", job.error);
-        assert_eq!(job.answer, direct_answer(&spec));
         let count = |name: &str| -> u64 {
             metrics
                 .iter()
                 .map(|&http| metric(&http_get(http, "/metrics").1, name))
                 .sum()
         };
-        assert!(count("tally_worker_stage_packs_written_total") > 0);
+        let mut client = jobs_client(&cluster.url).await;
+        for (i, spec) in specs.iter().enumerate() {
+            let packs_before = count("tally_worker_stage_packs_written_total");
+            let id = submit(&mut client, spec, &format!("packed-{i}")).await.id;
+            let job = wait_finished(&mut client, &id, Duration::from_secs(240)).await;
+            assert_eq!(state(&job), JobState::Succeeded, "{id}: {}", job.error);
+            assert_eq!(job.answer, direct_answer(spec), "{id}");
+            let packs = count("tally_worker_stage_packs_written_total") - packs_before;
+            assert!(packs > 0, "{id} wrote no pack");
+        }
         let packed = count("tally_worker_stage_outputs_packed_total");
         let reused = count("tally_worker_stage_outputs_reused_total");
         assert!(
@@ -359,13 +362,23 @@ fn outputs_in_packs(store: Store) {
 
 #[test]
 fn outputs_in_packs_in_a_shared_directory_are_read_by_every_worker_and_swept() {
-    outputs_in_packs(Store::file());
+    // A frontier job too: its shards read their buckets from the packs.
+    let pegs = JobSpec::new(PegsSpec {
+        board: "triangle:7".into(),
+        start: None,
+        end: None,
+        prefixes: 0,
+        plan: Some(PegsPlanName::Frontier),
+        buckets: 8,
+        by_final_hole: false,
+    });
+    outputs_in_packs(Store::file(), &[hex_cell_step(8, 8), pegs]);
 }
 
 #[test]
 fn outputs_in_packs_in_s3_are_read_by_every_worker_and_swept() {
     if let Some(store) = Store::s3("packs") {
-        outputs_in_packs(store);
+        outputs_in_packs(store, &[hex_cell_step(8, 8)]);
     }
 }
 

@@ -24,7 +24,7 @@ use crate::budget::READ_PIECE;
 use crate::context::{Context, ShardHandle};
 use crate::error::{Result, WorkerError};
 use crate::fetch::{fetch_attachment, fetch_checkpoint, fetch_stage, with_retries};
-use crate::held::{bucket_of_output, fetch_held, own_copies, push_own_output};
+use crate::held::{bucket_of_output, fetch_held, own_copies, own_packed_copies, push_own_output};
 use crate::reports::{self, Checkpoint, ShardIo, ShardResult};
 use crate::spill::{FileSpill, Gathering};
 
@@ -447,23 +447,7 @@ async fn read_from_store(
         .into());
     }
     // Blobs in packs this worker wrote: read from its own copies.
-    let own_blobs: Vec<Option<bytes::Bytes>> = {
-        let kept = ctx.own_outputs.lock();
-        blobs
-            .iter()
-            .enumerate()
-            .map(|(index, blob)| {
-                let blob = blob.as_ref().filter(|b| b.offset > 0)?;
-                kept.get_packed(job, read.stage, index as u32, &blob.digest)
-            })
-            .collect()
-    };
-    let reused = own_blobs.iter().flatten().count();
-    if reused > 0 {
-        ctx.stats
-            .own_outputs_reused
-            .fetch_add(reused as u64, std::sync::atomic::Ordering::Relaxed);
-    }
+    let own_blobs = own_packed_copies(ctx, job, read.stage, &blobs);
     let written: Vec<&BlobRef> = blobs
         .iter()
         .zip(&own_blobs)
@@ -575,7 +559,8 @@ async fn read_from_store(
 }
 
 /// Computes again the output of shard `index` of `stage`, whose blob is
-/// missing or damaged, and writes it back under its committed key. Kernels
+/// missing or damaged, and writes it back under its committed key (unless
+/// that is a pack, whose other blobs are read by their own ranges). Kernels
 /// are deterministic, so the result must equal what was committed: its
 /// partial, and its blob's digest; anything else fails the shard that
 /// needed it. A shard whose own input is lost as well is not chased further.

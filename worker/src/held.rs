@@ -120,7 +120,36 @@ pub(crate) async fn own_copies(
     })
     .await
     .map_err(|e| CommonError::Internal(format!("checking kept stage outputs: {e}")))?;
-    let reused = checked.iter().flatten().count();
+    note_reused(ctx, job, stage, &checked);
+    Ok(checked)
+}
+
+/// For each blob of a read (in shard order), this worker's own copy where
+/// the blob is in a pack this worker wrote with that output.
+pub(crate) fn own_packed_copies(
+    ctx: &Context,
+    job: &str,
+    stage: u32,
+    blobs: &[Option<BlobRef>],
+) -> Vec<Option<bytes::Bytes>> {
+    let own: Vec<Option<bytes::Bytes>> = {
+        let kept = ctx.own_outputs.lock();
+        blobs
+            .iter()
+            .enumerate()
+            .map(|(index, blob)| {
+                let blob = blob.as_ref().filter(|b| b.offset > 0)?;
+                kept.get_packed(job, stage, index as u32, &blob.digest)
+            })
+            .collect()
+    };
+    note_reused(ctx, job, stage, &own);
+    own
+}
+
+/// Counts (and says) the outputs a read takes from this worker's own copies.
+fn note_reused(ctx: &Context, job: &str, stage: u32, own: &[Option<bytes::Bytes>]) {
+    let reused = own.iter().flatten().count();
     if reused > 0 {
         ctx.stats
             .own_outputs_reused
@@ -132,7 +161,6 @@ pub(crate) async fn own_copies(
             "stage outputs this worker computed read from its own copies"
         );
     }
-    Ok(checked)
 }
 
 /// This worker's own copy of an output, as the read takes it: whole, or its

@@ -2,7 +2,8 @@
 //! store a data directory's jobs use, and which of the store's blobs no
 //! committed state references any more (the sweep deletes them).
 
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 
 use tally_stage::{StageStoreUrl, blob_owner, checkpoint_number, job_prefix, pack_owner};
 
@@ -139,13 +140,17 @@ impl Scheduler {
             .filter(|e| !e.rec.state.is_finished())
             .map(|e| (job_prefix(&e.rec.id), e))
             .collect();
-        // The committed blobs of kept stages, read once per call.
+        // The committed blobs of kept stages, read once per call, and the
+        // keys each earlier stage's outputs lie in, gathered once per call.
         let mut kept = KeptBlobs::new();
+        let mut in_packs: HashMap<(String, u32), HashSet<String>> = HashMap::new();
         let mut garbage = Vec::new();
         for key in keys {
             if let Some((prefix, stage)) = pack_owner(&key) {
                 let in_use = match jobs.get(&prefix) {
-                    Some(entry) => self.pack_in_use(entry, &key, stage, &mut kept)?,
+                    Some(entry) => {
+                        self.pack_in_use(entry, &key, stage, &mut kept, &mut in_packs)?
+                    }
                     None => false,
                 };
                 if !in_use {
@@ -177,13 +182,20 @@ impl Scheduler {
         key: &str,
         stage: u32,
         kept: &mut KeptBlobs,
+        in_packs: &mut HashMap<(String, u32), HashSet<String>>,
     ) -> Result<bool> {
         if stage >= entry.rec.stage {
             return Ok(true);
         }
-        entry
-            .outputs
-            .stage_refers_to(self.store.as_ref(), &entry.rec.id, stage, key, kept)
+        let job = &entry.rec.id;
+        let keys = match in_packs.entry((job.clone(), stage)) {
+            Entry::Occupied(keys) => keys.into_mut(),
+            Entry::Vacant(slot) => {
+                let store = self.store.as_ref();
+                slot.insert(entry.outputs.committed_keys(store, job, stage, kept)?)
+            }
+        };
+        Ok(keys.contains(key))
     }
 
     fn blob_in_use(

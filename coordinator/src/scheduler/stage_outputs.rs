@@ -13,7 +13,7 @@
 //! output is deleted, by key, at the barrier after which nothing reads it.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
@@ -239,32 +239,26 @@ impl StageOutputs {
         Ok(Some(finished.clone()))
     }
 
-    /// Whether any committed output of the earlier stage `stage` lies in the
-    /// blob or pack `key`, if the job still holds that stage. A kept stage's
-    /// blobs are read once into `kept`.
-    pub(super) fn stage_refers_to(
+    /// The keys of the blobs (or packs) the committed outputs of the earlier
+    /// stage `stage` lie in, if the job still holds that stage (else none).
+    /// A kept stage's blobs are read once into `kept`.
+    pub(super) fn committed_keys(
         &self,
         store: &dyn Store,
         job: &str,
         stage: u32,
-        key: &str,
         kept: &mut KeptBlobs,
-    ) -> Result<bool> {
+    ) -> Result<HashSet<String>> {
         let shards = match (&self.input, self.kept.get(&stage)) {
             (Some(input), _) if input.stage == stage => input.outputs.len(),
             (_, Some(chunks)) => chunks.len(),
-            _ => return Ok(false),
+            _ => return Ok(HashSet::new()),
         };
+        let mut keys = HashSet::new();
         for index in 0..shards as u32 {
-            if self
-                .committed_blob(store, job, stage, index, kept)?
-                .as_deref()
-                == Some(key)
-            {
-                return Ok(true);
-            }
+            keys.extend(self.committed_blob(store, job, stage, index, kept)?);
         }
-        Ok(false)
+        Ok(keys)
     }
 
     /// The key of the blob committed as the output of shard `index` of the

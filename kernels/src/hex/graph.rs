@@ -463,6 +463,17 @@ fn closure<W: Word>(
     Ok((states, flips))
 }
 
+/// The states of the build's search and their flips, for tests that check
+/// other ways of finding them.
+#[cfg(test)]
+pub(crate) fn states_for_tests<W: Word>(side: usize, control: &Control) -> (Vec<W>, Vec<Vec<u32>>) {
+    let mut progress = BuildProgress {
+        control,
+        counted: 0,
+    };
+    closure::<W>(side, 1, &mut progress).expect("not cancelled")
+}
+
 /// Finds every state reachable from the top row by deciding cells in any column,
 /// numbers them, and builds the blocks of `width` columns, on up to `threads`
 /// threads; counts [`BUILD_WORK`] units on `control` as it goes, and stops

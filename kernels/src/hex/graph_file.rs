@@ -161,34 +161,49 @@ pub(super) fn decode(stored: &dyn Stored) -> Result<GraphIndex> {
     if input.at != bytes.len() {
         return Err(damaged("its index has bytes after its end".into()));
     }
-    check_states(&starts, num_states, "the tiles' starts")?;
-    let mut parts_end = 0;
-    for (b, block) in blocks.iter().enumerate() {
-        check_block(b, block, &keys[b], &starts, num_states, parts_end)?;
-        parts_end = block.parts[block.parts.len() - 1];
+    checked(
+        GraphIndex {
+            side,
+            num_states,
+            blocks,
+            tiles: Tiles::from_parts(starts, keys),
+            top_row,
+        },
+        index_start,
+    )
+}
+
+/// `index` checked whole, as a pass needs it (every range inside the vector,
+/// no two groups of a block on one tile, the groups' parts one after
+/// another up to `parts_end`), with its first block's starts derived.
+pub(super) fn checked(mut index: GraphIndex, parts_end: u64) -> Result<GraphIndex> {
+    let num_states = index.num_states;
+    let starts = index.tiles.starts();
+    check_states(starts, num_states, "the tiles' starts")?;
+    let mut at = 0;
+    for (b, block) in index.blocks.iter().enumerate() {
+        check_block(b, block, &index.tiles.keys()[b], starts, num_states, at)?;
+        at = block.parts[block.parts.len() - 1];
     }
-    if parts_end != index_start {
+    if at != parts_end {
         return Err(damaged(format!(
-            "its parts end at byte {parts_end}, its index starts at {index_start}"
+            "its parts end at byte {at}, its index starts at {parts_end}"
         )));
     }
-    if let Some(&(at, _)) = top_row.iter().find(|(at, _)| *at as usize >= num_states) {
+    if let Some(&(at, _)) = index
+        .top_row
+        .iter()
+        .find(|(at, _)| *at as usize >= num_states)
+    {
         return Err(damaged(format!("a top-row state at {at}")));
     }
-    let tiles = Tiles::from_parts(starts, keys);
     // The first block's groups are contiguous runs of the vector: its
     // columns are the patterns' low bits.
-    let home = &mut blocks[0];
-    home.home_starts = (0..home.group_offsets.len() - 1)
-        .map(|g| tiles.starts()[tiles.key(0, g)] as usize)
+    let home_starts = (0..index.blocks[0].group_offsets.len() - 1)
+        .map(|g| index.tiles.starts()[index.tiles.key(0, g)] as usize)
         .collect();
-    Ok(GraphIndex {
-        side,
-        num_states,
-        blocks,
-        tiles,
-        top_row,
-    })
+    index.blocks[0].home_starts = home_starts;
+    Ok(index)
 }
 
 /// Offsets into the vector: from 0, never decreasing, to `num_states`.
@@ -261,7 +276,7 @@ fn check_block(
     Ok(())
 }
 
-fn damaged(what: String) -> Error {
+pub(super) fn damaged(what: String) -> Error {
     Error::Failed(format!("the spilled hex graph is damaged: {what}"))
 }
 

@@ -41,8 +41,10 @@ mod graph;
 mod graph_file;
 mod group_pass;
 mod kernel;
+mod parts;
 mod points;
 mod spilled;
+mod states;
 mod sweep;
 mod tiles;
 
@@ -58,6 +60,7 @@ use graph::Block;
 pub use codec::{check_polynomials, decode_polynomials, encode_polynomials};
 pub use eval::{POINTS_PER_PASS, PassPoint, Resume};
 pub use exact::{exact_crossings, exact_game_count, exact_primes};
+pub use parts::{MAX_GRAPH_PARTS, build_graph_part, graph_part_count, max_graph_parts};
 pub use points::{PointsLayout, SPARE_POINTS, full_crossings, points_layout, solve_crossings};
 pub use spilled::{PassOptions, SpilledGraph};
 

@@ -105,15 +105,26 @@ impl SpilledGraph {
     /// index checked.
     pub fn open(stored: Arc<dyn Stored>) -> Result<SpilledGraph> {
         let index = graph_file::decode(stored.as_ref())?;
+        Ok(SpilledGraph::from_index(index, stored))
+    }
+
+    /// What a pass holds of the graph (for tests that compare two graphs).
+    #[cfg(test)]
+    pub(super) fn index(&self) -> &GraphIndex {
+        &self.index
+    }
+
+    /// The graph of a checked `index` whose groups' parts are `parts`.
+    pub(super) fn from_index(index: GraphIndex, parts: Arc<dyn Stored>) -> SpilledGraph {
         // A round a block, row after row (see `HexGraph::stages`).
         let rounds = (1..index.side as usize)
             .flat_map(|_| 0..index.blocks.len())
             .collect();
-        Ok(SpilledGraph {
+        SpilledGraph {
             index,
             rounds,
-            parts: stored,
-        })
+            parts,
+        }
     }
 
     pub fn side(&self) -> u32 {

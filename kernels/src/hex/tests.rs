@@ -1605,3 +1605,90 @@ fn hex_graph_layout() {
         }
     }
 }
+
+/// The graph built in parts against the build by search: CPU time and the
+/// process's peak memory of each (`HEX_PARTS_SIDES=16-17 cargo test
+/// --release -p tally-kernels --lib -- --ignored hex_parts_build_cost
+/// --nocapture`; parts in files of `HEX_SPILL_DIR`). The parts are built one
+/// after another on two threads, first, so that the peak they show is theirs;
+/// then a pass of 8 points over the joined parts against one over the
+/// searched graph spilled.
+#[test]
+#[ignore]
+fn hex_parts_build_cost() {
+    let sides = sides_from_env("HEX_PARTS_SIDES", "12-13");
+    let base = std::env::var("HEX_SPILL_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
+    let peak_mb = || -> f64 {
+        let text = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = text.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+            / 1e3
+    };
+    // User and system time of the process (fields 14 and 15 of its stat, in
+    // ticks of 1/100 s).
+    let cpu = || -> f64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / 100.0
+    };
+    for side in sides {
+        let dir = tempfile::tempdir_in(&base).unwrap();
+        let count = crate::hex::graph_part_count(side)
+            .max(4)
+            .min(crate::hex::max_graph_parts(side));
+        std::fs::write("/proc/self/clear_refs", "5").unwrap();
+        let (started, cpu0) = (std::time::Instant::now(), cpu());
+        let mut parts = Vec::new();
+        for part in 0..count {
+            let mut spill = FileSpill::create(&dir.path().join(format!("part-{part}")));
+            parts.push(
+                crate::hex::build_graph_part(side, part, count, 2, &Control::new(), &mut spill)
+                    .unwrap(),
+            );
+        }
+        let (parts_wall, parts_cpu, parts_peak) =
+            (started.elapsed().as_secs_f64(), cpu() - cpu0, peak_mb());
+        let joined = SpilledGraph::open_parts(side, parts).unwrap();
+        println!(
+            "side {side}: {count} parts built in {parts_wall:.1} s ({parts_cpu:.1} s CPU), peak \
+             {parts_peak:.0} MB; {:.0} MB in all",
+            joined.spilled_bytes() as f64 / 1e6
+        );
+        let (started, cpu0) = (std::time::Instant::now(), cpu());
+        let graph = HexGraph::build_parallel(side, 2).unwrap();
+        let mut spill = FileSpill::create(&dir.path().join("searched"));
+        let searched = graph.spill(&mut spill).unwrap();
+        println!(
+            "  searched and spilled: {:.1} s ({:.1} s CPU), peak {:.0} MB",
+            started.elapsed().as_secs_f64(),
+            cpu() - cpu0,
+            peak_mb()
+        );
+        drop(graph);
+        let xs: Vec<u32> = (0..8u32).map(|i| i * 7919 + 2).collect();
+        let mut values = Vec::new();
+        for (what, g) in [("parts", &joined), ("searched", &searched)] {
+            let (started, cpu0) = (std::time::Instant::now(), cpu());
+            let control = Control::new();
+            values.push(
+                g.evaluate_pass(&xs, P, &PassOptions::new(1, &control))
+                    .unwrap(),
+            );
+            println!(
+                "  a pass of 8 points over the {what} graph: {:.1} s ({:.1} s CPU)",
+                started.elapsed().as_secs_f64(),
+                cpu() - cpu0
+            );
+        }
+        assert_eq!(values[0], values[1]);
+    }
+}

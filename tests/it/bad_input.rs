@@ -64,6 +64,7 @@ fn hex_spec(side: u32, modulus: u32, plan: &str) -> proto::HexSpec {
         exact: false,
         points_per_shard: 0,
         graph: Default::default(),
+        graph_parts: 0,
     }
 }
 
@@ -140,6 +141,7 @@ fn first_side_over_budget() -> u32 {
                 exact: false,
                 points_per_shard: 0,
                 graph: Default::default(),
+                graph_parts: 0,
             };
             hex_kind::estimate(&h).smallest_worker_bytes() > WORKER_MEMORY_BUDGET
         })
@@ -293,9 +295,33 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
             Accepted,
         ),
         (
-            "hex side max (over the memory budget)".into(),
+            // The graph as stage data, in parts: a point worker holds no graph.
+            "hex side max".into(),
             hex(max_side, 0),
+            Accepted,
+        ),
+        (
+            "hex side max, graph in the workers (over the memory budget)".into(),
+            hex_with(max_side, |h| h.graph = "worker".into()),
             Refused(Code::InvalidArgument, "or --force"),
+        ),
+        (
+            "hex side max, the most graph parts".into(),
+            hex_with(max_side, |h| h.graph_parts = hex::max_graph_parts(max_side)),
+            Accepted,
+        ),
+        (
+            "hex side 9, one graph part past the most".into(),
+            hex_with(9, |h| h.graph_parts = hex::max_graph_parts(9) + 1),
+            Refused(Code::InvalidArgument, "is built in at most"),
+        ),
+        (
+            "hex graph parts with the graph in the workers".into(),
+            hex_with(9, |h| {
+                h.graph = "worker".into();
+                h.graph_parts = 2;
+            }),
+            Refused(Code::InvalidArgument, "--graph stage"),
         ),
         (
             "hex side max, exact, forced".into(),
@@ -1218,6 +1244,7 @@ fn cell_step(side: u32, shards_per_step: u32) -> JobSpec {
         exact: false,
         points_per_shard: 0,
         graph: Default::default(),
+        graph_parts: 0,
     }))
 }
 
@@ -2603,6 +2630,7 @@ mod fuzz {
                         exact,
                         points_per_shard,
                         graph,
+                        graph_parts: 0,
                     })
                 },
             );

@@ -1032,7 +1032,7 @@ fn run_keeps_stage_data_on_disk_by_default_or_where_it_is_told_and_counts_the_sa
 
 #[test]
 fn run_fits_a_job_to_its_memory_budget_or_refuses_it_with_the_numbers() {
-    let out = tally(&["run", "hex", "--side", "17", "--memory-budget", "100MB"]);
+    let out = tally(&["run", "hex", "--side", "18", "--memory-budget", "100MB"]);
     assert_eq!(
         out.status.code(),
         Some(2),

@@ -26,6 +26,7 @@ fn hex_points(side: u32, modulus: u32, exact: bool) -> JobSpec {
         exact,
         points_per_shard: 0,
         graph: Default::default(),
+        graph_parts: 0,
     })
 }
 
@@ -45,6 +46,7 @@ async fn hex_points_equals_cell_step_and_the_direct_kernel() {
                 exact: false,
                 points_per_shard: 0,
                 graph: Default::default(),
+                graph_parts: 0,
             });
             let a = submit(&mut client, &points, "").await;
             let b = submit(&mut client, &cell, "").await;

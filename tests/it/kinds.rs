@@ -314,9 +314,9 @@ fn queens_specs_are_checked_at_the_edge() {
     assert_eq!(ValidSpec::try_from(&wire).unwrap(), spec);
 }
 
-/// The hex points plan with its graph as stage data (built by one shard,
-/// opened by the point shards from the stage's output, which their workers
-/// keep in files) gives the answers of
+/// The hex points plan with its graph as stage data (built in one part or
+/// three, opened by the point shards from the stage's outputs, which their
+/// workers keep in files) gives the answers of
 /// a graph in memory (the sweep's count, or for an exact count every point
 /// on the graph in memory), through the coordinator's own store and through
 /// a shared directory.
@@ -329,7 +329,7 @@ async fn hex_with_its_graph_as_stage_data_gives_the_answers_of_the_graph_in_memo
         let spill = tempfile::tempdir().unwrap();
         let workers = workers_spilling_to(&coordinator, spill.path(), 2, 1, None);
         for (side, exact) in [(1, false), (2, true), (5, false), (7, true), (9, false)] {
-            let spec = |graph: kinds::hex::HexGraphPlace| {
+            let spec = |graph: kinds::hex::HexGraphPlace, graph_parts: u32| {
                 valid(&JobSpec::new(kinds::hex::HexSpec {
                     side,
                     modulus: 1_000_000_007,
@@ -338,17 +338,34 @@ async fn hex_with_its_graph_as_stage_data_gives_the_answers_of_the_graph_in_memo
                     exact,
                     points_per_shard: 0,
                     graph,
+                    graph_parts,
                 }))
             };
-            let staged = spec(kinds::hex::HexGraphPlace::Stage);
-            let done = run_to_answer(&mut client, &staged).await;
-            assert!(
-                done.description.contains("graph as stage data") && done.stages_total == 2,
-                "{done:?}"
-            );
-            let in_memory = spec(kinds::hex::HexGraphPlace::Worker);
+            let in_memory = spec(kinds::hex::HexGraphPlace::Worker, 0);
             let direct = in_memory.compute_direct(2, &Control::new()).unwrap();
-            assert_eq!(done.answer, direct.line, "side {side} through {store}");
+            // The parts the coordinator chooses (one, at these sides), and
+            // three (as many as the side's groups allow).
+            let most = tally_kernels::hex::max_graph_parts(side);
+            let mut shards = Vec::new();
+            for parts in [0, 3.min(most)] {
+                let staged = spec(kinds::hex::HexGraphPlace::Stage, parts);
+                let done = run_to_answer(&mut client, &staged).await;
+                assert!(
+                    done.description.contains("graph as stage data") && done.stages_total == 2,
+                    "{done:?}"
+                );
+                assert_eq!(
+                    done.answer, direct.line,
+                    "side {side}, {parts} parts, through {store}"
+                );
+                shards.push(done.shards_total);
+            }
+            // One build shard a part.
+            assert_eq!(
+                shards[1] - shards[0],
+                u64::from(3.min(most) - 1),
+                "side {side}"
+            );
         }
         // The workers kept the graphs in files, however small, and removed
         // them.

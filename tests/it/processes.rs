@@ -43,6 +43,7 @@ async fn coordinator_kill_and_restart_resumes_without_recomputing_accepted_shard
         exact: false,
         points_per_shard: 0,
         graph: Default::default(),
+        graph_parts: 0,
     });
     let job = submit(&mut client, &spec, "").await;
     // Let a good part of the job be accepted, then kill the coordinator.
@@ -510,6 +511,7 @@ fn hex_points_with_a_large_checkpoint() -> (JobSpec, u64) {
         exact: false,
         points_per_shard: 16,
         graph: Default::default(),
+        graph_parts: 0,
     };
     let vector = tally_kernels::hex::known_state_count(14).unwrap() * 16 * 4;
     assert!(vector > tally_wire::limits::INLINE_CHECKPOINT_BYTES as u64);

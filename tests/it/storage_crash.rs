@@ -141,6 +141,7 @@ fn random_spec(rng: &mut Rng) -> ValidSpec {
             exact: false,
             points_per_shard: 0,
             graph: Default::default(),
+            graph_parts: 0,
         }),
         4 => JobSpec::new(HexSpec {
             side: 1 + rng.below(5) as u32,
@@ -150,6 +151,7 @@ fn random_spec(rng: &mut Rng) -> ValidSpec {
             exact: rng.chance(30),
             points_per_shard: 0,
             graph: Default::default(),
+            graph_parts: 0,
         }),
         _ => JobSpec::new(SlidersSpec {
             board: SliderParams::new(3, 3, "WRRRRBBBB", "WBBBBRRRR"),

@@ -1120,6 +1120,7 @@ fn hex_points_of_one_point(graph: tally_kinds::hex::HexGraphPlace) -> JobSpec {
         exact: false,
         points_per_shard: 1,
         graph,
+        graph_parts: 0,
     })
 }
 
@@ -1283,6 +1284,7 @@ fn packs_are_swept_with_the_stages_whose_outputs_they_hold() {
         exact: false,
         points_per_shard: 0,
         graph: Default::default(),
+        graph_parts: 0,
     });
     let job = submit(&mut s, &spec);
     // Runs the current stage, its outputs in the pack `key`; the partials

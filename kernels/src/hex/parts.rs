@@ -212,19 +212,13 @@ pub fn build_graph_part(
         .sum();
     let mut others = Vec::new();
     let (mut done, mut counted) = (0u64, 0u64);
-    for batch in mine.chunks(threads.max(1)) {
-        let built = try_map_indices(batch.len(), threads, |k| {
-            let (b, g) = batch[k];
-            match side <= NARROW_SIDES {
-                true => group_part::<u64>(&layout, b, g),
-                false => group_part::<u128>(&layout, b, g),
-            }
-        })?;
-        for ((b, g), (bytes, counts)) in batch.iter().zip(built) {
-            spill.write(&bytes)?;
-            others.extend(counts);
-            done += layout.group_states(*b, *g) as u64;
-        }
+    for &(b, g) in mine {
+        let counts = match side <= NARROW_SIDES {
+            true => group_part::<u64>(&layout, b, g, threads, spill),
+            false => group_part::<u128>(&layout, b, g, threads, spill),
+        }?;
+        others.extend(counts);
+        done += layout.group_states(b, g) as u64;
         let units = done * BUILD_WORK / states.max(1);
         control.add_work(units - counted);
         counted = units;
@@ -254,11 +248,18 @@ pub fn build_graph_part(
     spill.keep_run(run)
 }
 
-/// Group `g` of block `b`'s part of the spilled graph (each column's byte a
-/// target, then its other sources as positions in the group, as
-/// [`super::HexGraph::spill`] writes them), and its other sources a column.
-fn group_part<W: Word>(layout: &Layout, b: usize, g: usize) -> Result<(Vec<u8>, Vec<u32>)> {
-    let side = layout.side;
+/// Writes group `g` of block `b`'s part of the spilled graph to `spill`
+/// (each column's byte a target, then its other sources as positions in the
+/// group, as [`super::HexGraph::spill`] writes them), its columns built on up
+/// to `threads` threads; returns its other sources a column. It holds the
+/// group's states and a column's lists a thread.
+fn group_part<W: Word>(
+    layout: &Layout,
+    b: usize,
+    g: usize,
+    threads: usize,
+    spill: &mut dyn Spill,
+) -> Result<Vec<u32>> {
     let block = &layout.blocks[b];
     let (width, first_col, key) = (block.width, block.first_col, block.keys[g]);
     let base = block.group_offsets[g];
@@ -266,71 +267,88 @@ fn group_part<W: Word>(layout: &Layout, b: usize, g: usize) -> Result<(Vec<u8>, 
         .iter()
         .map(|&c| (c - base) as usize)
         .collect();
-    let len = chunks[1 << width];
-    let mut states: Vec<W> = Vec::with_capacity(len);
+    let mut states: Vec<W> = Vec::with_capacity(chunks[1 << width]);
     for m in 0..1usize << width {
         let pattern = (key | m << first_col) as u32;
         let count = chunks[m + 1] - chunks[m];
         states.extend((0..count as u32).map(|r| layout.labellings.state::<W>(pattern, r)));
     }
-    let mut bytes = Vec::new();
     let mut counts = Vec::with_capacity(width);
-    let mut target = vec![u32::MAX; len];
-    for j in 0..width {
-        let col = first_col + j;
-        let mut info = vec![0u8; len];
-        for m in 0..1usize << width {
-            let flipped = m ^ 1 << j;
-            for pos in chunks[m]..chunks[m + 1] {
-                let s = states[pos];
-                let t = advance(s, side, col, label(s, col) == 0);
-                target[pos] = u32::MAX;
-                if t == W::ZERO {
-                    continue;
-                }
-                let rank = layout
-                    .labellings
-                    .rank(t, side)
-                    .map(|r| chunks[flipped] + r as usize);
-                let Some(at) = rank.filter(|&at| at < chunks[flipped + 1]) else {
-                    return Err(Error::Failed(format!(
-                        "hex side {side}: a step of column {col} leads outside the states of its pattern"
-                    )));
-                };
-                if info[at] >= COUNT_MASK {
-                    return Err(Error::Failed(format!(
-                        "hex side {side}: more sources for one state than a graph holds"
-                    )));
-                }
-                info[at] += 1;
-                target[pos] = at as u32;
-            }
+    let columns: Vec<usize> = (0..width).collect();
+    for batch in columns.chunks(threads.max(1)) {
+        let built = try_map_indices(batch.len(), threads, |k| {
+            column_part(layout, &chunks, &states, first_col, batch[k])
+        })?;
+        for (bytes, count) in built {
+            spill.write(&bytes)?;
+            counts.push(count);
         }
-        let mut fill = Vec::with_capacity(len);
-        let mut total = 0u32;
-        for m in 0..1usize << width {
-            for byte in &mut info[chunks[m]..chunks[m + 1]] {
-                fill.push(total);
-                total += u32::from(*byte);
-                if m >> j & 1 == 1 {
-                    *byte |= OCCUPIED;
-                }
-            }
-        }
-        let mut others = vec![0u32; total as usize];
-        // Sources by position, so that each target's list is ascending.
-        for (pos, &at) in target.iter().enumerate() {
-            if at != u32::MAX {
-                let slot = &mut fill[at as usize];
-                others[*slot as usize] = pos as u32;
-                *slot += 1;
-            }
-        }
-        bytes.extend_from_slice(&info);
-        bytes.extend(others.iter().flat_map(|s| s.to_le_bytes()));
-        counts.push(total);
     }
-    Ok((bytes, counts))
+    Ok(counts)
+}
+
+/// Column `first_col + j` of a group whose states are `states`, its chunks
+/// at `chunks`: the byte of each target and its other sources (as bytes), and
+/// their number.
+fn column_part<W: Word>(
+    layout: &Layout,
+    chunks: &[usize],
+    states: &[W],
+    first_col: usize,
+    j: usize,
+) -> Result<(Vec<u8>, u32)> {
+    let (side, col, len) = (layout.side, first_col + j, states.len());
+    let mut target = vec![u32::MAX; len];
+    let mut info = vec![0u8; len];
+    for m in 0..chunks.len() - 1 {
+        let flipped = m ^ 1 << j;
+        for pos in chunks[m]..chunks[m + 1] {
+            let s = states[pos];
+            let t = advance(s, side, col, label(s, col) == 0);
+            if t == W::ZERO {
+                continue;
+            }
+            let rank = layout
+                .labellings
+                .rank(t, side)
+                .map(|r| chunks[flipped] + r as usize);
+            let Some(at) = rank.filter(|&at| at < chunks[flipped + 1]) else {
+                return Err(Error::Failed(format!(
+                    "hex side {side}: a step of column {col} leads outside the states of its pattern"
+                )));
+            };
+            if info[at] >= COUNT_MASK {
+                return Err(Error::Failed(format!(
+                    "hex side {side}: more sources for one state than a graph holds"
+                )));
+            }
+            info[at] += 1;
+            target[pos] = at as u32;
+        }
+    }
+    let mut fill = Vec::with_capacity(len);
+    let mut total = 0u32;
+    for m in 0..chunks.len() - 1 {
+        for byte in &mut info[chunks[m]..chunks[m + 1]] {
+            fill.push(total);
+            total += u32::from(*byte);
+            if m >> j & 1 == 1 {
+                *byte |= OCCUPIED;
+            }
+        }
+    }
+    let mut bytes = info;
+    bytes.resize(len + 4 * total as usize, 0);
+    // Sources by position, so that each target's list is ascending.
+    for (pos, &at) in target.iter().enumerate() {
+        if at != u32::MAX {
+            let slot = &mut fill[at as usize];
+            let to = len + 4 * *slot as usize;
+            bytes[to..to + 4].copy_from_slice(&(pos as u32).to_le_bytes());
+            *slot += 1;
+        }
+    }
+    Ok((bytes, total))
 }
 
 /// One part's trailer, read and checked.
@@ -342,27 +360,28 @@ struct PartTrailer {
     first_group: u64,
     groups: u64,
     others: Vec<u32>,
-    /// Where the trailer starts: the part's groups are the bytes before.
-    data_len: u64,
+    /// Where the trailer starts in its stored bytes: the part's groups end
+    /// there.
+    start: u64,
 }
 
-fn read_trailer(stored: &dyn Stored, index: usize) -> Result<PartTrailer> {
-    let bad = |what: &str| damaged(format!("part {index} {what}"));
-    let total = stored.len();
-    if total < TRAILER_END {
+/// The trailer of the part that ends at byte `end` of `stored`.
+fn read_trailer(stored: &dyn Stored, end: u64, index: usize) -> Result<PartTrailer> {
+    let bad = |what: &str| damaged(format!("part {index} from the end {what}"));
+    if end < TRAILER_END {
         return Err(bad("is too short"));
     }
-    let end = stored.read_range(total - TRAILER_END..total)?;
-    if &end[12..] != MAGIC {
+    let tail = stored.read_range(end - TRAILER_END..end)?;
+    if &tail[12..] != MAGIC {
         return Err(bad("does not end with HXGP"));
     }
-    let body_len = u64::from_le_bytes(end[..8].try_into().expect("8 bytes"));
-    let data_len = (total - TRAILER_END)
+    let body_len = u64::from_le_bytes(tail[..8].try_into().expect("8 bytes"));
+    let start = (end - TRAILER_END)
         .checked_sub(body_len)
         .filter(|_| body_len >= 36 && (body_len - 36) % 4 == 0)
         .ok_or_else(|| bad("has a trailer of a wrong length"))?;
-    let body = stored.read_range(data_len..total - TRAILER_END)?;
-    if crc32fast::hash(&body) != u32::from_le_bytes(end[8..12].try_into().expect("4 bytes")) {
+    let body = stored.read_range(start..end - TRAILER_END)?;
+    if crc32fast::hash(&body) != u32::from_le_bytes(tail[8..12].try_into().expect("4 bytes")) {
         return Err(bad("does not match its checksum"));
     }
     let u32_at = |at: usize| u32::from_le_bytes(body[at..at + 4].try_into().expect("4 bytes"));
@@ -375,14 +394,15 @@ fn read_trailer(stored: &dyn Stored, index: usize) -> Result<PartTrailer> {
         first_group: u64_at(20),
         groups: u64_at(28),
         others: (36..body.len()).step_by(4).map(u32_at).collect(),
-        data_len,
+        start,
     })
 }
 
-/// The parts' groups as one run of bytes (without their trailers).
+/// The parts' groups as one run of bytes (without their trailers): each a
+/// range of stored bytes.
 struct Joined {
-    parts: Vec<Arc<dyn Stored>>,
-    /// Where each part starts in the run, and the end.
+    pieces: Vec<(Arc<dyn Stored>, u64)>,
+    /// Where each piece starts in the run, and the end.
     starts: Vec<u64>,
 }
 
@@ -400,7 +420,8 @@ impl Stored for Joined {
             }
             let i = self.starts.partition_point(|&s| s <= at) - 1;
             let n = (buf.len() - filled).min((self.starts[i + 1] - at) as usize);
-            self.parts[i].read_exact_at(at - self.starts[i], &mut buf[filled..filled + n])?;
+            let (stored, from) = &self.pieces[i];
+            stored.read_exact_at(from + at - self.starts[i], &mut buf[filled..filled + n])?;
             filled += n;
         }
         Ok(filled)
@@ -409,22 +430,53 @@ impl Stored for Joined {
 
 impl SpilledGraph {
     /// The graph of side `side` whose parts [`build_graph_part`] wrote, in
-    /// order: every trailer checked (its checksum, its place among the
-    /// parts, its groups' bytes), the index computed and checked as
-    /// [`SpilledGraph::open`] checks a stored one.
-    pub fn open_parts(side: u32, parts: Vec<Arc<dyn Stored>>) -> Result<SpilledGraph> {
+    /// order, one or more of them one after another in each of `stored`
+    /// (a stage's outputs may come joined): every trailer checked (its
+    /// checksum, its place among the parts, its groups' bytes), the index
+    /// computed and checked as [`SpilledGraph::open`] checks a stored one.
+    pub fn open_parts(side: u32, stored: Vec<Arc<dyn Stored>>) -> Result<SpilledGraph> {
         super::validate_side(side)?;
         let layout = Layout::new(side as usize);
         let groups = layout.groups();
-        let count = parts.len() as u32;
+        // Each part's trailer says how many bytes its groups take: the parts
+        // are found from the end of each stored run.
+        let data_len = |t: &PartTrailer| -> Option<u64> {
+            let first = usize::try_from(t.first_group).ok()?;
+            let mine = groups.get(first..first.checked_add(usize::try_from(t.groups).ok()?)?)?;
+            let widths: usize = mine.iter().map(|&(b, _)| layout.blocks[b].width).sum();
+            if widths != t.others.len() {
+                return None;
+            }
+            let states: u64 = mine
+                .iter()
+                .map(|&(b, g)| (layout.blocks[b].width * layout.group_states(b, g)) as u64)
+                .sum();
+            Some(states + 4 * t.others.iter().map(|&n| u64::from(n)).sum::<u64>())
+        };
+        let mut found = Vec::new();
+        for run in &stored {
+            let mut end = run.len();
+            let mut in_run = Vec::new();
+            while end > 0 {
+                let trailer = read_trailer(run.as_ref(), end, found.len() + in_run.len())?;
+                let start = data_len(&trailer)
+                    .and_then(|len| trailer.start.checked_sub(len))
+                    .ok_or_else(|| {
+                        damaged(format!(
+                            "part {} holds bytes its groups do not",
+                            trailer.part
+                        ))
+                    })?;
+                end = start;
+                in_run.push((run.clone(), start, trailer));
+            }
+            found.extend(in_run.into_iter().rev());
+        }
+        let count = found.len() as u32;
         let mut others_by_group: Vec<&[u32]> = Vec::with_capacity(groups.len());
-        let trailers = parts
-            .iter()
-            .enumerate()
-            .map(|(i, part)| read_trailer(part.as_ref(), i))
-            .collect::<Result<Vec<_>>>()?;
+        let mut pieces = Vec::with_capacity(found.len());
         let mut starts = vec![0u64];
-        for (i, trailer) in trailers.iter().enumerate() {
+        for (i, (run, start, trailer)) in found.iter().enumerate() {
             let bad = |what: String| damaged(format!("part {i} {what}"));
             if (trailer.side, trailer.parts, trailer.part) != (side, count, i as u32) {
                 return Err(bad(format!(
@@ -437,27 +489,14 @@ impl SpilledGraph {
             {
                 return Err(bad("does not follow the part before it".into()));
             }
-            let mine = usize::try_from(trailer.groups)
-                .ok()
-                .and_then(|n| groups.get(others_by_group.len()..others_by_group.len() + n))
-                .ok_or_else(|| bad(format!("holds {} groups", trailer.groups)))?;
             let mut at = 0;
-            let mut data = 0u64;
-            for &(b, g) in mine {
+            for &(b, _) in &groups[others_by_group.len()..][..trailer.groups as usize] {
                 let width = layout.blocks[b].width;
-                let counts = trailer
-                    .others
-                    .get(at..at + width)
-                    .ok_or_else(|| bad("lists too few sources".into()))?;
-                let sources: u64 = counts.iter().map(|&n| u64::from(n)).sum();
-                data += (width * layout.group_states(b, g)) as u64 + 4 * sources;
-                others_by_group.push(counts);
+                others_by_group.push(&trailer.others[at..at + width]);
                 at += width;
             }
-            if at != trailer.others.len() || data != trailer.data_len {
-                return Err(bad("holds bytes its groups do not".into()));
-            }
-            starts.push(starts[i] + data);
+            starts.push(starts[i] + (trailer.start - start));
+            pieces.push((run.clone(), *start));
         }
         if others_by_group.len() != groups.len() {
             return Err(damaged(format!(
@@ -518,7 +557,7 @@ impl SpilledGraph {
         )?;
         Ok(SpilledGraph::from_index(
             index,
-            Arc::new(Joined { parts, starts }),
+            Arc::new(Joined { pieces, starts }),
         ))
     }
 }
@@ -561,12 +600,20 @@ mod tests {
                         "side {side}, {parts} parts"
                     );
                 }
+                // The parts as a stage's outputs may come: joined in one run.
+                let one_run: Vec<u8> = built(side, parts)
+                    .iter()
+                    .flat_map(|p| p.read_range(0..p.len()).unwrap())
+                    .collect();
+                let in_one = SpilledGraph::open_parts(side, vec![Arc::new(one_run)]).unwrap();
                 for count in [1usize, 5, 16] {
                     let xs: Vec<u32> = (0..count as u32).map(|i| i * 7_919 + 2).collect();
                     let control = Control::new();
                     let got = joined
                         .evaluate_pass(&xs, P, &PassOptions::new(2, &control))
                         .unwrap();
+                    let options = PassOptions::new(1, &control);
+                    assert_eq!(in_one.evaluate_pass(&xs, P, &options).unwrap(), got);
                     assert_eq!(
                         got,
                         graph.evaluate_points(&xs, P),
@@ -647,6 +694,18 @@ mod tests {
         refused(
             vec![parts[0].clone(), Arc::new(short), parts[2].clone()],
             "a byte short",
+        );
+        let mut joined = parts[0].read_range(0..parts[0].len()).unwrap();
+        joined.extend(&bytes[1..]);
+        refused(
+            vec![Arc::new(joined), parts[2].clone()],
+            "joined, a byte short",
+        );
+        let mut longer = bytes.clone();
+        longer.insert(0, 7);
+        refused(
+            vec![parts[0].clone(), Arc::new(longer), parts[2].clone()],
+            "a byte more",
         );
         let err = build_graph_part(side, 3, 3, 1, &Control::new(), &mut MemorySpill::default());
         assert!(

@@ -141,6 +141,13 @@ pub struct HexSpec {
     /// Points plan: where its shards find the graph.
     #[serde(default)]
     pub graph: HexGraphPlace,
+    /// Points plan, the graph as stage data: the shards that build it, each
+    /// a run of its groups, none holding the whole graph (`hex::parts`); 0
+    /// leaves the number to the coordinator, which sets it at submission. A
+    /// staged job stored before parts existed keeps 0: one shard builds the
+    /// whole graph.
+    #[serde(default)]
+    pub graph_parts: u32,
 }
 
 fn default_modulus() -> u32 {
@@ -194,6 +201,10 @@ pub struct HexArgs {
     /// more points; else worker.
     #[arg(long, value_name = "PLACE", value_parser = ["worker", "stage"])]
     pub graph: Option<String>,
+    /// Points plan, the graph as stage data: the shards that build it, each
+    /// a part of it (default: one for about 256 MiB of graph).
+    #[arg(long, value_name = "N")]
+    pub graph_parts: Option<u32>,
 }
 
 impl SpecArgs<HexSpec> for HexArgs {
@@ -206,6 +217,7 @@ impl SpecArgs<HexSpec> for HexArgs {
             exact: self.exact,
             points_per_shard: self.points_per_shard.unwrap_or(0),
             graph: HexGraphPlace::parse(self.graph.as_deref().unwrap_or(""))?,
+            graph_parts: self.graph_parts.unwrap_or(0),
         })
     }
 }
@@ -259,8 +271,13 @@ pub enum HexTask {
     /// The full crossing polynomial at a few points, modulo one prime.
     HexPoints { modulus: u32, points: Vec<u32> },
     /// The state graph of `side`, built and written as the stage's output
-    /// (the points plan with its graph as stage data).
+    /// (the points plan with its graph as stage data, a job stored before
+    /// graphs were built in parts).
     HexGraph { side: u32 },
+    /// Part `part` of `parts` of the state graph of `side`, built and
+    /// written as the shard's output (the points plan with its graph as
+    /// stage data).
+    HexGraphPart { side: u32, part: u32, parts: u32 },
 }
 
 /// What a hex shard reads: the previous cell step's polynomials, or the
@@ -328,6 +345,7 @@ impl JobKind for Hex {
             exact: h.exact,
             points_per_shard: h.points_per_shard,
             graph: h.graph.name().to_string(),
+            graph_parts: h.graph_parts,
         })
     }
 
@@ -349,6 +367,7 @@ impl JobKind for Hex {
                 exact: h.exact,
                 points_per_shard: h.points_per_shard,
                 graph: graph?,
+                graph_parts: h.graph_parts,
             })
         }))
     }
@@ -393,6 +412,21 @@ impl JobKind for Hex {
                 "where the graph is (--graph) is for the points plan (--plan points)"
             ));
         }
+        if h.graph_parts != 0 {
+            if h.plan != HexPlan::Points || h.graph == HexGraphPlace::Worker {
+                return Err(invalid!(
+                    "graph parts (--graph-parts) are for the points plan with its graph as stage data (--graph stage)"
+                ));
+            }
+            let most = hex::max_graph_parts(h.side);
+            if h.graph_parts > most {
+                return Err(invalid!(
+                    "the graph of side {} is built in at most {most} parts, got {}",
+                    h.side,
+                    h.graph_parts
+                ));
+            }
+        }
         if h.exact && h.plan != HexPlan::Points {
             return Err(invalid!(
                 "exact hex counts need the points plan (--plan points)"
@@ -436,6 +470,7 @@ impl JobKind for Hex {
             exact: false,
             points_per_shard: 0,
             graph: HexGraphPlace::Auto,
+            graph_parts: 0,
         })
     }
 
@@ -512,10 +547,13 @@ impl JobKind for Hex {
     }
 
     fn decode_stage_inputs(h: &HexSpec, parts: &[&[u8]]) -> Result<HexInput> {
-        let bytes = single_input(Self::NAME, parts)?;
         if h.staged() {
-            return staged::open_graph(h, Arc::new(bytes.to_vec()));
+            let parts = parts
+                .iter()
+                .map(|p| Arc::new(p.to_vec()) as Arc<dyn Stored>);
+            return staged::open_graph(h, parts.collect());
         }
+        let bytes = single_input(Self::NAME, parts)?;
         let polynomials = hex::decode_polynomials(bytes, stride(h.side) as usize, h.modulus)?;
         Ok(HexInput::Polynomials(polynomials))
     }
@@ -528,9 +566,9 @@ impl JobKind for Hex {
 
     /// A staged graph is opened where it is; polynomials are read whole.
     fn decode_stored_inputs(h: &HexSpec, parts: Vec<Arc<dyn Stored>>) -> Result<HexInput> {
-        match parts.as_slice() {
-            [graph] if h.staged() => staged::open_graph(h, graph.clone()),
-            _ => crate::kind::decode_in_memory::<Self>(h, &parts),
+        match h.staged() {
+            true => staged::open_graph(h, parts),
+            false => crate::kind::decode_in_memory::<Self>(h, &parts),
         }
     }
 
@@ -563,6 +601,9 @@ impl JobKind for Hex {
             }
             HexTask::HexPoints { modulus, points } => execute_points(h, *modulus, points, run),
             HexTask::HexGraph { side } => staged::build_graph(h, *side, run),
+            &HexTask::HexGraphPart { side, part, parts } => {
+                staged::build_part(h, (side, part, parts), run)
+            }
         }
     }
 
@@ -610,8 +651,8 @@ impl JobKind for Hex {
             }
             // The graph is checked whole where a point shard opens it, and a
             // wrong one gives values the solver's spare points refuse.
-            (HexTask::HexGraph { .. }, HexPartial::None) => Ok(()),
-            (HexTask::HexGraph { .. }, _) => Err(invalid!(
+            (HexTask::HexGraph { .. } | HexTask::HexGraphPart { .. }, HexPartial::None) => Ok(()),
+            (HexTask::HexGraph { .. } | HexTask::HexGraphPart { .. }, _) => Err(invalid!(
                 "a hex graph shard returns its graph, not a partial"
             )),
         }
@@ -748,6 +789,7 @@ mod tests {
             exact: false,
             points_per_shard,
             graph: HexGraphPlace::Auto,
+            graph_parts: 0,
         }
     }
 
@@ -794,80 +836,93 @@ mod tests {
     }
 
     /// A job whose smallest shard fits no worker is refused with the
-    /// numbers (those of the place that needs less), unless forced; one
-    /// whose graph's build fits a worker runs with the graph as stage data
-    /// where that gives a shard more points; one that fits is planned with
-    /// the points chosen for it, in shards of that many points.
+    /// numbers (those of the place that needs less), unless forced; the
+    /// graph as stage data, built in parts that need little, is chosen where
+    /// it gives a shard more points; one that fits is planned with the
+    /// points chosen for it, in shards of that many points.
     #[test]
     fn a_job_whose_smallest_shard_fits_no_worker_is_refused_with_the_numbers() {
         let spec = ValidSpec::new(JobSpec::new(points(17, 0))).unwrap();
-        let staged = HexSpec {
-            graph: HexGraphPlace::Stage,
-            ..points(17, 1)
+        let parts = hex::graph_part_count(17);
+        assert!(parts > 1);
+        let staged_one = HexSpec {
+            graph_parts: parts,
+            ..staged(points(17, 1))
         };
-        let build = estimate(&staged).smallest_worker_bytes();
+        let staged_need = estimate(&staged_one).smallest_worker_bytes();
         let in_memory = estimate(&points(17, 1)).smallest_worker_bytes();
-        // The build's peak is above the graph with a shard of one point,
-        // which holds one vector.
-        assert!(in_memory < build, "{build} {in_memory}");
+        // A point shard over the staged graph holds no graph; a part of the
+        // build holds a group.
+        assert!(4 * staged_need < in_memory, "{staged_need} {in_memory}");
+        let build_part = resources::staged_estimate(&staged_one, 1).smallest_worker_bytes();
+        assert!(build_part < staged_need, "{build_part} {staged_need}");
+        // A staged job stored before parts builds the whole graph in one
+        // shard, above the graph with a shard of one point.
+        let whole_build = estimate(&staged(points(17, 1))).smallest_worker_bytes();
+        assert!(in_memory < whole_build, "{whole_build} {in_memory}");
         let refused = spec
-            .fitted_to(two_slots(in_memory - 1), "the largest worker (h)", None)
+            .fitted_to(two_slots(staged_need - 1), "the largest worker (h)", None)
             .unwrap_err()
             .to_string();
         assert!(refused.contains("the largest worker (h) has"), "{refused}");
         assert!(
-            refused.contains(&crate::kind::format_bytes(in_memory)),
+            refused.contains(&crate::kind::format_bytes(staged_need)),
             "{refused}"
         );
         assert!(refused.contains("or --force"), "{refused}");
-        let fitted = |budget: u64| {
+        let fitted_with = |spec: &ValidSpec, budget: u64, limit: Option<u64>| {
             let params = spec
-                .fitted_to(two_slots(budget), "w", None)
+                .fitted_to(two_slots(budget), "w", limit)
                 .unwrap()
                 .spec()
                 .params
                 .clone();
-            (params["graph"].clone(), params["points_per_shard"].clone())
+            (
+                params["graph"].as_str().unwrap().to_string(),
+                params["points_per_shard"].as_u64().unwrap(),
+                params["graph_parts"].as_u64().unwrap(),
+            )
         };
-        // Below the build, the graph stays in the workers, a point a shard.
-        assert_eq!(fitted(in_memory), ("worker".into(), 1.into()));
-        assert_eq!(fitted(build - 1), ("worker".into(), 1.into()));
-        // Without the graph, a shard of more points fits the same budget.
-        let (place, points_fitted) = fitted(build);
+        let fitted = |budget: u64| fitted_with(&spec, budget, None);
+        // Where no worker holds the graph, the staged graph in its parts.
+        assert_eq!(fitted(staged_need), ("stage".into(), 1, u64::from(parts)));
+        // Where it would hold the graph with a shard of one point, the
+        // staged graph gives a shard more points.
+        let (place, points_fitted, _) = fitted(in_memory);
         assert_eq!(place, "stage");
-        assert!(points_fitted.as_u64().unwrap() > 1, "{points_fitted}");
+        assert!(points_fitted > 1, "{points_fitted}");
         // With room for two shards of 16 points beside the graph, the graph
         // stays in the workers.
         let roomy = estimate(&points(17, 16)).worker_memory_bytes();
-        assert_eq!(fitted(roomy), ("worker".into(), 16.into()));
-        // Chosen by the user, the place stays.
-        let chosen = ValidSpec::new(JobSpec::new(staged.clone())).unwrap();
-        assert_eq!(
-            chosen
-                .fitted_to(two_slots(u64::MAX), "w", None)
-                .unwrap()
-                .spec()
-                .params["graph"],
-            "stage"
-        );
+        assert_eq!(fitted(roomy), ("worker".into(), 16, 0));
+        // Chosen by the user, the place and the parts stay; parts asked for
+        // mean the staged graph.
+        let chosen = ValidSpec::new(JobSpec::new(staged(points(17, 0)))).unwrap();
+        assert_eq!(fitted_with(&chosen, u64::MAX, None).0, "stage");
+        let two = ValidSpec::new(JobSpec::new(HexSpec {
+            graph_parts: 2,
+            ..points(17, 0)
+        }))
+        .unwrap();
+        assert_eq!(fitted_with(&two, u64::MAX, None), ("stage".into(), 16, 2));
         let mut forced = JobSpec::new(points(17, 0));
         forced.options.force = true;
         let forced = ValidSpec::new(forced).unwrap();
         assert!(forced.fitted_to(two_slots(0), "w", None).is_ok());
 
-        // A coordinator that takes outputs smaller than the staged graph:
-        // the graph stays in the workers where they hold it, and a job that
-        // asks for it staged is refused, forced or not, saying what to do.
-        let graph_bytes = estimate(&staged).largest_output_bytes;
-        assert!(graph_bytes > 0);
-        let limit = Some(graph_bytes - 1);
-        let fitted = spec.fitted_to(two_slots(in_memory), "w", limit).unwrap();
-        assert_eq!(fitted.spec().params["graph"], "worker");
+        // A coordinator that takes outputs smaller than a part of the staged
+        // graph: the graph stays in the workers where they hold it, and a
+        // job that asks for it staged is refused, forced or not, saying what
+        // to do.
+        let part_bytes = estimate(&staged_one).largest_output_bytes;
+        assert!(part_bytes > 0);
+        let limit = Some(part_bytes - 1);
+        assert_eq!(fitted_with(&spec, in_memory, limit).0, "worker");
         assert!(
             spec.fitted_to(two_slots(in_memory - 1), "w", limit)
                 .is_err()
         );
-        let mut forced_staged = JobSpec::new(staged.clone());
+        let mut forced_staged = JobSpec::new(staged_one.clone());
         forced_staged.options.force = true;
         let refused = ValidSpec::new(forced_staged)
             .unwrap()
@@ -880,9 +935,15 @@ mod tests {
         );
         assert!(
             chosen
-                .fitted_to(two_slots(u64::MAX), "w", Some(graph_bytes))
+                .fitted_to(two_slots(u64::MAX), "w", Some(part_bytes))
                 .is_ok()
         );
+        // Asked for in one part, the graph is one output of all its bytes.
+        let one = HexSpec {
+            graph_parts: 1,
+            ..points(17, 0)
+        };
+        assert!(estimate(&staged(one)).largest_output_bytes > 4 * part_bytes);
 
         let small = points(7, 3);
         let facts = HexFacts {
@@ -972,22 +1033,37 @@ mod tests {
             on_checkpoint: &mut |_| {},
             room: None,
         };
-        let [build] = &staged::build_shards(h)[..] else {
-            panic!("one build shard")
-        };
-        let built = Hex::execute(h, &build.task, &mut run).unwrap();
-        // Its work, as planned, counted as the build went.
-        assert_eq!(built.work_done, build.work_total);
-        assert_eq!(control.work_done(), build.work_total);
-        let crate::StageOutput::Stored(graph) = built.output else {
-            panic!("the graph is handed on as stored bytes")
-        };
-        Hex::decode_stored_inputs(h, vec![graph]).unwrap()
+        let builds = staged::build_shards(h);
+        assert_eq!(builds.len(), h.graph_parts.max(1) as usize);
+        let mut outputs = Vec::new();
+        for build in &builds {
+            let before = control.work_done();
+            let built = Hex::execute(h, &build.task, &mut run).unwrap();
+            // Its work, as planned, counted as the build went.
+            assert_eq!(built.work_done, build.work_total);
+            assert_eq!(control.work_done() - before, build.work_total);
+            let crate::StageOutput::Stored(graph) = built.output else {
+                panic!("the graph is handed on as stored bytes")
+            };
+            outputs.push(graph);
+        }
+        Hex::decode_stored_inputs(h, outputs).unwrap()
     }
 
+    /// The graph as stage data built by one shard (a job stored before
+    /// parts).
     fn staged(h: HexSpec) -> HexSpec {
         HexSpec {
             graph: HexGraphPlace::Stage,
+            ..h
+        }
+    }
+
+    /// The graph as stage data built in three parts.
+    fn in_parts(h: HexSpec) -> HexSpec {
+        HexSpec {
+            graph: HexGraphPlace::Stage,
+            graph_parts: 3,
             ..h
         }
     }
@@ -1011,6 +1087,12 @@ mod tests {
             let checkpoints = run_points(&h, &[3, 5, 7, 11, 13], &[]).checkpoints;
             assert!(checkpoints == in_memory, "the same checkpoints");
         }
+        // A graph built in parts orders each pattern's states otherwise:
+        // its own checkpoints, as many, resumed alike.
+        let h = in_parts(points(7, 5));
+        resumes_from_any_of_its_checkpoints(&h, &graph);
+        let checkpoints = run_points(&h, &[3, 5, 7, 11, 13], &[]).checkpoints;
+        assert_eq!(checkpoints.len(), in_memory.len());
     }
 
     fn resumes_from_any_of_its_checkpoints(h: &HexSpec, graph: &hex::HexGraph) {
@@ -1068,7 +1150,7 @@ mod tests {
     #[test]
     fn a_points_shard_with_a_spill_checkpoints_there_one_at_a_time() {
         let xs = [3, 5, 7, 11, 13];
-        for h in [points(7, 5), staged(points(7, 5))] {
+        for h in [points(7, 5), staged(points(7, 5)), in_parts(points(7, 5))] {
             let in_memory = run_points(&h, &xs, &[]).checkpoints;
             for held in [false, true] {
                 let (cache, control) = (KernelCache::new(), Control::new());

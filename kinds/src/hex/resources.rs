@@ -17,6 +17,9 @@ const ESTIMATE_WORKERS: u64 = 2;
 const SPILLED_PER_GRAPH: f64 = 0.72;
 /// The build's peak above the finished graph (see the kernel's `graph`).
 const BUILD_PEAK: f64 = 1.1;
+/// A part of the graph's build: bytes a state of the largest group (its
+/// packed state, and for each of a few threads a column's lists).
+const PART_BYTES_PER_GROUP_STATE: u64 = 72;
 
 /// The spec fitted to `worker` and a coordinator that takes shard outputs of
 /// at most `output_limit` bytes (see
@@ -26,9 +29,25 @@ pub(super) fn fitted(h: &HexSpec, worker: WorkerRoom, output_limit: Option<u64>)
     if h.plan != HexPlan::Points {
         return h.clone();
     }
+    // Parts asked for mean the staged graph.
+    let asked = match (h.graph, h.graph_parts) {
+        (HexGraphPlace::Auto, 1..) => HexGraphPlace::Stage,
+        (place, _) => place,
+    };
+    // The staged graph's parts: those asked for, or one for about 256 MiB
+    // of graph; none for a graph in the workers.
+    let parts = match h.graph_parts {
+        0 => hex::graph_part_count(h.side),
+        asked => asked,
+    };
     let with = |graph: HexGraphPlace, points: u32| HexSpec {
         graph,
         points_per_shard: points,
+        graph_parts: if graph == HexGraphPlace::Stage {
+            parts
+        } else {
+            0
+        },
         ..h.clone()
     };
     // What a worker needs for the point shards.
@@ -61,7 +80,7 @@ pub(super) fn fitted(h: &HexSpec, worker: WorkerRoom, output_limit: Option<u64>)
             })
             .or_else(|| fits_one(1).then_some(1))
     };
-    let graph = match h.graph {
+    let graph = match asked {
         // The staged graph where it gives a shard more points (fewer
         // passes over the graph) or where no worker holds the graph;
         // when nothing fits, the place that needs less is the one the
@@ -97,8 +116,21 @@ pub(super) fn fitted(h: &HexSpec, worker: WorkerRoom, output_limit: Option<u64>)
 /// data moved between them.
 pub fn estimate(h: &HexSpec) -> ResourceEstimate {
     if h.staged() {
-        // The graph's build is the stage that needs the most.
-        return staged_estimate(h, 1);
+        // The stage that needs the most: the whole graph's build (a job
+        // stored before parts), else the point shards.
+        let (build, points) = (
+            staged_estimate(h, 1),
+            staged_estimate(h, staged::POINTS_STAGE),
+        );
+        let largest_output_bytes = build.largest_output_bytes;
+        let most = match build.smallest_worker_bytes() > points.smallest_worker_bytes() {
+            true => build,
+            false => points,
+        };
+        return ResourceEstimate {
+            largest_output_bytes,
+            ..most
+        };
     }
     let side = h.side as u64;
     let states = hex::estimated_state_count(h.side);
@@ -146,6 +178,28 @@ pub(super) fn staged_estimate(h: &HexSpec, stage: u32) -> ResourceEstimate {
     let states = hex::estimated_state_count(h.side);
     let graph = states * GRAPH_BYTES_PER_STATE;
     let spilled = (graph as f64 * SPILLED_PER_GRAPH) as u64;
+    // The layout every part's shard and every point shard's worker
+    // computes: the tiles' starts and the blocks' chunk offsets, a few words
+    // an occupancy pattern.
+    let index = (16u64 << h.side) + (1 << 20);
+    if stage < staged::POINTS_STAGE && h.graph_parts != 0 {
+        // A group's states and, for each thread, a column's lists: about 70
+        // bytes a state of the largest group (3% of the states), with a few
+        // threads.
+        let group = states * 3 / 100;
+        return ResourceEstimate {
+            subject: format!(
+                "hex side {} with the points plan and its graph as stage data (a part of the graph's build)",
+                h.side
+            ),
+            worker_base_bytes: index,
+            shard_bytes: group * PART_BYTES_PER_GROUP_STATE,
+            coordinator_memory_bytes: 0,
+            traffic_bytes: spilled,
+            largest_output_bytes: spilled.div_ceil(u64::from(h.graph_parts)),
+            advice: "build the graph in more parts (--graph-parts)",
+        };
+    }
     if stage < staged::POINTS_STAGE {
         return ResourceEstimate {
             subject: format!(
@@ -161,9 +215,6 @@ pub(super) fn staged_estimate(h: &HexSpec, stage: u32) -> ResourceEstimate {
         };
     }
     let vector = pass_vector_bytes(h);
-    // The index: the tiles' starts and the blocks' chunk offsets, a few
-    // words an occupancy pattern.
-    let index = (16u64 << h.side) + (1 << 20);
     ResourceEstimate {
         subject: format!(
             "hex side {} with the points plan and its graph as stage data",

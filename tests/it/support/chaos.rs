@@ -66,6 +66,7 @@ pub fn default_menu() -> Vec<JobTemplate> {
                 exact: false,
                 points_per_shard: 0,
                 graph: Default::default(),
+                graph_parts: 0,
             },
             &[
                 "hex",

@@ -117,6 +117,7 @@ pub fn hex_cell_step(side: u32, shards_per_step: u32) -> JobSpec {
         exact: false,
         points_per_shard: 0,
         graph: Default::default(),
+        graph_parts: 0,
     })
 }
 

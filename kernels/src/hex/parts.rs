@@ -59,8 +59,18 @@ pub fn max_graph_parts(side: u32) -> u32 {
     if super::validate_side(side).is_err() {
         return 0;
     }
-    let groups = Layout::new(side as usize).groups().len();
-    groups.min(MAX_GRAPH_PARTS as usize) as u32
+    group_count(side as usize).min(MAX_GRAPH_PARTS as usize) as u32
+}
+
+/// The groups of side `side`'s graph, without computing its layout: every
+/// occupancy outside a block's columns has states (some pattern of the
+/// block's columns with it has a run), so a block of `w` columns has
+/// `2^(side - w)` groups.
+fn group_count(side: usize) -> usize {
+    block_layout(side, default_block_width(side))
+        .iter()
+        .map(|cols| 1usize << (side - cols.len()))
+        .sum()
 }
 
 /// The graph without its gather lists: what every part's shard and every
@@ -626,6 +636,10 @@ mod tests {
 
     #[test]
     fn parts_split_the_groups_in_runs_of_about_equal_bytes() {
+        for side in 1..=14 {
+            let groups = Layout::new(side).groups().len();
+            assert_eq!(group_count(side), groups, "side {side}");
+        }
         let layout = Layout::new(12);
         let groups = layout.groups().len();
         for parts in [1u32, 2, 5, 64, groups as u32, groups as u32 + 10] {

@@ -1089,6 +1089,18 @@ fn hex_spilled_graph_opens_from_its_bytes_and_refuses_a_damaged_index() {
     assert!(SpilledGraph::open(std::sync::Arc::new(bytes[1..].to_vec())).is_err());
 }
 
+/// A field of this process's status in megabytes (`VmRSS:`, `VmHWM:`).
+fn process_mb(field: &str) -> f64 {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = text.lines().find(|l| l.starts_with(field)).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<f64>()
+        .unwrap()
+        / 1e3
+}
+
 /// A pass with the graph spilled (and its vector in memory or in a scratch
 /// file) against one in memory: CPU (one thread) and the process's peak
 /// memory during the pass once the graph is dropped (`HEX_SPILL_SIDES=15-17
@@ -1100,16 +1112,7 @@ fn hex_spilled_graph_opens_from_its_bytes_and_refuses_a_damaged_index() {
 fn hex_spilled_pass_cost() {
     let sides = sides_from_env("HEX_SPILL_SIDES", "12-13");
     let base = std::env::var("HEX_SPILL_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
-    let status = |field: &str| -> f64 {
-        let text = std::fs::read_to_string("/proc/self/status").unwrap();
-        let line = text.lines().find(|l| l.starts_with(field)).unwrap();
-        line.split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse::<f64>()
-            .unwrap()
-            / 1e3
-    };
+    let status = process_mb;
     for side in sides {
         let dir = tempfile::tempdir_in(&base).unwrap();
         let graph = HexGraph::build_parallel(side, 2).unwrap();
@@ -1618,16 +1621,7 @@ fn hex_graph_layout() {
 fn hex_parts_build_cost() {
     let sides = sides_from_env("HEX_PARTS_SIDES", "12-13");
     let base = std::env::var("HEX_SPILL_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
-    let peak_mb = || -> f64 {
-        let text = std::fs::read_to_string("/proc/self/status").unwrap();
-        let line = text.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-        line.split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse::<f64>()
-            .unwrap()
-            / 1e3
-    };
+    let peak_mb = || process_mb("VmHWM:");
     // User and system time of the process (fields 14 and 15 of its stat, in
     // ticks of 1/100 s).
     let cpu = || -> f64 {

@@ -33,6 +33,7 @@ pub fn server_tokens(global: &GlobalArgs) -> anyhow::Result<Tokens> {
     Ok(Tokens {
         client: client_token(global)?,
         worker: worker_token(global)?,
+        scaler: token(global.scaler_token_file.as_deref(), "TALLY_SCALER_TOKEN")?,
     })
 }
 

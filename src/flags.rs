@@ -66,6 +66,18 @@ pub struct GlobalArgs {
         value_name = "PATH"
     )]
     pub worker_token_file: Option<PathBuf>,
+    /// File holding the autoscaler's token: the coordinator's external scaler
+    /// service (KEDA's) takes it instead of the client token, in the
+    /// trigger's `token` metadata or as a bearer token. Env TALLY_SCALER_TOKEN
+    /// gives the token itself.
+    #[arg(
+        help_heading = "Connection options",
+        long,
+        global = true,
+        env = "TALLY_SCALER_TOKEN_FILE",
+        value_name = "PATH"
+    )]
+    pub scaler_token_file: Option<PathBuf>,
     /// PEM CA certificate: clients trust it for the coordinator's certificate;
     /// the coordinator requires client certificates signed by it (mutual TLS).
     #[arg(
@@ -155,6 +167,10 @@ pub struct RunnerArgs {
     /// the attempt when their results differ.
     #[arg(help_heading = "Runner options", long, global = true)]
     pub replicas: Option<u32>,
+    /// The most shards of the job leased at once across the cluster, so that
+    /// a large job leaves slots to the others (default: no cap).
+    #[arg(help_heading = "Runner options", long, global = true, value_name = "N")]
+    pub max_slots: Option<u32>,
 }
 
 /// The kind named on the command line and its own options, parsed by the

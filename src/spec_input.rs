@@ -43,6 +43,7 @@ pub fn job_spec(flags: &SpecArgs) -> anyhow::Result<(ValidSpec, Vec<Vec<u8>>)> {
     spec.options.lease_ttl_ms = o.lease_ttl_ms.unwrap_or(spec.options.lease_ttl_ms);
     spec.options.force |= o.force;
     spec.options.replicas = o.replicas.unwrap_or(spec.options.replicas);
+    spec.options.max_slots = o.max_slots.unwrap_or(spec.options.max_slots);
     for path in &flags.attach {
         files.attach(path)?;
     }

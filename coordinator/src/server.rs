@@ -12,6 +12,7 @@ use tally_kinds::cache::KernelCache;
 use tally_stage::store::CHECK_PATIENCE;
 use tally_stage::{StageStore, StageStoreUrl};
 use tally_wire::limits::{DEFAULT_INLINE_STAGE_OUTPUT, MAX_INLINE_STAGE_OUTPUT, MAX_MESSAGE_BYTES};
+use tally_wire::proto::externalscaler::external_scaler_server::ExternalScalerServer;
 use tally_wire::proto::job_service_server::JobServiceServer;
 use tally_wire::proto::worker_service_server::WorkerServiceServer;
 use tally_wire::transport::{Role, ServerTls, Tokens, tls_config_error};
@@ -24,6 +25,7 @@ use crate::error::{CoordinatorError, Result};
 use crate::group_commit::GroupCommit;
 use crate::http;
 use crate::metrics::CoordinatorMetrics;
+use crate::scaler::ScalerApi;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::JobApi;
 use crate::shared::{Shared, now_ms};
@@ -502,8 +504,8 @@ fn note_recovery(scheduler: &mut Scheduler, recovery: &Recovery) -> Result<()> {
 
 type GrpcServer = JoinHandle<std::result::Result<(), tonic::transport::Error>>;
 
-/// Serves health, reflection, JobService and WorkerService on `listener` until
-/// `shutdown`.
+/// Serves health, reflection, JobService, WorkerService and KEDA's external
+/// scaler on `listener` until `shutdown`.
 async fn serve_grpc(
     mut builder: tonic::transport::Server,
     config: &CoordinatorConfig,
@@ -536,6 +538,10 @@ async fn serve_grpc(
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         auth.clone(),
     );
+    // KEDA sends no headers: the scaler checks its token itself (see
+    // `scaler`).
+    let scaler =
+        ExternalScalerServer::new(ScalerApi::new(shared.clone(), config.tokens.for_scaler()));
     let workers = InterceptedService::new(
         WorkerServiceServer::new(WorkerApi::new(shared))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -555,6 +561,7 @@ async fn serve_grpc(
             .add_service(reflection_v1alpha)
             .add_service(jobs)
             .add_service(workers)
+            .add_service(scaler)
             .serve_with_incoming_shutdown(incoming, shutdown),
     ))
 }

@@ -24,6 +24,8 @@ pub const MAX_ATTEMPTS: u32 = 100;
 pub const MAX_REPLICAS: u32 = 3;
 pub const MIN_LEASE_TTL_MS: u64 = 500;
 pub const MAX_LEASE_TTL_MS: u64 = 3_600_000;
+/// The largest cap on a job's slots (`max_slots`; 0 is no cap).
+pub const MAX_JOB_SLOTS: u32 = 1_000_000;
 
 /// How to run a job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,6 +38,14 @@ pub struct RunnerOptions {
     pub force: bool,
     /// Distinct workers that must compute each shard and agree on its result.
     pub replicas: u32,
+    /// The most shards of the job leased at once across the cluster; 0 for
+    /// no cap. A job of many shards then leaves slots to the others.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub max_slots: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 impl Default for RunnerOptions {
@@ -46,6 +56,7 @@ impl Default for RunnerOptions {
             lease_ttl_ms: 15_000,
             force: false,
             replicas: 1,
+            max_slots: 0,
         }
     }
 }
@@ -72,6 +83,12 @@ impl RunnerOptions {
                 self.replicas
             ));
         }
+        if self.max_slots > MAX_JOB_SLOTS {
+            return Err(invalid!(
+                "max slots must be at most {MAX_JOB_SLOTS} (0: no cap), got {}",
+                self.max_slots
+            ));
+        }
         if !(MIN_LEASE_TTL_MS..=MAX_LEASE_TTL_MS).contains(&self.lease_ttl_ms) {
             return Err(invalid!(
                 "lease TTL must be between {MIN_LEASE_TTL_MS} and {MAX_LEASE_TTL_MS} ms, got {}",
@@ -93,6 +110,7 @@ impl RunnerOptions {
             lease_ttl_ms: or_default(o.lease_ttl_ms, defaults.lease_ttl_ms),
             force: o.force,
             replicas: or_default(o.replicas.into(), defaults.replicas.into()) as u32,
+            max_slots: o.max_slots,
         }
     }
 }
@@ -321,6 +339,7 @@ impl From<&ValidSpec> for proto::JobSpec {
                 lease_ttl_ms: o.lease_ttl_ms,
                 force: o.force,
                 replicas: o.replicas,
+                max_slots: o.max_slots,
             }),
         }
     }

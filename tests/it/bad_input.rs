@@ -269,6 +269,21 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
                 "replicas must be between 1 and 3, got 4",
             ),
         ),
+        (
+            "max slots 0 (no cap)".into(),
+            options(|o| o.max_slots = 0),
+            Accepted,
+        ),
+        (
+            "max slots max".into(),
+            options(|o| o.max_slots = spec::MAX_JOB_SLOTS),
+            Accepted,
+        ),
+        (
+            "max slots max+1".into(),
+            options(|o| o.max_slots = spec::MAX_JOB_SLOTS + 1),
+            Refused(Code::InvalidArgument, "max slots must be at most 1000000"),
+        ),
         // Hex.
         (
             "hex side 0".into(),
@@ -2663,16 +2678,20 @@ mod fuzz {
             edge_u64(),
             any::<bool>(),
             edge_u32(),
+            edge_u32(),
         )
-            .prop_map(|(priority, max_attempts, lease_ttl_ms, force, replicas)| {
-                proto::RunnerOptions {
-                    priority,
-                    max_attempts,
-                    lease_ttl_ms,
-                    force,
-                    replicas,
-                }
-            });
+            .prop_map(
+                |(priority, max_attempts, lease_ttl_ms, force, replicas, max_slots)| {
+                    proto::RunnerOptions {
+                        priority,
+                        max_attempts,
+                        lease_ttl_ms,
+                        force,
+                        replicas,
+                        max_slots,
+                    }
+                },
+            );
         (
             prop::option::weighted(0.95, prop_oneof![hex, kayles, sliders]),
             prop::option::of(options),
@@ -2728,6 +2747,9 @@ mod fuzz {
             "replicas" => prop_oneof![3 => 1u32..=3, 1 => edge_u32()]
                 .prop_map(Value::from)
                 .boxed(),
+            "max_slots" => prop_oneof![3 => 0u32..=64, 1 => edge_u32()]
+                .prop_map(Value::from)
+                .boxed(),
             _ => edge_u32().prop_map(Value::from).boxed(),
         };
         prop_oneof![
@@ -2754,12 +2776,13 @@ mod fuzz {
             ],
         ),
     ];
-    const OPTION_KEYS: [&str; 5] = [
+    const OPTION_KEYS: [&str; 6] = [
         "priority",
         "max_attempts",
         "lease_ttl_ms",
         "force",
         "replicas",
+        "max_slots",
     ];
 
     /// Some of `keys`, each with a value, and now and then a key that does

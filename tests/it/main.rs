@@ -3,6 +3,7 @@
 //! The process suites run the `tally` binary; python helpers live in
 //! `tests/python`.
 
+mod autoscale;
 mod bad_input;
 mod chaos;
 mod cli;

@@ -31,6 +31,7 @@ async fn start(secured: bool, tls: Option<ServerTls>) -> RunningCoordinator {
         config.tokens = Tokens {
             client: Some(TOKEN.into()),
             worker: Some(WORKER_TOKEN.into()),
+            scaler: None,
         };
     }
     config.tls = tls;
@@ -375,6 +376,7 @@ async fn tokens_that_blur_the_roles_do_not_start() {
         config.tokens = Tokens {
             client: client.map(str::to_string),
             worker: worker.map(str::to_string),
+            scaler: None,
         };
         let Err(e) = tally_coordinator::start(config).await else {
             panic!("started with {client:?} / {worker:?}");

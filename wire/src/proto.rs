@@ -4,6 +4,12 @@
 
 tonic::include_proto!("tally.v1");
 
+/// KEDA's external scaler contract (`proto/externalscaler/externalscaler.proto`),
+/// which the coordinator serves beside its own.
+pub mod externalscaler {
+    tonic::include_proto!("externalscaler");
+}
+
 /// The encoded file descriptor set of the contract, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/tally_descriptor.bin"));

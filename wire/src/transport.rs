@@ -110,6 +110,9 @@ impl Role {
 pub struct Tokens {
     pub client: Option<String>,
     pub worker: Option<String>,
+    /// The autoscaler's token for the external scaler service (it reads the
+    /// jobs' demand and nothing else); `None`: the client token serves.
+    pub scaler: Option<String>,
 }
 
 impl Tokens {
@@ -125,8 +128,26 @@ impl Tokens {
                 "a client token needs a worker token too (--worker-token-file or TALLY_WORKER_TOKEN): \
                  with only a client token, anyone holding it could act as a worker"
             )),
-            _ => Ok(()),
+            _ => match (&self.scaler, &self.client, &self.worker) {
+                (Some(s), _, Some(other)) | (Some(s), Some(other), _)
+                    if constant_time_eq(s.as_bytes(), other.as_bytes()) =>
+                {
+                    Err(invalid!(
+                        "the scaler token is the client or the worker token: give the autoscaler a token of its own"
+                    ))
+                }
+                (Some(_), None, _) => Err(invalid!(
+                    "a scaler token needs a client token too (--token-file or TALLY_TOKEN): the job API would be open"
+                )),
+                _ => Ok(()),
+            },
         }
+    }
+
+    /// The token the external scaler service requires: the scaler token,
+    /// else the client token; `None` leaves it open (as the job API).
+    pub fn for_scaler(&self) -> Option<&str> {
+        self.scaler.as_deref().or(self.client.as_deref())
     }
 
     /// The interceptor for the API of `role`.
@@ -364,6 +385,7 @@ mod tests {
         let only = |client: Option<&str>| Tokens {
             client: client.map(str::to_string),
             worker: None,
+            scaler: None,
         };
         let mut check = only(Some("s3cret")).require(Role::Client);
         let with = |value: Option<&str>| {
@@ -397,6 +419,7 @@ mod tests {
         let tokens = Tokens {
             client: Some("client-secret".into()),
             worker: Some("worker-secret".into()),
+            scaler: None,
         };
         tokens.check().unwrap();
         let call = |check: &mut RequireToken, token: Option<&str>| {
@@ -428,11 +451,13 @@ mod tests {
         let same = Tokens {
             client: Some("same".into()),
             worker: Some("same".into()),
+            scaler: None,
         };
         assert!(same.check().unwrap_err().to_string().contains("same"));
         let client_only = Tokens {
             client: Some("c".into()),
             worker: None,
+            scaler: None,
         };
         assert!(
             client_only
@@ -446,10 +471,33 @@ mod tests {
             Tokens {
                 client: None,
                 worker: Some("w".into()),
+                scaler: None,
+            },
+            Tokens {
+                client: Some("c".into()),
+                worker: Some("w".into()),
+                scaler: Some("s".into()),
             },
         ] {
             fine.check().unwrap();
         }
+        // The scaler's token is a credential of its own, and never opens
+        // the job API's way round.
+        let roles = |scaler: &str, client: Option<&str>| Tokens {
+            client: client.map(str::to_string),
+            worker: Some("w".into()),
+            scaler: Some(scaler.into()),
+        };
+        for (blurred, needle) in [
+            (roles("c", Some("c")), "token of its own"),
+            (roles("w", Some("c")), "token of its own"),
+            (roles("s", None), "needs a client token"),
+        ] {
+            let err = blurred.check().unwrap_err().to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+        assert_eq!(roles("s", Some("c")).for_scaler(), Some("s"));
+        assert_eq!(Tokens::default().for_scaler(), None);
     }
 
     #[test]

@@ -41,28 +41,37 @@ impl LeaseRequest<'_> {
     /// How many more shards of the job this worker may hold now: none if
     /// the job needs what the worker does not offer (`--allow-wasm`), else
     /// those its memory budget holds at once (by the job's estimate), less those it
-    /// holds already and those this request leased.
+    /// holds already and those this request leased; and no more than the
+    /// job's `max_slots` leave, less its leases on every worker.
     fn room_for(&self, entry: &JobEntry, staged: &StagedLeases) -> usize {
         if let Some(needed) = entry.rec.spec.capability()
             && !self.capabilities.iter().any(|c| c == needed)
         {
             return 0;
         }
-        let Some(memory) = entry.memory() else {
-            return usize::MAX;
+        let staged_here = staged
+            .updated
+            .iter()
+            .filter(|(job, _)| *job == entry.rec.id)
+            .count();
+        let in_memory = match entry.memory() {
+            None => usize::MAX,
+            Some(memory) => {
+                let fit =
+                    usize::try_from(memory.shards_within(self.memory_budget)).unwrap_or(usize::MAX);
+                let held = entry
+                    .shards
+                    .leased()
+                    .filter(|&i| entry.shards[i].worker.as_deref() == Some(self.worker))
+                    .count();
+                fit.saturating_sub(held + staged_here)
+            }
         };
-        let fit = usize::try_from(memory.shards_within(self.memory_budget)).unwrap_or(usize::MAX);
-        let held = entry
-            .shards
-            .leased()
-            .filter(|&i| entry.shards[i].worker.as_deref() == Some(self.worker))
-            .count()
-            + staged
-                .updated
-                .iter()
-                .filter(|(job, _)| *job == entry.rec.id)
-                .count();
-        fit.saturating_sub(held)
+        match entry.rec.spec.options().max_slots {
+            0 => in_memory,
+            cap => in_memory
+                .min((cap as usize).saturating_sub(entry.shards.leased_count() + staged_here)),
+        }
     }
 
     fn is_full(&self, staged: &StagedLeases) -> bool {

@@ -23,6 +23,7 @@
 mod acceptance;
 mod blobs;
 mod clients;
+mod demand;
 mod events;
 mod expiry;
 mod job;
@@ -48,6 +49,7 @@ mod tests;
 mod view_tests;
 
 pub use clients::EVENTS_PER_CALL;
+pub use demand::SlotDemand;
 pub use protocol::{
     Grant, Registration, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure,
     ReportedResult, ResultCheck, WORKER_FORGOTTEN_MS, WORKER_LOST_MS, WorkerInfo,

@@ -158,6 +158,11 @@ impl ShardTable {
     pub(crate) fn leased(&self) -> impl Iterator<Item = usize> + '_ {
         self.leased.iter().map(|&i| i as usize)
     }
+
+    /// How many shards are leased.
+    pub(crate) fn leased_count(&self) -> usize {
+        self.leased.len()
+    }
 }
 
 impl Index<usize> for ShardTable {

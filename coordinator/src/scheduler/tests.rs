@@ -1339,3 +1339,38 @@ fn packs_are_swept_with_the_stages_whose_outputs_they_hold() {
         "stage 1 is read no more: its pack goes; stage 2's stays"
     );
 }
+
+/// A job capped by `max_slots` holds at most that many leases across the
+/// workers, whatever their free slots, and the other jobs take the rest; an
+/// accepted shard frees its slot for the job again; its view says why it
+/// waits.
+#[test]
+fn a_job_holds_at_most_its_max_slots_across_the_workers() {
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    let mut capped = kayles(30);
+    capped.options.max_slots = 3;
+    // First in line, so that only its cap leaves slots to the other.
+    capped.options.priority = 1;
+    let big = submit(&mut s, &capped);
+    let other = submit(&mut s, &kayles(30));
+    let of = |grants: &[Grant], job: &str| grants.iter().filter(|g| g.lease.job == job).count();
+    let on_w = s.lease("w", 4, 0).unwrap();
+    assert_eq!((of(&on_w, &big), of(&on_w, &other)), (3, 1));
+    let on_v = s.lease("v", 4, 0).unwrap();
+    assert_eq!((of(&on_v, &big), of(&on_v, &other)), (0, 4));
+    let waiting = s.job(&big, 1).unwrap().waiting;
+    assert!(
+        waiting.contains("the 3 slot(s) its --max-slots allows"),
+        "{waiting}"
+    );
+    let done = on_w.iter().find(|g| g.lease.job == big).unwrap();
+    s.report(result_of(done), 2).unwrap();
+    let on_a = s.lease("a", 4, 3).unwrap();
+    assert_eq!((of(&on_a, &big), of(&on_a, &other)), (1, 3));
+    // Uncapped, the same job would have taken every free slot first.
+    let mut s = new_scheduler(Arc::new(MemoryStore::new()));
+    capped.options.max_slots = 0;
+    let big = submit(&mut s, &capped);
+    submit(&mut s, &kayles(30));
+    assert_eq!(of(&s.lease("w", 4, 0).unwrap(), &big), 4);
+}

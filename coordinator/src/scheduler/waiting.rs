@@ -1,7 +1,7 @@
 //! Why a job waits: the line the job view gives a queued or running job whose
 //! shards are not all running, from what the scheduler knows of the live
 //! workers (their slots, capabilities and memory) and of the job's shards
-//! (their backoff, replicas and the stage barrier).
+//! (their backoff, replicas and the stage barrier) and of its cap on slots.
 
 use std::collections::HashMap;
 
@@ -105,6 +105,10 @@ impl Scheduler {
                     able.len()
                 );
             }
+        }
+        let cap = entry.rec.spec.options().max_slots;
+        if cap != 0 && entry.shards.leased_count() >= cap as usize {
+            return format!("it holds the {cap} slot(s) its --max-slots allows");
         }
         if free.is_empty() {
             let slots: u64 = able.iter().map(|(_, w)| u64::from(w.slots)).sum();

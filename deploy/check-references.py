@@ -1,7 +1,10 @@
 """Cross-checks rendered Kubernetes objects where schemas cannot: every
 selector selects a pod template, named ports and volumes exist, and the
 Secrets, ConfigMaps (and their keys) and Services that pods and StatefulSets
-name, in volumes and in the environment, are part of the render.
+name, in volumes and in the environment, are part of the render. KEDA's
+ScaledObject and TriggerAuthentication, whose schemas kubernetes-validate
+does not ship, are checked here: only the fields of keda.sh/v1alpha1 that
+they may have, of the right types, and what they name is in the render.
 
 Usage: check-references.py RENDERED.yaml
 """
@@ -38,6 +41,87 @@ def env_errors(container, data):
                     f'container {name}: {var["name"]} from missing key {ref["key"]} '
                     f'of {kind} {ref["name"]}'
                 )
+    return errors
+
+
+# The fields of keda.sh/v1alpha1 these objects may use, by path: a type, or
+# a dict of the fields allowed below.
+SCALED_OBJECT_SPEC = {
+    "scaleTargetRef": {"name": str, "kind": str, "apiVersion": str},
+    "minReplicaCount": int,
+    "maxReplicaCount": int,
+    "idleReplicaCount": int,
+    "pollingInterval": int,
+    "cooldownPeriod": int,
+    "triggers": list,
+}
+TRIGGER = {"type": str, "metadata": dict, "authenticationRef": {"name": str, "kind": str}, "name": str}
+TRIGGER_AUTH_SPEC = {"secretTargetRef": list}
+SECRET_TARGET = {"parameter": str, "name": str, "key": str}
+
+
+def shape_errors(where, value, allowed):
+    """Fields of `value` that `allowed` does not name, or of another type."""
+    if not isinstance(value, dict):
+        return [f"{where}: not a mapping"]
+    errors = []
+    for key, v in value.items():
+        want = allowed.get(key)
+        if want is None:
+            errors.append(f"{where}: unknown field {key}")
+        elif isinstance(want, dict):
+            errors += shape_errors(f"{where}.{key}", v, want)
+        elif not isinstance(v, want) or (want is int and isinstance(v, bool)):
+            errors.append(f"{where}.{key}: not a {want.__name__}")
+    return errors
+
+
+def keda_errors(objects, present, data):
+    """KEDA objects: their fields, their bounds, and what they name."""
+    errors = []
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    for o in objects:
+        name = f'{o["kind"]}/{o["metadata"]["name"]}'
+        spec = o.get("spec", {})
+        if o["kind"] == "TriggerAuthentication":
+            errors += shape_errors(f"{name}.spec", spec, TRIGGER_AUTH_SPEC)
+            for ref in spec.get("secretTargetRef", []):
+                errors += shape_errors(f"{name} secretTargetRef", ref, SECRET_TARGET)
+                keys = data.get(("Secret", ref.get("name")))
+                if keys is None:
+                    errors.append(f'{name}: unknown Secret {ref.get("name")}')
+                elif ref.get("key") not in keys:
+                    errors.append(f'{name}: missing key {ref.get("key")} of Secret {ref.get("name")}')
+        if o["kind"] != "ScaledObject":
+            continue
+        errors += shape_errors(f"{name}.spec", spec, SCALED_OBJECT_SPEC)
+        target = spec.get("scaleTargetRef", {})
+        if ("Deployment", target.get("name")) not in present:
+            errors.append(f'{name}: scales unknown Deployment {target.get("name")}')
+        low, high = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
+        if not (isinstance(low, int) and isinstance(high, int) and 0 <= low <= high):
+            errors.append(f"{name}: replicas from {low!r} to {high!r}")
+        if not spec.get("triggers"):
+            errors.append(f"{name}: no trigger")
+        for trigger in spec.get("triggers", []):
+            errors += shape_errors(f"{name} trigger", trigger, TRIGGER)
+            if trigger.get("type") not in ("external", "external-push"):
+                errors.append(f'{name}: trigger of type {trigger.get("type")}')
+            metadata = trigger.get("metadata", {})
+            if not all(isinstance(v, str) for v in metadata.values()):
+                errors.append(f"{name}: trigger metadata values must be strings")
+            slots = metadata.get("slotsPerWorker", "1")
+            if not (isinstance(slots, str) and slots.isdigit() and int(slots) >= 1):
+                errors.append(f"{name}: slotsPerWorker {slots!r} is not a whole number from 1")
+            host, _, port = metadata.get("scalerAddress", "").rpartition(":")
+            service = services.get(host.split(".")[0])
+            if service is None or not port.isdigit():
+                errors.append(f'{name}: scalerAddress {metadata.get("scalerAddress")} is no Service of the render')
+            elif int(port) not in [p.get("port") for p in service["spec"].get("ports", [])]:
+                errors.append(f"{name}: port {port} is not a port of Service {host}")
+            auth = trigger.get("authenticationRef", {}).get("name")
+            if auth is not None and ("TriggerAuthentication", auth) not in present:
+                errors.append(f"{name}: unknown TriggerAuthentication {auth}")
     return errors
 
 
@@ -114,6 +198,7 @@ def main(path):
                 if isinstance(port, str) and port not in port_names:
                     errors.append(f"{name}: port {port} is not a port of {workload}")
 
+    errors += keda_errors(objects, present, data)
     for e in errors:
         print(f"error: {e}", file=sys.stderr)
     if errors:

@@ -13,6 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub struct Control {
     /// Shared with the controls made by [`Control::with_own_counter`].
     cancelled: Arc<AtomicBool>,
+    /// Set when the caller wants a checkpoint as soon as the kernel can make
+    /// one (a worker draining before it stops), whatever the kernel's
+    /// interval.
+    checkpoint_asked: Arc<AtomicBool>,
     work_done: AtomicU64,
     /// Tests only: cancel once this many work units are recorded.
     #[cfg(test)]
@@ -31,6 +35,19 @@ impl Control {
 
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Asks the kernel for a checkpoint at its next chance, not at its next
+    /// interval; it stays asked (every chance then makes one) until the
+    /// caller stops the kernel.
+    pub fn ask_checkpoint(&self) {
+        self.checkpoint_asked.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Control::ask_checkpoint`] was called: a kernel that
+    /// checkpoints makes one at its next chance.
+    pub fn checkpoint_asked(&self) -> bool {
+        self.checkpoint_asked.load(Ordering::Relaxed)
     }
 
     /// `Err(Cancelled)` once [`Control::cancel`] has been called.
@@ -58,6 +75,7 @@ impl Control {
     pub fn with_own_counter(&self) -> Control {
         Control {
             cancelled: self.cancelled.clone(),
+            checkpoint_asked: self.checkpoint_asked.clone(),
             work_done: AtomicU64::new(0),
             #[cfg(test)]
             cancel_at: None,

@@ -149,7 +149,8 @@ impl JobKind for Kayles {
         while !series.is_done() {
             let upto = series.computed() + CHUNK;
             series.advance(upto, run.control)?;
-            if !series.is_done() && last_checkpoint.elapsed() >= run.checkpoint_every {
+            let due = last_checkpoint.elapsed() >= run.checkpoint_every;
+            if !series.is_done() && (due || run.control.checkpoint_asked()) {
                 last_checkpoint = std::time::Instant::now();
                 run.checkpoint(Checkpoint {
                     state: u64s_to_bytes(&series.checkpoint()).into(),

@@ -647,9 +647,11 @@ impl GuestHooks for Hooks<'_, '_> {
     }
 
     fn checkpoint(&mut self, state: &[u8]) {
+        // At most one an interval, unless the worker asks for one now.
         if self
             .last_checkpoint
             .is_some_and(|at| at.elapsed() < self.run.checkpoint_every)
+            && !self.run.control.checkpoint_asked()
         {
             return;
         }

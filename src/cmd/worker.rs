@@ -22,8 +22,11 @@ pub struct WorkerArgs {
     /// Worker id (default: host-pid-random).
     #[arg(long)]
     pub id: Option<String>,
-    /// Seconds running shards may take to finish after SIGTERM before they are handed back.
-    #[arg(long, default_value_t = 30)]
+    /// Seconds a drain takes at most after SIGTERM: running shards are asked
+    /// for a checkpoint at once and hand their leases back with it (or finish);
+    /// those still running then are handed back. With the 5 s the last reports
+    /// get, the default stays within Kubernetes' 30 s grace period.
+    #[arg(long, default_value_t = 20)]
     pub drain_seconds: u64,
     /// Fault injection for tests: hold each lease this long before computing.
     #[arg(long, default_value_t = 0, hide = true)]

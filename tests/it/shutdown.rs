@@ -80,3 +80,68 @@ async fn a_coordinator_stops_within_its_bound_with_a_watch_stream_open() {
     // The store was closed: it opens again at once.
     tally_coordinator::store::SledStore::open(dir.path()).expect("the store is free");
 }
+
+/// A worker told to stop asks its running shard for a checkpoint at once and
+/// hands the lease back with it, well within its drain timeout: the next
+/// worker resumes from that checkpoint (the first worker's checkpoint
+/// interval is an hour, so the checkpoint is the drain's), and the job's
+/// answer is the direct one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drained_shard_hands_back_its_checkpoint_and_the_next_worker_resumes_from_it() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let spec = JobSpec::new(KaylesSpec {
+        pins: 6_000_000,
+        digits: 9,
+    });
+    let job = submit(&mut client, &spec, "").await;
+    let drain = Duration::from_secs(120);
+    let first = Workers::start_with(&url, 1, 1, |config| {
+        config.checkpoint_interval = Duration::from_secs(3600);
+        config.drain_timeout = drain;
+    });
+    // Mid-shard: its progress has reached the coordinator.
+    let computing = Instant::now() + Duration::from_secs(120);
+    loop {
+        let seen = get_job(&mut client, &job.id).await;
+        assert!(!finished(&seen), "the job ended before the drain: {seen:?}");
+        if seen.work_done > 0 && seen.shards_leased > 0 {
+            break;
+        }
+        assert!(Instant::now() < computing, "the worker never computed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopping = Instant::now();
+    first.stop().await;
+    let stopped = stopping.elapsed();
+    assert!(
+        stopped < drain / 2,
+        "the drain waited for the shard: {stopped:?}"
+    );
+    let resumed_at = |events: &[proto::Event]| {
+        events
+            .iter()
+            .filter(|e| e.kind == "leased")
+            .filter_map(|e| e.message.strip_prefix("from checkpoint at work "))
+            .map(|w| w.parse::<u64>().unwrap())
+            .max()
+    };
+    assert_eq!(resumed_at(&events(&mut client, &job.id).await), None);
+
+    let second = Workers::start(&url, 1, 1);
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
+    assert_eq!(state(&done), proto::JobState::Succeeded, "{done:?}");
+    assert_eq!(done.answer, direct_answer(&spec));
+    let at = resumed_at(&events(&mut client, &job.id).await);
+    assert!(
+        at.is_some_and(|w| w > 0),
+        "no lease resumed from a checkpoint: {at:?}"
+    );
+    eprintln!(
+        "drained in {:.2} s; resumed from work {at:?}",
+        stopped.as_secs_f64()
+    );
+    second.stop().await;
+    coordinator.shutdown().await;
+}

@@ -19,8 +19,8 @@ pub struct WorkerConfig {
     pub worker_id: String,
     /// How long a lease request waits for work.
     pub lease_wait: Duration,
-    /// On shutdown, how long running shards may take to finish before they are
-    /// handed back.
+    /// On shutdown, how long running shards may take to checkpoint (and hand
+    /// their leases back with it) or finish before they are handed back.
     pub drain_timeout: Duration,
     /// Fault injection: wait this long before computing each shard (holding its
     /// lease), so tests can kill a worker that is surely mid-shard.
@@ -71,7 +71,7 @@ impl WorkerConfig {
             threads,
             worker_id: default_worker_id(),
             lease_wait: Duration::from_secs(5),
-            drain_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(20),
             shard_delay: Duration::ZERO,
             corrupt_results: false,
             pause_after_checkpoint: Duration::ZERO,

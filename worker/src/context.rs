@@ -458,6 +458,16 @@ impl Context {
         }
     }
 
+    /// Asks every running shard for a checkpoint at its next chance: a
+    /// draining worker hands each lease back with its work so far, sent as a
+    /// checkpoint ([`crate::reports::forward_checkpoints`] stops the shard once
+    /// one is delivered), instead of losing it.
+    pub(crate) fn ask_checkpoints(&self) {
+        for shard in self.active.lock().values() {
+            shard.control.ask_checkpoint();
+        }
+    }
+
     /// Hands back the shards still queued (leased ahead, never started):
     /// a draining worker starts nothing new.
     pub(crate) fn hand_back_queued(&self) {

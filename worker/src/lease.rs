@@ -177,8 +177,10 @@ impl LeaseLoop {
         }
     }
 
-    /// Lets the running shards finish and report within the drain timeout,
-    /// then cancels the rest, which hand their leases back within
+    /// Asks every running shard for a checkpoint at once: one that makes
+    /// one hands its lease back as soon as it is delivered (the next worker
+    /// resumes from it); the others may finish and report within the drain
+    /// timeout. Then cancels the rest, which hand their leases back within
     /// [`REPORT_GRACE`]; whatever is still unreported then is dropped. So a
     /// drain ends within the drain timeout plus the grace, whether or not the
     /// coordinator answers.
@@ -188,8 +190,13 @@ impl LeaseLoop {
         let running = self.ctx.running();
         let timeout = self.ctx.config.drain_timeout;
         if running > 0 {
-            tracing::info!(running, ?timeout, "draining: finishing running shards");
+            tracing::info!(
+                running,
+                ?timeout,
+                "draining: asking running shards for a checkpoint, or to finish"
+            );
         }
+        self.ctx.ask_checkpoints();
         if self.join_all_within(timeout).await {
             return;
         }

@@ -351,6 +351,12 @@ pub(crate) fn forward_checkpoints(
             };
             match send_report(&ctx, &lease_id, checkpoint_body(checkpoint, state)).await {
                 Ok(answer) if answer.stop => handle.revoke(),
+                // Asked for while draining: the work is at the coordinator,
+                // so the shard stops and its lease goes back, to resume there.
+                Ok(_) if handle.control.checkpoint_asked() => {
+                    tracing::info!(lease = %lease_id, "checkpoint delivered while draining; handing the lease back");
+                    handle.cancel();
+                }
                 Ok(_) => {}
                 Err(status) if is_refusal(&status) => {
                     tracing::info!(lease = %lease_id, reason = %status.message(), "checkpoint refused; stopping");

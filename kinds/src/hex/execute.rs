@@ -189,7 +189,8 @@ pub(super) fn execute_points(
                 let mut progress = progress.lock();
                 control.add_work(done.saturating_sub(progress.work_counted));
                 progress.work_counted = done;
-                if progress.last_checkpoint.elapsed() >= interval
+                let due = progress.last_checkpoint.elapsed() >= interval;
+                if (due || control.checkpoint_asked())
                     && let Some(state) = progress.sink.make(&at, lanes)
                 {
                     let _ = sender.send((state, done));

@@ -760,7 +760,8 @@ fn enumerate_prefixes(
         sums.merge(part);
         work = work.saturating_add(weight);
         done += 1;
-        if done < prefixes.len() && last_checkpoint.elapsed() >= run.checkpoint_every {
+        let due = last_checkpoint.elapsed() >= run.checkpoint_every;
+        if done < prefixes.len() && (due || run.control.checkpoint_asked()) {
             last_checkpoint = std::time::Instant::now();
             run.checkpoint(checkpoint(done, sums, work));
         }

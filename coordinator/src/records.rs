@@ -129,6 +129,29 @@ pub struct ShardRecord {
     /// catches a worker or kernel that hands shards back for ever).
     #[serde(skip)]
     pub hand_backs: u32,
+    /// Attempts whose worker vanished while running the shard (its lease
+    /// expired with the worker no longer heard from: killed, out of memory),
+    /// and the largest memory budget among those workers: from
+    /// [`VANISHED_LIMIT`] on, the shard goes only to workers of a larger
+    /// budget. In memory only (a restart forgets them; its attempts stay
+    /// counted).
+    #[serde(skip)]
+    pub vanished: u32,
+    #[serde(skip)]
+    pub vanished_budget: u64,
+}
+
+/// Vanished workers after which a shard is offered only to workers with a
+/// larger memory budget than theirs.
+pub const VANISHED_LIMIT: u32 = 2;
+
+impl ShardRecord {
+    /// The memory budget a worker needs to be offered this shard: more than
+    /// that of the workers that vanished while running it, once
+    /// [`VANISHED_LIMIT`] did; `None` while any worker may take it.
+    pub fn needs_budget_over(&self) -> Option<u64> {
+        (self.vanished >= VANISHED_LIMIT).then_some(self.vanished_budget)
+    }
 }
 
 impl ShardRecord {
@@ -154,6 +177,8 @@ impl ShardRecord {
             replicas: Vec::new(),
             progress_ms: 0,
             hand_backs: 0,
+            vanished: 0,
+            vanished_budget: 0,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! limit fails its job. The expired attempt stays the shard's latest until the
 //! shard is leased again, so its late result is still accepted.
 
+use tally_kinds::kind::format_bytes;
 use tally_wire::lease::LeaseId;
 use tally_wire::proto;
 
@@ -137,7 +138,15 @@ impl Scheduler {
         let mut rec = entry.rec.clone();
         let mut changed = Vec::new();
         for i in due {
-            let shard = expire(entry, &mut rec, i, &config, &mut batch, now_ms);
+            // A worker no longer heard from vanished with the shard (killed,
+            // out of memory): its budget, as it said it at registration.
+            let holder = entry.shards[i].worker.as_deref().unwrap_or_default();
+            let vanished = match self.workers.all().get(holder) {
+                Some(w) if w.is_live(now_ms) => None,
+                Some(w) => Some(w.memory_budget()),
+                None => Some(0),
+            };
+            let shard = expire(entry, &mut rec, i, vanished, &config, &mut batch, now_ms);
             changed.push(shard);
         }
         self.write(batch)?;
@@ -158,10 +167,14 @@ impl Scheduler {
 
 /// The shard at position `i` with its lease expired, and the job failed in
 /// `rec` if that was the shard's last attempt; the writes go to `batch`.
+/// `vanished` is the budget of the lease's worker when it is no longer heard
+/// from: from [`crate::records::VANISHED_LIMIT`] such workers on, the shard goes only to
+/// larger ones, which its event says.
 fn expire(
     entry: &mut JobEntry,
     rec: &mut JobRecord,
     i: usize,
+    vanished: Option<u64>,
     config: &SchedulerConfig,
     batch: &mut Batch,
     now_ms: u64,
@@ -175,12 +188,48 @@ fn expire(
         tally_wire::lease::Attempt(shard.attempt)
     ));
     shard.not_before_ms = now_ms + config.backoff_ms(shard.failed_attempts);
-    entry.log(batch, now_ms, Event::shard("expired", &shard, &worker, ""));
+    let note = match vanished {
+        Some(budget) => {
+            shard.vanished += 1;
+            shard.vanished_budget = shard.vanished_budget.max(budget);
+            "its worker vanished while running it"
+        }
+        None => "",
+    };
+    entry.log(
+        batch,
+        now_ms,
+        Event::shard("expired", &shard, &worker, note),
+    );
+    if let Some(over) = shard.needs_budget_over()
+        && vanished.is_some()
+    {
+        let message = format!(
+            "{} workers vanished while running it, the largest with a memory budget of {}: it \
+             seems to need more, and goes only to workers with a larger budget",
+            shard.vanished,
+            format_bytes(over)
+        );
+        entry.log(
+            batch,
+            now_ms,
+            Event::shard("needs-memory", &shard, &worker, &message),
+        );
+    }
     if shard.failed_attempts >= rec.spec.options().max_attempts && rec.state != JobState::Failed {
         rec.state = JobState::Failed;
         rec.finished_ms = Some(now_ms);
+        let why = match shard.needs_budget_over() {
+            Some(over) => format!(
+                "its workers vanished while running it {} time(s), the largest with a memory \
+                 budget of {}: it seems to need more memory than that",
+                shard.vanished,
+                format_bytes(over)
+            ),
+            None => "its lease expired each time".to_string(),
+        };
         let message = format!(
-            "stage {}, shard {} failed after {} attempt(s): its lease expired each time",
+            "stage {}, shard {} failed after {} attempt(s): {why}",
             shard.stage, shard.index, shard.failed_attempts
         );
         rec.error = Some(message.clone());

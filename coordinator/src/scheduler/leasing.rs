@@ -85,10 +85,16 @@ impl LeaseRequest<'_> {
         (self.free_slots + ahead) as usize
     }
 
-    /// Whether this worker may take the shard now: its backoff is over, and a
-    /// replica comes from a worker that has not computed the shard.
+    /// Whether this worker may take the shard now: its backoff is over, a
+    /// replica comes from a worker that has not computed the shard, and a
+    /// shard whose workers vanished while running it goes only to a worker
+    /// with a larger memory budget than theirs.
     fn may_take(&self, shard: &ShardRecord) -> bool {
-        shard.not_before_ms <= self.now_ms && !self.gave_a_replica(shard)
+        shard.not_before_ms <= self.now_ms
+            && !self.gave_a_replica(shard)
+            && shard
+                .needs_budget_over()
+                .is_none_or(|over| self.memory_budget > over)
     }
 
     /// Whether this worker has computed a replica of the shard already.
@@ -225,7 +231,10 @@ impl Scheduler {
                 continue;
             }
             if !request.may_take(shard) {
-                if !entry.waiting_noted && request.gave_a_replica(shard) {
+                let too_small = shard
+                    .needs_budget_over()
+                    .is_some_and(|over| request.memory_budget <= over);
+                if !entry.waiting_noted && (request.gave_a_replica(shard) || too_small) {
                     note_waiting(entry, index, request, staged);
                 }
                 skipped += 1;
@@ -370,11 +379,19 @@ fn note_waiting(
     request: &LeaseRequest,
     staged: &mut StagedLeases,
 ) {
-    let replicas = entry.rec.spec.options().replicas;
-    let message = format!(
-        "waiting for another worker: each of the {replicas} replicas of a shard must come from a different worker"
-    );
     let shard = &entry.shards[index as usize];
+    let message = match shard.needs_budget_over() {
+        Some(over) if request.memory_budget <= over => format!(
+            "waiting for a worker with a memory budget over {}: the workers that ran the shard \
+             vanished while running it",
+            tally_kinds::kind::format_bytes(over)
+        ),
+        _ => format!(
+            "waiting for another worker: each of the {} replicas of a shard must come from a \
+             different worker",
+            entry.rec.spec.options().replicas
+        ),
+    };
     let event = Event::shard("waiting", shard, request.worker, &message);
     entry.log(&mut staged.batch, request.now_ms, event);
     entry.waiting_noted = true;

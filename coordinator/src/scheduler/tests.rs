@@ -1374,3 +1374,104 @@ fn a_job_holds_at_most_its_max_slots_across_the_workers() {
     submit(&mut s, &kayles(30));
     assert_eq!(of(&s.lease("w", 4, 0).unwrap(), &big), 4);
 }
+
+/// A scheduler with small workers of 1 GB and one of 8 GB, and a job of one
+/// shard whose leases last a second and which fails after `max_attempts`.
+fn small_and_large_workers(max_attempts: u32) -> (Scheduler, String) {
+    let mut s =
+        Scheduler::load(Arc::new(MemoryStore::new()), SchedulerConfig::default(), 0).unwrap();
+    let gb = 1u64 << 30;
+    for (worker, budget) in [
+        ("small-1", gb),
+        ("small-2", gb),
+        ("small-3", gb),
+        ("large", 8 * gb),
+    ] {
+        let registration = Registration {
+            memory_budget: budget,
+            ..slots(1)
+        };
+        s.register(worker, registration, format!("session-{worker}"), 0);
+    }
+    let mut spec = JobSpec::new(tally_kinds::synthetic::SyntheticSpec {
+        shards: 1,
+        terms_per_shard: 1,
+    });
+    spec.options.lease_ttl_ms = 1_000;
+    spec.options.max_attempts = max_attempts;
+    let id = submit(&mut s, &spec);
+    (s, id)
+}
+
+/// A shard whose workers vanish while running it (its lease expires with the
+/// worker no longer heard from) goes, after two of them, only to a worker
+/// with a larger memory budget, and completes there; a lease that expires
+/// while its worker is alive does not count; the events and the job view say
+/// what the shard seems to need and why it waits; a shard that vanishes with
+/// every worker fails its job with that reason after its attempts.
+#[test]
+fn a_shard_whose_workers_vanish_goes_only_to_a_larger_worker() {
+    let (mut s, id) = small_and_large_workers(5);
+    let lost = super::WORKER_LOST_MS;
+    // small-1 takes it and vanishes.
+    assert_eq!(s.lease("small-1", 1, 0).unwrap().len(), 1);
+    let mut now = 2 * lost;
+    assert_eq!(s.expire_leases(now).unwrap(), 1);
+    // small-2 takes it and stays alive past the lease: not a vanished worker.
+    now += 60_000;
+    assert_eq!(s.lease("small-2", 1, now).unwrap().len(), 1);
+    now += 2_000;
+    assert_eq!(s.expire_leases(now).unwrap(), 1);
+    // small-3 takes it and vanishes: the second.
+    now += 60_000;
+    assert_eq!(s.lease("small-3", 1, now).unwrap().len(), 1);
+    now += 2 * lost;
+    assert_eq!(s.expire_leases(now).unwrap(), 1);
+    let events = s.events(&id, 0).unwrap();
+    let vanished = events
+        .iter()
+        .filter(|e| e.kind == "expired" && e.message.contains("vanished"))
+        .count();
+    assert_eq!(vanished, 2, "{events:?}");
+    let needs = events.iter().find(|e| e.kind == "needs-memory");
+    assert!(
+        needs.is_some_and(|e| e
+            .message
+            .contains("goes only to workers with a larger budget")),
+        "{events:?}"
+    );
+    // A small worker gets nothing, and the job says why it waits.
+    now += 60_000;
+    assert!(s.lease("small-2", 1, now).unwrap().is_empty());
+    let waiting = s.job(&id, now).unwrap().waiting;
+    assert!(waiting.contains("memory budget over"), "{waiting}");
+    let events = s.events(&id, 0).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind == "waiting" && e.message.contains("memory budget over"))
+    );
+    // The large one takes it and finishes the job.
+    let grant = s.lease("large", 1, now).unwrap().remove(0);
+    s.report(report_from("large", &grant, false), now + 1)
+        .unwrap();
+    let job = s.job(&id, now + 2).unwrap();
+    assert_eq!(job.state, proto::JobState::Succeeded as i32);
+
+    // Every worker vanishes with it: the job fails saying so.
+    let (mut s, id) = small_and_large_workers(3);
+    let mut now = 0;
+    for worker in ["small-1", "small-2", "large"] {
+        assert_eq!(s.lease(worker, 1, now).unwrap().len(), 1, "{worker}");
+        now += 2 * lost;
+        s.expire_leases(now).unwrap();
+        now += 60_000;
+    }
+    let job = s.job(&id, now).unwrap();
+    assert_eq!(job.state, proto::JobState::Failed as i32);
+    assert!(
+        job.error.contains("vanished while running it 3 time(s)"),
+        "{}",
+        job.error
+    );
+}

@@ -96,6 +96,25 @@ impl Scheduler {
                 able.iter()
                     .any(|(id, _)| !s.replicas.iter().any(|r| r.worker == *id))
             };
+            // Shards whose workers vanished while running them wait for a
+            // larger one.
+            let largest = able
+                .iter()
+                .map(|(_, w)| w.memory_budget())
+                .max()
+                .unwrap_or(0);
+            let needs = |s: &crate::records::ShardRecord| s.needs_budget_over();
+            if ready().next().is_some() && ready().all(|s| needs(s).is_some_and(|o| largest <= o)) {
+                let over = ready().filter_map(needs).min().unwrap_or(0);
+                return format!(
+                    "its shards' workers vanished while running them: they wait for a worker \
+                     with a memory budget over {} (the largest of the {} live worker(s) that run \
+                     it has {})",
+                    format_bytes(over),
+                    able.len(),
+                    format_bytes(largest)
+                );
+            }
             let replicas = entry.rec.spec.options().replicas;
             if replicas > 1 && ready().next().is_some() && !ready().any(fresh_worker) {
                 return format!(

@@ -196,3 +196,223 @@ async fn the_scaler_takes_its_token_in_the_trigger_metadata() {
         coordinator.shutdown().await;
     }
 }
+
+/// A worker process the scenario's driver started, and when.
+struct Scaled {
+    child: ChildGuard,
+    started: std::time::Instant,
+}
+
+/// The autoscaling scenario: a driver plays the HPA every second from the
+/// scaler's metric (workers of one slot, at most three), starting worker
+/// processes and SIGTERMing the newest when the metric falls, while jobs of
+/// several kinds arrive in two waves with a pause between them. Every answer
+/// is the direct one, no shard is accepted twice, every stopped worker ends
+/// within its drain bound, the workers go to zero between the waves, and the
+/// second wave's first shard is leased within two polls (and a process's
+/// start) of its submission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_follow_the_scalers_metric_while_jobs_come_and_go() {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+    use tally_kinds::hex::{HexGraphPlace, HexPlan, HexSpec};
+
+    const POLL: Duration = Duration::from_secs(1);
+    const MOST: usize = 3;
+    const DRAIN_SECONDS: u64 = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut jobs = jobs_client(&url).await;
+
+    // The driver: every poll, the workers the metric asks for.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let log = Arc::new(Mutex::new(Vec::<(Instant, String)>::new()));
+    let stopped_within = Arc::new(Mutex::new(Vec::<Duration>::new()));
+    let driver = {
+        let (url, stop, log, stopped_within) = (
+            url.clone(),
+            stop.clone(),
+            log.clone(),
+            stopped_within.clone(),
+        );
+        let worker_log = dir.path().join("workers.log");
+        tokio::spawn(async move {
+            let mut client = scaler(&url).await;
+            let mut running: Vec<Scaled> = Vec::new();
+            let mut stopping: Vec<(ChildGuard, Instant)> = Vec::new();
+            let mut next_id = 0;
+            loop {
+                let (slots, _) = demand(&mut client, &[]).await;
+                let desired = (slots.max(0) as usize).min(MOST);
+                if stop.load(std::sync::atomic::Ordering::Relaxed)
+                    && desired == 0
+                    && running.is_empty()
+                {
+                    break;
+                }
+                while running.len() < desired {
+                    next_id += 1;
+                    let id = format!("scaled-{next_id}");
+                    let drain = DRAIN_SECONDS.to_string();
+                    let child =
+                        spawn_worker(&url, &id, 1, &["--drain-seconds", &drain], &worker_log);
+                    log.lock()
+                        .unwrap()
+                        .push((Instant::now(), format!("out {id}")));
+                    running.push(Scaled {
+                        child,
+                        started: Instant::now(),
+                    });
+                }
+                if running.len() > desired {
+                    let newest = running.pop().unwrap();
+                    // SAFETY: kill(2) on the pid of a child we own and have not reaped.
+                    unsafe {
+                        libc::kill(newest.child.pid() as i32, libc::SIGTERM);
+                    }
+                    log.lock().unwrap().push((
+                        Instant::now(),
+                        format!("in after {:?}", newest.started.elapsed()),
+                    ));
+                    stopping.push((newest.child, Instant::now()));
+                }
+                stopping.retain_mut(|(child, since)| match child.0.try_wait().unwrap() {
+                    Some(_) => {
+                        stopped_within.lock().unwrap().push(since.elapsed());
+                        false
+                    }
+                    None => true,
+                });
+                tokio::time::sleep(POLL).await;
+            }
+            for (mut child, since) in stopping {
+                let _ = tokio::task::spawn_blocking(move || child.0.wait()).await;
+                stopped_within.lock().unwrap().push(since.elapsed());
+            }
+        })
+    };
+
+    let hex = |side: u32| {
+        JobSpec::new(HexSpec {
+            side,
+            modulus: 1_000_000_007,
+            plan: HexPlan::Points,
+            shards_per_step: 0,
+            exact: false,
+            points_per_shard: 1,
+            graph: HexGraphPlace::Worker,
+            graph_parts: 0,
+        })
+    };
+    let waves = [
+        vec![
+            JobSpec::new(SyntheticSpec {
+                shards: 24,
+                terms_per_shard: 200_000,
+            }),
+            hex(6),
+            JobSpec::new(QueensSpec { n: 9 }),
+        ],
+        vec![
+            JobSpec::new(KaylesSpec {
+                pins: 2_000,
+                digits: 9,
+            }),
+            JobSpec::new(SyntheticSpec {
+                shards: 12,
+                terms_per_shard: 200_000,
+            }),
+        ],
+    ];
+    let mut first_lease_after = Vec::new();
+    for (w, wave) in waves.iter().enumerate() {
+        if w > 0 {
+            // The workers go to zero with the work.
+            let idle = Instant::now() + Duration::from_secs(120);
+            while !stopped_within.lock().unwrap().len().eq(&log
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, e)| e.starts_with("out"))
+                .count())
+            {
+                assert!(
+                    Instant::now() < idle,
+                    "the workers did not go to zero: {:?}",
+                    log.lock().unwrap()
+                );
+                tokio::time::sleep(POLL).await;
+            }
+        }
+        let submitted_at = now_ms();
+        let mut ids = Vec::new();
+        for (i, spec) in wave.iter().enumerate() {
+            ids.push(
+                submit(&mut jobs, spec, &format!("wave {w} job {i}"))
+                    .await
+                    .id,
+            );
+        }
+        for (spec, id) in wave.iter().zip(&ids) {
+            let done = wait_finished(&mut jobs, id, Duration::from_secs(300)).await;
+            assert_eq!(
+                state(&done),
+                tally_wire::proto::JobState::Succeeded,
+                "{done:?}"
+            );
+            assert_eq!(done.answer, direct_answer(spec), "{}", done.description);
+            let events = events(&mut jobs, id).await;
+            let mut accepted: Vec<(u32, u32)> = events
+                .iter()
+                .filter(|e| e.kind == "accepted")
+                .map(|e| (e.stage, e.shard))
+                .collect();
+            let all = accepted.len();
+            accepted.sort_unstable();
+            accepted.dedup();
+            assert_eq!(
+                accepted.len(),
+                all,
+                "a shard accepted twice: {}",
+                done.description
+            );
+        }
+        let first = events(&mut jobs, &ids[0]).await;
+        let leased = first.iter().find(|e| e.kind == "leased").map(|e| e.time_ms);
+        first_lease_after.push(leased.unwrap().saturating_sub(submitted_at));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    tokio::time::timeout(Duration::from_secs(120), driver)
+        .await
+        .expect("the driver scales to zero and stops")
+        .unwrap();
+
+    let events = log.lock().unwrap().clone();
+    let outs = events.iter().filter(|(_, e)| e.starts_with("out")).count();
+    let ins = events.iter().filter(|(_, e)| e.starts_with("in")).count();
+    let stopped = stopped_within.lock().unwrap().clone();
+    eprintln!(
+        "scale-outs {outs}, scale-ins {ins}; workers stopped within {stopped:?}; first lease of \
+         each wave {first_lease_after:?} ms after its submission"
+    );
+    assert!(outs >= 2 && ins == outs, "{events:?}");
+    let bound =
+        Duration::from_secs(DRAIN_SECONDS) + tally_worker::REPORT_GRACE + Duration::from_secs(10);
+    assert!(stopped.iter().all(|d| *d < bound), "{stopped:?}");
+    // The second wave came to no worker: two polls, and a process's start
+    // on a loaded machine.
+    let started_within = 2 * POLL.as_millis() as u64 + 15_000;
+    assert!(
+        first_lease_after[1] < started_within,
+        "{first_lease_after:?}"
+    );
+    coordinator.shutdown().await;
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}

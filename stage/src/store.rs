@@ -591,6 +591,11 @@ impl StageStore {
             object_store::Error::Generic {
                 store: LOCAL_READ, ..
             } => Failure::Final(StageError::Unavailable(format!("{what} {key}: {error}"))),
+            // The runtime is shutting down under a directory store's blocking
+            // call: nothing to retry, nothing to warn of.
+            object_store::Error::JoinError { source } if source.is_cancelled() => {
+                Failure::Final(StageError::Cancelled)
+            }
             object_store::Error::NotFound { .. } => Failure::Final(StageError::Corrupt {
                 key: key.to_string(),
                 why: "it is missing from the store".into(),

@@ -77,8 +77,18 @@ impl WorkerService for WorkerApi {
                     version: r.version,
                     memory_budget: r.memory_budget_bytes,
                     capabilities: r.capabilities,
+                    incarnation: r.incarnation,
+                    oom_kills: r.oom_kills,
                 };
-                s.register(&r.worker_id, registration, given, now_ms());
+                let now = now_ms();
+                // A new process of a known worker: the old one's leases are
+                // lost with it, and go back now rather than at their expiry.
+                if let Some(restarted) = s.register(&r.worker_id, registration, given, now) {
+                    let lost = s.expire_restarted(&r.worker_id, &restarted, now)?;
+                    if lost > 0 {
+                        tracing::warn!(worker = %r.worker_id, lost, oom_kills = ?restarted.oom_kills, "a worker restarted while holding leases; they go back now");
+                    }
+                }
                 Ok(())
             })
             .await?;

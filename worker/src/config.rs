@@ -135,6 +135,35 @@ pub fn default_worker_id() -> String {
     format!("{host}-{}-{:05x}", std::process::id(), nanos & 0xfffff)
 }
 
+/// The processes of this process's cgroup the kernel killed for lack of
+/// memory (`oom_kill` of cgroup v2's `memory.events`, or of v1's
+/// `memory.oom_control`); 0 where neither can be read.
+pub(crate) fn oom_kills() -> u64 {
+    [
+        "/sys/fs/cgroup/memory.events",
+        "/sys/fs/cgroup/memory/memory.oom_control",
+    ]
+    .iter()
+    .find_map(|path| {
+        let text = std::fs::read_to_string(path).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))?
+            .trim()
+            .parse()
+            .ok()
+    })
+    .unwrap_or(0)
+}
+
+/// A random id of this run of a worker, kept across its reconnects: a
+/// registration with another one is a new process (see the proto's
+/// `incarnation`).
+pub(crate) fn new_incarnation() -> String {
+    use std::hash::BuildHasher;
+    let seed = std::hash::RandomState::new();
+    format!("{:016x}", seed.hash_one(std::process::id()))
+}
+
 pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())

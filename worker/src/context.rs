@@ -129,6 +129,8 @@ pub(crate) type CachedStage = ((String, Vec<StageRead>), StageInput);
 
 pub(crate) struct Context {
     pub config: WorkerConfig,
+    /// This run's id, sent at every registration (see `config::new_incarnation`).
+    pub(crate) incarnation: String,
     client: Client,
     pub pool: ComputePool,
     /// One permit a slot, and one more a compute thread (see
@@ -200,6 +202,7 @@ impl Context {
         }
         crate::budget::warn_if_budget_is_small(config.memory_budget, config.slots);
         Ok(Context {
+            incarnation: crate::config::new_incarnation(),
             spill: SpillDir::open(&config.spill_dir, &config.worker_id)?,
             client: connect(&config.coordinator, &config.security)?,
             pool: ComputePool::new(config.threads),

@@ -98,6 +98,8 @@ impl LeaseLoop {
             version: env!("CARGO_PKG_VERSION").to_string(),
             memory_budget_bytes: config.memory_budget,
             capabilities: self.ctx.capabilities(),
+            incarnation: self.ctx.incarnation.clone(),
+            oom_kills: crate::config::oom_kills(),
         };
         match self.ctx.client().register(request).await {
             Ok(response) => {

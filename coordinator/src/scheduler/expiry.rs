@@ -15,6 +15,7 @@ use crate::store::{Batch, Tree};
 
 use super::events::Event;
 use super::job::JobEntry;
+use super::protocol::Restarted;
 use super::state::{Scheduler, SchedulerConfig};
 
 impl Scheduler {
@@ -109,6 +110,60 @@ impl Scheduler {
         Ok(expired)
     }
 
+    /// Returns the leases `worker` held to the queue at once: a new process
+    /// of it registered, so the old one, which held them, is gone (killed,
+    /// out of memory when `restarted` says its cgroup counted a kill). Each
+    /// counts as a worker that vanished with its shard (see `expire`).
+    /// Returns how many.
+    pub fn expire_restarted(
+        &mut self,
+        worker: &str,
+        restarted: &Restarted,
+        now_ms: u64,
+    ) -> Result<usize> {
+        let config = self.config.clone();
+        let note = match restarted.oom_kills {
+            Some(kills) => format!(
+                "its worker was killed for lack of memory while running it (its cgroup counts {kills} out-of-memory kill(s)) and restarted"
+            ),
+            None => "its worker restarted while running it".to_string(),
+        };
+        let mut lost = 0;
+        for id in self.jobs.unfinished() {
+            let entry = self.jobs.known(&id);
+            let held: Vec<usize> = entry
+                .shards
+                .leased()
+                .filter(|&i| entry.shards[i].worker.as_deref() == Some(worker))
+                .collect();
+            if held.is_empty() {
+                continue;
+            }
+            let mut batch = Batch::default();
+            let mut rec = entry.rec.clone();
+            let mut changed = Vec::new();
+            for i in held {
+                let vanished = Some((restarted.budget, note.as_str()));
+                changed.push(expire(
+                    entry, &mut rec, i, vanished, &config, &mut batch, now_ms,
+                ));
+            }
+            self.write(batch)?;
+            let entry = self.jobs.known(&id);
+            lost += changed.len();
+            for shard in changed {
+                let i = shard.index;
+                entry.shards.set(i as usize, shard);
+                entry.requeue(i);
+            }
+            if rec.state == JobState::Failed {
+                entry.pending.clear();
+            }
+            entry.rec = rec;
+        }
+        Ok(lost)
+    }
+
     /// Writes every job's deferred events in one batch (the expiry tick's),
     /// so that leases show in the log within a tick (see `events.rs`).
     pub fn write_deferred_events(&mut self) -> Result<()> {
@@ -141,10 +196,11 @@ impl Scheduler {
             // A worker no longer heard from vanished with the shard (killed,
             // out of memory): its budget, as it said it at registration.
             let holder = entry.shards[i].worker.as_deref().unwrap_or_default();
+            const GONE: &str = "its worker vanished while running it";
             let vanished = match self.workers.all().get(holder) {
                 Some(w) if w.is_live(now_ms) => None,
-                Some(w) => Some(w.memory_budget()),
-                None => Some(0),
+                Some(w) => Some((w.memory_budget(), GONE)),
+                None => Some((0, GONE)),
             };
             let shard = expire(entry, &mut rec, i, vanished, &config, &mut batch, now_ms);
             changed.push(shard);
@@ -167,14 +223,15 @@ impl Scheduler {
 
 /// The shard at position `i` with its lease expired, and the job failed in
 /// `rec` if that was the shard's last attempt; the writes go to `batch`.
-/// `vanished` is the budget of the lease's worker when it is no longer heard
-/// from: from [`crate::records::VANISHED_LIMIT`] such workers on, the shard goes only to
+/// `vanished` is the budget of the lease's worker when it is gone (no longer
+/// heard from, or restarted), and why: from
+/// [`crate::records::VANISHED_LIMIT`] such workers on, the shard goes only to
 /// larger ones, which its event says.
 fn expire(
     entry: &mut JobEntry,
     rec: &mut JobRecord,
     i: usize,
-    vanished: Option<u64>,
+    vanished: Option<(u64, &str)>,
     config: &SchedulerConfig,
     batch: &mut Batch,
     now_ms: u64,
@@ -189,10 +246,10 @@ fn expire(
     ));
     shard.not_before_ms = now_ms + config.backoff_ms(shard.failed_attempts);
     let note = match vanished {
-        Some(budget) => {
+        Some((budget, why)) => {
             shard.vanished += 1;
             shard.vanished_budget = shard.vanished_budget.max(budget);
-            "its worker vanished while running it"
+            why
         }
         None => "",
     };

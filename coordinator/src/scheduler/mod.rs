@@ -52,7 +52,7 @@ pub use clients::EVENTS_PER_CALL;
 pub use demand::SlotDemand;
 pub use protocol::{
     Grant, Registration, Report, ReportOutcome, ReportedCheckpoint, ReportedFailure,
-    ReportedResult, ResultCheck, WORKER_FORGOTTEN_MS, WORKER_LOST_MS, WorkerInfo,
+    ReportedResult, Restarted, ResultCheck, WORKER_FORGOTTEN_MS, WORKER_LOST_MS, WorkerInfo,
 };
 pub use state::{Scheduler, SchedulerConfig};
 pub use views::{DEFAULT_PAGE, ListPage, MAX_PAGE};

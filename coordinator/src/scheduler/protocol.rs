@@ -33,6 +33,9 @@ pub struct WorkerInfo {
     /// What the worker runs besides the built-in kinds (`wasm`).
     pub capabilities: Vec<String>,
     pub last_seen_ms: u64,
+    /// See [`Registration`].
+    pub incarnation: String,
+    pub oom_kills: u64,
 }
 
 /// What a worker says of itself when it registers.
@@ -43,6 +46,22 @@ pub struct Registration {
     pub version: String,
     pub memory_budget: u64,
     pub capabilities: Vec<String>,
+    /// The worker process's own id (see the proto's `incarnation`); empty:
+    /// not said.
+    pub incarnation: String,
+    /// Out-of-memory kills its cgroup counts (0: not known).
+    pub oom_kills: u64,
+}
+
+/// A worker id registered by a new process while the old one's registration
+/// was known: the old process is gone, and its leases with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Restarted {
+    /// The old process's memory budget.
+    pub budget: u64,
+    /// The out-of-memory kills its cgroup counts now, when more than the old
+    /// process said at its registration (the kernel killed it, most likely).
+    pub oom_kills: Option<u64>,
 }
 
 impl WorkerInfo {

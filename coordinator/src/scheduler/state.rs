@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::store::Store;
 
 use super::jobs::Jobs;
-use super::protocol::{Registration, WorkerInfo};
+use super::protocol::{Registration, Restarted, WorkerInfo};
 use super::workers::Workers;
 
 #[derive(Clone, Debug)]
@@ -109,15 +109,17 @@ impl Scheduler {
         self.store.size_on_disk()
     }
 
-    /// Registers `worker` with a new session (see [`Workers::register`]).
+    /// Registers `worker` with a new session (see [`Workers::register`]);
+    /// says when it is a new process of a known worker, whose leases are
+    /// then lost ([`Scheduler::expire_restarted`]).
     pub fn register(
         &mut self,
         worker: &str,
         registration: Registration,
         session: String,
         now_ms: u64,
-    ) {
-        self.workers.register(worker, registration, session, now_ms);
+    ) -> Option<Restarted> {
+        self.workers.register(worker, registration, session, now_ms)
     }
 
     /// Refuses a call of `worker` without its current session (see

@@ -24,6 +24,8 @@ fn slots(n: u32) -> Registration {
         version: "test".into(),
         memory_budget: 0,
         capabilities: Vec::new(),
+        incarnation: String::new(),
+        oom_kills: 0,
     }
 }
 
@@ -1473,5 +1475,66 @@ fn a_shard_whose_workers_vanish_goes_only_to_a_larger_worker() {
         job.error.contains("vanished while running it 3 time(s)"),
         "{}",
         job.error
+    );
+}
+
+/// A new process of a known worker (another incarnation) holds none of the
+/// old one's leases: they go back at once, each as a worker that vanished
+/// with its shard (killed for lack of memory when the new process's cgroup
+/// counts a new kill), and two of them send the shard to a larger worker; the
+/// same process registering again (a reconnect) keeps its leases.
+#[test]
+fn a_restarted_worker_gives_back_the_leases_of_its_old_process() {
+    let (mut s, id) = small_and_large_workers(5);
+    let process = |incarnation: &str, oom_kills: u64| Registration {
+        memory_budget: 1 << 30,
+        incarnation: incarnation.into(),
+        oom_kills,
+        ..slots(1)
+    };
+    assert_eq!(
+        s.register("small-1", process("first", 0), "s1".into(), 0),
+        None
+    );
+    assert_eq!(s.lease("small-1", 1, 0).unwrap().len(), 1);
+    // A reconnect of the same process.
+    assert_eq!(
+        s.register("small-1", process("first", 0), "s2".into(), 10),
+        None
+    );
+    assert_eq!(s.job(&id, 10).unwrap().shards_leased, 1);
+    // A new process whose cgroup counts a kill.
+    let restarted = s.register("small-1", process("second", 1), "s3".into(), 20);
+    let restarted = restarted.expect("a new process");
+    assert_eq!(restarted.oom_kills, Some(1));
+    assert_eq!(s.expire_restarted("small-1", &restarted, 20).unwrap(), 1);
+    assert_eq!(s.job(&id, 20).unwrap().shards_leased, 0);
+    // Again, after its backoff, without a kill: the second vanished worker.
+    let now = 60_000;
+    assert_eq!(s.lease("small-1", 1, now).unwrap().len(), 1);
+    let restarted = s.register("small-1", process("third", 1), "s4".into(), now);
+    let restarted = restarted.expect("a new process");
+    assert_eq!(restarted.oom_kills, None);
+    assert_eq!(s.expire_restarted("small-1", &restarted, now).unwrap(), 1);
+    let events = s.events(&id, 0).unwrap();
+    let notes: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind == "expired")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert!(notes[0].contains("killed for lack of memory"), "{notes:?}");
+    assert!(notes[1].contains("restarted while running it"), "{notes:?}");
+    assert!(
+        events.iter().any(|e| e.kind == "needs-memory"),
+        "{events:?}"
+    );
+    let later = now + 60_000;
+    assert!(s.lease("small-2", 1, later).unwrap().is_empty());
+    let grant = s.lease("large", 1, later).unwrap().remove(0);
+    s.report(report_from("large", &grant, false), later + 1)
+        .unwrap();
+    assert_eq!(
+        s.job(&id, later + 2).unwrap().state,
+        proto::JobState::Succeeded as i32
     );
 }

@@ -30,6 +30,8 @@ fn worker(slots: u32, capabilities: &[&str]) -> Registration {
         version: "test".into(),
         memory_budget: 0,
         capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+        incarnation: String::new(),
+        oom_kills: 0,
     }
 }
 

@@ -11,7 +11,7 @@ use tally_wire::transport::constant_time_eq;
 
 use crate::error::{CoordinatorError, Result};
 
-use super::protocol::{Registration, WORKER_FORGOTTEN_MS, WorkerInfo};
+use super::protocol::{Registration, Restarted, WORKER_FORGOTTEN_MS, WorkerInfo};
 
 /// The registered workers, by id.
 #[derive(Default)]
@@ -21,33 +21,45 @@ pub(super) struct Workers {
 
 impl Workers {
     /// Registers `worker` with a new session: a worker registering again (it
-    /// restarted, or this coordinator did) replaces its old session.
+    /// restarted, or this coordinator did) replaces its old session. Says
+    /// when the registration is of another process than the one known (both
+    /// named their incarnation): the old one is gone.
     pub(super) fn register(
         &mut self,
         worker: &str,
         registration: Registration,
         session: String,
         now_ms: u64,
-    ) {
+    ) -> Option<Restarted> {
         let Registration {
             hostname,
             slots,
             version,
             memory_budget,
             capabilities,
+            incarnation,
+            oom_kills,
         } = registration;
-        self.known.insert(
-            worker.to_string(),
-            WorkerInfo {
-                hostname,
-                session,
-                slots,
-                version,
-                memory_budget,
-                capabilities,
-                last_seen_ms: now_ms,
-            },
-        );
+        let info = WorkerInfo {
+            hostname,
+            session,
+            slots,
+            version,
+            memory_budget,
+            capabilities,
+            last_seen_ms: now_ms,
+            incarnation,
+            oom_kills,
+        };
+        let old = self.known.insert(worker.to_string(), info)?;
+        let new = &self.known[worker];
+        (!old.incarnation.is_empty()
+            && !new.incarnation.is_empty()
+            && old.incarnation != new.incarnation)
+            .then(|| Restarted {
+                budget: old.memory_budget(),
+                oom_kills: (new.oom_kills > old.oom_kills).then_some(new.oom_kills),
+            })
     }
 
     /// Notes that `worker` was heard from at `now_ms`; its registration, if

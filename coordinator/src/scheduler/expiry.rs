@@ -121,7 +121,6 @@ impl Scheduler {
         restarted: &Restarted,
         now_ms: u64,
     ) -> Result<usize> {
-        let config = self.config.clone();
         let note = match restarted.oom_kills {
             Some(kills) => format!(
                 "its worker was killed for lack of memory while running it (its cgroup counts {kills} out-of-memory kill(s)) and restarted"
@@ -131,35 +130,13 @@ impl Scheduler {
         let mut lost = 0;
         for id in self.jobs.unfinished() {
             let entry = self.jobs.known(&id);
-            let held: Vec<usize> = entry
+            let held: Vec<(usize, Option<(u64, String)>)> = entry
                 .shards
                 .leased()
                 .filter(|&i| entry.shards[i].worker.as_deref() == Some(worker))
+                .map(|i| (i, Some((restarted.budget, note.clone()))))
                 .collect();
-            if held.is_empty() {
-                continue;
-            }
-            let mut batch = Batch::default();
-            let mut rec = entry.rec.clone();
-            let mut changed = Vec::new();
-            for i in held {
-                let vanished = Some((restarted.budget, note.as_str()));
-                changed.push(expire(
-                    entry, &mut rec, i, vanished, &config, &mut batch, now_ms,
-                ));
-            }
-            self.write(batch)?;
-            let entry = self.jobs.known(&id);
-            lost += changed.len();
-            for shard in changed {
-                let i = shard.index;
-                entry.shards.set(i as usize, shard);
-                entry.requeue(i);
-            }
-            if rec.state == JobState::Failed {
-                entry.pending.clear();
-            }
-            entry.rec = rec;
+            lost += self.expire_shards(&id, held, now_ms)?;
         }
         Ok(lost)
     }
@@ -179,31 +156,52 @@ impl Scheduler {
 
     /// Expires the job's due leases in one batch; returns how many.
     fn expire_job_leases(&mut self, id: &str, now_ms: u64) -> Result<usize> {
-        let config = self.config.clone();
         let entry = self.jobs.known(id);
-        let due: Vec<usize> = entry
+        let due: Vec<(usize, Option<(u64, String)>)> = entry
             .shards
             .leased()
             .filter(|&i| entry.shards[i].lease_expires_ms <= now_ms)
+            .map(|i| {
+                // A worker no longer heard from vanished with the shard
+                // (killed, out of memory): its budget, as it said it at
+                // registration.
+                let holder = entry.shards[i].worker.as_deref().unwrap_or_default();
+                let gone = || "its worker vanished while running it".to_string();
+                let vanished = match self.workers.all().get(holder) {
+                    Some(w) if w.is_live(now_ms) => None,
+                    Some(w) => Some((w.memory_budget(), gone())),
+                    None => Some((0, gone())),
+                };
+                (i, vanished)
+            })
             .collect();
+        self.expire_shards(id, due, now_ms)
+    }
+
+    /// Expires the leases of the job's shards `due` (each with its worker's
+    /// budget and why, when the worker is gone) in one batch; returns how
+    /// many.
+    fn expire_shards(
+        &mut self,
+        id: &str,
+        due: Vec<(usize, Option<(u64, String)>)>,
+        now_ms: u64,
+    ) -> Result<usize> {
         if due.is_empty() {
             return Ok(0);
         }
+        let config = self.config.clone();
+        let entry = self.jobs.known(id);
         let mut batch = Batch::default();
         let mut rec = entry.rec.clone();
         let mut changed = Vec::new();
-        for i in due {
-            // A worker no longer heard from vanished with the shard (killed,
-            // out of memory): its budget, as it said it at registration.
-            let holder = entry.shards[i].worker.as_deref().unwrap_or_default();
-            const GONE: &str = "its worker vanished while running it";
-            let vanished = match self.workers.all().get(holder) {
-                Some(w) if w.is_live(now_ms) => None,
-                Some(w) => Some((w.memory_budget(), GONE)),
-                None => Some((0, GONE)),
-            };
-            let shard = expire(entry, &mut rec, i, vanished, &config, &mut batch, now_ms);
-            changed.push(shard);
+        for (i, vanished) in due {
+            let vanished = vanished
+                .as_ref()
+                .map(|(budget, why)| (*budget, why.as_str()));
+            changed.push(expire(
+                entry, &mut rec, i, vanished, &config, &mut batch, now_ms,
+            ));
         }
         self.write(batch)?;
         let entry = self.jobs.known(id);

@@ -15,7 +15,7 @@ use crate::store::{Batch, Tree};
 
 use super::events::Event;
 use super::job::JobEntry;
-use super::protocol::Restarted;
+use super::protocol::{Restarted, WORKER_LOST_MS};
 use super::state::{Scheduler, SchedulerConfig};
 
 impl Scheduler {
@@ -157,18 +157,20 @@ impl Scheduler {
     /// Expires the job's due leases in one batch; returns how many.
     fn expire_job_leases(&mut self, id: &str, now_ms: u64) -> Result<usize> {
         let entry = self.jobs.known(id);
+        let ttl = entry.rec.spec.options().lease_ttl_ms;
         let due: Vec<(usize, Option<(u64, String)>)> = entry
             .shards
             .leased()
             .filter(|&i| entry.shards[i].lease_expires_ms <= now_ms)
             .map(|i| {
-                // A worker no longer heard from vanished with the shard
-                // (killed, out of memory): its budget, as it said it at
-                // registration.
+                // A worker not heard from for the lease's time to live
+                // vanished with the shard (killed, out of memory): a live one
+                // would have renewed it, or at least beaten (a stalled
+                // shard). Its budget, as it said it at registration.
                 let holder = entry.shards[i].worker.as_deref().unwrap_or_default();
                 let gone = || "its worker vanished while running it".to_string();
                 let vanished = match self.workers.all().get(holder) {
-                    Some(w) if w.is_live(now_ms) => None,
+                    Some(w) if w.last_seen_ms + ttl.min(WORKER_LOST_MS) >= now_ms => None,
                     Some(w) => Some((w.memory_budget(), gone())),
                     None => Some((0, gone())),
                 };

@@ -1406,9 +1406,9 @@ fn small_and_large_workers(max_attempts: u32) -> (Scheduler, String) {
 }
 
 /// A shard whose workers vanish while running it (its lease expires with the
-/// worker no longer heard from) goes, after two of them, only to a worker
-/// with a larger memory budget, and completes there; a lease that expires
-/// while its worker is alive does not count; the events and the job view say
+/// worker not heard from for the lease's time to live) goes, after two of
+/// them, only to a worker with a larger memory budget, and completes there; a
+/// lease that expires while its worker is alive does not count; the events and the job view say
 /// what the shard seems to need and why it waits; a shard that vanishes with
 /// every worker fails its job with that reason after its attempts.
 #[test]
@@ -1419,10 +1419,12 @@ fn a_shard_whose_workers_vanish_goes_only_to_a_larger_worker() {
     assert_eq!(s.lease("small-1", 1, 0).unwrap().len(), 1);
     let mut now = 2 * lost;
     assert_eq!(s.expire_leases(now).unwrap(), 1);
-    // small-2 takes it and stays alive past the lease: not a vanished worker.
+    // small-2 takes it and stays alive past the lease (it beats without
+    // renewing it, as a worker whose shard is stuck): not a vanished worker.
     now += 60_000;
     assert_eq!(s.lease("small-2", 1, now).unwrap().len(), 1);
     now += 2_000;
+    s.heartbeat("small-2", &[], now - 100);
     assert_eq!(s.expire_leases(now).unwrap(), 1);
     // small-3 takes it and vanishes: the second.
     now += 60_000;

@@ -31,6 +31,11 @@ pub struct WorkerArgs {
     /// Fault injection for tests: hold each lease this long before computing.
     #[arg(long, default_value_t = 0, hide = true)]
     pub shard_delay_ms: u64,
+    /// Fault injection for tests: the process aborts, as one the kernel kills
+    /// for lack of memory, when it starts a shard whose stage needs more than
+    /// this many bytes a worker.
+    #[arg(long, hide = true)]
+    pub fault_die_above_bytes: Option<u64>,
     /// Milliseconds between checkpoints of a long shard (for checkpoints up
     /// to 4 MiB; larger ones, such as hex pass vectors, come proportionally
     /// less often, but at least once a minute for each GB). At least 10.
@@ -134,6 +139,7 @@ fn worker_config(args: &WorkerArgs, remote: Remote) -> WorkerConfig {
     }
     config.drain_timeout = Duration::from_secs(args.drain_seconds);
     config.shard_delay = Duration::from_millis(args.shard_delay_ms);
+    config.die_above_bytes = args.fault_die_above_bytes;
     config.corrupt_results = args.corrupt_results;
     config.pause_after_checkpoint = Duration::from_millis(args.pause_after_checkpoint_ms);
     config.pause_mid_upload = Duration::from_millis(args.pause_mid_upload_ms);

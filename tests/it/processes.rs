@@ -739,3 +739,59 @@ fn a_call_to_a_stopped_coordinator_fails_at_its_deadline() {
         stderr.trim()
     );
 }
+
+/// A shard that kills the small workers that run it (a fault injection
+/// aborts them as the kernel's out-of-memory killer would) goes, after two of
+/// them, only to a worker with a larger memory budget, which completes it:
+/// the events name the vanished workers and what the shard seems to need.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_that_kills_small_workers_completes_on_a_large_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let mut spec = JobSpec::new(HexSpec {
+        side: 4,
+        modulus: 1_000_000_007,
+        plan: HexPlan::Points,
+        shards_per_step: 0,
+        exact: false,
+        points_per_shard: 16,
+        graph: tally_kinds::hex::HexGraphPlace::Worker,
+        graph_parts: 0,
+    });
+    spec.options.lease_ttl_ms = 2_000;
+    spec.options.max_attempts = 5;
+    let log = dir.path().join("workers.log");
+    let small = ["--memory-budget", "1GB", "--fault-die-above-bytes", "1"];
+    let _small_1 = spawn_worker(&url, "small-1", 1, &small, &log);
+    let _small_2 = spawn_worker(&url, "small-2", 1, &small, &log);
+    let job = submit(&mut client, &spec, "").await;
+    let needs = Instant::now() + Duration::from_secs(120);
+    loop {
+        let seen = events(&mut client, &job.id).await;
+        if seen.iter().any(|e| e.kind == "needs-memory") {
+            break;
+        }
+        assert!(Instant::now() < needs, "no needs-memory event: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _large = spawn_worker(&url, "large", 1, &["--memory-budget", "8GB"], &log);
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{done:?}");
+    assert_eq!(done.answer, direct_answer(&spec));
+    let seen = events(&mut client, &job.id).await;
+    let vanished: HashSet<&str> = seen
+        .iter()
+        .filter(|e| e.kind == "expired" && e.message.contains("vanished"))
+        .map(|e| e.worker_id.as_str())
+        .collect();
+    assert_eq!(vanished, HashSet::from(["small-1", "small-2"]), "{seen:?}");
+    let accepted: Vec<&str> = seen
+        .iter()
+        .filter(|e| e.kind == "accepted")
+        .map(|e| e.worker_id.as_str())
+        .collect();
+    assert_eq!(accepted, ["large"], "{seen:?}");
+    coordinator.shutdown().await;
+}

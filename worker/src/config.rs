@@ -25,6 +25,11 @@ pub struct WorkerConfig {
     /// Fault injection: wait this long before computing each shard (holding its
     /// lease), so tests can kill a worker that is surely mid-shard.
     pub shard_delay: Duration,
+    /// Fault injection: abort the process, as the kernel kills one that runs
+    /// out of memory, when a shard's stage needs more than this a worker
+    /// (tests of the placement of shards that kill their workers). Never set
+    /// on in-process workers: it ends the whole process.
+    pub die_above_bytes: Option<u64>,
     /// Fault injection: alter every result before reporting it, as a faulty
     /// machine would (tests of the checks that must catch it).
     pub corrupt_results: bool,
@@ -73,6 +78,7 @@ impl WorkerConfig {
             lease_wait: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(20),
             shard_delay: Duration::ZERO,
+            die_above_bytes: None,
             corrupt_results: false,
             pause_after_checkpoint: Duration::ZERO,
             pause_mid_upload: Duration::ZERO,

@@ -41,6 +41,14 @@ pub(crate) async fn compute_shard(
         .ok_or_else(|| CommonError::InvalidArgument("the lease carries no job spec".into()))?;
     let spec = ValidSpec::try_from(spec_proto)?;
     let task = EncodedTask::from_bytes(&lease.task)?;
+    if let Some(limit) = ctx.config.die_above_bytes
+        && spec
+            .stage_estimate(lease.stage)
+            .is_some_and(|e| e.smallest_worker_bytes() > limit)
+    {
+        tracing::error!(lease = %lease.lease_id, "fault injection: the shard needs more memory than the worker has; aborting");
+        std::process::abort();
+    }
     if !ctx.config.shard_delay.is_zero() {
         tokio::time::sleep(ctx.config.shard_delay).await;
     }

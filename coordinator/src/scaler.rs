@@ -42,6 +42,9 @@ const MAX_SLOTS_PER_WORKER: i64 = 1 << 16;
 /// How often a `StreamIsActive` stream looks again without a job changing:
 /// its bound when no change wakes it.
 const STREAM_RECHECK: Duration = Duration::from_secs(5);
+/// The least time between two looks of a `StreamIsActive` stream: each look
+/// goes over every job under the scheduler's lock.
+const STREAM_GAP: Duration = Duration::from_millis(500);
 
 pub struct ScalerApi {
     shared: Arc<Shared>,
@@ -86,11 +89,16 @@ impl ScalerApi {
     }
 
     async fn demand(&self) -> Result<SlotDemand, Status> {
-        self.shared
-            .with_scheduler_unflushed(|s| Ok(s.slot_demand()))
-            .await
-            .map_err(Status::from)
+        demand(&self.shared).await
     }
+}
+
+/// The jobs' demand now, read under the scheduler's lock on the blocking pool.
+async fn demand(shared: &Arc<Shared>) -> Result<SlotDemand, Status> {
+    shared
+        .with_scheduler_unflushed(|s| Ok(s.slot_demand()))
+        .await
+        .map_err(Status::from)
 }
 
 /// The trigger's `slotsPerWorker`: a whole number from 1 (the default).
@@ -126,9 +134,9 @@ impl ExternalScaler for ScalerApi {
 
     type StreamIsActiveStream = ActiveStream;
 
-    /// The answer now, then each time it changes: looked at again when a job
-    /// changes, and at least every few seconds. Ends when the caller goes or
-    /// the coordinator stops.
+    /// The answer now, then each time it changes: looked at again when jobs
+    /// change (at most every half second) and at least every few seconds.
+    /// Ends when the caller goes or the coordinator stops.
     async fn stream_is_active(
         &self,
         request: Request<ScaledObjectRef>,
@@ -140,15 +148,12 @@ impl ExternalScaler for ScalerApi {
         tokio::spawn(async move {
             let mut last = None;
             loop {
-                let active = match shared
-                    .with_scheduler_unflushed(|s| Ok(s.slot_demand()))
-                    .await
-                {
+                let active = match demand(&shared).await {
                     Ok(demand) => demand.slots > 0,
                     // The coordinator is stopping (or its store failed): the
                     // stream ends with the reason.
-                    Err(e) => {
-                        let _ = sender.send(Err(Status::from(e))).await;
+                    Err(status) => {
+                        let _ = sender.send(Err(status)).await;
                         return;
                     }
                 };
@@ -168,6 +173,14 @@ impl ExternalScaler for ScalerApi {
                         if matches!(changed, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
                             return;
                         }
+                        // A busy coordinator changes jobs many times a second:
+                        // one look a gap, whatever came meanwhile.
+                        tokio::time::sleep(STREAM_GAP).await;
+                        while !matches!(
+                            changes.try_recv(),
+                            Err(tokio::sync::broadcast::error::TryRecvError::Empty
+                                | tokio::sync::broadcast::error::TryRecvError::Closed)
+                        ) {}
                     }
                     _ = tokio::time::sleep(STREAM_RECHECK) => {}
                 }

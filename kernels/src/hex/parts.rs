@@ -133,6 +133,13 @@ impl Layout {
         (block.group_offsets[g + 1] - block.group_offsets[g]) as usize
     }
 
+    /// The bytes of group `g` of block `b`'s part, whose columns have
+    /// `others` other sources each: a byte a state and column, four a source.
+    fn group_bytes(&self, b: usize, g: usize, others: &[u32]) -> u64 {
+        (self.blocks[b].width * self.group_states(b, g)) as u64
+            + 4 * others.iter().map(|&n| u64::from(n)).sum::<u64>()
+    }
+
     /// The groups of each of `parts` parts: runs of about equal bytes (a
     /// byte a state and column, and about one source of four bytes).
     fn part_ranges(&self, parts: u32) -> Vec<Range<usize>> {
@@ -453,15 +460,13 @@ impl SpilledGraph {
         let data_len = |t: &PartTrailer| -> Option<u64> {
             let first = usize::try_from(t.first_group).ok()?;
             let mine = groups.get(first..first.checked_add(usize::try_from(t.groups).ok()?)?)?;
-            let widths: usize = mine.iter().map(|&(b, _)| layout.blocks[b].width).sum();
-            if widths != t.others.len() {
-                return None;
+            let (mut at, mut bytes) = (0, 0);
+            for &(b, g) in mine {
+                let width = layout.blocks[b].width;
+                bytes += layout.group_bytes(b, g, t.others.get(at..at + width)?);
+                at += width;
             }
-            let states: u64 = mine
-                .iter()
-                .map(|&(b, g)| (layout.blocks[b].width * layout.group_states(b, g)) as u64)
-                .sum();
-            Some(states + 4 * t.others.iter().map(|&n| u64::from(n)).sum::<u64>())
+            (at == t.others.len()).then_some(bytes)
         };
         let mut found = Vec::new();
         for run in &stored {
@@ -520,14 +525,13 @@ impl SpilledGraph {
         let blocks = layout
             .blocks
             .iter()
-            .map(|block| {
+            .enumerate()
+            .map(|(b, block)| {
                 let mut parts = vec![at];
                 let mut others = Vec::with_capacity(block.keys.len() * block.width);
                 for g in 0..block.keys.len() {
                     let counts = next.next().expect("a group's counts");
-                    let states = u64::from(block.group_offsets[g + 1] - block.group_offsets[g]);
-                    at += block.width as u64 * states
-                        + 4 * counts.iter().map(|&n| u64::from(n)).sum::<u64>();
+                    at += layout.group_bytes(b, g, counts);
                     others.extend_from_slice(counts);
                     parts.push(at);
                 }

@@ -17,6 +17,7 @@ use tally_wire::proto::{Job, JobState};
 
 use crate::error::{CoordinatorError, Result};
 use crate::metrics::CoordinatorMetrics;
+use crate::replica::ReplicaStatus;
 use crate::scheduler::WorkerInfo;
 use crate::shared::{Shared, now_ms};
 
@@ -98,7 +99,40 @@ async fn metrics_text(State(shared): State<Arc<Shared>>) -> Response {
             bytes as f64,
         );
     }
+    if let Some(replica) = shared.replica.get() {
+        replica_metrics(&mut e, &replica.status, now);
+    }
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], e.finish()).into_response()
+}
+
+/// How far the store's replica in the stage store is behind.
+fn replica_metrics(e: &mut Exposition, status: &ReplicaStatus, now: u64) {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    e.gauge(
+        "tally_replica_lag_seconds",
+        "How long the oldest change not yet in the replica has waited (0: the replica has every change).",
+        status.lag_ms(now) as f64 / 1e3,
+    );
+    e.gauge(
+        "tally_replica_pending_changes",
+        "Changes applied to the store and not yet shipped to the replica.",
+        load(&status.pending_changes) as f64,
+    );
+    e.counter(
+        "tally_replica_shipped_changes_total",
+        "Changes shipped to the replica.",
+        load(&status.shipped_changes),
+    );
+    e.counter(
+        "tally_replica_shipped_bytes_total",
+        "Bytes of log segments shipped to the replica (snapshots not counted).",
+        load(&status.shipped_bytes),
+    );
+    e.gauge(
+        "tally_replica_generation",
+        "The replica's current generation (a new one begins with each snapshot).",
+        load(&status.generation) as f64,
+    );
 }
 
 /// Jobs, shards and workers as they are now.

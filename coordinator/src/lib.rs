@@ -32,6 +32,7 @@ pub mod intake;
 pub mod metrics;
 mod panic_fence;
 pub mod records;
+pub mod replica;
 pub mod scaler;
 pub mod scheduler;
 pub mod server;

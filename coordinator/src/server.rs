@@ -25,13 +25,15 @@ use crate::error::{CoordinatorError, Result};
 use crate::group_commit::GroupCommit;
 use crate::http;
 use crate::metrics::CoordinatorMetrics;
+use crate::replica::{Floors, Queue, RecordingStore, ReplicaStatus, Restored, Shipper};
 use crate::scaler::ScalerApi;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::JobApi;
 use crate::shared::{Shared, now_ms};
-use crate::stage_owner::StageOwner;
+use crate::stage_owner::{StageOwner, Taking};
 use crate::store::{MemoryStore, OnLoss, Recovery, SledStore, Store, TimedStore};
 use crate::worker_service::WorkerApi;
+use parking_lot::Mutex;
 
 #[derive(Clone, Debug)]
 pub struct CoordinatorConfig {
@@ -71,6 +73,12 @@ pub struct CoordinatorConfig {
     pub new_stage_prefix: bool,
     /// How often the hold on the stage-store prefix is renewed.
     pub stage_owner_renew_every: Duration,
+    /// With a stage store outside the coordinator: how often the store's
+    /// changes are shipped to its replica there; zero: not replicated.
+    pub replicate_every: Duration,
+    /// Restore the store into the (empty) data directory from the replica
+    /// under this data-directory prefix (`<stage store>/d-…`) before serving.
+    pub restore_from: Option<StageStoreUrl>,
     /// With a stage store outside the coordinator: the largest stage output
     /// taken inline with its report and kept here (0: none), at most
     /// `MAX_INLINE_STAGE_OUTPUT`.
@@ -96,6 +104,8 @@ impl CoordinatorConfig {
             stage_sweep_every: STAGE_SWEEP_EVERY,
             new_stage_prefix: false,
             stage_owner_renew_every: STAGE_OWNER_RENEW_EVERY,
+            replicate_every: crate::replica::REPLICATE_EVERY,
+            restore_from: None,
             inline_stage_output: DEFAULT_INLINE_STAGE_OUTPUT,
         }
     }
@@ -136,6 +146,12 @@ pub struct RunningCoordinator {
     /// The hold on the stage-store prefix and the task renewing it, when
     /// the store is outside the coordinator.
     stage_owner: Option<(Arc<StageOwner>, JoinHandle<()>)>,
+    /// The replica's shipper and what stops it, when the store is replicated.
+    replica: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    /// How the replica stands (also in `/metrics` and `Info`).
+    pub replica_status: Option<Arc<ReplicaStatus>>,
+    /// What a restore before the start did.
+    pub restored: Option<Restored>,
     shared: Arc<Shared>,
 }
 
@@ -175,6 +191,14 @@ impl RunningCoordinator {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "calls still in flight after the grace; stopping them");
             self.server.abort();
         }
+        // The last changes go to the replica before the prefix is released.
+        if let Some((stop, shipper)) = self.replica.take() {
+            let _ = stop.send(());
+            let limit = crate::replica::LAST_SHIPMENT_LIMIT + Duration::from_secs(1);
+            if tokio::time::timeout(limit, shipper).await.is_err() {
+                tracing::warn!("the replica's shipper did not stop in time");
+            }
+        }
         if let Some((owner, _)) = self.stage_owner.take() {
             match tokio::time::timeout(RELEASE_LIMIT, owner.release()).await {
                 Ok(Ok(())) => {}
@@ -200,13 +224,32 @@ impl RunningCoordinator {
 
     /// Waits until the server stops on its own (an error, or a signal handled by
     /// the caller through [`RunningCoordinator::shutdown`]).
+    /// Also returns, with the reason, once the stage-store prefix is found
+    /// taken by another coordinator (one restored from its replica): this
+    /// one must not serve a moment longer.
     pub async fn wait(&mut self) -> Result<()> {
-        match (&mut self.server).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(CoordinatorError::Internal(format!("server failed: {e}"))),
-            Err(e) => Err(CoordinatorError::Internal(format!(
-                "server task failed: {e}"
-            ))),
+        let owner = self.stage_owner.as_ref().map(|(owner, _)| owner.clone());
+        let lost = async move {
+            match owner {
+                Some(owner) => {
+                    let notified = owner.lost_notice.notified();
+                    if !owner.is_lost() {
+                        notified.await;
+                    }
+                    owner.lost_error()
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            served = &mut self.server => match served {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(CoordinatorError::Internal(format!("server failed: {e}"))),
+                Err(e) => Err(CoordinatorError::Internal(format!(
+                    "server task failed: {e}"
+                ))),
+            },
+            e = lost => Err(e),
         }
     }
 }
@@ -247,8 +290,16 @@ async fn check_before_store(config: &CoordinatorConfig) -> Result<tonic::transpo
 async fn load_shared(
     config: &CoordinatorConfig,
     metrics: Arc<CoordinatorMetrics>,
-) -> Result<(Arc<Shared>, Option<StageStore>)> {
+) -> Result<(Arc<Shared>, Option<StageStore>, Option<Arc<Mutex<Queue>>>)> {
     let (store, recovery) = open_store(config).await?;
+    let replicated = config.stage_store.is_external() && !config.replicate_every.is_zero();
+    let (store, queue): (Arc<dyn Store>, _) = match replicated {
+        true => {
+            let (recording, queue) = RecordingStore::new(store);
+            (Arc::new(recording), Some(queue))
+        }
+        false => (store, None),
+    };
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
     let mut scheduler_config = config.scheduler.clone();
     scheduler_config.external_stage_store = config.stage_store.is_external();
@@ -271,14 +322,21 @@ async fn load_shared(
         own_stage_store,
         config.inline_stage_output.min(MAX_INLINE_STAGE_OUTPUT),
     );
-    Ok((shared, stage_store))
+    Ok((shared, stage_store, queue))
 }
 
 /// Opens the store, reloads every job and starts serving on `config.listen`.
-pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
+pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> {
+    let restored = match config.restore_from.clone() {
+        Some(from) => Some(restore_before_start(&mut config, &from).await?),
+        None => {
+            refuse_unfinished_restore(&config)?;
+            None
+        }
+    };
     let builder = check_before_store(&config).await?;
     let metrics = Arc::new(CoordinatorMetrics::default());
-    let (shared, stage_store) = load_shared(&config, metrics).await?;
+    let (shared, stage_store, queue) = load_shared(&config, metrics).await?;
     // A prefix another data directory holds is refused before serving.
     let stage_owner = match &stage_store {
         Some(store) => {
@@ -287,7 +345,11 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
                 .as_ref()
                 .map_or_else(|| "(in memory)".to_string(), |d| d.display().to_string());
             let every = config.stage_owner_renew_every;
-            let owner = StageOwner::take(&shared, store.clone(), data, every).await?;
+            let taking = match restored {
+                Some(_) => Taking::AfterRestore,
+                None => Taking::Start,
+            };
+            let owner = StageOwner::take(&shared, store.clone(), data, every, taking).await?;
             Some(Arc::new(owner))
         }
         None => None,
@@ -314,7 +376,7 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         config.retain_finished,
     ));
     let sampler = tokio::spawn(sample_loop(shared.clone()));
-    let sweeper = stage_store.zip(stage_owner.clone()).map(|(store, owner)| {
+    let sweeper = stage_store.clone().zip(stage_owner.clone()).map(|(store, owner)| {
         tracing::info!(store = %store.url(), "stage data in a stage store outside the coordinator");
         tokio::spawn(sweep_stage_store(
             shared.clone(),
@@ -323,6 +385,41 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
             config.stage_sweep_every,
         ))
     });
+    let replica_status = queue.as_ref().map(|_| Arc::new(ReplicaStatus::default()));
+    let replica = match (queue, &stage_store, &replica_status) {
+        (Some(queue), Some(objects), Some(status)) => {
+            let shipper = Shipper {
+                store: shared
+                    .peek(|s| s.map(|s| s.store().clone()))
+                    .ok_or_else(|| CoordinatorError::Internal("no scheduler".into()))?,
+                queue,
+                objects: objects.clone(),
+                status: status.clone(),
+                owner: stage_owner.clone(),
+                data: config
+                    .data_dir
+                    .as_ref()
+                    .map_or_else(|| "(in memory)".to_string(), |d| d.display().to_string()),
+            };
+            let (stop, stopped) = oneshot::channel::<()>();
+            let every = config.replicate_every;
+            let task = tokio::spawn(shipper.run(
+                every,
+                async {
+                    let _ = stopped.await;
+                },
+                crate::replica::LAST_SHIPMENT_LIMIT,
+            ));
+            tracing::info!(every = ?every, to = %objects.url(), "replicating the store");
+            let _ = shared.replica.set(crate::shared::ReplicaView {
+                url: objects.url().to_string(),
+                every,
+                status: status.clone(),
+            });
+            Some((stop, task))
+        }
+        _ => None,
+    };
     let stage_owner = stage_owner.map(|owner| {
         let renewer = tokio::spawn(renew_stage_owner(
             owner.clone(),
@@ -350,8 +447,93 @@ pub async fn start(config: CoordinatorConfig) -> Result<RunningCoordinator> {
         expiry,
         sweeper,
         stage_owner,
+        replica,
+        replica_status,
+        restored,
         shared,
     })
+}
+
+/// Restores the store into the empty data directory from the replica under
+/// `from` (a data directory's prefix) before anything else: watches the
+/// prefix's latest owner record first (a coordinator still renewing it is
+/// alive: refused), and uses the stage store above `from` unless told one.
+async fn restore_before_start(
+    config: &mut CoordinatorConfig,
+    from: &StageStoreUrl,
+) -> Result<Restored> {
+    let dir = config.data_dir.clone().ok_or_else(|| {
+        CoordinatorError::InvalidArgument("--restore-from needs a data directory".into())
+    })?;
+    crate::replica::prepare_target(&dir)?;
+    let Some((above, _)) = from.split_last() else {
+        return Err(CoordinatorError::InvalidArgument(format!(
+            "--restore-from {from}: name a data directory's prefix in the stage store \
+             (<stage store>/d-…, as the old coordinator's log and `tally doctor` show it)"
+        )));
+    };
+    match &config.stage_store {
+        StageStoreUrl::Coordinator => config.stage_store = above.clone(),
+        given if *given == above => {}
+        given => {
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "--restore-from {from} is a prefix of {above}, not of --stage-store {given}: the \
+                 restored jobs' stage data is there"
+            )));
+        }
+    }
+    let objects = StageStore::open(from)?
+        .ok_or_else(|| CoordinatorError::InvalidArgument("--restore-from coordinator".into()))?
+        .with_patience(SWEEP_PATIENCE);
+    let listed = objects.list(Some(crate::replica::replica_dir())).await?;
+    if listed.is_empty() {
+        return Err(CoordinatorError::FailedPrecondition(format!(
+            "--restore-from {from}: there is no replica there (a coordinator replicates its \
+             store under its data directory's prefix, {above}/d-…, when --replicate-every is \
+             not 0)"
+        )));
+    }
+    let latest = objects.owner().await?;
+    if let Some(record) = latest.as_ref().filter(|r| !r.released) {
+        tracing::warn!(holder = %record.holder(), "watching the replica's owner before restoring: a coordinator that still renews it is alive");
+        crate::stage_owner::watch(&objects, record, config.stage_owner_renew_every)
+            .await
+            .map_err(|_| {
+                CoordinatorError::FailedPrecondition(format!(
+                    "--restore-from {from}: {} still renews its hold on the prefix: it is alive, \
+                     and two coordinators must never own one replica; stop it first",
+                    record.holder()
+                ))
+            })?;
+    }
+    let floors = Floors {
+        next_job: latest.as_ref().map_or(0, |r| r.ids_below),
+        epoch: latest.as_ref().map_or(0, |r| r.serving),
+    };
+    let restored = crate::replica::restore(&objects, &dir, floors).await?;
+    for refused in &restored.refused {
+        tracing::error!(object = %refused, "a replica object was refused");
+    }
+    tracing::warn!(
+        point = %restored.point,
+        refused = restored.refused.len(),
+        "restored the store from the replica; results accepted after this point are computed again"
+    );
+    Ok(restored)
+}
+
+/// Refuses to start on a data directory a restore left unfinished.
+fn refuse_unfinished_restore(config: &CoordinatorConfig) -> Result<()> {
+    match &config.data_dir {
+        Some(dir) if dir.join(crate::replica::RESTORING_MARKER).exists() => {
+            Err(CoordinatorError::FailedPrecondition(format!(
+                "data directory {}: a restore into it did not finish; run the restore again \
+                 (--restore-from), which starts it over",
+                dir.display()
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Deletes, every `every`, the stage store's blobs that nothing committed

@@ -329,9 +329,24 @@ impl JobService for JobApi {
                     jobs: jobs.len() as u32,
                     jobs_unfinished: jobs.iter().filter(|j| !j.is_finished()).count() as u32,
                     store_bytes: s.store_size_on_disk().unwrap_or(0),
+                    replica: None,
                 })
             })
             .await?;
+        let mut info = info;
+        info.replica = self.shared.replica.get().map(|r| {
+            let load =
+                |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+            proto::ReplicaInfo {
+                url: r.url.clone(),
+                every_ms: r.every.as_millis() as u64,
+                lag_ms: r.status.lag_ms(now_ms()),
+                pending_changes: load(&r.status.pending_changes),
+                generation: load(&r.status.generation),
+                snapshot_generation: load(&r.status.snapshot_generation),
+                last_error: r.status.last_error.lock().clone().unwrap_or_default(),
+            }
+        });
         Ok(Response::new(info))
     }
 }

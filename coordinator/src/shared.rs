@@ -67,6 +67,16 @@ pub struct Shared {
     /// a report may carry inline, kept here (workers learn it when they
     /// register); 0 with none.
     pub inline_stage_output: usize,
+    /// The replica of the store and how it stands, once replication started.
+    pub replica: std::sync::OnceLock<ReplicaView>,
+}
+
+/// The replica as the services show it.
+pub struct ReplicaView {
+    /// The data directory's prefix it is under (what `--restore-from` takes).
+    pub url: String,
+    pub every: std::time::Duration,
+    pub status: Arc<crate::replica::ReplicaStatus>,
 }
 
 impl Shared {
@@ -95,6 +105,7 @@ impl Shared {
                 false => 0,
             },
             stage_store,
+            replica: std::sync::OnceLock::new(),
         })
     }
 

@@ -6,7 +6,7 @@
 //! taken from it deletes nothing there.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tally_stage::{Claim, OwnerRecord, StageStore};
@@ -17,6 +17,11 @@ use crate::shared::{Shared, now_ms};
 /// A hold not released is watched for this many renewals before a start of
 /// the same data directory takes it back (no renewal: its holder is gone).
 const WATCHED_RENEWALS: u32 = 3;
+
+/// Job numbers each owner record reserves beyond the next one: submissions
+/// past the reservation wait for the next renewal (10 s by default), so this
+/// bounds a burst to this many jobs between two renewals.
+pub const JOB_IDS_RESERVED: u64 = 100_000;
 
 /// What to do about a prefix held by a copy of this data directory.
 const REMEDY: &str = "start the copy with --new-stage-prefix to give it a prefix of its own \
@@ -33,6 +38,24 @@ pub struct StageOwner {
     epoch: tokio::sync::Mutex<u64>,
     /// Set once the prefix is found taken by another: kept until the stop.
     lost: AtomicBool,
+    /// Woken when the prefix is found lost: the coordinator stops serving.
+    pub lost_notice: tokio::sync::Notify,
+    /// This coordinator's epoch, written in every record.
+    serving: u64,
+    /// The job numbers the latest record reserves, shared with the
+    /// scheduler (which hands out none at or above it).
+    ids_below: Arc<AtomicU64>,
+    shared: Arc<Shared>,
+}
+
+/// How a start takes the prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taking {
+    /// As a coordinator on its data directory: see [`Claim`].
+    Start,
+    /// After a restore from the prefix's replica, which watched the latest
+    /// record already: taken from whoever holds it.
+    AfterRestore,
 }
 
 impl StageOwner {
@@ -45,17 +68,22 @@ impl StageOwner {
         store: StageStore,
         data: String,
         renew_every: Duration,
+        taking: Taking,
     ) -> Result<StageOwner> {
         let ours = shared.with_scheduler(|s| s.stage_owner_nonces()).await?;
         let latest = store.owner().await?;
-        let epoch = match Claim::of(latest.as_ref(), &ours) {
-            Claim::Take { epoch } => epoch,
-            Claim::Clash(holder) => return Err(clash(&store, &holder)),
-            Claim::Watch(record) => {
+        let epoch = match (taking, Claim::of(latest.as_ref(), &ours)) {
+            (Taking::AfterRestore, _) => latest.as_ref().map_or(1, |r| r.epoch + 1),
+            (_, Claim::Take { epoch }) => epoch,
+            (_, Claim::Clash(holder)) => return Err(clash(&store, &holder)),
+            (_, Claim::Watch(record)) => {
                 watch(&store, &record, renew_every).await?;
                 record.epoch + 1
             }
         };
+        let (serving, ids_below) = shared
+            .with_scheduler(|s| Ok((s.epoch(), s.job_ids_below())))
+            .await?;
         let held = latest.map(|r| r.nonce).filter(|n| ours.contains(n));
         let nonce = shared
             .with_scheduler(move |s| s.begin_stage_owner_claim(held.as_deref()))
@@ -67,8 +95,17 @@ impl StageOwner {
             since_ms: now_ms(),
             epoch: tokio::sync::Mutex::new(epoch),
             lost: AtomicBool::new(false),
+            lost_notice: tokio::sync::Notify::new(),
+            serving,
+            ids_below,
+            shared: shared.clone(),
         };
-        if !owner.store.put_owner(&owner.record(epoch, false)).await? {
+        let reserve = owner.reservation();
+        if !owner
+            .store
+            .put_owner(&owner.record(epoch, false, reserve))
+            .await?
+        {
             // Another start took this epoch first.
             return Err(match owner.store.owner().await? {
                 Some(holder) => clash(&owner.store, &holder),
@@ -78,6 +115,7 @@ impl StageOwner {
                 )),
             });
         }
+        owner.ids_below.store(reserve, Ordering::SeqCst);
         let nonce = owner.nonce.clone();
         shared
             .with_scheduler(move |s| s.end_stage_owner_claim(&nonce))
@@ -96,13 +134,29 @@ impl StageOwner {
             return Err(self.lost(None));
         }
         let next = *epoch + 1;
-        if !self.store.put_owner(&self.record(next, false)).await? {
+        let reserve = self.reservation();
+        if !self
+            .store
+            .put_owner(&self.record(next, false, reserve))
+            .await?
+        {
             let holder = self.store.owner().await.ok().flatten();
             return Err(self.lost(holder));
         }
         *epoch = next;
+        // Never lowered: the previous record's reservation may be in use.
+        self.ids_below.fetch_max(reserve, Ordering::SeqCst);
         self.remove_older(next).await;
         Ok(())
+    }
+
+    /// The job numbers the next record reserves: the next one's and
+    /// [`JOB_IDS_RESERVED`] more (never fewer than a record reserved).
+    fn reservation(&self) -> u64 {
+        let next = self.shared.peek(|s| s.map_or(0, |s| s.next_job_number()));
+        let held = self.ids_below.load(Ordering::SeqCst);
+        let held = if held == u64::MAX { 0 } else { held };
+        (next + JOB_IDS_RESERVED).max(held)
     }
 
     /// Whether this coordinator still holds the prefix, read from the store:
@@ -124,7 +178,12 @@ impl StageOwner {
             return Ok(());
         }
         let next = *epoch + 1;
-        if self.store.put_owner(&self.record(next, true)).await? {
+        let reserve = self.reservation();
+        if self
+            .store
+            .put_owner(&self.record(next, true, reserve))
+            .await?
+        {
             *epoch = next;
             self.remove_older(next).await;
             tracing::info!(store = %self.store.url(), "stage-store prefix released");
@@ -132,18 +191,30 @@ impl StageOwner {
         Ok(())
     }
 
+    /// Why a coordinator whose prefix was taken stops.
+    pub fn lost_error(&self) -> CoordinatorError {
+        CoordinatorError::FailedPrecondition(format!(
+            "this coordinator lost its stage-store prefix {} to another coordinator (one restored \
+             from its replica, or a copy of its data directory): it stops serving at once; its \
+             jobs go on at the coordinator that took the prefix",
+            self.store.url()
+        ))
+    }
+
     /// Whether another data directory has taken the prefix.
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
     }
 
-    fn record(&self, epoch: u64, released: bool) -> OwnerRecord {
+    fn record(&self, epoch: u64, released: bool, ids_below: u64) -> OwnerRecord {
         OwnerRecord {
             epoch,
             nonce: self.nonce.clone(),
             data: self.data.clone(),
             since_ms: self.since_ms,
             released,
+            serving: self.serving,
+            ids_below,
         }
     }
 
@@ -158,6 +229,8 @@ impl StageOwner {
     /// Notes the prefix lost (to `holder`, if known) and says so.
     fn lost(&self, holder: Option<OwnerRecord>) -> CoordinatorError {
         self.lost.store(true, Ordering::SeqCst);
+        self.lost_notice.notify_waiters();
+        self.lost_notice.notify_one();
         let by = holder.map_or_else(|| "another coordinator".to_string(), |h| h.holder());
         CoordinatorError::FailedPrecondition(format!(
             "the stage-store prefix {} was taken by {by}, a copy of this data directory: this \
@@ -170,7 +243,11 @@ impl StageOwner {
 /// Waits `WATCHED_RENEWALS` renewals, reading the owner records: refused if
 /// a later record than `record` appears (a coordinator with a copy of this
 /// data directory is running on the prefix).
-async fn watch(store: &StageStore, record: &OwnerRecord, renew_every: Duration) -> Result<()> {
+pub(crate) async fn watch(
+    store: &StageStore,
+    record: &OwnerRecord,
+    renew_every: Duration,
+) -> Result<()> {
     let watch_for = renew_every * WATCHED_RENEWALS;
     tracing::warn!(
         store = %store.url(),

@@ -69,7 +69,8 @@ impl WorkerService for WorkerApi {
         tracing::info!(worker = %r.worker_id, host = %r.hostname, slots = r.slots, "worker registered");
         let session = new_session()?;
         let given = session.clone();
-        self.shared
+        let epoch = self
+            .shared
             .with_scheduler(move |s| {
                 let registration = Registration {
                     hostname: r.hostname,
@@ -89,7 +90,7 @@ impl WorkerService for WorkerApi {
                         tracing::warn!(worker = %r.worker_id, lost, oom_kills = ?restarted.oom_kills, "a worker restarted while holding leases; they go back now");
                     }
                 }
-                Ok(())
+                Ok(s.epoch())
             })
             .await?;
         Ok(Response::new(proto::RegisterResponse {
@@ -99,6 +100,7 @@ impl WorkerService for WorkerApi {
             stage_store: self.shared.stage_store.to_string(),
             max_inline_stage_output: self.shared.inline_stage_output as u64,
             takes_packed_outputs: self.shared.stage_store.is_external(),
+            epoch,
         }))
     }
 

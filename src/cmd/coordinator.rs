@@ -67,6 +67,23 @@ pub struct CoordinatorArgs {
     /// this before taking it back.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, hide = true)]
     pub stage_owner_renew_every: Duration,
+    /// With a stage store outside the coordinator: how often the store's
+    /// changes (job records, accepted results, checkpoints, events) are
+    /// shipped to its replica under this data directory's prefix there, so
+    /// that a coordinator on a new node can restore it (`--restore-from`)
+    /// when this one's disk is lost; what is lost then is at most this
+    /// interval of accepted results, which are computed again. `0s`: not
+    /// replicated.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub replicate_every: Duration,
+    /// Before serving, restore the store into the data directory (which must
+    /// be empty) from the replica under a data directory's prefix in the
+    /// stage store: `s3://bucket/prefix/d-…` or `file:///path/d-…`, as the
+    /// lost coordinator's log and `tally doctor` name it. Refused while the
+    /// coordinator that owns the replica still renews its hold on it. The
+    /// stage store defaults to the one above that prefix.
+    #[arg(long, value_name = "URL", value_parser = StageStoreParser)]
+    pub restore_from: Option<tally_stage::StageStoreUrl>,
     /// Fault injection for tests: abort the process right after the N-th
     /// store flush, before any call it covered is answered.
     #[arg(long, hide = true)]
@@ -156,7 +173,19 @@ pub async fn execute(
     config.inline_stage_output = args.inline_stage_output;
     config.new_stage_prefix = args.new_stage_prefix;
     config.stage_owner_renew_every = args.stage_owner_renew_every;
+    config.replicate_every = args.replicate_every;
+    config.restore_from = args.restore_from.clone();
     let mut coordinator = tally_coordinator::start(config).await?;
+    if let Some(restored) = &coordinator.restored {
+        for refused in &restored.refused {
+            eprintln!("refused a damaged replica object: {refused}");
+        }
+        eprintln!(
+            "restored from the replica: {} ({} entries from the snapshot, {} changes from the log); \
+             results accepted after it are computed again",
+            restored.point, restored.entries, restored.changes_replayed
+        );
+    }
     eprintln!(
         "coordinator listening on {} (data in {}; {secured})",
         coordinator.addr,

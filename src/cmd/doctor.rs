@@ -126,6 +126,32 @@ async fn check_service(
         Err(e) => return Ok(vec![Check::fail("token", e.message())]),
     };
     let ours = env!("CARGO_PKG_VERSION");
+    let replica = match &info.replica {
+        None => Check::pass(
+            "replica",
+            "none (the store is not replicated: no stage store outside the coordinator, or \
+             --replicate-every 0)",
+        ),
+        Some(r) => {
+            let behind = r.lag_ms > 3 * r.every_ms.max(1000);
+            let detail = format!(
+                "{} ({} behind, {} change(s) waiting, generation {}, snapshot {}){}",
+                r.url,
+                humantime::format_duration(std::time::Duration::from_millis(r.lag_ms / 100 * 100)),
+                r.pending_changes,
+                r.generation,
+                match r.snapshot_generation {
+                    0 => "being written".to_string(),
+                    g => format!("of generation {g}"),
+                },
+                match r.last_error.is_empty() {
+                    true => String::new(),
+                    false => format!("; last error: {}", r.last_error),
+                }
+            );
+            Check::warn_unless("replica", !behind && r.last_error.is_empty(), detail)
+        }
+    };
     Ok(vec![
         Check::pass(
             "token",
@@ -148,6 +174,7 @@ async fn check_service(
                 info.workers_live, info.jobs, info.jobs_unfinished
             ),
         ),
+        replica,
     ])
 }
 

@@ -12,6 +12,7 @@ mod error_text;
 pub mod keys;
 pub mod owner;
 mod s3;
+pub mod sealed;
 pub mod store;
 pub mod url;
 

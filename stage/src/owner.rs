@@ -37,6 +37,13 @@ pub struct OwnerRecord {
     /// Written by a holder stopping cleanly: its data directory may take
     /// the prefix again at once.
     pub released: bool,
+    /// The holder's coordinator epoch (the high half of its attempt
+    /// numbers): a coordinator restored from the prefix's replica serves
+    /// above it, so workers that have seen it refuse the holder's leases.
+    pub serving: u64,
+    /// The holder hands out job numbers below this only: a restore raises
+    /// its job counter to it, so no job id is ever given twice.
+    pub ids_below: u64,
 }
 
 impl OwnerRecord {
@@ -46,12 +53,14 @@ impl OwnerRecord {
 
     fn encode(&self) -> String {
         format!(
-            "tally stage-store owner\nepoch {}\nnonce {}\ndata {}\nsince {}\nstate {}\n",
+            "tally stage-store owner\nepoch {}\nnonce {}\ndata {}\nsince {}\nstate {}\nserving {}\nids-below {}\n",
             self.epoch,
             self.nonce,
             self.data,
             self.since_ms,
-            if self.released { "released" } else { "held" }
+            if self.released { "released" } else { "held" },
+            self.serving,
+            self.ids_below,
         )
     }
 
@@ -68,6 +77,15 @@ impl OwnerRecord {
             data: fields.get("data").unwrap_or(&"").to_string(),
             since_ms: fields.get("since")?.parse().ok()?,
             released: *fields.get("state")? == "released",
+            // Records of earlier releases lack them.
+            serving: match fields.get("serving") {
+                Some(v) => v.parse().ok()?,
+                None => 0,
+            },
+            ids_below: match fields.get("ids-below") {
+                Some(v) => v.parse().ok()?,
+                None => 0,
+            },
         })
     }
 
@@ -215,6 +233,8 @@ mod tests {
             data: "/var/lib/tally".into(),
             since_ms: 1_700_000_000_000,
             released,
+            serving: 3,
+            ids_below: 100 + epoch,
         }
     }
 

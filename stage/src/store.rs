@@ -165,7 +165,7 @@ impl StageStore {
     /// request up to a part, else as a multipart upload of parts (never
     /// copied). With a mid-upload pause set (fault injection), always in
     /// two parts, pausing after the first.
-    async fn write_pieces(
+    pub(crate) async fn write_pieces(
         &self,
         key: &str,
         pieces: Vec<bytes::Bytes>,

@@ -44,6 +44,31 @@ impl StageStoreUrl {
     }
 }
 
+impl StageStoreUrl {
+    /// The store one level up and the last segment (`within`'s inverse), if
+    /// there is a level above.
+    pub fn split_last(&self) -> Option<(StageStoreUrl, String)> {
+        match self {
+            StageStoreUrl::Coordinator => None,
+            StageStoreUrl::File(path) => {
+                let name = path.file_name()?.to_str()?.to_string();
+                Some((StageStoreUrl::File(path.parent()?.to_path_buf()), name))
+            }
+            StageStoreUrl::S3 { bucket, prefix } => {
+                let prefix = prefix.trim_end_matches('/');
+                let (up, name) = match prefix.rsplit_once('/') {
+                    Some((up, name)) => (up.to_string(), name),
+                    None => (String::new(), prefix),
+                };
+                (!name.is_empty()).then(|| {
+                    let bucket = bucket.clone();
+                    (StageStoreUrl::S3 { bucket, prefix: up }, name.to_string())
+                })
+            }
+        }
+    }
+}
+
 impl fmt::Display for StageStoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -156,10 +181,17 @@ mod tests {
             ("s3://tally-stage", "s3://tally-stage/d-1"),
             ("s3://tally-stage/a/b", "s3://tally-stage/a/b/d-1"),
         ] {
-            let within = url.parse::<StageStoreUrl>().unwrap().within("d-1");
+            let parsed = url.parse::<StageStoreUrl>().unwrap();
+            let within = parsed.within("d-1");
             assert_eq!(within.to_string(), down);
             assert_eq!(down.parse::<StageStoreUrl>().unwrap(), within);
+            if parsed.is_external() {
+                assert_eq!(within.split_last(), Some((parsed, "d-1".to_string())));
+            }
         }
+        assert_eq!(StageStoreUrl::Coordinator.split_last(), None);
+        let bucket_only = "s3://tally-stage".parse::<StageStoreUrl>().unwrap();
+        assert_eq!(bucket_only.split_last(), None);
     }
 
     #[test]

@@ -206,6 +206,8 @@ fn a_coordinator_whose_prefix_was_taken_deletes_nothing_there() {
             data: "/srv/copy-of-a".into(),
             since_ms: latest.since_ms,
             released: false,
+            serving: latest.serving,
+            ids_below: latest.ids_below,
         };
         assert!(store.put_owner(&copy).await.unwrap());
         let second = unreferenced("job-900002");

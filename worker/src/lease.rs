@@ -35,6 +35,14 @@ pub(crate) struct LeaseLoop {
     /// Set when a request for queue room alone got nothing (the jobs' shards
     /// are long): it is not asked again until a lease is granted.
     ahead_refused: bool,
+    /// The highest coordinator epoch this worker has registered with, by
+    /// the data directory's prefix in the stage store (what a coordinator
+    /// restored from that prefix's replica keeps): a coordinator of the same
+    /// prefix at a lower epoch was replaced by a restored one (it may still
+    /// run, cut off), and its leases are refused.
+    highest_epoch: std::collections::HashMap<String, u64>,
+    /// The epoch of the coordinator registered with.
+    epoch: u64,
 }
 
 impl LeaseLoop {
@@ -46,6 +54,8 @@ impl LeaseLoop {
             backoff: Backoff::new(),
             shards: JoinSet::new(),
             ahead_refused: false,
+            highest_epoch: std::collections::HashMap::new(),
+            epoch: 0,
         }
     }
 
@@ -105,6 +115,22 @@ impl LeaseLoop {
             Ok(response) => {
                 tracing::info!(worker = %config.worker_id, coordinator = %config.coordinator, "registered");
                 let response = response.into_inner();
+                let lineage = response.stage_store.clone();
+                let seen = self.highest_epoch.get(&lineage).copied().unwrap_or(0);
+                if response.epoch < seen && lineage != "coordinator" {
+                    tracing::error!(
+                        coordinator = %config.coordinator,
+                        epoch = response.epoch,
+                        seen,
+                        "this coordinator serves an older epoch than one this worker worked for: \
+                         it was replaced by a coordinator restored from its replica; refusing its \
+                         leases and registering again later"
+                    );
+                    self.backoff.wait().await;
+                    return Ok(());
+                }
+                self.highest_epoch.insert(lineage, response.epoch.max(seen));
+                self.epoch = response.epoch;
                 let usable = self.ctx.use_stage_store(&response.stage_store).await;
                 self.ctx
                     .set_inline_stage_output(response.max_inline_stage_output);
@@ -157,6 +183,15 @@ impl LeaseLoop {
                 let leases = response.into_inner().leases;
                 self.ahead_refused = room.free == 0 && leases.is_empty();
                 for lease in leases {
+                    let epoch = lease
+                        .lease_id
+                        .parse::<tally_wire::lease::LeaseId>()
+                        .map_or(0, |id| tally_wire::lease::Attempt(id.attempt).epoch());
+                    if epoch < self.epoch {
+                        tracing::error!(lease = %lease.lease_id, epoch = self.epoch, "a lease of an older coordinator epoch refused");
+                        self.registered = false;
+                        continue;
+                    }
                     let ttl = Duration::from_millis(lease.ttl_ms);
                     let handle = self.ctx.track(&lease.lease_id, ttl);
                     let shard = attempt::run_shard(self.ctx.clone(), lease, handle);

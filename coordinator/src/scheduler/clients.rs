@@ -61,6 +61,15 @@ impl Scheduler {
             new_attachments.push((key, bytes.clone()));
         }
         let seq = self.jobs.next_seq();
+        let below = self.job_ids_below.load(std::sync::atomic::Ordering::SeqCst);
+        if seq >= below {
+            return Err(CoordinatorError::Unavailable(format!(
+                "job numbers up to {} are reserved in the stage store's owner record, and the \
+                 next reservation is not written yet (the store is slow or unreachable); submit \
+                 again in a few seconds",
+                below.saturating_sub(1)
+            )));
+        }
         let first = spec.plan_stage(&plan, 1)?;
         if first.is_empty() {
             return Err(CoordinatorError::Internal("the plan has no shards".into()));

@@ -8,6 +8,7 @@
 //! not acted on is acted on.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::shard_prefix;
@@ -39,6 +40,7 @@ impl Scheduler {
             workers: Workers::default(),
             epoch,
             group_commit: false,
+            job_ids_below: Arc::new(AtomicU64::new(u64::MAX)),
         };
         let mut lost = Vec::new();
         for (_, bytes) in store.scan_prefix(Tree::Jobs, b"")? {

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use tally_kinds::kind::WorkerRoom;
 
@@ -81,6 +82,11 @@ pub struct Scheduler {
     /// coordinator's service); otherwise each change is flushed as it is
     /// written (a scheduler driven directly).
     pub(super) group_commit: bool,
+    /// Job numbers are handed out below this only: the latest owner record
+    /// of the stage-store prefix reserves them (`stage_owner.rs`), so that a
+    /// coordinator restored from the replica never gives an id again.
+    /// Unbounded without a stage store outside the coordinator.
+    pub(super) job_ids_below: Arc<AtomicU64>,
 }
 
 impl Scheduler {
@@ -98,6 +104,17 @@ impl Scheduler {
         } else {
             self.store.commit(batch)
         }
+    }
+
+    /// The bound on job numbers (see the field), shared with whoever
+    /// reserves them.
+    pub fn job_ids_below(&self) -> Arc<AtomicU64> {
+        self.job_ids_below.clone()
+    }
+
+    /// The number the next job gets.
+    pub fn next_job_number(&self) -> u64 {
+        self.jobs.next_seq()
     }
 
     /// This load's epoch (see the field).

@@ -131,6 +131,15 @@ pub trait Store: Send + Sync {
     }
     /// All entries whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// Every key of `tree`, in key order, without reading the values (the
+    /// replica's snapshot reads the values one at a time).
+    fn keys(&self, tree: Tree) -> Result<Vec<Vec<u8>>> {
+        Ok(self
+            .scan_prefix(tree, &[])?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
+    }
     /// The entry with the greatest key that starts with `prefix` (a job's
     /// last event, without reading the others). Not for spilled blobs.
     fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {

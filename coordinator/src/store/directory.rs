@@ -98,6 +98,11 @@ pub(super) fn check_marker(
 /// run` keeps its stage data there): a directory holding only it is empty.
 pub const STAGE_DIR: &str = "stage";
 
+/// Written into a data directory while a restore from the replica fills it
+/// (`crate::replica`), and removed when the restore is whole: the store may
+/// be created beside it, and a coordinator refuses to start while it is there.
+pub const RESTORING_MARKER: &str = "tally-restoring";
+
 /// Checks what `dir` holds before sled opens anything, so that sled never
 /// writes into a foreign directory. Returns whether the store is fresh (empty,
 /// or its first start was interrupted); a fresh store's initialisation begins.
@@ -117,8 +122,12 @@ pub(super) fn prepare_directory(dir: &Path) -> Result<bool> {
     // Read the directory once: `exists` says false for what it cannot read,
     // which would make an unreadable store look foreign.
     let empty = match std::fs::read_dir(dir) {
-        Ok(mut entries) => entries
-            .all(|entry| entry.is_ok_and(|e| e.file_name() == STAGE_DIR && e.path().is_dir())),
+        Ok(mut entries) => entries.all(|entry| {
+            entry.is_ok_and(|e| {
+                (e.file_name() == STAGE_DIR && e.path().is_dir())
+                    || e.file_name() == RESTORING_MARKER
+            })
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
         Err(e) => {
             return Err(CoordinatorError::InvalidArgument(format!(

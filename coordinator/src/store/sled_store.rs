@@ -506,6 +506,30 @@ impl Store for SledStore {
         guarded(&self.dir, || self.scan_unguarded(tree, prefix))
     }
 
+    fn keys(&self, tree: Tree) -> Result<Vec<Vec<u8>>> {
+        guarded(&self.dir, || {
+            let unwritten = self.overlay().prefix(tree, &[]);
+            let mut keys: std::collections::BTreeSet<Vec<u8>> = self.with_handles(|h| {
+                let mut trees = vec![h.tree(tree)];
+                if tree == Tree::Blobs {
+                    trees.push(h.spilled());
+                }
+                trees
+                    .into_iter()
+                    .flat_map(|t| t.iter().keys())
+                    .map(|k| k.map(|k| k.to_vec()).map_err(|e| fault(&self.dir, &e)))
+                    .collect()
+            })?;
+            for (key, entry) in unwritten {
+                match entry {
+                    Entry::Remove => keys.remove(&key),
+                    _ => keys.insert(key),
+                };
+            }
+            Ok(keys.into_iter().collect())
+        })
+    }
+
     fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         // Spilled blobs live in a tree of their own, and writes not yet in
         // sled may remove the last key: merge them as a scan does.

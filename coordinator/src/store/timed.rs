@@ -59,6 +59,10 @@ impl Store for TimedStore {
         self.inner.scan_prefix(tree, prefix)
     }
 
+    fn keys(&self, tree: Tree) -> Result<Vec<Vec<u8>>> {
+        self.inner.keys(tree)
+    }
+
     fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         self.inner.last_in_prefix(tree, prefix)
     }

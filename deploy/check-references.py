@@ -1,10 +1,12 @@
 """Cross-checks rendered Kubernetes objects where schemas cannot: every
-selector selects a pod template, named ports and volumes exist, and the
+selector selects a pod template, named ports and volumes exist, the
 Secrets, ConfigMaps (and their keys) and Services that pods and StatefulSets
-name, in volumes and in the environment, are part of the render. KEDA's
-ScaledObject and TriggerAuthentication, whose schemas kubernetes-validate
-does not ship, are checked here: only the fields of keda.sh/v1alpha1 that
-they may have, of the right types, and what they name is in the render.
+name, in volumes and in the environment, are part of the render, and a
+coordinator's --restore-from is a data directory's prefix (d-...) in its
+--stage-store. KEDA's ScaledObject and TriggerAuthentication, whose schemas
+kubernetes-validate does not ship, are checked here: only the fields of
+keda.sh/v1alpha1 that they may have, of the right types, and what they name
+is in the render.
 
 Usage: check-references.py RENDERED.yaml
 """
@@ -41,6 +43,32 @@ def env_errors(container, data):
                     f'container {name}: {var["name"]} from missing key {ref["key"]} '
                     f'of {kind} {ref["name"]}'
                 )
+    return errors
+
+
+def arg_values(container, flag):
+    """The values a container's args give `flag`, as --flag=VALUE or --flag VALUE."""
+    args = [str(a) for a in container.get("args", [])]
+    values = [a.split("=", 1)[1] for a in args if a.startswith(flag + "=")]
+    values += [b for a, b in zip(args, args[1:]) if a == flag]
+    return values
+
+
+def restore_errors(container):
+    """A --restore-from that is not a data directory's prefix (d-...) one
+    level below the container's --stage-store: the coordinator refuses it."""
+    errors = []
+    name = container["name"]
+    stores = [v.rstrip("/") for v in arg_values(container, "--stage-store")]
+    for url in arg_values(container, "--restore-from"):
+        above, _, prefix = url.rstrip("/").rpartition("/")
+        if not prefix.startswith("d-") or "://" not in above:
+            errors.append(f"container {name}: --restore-from {url} is no data directory's prefix (.../d-...)")
+        errors += [
+            f"container {name}: --restore-from {url} is not a prefix of --stage-store {store}"
+            for store in stores
+            if above != store
+        ]
     return errors
 
 
@@ -170,6 +198,7 @@ def main(path):
                 errors.append(f'{workload}: unknown ConfigMap {v["configMap"]["name"]}')
         for c in pod["containers"]:
             errors += [f"{workload}: {e}" for e in env_errors(c, data)]
+            errors += [f"{workload}: {e}" for e in restore_errors(c)]
         if o["kind"] == "StatefulSet" and ("Service", spec["serviceName"]) not in present:
             errors.append(f'{workload}: unknown governing Service {spec["serviceName"]}')
         pods.append((workload, labels, port_names))

@@ -42,9 +42,11 @@ echo "== hadolint"
 "$bin/hadolint" --no-color "$here/Dockerfile"
 
 # k8s is the base; k8s-s3 the overlay that keeps stage data in an object store;
-# k8s-keda the one whose workers KEDA scales (its KEDA objects, whose schemas
-# kubernetes-validate lacks and warns about, are checked by check-references.py).
-for kustomization in k8s k8s-s3 k8s-keda; do
+# k8s-s3-restore that one for the start that restores the coordinator's store
+# from its replica; k8s-keda the one whose workers KEDA scales (its KEDA
+# objects, whose schemas kubernetes-validate lacks and warns about, are checked
+# by check-references.py).
+for kustomization in k8s k8s-s3 k8s-s3-restore k8s-keda; do
     echo "== kubectl kustomize $kustomization | kubernetes-validate --strict"
     "$bin/kubectl" kustomize "$here/$kustomization" >"$tmp/$kustomization.yaml"
     for v in "${k8s_versions[@]}"; do

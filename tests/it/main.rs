@@ -15,6 +15,7 @@ mod kinds;
 mod netfaults;
 mod observability;
 mod processes;
+mod restore;
 mod security;
 mod shutdown;
 mod stage_owner;

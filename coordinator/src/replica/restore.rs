@@ -18,6 +18,7 @@ use super::format::{
     decode_segment, manifest_key, snapshot_done_key, snapshot_part_key,
 };
 
+use crate::store::LOST_AND_FOUND;
 pub use crate::store::RESTORING_MARKER;
 
 /// Where a restored store records what it was restored from, in [`Tree::Meta`].
@@ -77,7 +78,11 @@ enum Step {
 /// unfinished restore (emptied then).
 pub fn prepare_target(dir: &Path) -> Result<()> {
     let entries: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
+        Ok(entries) => entries
+            .flatten()
+            .filter(|e| e.file_name() != LOST_AND_FOUND)
+            .map(|e| e.path())
+            .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => {
             return Err(CoordinatorError::InvalidArgument(format!(

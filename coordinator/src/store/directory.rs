@@ -98,6 +98,10 @@ pub(super) fn check_marker(
 /// run` keeps its stage data there): a directory holding only it is empty.
 pub const STAGE_DIR: &str = "stage";
 
+/// What a new ext filesystem holds at its root: a data directory at a
+/// volume's root (a Kubernetes persistent volume) counts as empty with it.
+pub const LOST_AND_FOUND: &str = "lost+found";
+
 /// Written into a data directory while a restore from the replica fills it
 /// (`crate::replica`), and removed when the restore is whole: the store may
 /// be created beside it, and a coordinator refuses to start while it is there.
@@ -126,6 +130,7 @@ pub(super) fn prepare_directory(dir: &Path) -> Result<bool> {
             entry.is_ok_and(|e| {
                 (e.file_name() == STAGE_DIR && e.path().is_dir())
                     || e.file_name() == RESTORING_MARKER
+                    || e.file_name() == LOST_AND_FOUND
             })
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,

@@ -22,7 +22,7 @@ mod timed;
 mod tests;
 
 pub use api::{Batch, EPOCH_KEY, NEXT_JOB_KEY, Store, Tree, Write};
-pub use directory::{RESTORING_MARKER, SCHEMA_VERSION, STAGE_DIR};
+pub use directory::{LOST_AND_FOUND, RESTORING_MARKER, SCHEMA_VERSION, STAGE_DIR};
 pub use integrity::{OnLoss, Recovery};
 pub use mark::MARK_FILE;
 pub use memory::MemoryStore;

@@ -115,6 +115,21 @@ fn foreign_directory_is_refused() {
     assert!(err.to_string().contains("holds no tally store"), "{err}");
 }
 
+/// A volume's root, as a new ext filesystem leaves it, is an empty data
+/// directory; the same with anything else in it is not.
+#[test]
+fn a_volume_root_with_only_lost_and_found_is_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(super::LOST_AND_FOUND)).unwrap();
+    let store = SledStore::open(dir.path()).unwrap();
+    drop(store);
+    SledStore::open(dir.path()).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    std::fs::create_dir(other.path().join(super::LOST_AND_FOUND)).unwrap();
+    std::fs::write(other.path().join("notes.txt"), "hello").unwrap();
+    assert!(SledStore::open(other.path()).is_err());
+}
+
 /// Commits `n` batches, each naming a new job and raising the job counter.
 fn commit_jobs(store: &SledStore, range: std::ops::Range<u64>) {
     for seq in range {

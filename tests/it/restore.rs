@@ -1,0 +1,729 @@
+//! Losing the coordinator's node, disk and all: the store is replicated to
+//! the stage store, and a coordinator on an empty data directory restores it
+//! (`--restore-from`). Jobs of four kinds in flight (hex cell-step, pegs
+//! frontier, kayles, wasm with its module as an attachment) finish with the
+//! right answers, finished jobs keep theirs, no id is given twice, and with
+//! the replica caught up nothing accepted is lost; the old coordinator, run
+//! again, stops, and a worker that registered with the restored one refuses
+//! it; a damaged or truncated replica object is refused by name and the
+//! restore uses the newest consistent point before it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+use tally_coordinator::replica::{Floors, restore};
+use tally_coordinator::store::{SledStore, Store, Tree};
+use tally_kinds::kayles::KaylesSpec;
+use tally_kinds::pegs::{PegsPlanName, PegsSpec};
+use tally_kinds::spec::JobSpec;
+use tally_kinds::synthetic::SyntheticSpec;
+use tally_kinds::wasm::{DEFAULT_MODULUS, WasmSpec};
+use tally_stage::{StageStore, StageStoreUrl};
+use tally_wire::proto::{self, JobState};
+
+use crate::support::s3::{BUCKET, MotoS3};
+use crate::support::{
+    ChildGuard, direct_answer, free_port, get_job, hex_cell_step, jobs_client, proto_spec, runtime,
+    state, submit, tally_bin, wait_finished,
+};
+
+const QUEENS: &[u8] = include_bytes!("../../examples/wasm/queens.wasm");
+/// Solutions of the 15-queens problem (OEIS A000170), below the default
+/// modulus.
+const QUEENS_15: &str = "2279184";
+
+/// Where the stage store (and the replica) is.
+enum Stage {
+    File(tempfile::TempDir),
+    S3(MotoS3),
+}
+
+impl Stage {
+    fn url(&self) -> String {
+        match self {
+            Stage::File(dir) => format!("file://{}", dir.path().display()),
+            Stage::S3(_) => format!("s3://{BUCKET}/restore"),
+        }
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        match self {
+            Stage::S3(s3) => s3.env(),
+            Stage::File(_) => Vec::new(),
+        }
+    }
+}
+
+fn spawn(args: &[&str], env: &[(String, String)], log: &Path) -> ChildGuard {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    ChildGuard(
+        Command::new(tally_bin())
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("TALLY_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn tally"),
+    )
+}
+
+/// A coordinator process replicating every 200 ms and renewing its hold
+/// every `renew` (`extra` adds to or overrides its options).
+fn coordinator(
+    stage: &Stage,
+    port: u16,
+    data: &Path,
+    log: &Path,
+    renew: &str,
+    extra: &[&str],
+) -> ChildGuard {
+    let listen = format!("127.0.0.1:{port}");
+    let url = stage.url();
+    let mut args = vec![
+        "coordinator",
+        "--listen",
+        &listen,
+        "--data",
+        data.to_str().unwrap(),
+        "--replicate-every",
+        "200ms",
+        "--stage-owner-renew-every",
+        renew,
+    ];
+    if !extra.contains(&"--restore-from") {
+        args.extend(["--stage-store", &url]);
+    }
+    args.extend_from_slice(extra);
+    spawn(&args, &stage.env(), log)
+}
+
+fn worker(stage: &Stage, url: &str, id: &str, log: &Path) -> ChildGuard {
+    let args = [
+        "worker",
+        "--coordinator",
+        url,
+        "--id",
+        id,
+        "--slots",
+        "1",
+        "--threads",
+        "1",
+        "--allow-wasm",
+    ];
+    spawn(&args, &stage.env(), log)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Waits (at most `limit`) for `check`.
+async fn eventually(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The replica's prefix, as the coordinator's log names it.
+fn replica_url(log: &str) -> String {
+    let line = log
+        .lines()
+        .find(|l| l.contains("replicating the store"))
+        .unwrap_or_else(|| panic!("no replication line in {log}"));
+    let at = line.find(" to=").expect("to=") + 4;
+    line[at..].split_whitespace().next().unwrap().to_string()
+}
+
+fn signal(child: &ChildGuard, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig}");
+}
+
+async fn replica_info(url: &str) -> proto::ReplicaInfo {
+    let mut client = jobs_client(url).await;
+    let info = client.info(proto::InfoRequest {}).await.unwrap();
+    info.into_inner().replica.expect("a replica")
+}
+
+fn pegs_frontier() -> JobSpec {
+    JobSpec::new(PegsSpec {
+        board: "triangle:5".into(),
+        start: Some(4),
+        end: None,
+        prefixes: 0,
+        plan: Some(PegsPlanName::Frontier),
+        buckets: 3,
+        by_final_hole: false,
+    })
+}
+
+fn queens_wasm() -> JobSpec {
+    JobSpec::new(WasmSpec {
+        module_sha256: tally_kinds::guest::sha256_hex(QUEENS),
+        shards: 12,
+        params: vec!["n=15".into()],
+        modulus: DEFAULT_MODULUS,
+        exact: false,
+        bound_bits: 0,
+        outputs: 1,
+    })
+}
+
+/// The jobs in flight at the loss, with their expected answers.
+fn jobs_in_flight() -> Vec<(JobSpec, String)> {
+    let kayles = JobSpec::new(KaylesSpec {
+        pins: 2_000_000,
+        digits: 9,
+    });
+    let hex = hex_cell_step(10, 4);
+    let pegs = pegs_frontier();
+    vec![
+        (hex.clone(), direct_answer(&hex)),
+        (pegs.clone(), direct_answer(&pegs)),
+        (kayles.clone(), direct_answer(&kayles)),
+        (queens_wasm(), QUEENS_15.to_string()),
+    ]
+}
+
+/// A coordinator with jobs in flight loses its node (kill -9, its data
+/// directory deleted) once its replica has caught up, its workers stopped
+/// mid-shard; a new one restores the replica on the same address: the
+/// restored jobs are where the old coordinator had them (nothing accepted
+/// is recomputed), the workers carry on with it by themselves, every job
+/// finishes with the right answer, the finished job keeps its answer, and
+/// the next job's id is past every id the old one gave.
+fn a_lost_node_is_restored(stage: Stage) {
+    let root = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let (old_data, new_data) = (root.path().join("old"), root.path().join("new"));
+    let (old_log, new_log) = (root.path().join("old.log"), root.path().join("new.log"));
+    let mut old = coordinator(&stage, port, &old_data, &old_log, "200ms", &[]);
+    runtime().block_on(async {
+        let mut client = jobs_client(&url).await;
+        let mut workers: Vec<ChildGuard> = (0..2)
+            .map(|i| {
+                let log = root.path().join(format!("w{i}.log"));
+                worker(&stage, &url, &format!("w{i}"), &log)
+            })
+            .collect();
+        // One job finished before the loss.
+        let quick = JobSpec::new(SyntheticSpec {
+            shards: 5,
+            terms_per_shard: 10,
+        });
+        let finished = submit(&mut client, &quick, "finished").await;
+        let done = wait_finished(&mut client, &finished.id, Duration::from_secs(120)).await;
+        assert_eq!(state(&done), JobState::Succeeded);
+        let mut ids = vec![finished.id.clone()];
+        let expected = jobs_in_flight();
+        for (i, (spec, _)) in expected.iter().enumerate() {
+            let request = proto::SubmitRequest {
+                spec: Some(proto_spec(spec)),
+                idempotency_key: format!("flight-{i}"),
+                attachments: match spec.kind.as_str() {
+                    "wasm" => vec![QUEENS.to_vec()],
+                    _ => Vec::new(),
+                },
+            };
+            let job = client.submit(request).await.unwrap().into_inner();
+            ids.push(job.job.expect("a job").id);
+        }
+        // Every job under way (or done), then the workers stopped mid-shard.
+        eventually(
+            "every job under way",
+            Duration::from_secs(120),
+            async || {
+                let mut all = true;
+                for id in &ids[1..] {
+                    all &= get_job(&mut client, id).await.work_done > 0;
+                }
+                all
+            },
+        )
+        .await;
+        for w in &workers {
+            signal(w, "-STOP");
+        }
+        eventually(
+            "the replica caught up",
+            Duration::from_secs(60),
+            async || {
+                let info = replica_info(&url).await;
+                info.pending_changes == 0 && info.lag_ms == 0 && info.snapshot_generation > 0
+            },
+        )
+        .await;
+        let mut before = Vec::new();
+        for id in &ids {
+            before.push(get_job(&mut client, id).await);
+        }
+        let in_flight = before[1..]
+            .iter()
+            .filter(|j| !super::support::finished(j))
+            .count();
+        assert!(
+            in_flight >= 2,
+            "jobs still in flight at the loss: {in_flight}"
+        );
+        // A job submitted last: its id was given, whether or not replicated.
+        let last = submit(&mut client, &quick, "last").await.id;
+        drop(client);
+
+        old.kill9();
+        std::fs::remove_dir_all(&old_data).unwrap();
+        let from = replica_url(&read(&old_log));
+        let _new = coordinator(
+            &stage,
+            port,
+            &new_data,
+            &new_log,
+            "200ms",
+            &["--restore-from", &from],
+        );
+        let mut client = loop {
+            if let Ok(Ok(c)) = tokio::time::timeout(
+                Duration::from_secs(2),
+                tally_wire::proto::job_service_client::JobServiceClient::connect(url.clone()),
+            )
+            .await
+            {
+                break c;
+            }
+            assert!(
+                !read(&new_log).contains("Error"),
+                "the restore failed: {}",
+                read(&new_log)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let said = read(&new_log);
+        assert!(said.contains("restored from the replica"), "{said}");
+        assert!(!said.contains("refused a damaged replica object"), "{said}");
+        // Nothing accepted before the replica caught up is computed again
+        // (the work done of running shards is live progress, not stored).
+        let mut accepted = 0;
+        for job in &before {
+            let now = get_job(&mut client, &job.id).await;
+            assert_eq!(
+                (now.state, now.stage, now.shards_done, now.answer.clone()),
+                (job.state, job.stage, job.shards_done, job.answer.clone()),
+                "{} after the restore",
+                job.id
+            );
+            accepted += now.shards_done;
+        }
+        assert!(accepted > 0, "no shard was accepted before the loss");
+        for w in &workers {
+            signal(w, "-CONT");
+        }
+        for (id, (spec, answer)) in ids[1..].iter().zip(&expected) {
+            let job = wait_finished(&mut client, id, Duration::from_secs(300)).await;
+            assert_eq!(state(&job), JobState::Succeeded, "{id}: {}", job.error);
+            assert_eq!(&job.answer, answer, "{id} ({})", spec.kind);
+        }
+        let kept = get_job(&mut client, &finished.id).await;
+        assert_eq!(
+            kept.answer, done.answer,
+            "the finished job keeps its answer"
+        );
+        let next = submit(&mut client, &quick, "after").await.id;
+        for given in ids.iter().chain([&last]) {
+            assert!(next > *given, "{next} given again after {given}");
+        }
+        for w in workers.iter_mut() {
+            w.kill9();
+        }
+    });
+}
+
+#[test]
+fn a_lost_node_is_restored_from_a_replica_in_a_shared_directory() {
+    a_lost_node_is_restored(Stage::File(tempfile::tempdir().unwrap()));
+}
+
+#[test]
+fn a_lost_node_is_restored_from_a_replica_in_s3() {
+    let Some(s3) = MotoS3::start() else {
+        return;
+    };
+    a_lost_node_is_restored(Stage::S3(s3));
+}
+
+/// The exit of a process, if it comes within `limit`.
+fn exit_within(child: &mut ChildGuard, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The old coordinator, frozen while a new one restored its replica, runs
+/// again: its next renewal finds its hold taken and it stops serving, while
+/// the restored one finishes the job.
+#[test]
+fn the_old_coordinator_run_again_after_a_restore_stops() {
+    let stage = Stage::File(tempfile::tempdir().unwrap());
+    let root = tempfile::tempdir().unwrap();
+    let (old_port, new_port) = (free_port(), free_port());
+    let (old_url, new_url) = (
+        format!("http://127.0.0.1:{old_port}"),
+        format!("http://127.0.0.1:{new_port}"),
+    );
+    let old_log = root.path().join("old.log");
+    let new_log = root.path().join("new.log");
+    let mut old = coordinator(
+        &stage,
+        old_port,
+        &root.path().join("old"),
+        &old_log,
+        "200ms",
+        &[],
+    );
+    runtime().block_on(async {
+        let mut client = jobs_client(&old_url).await;
+        let spec = JobSpec::new(KaylesSpec {
+            pins: 4_000,
+            digits: 9,
+        });
+        let id = submit(&mut client, &spec, "fenced").await.id;
+        eventually(
+            "the replica caught up",
+            Duration::from_secs(60),
+            async || {
+                let info = replica_info(&old_url).await;
+                info.pending_changes == 0 && info.snapshot_generation > 0
+            },
+        )
+        .await;
+        signal(&old, "-STOP");
+        let from = replica_url(&read(&old_log));
+        let _new = coordinator(
+            &stage,
+            new_port,
+            &root.path().join("new"),
+            &new_log,
+            "200ms",
+            &["--restore-from", &from],
+        );
+        let mut client = loop {
+            match tally_wire::proto::job_service_client::JobServiceClient::connect(new_url.clone())
+                .await
+            {
+                Ok(c) => break c,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        let mut w = worker(&stage, &new_url, "w", &root.path().join("w.log"));
+        signal(&old, "-CONT");
+        let status = tokio::task::block_in_place(|| exit_within(&mut old, Duration::from_secs(30)))
+            .expect("the old coordinator stopped");
+        assert!(!status.success());
+        let said = read(&old_log);
+        assert!(said.contains("lost its stage-store prefix"), "{said}");
+        let job = wait_finished(&mut client, &id, Duration::from_secs(120)).await;
+        assert_eq!(job.answer, direct_answer(&spec));
+        w.kill9();
+    });
+}
+
+/// A TCP proxy whose target the test switches (connections open are cut).
+struct Switch {
+    port: u16,
+    target: Arc<AtomicU16>,
+    cut: Arc<tokio::sync::Notify>,
+}
+
+impl Switch {
+    async fn start(target: u16) -> Switch {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = Arc::new(AtomicU16::new(target));
+        let cut = Arc::new(tokio::sync::Notify::new());
+        let (to, cutting) = (target.clone(), cut.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                let to = to.load(Ordering::SeqCst);
+                let cutting = cutting.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await
+                    else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        () = cutting.notified() => {}
+                    }
+                });
+            }
+        });
+        Switch { port, target, cut }
+    }
+
+    fn switch(&self, target: u16) {
+        self.target.store(target, Ordering::SeqCst);
+        self.cut.notify_waiters();
+    }
+}
+
+/// A worker that registered with the restored coordinator, sent back to the
+/// old one (which has not noticed yet: it renews its hold rarely), refuses
+/// it and takes none of its leases.
+#[test]
+fn a_worker_refuses_the_coordinator_a_restore_replaced() {
+    let stage = Stage::File(tempfile::tempdir().unwrap());
+    let root = tempfile::tempdir().unwrap();
+    let (old_port, new_port) = (free_port(), free_port());
+    let old_url = format!("http://127.0.0.1:{old_port}");
+    let old_log = root.path().join("old.log");
+    let mut old = coordinator(
+        &stage,
+        old_port,
+        &root.path().join("old"),
+        &old_log,
+        "1h",
+        &["--stage-sweep-every", "1h"],
+    );
+    runtime().block_on(async {
+        let mut client = jobs_client(&old_url).await;
+        let spec = JobSpec::new(SyntheticSpec {
+            shards: 4,
+            terms_per_shard: 10,
+        });
+        let first = submit(&mut client, &spec, "before").await.id;
+        eventually(
+            "the replica caught up",
+            Duration::from_secs(60),
+            async || {
+                let info = replica_info(&old_url).await;
+                info.pending_changes == 0 && info.snapshot_generation > 0
+            },
+        )
+        .await;
+        signal(&old, "-STOP");
+        let from = replica_url(&read(&old_log));
+        // The restore watches the old hold for three of its own renewals.
+        let _new = coordinator(
+            &stage,
+            new_port,
+            &root.path().join("new"),
+            &root.path().join("new.log"),
+            "200ms",
+            &["--restore-from", &from],
+        );
+        let new_url = format!("http://127.0.0.1:{new_port}");
+        let mut restored = loop {
+            match tally_wire::proto::job_service_client::JobServiceClient::connect(new_url.clone())
+                .await
+            {
+                Ok(c) => break c,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        signal(&old, "-CONT");
+        let proxy = Switch::start(new_port).await;
+        let proxied = format!("http://127.0.0.1:{}", proxy.port);
+        let wlog = root.path().join("w.log");
+        let mut w = worker(&stage, &proxied, "w", &wlog);
+        let job = wait_finished(&mut restored, &first, Duration::from_secs(120)).await;
+        assert_eq!(state(&job), JobState::Succeeded);
+        // A job only the old coordinator has, then the worker sent there.
+        let stale = submit(&mut client, &spec, "stale").await.id;
+        proxy.switch(old_port);
+        eventually(
+            "the worker refused the old coordinator",
+            Duration::from_secs(60),
+            async || read(&wlog).contains("older epoch than one this worker worked for"),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let untouched = get_job(&mut client, &stale).await;
+        assert_eq!(
+            untouched.shards_done, 0,
+            "the worker ran the old coordinator's shards"
+        );
+        assert_eq!(untouched.shards_leased, 0);
+        w.kill9();
+        old.kill9();
+    });
+}
+
+/// A replica written by two runs of a coordinator (two generations), then
+/// damaged: a damaged last log segment is refused by name and the restore
+/// stops before it; a truncated snapshot of the newest generation sends the
+/// restore to the one before; with nothing whole left it refuses, naming
+/// what it refused. Never anything half-restored.
+#[test]
+fn a_damaged_replica_object_is_refused_and_the_restore_uses_the_point_before_it() {
+    let stage = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let url: StageStoreUrl = format!("file://{}", stage.path().display())
+        .parse()
+        .unwrap();
+    let data = root.path().join("data");
+    runtime().block_on(async {
+        let mut ids = Vec::new();
+        for run in 0..2 {
+            let mut config = tally_coordinator::CoordinatorConfig::new(
+                "127.0.0.1:0".parse().unwrap(),
+                Some(data.clone()),
+            );
+            config.stage_store = url.clone();
+            config.replicate_every = Duration::from_millis(100);
+            let running = tally_coordinator::start(config).await.unwrap();
+            let mut client = jobs_client(&running.url()).await;
+            for n in 0..3 {
+                let spec = JobSpec::new(SyntheticSpec {
+                    shards: 2,
+                    terms_per_shard: 3 + n,
+                });
+                ids.push(submit(&mut client, &spec, &format!("{run}-{n}")).await.id);
+                // A segment of its own for each.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            let status = running.replica_status.clone().unwrap();
+            eventually(
+                "the snapshot is whole",
+                Duration::from_secs(30),
+                async || status.snapshot_generation.load(Ordering::Relaxed) > 0,
+            )
+            .await;
+            running.shutdown().await;
+        }
+        let prefix = std::fs::read_dir(stage.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with("d-"))
+            .unwrap();
+        let objects = StageStore::open(&url.within(prefix.file_name().unwrap().to_str().unwrap()))
+            .unwrap()
+            .unwrap();
+        let jobs_in = |dir: &Path| -> Vec<String> {
+            let store = SledStore::open(dir).unwrap();
+            let jobs = store.scan_prefix(Tree::Jobs, b"").unwrap();
+            jobs.into_iter()
+                .map(|(k, _)| String::from_utf8(k).unwrap())
+                .collect()
+        };
+        let generations: Vec<PathBuf> = {
+            let mut g: Vec<PathBuf> = std::fs::read_dir(prefix.join("replica"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            g.sort();
+            g
+        };
+        assert!(generations.len() >= 2, "{generations:?}");
+        let newest = generations.last().unwrap().clone();
+
+        // Whole: every job of both runs.
+        let whole = root.path().join("whole");
+        let restored = restore(&objects, &whole, Floors::default()).await.unwrap();
+        assert!(restored.refused.is_empty(), "{:?}", restored.refused);
+        assert_eq!(jobs_in(&whole), ids);
+
+        // The last segment of the newest generation damaged: refused by
+        // name, and the point is the change before it.
+        let mut segments: Vec<PathBuf> = std::fs::read_dir(newest.join("log"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        segments.sort();
+        let last = segments.last().unwrap().clone();
+        let good = std::fs::read(&last).unwrap();
+        let mut damaged = good.clone();
+        damaged[good.len() / 2] ^= 0x40;
+        std::fs::write(&last, &damaged).unwrap();
+        let before_damage = root.path().join("before-damage");
+        let restored = restore(&objects, &before_damage, Floors::default())
+            .await
+            .unwrap();
+        let name = last.file_name().unwrap().to_str().unwrap();
+        assert_eq!(restored.refused.len(), 1, "{:?}", restored.refused);
+        assert!(restored.refused[0].contains(name), "{:?}", restored.refused);
+        assert!(
+            restored.refused[0].contains("damaged"),
+            "{:?}",
+            restored.refused
+        );
+        let first_of_last: u64 = name.split('-').next().unwrap().parse().unwrap();
+        assert_eq!(restored.change, first_of_last - 1);
+        assert!(jobs_in(&before_damage).len() <= ids.len());
+        assert!(!before_damage.join("tally-restoring").exists());
+
+        // The newest snapshot truncated: the generation before it.
+        std::fs::write(&last, &good).unwrap();
+        let part = newest.join("snapshot/part-000001");
+        let bytes = std::fs::read(&part).unwrap();
+        std::fs::write(&part, &bytes[..bytes.len() - 10]).unwrap();
+        let older = root.path().join("older");
+        let restored = restore(&objects, &older, Floors::default()).await.unwrap();
+        assert!(
+            restored
+                .refused
+                .iter()
+                .any(|r| r.contains("part-000001") && r.contains("truncated")),
+            "{:?}",
+            restored.refused
+        );
+        assert!(restored.generation < generation_of(&newest));
+        assert_eq!(jobs_in(&older), ids[..3].to_vec(), "the first run's jobs");
+
+        // Nothing whole left: refused, naming what was refused; the
+        // directory is left empty of any store.
+        for g in &generations[..generations.len() - 1] {
+            let part = g.join("snapshot/part-000001");
+            if part.exists() {
+                std::fs::write(&part, b"garbage").unwrap();
+            }
+        }
+        let none = root.path().join("none");
+        let err = restore(&objects, &none, Floors::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nothing to restore"), "{err}");
+        assert!(err.contains("part-000001"), "{err}");
+        // A start on what is left is refused until the restore is run again.
+        let left = std::fs::read_dir(&none).map_or(0, |d| d.count());
+        assert!(left == 0 || none.join("tally-restoring").exists());
+
+        // A data directory in use is never restored over.
+        let err = restore(&objects, &whole, Floors::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not empty"), "{err}");
+    });
+}
+
+fn generation_of(dir: &Path) -> u64 {
+    dir.file_name().unwrap().to_str().unwrap()[1..]
+        .parse()
+        .unwrap()
+}

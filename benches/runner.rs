@@ -45,6 +45,11 @@
 //!   10,000 shards, a tiny job through a running cluster), with
 //!   `TALLY_BENCH_BEFORE=BIN` for an older build alongside (`runner_parts/defaults.rs`).
 //!
+//! - `-- replication [SHARDS]`: the store replicated (`--replicate-every 2s`)
+//!   against not (`0s`), alternating: a commit-heavy synthetic job's wall time
+//!   and per-shard cost, the group commit's mean latency, the replica's size
+//!   against the store's (`runner_parts/replication.rs`).
+//!
 //! Run: `cargo bench --bench runner` (add `-- quick` for one repetition).
 
 use std::process::{Command, Stdio};
@@ -52,6 +57,8 @@ use std::time::{Duration, Instant};
 
 #[path = "runner_parts/defaults.rs"]
 mod runner_defaults;
+#[path = "runner_parts/replication.rs"]
+mod runner_replication;
 
 fn tally() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tally"))
@@ -138,6 +145,10 @@ fn main() {
         };
         let budget = args.iter().find_map(|a| a.strip_prefix("budget="));
         return hex_large(side, args.iter().any(|a| a == "exact"), &places, budget);
+    }
+    if args.first().map(String::as_str) == Some("replication") {
+        let shards = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(20_000);
+        return runner_replication::replication(shards, runs);
     }
     if args.first().map(String::as_str) == Some("restart") {
         let jobs = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(16_000);

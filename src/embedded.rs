@@ -53,6 +53,10 @@ impl LocalCluster {
             Some(data_dir),
         );
         config.spare_stage = spare_stage;
+        // Nor is the store replicated there: the replica would be lost with it.
+        if !spare_stage {
+            config.replicate_every = Duration::ZERO;
+        }
         config.stage_store = stage_store;
         config.inline_stage_output = inline_stage_output;
         // Levels of a frontier plan are deleted as soon as the sweep sees

@@ -116,7 +116,7 @@ fn replica_metrics(e: &mut Exposition, status: &ReplicaStatus, now: u64) {
     e.gauge(
         "tally_replica_pending_changes",
         "Changes applied to the store and not yet shipped to the replica.",
-        load(&status.pending_changes) as f64,
+        status.pending_changes() as f64,
     );
     e.counter(
         "tally_replica_shipped_changes_total",

@@ -385,7 +385,9 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
             config.stage_sweep_every,
         ))
     });
-    let replica_status = queue.as_ref().map(|_| Arc::new(ReplicaStatus::default()));
+    let replica_status = queue
+        .as_ref()
+        .map(|queue| Arc::new(ReplicaStatus::new(queue.clone())));
     let replica = match (queue, &stage_store, &replica_status) {
         (Some(queue), Some(objects), Some(status)) => {
             let shipper = Shipper {

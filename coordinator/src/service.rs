@@ -341,7 +341,7 @@ impl JobService for JobApi {
                 url: r.url.clone(),
                 every_ms: r.every.as_millis() as u64,
                 lag_ms: r.status.lag_ms(now_ms()),
-                pending_changes: load(&r.status.pending_changes),
+                pending_changes: r.status.pending_changes(),
                 generation: load(&r.status.generation),
                 snapshot_generation: load(&r.status.snapshot_generation),
                 last_error: r.status.last_error.lock().clone().unwrap_or_default(),

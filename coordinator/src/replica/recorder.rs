@@ -50,6 +50,12 @@ pub struct Queue {
     /// Batches may have been lost from the queue: the next generation has no
     /// parent (see the module's invariant).
     pub broken: Option<String>,
+    /// Batches taken from the queue and being shipped: how many, and when
+    /// the first of them was applied.
+    pub in_flight: (u64, u64),
+    /// Since when the replica has had no consistent point past the store's
+    /// changes (a gap in the log, until the next whole snapshot).
+    pub unprotected_since_ms: Option<u64>,
 }
 
 impl Queue {
@@ -57,6 +63,7 @@ impl Queue {
         if self.active && self.broken.is_none() {
             tracing::warn!(why = %why, "the replica's log stops here; it starts again from a snapshot");
             self.broken = Some(why);
+            self.unprotected_since_ms.get_or_insert_with(now_ms);
         }
         self.pending.clear();
         self.pending_bytes = 0;
@@ -69,6 +76,7 @@ impl Queue {
         self.generation = generation;
         self.last_seq = 0;
         self.active = true;
+        self.broken = None;
         through
     }
 }
@@ -104,9 +112,12 @@ impl Store for RecordingStore {
         }
         // Held across the apply: batches are numbered in the order the store
         // applies them.
+        // (Held in every case: a generation that begins while a batch is
+        // applied unrecorded could miss it in its snapshot and its log.)
         let mut queue = self.queue.lock();
-        if !queue.active {
-            drop(queue);
+        // Nothing is recorded before replication starts (the first snapshot
+        // reads it), nor past a gap until the next generation begins.
+        if !queue.active || queue.broken.is_some() {
             return self.inner.apply(batch);
         }
         let copy = batch.clone();

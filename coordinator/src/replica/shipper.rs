@@ -34,13 +34,11 @@ const OBJECT_BYTES: usize = 32 * 1024 * 1024;
 /// snapshot and this.
 const COMPACT_AFTER: u64 = 64 * 1024 * 1024;
 
-/// How the replica stands, for `/metrics` and `tally doctor`.
-#[derive(Debug, Default)]
+/// How the replica stands, for `/metrics` and `tally doctor`: read live
+/// from the recorder's queue, so that "nothing waits" means the replica has
+/// every change the store has made.
 pub struct ReplicaStatus {
-    /// Since when (ms) the oldest change not yet shipped has waited; 0 when
-    /// every change is shipped.
-    pub oldest_unshipped_ms: AtomicU64,
-    pub pending_changes: AtomicU64,
+    queue: Arc<Mutex<Queue>>,
     pub shipped_changes: AtomicU64,
     pub shipped_bytes: AtomicU64,
     pub generation: AtomicU64,
@@ -50,12 +48,43 @@ pub struct ReplicaStatus {
 }
 
 impl ReplicaStatus {
+    pub fn new(queue: Arc<Mutex<Queue>>) -> ReplicaStatus {
+        ReplicaStatus {
+            queue,
+            shipped_changes: AtomicU64::default(),
+            shipped_bytes: AtomicU64::default(),
+            generation: AtomicU64::default(),
+            snapshot_generation: AtomicU64::default(),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    /// Changes applied and not yet in the replica (those being shipped
+    /// included), and since when the oldest has waited (ms since the Unix
+    /// epoch; 0 when none waits). While the replica has no consistent point
+    /// past a gap (its log broken, or the snapshot of a generation without a
+    /// parent not whole yet), the wait counts from the gap.
+    pub fn waiting(&self) -> (u64, u64) {
+        let queue = self.queue.lock();
+        let changes = queue.pending.len() as u64 + queue.in_flight.0;
+        let oldest = [
+            queue.pending.front().map(|r| r.applied_ms),
+            (queue.in_flight.0 > 0).then_some(queue.in_flight.1),
+            queue.unprotected_since_ms,
+        ];
+        (changes, oldest.into_iter().flatten().min().unwrap_or(0))
+    }
+
     /// How far the replica is behind the store now (ms).
     pub fn lag_ms(&self, now_ms: u64) -> u64 {
-        match self.oldest_unshipped_ms.load(Ordering::Relaxed) {
+        match self.waiting().1 {
             0 => 0,
             since => now_ms.saturating_sub(since),
         }
+    }
+
+    pub fn pending_changes(&self) -> u64 {
+        self.waiting().0
     }
 }
 
@@ -145,7 +174,9 @@ impl Shipper {
                     .into(),
             ));
         }
-        let broken = self.queue.lock().broken.take();
+        // Left set until the next generation begins: nothing is recorded
+        // meanwhile, and the snapshot reads it all.
+        let broken = self.queue.lock().broken.clone();
         if let Some(why) = broken {
             tracing::info!(why = %why, "the replica begins a generation from a snapshot");
             if let Some(snapshot) = current.snapshot.take() {
@@ -188,6 +219,7 @@ impl Shipper {
             self.status
                 .snapshot_generation
                 .store(current.generation, Ordering::Relaxed);
+            self.queue.lock().unprotected_since_ms = None;
             self.remove_older(current.generation).await?;
         }
         let compact = current
@@ -220,6 +252,9 @@ impl Shipper {
         let parent = {
             let mut queue = self.queue.lock();
             let through = queue.begin(generation);
+            if parent.is_none() && queue.unprotected_since_ms.is_none() {
+                queue.unprotected_since_ms = Some(now_ms());
+            }
             parent.map(|p| Parent { through, ..p })
         };
         let manifest = Manifest {
@@ -268,26 +303,23 @@ impl Shipper {
                 .iter()
                 .take_while(|r| r.order <= durable)
                 .count();
-            queue.pending.drain(..n).collect()
+            let taken: Vec<Recorded> = queue.pending.drain(..n).collect();
+            queue.in_flight = (
+                taken.len() as u64,
+                taken.first().map_or(0, |r| r.applied_ms),
+            );
+            taken
         };
         let mut sent = 0;
         let result = self.ship_taken(&taken, &mut sent, current).await;
         let unsent = taken.into_iter().skip(sent);
         let mut queue = self.queue.lock();
+        queue.in_flight = (0, 0);
         if result.is_err() && queue.broken.is_none() {
             for r in unsent.rev() {
                 queue.pending.push_front(r);
             }
         }
-        let pending = queue.pending.len() as u64;
-        let oldest = queue.pending.front().map_or(0, |r| r.applied_ms.max(1));
-        drop(queue);
-        self.status
-            .pending_changes
-            .store(pending, Ordering::Relaxed);
-        self.status
-            .oldest_unshipped_ms
-            .store(oldest, Ordering::Relaxed);
         result
     }
 
@@ -320,6 +352,10 @@ impl Shipper {
             {
                 let mut queue = self.queue.lock();
                 queue.pending_bytes = queue.pending_bytes.saturating_sub(recorded);
+                queue.in_flight = match taken.get(end) {
+                    Some(next) => ((taken.len() - end) as u64, next.applied_ms),
+                    None => (0, 0),
+                };
             }
             self.status
                 .shipped_changes

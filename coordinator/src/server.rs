@@ -484,6 +484,14 @@ async fn restore_before_start(
             )));
         }
     }
+    // Opening a directory store creates it: a wrong path must change nothing.
+    if let StageStoreUrl::File(path) = from
+        && !path.is_dir()
+    {
+        return Err(CoordinatorError::FailedPrecondition(format!(
+            "--restore-from {from}: there is no such directory"
+        )));
+    }
     let objects = StageStore::open(from)?
         .ok_or_else(|| CoordinatorError::InvalidArgument("--restore-from coordinator".into()))?
         .with_patience(SWEEP_PATIENCE);

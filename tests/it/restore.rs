@@ -754,3 +754,74 @@ fn generation_of(dir: &Path) -> u64 {
         .parse()
         .unwrap()
 }
+
+/// A restore that cannot be done is refused with one line saying why, and
+/// writes nothing: no such directory, no replica there, a data directory in
+/// use, a stage store other than the replica's.
+#[test]
+fn a_restore_that_cannot_be_done_is_refused_saying_why() {
+    let stage = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let prefix = stage.path().join("d-0123456789abcdef");
+    std::fs::create_dir_all(prefix.join("replica/g00000000000000000001")).unwrap();
+    std::fs::write(prefix.join("replica/g00000000000000000001/manifest"), b"x").unwrap();
+    let used = root.path().join("used");
+    std::fs::create_dir_all(&used).unwrap();
+    std::fs::write(used.join("notes"), b"mine").unwrap();
+    let missing = root.path().join("missing");
+    let stage_url = format!("file://{}", stage.path().display());
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "--data".into(),
+                root.path().join("a").display().to_string(),
+                "--restore-from".into(),
+                format!("file://{}", missing.display()),
+            ],
+            "no such directory",
+        ),
+        (
+            vec![
+                "--data".into(),
+                root.path().join("b").display().to_string(),
+                "--restore-from".into(),
+                stage_url.clone(),
+            ],
+            "there is no replica there",
+        ),
+        (
+            vec![
+                "--data".into(),
+                used.display().to_string(),
+                "--restore-from".into(),
+                format!("file://{}", prefix.display()),
+            ],
+            "is not empty",
+        ),
+        (
+            vec![
+                "--data".into(),
+                root.path().join("c").display().to_string(),
+                "--restore-from".into(),
+                format!("file://{}", prefix.display()),
+                "--stage-store".into(),
+                format!("file://{}", root.path().join("other").display()),
+            ],
+            "not of --stage-store",
+        ),
+    ];
+    for (args, why) in cases {
+        let out = Command::new(tally_bin())
+            .args(["coordinator", "--listen", "127.0.0.1:0"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {said}");
+        assert!(said.contains(why), "{args:?}: {said}");
+    }
+    assert!(!missing.exists());
+    assert!(!root.path().join("a").exists() && !root.path().join("c").exists());
+    assert_eq!(std::fs::read(used.join("notes")).unwrap(), b"mine");
+    assert_eq!(std::fs::read_dir(&used).unwrap().count(), 1);
+}

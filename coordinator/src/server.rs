@@ -25,7 +25,7 @@ use crate::error::{CoordinatorError, Result};
 use crate::group_commit::GroupCommit;
 use crate::http;
 use crate::metrics::CoordinatorMetrics;
-use crate::replica::{Floors, Queue, RecordingStore, ReplicaStatus, Restored, Shipper};
+use crate::replica::{Floors, Parent, Queue, RecordingStore, ReplicaStatus, Restored, Shipper};
 use crate::scaler::ScalerApi;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::JobApi;
@@ -290,12 +290,18 @@ async fn check_before_store(config: &CoordinatorConfig) -> Result<tonic::transpo
 async fn load_shared(
     config: &CoordinatorConfig,
     metrics: Arc<CoordinatorMetrics>,
+    restored: Option<&Restored>,
 ) -> Result<(Arc<Shared>, Option<StageStore>, Option<Arc<Mutex<Queue>>>)> {
     let (store, recovery) = open_store(config).await?;
     let replicated = config.stage_store.is_external() && !config.replicate_every.is_zero();
     let (store, queue): (Arc<dyn Store>, _) = match replicated {
         true => {
             let (recording, queue) = RecordingStore::new(store);
+            // A restored store's changes from its load on continue the
+            // restored point (see `Shipper::continues`).
+            if let Some(restored) = restored {
+                queue.lock().begin(restored.next_generation);
+            }
             (Arc::new(recording), Some(queue))
         }
         false => (store, None),
@@ -336,7 +342,7 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
     };
     let builder = check_before_store(&config).await?;
     let metrics = Arc::new(CoordinatorMetrics::default());
-    let (shared, stage_store, queue) = load_shared(&config, metrics).await?;
+    let (shared, stage_store, queue) = load_shared(&config, metrics, restored.as_ref()).await?;
     // A prefix another data directory holds is refused before serving.
     let stage_owner = match &stage_store {
         Some(store) => {
@@ -398,6 +404,13 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
                 objects: objects.clone(),
                 status: status.clone(),
                 owner: stage_owner.clone(),
+                continues: restored.as_ref().map(|r| {
+                    let parent = Parent {
+                        generation: r.generation,
+                        through: r.change,
+                    };
+                    (r.next_generation, parent)
+                }),
                 data: config
                     .data_dir
                     .as_ref()

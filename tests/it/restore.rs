@@ -353,6 +353,13 @@ fn a_lost_node_is_restored(stage: Stage) {
             "{said}"
         );
         assert!(!said.contains("refused a damaged replica object"), "{said}");
+        // Its first generation continues the restored point: a second loss
+        // before its own snapshot is whole still restores what it did.
+        let continues = said
+            .lines()
+            .find(|l| l.contains("the replica began a generation"))
+            .is_some_and(|l| l.contains("parent=Some(Parent { generation: 1,"));
+        assert!(continues, "{said}");
         // Nothing accepted before the replica caught up is computed again
         // (the work done of running shards is live progress, not stored).
         let mut accepted = 0;

@@ -22,6 +22,7 @@ mod recorder;
 mod restore;
 mod shipper;
 
+pub use format::Parent;
 pub use recorder::{Queue, RecordingStore};
 pub use restore::{Floors, RESTORED_KEY, RESTORING_MARKER, Restored, prepare_target, restore};
 pub use shipper::{ReplicaStatus, Shipper};

@@ -46,6 +46,9 @@ pub struct Restored {
     pub refused: Vec<String>,
     pub changes_replayed: u64,
     pub entries: u64,
+    /// The generation after every one listed: the restored coordinator's
+    /// first, which continues the restored point.
+    pub next_generation: u64,
 }
 
 /// The objects of one generation, from their names.
@@ -139,6 +142,7 @@ pub async fn restore(objects: &StageStore, dir: &Path, floors: Floors) -> Result
             Ok(mut restored) => {
                 std::fs::remove_file(dir.join(RESTORING_MARKER)).map_err(|e| io(dir, e))?;
                 restored.refused = refused;
+                restored.next_generation = listed.keys().max().copied().unwrap_or(0) + 1;
                 return Ok(restored);
             }
             Err(Found::Damaged(key, why)) => {
@@ -367,5 +371,6 @@ async fn replay(
         refused: Vec::new(),
         changes_replayed: changes,
         entries,
+        next_generation: 0,
     })
 }

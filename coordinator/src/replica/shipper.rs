@@ -101,6 +101,9 @@ pub struct Shipper {
     pub owner: Option<Arc<StageOwner>>,
     /// The data directory, named in manifests.
     pub data: String,
+    /// A restored store: the generation its queue was begun in before the
+    /// load, and the restored point it continues.
+    pub continues: Option<(u64, Parent)>,
 }
 
 /// The generation being written and its snapshot.
@@ -123,7 +126,22 @@ impl Shipper {
         stop: impl std::future::Future<Output = ()>,
         last_limit: Duration,
     ) {
+        // A restored store's changes are recorded from its load on, in the
+        // generation the restore chose, continuing the point it restored.
+        let continued = match self.continues {
+            Some((generation, parent)) => match self.open(generation, Some(parent)).await {
+                Ok(current) => Some(current),
+                Err(e) => {
+                    self.failed(&e);
+                    None
+                }
+            },
+            None => None,
+        };
         let mut current = loop {
+            if let Some(current) = continued {
+                break current;
+            }
             match self.begin(None).await {
                 Ok(current) => break current,
                 Err(e) => {
@@ -257,6 +275,12 @@ impl Shipper {
             }
             parent.map(|p| Parent { through, ..p })
         };
+        self.open(generation, parent).await
+    }
+
+    /// Writes the manifest of `generation` (the queue numbers changes in it
+    /// already) and starts its snapshot.
+    async fn open(&self, generation: u64, parent: Option<Parent>) -> Result<Current> {
         let manifest = Manifest {
             generation,
             parent,

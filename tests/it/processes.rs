@@ -243,11 +243,14 @@ async fn a_crash_between_a_group_flush_and_its_answers_loses_nothing_acknowledge
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let mut coordinator =
-        spawn_coordinator_with(port, &data, &log, &["--exit-after-flushes", "30"]);
-    // Two workers of one slot, each holding a shard 20 ms: at most two calls
-    // share a flush, so the job's 64 leases and 64 reports take far more
-    // than 30 flushes, and the abort comes in the middle of the job.
-    let delay = ["--shard-delay-ms", "20"];
+        spawn_coordinator_with(port, &data, &log, &["--exit-after-flushes", "10"]);
+    // Two workers of one slot, each holding a shard 100 ms: a flush covers
+    // at most a call of each, and a call the results of the shards finished
+    // while the one before it waited for its flush (a few, even with flushes
+    // of 300 ms on a loaded machine); the registrations and the submission
+    // take three flushes at most, so the seven after them carry far fewer
+    // than the job's 64 results, and the abort comes in the middle of the job.
+    let delay = ["--shard-delay-ms", "100"];
     let _w1 = spawn_worker(&url, "w1", 1, &delay, &log);
     let _w2 = spawn_worker(&url, "w2", 1, &delay, &log);
     let mut client = jobs_client(&url).await;

@@ -71,11 +71,11 @@ impl Store {
     }
 }
 
-/// What the store holds besides the owner records of the data directories'
-/// prefixes (which stay while the prefix is used).
+/// What the store holds besides the owner records and the replicas of the
+/// data directories' prefixes (which stay while the prefix is used).
 async fn stage_blobs(store: &StageStore) -> Vec<String> {
     let mut keys = store.list(None).await.unwrap();
-    keys.retain(|key| key.split('/').nth(1) != Some("owner"));
+    keys.retain(|key| !matches!(key.split('/').nth(1), Some("owner" | "replica")));
     keys
 }
 

@@ -25,7 +25,7 @@ use crate::error::{CoordinatorError, Result};
 use crate::group_commit::GroupCommit;
 use crate::http;
 use crate::metrics::CoordinatorMetrics;
-use crate::replica::{Floors, Parent, Queue, RecordingStore, ReplicaStatus, Restored, Shipper};
+use crate::replica::{Parent, Queue, RecordingStore, ReplicaStatus, Restored, Shipper};
 use crate::scaler::ScalerApi;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::JobApi;
@@ -334,9 +334,20 @@ async fn load_shared(
 /// Opens the store, reloads every job and starts serving on `config.listen`.
 pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> {
     let restored = match config.restore_from.clone() {
-        Some(from) => Some(restore_before_start(&mut config, &from).await?),
+        Some(from) => {
+            let dir = config.data_dir.clone();
+            let watch_every = config.stage_owner_renew_every;
+            let restored = crate::replica::restore_before_start(
+                dir.as_deref(),
+                &mut config.stage_store,
+                &from,
+                watch_every,
+                SWEEP_PATIENCE,
+            );
+            Some(restored.await?)
+        }
         None => {
-            refuse_unfinished_restore(&config)?;
+            crate::replica::refuse_unfinished_restore(config.data_dir.as_deref())?;
             None
         }
     };
@@ -467,96 +478,6 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
         restored,
         shared,
     })
-}
-
-/// Restores the store into the empty data directory from the replica under
-/// `from` (a data directory's prefix) before anything else: watches the
-/// prefix's latest owner record first (a coordinator still renewing it is
-/// alive: refused), and uses the stage store above `from` unless told one.
-async fn restore_before_start(
-    config: &mut CoordinatorConfig,
-    from: &StageStoreUrl,
-) -> Result<Restored> {
-    let dir = config.data_dir.clone().ok_or_else(|| {
-        CoordinatorError::InvalidArgument("--restore-from needs a data directory".into())
-    })?;
-    crate::replica::prepare_target(&dir)?;
-    let Some((above, _)) = from.split_last() else {
-        return Err(CoordinatorError::InvalidArgument(format!(
-            "--restore-from {from}: name a data directory's prefix in the stage store \
-             (<stage store>/d-…, as the old coordinator's log and `tally doctor` show it)"
-        )));
-    };
-    match &config.stage_store {
-        StageStoreUrl::Coordinator => config.stage_store = above.clone(),
-        given if *given == above => {}
-        given => {
-            return Err(CoordinatorError::InvalidArgument(format!(
-                "--restore-from {from} is a prefix of {above}, not of --stage-store {given}: the \
-                 restored jobs' stage data is there"
-            )));
-        }
-    }
-    // Opening a directory store creates it: a wrong path must change nothing.
-    if let StageStoreUrl::File(path) = from
-        && !path.is_dir()
-    {
-        return Err(CoordinatorError::FailedPrecondition(format!(
-            "--restore-from {from}: there is no such directory"
-        )));
-    }
-    let objects = StageStore::open(from)?
-        .ok_or_else(|| CoordinatorError::InvalidArgument("--restore-from coordinator".into()))?
-        .with_patience(SWEEP_PATIENCE);
-    let listed = objects.list(Some(crate::replica::replica_dir())).await?;
-    if listed.is_empty() {
-        return Err(CoordinatorError::FailedPrecondition(format!(
-            "--restore-from {from}: there is no replica there (a coordinator replicates its \
-             store under its data directory's prefix, {above}/d-…, when --replicate-every is \
-             not 0)"
-        )));
-    }
-    let latest = objects.owner().await?;
-    if let Some(record) = latest.as_ref().filter(|r| !r.released) {
-        tracing::warn!(holder = %record.holder(), "watching the replica's owner before restoring: a coordinator that still renews it is alive");
-        crate::stage_owner::watch(&objects, record, config.stage_owner_renew_every)
-            .await
-            .map_err(|_| {
-                CoordinatorError::FailedPrecondition(format!(
-                    "--restore-from {from}: {} still renews its hold on the prefix: it is alive, \
-                     and two coordinators must never own one replica; stop it first",
-                    record.holder()
-                ))
-            })?;
-    }
-    let floors = Floors {
-        next_job: latest.as_ref().map_or(0, |r| r.ids_below),
-        epoch: latest.as_ref().map_or(0, |r| r.serving),
-    };
-    let restored = crate::replica::restore(&objects, &dir, floors).await?;
-    for refused in &restored.refused {
-        tracing::error!(object = %refused, "a replica object was refused");
-    }
-    tracing::warn!(
-        point = %restored.point,
-        refused = restored.refused.len(),
-        "restored the store from the replica; results accepted after this point are computed again"
-    );
-    Ok(restored)
-}
-
-/// Refuses to start on a data directory a restore left unfinished.
-fn refuse_unfinished_restore(config: &CoordinatorConfig) -> Result<()> {
-    match &config.data_dir {
-        Some(dir) if dir.join(crate::replica::RESTORING_MARKER).exists() => {
-            Err(CoordinatorError::FailedPrecondition(format!(
-                "data directory {}: a restore into it did not finish; run the restore again \
-                 (--restore-from), which starts it over",
-                dir.display()
-            )))
-        }
-        _ => Ok(()),
-    }
 }
 
 /// Deletes, every `every`, the stage store's blobs that nothing committed

@@ -9,7 +9,7 @@
 //! restore uses the newest consistent point before it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
@@ -25,6 +25,7 @@ use tally_stage::{StageStore, StageStoreUrl};
 use tally_wire::proto::{self, JobState};
 
 use crate::support::s3::{BUCKET, MotoS3};
+use crate::support::spawn_tally;
 
 type JobClient = tally_wire::proto::job_service_client::JobServiceClient<tonic::transport::Channel>;
 use crate::support::{
@@ -58,24 +59,6 @@ impl Stage {
     }
 }
 
-fn spawn(args: &[&str], env: &[(String, String)], log: &Path) -> ChildGuard {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    ChildGuard(
-        Command::new(tally_bin())
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .env("TALLY_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn tally"),
-    )
-}
-
 /// A coordinator process replicating every 200 ms and renewing its hold
 /// every `renew` (`extra` adds to or overrides its options).
 fn coordinator(
@@ -103,7 +86,7 @@ fn coordinator(
         args.extend(["--stage-store", &url]);
     }
     args.extend_from_slice(extra);
-    spawn(&args, &stage.env(), log)
+    spawn_tally(&args, &stage.env(), log)
 }
 
 fn worker(stage: &Stage, url: &str, id: &str, log: &Path) -> ChildGuard {
@@ -119,7 +102,7 @@ fn worker(stage: &Stage, url: &str, id: &str, log: &Path) -> ChildGuard {
         "1",
         "--allow-wasm",
     ];
-    spawn(&args, &stage.env(), log)
+    spawn_tally(&args, &stage.env(), log)
 }
 
 fn read(path: &Path) -> String {
@@ -411,6 +394,41 @@ fn a_lost_node_is_restored_from_a_replica_in_s3() {
     a_lost_node_is_restored(Stage::S3(s3));
 }
 
+/// Once the old coordinator's replica has caught up, freezes it (SIGSTOP)
+/// and restores its replica into a new coordinator on `new_port`: the new
+/// one, serving, and a client of it.
+async fn freeze_and_restore(
+    stage: &Stage,
+    root: &Path,
+    old: &ChildGuard,
+    old_url: &str,
+    old_log: &Path,
+    new_port: u16,
+) -> (ChildGuard, JobClient) {
+    eventually(
+        "the replica caught up",
+        Duration::from_secs(60),
+        async || {
+            let info = replica_info(old_url).await;
+            info.pending_changes == 0 && info.snapshot_generation > 0
+        },
+    )
+    .await;
+    signal(old, "-STOP");
+    let from = replica_url(&read(old_log));
+    let new_log = root.join("new.log");
+    let new = coordinator(
+        stage,
+        new_port,
+        &root.join("new"),
+        &new_log,
+        "200ms",
+        &["--restore-from", &from],
+    );
+    let client = connect_when_up(&format!("http://127.0.0.1:{new_port}"), &new_log).await;
+    (new, client)
+}
+
 /// The exit of a process, if it comes within `limit`.
 fn exit_within(child: &mut ChildGuard, limit: Duration) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + limit;
@@ -438,7 +456,6 @@ fn the_old_coordinator_run_again_after_a_restore_stops() {
         format!("http://127.0.0.1:{new_port}"),
     );
     let old_log = root.path().join("old.log");
-    let new_log = root.path().join("new.log");
     let mut old = coordinator(
         &stage,
         old_port,
@@ -454,26 +471,8 @@ fn the_old_coordinator_run_again_after_a_restore_stops() {
             digits: 9,
         });
         let id = submit(&mut client, &spec, "fenced").await.id;
-        eventually(
-            "the replica caught up",
-            Duration::from_secs(60),
-            async || {
-                let info = replica_info(&old_url).await;
-                info.pending_changes == 0 && info.snapshot_generation > 0
-            },
-        )
-        .await;
-        signal(&old, "-STOP");
-        let from = replica_url(&read(&old_log));
-        let _new = coordinator(
-            &stage,
-            new_port,
-            &root.path().join("new"),
-            &new_log,
-            "200ms",
-            &["--restore-from", &from],
-        );
-        let mut client = connect_when_up(&new_url, &new_log).await;
+        let (_new, mut client) =
+            freeze_and_restore(&stage, root.path(), &old, &old_url, &old_log, new_port).await;
         let mut w = worker(&stage, &new_url, "w", &root.path().join("w.log"));
         signal(&old, "-CONT");
         let status = tokio::task::block_in_place(|| exit_within(&mut old, Duration::from_secs(30)))
@@ -554,28 +553,9 @@ fn a_worker_refuses_the_coordinator_a_restore_replaced() {
             terms_per_shard: 10,
         });
         let first = submit(&mut client, &spec, "before").await.id;
-        eventually(
-            "the replica caught up",
-            Duration::from_secs(60),
-            async || {
-                let info = replica_info(&old_url).await;
-                info.pending_changes == 0 && info.snapshot_generation > 0
-            },
-        )
-        .await;
-        signal(&old, "-STOP");
-        let from = replica_url(&read(&old_log));
         // The restore watches the old hold for three of its own renewals.
-        let _new = coordinator(
-            &stage,
-            new_port,
-            &root.path().join("new"),
-            &root.path().join("new.log"),
-            "200ms",
-            &["--restore-from", &from],
-        );
-        let new_url = format!("http://127.0.0.1:{new_port}");
-        let mut restored = connect_when_up(&new_url, &root.path().join("new.log")).await;
+        let (_new, mut restored) =
+            freeze_and_restore(&stage, root.path(), &old, &old_url, &old_log, new_port).await;
         signal(&old, "-CONT");
         let proxy = Switch::start(new_port).await;
         let proxied = format!("http://127.0.0.1:{}", proxy.port);

@@ -6,7 +6,7 @@
 //! secret key appears nowhere. Coordinator and workers run as processes, with
 //! the AWS environment a deployment would give them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use tally_wire::proto::{self, JobState};
 use crate::support::s3::{BUCKET, MotoS3, SECRET};
 use crate::support::{
     ChildGuard, direct_answer, events, free_port, hex_cell_step, http_get, jobs_client, metric,
-    runtime, state, submit, tally_bin, valid, wait_finished, workers_client,
+    runtime, spawn_tally, state, submit, tally_bin, valid, wait_finished, workers_client,
 };
 
 /// Where a test's stage data goes.
@@ -98,7 +98,7 @@ impl Cluster {
         let http = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
         let env = store.env();
         let data = logs.path().join("data");
-        let coordinator = spawn(
+        let coordinator = spawn_tally(
             &[
                 "coordinator",
                 "--listen",
@@ -142,7 +142,7 @@ impl Cluster {
         ];
         args.extend_from_slice(extra);
         let log = self.log_path(id);
-        self.workers.push(spawn(&args, &self.env, &log));
+        self.workers.push(spawn_tally(&args, &self.env, &log));
     }
 
     fn log_path(&self, name: &str) -> PathBuf {
@@ -152,20 +152,6 @@ impl Cluster {
     fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.log_path(name)).unwrap_or_default()
     }
-}
-
-fn spawn(args: &[&str], env: &[(String, String)], log: &Path) -> ChildGuard {
-    let log = std::fs::File::create(log).unwrap();
-    ChildGuard(
-        Command::new(tally_bin())
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .env("TALLY_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn tally"),
-    )
 }
 
 fn pegs_frontier() -> JobSpec {
@@ -1035,7 +1021,7 @@ fn a_data_directory_keeps_its_stage_store_while_a_job_is_unfinished() {
         let log = dir.path().join("coordinator.log");
         let port = free_port();
         let start = |store: &str| {
-            spawn(
+            spawn_tally(
                 &[
                     "coordinator",
                     "--listen",

@@ -7,7 +7,8 @@
 //! `--replicate-every` as sealed log segments, after a generation's manifest
 //! and beside its snapshot, read while the coordinator serves; `restore.rs`
 //! rebuilds a store in an empty data directory from the newest consistent
-//! point; `format.rs` names and lays out the objects.
+//! point, and `on_start.rs` runs it before a coordinator opens its store;
+//! `format.rs` names and lays out the objects.
 //!
 //! *Invariants:* a change is shipped only once the store has made it durable,
 //! in order, without a gap in its generation (a possible gap begins a new
@@ -18,11 +19,13 @@
 //! coordinator it replaces outranked).
 
 mod format;
+mod on_start;
 mod recorder;
 mod restore;
 mod shipper;
 
 pub use format::Parent;
+pub use on_start::{refuse_unfinished_restore, restore_before_start};
 pub use recorder::{Queue, RecordingStore};
 pub use restore::{Floors, RESTORED_KEY, RESTORING_MARKER, Restored, prepare_target, restore};
 pub use shipper::{ReplicaStatus, Shipper};
@@ -32,8 +35,3 @@ pub const REPLICATE_EVERY: std::time::Duration = std::time::Duration::from_secs(
 
 /// How long a stopping coordinator spends shipping its last changes.
 pub const LAST_SHIPMENT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Where the replica is in a data directory's prefix (for messages).
-pub fn replica_dir() -> &'static str {
-    format::REPLICA_DIR
-}

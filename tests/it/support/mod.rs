@@ -375,6 +375,26 @@ pub fn spawn_coordinator_with(port: u16, data: &Path, log: &Path, extra: &[&str]
     )
 }
 
+/// `tally ARGS` with `env` added and logging at info level to `log`
+/// (appended: a process started again adds to its log).
+pub fn spawn_tally(args: &[&str], env: &[(String, String)], log: &Path) -> ChildGuard {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    ChildGuard(
+        Command::new(tally_bin())
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("TALLY_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn tally"),
+    )
+}
+
 pub fn spawn_worker(url: &str, id: &str, slots: usize, extra: &[&str], log: &Path) -> ChildGuard {
     let log = std::fs::OpenOptions::new()
         .create(true)

@@ -745,36 +745,7 @@ fn cluster(submit: &[&str], slots: &[usize], setup: &Setup) -> Cluster {
                 .unwrap()
         })
         .collect();
-    // The coordinator takes a moment to listen: submit until it answers.
-    let mut tries = 0;
-    let (started, out) = loop {
-        let started = Instant::now();
-        let out = tally()
-            .arg("submit")
-            .args(submit)
-            .args(["--coordinator", &url])
-            .output()
-            .unwrap();
-        tries += 1;
-        if out.status.success() || tries == 100 {
-            break (started, out);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(out.status.success(), "submit failed: {out:?}");
-    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let out = tally()
-        .args(["watch", &job, "--coordinator", &url])
-        .stderr(Stdio::null())
-        .output()
-        .unwrap();
-    let wall = started.elapsed().as_secs_f64();
-    assert!(out.status.success(), "the job failed");
-    let answer = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .to_string();
+    let (wall, answer) = submit_and_watch(&url, submit);
     let (worker_cpu, worker_rss) = workers
         .into_iter()
         .map(|w| reap(w.id(), libc::SIGTERM))
@@ -790,6 +761,42 @@ fn cluster(submit: &[&str], slots: &[usize], setup: &Setup) -> Cluster {
         coordinator_rss,
         store_bytes,
     }
+}
+
+/// Submits `tally submit SUBMIT...` to the coordinator at `url` (again until
+/// it answers: it takes a moment to listen) and waits for the job: the wall
+/// time from submission to the answer, and the answer.
+fn submit_and_watch(url: &str, submit: &[&str]) -> (f64, String) {
+    let mut tries = 0;
+    let (started, out) = loop {
+        let started = Instant::now();
+        let out = tally()
+            .arg("submit")
+            .args(submit)
+            .args(["--coordinator", url])
+            .output()
+            .unwrap();
+        tries += 1;
+        if out.status.success() || tries == 100 {
+            break (started, out);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(out.status.success(), "submit failed: {out:?}");
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = tally()
+        .args(["watch", &job, "--coordinator", url])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let wall = started.elapsed().as_secs_f64();
+    assert!(out.status.success(), "the job failed");
+    let answer = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    (wall, answer)
 }
 
 /// The 5 x 5 sliders frontier job with its stage data in each store.

@@ -7,7 +7,7 @@
 //! size against the store's.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 struct Run {
     wall: f64,
@@ -90,35 +90,8 @@ fn run(shards: u64, every: &str) -> Run {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let submit = |args: &[&str]| {
-        crate::tally()
-            .args(args)
-            .args(["--coordinator", &url])
-            .stderr(Stdio::null())
-            .output()
-            .unwrap()
-    };
     let shards_arg = shards.to_string();
-    let mut tries = 0;
-    let (started, out) = loop {
-        let started = Instant::now();
-        let out = submit(&["submit", "synthetic", "--shards", &shards_arg]);
-        tries += 1;
-        if out.status.success() || tries == 100 {
-            break (started, out);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(out.status.success(), "submit failed: {out:?}");
-    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let out = submit(&["watch", &job]);
-    let wall = started.elapsed().as_secs_f64();
-    assert!(out.status.success(), "the job failed");
-    let answer = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .to_string();
+    let (wall, answer) = crate::submit_and_watch(&url, &["synthetic", "--shards", &shards_arg]);
     // The replica catches up within an interval or two.
     std::thread::sleep(Duration::from_secs(5));
     let metrics = get_metrics(http);

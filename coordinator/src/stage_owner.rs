@@ -3,7 +3,10 @@
 //! before every deletion pass of the sweep, released at a clean stop. A copy
 //! of the data directory (a restored backup, a cloned machine) has the same
 //! prefix; it is refused at start, and a coordinator that finds the prefix
-//! taken from it deletes nothing there.
+//! taken from it (by such a copy, or by a coordinator restored from its
+//! replica) deletes and ships nothing there and stops serving. Each record
+//! also carries the holder's epoch and the job numbers it reserves, which a
+//! restore raises its counters to.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -11,7 +11,9 @@
 //! directory's (its nonce), and, if that one was not released, only once it
 //! has seen it go unrenewed for a while (else a copy of this directory is
 //! running on it). A holder that finds a later epoch than its own has lost
-//! the prefix and deletes nothing there.
+//! the prefix and writes and deletes nothing there. A record also carries the
+//! holder's coordinator epoch and the job numbers it reserves, for a restore
+//! from the prefix's replica.
 
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use tally_coordinator::replica::{Floors, restore};
 use tally_coordinator::store::{SledStore, Store, Tree};
 use tally_kinds::kayles::KaylesSpec;
-use tally_kinds::pegs::{PegsPlanName, PegsSpec};
 use tally_kinds::spec::JobSpec;
 use tally_kinds::synthetic::SyntheticSpec;
 use tally_kinds::wasm::{DEFAULT_MODULUS, WasmSpec};
@@ -29,8 +28,8 @@ use crate::support::spawn_tally;
 
 type JobClient = tally_wire::proto::job_service_client::JobServiceClient<tonic::transport::Channel>;
 use crate::support::{
-    ChildGuard, direct_answer, free_port, get_job, hex_cell_step, jobs_client, proto_spec, runtime,
-    state, submit, tally_bin, wait_finished,
+    ChildGuard, direct_answer, free_port, get_job, hex_cell_step, jobs_client, pegs_frontier,
+    proto_spec, runtime, state, submit, tally_bin, wait_finished,
 };
 
 const QUEENS: &[u8] = include_bytes!("../../examples/wasm/queens.wasm");
@@ -162,18 +161,6 @@ async fn replica_info(url: &str) -> proto::ReplicaInfo {
     let mut client = jobs_client(url).await;
     let info = client.info(proto::InfoRequest {}).await.unwrap();
     info.into_inner().replica.expect("a replica")
-}
-
-fn pegs_frontier() -> JobSpec {
-    JobSpec::new(PegsSpec {
-        board: "triangle:5".into(),
-        start: Some(4),
-        end: None,
-        prefixes: 0,
-        plan: Some(PegsPlanName::Frontier),
-        buckets: 3,
-        by_final_hole: false,
-    })
 }
 
 fn queens_wasm() -> JobSpec {
@@ -756,56 +743,37 @@ fn a_restore_that_cannot_be_done_is_refused_saying_why() {
     std::fs::create_dir_all(&used).unwrap();
     std::fs::write(used.join("notes"), b"mine").unwrap();
     let missing = root.path().join("missing");
-    let stage_url = format!("file://{}", stage.path().display());
-    let cases: Vec<(Vec<String>, &str)> = vec![
+    let url = |path: &Path| format!("file://{}", path.display());
+    let fresh = |name: &str| root.path().join(name);
+    let other = url(&fresh("other"));
+    // The data directory, where from, another option, and why it is refused.
+    let cases = [
+        (fresh("a"), url(&missing), None, "no such directory"),
         (
-            vec![
-                "--data".into(),
-                root.path().join("a").display().to_string(),
-                "--restore-from".into(),
-                format!("file://{}", missing.display()),
-            ],
-            "no such directory",
-        ),
-        (
-            vec![
-                "--data".into(),
-                root.path().join("b").display().to_string(),
-                "--restore-from".into(),
-                stage_url.clone(),
-            ],
+            fresh("b"),
+            url(stage.path()),
+            None,
             "there is no replica there",
         ),
+        (used.clone(), url(&prefix), None, "is not empty"),
         (
-            vec![
-                "--data".into(),
-                used.display().to_string(),
-                "--restore-from".into(),
-                format!("file://{}", prefix.display()),
-            ],
-            "is not empty",
-        ),
-        (
-            vec![
-                "--data".into(),
-                root.path().join("c").display().to_string(),
-                "--restore-from".into(),
-                format!("file://{}", prefix.display()),
-                "--stage-store".into(),
-                format!("file://{}", root.path().join("other").display()),
-            ],
+            fresh("c"),
+            url(&prefix),
+            Some(["--stage-store", other.as_str()]),
             "not of --stage-store",
         ),
     ];
-    for (args, why) in cases {
+    for (data, from, extra, why) in cases {
         let out = Command::new(tally_bin())
-            .args(["coordinator", "--listen", "127.0.0.1:0"])
-            .args(&args)
+            .args(["coordinator", "--listen", "127.0.0.1:0", "--data"])
+            .arg(&data)
+            .args(["--restore-from", &from])
+            .args(extra.iter().flatten())
             .output()
             .unwrap();
         let said = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?}: {said}");
-        assert!(said.contains(why), "{args:?}: {said}");
+        assert!(!out.status.success(), "{data:?} from {from}: {said}");
+        assert!(said.contains(why), "{data:?} from {from}: {said}");
     }
     assert!(!missing.exists());
     assert!(!root.path().join("a").exists() && !root.path().join("c").exists());

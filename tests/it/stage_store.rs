@@ -24,7 +24,8 @@ use tally_wire::proto::{self, JobState};
 use crate::support::s3::{BUCKET, MotoS3, SECRET};
 use crate::support::{
     ChildGuard, direct_answer, events, free_port, hex_cell_step, http_get, jobs_client, metric,
-    runtime, spawn_tally, state, submit, tally_bin, valid, wait_finished, workers_client,
+    pegs_frontier, runtime, spawn_tally, state, submit, tally_bin, valid, wait_finished,
+    workers_client,
 };
 
 /// Where a test's stage data goes.
@@ -152,18 +153,6 @@ impl Cluster {
     fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.log_path(name)).unwrap_or_default()
     }
-}
-
-fn pegs_frontier() -> JobSpec {
-    JobSpec::new(PegsSpec {
-        board: "triangle:5".into(),
-        start: Some(4),
-        end: None,
-        prefixes: 0,
-        plan: Some(PegsPlanName::Frontier),
-        buckets: 3,
-        by_final_hole: false,
-    })
 }
 
 /// A sliders frontier job: its graph stages read older levels, which the

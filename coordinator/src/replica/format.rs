@@ -12,7 +12,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{CoordinatorError, Result};
 use crate::store::{Batch, Tree, Write};
 
 /// Where the replica lives under the data directory's prefix.
@@ -133,12 +132,12 @@ pub fn encode_json<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec_pretty(value).expect("replica records serialize")
 }
 
-pub fn decode_json<T: for<'de> Deserialize<'de>>(key: &str, body: &[u8]) -> Result<T> {
-    serde_json::from_slice(body).map_err(|e| damaged(key, &format!("it does not parse: {e}")))
-}
+/// What a body is when it cannot be read: why, in words (the caller names
+/// the object).
+pub type Unreadable = String;
 
-pub fn damaged(key: &str, why: &str) -> CoordinatorError {
-    CoordinatorError::Store(format!("the replica object {key} cannot be used: {why}"))
+pub fn decode_json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Unreadable> {
+    serde_json::from_slice(body).map_err(|e| format!("it does not parse: {e}"))
 }
 
 fn tree_code(tree: Tree) -> u8 {
@@ -183,7 +182,6 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
 
 /// Reads a body made by the `encode_*` functions.
 struct Reader<'a> {
-    key: &'a str,
     body: &'a [u8],
     at: usize,
 }
@@ -193,50 +191,47 @@ impl<'a> Reader<'a> {
         self.at == self.body.len()
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Unreadable> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.body.len());
-        let end = end.ok_or_else(|| damaged(self.key, "an entry runs past its end"))?;
+        let end = end.ok_or("an entry runs past its end")?;
         let bytes = &self.body[self.at..end];
         self.at = end;
         Ok(bytes)
     }
 
-    fn u8(&mut self) -> Result<u8> {
+    fn u8(&mut self) -> Result<u8, Unreadable> {
         Ok(self.take(1)?[0])
     }
 
-    fn u32(&mut self) -> Result<u32> {
+    fn u32(&mut self) -> Result<u32, Unreadable> {
         Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4")))
     }
 
-    fn u64(&mut self) -> Result<u64> {
+    fn u64(&mut self) -> Result<u64, Unreadable> {
         Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8")))
     }
 
-    fn bytes(&mut self) -> Result<Vec<u8>> {
+    fn bytes(&mut self) -> Result<Vec<u8>, Unreadable> {
         let len = self.u64()?;
-        let len = usize::try_from(len).map_err(|_| damaged(self.key, "an entry too long"))?;
+        let len = usize::try_from(len).map_err(|_| "an entry too long")?;
         Ok(self.take(len)?.to_vec())
     }
 
-    fn tree(&mut self) -> Result<Tree> {
+    fn tree(&mut self) -> Result<Tree, Unreadable> {
         let code = self.u8()?;
-        tree_of(code).ok_or_else(|| damaged(self.key, &format!("an unknown tree {code}")))
+        tree_of(code).ok_or_else(|| format!("an unknown tree {code}"))
     }
 }
 
 /// The changes of a log segment, checked to be numbered `first` to `last`.
-pub fn decode_segment(key: &str, body: &[u8], first: u64, last: u64) -> Result<Vec<Batch>> {
-    let mut r = Reader { key, body, at: 0 };
+pub fn decode_segment(body: &[u8], first: u64, last: u64) -> Result<Vec<Batch>, Unreadable> {
+    let mut r = Reader { body, at: 0 };
     let mut changes = Vec::new();
     let mut expected = first;
     while !r.done() {
         let seq = r.u64()?;
         if seq != expected || seq > last {
-            return Err(damaged(
-                key,
-                &format!("it holds change {seq} where {expected} was due"),
-            ));
+            return Err(format!("it holds change {seq} where {expected} was due"));
         }
         let writes = r.u32()?;
         let mut batch = Batch::default();
@@ -246,7 +241,7 @@ pub fn decode_segment(key: &str, body: &[u8], first: u64, last: u64) -> Result<V
             let value = match r.u8()? {
                 0 => None,
                 1 => Some(r.bytes()?),
-                other => return Err(damaged(r.key, &format!("a write of kind {other}"))),
+                other => return Err(format!("a write of kind {other}")),
             };
             batch.writes.push(Write { tree, key, value });
         }
@@ -254,9 +249,9 @@ pub fn decode_segment(key: &str, body: &[u8], first: u64, last: u64) -> Result<V
         expected += 1;
     }
     if expected != last + 1 {
-        return Err(damaged(
-            key,
-            &format!("it ends at change {} of {first} to {last}", expected - 1),
+        return Err(format!(
+            "it ends at change {} of {first} to {last}",
+            expected - 1
         ));
     }
     Ok(changes)
@@ -266,8 +261,8 @@ pub fn decode_segment(key: &str, body: &[u8], first: u64, last: u64) -> Result<V
 pub type Entry = (Tree, Vec<u8>, Vec<u8>);
 
 /// The entries of a snapshot part.
-pub fn decode_entries(key: &str, body: &[u8]) -> Result<Vec<Entry>> {
-    let mut r = Reader { key, body, at: 0 };
+pub fn decode_entries(body: &[u8]) -> Result<Vec<Entry>, Unreadable> {
+    let mut r = Reader { body, at: 0 };
     let mut entries = Vec::new();
     while !r.done() {
         let tree = r.tree()?;
@@ -333,21 +328,21 @@ mod tests {
         let mut body = Vec::new();
         encode_change(4, &a, &mut body);
         encode_change(5, &b, &mut body);
-        let back = decode_segment("k", &body, 4, 5).unwrap();
+        let back = decode_segment(&body, 4, 5).unwrap();
         assert_eq!(back.len(), 2);
         assert_eq!(back[0].writes[0].value.as_deref(), Some(&b"record"[..]));
         assert_eq!(back[0].writes[1].value, None);
         assert_eq!(back[1].writes[0].value.as_ref().unwrap().len(), 100_000);
-        assert!(decode_segment("k", &body, 3, 5).is_err());
-        assert!(decode_segment("k", &body, 4, 6).is_err());
-        assert!(decode_segment("k", &body[..body.len() - 1], 4, 5).is_err());
+        assert!(decode_segment(&body, 3, 5).is_err());
+        assert!(decode_segment(&body, 4, 6).is_err());
+        assert!(decode_segment(&body[..body.len() - 1], 4, 5).is_err());
         let mut entries = Vec::new();
         encode_entry(Tree::Meta, b"epoch", &3u64.to_be_bytes(), &mut entries);
         encode_entry(Tree::Events, b"e", b"", &mut entries);
-        let back = decode_entries("k", &entries).unwrap();
+        let back = decode_entries(&entries).unwrap();
         assert_eq!(back[0].0, Tree::Meta);
         assert_eq!(back[1], (Tree::Events, b"e".to_vec(), Vec::new()));
         entries[0] = 99;
-        assert!(decode_entries("k", &entries).is_err());
+        assert!(decode_entries(&entries).is_err());
     }
 }

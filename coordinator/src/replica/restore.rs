@@ -240,8 +240,8 @@ async fn chain(
     if !objects_of.manifest || bad.contains(&manifest_key) || depth > 64 {
         return Ok(None);
     }
-    let manifest: Manifest = decode_json(&manifest_key, &read(objects, &manifest_key).await?)
-        .map_err(|e| Found::Damaged(manifest_key.clone(), e.to_string()))?;
+    let manifest: Manifest = decode_json(&read(objects, &manifest_key).await?)
+        .map_err(|why| Found::Damaged(manifest_key.clone(), why))?;
     // The log of the generation without a gap from `start`, to `upto` if set.
     let log_from = |start: u64| -> Option<(Segments, u64)> {
         let mut keys = Vec::new();
@@ -261,8 +261,8 @@ async fn chain(
     };
     let done_key = snapshot_done_key(generation);
     if objects_of.done && !bad.contains(&done_key) {
-        let done: SnapshotDone = decode_json(&done_key, &read(objects, &done_key).await?)
-            .map_err(|e| Found::Damaged(done_key.clone(), e.to_string()))?;
+        let done: SnapshotDone = decode_json(&read(objects, &done_key).await?)
+            .map_err(|why| Found::Damaged(done_key.clone(), why))?;
         let parts_bad = (1..=done.parts).any(|p| bad.contains(&snapshot_part_key(generation, p)));
         if !parts_bad
             && let Some((keys, end)) = log_from(done.from + 1)
@@ -312,8 +312,8 @@ async fn replay(
                 for part in 1..=done.parts {
                     let key = snapshot_part_key(*generation, part);
                     let body = read(objects, &key).await?;
-                    let decoded = decode_entries(&key, &body)
-                        .map_err(|e| Found::Damaged(key.clone(), e.to_string()))?;
+                    let decoded =
+                        decode_entries(&body).map_err(|why| Found::Damaged(key.clone(), why))?;
                     let mut batch = Batch::default();
                     for (tree, k, v) in decoded {
                         batch.put(tree, k, v);
@@ -330,8 +330,8 @@ async fn replay(
             Step::Log { start, keys } => {
                 for (key, first, last) in keys {
                     let body = read(objects, key).await?;
-                    let batches = decode_segment(key, &body, *first, *last)
-                        .map_err(|e| Found::Damaged(key.clone(), e.to_string()))?;
+                    let batches = decode_segment(&body, *first, *last)
+                        .map_err(|why| Found::Damaged(key.clone(), why))?;
                     for batch in batches {
                         store.apply(batch)?;
                         changes += 1;

@@ -121,6 +121,20 @@ pub fn hex_cell_step(side: u32, shards_per_step: u32) -> JobSpec {
     })
 }
 
+/// A pegs frontier job on the triangle of side 5 (3 buckets a level).
+pub fn pegs_frontier() -> JobSpec {
+    use tally_kinds::pegs::{PegsPlanName, PegsSpec};
+    JobSpec::new(PegsSpec {
+        board: "triangle:5".into(),
+        start: Some(4),
+        end: None,
+        prefixes: 0,
+        plan: Some(PegsPlanName::Frontier),
+        buckets: 3,
+        by_final_hole: false,
+    })
+}
+
 pub fn valid(spec: &JobSpec) -> ValidSpec {
     ValidSpec::new(spec.clone()).unwrap_or_else(|e| panic!("{spec:?} is refused: {e}"))
 }
@@ -347,17 +361,23 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A process's log file, opened to append (a process started again adds to
+/// its log).
+fn append_to(log: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap()
+}
+
 pub fn spawn_coordinator(port: u16, data: &Path, log: &Path) -> ChildGuard {
     spawn_coordinator_with(port, data, log, &[])
 }
 
 /// A coordinator process with `extra` options.
 pub fn spawn_coordinator_with(port: u16, data: &Path, log: &Path, extra: &[&str]) -> ChildGuard {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
+    let log = append_to(log);
     ChildGuard(
         Command::new(tally_bin())
             .args([
@@ -378,11 +398,7 @@ pub fn spawn_coordinator_with(port: u16, data: &Path, log: &Path, extra: &[&str]
 /// `tally ARGS` with `env` added and logging at info level to `log`
 /// (appended: a process started again adds to its log).
 pub fn spawn_tally(args: &[&str], env: &[(String, String)], log: &Path) -> ChildGuard {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
+    let log = append_to(log);
     ChildGuard(
         Command::new(tally_bin())
             .args(args)
@@ -396,11 +412,7 @@ pub fn spawn_tally(args: &[&str], env: &[(String, String)], log: &Path) -> Child
 }
 
 pub fn spawn_worker(url: &str, id: &str, slots: usize, extra: &[&str], log: &Path) -> ChildGuard {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
+    let log = append_to(log);
     ChildGuard(
         Command::new(tally_bin())
             .args([

@@ -27,7 +27,7 @@ use tally_wire::proto::job_service_client::JobServiceClient;
 use tally_wire::proto::{self, JobState};
 use tonic::transport::Channel;
 
-use super::{ChildGuard, Rng, free_port, tally_bin};
+use super::{ChildGuard, Rng, free_port, log_file, tally_bin};
 
 // ------------------------------------------------------------------ rng
 
@@ -359,14 +359,6 @@ impl Proc {
         }
         self.stopped_until = None;
     }
-}
-
-fn log_file(path: &Path) -> std::fs::File {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap()
 }
 
 struct Cluster {

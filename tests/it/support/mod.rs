@@ -363,7 +363,7 @@ pub fn free_port() -> u16 {
 
 /// A process's log file, opened to append (a process started again adds to
 /// its log).
-fn append_to(log: &Path) -> std::fs::File {
+pub fn log_file(log: &Path) -> std::fs::File {
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -377,7 +377,7 @@ pub fn spawn_coordinator(port: u16, data: &Path, log: &Path) -> ChildGuard {
 
 /// A coordinator process with `extra` options.
 pub fn spawn_coordinator_with(port: u16, data: &Path, log: &Path, extra: &[&str]) -> ChildGuard {
-    let log = append_to(log);
+    let log = log_file(log);
     ChildGuard(
         Command::new(tally_bin())
             .args([
@@ -398,7 +398,7 @@ pub fn spawn_coordinator_with(port: u16, data: &Path, log: &Path, extra: &[&str]
 /// `tally ARGS` with `env` added and logging at info level to `log`
 /// (appended: a process started again adds to its log).
 pub fn spawn_tally(args: &[&str], env: &[(String, String)], log: &Path) -> ChildGuard {
-    let log = append_to(log);
+    let log = log_file(log);
     ChildGuard(
         Command::new(tally_bin())
             .args(args)
@@ -412,7 +412,7 @@ pub fn spawn_tally(args: &[&str], env: &[(String, String)], log: &Path) -> Child
 }
 
 pub fn spawn_worker(url: &str, id: &str, slots: usize, extra: &[&str], log: &Path) -> ChildGuard {
-    let log = append_to(log);
+    let log = log_file(log);
     ChildGuard(
         Command::new(tally_bin())
             .args([

@@ -53,6 +53,7 @@ impl LocalCluster {
             Some(data_dir),
         );
         config.spare_stage = spare_stage;
+        config.on_stall = crate::logging::on_stall();
         // Nor is the store replicated there: the replica would be lost with it.
         if !spare_stage {
             config.replicate_every = Duration::ZERO;

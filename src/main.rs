@@ -19,6 +19,7 @@ mod credentials;
 mod embedded;
 mod files;
 mod flags;
+mod logging;
 mod output;
 mod parse;
 mod signals;
@@ -27,8 +28,6 @@ mod spec_input;
 
 use std::process::ExitCode;
 use std::time::Duration;
-
-use flags::GlobalArgs;
 
 // The coordinator makes and drops many small buffers per shard (records,
 // batches, protocol messages); mimalloc keeps that cheaper than the system
@@ -53,7 +52,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return parser_stopped(e, json),
     };
-    init_logging(&cli.global, cli.command.serves());
+    logging::init(&cli.global, cli.command.serves());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -67,6 +66,7 @@ fn main() -> ExitCode {
     // Work still running on the blocking pool (a store that will not close, a
     // kernel that has not seen its cancellation) must not hold the exit up.
     runtime.shutdown_timeout(RUNTIME_EXIT_LIMIT);
+    logging::flush();
     exit_code(outcome, json)
 }
 
@@ -96,23 +96,5 @@ fn exit_code(outcome: anyhow::Result<ExitCode>, json: bool) -> ExitCode {
             ExitCode::from(output::READER_GONE_EXIT)
         }
         Err(e) => output::failed(&output::error_line(&e), output::exit_code(&e), json),
-    }
-}
-
-fn init_logging(global: &GlobalArgs, serves: bool) {
-    // Servers log what they do; one-shot commands only warn.
-    let default = if serves { "info" } else { "warn" };
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(global.log_level.as_deref().unwrap_or(default))
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    // Colours only on a terminal: a log file or a collector gets plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    if global.log_format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }

@@ -35,6 +35,49 @@ struct State {
     flushes: u64,
 }
 
+/// The leader's flush: whatever way it ends (an error, a panic in the store),
+/// dropping this hands the group its outcome, clears `flushing` and wakes
+/// the calls waiting, so that none of them waits for a leader that is gone.
+struct Leading<'a> {
+    group: &'a GroupCommit,
+    /// The batches durable before, and those the flush covers.
+    from: u64,
+    target: u64,
+    /// The flush's outcome; `None` if it panicked.
+    flushed: Option<Result<()>>,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        let group = self.group;
+        let (from, target) = (self.from, self.target);
+        let mut state = group.state.lock();
+        state.flushing = false;
+        state.flushes += 1;
+        let failed = match self.flushed.take() {
+            Some(Ok(())) => None,
+            Some(Err(e)) => Some(e),
+            None => Some(CoordinatorError::Internal(
+                "the store's flush panicked; the coordinator reads its state back from the store"
+                    .into(),
+            )),
+        };
+        if let Some(e) = failed {
+            tracing::error!(error = %e, "a store flush failed; {} changes not acknowledged", target - from);
+            if state.failures.len() == FAILURES_KEPT {
+                state.failures.pop_front();
+            }
+            state.failures.push_back((from, target, e));
+        }
+        if group.exit_after == Some(state.flushes) {
+            tracing::error!("aborting after flush {} (fault injection)", state.flushes);
+            std::process::abort();
+        }
+        state.flushed = state.flushed.max(target);
+        group.done.notify_all();
+    }
+}
+
 /// Shared by every call of a coordinator.
 #[derive(Default)]
 pub struct GroupCommit {
@@ -88,23 +131,15 @@ impl GroupCommit {
             drop(state);
             // Every batch counted here was applied before the flush starts.
             let target = store.applied();
-            let flushed = store.flush();
+            let mut leading = Leading {
+                group: self,
+                from,
+                target,
+                flushed: None,
+            };
+            leading.flushed = Some(store.flush());
+            drop(leading);
             state = self.state.lock();
-            state.flushing = false;
-            state.flushes += 1;
-            if let Err(e) = flushed {
-                tracing::error!(error = %e, "a store flush failed; {} changes not acknowledged", target - from);
-                if state.failures.len() == FAILURES_KEPT {
-                    state.failures.pop_front();
-                }
-                state.failures.push_back((from, target, e));
-            }
-            if self.exit_after == Some(state.flushes) {
-                tracing::error!("aborting after flush {} (fault injection)", state.flushes);
-                std::process::abort();
-            }
-            state.flushed = state.flushed.max(target);
-            self.done.notify_all();
         }
     }
 
@@ -129,6 +164,7 @@ mod tests {
         applied: AtomicU64,
         flushes: AtomicUsize,
         fail_next: Mutex<bool>,
+        panic_next: Mutex<bool>,
         gate: Mutex<bool>,
         opened: Condvar,
     }
@@ -144,6 +180,9 @@ mod tests {
                 self.opened.wait(&mut closed);
             }
             self.flushes.fetch_add(1, Ordering::SeqCst);
+            if std::mem::take(&mut *self.panic_next.lock()) {
+                panic!("the store's flush panicked (test)");
+            }
             let mut fail = self.fail_next.lock();
             if std::mem::take(&mut *fail) {
                 return Err(CoordinatorError::StoreFull("the disk is full".into()));
@@ -222,5 +261,25 @@ mod tests {
         group.wait_durable(&store, 1).unwrap();
         store.apply(Batch::default()).unwrap();
         group.wait_durable(&store, 4).unwrap();
+    }
+
+    #[test]
+    fn a_panicking_flush_fails_its_calls_and_the_next_call_flushes_again() {
+        let store = Arc::new(Probe::default());
+        let group = Arc::new(GroupCommit::new(None));
+        store.apply(Batch::default()).unwrap();
+        *store.panic_next.lock() = true;
+        let leader = {
+            let (store, group) = (store.clone(), group.clone());
+            std::thread::spawn(move || group.wait_durable(store.as_ref(), 1))
+        };
+        assert!(leader.join().is_err(), "the leader's flush panicked");
+        // Without the guard, `flushing` stayed set and this waited for ever.
+        let e = group.wait_durable(store.as_ref(), 1).unwrap_err();
+        assert!(e.to_string().contains("panicked"), "{e}");
+        store.apply(Batch::default()).unwrap();
+        group.wait_durable(store.as_ref(), 2).unwrap();
+        assert_eq!(store.flushes.load(Ordering::SeqCst), 2);
+        assert_eq!(group.flushes(), 2);
     }
 }

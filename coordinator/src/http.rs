@@ -19,7 +19,8 @@ use crate::error::{CoordinatorError, Result};
 use crate::metrics::CoordinatorMetrics;
 use crate::replica::ReplicaStatus;
 use crate::scheduler::WorkerInfo;
-use crate::shared::{Shared, now_ms};
+use crate::shared::{PEEK_WAIT_LIMIT, Shared, now_ms};
+use crate::watchdog::Holds;
 
 /// Serves `/metrics`, `/api/status` and `/` on `listener` until `shutdown`.
 pub fn serve(
@@ -31,6 +32,7 @@ pub fn serve(
         .route("/", get(status_page))
         .route("/metrics", get(metrics_text))
         .route("/api/status", get(status_json))
+        .route("/healthz", get(healthz))
         .with_state(shared);
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app)
@@ -58,7 +60,7 @@ struct Snapshot {
 
 async fn snapshot(shared: &Arc<Shared>) -> Result<Snapshot> {
     shared
-        .with_scheduler(|s| {
+        .with_scheduler_within(PEEK_WAIT_LIMIT, |s| {
             let now = now_ms();
             let mut workers: Vec<_> = s
                 .workers()
@@ -83,16 +85,31 @@ fn unavailable(err: CoordinatorError) -> Response {
         .into_response()
 }
 
+/// 200 `serving` while the watchdog sees no stall; 503 with what is held,
+/// by whom and for how long otherwise (for probes that speak HTTP).
+async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
+    match shared.liveness.stalled() {
+        None => (StatusCode::OK, "serving\n").into_response(),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not serving: {why}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// During a stall the scheduler's gauges are left out (they cannot be read)
+/// and the rest is served: the stall is what an operator must see.
 async fn metrics_text(State(shared): State<Arc<Shared>>) -> Response {
-    let snap = match snapshot(&shared).await {
-        Ok(s) => s,
-        Err(err) => return unavailable(err),
-    };
+    let snap = snapshot(&shared).await;
     let now = now_ms();
     let mut e = Exposition::new();
-    cluster_gauges(&mut e, &snap, now);
+    if let Ok(snap) = &snap {
+        cluster_gauges(&mut e, snap, now);
+    }
     activity_metrics(&mut e, &shared.metrics, now);
-    if let Some(bytes) = snap.store_bytes {
+    stall_metrics(&mut e, &shared.holds);
+    if let Some(bytes) = snap.ok().and_then(|s| s.store_bytes) {
         e.gauge(
             "tally_store_size_bytes",
             "Size of the store on disk.",
@@ -103,6 +120,22 @@ async fn metrics_text(State(shared): State<Arc<Shared>>) -> Response {
         replica_metrics(&mut e, &replica.status, now);
     }
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], e.finish()).into_response()
+}
+
+/// How long the scheduler lock and the store's flush have been held now.
+fn stall_metrics(e: &mut Exposition, holds: &Holds) {
+    let now = std::time::Instant::now();
+    let held = |hold: &crate::watchdog::Hold| hold.held(now).map_or(0.0, |(_, d)| d.as_secs_f64());
+    e.gauge(
+        "tally_scheduler_lock_held_seconds",
+        "How long the scheduler lock has been held by its current holder (0: free).",
+        held(&holds.scheduler),
+    );
+    e.gauge(
+        "tally_store_flush_running_seconds",
+        "How long the store's flush in progress has run (0: none).",
+        held(&holds.flush),
+    );
 }
 
 /// How far the store's replica in the stage store is behind.
@@ -186,6 +219,11 @@ fn activity_metrics(e: &mut Exposition, m: &CoordinatorMetrics, now: u64) {
             "tally_reports_refused_total",
             "Reports refused (stale attempts, malformed results).",
             &m.reports_refused,
+        ),
+        (
+            "tally_stalls_total",
+            "Holds of the scheduler lock or a store flush that passed the watchdog's warning limit.",
+            &m.stalls,
         ),
         (
             "tally_store_batches_total",

@@ -193,7 +193,7 @@ async fn check_results(shared: &Arc<Shared>, reports: Vec<Report>) -> Vec<Result
     let count = reports.len();
     let shared = shared.clone();
     let checked = tokio::task::spawn_blocking(move || {
-        let checks: Vec<_> = shared.peek(|scheduler| {
+        let checks: Vec<_> = match shared.peek(|scheduler| {
             reports
                 .iter()
                 .map(|report| match (scheduler, &report.result) {
@@ -201,7 +201,10 @@ async fn check_results(shared: &Arc<Shared>, reports: Vec<Report>) -> Vec<Result
                     _ => None,
                 })
                 .collect()
-        });
+        }) {
+            Ok(checks) => checks,
+            Err(e) => return reports.iter().map(|_| Err(e.clone())).collect(),
+        };
         reports
             .into_iter()
             .zip(checks)

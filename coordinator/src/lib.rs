@@ -4,7 +4,9 @@
 //!
 //! Layers, from the bottom up; a module imports only modules below it:
 //! - [`error`], [`records`] (the typed records kept in the store and their
-//!   keys) and [`metrics`] (what the coordinator measures);
+//!   keys), [`metrics`] (what the coordinator measures) and [`watchdog`] (who
+//!   holds the scheduler lock or a flush, since when; past its limits the
+//!   coordinator is unhealthy, then exits);
 //! - [`store`]: a transactional key-value store (sled on disk, or in memory);
 //! - [`scheduler`]: the synchronous state machine of jobs, stages, shards and
 //!   leases; every state change is one atomic batch applied to the store;
@@ -20,11 +22,14 @@
 //!   (refused at start to a copy of the directory; checked by each sweep);
 //! - [`http`]: the `--http` listener: Prometheus text, a JSON status and the
 //!   status page;
+//! - [`background`]: the background tasks (lease expiry, the metrics sampler,
+//!   the stage store's sweep and prefix, the health service's verdict);
 //! - [`server`]: wires the services, health, reflection, the HTTP listener and
 //!   the background tasks.
 
 #![forbid(unsafe_code)]
 
+pub mod background;
 pub mod error;
 pub mod group_commit;
 pub mod http;
@@ -40,6 +45,7 @@ pub mod service;
 pub mod shared;
 pub mod stage_owner;
 pub mod store;
+pub mod watchdog;
 pub mod worker_service;
 
 pub use error::{CoordinatorError, Result};

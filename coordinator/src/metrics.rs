@@ -33,6 +33,9 @@ pub struct CoordinatorMetrics {
     /// Batches applied to the store (each call that changes anything applies
     /// one; a flush makes many durable at once).
     pub store_batches: Counter,
+    /// Holds of the scheduler lock or a store flush that passed the
+    /// watchdog's warning limit (see `watchdog`).
+    pub stalls: Counter,
     lease_started: Mutex<HashMap<LeaseId, Instant>>,
     history: Mutex<HashMap<String, VecDeque<(u64, u64)>>>,
 }

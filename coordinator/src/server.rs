@@ -21,6 +21,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
+use crate::background::{
+    expire_leases, renew_stage_owner, report_health, sample_loop, sweep_stage_store,
+};
 use crate::error::{CoordinatorError, Result};
 use crate::group_commit::GroupCommit;
 use crate::http;
@@ -29,9 +32,10 @@ use crate::replica::{Parent, Queue, RecordingStore, ReplicaStatus, Restored, Shi
 use crate::scaler::ScalerApi;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::JobApi;
-use crate::shared::{Shared, now_ms};
+use crate::shared::{SCHEDULER_WAIT_LIMIT, Shared, now_ms};
 use crate::stage_owner::{StageOwner, Taking};
 use crate::store::{MemoryStore, OnLoss, Recovery, SledStore, Store, TimedStore};
+use crate::watchdog::{Holds, OnStall, Watchdog, WatchdogConfig, WatchdogThread};
 use crate::worker_service::WorkerApi;
 use parking_lot::Mutex;
 
@@ -83,6 +87,14 @@ pub struct CoordinatorConfig {
     /// taken inline with its report and kept here (0: none), at most
     /// `MAX_INLINE_STAGE_OUTPUT`.
     pub inline_stage_output: usize,
+    /// How long the scheduler lock or a flush may be held before the
+    /// coordinator reports itself not serving, and before it exits.
+    pub watchdog: WatchdogConfig,
+    /// What the watchdog does at its limit (by default: exit).
+    pub on_stall: OnStall,
+    /// Fault injection for tests: the n-th call whose name contains the
+    /// text keeps the scheduler lock for ever.
+    pub stall_in: Option<(String, u64)>,
 }
 
 impl CoordinatorConfig {
@@ -107,6 +119,9 @@ impl CoordinatorConfig {
             replicate_every: crate::replica::REPLICATE_EVERY,
             restore_from: None,
             inline_stage_output: DEFAULT_INLINE_STAGE_OUTPUT,
+            watchdog: WatchdogConfig::default(),
+            on_stall: OnStall::default(),
+            stall_in: None,
         }
     }
 }
@@ -138,6 +153,10 @@ pub struct RunningCoordinator {
     pub http_addr: Option<SocketAddr>,
     http: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
     sampler: JoinHandle<()>,
+    /// Keeps the health service true to the watchdog.
+    health: JoinHandle<()>,
+    /// Stops when dropped, at the end of the shutdown.
+    watchdog: Option<WatchdogThread>,
     shutdown: Option<oneshot::Sender<()>>,
     server: JoinHandle<std::result::Result<(), tonic::transport::Error>>,
     expiry: JoinHandle<()>,
@@ -173,6 +192,7 @@ impl RunningCoordinator {
         }
         self.expiry.abort();
         self.sampler.abort();
+        self.health.abort();
         if let Some(sweeper) = &self.sweeper {
             sweeper.abort();
         }
@@ -220,6 +240,7 @@ impl RunningCoordinator {
         {
             tracing::error!(limit = ?STORE_CLOSE_LIMIT, "the store did not close in time; stopping without it (every acknowledged commit is already durable)");
         }
+        drop(self.watchdog.take());
     }
 
     /// Waits until the server stops on its own (an error, or a signal handled by
@@ -306,7 +327,8 @@ async fn load_shared(
         }
         false => (store, None),
     };
-    let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone()));
+    let holds = Arc::new(Holds::default());
+    let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, metrics.clone(), holds.clone()));
     let mut scheduler_config = config.scheduler.clone();
     scheduler_config.external_stage_store = config.stage_store.is_external();
     scheduler_config.spare_stage = config.spare_stage;
@@ -327,6 +349,7 @@ async fn load_shared(
         GroupCommit::new(config.exit_after_flushes),
         own_stage_store,
         config.inline_stage_output.min(MAX_INLINE_STAGE_OUTPUT),
+        holds,
     );
     Ok((shared, stage_store, queue))
 }
@@ -382,8 +405,19 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
     let addr = listener
         .local_addr()
         .map_err(|e| CoordinatorError::Internal(e.to_string()))?;
+    if let Some((call, nth)) = &config.stall_in {
+        shared.stall_in(call, *nth);
+    }
+    let watchdog = Watchdog::new(
+        shared.holds.clone(),
+        config.watchdog,
+        shared.metrics.clone(),
+        shared.liveness.clone(),
+    );
+    let watchdog = WatchdogThread::spawn(watchdog, config.on_stall.clone())
+        .map_err(|e| CoordinatorError::Internal(format!("cannot start the watchdog: {e}")))?;
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
-    let server = serve_grpc(builder, &config, shared.clone(), listener, async {
+    let (server, health) = serve_grpc(builder, &config, shared.clone(), listener, async {
         let _ = shutdown_rx.await;
     })
     .await?;
@@ -409,7 +443,8 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
         (Some(queue), Some(objects), Some(status)) => {
             let shipper = Shipper {
                 store: shared
-                    .peek(|s| s.map(|s| s.store().clone()))
+                    .peek_within(SCHEDULER_WAIT_LIMIT, |s| s.map(|s| s.store().clone()))
+                    .await?
                     .ok_or_else(|| CoordinatorError::Internal("no scheduler".into()))?,
                 queue,
                 objects: objects.clone(),
@@ -468,6 +503,8 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
         http_addr,
         http,
         sampler,
+        health,
+        watchdog: Some(watchdog),
         shutdown: Some(shutdown_tx),
         server,
         expiry,
@@ -479,92 +516,6 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
         shared,
     })
 }
-
-/// Deletes, every `every`, the stage store's blobs that nothing committed
-/// references; a round that fails is logged and the next one tries again.
-/// Once the prefix is taken by another data directory, nothing is deleted.
-async fn sweep_stage_store(
-    shared: Arc<Shared>,
-    store: StageStore,
-    owner: Arc<StageOwner>,
-    every: Duration,
-) {
-    let mut ticker = tokio::time::interval(every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        match sweep_once(&shared, &store, &owner).await {
-            Ok(0) => {}
-            Ok(deleted) => tracing::info!(deleted, "stage blobs no longer referenced deleted"),
-            Err(e) if owner.is_lost() => {
-                tracing::error!(error = %e, "the stage store is not swept");
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "sweeping the stage store failed; trying again later")
-            }
-        }
-    }
-}
-
-/// Renews the hold on the stage-store prefix every `every`, until it is
-/// found taken by another data directory.
-async fn renew_stage_owner(owner: Arc<StageOwner>, every: Duration) {
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        match owner.renew().await {
-            Ok(()) => {}
-            Err(e) if owner.is_lost() => {
-                tracing::error!(error = %e, "the stage-store prefix was lost");
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "renewing the stage-store prefix failed; trying again")
-            }
-        }
-    }
-}
-
-/// One sweep: lists the runner's blobs, asks the scheduler which of them
-/// nothing references, and, if this data directory still holds the prefix,
-/// deletes those, and the files of uploads to a directory store abandoned
-/// an hour ago or more. The scheduler's answer is durable when
-/// `with_scheduler` returns, so a blob is deleted only once no state that a
-/// restart could read back refers to it.
-pub async fn sweep_once(
-    shared: &Arc<Shared>,
-    store: &StageStore,
-    owner: &StageOwner,
-) -> Result<usize> {
-    let keys = match store.list(Some("jobs")).await {
-        // The coordinator is stopping under the sweep (a directory store's
-        // blocking call cancelled): nothing to sweep, nothing to warn of.
-        Err(tally_stage::StageError::Cancelled) => return Ok(0),
-        listed => listed?,
-    };
-    let garbage = match keys.is_empty() {
-        true => Vec::new(),
-        false => {
-            shared
-                .with_scheduler(move |s| s.unreferenced_blobs(keys))
-                .await?
-        }
-    };
-    // Blobs under a prefix another data directory took are its own.
-    owner.confirm().await?;
-    for key in &garbage {
-        store.delete(key).await?;
-    }
-    let partial = store
-        .remove_abandoned_uploads(ABANDONED_UPLOAD_IDLE)
-        .await?;
-    Ok(garbage.len() + partial)
-}
-
-/// How long the file of an unfinished upload to a directory store stays
-/// untouched before the sweep takes it for abandoned (its writer killed).
-const ABANDONED_UPLOAD_IDLE: Duration = Duration::from_secs(3600);
 
 /// Runs `f` on the blocking pool.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
@@ -636,14 +587,15 @@ fn note_recovery(scheduler: &mut Scheduler, recovery: &Recovery) -> Result<()> {
 type GrpcServer = JoinHandle<std::result::Result<(), tonic::transport::Error>>;
 
 /// Serves health, reflection, JobService, WorkerService and KEDA's external
-/// scaler on `listener` until `shutdown`.
+/// scaler on `listener` until `shutdown`; with the task that keeps the
+/// health service true to the watchdog.
 async fn serve_grpc(
     mut builder: tonic::transport::Server,
     config: &CoordinatorConfig,
     shared: Arc<Shared>,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<GrpcServer> {
+) -> Result<(GrpcServer, JoinHandle<()>)> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<JobServiceServer<JobApi>>()
@@ -651,6 +603,7 @@ async fn serve_grpc(
     health_reporter
         .set_serving::<WorkerServiceServer<WorkerApi>>()
         .await;
+    let health = tokio::spawn(report_health(shared.clone(), health_reporter));
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(tally_wire::proto::FILE_DESCRIPTOR_SET)
@@ -685,7 +638,7 @@ async fn serve_grpc(
     // Small request/response pairs: without NODELAY, delayed ACKs add 40 ms to
     // every exchange.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    Ok(tokio::spawn(
+    let server = tokio::spawn(
         builder
             .add_service(health_service)
             .add_service(reflection_v1)
@@ -694,7 +647,8 @@ async fn serve_grpc(
             .add_service(workers)
             .add_service(scaler)
             .serve_with_incoming_shutdown(incoming, shutdown),
-    ))
+    );
+    Ok((server, health))
 }
 
 /// The gRPC server builder, with TLS when configured.
@@ -705,89 +659,5 @@ fn grpc_builder(config: &CoordinatorConfig) -> Result<tonic::transport::Server> 
             .tls_config(tls.config())
             .map_err(|e| CoordinatorError::InvalidArgument(tls_config_error(&e))),
         None => Ok(builder),
-    }
-}
-
-/// Expires leases every `every`, and deletes the finished jobs older than
-/// `retain` (if given) at most once a second.
-async fn expire_leases(shared: Arc<Shared>, every: Duration, retain: Option<Duration>) {
-    let mut ticker = tokio::time::interval(every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // A store that cannot be written (a full disk) fails every tick: say so
-    // when it starts and when it ends, not four times a second.
-    let mut failing = false;
-    let mut retention_due = tokio::time::Instant::now();
-    loop {
-        ticker.tick().await;
-        if let Some(retain) = retain
-            && tokio::time::Instant::now() >= retention_due
-        {
-            retention_due = tokio::time::Instant::now() + Duration::from_secs(1);
-            let retain_ms = retain.as_millis() as u64;
-            let deleted = shared
-                .with_scheduler(move |s| {
-                    let now = now_ms();
-                    let before = s.store_size_on_disk().unwrap_or(0);
-                    let n = s.delete_finished_before(now.saturating_sub(retain_ms), now)?;
-                    Ok((n, before, s.store_size_on_disk().unwrap_or(0)))
-                })
-                .await;
-            match deleted {
-                Ok((0, _, _)) => {}
-                Ok((n, before, after)) => tracing::info!(
-                    deleted = n,
-                    store_bytes_before = before,
-                    store_bytes_after = after,
-                    "finished jobs past their retention deleted"
-                ),
-                Err(e) => tracing::warn!(error = %e, "retention failed; trying again"),
-            }
-        }
-        let expired = shared
-            .with_scheduler(|s| {
-                let now = now_ms();
-                s.forget_silent_workers(now);
-                // Best effort: a job left unsettled stays whole in memory.
-                if let Err(e) = s.settle_finished(now) {
-                    tracing::debug!(error = %e, "settling finished jobs failed");
-                }
-                s.write_deferred_events()?;
-                s.expire_leases(now)
-            })
-            .await;
-        if failing && expired.is_ok() {
-            failing = false;
-            tracing::info!("lease expiry works again");
-        }
-        match expired {
-            Ok(0) => {}
-            Ok(n) => {
-                shared.metrics.leases_expired.add(n as u64);
-                tracing::warn!(expired = n, "leases expired; shards go back to the queue");
-                shared.work_ready.notify_waiters();
-                let _ = shared.changes.send(String::new());
-            }
-            Err(e) if !failing => {
-                failing = true;
-                tracing::error!(error = %e, "lease expiry failed; retrying every tick");
-            }
-            Err(_) => {}
-        }
-    }
-}
-
-/// Samples every job's finished work every second, for the status page's
-/// throughput charts, until the coordinator stops.
-async fn sample_loop(shared: Arc<Shared>) {
-    let mut ticker = tokio::time::interval(Duration::from_secs(1));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        let now = now_ms();
-        match shared.with_scheduler(move |s| Ok(s.list(now))).await {
-            Ok(jobs) => shared.metrics.sample(&jobs, now),
-            Err(CoordinatorError::Unavailable(_)) => return,
-            Err(e) => tracing::warn!(error = %e, "metrics sampling failed"),
-        }
     }
 }

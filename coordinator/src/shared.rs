@@ -9,9 +9,10 @@
 //! that was not a lease's. After a failed write the scheduler is read back
 //! from the store before the next call uses it.
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use tally_kinds::cache::KernelCache;
 use tally_stage::StageStoreUrl;
@@ -24,6 +25,16 @@ use crate::panic_fence::SetOnPanic;
 use crate::records::attachment_key;
 use crate::scheduler::Scheduler;
 use crate::store::Tree;
+use crate::watchdog::{Holding, Holds, Liveness, call_name};
+
+/// How long a call waits for the scheduler lock before it answers
+/// UNAVAILABLE (the caller retries): no call waits for ever behind a stall,
+/// and no blocking thread is kept past it.
+pub const SCHEDULER_WAIT_LIMIT: Duration = Duration::from_secs(20);
+
+/// How long the HTTP listener's reads wait for the scheduler lock: a scrape
+/// or the status page during a stall answers at once that it cannot say.
+pub const PEEK_WAIT_LIMIT: Duration = Duration::from_secs(2);
 
 /// The wall clock in Unix milliseconds, as the scheduler takes it.
 pub fn now_ms() -> u64 {
@@ -69,6 +80,22 @@ pub struct Shared {
     pub inline_stage_output: usize,
     /// The replica of the store and how it stands, once replication started.
     pub replica: std::sync::OnceLock<ReplicaView>,
+    /// Who holds the scheduler lock and which flush runs, since when: what
+    /// the watchdog watches.
+    pub holds: Arc<Holds>,
+    /// Whether the coordinator serves, as the watchdog judges it.
+    pub liveness: Arc<Liveness>,
+    /// Fault injection: the n-th call whose name contains the text keeps the
+    /// scheduler lock for ever (what a deadlock in the store does).
+    stall_in: Mutex<Option<(String, u64)>>,
+    stall_armed: AtomicBool,
+}
+
+/// The scheduler under its lock, with the hold marked for the watchdog
+/// (released first: the fields drop in order).
+struct Locked<'a> {
+    _holding: Holding<'a>,
+    scheduler: MutexGuard<'a, Option<Scheduler>>,
 }
 
 /// The replica as the services show it.
@@ -87,6 +114,7 @@ impl Shared {
         group: GroupCommit,
         stage_store: StageStoreUrl,
         inline_stage_output: usize,
+        holds: Arc<Holds>,
     ) -> Arc<Shared> {
         // Everything the store holds at start was committed (flushed).
         group.durable_through(scheduler.store().applied());
@@ -106,6 +134,64 @@ impl Shared {
             },
             stage_store,
             replica: std::sync::OnceLock::new(),
+            holds,
+            liveness: Arc::new(Liveness::default()),
+            stall_in: Mutex::new(None),
+            stall_armed: AtomicBool::new(false),
+        })
+    }
+
+    /// Fault injection (tests): the `nth` call from now on whose name (as
+    /// the watchdog gives it) contains `call` keeps the scheduler lock for
+    /// ever.
+    pub fn stall_in(&self, call: &str, nth: u64) {
+        *self.stall_in.lock() = Some((call.to_string(), nth.max(1)));
+        self.stall_armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the call `by` is the one to stall in (fault injection).
+    fn stalls_here(&self, by: &str) -> bool {
+        if !self.stall_armed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut stall = self.stall_in.lock();
+        match stall.as_mut() {
+            Some((call, nth)) if by.contains(call.as_str()) => {
+                *nth -= 1;
+                *nth == 0
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes the scheduler lock for the call `by`, waiting at most `limit`:
+    /// past it the call is refused as UNAVAILABLE, naming who holds it.
+    fn lock(&self, by: &'static str, limit: Duration) -> Result<Locked<'_>> {
+        let Some(scheduler) = self.scheduler.try_lock_for(limit) else {
+            let holder = match self.holds.scheduler.held(Instant::now()) {
+                Some((holder, held)) => {
+                    format!(" (held by {holder} for {:.1} s)", held.as_secs_f64())
+                }
+                None => String::new(),
+            };
+            return Err(CoordinatorError::Unavailable(format!(
+                "the coordinator is busy: its scheduler could not be had within {} s{holder}; try again",
+                limit.as_secs_f64()
+            )));
+        };
+        let holding = self.holds.scheduler.begin(by);
+        if self.stalls_here(by) {
+            tracing::warn!(
+                call = by,
+                "holding the scheduler lock for ever (fault injection)"
+            );
+            loop {
+                std::thread::park();
+            }
+        }
+        Ok(Locked {
+            _holding: holding,
+            scheduler,
         })
     }
 
@@ -117,7 +203,19 @@ impl Shared {
         T: Send + 'static,
         F: FnOnce(&mut Scheduler) -> Result<T> + Send + 'static,
     {
-        self.call_scheduler(f, Durability::Wait).await
+        self.call_scheduler(f, Durability::Wait, SCHEDULER_WAIT_LIMIT)
+            .await
+    }
+
+    /// [`Shared::with_scheduler`] waiting at most `limit` for the lock: for
+    /// reads that must answer, if only to say they cannot, during a stall
+    /// (the HTTP listener's).
+    pub async fn with_scheduler_within<T, F>(self: &Arc<Self>, limit: Duration, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Scheduler) -> Result<T> + Send + 'static,
+    {
+        self.call_scheduler(f, Durability::Wait, limit).await
     }
 
     /// Runs `f` on the scheduler like [`Shared::with_scheduler`] but answers
@@ -130,19 +228,26 @@ impl Shared {
         T: Send + 'static,
         F: FnOnce(&mut Scheduler) -> Result<T> + Send + 'static,
     {
-        self.call_scheduler(f, Durability::Soft).await
+        self.call_scheduler(f, Durability::Soft, SCHEDULER_WAIT_LIMIT)
+            .await
     }
 
-    async fn call_scheduler<T, F>(self: &Arc<Self>, f: F, durability: Durability) -> Result<T>
+    async fn call_scheduler<T, F>(
+        self: &Arc<Self>,
+        f: F,
+        durability: Durability,
+        limit: Duration,
+    ) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Scheduler) -> Result<T> + Send + 'static,
     {
         let shared = self.clone();
+        let by = call_name::<F>();
         tokio::task::spawn_blocking(move || {
             let (result, store, ticket) = {
-                let mut scheduler = shared.scheduler.lock();
-                let Some(scheduler) = scheduler.as_mut() else {
+                let mut locked = shared.lock(by, limit)?;
+                let Some(scheduler) = locked.scheduler.as_mut() else {
                     return Err(CoordinatorError::Unavailable(
                         "the coordinator is shutting down".into(),
                     ));
@@ -195,15 +300,38 @@ impl Shared {
         .map_err(|e| CoordinatorError::Internal(format!("scheduler task failed: {e}")))?
     }
 
-    /// Reads the scheduler under its lock on the calling thread, changing
-    /// nothing and waiting for no flush: for copying out what work done
-    /// outside the lock needs. `None` once the coordinator has shut down.
-    pub fn peek<T>(&self, f: impl FnOnce(Option<&Scheduler>) -> T) -> T {
-        let scheduler = self.scheduler.lock();
-        f(scheduler.as_ref())
+    /// Reads the scheduler under its lock on the calling thread (a blocking
+    /// one: never the runtime's), changing nothing and waiting for no flush:
+    /// for copying out what work done outside the lock needs. `None` once
+    /// the coordinator has shut down.
+    pub fn peek<T, F>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(Option<&Scheduler>) -> T,
+    {
+        let locked = self.lock(call_name::<F>(), SCHEDULER_WAIT_LIMIT)?;
+        Ok(f(locked.scheduler.as_ref()))
     }
 
-    /// Drops the scheduler and with it the store, after any call in progress.
+    /// [`Shared::peek`] from the blocking pool, waiting at most `limit` for
+    /// the lock: for reads that must answer even during a stall (the HTTP
+    /// listener's).
+    pub async fn peek_within<T, F>(self: &Arc<Self>, limit: Duration, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Option<&Scheduler>) -> T + Send + 'static,
+    {
+        let shared = self.clone();
+        let by = call_name::<F>();
+        tokio::task::spawn_blocking(move || {
+            let locked = shared.lock(by, limit)?;
+            Ok(f(locked.scheduler.as_ref()))
+        })
+        .await
+        .map_err(|e| CoordinatorError::Internal(format!("scheduler task failed: {e}")))?
+    }
+
+    /// Drops the scheduler and with it the store, after any call in progress
+    /// (on a blocking thread: it waits for the lock).
     pub fn close(&self) {
         let scheduler = self.scheduler.lock().take();
         drop(scheduler);

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tally_stage::{Claim, OwnerRecord, StageStore};
 
 use crate::error::{CoordinatorError, Result};
-use crate::shared::{Shared, now_ms};
+use crate::shared::{SCHEDULER_WAIT_LIMIT, Shared, now_ms};
 
 /// A hold not released is watched for this many renewals before a start of
 /// the same data directory takes it back (no renewal: its holder is gone).
@@ -103,7 +103,7 @@ impl StageOwner {
             ids_below,
             shared: shared.clone(),
         };
-        let reserve = owner.reservation();
+        let reserve = owner.reservation().await?;
         if !owner
             .store
             .put_owner(&owner.record(epoch, false, reserve))
@@ -137,7 +137,7 @@ impl StageOwner {
             return Err(self.lost(None));
         }
         let next = *epoch + 1;
-        let reserve = self.reservation();
+        let reserve = self.reservation().await?;
         if !self
             .store
             .put_owner(&self.record(next, false, reserve))
@@ -155,11 +155,16 @@ impl StageOwner {
 
     /// The job numbers the next record reserves: the next one's and
     /// [`JOB_IDS_RESERVED`] more (never fewer than a record reserved).
-    fn reservation(&self) -> u64 {
-        let next = self.shared.peek(|s| s.map_or(0, |s| s.next_job_number()));
+    async fn reservation(&self) -> Result<u64> {
+        let next = self
+            .shared
+            .peek_within(SCHEDULER_WAIT_LIMIT, |s| {
+                s.map_or(0, |s| s.next_job_number())
+            })
+            .await?;
         let held = self.ids_below.load(Ordering::SeqCst);
         let held = if held == u64::MAX { 0 } else { held };
-        (next + JOB_IDS_RESERVED).max(held)
+        Ok((next + JOB_IDS_RESERVED).max(held))
     }
 
     /// Whether this coordinator still holds the prefix, read from the store:
@@ -181,7 +186,7 @@ impl StageOwner {
             return Ok(());
         }
         let next = *epoch + 1;
-        let reserve = self.reservation();
+        let reserve = self.reservation().await?;
         if self
             .store
             .put_owner(&self.record(next, true, reserve))

@@ -88,6 +88,45 @@ pub struct CoordinatorArgs {
     /// store flush, before any call it covered is answered.
     #[arg(long, hide = true)]
     pub exit_after_flushes: Option<u64>,
+    /// How long one call may hold the scheduler lock, or one store flush
+    /// run, before the coordinator exits with code 70 so that its supervisor
+    /// (systemd, Kubernetes) starts it again and its jobs resume from the
+    /// store. It reports itself not serving (health, `/healthz`) once such
+    /// a hold passes 5 s (or half this), warns at a sixth of this and logs
+    /// an error at half, naming the call.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_stall_limit)]
+    pub stall_limit: Duration,
+    /// Fault injection for tests: `CALL:N`, the N-th call whose name
+    /// contains CALL (as the watchdog names calls, e.g. `WorkerApi::report`)
+    /// keeps the scheduler lock for ever.
+    #[arg(long, hide = true, value_parser = parse_stall_in)]
+    pub fault_stall_scheduler_in: Option<(String, u64)>,
+}
+
+/// Parses `--stall-limit`: at least 2 s (a shorter one would end a
+/// coordinator for an ordinary slow flush).
+fn parse_stall_limit(text: &str) -> Result<Duration, String> {
+    let limit = parse_duration(text)?;
+    match limit >= Duration::from_secs(2) {
+        true => Ok(limit),
+        false => Err(format!("{text} is shorter than the least limit, 2s")),
+    }
+}
+
+fn parse_stall_in(text: &str) -> Result<(String, u64), String> {
+    let (call, nth) = text.rsplit_once(':').unwrap_or((text, "1"));
+    let nth = nth.parse().map_err(|e| format!("{nth}: {e} (CALL:N)"))?;
+    Ok((call.to_string(), nth))
+}
+
+/// The watchdog's limits for a `--stall-limit`.
+pub(crate) fn watchdog_config(
+    stall_limit: Duration,
+) -> tally_coordinator::watchdog::WatchdogConfig {
+    tally_coordinator::watchdog::WatchdogConfig {
+        unhealthy_after: tally_coordinator::watchdog::UNHEALTHY_AFTER.min(stall_limit / 2),
+        exit_after: stall_limit,
+    }
 }
 
 /// Parses `--inline-stage-output`: a size up to `MAX_INLINE_STAGE_OUTPUT`.
@@ -168,6 +207,9 @@ pub async fn execute(
     config.recover = args.recover;
     config.retain_finished = args.retain_finished;
     config.exit_after_flushes = args.exit_after_flushes;
+    config.watchdog = watchdog_config(args.stall_limit);
+    config.on_stall = crate::logging::on_stall();
+    config.stall_in = args.fault_stall_scheduler_in.clone();
     config.stage_store = args.stage_store.clone();
     config.stage_sweep_every = args.stage_sweep_every;
     config.inline_stage_output = args.inline_stage_output;

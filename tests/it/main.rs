@@ -12,6 +12,7 @@ mod compat;
 mod full_disk;
 mod grpc_clients;
 mod kinds;
+mod liveness;
 mod netfaults;
 mod observability;
 mod processes;

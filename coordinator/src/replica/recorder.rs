@@ -56,6 +56,12 @@ pub struct Queue {
     /// Since when the replica has had no consistent point past the store's
     /// changes (a gap in the log, until the next whole snapshot).
     pub unprotected_since_ms: Option<u64>,
+    /// Held across each recorded apply, from the store's write to the
+    /// batch's number: whoever must see the store and the numbering agree
+    /// (a generation's beginning, a snapshot's ends) takes it, on a
+    /// blocking thread. The queue's own lock is never held across a write,
+    /// so that its readers (the shipper, the metrics) never wait on the disk.
+    pub applying: Arc<Mutex<()>>,
 }
 
 impl Queue {
@@ -85,17 +91,37 @@ impl Queue {
 pub struct RecordingStore {
     inner: Arc<dyn Store>,
     queue: Arc<Mutex<Queue>>,
+    applying: Arc<Mutex<()>>,
 }
 
 impl RecordingStore {
     pub fn new(inner: Arc<dyn Store>) -> (RecordingStore, Arc<Mutex<Queue>>) {
         let queue = Arc::new(Mutex::new(Queue::default()));
+        let applying = queue.lock().applying.clone();
         let store = RecordingStore {
             inner,
             queue: queue.clone(),
+            applying,
         };
         (store, queue)
     }
+}
+
+/// Runs `f` on the queue with no recorded apply in progress, on the blocking
+/// pool (it may wait for a write to the disk).
+pub async fn with_no_apply<T: Send + 'static>(
+    queue: &Arc<Mutex<Queue>>,
+    f: impl FnOnce(&mut Queue) -> T + Send + 'static,
+) -> Result<T> {
+    let queue = queue.clone();
+    tokio::task::spawn_blocking(move || {
+        let applying = queue.lock().applying.clone();
+        let _no_apply = applying.lock();
+        let mut queue = queue.lock();
+        f(&mut queue)
+    })
+    .await
+    .map_err(|e| crate::error::CoordinatorError::Internal(format!("the replica's queue: {e}")))
 }
 
 fn batch_bytes(batch: &Batch) -> u64 {
@@ -114,18 +140,25 @@ impl Store for RecordingStore {
         // applies them.
         // (Held in every case: a generation that begins while a batch is
         // applied unrecorded could miss it in its snapshot and its log.)
-        let mut queue = self.queue.lock();
+        let _applying = self.applying.lock();
         // Nothing is recorded before replication starts (the first snapshot
         // reads it), nor past a gap until the next generation begins.
-        if !queue.active || queue.broken.is_some() {
+        let recorded = {
+            let queue = self.queue.lock();
+            queue.active && queue.broken.is_none()
+        };
+        if !recorded {
             return self.inner.apply(batch);
         }
         let copy = batch.clone();
         if let Err(e) = self.inner.apply(batch) {
-            queue.break_off(format!("a store write failed: {e}"));
+            self.queue
+                .lock()
+                .break_off(format!("a store write failed: {e}"));
             return Err(e);
         }
         let bytes = batch_bytes(&copy);
+        let mut queue = self.queue.lock();
         if queue.pending_bytes + bytes > QUEUE_LIMIT {
             let why = format!(
                 "more than {} MiB of changes waited to be shipped",

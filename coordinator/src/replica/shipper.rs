@@ -24,7 +24,7 @@ use super::format::{
     Manifest, Parent, REPLICA_DIR, ReplicaObject, SnapshotDone, encode_change, encode_entry,
     encode_json, manifest_key, segment_key, snapshot_done_key, snapshot_part_key,
 };
-use super::recorder::{Queue, Recorded};
+use super::recorder::{Queue, Recorded, with_no_apply};
 
 /// A snapshot part or log segment holds about this many bytes at most (one
 /// change larger than it goes up alone).
@@ -267,14 +267,16 @@ impl Shipper {
             .max()
             .unwrap_or(0);
         let generation = newest + 1;
-        let parent = {
-            let mut queue = self.queue.lock();
+        let unprotected = parent.is_none();
+        let through = with_no_apply(&self.queue, move |queue| {
             let through = queue.begin(generation);
-            if parent.is_none() && queue.unprotected_since_ms.is_none() {
+            if unprotected && queue.unprotected_since_ms.is_none() {
                 queue.unprotected_since_ms = Some(now_ms());
             }
-            parent.map(|p| Parent { through, ..p })
-        };
+            through
+        })
+        .await?;
+        let parent = parent.map(|p| Parent { through, ..p });
         self.open(generation, parent).await
     }
 
@@ -434,16 +436,18 @@ async fn snapshot(
     objects: StageStore,
     generation: u64,
 ) -> Result<SnapshotDone> {
-    let seq_now = |queue: &Mutex<Queue>| {
-        let queue = queue.lock();
-        match queue.generation == generation {
+    // Read with no apply in progress: every change the store holds when the
+    // read begins (ends) is numbered at most `from` (`to`).
+    let seq_now = |queue: Arc<Mutex<Queue>>| async move {
+        with_no_apply(&queue, move |queue| match queue.generation == generation {
             true => Ok(queue.last_seq),
             false => Err(CoordinatorError::Unavailable(format!(
                 "generation {generation} was left before its snapshot was whole"
             ))),
-        }
+        })
+        .await
     };
-    let from = seq_now(&queue)?;
+    let from = seq_now(queue.clone()).await??;
     let (parts_tx, mut parts_rx) = tokio::sync::mpsc::channel::<Result<(Vec<u8>, u64)>>(2);
     let reader = tokio::task::spawn_blocking(move || {
         let send = |part| parts_tx.blocking_send(part).is_ok();
@@ -490,7 +494,7 @@ async fn snapshot(
     }
     let done = SnapshotDone {
         from,
-        to: seq_now(&queue)?,
+        to: seq_now(queue.clone()).await??,
         parts,
         entries,
         bytes,

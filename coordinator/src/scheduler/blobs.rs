@@ -123,9 +123,10 @@ impl Scheduler {
         let nonces: Vec<&str> = nonces.collect();
         let mut batch = Batch::default();
         batch.put(Tree::Meta, STAGE_OWNER_KEY, nonces.join(" ").into_bytes());
-        self.write(batch)?;
-        self.store.flush()?;
-        Ok(())
+        // Durable before the owner record is written: the caller's call
+        // answers only once the group commit has flushed it (no fsync under
+        // the scheduler's lock).
+        self.write(batch)
     }
 
     /// Of `keys` (blobs listed in the stage store), those nothing committed

@@ -1,11 +1,12 @@
 //! A store wrapper that times every flush (the durable part of a group
-//! commit) into the coordinator's store-commit histogram and counts the
-//! batches applied.
+//! commit) into the coordinator's store-commit histogram, marks it for the
+//! watchdog while it runs, and counts the batches applied.
 
 use std::sync::Arc;
 
 use crate::error::Result;
 use crate::metrics::CoordinatorMetrics;
+use crate::watchdog::Holds;
 
 use super::api::{Batch, Store, Tree};
 
@@ -13,11 +14,16 @@ use super::api::{Batch, Store, Tree};
 pub struct TimedStore {
     inner: Arc<dyn Store>,
     commits: Arc<CoordinatorMetrics>,
+    holds: Arc<Holds>,
 }
 
 impl TimedStore {
-    pub fn new(inner: Arc<dyn Store>, commits: Arc<CoordinatorMetrics>) -> Self {
-        TimedStore { inner, commits }
+    pub fn new(inner: Arc<dyn Store>, commits: Arc<CoordinatorMetrics>, holds: Arc<Holds>) -> Self {
+        TimedStore {
+            inner,
+            commits,
+            holds,
+        }
     }
 }
 
@@ -30,6 +36,7 @@ impl Store for TimedStore {
 
     fn flush(&self) -> Result<()> {
         let started = std::time::Instant::now();
+        let _flushing = self.holds.flush.begin("the store's flush (fsync)");
         let result = self.inner.flush();
         self.commits.store_commit.observe(started.elapsed());
         result

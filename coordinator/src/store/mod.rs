@@ -19,6 +19,8 @@ mod spill;
 mod timed;
 
 #[cfg(test)]
+mod stress_tests;
+#[cfg(test)]
 mod tests;
 
 pub use api::{Batch, EPOCH_KEY, NEXT_JOB_KEY, Store, Tree, Write};

@@ -9,7 +9,8 @@
 //! thread that makes no progress for a minute, fails it with the stacks.
 //!
 //! The suite runs a short round; `TALLY_SLED_STRESS_OPS` sets a long one
-//! (a measurement, run by hand: docs/testing.md).
+//! (a measurement, run by hand with `cargo test`, which sets no time limit:
+//! docs/testing.md).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -94,7 +95,7 @@ fn the_stores_get_insert_flush_pattern_does_not_deadlock_sled() {
                             batch.put(Tree::Shards, key(n * 8 + j), vec![n as u8; 64]);
                         }
                         batch.put(Tree::Jobs, key(n % 97), n.to_be_bytes().to_vec());
-                        if n % 5 == 0 {
+                        if n.is_multiple_of(5) {
                             batch.remove(Tree::Shards, key((n - 4) * 8));
                         }
                         store.apply(batch).unwrap();
@@ -114,10 +115,10 @@ fn the_stores_get_insert_flush_pattern_does_not_deadlock_sled() {
                     }
                     "sled insert" => {
                         raw_tree.insert(key(n), vec![n as u8; 128]).unwrap();
-                        if n % 3 == 0 {
+                        if n.is_multiple_of(3) {
                             raw_tree.remove(key(n - 2)).unwrap();
                         }
-                        if n % 64 == 0 {
+                        if n.is_multiple_of(64) {
                             raw.flush().unwrap();
                         }
                     }
@@ -136,8 +137,22 @@ fn the_stores_get_insert_flush_pattern_does_not_deadlock_sled() {
     let mut last: Vec<(u64, Instant)> =
         progress.names.iter().map(|_| (0, Instant::now())).collect();
     let paced = [0usize, 8];
+    let started = Instant::now();
+    let mut said = Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(100));
+        if ops > SUITE_OPS && said.elapsed() >= Duration::from_secs(30) {
+            said = Instant::now();
+            let done: Vec<u64> = progress
+                .done
+                .iter()
+                .map(|d| d.load(Ordering::Relaxed))
+                .collect();
+            eprintln!(
+                "sled stress: {:.0} s, operations by thread {done:?}",
+                started.elapsed().as_secs_f64()
+            );
+        }
         let cycles = parking_lot_011::deadlock::check_deadlock();
         if !cycles.is_empty() {
             let report: Vec<String> = cycles

@@ -213,6 +213,9 @@ pub struct ChaosReport {
     pub resume_ms: Vec<u64>,
     /// Restarts followed by another coordinator fault before any result.
     pub restarts_without_result: u32,
+    /// Processes that ended by themselves and were started again (as a
+    /// supervisor does): a coordinator its watchdog ended, say.
+    pub exits_restarted: Vec<String>,
     pub elapsed: Duration,
     /// Everything that broke an invariant; empty on success.
     pub violations: Vec<String>,
@@ -293,6 +296,13 @@ impl ChaosReport {
             "restarts faulted again before a result",
             self.restarts_without_result.to_string(),
         );
+        row(
+            "processes that exited by themselves, restarted",
+            match self.exits_restarted.is_empty() {
+                true => "0".to_string(),
+                false => self.exits_restarted.join(", "),
+            },
+        );
         row("violations", self.violations.len().to_string());
         t
     }
@@ -358,6 +368,15 @@ impl Proc {
             signal(c, libc::SIGCONT);
         }
         self.stopped_until = None;
+    }
+
+    /// How the process ended, if it ended by itself (not killed by the
+    /// driver): the driver, as a supervisor, starts it again.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.0.try_wait().ok()??;
+        self.child = None;
+        self.stopped_until = None;
+        Some(status)
     }
 }
 
@@ -541,6 +560,30 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
         let now = Instant::now();
         let faulting = now < end_of_faults;
 
+        // A supervisor: a process that ended by itself starts again. Only
+        // the watchdog's exit is expected of a coordinator.
+        if let Some(status) = cluster.coordinator.exited() {
+            report
+                .exits_restarted
+                .push(format!("coordinator ({status})"));
+            if status.code() != Some(tally_coordinator::watchdog::STALL_EXIT_CODE) {
+                report.violations.push(format!(
+                    "the coordinator exited by itself ({status}), not by its watchdog; see {}",
+                    cluster.dir.display()
+                ));
+            }
+            cluster.spawn_coordinator();
+            restarts.push(now_ms());
+            last_restart = Some(Instant::now());
+            client = connect(&url).await;
+        }
+        for i in 0..cluster.workers.len() {
+            if let Some(status) = cluster.workers[i].exited() {
+                let name = cluster.workers[i].name.clone();
+                report.exits_restarted.push(format!("{name} ({status})"));
+                cluster.spawn_worker(i);
+            }
+        }
         // Heal what is due: SIGCONT stopped processes, restart killed ones.
         if cluster
             .coordinator

@@ -297,7 +297,7 @@ impl ChaosReport {
             self.restarts_without_result.to_string(),
         );
         row(
-            "processes that exited by themselves, restarted",
+            "processes exited by themselves, restarted",
             match self.exits_restarted.is_empty() {
                 true => "0".to_string(),
                 false => self.exits_restarted.join(", "),

@@ -24,7 +24,7 @@ use tally_stage::{StageStore, StageStoreUrl};
 use tally_wire::proto::{self, JobState};
 
 use crate::support::s3::{BUCKET, MotoS3};
-use crate::support::spawn_tally;
+use crate::support::{spawn_tally, wait_for_log_line};
 
 type JobClient = tally_wire::proto::job_service_client::JobServiceClient<tonic::transport::Channel>;
 use crate::support::{
@@ -317,14 +317,18 @@ fn a_lost_node_is_restored(stage: Stage) {
         );
         let mut client = connect_when_up(&new_url, &new_log).await;
         service.switch(new_port);
-        let said = read(&new_log);
+        let limit = Duration::from_secs(120);
+        wait_for_log_line(&new_log, &["restored the store from the replica"], limit).await;
+        // Its first generation continues the restored point: a second loss
+        // before its own snapshot is whole still restores what it did. (The
+        // shipper says so in the background, maybe after the first call.)
+        let said = wait_for_log_line(&new_log, &["the replica began a generation"], limit).await;
+        assert!(!said.contains("refused a damaged replica object"), "{said}");
+        // Watching the old hold is no sign of an unclean stop of its own.
         assert!(
-            said.contains("restored the store from the replica"),
+            !said.contains("did not release its stage-store prefix"),
             "{said}"
         );
-        assert!(!said.contains("refused a damaged replica object"), "{said}");
-        // Its first generation continues the restored point: a second loss
-        // before its own snapshot is whole still restores what it did.
         let continues = said
             .lines()
             .find(|l| l.contains("the replica began a generation"))

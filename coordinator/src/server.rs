@@ -33,7 +33,7 @@ use crate::scaler::ScalerApi;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::JobApi;
 use crate::shared::{SCHEDULER_WAIT_LIMIT, Shared, now_ms};
-use crate::stage_owner::{StageOwner, Taking};
+use crate::stage_owner::{PrefixAsked, StageOwner, Taking};
 use crate::store::{MemoryStore, OnLoss, Recovery, SledStore, Store, TimedStore};
 use crate::watchdog::{Holds, OnStall, Watchdog, WatchdogConfig, WatchdogThread};
 use crate::worker_service::WorkerApi;
@@ -83,6 +83,9 @@ pub struct CoordinatorConfig {
     /// Restore the store into the (empty) data directory from the replica
     /// under this data-directory prefix (`<stage store>/d-…`) before serving.
     pub restore_from: Option<StageStoreUrl>,
+    /// Restore even when the newest point loses more than the replica's
+    /// last interval (a gap in its log), instead of refusing.
+    pub restore_accept_loss: bool,
     /// With a stage store outside the coordinator: the largest stage output
     /// taken inline with its report and kept here (0: none), at most
     /// `MAX_INLINE_STAGE_OUTPUT`.
@@ -118,6 +121,7 @@ impl CoordinatorConfig {
             stage_owner_renew_every: STAGE_OWNER_RENEW_EVERY,
             replicate_every: crate::replica::REPLICATE_EVERY,
             restore_from: None,
+            restore_accept_loss: false,
             inline_stage_output: DEFAULT_INLINE_STAGE_OUTPUT,
             watchdog: WatchdogConfig::default(),
             on_stall: OnStall::default(),
@@ -312,8 +316,20 @@ async fn load_shared(
     config: &CoordinatorConfig,
     metrics: Arc<CoordinatorMetrics>,
     restored: Option<&Restored>,
-) -> Result<(Arc<Shared>, Option<StageStore>, Option<Arc<Mutex<Queue>>>)> {
+) -> Result<(
+    Arc<Shared>,
+    Option<StageStore>,
+    Option<Arc<Mutex<Queue>>>,
+    Taking,
+)> {
     let (store, recovery) = open_store(config).await?;
+    let asked = PrefixAsked {
+        new_stage_prefix: config.new_stage_prefix,
+        stage_store: &config.stage_store,
+        renew_every: config.stage_owner_renew_every,
+        patience: SWEEP_PATIENCE,
+    };
+    let (new_prefix, taking) = crate::stage_owner::new_prefix(asked, &store, restored).await?;
     let replicated = config.stage_store.is_external() && !config.replicate_every.is_zero();
     let (store, queue): (Arc<dyn Store>, _) = match replicated {
         true => {
@@ -333,7 +349,6 @@ async fn load_shared(
     scheduler_config.external_stage_store = config.stage_store.is_external();
     scheduler_config.spare_stage = config.spare_stage;
     let url = config.stage_store.clone();
-    let new_prefix = config.new_stage_prefix;
     let (scheduler, own_stage_store) = blocking(move || {
         let mut scheduler = load_scheduler(store, scheduler_config, recovery)?;
         let own = scheduler.use_stage_store(&url, new_prefix)?;
@@ -351,7 +366,7 @@ async fn load_shared(
         config.inline_stage_output.min(MAX_INLINE_STAGE_OUTPUT),
         holds,
     );
-    Ok((shared, stage_store, queue))
+    Ok((shared, stage_store, queue, taking))
 }
 
 /// Opens the store, reloads every job and starts serving on `config.listen`.
@@ -366,6 +381,7 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
                 &from,
                 watch_every,
                 SWEEP_PATIENCE,
+                config.restore_accept_loss,
             );
             Some(restored.await?)
         }
@@ -376,7 +392,8 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
     };
     let builder = check_before_store(&config).await?;
     let metrics = Arc::new(CoordinatorMetrics::default());
-    let (shared, stage_store, queue) = load_shared(&config, metrics, restored.as_ref()).await?;
+    let (shared, stage_store, queue, taking) =
+        load_shared(&config, metrics, restored.as_ref()).await?;
     // A prefix another data directory holds is refused before serving.
     let stage_owner = match &stage_store {
         Some(store) => {
@@ -385,10 +402,6 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
                 .as_ref()
                 .map_or_else(|| "(in memory)".to_string(), |d| d.display().to_string());
             let every = config.stage_owner_renew_every;
-            let taking = match restored {
-                Some(_) => Taking::AfterRestore,
-                None => Taking::Start,
-            };
             let owner = StageOwner::take(&shared, store.clone(), data, every, taking).await?;
             Some(Arc::new(owner))
         }

@@ -6,16 +6,21 @@
 //! taken from it (by such a copy, or by a coordinator restored from its
 //! replica) deletes and ships nothing there and stops serving. Each record
 //! also carries the holder's epoch and the job numbers it reserves, which a
-//! restore raises its counters to.
+//! restore raises its counters to, and, once a restore took the prefix, the
+//! epoch it took it at: the data directory it was taken from was superseded,
+//! and is refused for good (no new prefix brings its stale jobs back).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tally_stage::{Claim, OwnerRecord, StageStore};
+use tally_stage::{Claim, OwnerRecord, StageStore, StageStoreUrl};
 
 use crate::error::{CoordinatorError, Result};
+use crate::replica::Restored;
+use crate::scheduler::KeptStageOwner;
 use crate::shared::{SCHEDULER_WAIT_LIMIT, Shared, now_ms};
+use crate::store::Store;
 
 /// A hold not released is watched for this many renewals before a start of
 /// the same data directory takes it back (no renewal: its holder is gone).
@@ -45,6 +50,9 @@ pub struct StageOwner {
     pub lost_notice: tokio::sync::Notify,
     /// This coordinator's epoch, written in every record.
     serving: u64,
+    /// The epoch at which a restore took the prefix for this data
+    /// directory, if one did: written in every record.
+    restored_at: Option<u64>,
     /// The job numbers the latest record reserves, shared with the
     /// scheduler (which hands out none at or above it).
     ids_below: Arc<AtomicU64>,
@@ -59,6 +67,9 @@ pub enum Taking {
     /// After a restore from the prefix's replica, which watched the latest
     /// record already: taken from whoever holds it.
     AfterRestore,
+    /// As a start whose latest record, of this epoch, was watched already
+    /// (see [`new_prefix_needed`]): taken if it still is the latest.
+    Watched(u64),
 }
 
 impl StageOwner {
@@ -73,16 +84,39 @@ impl StageOwner {
         renew_every: Duration,
         taking: Taking,
     ) -> Result<StageOwner> {
-        let ours = shared.with_scheduler(|s| s.stage_owner_nonces()).await?;
+        let kept = shared.with_scheduler(|s| s.stage_owner_kept()).await?;
+        let ours = kept.nonces;
         let latest = store.owner().await?;
         let epoch = match (taking, Claim::of(latest.as_ref(), &ours)) {
             (Taking::AfterRestore, _) => latest.as_ref().map_or(1, |r| r.epoch + 1),
             (_, Claim::Take { epoch }) => epoch,
-            (_, Claim::Clash(holder)) => return Err(clash(&store, &holder)),
-            (_, Claim::Watch(record)) => {
-                watch(&store, &record, renew_every).await?;
+            (_, Claim::Clash(holder)) => return Err(clash(&store, &holder, kept.restored_at)),
+            (Taking::Watched(watched), Claim::Watch(record)) if record.epoch == watched => {
                 record.epoch + 1
             }
+            (_, Claim::Watch(record)) => {
+                tracing::warn!(
+                    store = %store.url(),
+                    "this data directory did not release its stage-store prefix (it stopped \
+                     uncleanly, or a copy of it is running on the prefix); watching the prefix \
+                     before taking it back"
+                );
+                if let Some(renewed) = watch(&store, &record, renew_every).await? {
+                    return Err(in_use(&store, &renewed, kept.restored_at));
+                }
+                record.epoch + 1
+            }
+        };
+        // A restore's mark goes on every record of its data directory (kept
+        // there before the first record, like the nonce).
+        let restored_at = match taking {
+            Taking::AfterRestore => {
+                shared
+                    .with_scheduler(move |s| s.note_stage_owner_restored(epoch))
+                    .await?;
+                Some(epoch)
+            }
+            _ => kept.restored_at,
         };
         let (serving, ids_below) = shared
             .with_scheduler(|s| Ok((s.epoch(), s.job_ids_below())))
@@ -100,6 +134,7 @@ impl StageOwner {
             lost: AtomicBool::new(false),
             lost_notice: tokio::sync::Notify::new(),
             serving,
+            restored_at,
             ids_below,
             shared: shared.clone(),
         };
@@ -111,7 +146,7 @@ impl StageOwner {
         {
             // Another start took this epoch first.
             return Err(match owner.store.owner().await? {
-                Some(holder) => clash(&owner.store, &holder),
+                Some(holder) => clash(&owner.store, &holder, restored_at),
                 None => CoordinatorError::Unavailable(format!(
                     "the owner records of {} vanished while this coordinator took them",
                     owner.store.url()
@@ -223,6 +258,7 @@ impl StageOwner {
             released,
             serving: self.serving,
             ids_below,
+            restored_at: self.restored_at,
         }
     }
 
@@ -239,6 +275,9 @@ impl StageOwner {
         self.lost.store(true, Ordering::SeqCst);
         self.lost_notice.notify_waiters();
         self.lost_notice.notify_one();
+        if let Some(holder) = holder.as_ref().filter(|h| by_restore(h, self.restored_at)) {
+            return superseded(&self.store, holder);
+        }
         let by = holder.map_or_else(|| "another coordinator".to_string(), |h| h.holder());
         CoordinatorError::FailedPrecondition(format!(
             "the stage-store prefix {} was taken by {by}, a copy of this data directory: this \
@@ -248,43 +287,153 @@ impl StageOwner {
     }
 }
 
-/// Waits `WATCHED_RENEWALS` renewals, reading the owner records: refused if
-/// a later record than `record` appears (a coordinator with a copy of this
-/// data directory is running on the prefix).
+/// Waits `WATCHED_RENEWALS` renewals, reading the owner records: the later
+/// record than `record` if one appears (its holder is alive), `None` if
+/// none does.
 pub(crate) async fn watch(
     store: &StageStore,
     record: &OwnerRecord,
     renew_every: Duration,
-) -> Result<()> {
+) -> Result<Option<OwnerRecord>> {
     let watch_for = renew_every * WATCHED_RENEWALS;
-    tracing::warn!(
-        store = %store.url(),
-        ?watch_for,
-        "this data directory did not release its stage-store prefix (it stopped uncleanly, or a \
-         copy of it is running on the prefix); watching the prefix before taking it back"
-    );
+    tracing::info!(store = %store.url(), ?watch_for, "watching the stage-store prefix's owner record");
     let deadline = tokio::time::Instant::now() + watch_for;
     let every = (renew_every / 2).max(Duration::from_millis(50));
     loop {
         let now = tokio::time::Instant::now();
         if now >= deadline {
-            return Ok(());
+            return Ok(None);
         }
         tokio::time::sleep(every.min(deadline - now)).await;
         let latest = store.owner().await?;
         if latest.as_ref().map(|r| r.epoch) != Some(record.epoch) {
-            let by = latest.map_or_else(|| "another coordinator".to_string(), |h| h.holder());
-            return Err(CoordinatorError::InvalidArgument(format!(
-                "the stage-store prefix {} is in use by a running coordinator with a copy of this \
-                 data directory ({by}), which renewed its hold while this one watched; {REMEDY}",
-                store.url()
-            )));
+            // Records are never removed but by a later holder: a later one.
+            return Ok(Some(latest.unwrap_or_else(|| record.clone())));
         }
     }
 }
 
+/// Whether `holder` took the prefix by a restore that replaced this data
+/// directory (`own`: the owner epoch of the restore into this one, if any),
+/// rather than being a copy of it.
+fn by_restore(holder: &OwnerRecord, own: Option<u64>) -> bool {
+    holder.restored_at.is_some() && holder.restored_at != own
+}
+
+/// The refusal of a start on a prefix whose holder renewed it while watched.
+fn in_use(store: &StageStore, renewed: &OwnerRecord, own: Option<u64>) -> CoordinatorError {
+    if by_restore(renewed, own) {
+        return superseded(store, renewed);
+    }
+    CoordinatorError::InvalidArgument(format!(
+        "the stage-store prefix {} is in use by a running coordinator with a copy of this data \
+         directory ({}), which renewed its hold while this one watched; {REMEDY}",
+        store.url(),
+        renewed.holder()
+    ))
+}
+
+/// The refusal of a data directory a restore from its replica replaced:
+/// its jobs live on at the restored coordinator, so it must never serve
+/// again, under this prefix or a new one.
+fn superseded(store: &StageStore, holder: &OwnerRecord) -> CoordinatorError {
+    let at = holder.restored_at.unwrap_or(holder.epoch);
+    CoordinatorError::InvalidArgument(format!(
+        "this data directory was superseded by a restore from the replica in {} at epoch {at} \
+         (now held by {}): its jobs go on at the restored coordinator, and this data directory \
+         must not serve again (its jobs are stale: served, they would run twice, under two \
+         coordinators); keep it only as an archive, and point workers and clients at the \
+         restored coordinator",
+        store.url(),
+        holder.holder()
+    ))
+}
+
+/// What a start asks of the stage-store prefix: `--new-stage-prefix`, the
+/// stage store, how often a hold is renewed, how long an unreachable store
+/// is waited out.
+pub struct PrefixAsked<'a> {
+    pub new_stage_prefix: bool,
+    pub stage_store: &'a StageStoreUrl,
+    pub renew_every: Duration,
+    pub patience: Duration,
+}
+
+/// Whether this start draws a new stage-store prefix for its data directory
+/// (`store`), and how it takes the prefix then: after a restore, or as a
+/// start (see [`new_prefix_needed`] for `--new-stage-prefix`).
+pub async fn new_prefix(
+    asked: PrefixAsked<'_>,
+    store: &Arc<dyn Store>,
+    restored: Option<&Restored>,
+) -> Result<(bool, Taking)> {
+    if restored.is_some() {
+        return Ok((asked.new_stage_prefix, Taking::AfterRestore));
+    }
+    if !asked.new_stage_prefix || !asked.stage_store.is_external() {
+        return Ok((asked.new_stage_prefix, Taking::Start));
+    }
+    let (new, watched) = new_prefix_needed(
+        store.clone(),
+        asked.stage_store,
+        asked.renew_every,
+        asked.patience,
+    )
+    .await?;
+    Ok((new, watched.map_or(Taking::Start, Taking::Watched)))
+}
+
+/// Whether `--new-stage-prefix` (given for this start) is needed: only when
+/// the prefix the data directory (`data`) kept from earlier starts, in the
+/// stage store `url`, is held by a copy of it. A data directory that still
+/// holds its prefix keeps it (a new one would orphan every blob of the old):
+/// the flag is then ignored, with a warning. A data directory a restore
+/// superseded is refused. Returns whether to draw a new prefix, and the
+/// epoch of a record watched here (see [`Taking::Watched`]).
+pub async fn new_prefix_needed(
+    data: Arc<dyn Store>,
+    url: &StageStoreUrl,
+    renew_every: Duration,
+    patience: Duration,
+) -> Result<(bool, Option<u64>)> {
+    let kept = tokio::task::spawn_blocking(move || KeptStageOwner::read(&*data))
+        .await
+        .map_err(|e| CoordinatorError::Internal(e.to_string()))??;
+    let Some(prefix) = &kept.prefix else {
+        return Ok((true, None));
+    };
+    let Some(store) = StageStore::open(&url.within(prefix))? else {
+        return Ok((true, None));
+    };
+    let store = &store.with_patience(patience);
+    let own = kept.restored_at;
+    let ignored = |watched: Option<u64>| {
+        tracing::warn!(
+            store = %store.url(),
+            "--new-stage-prefix ignored: this data directory still holds its stage-store prefix \
+             (no copy of it does), and a new prefix would orphan every blob under the old one; \
+             drop the flag"
+        );
+        Ok((false, watched))
+    };
+    let latest = store.owner().await?;
+    match Claim::of(latest.as_ref(), &kept.nonces) {
+        Claim::Take { .. } => ignored(None),
+        Claim::Clash(holder) if by_restore(&holder, own) => Err(superseded(store, &holder)),
+        Claim::Clash(_) => Ok((true, None)),
+        Claim::Watch(record) => match watch(store, &record, renew_every).await? {
+            Some(renewed) if by_restore(&renewed, own) => Err(superseded(store, &renewed)),
+            Some(_) => Ok((true, None)),
+            None => ignored(Some(record.epoch)),
+        },
+    }
+}
+
 /// The refusal of a start on a prefix `holder` holds.
-fn clash(store: &StageStore, holder: &OwnerRecord) -> CoordinatorError {
+fn clash(store: &StageStore, holder: &OwnerRecord, own: Option<u64>) -> CoordinatorError {
+    if by_restore(holder, own) {
+        return superseded(store, holder);
+    }
     CoordinatorError::InvalidArgument(format!(
         "the stage-store prefix {} belongs to {}, not to this data directory: this one is a copy \
          of it (a restored backup or a cloned machine), and two coordinators on one prefix would \

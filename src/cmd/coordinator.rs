@@ -84,6 +84,14 @@ pub struct CoordinatorArgs {
     /// stage store defaults to the one above that prefix.
     #[arg(long, value_name = "URL", value_parser = StageStoreParser)]
     pub restore_from: Option<tally_stage::StageStoreUrl>,
+    /// With --restore-from: restore even when the replica's log has a gap (a
+    /// log segment missing or damaged before later ones, or a newer
+    /// generation lost), which loses more than the last interval: the
+    /// restore then stops before the gap, and what was recorded after it
+    /// (jobs submitted, results accepted) is gone. Refused without it, with
+    /// the gap named.
+    #[arg(long, requires = "restore_from")]
+    pub restore_accept_loss: bool,
     /// Fault injection for tests: abort the process right after the N-th
     /// store flush, before any call it covered is answered.
     #[arg(long, hide = true)]
@@ -143,8 +151,9 @@ pub(crate) fn parse_inline_stage_output(text: &str) -> Result<usize, String> {
     }
 }
 
-/// Parses `--stage-store`. A value refused is not echoed whole, as the
-/// parser's own message would: it may hold credentials.
+/// Parses `--stage-store` (and `--restore-from`, named as itself when
+/// refused). A value refused is not echoed whole, as the parser's own
+/// message would: it may hold credentials.
 #[derive(Clone)]
 pub(crate) struct StageStoreParser;
 
@@ -163,11 +172,17 @@ impl clap::builder::TypedValueParser for StageStoreParser {
     fn parse_ref_(
         &self,
         cmd: &clap::Command,
-        _arg: Option<&clap::Arg>,
+        arg: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
         source: clap::parser::ValueSource,
     ) -> Result<Self::Value, clap::Error> {
+        let flag = format!(
+            "--{}",
+            arg.and_then(|a| a.get_long()).unwrap_or("stage-store")
+        );
         let refused = |why: String| {
+            // The stage crate's messages name the usual flag.
+            let why = why.replace("--stage-store", &flag);
             let from = match source {
                 clap::parser::ValueSource::EnvVariable => " (from TALLY_STAGE_STORE)",
                 _ => "",
@@ -180,7 +195,7 @@ impl clap::builder::TypedValueParser for StageStoreParser {
         };
         let text = value
             .to_str()
-            .ok_or_else(|| refused("--stage-store: the value is not UTF-8".into()))?;
+            .ok_or_else(|| refused(format!("{flag}: the value is not UTF-8")))?;
         text.parse()
             .map_err(|e: tally_stage::StageError| refused(e.to_string()))
     }
@@ -217,10 +232,14 @@ pub async fn execute(
     config.stage_owner_renew_every = args.stage_owner_renew_every;
     config.replicate_every = args.replicate_every;
     config.restore_from = args.restore_from.clone();
+    config.restore_accept_loss = args.restore_accept_loss;
     let mut coordinator = tally_coordinator::start(config).await?;
     if let Some(restored) = &coordinator.restored {
         for refused in &restored.refused {
             eprintln!("refused a damaged replica object: {refused}");
+        }
+        if let Some(lost) = &restored.lost {
+            eprintln!("WARNING: the restore lost changes the replica held: {lost}");
         }
         eprintln!(
             "restored from the replica: {} ({} entries from the snapshot, {} changes from the log); \

@@ -13,7 +13,8 @@
 //! running on it). A holder that finds a later epoch than its own has lost
 //! the prefix and writes and deletes nothing there. A record also carries the
 //! holder's coordinator epoch and the job numbers it reserves, for a restore
-//! from the prefix's replica.
+//! from the prefix's replica, and, once a restore took the prefix, the epoch
+//! it took it at (the data directory it replaced must never serve again).
 
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -46,6 +47,11 @@ pub struct OwnerRecord {
     /// The holder hands out job numbers below this only: a restore raises
     /// its job counter to it, so no job id is ever given twice.
     pub ids_below: u64,
+    /// The epoch at which a coordinator restored from the prefix's replica
+    /// took the prefix, carried by every later record of its data
+    /// directory: the data directory it took it from was superseded, not
+    /// copied. `None` in records of earlier releases.
+    pub restored_at: Option<u64>,
 }
 
 impl OwnerRecord {
@@ -63,7 +69,9 @@ impl OwnerRecord {
             if self.released { "released" } else { "held" },
             self.serving,
             self.ids_below,
-        )
+        ) + &self
+            .restored_at
+            .map_or_else(String::new, |e| format!("restored-at {e}\n"))
     }
 
     fn decode(epoch: u64, text: &str) -> Option<OwnerRecord> {
@@ -87,6 +95,10 @@ impl OwnerRecord {
             ids_below: match fields.get("ids-below") {
                 Some(v) => v.parse().ok()?,
                 None => 0,
+            },
+            restored_at: match fields.get("restored-at") {
+                Some(v) => Some(v.parse().ok()?),
+                None => None,
             },
         })
     }
@@ -237,6 +249,7 @@ mod tests {
             released,
             serving: 3,
             ids_below: 100 + epoch,
+            restored_at: None,
         }
     }
 
@@ -253,6 +266,27 @@ mod tests {
         }
         assert!(released.holder().contains("/var/lib/tally"));
         assert!(released.holder().contains("2023-11-14T22:13:20Z"));
+    }
+
+    #[test]
+    fn a_record_of_a_restore_says_so_and_older_records_still_read() {
+        let restored = OwnerRecord {
+            restored_at: Some(7),
+            ..record(9, "n1", false)
+        };
+        let text = restored.encode();
+        assert!(text.ends_with("restored-at 7\n"), "{text}");
+        assert_eq!(OwnerRecord::decode(9, &text), Some(restored));
+        let plain = record(9, "n1", false);
+        assert!(!plain.encode().contains("restored-at"));
+        assert_eq!(OwnerRecord::decode(9, &plain.encode()), Some(plain));
+        // As an earlier release wrote it.
+        let old = "tally stage-store owner\nepoch 2\nnonce n\ndata /d\nsince 5\nstate held\n";
+        let read = OwnerRecord::decode(2, old).unwrap();
+        assert_eq!(
+            (read.restored_at, read.serving, read.ids_below),
+            (None, 0, 0)
+        );
     }
 
     #[tokio::test]

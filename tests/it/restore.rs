@@ -4,9 +4,11 @@
 //! frontier, kayles, wasm with its module as an attachment) finish with the
 //! right answers, finished jobs keep theirs, no id is given twice, and with
 //! the replica caught up nothing accepted is lost; the old coordinator, run
-//! again, stops, and a worker that registered with the restored one refuses
-//! it; a damaged or truncated replica object is refused by name and the
-//! restore uses the newest consistent point before it.
+//! again, stops, is refused as superseded at its next start, and a worker
+//! that registered with the restored one refuses it; a damaged or truncated
+//! replica object is refused by name and the restore uses the newest
+//! consistent point before it; a gap in the log refuses the restore unless
+//! its loss is accepted.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
+use tally_coordinator::CoordinatorError;
 use tally_coordinator::replica::{Floors, restore};
 use tally_coordinator::store::{SledStore, Store, Tree};
 use tally_kinds::kayles::KaylesSpec;
@@ -24,7 +27,7 @@ use tally_stage::{StageStore, StageStoreUrl};
 use tally_wire::proto::{self, JobState};
 
 use crate::support::s3::{BUCKET, MotoS3};
-use crate::support::spawn_tally;
+use crate::support::{spawn_tally, wait_for_log_line};
 
 type JobClient = tally_wire::proto::job_service_client::JobServiceClient<tonic::transport::Channel>;
 use crate::support::{
@@ -317,14 +320,18 @@ fn a_lost_node_is_restored(stage: Stage) {
         );
         let mut client = connect_when_up(&new_url, &new_log).await;
         service.switch(new_port);
-        let said = read(&new_log);
+        let limit = Duration::from_secs(120);
+        wait_for_log_line(&new_log, &["restored the store from the replica"], limit).await;
+        // Its first generation continues the restored point: a second loss
+        // before its own snapshot is whole still restores what it did. (The
+        // shipper says so in the background, maybe after the first call.)
+        let said = wait_for_log_line(&new_log, &["the replica began a generation"], limit).await;
+        assert!(!said.contains("refused a damaged replica object"), "{said}");
+        // Watching the old hold is no sign of an unclean stop of its own.
         assert!(
-            said.contains("restored the store from the replica"),
+            !said.contains("did not release its stage-store prefix"),
             "{said}"
         );
-        assert!(!said.contains("refused a damaged replica object"), "{said}");
-        // Its first generation continues the restored point: a second loss
-        // before its own snapshot is whole still restores what it did.
         let continues = said
             .lines()
             .find(|l| l.contains("the replica began a generation"))
@@ -467,10 +474,54 @@ fn the_old_coordinator_run_again_after_a_restore_stops() {
         assert!(!status.success());
         let said = read(&old_log);
         assert!(said.contains("lost its stage-store prefix"), "{said}");
+        // Started again, with or without a new prefix, it is refused: a
+        // restore superseded it, and its stale jobs must not serve again.
+        let prefixes = || std::fs::read_dir(stage_dir(&stage)).unwrap().count();
+        let before = prefixes();
+        for extra in [&[][..], &["--new-stage-prefix"][..]] {
+            let again_log = root.path().join(format!("again{}.log", extra.len()));
+            let mut again = coordinator(
+                &stage,
+                free_port(),
+                &root.path().join("old"),
+                &again_log,
+                "200ms",
+                extra,
+            );
+            let status =
+                tokio::task::block_in_place(|| exit_within(&mut again, Duration::from_secs(60)))
+                    .expect("the old coordinator is refused at start");
+            let said = read(&again_log);
+            assert_eq!(status.code(), Some(2), "{extra:?}: {said}");
+            let refusal = said
+                .lines()
+                .rfind(|l| l.starts_with("error: "))
+                .unwrap_or(&said);
+            assert!(
+                refusal.contains("superseded by a restore from the replica")
+                    && refusal.contains("at epoch")
+                    && refusal.contains("must not serve again")
+                    && refusal.contains(&root.path().join("new").display().to_string()),
+                "{extra:?}: {refusal}"
+            );
+            assert!(
+                !refusal.contains("--new-stage-prefix") && !refusal.contains("a copy"),
+                "{extra:?}: {refusal}"
+            );
+        }
+        assert_eq!(prefixes(), before, "a prefix was drawn for the old data");
         let job = wait_finished(&mut client, &id, Duration::from_secs(120)).await;
         assert_eq!(job.answer, direct_answer(&spec));
         w.kill9();
     });
+}
+
+/// The stage store's directory.
+fn stage_dir(stage: &Stage) -> &Path {
+    match stage {
+        Stage::File(dir) => dir.path(),
+        Stage::S3(_) => unreachable!("a directory store"),
+    }
 }
 
 /// A TCP proxy whose target the test switches (connections open are cut).
@@ -643,7 +694,9 @@ fn a_damaged_replica_object_is_refused_and_the_restore_uses_the_point_before_it(
 
         // Whole: every job of both runs.
         let whole = root.path().join("whole");
-        let restored = restore(&objects, &whole, Floors::default()).await.unwrap();
+        let restored = restore(&objects, &whole, Floors::default(), false)
+            .await
+            .unwrap();
         assert!(restored.refused.is_empty(), "{:?}", restored.refused);
         assert_eq!(jobs_in(&whole), ids);
 
@@ -661,7 +714,7 @@ fn a_damaged_replica_object_is_refused_and_the_restore_uses_the_point_before_it(
         damaged[good.len() / 2] ^= 0x40;
         std::fs::write(&last, &damaged).unwrap();
         let before_damage = root.path().join("before-damage");
-        let restored = restore(&objects, &before_damage, Floors::default())
+        let restored = restore(&objects, &before_damage, Floors::default(), false)
             .await
             .unwrap();
         let name = last.file_name().unwrap().to_str().unwrap();
@@ -674,6 +727,8 @@ fn a_damaged_replica_object_is_refused_and_the_restore_uses_the_point_before_it(
         );
         let first_of_last: u64 = name.split('-').next().unwrap().parse().unwrap();
         assert_eq!(restored.change, first_of_last - 1);
+        // The last interval: what a crash before shipping it would lose too.
+        assert!(restored.lost.as_ref().is_some_and(|l| l.contains(name)));
         assert!(jobs_in(&before_damage).len() <= ids.len());
         assert!(!before_damage.join("tally-restoring").exists());
 
@@ -683,7 +738,28 @@ fn a_damaged_replica_object_is_refused_and_the_restore_uses_the_point_before_it(
         let bytes = std::fs::read(&part).unwrap();
         std::fs::write(&part, &bytes[..bytes.len() - 10]).unwrap();
         let older = root.path().join("older");
-        let restored = restore(&objects, &older, Floors::default()).await.unwrap();
+        // That loses the newest generation, whose snapshot and log were
+        // whole: more than the last interval, refused unless accepted.
+        let err = restore(&objects, &older, Floors::default(), false)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CoordinatorError::InvalidArgument(_)), "{err}");
+        let newest_lost = format!("generation {}'s", generation_of(&newest));
+        let err = err.to_string();
+        assert!(
+            err.contains("part-000001") && err.contains(&newest_lost),
+            "{err}"
+        );
+        assert!(!older.exists(), "a refused restore wrote {older:?}");
+        let restored = restore(&objects, &older, Floors::default(), true)
+            .await
+            .unwrap();
+        assert!(
+            restored
+                .lost
+                .as_ref()
+                .is_some_and(|l| l.contains(&newest_lost))
+        );
         assert!(
             restored
                 .refused
@@ -704,7 +780,7 @@ fn a_damaged_replica_object_is_refused_and_the_restore_uses_the_point_before_it(
             }
         }
         let none = root.path().join("none");
-        let err = restore(&objects, &none, Floors::default())
+        let err = restore(&objects, &none, Floors::default(), true)
             .await
             .unwrap_err()
             .to_string();
@@ -715,7 +791,7 @@ fn a_damaged_replica_object_is_refused_and_the_restore_uses_the_point_before_it(
         assert!(left == 0 || none.join("tally-restoring").exists());
 
         // A data directory in use is never restored over.
-        let err = restore(&objects, &whole, Floors::default())
+        let err = restore(&objects, &whole, Floors::default(), false)
             .await
             .unwrap_err()
             .to_string();
@@ -763,6 +839,23 @@ fn a_restore_that_cannot_be_done_is_refused_saying_why() {
             "not of --stage-store",
         ),
     ];
+    let mut cases = cases.to_vec();
+    // A value that is no store names the flag it was given to.
+    cases.push((
+        fresh("d"),
+        "ftp://host/d-1".into(),
+        None,
+        "--restore-from \"ftp://",
+    ));
+    // Above a directory at the root, the prefixes are file:///d-….
+    if Path::new("/tmp").is_dir() && !Path::new("/tmp/replica").exists() {
+        cases.push((
+            fresh("e"),
+            "file:///tmp".into(),
+            None,
+            "prefix, file:///d-…,",
+        ));
+    }
     for (data, from, extra, why) in cases {
         let out = Command::new(tally_bin())
             .args(["coordinator", "--listen", "127.0.0.1:0", "--data"])
@@ -772,11 +865,192 @@ fn a_restore_that_cannot_be_done_is_refused_saying_why() {
             .output()
             .unwrap();
         let said = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{data:?} from {from}: {said}");
+        // Bad input, each of them.
+        assert_eq!(out.status.code(), Some(2), "{data:?} from {from}: {said}");
         assert!(said.contains(why), "{data:?} from {from}: {said}");
+        assert!(
+            !said.contains("--stage-store \""),
+            "{data:?} from {from}: {said}"
+        );
     }
     assert!(!missing.exists());
-    assert!(!root.path().join("a").exists() && !root.path().join("c").exists());
+    for name in ["a", "c", "d", "e"] {
+        assert!(!root.path().join(name).exists(), "{name} was written");
+    }
     assert_eq!(std::fs::read(used.join("notes")).unwrap(), b"mine");
     assert_eq!(std::fs::read_dir(&used).unwrap().count(), 1);
+}
+
+/// A replica whose log lost a segment in its middle (deleted, as by a
+/// careless cleanup): a restore is refused with exit code 2, naming the
+/// changes missing and what a restore past them would lose, and writes
+/// nothing; with `--restore-accept-loss` it restores the point before the
+/// gap, saying loudly what it lost: the first job is there, the last is not.
+#[test]
+fn a_restore_past_a_missing_log_segment_is_refused_unless_the_loss_is_accepted() {
+    let stage = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let url: StageStoreUrl = format!("file://{}", stage.path().display())
+        .parse()
+        .unwrap();
+    runtime().block_on(async {
+        let mut config = tally_coordinator::CoordinatorConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            Some(root.path().join("old")),
+        );
+        config.stage_store = url.clone();
+        config.replicate_every = Duration::from_millis(100);
+        let running = tally_coordinator::start(config).await.unwrap();
+        let status = running.replica_status.clone().unwrap();
+        // The snapshot first, of a store without jobs: every job is in the
+        // log after it.
+        eventually(
+            "the snapshot is whole",
+            Duration::from_secs(60),
+            async || status.snapshot_generation.load(Ordering::Relaxed) > 0,
+        )
+        .await;
+        let mut client = jobs_client(&running.url()).await;
+        let mut ids = Vec::new();
+        for n in 0..6 {
+            let spec = JobSpec::new(SyntheticSpec {
+                shards: 2,
+                terms_per_shard: 3 + n,
+            });
+            ids.push(submit(&mut client, &spec, &format!("gap-{n}")).await.id);
+            // Shipped before the next: in segments of its own.
+            eventually("the job is shipped", Duration::from_secs(60), async || {
+                status.pending_changes() == 0
+            })
+            .await;
+        }
+        drop(client);
+        running.shutdown().await;
+
+        let prefix = std::fs::read_dir(stage.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with("d-"))
+            .unwrap();
+        let mut generations: Vec<PathBuf> = std::fs::read_dir(prefix.join("replica"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        generations.sort();
+        let newest = generations.last().unwrap();
+        let mut segments: Vec<PathBuf> = std::fs::read_dir(newest.join("log"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        segments.sort();
+        assert!(segments.len() >= 6, "{segments:?}");
+        let deleted = segments[segments.len() / 2].clone();
+        std::fs::remove_file(&deleted).unwrap();
+        let name = deleted.file_name().unwrap().to_str().unwrap().to_string();
+        let (first, last) = name.split_once('-').unwrap();
+        let (first, last): (u64, u64) = (first.parse().unwrap(), last.parse().unwrap());
+        let generation = generation_of(newest);
+        let gap = match first == last {
+            true => format!("change {first} of generation {generation} is missing"),
+            false => format!("changes {first} to {last} of generation {generation} are missing"),
+        };
+
+        let from = format!("file://{}", prefix.display());
+        let new_data = root.path().join("new");
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut args = vec![
+            "coordinator",
+            "--listen",
+            &listen,
+            "--data",
+            new_data.to_str().unwrap(),
+            "--restore-from",
+            &from,
+        ];
+        let refused_log = root.path().join("refused.log");
+        let mut refused = spawn_tally(&args, &[], &refused_log);
+        let status =
+            tokio::task::block_in_place(|| exit_within(&mut refused, Duration::from_secs(60)));
+        let said = read(&refused_log);
+        let status = status.unwrap_or_else(|| panic!("the restore was not refused: {said}"));
+        assert_eq!(status.code(), Some(2), "{said}");
+        assert!(said.contains(&gap), "{gap}: {said}");
+        let stops = format!("stops at change {} of generation {generation}", first - 1);
+        assert!(
+            said.contains(&stops) && said.contains("change(s) after it"),
+            "{said}"
+        );
+        assert!(said.contains("--restore-accept-loss"), "{said}");
+        assert!(!new_data.exists(), "a refused restore wrote {new_data:?}");
+
+        let log = root.path().join("new.log");
+        args.push("--restore-accept-loss");
+        let mut restored = spawn_tally(&args, &[], &log);
+        let mut client = connect_when_up(&format!("http://{listen}"), &log).await;
+        let limit = Duration::from_secs(60);
+        let said =
+            wait_for_log_line(&log, &["WARNING: the restore lost changes", &gap], limit).await;
+        assert!(said.contains(&stops), "{said}");
+        let first_job = get_job(&mut client, &ids[0]).await;
+        assert_eq!(first_job.id, ids[0]);
+        let last_job = client
+            .get(proto::GetJobRequest {
+                job_id: ids.last().unwrap().clone(),
+            })
+            .await;
+        assert_eq!(
+            last_job.map(|_| ()).unwrap_err().code(),
+            tonic::Code::NotFound,
+            "a job after the gap was restored"
+        );
+        restored.kill9();
+    });
+}
+
+/// A store whose commit mark is gone, started with `--recover`: it
+/// recovers, saying what it found, and never that it refuses to start.
+#[test]
+fn a_start_with_recover_says_it_recovers_not_that_it_refuses() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    runtime().block_on(async {
+        let config = tally_coordinator::CoordinatorConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            Some(data.clone()),
+        );
+        let running = tally_coordinator::start(config).await.unwrap();
+        let mut client = jobs_client(&running.url()).await;
+        let spec = JobSpec::new(SyntheticSpec {
+            shards: 2,
+            terms_per_shard: 3,
+        });
+        submit(&mut client, &spec, "kept").await;
+        drop(client);
+        running.shutdown().await;
+        std::fs::remove_file(data.join("tally-commits")).unwrap();
+        let listen = format!("127.0.0.1:{}", free_port());
+        let log = root.path().join("recover.log");
+        let args = [
+            "coordinator",
+            "--listen",
+            &listen,
+            "--data",
+            data.to_str().unwrap(),
+            "--recover",
+        ];
+        let mut recovering = spawn_tally(&args, &[], &log);
+        let limit = Duration::from_secs(60);
+        let said = wait_for_log_line(&log, &["recovering from what is intact"], limit).await;
+        let line = said
+            .lines()
+            .find(|l| l.contains("recovering from what is intact"))
+            .unwrap();
+        assert!(line.contains("commit mark file is missing"), "{line}");
+        assert!(!said.contains("Refusing to start"), "{said}");
+        recovering.kill9();
+    });
 }

@@ -3,8 +3,9 @@
 //! refused at start, naming the clash and `--new-stage-prefix`, with which
 //! both then run their jobs side by side; a coordinator whose prefix was
 //! taken deletes nothing there and stops; after an unclean stop, of two copies started
-//! at once exactly one takes the prefix back. Coordinators run as processes
-//! on one shared directory store.
+//! at once exactly one takes the prefix back; the flag left in a restarted
+//! service's command keeps the prefix. Coordinators run as processes on one
+//! shared directory store.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
@@ -17,7 +18,7 @@ use tally_wire::proto::JobState;
 
 use crate::support::{
     ChildGuard, direct_answer, free_port, hex_cell_step, jobs_client, runtime,
-    spawn_coordinator_with, spawn_worker, state, submit, wait_finished,
+    spawn_coordinator_with, spawn_worker, state, submit, wait_finished, wait_for_log_line,
 };
 
 /// A data directory, its log, and the shared stage store.
@@ -209,6 +210,7 @@ fn a_coordinator_whose_prefix_was_taken_deletes_nothing_there_and_stops() {
             released: false,
             serving: latest.serving,
             ids_below: latest.ids_below,
+            restored_at: None,
         };
         assert!(store.put_owner(&copy).await.unwrap());
         let second = unreferenced("job-900002");
@@ -280,9 +282,54 @@ fn after_an_unclean_stop_one_of_two_copies_takes_the_prefix_back_and_the_other_i
             "the copy that took the prefix stopped: {}",
             node.log()
         );
-        assert!(
-            node.log()
-                .contains("watching the prefix before taking it back")
+        let limit = Duration::from_secs(60);
+        wait_for_log_line(
+            &node.log,
+            &["watching the prefix before taking it back"],
+            limit,
+        )
+        .await;
+    });
+}
+
+/// `--new-stage-prefix` left in a service's command: each restart of the
+/// data directory that still holds its prefix keeps it (after a clean stop,
+/// and after a kill once its hold goes unrenewed), saying the flag was
+/// ignored, so the blobs under it are never orphaned.
+#[test]
+fn new_stage_prefix_left_in_a_service_command_keeps_the_prefix_at_each_restart() {
+    runtime().block_on(async {
+        let root = tempfile::tempdir().unwrap();
+        let a = Node::new(root.path(), "a");
+        let (mut first, url) = a.start(&[]);
+        jobs_client(&url).await;
+        stop_cleanly(&mut first);
+        let own = prefixes(root.path());
+        assert_eq!(own.len(), 1);
+
+        let (mut again, url) = a.start(&["--new-stage-prefix"]);
+        jobs_client(&url).await;
+        assert_eq!(
+            prefixes(root.path()),
+            own,
+            "a clean restart drew a new prefix"
         );
+        let limit = Duration::from_secs(60);
+        wait_for_log_line(&a.log, &["--new-stage-prefix ignored"], limit).await;
+        again.kill9();
+
+        let (_third, url) = a.start(&["--new-stage-prefix"]);
+        jobs_client(&url).await;
+        assert_eq!(
+            prefixes(root.path()),
+            own,
+            "a restart after a kill drew a new prefix"
+        );
+        // Said before it served, maybe written after: waited for.
+        let deadline = Instant::now() + limit;
+        while a.log().matches("--new-stage-prefix ignored").count() < 2 {
+            assert!(Instant::now() < deadline, "{}", a.log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     });
 }

@@ -275,10 +275,15 @@ fn stages_that_mix_blobs_and_outputs_held_by_the_coordinator_give_the_same_answe
             }
             written.push(stage_blobs(&store.open().unwrap()).await.len());
             // The worker read the outputs it had sent inline from its own
-            // copies, not back from the coordinator.
-            let reused = cluster
-                .log("w1")
-                .contains("stage outputs this worker computed read from its own copies");
+            // copies, not back from the coordinator (its log waited for).
+            let own = "stage outputs this worker computed read from its own copies";
+            if inline != "0" {
+                eventually("the worker's log", Duration::from_secs(60), async || {
+                    cluster.log("w1").contains(own)
+                })
+                .await;
+            }
+            let reused = cluster.log("w1").contains(own);
             assert_eq!(reused, inline != "0", "{inline} inline");
         }
         let [none_inline, mixed] = written[..] else {
@@ -687,6 +692,11 @@ fn damaged_blobs_are_computed_again(store: Store) {
         let job = wait_finished(&mut client, &id, Duration::from_secs(240)).await;
         assert_eq!(state(&job), JobState::Succeeded, "{}", job.error);
         assert_eq!(job.answer, direct_answer(&spec));
+        let again = "stage blob computed again and written back";
+        eventually("the worker's log", Duration::from_secs(60), async || {
+            cluster.log("w1").matches(again).count() >= 2
+        })
+        .await;
         let log = cluster.log("w1");
         assert!(
             log.contains("stage blob refused; computing its shard again"),
@@ -824,6 +834,12 @@ fn a_damaged_blob_in_a_pack_is_computed_again_alone() {
         let job = wait_finished(&mut client, &id, Duration::from_secs(240)).await;
         assert_eq!(state(&job), JobState::Succeeded, "{}", job.error);
         assert_eq!(job.answer, direct_answer(&spec));
+        eventually("the worker's log", Duration::from_secs(60), async || {
+            cluster
+                .log("w1")
+                .contains("stage blob in a pack computed again")
+        })
+        .await;
         let log = cluster.log("w1");
         assert!(log.contains("stage blob in a pack computed again"), "{log}");
         assert!(!log.contains("written back"), "{log}");
@@ -978,11 +994,12 @@ fn an_s3_endpoint_unreachable_for_10_s_only_pauses_the_job() {
         let job = wait_finished(&mut client, &id, Duration::from_secs(300)).await;
         assert_eq!(state(&job), JobState::Succeeded, "{}", job.error);
         assert_eq!(job.answer, direct_answer(&spec));
+        eventually("the worker's log", Duration::from_secs(60), async || {
+            let log = cluster.log("w1");
+            log.contains("stage store") && log.contains("retrying")
+        })
+        .await;
         let log = cluster.log("w1");
-        assert!(
-            log.contains("stage store") && log.contains("retrying"),
-            "the outage was felt: {log}"
-        );
         let all = events(&mut client, &id).await;
         assert!(
             !all.iter()

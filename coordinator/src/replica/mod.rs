@@ -19,6 +19,7 @@
 //! coordinator it replaces outranked).
 
 mod format;
+mod loss;
 mod on_start;
 mod recorder;
 mod restore;

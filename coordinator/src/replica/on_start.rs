@@ -18,12 +18,15 @@ use super::restore::{Floors, RESTORING_MARKER, Restored, prepare_target, restore
 /// the prefix's latest owner record first for three of `watch_every` (a
 /// coordinator still renewing it is alive: refused), and sets `stage_store`
 /// to the store above `from` unless it names one (then it must be that one).
+/// A point that loses more than the replica's last interval is refused
+/// unless `accept_loss`.
 pub async fn restore_before_start(
     dir: Option<&Path>,
     stage_store: &mut StageStoreUrl,
     from: &StageStoreUrl,
     watch_every: Duration,
     patience: Duration,
+    accept_loss: bool,
 ) -> Result<Restored> {
     let dir = dir.ok_or_else(|| {
         CoordinatorError::InvalidArgument("--restore-from needs a data directory".into())
@@ -49,7 +52,7 @@ pub async fn restore_before_start(
     if let StageStoreUrl::File(path) = from
         && !path.is_dir()
     {
-        return Err(CoordinatorError::FailedPrecondition(format!(
+        return Err(CoordinatorError::InvalidArgument(format!(
             "--restore-from {from}: there is no such directory"
         )));
     }
@@ -58,32 +61,36 @@ pub async fn restore_before_start(
         .with_patience(patience);
     let listed = objects.list(Some(REPLICA_DIR)).await?;
     if listed.is_empty() {
-        return Err(CoordinatorError::FailedPrecondition(format!(
+        return Err(CoordinatorError::InvalidArgument(format!(
             "--restore-from {from}: there is no replica there (a coordinator replicates its \
-             store under its data directory's prefix, {above}/d-…, when --replicate-every is \
-             not 0)"
+             store under its data directory's prefix, {}, when --replicate-every is not 0)",
+            above.within("d-…")
         )));
     }
     let latest = objects.owner().await?;
     if let Some(record) = latest.as_ref().filter(|r| !r.released) {
         tracing::warn!(holder = %record.holder(), "watching the replica's owner before restoring: a coordinator that still renews it is alive");
-        crate::stage_owner::watch(&objects, record, watch_every)
-            .await
-            .map_err(|_| {
-                CoordinatorError::FailedPrecondition(format!(
-                    "--restore-from {from}: {} still renews its hold on the prefix: it is alive, \
-                     and two coordinators must never own one replica; stop it first",
-                    record.holder()
-                ))
-            })?;
+        if crate::stage_owner::watch(&objects, record, watch_every)
+            .await?
+            .is_some()
+        {
+            return Err(CoordinatorError::FailedPrecondition(format!(
+                "--restore-from {from}: {} still renews its hold on the prefix: it is alive, \
+                 and two coordinators must never own one replica; stop it first",
+                record.holder()
+            )));
+        }
     }
     let floors = Floors {
         next_job: latest.as_ref().map_or(0, |r| r.ids_below),
         epoch: latest.as_ref().map_or(0, |r| r.serving),
     };
-    let restored = restore(&objects, dir, floors).await?;
+    let restored = restore(&objects, dir, floors, accept_loss).await?;
     for refused in &restored.refused {
         tracing::error!(object = %refused, "a replica object was refused");
+    }
+    if let Some(lost) = &restored.lost {
+        tracing::error!(lost = %lost, accepted = accept_loss, "the restore lost changes the replica held");
     }
     tracing::warn!(
         point = %restored.point,

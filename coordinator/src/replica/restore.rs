@@ -2,7 +2,9 @@
 //! consistent point (a whole snapshot and the log after it without a gap, or
 //! a generation's parent at its branch point and its own log), skipping with
 //! a clear line every object found damaged or truncated, never anything the
-//! replica does not prove.
+//! replica does not prove. A point that loses more than the tail the replica
+//! had not shipped (a gap in the log, see `loss.rs`) is refused unless the
+//! loss is accepted.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -17,6 +19,7 @@ use super::format::{
     Manifest, REPLICA_DIR, ReplicaObject, SnapshotDone, decode_entries, decode_json,
     decode_segment, manifest_key, snapshot_done_key, snapshot_part_key,
 };
+use super::loss::{Loss, assess};
 
 use crate::store::LOST_AND_FOUND;
 pub use crate::store::RESTORING_MARKER;
@@ -44,6 +47,9 @@ pub struct Restored {
     pub point: String,
     /// Objects refused as damaged, each with why.
     pub refused: Vec<String>,
+    /// What the replica held past the point and the restore lost, in words
+    /// (accepted, or no more than the last segment shipped).
+    pub lost: Option<String>,
     pub changes_replayed: u64,
     pub entries: u64,
     /// The generation after every one listed: the restored coordinator's
@@ -53,11 +59,11 @@ pub struct Restored {
 
 /// The objects of one generation, from their names.
 #[derive(Default, Debug)]
-struct Listed {
-    manifest: bool,
-    done: bool,
+pub(super) struct Listed {
+    pub manifest: bool,
+    pub done: bool,
     /// Log segments by first change: last change, key.
-    segments: BTreeMap<u64, (u64, String)>,
+    pub segments: BTreeMap<u64, (u64, String)>,
 }
 
 /// Log segments in order: key, first change, last change.
@@ -118,8 +124,16 @@ pub fn prepare_target(dir: &Path) -> Result<()> {
 }
 
 /// Restores the replica in `objects` (a data directory's prefix) into the
-/// empty directory `dir`, raising its counters to `floors`.
-pub async fn restore(objects: &StageStore, dir: &Path, floors: Floors) -> Result<Restored> {
+/// empty directory `dir`, raising its counters to `floors`. Refused, with
+/// nothing written, when the newest point loses more than the last interval
+/// of what the replica holds (see `loss.rs`), unless `accept_loss`.
+pub async fn restore(
+    objects: &StageStore,
+    dir: &Path,
+    floors: Floors,
+    accept_loss: bool,
+) -> Result<Restored> {
+    let existed = dir.exists();
     prepare_target(dir)?;
     let mut refused: Vec<String> = Vec::new();
     let mut bad: HashSet<String> = HashSet::new();
@@ -136,12 +150,24 @@ pub async fn restore(objects: &StageStore, dir: &Path, floors: Floors) -> Result
                 objects.url()
             )));
         };
+        let point = (generation, plan_end(&plan));
+        let unprotected = unprotected(objects, &listed, generation, &bad).await?;
+        let loss = assess(point, &listed, &bad, &unprotected);
+        if loss.beyond_last_interval() && !accept_loss {
+            // Emptied when a damaged object was found while replaying.
+            if !existed {
+                let _ = std::fs::remove_dir(dir);
+            }
+            return Err(refusal(objects, &loss, &refused));
+        }
         std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         std::fs::write(dir.join(RESTORING_MARKER), b"").map_err(|e| io(dir, e))?;
-        match replay(objects, dir, &plan, floors, generation).await {
+        let lost = (!loss.is_none()).then(|| loss.describe());
+        match replay(objects, dir, &plan, floors, generation, lost.as_deref()).await {
             Ok(mut restored) => {
                 std::fs::remove_file(dir.join(RESTORING_MARKER)).map_err(|e| io(dir, e))?;
                 restored.refused = refused;
+                restored.lost = lost;
                 restored.next_generation = listed.keys().max().copied().unwrap_or(0) + 1;
                 return Ok(restored);
             }
@@ -153,6 +179,79 @@ pub async fn restore(objects: &StageStore, dir: &Path, floors: Floors) -> Result
             Err(Found::Failed(e)) => return Err(e),
         }
     }
+}
+
+/// The refusal of a restore that would lose `loss`: bad input until the
+/// loss is accepted (or the missing objects put back).
+fn refusal(objects: &StageStore, loss: &Loss, refused: &[String]) -> CoordinatorError {
+    let refused = match refused.is_empty() {
+        true => String::new(),
+        false => format!(" (refused as damaged: {})", refused.join("; ")),
+    };
+    CoordinatorError::InvalidArgument(format!(
+        "the replica in {} has lost more than its last interval: {}{refused}; nothing was \
+         restored. Put the missing objects back if they are anywhere, or run again with \
+         --restore-accept-loss to restore the point before it (what the lost changes recorded \
+         is gone: jobs submitted after it are unknown, results accepted after it are computed \
+         again)",
+        objects.url(),
+        loss.describe()
+    ))
+}
+
+/// The change of its generation a plan ends at.
+fn plan_end(plan: &[Step]) -> u64 {
+    match plan.last() {
+        Some(Step::Log { start, keys }) => keys.last().map_or(start - 1, |(_, _, last)| *last),
+        Some(Step::Snapshot { done, .. }) => done.to,
+        None => 0,
+    }
+}
+
+/// The generations after `chosen` that the replica had not protected yet:
+/// begun without a parent (a start, or a break in the log), their log not
+/// shipped through their snapshot's point (or their snapshot not whole), so
+/// the replica reported them as its lag. Anything unreadable counts as
+/// protected: its loss is then refused unless accepted.
+async fn unprotected(
+    objects: &StageStore,
+    listed: &BTreeMap<u64, Listed>,
+    chosen: u64,
+    bad: &HashSet<String>,
+) -> Result<HashSet<u64>> {
+    let mut found = HashSet::new();
+    for (&generation, of) in listed.range(chosen + 1..) {
+        let key = manifest_key(generation);
+        if !of.manifest || bad.contains(&key) {
+            continue;
+        }
+        let manifest = match read(objects, &key).await {
+            Ok(body) => decode_json::<Manifest>(&body).ok(),
+            Err(Found::Damaged(..)) => None,
+            Err(Found::Failed(e)) => return Err(e),
+        };
+        let parentless = manifest.is_some_and(|m| m.parent.is_none());
+        if !parentless {
+            continue;
+        }
+        let shipped = of.segments.values().map(|(last, _)| *last).max();
+        let done_key = snapshot_done_key(generation);
+        let through = match of.done && !bad.contains(&done_key) {
+            false => None,
+            true => match read(objects, &done_key).await {
+                Ok(body) => match decode_json::<SnapshotDone>(&body) {
+                    Ok(done) => Some(done.to),
+                    Err(_) => continue,
+                },
+                Err(Found::Damaged(..)) => continue,
+                Err(Found::Failed(e)) => return Err(e),
+            },
+        };
+        if through.is_none_or(|to| shipped.unwrap_or(0) < to) {
+            found.insert(generation);
+        }
+    }
+    Ok(found)
 }
 
 fn io(dir: &Path, e: std::io::Error) -> CoordinatorError {
@@ -243,11 +342,19 @@ async fn chain(
     let manifest: Manifest = decode_json(&read(objects, &manifest_key).await?)
         .map_err(|why| Found::Damaged(manifest_key.clone(), why))?;
     // The log of the generation without a gap from `start`, to `upto` if set.
+    // It may begin with a segment holding changes before `start` too (the
+    // snapshot saw them: replaying them changes nothing).
     let log_from = |start: u64| -> Option<(Segments, u64)> {
         let mut keys = Vec::new();
         let mut next = start;
-        for (&first, (last, key)) in objects_of.segments.range(start..) {
-            if first != next || bad.contains(key) || upto.is_some_and(|u| *last > u) {
+        let covering = objects_of.segments.range(..start).next_back();
+        let from = match covering {
+            Some((&first, (last, _))) if *last >= start => first,
+            _ => start,
+        };
+        for (&first, (last, key)) in objects_of.segments.range(from..) {
+            let joins = first == next || (keys.is_empty() && first < next);
+            if !joins || bad.contains(key) || upto.is_some_and(|u| *last > u) {
                 break;
             }
             keys.push((key.clone(), first, *last));
@@ -303,6 +410,7 @@ async fn replay(
     plan: &[Step],
     floors: Floors,
     generation: u64,
+    lost: Option<&str>,
 ) -> std::result::Result<Restored, Found> {
     let store = SledStore::open(dir)?;
     let (mut entries, mut changes, mut change, mut at) = (0u64, 0u64, 0u64, String::new());
@@ -360,6 +468,7 @@ async fn replay(
         "from": objects.url().to_string(),
         "point": point,
         "at_ms": now_ms(),
+        "lost": lost,
     });
     batch.put(Tree::Meta, RESTORED_KEY, record.to_string().into_bytes());
     store.commit(batch)?;
@@ -369,6 +478,7 @@ async fn replay(
         change,
         point,
         refused: Vec::new(),
+        lost: None,
         changes_replayed: changes,
         entries,
         next_generation: 0,

@@ -9,7 +9,7 @@ use tally_stage::{StageStoreUrl, blob_owner, checkpoint_number, job_prefix, pack
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{ShardState, checkpoint_blob_key, output_key};
-use crate::store::{Batch, Tree};
+use crate::store::{Batch, Store, Tree};
 
 use super::job::JobEntry;
 use super::stage_outputs::{KeptBlobs, committed_key};
@@ -30,6 +30,39 @@ const STAGE_PREFIX_KEY: &[u8] = b"stage-prefix";
 /// two leaves it known). A copy of the directory has them too: the owner
 /// records tell the two apart (see `tally_stage::owner`).
 const STAGE_OWNER_KEY: &[u8] = b"stage-owner";
+
+/// The owner epoch at which a restore into this data directory took its
+/// prefix, in [`Tree::Meta`]; absent: never restored (see `stage_owner`).
+const STAGE_OWNER_RESTORED_KEY: &[u8] = b"stage-owner-restored";
+
+/// What a data directory keeps of its stage-store prefix, read before its
+/// jobs are loaded: the prefix, its owner-record nonces, and the owner epoch
+/// a restore into it took the prefix at.
+#[derive(Debug, Default)]
+pub struct KeptStageOwner {
+    pub prefix: Option<String>,
+    pub nonces: Vec<String>,
+    pub restored_at: Option<u64>,
+}
+
+impl KeptStageOwner {
+    pub fn read(store: &dyn Store) -> Result<KeptStageOwner> {
+        let text = |key: &[u8]| -> Result<Option<String>> {
+            Ok(store
+                .get(Tree::Meta, key)?
+                .map(|v| String::from_utf8_lossy(&v).into_owned()))
+        };
+        Ok(KeptStageOwner {
+            prefix: text(STAGE_PREFIX_KEY)?,
+            nonces: text(STAGE_OWNER_KEY)?
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(str::to_string)
+                .collect(),
+            restored_at: text(STAGE_OWNER_RESTORED_KEY)?.and_then(|t| t.parse().ok()),
+        })
+    }
+}
 
 impl Scheduler {
     /// Records `url` as the stage store of the jobs from now on, and returns
@@ -92,16 +125,21 @@ impl Scheduler {
         Ok(own)
     }
 
-    /// The nonces this data directory wrote to its stage-store prefix's
-    /// owner records (see [`STAGE_OWNER_KEY`]).
-    pub fn stage_owner_nonces(&self) -> Result<Vec<String>> {
-        let kept = self.store.get(Tree::Meta, STAGE_OWNER_KEY)?;
-        Ok(kept
-            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-            .unwrap_or_default()
-            .split_whitespace()
-            .map(str::to_string)
-            .collect())
+    /// What this data directory keeps of its stage-store prefix's owner
+    /// records (see [`STAGE_OWNER_KEY`]).
+    pub fn stage_owner_kept(&self) -> Result<KeptStageOwner> {
+        KeptStageOwner::read(&*self.store)
+    }
+
+    /// Records, durably, that a restore into this data directory took its
+    /// prefix at owner epoch `epoch`.
+    pub fn note_stage_owner_restored(&mut self, epoch: u64) -> Result<()> {
+        let mut batch = Batch::default();
+        let epoch = epoch.to_string().into_bytes();
+        batch.put(Tree::Meta, STAGE_OWNER_RESTORED_KEY, epoch);
+        self.write(batch)?;
+        self.store.flush()?;
+        Ok(())
     }
 
     /// Draws the nonce to take the prefix with and records it, durably,

@@ -22,6 +22,7 @@
 
 mod acceptance;
 mod blobs;
+pub use blobs::KeptStageOwner;
 mod clients;
 mod demand;
 mod events;

@@ -191,7 +191,7 @@ pub(super) fn reconcile_mark(
         MarkRead::Damaged => Loss::Unverifiable("its commit mark file is damaged"),
     };
     if on_loss == OnLoss::Refuse {
-        return Err(CoordinatorError::Store(lost.message(dir, stored)));
+        return Err(CoordinatorError::Store(lost.refusal(dir, stored)));
     }
     let acknowledged = match lost {
         Loss::Behind(mark) => mark,
@@ -201,7 +201,7 @@ pub(super) fn reconcile_mark(
         commits: stored.commits.max(acknowledged.commits),
         next_job: stored.next_job.max(acknowledged.next_job),
     };
-    tracing::warn!(dir = %dir.display(), "{}; recovering from what is intact", lost.message(dir, stored));
+    tracing::warn!(dir = %dir.display(), "{}; recovering from what is intact (--recover)", lost.finding(dir, stored));
     let file = MarkFile::create(dir, current)?;
     let recovery = Recovery {
         acknowledged: acknowledged.commits,
@@ -223,7 +223,17 @@ pub(super) enum Loss {
 }
 
 impl Loss {
-    pub(super) fn message(&self, dir: &Path, stored: Mark) -> String {
+    /// The refusal of a start without `--recover`.
+    pub(super) fn refusal(&self, dir: &Path, stored: Mark) -> String {
+        format!(
+            "{}. Refusing to start; `tally coordinator --recover` continues from what is \
+             intact, and jobs may go back to an earlier state",
+            self.finding(dir, stored)
+        )
+    }
+
+    /// What was found, for a refusal or a recovery alike.
+    pub(super) fn finding(&self, dir: &Path, stored: Mark) -> String {
         let what = match self {
             Loss::Behind(mark) => format!(
                 "has lost acknowledged data: it holds {} commits, but {} were acknowledged \
@@ -239,11 +249,7 @@ impl Loss {
                  digest of its last commit (an entry was lost or changed; a file in it is damaged)"
                 .to_string(),
         };
-        format!(
-            "the store in {} {what}. Refusing to start; `tally coordinator --recover` \
-             continues from what is intact, and jobs may go back to an earlier state",
-            dir.display()
-        )
+        format!("the store in {} {what}", dir.display())
     }
 }
 

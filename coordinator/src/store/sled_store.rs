@@ -122,9 +122,9 @@ impl SledStore {
         {
             let lost = Loss::Changed;
             if on_loss == OnLoss::Refuse {
-                return Err(CoordinatorError::Store(lost.message(dir, stored)));
+                return Err(CoordinatorError::Store(lost.refusal(dir, stored)));
             }
-            tracing::warn!(dir = %dir.display(), "{}; recovering from what is intact", lost.message(dir, stored));
+            tracing::warn!(dir = %dir.display(), "{}; recovering from what is intact (--recover)", lost.finding(dir, stored));
             recovery.get_or_insert(Recovery {
                 acknowledged: marked.current.commits,
                 intact: stored.commits,
@@ -149,7 +149,7 @@ impl SledStore {
                      what is intact, and jobs may go back to an earlier state"
                 )));
             }
-            tracing::warn!("{lost}; recovering from what is intact");
+            tracing::warn!("{lost}; recovering from what is intact (--recover)");
             recovery.get_or_insert(Recovery {
                 acknowledged: marked.current.commits,
                 intact: marked.current.commits,
@@ -255,7 +255,7 @@ impl SledStore {
             None
         };
         if let Some(lost) = lost {
-            return Err(CoordinatorError::Store(lost.message(&self.dir, stored)));
+            return Err(CoordinatorError::Store(lost.refusal(&self.dir, stored)));
         }
         marked.current.commits = stored.commits;
         marked.current.next_job = acknowledged.next_job.max(stored.next_job);
@@ -294,7 +294,7 @@ impl SledStore {
                     })?;
                     if !intact {
                         return Err(CoordinatorError::Store(
-                            Loss::Changed.message(&self.dir, stored),
+                            Loss::Changed.refusal(&self.dir, stored),
                         ));
                     }
                     let mut marked = self.marked();

@@ -371,6 +371,26 @@ pub fn log_file(log: &Path) -> std::fs::File {
         .unwrap()
 }
 
+/// The text of the log at `path` once a line of it holds every one of
+/// `needles`: a process's background tasks (and a non-blocking log writer)
+/// write when they get to it, so a log is never read once for a line.
+/// Panics with the log if no such line comes within `limit`.
+pub async fn wait_for_log_line(path: &Path, needles: &[&str], limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().any(|l| needles.iter().all(|n| l.contains(n))) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no line with {needles:?} in {} within {limit:?}:\n{text}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 pub fn spawn_coordinator(port: u16, data: &Path, log: &Path) -> ChildGuard {
     spawn_coordinator_with(port, data, log, &[])
 }

@@ -31,6 +31,7 @@ mod jobs;
 mod leasing;
 mod protocol;
 mod recovery;
+mod refused;
 mod reports;
 mod shard_table;
 mod stage_outputs;
@@ -41,6 +42,8 @@ mod views;
 mod waiting;
 mod workers;
 
+#[cfg(test)]
+mod refused_tests;
 #[cfg(test)]
 mod replica_tests;
 #[cfg(test)]

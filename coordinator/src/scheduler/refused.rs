@@ -123,7 +123,8 @@ impl Scheduler {
 
 impl RefusedJob {
     /// The job as clients see it: no spec (none this release reads), its
-    /// kind as stored, the reason in its description.
+    /// kind as stored, the reason in its error (failed at load) or else in
+    /// its description (a job that had finished).
     pub(super) fn view(&self, now_ms: u64) -> proto::Job {
         let rec = &self.rec;
         let counts = rec.final_counts.unwrap_or_default();

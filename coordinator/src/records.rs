@@ -10,7 +10,7 @@
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tally_kinds::spec::ValidSpec;
+use tally_kinds::spec::{JobSpec, ValidSpec};
 use tally_kinds::values::{EncodedPartial, EncodedTask, JobPlan};
 use tally_wire::proto;
 
@@ -46,12 +46,15 @@ impl JobState {
     }
 }
 
+/// A job as stored. Its spec is checked again when the record is read back
+/// (`S` is [`ValidSpec`]); a spec this release refuses is read as the JSON
+/// it was stored as ([`UncheckedJobRecord`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct JobRecord {
+pub struct JobRecord<S = ValidSpec> {
     pub id: String,
     /// Submission order, for ordering jobs of equal priority.
     pub seq: u64,
-    pub spec: ValidSpec,
+    pub spec: S,
     /// The plan facts, without the slider prefixes (those live in the shards).
     pub plan: JobPlan,
     pub state: JobState,
@@ -74,6 +77,51 @@ pub struct JobRecord {
     /// (nor read at start): what its view shows from then on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_counts: Option<FinalCounts>,
+}
+
+impl<S> JobRecord<S> {
+    /// The same record with another form of its spec.
+    pub fn with_spec<T>(self, spec: T) -> JobRecord<T> {
+        JobRecord {
+            id: self.id,
+            seq: self.seq,
+            spec,
+            plan: self.plan,
+            state: self.state,
+            idempotency_key: self.idempotency_key,
+            created_ms: self.created_ms,
+            started_ms: self.started_ms,
+            finished_ms: self.finished_ms,
+            stage: self.stage,
+            shards_per_stage: self.shards_per_stage,
+            work_per_stage: self.work_per_stage,
+            answer: self.answer,
+            details: self.details,
+            error: self.error,
+            deleted_ms: self.deleted_ms,
+            final_counts: self.final_counts,
+        }
+    }
+}
+
+/// A job record whose spec is kept as the JSON it was stored as, unchecked:
+/// how a job whose stored spec this release refuses is read, listed and
+/// written back (in the layout of every release, so an older one reads it).
+pub type UncheckedJobRecord = JobRecord<serde_json::Value>;
+
+impl UncheckedJobRecord {
+    /// The stored spec checked, or why this release refuses it.
+    pub fn check_spec(&self) -> std::result::Result<ValidSpec, String> {
+        match serde_json::from_value::<JobSpec>(self.spec.clone()) {
+            Ok(spec) => ValidSpec::new(spec).map_err(|e| e.to_string()),
+            Err(e) => Err(format!("invalid job spec: {e}")),
+        }
+    }
+
+    /// The kind the stored spec names ("" if it names none).
+    pub fn kind_name(&self) -> &str {
+        self.spec.get("kind").and_then(|k| k.as_str()).unwrap_or("")
+    }
 }
 
 /// What a finished job's view needs of its shards.
@@ -272,7 +320,7 @@ pub trait Record: Serialize + DeserializeOwned {
     const COMPACT: bool;
 }
 
-impl Record for JobRecord {
+impl<S: Serialize + DeserializeOwned> Record for JobRecord<S> {
     const COMPACT: bool = false;
 }
 

@@ -13,7 +13,7 @@ use crate::records::{
     EventRecord, JobRecord, JobState, attachment_key, decode, encode, event_prefix, job_id,
     job_key, shard_prefix,
 };
-use crate::store::{Batch, NEXT_JOB_KEY, Tree};
+use crate::store::{Batch, NEXT_JOB_KEY, Store, Tree};
 
 use super::events::Event;
 use super::job::JobEntry;
@@ -155,13 +155,18 @@ impl Scheduler {
         let Some(id) = self.jobs.by_key(key) else {
             return Ok(None);
         };
+        if self.jobs.refused(id).is_some() {
+            return Err(CoordinatorError::AlreadyExists(format!(
+                "idempotency key {} already names job {id}, whose stored spec this release \
+                 refuses; submit under another key",
+                shown_key(key)
+            )));
+        }
         let existing = &self.jobs.get(id)?.rec.spec;
         if !existing.same_question(spec) {
-            // The key is echoed in part: it may be 256 bytes long.
-            let shown: String = key.chars().take(32).collect();
-            let more = if shown.len() < key.len() { "..." } else { "" };
             return Err(CoordinatorError::AlreadyExists(format!(
-                "idempotency key {shown:?}{more} already names job {id}, submitted with a different spec ({})",
+                "idempotency key {} already names job {id}, submitted with a different spec ({})",
+                shown_key(key),
                 existing.describe()
             )));
         }
@@ -170,6 +175,15 @@ impl Scheduler {
 
     /// Cancels a queued or running job; cancelling a cancelled job is a no-op.
     pub fn cancel(&mut self, id: &str, now_ms: u64) -> Result<proto::Job> {
+        if let Some(refused) = self.jobs.refused(id) {
+            return match refused.rec.state {
+                JobState::Cancelled => Ok(refused.view(now_ms)),
+                state => Err(CoordinatorError::FailedPrecondition(format!(
+                    "job {id} already {}",
+                    state.name()
+                ))),
+            };
+        }
         let entry = self.jobs.get_mut(id)?;
         match entry.rec.state {
             JobState::Cancelled => return Ok(entry.view(now_ms)),
@@ -201,6 +215,9 @@ impl Scheduler {
     /// and asking for the job says it was deleted. Refused, changing nothing,
     /// for an unfinished job without `force`.
     pub fn delete(&mut self, id: &str, force: bool, now_ms: u64) -> Result<()> {
+        if self.jobs.refused(id).is_some() {
+            return self.delete_refused(id, now_ms);
+        }
         let entry = self.jobs.get(id)?;
         if !entry.rec.state.is_finished() {
             if !force {
@@ -212,12 +229,7 @@ impl Scheduler {
             self.cancel(id, now_ms)?;
         }
         let entry = self.jobs.get(id)?;
-        let mut batch = Batch::default();
-        for tree in [Tree::Shards, Tree::Events, Tree::Blobs] {
-            for (key, _) in self.store.scan_prefix(tree, &shard_prefix(id))? {
-                batch.remove(tree, key);
-            }
-        }
+        let mut batch = job_data_removed(self.store.as_ref(), id)?;
         // Attachments no other job names go with their last job.
         for digest in entry.rec.spec.attachments() {
             let shared = self
@@ -228,13 +240,7 @@ impl Scheduler {
                 batch.remove(Tree::Blobs, attachment_key(&digest));
             }
         }
-        let mut tombstone = entry.rec.clone();
-        tombstone.deleted_ms = Some(now_ms);
-        tombstone.details = None;
-        if let Some(key) = &tombstone.idempotency_key {
-            batch.remove(Tree::Keys, key.as_bytes().to_vec());
-        }
-        tombstone.idempotency_key = None;
+        let tombstone = tombstone(&entry.rec, &mut batch, now_ms);
         batch.put(Tree::Jobs, job_key(id), encode(&tombstone));
         self.write(batch)?;
         self.jobs.remove(id, now_ms);
@@ -274,13 +280,21 @@ impl Scheduler {
     /// Deletes every job that finished at or before `cutoff_ms` (retention);
     /// returns how many.
     pub fn delete_finished_before(&mut self, cutoff_ms: u64, now_ms: u64) -> Result<usize> {
-        let due: Vec<String> = self
+        let due_at = |state: JobState, finished: Option<u64>| {
+            state.is_finished() && finished.is_some_and(|f| f <= cutoff_ms)
+        };
+        let runnable = self
             .jobs
             .iter()
-            .filter(|e| {
-                e.rec.state.is_finished() && e.rec.finished_ms.is_some_and(|f| f <= cutoff_ms)
-            })
-            .map(|e| e.rec.id.clone())
+            .map(|e| (&e.rec.id, e.rec.state, e.rec.finished_ms));
+        let refused = self
+            .jobs
+            .refused_jobs()
+            .map(|r| (&r.rec.id, r.rec.state, r.rec.finished_ms));
+        let due: Vec<String> = runnable
+            .chain(refused)
+            .filter(|&(_, state, finished)| due_at(state, finished))
+            .map(|(id, _, _)| id.clone())
             .collect();
         for id in &due {
             self.delete(id, false, now_ms)?;
@@ -293,7 +307,7 @@ impl Scheduler {
     /// of them: a job of a million shards has millions, more than one
     /// message holds; the caller asks again from the next sequence.
     pub fn events(&self, id: &str, from: u64) -> Result<Vec<EventRecord>> {
-        self.jobs.get(id)?;
+        self.jobs.check_exists(id)?;
         let mut start = event_prefix(id);
         start.extend_from_slice(format!("{from:012}").as_bytes());
         let all = self.store.scan_prefix(Tree::Events, &event_prefix(id))?;
@@ -307,6 +321,42 @@ impl Scheduler {
 
 /// The most events one `Events` call returns (well within a message).
 pub const EVENTS_PER_CALL: usize = 16_384;
+
+/// A removal of everything a job keeps under its prefix: its shards, events,
+/// stage output and checkpoints.
+pub(super) fn job_data_removed(store: &dyn Store, id: &str) -> Result<Batch> {
+    let mut batch = Batch::default();
+    for tree in [Tree::Shards, Tree::Events, Tree::Blobs] {
+        for (key, _) in store.scan_prefix(tree, &shard_prefix(id))? {
+            batch.remove(tree, key);
+        }
+    }
+    Ok(batch)
+}
+
+/// The record a deleted job leaves (its id stays taken); its idempotency
+/// key is removed in `batch`.
+pub(super) fn tombstone<S: Clone>(
+    rec: &JobRecord<S>,
+    batch: &mut Batch,
+    now_ms: u64,
+) -> JobRecord<S> {
+    let mut tombstone = rec.clone();
+    tombstone.deleted_ms = Some(now_ms);
+    tombstone.details = None;
+    if let Some(key) = tombstone.idempotency_key.take() {
+        batch.remove(Tree::Keys, key.into_bytes());
+    }
+    tombstone
+}
+
+/// An idempotency key as messages echo it: in part, since it may be 256
+/// bytes long.
+fn shown_key(key: &str) -> String {
+    let shown: String = key.chars().take(32).collect();
+    let more = if shown.len() < key.len() { "..." } else { "" };
+    format!("{shown:?}{more}")
+}
 
 /// The record of job number `seq`, queued, at its first stage.
 fn new_job(

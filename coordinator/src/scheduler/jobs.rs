@@ -1,7 +1,8 @@
 //! The job table: every job the scheduler holds, by id; the idempotency keys
 //! that name them; the counter that numbers them; the ids of deleted jobs
-//! (only their tombstones remain in the store); and whose turn it is among
-//! jobs of equal priority.
+//! (only their tombstones remain in the store); the jobs whose stored spec
+//! this release refuses (failed, kept apart: nothing runs them); and whose
+//! turn it is among jobs of equal priority.
 //!
 //! *Invariants:* a key names a job of the table; an id is given once (the
 //! counter only grows, and a deleted job's id stays taken).
@@ -12,6 +13,7 @@ use crate::error::{CoordinatorError, Result};
 use crate::records::job_id;
 
 use super::job::JobEntry;
+use super::refused::RefusedJob;
 
 pub(super) struct Jobs {
     entries: BTreeMap<String, JobEntry>,
@@ -21,6 +23,9 @@ pub(super) struct Jobs {
     next_seq: u64,
     /// Deleted jobs' ids, with when they were deleted.
     deleted: HashMap<String, u64>,
+    /// Jobs whose stored spec this release refuses, by id; never in
+    /// `entries`.
+    refused: BTreeMap<String, RefusedJob>,
     /// The submission number of the job the last lease served: jobs of equal
     /// priority are served in turn from the one after it (fairness needs no
     /// durability, so this is not stored).
@@ -35,6 +40,7 @@ impl Jobs {
             keys: HashMap::new(),
             next_seq,
             deleted: HashMap::new(),
+            refused: BTreeMap::new(),
             served_last: None,
         }
     }
@@ -46,6 +52,34 @@ impl Jobs {
     pub(super) fn get_mut(&mut self, id: &str) -> Result<&mut JobEntry> {
         let missing = self.missing(id);
         self.entries.get_mut(id).ok_or(missing)
+    }
+
+    /// Whether the id names a job, runnable or refused (else why not).
+    pub(super) fn check_exists(&self, id: &str) -> Result<()> {
+        match self.entries.contains_key(id) || self.refused.contains_key(id) {
+            true => Ok(()),
+            false => Err(self.missing(id)),
+        }
+    }
+
+    /// The job of an id whose stored spec this release refuses.
+    pub(super) fn refused(&self, id: &str) -> Option<&RefusedJob> {
+        self.refused.get(id)
+    }
+
+    /// Every job whose stored spec this release refuses, in id order.
+    pub(super) fn refused_jobs(&self) -> impl Iterator<Item = &RefusedJob> {
+        self.refused.values()
+    }
+
+    /// Adds a job whose stored spec this release refuses, under its
+    /// idempotency key if it has one.
+    pub(super) fn add_refused(&mut self, job: RefusedJob) {
+        let id = job.rec.id.clone();
+        if let Some(key) = &job.rec.idempotency_key {
+            self.keys.insert(key.clone(), id.clone());
+        }
+        self.refused.insert(id, job);
     }
 
     /// The job of an id the caller has already looked up: a missing job is a bug.
@@ -110,10 +144,13 @@ impl Jobs {
 
     /// Drops a deleted job (and its key), remembering when it was deleted.
     pub(super) fn remove(&mut self, id: &str, when_ms: u64) {
-        if let Some(entry) = self.entries.remove(id)
-            && let Some(key) = &entry.rec.idempotency_key
-        {
-            self.keys.remove(key);
+        let key = match (self.entries.remove(id), self.refused.remove(id)) {
+            (Some(entry), _) => entry.rec.idempotency_key,
+            (None, Some(refused)) => refused.rec.idempotency_key,
+            (None, None) => None,
+        };
+        if let Some(key) = key {
+            self.keys.remove(&key);
         }
         self.note_deleted(id, when_ms);
     }
@@ -127,7 +164,7 @@ impl Jobs {
     pub(super) fn absent_ids(&self) -> Vec<String> {
         (1..self.next_seq)
             .map(job_id)
-            .filter(|id| !self.entries.contains_key(id))
+            .filter(|id| !self.entries.contains_key(id) && !self.refused.contains_key(id))
             .collect()
     }
 

@@ -32,6 +32,7 @@ mod jobs;
 mod leasing;
 mod protocol;
 mod recovery;
+mod refused;
 mod reports;
 mod shard_table;
 mod stage_outputs;
@@ -42,6 +43,8 @@ mod views;
 mod waiting;
 mod workers;
 
+#[cfg(test)]
+mod refused_tests;
 #[cfg(test)]
 mod replica_tests;
 #[cfg(test)]

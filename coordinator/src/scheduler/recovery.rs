@@ -5,7 +5,8 @@
 //! load starts a new epoch, above every attempt leased before it, so every
 //! lease handed out before is stale and its shard pending again (its work
 //! resumes from the shard's last checkpoint). A barrier that was passed but
-//! not acted on is acted on.
+//! not acted on is acted on. A job whose stored spec this release refuses
+//! fails alone (`refused`); the others load as ever.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -20,6 +21,7 @@ use tally_wire::lease::Attempt;
 use super::events::Event;
 use super::job::JobEntry;
 use super::jobs::Jobs;
+use super::refused::{StoredJob, read_job};
 use super::stage_outputs::{FinishedStage, retained_stages};
 use super::state::{Scheduler, SchedulerConfig};
 use super::workers::Workers;
@@ -43,8 +45,19 @@ impl Scheduler {
             job_ids_below: Arc::new(AtomicU64::new(u64::MAX)),
         };
         let mut lost = Vec::new();
+        let mut refused = Vec::new();
         for (_, bytes) in store.scan_prefix(Tree::Jobs, b"")? {
-            let rec: JobRecord = decode("job", &bytes)?;
+            let rec = match read_job(&bytes)? {
+                StoredJob::Checked(rec) => rec,
+                // A tombstone's spec matters no more.
+                StoredJob::Refused(rec, why) => {
+                    match rec.deleted_ms {
+                        Some(when) => scheduler.jobs.note_deleted(&rec.id, when),
+                        None => refused.push((rec, why)),
+                    }
+                    continue;
+                }
+            };
             if let Some(when) = rec.deleted_ms {
                 scheduler.jobs.note_deleted(&rec.id, when);
                 continue;
@@ -57,6 +70,9 @@ impl Scheduler {
         }
         for (id, why) in lost {
             scheduler.fail_for_lost_input(&id, &why, now_ms)?;
+        }
+        for (rec, why) in refused {
+            scheduler.hold_refused(rec, why, now_ms)?;
         }
         scheduler.resume(now_ms)?;
         Ok(scheduler)
@@ -262,13 +278,18 @@ fn load_job(
         });
         entry.pending.push_back(entry.shards[position].index);
     }
-    // Only the last event: a long job has millions.
-    entry.next_event = store
-        .last_in_prefix(Tree::Events, &event_prefix(&id))?
+    entry.next_event = next_event_seq(store, &id)?;
+    Ok((entry, lost_input))
+}
+
+/// The number of the job's next event. Only the last event is read: a long
+/// job has millions.
+pub(super) fn next_event_seq(store: &dyn Store, id: &str) -> Result<u64> {
+    Ok(store
+        .last_in_prefix(Tree::Events, &event_prefix(id))?
         .map(|(_, v)| decode::<EventRecord>("event", &v).map(|e| e.seq + 1))
         .transpose()?
-        .unwrap_or(0);
-    Ok((entry, lost_input))
+        .unwrap_or(0))
 }
 
 /// Puts the current stage's shards into `entry` and counts the earlier stages'

@@ -7,21 +7,30 @@ use crate::error::{CoordinatorError, Result};
 use crate::records::{FinalCounts, JobRecord, JobState};
 
 use super::job::JobEntry;
+use super::refused::RefusedJob;
 use super::state::Scheduler;
 use super::waiting::Fleet;
 
 impl Scheduler {
     pub fn job(&self, id: &str, now_ms: u64) -> Result<proto::Job> {
+        if let Some(refused) = self.jobs.refused(id) {
+            return Ok(refused.view(now_ms));
+        }
         let fleet = self.fleet(now_ms);
         Ok(self.view_of(self.jobs.get(id)?, &fleet, now_ms))
     }
 
+    /// Every job, in id order.
     pub fn list(&self, now_ms: u64) -> Vec<proto::Job> {
         let fleet = self.fleet(now_ms);
-        self.jobs
+        let mut jobs: Vec<proto::Job> = self
+            .jobs
             .iter()
             .map(|e| self.view_of(e, &fleet, now_ms))
-            .collect()
+            .chain(self.jobs.refused_jobs().map(|r| r.view(now_ms)))
+            .collect();
+        jobs.sort_by(|a, b| a.id.cmp(&b.id));
+        jobs
     }
 
     /// The job's view with why it waits, if it does.
@@ -34,35 +43,37 @@ impl Scheduler {
     /// One page of jobs in submission order, filtered (see `ListJobsRequest`),
     /// and the token of the next page (empty on the last).
     pub fn list_page(&self, request: &ListPage, now_ms: u64) -> (Vec<proto::Job>, String) {
-        let mut matching = self
-            .jobs
-            .iter()
-            .filter(|e| request.after.is_none_or(|a| e.rec.seq > a))
-            .filter(|e| request.states.is_empty() || request.states.contains(&e.rec.state))
-            .filter(|e| {
-                request
-                    .kind
-                    .as_deref()
-                    .is_none_or(|k| e.rec.spec.kind_name() == k)
-            })
+        let runnable = self.jobs.iter().map(Listed::Entry);
+        let refused = self.jobs.refused_jobs().map(Listed::Refused);
+        let mut matching = runnable
+            .chain(refused)
+            .filter(|e| request.after.is_none_or(|a| e.seq() > a))
+            .filter(|e| request.states.is_empty() || request.states.contains(&e.state()))
+            .filter(|e| request.kind.as_deref().is_none_or(|k| e.kind_name() == k))
             .collect::<Vec<_>>();
-        matching.sort_by_key(|e| e.rec.seq);
+        matching.sort_by_key(|e| e.seq());
         let more = matching.len() > request.limit;
         matching.truncate(request.limit);
         let next = match matching.last() {
-            Some(last) if more => last.rec.seq.to_string(),
+            Some(last) if more => last.seq().to_string(),
             _ => String::new(),
         };
         let fleet = self.fleet(now_ms);
         let jobs = matching
             .iter()
-            .map(|e| self.view_of(e, &fleet, now_ms))
+            .map(|listed| match listed {
+                Listed::Entry(e) => self.view_of(e, &fleet, now_ms),
+                Listed::Refused(r) => r.view(now_ms),
+            })
             .collect();
         (jobs, next)
     }
 
     /// The answer or the error of a finished job.
     pub fn result(&self, id: &str) -> Result<proto::JobResult> {
+        if let Some(refused) = self.jobs.refused(id) {
+            return Ok(refused.result());
+        }
         let rec = &self.jobs.get(id)?.rec;
         if !rec.state.is_finished() {
             return Err(CoordinatorError::FailedPrecondition(format!(
@@ -70,17 +81,51 @@ impl Scheduler {
                 rec.state.name()
             )));
         }
-        Ok(proto::JobResult {
-            job_id: rec.id.clone(),
-            state: rec.state.to_proto() as i32,
-            answer: rec.answer.clone().unwrap_or_default(),
-            details_json: rec
-                .details
-                .as_ref()
-                .map(|d| d.to_string())
-                .unwrap_or_default(),
-            error: rec.error.clone().unwrap_or_default(),
-        })
+        Ok(result_of(rec))
+    }
+}
+
+/// A finished job's answer or error, as its record holds them.
+pub(super) fn result_of<S>(rec: &JobRecord<S>) -> proto::JobResult {
+    proto::JobResult {
+        job_id: rec.id.clone(),
+        state: rec.state.to_proto() as i32,
+        answer: rec.answer.clone().unwrap_or_default(),
+        details_json: rec
+            .details
+            .as_ref()
+            .map(|d| d.to_string())
+            .unwrap_or_default(),
+        error: rec.error.clone().unwrap_or_default(),
+    }
+}
+
+/// A job a page may list: runnable, or refused at load.
+enum Listed<'a> {
+    Entry(&'a JobEntry),
+    Refused(&'a RefusedJob),
+}
+
+impl Listed<'_> {
+    fn seq(&self) -> u64 {
+        match self {
+            Listed::Entry(e) => e.rec.seq,
+            Listed::Refused(r) => r.rec.seq,
+        }
+    }
+
+    fn state(&self) -> JobState {
+        match self {
+            Listed::Entry(e) => e.rec.state,
+            Listed::Refused(r) => r.rec.state,
+        }
+    }
+
+    fn kind_name(&self) -> &str {
+        match self {
+            Listed::Entry(e) => e.rec.spec.kind_name(),
+            Listed::Refused(r) => r.rec.kind_name(),
+        }
     }
 }
 
@@ -202,7 +247,7 @@ impl JobEntry {
     }
 }
 
-fn elapsed_ms(rec: &JobRecord, now_ms: u64) -> u64 {
+pub(super) fn elapsed_ms<S>(rec: &JobRecord<S>, now_ms: u64) -> u64 {
     match rec.started_ms {
         Some(start) => rec.finished_ms.unwrap_or(now_ms).saturating_sub(start),
         None => 0,

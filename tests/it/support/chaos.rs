@@ -27,7 +27,7 @@ use tally_wire::proto::job_service_client::JobServiceClient;
 use tally_wire::proto::{self, JobState};
 use tonic::transport::Channel;
 
-use super::{ChildGuard, Rng, free_port, log_file, tally_bin};
+use super::{ChildGuard, Rng, evidence, free_port, log_file, tally_bin};
 
 // ------------------------------------------------------------------ rng
 
@@ -328,6 +328,8 @@ fn signal(child: &ChildGuard, sig: i32) {
 struct Proc {
     name: String,
     child: Option<ChildGuard>,
+    /// The log of its current generation.
+    log: PathBuf,
     generation: u32,
     stopped_until: Option<Instant>,
     restart_at: Option<Instant>,
@@ -338,6 +340,7 @@ impl Proc {
         Proc {
             name,
             child: None,
+            log: PathBuf::new(),
             generation: 0,
             stopped_until: None,
             restart_at: None,
@@ -378,6 +381,13 @@ impl Proc {
         self.stopped_until = None;
         Some(status)
     }
+
+    /// Saves its stacks and log tail (`evidence::dump`) if it runs.
+    fn dump_evidence(&self, why: &str) -> Option<PathBuf> {
+        let child = self.child.as_ref()?;
+        let name = format!("{}-g{}", self.name, self.generation);
+        evidence::dump(child.pid(), &name, Some(&self.log), why)
+    }
 }
 
 struct Cluster {
@@ -408,7 +418,9 @@ impl Cluster {
             .stderr(log_file(&log))
             .spawn()
             .expect("spawn coordinator");
+        evidence::watch(child.id(), "coordinator", Some(&log));
         self.coordinator.child = Some(ChildGuard(child));
+        self.coordinator.log = log;
         self.coordinator.restart_at = None;
     }
 
@@ -426,10 +438,26 @@ impl Cluster {
             .stderr(log_file(&log))
             .spawn()
             .expect("spawn worker");
+        evidence::watch(child.id(), &format!("worker-{id}"), Some(&log));
         w.child = Some(ChildGuard(child));
+        w.log = log;
         w.restart_at = None;
     }
+
+    /// Saves the evidence of every process running (the coordinator first)
+    /// before they are killed; the files' paths.
+    fn dump_evidence(&self, why: &str) -> Vec<PathBuf> {
+        std::iter::once(&self.coordinator)
+            .chain(&self.workers)
+            .filter_map(|p| p.dump_evidence(why))
+            .collect()
+    }
 }
+
+/// How long a coordinator that runs (neither stopped nor killed) may leave
+/// every call unanswered before the driver saves the evidence of its
+/// processes: far beyond a restart's load on a loaded machine.
+const UNANSWERED_LIMIT: Duration = Duration::from_secs(60);
 
 async fn connect(url: &str) -> JobServiceClient<Channel> {
     let channel = Channel::from_shared(url.to_string())
@@ -555,6 +583,10 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
     let mut last_restart: Option<Instant> = None;
     let mut last_accept_ms = 0u64;
     let end_of_faults = started + config.duration;
+    // Since when the running coordinator has answered no call, and whether
+    // that was saved as evidence (once per coordinator generation).
+    let mut unanswered_since: Option<Instant> = None;
+    let mut unanswered_dumped = 0u32;
 
     loop {
         let now = Instant::now();
@@ -688,6 +720,8 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
 
         // Observe the jobs, while the coordinator answers.
         if cluster.coordinator.up() {
+            let mut asked = false;
+            let mut answered = false;
             let mut done: Vec<usize> = Vec::new();
             for (slot, job) in active.iter_mut().enumerate() {
                 let template = &config.menu[job.template];
@@ -698,6 +732,7 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
                     }
                 }
                 let Some(id) = job.id.clone() else { continue };
+                asked = true;
                 // New events since the last look.
                 let seen = observed.entry(id.clone()).or_default();
                 let from = seen.last().map_or(0, |e| e.sequence + 1);
@@ -723,6 +758,7 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
                 )
                 .await
                 {
+                    answered = true;
                     let j = j.into_inner();
                     if super::finished(&j) {
                         finished.insert(id.clone(), j);
@@ -733,6 +769,24 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
             for slot in done.into_iter().rev() {
                 active.remove(slot);
             }
+            match (asked, answered) {
+                (true, false) => {
+                    let since = *unanswered_since.get_or_insert(now);
+                    let generation = cluster.coordinator.generation;
+                    if since.elapsed() > UNANSWERED_LIMIT && unanswered_dumped < generation {
+                        unanswered_dumped = generation;
+                        let why = format!(
+                            "the coordinator answered no call for {} s",
+                            since.elapsed().as_secs()
+                        );
+                        cluster.dump_evidence(&why);
+                    }
+                }
+                (true, true) => unanswered_since = None,
+                _ => {}
+            }
+        } else {
+            unanswered_since = None;
         }
 
         if !faulting {
@@ -741,14 +795,18 @@ pub async fn run(config: &ChaosConfig) -> ChaosReport {
                 break;
             }
             if now > end_of_faults + config.settle {
-                report.violations.push(format!(
+                let why = format!(
                     "jobs still unfinished {} s after the faults stopped: {:?}",
                     config.settle.as_secs(),
                     active
                         .iter()
                         .map(|a| a.id.clone().unwrap_or_else(|| a.key.clone()))
                         .collect::<Vec<_>>()
-                ));
+                );
+                let saved = cluster.dump_evidence(&why);
+                report
+                    .violations
+                    .push(format!("{why} (stacks and logs: {saved:?})"));
                 break;
             }
         }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod chaos;
+pub mod evidence;
 pub mod s3;
 
 use std::net::SocketAddr;
@@ -333,13 +334,16 @@ pub fn tally_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tally"))
 }
 
-/// A child process killed (SIGKILL) when dropped.
+/// A child process killed (SIGKILL) when dropped; dropped by a failing
+/// test's panic, it first saves the evidence of the test's live processes
+/// (`evidence::on_failure`).
 pub struct ChildGuard(pub Child);
 
 impl ChildGuard {
     pub fn kill9(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        evidence::unwatch(self.pid());
     }
 
     pub fn pid(&self) -> u32 {
@@ -349,8 +353,17 @@ impl ChildGuard {
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            evidence::on_failure(self.pid());
+        }
         self.kill9();
     }
+}
+
+/// A child that a failing test saves the evidence of, its log beside it.
+fn watched(child: Child, name: &str, log: &Path) -> ChildGuard {
+    evidence::watch(child.id(), name, Some(log));
+    ChildGuard(child)
 }
 
 pub fn free_port() -> u16 {
@@ -397,8 +410,7 @@ pub fn spawn_coordinator(port: u16, data: &Path, log: &Path) -> ChildGuard {
 
 /// A coordinator process with `extra` options.
 pub fn spawn_coordinator_with(port: u16, data: &Path, log: &Path, extra: &[&str]) -> ChildGuard {
-    let log = log_file(log);
-    ChildGuard(
+    watched(
         Command::new(tally_bin())
             .args([
                 "coordinator",
@@ -409,31 +421,33 @@ pub fn spawn_coordinator_with(port: u16, data: &Path, log: &Path, extra: &[&str]
             .arg(data)
             .args(extra)
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(log_file(log))
             .spawn()
             .expect("spawn coordinator"),
+        "coordinator",
+        log,
     )
 }
 
 /// `tally ARGS` with `env` added and logging at info level to `log`
 /// (appended: a process started again adds to its log).
 pub fn spawn_tally(args: &[&str], env: &[(String, String)], log: &Path) -> ChildGuard {
-    let log = log_file(log);
-    ChildGuard(
+    watched(
         Command::new(tally_bin())
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env("TALLY_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(log_file(log))
             .spawn()
             .expect("spawn tally"),
+        &format!("tally-{}", args.first().unwrap_or(&"")),
+        log,
     )
 }
 
 pub fn spawn_worker(url: &str, id: &str, slots: usize, extra: &[&str], log: &Path) -> ChildGuard {
-    let log = log_file(log);
-    ChildGuard(
+    watched(
         Command::new(tally_bin())
             .args([
                 "worker",
@@ -447,9 +461,11 @@ pub fn spawn_worker(url: &str, id: &str, slots: usize, extra: &[&str], log: &Pat
             .args(["--threads", &slots.to_string()])
             .args(extra)
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(log_file(log))
             .spawn()
             .expect("spawn worker"),
+        &format!("worker-{id}"),
+        log,
     )
 }
 

@@ -1372,3 +1372,49 @@ fn a_failed_job_exits_1_and_its_json_carries_the_exit_code() {
     assert_eq!(value["state"], "failed", "{value}");
     assert_eq!(value["exit_code"], 1, "{value}");
 }
+
+/// Ctrl-C during `tally run --json` is one JSON object too, with the exit
+/// code 130 it ends with and what became of the job.
+#[test]
+fn an_interrupted_run_under_json_says_so_in_one_object() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data").display().to_string();
+    // Far longer than the moment it takes to interrupt it.
+    let args = ["run", "hex", "--side", "16", "--data", &data, "--json"];
+    let mut child = Command::new(tally_bin())
+        .args(args)
+        .env_remove("TALLY_COORDINATOR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tally runs");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("started job-000001") {
+        let mut line = String::new();
+        let read = stderr.read_line(&mut line).unwrap();
+        assert!(read > 0, "run ended before it started the job: {seen}");
+        seen += &line;
+    }
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::io::Read::read_to_string(&mut stderr, &mut seen).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{seen}");
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(value["exit_code"], 130, "{value}");
+    assert_eq!(value["id"], "job-000001", "{value}");
+    assert!(
+        value["error"].as_str().unwrap().contains("is kept in"),
+        "{value}"
+    );
+}

@@ -28,9 +28,7 @@ impl Remote {
             security: ClientSecurity::default(),
         }
     }
-}
 
-impl Remote {
     /// The coordinator's URL as it may be shown: without credentials.
     pub fn shown(&self) -> String {
         transport::without_userinfo(&self.url)
@@ -56,7 +54,8 @@ pub fn check_coordinator_url(url: &str) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    // Anywhere in it: a password may hold a `/`, which would end the
+    // authority early.
     if url.contains('@') {
         return Err(invalid!(
             "--coordinator {shown:?}: credentials do not belong in the URL; give the token \
@@ -65,7 +64,12 @@ pub fn check_coordinator_url(url: &str) -> anyhow::Result<()> {
         )
         .into());
     }
-    if authority.is_empty() {
+    if rest
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default()
+        .is_empty()
+    {
         return Err(bad("no host").into());
     }
     if let Err(e) = tonic::transport::Uri::try_from(url) {

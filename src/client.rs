@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use tally_kinds::invalid;
 use tally_wire::limits::MAX_MESSAGE_BYTES;
 use tally_wire::proto::job_service_client::JobServiceClient;
 use tally_wire::proto::{self, Job};
@@ -27,15 +28,62 @@ impl Remote {
             security: ClientSecurity::default(),
         }
     }
+
+    /// The coordinator's URL as it may be shown: without credentials.
+    pub fn shown(&self) -> String {
+        transport::without_userinfo(&self.url)
+    }
+}
+
+/// Checks a `--coordinator` value before anything connects: `http://` or
+/// `https://` and a host, without credentials. A user and password in the
+/// URL authenticate nothing (the coordinator takes a bearer token) and would
+/// travel in every request's header. Refusals are bad input and never show
+/// the credentials.
+pub fn check_coordinator_url(url: &str) -> anyhow::Result<()> {
+    let shown = transport::without_userinfo(url);
+    let bad = |why: &str| {
+        invalid!("--coordinator {shown:?}: {why}; give http://HOST:PORT or https://HOST:PORT")
+    };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(bad("not a URL").into());
+    };
+    if scheme != "http" && scheme != "https" {
+        return Err(bad(&format!(
+            "the scheme {scheme}:// is neither http:// nor https://"
+        ))
+        .into());
+    }
+    // Anywhere in it: a password may hold a `/`, which would end the
+    // authority early.
+    if url.contains('@') {
+        return Err(invalid!(
+            "--coordinator {shown:?}: credentials do not belong in the URL; give the token \
+             with --token-file or TALLY_TOKEN (a worker's: --worker-token-file or \
+             TALLY_WORKER_TOKEN)"
+        )
+        .into());
+    }
+    if rest
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        return Err(bad("no host").into());
+    }
+    if let Err(e) = tonic::transport::Uri::try_from(url) {
+        return Err(bad(&e.to_string()).into());
+    }
+    Ok(())
 }
 
 /// A job-service client of `remote`, presenting its credentials.
 pub async fn connect(remote: &Remote) -> anyhow::Result<JobServiceClient<AuthChannel>> {
-    let url = &remote.url;
-    let channel = transport::endpoint(url, &remote.security)?
+    let channel = transport::endpoint(&remote.url, &remote.security)?
         .connect()
         .await
-        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
+        .with_context(|| format!("cannot reach the coordinator at {}", remote.shown()))?;
     let auth = BearerToken::new(remote.security.token.as_deref())?;
     Ok(
         JobServiceClient::new(InterceptedService::new(channel, auth))

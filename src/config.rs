@@ -48,8 +48,26 @@ pub fn load() -> anyhow::Result<(Option<PathBuf>, Config)> {
         Err(e) => anyhow::bail!("cannot read the config file {}: {e}", path.display()),
     };
     let config: Config = toml::from_str(&text)
-        .map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("{}", parse_error_line(&path, &text, &e)))?;
     Ok((Some(path), config))
+}
+
+/// A config file that does not parse, in one line: the file, the line and
+/// column of the fault, and what is wrong there (toml's own message spans
+/// several lines, with the source quoted).
+fn parse_error_line(path: &Path, text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end().replace('\n', "; ");
+    let Some(span) = error.span() else {
+        return format!("config file {}: {message}", path.display());
+    };
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    format!(
+        "config file {}, line {line}, column {column}: {message}",
+        path.display()
+    )
 }
 
 /// Makes the file's values the defaults of the matching global flags.

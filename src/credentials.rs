@@ -9,7 +9,7 @@ use std::path::Path;
 use tally_kinds::invalid;
 use tally_wire::transport::{self, ClientSecurity, ClientTls, ServerTls, Tokens};
 
-use crate::client::Remote;
+use crate::client::{Remote, check_coordinator_url};
 use crate::files::read_bounded;
 use crate::flags::GlobalArgs;
 
@@ -42,12 +42,12 @@ pub fn server_tokens(global: &GlobalArgs) -> anyhow::Result<Tokens> {
 pub fn server_tls(global: &GlobalArgs) -> anyhow::Result<Option<ServerTls>> {
     match (&global.tls_cert, &global.tls_key) {
         (Some(cert), Some(key)) => Ok(Some(ServerTls {
-            cert: read_pem(cert, "TLS certificate")?,
+            cert: read_certificates(cert, "TLS certificate")?,
             key: read_pem(key, "TLS key")?,
             client_ca: global
                 .tls_ca
                 .as_deref()
-                .map(|p| read_pem(p, "client CA certificate"))
+                .map(|p| read_certificates(p, "client CA certificate"))
                 .transpose()?,
         })),
         _ if global.tls_ca.is_some() => Err(invalid!(
@@ -67,6 +67,7 @@ fn worker_token(global: &GlobalArgs) -> anyhow::Result<Option<String>> {
 }
 
 fn remote(global: &GlobalArgs, token: Option<String>) -> anyhow::Result<Remote> {
+    check_coordinator_url(&global.coordinator)?;
     Ok(Remote {
         url: global.coordinator.clone(),
         security: client_security(global, token)?,
@@ -99,12 +100,20 @@ fn read_pem(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
     read_bounded(path, MAX_CREDENTIAL_BYTES, &format!("the {what}"))
 }
 
+/// A PEM file of certificates, refused at once (bad input) when it holds none.
+fn read_certificates(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
+    let pem = read_pem(path, what)?;
+    transport::check_certificates(&pem)
+        .map_err(|e| invalid!("the {what} {}: {e}", path.display()))?;
+    Ok(pem)
+}
+
 /// What a client presents: `token`, and a certificate of its own where
 /// --tls-cert is given; the CA it trusts for the coordinator's certificate.
 fn client_security(global: &GlobalArgs, token: Option<String>) -> anyhow::Result<ClientSecurity> {
     let identity = match (&global.tls_cert, &global.tls_key) {
         (Some(cert), Some(key)) => Some((
-            read_pem(cert, "TLS certificate")?,
+            read_certificates(cert, "TLS certificate")?,
             read_pem(key, "TLS key")?,
         )),
         _ => None,
@@ -115,7 +124,7 @@ fn client_security(global: &GlobalArgs, token: Option<String>) -> anyhow::Result
             ca: global
                 .tls_ca
                 .as_deref()
-                .map(|p| read_pem(p, "CA certificate"))
+                .map(|p| read_certificates(p, "CA certificate"))
                 .transpose()?,
             identity,
             domain: global.tls_domain.clone(),

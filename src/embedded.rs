@@ -30,13 +30,15 @@ pub struct LocalCluster {
     coordinator: tally_coordinator::RunningCoordinator,
     remote: Remote,
     stop: tokio::sync::watch::Sender<bool>,
-    workers: Vec<tokio::task::JoinHandle<tally_worker::Result<Arc<WorkerStats>>>>,
+    workers: tokio::task::JoinSet<tally_worker::Result<Arc<WorkerStats>>>,
 }
 
 impl LocalCluster {
     /// Starts the coordinator on `data_dir` (with its stage data in
     /// `stage_store`, but for outputs up to `inline_stage_output` bytes) and
     /// the workers, and waits a bounded while for the workers to register.
+    /// A worker that cannot start (its spill directory is a file, say) ends
+    /// the start with its reason.
     pub async fn start(
         data_dir: PathBuf,
         stage_store: tally_stage::StageStoreUrl,
@@ -68,23 +70,41 @@ impl LocalCluster {
         let coordinator = tally_coordinator::start(config).await?;
         let url = coordinator.url();
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        let handles = (0..workers.count)
-            .map(|i| {
-                let config = worker_config(&url, i, &workers, &kernel_cache);
-                let mut stop = stop_rx.clone();
-                tokio::spawn(tally_worker::run(config, async move {
-                    let _ = stop.wait_for(|stop| *stop).await;
-                }))
-            })
-            .collect();
-        let remote = Remote::open(url);
-        wait_for_workers(&remote, workers.count).await;
-        Ok(LocalCluster {
+        let mut handles = tokio::task::JoinSet::new();
+        for i in 0..workers.count {
+            let config = worker_config(&url, i, &workers, &kernel_cache);
+            let mut stop = stop_rx.clone();
+            handles.spawn(tally_worker::run(config, async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            }));
+        }
+        let mut cluster = LocalCluster {
             coordinator,
-            remote,
+            remote: Remote::open(url),
             stop,
             workers: handles,
-        })
+        };
+        let remote = cluster.remote.clone();
+        tokio::select! {
+            () = wait_for_workers(&remote, workers.count) => Ok(cluster),
+            failed = cluster.worker_failed() => {
+                cluster.stop().await;
+                Err(failed)
+            }
+        }
+    }
+
+    /// Resolves when an in-process worker stops on its own, with its reason
+    /// (a worker that cannot start, or refuses the stage store at its first
+    /// registration); never while they all run.
+    pub async fn worker_failed(&mut self) -> anyhow::Error {
+        let error = match self.workers.join_next().await {
+            None => return std::future::pending().await,
+            Some(Ok(Ok(_))) => anyhow::anyhow!("it stopped before it was told to"),
+            Some(Ok(Err(e))) => e.into(),
+            Some(Err(e)) => anyhow::anyhow!("it ended abnormally: {e}"),
+        };
+        error.context("an in-process worker stopped")
     }
 
     /// The embedded coordinator, which needs no credentials.
@@ -96,9 +116,8 @@ impl LocalCluster {
     /// coordinator.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
-        for worker in self.workers {
-            let _ = worker.await;
-        }
+        let mut workers = self.workers;
+        while workers.join_next().await.is_some() {}
         self.coordinator.shutdown().await;
     }
 }

@@ -173,6 +173,22 @@ pub struct RunnerArgs {
     pub max_slots: Option<u32>,
 }
 
+/// A kind's command whose required flags a spec file may give instead
+/// (`tally run hex --spec-file job.json`): the file is then held to the same
+/// rules (`spec_input`).
+fn spec_file_satisfies_required(command: clap::Command) -> clap::Command {
+    let required: Vec<clap::Id> = command
+        .get_arguments()
+        .filter(|arg| arg.is_required_set())
+        .map(|arg| arg.get_id().clone())
+        .collect();
+    required.into_iter().fold(command, |command, id| {
+        command.mut_arg(id, |arg| {
+            arg.required(false).required_unless_present("spec_file")
+        })
+    })
+}
+
 /// The kind named on the command line and its own options, parsed by the
 /// kind (every kind of the registry is a subcommand).
 #[derive(Debug, Clone)]
@@ -200,9 +216,9 @@ impl clap::FromArgMatches for KindArgs {
 
 impl clap::Subcommand for KindArgs {
     fn augment_subcommands(command: clap::Command) -> clap::Command {
-        kinds::KINDS
-            .iter()
-            .fold(command, |command, kind| command.subcommand(kind.command()))
+        kinds::KINDS.iter().fold(command, |command, kind| {
+            command.subcommand(spec_file_satisfies_required(kind.command()))
+        })
     }
 
     fn augment_subcommands_for_update(command: clap::Command) -> clap::Command {

@@ -9,8 +9,9 @@
 
 #![forbid(unsafe_code)]
 // Standard output is written through `output::out!`, which ends the command
-// quietly when its reader has gone instead of panicking.
-#![deny(clippy::print_stdout)]
+// quietly when its reader has gone instead of panicking; standard error
+// through `output::errln!`, which never panics.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod client;
 mod cmd;

@@ -26,7 +26,16 @@ macro_rules! outln {
     };
 }
 
-pub(crate) use {out, outln};
+/// `eprintln!` that never panics: a line for a standard error that is
+/// closed or whose reader has gone is lost (there is no one to tell), and
+/// the exit code still says what happened.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::output::write_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+pub(crate) use {errln, out, outln};
 
 /// Standard output's reader has gone (`tally events JOB | head -1`): the
 /// command stops and exits quietly with [`READER_GONE_EXIT`].
@@ -55,6 +64,12 @@ pub fn write_stdout(text: std::fmt::Arguments) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ReaderGone.into()),
         Err(e) => Err(anyhow::anyhow!("cannot write to standard output: {e}")),
     }
+}
+
+/// Writes to standard error, ignoring a failure (see [`errln!`]).
+pub fn write_stderr(text: std::fmt::Arguments) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_fmt(text);
 }
 
 /// The job as JSON. These field names are a stable interface (docs/cli.md, `status --json`).
@@ -199,6 +214,9 @@ fn progress(job: &Job) -> String {
     }
 }
 
+/// The exit code of a job that failed or was cancelled.
+pub const JOB_FAILED_EXIT: u8 = 1;
+
 /// Prints a finished job's answer (last stdout line) or JSON; failed and
 /// cancelled jobs exit non-zero with their reason on stderr.
 pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result<ExitCode> {
@@ -210,6 +228,10 @@ pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result
         } else {
             serde_json::from_str(&result.details_json).unwrap_or(serde_json::Value::Null)
         };
+        // A failure under --json carries its exit code, as every other does.
+        if state != JobState::Succeeded {
+            value["exit_code"] = JOB_FAILED_EXIT.into();
+        }
         outln!("{value}")?;
     } else if state == JobState::Succeeded {
         outln!("{}", result.answer)?;
@@ -218,15 +240,15 @@ pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result
         JobState::Succeeded => Ok(ExitCode::SUCCESS),
         JobState::Cancelled => {
             if !json {
-                eprintln!("error: job {} was cancelled", job.id);
+                errln!("error: job {} was cancelled", job.id);
             }
-            Ok(ExitCode::from(1))
+            Ok(ExitCode::from(JOB_FAILED_EXIT))
         }
         _ => {
             if !json {
-                eprintln!("error: job {} failed: {}", job.id, result.error);
+                errln!("error: job {} failed: {}", job.id, result.error);
             }
-            Ok(ExitCode::from(1))
+            Ok(ExitCode::from(JOB_FAILED_EXIT))
         }
     }
 }
@@ -234,7 +256,7 @@ pub fn print_result(job: &Job, result: &JobResult, json: bool) -> anyhow::Result
 /// Reports a failure: `error: LINE` on stderr and, under `--json`, one
 /// JSON object on stdout too (the contract docs/cli.md states).
 pub fn failed(line: &str, code: u8, json: bool) -> ExitCode {
-    eprintln!("error: {line}");
+    errln!("error: {line}");
     if json {
         // A reader that has gone is told nothing; the exit code still says it.
         let _ = outln!(
@@ -273,7 +295,7 @@ fn status_line(status: &tonic::Status) -> String {
     }
 }
 
-/// 2 for bad input, 1 for everything else.
+/// 2 for bad input, 1 for everything else (docs/cli.md's table).
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(status) = e.downcast_ref::<tonic::Status>() {
         return if status.code() == tonic::Code::InvalidArgument {
@@ -288,11 +310,20 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(tally_wire::Error::InvalidArgument(_)) = e.downcast_ref::<tally_wire::Error>() {
         return 2;
     }
+    // A worker's stage store that fails its check where it answered (a
+    // directory it cannot write, a bucket it may not use) is configuration,
+    // as it is when the coordinator checks its own.
     if let Some(
         tally_worker::WorkerError::Wire(tally_wire::Error::InvalidArgument(_))
         | tally_worker::WorkerError::Kernel(tally_kinds::Error::InvalidArgument(_))
+        | tally_worker::WorkerError::Stage(tally_stage::StageError::InvalidConfig(_))
         | tally_worker::WorkerError::Config(_),
     ) = e.downcast_ref::<tally_worker::WorkerError>()
+    {
+        return 2;
+    }
+    if let Some(tally_stage::StageError::InvalidConfig(_)) =
+        e.downcast_ref::<tally_stage::StageError>()
     {
         return 2;
     }

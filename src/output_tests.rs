@@ -7,7 +7,7 @@ use std::sync::Arc;
 use indicatif::{ProgressDrawTarget, TermLike};
 use tally_wire::proto::{Job, JobState};
 
-use super::progress::three_digits;
+use super::progress::{since_submitted, three_digits};
 use super::*;
 
 /// A terminal that keeps what is drawn on it.
@@ -170,6 +170,11 @@ fn bad_input_exits_2_whichever_layer_refused_it() {
         tally_worker::WorkerError::Wire(tally_wire::Error::InvalidArgument("x".into())).into(),
         tally_worker::WorkerError::Kernel(tally_kinds::Error::InvalidArgument("x".into())).into(),
         tally_worker::WorkerError::Config("x".into()).into(),
+        // A worker that refuses the stage store it was told of.
+        tally_worker::WorkerError::Stage(tally_stage::StageError::InvalidConfig("x".into())).into(),
+        // So wrapped, as `run` says which of its workers stopped.
+        anyhow::Error::from(tally_worker::WorkerError::Config("x".into()))
+            .context("an in-process worker stopped"),
     ];
     for e in &bad {
         assert_eq!(exit_code(e), 2, "{e}");
@@ -178,8 +183,31 @@ fn bad_input_exits_2_whichever_layer_refused_it() {
         tonic::Status::unavailable("x").into(),
         tally_kinds::Error::Internal("x".into()).into(),
         anyhow::anyhow!("x"),
+        // A stage store that never answered may answer later.
+        tally_worker::WorkerError::Stage(tally_stage::StageError::Unavailable("x".into())).into(),
     ];
     for e in &other {
         assert_eq!(exit_code(e), 1, "{e}");
     }
+}
+
+/// The line a followed job ends with counts from its submission: a sliders
+/// job planned for 2.9 s and computed in 0.1 s took 3.0 s, not 0.1 s.
+#[test]
+fn a_finished_job_took_the_time_since_its_submission() {
+    let planned_long = Job {
+        created_ms: 1_000_000,
+        started_ms: 1_002_900,
+        finished_ms: 1_003_000,
+        elapsed_ms: 100,
+        ..job(JobState::Succeeded)
+    };
+    assert_eq!(duration(since_submitted(&planned_long)), "3.0s");
+    // A job record without its times (an older coordinator's) keeps the
+    // time since its first lease.
+    let unknown = Job {
+        elapsed_ms: 100,
+        ..job(JobState::Succeeded)
+    };
+    assert_eq!(duration(since_submitted(&unknown)), "0.1s");
 }

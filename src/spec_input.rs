@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use clap::parser::ValueSource;
+
 use tally_kinds as kinds;
 use tally_kinds::guest::{MAX_MODULE_BYTES, sha256_hex};
 use tally_kinds::invalid;
@@ -11,18 +13,14 @@ use tally_kinds::kind::FileReader;
 use tally_kinds::spec::{JobSpec, RunnerOptions, ValidSpec};
 
 use crate::files::read_bounded;
-use crate::flags::SpecArgs;
+use crate::flags::{KindArgs, SpecArgs};
 
 /// The checked job spec from the kind flags or the spec file, and the
 /// attachments its flags named (a wasm module), to send with it.
 pub fn job_spec(flags: &SpecArgs) -> anyhow::Result<(ValidSpec, Vec<Vec<u8>>)> {
     let files = Files::default();
     let mut spec = match (&flags.spec_file, &flags.kind) {
-        (Some(_), Some(_)) => {
-            return Err(
-                invalid!("give either a job kind with flags or --spec-file, not both").into(),
-            );
-        }
+        (Some(path), Some(kind)) => spec_file_of_kind(path, kind)?,
         (None, None) => {
             return Err(invalid!(
                 "name a job kind ({}) or give --spec-file",
@@ -75,6 +73,33 @@ impl FileReader for Files {
         self.attachments.lock().push(bytes);
         Ok(sha256)
     }
+}
+
+/// The spec file of `tally run KIND --spec-file FILE`: the kind named
+/// without its flags (the file gives them) must be the file's.
+fn spec_file_of_kind(path: &Path, kind: &KindArgs) -> anyhow::Result<JobSpec> {
+    let flags_given = kinds::lookup(&kind.name)?
+        .command()
+        .get_arguments()
+        .any(|arg| {
+            kind.matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine)
+        });
+    if flags_given {
+        return Err(invalid!("give either a job kind with flags or --spec-file, not both").into());
+    }
+    let spec = read_spec_file(path)?;
+    if spec.kind != kind.name {
+        return Err(invalid!(
+            "{} is a spec of a {} job, not {}: drop `{}` from the command line or give a {} spec",
+            path.display(),
+            spec.kind,
+            kind.name,
+            kind.name,
+            kind.name
+        )
+        .into());
+    }
+    Ok(spec)
 }
 
 fn read_spec_file(path: &Path) -> anyhow::Result<JobSpec> {

@@ -90,6 +90,9 @@ impl JobService for JobApi {
         &self,
         request: Request<proto::SubmitRequest>,
     ) -> std::result::Result<Response<proto::SubmitResponse>, Status> {
+        // The job's creation is the submission's arrival: its planning
+        // (seconds for a large sliders graph) is part of its time.
+        let received_ms = now_ms();
         let request = request.into_inner();
         let spec_proto = request
             .spec
@@ -141,7 +144,7 @@ impl JobService for JobApi {
                 .map_err(CoordinatorError::from)?;
         let (job, created) = self
             .shared
-            .with_scheduler(move |s| s.submit(spec, plan, key, attachments, now_ms()))
+            .with_scheduler(move |s| s.submit(spec, plan, key, attachments, received_ms))
             .await?;
         tracing::info!(job = %job.id, created, description = %job.description, "job submitted");
         self.shared.changed(&job.id);

@@ -48,28 +48,52 @@ const DESCRIBED_PARAMS_CHARS: usize = 80;
 const WORK_UNITS: u64 = 1_000_000;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "WasmSpecFields")]
 pub struct WasmSpec {
     /// The module's SHA-256, lowercase hex.
     pub module_sha256: String,
     pub shards: u64,
     /// `K=V` lines for the module, in order.
-    #[serde(default)]
     pub params: Vec<String>,
-    /// The prime; ignored (0) when `exact`.
-    #[serde(default = "default_modulus")]
+    /// The prime; 0 when `exact`.
     pub modulus: u64,
-    #[serde(default)]
     pub exact: bool,
     /// With `exact`: every value is below 2^bound_bits.
-    #[serde(default)]
     pub bound_bits: u32,
-    #[serde(default = "one")]
     pub outputs: u32,
 }
 
-fn default_modulus() -> u64 {
-    DEFAULT_MODULUS
+/// A wasm spec as a spec file may write it: a modulus left out is the
+/// default prime, or none (0) for an exact job, which is joined by the CRT.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WasmSpecFields {
+    module_sha256: String,
+    shards: u64,
+    #[serde(default)]
+    params: Vec<String>,
+    modulus: Option<u64>,
+    #[serde(default)]
+    exact: bool,
+    #[serde(default)]
+    bound_bits: u32,
+    #[serde(default = "one")]
+    outputs: u32,
+}
+
+impl From<WasmSpecFields> for WasmSpec {
+    fn from(f: WasmSpecFields) -> WasmSpec {
+        let default_modulus = if f.exact { 0 } else { DEFAULT_MODULUS };
+        WasmSpec {
+            module_sha256: f.module_sha256,
+            shards: f.shards,
+            params: f.params,
+            modulus: f.modulus.unwrap_or(default_modulus),
+            exact: f.exact,
+            bound_bits: f.bound_bits,
+            outputs: f.outputs,
+        }
+    }
 }
 
 fn one() -> u32 {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use tally_wire::transport::{ServerTls, Tokens};
 
+use crate::output::errln;
 use crate::signals::shutdown_signal;
 
 #[derive(Args, Debug)]
@@ -236,24 +237,26 @@ pub async fn execute(
     let mut coordinator = tally_coordinator::start(config).await?;
     if let Some(restored) = &coordinator.restored {
         for refused in &restored.refused {
-            eprintln!("refused a damaged replica object: {refused}");
+            errln!("refused a damaged replica object: {refused}");
         }
         if let Some(lost) = &restored.lost {
-            eprintln!("WARNING: the restore lost changes the replica held: {lost}");
+            errln!("WARNING: the restore lost changes the replica held: {lost}");
         }
-        eprintln!(
+        errln!(
             "restored from the replica: {} ({} entries from the snapshot, {} changes from the log); \
              results accepted after it are computed again",
-            restored.point, restored.entries, restored.changes_replayed
+            restored.point,
+            restored.entries,
+            restored.changes_replayed
         );
     }
-    eprintln!(
+    errln!(
         "coordinator listening on {} (data in {}; {secured})",
         coordinator.addr,
         args.data.display()
     );
     if let Some(http) = coordinator.http_addr {
-        eprintln!("status page http://{http}/ and metrics http://{http}/metrics");
+        errln!("status page http://{http}/ and metrics http://{http}/metrics");
     }
     tokio::select! {
         r = coordinator.wait() => r?,

@@ -66,9 +66,12 @@ pub async fn execute(
             None => "no config file (flags and environment only)".into(),
         },
     )];
-    let url = &remote.url;
-    let channel = match transport::endpoint(url, &remote.security) {
-        Ok(endpoint) => endpoint.connect().await.map_err(|e| e.to_string()),
+    let url = remote.shown();
+    let channel = match transport::endpoint(&remote.url, &remote.security) {
+        Ok(endpoint) => endpoint
+            .connect()
+            .await
+            .map_err(|e| transport::with_causes(&e)),
         Err(e) => Err(e.to_string()),
     };
     match channel {
@@ -77,7 +80,7 @@ pub async fn execute(
             format!("cannot connect to {url}: {e}"),
         )),
         Ok(channel) => {
-            let how = if url.starts_with("https://") {
+            let how = if remote.url.starts_with("https://") {
                 " over TLS"
             } else {
                 " (plain text)"
@@ -193,7 +196,11 @@ fn print_checks(checks: &[Check], json: bool) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        outln!("{}", serde_json::json!({ "ok": !failed, "checks": list }))?;
+        let mut value = serde_json::json!({ "ok": !failed, "checks": list });
+        if failed {
+            value["exit_code"] = 1.into();
+        }
+        outln!("{value}")?;
     } else {
         for c in checks {
             let mark = match (c.ok, c.warning) {

@@ -8,10 +8,14 @@ use tally_wire::proto;
 use crate::client::{Remote, connect, quick};
 use crate::output::{self, out, outln};
 
+/// The most jobs a page holds: the coordinator's limit, checked before
+/// connecting.
+const MAX_LIMIT: i64 = tally_coordinator::scheduler::MAX_PAGE as i64;
+
 #[derive(Args, Debug)]
 pub struct ListArgs {
-    /// Jobs per page (at most 1000).
-    #[arg(long, default_value_t = 100)]
+    /// Jobs per page, 1 to 1000.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=MAX_LIMIT))]
     pub limit: u32,
     /// Start after this page: the token a previous page printed.
     #[arg(long, value_name = "TOKEN")]

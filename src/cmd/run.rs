@@ -15,7 +15,7 @@ use tally_wire::proto::{self, Job};
 use crate::client::{Remote, connect, follow, planned, quick};
 use crate::embedded::{LocalCluster, Workers};
 use crate::flags::{MAX_THREADS, SpecArgs, count_to};
-use crate::output::{self, outln};
+use crate::output::{self, errln, outln};
 use crate::signals::Interrupts;
 use crate::spec_input;
 
@@ -133,10 +133,10 @@ pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     let key = run_key(&spec);
     let sized = crate::sizing::size(spec, &attachments, (args.workers * slots) as u64)?;
     if let Some(note) = &sized.note {
-        eprintln!("note: {note}");
+        errln!("note: {note}");
     }
     let spec = sized.spec;
-    let cluster =
+    let mut cluster =
         LocalCluster::start(data_dir, stage_store, args.inline_stage_output, workers).await?;
     let data = args.data.as_deref();
     let submission = Submission {
@@ -144,15 +144,22 @@ pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         attachments,
         key,
     };
-    let outcome =
-        submit_and_follow(cluster.remote(), submission, data, json, &mut interrupts).await;
+    let remote = cluster.remote().clone();
+    // A worker that stops on its own (it refused the stage store) would
+    // leave the job waiting for ever: the run ends with its reason.
+    let outcome = tokio::select! {
+        outcome = submit_and_follow(&remote, submission, data, json, &mut interrupts) => outcome,
+        failed = cluster.worker_failed() => Err(failed),
+    };
     match outcome {
         Ok(Followed::Finished(finished)) => {
             cluster.stop().await;
             let (job, result) = *finished;
             output::print_result(&job, &result, json)
         }
-        Ok(Followed::Interrupted(job)) => interrupted(cluster, &job, data, &mut interrupts).await,
+        Ok(Followed::Interrupted(job)) => {
+            interrupted(cluster, &job, data, &mut interrupts, json).await
+        }
         Err(e) => {
             cluster.stop().await;
             Err(e)
@@ -181,37 +188,45 @@ const INTERRUPTED: u8 = 130;
 /// `run` after Ctrl-C. With `--data` the job is kept: the workers hand their
 /// shards back and the same command resumes it; a second Ctrl-C while they
 /// stop cancels it instead. Without `--data` nothing could resume it, so it
-/// is cancelled.
+/// is cancelled. Under `--json` the outcome is one object too, with its
+/// exit code, as every failure's.
 async fn interrupted(
     cluster: LocalCluster,
     job: &str,
     data: Option<&Path>,
     interrupts: &mut Interrupts,
+    json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let Some(dir) = data else {
-        cancel_quietly(cluster.remote(), job).await;
-        cluster.stop().await;
-        eprintln!("interrupted; job {job} cancelled (with --data DIR a run can be resumed)");
-        return Ok(ExitCode::from(INTERRUPTED));
-    };
-    eprintln!(
-        "interrupted; stopping (press Ctrl-C again to cancel job {job} instead of keeping it)"
-    );
-    let remote = cluster.remote().clone();
-    let stopping = cluster.stop();
-    tokio::pin!(stopping);
-    tokio::select! {
-        () = &mut stopping => {
-            eprintln!(
-                "job {job} is kept in {}: run the same command again to resume it",
-                dir.display()
+    let outcome = match data {
+        None => {
+            cancel_quietly(cluster.remote(), job).await;
+            cluster.stop().await;
+            format!("interrupted; job {job} cancelled (with --data DIR a run can be resumed)")
+        }
+        Some(dir) => {
+            errln!(
+                "interrupted; stopping (press Ctrl-C again to cancel job {job} instead of keeping it)"
             );
+            let remote = cluster.remote().clone();
+            let stopping = cluster.stop();
+            tokio::pin!(stopping);
+            tokio::select! {
+                () = &mut stopping => format!(
+                    "job {job} is kept in {}: run the same command again to resume it",
+                    dir.display()
+                ),
+                () = interrupts.next() => {
+                    cancel_quietly(&remote, job).await;
+                    stopping.await;
+                    format!("job {job} cancelled")
+                }
+            }
         }
-        () = interrupts.next() => {
-            cancel_quietly(&remote, job).await;
-            stopping.await;
-            eprintln!("job {job} cancelled");
-        }
+    };
+    errln!("{outcome}");
+    if json {
+        let value = serde_json::json!({ "id": job, "error": outcome, "exit_code": INTERRUPTED });
+        outln!("{value}")?;
     }
     Ok(ExitCode::from(INTERRUPTED))
 }
@@ -229,7 +244,7 @@ async fn cancel_quietly(remote: &Remote, job: &str) {
             .map_err(Into::into)
     };
     if let Err(e) = cancelled.await {
-        eprintln!("could not cancel job {job}: {}", output::error_line(&e));
+        errln!("could not cancel job {job}: {}", output::error_line(&e));
     }
 }
 
@@ -252,7 +267,7 @@ async fn run_direct(spec: ValidSpec, threads: usize, json: bool) -> anyhow::Resu
         });
         outln!("{value}")?;
     } else {
-        eprintln!(
+        errln!(
             "{} in {:.3} s (direct)",
             spec.describe(),
             elapsed.as_secs_f64()
@@ -296,12 +311,12 @@ async fn submit_and_follow(
     let submitted = client.submit(planned(request)).await?.into_inner();
     let job = submitted.job.context("the coordinator returned no job")?;
     match data {
-        Some(dir) if submitted.created => eprintln!(
+        Some(dir) if submitted.created => errln!(
             "started {} in {} (Ctrl-C stops it; the same command resumes it)",
             job.id,
             dir.display()
         ),
-        Some(dir) => eprintln!("resuming {} from {}", job.id, dir.display()),
+        Some(dir) => errln!("resuming {} from {}", job.id, dir.display()),
         None => {}
     }
     let finished = tokio::select! {

@@ -8,7 +8,7 @@ use tally_wire::proto;
 
 use crate::client::{Remote, connect, planned, quick};
 use crate::flags::SpecArgs;
-use crate::output::{self, outln};
+use crate::output::{self, errln, outln};
 use crate::spec_input;
 
 #[derive(Args, Debug)]
@@ -54,11 +54,11 @@ pub async fn execute(remote: &Remote, args: SubmitArgs, json: bool) -> anyhow::R
         outln!("{value}")?;
     } else {
         if !response.created {
-            eprintln!("a job with this idempotency key exists already");
+            errln!("a job with this idempotency key exists already");
         }
         match &sized.note {
-            Some(note) => eprintln!("submitted {} ({note})", job.description),
-            None => eprintln!("submitted {}", job.description),
+            Some(note) => errln!("submitted {} ({note})", job.description),
+            None => errln!("submitted {}", job.description),
         }
         outln!("{}", job.id)?;
     }

@@ -9,6 +9,7 @@ use tally_worker::WorkerConfig;
 
 use crate::client::Remote;
 use crate::flags::{MAX_THREADS, count_to};
+use crate::output::errln;
 use crate::signals::shutdown_signal;
 
 #[derive(Args, Debug)]
@@ -105,10 +106,10 @@ fn at_least(min: u64) -> impl clap::builder::TypedValueParser<Value = u64> {
 /// Serves the coordinator of `remote` until SIGINT or SIGTERM.
 pub async fn execute(args: &WorkerArgs, remote: Remote) -> anyhow::Result<ExitCode> {
     let config = worker_config(args, remote);
-    eprintln!(
+    errln!(
         "worker {} serving {} with {} slot(s), {} thread(s), a memory budget of {}",
         config.worker_id,
-        config.coordinator,
+        tally_wire::transport::without_userinfo(&config.coordinator),
         config.slots,
         config.threads,
         tally_kinds::kind::format_bytes(config.memory_budget)

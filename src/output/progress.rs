@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tally_wire::proto::Job;
 
-use super::duration;
+use super::{duration, errln};
 
 /// A progress bar on stderr (drawn only on a terminal). It is made when
 /// the job is first seen: a bar of no length would draw as full.
@@ -69,11 +69,11 @@ impl ProgressView {
         if let Some(bar) = self.bar() {
             self.update(job);
             bar.finish_and_clear();
-            eprintln!(
+            errln!(
                 "{} {} in {}",
                 job.id,
                 job.state_name(),
-                duration(job.elapsed_ms)
+                duration(since_submitted(job))
             );
         }
     }
@@ -82,6 +82,15 @@ impl ProgressView {
         if let Some(bar) = self.bar.get() {
             bar.abandon();
         }
+    }
+}
+
+/// How long a finished job took from its submission, its planning and any
+/// wait for workers included (`elapsed_ms` counts from the first lease).
+pub(super) fn since_submitted(job: &Job) -> u64 {
+    match (job.created_ms, job.finished_ms) {
+        (created, finished) if created > 0 && finished >= created => finished - created,
+        _ => job.elapsed_ms,
     }
 }
 

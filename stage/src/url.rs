@@ -7,6 +7,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use tally_wire::transport::without_userinfo;
+
 use crate::error::StageError;
 
 /// Where stage data lives.
@@ -134,18 +136,6 @@ impl FromStr for StageStoreUrl {
             });
         }
         Err(bad("unknown scheme"))
-    }
-}
-
-/// `value` with what lies between its scheme's `//` and the last `@` after
-/// it (a URL's user and password) cut out.
-fn without_userinfo(value: &str) -> String {
-    match value.split_once("//") {
-        Some((scheme, rest)) if rest.contains('@') => {
-            let host = rest.rsplit_once('@').map_or("", |(_, host)| host);
-            format!("{scheme}//…@{host}")
-        }
-        _ => value.to_string(),
     }
 }
 

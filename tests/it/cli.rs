@@ -129,6 +129,52 @@ fn a_wasm_spec_file_sends_its_module_with_attach() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("does not hold"), "{stderr}");
+    // An exact sum needs no modulus: the file leaves it out, as the flags do.
+    let exact = dir.path().join("queens-exact.json");
+    let text = format!(
+        r#"{{"kind": "wasm", "module_sha256": "{digest}", "shards": 4, "params": ["n=9"],
+            "exact": true, "bound_bits": 64}}"#
+    );
+    std::fs::write(&exact, text).unwrap();
+    let exact = exact.display().to_string();
+    let out = tally(&["run", "--spec-file", &exact, "--attach", &queens]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        last_line(&out),
+        tally_example_queens::A000170[9].to_string()
+    );
+}
+
+/// A kind named with a spec file (`tally run hex --spec-file job.json`)
+/// takes its required flags from the file, which must be of that kind; its
+/// flags and the file together are still refused.
+#[test]
+fn a_kind_named_with_a_spec_file_takes_its_flags_from_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("hex.json");
+    std::fs::write(&spec, r#"{"kind": "hex", "side": 2}"#).unwrap();
+    let spec = spec.display().to_string();
+    let out = tally(&["run", "hex", "--spec-file", &spec]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(last_line(&out), "24");
+    for (args, says) in [
+        (
+            &["run", "kayles", "--spec-file", &spec][..],
+            "a spec of a hex job, not kayles",
+        ),
+        (
+            &["run", "hex", "--side", "3", "--spec-file", &spec][..],
+            "not both",
+        ),
+    ] {
+        let out = tally(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {says:?} not in {stderr}");
+    }
 }
 
 #[test]
@@ -596,11 +642,26 @@ async fn doctor_token_and_config_file() {
     assert_eq!(elsewhere.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&elsewhere.stdout).contains("FAIL reachable"));
 
-    // An unknown key in the config file is refused with the file's name.
-    std::fs::write(&config, "coordinater = \"x\"\n").unwrap();
-    let typo = run(&["list"], &[config_env]);
-    assert_eq!(typo.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&typo.stderr).contains("config.toml"));
+    // An unknown key in the config file, or a line that does not parse, is
+    // refused in one line naming the file and the place.
+    for (text, says) in [
+        (
+            "coordinater = \"x\"\n",
+            "line 1, column 1: unknown field `coordinater`",
+        ),
+        (
+            "coordinator = \"x\"\nlog_level = \n",
+            "line 2, column 13: string values must be quoted",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let refused = run(&["list"], &[config_env]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("config.toml"), "{stderr}");
+        assert!(stderr.contains(says), "{says:?} not in {stderr}");
+    }
 }
 
 #[test]
@@ -630,6 +691,9 @@ fn bad_input_exits_2_with_one_line_and_under_json_one_object() {
     std::fs::write(&spec, r#"{"kind": "kayles", "pins": 10}"#).unwrap();
     let spec = spec.display().to_string();
     let data = dir.path().join("data").display().to_string();
+    let garbage = dir.path().join("ca.pem");
+    std::fs::write(&garbage, "not a certificate\n").unwrap();
+    let garbage = garbage.display().to_string();
     let cases: &[(&[&str], &str)] = &[
         (
             &["run", "kayles", "--pins", "10", "--workers", "0"],
@@ -679,6 +743,33 @@ fn bad_input_exits_2_with_one_line_and_under_json_one_object() {
         (&["run", "hex"], "--side"),
         (&["run", "kayles", "--pins", "x"], "--pins"),
         (&["frobnicate"], "frobnicate"),
+        // A coordinator URL that is not one, refused before connecting.
+        (&["--coordinator", "ftp://127.0.0.1:1", "list"], "ftp://"),
+        (
+            &["--coordinator", "notaurl", "status", "job-1"],
+            "not a URL",
+        ),
+        (&["--coordinator", "http://", "list"], "no host"),
+        (
+            &[
+                "--tls-ca",
+                &garbage,
+                "--coordinator",
+                "https://127.0.0.1:1",
+                "list",
+            ],
+            "holds no PEM certificate",
+        ),
+        (
+            &[
+                "--coordinator",
+                "http://127.0.0.1:1",
+                "list",
+                "--limit",
+                "0",
+            ],
+            "--limit",
+        ),
     ];
     for (args, needle) in cases {
         for json in [false, true] {
@@ -800,6 +891,7 @@ async fn a_closed_standard_output_ends_the_command_quietly() {
         &["run", "kayles", "--pins", "10", "--json"][..],
         &["run", "kayles", "--pins", "10"][..],
         &["run", "kayles", "--pins", "10", "--direct"][..],
+        &["completions", "bash"][..],
     ] {
         let args = args.to_vec();
         let out = tokio::task::spawn_blocking({
@@ -1062,4 +1154,273 @@ fn walk(dir: &std::path::Path) -> Vec<String> {
         }
     }
     found
+}
+
+/// `tally` with `args` and its standard error a pipe whose reader has gone.
+fn tally_with_stderr_closed(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(tally_bin())
+        .args(args)
+        .env_remove("TALLY_COORDINATOR")
+        .stderr(writer)
+        .output()
+        .unwrap()
+}
+
+/// A standard error nobody reads loses its lines, never the exit code: no
+/// panic (exit 101) while saying why a command failed.
+#[test]
+fn a_closed_standard_error_keeps_the_exit_code() {
+    for (args, code) in [
+        (&["list", "--coordinator", "http://127.0.0.1:1"][..], 1),
+        (&["run", "bogus"][..], 2),
+        (&["run", "kayles", "--pins", "3"][..], 2),
+    ] {
+        let out = tally_with_stderr_closed(args);
+        assert_eq!(out.status.code(), Some(code), "{args:?}");
+    }
+}
+
+/// A coordinator that cannot be reached is a failure (exit 1), not bad
+/// input, and the line says why: where, and what the connection met.
+#[test]
+fn an_unreachable_coordinator_exits_1_saying_why() {
+    let url = "http://127.0.0.1:1";
+    for args in [
+        &["list"][..],
+        &["status", "job-000001"][..],
+        &["cancel", "job-000001"][..],
+    ] {
+        for json in [false, true] {
+            let mut line: Vec<&str> = vec!["--coordinator", url];
+            if json {
+                line.push("--json");
+            }
+            line.extend(args);
+            let out = tally(&line);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{line:?}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{line:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("cannot reach the coordinator at {url}"))
+                    && stderr.contains("Connection refused"),
+                "{line:?}: {stderr}"
+            );
+            if json {
+                let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!(value["exit_code"], 1, "{line:?}: {value}");
+            }
+        }
+    }
+    let doctor = tally(&["doctor", "--coordinator", url, "--json"]);
+    let value: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    assert_eq!(doctor.status.code(), Some(1), "{value}");
+    assert_eq!(value["exit_code"], 1, "{value}");
+    assert!(value.to_string().contains("Connection refused"), "{value}");
+}
+
+/// Credentials in `--coordinator` (or `TALLY_COORDINATOR`) authenticate
+/// nothing: every command that talks to a coordinator refuses them as bad
+/// input, and nothing it prints or logs shows the password; `run`, which
+/// talks to its own, ignores the flag.
+#[test]
+fn credentials_in_the_coordinator_url_are_refused_and_never_shown() {
+    const PASSWORD: &str = "hunter2pass";
+    // A password with a `/` ends the URL's authority early, as a parser sees it.
+    let urls = [
+        format!("http://admin:{PASSWORD}@127.0.0.1:1"),
+        format!("http://admin:{PASSWORD}/x@127.0.0.1:1"),
+    ];
+    let clients: &[&[&str]] = &[
+        &["list"],
+        &["doctor"],
+        &["status", "job-000001"],
+        &["watch", "job-000001"],
+        &["result", "job-000001"],
+        &["cancel", "job-000001"],
+        &["delete", "job-000001"],
+        &["events", "job-000001"],
+        &["submit", "kayles", "--pins", "10"],
+        &["worker"],
+    ];
+    let run: &[&str] = &["run", "kayles", "--pins", "10"];
+    for url in &urls {
+        for args in clients.iter().chain([&run]) {
+            for (json, by_env) in [(false, false), (true, false), (false, true)] {
+                let mut command = Command::new(tally_bin());
+                command.args(*args).arg("--log-level=debug");
+                if json {
+                    command.arg("--json");
+                }
+                if by_env {
+                    command.env("TALLY_COORDINATOR", url);
+                } else {
+                    command
+                        .env_remove("TALLY_COORDINATOR")
+                        .args(["--coordinator", url]);
+                }
+                let out = command.output().unwrap();
+                let said = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                assert!(!said.contains(PASSWORD), "{args:?}: {said}");
+                if *args == run {
+                    assert!(out.status.success(), "{args:?}: {said}");
+                    continue;
+                }
+                assert_eq!(out.status.code(), Some(2), "{args:?}: {said}");
+                assert!(
+                    said.contains("credentials do not belong in the URL"),
+                    "{args:?}: {said}"
+                );
+            }
+        }
+    }
+}
+
+/// An in-process worker of `tally run` that cannot start (its spill
+/// directory is a file) ends the run with its reason and the exit code
+/// `tally worker` gives it, instead of a job that waits for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_worker_cannot_start_ends_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let file = file.display().to_string();
+    for json in [false, true] {
+        let mut args = vec![
+            "run",
+            "kayles",
+            "--pins",
+            "10",
+            "--workers",
+            "2",
+            "--spill-dir",
+            &file,
+        ];
+        if json {
+            args.push("--json");
+        }
+        let child = tokio::process::Command::new(tally_bin())
+            .args(&args)
+            .env_remove("TALLY_COORDINATOR")
+            .kill_on_drop(true)
+            .output();
+        // A generous bound only so that a run left waiting fails the test.
+        let out = tokio::time::timeout(std::time::Duration::from_secs(120), child)
+            .await
+            .expect("the run ends, not left waiting")
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with("error: "))
+            .unwrap_or_else(|| panic!("no error line: {stderr}"));
+        assert!(
+            line.contains("an in-process worker stopped")
+                && line.contains(&format!("spill directory {file}")),
+            "{line}"
+        );
+        if json {
+            let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(value["exit_code"], 2, "{value}");
+        }
+    }
+    let worker = tally(&[
+        "worker",
+        "--coordinator",
+        "http://127.0.0.1:1",
+        "--spill-dir",
+        &file,
+    ]);
+    assert_eq!(worker.status.code(), Some(2));
+}
+
+/// A job that fails is a failure (exit 1) with its reason; under `--json`
+/// its object carries the exit code, as every failure's does.
+#[test]
+fn a_failed_job_exits_1_and_its_json_carries_the_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let module = dir.path().join("trap.wasm");
+    let trap = wat::parse_str(
+        r#"(module
+             (memory (export "memory") 1)
+             (func (export "tally_abi_version") (result i32) (i32.const 1))
+             (func (export "tally_alloc") (param i32) (result i32) (i32.const 4096))
+             (func (export "tally_shard")
+               (param i64 i64 i64 i32 i32 i32 i32 i32 i32) (result i32) unreachable))"#,
+    )
+    .unwrap();
+    std::fs::write(&module, trap).unwrap();
+    let module = module.display().to_string();
+    let args = [
+        "run",
+        "wasm",
+        "--module",
+        &module,
+        "--shards",
+        "2",
+        "--max-attempts",
+        "1",
+    ];
+    let out = tally(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the module trapped"), "{stderr}");
+    let out = tally(&[&args[..], &["--json"]].concat());
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(1), "{value}");
+    assert_eq!(value["state"], "failed", "{value}");
+    assert_eq!(value["exit_code"], 1, "{value}");
+}
+
+/// Ctrl-C during `tally run --json` is one JSON object too, with the exit
+/// code 130 it ends with and what became of the job.
+#[test]
+fn an_interrupted_run_under_json_says_so_in_one_object() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data").display().to_string();
+    // Far longer than the moment it takes to interrupt it.
+    let args = ["run", "hex", "--side", "16", "--data", &data, "--json"];
+    let mut child = Command::new(tally_bin())
+        .args(args)
+        .env_remove("TALLY_COORDINATOR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tally runs");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("started job-000001") {
+        let mut line = String::new();
+        let read = stderr.read_line(&mut line).unwrap();
+        assert!(read > 0, "run ended before it started the job: {seen}");
+        seen += &line;
+    }
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::io::Read::read_to_string(&mut stderr, &mut seen).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{seen}");
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(value["exit_code"], 130, "{value}");
+    assert_eq!(value["id"], "job-000001", "{value}");
+    assert!(
+        value["error"].as_str().unwrap().contains("is kept in"),
+        "{value}"
+    );
 }

@@ -1202,7 +1202,8 @@ fn a_coordinator_refuses_to_start_on_an_s3_store_it_cannot_use() {
 
 /// A worker told of an S3 stage store it cannot use (here its environment
 /// lacks `AWS_ALLOW_HTTP`) stops at its first registration, saying why in
-/// one line, instead of failing each shard it is given.
+/// one line with exit code 2 (its configuration), instead of failing each
+/// shard it is given.
 #[test]
 fn a_worker_that_cannot_use_the_stage_store_says_so_at_once() {
     let Some(s3) = MotoS3::start() else {
@@ -1218,7 +1219,7 @@ fn a_worker_that_cannot_use_the_stage_store_says_so_at_once() {
     let args = ["worker", "--coordinator", &cluster.url, "--id", "no-http"];
     let (status, said) = run_alone(&args, &env, Duration::from_secs(90));
     let status = status.unwrap_or_else(|| panic!("the worker kept running: {said}"));
-    assert!(!status.success(), "{said}");
+    assert_eq!(status.code(), Some(2), "{said}");
     let line = error_line(&said);
     for part in [BUCKET, "AWS_ALLOW_HTTP=true", "AWS_ENDPOINT_URL"] {
         assert!(line.contains(part), "{part:?} not in {line}");

@@ -245,8 +245,9 @@ pub struct ClientSecurity {
 /// A configured endpoint for `url` (`http://` or `https://`); TLS is used for
 /// `https://` URLs.
 pub fn endpoint(url: &str, security: &ClientSecurity) -> Result<Endpoint> {
+    let shown = without_userinfo(url);
     let mut endpoint = Endpoint::from_shared(url.to_string())
-        .map_err(|e| invalid!("invalid coordinator URL {url:?}: {e}"))?
+        .map_err(|e| invalid!("invalid coordinator URL {shown:?}: {e}"))?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
@@ -255,7 +256,7 @@ pub fn endpoint(url: &str, security: &ClientSecurity) -> Result<Endpoint> {
     let https = url.starts_with("https://");
     if !https && (tls.ca.is_some() || tls.identity.is_some()) {
         return Err(invalid!(
-            "TLS files were given but the coordinator URL {url:?} is not https://"
+            "TLS files were given but the coordinator URL {shown:?} is not https://"
         ));
     }
     if https {
@@ -275,6 +276,38 @@ pub fn endpoint(url: &str, security: &ClientSecurity) -> Result<Endpoint> {
             .map_err(|e| invalid!("{}", tls_config_error(&e)))?;
     }
     Ok(endpoint)
+}
+
+/// `url` with what lies between its scheme's `//` and the last `@` after
+/// it (a URL's user and password) cut out: the form of a URL that may be
+/// shown or logged.
+pub fn without_userinfo(url: &str) -> String {
+    match url.split_once("//") {
+        Some((scheme, rest)) if rest.contains('@') => {
+            let host = rest.rsplit_once('@').map_or("", |(_, host)| host);
+            format!("{scheme}//…@{host}")
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Checks that `pem` holds a certificate and that every certificate in it
+/// decodes. rustls skips what is not PEM, so a CA file of anything else
+/// would trust nothing and fail every connection instead of being refused.
+pub fn check_certificates(pem: &[u8]) -> Result<()> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut certificates = 0;
+    for certificate in CertificateDer::pem_slice_iter(pem) {
+        certificate.map_err(|e| invalid!("{e}"))?;
+        certificates += 1;
+    }
+    if certificates == 0 {
+        return Err(invalid!(
+            "it holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+        ));
+    }
+    Ok(())
 }
 
 /// A lazily connecting channel that carries the token.

@@ -367,6 +367,8 @@ fn shorten(name: &str) -> String {
         // The type's last segment, without its generic arguments.
         let ty = ty.split('<').next().unwrap_or(ty);
         let ty = ty.rsplit("::").next().unwrap_or(ty);
+        // An async trait method's lifetimes: `lease<'_, '_>`.
+        let method = method.split('<').next().unwrap_or(method);
         return format!("{ty}::{method}");
     }
     let mut segments = name.rsplit("::");
@@ -480,7 +482,7 @@ mod tests {
             "WorkerApi::report"
         );
         assert_eq!(
-            shorten("<a::b::WorkerApi<'_, '_> as x::Service>::lease::{{closure}}"),
+            shorten("<a::b::WorkerApi<'_, '_> as x::Service>::lease<'_, '_>::{{closure}}"),
             "WorkerApi::lease"
         );
         assert_eq!(shorten("plain"), "plain");

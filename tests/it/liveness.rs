@@ -44,9 +44,10 @@ async fn a_held_scheduler_lock_is_seen_and_a_supervised_restart_finishes_every_j
     let http_port = free_port();
     let http: std::net::SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
     let url = format!("http://127.0.0.1:{port}");
-    // The sixth lease call keeps the lock: the jobs below are under way by
-    // then (two workers lease one shard at a time, each held 100 ms) and far
-    // from done (queens alone has 64 shards).
+    // The sixth lease call keeps the lock: the jobs below are submitted
+    // before any worker starts, under way by then (two workers lease one
+    // shard at a time, each held 100 ms) and far from done (queens alone has
+    // 64 shards).
     let limit_s = 30;
     let stalled = [
         "--http",
@@ -57,9 +58,6 @@ async fn a_held_scheduler_lock_is_seen_and_a_supervised_restart_finishes_every_j
         "WorkerApi::lease:6",
     ];
     let mut coordinator = spawn_coordinator_with(port, &data, &log, &stalled);
-    let delay = ["--shard-delay-ms", "100"];
-    let _w1 = spawn_worker(&url, "w1", 1, &delay, &workers_log);
-    let _w2 = spawn_worker(&url, "w2", 1, &delay, &workers_log);
     let mut client = jobs_client(&url).await;
     let specs = [
         JobSpec::new(QueensSpec { n: 11 }),
@@ -72,6 +70,11 @@ async fn a_held_scheduler_lock_is_seen_and_a_supervised_restart_finishes_every_j
     for spec in &specs {
         jobs.push(submit(&mut client, spec, "").await);
     }
+    // Workers only once both jobs are in: lease calls, the stall's among
+    // them, come after every submission.
+    let delay = ["--shard-delay-ms", "100"];
+    let _w1 = spawn_worker(&url, "w1", 1, &delay, &workers_log);
+    let _w2 = spawn_worker(&url, "w2", 1, &delay, &workers_log);
 
     // The probe fails while the lock is held, and says by whom; the
     // metrics, served without the lock, count the stall.

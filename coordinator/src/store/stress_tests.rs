@@ -31,6 +31,28 @@ fn ops_per_thread() -> u64 {
         .unwrap_or(SUITE_OPS)
 }
 
+/// Every thread's stack in this process, from gdb if it is installed (the
+/// evidence of a stall that is not a cycle of parking_lot's locks).
+fn own_stacks() -> String {
+    let pid = std::process::id().to_string();
+    let out = std::process::Command::new("timeout")
+        .args([
+            "120",
+            "gdb",
+            "-p",
+            &pid,
+            "-batch",
+            "-ex",
+            "thread apply all bt",
+        ])
+        .output();
+    match out {
+        Ok(out) if !out.stdout.is_empty() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Ok(out) => format!("(no stacks: {})", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => format!("(no stacks: gdb: {e})"),
+    }
+}
+
 /// Each thread's count of completed operations.
 struct Progress {
     done: Vec<AtomicU64>,
@@ -173,10 +195,24 @@ fn the_stores_get_insert_flush_pattern_does_not_deadlock_sled() {
             if done != seen.0 || finished {
                 *seen = (done, now);
             }
-            assert!(
-                now - seen.1 < STALL,
-                "the {} thread made no progress for {STALL:?} (at {done} ops)",
-                progress.names[i]
+        }
+        if let Some(stuck) = last.iter().position(|seen| now - seen.1 >= STALL) {
+            let threads: Vec<String> = last
+                .iter()
+                .zip(&progress.names)
+                .map(|((done, at), name)| {
+                    format!(
+                        "{name}: {done} ops, last {:.0} s ago",
+                        (now - *at).as_secs_f64()
+                    )
+                })
+                .collect();
+            panic!(
+                "the {} thread made no progress for {STALL:?} after {:.0} s\n{}\n{}",
+                progress.names[stuck],
+                started.elapsed().as_secs_f64(),
+                threads.join("\n"),
+                own_stacks()
             );
         }
         if paced

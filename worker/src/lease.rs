@@ -111,10 +111,14 @@ impl LeaseLoop {
             incarnation: self.ctx.incarnation.clone(),
             oom_kills: crate::config::oom_kills(),
         };
-        match self.ctx.client().register(request).await {
+        match self
+            .ctx
+            .coordinator
+            .register(&self.ctx.stats, request)
+            .await
+        {
             Ok(response) => {
                 tracing::info!(worker = %config.worker_id, coordinator = %config.coordinator, "registered");
-                let response = response.into_inner();
                 let lineage = response.stage_store.clone();
                 let seen = self.highest_epoch.get(&lineage).copied().unwrap_or(0);
                 if response.epoch < seen && lineage != "coordinator" {
@@ -156,7 +160,15 @@ impl LeaseLoop {
                 return Err(WorkerError::Refused(e));
             }
             Err(e) => {
-                tracing::warn!(error = %e.message(), "coordinator unreachable; retrying");
+                // A coordinator that does not answer is said once (see `calls`).
+                match tally_wire::deadline::not_answered(&e) {
+                    true => {
+                        tracing::debug!(error = %e.message(), "registration not answered; retrying")
+                    }
+                    false => {
+                        tracing::warn!(error = %e.message(), code = ?e.code(), "registration failed; retrying")
+                    }
+                }
                 self.backoff.wait().await;
             }
         }
@@ -177,10 +189,10 @@ impl LeaseLoop {
             session: self.ctx.session(),
             lease_ahead: room.ahead as u32,
         };
-        match self.ctx.client().lease(request).await {
+        match self.ctx.coordinator.lease(&self.ctx.stats, request).await {
             Ok(response) => {
                 self.backoff.reset();
-                let leases = response.into_inner().leases;
+                let leases = response.leases;
                 self.ahead_refused = room.free == 0 && leases.is_empty();
                 for lease in leases {
                     let epoch = lease
@@ -199,7 +211,14 @@ impl LeaseLoop {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e.message(), code = ?e.code(), "lease request failed; retrying");
+                match tally_wire::deadline::not_answered(&e) {
+                    true => {
+                        tracing::debug!(error = %e.message(), "lease request not answered; retrying")
+                    }
+                    false => {
+                        tracing::warn!(error = %e.message(), code = ?e.code(), "lease request failed; retrying")
+                    }
+                }
                 // Unavailable: the coordinator may have restarted; NotFound or
                 // Unauthenticated: it does not know this worker or its session
                 // (restarted, or forgot it).

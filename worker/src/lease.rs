@@ -256,7 +256,12 @@ impl LeaseLoop {
         if self.join_all_within(timeout).await {
             return;
         }
-        tracing::warn!("drain timeout: handing back unfinished shards");
+        // Attempts that ended and only wait for their reports' answers
+        // (a run stopped just after its job finished) hand nothing back.
+        let unfinished = self.ctx.computing_or_queued();
+        if unfinished > 0 {
+            tracing::warn!(unfinished, "drain timeout: handing back unfinished shards");
+        }
         self.ctx.cancel_all();
         if self.join_all_within(REPORT_GRACE).await {
             return;
@@ -276,5 +281,43 @@ impl LeaseLoop {
         })
         .await
         .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{self, Logs};
+
+    /// A drain whose attempts have all ended, their reports still on their
+    /// way (a run stopped just after its job finished), hands nothing back
+    /// and says nothing of it.
+    #[tokio::test]
+    async fn a_drain_with_only_reports_on_their_way_hands_nothing_back() {
+        let logs = Logs::capture();
+        let (ctx, _spill) = test_support::context("http://127.0.0.1:1");
+        let mut leases = LeaseLoop::new(ctx.clone());
+        ctx.track("reported", Duration::from_secs(60)).dequeue();
+        ctx.ended("reported");
+        leases.shards.spawn(std::future::pending::<()>());
+        leases.drain().await;
+        assert_eq!(logs.count("drain timeout"), 0);
+        assert_eq!(logs.count("did not take the last reports in time"), 1);
+    }
+
+    /// A drain that times out with a shard still computing hands it back, and says so.
+    #[tokio::test]
+    async fn a_drain_that_times_out_on_a_computing_shard_says_so() {
+        let logs = Logs::capture();
+        let (ctx, _spill) = test_support::context("http://127.0.0.1:1");
+        let mut leases = LeaseLoop::new(ctx.clone());
+        ctx.track("computing", Duration::from_secs(60)).dequeue();
+        leases.shards.spawn(std::future::pending::<()>());
+        leases.drain().await;
+        assert_eq!(
+            logs.count("drain timeout: handing back unfinished shards"),
+            1
+        );
+        assert_eq!(logs.count("unfinished=1"), 1);
     }
 }

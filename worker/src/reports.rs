@@ -322,6 +322,7 @@ pub(crate) fn forward_checkpoints(
     let (sender, mut checkpoints) = mpsc::unbounded_channel::<Checkpoint>();
     let forwarder = async move {
         let mut uploaded = 0;
+        let mut handing_back = false;
         while let Some(mut checkpoint) = checkpoints.recv().await {
             while let Ok(newer) = checkpoints.try_recv() {
                 checkpoint = newer;
@@ -366,8 +367,12 @@ pub(crate) fn forward_checkpoints(
                 Ok(answer) if answer.stop => handle.revoke(),
                 // Asked for while draining: the work is at the coordinator,
                 // so the shard stops and its lease goes back, to resume there.
+                // Said once a lease: a kernel may deliver a few more
+                // before it sees that it is stopped.
                 Ok(_) if handle.control.checkpoint_asked() => {
-                    tracing::info!(lease = %lease_id, "checkpoint delivered while draining; handing the lease back");
+                    if !std::mem::replace(&mut handing_back, true) {
+                        tracing::info!(lease = %lease_id, "checkpoint delivered while draining; handing the lease back");
+                    }
                     handle.cancel();
                 }
                 Ok(_) => {}
@@ -469,6 +474,38 @@ pub(crate) async fn deliver_final_report(ctx: &Arc<Context>, lease_id: &str, end
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{self, Answers, Logs, wait_until};
+    use std::time::Duration;
+
+    /// A kernel asked for a checkpoint by a drain may deliver a few before
+    /// it sees that it is stopped: the hand-back is said once.
+    #[tokio::test]
+    async fn a_checkpoint_delivered_while_draining_is_said_once_a_lease() {
+        let logs = Logs::capture();
+        let (url, calls) = test_support::serve(Answers::RegistrationsAndReports).await;
+        let (ctx, _spill) = test_support::context(&url);
+        let lease = "job-000001/0/0/1";
+        let handle = ctx.track(lease, Duration::from_secs(60));
+        handle.control.ask_checkpoint();
+        let (checkpoints, forwarder) =
+            forward_checkpoints(ctx.clone(), lease.into(), handle.clone());
+        let forwarder = tokio::spawn(forwarder);
+        for sent in 1..=3 {
+            let checkpoint = Checkpoint {
+                state: StageOutput::Bytes(vec![sent as u8; 16]),
+                state_blob: None,
+                partial: Vec::new(),
+                work_done: sent,
+            };
+            checkpoints.send(checkpoint).unwrap();
+            let reported = || calls.started("report") >= sent as usize;
+            wait_until(Duration::from_secs(60), "the checkpoint reported", reported).await;
+        }
+        drop(checkpoints);
+        forwarder.await.unwrap();
+        assert!(handle.control.is_cancelled(), "the shard is stopped");
+        assert_eq!(logs.count("checkpoint delivered while draining"), 1);
+    }
 
     fn cancelled() -> Result<ShardResult, WorkerError> {
         Err(WorkerError::Kernel(CommonError::Cancelled))

@@ -218,6 +218,20 @@ pub(crate) async fn stopped() -> String {
     url
 }
 
+/// A worker's context on the coordinator at `url`, with one slot, no drain
+/// time and a spill directory of its own (kept as long as the directory is).
+pub(crate) fn context(url: &str) -> (Arc<crate::context::Context>, tempfile::TempDir) {
+    let spill = tempfile::tempdir().unwrap();
+    let mut config = crate::WorkerConfig::new(url);
+    config.slots = 1;
+    config.threads = 1;
+    config.memory_budget = 1 << 30;
+    config.spill_dir = spill.path().to_path_buf();
+    config.drain_timeout = Duration::ZERO;
+    let ctx = crate::context::Context::new(config).unwrap();
+    (Arc::new(ctx), spill)
+}
+
 /// Waits until `done`, looking every 50 ms; fails the test after `limit`.
 pub(crate) async fn wait_until(limit: Duration, what: &str, done: impl Fn() -> bool) {
     let start = Instant::now();

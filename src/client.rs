@@ -137,3 +137,7 @@ pub async fn follow(remote: &Remote, job_id: &str, progress: bool) -> anyhow::Re
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod tests;

@@ -74,13 +74,25 @@ pub const TRANSFER_BYTES_PER_SECOND: u64 = 8 << 20;
 /// A report (or a batch) that carries `bytes`: [`REPORT`] and their transfer
 /// at [`TRANSFER_BYTES_PER_SECOND`] (a 1 GiB checkpoint: 158 s).
 pub fn report(bytes: u64) -> Duration {
-    REPORT + Duration::from_millis(bytes.saturating_mul(1000) / TRANSFER_BYTES_PER_SECOND)
+    REPORT + transfer(bytes)
+}
+
+/// The time `bytes` take at [`TRANSFER_BYTES_PER_SECOND`].
+fn transfer(bytes: u64) -> Duration {
+    Duration::from_millis(bytes.saturating_mul(1000) / TRANSFER_BYTES_PER_SECOND)
 }
 
 /// A worker's unary fetch: the stage blobs of a stage, the task of a shard
 /// to recompute, an attachment (a wasm module, at most a few MiB); and the
-/// opening of a fetched stream (stage data, a checkpoint).
+/// opening of a fetched stream (stage data; a checkpoint, see [`fetch`]).
 pub const FETCH: Duration = Duration::from_secs(30);
+
+/// The opening of a fetched stream of `bytes` that the coordinator reads
+/// whole before it answers (a checkpoint): [`FETCH`] and their reading at
+/// [`TRANSFER_BYTES_PER_SECOND`].
+pub fn fetch(bytes: u64) -> Duration {
+    FETCH + transfer(bytes)
+}
 
 /// Between two messages of a stream a worker or client reads (stage data, a
 /// checkpoint): the coordinator reads each chunk from its store.
@@ -263,6 +275,7 @@ mod tests {
         );
         assert_eq!(report(1 << 30), REPORT + Duration::from_secs(128));
         assert_eq!(lease(Duration::from_secs(5)), Duration::from_secs(15));
+        assert_eq!(fetch(1 << 30), FETCH + Duration::from_secs(128));
     }
 
     #[test]

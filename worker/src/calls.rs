@@ -108,15 +108,17 @@ impl Coordinator {
         self.heard(stats, answer)
     }
 
-    /// Opens the stream of a large checkpoint (read it with [`Self::next_chunk`]).
+    /// Opens the stream of a large checkpoint of `bytes`, which the
+    /// coordinator reads whole first (read it with [`Self::next_chunk`]).
     pub(crate) async fn fetch_checkpoint(
         &self,
         stats: &WorkerStats,
         message: proto::FetchCheckpointRequest,
+        bytes: u64,
     ) -> Answer<Streaming<proto::StageDataChunk>> {
         let mut client = self.client.clone();
         let answer = client
-            .fetch_checkpoint(request(message, deadline::FETCH))
+            .fetch_checkpoint(request(message, deadline::fetch(bytes)))
             .await;
         self.heard(stats, answer)
     }

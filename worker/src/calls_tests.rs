@@ -59,8 +59,8 @@ fn every_call<'a>(
         ),
         (
             "fetch_checkpoint",
-            deadline::FETCH,
-            Box::pin(async move { code(c.fetch_checkpoint(stats, Default::default()).await) }),
+            deadline::fetch(0),
+            Box::pin(async move { code(c.fetch_checkpoint(stats, Default::default(), 0).await) }),
         ),
         (
             // Opened at once, then silent.

@@ -44,7 +44,9 @@ pub(crate) async fn fetch_checkpoint(
             return Ok(Err(e));
         }
         let calls = &ctx.coordinator;
-        let mut stream = calls.fetch_checkpoint(&ctx.stats, request).await?;
+        let mut stream = calls
+            .fetch_checkpoint(&ctx.stats, request, announced)
+            .await?;
         let mut len = 0;
         while let Some(chunk) = calls.next_chunk(&ctx.stats, &mut stream).await? {
             len += chunk.data.len() as u64;

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tally_kinds::invalid;
+use tally_wire::deadline;
 use tally_wire::limits::MAX_MESSAGE_BYTES;
 use tally_wire::proto::job_service_client::JobServiceClient;
 use tally_wire::proto::{self, Job};
-use tally_wire::transport::{self, AuthChannel, BearerToken, ClientSecurity};
-use tonic::service::interceptor::InterceptedService;
+use tally_wire::transport::{self, AuthChannel, ClientSecurity};
 
 use crate::output;
 
@@ -78,44 +78,35 @@ pub fn check_coordinator_url(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A job-service client of `remote`, presenting its credentials.
+/// A job-service client of `remote`, presenting its credentials; every
+/// call held to its deadline (see [`tally_wire::deadline`]).
 pub async fn connect(remote: &Remote) -> anyhow::Result<JobServiceClient<AuthChannel>> {
-    let channel = transport::endpoint(&remote.url, &remote.security)?
-        .connect()
+    let url = remote.shown();
+    let endpoint = transport::endpoint(&remote.url, &remote.security)?;
+    let channel = tokio::time::timeout(deadline::CALL, endpoint.connect())
         .await
-        .with_context(|| format!("cannot reach the coordinator at {}", remote.shown()))?;
-    let auth = BearerToken::new(remote.security.token.as_deref())?;
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "the coordinator at {url} did not complete a connection within {}",
+                deadline::seconds(deadline::CALL)
+            )
+        })?
+        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
     Ok(
-        JobServiceClient::new(InterceptedService::new(channel, auth))
+        JobServiceClient::new(transport::authorized(channel, &remote.security)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES),
     )
 }
 
-/// How long a client call may take before it fails: a coordinator that is
-/// stopped (not down) accepts the connection and never answers.
-const CALL_DEADLINE: Duration = Duration::from_secs(15);
-
-/// How long `watch` keeps trying a coordinator it cannot reach.
-const COORDINATOR_LOST_LIMIT: Duration = Duration::from_secs(60);
-
-/// A submission plans the job first, which for large jobs takes a while.
-const SUBMIT_DEADLINE: Duration = Duration::from_secs(600);
-
 /// `message` as a request with the call deadline (for a Watch, the deadline
 /// of its first answer; the stream itself lives as long as the job).
 pub fn quick<T>(message: T) -> tonic::Request<T> {
-    with_deadline(message, CALL_DEADLINE)
+    deadline::request(message, deadline::CALL)
 }
 
 /// A submission as a request with the planning deadline.
 pub fn planned<T>(message: T) -> tonic::Request<T> {
-    with_deadline(message, SUBMIT_DEADLINE)
-}
-
-fn with_deadline<T>(message: T, limit: Duration) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.set_timeout(limit);
-    request
+    deadline::request(message, deadline::SUBMIT)
 }
 
 /// Follows a job until it finishes, showing a progress bar on stderr; survives a
@@ -125,6 +116,9 @@ pub async fn follow(remote: &Remote, job_id: &str, progress: bool) -> anyhow::Re
     // Since when every attempt to watch has failed, if they do.
     let mut failing_since: Option<std::time::Instant> = None;
     loop {
+        // Whether this watch got a word from the coordinator: a failure after
+        // one starts a new count of the time lost.
+        let mut heard = false;
         let attempt = async {
             let mut client = connect(remote).await?;
             let mut stream = client
@@ -133,15 +127,32 @@ pub async fn follow(remote: &Remote, job_id: &str, progress: bool) -> anyhow::Re
                 }))
                 .await?
                 .into_inner();
-            while let Some(job) = stream.message().await? {
+            // A stream silent too long may be one the coordinator no longer
+            // serves: watching again tells.
+            loop {
+                let silence = deadline::WATCH_SILENCE;
+                let Ok(message) = tokio::time::timeout(silence, stream.message()).await else {
+                    anyhow::ensure!(
+                        heard,
+                        "the coordinator sent nothing for {} on a new watch",
+                        deadline::seconds(silence)
+                    );
+                    return anyhow::Ok(None);
+                };
+                let Some(job) = message? else {
+                    return anyhow::Ok(None);
+                };
+                heard = true;
                 bar.update(&job);
                 if job.is_finished() {
                     return anyhow::Ok(Some(job));
                 }
             }
-            anyhow::Ok(None)
         }
         .await;
+        if heard {
+            failing_since = None;
+        }
         match attempt {
             Ok(Some(job)) => {
                 bar.finish(&job);
@@ -159,9 +170,12 @@ pub async fn follow(remote: &Remote, job_id: &str, progress: bool) -> anyhow::Re
                     return Err(e);
                 }
                 let since = *failing_since.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() > COORDINATOR_LOST_LIMIT {
+                if since.elapsed() > deadline::CLIENT_PATIENCE {
                     bar.abandon();
-                    return Err(e.context("lost the coordinator for a minute"));
+                    return Err(e.context(format!(
+                        "lost the coordinator for {}",
+                        deadline::seconds(deadline::CLIENT_PATIENCE)
+                    )));
                 }
                 bar.note(&format!(
                     "waiting for the coordinator: {}",
@@ -172,3 +186,7 @@ pub async fn follow(remote: &Remote, job_id: &str, progress: bool) -> anyhow::Re
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod tests;

@@ -323,9 +323,10 @@ pub struct FinishedStage<'a, P> {
     /// The slots of the live workers (0 with none), which a plan may spread
     /// its next stage over (see `tally_kernels::buckets::bucket_count`).
     pub slots: u32,
-    /// The least memory a slot of a live worker has (its budget over its
-    /// slots; 0 when no worker said): a plan whose shards hold their states
-    /// in memory sizes them to it.
+    /// The least memory a slot of a live worker has (the share of its
+    /// budget it gives a shard, `tally_stage::memory::slot_share`; 0 when no
+    /// worker said): a plan whose shards hold their states in memory sizes
+    /// them to it.
     pub slot_memory: u64,
 }
 

@@ -5,10 +5,10 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use tally_wire::deadline::{self, Deadlined};
 use tally_wire::proto;
 use tally_wire::proto::job_service_client::JobServiceClient;
-use tally_wire::transport::{self, BearerToken};
-use tonic::service::interceptor::InterceptedService;
+use tally_wire::transport;
 
 use crate::client::{Remote, quick};
 use crate::output::outln;
@@ -68,10 +68,13 @@ pub async fn execute(
     )];
     let url = remote.shown();
     let channel = match transport::endpoint(&remote.url, &remote.security) {
-        Ok(endpoint) => endpoint
-            .connect()
-            .await
-            .map_err(|e| transport::with_causes(&e)),
+        Ok(endpoint) => match tokio::time::timeout(deadline::CALL, endpoint.connect()).await {
+            Ok(connected) => connected.map_err(|e| transport::with_causes(&e)),
+            Err(_) => Err(format!(
+                "no connection within {}",
+                deadline::seconds(deadline::CALL)
+            )),
+        },
         Err(e) => Err(e.to_string()),
     };
     match channel {
@@ -94,10 +97,11 @@ pub async fn execute(
 }
 
 async fn check_health(channel: tonic::transport::Channel) -> Check {
-    let health = tonic_health::pb::health_client::HealthClient::new(channel)
-        .check(tonic_health::pb::HealthCheckRequest {
+    let mut client = tonic_health::pb::health_client::HealthClient::new(Deadlined::new(channel));
+    let health = client
+        .check(quick(tonic_health::pb::HealthCheckRequest {
             service: String::new(),
-        })
+        }))
         .await;
     match health {
         Ok(r) if r.get_ref().status == 1 => Check::pass("health", "serving"),
@@ -111,10 +115,8 @@ async fn check_service(
     remote: &Remote,
     channel: tonic::transport::Channel,
 ) -> anyhow::Result<Vec<Check>> {
-    let auth = BearerToken::new(remote.security.token.as_deref())?;
-    let info = JobServiceClient::new(InterceptedService::new(channel, auth))
-        .info(quick(proto::InfoRequest {}))
-        .await;
+    let mut client = JobServiceClient::new(transport::authorized(channel, &remote.security)?);
+    let info = client.info(quick(proto::InfoRequest {})).await;
     let info = match info {
         Ok(info) => info.into_inner(),
         Err(e) if e.code() == tonic::Code::Unauthenticated => {

@@ -10,6 +10,7 @@ pub mod blob;
 pub mod error;
 mod error_text;
 pub mod keys;
+pub mod memory;
 pub mod owner;
 mod s3;
 pub mod sealed;

@@ -28,7 +28,7 @@ pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(300);
 /// How long the check of a store at start waits it out.
 pub const CHECK_PATIENCE: Duration = Duration::from_secs(30);
 /// Blobs above this go up in parts of this size (S3's parts are 5 MiB at least).
-const PART: usize = 16 * 1024 * 1024;
+pub(crate) const PART: usize = 16 * 1024 * 1024;
 /// Reads a reader keeps in flight (of many blobs, one per shard of a stage).
 pub const PARALLEL_READS: usize = 8;
 /// Where [`StageStore::check`] writes its probe objects.

@@ -16,10 +16,16 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Request, Status};
 
 use crate::Result;
+use crate::deadline::{self, Deadlined};
 use crate::error::invalid;
 
-/// A channel to the coordinator that adds the bearer token to every call.
-pub type AuthChannel = InterceptedService<Channel, BearerToken>;
+/// A channel to the coordinator that holds every call to its deadline (see
+/// [`crate::deadline`]).
+pub type DeadlinedChannel = Deadlined<Channel>;
+
+/// A channel to the coordinator that adds the bearer token to every call and
+/// holds it to its deadline.
+pub type AuthChannel = InterceptedService<DeadlinedChannel, BearerToken>;
 
 /// Longest accepted token; tokens travel in every request header.
 pub const MAX_TOKEN_BYTES: usize = 4096;
@@ -248,7 +254,7 @@ pub fn endpoint(url: &str, security: &ClientSecurity) -> Result<Endpoint> {
     let shown = without_userinfo(url);
     let mut endpoint = Endpoint::from_shared(url.to_string())
         .map_err(|e| invalid!("invalid coordinator URL {shown:?}: {e}"))?
-        .connect_timeout(Duration::from_secs(5))
+        .connect_timeout(deadline::CONNECT)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_while_idle(true);
@@ -312,9 +318,13 @@ pub fn check_certificates(pem: &[u8]) -> Result<()> {
 
 /// A lazily connecting channel that carries the token.
 pub fn lazy_channel(url: &str, security: &ClientSecurity) -> Result<AuthChannel> {
-    let channel = endpoint(url, security)?.connect_lazy();
+    authorized(endpoint(url, security)?.connect_lazy(), security)
+}
+
+/// `channel` carrying the token of `security`, every call held to its deadline.
+pub fn authorized(channel: Channel, security: &ClientSecurity) -> Result<AuthChannel> {
     Ok(InterceptedService::new(
-        channel,
+        Deadlined::new(channel),
         BearerToken::new(security.token.as_deref())?,
     ))
 }

@@ -237,14 +237,19 @@ async fn send_batch(ctx: &Context, batch: Vec<Queued>) {
         batch.into_iter().map(|q| (q.report, q.answer)).unzip();
     pack(ctx, &mut reports).await;
     let count = reports.len();
+    let bytes = reports.iter().map(|r| r.output.len() as u64).sum();
     let request = proto::ReportBatchRequest {
         worker_id: ctx.config.worker_id.clone(),
         session: session.clone(),
         reports,
     };
-    match ctx.client().report_batch(request).await {
+    match ctx
+        .coordinator
+        .report_batch(&ctx.stats, request, bytes)
+        .await
+    {
         Ok(response) => {
-            let verdicts = response.into_inner().verdicts;
+            let verdicts = response.verdicts;
             if verdicts.len() != count {
                 let status = tonic::Status::internal(format!(
                     "the coordinator answered {} of {count} reports",

@@ -12,18 +12,15 @@ use tally_kinds::dynamic::StageInput;
 use tally_kinds::kind::StageRead;
 use tally_stage::store::CHECK_PATIENCE;
 use tally_stage::{StageStore, StageStoreUrl};
-use tally_wire::limits::MAX_MESSAGE_BYTES;
-use tally_wire::proto::{self, worker_service_client::WorkerServiceClient};
-use tally_wire::transport::{AuthChannel, ClientSecurity};
+use tally_wire::proto;
 use tokio::sync::Notify;
 
+use crate::calls::Coordinator;
 use crate::config::WorkerConfig;
 use crate::error::{Result, WorkerError};
 use crate::metrics::{Gauges, WorkerStats};
 use crate::pool::ComputePool;
 use crate::spill::SpillDir;
-
-pub(crate) type Client = WorkerServiceClient<AuthChannel>;
 
 /// The coordinator's answer to one final report.
 pub(crate) type ReportAnswer = std::result::Result<proto::ReportResponse, tonic::Status>;
@@ -50,15 +47,6 @@ impl Batches {
             inbox: Mutex::new(Some(inbox)),
         }
     }
-}
-
-/// Connects lazily (the coordinator may not be up yet) with the message limits.
-pub fn connect(url: &str, security: &ClientSecurity) -> Result<Client> {
-    let channel = tally_wire::transport::lazy_channel(url, security)
-        .map_err(|e| WorkerError::Address(url.to_string(), e.to_string()))?;
-    Ok(WorkerServiceClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES))
 }
 
 /// Heartbeats when no lease asks for more.
@@ -131,7 +119,8 @@ pub(crate) struct Context {
     pub config: WorkerConfig,
     /// This run's id, sent at every registration (see `config::new_incarnation`).
     pub(crate) incarnation: String,
-    client: Client,
+    /// The coordinator, every call to it with its deadline.
+    pub coordinator: Coordinator,
     pub pool: ComputePool,
     /// One permit a slot, and one more a compute thread (see
     /// [`dispatch_permits`]): a shard is prepared and handed to the compute
@@ -204,7 +193,7 @@ impl Context {
         Ok(Context {
             incarnation: crate::config::new_incarnation(),
             spill: SpillDir::open(&config.spill_dir, &config.worker_id)?,
-            client: connect(&config.coordinator, &config.security)?,
+            coordinator: Coordinator::connect(&config.coordinator, &config.security)?,
             pool: ComputePool::new(config.threads),
             compute_slots: Arc::new(tokio::sync::Semaphore::new(dispatch_permits(&config))),
             active: Mutex::new(HashMap::new()),
@@ -339,11 +328,6 @@ impl Context {
         } else {
             Vec::new()
         }
-    }
-
-    /// A handle on the connection for one call.
-    pub(crate) fn client(&self) -> Client {
-        self.client.clone()
     }
 
     /// Tracks a newly leased shard whose lease lives `ttl`, queued until it

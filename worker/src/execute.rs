@@ -409,7 +409,7 @@ async fn read_from_store(
             reads_held: true,
             reads_packed: true,
         };
-        Ok(ctx.client().stage_blobs(request).await?.into_inner())
+        ctx.coordinator.stage_blobs(&ctx.stats, request).await
     })
     .await?;
     let mut blobs = Vec::with_capacity(listed.blobs.len());
@@ -617,7 +617,7 @@ async fn recompute(
             worker_id: ctx.config.worker_id.clone(),
             session,
         };
-        Ok(ctx.client().stage_shard(request).await?.into_inner())
+        ctx.coordinator.stage_shard(&ctx.stats, request).await
     })
     .await?;
     let committed = shard.output_blob.as_ref().ok_or_else(|| {

@@ -1,11 +1,12 @@
 //! What a shard fetches from the coordinator besides its lease: a checkpoint
 //! too large to come with it, an attachment (a wasm module), stage data; each
-//! call retried while the coordinator is unreachable or has forgotten the
-//! worker's session, until the shard is stopped.
+//! call retried while the coordinator does not answer or has forgotten the
+//! worker's session, until the shard is stopped or the worker's patience
+//! runs out.
 
 use tally_kinds::Error as CommonError;
 use tally_kinds::kind::StageRead;
-use tally_wire::proto;
+use tally_wire::{deadline, proto};
 
 use crate::backoff::Backoff;
 use crate::context::Context;
@@ -42,9 +43,12 @@ pub(crate) async fn fetch_checkpoint(
         if let Err(e) = gather(&[]) {
             return Ok(Err(e));
         }
-        let mut stream = ctx.client().fetch_checkpoint(request).await?.into_inner();
+        let calls = &ctx.coordinator;
+        let mut stream = calls
+            .fetch_checkpoint(&ctx.stats, request, announced)
+            .await?;
         let mut len = 0;
-        while let Some(chunk) = stream.message().await? {
+        while let Some(chunk) = calls.next_chunk(&ctx.stats, &mut stream).await? {
             len += chunk.data.len() as u64;
             if len > announced {
                 return Err(tonic::Status::data_loss(format!(
@@ -85,12 +89,8 @@ pub(crate) async fn fetch_attachment(
             session,
             sha256: sha256.to_string(),
         };
-        Ok(ctx
-            .client()
-            .fetch_attachment(request)
-            .await?
-            .into_inner()
-            .data)
+        let calls = &ctx.coordinator;
+        Ok(calls.fetch_attachment(&ctx.stats, request).await?.data)
     })
     .await?;
     // Hashing 8 MiB takes milliseconds: not on the async runtime.
@@ -112,9 +112,10 @@ pub(crate) async fn fetch_attachment(
 }
 
 /// `fetch` with the current session, until it answers: while the coordinator
-/// is unreachable, or has forgotten the session (the worker then registers
-/// again), it waits with backoff and tries again, until the shard is stopped.
-/// `what` names the data in the log.
+/// does not answer, or has forgotten the session (the worker then registers
+/// again), it waits with backoff and tries again, until the shard is stopped
+/// or, after [`deadline::WORKER_PATIENCE`] without an answer, fails with
+/// the last error. `what` names the data in the log.
 pub(crate) async fn with_retries<T, F, Fut>(
     ctx: &Context,
     control: &tally_kinds::Control,
@@ -126,22 +127,29 @@ where
     Fut: std::future::Future<Output = std::result::Result<T, tonic::Status>>,
 {
     let mut backoff = Backoff::new();
+    let started = tokio::time::Instant::now();
     loop {
         control.check()?;
         let session = ctx.session();
-        match fetch(session.clone()).await {
+        let status = match fetch(session.clone()).await {
             Ok(value) => return Ok(value),
-            Err(status) if status.code() == tonic::Code::Unavailable => {
-                tracing::warn!(error = %status.message(), "{what} fetch failed; retrying");
-                backoff.wait().await;
-            }
-            Err(status) if status.code() == tonic::Code::Unauthenticated => {
-                tracing::info!(error = %status.message(), "{what} fetch refused; registering again");
-                ctx.session_refused(&session);
-                backoff.wait().await;
-            }
-            Err(status) => return Err(status.into()),
+            Err(status) => status,
+        };
+        let retry = if deadline::not_answered(&status) {
+            // Said once for every call (see `calls`).
+            tracing::debug!(error = %status.message(), "{what} fetch not answered; retrying");
+            true
+        } else if status.code() == tonic::Code::Unauthenticated {
+            tracing::info!(error = %status.message(), "{what} fetch refused; registering again");
+            ctx.session_refused(&session);
+            true
+        } else {
+            false
+        };
+        if !retry || started.elapsed() >= deadline::WORKER_PATIENCE {
+            return Err(status.into());
         }
+        backoff.wait().await;
     }
 }
 
@@ -177,8 +185,9 @@ pub(crate) async fn fetch_stage(
     if let Err(e) = gather(None) {
         return Ok(Err(e));
     }
-    let mut stream = ctx.client().fetch_stage_data(request).await?.into_inner();
-    while let Some(chunk) = stream.message().await? {
+    let calls = &ctx.coordinator;
+    let mut stream = calls.fetch_stage_data(&ctx.stats, request).await?;
+    while let Some(chunk) = calls.next_chunk(&ctx.stats, &mut stream).await? {
         if let Err(e) = gather(Some(&chunk.data)) {
             return Ok(Err(e));
         }

@@ -34,9 +34,11 @@ pub(crate) async fn heartbeat_loop(ctx: Arc<Context>) {
             leases,
             session: session.clone(),
         };
-        match ctx.client().heartbeat(request).await {
+        // A heartbeat is not retried: the next beat, at most a second
+        // later, carries newer progress.
+        match ctx.coordinator.heartbeat(&ctx.stats, request).await {
             Ok(response) => {
-                for id in response.into_inner().revoked_lease_ids {
+                for id in response.revoked_lease_ids {
                     ctx.revoke(&id);
                 }
             }

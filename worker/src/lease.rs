@@ -111,10 +111,14 @@ impl LeaseLoop {
             incarnation: self.ctx.incarnation.clone(),
             oom_kills: crate::config::oom_kills(),
         };
-        match self.ctx.client().register(request).await {
+        match self
+            .ctx
+            .coordinator
+            .register(&self.ctx.stats, request)
+            .await
+        {
             Ok(response) => {
                 tracing::info!(worker = %config.worker_id, coordinator = %config.coordinator, "registered");
-                let response = response.into_inner();
                 let lineage = response.stage_store.clone();
                 let seen = self.highest_epoch.get(&lineage).copied().unwrap_or(0);
                 if response.epoch < seen && lineage != "coordinator" {
@@ -156,7 +160,15 @@ impl LeaseLoop {
                 return Err(WorkerError::Refused(e));
             }
             Err(e) => {
-                tracing::warn!(error = %e.message(), "coordinator unreachable; retrying");
+                // A coordinator that does not answer is said once (see `calls`).
+                match tally_wire::deadline::not_answered(&e) {
+                    true => {
+                        tracing::debug!(error = %e.message(), "registration not answered; retrying")
+                    }
+                    false => {
+                        tracing::warn!(error = %e.message(), code = ?e.code(), "registration failed; retrying")
+                    }
+                }
                 self.backoff.wait().await;
             }
         }
@@ -177,10 +189,10 @@ impl LeaseLoop {
             session: self.ctx.session(),
             lease_ahead: room.ahead as u32,
         };
-        match self.ctx.client().lease(request).await {
+        match self.ctx.coordinator.lease(&self.ctx.stats, request).await {
             Ok(response) => {
                 self.backoff.reset();
-                let leases = response.into_inner().leases;
+                let leases = response.leases;
                 self.ahead_refused = room.free == 0 && leases.is_empty();
                 for lease in leases {
                     let epoch = lease
@@ -199,7 +211,14 @@ impl LeaseLoop {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e.message(), code = ?e.code(), "lease request failed; retrying");
+                match tally_wire::deadline::not_answered(&e) {
+                    true => {
+                        tracing::debug!(error = %e.message(), "lease request not answered; retrying")
+                    }
+                    false => {
+                        tracing::warn!(error = %e.message(), code = ?e.code(), "lease request failed; retrying")
+                    }
+                }
                 // Unavailable: the coordinator may have restarted; NotFound or
                 // Unauthenticated: it does not know this worker or its session
                 // (restarted, or forgot it).
@@ -237,7 +256,12 @@ impl LeaseLoop {
         if self.join_all_within(timeout).await {
             return;
         }
-        tracing::warn!("drain timeout: handing back unfinished shards");
+        // Attempts that ended and only wait for their reports' answers
+        // (a run stopped just after its job finished) hand nothing back.
+        let unfinished = self.ctx.computing_or_queued();
+        if unfinished > 0 {
+            tracing::warn!(unfinished, "drain timeout: handing back unfinished shards");
+        }
         self.ctx.cancel_all();
         if self.join_all_within(REPORT_GRACE).await {
             return;
@@ -257,5 +281,43 @@ impl LeaseLoop {
         })
         .await
         .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{self, Logs};
+
+    /// A drain whose attempts have all ended, their reports still on their
+    /// way (a run stopped just after its job finished), hands nothing back
+    /// and says nothing of it.
+    #[tokio::test]
+    async fn a_drain_with_only_reports_on_their_way_hands_nothing_back() {
+        let logs = Logs::capture();
+        let (ctx, _spill) = test_support::context("http://127.0.0.1:1");
+        let mut leases = LeaseLoop::new(ctx.clone());
+        ctx.track("reported", Duration::from_secs(60)).dequeue();
+        ctx.ended("reported");
+        leases.shards.spawn(std::future::pending::<()>());
+        leases.drain().await;
+        assert_eq!(logs.count("drain timeout"), 0);
+        assert_eq!(logs.count("did not take the last reports in time"), 1);
+    }
+
+    /// A drain that times out with a shard still computing hands it back, and says so.
+    #[tokio::test]
+    async fn a_drain_that_times_out_on_a_computing_shard_says_so() {
+        let logs = Logs::capture();
+        let (ctx, _spill) = test_support::context("http://127.0.0.1:1");
+        let mut leases = LeaseLoop::new(ctx.clone());
+        ctx.track("computing", Duration::from_secs(60)).dequeue();
+        leases.shards.spawn(std::future::pending::<()>());
+        leases.drain().await;
+        assert_eq!(
+            logs.count("drain timeout: handing back unfinished shards"),
+            1
+        );
+        assert_eq!(logs.count("unfinished=1"), 1);
     }
 }

@@ -10,7 +10,8 @@
 //! `attempt` per leased shard, which has `execute` compute it (the only calls
 //! into the kind layer) and `reports` send its checkpoints and final
 //! report; `heartbeat` and `http` run beside the loop. All of them share the
-//! `context`; `config`, `error`, `metrics`, `backoff` and `pool` are the ground.
+//! `context`, and call the coordinator through `calls`, each call with its
+//! deadline; `config`, `error`, `metrics`, `backoff` and `pool` are the ground.
 
 #![forbid(unsafe_code)]
 
@@ -18,6 +19,7 @@ mod attempt;
 mod backoff;
 mod batch;
 mod budget;
+mod calls;
 mod config;
 mod context;
 mod error;
@@ -32,12 +34,13 @@ mod own_outputs;
 pub mod pool;
 mod reports;
 mod spill;
+#[cfg(test)]
+mod test_support;
 
 use std::future::Future;
 use std::sync::Arc;
 
 pub use config::{WorkerConfig, default_spill_dir, default_worker_id, machine_memory};
-pub use context::connect;
 pub use error::{Result, WorkerError};
 pub use lease::REPORT_GRACE;
 pub use metrics::WorkerStats;

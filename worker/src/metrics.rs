@@ -32,6 +32,12 @@ pub struct WorkerStats {
     /// Bytes of stage output written to the spill directory and sent from
     /// there, by shards that spilled.
     pub output_in_files_bytes: Counter,
+    /// Calls the coordinator did not answer: unreachable, or past their
+    /// deadline.
+    pub calls_not_answered: AtomicU64,
+    /// Times the coordinator went without answering long enough for the
+    /// worker to say so (see `calls`).
+    pub coordinator_silences: AtomicU64,
 }
 
 impl WorkerStats {
@@ -116,6 +122,16 @@ pub(crate) fn exposition(stats: &WorkerStats, gauges: &Gauges) -> String {
         "tally_worker_stage_output_in_files_bytes_total",
         "Bytes of stage output written to the spill directory and sent from there, by shards that spilled.",
         stats.output_in_files_bytes.get(),
+    );
+    e.counter(
+        "tally_worker_calls_not_answered_total",
+        "Calls to the coordinator that found it unreachable or were not answered within their deadline.",
+        stats.calls_not_answered.load(Ordering::Relaxed),
+    );
+    e.counter(
+        "tally_worker_coordinator_silences_total",
+        "Times the coordinator went without answering this worker for longer than the silence notice.",
+        stats.coordinator_silences.load(Ordering::Relaxed),
     );
     e.gauge(
         "tally_worker_active_shards",

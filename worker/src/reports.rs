@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use tally_kinds::{Error as CommonError, StageOutput};
 use tally_stage::{StageStore, blob_key};
+use tally_wire::deadline;
 use tally_wire::lease::LeaseId;
 use tally_wire::limits::{INLINE_CHECKPOINT_BYTES, MAX_CHECKPOINT_BYTES, OUTPUT_CHUNK};
 use tally_wire::proto::{self, batched_report::Ending as BatchedEnding, report_message::Body};
@@ -164,6 +165,17 @@ impl Messages {
         });
         chunks.sum()
     }
+
+    /// About the bytes the messages carry, for the report's deadline.
+    fn bytes(&self) -> u64 {
+        let rest = self.rest.as_slice().iter().map(|m| match m {
+            Body::Output(chunk) => chunk.data.len(),
+            Body::Checkpoint(c) => c.state.len() + c.partial.len(),
+            Body::Result(r) => r.partial.len(),
+            _ => 0,
+        });
+        (self.chunked.len() - self.sent + rest.sum::<usize>()) as u64
+    }
 }
 
 impl Iterator for Messages {
@@ -212,6 +224,7 @@ async fn send_report(
 ) -> Result<proto::ReportResponse, tonic::Status> {
     let session = ctx.session();
     let output_bytes = body.output_bytes();
+    let bytes = body.bytes();
     let header = Body::Header(proto::ReportHeader {
         worker_id: ctx.config.worker_id.clone(),
         lease_id: lease_id.to_string(),
@@ -219,8 +232,8 @@ async fn send_report(
         output_bytes,
     });
     let stream = tokio_stream::iter(std::iter::once(header).chain(body).map(message));
-    match ctx.client().report(stream).await {
-        Ok(response) => Ok(response.into_inner()),
+    match ctx.coordinator.report(&ctx.stats, stream, bytes).await {
+        Ok(response) => Ok(response),
         Err(status) => {
             if status.code() == tonic::Code::Unauthenticated {
                 ctx.session_refused(&session);
@@ -309,6 +322,7 @@ pub(crate) fn forward_checkpoints(
     let (sender, mut checkpoints) = mpsc::unbounded_channel::<Checkpoint>();
     let forwarder = async move {
         let mut uploaded = 0;
+        let mut handing_back = false;
         while let Some(mut checkpoint) = checkpoints.recv().await {
             while let Ok(newer) = checkpoints.try_recv() {
                 checkpoint = newer;
@@ -353,8 +367,12 @@ pub(crate) fn forward_checkpoints(
                 Ok(answer) if answer.stop => handle.revoke(),
                 // Asked for while draining: the work is at the coordinator,
                 // so the shard stops and its lease goes back, to resume there.
+                // Said once a lease: a kernel may deliver a few more
+                // before it sees that it is stopped.
                 Ok(_) if handle.control.checkpoint_asked() => {
-                    tracing::info!(lease = %lease_id, "checkpoint delivered while draining; handing the lease back");
+                    if !std::mem::replace(&mut handing_back, true) {
+                        tracing::info!(lease = %lease_id, "checkpoint delivered while draining; handing the lease back");
+                    }
                     handle.cancel();
                 }
                 Ok(_) => {}
@@ -393,13 +411,16 @@ async fn to_stage_store(
     Ok(())
 }
 
-/// Sends the final report of an attempt, retrying while the coordinator is
-/// unreachable, until it is accepted or refused for good.
+/// Sends the final report of an attempt, retrying while the coordinator does
+/// not answer, until it is accepted or refused for good, or until
+/// [`deadline::WORKER_PATIENCE`] has passed without an answer: the lease
+/// has then expired at the coordinator, which leases the shard again.
 pub(crate) async fn deliver_final_report(ctx: &Arc<Context>, lease_id: &str, ending: Ending) {
     let Some(body) = ending.body() else { return };
     let mut is_result = body.iter().any(|m| matches!(m, Body::Result(_)));
     let mut body = body;
     let mut backoff = Backoff::new();
+    let started = tokio::time::Instant::now();
     loop {
         match send_final_report(ctx, lease_id, &body).await {
             Ok(answer) => {
@@ -425,8 +446,25 @@ pub(crate) async fn deliver_final_report(ctx: &Arc<Context>, lease_id: &str, end
                 tracing::info!(lease = %lease_id, reason = %status.message(), "report refused");
                 return;
             }
+            Err(status) if started.elapsed() >= deadline::WORKER_PATIENCE => {
+                tracing::error!(
+                    lease = %lease_id,
+                    error = %status.message(),
+                    "report not delivered within {}; giving it up (its lease expires at the coordinator)",
+                    deadline::seconds(deadline::WORKER_PATIENCE)
+                );
+                return;
+            }
             Err(status) => {
-                tracing::warn!(lease = %lease_id, error = %status.message(), "report not delivered; retrying");
+                // A coordinator that does not answer is said once (see `calls`).
+                match deadline::not_answered(&status) {
+                    true => {
+                        tracing::debug!(lease = %lease_id, error = %status.message(), "report not answered; retrying")
+                    }
+                    false => {
+                        tracing::warn!(lease = %lease_id, error = %status.message(), "report not delivered; retrying")
+                    }
+                }
                 backoff.wait().await;
             }
         }
@@ -436,6 +474,38 @@ pub(crate) async fn deliver_final_report(ctx: &Arc<Context>, lease_id: &str, end
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{self, Answers, Logs, wait_until};
+    use std::time::Duration;
+
+    /// A kernel asked for a checkpoint by a drain may deliver a few before
+    /// it sees that it is stopped: the hand-back is said once.
+    #[tokio::test]
+    async fn a_checkpoint_delivered_while_draining_is_said_once_a_lease() {
+        let logs = Logs::capture();
+        let (url, calls) = test_support::serve(Answers::RegistrationsAndReports).await;
+        let (ctx, _spill) = test_support::context(&url);
+        let lease = "job-000001/0/0/1";
+        let handle = ctx.track(lease, Duration::from_secs(60));
+        handle.control.ask_checkpoint();
+        let (checkpoints, forwarder) =
+            forward_checkpoints(ctx.clone(), lease.into(), handle.clone());
+        let forwarder = tokio::spawn(forwarder);
+        for sent in 1..=3 {
+            let checkpoint = Checkpoint {
+                state: StageOutput::Bytes(vec![sent as u8; 16]),
+                state_blob: None,
+                partial: Vec::new(),
+                work_done: sent,
+            };
+            checkpoints.send(checkpoint).unwrap();
+            let reported = || calls.started("report") >= sent as usize;
+            wait_until(Duration::from_secs(60), "the checkpoint reported", reported).await;
+        }
+        drop(checkpoints);
+        forwarder.await.unwrap();
+        assert!(handle.control.is_cancelled(), "the shard is stopped");
+        assert_eq!(logs.count("checkpoint delivered while draining"), 1);
+    }
 
     fn cancelled() -> Result<ShardResult, WorkerError> {
         Err(WorkerError::Kernel(CommonError::Cancelled))

@@ -35,6 +35,12 @@ impl Scheduler {
         let partial = EncodedPartial::from_bytes(&result.partial)?;
         let entry = self.jobs.known(&report.lease.job);
         let shard = entry.shards[report.lease.index as usize].clone();
+        // A replica of this attempt is kept already: its worker sent it
+        // again, the answer to the first lost (its call's deadline passed).
+        // Counted twice, one worker's result would pass for two.
+        if shard.replicas.iter().any(|r| r.attempt == shard.attempt) {
+            return Ok(ReportOutcome::STOP);
+        }
         if !report.checked {
             let rec = &entry.rec;
             rec.spec

@@ -117,3 +117,31 @@ fn a_job_waiting_for_another_worker_says_so_once() {
         proto::JobState::Succeeded as i32
     );
 }
+
+/// A worker may send a result again when the answer to the first was lost
+/// (its call's deadline passed): the one replica it made is counted once,
+/// and the shard still waits for another worker's.
+#[test]
+fn a_replica_sent_again_by_its_worker_is_counted_once() {
+    let mut s = registered(
+        Scheduler::load(Arc::new(MemoryStore::new()), SchedulerConfig::default(), 0).unwrap(),
+    );
+    let id = submit(&mut s, &replicated(2, 3));
+    let grants = s.lease("a", 100, 1).unwrap();
+    assert!(!grants.is_empty());
+    for g in &grants {
+        let first = s.report(report("a", g, false), 2).unwrap();
+        assert!(first.accepted, "kept as a replica");
+        let again = s.report(report("a", g, false), 3).unwrap();
+        assert!(!again.accepted, "the same replica again is not kept");
+    }
+    let job = s.job(&id, 4).unwrap();
+    assert_eq!(job.shards_done, 0, "no shard done on one worker's replicas");
+    assert_eq!(s.lease("a", 100, 5).unwrap().len(), 0);
+    assert_eq!(serve(&mut s, "b", false, 6), grants.len());
+    let job = s.job(&id, 7).unwrap();
+    assert_eq!(job.state, proto::JobState::Succeeded as i32);
+    let events = s.events(&id, 0).unwrap();
+    let replicas = events.iter().filter(|e| e.kind == "replica").count();
+    assert_eq!(replicas, grants.len(), "one replica event a shard");
+}

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use tally_kinds::kind::WorkerRoom;
+use tally_stage::memory::slot_share;
 use tally_wire::transport::constant_time_eq;
 
 use crate::error::{CoordinatorError, Result};
@@ -89,13 +90,14 @@ impl Workers {
         }
     }
 
-    /// The least memory a slot of a live worker has (its budget over its
-    /// slots), among the workers that said their budget; 0 when none did. A
-    /// barrier sizes the next stage's shards to it.
+    /// The least memory a slot of a live worker has (the share of its
+    /// budget the worker gives each shard, `tally_stage::memory::slot_share`),
+    /// among the workers that said their budget; 0 when none did. A barrier
+    /// sizes the next stage's shards to it.
     pub(super) fn least_slot_memory(&self, now_ms: u64) -> u64 {
         self.live(now_ms)
             .filter(|(_, w)| w.slots > 0 && w.memory_budget > 0)
-            .map(|(_, w)| w.memory_budget / u64::from(w.slots))
+            .map(|(_, w)| slot_share(w.memory_budget, u64::from(w.slots)))
             .min()
             .unwrap_or(0)
     }
@@ -161,10 +163,13 @@ mod tests {
         assert_eq!(workers.least_slot_memory(0), 0, "no budget said");
         register(&mut workers, "large", 2, 8 << 30, 0);
         register(&mut workers, "small", 4, 4 << 30, 0);
-        assert_eq!(workers.least_slot_memory(0), 1 << 30);
+        // A slot's share is what its worker gives a shard: the budget less
+        // the process's 32 MiB and each slot's 80 MiB of stage I/O.
+        let share = |budget: u64, slots: u64| (budget - (32 << 20) - slots * (80 << 20)) / slots;
+        assert_eq!(workers.least_slot_memory(0), share(4 << 30, 4));
         // The small one falls silent: the large one's slots remain.
         let later = WORKER_LOST_MS + 1;
         workers.heard_from("large", later);
-        assert_eq!(workers.least_slot_memory(later), 4 << 30);
+        assert_eq!(workers.least_slot_memory(later), share(8 << 30, 2));
     }
 }

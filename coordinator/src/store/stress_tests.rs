@@ -6,7 +6,7 @@
 //! (get, scan) on 6 threads, a writer applying batches as the scheduler does,
 //! a flusher flushing as the group commit does, and sled's own trees written
 //! and read directly on 2 more threads. A cycle among sled's locks, or a
-//! thread that makes no progress for a minute, fails it with the stacks.
+//! thread that makes no progress for four minutes, fails it with the stacks.
 //!
 //! The suite runs a short round; `TALLY_SLED_STRESS_OPS` sets a long one
 //! (a measurement, run by hand with `cargo test`, which sets no time limit:
@@ -21,8 +21,10 @@ use super::{Batch, SledStore, Store, Tree};
 /// Operations each thread does in the suite's round.
 const SUITE_OPS: u64 = 3_000;
 
-/// A thread that completes no operation for this long has stalled.
-const STALL: Duration = Duration::from_secs(60);
+/// A thread that completes no operation for this long has stalled (a
+/// deadlock is for ever; one scan of a prefix of a tree of millions of
+/// entries took half a minute on a loaded machine in a long round).
+const STALL: Duration = Duration::from_secs(240);
 
 fn ops_per_thread() -> u64 {
     std::env::var("TALLY_SLED_STRESS_OPS")

@@ -16,7 +16,14 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::restore::Listed;
+/// The objects of one generation, from their names.
+#[derive(Default, Debug)]
+pub(super) struct Listed {
+    pub manifest: bool,
+    pub done: bool,
+    /// Log segments by first change: last change, key.
+    pub segments: BTreeMap<u64, (u64, String)>,
+}
 
 /// Changes of a generation no listed segment holds, before a listed one.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use super::format::{
     Manifest, REPLICA_DIR, ReplicaObject, SnapshotDone, decode_entries, decode_json,
     decode_segment, manifest_key, snapshot_done_key, snapshot_part_key,
 };
-use super::loss::{Loss, assess};
+use super::loss::{Listed, Loss, assess};
 
 use crate::store::LOST_AND_FOUND;
 pub use crate::store::RESTORING_MARKER;
@@ -55,15 +55,6 @@ pub struct Restored {
     /// The generation after every one listed: the restored coordinator's
     /// first, which continues the restored point.
     pub next_generation: u64,
-}
-
-/// The objects of one generation, from their names.
-#[derive(Default, Debug)]
-pub(super) struct Listed {
-    pub manifest: bool,
-    pub done: bool,
-    /// Log segments by first change: last change, key.
-    pub segments: BTreeMap<u64, (u64, String)>,
 }
 
 /// Log segments in order: key, first change, last change.

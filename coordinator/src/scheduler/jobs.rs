@@ -13,7 +13,7 @@ use crate::error::{CoordinatorError, Result};
 use crate::records::job_id;
 
 use super::job::JobEntry;
-use super::refused::RefusedJob;
+use super::stored::RefusedJob;
 
 pub(super) struct Jobs {
     entries: BTreeMap<String, JobEntry>,

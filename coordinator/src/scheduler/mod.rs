@@ -36,6 +36,7 @@ mod refused;
 mod reports;
 mod shard_table;
 mod stage_outputs;
+mod stored;
 pub use stage_outputs::{HeldRead, Piece, StageBlobs, StageSource};
 mod stages;
 mod state;

@@ -13,17 +13,17 @@ use std::sync::atomic::AtomicU64;
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::shard_prefix;
-use crate::records::{EventRecord, JobRecord, JobState, ShardRecord, ShardState};
-use crate::records::{decode, encode, event_prefix, job_key};
+use crate::records::{JobRecord, JobState, ShardRecord, ShardState};
+use crate::records::{decode, encode, job_key};
 use crate::store::{Batch, EPOCH_KEY, NEXT_JOB_KEY, Store, Tree};
 use tally_wire::lease::Attempt;
 
 use super::events::Event;
 use super::job::JobEntry;
 use super::jobs::Jobs;
-use super::refused::{StoredJob, read_job};
 use super::stage_outputs::{FinishedStage, retained_stages};
 use super::state::{Scheduler, SchedulerConfig};
+use super::stored::{StoredJob, next_event_seq, read_job};
 use super::workers::Workers;
 
 impl Scheduler {
@@ -280,16 +280,6 @@ fn load_job(
     }
     entry.next_event = next_event_seq(store, &id)?;
     Ok((entry, lost_input))
-}
-
-/// The number of the job's next event. Only the last event is read: a long
-/// job has millions.
-pub(super) fn next_event_seq(store: &dyn Store, id: &str) -> Result<u64> {
-    Ok(store
-        .last_in_prefix(Tree::Events, &event_prefix(id))?
-        .map(|(_, v)| decode::<EventRecord>("event", &v).map(|e| e.seq + 1))
-        .transpose()?
-        .unwrap_or(0))
 }
 
 /// Puts the current stage's shards into `entry` and counts the earlier stages'

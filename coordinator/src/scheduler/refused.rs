@@ -11,54 +11,15 @@ use tally_wire::proto;
 
 use crate::error::Result;
 use crate::records::{
-    EventRecord, FinalCounts, JobRecord, JobState, ShardRecord, ShardState, UncheckedJobRecord,
-    decode, encode, event_key, job_key, shard_prefix,
+    EventRecord, FinalCounts, JobState, ShardRecord, ShardState, UncheckedJobRecord, decode,
+    encode, event_key, job_key, shard_prefix,
 };
 use crate::store::{Batch, Store, Tree};
 
 use super::clients::{job_data_removed, tombstone};
-use super::recovery::next_event_seq;
 use super::state::Scheduler;
+use super::stored::{RefusedJob, next_event_seq, refusal};
 use super::views::{elapsed_ms, result_of};
-
-/// A job whose stored spec this release refuses.
-pub(super) struct RefusedJob {
-    /// The record as stored (failed at load if it was unfinished), its spec
-    /// the JSON it was stored as.
-    pub(super) rec: UncheckedJobRecord,
-    /// Why this release refuses the spec.
-    pub(super) why: String,
-}
-
-/// A job record as read back: its spec checked, or refused by this release.
-pub(super) enum StoredJob {
-    Checked(JobRecord),
-    Refused(UncheckedJobRecord, String),
-}
-
-/// Reads a job record. Only a record that does not parse even with its spec
-/// left unchecked is corrupt: one whose spec alone is refused is a job of an
-/// older release.
-pub(super) fn read_job(bytes: &[u8]) -> Result<StoredJob> {
-    let corrupt = match decode::<JobRecord>("job", bytes) {
-        Ok(rec) => return Ok(StoredJob::Checked(rec)),
-        Err(e) => e,
-    };
-    let Ok(unchecked) = decode::<UncheckedJobRecord>("job", bytes) else {
-        return Err(corrupt);
-    };
-    Ok(match unchecked.check_spec() {
-        Ok(spec) => StoredJob::Checked(unchecked.with_spec(spec)),
-        Err(why) => StoredJob::Refused(unchecked, why),
-    })
-}
-
-/// The error a job gets when this release refuses its stored spec.
-pub(super) fn refusal(why: &str) -> String {
-    format!(
-        "this release refuses the stored spec: {why}; submit the job again with a spec it accepts"
-    )
-}
 
 impl Scheduler {
     /// Holds a job whose stored spec this release refuses, failing it first

@@ -7,8 +7,8 @@ use crate::error::{CoordinatorError, Result};
 use crate::records::{FinalCounts, JobRecord, JobState};
 
 use super::job::JobEntry;
-use super::refused::RefusedJob;
 use super::state::Scheduler;
+use super::stored::RefusedJob;
 use super::waiting::Fleet;
 
 impl Scheduler {

@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -131,24 +130,16 @@ impl WatchdogConfig {
 
 /// Whether the coordinator serves, as the health service and `/healthz` say.
 #[derive(Default)]
-pub struct Liveness {
-    stalled: AtomicBool,
-    reason: Mutex<String>,
-}
+pub struct Liveness(Mutex<Option<String>>);
 
 impl Liveness {
     /// `None` while serving; else why not.
     pub fn stalled(&self) -> Option<String> {
-        match self.stalled.load(Ordering::SeqCst) {
-            true => Some(self.reason.lock().clone()),
-            false => None,
-        }
+        self.0.lock().clone()
     }
 
     fn set(&self, stalled: Option<String>) {
-        let mut reason = self.reason.lock();
-        self.stalled.store(stalled.is_some(), Ordering::SeqCst);
-        *reason = stalled.unwrap_or_default();
+        *self.0.lock() = stalled;
     }
 }
 

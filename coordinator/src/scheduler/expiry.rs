@@ -163,14 +163,24 @@ impl Scheduler {
             .leased()
             .filter(|&i| entry.shards[i].lease_expires_ms <= now_ms)
             .map(|i| {
-                // A worker not heard from for the lease's time to live
-                // vanished with the shard (killed, out of memory): a live one
-                // would have renewed it, or at least beaten (a stalled
-                // shard). Its budget, as it said it at registration.
-                let holder = entry.shards[i].worker.as_deref().unwrap_or_default();
+                // A worker not heard from since it took or last renewed the
+                // lease, or not within the lease's time to live, vanished
+                // with the shard (killed, out of memory): a live one would
+                // have renewed it, or at least beaten (a stalled shard). Both
+                // bounds are strict: an expiry at the lease's very deadline
+                // finds a silent worker last seen exactly when it took it.
+                // Its budget, as it said it at registration.
+                let shard = &entry.shards[i];
+                let holder = shard.worker.as_deref().unwrap_or_default();
+                let granted_ms = shard.lease_expires_ms.saturating_sub(ttl);
                 let gone = || "its worker vanished while running it".to_string();
                 let vanished = match self.workers.all().get(holder) {
-                    Some(w) if w.last_seen_ms + ttl.min(WORKER_LOST_MS) >= now_ms => None,
+                    Some(w)
+                        if w.last_seen_ms > granted_ms
+                            && w.last_seen_ms + ttl.min(WORKER_LOST_MS) > now_ms =>
+                    {
+                        None
+                    }
                     Some(w) => Some((w.memory_budget(), gone())),
                     None => Some((0, gone())),
                 };

@@ -1480,6 +1480,47 @@ fn a_shard_whose_workers_vanish_goes_only_to_a_larger_worker() {
     );
 }
 
+/// A worker silent since it took its lease vanished with the shard even when
+/// the expiry runs at the lease's very deadline (the tick is timed to it), and
+/// one heard from after it took the lease is alive then.
+#[test]
+fn a_lease_expired_at_its_deadline_counts_a_silent_worker_as_vanished() {
+    let (mut s, id) = small_and_large_workers(5);
+    let ttl = 1_000;
+    let mut now = 0;
+    for worker in ["small-1", "small-2"] {
+        assert_eq!(s.lease(worker, 1, now).unwrap().len(), 1, "{worker}");
+        now += ttl;
+        assert_eq!(s.expire_leases(now).unwrap(), 1, "{worker}");
+        now += 60_000;
+    }
+    let events = s.events(&id, 0).unwrap();
+    let vanished: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind == "expired" && e.message.contains("vanished"))
+        .map(|e| e.worker.as_str())
+        .collect();
+    assert_eq!(vanished, ["small-1", "small-2"], "{events:?}");
+    assert!(
+        events.iter().any(|e| e.kind == "needs-memory"),
+        "{events:?}"
+    );
+
+    // Heard from a millisecond after the lease (it beats without renewing
+    // it): alive at the deadline, so not counted.
+    let (mut s, id) = small_and_large_workers(5);
+    assert_eq!(s.lease("small-1", 1, 0).unwrap().len(), 1);
+    s.heartbeat("small-1", &[], 1);
+    assert_eq!(s.expire_leases(ttl).unwrap(), 1);
+    let events = s.events(&id, 0).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind == "expired" && !e.message.contains("vanished")),
+        "{events:?}"
+    );
+}
+
 /// A new process of a known worker (another incarnation) holds none of the
 /// old one's leases: they go back at once, each as a worker that vanished
 /// with its shard (killed for lack of memory when the new process's cgroup

@@ -6,8 +6,8 @@
 
 use tally_wasm::{Hooks, Kernel, Limits, Sandbox, ShardCall};
 
-const QUEENS: &[u8] = include_bytes!("../../examples/wasm/queens.wasm");
-const INDEPENDENT_SETS: &[u8] = include_bytes!("../../examples/wasm/independent-sets.wasm");
+const QUEENS: &[u8] = include_bytes!("../../../examples/wasm/queens.wasm");
+const INDEPENDENT_SETS: &[u8] = include_bytes!("../../../examples/wasm/independent-sets.wasm");
 
 const P: u64 = 1_000_000_007;
 /// A prime near 2^61, where products need 122 bits.

@@ -781,7 +781,7 @@ fn layers_by_buckets_as_by_search(p: &Puzzle, layers: usize) -> Vec<usize> {
 /// equal the single-process search's first layers.
 #[test]
 fn the_large_example_puzzle_parses_and_starts_as_the_search_does() {
-    let p = puzzle(include_str!("../../../examples/puzzle-235m.blocks"));
+    let p = puzzle(include_str!("../../../../examples/puzzle-235m.blocks"));
     assert_eq!((p.rows(), p.cols()), (4, 6));
     assert_eq!(p.piece_count(), 14);
     assert_eq!(p.piece_types().len(), 6);
@@ -797,8 +797,8 @@ fn the_large_example_puzzle_parses_and_starts_as_the_search_does() {
 /// layers up to `k`, with the mark on one of its nine unit squares.
 #[test]
 fn the_two_billion_example_puzzle_starts_as_the_search_does_within_nine_times_the_235m_one() {
-    let p = puzzle(include_str!("../../../examples/puzzle-2g.blocks"));
-    let plain = puzzle(include_str!("../../../examples/puzzle-235m.blocks"));
+    let p = puzzle(include_str!("../../../../examples/puzzle-2g.blocks"));
+    let plain = puzzle(include_str!("../../../../examples/puzzle-235m.blocks"));
     assert_eq!((p.rows(), p.cols()), (4, 6));
     assert_eq!(p.piece_count(), 14);
     assert_eq!(p.piece_types().len(), 7);

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use tally_wasm::{Hooks, Limits, Sandbox, ShardCall};
 
-const QUEENS: &[u8] = include_bytes!("../../examples/wasm/queens.wasm");
-const INDEPENDENT_SETS: &[u8] = include_bytes!("../../examples/wasm/independent-sets.wasm");
+const QUEENS: &[u8] = include_bytes!("../../../examples/wasm/queens.wasm");
+const INDEPENDENT_SETS: &[u8] = include_bytes!("../../../examples/wasm/independent-sets.wasm");
 const P: u64 = 1_000_000_007;
 const SHARDS: u64 = 8;
 const RUNS: usize = 3;

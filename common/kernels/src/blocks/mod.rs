@@ -97,7 +97,7 @@ pub use stream::{EncodedLayer, SenderLists, expand_bucket_within};
 
 /// The puzzle of Project Euler 766, the default puzzle (2,613,742 reachable
 /// configurations).
-pub const PE766: &str = include_str!("../../../examples/pe766.blocks");
+pub const PE766: &str = include_str!("../../../../examples/pe766.blocks");
 
 /// Largest number of pieces: each has its own letter or digit. With at most
 /// this many piece types a cell's field has at most 6 bits.

@@ -7,15 +7,15 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Read when the script runs, not when it is compiled: a target directory
     // shared by two checkouts reuses one compiled script for both.
-    let proto_root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../proto");
+    let proto_root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let proto_file = proto_root.join("tally/v1/tally.proto");
     // KEDA's external scaler contract, which the coordinator serves too.
     let scaler_file = proto_root.join("externalscaler/externalscaler.proto");
     // Relative to this package, not absolute: a target directory shared by two
     // checkouts of the workspace (their build outputs share one hash) must see
     // each checkout's own contract, not the one built last.
-    println!("cargo:rerun-if-changed=../proto/tally/v1/tally.proto");
-    println!("cargo:rerun-if-changed=../proto/externalscaler/externalscaler.proto");
+    println!("cargo:rerun-if-changed=../../proto/tally/v1/tally.proto");
+    println!("cargo:rerun-if-changed=../../proto/externalscaler/externalscaler.proto");
 
     let descriptors = protox::compile([&proto_file, &scaler_file], [&proto_root])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);

@@ -20,7 +20,7 @@ const WRAPPERS: [&str; 3] = ["request(", "quick(", "planned("];
 const CLIENT_RECEIVERS: [&str; 3] = ["client", "client()", "connect(remote).await?"];
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// The methods of the contract's services, as the generated clients name

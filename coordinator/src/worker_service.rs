@@ -217,7 +217,7 @@ impl WorkerService for WorkerApi {
             }
         };
         // Not after a flush: what a reader computes from stage data not yet
-        // durable is fenced by its lease's epoch (ARCHITECTURE, protocol step 2).
+        // durable is fenced by its lease's epoch (docs/checkpoint-protocol.md, step 2).
         let source = self
             .shared
             .with_scheduler_unflushed(move |s| {

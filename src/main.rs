@@ -6,6 +6,19 @@
 //!
 //! Contract: the answer is the last line of stdout, alone; progress and logs go
 //! to stderr; `--json` prints one JSON object instead.
+//!
+//! Layer: the top. It imports the coordinator, the worker, the stage store,
+//! the sandbox, the kinds and the wire, and wires them (the one wasm sandbox
+//! is made here, in the binary); it names no kind's module outside its tests.
+//!
+//! Modules, from the top; a module imports only modules below it:
+//! - `parse` (the command line over the `config` file's defaults) hands the
+//!   command to `cmd`, one file per command;
+//! - the commands' parts: `embedded` (the cluster of `tally run`), `sizing`
+//!   (a job's first shard timed before it is sent), `spec_input` (a job's
+//!   spec from its flags or a file), `credentials` and `client` (reaching a
+//!   coordinator), `signals` and `logging`;
+//! - `config`, `files`, `flags` and `output` are the ground.
 
 #![forbid(unsafe_code)]
 // Standard output is written through `output::out!`, which ends the command

@@ -2,30 +2,43 @@
 //! leases shards to workers, checkpoints every accepted result in a durable store
 //! and computes each job's answer.
 //!
+//! Layer: above the stage store, the kinds, the wire and the kernels (whose
+//! bucket framing it serves stage data by); below the binary. Outside its
+//! tests it imports no kind's module, and never the worker.
+//!
 //! Layers, from the bottom up; a module imports only modules below it:
-//! - [`error`], [`records`] (the typed records kept in the store and their
-//!   keys), [`metrics`] (what the coordinator measures) and [`watchdog`] (who
-//!   holds the scheduler lock or a flush, since when; past its limits the
-//!   coordinator is unhealthy, then exits);
-//! - [`store`]: a transactional key-value store (sled on disk, or in memory);
+//! - the ground: [`error`], [`metrics`], `clock` (the coordinator's clock,
+//!   `now_ms`), `panic_fence` (a panic in a critical section has its state
+//!   read back) and [`watchdog`] (who holds the scheduler lock or a flush,
+//!   since when; past its limits the coordinator is unhealthy, then exits);
+//! - [`store`]: a transactional key-value store (sled on disk, or in memory),
+//!   its flushes timed for the metrics;
+//! - [`records`] (the typed records kept in the store and their keys), and the
+//!   lower half of [`replica`]: the store's wrapper that queues each applied
+//!   batch, the queue's status, the replica's objects, and the restore of a
+//!   store from them;
 //! - [`scheduler`]: the synchronous state machine of jobs, stages, shards and
 //!   leases; every state change is one atomic batch applied to the store;
 //! - [`group_commit`]: a call answers only once a flush covers its batch, one
 //!   flush for every call that applied meanwhile;
 //! - [`shared`]: what every call goes through: the scheduler behind its lock,
 //!   run off the async runtime, answered once its changes are durable;
-//! - [`service`]: the tonic JobService, a thin async shell over [`shared`];
-//! - [`intake`]: a worker's reports from the wire to their answer (checked
-//!   outside the lock, taken under it, counted and announced);
-//! - [`worker_service`]: the tonic WorkerService, the same shell for workers;
+//! - over [`shared`]: [`service`] (the tonic JobService, a thin async shell),
+//!   [`intake`] (a worker's reports from the wire to their answer: checked
+//!   outside the lock, taken under it, counted and announced), [`scaler`]
+//!   (KEDA's external scaler); [`worker_service`] (the tonic WorkerService,
+//!   the same shell for workers) over [`intake`];
 //! - [`stage_owner`]: the data directory's hold on its stage-store prefix
 //!   (refused at start to a copy of the directory; checked by each sweep);
+//!   above it the upper half of [`replica`]: the shipping, which stops once
+//!   another coordinator holds the prefix, and the restore before a start,
+//!   which watches the prefix's owner first;
 //! - [`http`]: the `--http` listener: Prometheus text, a JSON status and the
 //!   status page;
 //! - [`background`]: the background tasks (lease expiry, the metrics sampler,
 //!   the stage store's sweep and prefix, the health service's verdict);
-//! - [`server`]: wires the services, health, reflection, the HTTP listener and
-//!   the background tasks.
+//! - [`server`]: [`start`] wires the services, health, reflection, the HTTP
+//!   listener and the background tasks.
 
 #![forbid(unsafe_code)]
 

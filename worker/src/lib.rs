@@ -6,12 +6,23 @@
 //! crash, and the coordinator re-leases the shard (from its last accepted
 //! checkpoint) once the lease expires.
 //!
-//! Modules, from the top: `lease` (the lease loop and the drain) starts an
-//! `attempt` per leased shard, which has `execute` compute it (the only calls
-//! into the kind layer) and `reports` send its checkpoints and final
-//! report; `heartbeat` and `http` run beside the loop. All of them share the
-//! `context`, and call the coordinator through `calls`, each call with its
-//! deadline; `config`, `error`, `metrics`, `backoff` and `pool` are the ground.
+//! Layer: above the stage store, the kinds, the wire and the kernels (whose
+//! bucket framing it reads stage data by); below the binary. Outside its tests
+//! it imports no kind's module, and never the coordinator.
+//!
+//! Modules, from the top; a module imports only modules below it:
+//! - `lease` (the lease loop and the drain) starts an `attempt` per leased
+//!   shard, which has `execute` compute it (the only calls into the kind
+//!   layer) and `reports` send its checkpoints and final report;
+//! - `execute` reads the stage data through `held` (the outputs the
+//!   coordinator holds, and the worker's own) and `fetch` (every fetch, with
+//!   its retries); `reports` sends final reports in batches through `batch`;
+//! - `heartbeat` and `http` run beside the loop;
+//! - all of them share the `context`, which holds the worker's parts: `calls`
+//!   (every call to the coordinator, each with its deadline), `spill` (the
+//!   spill directory), `budget` (each slot's share of the memory),
+//!   `own_outputs` and the compute `pool`;
+//! - `config`, `error`, `metrics` and `backoff` are the ground.
 
 #![forbid(unsafe_code)]
 

@@ -3,6 +3,10 @@
 //! [`tally_kernel!`], and build the crate as a `cdylib` for
 //! `wasm32-unknown-unknown`.
 //!
+//! Layer: apart from the others: it imports no tally crate, and only user
+//! modules and the example kernels link it (natively, in the tests and
+//! benchmarks).
+//!
 //! A kernel computes one shard of a modular sum. This one counts `0 + 1 + ... + n`,
 //! each shard adding the terms dealt to it:
 //!

@@ -1,6 +1,16 @@
 //! The counting algorithms of tally and the helpers they share.
-//! Layer: the bottom. Pure, synchronous Rust: no I/O, no async runtime, no wire
-//! format; a kernel takes its input and a [`Control`] and returns a count.
+//! Layer: the bottom; it imports no other tally crate. Pure, synchronous Rust:
+//! no I/O, no async runtime, no wire format; a kernel takes its input and a
+//! [`Control`] and returns a count.
+//!
+//! Modules, from the bottom up; a module imports only modules below it:
+//! - `error`; then `control`, `varint`, `modular`, `balance` and `cache`,
+//!   which import nothing but `error`;
+//! - `parallel` (on `control`), `spill` (on `varint`), `buckets` (on `spill`);
+//! - the kernels, which import no other kernel: `kayles` (on `modular`),
+//!   `queens`, `hex` (on `modular`, `parallel`, `spill`, `cache`), and the
+//!   frontier kernels `pegs`, `sliders` and `blocks` (on `buckets`, `spill`,
+//!   `varint`; the first two on `cache` too).
 //!
 //! All of tally's unsafe code lives here (vector intrinsics, buffers shared by
 //! the threads of a sweep): every unsafe block and impl states why it is sound

@@ -1,6 +1,9 @@
 //! The job kinds: what each kind's spec, plan, shards and answer mean to the runner.
-//! Layer: above the kernels and the wire, below the coordinator and the worker,
-//! which know a kind only through [`dynamic::Kind`] and [`spec::ValidSpec`].
+//! Layer: above the kernels and the wire (the only tally crates it imports),
+//! below the stage store, the sandbox, the coordinator, the worker and the
+//! binary. Outside their tests the last three name no kind module: they know a
+//! kind only through the [`registry`], [`dynamic::Kind`], [`dynamic::SpecOps`]
+//! and [`spec::ValidSpec`].
 //!
 //! The kind API, one generation of it:
 //!
@@ -23,6 +26,14 @@
 //!   adding a kind is its module, its line there and its proto message.
 //! - `cache`, `values`, `local` and `guest`: the encoded forms and helpers the
 //!   kinds share.
+//!
+//! Modules, from the bottom up; a module imports only modules below it (and
+//! the kernels' `Control`, `Error`, `Spill` and `Stored`, re-exported here):
+//! `guest` and `values`; `cache` (on `guest`); `kind` (on `cache`); `dynamic`
+//! (on `kind`, `values`) and `local` (on `kind`); the kinds' modules (on
+//! `kind` and `cache`; `hex` and `synthetic` on `local`, `wasm` on `guest`),
+//! which import no other kind's module; `registry` (on the kinds' modules and
+//! `dynamic`); `spec` (on `registry`, `dynamic`, `values`).
 
 #![forbid(unsafe_code)]
 

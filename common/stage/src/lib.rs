@@ -3,6 +3,15 @@
 //! Workers write and read blobs here directly; the coordinator commits only
 //! their references ([`BlobRef`]: key, size, digest) with the accepted
 //! result, and deletes blobs no longer referenced.
+//!
+//! Layer: above the kinds and the wire, the only tally crates it imports (the
+//! kernels' `Control` and `Stored` come through the kinds); below the
+//! coordinator, the worker and the binary.
+//!
+//! Modules, from the bottom up; a module imports only modules below it:
+//! `error`, `error_text` and `keys`; `url` (on `error`), `s3` (on `error`,
+//! `error_text`) and `blob` (on `error`, `keys`); `store` (on all of those);
+//! `memory`, `owner` and `sealed` (on `store`).
 
 #![forbid(unsafe_code)]
 

@@ -7,6 +7,12 @@
 //! and checkpoints. Nothing else reaches the module: no filesystem, network,
 //! clock or randomness. Execution is deterministic (NaNs canonicalised, no
 //! threads, relaxed SIMD deterministic), so replicas agree bit for bit.
+//!
+//! Layer: above the kinds, the only tally crate it imports ([`GuestSandbox`]
+//! is the kind layer's `GuestRuntime`); below the binary, which makes the one
+//! sandbox and hands it to the parts that load modules. Modules, from the
+//! bottom up: `shard_thread`; this file ([`Sandbox`], [`Limits`],
+//! [`WasmError`]); `runtime` ([`GuestSandbox`]).
 
 #![forbid(unsafe_code)]
 

@@ -1,11 +1,11 @@
 //! The scheduler: the synchronous state machine of jobs, stages, shards and leases.
 //!
-//! Invariants (see ARCHITECTURE.md, "The checkpoint protocol"):
+//! Invariants (see docs/checkpoint-protocol.md):
 //! - every change that a client or worker may rely on is written to the store as
 //!   one batch, and the store has flushed it before the call returns;
-//! - a shard's `attempt` only grows, and is persisted before the lease that
-//!   carries it is handed out, so two leases never share an attempt number, even
-//!   across coordinator restarts;
+//! - a shard's `attempt` only grows: it carries the load's epoch, committed
+//!   before anything is leased in it (a lease itself writes nothing), so two
+//!   leases never share an attempt number, even across coordinator restarts;
 //! - a result is accepted only from the shard's current attempt, once: the shard
 //!   becomes `Done` in the same batch that stores its partial and output;
 //! - a stage's shards are planned only when every shard of the previous stage is

@@ -12,7 +12,7 @@ use tally_kinds::dynamic::{ShardContext, StageInput};
 use tally_kinds::kind::StageRead;
 use tally_kinds::spec::ValidSpec;
 use tally_kinds::values::{EncodedTask, ShardEvent, ShardOutcome};
-use tally_kinds::{Error as CommonError, Result as CommonResult, Room, Spill, StageOutput, Stored};
+use tally_kinds::{Error as KindError, Result as KindResult, Room, Spill, StageOutput, Stored};
 use tally_stage::store::PARALLEL_READS;
 use tally_stage::{BlobRef, StageError, StageStore, blob_key};
 use tally_wire::lease::LeaseId;
@@ -38,7 +38,7 @@ pub(crate) async fn compute_shard(
     let spec_proto = lease
         .spec
         .as_ref()
-        .ok_or_else(|| CommonError::InvalidArgument("the lease carries no job spec".into()))?;
+        .ok_or_else(|| KindError::InvalidArgument("the lease carries no job spec".into()))?;
     let spec = ValidSpec::try_from(spec_proto)?;
     let task = EncodedTask::from_bytes(&lease.task)?;
     if let Some(limit) = ctx.config.die_above_bytes
@@ -177,7 +177,7 @@ async fn output_in_memory(output: StageOutput) -> Result<Vec<u8>> {
         StageOutput::Stored(stored) => stored,
     };
     if stored.len() > MAX_REPORT_OUTPUT_BYTES as u64 {
-        return Err(CommonError::InvalidArgument(format!(
+        return Err(KindError::InvalidArgument(format!(
             "a shard's output of {} bytes is more than the {MAX_REPORT_OUTPUT_BYTES} a report \
              carries to a coordinator that keeps stage data itself; give the coordinator a \
              --stage-store",
@@ -187,7 +187,7 @@ async fn output_in_memory(output: StageOutput) -> Result<Vec<u8>> {
     }
     tokio::task::spawn_blocking(move || stored.read_range(0..stored.len()))
         .await
-        .map_err(|e| CommonError::Internal(format!("reading a shard's output: {e}")))?
+        .map_err(|e| KindError::Internal(format!("reading a shard's output: {e}")))?
         .map_err(Into::into)
 }
 
@@ -256,7 +256,7 @@ impl Kernel {
     fn run(
         mut self,
         checkpoints: mpsc::UnboundedSender<Checkpoint>,
-    ) -> CommonResult<(ShardOutcome, u64)> {
+    ) -> KindResult<(ShardOutcome, u64)> {
         let mut paused = false;
         let mut on_event = |event: ShardEvent| {
             let ShardEvent {
@@ -300,10 +300,10 @@ impl Kernel {
 }
 
 /// The value a compute thread sends back.
-async fn computed<T>(receiver: oneshot::Receiver<CommonResult<T>>) -> Result<T> {
+async fn computed<T>(receiver: oneshot::Receiver<KindResult<T>>) -> Result<T> {
     let result = receiver
         .await
-        .map_err(|_| CommonError::Internal("the compute thread stopped".into()))?;
+        .map_err(|_| KindError::Internal("the compute thread stopped".into()))?;
     Ok(result?)
 }
 
@@ -448,7 +448,7 @@ async fn read_from_store(
     if read.bucket.is_some()
         && let Some(index) = (0..blobs.len()).find(|&i| blobs[i].is_none() && !is_held(i))
     {
-        return Err(CommonError::InvalidArgument(format!(
+        return Err(KindError::InvalidArgument(format!(
             "stage {}, shard {index} of job {job} wrote no buckets",
             read.stage
         ))
@@ -621,7 +621,7 @@ async fn recompute(
     })
     .await?;
     let committed = shard.output_blob.as_ref().ok_or_else(|| {
-        CommonError::Internal(format!(
+        KindError::Internal(format!(
             "stage {stage}, shard {index} has no committed blob"
         ))
     })?;
@@ -654,7 +654,7 @@ async fn recompute(
     let output = output_in_memory(outcome.output).await?;
     let (_, digest) = tally_stage::blob::index(&output);
     if outcome.partial.to_bytes() != shard.partial || digest != committed.digest {
-        return Err(CommonError::Internal(format!(
+        return Err(KindError::Internal(format!(
             "stage {stage}, shard {index} of job {job} computed again differs from its committed result"
         ))
         .into());

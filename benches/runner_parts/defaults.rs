@@ -23,7 +23,7 @@ struct Measured {
 }
 
 pub fn defaults(runs: usize, million: bool) {
-    let binaries = crate::builds();
+    let binaries = crate::runner_processes::builds();
     let module = trivial_module();
     let mut rows = vec![
         run_row(
@@ -96,7 +96,11 @@ pub fn defaults(runs: usize, million: bool) {
     }
     let medians: Vec<Vec<f64>> = times
         .into_iter()
-        .map(|rows| rows.into_iter().map(crate::middle).collect())
+        .map(|rows| {
+            rows.into_iter()
+                .map(crate::runner_processes::middle)
+                .collect()
+        })
         .collect();
     println!("the runner at its defaults (median of {runs}, seconds; peak memory in MB)");
     let header: Vec<&str> = binaries.iter().map(|(name, _)| *name).collect();
@@ -148,7 +152,7 @@ fn run_row(name: &'static str, args: &'static [&'static str]) -> Row {
 /// Runs `binary args` to the end: wall time and peak memory.
 fn timed(binary: &OsStr, args: &[&str]) -> Measured {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let (seconds, _, peak_bytes) = crate::median_with_peak(binary, &args, 1);
+    let (seconds, _, peak_bytes) = crate::runner_processes::median_with_peak(binary, &args, 1);
     Measured {
         seconds,
         peak_bytes,

@@ -67,7 +67,7 @@ fn run(shards: u64, every: &str) -> Run {
     };
     let (port, http) = (free(), free());
     let url = format!("http://127.0.0.1:{port}");
-    let coordinator = crate::tally()
+    let coordinator = crate::runner_processes::tally()
         .args(["coordinator", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--http", &format!("127.0.0.1:{http}")])
         .arg("--data")
@@ -77,7 +77,7 @@ fn run(shards: u64, every: &str) -> Run {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let worker = crate::tally()
+    let worker = crate::runner_processes::tally()
         .args([
             "worker",
             "--coordinator",
@@ -91,7 +91,8 @@ fn run(shards: u64, every: &str) -> Run {
         .spawn()
         .unwrap();
     let shards_arg = shards.to_string();
-    let (wall, answer) = crate::submit_and_watch(&url, &["synthetic", "--shards", &shards_arg]);
+    let (wall, answer) =
+        crate::runner_cluster::submit_and_watch(&url, &["synthetic", "--shards", &shards_arg]);
     // The replica catches up within an interval or two.
     std::thread::sleep(Duration::from_secs(5));
     let metrics = get_metrics(http);
@@ -103,13 +104,13 @@ fn run(shards: u64, every: &str) -> Run {
     };
     let flushes = value("tally_store_commit_seconds_count");
     let commit_mean_ms = value("tally_store_commit_seconds_sum") * 1e3 / flushes.max(1.0);
-    crate::reap(worker.id(), libc::SIGTERM);
-    crate::reap(coordinator.id(), libc::SIGKILL);
+    crate::runner_processes::reap(worker.id(), libc::SIGTERM);
+    crate::runner_processes::reap(coordinator.id(), libc::SIGKILL);
     let replica_bytes = std::fs::read_dir(&stage)
         .map(|entries| {
             entries
                 .flatten()
-                .map(|e| crate::dir_size(&e.path().join("replica")))
+                .map(|e| crate::runner_processes::dir_size(&e.path().join("replica")))
                 .sum()
         })
         .unwrap_or(0);
@@ -117,7 +118,7 @@ fn run(shards: u64, every: &str) -> Run {
         wall,
         commit_mean_ms,
         flushes,
-        store_bytes: crate::dir_size(&data),
+        store_bytes: crate::runner_processes::dir_size(&data),
         replica_bytes,
         answer,
     }

@@ -4,7 +4,7 @@
 //! worker's session, until the shard is stopped or the worker's patience
 //! runs out.
 
-use tally_kinds::Error as CommonError;
+use tally_kinds::Error as KindError;
 use tally_kinds::kind::StageRead;
 use tally_wire::{deadline, proto};
 
@@ -99,7 +99,7 @@ pub(crate) async fn fetch_attachment(
         (data, got)
     })
     .await
-    .map_err(|e| CommonError::Internal(format!("hashing an attachment: {e}")))?;
+    .map_err(|e| KindError::Internal(format!("hashing an attachment: {e}")))?;
     if got != sha256 {
         return Err(tonic::Status::data_loss(format!(
             "the attachment fetched as {sha256} has SHA-256 {got}"

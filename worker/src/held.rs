@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use tally_kinds::Error as CommonError;
+use tally_kinds::Error as KindError;
 use tally_kinds::Stored;
 use tally_kinds::kind::StageRead;
 use tally_stage::BlobRef;
@@ -35,7 +35,7 @@ pub(crate) async fn fetch_held(
     control: &tally_kinds::Control,
 ) -> Result<HeldOutputs> {
     let malformed = |why: String| {
-        WorkerError::from(CommonError::Internal(format!(
+        WorkerError::from(KindError::Internal(format!(
             "the coordinator's list of the outputs of stage {} of job {job} it holds {why}",
             read.stage
         )))
@@ -119,7 +119,7 @@ pub(crate) async fn own_copies(
             .collect()
     })
     .await
-    .map_err(|e| CommonError::Internal(format!("checking kept stage outputs: {e}")))?;
+    .map_err(|e| KindError::Internal(format!("checking kept stage outputs: {e}")))?;
     note_reused(ctx, job, stage, &checked);
     Ok(checked)
 }
@@ -185,7 +185,7 @@ pub(crate) fn push_own_output(
 pub(crate) fn bucket_of_output(output: &[u8], q: u32) -> Result<Vec<u8>> {
     let buckets = tally_kernels::buckets::split_buckets(output)?;
     let bucket = buckets.get(q as usize).ok_or_else(|| {
-        CommonError::InvalidArgument(format!(
+        KindError::InvalidArgument(format!(
             "the output holds {} buckets; bucket {q} was asked for",
             buckets.len()
         ))

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use tally_kinds::{Error as CommonError, StageOutput};
+use tally_kinds::{Error as KindError, StageOutput};
 use tally_stage::{StageStore, blob_key};
 use tally_wire::deadline;
 use tally_wire::lease::LeaseId;
@@ -85,7 +85,7 @@ impl Ending {
                 permanent: false,
             },
             Err(
-                WorkerError::Kernel(CommonError::InvalidArgument(message))
+                WorkerError::Kernel(KindError::InvalidArgument(message))
                 | WorkerError::Wire(tally_wire::Error::InvalidArgument(message)),
             ) => Ending::Failed {
                 message,
@@ -352,7 +352,7 @@ pub(crate) fn forward_checkpoints(
                     let read =
                         tokio::task::spawn_blocking(move || stored.read_range(0..stored.len()))
                             .await
-                            .map_err(|e| CommonError::Internal(e.to_string()))
+                            .map_err(|e| KindError::Internal(e.to_string()))
                             .and_then(|read| read);
                     match read {
                         Ok(bytes) => bytes,
@@ -508,7 +508,7 @@ mod tests {
     }
 
     fn cancelled() -> Result<ShardResult, WorkerError> {
-        Err(WorkerError::Kernel(CommonError::Cancelled))
+        Err(WorkerError::Kernel(KindError::Cancelled))
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Tests of the sliders kind: shard plans balanced by weight, shards that
-//! resume from checkpoints, plans stored before weights existed.
+//! resume from checkpoints, plans stored before weights existed, the plan
+//! options checked.
 
 use tally_kernels::Control;
 use tally_kernels::balance::group_by_weight;
@@ -239,4 +240,34 @@ fn plans_stored_without_weights_still_plan_by_count() {
         assert_eq!(control.work_done(), shard.work_total);
     }
     assert_eq!(count, plan.prefixes.len());
+}
+
+#[test]
+fn plan_options_are_checked() {
+    let frontier_spec = |buckets: u32| SlidersSpec {
+        board: SliderParams::new(3, 3, "WRBRBRBRB", "WBRBRBRBR"),
+        plan: super::SlidersPlanName::Frontier,
+        buckets,
+        ..SlidersSpec::default()
+    };
+    let refused = |spec: SlidersSpec, what: &str| {
+        let e = Sliders::validate(&spec).unwrap_err().to_string();
+        assert!(e.contains(what), "{e}");
+    };
+    let mut prefixes_with_buckets = frontier_spec(4);
+    prefixes_with_buckets.plan = super::SlidersPlanName::Prefixes;
+    refused(prefixes_with_buckets, "buckets are for the frontier plan");
+    refused(
+        frontier_spec(super::MAX_BUCKETS + 1),
+        "buckets must be between 1 and 1024",
+    );
+    assert!(super::SlidersPlanName::parse("levels").is_err());
+    assert_eq!(
+        super::SlidersPlanName::parse("").unwrap(),
+        super::SlidersPlanName::Prefixes
+    );
+    // The proto form round-trips the plan and the buckets.
+    let spec = frontier_spec(5);
+    let proto = Sliders::spec_to_proto(&spec);
+    assert_eq!(Sliders::spec_from_proto(&proto).unwrap().unwrap(), spec);
 }

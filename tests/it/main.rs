@@ -23,5 +23,6 @@ mod stage_owner;
 mod stage_store;
 mod storage_crash;
 mod store_damage;
+mod structure;
 mod support;
 mod wasm;

@@ -1,3 +1,7 @@
+//! Tests of the kayles kernel: the Grundy values and their periodic extension,
+//! the winner rule against the game solved by brute force, the series against a
+//! direct method, threads, checkpoints and their refusals.
+
 use super::grundy::{Periodicity, mex_values, periodicity, proven_period};
 use super::rational::{block_series, character_fraction};
 use super::*;

@@ -1,3 +1,6 @@
+//! Tests of the queens kernel: a brute force over permutations, the published
+//! values, prefixes of any depth, bad input and cancellation.
+
 use super::*;
 
 /// Counts by trying every permutation of columns (one queen per row and per

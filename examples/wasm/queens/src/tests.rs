@@ -1,3 +1,6 @@
+//! Tests of the queens example, built natively: shard sums against OEIS and a
+//! brute force, prefixes, checkpoints, cancellation, bad input.
+
 use super::*;
 
 const PRIMES: [u64; 4] = [1_000_000_007, (1 << 61) - 1, 7, 2];

@@ -3,11 +3,15 @@
 //! and computes each job's answer.
 //!
 //! Layers, from the bottom up; a module imports only modules below it:
-//! - [`error`], [`records`] (the typed records kept in the store and their
-//!   keys), [`metrics`] (what the coordinator measures) and [`watchdog`] (who
-//!   holds the scheduler lock or a flush, since when; past its limits the
-//!   coordinator is unhealthy, then exits);
+//! - [`clock`] (the wall clock in Unix milliseconds), [`error`], [`records`]
+//!   (the typed records kept in the store and their keys), [`metrics`] (what
+//!   the coordinator measures) and [`watchdog`] (who holds the scheduler lock
+//!   or a flush, since when; past its limits the coordinator is unhealthy,
+//!   then exits);
 //! - [`store`]: a transactional key-value store (sled on disk, or in memory);
+//! - [`replica`]: the store's batches recorded and shipped to the stage
+//!   store, and a store restored from there (it wraps the store and knows
+//!   nothing above it);
 //! - [`scheduler`]: the synchronous state machine of jobs, stages, shards and
 //!   leases; every state change is one atomic batch applied to the store;
 //! - [`group_commit`]: a call answers only once a flush covers its batch, one
@@ -30,6 +34,7 @@
 #![forbid(unsafe_code)]
 
 pub mod background;
+pub mod clock;
 pub mod error;
 pub mod group_commit;
 pub mod http;

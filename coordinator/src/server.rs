@@ -24,15 +24,16 @@ use tonic::service::interceptor::InterceptedService;
 use crate::background::{
     expire_leases, renew_stage_owner, report_health, sample_loop, sweep_stage_store,
 };
+use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
 use crate::group_commit::GroupCommit;
 use crate::http;
 use crate::metrics::CoordinatorMetrics;
-use crate::replica::{Parent, Queue, RecordingStore, ReplicaStatus, Restored, Shipper};
+use crate::replica::{Parent, PrefixHold, Queue, RecordingStore, ReplicaStatus, Restored, Shipper};
 use crate::scaler::ScalerApi;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::JobApi;
-use crate::shared::{SCHEDULER_WAIT_LIMIT, Shared, now_ms};
+use crate::shared::{SCHEDULER_WAIT_LIMIT, Shared};
 use crate::stage_owner::{PrefixAsked, StageOwner, Taking};
 use crate::store::{MemoryStore, OnLoss, Recovery, SledStore, Store, TimedStore};
 use crate::watchdog::{Holds, OnStall, Watchdog, WatchdogConfig, WatchdogThread};
@@ -462,7 +463,7 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
                 queue,
                 objects: objects.clone(),
                 status: status.clone(),
-                owner: stage_owner.clone(),
+                owner: stage_owner.clone().map(|o| o as Arc<dyn PrefixHold>),
                 continues: restored.as_ref().map(|r| {
                     let parent = Parent {
                         generation: r.generation,

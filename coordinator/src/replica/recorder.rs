@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::clock::now_ms;
 use crate::error::Result;
-use crate::shared::now_ms;
 use crate::store::{Batch, Store, Tree};
 
 /// Bytes of batches the queue holds at most while the object store does not

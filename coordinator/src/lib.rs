@@ -55,3 +55,7 @@ pub mod worker_service;
 
 pub use error::{CoordinatorError, Result};
 pub use server::{CoordinatorConfig, RunningCoordinator, start};
+/// The directory a data directory may hold beside the store, for stage data
+/// kept on the same disk (`tally run`'s stage store by default): a data
+/// directory holding only it still counts as empty for a new store.
+pub use store::STAGE_DIR;

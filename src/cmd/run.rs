@@ -177,7 +177,7 @@ fn default_memory_budget() -> u64 {
 /// `run`'s stage store by default: a directory of its data directory, so the
 /// levels of a frontier plan go to disk, not into the coordinator's memory.
 fn default_stage_store(data_dir: &Path) -> anyhow::Result<tally_stage::StageStoreUrl> {
-    let dir = std::path::absolute(data_dir.join(tally_coordinator::store::STAGE_DIR))
+    let dir = std::path::absolute(data_dir.join(tally_coordinator::STAGE_DIR))
         .with_context(|| format!("the data directory {}", data_dir.display()))?;
     Ok(tally_stage::StageStoreUrl::File(dir))
 }

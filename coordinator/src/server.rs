@@ -55,7 +55,11 @@ pub struct CoordinatorConfig {
     pub tls: Option<ServerTls>,
     /// Where to serve `/metrics` and the status page over HTTP, if anywhere.
     pub http: Option<SocketAddr>,
-    /// The kernel cache planning fills; `tally run` shares it with its workers.
+    /// The kernel cache planning fills; `tally run` shares it with its
+    /// workers. It holds the sandbox wasm modules are checked in (compiled,
+    /// never run) at submission, which whoever starts the coordinator puts
+    /// there (`KernelCache::set_guest_runtime`): without one, wasm jobs are
+    /// refused.
     pub kernel_cache: Arc<KernelCache>,
     /// Start from what is intact if the store has lost acknowledged commits,
     /// instead of refusing to start.
@@ -302,11 +306,6 @@ async fn check_before_store(config: &CoordinatorConfig) -> Result<tonic::transpo
     // store is touched.
     if let Some(stage_store) = StageStore::open(&config.stage_store)? {
         stage_store.with_patience(CHECK_PATIENCE).check().await?;
-    }
-    // Wasm modules are checked (compiled, never run) at submission.
-    if config.kernel_cache.guest_runtime().is_none() {
-        let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default())?;
-        config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
     }
     Ok(builder)
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tally_kinds::cache::KernelCache;
+use tally_kinds::guest::GuestRuntime;
 use tally_wire::proto;
 use tally_worker::{WorkerConfig, WorkerStats};
 
@@ -38,12 +39,14 @@ impl LocalCluster {
     /// `stage_store`, but for outputs up to `inline_stage_output` bytes) and
     /// the workers, and waits a bounded while for the workers to register.
     /// A worker that cannot start (its spill directory is a file, say) ends
-    /// the start with its reason.
+    /// the start with its reason. The coordinator checks user kernels in
+    /// `sandbox` and the workers run them there.
     pub async fn start(
         data_dir: PathBuf,
         stage_store: tally_stage::StageStoreUrl,
         inline_stage_output: usize,
         workers: Workers,
+        sandbox: Arc<dyn GuestRuntime>,
     ) -> anyhow::Result<LocalCluster> {
         // A stage directory inside the data directory shares its disk: a blob
         // it loses, the store would lose too, so no stage is kept spare to
@@ -65,7 +68,9 @@ impl LocalCluster {
         // Levels of a frontier plan are deleted as soon as the sweep sees
         // them unreferenced: on one machine's disk, every stage counts.
         config.stage_sweep_every = Duration::from_secs(10);
-        // One process: the workers reuse what planning built (slider graphs).
+        // One process: the workers reuse what planning built (slider graphs,
+        // compiled modules), and the sandbox.
+        config.kernel_cache.set_guest_runtime(sandbox);
         let kernel_cache = config.kernel_cache.clone();
         let coordinator = tally_coordinator::start(config).await?;
         let url = coordinator.url();

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use tally_kinds::Control;
 use tally_kinds::cache::KernelCache;
+use tally_kinds::guest::GuestRuntime;
 use tally_kinds::kind::ShardCount;
 use tally_kinds::spec::ValidSpec;
 
@@ -49,12 +50,18 @@ pub struct Sized {
 }
 
 /// Sizes `spec`'s shards for `slots` live worker slots (see the module's
-/// note); `attachments` are the files the job sends (a module).
-pub fn size(spec: ValidSpec, attachments: &[Vec<u8>], slots: u64) -> anyhow::Result<Sized> {
+/// note); `attachments` are the files the job sends (a module), run in
+/// `sandbox` if it is a user kernel.
+pub fn size(
+    spec: ValidSpec,
+    attachments: &[Vec<u8>],
+    slots: u64,
+    sandbox: Arc<dyn GuestRuntime>,
+) -> anyhow::Result<Sized> {
     if spec.shard_count().is_none() {
         return Ok(Sized { spec, note: None });
     }
-    let cache = trial_cache(attachments)?;
+    let cache = trial_cache(attachments, sandbox);
     size_by(spec, slots, |spec| trial(spec, &cache))
 }
 
@@ -123,16 +130,15 @@ fn takes_auto(spec: &ValidSpec) -> bool {
 }
 
 /// A cache holding the job's attachments and, for a user kernel, the
-/// sandbox workers run it in.
-fn trial_cache(attachments: &[Vec<u8>]) -> anyhow::Result<Arc<KernelCache>> {
+/// sandbox to run it in (as a worker would).
+fn trial_cache(attachments: &[Vec<u8>], sandbox: Arc<dyn GuestRuntime>) -> Arc<KernelCache> {
     let cache = Arc::new(KernelCache::new());
     for bytes in attachments {
         let sha256 = tally_kinds::guest::sha256_hex(bytes);
         cache.put_attachment(&sha256, bytes.clone().into());
     }
-    let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default())?;
-    cache.set_guest_runtime(Arc::new(sandbox));
-    Ok(cache)
+    cache.set_guest_runtime(sandbox);
+    cache
 }
 
 /// How long the first shard of `spec` takes to compute, if it and the
@@ -200,6 +206,10 @@ mod tests {
 
     const US: fn(u64) -> Duration = Duration::from_micros;
 
+    fn sandbox() -> Arc<dyn GuestRuntime> {
+        Arc::new(tally_wasm::GuestSandbox::new(tally_wasm::Limits::default()).unwrap())
+    }
+
     #[test]
     fn short_shards_are_called_short_and_kept_as_asked() {
         let sized = size_by(synthetic(1_000), 2, |_| Some(US(5))).unwrap();
@@ -245,7 +255,7 @@ mod tests {
 
     #[test]
     fn the_trial_times_a_real_shard_within_its_budget() {
-        let cache = trial_cache(&[]).unwrap();
+        let cache = trial_cache(&[], sandbox());
         trial(&synthetic(10), &cache).expect("a shard of one term finishes in time");
     }
 
@@ -256,7 +266,7 @@ mod tests {
             digits: 9,
         })
         .unwrap();
-        let sized = size(spec.clone(), &[], 2).unwrap();
+        let sized = size(spec.clone(), &[], 2, sandbox()).unwrap();
         assert_eq!((sized.spec, sized.note), (spec, None));
     }
 

@@ -9,9 +9,10 @@ use tally_stage::StageStore;
 use tally_wire::proto::job_service_server::JobServiceServer;
 use tally_wire::proto::worker_service_server::WorkerServiceServer;
 
+use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
 use crate::service::JobApi;
-use crate::shared::{Shared, now_ms};
+use crate::shared::Shared;
 use crate::stage_owner::StageOwner;
 use crate::worker_service::WorkerApi;
 

@@ -15,11 +15,12 @@ use serde_json::json;
 use tally_wire::metrics::{self, Exposition};
 use tally_wire::proto::{Job, JobState};
 
+use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
 use crate::metrics::CoordinatorMetrics;
 use crate::replica::ReplicaStatus;
 use crate::scheduler::WorkerInfo;
-use crate::shared::{PEEK_WAIT_LIMIT, Shared, now_ms};
+use crate::shared::{PEEK_WAIT_LIMIT, Shared};
 use crate::watchdog::Holds;
 
 /// Serves `/metrics`, `/api/status` and `/` on `listener` until `shutdown`.

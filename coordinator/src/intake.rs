@@ -13,10 +13,11 @@ use tally_stage::{BlobRef, is_pack_key, job_prefix, pack_owner};
 use tally_wire::lease::LeaseId;
 use tonic::Status;
 
+use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
 use crate::metrics::CoordinatorMetrics;
 use crate::scheduler::{Report, ReportOutcome};
-use crate::shared::{Shared, now_ms};
+use crate::shared::Shared;
 
 /// Takes one report of `session`: answered as the scheduler answers it, or
 /// refused with the first check it fails.

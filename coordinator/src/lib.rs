@@ -7,16 +7,16 @@
 //! tests it imports no kind's module, and never the worker.
 //!
 //! Layers, from the bottom up; a module imports only modules below it:
-//! - the ground: [`error`], [`metrics`], `clock` (the coordinator's clock,
+//! - the ground: [`error`], [`metrics`], [`clock`] (the coordinator's clock,
 //!   `now_ms`), `panic_fence` (a panic in a critical section has its state
 //!   read back) and [`watchdog`] (who holds the scheduler lock or a flush,
 //!   since when; past its limits the coordinator is unhealthy, then exits);
 //! - [`store`]: a transactional key-value store (sled on disk, or in memory),
-//!   its flushes timed for the metrics;
-//! - [`records`] (the typed records kept in the store and their keys), and the
-//!   lower half of [`replica`]: the store's wrapper that queues each applied
-//!   batch, the queue's status, the replica's objects, and the restore of a
-//!   store from them;
+//!   its flushes timed for the metrics (a `StoreWrapper`);
+//! - [`records`]: the typed records kept in the store and their keys;
+//! - [`replica`]: the store's batches recorded (another `StoreWrapper`) and
+//!   shipped to the stage store, and a store restored from there; it knows
+//!   nothing above it (the prefix's hold reaches it as a `PrefixHold`);
 //! - [`scheduler`]: the synchronous state machine of jobs, stages, shards and
 //!   leases; every state change is one atomic batch applied to the store;
 //! - [`group_commit`]: a call answers only once a flush covers its batch, one
@@ -29,10 +29,8 @@
 //!   (KEDA's external scaler); [`worker_service`] (the tonic WorkerService,
 //!   the same shell for workers) over [`intake`];
 //! - [`stage_owner`]: the data directory's hold on its stage-store prefix
-//!   (refused at start to a copy of the directory; checked by each sweep);
-//!   above it the upper half of [`replica`]: the shipping, which stops once
-//!   another coordinator holds the prefix, and the restore before a start,
-//!   which watches the prefix's owner first;
+//!   (refused at start to a copy of the directory; checked by each sweep;
+//!   the replica's shipping stops once another coordinator holds it);
 //! - [`http`]: the `--http` listener: Prometheus text, a JSON status and the
 //!   status page;
 //! - [`background`]: the background tasks (lease expiry, the metrics sampler,
@@ -43,6 +41,7 @@
 #![forbid(unsafe_code)]
 
 pub mod background;
+pub mod clock;
 pub mod error;
 pub mod group_commit;
 pub mod http;
@@ -63,3 +62,7 @@ pub mod worker_service;
 
 pub use error::{CoordinatorError, Result};
 pub use server::{CoordinatorConfig, RunningCoordinator, start};
+/// The directory a data directory may hold beside the store, for stage data
+/// kept on the same disk (`tally run`'s stage store by default): a data
+/// directory holding only it still counts as empty for a new store.
+pub use store::STAGE_DIR;

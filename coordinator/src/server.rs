@@ -24,15 +24,16 @@ use tonic::service::interceptor::InterceptedService;
 use crate::background::{
     expire_leases, renew_stage_owner, report_health, sample_loop, sweep_stage_store,
 };
+use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
 use crate::group_commit::GroupCommit;
 use crate::http;
 use crate::metrics::CoordinatorMetrics;
-use crate::replica::{Parent, Queue, RecordingStore, ReplicaStatus, Restored, Shipper};
+use crate::replica::{Parent, PrefixHold, Queue, RecordingStore, ReplicaStatus, Restored, Shipper};
 use crate::scaler::ScalerApi;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::service::JobApi;
-use crate::shared::{SCHEDULER_WAIT_LIMIT, Shared, now_ms};
+use crate::shared::{SCHEDULER_WAIT_LIMIT, Shared};
 use crate::stage_owner::{PrefixAsked, StageOwner, Taking};
 use crate::store::{MemoryStore, OnLoss, Recovery, SledStore, Store, TimedStore};
 use crate::watchdog::{Holds, OnStall, Watchdog, WatchdogConfig, WatchdogThread};
@@ -54,7 +55,11 @@ pub struct CoordinatorConfig {
     pub tls: Option<ServerTls>,
     /// Where to serve `/metrics` and the status page over HTTP, if anywhere.
     pub http: Option<SocketAddr>,
-    /// The kernel cache planning fills; `tally run` shares it with its workers.
+    /// The kernel cache planning fills; `tally run` shares it with its
+    /// workers. It holds the sandbox wasm modules are checked in (compiled,
+    /// never run) at submission, which whoever starts the coordinator puts
+    /// there (`KernelCache::set_guest_runtime`): without one, wasm jobs are
+    /// refused.
     pub kernel_cache: Arc<KernelCache>,
     /// Start from what is intact if the store has lost acknowledged commits,
     /// instead of refusing to start.
@@ -302,11 +307,6 @@ async fn check_before_store(config: &CoordinatorConfig) -> Result<tonic::transpo
     if let Some(stage_store) = StageStore::open(&config.stage_store)? {
         stage_store.with_patience(CHECK_PATIENCE).check().await?;
     }
-    // Wasm modules are checked (compiled, never run) at submission.
-    if config.kernel_cache.guest_runtime().is_none() {
-        let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default())?;
-        config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
-    }
     Ok(builder)
 }
 
@@ -462,7 +462,7 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
                 queue,
                 objects: objects.clone(),
                 status: status.clone(),
-                owner: stage_owner.clone(),
+                owner: stage_owner.clone().map(|o| o as Arc<dyn PrefixHold>),
                 continues: restored.as_ref().map(|r| {
                     let parent = Parent {
                         generation: r.generation,

@@ -16,9 +16,10 @@ use tokio::sync::broadcast;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
 use crate::scheduler::ListPage;
-use crate::shared::{Shared, now_ms};
+use crate::shared::Shared;
 
 #[cfg(doc)]
 use crate::scheduler::Scheduler;

@@ -18,11 +18,13 @@ use tally_kinds::cache::KernelCache;
 use tally_stage::StageStoreUrl;
 use tokio::sync::{Notify, broadcast};
 
+use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
 use crate::group_commit::GroupCommit;
 use crate::metrics::CoordinatorMetrics;
 use crate::panic_fence::SetOnPanic;
 use crate::records::attachment_key;
+use crate::replica::ReplicaStatus;
 use crate::scheduler::Scheduler;
 use crate::store::Tree;
 use crate::watchdog::{Holding, Holds, Liveness, call_name};
@@ -35,14 +37,6 @@ pub const SCHEDULER_WAIT_LIMIT: Duration = Duration::from_secs(20);
 /// How long the HTTP listener's reads wait for the scheduler lock: a scrape
 /// or the status page during a stall answers at once that it cannot say.
 pub const PEEK_WAIT_LIMIT: Duration = Duration::from_secs(2);
-
-/// The wall clock in Unix milliseconds, as the scheduler takes it.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 /// Whether a call's answer waits for its changes to be durable.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -103,7 +97,7 @@ pub struct ReplicaView {
     /// The data directory's prefix it is under (what `--restore-from` takes).
     pub url: String,
     pub every: std::time::Duration,
-    pub status: Arc<crate::replica::ReplicaStatus>,
+    pub status: Arc<ReplicaStatus>,
 }
 
 impl Shared {

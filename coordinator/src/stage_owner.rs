@@ -16,15 +16,12 @@ use std::time::Duration;
 
 use tally_stage::{Claim, OwnerRecord, StageStore, StageStoreUrl};
 
+use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
-use crate::replica::Restored;
+use crate::replica::{PrefixHold, Restored};
 use crate::scheduler::KeptStageOwner;
-use crate::shared::{SCHEDULER_WAIT_LIMIT, Shared, now_ms};
+use crate::shared::{SCHEDULER_WAIT_LIMIT, Shared};
 use crate::store::Store;
-
-/// A hold not released is watched for this many renewals before a start of
-/// the same data directory takes it back (no renewal: its holder is gone).
-const WATCHED_RENEWALS: u32 = 3;
 
 /// Job numbers each owner record reserves beyond the next one: submissions
 /// past the reservation wait for the next renewal (10 s by default), so this
@@ -57,6 +54,12 @@ pub struct StageOwner {
     /// scheduler (which hands out none at or above it).
     ids_below: Arc<AtomicU64>,
     shared: Arc<Shared>,
+}
+
+impl PrefixHold for StageOwner {
+    fn is_lost(&self) -> bool {
+        StageOwner::is_lost(self)
+    }
 }
 
 /// How a start takes the prefix.
@@ -101,7 +104,7 @@ impl StageOwner {
                      uncleanly, or a copy of it is running on the prefix); watching the prefix \
                      before taking it back"
                 );
-                if let Some(renewed) = watch(&store, &record, renew_every).await? {
+                if let Some(renewed) = store.watch_owner(&record, renew_every).await? {
                     return Err(in_use(&store, &renewed, kept.restored_at));
                 }
                 record.epoch + 1
@@ -287,32 +290,6 @@ impl StageOwner {
     }
 }
 
-/// Waits `WATCHED_RENEWALS` renewals, reading the owner records: the later
-/// record than `record` if one appears (its holder is alive), `None` if
-/// none does.
-pub(crate) async fn watch(
-    store: &StageStore,
-    record: &OwnerRecord,
-    renew_every: Duration,
-) -> Result<Option<OwnerRecord>> {
-    let watch_for = renew_every * WATCHED_RENEWALS;
-    tracing::info!(store = %store.url(), ?watch_for, "watching the stage-store prefix's owner record");
-    let deadline = tokio::time::Instant::now() + watch_for;
-    let every = (renew_every / 2).max(Duration::from_millis(50));
-    loop {
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return Ok(None);
-        }
-        tokio::time::sleep(every.min(deadline - now)).await;
-        let latest = store.owner().await?;
-        if latest.as_ref().map(|r| r.epoch) != Some(record.epoch) {
-            // Records are never removed but by a later holder: a later one.
-            return Ok(Some(latest.unwrap_or_else(|| record.clone())));
-        }
-    }
-}
-
 /// Whether `holder` took the prefix by a restore that replaced this data
 /// directory (`own`: the owner epoch of the restore into this one, if any),
 /// rather than being a copy of it.
@@ -421,7 +398,7 @@ pub async fn new_prefix_needed(
         Claim::Take { .. } => ignored(None),
         Claim::Clash(holder) if by_restore(&holder, own) => Err(superseded(store, &holder)),
         Claim::Clash(_) => Ok((true, None)),
-        Claim::Watch(record) => match watch(store, &record, renew_every).await? {
+        Claim::Watch(record) => match store.watch_owner(&record, renew_every).await? {
             Some(renewed) if by_restore(&renewed, own) => Err(superseded(store, &renewed)),
             Some(_) => Ok((true, None)),
             None => ignored(Some(record.epoch)),

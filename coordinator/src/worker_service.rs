@@ -15,13 +15,14 @@ use tally_wire::proto::{self, report_message::Body};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
 use crate::intake;
 use crate::scheduler::{
     Grant, HeldRead, Piece, Registration, Report, ReportOutcome, ReportedCheckpoint,
     ReportedFailure, ReportedResult, StageSource,
 };
-use crate::shared::{Shared, now_ms};
+use crate::shared::Shared;
 
 /// Longest long-poll a worker may ask for.
 pub const MAX_LEASE_WAIT: Duration = Duration::from_secs(30);

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -234,6 +235,9 @@ pub async fn execute(
     config.replicate_every = args.replicate_every;
     config.restore_from = args.restore_from.clone();
     config.restore_accept_loss = args.restore_accept_loss;
+    // Wasm modules are checked (compiled, never run) at submission.
+    let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default())?;
+    config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
     let mut coordinator = tally_coordinator::start(config).await?;
     if let Some(restored) = &coordinator.restored {
         for refused in &restored.refused {

@@ -3,12 +3,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
 use tally_kinds::Control;
+use tally_kinds::guest::GuestRuntime;
 use tally_kinds::invalid;
 use tally_kinds::spec::ValidSpec;
+use tally_wasm::{GuestSandbox, Limits};
 use tally_wire::digest::fnv1a64;
 use tally_wire::proto::{self, Job};
 
@@ -131,13 +134,23 @@ pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     // The run's key names the question, before its shards are sized: the
     // same command resumes the job whatever count `--shards auto` picks.
     let key = run_key(&spec);
-    let sized = crate::sizing::size(spec, &attachments, (args.workers * slots) as u64)?;
+    // One sandbox for the process: the trial of a user kernel's first shard,
+    // the coordinator's check of its module and the workers' shards.
+    let sandbox: Arc<dyn GuestRuntime> = Arc::new(GuestSandbox::new(Limits::default())?);
+    let slots_live = (args.workers * slots) as u64;
+    let sized = crate::sizing::size(spec, &attachments, slots_live, sandbox.clone())?;
     if let Some(note) = &sized.note {
         errln!("note: {note}");
     }
     let spec = sized.spec;
-    let mut cluster =
-        LocalCluster::start(data_dir, stage_store, args.inline_stage_output, workers).await?;
+    let mut cluster = LocalCluster::start(
+        data_dir,
+        stage_store,
+        args.inline_stage_output,
+        workers,
+        sandbox,
+    )
+    .await?;
     let data = args.data.as_deref();
     let submission = Submission {
         spec: &spec,
@@ -177,7 +190,7 @@ fn default_memory_budget() -> u64 {
 /// `run`'s stage store by default: a directory of its data directory, so the
 /// levels of a frontier plan go to disk, not into the coordinator's memory.
 fn default_stage_store(data_dir: &Path) -> anyhow::Result<tally_stage::StageStoreUrl> {
-    let dir = std::path::absolute(data_dir.join(tally_coordinator::store::STAGE_DIR))
+    let dir = std::path::absolute(data_dir.join(tally_coordinator::STAGE_DIR))
         .with_context(|| format!("the data directory {}", data_dir.display()))?;
     Ok(tally_stage::StageStoreUrl::File(dir))
 }

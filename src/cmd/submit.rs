@@ -1,14 +1,17 @@
 //! `tally submit`: sends a job to the coordinator; prints its id.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
+use tally_wasm::{GuestSandbox, Limits};
 use tally_wire::proto;
 
 use crate::client::{Remote, connect, planned, quick};
 use crate::flags::SpecArgs;
 use crate::output::{self, errln, outln};
+use crate::sizing::Sized;
 use crate::spec_input;
 
 #[derive(Args, Debug)]
@@ -24,17 +27,19 @@ pub struct SubmitArgs {
 pub async fn execute(remote: &Remote, args: SubmitArgs, json: bool) -> anyhow::Result<ExitCode> {
     let (spec, attachments) = spec_input::job_spec(&args.spec)?;
     let mut client = connect(remote).await?;
-    let slots = match spec.shard_count() {
+    let sized = match spec.shard_count() {
         Some(_) => {
             let info = client
                 .info(quick(proto::InfoRequest {}))
                 .await?
                 .into_inner();
-            u64::from(info.slots_live)
+            // The trial of a user kernel's first shard runs in a sandbox
+            // as a worker's.
+            let sandbox = Arc::new(GuestSandbox::new(Limits::default())?);
+            crate::sizing::size(spec, &attachments, u64::from(info.slots_live), sandbox)?
         }
-        None => 0,
+        None => Sized { spec, note: None },
     };
-    let sized = crate::sizing::size(spec, &attachments, slots)?;
     let spec = sized.spec;
     let response = client
         .submit(planned(proto::SubmitRequest {

@@ -2,6 +2,7 @@
 //! SIGINT or SIGTERM, then drains.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -105,7 +106,7 @@ fn at_least(min: u64) -> impl clap::builder::TypedValueParser<Value = u64> {
 
 /// Serves the coordinator of `remote` until SIGINT or SIGTERM.
 pub async fn execute(args: &WorkerArgs, remote: Remote) -> anyhow::Result<ExitCode> {
-    let config = worker_config(args, remote);
+    let config = worker_config(args, remote)?;
     errln!(
         "worker {} serving {} with {} slot(s), {} thread(s), a memory budget of {}",
         config.worker_id,
@@ -124,8 +125,9 @@ pub async fn execute(args: &WorkerArgs, remote: Remote) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-/// The worker's configuration: its defaults, under the flags given.
-fn worker_config(args: &WorkerArgs, remote: Remote) -> WorkerConfig {
+/// The worker's configuration: its defaults, under the flags given; with
+/// `--allow-wasm`, the sandbox its shards of user kernels run in.
+fn worker_config(args: &WorkerArgs, remote: Remote) -> anyhow::Result<WorkerConfig> {
     let mut config = WorkerConfig::new(remote.url);
     config.security = remote.security;
     if let Some(threads) = args.threads {
@@ -146,11 +148,16 @@ fn worker_config(args: &WorkerArgs, remote: Remote) -> WorkerConfig {
     config.pause_mid_upload = Duration::from_millis(args.pause_mid_upload_ms);
     config.http = args.http;
     config.allow_wasm = args.allow_wasm;
-    if let Some(fuel) = args.wasm_fuel {
-        config.wasm_limits.fuel = fuel;
-    }
-    if let Some(memory) = args.wasm_memory {
-        config.wasm_limits.memory_bytes = usize::try_from(memory).unwrap_or(usize::MAX);
+    if args.allow_wasm {
+        let mut limits = tally_wasm::Limits::default();
+        if let Some(fuel) = args.wasm_fuel {
+            limits.fuel = fuel;
+        }
+        if let Some(memory) = args.wasm_memory {
+            limits.memory_bytes = usize::try_from(memory).unwrap_or(usize::MAX);
+        }
+        let sandbox = tally_wasm::GuestSandbox::new(limits)?;
+        config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
     }
     if let Some(budget) = args.memory_budget {
         config.memory_budget = budget;
@@ -159,7 +166,7 @@ fn worker_config(args: &WorkerArgs, remote: Remote) -> WorkerConfig {
         config.spill_dir = dir.clone();
     }
     config.checkpoint_interval = Duration::from_millis(args.checkpoint_ms);
-    config
+    Ok(config)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! submission, a faulty module fails its job with the reason and stalls no
 //! worker, and a re-leased shard resumes from the module's checkpoint.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tally_example_independent_sets::A006506;
@@ -12,6 +13,7 @@ use tally_example_queens::A000170;
 use tally_kinds::guest::sha256_hex;
 use tally_kinds::spec::JobSpec;
 use tally_kinds::wasm::{DEFAULT_MODULUS, WasmSpec};
+use tally_wasm::{GuestSandbox, Limits};
 use tally_wire::proto::{self, JobState};
 use tonic::transport::Channel;
 
@@ -69,7 +71,15 @@ async fn submit_with(
 }
 
 fn wasm_workers(url: &str, count: usize) -> Workers {
-    Workers::start_with(url, count, 2, |c| c.allow_wasm = true)
+    Workers::start_with(url, count, 2, |c| allow_wasm(c, Limits::default()))
+}
+
+/// Lets the worker run wasm jobs, in a sandbox of `limits`, as `tally worker
+/// --allow-wasm` does.
+fn allow_wasm(c: &mut tally_worker::WorkerConfig, limits: Limits) {
+    c.allow_wasm = true;
+    let sandbox = GuestSandbox::new(limits).expect("a sandbox");
+    c.kernel_cache.set_guest_runtime(Arc::new(sandbox));
 }
 
 /// Waits for the job to fail, with an error that says `says`.
@@ -232,7 +242,7 @@ async fn replicas_of_a_wasm_shard_agree_bit_for_bit() {
     // A worker whose results are altered disagrees with an honest one.
     let honest = wasm_workers(&url, 1);
     let faulty = Workers::start_with(&url, 1, 2, |c| {
-        c.allow_wasm = true;
+        allow_wasm(c, Limits::default());
         c.corrupt_results = true;
         c.worker_id = format!("faulty-{}", std::process::id());
     });
@@ -242,6 +252,27 @@ async fn replicas_of_a_wasm_shard_agree_bit_for_bit() {
     failed_saying(&mut client, &job.id, "replicas disagree").await;
     honest.stop().await;
     faulty.stop().await;
+    coordinator.shutdown().await;
+}
+
+/// A worker may run wasm jobs only in the sandbox whoever starts it gives
+/// it: allowed them without one, it refuses to start, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_allowed_wasm_without_a_sandbox_refuses_to_start() {
+    let coordinator = start_coordinator(None).await;
+    let spill = tempfile::tempdir().unwrap();
+    let mut config = tally_worker::WorkerConfig::new(coordinator.url());
+    config.spill_dir = spill.path().to_path_buf();
+    config.allow_wasm = true;
+    let run = tally_worker::run(config, std::future::pending());
+    let refused = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the worker stops at once")
+        .expect_err("refused");
+    assert!(
+        refused.to_string().contains("no sandbox was given"),
+        "{refused}"
+    );
     coordinator.shutdown().await;
 }
 
@@ -433,9 +464,12 @@ async fn a_faulty_module_fails_its_job_with_the_reason_and_stalls_no_worker() {
     // One slot, and limits small enough to reach: a shard the worker could
     // not stop would hold the slot.
     let pool = Workers::start_with(&url, 1, 1, |c| {
-        c.allow_wasm = true;
-        c.wasm_limits.fuel = 1 << 26;
-        c.wasm_limits.memory_bytes = 64 << 20;
+        let limits = Limits {
+            fuel: 1 << 26,
+            memory_bytes: 64 << 20,
+            ..Limits::default()
+        };
+        allow_wasm(c, limits);
     });
     let trap = handmade("", "unreachable");
     let endless = handmade("", "(loop (br 0)) (i32.const 1)");
@@ -475,7 +509,7 @@ async fn cancelling_a_job_stops_its_endless_module_and_frees_the_slot() {
     let coordinator = start_coordinator(None).await;
     let url = coordinator.url();
     let mut client = jobs_client(&url).await;
-    let pool = Workers::start_with(&url, 1, 1, |c| c.allow_wasm = true);
+    let pool = Workers::start_with(&url, 1, 1, |c| allow_wasm(c, Limits::default()));
     let endless = handmade("", "(loop (br 0)) (i32.const 1)");
     let job = submit_with(&mut client, &wasm_job(&endless, 1, &[], P61), &[&endless])
         .await

@@ -56,13 +56,13 @@ pub struct WorkerConfig {
     /// Where shards that outgrow their share of `memory_budget` write their
     /// sorted runs (a directory per worker inside it, see `spill`).
     pub spill_dir: std::path::PathBuf,
-    /// Run user kernels compiled to WebAssembly (`wasm` jobs) in the
-    /// sandbox. Off by default: such a module is code anyone who may submit
-    /// jobs wrote, and the operator decides which machines run it.
+    /// Run user kernels compiled to WebAssembly (`wasm` jobs), in the
+    /// sandbox `kernel_cache` holds: whoever starts the worker puts it there
+    /// with its limits (`KernelCache::set_guest_runtime`), and the worker
+    /// refuses to start without one. Off by default: such a module is code
+    /// anyone who may submit jobs wrote, and the operator decides which
+    /// machines run it.
     pub allow_wasm: bool,
-    /// The sandbox's limits for those kernels: module size, memory per
-    /// instance, fuel (CPU time) per shard.
-    pub wasm_limits: tally_wasm::Limits,
 }
 
 impl WorkerConfig {
@@ -89,7 +89,6 @@ impl WorkerConfig {
             memory_budget: machine_memory(),
             spill_dir: default_spill_dir(),
             allow_wasm: false,
-            wasm_limits: tally_wasm::Limits::default(),
         }
     }
 }

@@ -186,8 +186,11 @@ pub(crate) enum StageData {
 impl Context {
     pub(crate) fn new(config: WorkerConfig) -> Result<Context> {
         if config.allow_wasm && config.kernel_cache.guest_runtime().is_none() {
-            let sandbox = tally_wasm::GuestSandbox::new(config.wasm_limits)?;
-            config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
+            return Err(WorkerError::Config(
+                "wasm jobs are allowed but no sandbox was given to run them in: put one in the \
+                 worker's kernel cache"
+                    .into(),
+            ));
         }
         crate::budget::warn_if_budget_is_small(config.memory_budget, config.slots);
         Ok(Context {

@@ -16,6 +16,8 @@
 //! from the prefix's replica, and, once a restore took the prefix, the epoch
 //! it took it at (the data directory it replaced must never serve again).
 
+use std::time::Duration;
+
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use tally_kinds::Control;
@@ -25,6 +27,10 @@ use crate::store::StageStore;
 
 /// Where the owner records are, under the data directory's prefix.
 const OWNER_DIR: &str = "owner";
+
+/// A record not released is watched for this many renewals before its data
+/// directory's next start takes it back (no renewal: its holder is gone).
+pub const WATCHED_RENEWALS: u32 = 3;
 
 /// One owner record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -214,6 +220,32 @@ impl StageStore {
             .await?;
         let existing = OwnerRecord::decode(record.epoch, &String::from_utf8_lossy(&existing));
         Ok(existing.is_some_and(|e| e.nonce == record.nonce))
+    }
+
+    /// Waits [`WATCHED_RENEWALS`] renewals (every `renew_every`), reading
+    /// the owner records: the record later than `record` if one appears (its
+    /// holder is alive), `None` if none does.
+    pub async fn watch_owner(
+        &self,
+        record: &OwnerRecord,
+        renew_every: Duration,
+    ) -> Result<Option<OwnerRecord>> {
+        let watch_for = renew_every * WATCHED_RENEWALS;
+        tracing::info!(store = %self.url(), ?watch_for, "watching the stage-store prefix's owner record");
+        let deadline = tokio::time::Instant::now() + watch_for;
+        let every = (renew_every / 2).max(Duration::from_millis(50));
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(every.min(deadline - now)).await;
+            let latest = self.owner().await?;
+            if latest.as_ref().map(|r| r.epoch) != Some(record.epoch) {
+                // Records are never removed but by a later holder: a later one.
+                return Ok(Some(latest.unwrap_or_else(|| record.clone())));
+            }
+        }
     }
 
     /// Deletes the owner records older than `epoch`: only the latest counts.

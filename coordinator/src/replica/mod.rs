@@ -29,7 +29,7 @@ pub use format::Parent;
 pub use on_start::{refuse_unfinished_restore, restore_before_start};
 pub use recorder::{Queue, RecordingStore};
 pub use restore::{Floors, RESTORED_KEY, RESTORING_MARKER, Restored, prepare_target, restore};
-pub use shipper::{ReplicaStatus, Shipper};
+pub use shipper::{PrefixHold, ReplicaStatus, Shipper};
 
 /// How often changes are shipped by default.
 pub const REPLICATE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);

@@ -70,10 +70,7 @@ pub async fn restore_before_start(
     let latest = objects.owner().await?;
     if let Some(record) = latest.as_ref().filter(|r| !r.released) {
         tracing::warn!(holder = %record.holder(), "watching the replica's owner before restoring: a coordinator that still renews it is alive");
-        if crate::stage_owner::watch(&objects, record, watch_every)
-            .await?
-            .is_some()
-        {
+        if objects.watch_owner(record, watch_every).await?.is_some() {
             return Err(CoordinatorError::FailedPrecondition(format!(
                 "--restore-from {from}: {} still renews its hold on the prefix: it is alive, \
                  and two coordinators must never own one replica; stop it first",

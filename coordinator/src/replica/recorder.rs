@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::clock::now_ms;
 use crate::error::Result;
-use crate::shared::now_ms;
-use crate::store::{Batch, Store, Tree};
+use crate::store::{Batch, Store, StoreWrapper};
 
 /// Bytes of batches the queue holds at most while the object store does not
 /// take them: past it they are dropped, and replication starts again from a
@@ -131,8 +131,12 @@ fn batch_bytes(batch: &Batch) -> u64 {
         .sum()
 }
 
-impl Store for RecordingStore {
-    fn apply(&self, batch: Batch) -> Result<()> {
+impl StoreWrapper for RecordingStore {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
+    }
+
+    fn wrapped_apply(&self, batch: Batch) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -182,7 +186,7 @@ impl Store for RecordingStore {
         Ok(())
     }
 
-    fn flush(&self) -> Result<()> {
+    fn wrapped_flush(&self) -> Result<()> {
         // Every batch numbered by now was applied before the flush starts.
         let target = self.queue.lock().recorded;
         match self.inner.flush() {
@@ -199,48 +203,12 @@ impl Store for RecordingStore {
             }
         }
     }
-
-    fn applied(&self) -> u64 {
-        self.inner.applied()
-    }
-
-    fn reopen_if_broken(&self) -> Result<()> {
-        self.inner.reopen_if_broken()
-    }
-
-    fn verify(&self) -> Result<()> {
-        self.inner.verify()
-    }
-
-    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.inner.get(tree, key)
-    }
-
-    fn value_len(&self, tree: Tree, key: &[u8]) -> Result<Option<u64>> {
-        self.inner.value_len(tree, key)
-    }
-
-    fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.inner.scan_prefix(tree, prefix)
-    }
-
-    fn keys(&self, tree: Tree) -> Result<Vec<Vec<u8>>> {
-        self.inner.keys(tree)
-    }
-
-    fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        self.inner.last_in_prefix(tree, prefix)
-    }
-
-    fn size_on_disk(&self) -> Option<u64> {
-        self.inner.size_on_disk()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryStore;
+    use crate::store::{MemoryStore, Tree};
 
     fn put(n: u8) -> Batch {
         let mut b = Batch::default();

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use tally_stage::{StageError, StageStore};
 
+use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
-use crate::shared::now_ms;
 use crate::store::{Batch, EPOCH_KEY, NEXT_JOB_KEY, SledStore, Store, Tree};
 
 use super::format::{

@@ -15,9 +15,8 @@ use parking_lot::Mutex;
 use tally_stage::StageStore;
 use tokio::task::JoinHandle;
 
+use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
-use crate::shared::now_ms;
-use crate::stage_owner::StageOwner;
 use crate::store::{Store, Tree};
 
 use super::format::{
@@ -88,6 +87,14 @@ impl ReplicaStatus {
     }
 }
 
+/// The data directory's hold on its stage-store prefix, as the shipper asks
+/// it (`stage_owner::StageOwner` above the replica implements it).
+pub trait PrefixHold: Send + Sync {
+    /// Whether another coordinator has taken the prefix: nothing is
+    /// shipped there any more.
+    fn is_lost(&self) -> bool;
+}
+
 /// What the shipper works with.
 pub struct Shipper {
     /// The store as the scheduler writes it (the snapshot reads it).
@@ -98,7 +105,7 @@ pub struct Shipper {
     pub status: Arc<ReplicaStatus>,
     /// The hold on the prefix: nothing is shipped once another coordinator
     /// took it.
-    pub owner: Option<Arc<StageOwner>>,
+    pub owner: Option<Arc<dyn PrefixHold>>,
     /// The data directory, named in manifests.
     pub data: String,
     /// A restored store: the generation its queue was begun in before the

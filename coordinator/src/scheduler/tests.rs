@@ -10,7 +10,7 @@ use tally_kinds::values::EncodedTask;
 use tally_wire::proto;
 
 use crate::error::{CoordinatorError, Result};
-use crate::store::{MemoryStore, Store};
+use crate::store::{MemoryStore, Store, StoreWrapper};
 
 use super::{
     Grant, Registration, Report, ReportedFailure, ReportedResult, Scheduler, SchedulerConfig,
@@ -971,8 +971,11 @@ struct FailingFrom {
     fail_from: u64,
 }
 
-impl Store for FailingFrom {
-    fn apply(&self, batch: crate::store::Batch) -> Result<()> {
+impl StoreWrapper for FailingFrom {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
+    }
+    fn wrapped_apply(&self, batch: crate::store::Batch) -> Result<()> {
         let n = self
             .batches
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -980,19 +983,6 @@ impl Store for FailingFrom {
             return Err(CoordinatorError::Store("disk unplugged".into()));
         }
         self.inner.apply(batch)
-    }
-    fn applied(&self) -> u64 {
-        self.inner.applied()
-    }
-    fn get(&self, tree: crate::store::Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.inner.get(tree, key)
-    }
-    fn scan_prefix(
-        &self,
-        tree: crate::store::Tree,
-        prefix: &[u8],
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.inner.scan_prefix(tree, prefix)
     }
 }
 

@@ -1,7 +1,9 @@
 //! The durable store: a few named trees of byte keys and values, with atomic,
 //! flushed multi-tree commits. [`SledStore`] keeps them on disk; [`MemoryStore`]
-//! keeps them in memory; [`TimedStore`] times the commits of either. The typed
-//! records on top live in [`crate::records`].
+//! keeps them in memory; [`TimedStore`] times the commits of either: it is a
+//! [`StoreWrapper`], which adds to a store's writes and passes every other
+//! call on (the replica's recorder is another). The typed records on top
+//! live in [`crate::records`].
 //!
 //! *Invariant:* `commit` returns only once its batch is durable, all of it or
 //! none of it; callers acknowledge nothing before it returns.
@@ -17,6 +19,7 @@ mod sled_store;
 mod sled_trees;
 mod spill;
 mod timed;
+mod wrapper;
 
 #[cfg(test)]
 mod stress_tests;
@@ -30,3 +33,4 @@ pub use mark::MARK_FILE;
 pub use memory::MemoryStore;
 pub use sled_store::SledStore;
 pub use timed::TimedStore;
+pub use wrapper::StoreWrapper;

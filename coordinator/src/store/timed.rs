@@ -8,7 +8,8 @@ use crate::error::Result;
 use crate::metrics::CoordinatorMetrics;
 use crate::watchdog::Holds;
 
-use super::api::{Batch, Store, Tree};
+use super::api::{Batch, Store};
+use super::wrapper::StoreWrapper;
 
 /// Times every flush into a histogram.
 pub struct TimedStore {
@@ -27,54 +28,22 @@ impl TimedStore {
     }
 }
 
-impl Store for TimedStore {
-    fn apply(&self, batch: Batch) -> Result<()> {
+impl StoreWrapper for TimedStore {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
+    }
+
+    fn wrapped_apply(&self, batch: Batch) -> Result<()> {
         self.inner.apply(batch)?;
         self.commits.store_batches.add(1);
         Ok(())
     }
 
-    fn flush(&self) -> Result<()> {
+    fn wrapped_flush(&self) -> Result<()> {
         let started = std::time::Instant::now();
         let _flushing = self.holds.flush.begin("the store's flush (fsync)");
         let result = self.inner.flush();
         self.commits.store_commit.observe(started.elapsed());
         result
-    }
-
-    fn applied(&self) -> u64 {
-        self.inner.applied()
-    }
-
-    fn reopen_if_broken(&self) -> Result<()> {
-        self.inner.reopen_if_broken()
-    }
-
-    fn verify(&self) -> Result<()> {
-        self.inner.verify()
-    }
-
-    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.inner.get(tree, key)
-    }
-
-    fn value_len(&self, tree: Tree, key: &[u8]) -> Result<Option<u64>> {
-        self.inner.value_len(tree, key)
-    }
-
-    fn scan_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.inner.scan_prefix(tree, prefix)
-    }
-
-    fn keys(&self, tree: Tree) -> Result<Vec<Vec<u8>>> {
-        self.inner.keys(tree)
-    }
-
-    fn last_in_prefix(&self, tree: Tree, prefix: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        self.inner.last_in_prefix(tree, prefix)
-    }
-
-    fn size_on_disk(&self) -> Option<u64> {
-        self.inner.size_on_disk()
     }
 }

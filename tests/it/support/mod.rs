@@ -23,16 +23,26 @@ use tonic::transport::Channel;
 pub async fn start_coordinator(data: Option<&Path>) -> RunningCoordinator {
     let config =
         CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), data.map(Path::to_path_buf));
-    tally_coordinator::start(config)
+    tally_coordinator::start(with_sandbox(config))
         .await
         .expect("coordinator starts")
 }
 
 pub async fn start_coordinator_on(addr: SocketAddr, data: &Path) -> RunningCoordinator {
     let config = CoordinatorConfig::new(addr, Some(data.to_path_buf()));
-    tally_coordinator::start(config)
+    tally_coordinator::start(with_sandbox(config))
         .await
         .expect("coordinator starts")
+}
+
+/// `config` with the sandbox wasm modules are checked in at submission, as
+/// `tally coordinator` gives it.
+pub fn with_sandbox(config: CoordinatorConfig) -> CoordinatorConfig {
+    let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default()).expect("a sandbox");
+    config
+        .kernel_cache
+        .set_guest_runtime(std::sync::Arc::new(sandbox));
+    config
 }
 
 /// In-process workers that stop when the returned sender is dropped or set.

@@ -276,6 +276,76 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
     coordinator.shutdown().await;
 }
 
+/// A start from which the position classes rule out every allowed end (the
+/// French and diamond boards from their centres, the default; a pair of holes
+/// of the triangle whose classes differ) answers 0 at planning on every plan:
+/// one shard of the start alone, no position searched, the reason in the
+/// job's details; the kernel's direct count agrees, and a start they allow
+/// gives no such reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_the_position_classes_rule_out_answer_zero_at_planning() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let workers = Workers::start(&url, 1, 2);
+    // The triangle's ends from hole 1 that its classes rule out, and those
+    // they allow.
+    let triangle = tally_kernels::pegs::BoardShape::Triangle(5);
+    let (out, allowed): (Vec<u32>, Vec<u32>) = (1..=15).partition(|&end| {
+        tally_kernels::pegs::PegGame::new(triangle, Some(1), Some(end))
+            .unwrap()
+            .ends_ruled_out()
+            .is_some()
+    });
+    assert!(
+        !out.is_empty() && !allowed.is_empty(),
+        "{out:?} {allowed:?}"
+    );
+    let ruled_out = [
+        serde_json::json!({"board": "french"}),
+        serde_json::json!({"board": "diamond"}),
+        serde_json::json!({"board": "triangle:5", "start": 1, "end": out[0]}),
+    ];
+    for game in ruled_out {
+        for plan in ["frontier", "prefixes"] {
+            let mut params = game.clone();
+            params["plan"] = plan.into();
+            let spec = pegs_spec(params.clone());
+            let done = run_to_answer(&mut client, &spec).await;
+            assert_eq!(done.answer, "0", "{params}");
+            assert_eq!(done.shards_total, 1, "{params}: the start alone");
+            let result = client
+                .result(proto::ResultRequest {
+                    job_id: done.id.clone(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let details: serde_json::Value = serde_json::from_str(&result.details_json).unwrap();
+            let why = details["ruled_out"].as_str().unwrap_or_default();
+            assert!(why.contains("position class"), "{params}: {details}");
+            assert_eq!(details["positions"], 0, "{params}: nothing searched");
+            let direct = spec.compute_direct(1, &Control::new()).unwrap();
+            assert_eq!(direct.line, "0", "{params}");
+            assert_eq!(direct.details["ruled_out"].as_str(), Some(why), "{params}");
+        }
+    }
+    // The classes allow this start: it is searched, and no reason is given.
+    let allowed =
+        pegs_spec(serde_json::json!({"board": "triangle:5", "start": 1, "end": allowed[0]}));
+    let done = run_to_answer(&mut client, &allowed).await;
+    assert_eq!(done.answer, direct_answer(allowed.spec()));
+    let result = client
+        .result(proto::ResultRequest { job_id: done.id })
+        .await
+        .unwrap()
+        .into_inner();
+    let details: serde_json::Value = serde_json::from_str(&result.details_json).unwrap();
+    assert!(details.get("ruled_out").is_none(), "{details}");
+    workers.stop().await;
+    coordinator.shutdown().await;
+}
+
 /// OEIS A000170, n = 1..=12.
 const QUEENS: [u64; 12] = [1, 0, 0, 2, 10, 4, 40, 92, 352, 724, 2680, 14200];
 

@@ -469,6 +469,29 @@ impl PegGame {
         self.final_signatures.contains(&signature)
     }
 
+    /// Why no allowed end can be reached from the start, when the position
+    /// classes rule every one out; `None` when they allow one (which does not
+    /// make the start solvable). A jump flips its three holes and each
+    /// invariant hole set meets it in 0 or 2 of them, so the parity of the
+    /// pegs on each set never changes: a start whose parities no allowed
+    /// one-peg position shares has no solution.
+    pub fn ends_ruled_out(&self) -> Option<String> {
+        if self.may_finish(self.start) {
+            return None;
+        }
+        let ends = match self.end_hole {
+            Some(end) => format!("the one-peg position on hole {end}"),
+            None => "any one-peg position".to_string(),
+        };
+        Some(format!(
+            "no solution: the position class of the start (hole {} empty), its parities on the \
+             {} hole sets that every jump meets in 0 or 2 holes, is not that of {ends}, and no \
+             jump changes it",
+            self.start_hole,
+            self.invariants.len()
+        ))
+    }
+
     /// 1 when the one-peg `board` is an allowed end, else 0.
     fn final_value(&self, board: u64) -> u128 {
         u128::from(self.end.is_none_or(|e| e == board))

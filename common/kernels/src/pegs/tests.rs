@@ -437,6 +437,24 @@ fn french_centre_has_no_solution() {
     assert_eq!(count.memo_boards, 0, "ruled out by the parity invariants");
 }
 
+/// The French and diamond boards from their centres (their default starts)
+/// have no solution by the position classes, and say why; the English centre
+/// is allowed.
+#[test]
+fn centres_the_position_classes_rule_out_say_why() {
+    for shape in [BoardShape::French, BoardShape::Diamond] {
+        let game = PegGame::new(shape, None, None).unwrap();
+        let why = game.ends_ruled_out().expect("ruled out");
+        assert!(why.contains("position class"), "{shape}: {why}");
+        assert!(why.contains("any one-peg position"), "{shape}: {why}");
+    }
+    let english = PegGame::new(BoardShape::English, None, None).unwrap();
+    assert_eq!(english.ends_ruled_out(), None);
+    let to_a_corner = PegGame::new(BoardShape::English, None, Some(1)).unwrap();
+    let why = to_a_corner.ends_ruled_out().expect("the rule of three");
+    assert!(why.contains("on hole 1"), "{why}");
+}
+
 #[test]
 fn parity_invariants_only_rule_out_unsolvable_games() {
     for side in [4, 5] {
@@ -446,7 +464,9 @@ fn parity_invariants_only_rule_out_unsolvable_games() {
             let by_end = reference.solutions_by_final_hole(start);
             for end in 1..=shape.holes() {
                 let game = PegGame::new(shape, Some(start), Some(end)).unwrap();
-                if !game.may_finish(game.start_board()) {
+                let ruled_out = game.ends_ruled_out();
+                assert_eq!(ruled_out.is_some(), !game.may_finish(game.start_board()));
+                if ruled_out.is_some() {
                     assert_eq!(by_end[end as usize - 1], 0, "{shape} {start} -> {end}");
                 }
             }

@@ -200,6 +200,11 @@ pub struct PegsPlan {
     /// reduce by all and give no solutions by final hole.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fixes_start: bool,
+    /// Why no allowed end is reachable from the start, when the position
+    /// classes say so at planning (`PegGame::ends_ruled_out`): the job is one
+    /// shard of the start alone, which the kernel answers 0 without a search.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ruled_out: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -505,8 +510,18 @@ impl JobKind for Pegs {
     }
 
     fn prepare(spec: &PegsSpec, _cache: &KernelCache, _control: &Control) -> Result<PegsPlan> {
+        let game = game(spec)?;
+        if let Some(why) = game.ends_ruled_out() {
+            return Ok(PegsPlan {
+                peg_tasks: vec![pegs::PegTask {
+                    board: game.start_board(),
+                    multiplicity: 1,
+                }],
+                ruled_out: Some(why),
+                ..PegsPlan::default()
+            });
+        }
         if spec.plan_name() == PegsPlanName::Frontier {
-            let game = game(spec)?;
             let centre = game
                 .symmetric_images(game.start_board())
                 .iter()
@@ -522,13 +537,13 @@ impl JobKind for Pegs {
             spec.prefixes
         };
         Ok(PegsPlan {
-            peg_tasks: game(spec)?.prefix_tasks(wanted as usize)?,
+            peg_tasks: game.prefix_tasks(wanted as usize)?,
             ..PegsPlan::default()
         })
     }
 
     fn plan_stage(spec: &PegsSpec, plan: &PegsPlan, _stage: u32) -> Result<Vec<Planned<PegsTask>>> {
-        if spec.plan_name() == PegsPlanName::Frontier {
+        if spec.plan_name() == PegsPlanName::Frontier && plan.ruled_out.is_none() {
             return frontier::first_stage(spec, plan.fixes_start);
         }
         let batch = plan.peg_tasks.len().div_ceil(MAX_SHARDS).max(1);
@@ -696,7 +711,11 @@ impl JobKind for Pegs {
                 .ok_or_else(|| Error::Internal("peg solution count overflows".into()))?;
             positions += p;
         }
-        Ok(answer(spec, solutions, positions))
+        let mut answer = answer(spec, solutions, positions);
+        if let Some(why) = &plan.ruled_out {
+            answer.details["ruled_out"] = serde_json::json!(why);
+        }
+        Ok(answer)
     }
 
     fn direct(spec: &PegsSpec, threads: usize, control: &Control) -> Result<Answer> {
@@ -707,7 +726,11 @@ impl JobKind for Pegs {
             threads,
             control,
         )?;
-        Ok(answer(spec, count.solutions, count.memo_boards))
+        let mut answer = answer(spec, count.solutions, count.memo_boards);
+        if let Some(why) = game(spec)?.ends_ruled_out() {
+            answer.details["ruled_out"] = serde_json::json!(why);
+        }
+        Ok(answer)
     }
 }
 

@@ -102,6 +102,21 @@ async fn a_small_job_of_every_kind_equals_its_direct_answer() {
     coordinator.shutdown().await;
 }
 
+/// The details of the finished job `id`'s answer.
+async fn details_of(
+    client: &mut tally_wire::proto::job_service_client::JobServiceClient<tonic::transport::Channel>,
+    id: &str,
+) -> serde_json::Value {
+    let result = client
+        .result(proto::ResultRequest {
+            job_id: id.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    serde_json::from_str(&result.details_json).unwrap()
+}
+
 /// A pegs job with these parameters.
 fn pegs_spec(params: serde_json::Value) -> ValidSpec {
     ValidSpec::new(JobSpec {
@@ -197,14 +212,7 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
         });
         let spec = pegs_spec(params.clone());
         let done = run_to_answer(&mut client, &spec).await;
-        let result = client
-            .result(proto::ResultRequest {
-                job_id: done.id.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let details: serde_json::Value = serde_json::from_str(&result.details_json).unwrap();
+        let details = details_of(&mut client, &done.id).await;
         let mut finals = vec![0u128; holes + 1];
         if let Some(by_hole) = details["by_final_hole"].as_object() {
             for (hole, count) in by_hole {
@@ -235,12 +243,7 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
         params["by_final_hole"] = false.into();
         let reduced = pegs_spec(params);
         let done = run_to_answer(&mut client, &reduced).await;
-        let result = client
-            .result(proto::ResultRequest { job_id: done.id })
-            .await
-            .unwrap()
-            .into_inner();
-        let details: serde_json::Value = serde_json::from_str(&result.details_json).unwrap();
+        let details = details_of(&mut client, &done.id).await;
         let game = tally_kernels::pegs::PegGame::new(
             tally_kernels::pegs::BoardShape::Triangle(5),
             Some(start as u32),
@@ -314,14 +317,7 @@ async fn starts_the_position_classes_rule_out_answer_zero_at_planning() {
             let done = run_to_answer(&mut client, &spec).await;
             assert_eq!(done.answer, "0", "{params}");
             assert_eq!(done.shards_total, 1, "{params}: the start alone");
-            let result = client
-                .result(proto::ResultRequest {
-                    job_id: done.id.clone(),
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            let details: serde_json::Value = serde_json::from_str(&result.details_json).unwrap();
+            let details = details_of(&mut client, &done.id).await;
             let why = details["ruled_out"].as_str().unwrap_or_default();
             assert!(why.contains("position class"), "{params}: {details}");
             assert_eq!(details["positions"], 0, "{params}: nothing searched");
@@ -335,12 +331,7 @@ async fn starts_the_position_classes_rule_out_answer_zero_at_planning() {
         pegs_spec(serde_json::json!({"board": "triangle:5", "start": 1, "end": allowed[0]}));
     let done = run_to_answer(&mut client, &allowed).await;
     assert_eq!(done.answer, direct_answer(allowed.spec()));
-    let result = client
-        .result(proto::ResultRequest { job_id: done.id })
-        .await
-        .unwrap()
-        .into_inner();
-    let details: serde_json::Value = serde_json::from_str(&result.details_json).unwrap();
+    let details = details_of(&mut client, &done.id).await;
     assert!(details.get("ruled_out").is_none(), "{details}");
     workers.stop().await;
     coordinator.shutdown().await;

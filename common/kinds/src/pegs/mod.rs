@@ -200,11 +200,11 @@ pub struct PegsPlan {
     /// reduce by all and give no solutions by final hole.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fixes_start: bool,
-    /// Why no allowed end is reachable from the start, when the position
-    /// classes say so at planning (`PegGame::ends_ruled_out`): the job is one
-    /// shard of the start alone, which the kernel answers 0 without a search.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ruled_out: Option<String>,
+    /// The position classes rule out every end from the start
+    /// (`PegGame::ends_ruled_out`): on either plan the job is one shard of the
+    /// start alone, which the kernel answers 0 without a search.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ruled_out: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -511,13 +511,13 @@ impl JobKind for Pegs {
 
     fn prepare(spec: &PegsSpec, _cache: &KernelCache, _control: &Control) -> Result<PegsPlan> {
         let game = game(spec)?;
-        if let Some(why) = game.ends_ruled_out() {
+        if game.ends_ruled_out().is_some() {
             return Ok(PegsPlan {
                 peg_tasks: vec![pegs::PegTask {
                     board: game.start_board(),
                     multiplicity: 1,
                 }],
-                ruled_out: Some(why),
+                ruled_out: true,
                 ..PegsPlan::default()
             });
         }
@@ -543,7 +543,7 @@ impl JobKind for Pegs {
     }
 
     fn plan_stage(spec: &PegsSpec, plan: &PegsPlan, _stage: u32) -> Result<Vec<Planned<PegsTask>>> {
-        if spec.plan_name() == PegsPlanName::Frontier && plan.ruled_out.is_none() {
+        if spec.plan_name() == PegsPlanName::Frontier && !plan.ruled_out {
             return frontier::first_stage(spec, plan.fixes_start);
         }
         let batch = plan.peg_tasks.len().div_ceil(MAX_SHARDS).max(1);
@@ -711,11 +711,7 @@ impl JobKind for Pegs {
                 .ok_or_else(|| Error::Internal("peg solution count overflows".into()))?;
             positions += p;
         }
-        let mut answer = answer(spec, solutions, positions);
-        if let Some(why) = &plan.ruled_out {
-            answer.details["ruled_out"] = serde_json::json!(why);
-        }
-        Ok(answer)
+        Ok(answer(spec, solutions, positions))
     }
 
     fn direct(spec: &PegsSpec, threads: usize, control: &Control) -> Result<Answer> {
@@ -726,11 +722,7 @@ impl JobKind for Pegs {
             threads,
             control,
         )?;
-        let mut answer = answer(spec, count.solutions, count.memo_boards);
-        if let Some(why) = game(spec)?.ends_ruled_out() {
-            answer.details["ruled_out"] = serde_json::json!(why);
-        }
-        Ok(answer)
+        Ok(answer(spec, count.solutions, count.memo_boards))
     }
 }
 
@@ -744,8 +736,10 @@ fn start_hole(spec: &PegsSpec) -> u32 {
         .unwrap_or(0)
 }
 
+/// The answer and its details; where the position classes rule out every
+/// end, the reason too (`ruled_out`), whichever way the count was made.
 fn answer(spec: &PegsSpec, solutions: u128, positions: u64) -> Answer {
-    Answer {
+    let mut answer = Answer {
         line: solutions.to_string(),
         details: serde_json::json!({
             "kind": "pegs",
@@ -756,7 +750,11 @@ fn answer(spec: &PegsSpec, solutions: u128, positions: u64) -> Answer {
             // Summed over shards: each shard keeps its own positions.
             "positions": positions,
         }),
+    };
+    if let Some(why) = game(spec).ok().and_then(|game| game.ends_ruled_out()) {
+        answer.details["ruled_out"] = serde_json::json!(why);
     }
+    answer
 }
 
 /// Alters a result the way a faulty machine might (see [`FaultInjection`]).

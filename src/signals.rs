@@ -26,18 +26,10 @@ impl Interrupts {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+/// A future that resolves on SIGINT or SIGTERM, caught from this call on
+/// (not from its first poll): a server creates it before it starts serving,
+/// so a signal that arrives while it starts is a clean stop, not a kill.
+pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    let mut interrupts = Interrupts::new()?;
+    Ok(async move { interrupts.next().await })
 }

@@ -214,6 +214,7 @@ pub async fn execute(
     tokens: Tokens,
     tls: Option<ServerTls>,
 ) -> anyhow::Result<ExitCode> {
+    let shutdown = shutdown_signal()?;
     let mut config =
         tally_coordinator::CoordinatorConfig::new(args.listen, Some(args.data.clone()));
     check_exposure(args, &tokens, tls.as_ref())?;
@@ -264,7 +265,7 @@ pub async fn execute(
     }
     tokio::select! {
         r = coordinator.wait() => r?,
-        _ = shutdown_signal() => {
+        _ = shutdown => {
             tracing::info!("shutting down");
             coordinator.shutdown().await;
         }

@@ -106,6 +106,7 @@ fn at_least(min: u64) -> impl clap::builder::TypedValueParser<Value = u64> {
 
 /// Serves the coordinator of `remote` until SIGINT or SIGTERM.
 pub async fn execute(args: &WorkerArgs, remote: Remote) -> anyhow::Result<ExitCode> {
+    let shutdown = shutdown_signal()?;
     let config = worker_config(args, remote)?;
     errln!(
         "worker {} serving {} with {} slot(s), {} thread(s), a memory budget of {}",
@@ -115,7 +116,7 @@ pub async fn execute(args: &WorkerArgs, remote: Remote) -> anyhow::Result<ExitCo
         config.threads,
         tally_kinds::kind::format_bytes(config.memory_budget)
     );
-    let stats = tally_worker::run(config, shutdown_signal()).await?;
+    let stats = tally_worker::run(config, shutdown).await?;
     tracing::info!(
         completed = stats
             .shards_completed

@@ -131,8 +131,8 @@ fn pegs_spec(params: serde_json::Value) -> ValidSpec {
 /// coordinator's stage store and through a directory: its shards pass their
 /// share and spill sorted runs, their larger inputs are kept in files, the
 /// outputs of the shards that spilled are written to files and sent from
-/// there, and the count equals the kernel alone's. Pegs levels, blocks
-/// layers and sliders levels alike.
+/// there, and the count equals the kernel alone's. Pegs levels (and their
+/// meeting levels and joins), blocks layers and sliders levels alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frontier_jobs_whose_shards_spill_equal_the_kernel_alone() {
     let klotski = "aXXb\naXXb\ncdde\nc12e\n3..4\nsame: abce\nsame: 1234\n";
@@ -160,7 +160,19 @@ async fn frontier_jobs_whose_shards_spill_equal_the_kernel_alone() {
     })
     .unwrap();
     let pegs = pegs_spec(serde_json::json!({"board": "triangle:6", "start": 4, "buckets": 2}));
-    for (spec, budget) in [(pegs, 256 << 10), (blocks, 16 << 10), (sliders, 4 << 10)] {
+    // With a final hole: the meeting level and the join read as streams, one
+    // search meeting itself and two meeting each other.
+    let met =
+        pegs_spec(serde_json::json!({"board": "triangle:6", "start": 4, "end": 4, "buckets": 2}));
+    let two =
+        pegs_spec(serde_json::json!({"board": "triangle:6", "start": 2, "end": 8, "buckets": 2}));
+    for (spec, budget) in [
+        (pegs, 256 << 10),
+        (met, 64 << 10),
+        (two, 64 << 10),
+        (blocks, 16 << 10),
+        (sliders, 4 << 10),
+    ] {
         let name = spec.kind_name().to_string();
         let stage = tempfile::tempdir().unwrap();
         let file_store = format!("file://{}", stage.path().display());

@@ -182,7 +182,6 @@ pub fn join_level(
     let pegs = pegs_at_level(game, meeting.end_level).unwrap_or(0);
     let level = checked_merge(game, levels, pegs)?;
     let keys = checked_merge(game, joined, pegs)?;
-    let too_large = || Error::Internal("pegs: count exceeds 128 bits".into());
     let mut solutions: u128 = 0;
     let mut at = 0;
     for (block, counts) in keys
@@ -196,25 +195,37 @@ pub fn join_level(
             if level.boards.get(at) != Some(&key) {
                 continue;
             }
-            let mut images = game.symmetric_images(key);
-            images.sort_unstable();
-            images.dedup();
-            let orbit = images.len() as u128;
-            let from_end = level.counts[at];
-            if from_end % orbit != 0 {
-                return Err(Error::Internal(format!(
-                    "pegs: the end search's count {from_end} of board {key:#x} is not a multiple \
-                     of its {orbit} images"
-                )));
-            }
-            solutions = (from_end / orbit)
-                .checked_mul(ways)
-                .and_then(|w| w.checked_add(solutions))
-                .ok_or_else(too_large)?;
+            solutions = solutions_through(game, key, level.counts[at], ways, solutions)?;
         }
         control.add_work(block.len() as u64);
     }
     Ok((level.len() as u64, solutions))
+}
+
+/// `solutions` and those through the class `key` of the end search's level:
+/// its sum `from_end` over the class's images (see the module's note) times
+/// the start search's `ways` to its complements.
+pub(super) fn solutions_through(
+    game: &PegGame,
+    key: u64,
+    from_end: u128,
+    ways: u128,
+    solutions: u128,
+) -> Result<u128> {
+    let mut images = game.symmetric_images(key);
+    images.sort_unstable();
+    images.dedup();
+    let orbit = images.len() as u128;
+    if !from_end.is_multiple_of(orbit) {
+        return Err(Error::Internal(format!(
+            "pegs: the end search's count {from_end} of board {key:#x} is not a multiple \
+             of its {orbit} images"
+        )));
+    }
+    (from_end / orbit)
+        .checked_mul(ways)
+        .and_then(|w| w.checked_add(solutions))
+        .ok_or_else(|| Error::Internal("pegs: count exceeds 128 bits".into()))
 }
 
 /// Sorts a bucket whose boards are distinct by board.

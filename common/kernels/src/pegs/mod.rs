@@ -61,6 +61,7 @@ mod board;
 mod count;
 mod levels;
 mod meet;
+mod meet_stream;
 mod memo;
 mod set;
 mod stream;
@@ -78,6 +79,7 @@ pub use levels::{
     PegBucket, PegLevel, StageBucket, expand_level, pegs_at_level, rebucket, start_bucket,
 };
 pub use meet::{AtMeeting, Meeting, Side, join_level, meet_level, meeting, side_start};
+pub use meet_stream::{EncodedMeeting, join_level_within, meet_level_within};
 pub use stream::{EncodedLevel, SentBucket, expand_level_within};
 
 /// The smallest and largest triangle side. A count on side 7 (28 holes) visits

@@ -58,7 +58,7 @@ fn too_large() -> Error {
 /// The boards of one encoded [`PegBucket`], read as they come and checked as
 /// [`PegBucket::decode`] checks them (and, when `pegs` is given, that each is
 /// a board of that many pegs of the game).
-struct PartStream<S> {
+pub(super) struct PartStream<S> {
     stream: VarintStream<S>,
     left: u128,
     index: u64,
@@ -67,7 +67,7 @@ struct PartStream<S> {
 }
 
 impl<S: Source> PartStream<S> {
-    fn new(source: S, check: Option<(u64, u32)>) -> Result<Self> {
+    pub(super) fn new(source: S, check: Option<(u64, u32)>) -> Result<Self> {
         let mut stream = VarintStream::new(source, "peg level bucket");
         let left = stream.varint("the board count")?;
         Ok(PartStream {
@@ -119,14 +119,14 @@ impl<S: Source> PartStream<S> {
 }
 
 /// Sorted streams merged into one, the counts of equal boards summed.
-struct Merged<S> {
+pub(super) struct Merged<S> {
     parts: Vec<PartStream<S>>,
     heads: BinaryHeap<Reverse<(u64, usize)>>,
     ways: Vec<u128>,
 }
 
 impl<S: Source> Merged<S> {
-    fn new(parts: Vec<PartStream<S>>) -> Result<Self> {
+    pub(super) fn new(parts: Vec<PartStream<S>>) -> Result<Self> {
         let mut merged = Merged {
             heads: BinaryHeap::with_capacity(parts.len()),
             ways: vec![0; parts.len()],
@@ -146,7 +146,7 @@ impl<S: Source> Merged<S> {
         Ok(())
     }
 
-    fn next(&mut self) -> Result<Option<(u64, u128)>> {
+    pub(super) fn next(&mut self) -> Result<Option<(u64, u128)>> {
         let Some(Reverse((board, i))) = self.heads.pop() else {
             return Ok(None);
         };
@@ -165,7 +165,7 @@ impl<S: Source> Merged<S> {
 }
 
 /// The children's sums, spilled as sorted runs when they pass `limit` bytes.
-struct SpillingSums<'r, 's> {
+pub(super) struct SpillingSums<'r, 's> {
     sums: CountSums,
     boards_hint: usize,
     limit: u64,
@@ -176,8 +176,39 @@ struct SpillingSums<'r, 's> {
     spilled_bytes: u64,
 }
 
-impl SpillingSums<'_, '_> {
-    fn spill_if_full(&mut self) -> Result<()> {
+impl<'r, 's> SpillingSums<'r, 's> {
+    /// Empty tables for `buckets` outgoing buckets, spilling past a third of
+    /// `room.memory` (the rest is for the copy a table takes while it
+    /// spills, the input's buffers and the output), sized for an input of
+    /// `input_bytes`.
+    pub(super) fn new(room: &'r mut Room<'s>, buckets: u32, input_bytes: u64) -> Self {
+        // A table at its limit and the buckets it is sorted into take about
+        // 1.75 times the limit while it spills.
+        let limit = room.memory / 3;
+        // A table slot takes 16 bytes and the tables stay at most half full.
+        let boards_hint = (input_bytes / MIN_BOARD_BYTES).min((limit / 32).max(1)) as usize;
+        SpillingSums {
+            sums: CountSums::for_boards(boards_hint),
+            boards_hint,
+            limit,
+            buckets,
+            room,
+            runs: Vec::new(),
+            spilled_bytes: 0,
+        }
+    }
+
+    /// The bytes the tables hold now.
+    pub(super) fn table_bytes(&self) -> u64 {
+        self.sums.bytes()
+    }
+
+    /// Adds `ways` to `board`'s sum (call [`Self::spill_if_full`] now and then).
+    pub(super) fn add(&mut self, board: u64, ways: u128) {
+        self.sums.add(board, ways);
+    }
+
+    pub(super) fn spill_if_full(&mut self) -> Result<()> {
         if self.sums.bytes() <= self.limit {
             return Ok(());
         }
@@ -197,8 +228,9 @@ impl SpillingSums<'_, '_> {
     }
 
     /// Each outgoing bucket, encoded: the tables' part merged with every
-    /// run's, written to one run of the spill as it is merged.
-    fn finish(self) -> Result<(Vec<SentBucket>, u32, u64)> {
+    /// run's, written to one run of the spill as it is merged. With the runs
+    /// made and the bytes spilled.
+    pub(super) fn finish(self) -> Result<(Vec<SentBucket>, u32, u64)> {
         let held = self.sums.into_buckets(self.buckets)?;
         let runs = self.runs.len() as u32;
         if self.runs.is_empty() {
@@ -290,20 +322,7 @@ pub fn expand_level_within<S: Source>(
         outcome.sent = vec![SentBucket::Bytes(PegBucket::default().encode()); buckets_out as usize];
         return Ok(outcome);
     }
-    // A table at its limit and the buckets it is sorted into take about 1.75
-    // times the limit while it spills.
-    let limit = room.memory / 3;
-    // A table slot takes 16 bytes and the tables stay at most half full.
-    let boards_hint = (input_bytes / MIN_BOARD_BYTES).min((limit / 32).max(1)) as usize;
-    let mut sums = SpillingSums {
-        sums: CountSums::for_boards(boards_hint),
-        boards_hint,
-        limit,
-        buckets: buckets_out,
-        room,
-        runs: Vec::new(),
-        spilled_bytes: 0,
-    };
+    let mut sums = SpillingSums::new(room, buckets_out, input_bytes);
     let mut children = Vec::with_capacity(64);
     loop {
         control.check()?;
@@ -316,7 +335,7 @@ pub fn expand_level_within<S: Source>(
             children.clear();
             game.push_children(board, &mut children);
             for &child in &children {
-                sums.sums.add(child, ways);
+                sums.add(child, ways);
             }
         }
         outcome.states += expanded as u64;

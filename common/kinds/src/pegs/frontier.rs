@@ -126,9 +126,9 @@ fn at_meeting(m: &Meeting) -> AtMeeting {
     }
 }
 
-/// Runs a level shard: each level read as a stream and expanded within the
-/// shard's room (its memory share, spilling past it), the meeting level and
-/// the join decoded whole.
+/// Runs a level shard: each level read as a stream and expanded (or, at the
+/// meeting level, keyed by its complements) within the shard's room (its
+/// memory share, spilling past it); a join merges its two inputs as streams.
 pub(super) fn execute(
     spec: &PegsSpec,
     task: &PegsTask,
@@ -154,15 +154,9 @@ pub(super) fn execute(
     if side == PegSide::Join {
         let m = meeting.ok_or_else(|| invalid!("a join without a final hole"))?;
         let input = input.ok_or_else(|| invalid!("a join needs the meeting levels' buckets"))?;
-        let decode_all = |parts: Vec<Vec<u8>>| {
-            parts
-                .iter()
-                .map(|p| PegBucket::decode(p))
-                .collect::<Result<Vec<_>>>()
-        };
-        let levels = decode_all(input.levels()?)?;
-        let joined = decode_all(input.joined()?)?;
-        let (states, solutions) = pegs::join_level(&game, &m, levels, joined, &inner)?;
+        let levels = input.level_sources().collect();
+        let joined = input.joined_sources().collect();
+        let (states, solutions) = pegs::join_level_within(&game, &m, levels, joined, &inner)?;
         run.control.add_work(1);
         return Ok(Outcome {
             output: encode_buckets(&[]).into(),
@@ -208,43 +202,44 @@ pub(super) fn execute(
     let mut current = level;
     let meets =
         |level: u32| side == PegSide::Start && meeting.is_some_and(|m| m.start_level == level);
-    let encode_all = |buckets: Vec<PegBucket>| buckets.iter().map(PegBucket::encode).collect();
     let bytes_all = |buckets: Vec<PegBucket>| {
         buckets
             .iter()
             .map(|b| SentBucket::Bytes(b.encode()))
             .collect()
     };
-    let (sent, joined): (Vec<SentBucket>, Vec<Vec<u8>>) = loop {
+    let (sent, joined): (Vec<SentBucket>, Vec<SentBucket>) = loop {
+        // The level's parts, read as streams (afresh for each pass).
+        let sources = || -> Result<Vec<Box<dyn Source>>> {
+            Ok(match input {
+                Some(input) => input.level_sources().map(|s| Box::new(s) as _).collect(),
+                None => own.iter().map(|p| Box::new(&p[..]) as _).collect(),
+            })
+        };
+        let input_bytes = match input {
+            Some(input) => input.level_bytes(),
+            None => own.iter().map(|p| p.len() as u64).sum(),
+        };
         if meets(current) {
             let m = meeting.expect("a meeting level has a meeting");
-            let inputs = match input {
-                Some(input) => input.levels()?,
-                None => std::mem::take(&mut own),
-            }
-            .iter()
-            .map(|p| PegBucket::decode(p))
-            .collect::<Result<_>>()?;
-            let (states, sent, joined) =
-                pegs::meet_level(&game, &m, inputs, buckets_out, at_meeting(&m), &inner)?;
-            sizes.push(states);
-            break (bytes_all(sent), encode_all(joined));
+            let met = pegs::meet_level_within(
+                &game,
+                &m,
+                sources,
+                input_bytes,
+                buckets_out,
+                at_meeting(&m),
+                &mut room,
+                &inner,
+            )?;
+            sizes.push(met.states);
+            break (met.sent, met.joined);
         }
         let out_buckets = if alone { 1 } else { buckets_out };
-        let (sources, input_bytes): (Vec<Box<dyn Source>>, u64) = match input {
-            Some(input) => (
-                input.level_sources().map(|s| Box::new(s) as _).collect(),
-                input.level_bytes(),
-            ),
-            None => (
-                own.iter().map(|p| Box::new(&p[..]) as _).collect(),
-                own.iter().map(|p| p.len() as u64).sum(),
-            ),
-        };
         let part = pegs::expand_level_within(
             &game,
             current,
-            sources,
+            sources()?,
             input_bytes,
             out_buckets,
             &mut room,
@@ -283,9 +278,16 @@ pub(super) fn execute(
     run.control.add_work(1);
     let per_group = sent.len() as u32;
     let (groups, own) = layout(meeting.as_ref(), side, current);
-    let output = match sent.iter().all(|b| matches!(b, SentBucket::Bytes(_))) {
-        true => encode_output(groups * per_group, own * per_group, sent, &joined).into(),
-        false => write_output(groups * per_group, own * per_group, &sent, &mut *room.spill)?,
+    let in_memory = (sent.iter().chain(&joined)).all(|b| matches!(b, SentBucket::Bytes(_)));
+    let output = match in_memory {
+        true => encode_output(groups * per_group, own * per_group, sent, joined).into(),
+        false => write_output(
+            groups * per_group,
+            own * per_group,
+            &sent,
+            &joined,
+            &mut *room.spill,
+        )?,
     };
     Ok(Outcome {
         output,
@@ -357,13 +359,24 @@ fn image_holes(game: &PegGame, board: u64) -> Result<Vec<u32>> {
 /// `StageBucket` (its level's length, its level, its joined positions):
 /// `sent[i]` and `joined[i]` at bucket `first + i`, empty ones elsewhere.
 /// Written once, in place, since a level's output can be large.
-fn encode_output(total: u32, first: u32, sent: Vec<SentBucket>, joined: &[Vec<u8>]) -> Vec<u8> {
-    let mut sent: Vec<Vec<u8>> = (sent.into_iter())
-        .map(|bucket| match bucket {
-            SentBucket::Bytes(bytes) => bytes,
-            SentBucket::Spilled { .. } => unreachable!("encode_output is given buckets in memory"),
-        })
-        .collect();
+fn encode_output(
+    total: u32,
+    first: u32,
+    sent: Vec<SentBucket>,
+    joined: Vec<SentBucket>,
+) -> Vec<u8> {
+    let in_memory = |buckets: Vec<SentBucket>| -> Vec<Vec<u8>> {
+        (buckets.into_iter())
+            .map(|bucket| match bucket {
+                SentBucket::Bytes(bytes) => bytes,
+                SentBucket::Spilled { .. } => {
+                    unreachable!("encode_output is given buckets in memory")
+                }
+            })
+            .collect()
+    };
+    let mut sent = in_memory(sent);
+    let joined = in_memory(joined);
     let empty = PegBucket::default().encode();
     let sent_len = sent.len();
     let own = |index: u32| {
@@ -398,35 +411,33 @@ fn encode_output(total: u32, first: u32, sent: Vec<SentBucket>, joined: &[Vec<u8
     out
 }
 
-/// [`encode_output`]'s bytes, for a level shard that spilled (no joined
-/// positions), written as a run of `spill` and handed on from there.
+/// [`encode_output`]'s bytes, for a level shard that spilled, written as a
+/// run of `spill` and handed on from there.
 fn write_output(
     total: u32,
     first: u32,
     sent: &[SentBucket],
+    joined: &[SentBucket],
     spill: &mut dyn Spill,
 ) -> Result<StageOutput> {
-    let empty = PegBucket::default().encode();
-    let own = |index: u32| index.checked_sub(first).and_then(|i| sent.get(i as usize));
+    let empty = SentBucket::Bytes(PegBucket::default().encode());
+    // Bucket `index` of `of` (this shard's own), or an empty one.
+    fn own<'a>(of: &'a [SentBucket], i: Option<u32>, empty: &'a SentBucket) -> &'a SentBucket {
+        i.and_then(|i| of.get(i as usize)).unwrap_or(empty)
+    }
+    let own = |index: u32, of| own(of, index.checked_sub(first), &empty);
     let mut head = Vec::with_capacity(4 + 8 * total as usize);
     head.extend_from_slice(&total.to_le_bytes());
     for index in 0..total {
-        let level = own(index).map_or(empty.len() as u64, SentBucket::len);
-        head.extend_from_slice(&(8 + level + empty.len() as u64).to_le_bytes());
+        let (level, keyed) = (own(index, sent), own(index, joined));
+        head.extend_from_slice(&(8 + level.len() + keyed.len()).to_le_bytes());
     }
     spill.write(&head)?;
     for index in 0..total {
-        match own(index) {
-            Some(level) => {
-                spill.write(&level.len().to_le_bytes())?;
-                level.write_to(spill)?;
-            }
-            None => {
-                spill.write(&(empty.len() as u64).to_le_bytes())?;
-                spill.write(&empty)?;
-            }
-        }
-        spill.write(&empty)?;
+        let level = own(index, sent);
+        spill.write(&level.len().to_le_bytes())?;
+        level.write_to(spill)?;
+        own(index, joined).write_to(spill)?;
     }
     let run = spill.end_run()?;
     Ok(StageOutput::Stored(spill.keep_run(run)?))

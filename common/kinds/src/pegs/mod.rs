@@ -357,14 +357,6 @@ impl PegInput {
             .sum()
     }
 
-    /// Each shard's encoded level, read into memory.
-    fn levels(&self) -> Result<Vec<Vec<u8>>> {
-        self.parts
-            .iter()
-            .map(|(level, _)| self.stored.read_range(level.clone()))
-            .collect()
-    }
-
     /// Whether any shard sent joined positions (a level shard's input has
     /// none: each part ends with an empty bucket).
     fn has_joined(&self) -> Result<bool> {
@@ -379,12 +371,11 @@ impl PegInput {
         Ok(false)
     }
 
-    /// Each shard's encoded joined positions, read into memory.
-    fn joined(&self) -> Result<Vec<Vec<u8>>> {
+    /// Each shard's encoded joined positions, read in chunks.
+    fn joined_sources(&self) -> impl Iterator<Item = StoredSource<'_>> {
         self.parts
             .iter()
-            .map(|(_, joined)| self.stored.read_range(joined.clone()))
-            .collect()
+            .map(|(_, joined)| StoredSource::new(&*self.stored, joined.clone()))
     }
 }
 

@@ -22,6 +22,9 @@ pub struct Workers {
     pub slots: usize,
     /// The memory each worker's shards may use.
     pub memory_budget: u64,
+    /// The run's whole budget, which the process's peak is held to (the
+    /// first worker says when it passes it).
+    pub run_budget: u64,
     /// Where their shards spill past their share of it.
     pub spill_dir: PathBuf,
 }
@@ -138,6 +141,7 @@ fn worker_config(
     config.threads = workers.threads;
     config.slots = workers.slots;
     config.memory_budget = workers.memory_budget;
+    config.peak_budget = (index == 0).then_some(workers.run_budget);
     config.spill_dir = workers.spill_dir.clone();
     config.worker_id = format!("{}-run{index}", tally_worker::default_worker_id());
     config.lease_wait = Duration::from_secs(1);

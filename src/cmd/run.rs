@@ -108,6 +108,18 @@ pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
     if args.direct {
         return run_direct(spec, threads, json).await;
     }
+    let budget = args.memory_budget.unwrap_or_else(default_memory_budget);
+    let per_worker = (budget / args.workers as u64).max(1);
+    if let Some(why) = tally_worker::budget_refusal(per_worker, slots) {
+        return Err(match args.workers {
+            1 => invalid!("--memory-budget {why}"),
+            n => invalid!(
+                "--memory-budget {} gives each of {n} workers {why}",
+                tally_kinds::kind::format_bytes(budget)
+            ),
+        }
+        .into());
+    }
     let (data_dir, _temporary) = match &args.data {
         Some(dir) => (dir.clone(), None),
         None => {
@@ -116,12 +128,12 @@ pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
         }
     };
     let mut interrupts = Interrupts::new()?;
-    let budget = args.memory_budget.unwrap_or_else(default_memory_budget);
     let workers = Workers {
         count: args.workers,
         threads,
         slots,
-        memory_budget: (budget / args.workers as u64).max(1),
+        memory_budget: per_worker,
+        run_budget: budget,
         spill_dir: args
             .spill_dir
             .clone()

@@ -163,6 +163,10 @@ fn worker_config(args: &WorkerArgs, remote: Remote) -> anyhow::Result<WorkerConf
     if let Some(budget) = args.memory_budget {
         config.memory_budget = budget;
     }
+    if let Some(why) = tally_worker::budget_refusal(config.memory_budget, config.slots) {
+        return Err(tally_kinds::invalid!("--memory-budget {why}").into());
+    }
+    config.peak_budget = Some(config.memory_budget);
     if let Some(dir) = &args.spill_dir {
         config.spill_dir = dir.clone();
     }

@@ -1124,7 +1124,20 @@ fn run_keeps_stage_data_on_disk_by_default_or_where_it_is_told_and_counts_the_sa
 
 #[test]
 fn run_fits_a_job_to_its_memory_budget_or_refuses_it_with_the_numbers() {
-    let out = tally(&["run", "hex", "--side", "18", "--memory-budget", "100MB"]);
+    // One slot, whose least budget (about 157 MB) this passes: the job is
+    // what does not fit.
+    let out = tally(&[
+        "run",
+        "hex",
+        "--side",
+        "18",
+        "--memory-budget",
+        "160MB",
+        "--slots",
+        "1",
+        "--threads",
+        "1",
+    ]);
     assert_eq!(
         out.status.code(),
         Some(2),
@@ -1133,11 +1146,63 @@ fn run_fits_a_job_to_its_memory_budget_or_refuses_it_with_the_numbers() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("per worker") && stderr.contains("100.0 MB"),
+        stderr.contains("per worker") && stderr.contains("160.0 MB"),
         "{stderr}"
     );
     let out = tally(&["run", "hex", "--side", "4", "--memory-budget", "1GB"]);
     assert_eq!(last_line(&out), h4_mod_p());
+}
+
+#[test]
+fn a_memory_budget_below_what_the_slots_need_is_refused_with_the_numbers() {
+    for args in [
+        &[
+            "run",
+            "pegs",
+            "--board",
+            "english",
+            "--memory-budget",
+            "64MiB",
+            "--slots",
+            "2",
+        ][..],
+        &[
+            "worker",
+            "--coordinator",
+            "http://127.0.0.1:1",
+            "--memory-budget",
+            "64MiB",
+            "--slots",
+            "2",
+        ],
+    ] {
+        let out = tally(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(
+                "--memory-budget 67.1 MB is less than the 268.4 MB a worker of 2 slot(s) needs"
+            ) && stderr.contains("or fewer --slots"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // One slot needs less: the same budget with one slot runs.
+    let out = tally(&[
+        "run",
+        "pegs",
+        "--board",
+        "triangle:5",
+        "--memory-budget",
+        "160MB",
+        "--slots",
+        "1",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Every path below `dir`.

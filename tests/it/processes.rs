@@ -335,7 +335,8 @@ async fn a_worker_killed_while_spilling_leaves_no_runs_and_the_answer_unchanged(
     let _coordinator = spawn_coordinator(port, &data, &log);
     let mut client = jobs_client(&url).await;
     // The English board in two buckets a level: its widest levels' shards
-    // outgrow the share of a 64 MB budget.
+    // outgrow the share of a 160 MB budget (the least one slot may have is
+    // about 157 MB).
     let mut spec = JobSpec::new(PegsSpec {
         board: "english".into(),
         start: None,
@@ -351,7 +352,7 @@ async fn a_worker_killed_while_spilling_leaves_no_runs_and_the_answer_unchanged(
         "--spill-dir",
         spill.to_str().unwrap(),
         "--memory-budget",
-        "64MB",
+        "160MB",
     ];
     let mut spiller = spawn_worker(&url, "spiller", 1, &small, &log);
     let job = submit(&mut client, &spec, "").await;
@@ -396,6 +397,60 @@ async fn a_worker_killed_while_spilling_leaves_no_runs_and_the_answer_unchanged(
         "the dead worker's directory is swept: {owners:?}"
     );
     assert!(left.iter().all(|run| !run.exists()));
+}
+
+/// A worker process holds a count whose meeting level and join are wide to
+/// its memory budget: the peak resident memory it reports beside its budget
+/// on `/metrics` (its `VmHWM`) stays within half as much again as the
+/// budget, however the machine's load interleaves its shards (two slots,
+/// each within its share), and the answer is the kernel's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_keeps_its_peak_near_its_budget_and_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("log.txt");
+    let spill = dir.path().join("spill");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let _coordinator = spawn_coordinator(port, &data, &log);
+    let mut client = jobs_client(&url).await;
+    // The English board from its centre back to it: the two middle levels
+    // (3.3 and 3.6 million positions) meet in four buckets, each far more
+    // than a slot's share of 256 MiB when held whole.
+    let spec = JobSpec::new(PegsSpec {
+        board: "english".into(),
+        start: None,
+        end: Some(17),
+        prefixes: 0,
+        plan: Some(PegsPlanName::Frontier),
+        buckets: 4,
+        by_final_hole: false,
+    });
+    let http = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let budget: u64 = 256 << 20;
+    let args = [
+        "--spill-dir",
+        spill.to_str().unwrap(),
+        "--memory-budget",
+        "256MiB",
+        "--http",
+        &http.to_string(),
+    ];
+    let _worker = spawn_worker(&url, "budgeted", 2, &args, &log);
+    let job = submit(&mut client, &spec, "").await;
+    let done = wait_finished(&mut client, &job.id, Duration::from_secs(900)).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, "40861647040079968");
+    let (status, body) = tokio::task::spawn_blocking(move || http_get(http, "/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(metric(&body, "tally_worker_memory_budget_bytes"), budget);
+    let peak = metric(&body, "tally_worker_memory_peak_bytes");
+    assert!(
+        peak <= budget * 3 / 2,
+        "the worker peaked at {peak} bytes against a budget of {budget}"
+    );
 }
 
 /// kill -9 of a worker that holds a lease: the lease expires and another worker

@@ -53,6 +53,12 @@ pub struct WorkerConfig {
     /// coordinator gives this worker only as many shards of a job at once as
     /// their estimate fits in it.
     pub memory_budget: u64,
+    /// The budget the process's peak resident memory is held to: past it
+    /// the worker says so in its log (once, and again each time the peak
+    /// grows by a tenth). `tally worker` gives its memory budget; `tally
+    /// run` its whole budget to its first in-process worker (they share the
+    /// process with the coordinator); none by default.
+    pub peak_budget: Option<u64>,
     /// Where shards that outgrow their share of `memory_budget` write their
     /// sorted runs (a directory per worker inside it, see `spill`).
     pub spill_dir: std::path::PathBuf,
@@ -87,6 +93,7 @@ impl WorkerConfig {
             security: ClientSecurity::default(),
             http: None,
             memory_budget: machine_memory(),
+            peak_budget: None,
             spill_dir: default_spill_dir(),
             allow_wasm: false,
         }

@@ -155,6 +155,8 @@ pub(crate) struct Context {
     inline_stage_output: AtomicU64,
     /// Whether the coordinator takes outputs in packs (see `batch::pack`).
     takes_packed: AtomicBool,
+    /// The process's peak memory, held to `config.peak_budget`.
+    pub(crate) peak: crate::budget::PeakWatch,
 }
 
 /// Shards that may be prepared (input read, kernel built) and handed to the
@@ -212,6 +214,7 @@ impl Context {
             stage: Mutex::new(StageData::Coordinator),
             inline_stage_output: AtomicU64::new(0),
             takes_packed: AtomicBool::new(false),
+            peak: crate::budget::PeakWatch::new(config.peak_budget),
             config,
         })
     }
@@ -474,6 +477,8 @@ impl Context {
             active_shards: active.len(),
             slots: self.config.slots,
             work_in_progress: active.values().map(|h| h.control.work_done()).sum(),
+            memory_budget: self.config.memory_budget,
+            memory_peak: crate::budget::peak_resident(),
         }
     }
 }

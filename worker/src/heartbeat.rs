@@ -1,7 +1,8 @@
 //! The heartbeat: once a second, or three times within the shortest lease it
 //! holds, the worker tells the coordinator how far each running shard has got,
 //! which renews their leases, and stops the shards whose leases the
-//! coordinator has revoked.
+//! coordinator has revoked. It also holds the process's peak memory to its
+//! budget (`budget::PeakWatch`).
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ pub(crate) async fn heartbeat_loop(ctx: Arc<Context>) {
             _ = ctx.leases_changed() => continue,
         }
         last = tokio::time::Instant::now();
+        ctx.peak.check();
         let leases = ctx
             .progress()
             .into_iter()

@@ -51,6 +51,7 @@ mod test_support;
 use std::future::Future;
 use std::sync::Arc;
 
+pub use budget::budget_refusal;
 pub use config::{WorkerConfig, default_spill_dir, default_worker_id, machine_memory};
 pub use error::{Result, WorkerError};
 pub use lease::REPORT_GRACE;

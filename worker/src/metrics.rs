@@ -63,6 +63,10 @@ pub(crate) struct Gauges {
     pub slots: usize,
     /// Work units done so far by the running shards.
     pub work_in_progress: u64,
+    /// The memory budget, and the process's peak resident memory (where
+    /// the system says).
+    pub memory_budget: u64,
+    pub memory_peak: Option<u64>,
 }
 
 /// The Prometheus text exposition of `stats` and `gauges`.
@@ -148,6 +152,18 @@ pub(crate) fn exposition(stats: &WorkerStats, gauges: &Gauges) -> String {
         "Work units done so far by the running shards.",
         gauges.work_in_progress as f64,
     );
+    e.gauge(
+        "tally_worker_memory_budget_bytes",
+        "The memory this worker's shards may use (--memory-budget).",
+        gauges.memory_budget as f64,
+    );
+    if let Some(peak) = gauges.memory_peak {
+        e.gauge(
+            "tally_worker_memory_peak_bytes",
+            "The most resident memory this worker's process has held (VmHWM), to set beside its budget.",
+            peak as f64,
+        );
+    }
     e.histogram(
         "tally_worker_shard_compute_seconds",
         "Wall time of finished shards.",

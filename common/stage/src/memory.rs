@@ -11,12 +11,12 @@ pub const READ_PIECE: u64 = 4 << 20;
 
 /// What a worker holds besides its shards' tables and data: the process
 /// itself, about 20 MB idle.
-const PROCESS_MEMORY: u64 = 32 << 20;
+pub const PROCESS_MEMORY: u64 = 32 << 20;
 
 /// What each slot holds for stage data in flight: [`PARALLEL_READS`] pieces
 /// of [`READ_PIECE`] being read, and an upload's parts (two in flight and one
 /// being read from its file).
-const IO_MEMORY_PER_SLOT: u64 = PARALLEL_READS as u64 * READ_PIECE + 3 * PART as u64;
+pub const IO_MEMORY_PER_SLOT: u64 = PARALLEL_READS as u64 * READ_PIECE + 3 * PART as u64;
 
 /// The part of a worker's memory `budget` one shard of its `slots` may use:
 /// the budget less what the process and each slot's stage I/O hold (at most
@@ -30,6 +30,12 @@ pub fn slot_share(budget: u64, slots: u64) -> u64 {
 /// each slot's stage I/O.
 pub fn reserved(slots: u64) -> u64 {
     PROCESS_MEMORY + slots.max(1) * IO_MEMORY_PER_SLOT
+}
+
+/// The least budget a worker of `slots` may have: what it holds besides its
+/// shards ([`reserved`]) and a quarter of the budget for the shards.
+pub fn least_budget(slots: u64) -> u64 {
+    reserved(slots) * 4 / 3
 }
 
 #[cfg(test)]
@@ -52,6 +58,12 @@ mod tests {
         // A budget the I/O would mostly take: a quarter of it is shared.
         assert_eq!(slot_share(128 << 20, 2), (128 << 20) / 4 / 2);
         assert_eq!(slot_share(0, 2), 0);
+        // At the least budget the shards get a quarter of it.
+        for slots in [1, 2, 16] {
+            let least = least_budget(slots);
+            assert!(slot_share(least, slots) * slots >= least / 4 - slots);
+            assert_eq!(least_budget(2), 256 << 20);
+        }
         for budget in [64 << 20, gib, 20 * gib] {
             for slots in [1, 2, 16] {
                 let share = slot_share(budget, slots);

@@ -34,6 +34,8 @@ mod protocol;
 mod recovery;
 mod refused;
 mod reports;
+mod room;
+pub use room::{DiskRoom, RoomSource, StageRoom};
 mod shard_table;
 mod stage_outputs;
 mod stored;
@@ -48,6 +50,8 @@ mod workers;
 mod refused_tests;
 #[cfg(test)]
 mod replica_tests;
+#[cfg(test)]
+mod room_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -17,6 +17,7 @@ use crate::store::{Batch, Tree};
 
 use super::events::Event;
 use super::job::JobEntry;
+use super::room::{check_room, note_room_wait};
 use super::stage_outputs::{
     FinishedStage, HeldRead, StageBlobs, StageOutputs, StageSource, retained_stages,
 };
@@ -68,6 +69,19 @@ impl Scheduler {
             // The previous stage's output is no longer read once this one is
             // done, unless the kind keeps it for a later stage.
             Ok((Some((planned, note)), keep)) => {
+                let freed = match entry.outputs.input_stage() {
+                    Some(previous) if !keep.contains(&previous) => {
+                        entry.outputs.input_bytes().unwrap_or(0)
+                    }
+                    _ => 0,
+                };
+                let source = self.config.stage_room.as_ref();
+                let wait = check_room(entry, source, done.approx_bytes(), freed);
+                let waits = wait.is_some();
+                note_room_wait(entry, wait, batch, now_ms);
+                if waits {
+                    return Ok(());
+                }
                 entry.rec.plan = plan;
                 entry.outputs.pass_barrier(done, true, &keep, job, batch);
                 start_next_stage(entry, planned, &note, batch, now_ms)

@@ -47,6 +47,9 @@ impl Scheduler {
         if entry.rec.state.is_finished() {
             return String::new();
         }
+        if let Some(wait) = &entry.room_wait {
+            return wait.reason();
+        }
         let need = entry.rec.spec.capability();
         let able: Vec<(&str, &WorkerInfo)> = fleet
             .live

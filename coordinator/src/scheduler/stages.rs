@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 
+use tally_kinds::kind::Barrier;
 use tally_kinds::values::{EncodedPartial, EncodedTask, PlannedShard};
 use tally_stage::BlobRef;
 
@@ -37,6 +38,7 @@ impl Scheduler {
         let external = self.config.keeps_spare_stage();
         let slots = self.workers.live(now_ms).map(|(_, w)| w.slots).sum();
         let slot_memory = self.workers.least_slot_memory(now_ms);
+        let stage_room = self.config.stage_room.clone();
         let entry = self.jobs.known(job);
         if entry.rec.state.is_finished() || !entry.shards_loaded || !entry.shards.all_done() {
             return Ok(());
@@ -52,11 +54,16 @@ impl Scheduler {
             .collect::<Option<_>>()
             .ok_or_else(|| CoordinatorError::Internal("a done shard has no result".into()))?;
         let mut plan = entry.rec.plan.clone();
-        let next =
-            entry
-                .rec
-                .spec
-                .next_stage(&mut plan, entry.rec.stage, &partials, slots, slot_memory);
+        let barrier = Barrier {
+            slots,
+            slot_memory,
+            stage_bytes: done.approx_bytes(),
+            stage_room: stage_room.and_then(|source| source.0.free_bytes()),
+        };
+        let next = entry
+            .rec
+            .spec
+            .next_stage(&mut plan, entry.rec.stage, &partials, barrier);
         let next_stage = entry.rec.stage + 1;
         let next = next.and_then(|next| {
             let keep = match &next {

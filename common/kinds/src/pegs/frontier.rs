@@ -686,7 +686,17 @@ pub(super) fn next_stage(
     if start_found.len() < sums.start.len() || end_found.len() < sums.end.len() {
         return Ok(NextStage::Finish);
     }
-    let buckets_out = buckets_after(spec, largest, finished.slots);
+    // Shards spill what their share does not hold, so a disk short of room
+    // gets fewer, larger ones (fewer copies of each child).
+    let buckets_out = match spec.buckets {
+        0 => tally_kernels::buckets::within_room(
+            buckets_after(spec, largest, finished.slots),
+            finished.slots,
+            finished.stage_bytes,
+            finished.stage_room,
+        ),
+        _ => buckets_after(spec, largest, finished.slots),
+    };
     let Some(m) = meeting else {
         // One search, to the boards of one peg.
         let next = plan.levels.len() as u32;
@@ -807,6 +817,8 @@ mod tests {
                 partials: &partials,
                 slots: 1,
                 slot_memory: 0,
+                stage_bytes: 0,
+                stage_room: None,
             };
             match next_stage(&spec, &mut plan, finished).unwrap() {
                 NextStage::Shards(shards, note) => {
@@ -818,6 +830,48 @@ mod tests {
                     assert_eq!(buckets_out as usize, expected, "buckets {buckets}");
                 }
                 NextStage::Finish => panic!("finished"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_stage_store_short_of_room_gets_one_bucket_a_slot_unless_the_spec_fixed_them() {
+        let wide = 40 * crate::pegs::POSITIONS_PER_BUCKET;
+        let gib = 1u64 << 30;
+        for (buckets, room, expected) in [
+            (0, None, None),
+            (0, Some(1000 * gib), None),
+            (0, Some(gib), Some(4)),
+            (6, Some(gib), Some(6)),
+        ] {
+            let mut plan = PegsPlan {
+                levels: vec![1, 1, 2],
+                ..PegsPlan::default()
+            };
+            let partials = [levels(&[wide], 2, PegSide::Start)];
+            let finished = FinishedStage {
+                stage: 4,
+                stages_total: 4,
+                partials: &partials,
+                slots: 4,
+                slot_memory: 0,
+                stage_bytes: gib,
+                stage_room: room,
+            };
+            let NextStage::Shards(shards, _) =
+                next_stage(&spec(None, buckets), &mut plan, finished).unwrap()
+            else {
+                panic!("finished");
+            };
+            let PegsTask::PegLevel { buckets_out, .. } = shards[0].task else {
+                panic!("{:?}", shards[0].task);
+            };
+            match expected {
+                Some(expected) => assert_eq!(buckets_out, expected, "{buckets} {room:?}"),
+                None => assert!(
+                    buckets_out >= 40,
+                    "{buckets_out} buckets with room {room:?}"
+                ),
             }
         }
     }
@@ -847,6 +901,8 @@ mod tests {
                 partials: &partials,
                 slots: 3,
                 slot_memory: 0,
+                stage_bytes: 0,
+                stage_room: None,
             };
             match next_stage(&spec, &mut plan, finished).unwrap() {
                 NextStage::Finish => break,

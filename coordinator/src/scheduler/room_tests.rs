@@ -110,6 +110,19 @@ fn a_frontier_job_short_of_room_waits_at_its_barrier_and_goes_on_when_there_is_r
     let job = s.job(&id, now).unwrap();
     assert_eq!(job.state(), proto::JobState::Succeeded, "{}", job.error);
     assert_eq!(job.answer, direct_answer(&spec).line);
+    // Each stage's event says how much stage data the stage before wrote.
+    let written: Vec<u64> = s
+        .events(&id, 0)
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == "stage")
+        .filter_map(|e| {
+            let (_, bytes) = e.message.split_once("stage data written: ")?;
+            bytes.strip_suffix(" bytes")?.parse().ok()
+        })
+        .collect();
+    assert!(written.len() >= 4, "{written:?}");
+    assert!(written.iter().all(|&b| b > 0), "{written:?}");
 }
 
 #[test]

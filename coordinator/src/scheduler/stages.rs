@@ -83,7 +83,8 @@ impl Scheduler {
                     _ => 0,
                 };
                 let source = self.config.stage_room.as_ref();
-                let wait = check_room(entry, source, done.approx_bytes(), freed);
+                let done_bytes = done.approx_bytes();
+                let wait = check_room(entry, source, done_bytes, freed);
                 let waits = wait.is_some();
                 note_room_wait(entry, wait, batch, now_ms);
                 if waits {
@@ -91,6 +92,7 @@ impl Scheduler {
                 }
                 entry.rec.plan = plan;
                 entry.outputs.pass_barrier(done, true, &keep, job, batch);
+                let note = with_stage_bytes(note, done_bytes);
                 start_next_stage(entry, planned, &note, batch, now_ms)
             }
             Ok((None, _)) => {
@@ -192,6 +194,16 @@ impl Scheduler {
             Some(finished) => Ok(finished),
             None => Err(unreadable(entry)),
         }
+    }
+}
+
+/// The stage event's note with the bytes of stage data the stage wrote
+/// (about: whole stored chunks), when it wrote any.
+fn with_stage_bytes(note: String, bytes: u64) -> String {
+    match (bytes, note.is_empty()) {
+        (0, _) => note,
+        (_, true) => format!("stage data written: {bytes} bytes"),
+        (_, false) => format!("{note}; stage data written: {bytes} bytes"),
     }
 }
 

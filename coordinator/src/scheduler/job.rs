@@ -33,7 +33,7 @@ pub(super) struct JobEntry {
     pub(super) waiting_noted: bool,
     /// Set while its barrier waits for room in the stage store (in memory
     /// only: a restart asks again).
-    pub(super) room_wait: Option<super::room::RoomWait>,
+    pub(super) room_wait: Option<super::stage_room::RoomWait>,
     /// False for a job read back from the store that was never leased: its
     /// shards (all pending, as planned) stay in the store until a lease
     /// wants them (`Scheduler::ensure_shards`), so that a restart with many

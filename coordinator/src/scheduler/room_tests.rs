@@ -10,7 +10,7 @@ use tally_wire::proto;
 
 use crate::store::{MemoryStore, Store};
 
-use super::room::{RoomSource, StageRoom};
+use super::stage_room::{RoomSource, StageRoom};
 use super::tests::{direct_answer, registered, staged_report, submit};
 use super::{Scheduler, SchedulerConfig};
 

@@ -38,7 +38,7 @@ pub struct SchedulerConfig {
     pub spare_stage: bool,
     /// How much room the stage store's disk has, for the barriers of
     /// frontier plans (see `room`); none: never asked.
-    pub stage_room: Option<super::room::RoomSource>,
+    pub stage_room: Option<super::stage_room::RoomSource>,
 }
 
 impl Default for SchedulerConfig {

@@ -187,8 +187,7 @@ pub(super) fn execute(
     } else {
         Side::Start
     };
-    // The end search prunes towards its own ends (see `PegGame::searching_from`).
-    let game = game.searching_from(search);
+    let game = game.searching_from(search); // pruning towards its own ends
     // The level's parts: the stage input's, or this shard's own (the first
     // level, or the next level of a shard alone in its stage).
     let mut input = match (level, input) {
@@ -709,12 +708,8 @@ pub(super) fn next_stage(
     let first = plan.levels.len();
     let first_end = plan.end_levels.len();
     // A plan begun by a release that did not prune expanded every position.
-    if plan.expanded.len() != first {
-        plan.expanded = plan.levels.clone();
-    }
-    if plan.end_expanded.len() != first_end {
-        plan.end_expanded = plan.end_levels.clone();
-    }
+    (plan.expanded.len() != first).then(|| plan.expanded = plan.levels.clone());
+    (plan.end_expanded.len() != first_end).then(|| plan.end_expanded = plan.end_levels.clone());
     plan.levels.extend(&start_found);
     plan.end_levels.extend(&end_found);
     plan.expanded

@@ -108,9 +108,8 @@ pub struct PegsSpec {
     /// every symmetry fixes the start: it then costs nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_final_hole: bool,
-    /// Expand every position reached, also those the pagoda functions show
-    /// can reach no allowed end (by default they are skipped; the counts
-    /// are the same either way).
+    /// Expand also the positions a pagoda function shows can reach no
+    /// allowed end (skipped by default; the counts are the same).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_prune: bool,
 }
@@ -165,10 +164,8 @@ pub struct PegsArgs {
     /// parity invariants tell apart (the French hole 6), they come without it.
     #[arg(long)]
     pub by_final_hole: bool,
-    /// Expand every position reached: by default a position from which a
-    /// pagoda function shows that no allowed end can be reached is skipped
-    /// (`no_prune` in --json). The count is the same; for measuring what
-    /// pruning saves.
+    /// Expand also the positions a pagoda function shows can reach no
+    /// allowed end, skipped by default (`no_prune` in --json; same count).
     #[arg(long)]
     pub no_prune: bool,
 }
@@ -302,8 +299,7 @@ pub enum PegsPartial {
         /// On the level of one peg: the solutions by final hole (decimal).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         finals: BTreeMap<u32, String>,
-        /// Of each level's positions, those expanded (not pruned); empty
-        /// from a worker of a release that did not prune.
+        /// Of each level's positions, those expanded (not pruned).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         expanded: Vec<u64>,
     },
@@ -411,10 +407,8 @@ impl PegInput {
 }
 
 fn game(spec: &PegsSpec) -> Result<pegs::PegGame> {
-    Ok(
-        pegs::PegGame::new(pegs::parse_board(&spec.board)?, spec.start, spec.end)?
-            .with_pruning(!spec.no_prune),
-    )
+    let game = pegs::PegGame::new(pegs::parse_board(&spec.board)?, spec.start, spec.end)?;
+    Ok(game.with_pruning(!spec.no_prune))
 }
 
 impl JobKind for Pegs {
@@ -713,7 +707,6 @@ impl JobKind for Pegs {
             if !plan.end_levels.is_empty() {
                 answer.details["levels_from_the_end"] = serde_json::json!(plan.end_levels);
             }
-            // Of each level's positions, those expanded (the rest pruned).
             if !plan.expanded.is_empty() {
                 answer.details["expanded"] = serde_json::json!(plan.expanded);
             }

@@ -39,6 +39,9 @@ pub type SentBucket = CountedList;
 pub struct EncodedLevel {
     /// Distinct classes of the level in this shard's bucket.
     pub states: u64,
+    /// Those of them expanded: not pruned (see [`PegGame::worth_expanding`]);
+    /// on the level of one peg, all of them.
+    pub expanded: u64,
     /// Solutions among them (boards of one peg).
     pub solutions: u128,
     /// What goes to each bucket of the next level.
@@ -287,6 +290,7 @@ pub fn expand_level_within<S: Source>(
                 .ok_or_else(too_large)?;
         }
         control.add_work(outcome.states);
+        outcome.expanded = outcome.states;
         outcome.sent = vec![SentBucket::Bytes(PegBucket::default().encode()); buckets_out as usize];
         return Ok(outcome);
     }
@@ -305,6 +309,7 @@ pub fn expand_level_within<S: Source>(
         spilled_bytes: 0,
     };
     let mut children = Vec::with_capacity(64);
+    let pruner = game.pruner();
     loop {
         control.check()?;
         let mut expanded = 0;
@@ -313,6 +318,11 @@ pub fn expand_level_within<S: Source>(
                 break;
             };
             expanded += 1;
+            // A pruned board has no solution, nor have its children.
+            if pruner.is_some_and(|p| !p.may_finish(board)) {
+                continue;
+            }
+            outcome.expanded += 1;
             children.clear();
             game.push_children(board, &mut children);
             for &child in &children {

@@ -172,6 +172,7 @@ pub(super) fn execute(
                 buckets: 0,
                 side,
                 finals: BTreeMap::new(),
+                expanded: Vec::new(),
             },
             work_done: 1,
         });
@@ -186,6 +187,7 @@ pub(super) fn execute(
     } else {
         Side::Start
     };
+    let game = game.searching_from(search); // pruning towards its own ends
     // The level's parts: the stage input's, or this shard's own (the first
     // level, or the next level of a shard alone in its stage).
     let mut input = match (level, input) {
@@ -200,6 +202,7 @@ pub(super) fn execute(
     let mut in_memory = MemorySpill::default();
     let mut room = Room::or_in_memory(run.room.as_mut(), &mut in_memory);
     let mut sizes = Vec::new();
+    let mut expanded = Vec::new();
     let mut solutions: u128 = 0;
     let mut finals = BTreeMap::new();
     // Solutions by final hole: from a search fixing the start, or reduced by
@@ -228,6 +231,8 @@ pub(super) fn execute(
             let (states, sent, joined) =
                 pegs::meet_level(&game, &m, inputs, buckets_out, at_meeting(&m), &inner)?;
             sizes.push(states);
+            // The classes kept are those keyed for the join.
+            expanded.push(joined.iter().map(|b| b.len() as u64).sum());
             break (bytes_all(sent), encode_all(joined));
         }
         let out_buckets = if alone { 1 } else { buckets_out };
@@ -251,6 +256,7 @@ pub(super) fn execute(
             &inner,
         )?;
         sizes.push(part.states);
+        expanded.push(part.expanded);
         solutions += part.solutions;
         if by_final_hole {
             add_finals(&game, &part.finals, fixes_start, &mut finals)?;
@@ -298,6 +304,7 @@ pub(super) fn execute(
                 .into_iter()
                 .map(|(hole, ways): (u32, u128)| (hole, ways.to_string()))
                 .collect(),
+            expanded,
         },
         work_done: 1,
     })
@@ -469,6 +476,7 @@ pub(super) fn check(
             buckets: said,
             side: said_side,
             finals,
+            expanded,
         },
     ) = (task, partial)
     else {
@@ -500,6 +508,13 @@ pub(super) fn check(
     }
     if sizes.is_empty() {
         return Err(invalid!("a level shard computed no level"));
+    }
+    if !expanded.is_empty()
+        && (expanded.len() != sizes.len() || expanded.iter().zip(sizes).any(|(e, s)| e > s))
+    {
+        return Err(invalid!(
+            "a level shard expanded {expanded:?} of levels of {sizes:?} positions"
+        ));
     }
     let per_group = buckets_written(spec, task, sizes)?;
     let last = level + sizes.len() as u32 - 1;
@@ -572,6 +587,9 @@ fn check_list(
 struct StageSums {
     start: Vec<u64>,
     end: Vec<u64>,
+    /// Of those positions, the ones expanded.
+    start_expanded: Vec<u64>,
+    end_expanded: Vec<u64>,
     /// The positions of the joined level, when the stage joined the searches.
     joined: Option<u64>,
     /// The buckets a group the shards wrote.
@@ -585,6 +603,8 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
     let mut sums = StageSums {
         start: Vec::new(),
         end: Vec::new(),
+        start_expanded: Vec::new(),
+        end_expanded: Vec::new(),
         joined: None,
         written: None,
         solutions: parse_solutions(&plan.solutions)?,
@@ -601,6 +621,7 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
             buckets,
             side,
             finals,
+            expanded,
         } = partial
         else {
             return Err(invalid!("a frontier level returned {partial:?}"));
@@ -619,16 +640,19 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
             *sums.joined.get_or_insert(0) += own.iter().sum::<u64>();
             continue;
         }
-        let sizes = if *side == PegSide::Start {
-            &mut sums.start
+        let (sizes, kept) = if *side == PegSide::Start {
+            (&mut sums.start, &mut sums.start_expanded)
         } else {
-            &mut sums.end
+            (&mut sums.end, &mut sums.end_expanded)
         };
         if sums.written.is_some_and(|w| w != *buckets) {
             return Err(invalid!("the shards of one level disagree on its shape"));
         }
         sums.written = Some(*buckets);
         add_level_sizes(sizes, own, "level")?;
+        // A shard of a release that did not prune expanded every position.
+        let expanded = if expanded.is_empty() { own } else { expanded };
+        add_level_sizes(kept, expanded, "level")?;
     }
     Ok(sums)
 }
@@ -657,9 +681,16 @@ pub(super) fn next_stage(
         plan.solutions = sums.solutions.to_string();
         // The joined level is the end search's (or, with one search, the
         // start search's level after the meeting level).
+        // Its positions are joined, not expanded.
         match meeting {
-            Some(m) if m.two_sided => plan.end_levels.push(positions),
-            Some(m) if m.end_level > m.start_level => plan.levels.push(positions),
+            Some(m) if m.two_sided => {
+                plan.end_levels.push(positions);
+                plan.end_expanded.push(0);
+            }
+            Some(m) if m.end_level > m.start_level => {
+                plan.levels.push(positions);
+                plan.expanded.push(0);
+            }
             _ => {}
         }
         return Ok(NextStage::Finish);
@@ -676,8 +707,15 @@ pub(super) fn next_stage(
         .collect();
     let first = plan.levels.len();
     let first_end = plan.end_levels.len();
+    // A plan begun by a release that did not prune expanded every position.
+    (plan.expanded.len() != first).then(|| plan.expanded = plan.levels.clone());
+    (plan.end_expanded.len() != first_end).then(|| plan.end_expanded = plan.end_levels.clone());
     plan.levels.extend(&start_found);
     plan.end_levels.extend(&end_found);
+    plan.expanded
+        .extend(&sums.start_expanded[..start_found.len()]);
+    plan.end_expanded
+        .extend(&sums.end_expanded[..end_found.len()]);
     let mut note = levels_note("level", first, &start_found, "positions");
     if let [one] = end_found.as_slice() {
         note = format!("{note}; from the end, level {first_end}: {one} positions");
@@ -783,6 +821,7 @@ mod tests {
             plan: Some(PegsPlanName::Frontier),
             buckets,
             by_final_hole: false,
+            no_prune: false,
         }
     }
 
@@ -793,6 +832,7 @@ mod tests {
             buckets,
             side,
             finals: BTreeMap::new(),
+            expanded: Vec::new(),
         }
     }
 
@@ -956,6 +996,7 @@ mod validation {
             plan,
             buckets,
             by_final_hole: false,
+            no_prune: false,
         }
     }
 

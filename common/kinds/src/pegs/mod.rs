@@ -108,6 +108,10 @@ pub struct PegsSpec {
     /// every symmetry fixes the start: it then costs nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_final_hole: bool,
+    /// Expand also the positions a pagoda function shows can reach no
+    /// allowed end (skipped by default; the counts are the same).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_prune: bool,
 }
 
 impl PegsSpec {
@@ -160,6 +164,10 @@ pub struct PegsArgs {
     /// parity invariants tell apart (the French hole 6), they come without it.
     #[arg(long)]
     pub by_final_hole: bool,
+    /// Expand also the positions a pagoda function shows can reach no
+    /// allowed end, skipped by default (`no_prune` in --json; same count).
+    #[arg(long)]
+    pub no_prune: bool,
 }
 
 impl SpecArgs<PegsSpec> for PegsArgs {
@@ -172,6 +180,7 @@ impl SpecArgs<PegsSpec> for PegsArgs {
             plan: self.plan.as_deref().map(PegsPlanName::parse).transpose()?,
             buckets: self.buckets.unwrap_or(0),
             by_final_hole: self.by_final_hole,
+            no_prune: self.no_prune,
         })
     }
 }
@@ -205,6 +214,12 @@ pub struct PegsPlan {
     /// start alone, which the kernel answers 0 without a search.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ruled_out: bool,
+    /// Frontier plan: of each level's positions, those expanded (the others
+    /// were pruned); from the end search in `end_expanded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expanded: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub end_expanded: Vec<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,6 +299,9 @@ pub enum PegsPartial {
         /// On the level of one peg: the solutions by final hole (decimal).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         finals: BTreeMap<u32, String>,
+        /// Of each level's positions, those expanded (not pruned).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        expanded: Vec<u64>,
     },
 }
 
@@ -389,7 +407,8 @@ impl PegInput {
 }
 
 fn game(spec: &PegsSpec) -> Result<pegs::PegGame> {
-    pegs::PegGame::new(pegs::parse_board(&spec.board)?, spec.start, spec.end)
+    let game = pegs::PegGame::new(pegs::parse_board(&spec.board)?, spec.start, spec.end)?;
+    Ok(game.with_pruning(!spec.no_prune))
 }
 
 impl JobKind for Pegs {
@@ -415,6 +434,7 @@ impl JobKind for Pegs {
             plan: spec.plan.map(|p| p.name().to_string()).unwrap_or_default(),
             buckets: spec.buckets,
             by_final_hole: spec.by_final_hole,
+            no_prune: spec.no_prune,
         })
     }
 
@@ -438,6 +458,7 @@ impl JobKind for Pegs {
             plan,
             buckets: g.buckets,
             by_final_hole: g.by_final_hole,
+            no_prune: g.no_prune,
         }))
     }
 
@@ -491,6 +512,11 @@ impl JobKind for Pegs {
             } else {
                 ""
             }
+            + if spec.no_prune {
+                " without pruning"
+            } else {
+                ""
+            }
     }
 
     fn small_example() -> Option<PegsSpec> {
@@ -502,6 +528,7 @@ impl JobKind for Pegs {
             plan: None,
             buckets: 0,
             by_final_hole: false,
+            no_prune: false,
         })
     }
 
@@ -680,6 +707,12 @@ impl JobKind for Pegs {
             if !plan.end_levels.is_empty() {
                 answer.details["levels_from_the_end"] = serde_json::json!(plan.end_levels);
             }
+            if !plan.expanded.is_empty() {
+                answer.details["expanded"] = serde_json::json!(plan.expanded);
+            }
+            if !plan.end_expanded.is_empty() {
+                answer.details["expanded_from_the_end"] = serde_json::json!(plan.end_expanded);
+            }
             // Each shard's holes add up to its solutions (`check`); a job
             // some of whose shards gave none (a worker of a release that
             // gave them only with --by-final-hole) shows none.
@@ -715,13 +748,7 @@ impl JobKind for Pegs {
     }
 
     fn direct(spec: &PegsSpec, threads: usize, control: &Control) -> Result<Answer> {
-        let count = pegs::count_solutions(
-            pegs::parse_board(&spec.board)?,
-            spec.start,
-            spec.end,
-            threads,
-            control,
-        )?;
+        let count = game(spec)?.count_with_threads(threads, control)?;
         Ok(answer(spec, count.solutions, count.memo_boards))
     }
 }

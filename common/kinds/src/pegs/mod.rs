@@ -6,7 +6,10 @@
 //! jumps (with the number of jump sequences reaching each) counted in batches,
 //! each shard over its own layers.
 
+#[cfg(test)]
+mod form_tests;
 mod frontier;
+mod output;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -205,6 +208,11 @@ pub struct PegsPlan {
     /// start alone, which the kernel answers 0 without a search.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ruled_out: bool,
+    /// Frontier plan: its levels' lists are in the compact form
+    /// (`pegs::LevelForm::Compact`); plans made before it was write and read
+    /// the raw form to the end.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compact: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,6 +241,10 @@ pub enum PegsTask {
         /// `PegGame::fixing_start`); jobs planned before it was, by all.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         fixes_start: bool,
+        /// Its input and output lists in the compact form
+        /// (`pegs::LevelForm::Compact`); jobs planned before it was, raw.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        compact: bool,
     },
 }
 
@@ -366,9 +378,8 @@ impl PegInput {
     }
 
     /// Whether any shard sent joined positions (a level shard's input has
-    /// none: each part ends with an empty bucket).
-    fn has_joined(&self) -> Result<bool> {
-        let empty = pegs::PegBucket::default().encode();
+    /// none: each part ends with an empty bucket, `empty` in the job's form).
+    fn has_joined(&self, empty: &[u8]) -> Result<bool> {
         for (_, joined) in &self.parts {
             if joined.end - joined.start != empty.len() as u64
                 || self.stored.read_range(joined.clone())? != empty
@@ -528,6 +539,7 @@ impl JobKind for Pegs {
                 .all(|&b| b == game.start_board());
             return Ok(PegsPlan {
                 fixes_start: spec.end.is_none() && (spec.by_final_hole || centre),
+                compact: true,
                 ..PegsPlan::default()
             });
         }
@@ -544,7 +556,7 @@ impl JobKind for Pegs {
 
     fn plan_stage(spec: &PegsSpec, plan: &PegsPlan, _stage: u32) -> Result<Vec<Planned<PegsTask>>> {
         if spec.plan_name() == PegsPlanName::Frontier && !plan.ruled_out {
-            return frontier::first_stage(spec, plan.fixes_start);
+            return frontier::first_stage(spec, plan);
         }
         let batch = plan.peg_tasks.len().div_ceil(MAX_SHARDS).max(1);
         Ok(plan

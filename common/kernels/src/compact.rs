@@ -3,11 +3,12 @@
 //!
 //! A list is its entry count (a varint), then chunks of at most
 //! [`CHUNK_ENTRIES`] entries until that count is reached. A chunk is its entry
-//! count and its payload's length (varints), the CRC-32 of the payload (u32,
-//! little-endian), then the payload: for each entry the gap from the previous
-//! key (the first key of the list itself) and the count, varints. The caller
-//! chooses keys that make the gaps small (pegs: the rank of a board among the
-//! boards of its peg count, see `pegs::LevelForm`).
+//! count and its payload's length (varints), the CRC-32 of those two and the
+//! payload (u32, little-endian), then the payload: for each entry the gap
+//! from the previous key (the first key of the list itself) and the count, as
+//! bit codes (`bitcode`: Rice codes of the gaps, each count's length and its
+//! bits). The caller chooses keys that make the gaps small (pegs: the rank of
+//! a board among the boards of its peg count, see `pegs::LevelForm`).
 //!
 //! The count comes first so that a reader knows where the list ends, and it is
 //! known only once the list is written: a writer to a spill run returns it and
@@ -17,22 +18,24 @@
 //! transit that a varint reader would take for other numbers), a list cut
 //! short, and entries not strictly increasing.
 
+use crate::bitcode::{decode_chunk, encode_chunk};
 use crate::spill::{Source, VarintStream};
 use crate::{Error, Result, invalid, varint};
 
 /// Entries of a chunk at most: a chunk is read and checked whole, so it
-/// stays small (at most 38 bytes an entry).
+/// stays small (at most 74 bytes an entry).
 pub const CHUNK_ENTRIES: usize = 4096;
 
-/// Bytes of one entry at most: two varints of a `u128`.
-const MAX_ENTRY_BYTES: usize = 2 * 19;
+/// Bytes of one entry at most: two escaped codes of a `u128`.
+const MAX_ENTRY_BYTES: u128 = 74;
 
 /// Writes a list's chunks as its entries come; the entry count, which comes
 /// first in the list, is [`ChunkWriter::finish`]'s.
 #[derive(Default)]
 pub struct ChunkWriter {
+    gaps: Vec<u128>,
+    counts: Vec<u128>,
     payload: Vec<u8>,
-    in_chunk: usize,
     previous: Option<u128>,
     entries: u128,
 }
@@ -56,26 +59,29 @@ impl ChunkWriter {
                 key - previous
             }
         };
-        varint::push(&mut self.payload, gap);
-        varint::push(&mut self.payload, count);
+        self.gaps.push(gap);
+        self.counts.push(count);
         self.previous = Some(key);
         self.entries += 1;
-        self.in_chunk += 1;
-        if self.in_chunk == CHUNK_ENTRIES {
+        if self.gaps.len() == CHUNK_ENTRIES {
             self.end_chunk(out);
         }
     }
 
     fn end_chunk(&mut self, out: &mut Vec<u8>) {
-        if self.in_chunk == 0 {
+        if self.gaps.is_empty() {
             return;
         }
-        varint::push(out, self.in_chunk as u128);
-        varint::push(out, self.payload.len() as u128);
-        out.extend_from_slice(&crc32fast::hash(&self.payload).to_le_bytes());
-        out.extend_from_slice(&self.payload);
         self.payload.clear();
-        self.in_chunk = 0;
+        encode_chunk(&self.gaps, &self.counts, &mut self.payload);
+        let start = out.len();
+        varint::push(out, self.gaps.len() as u128);
+        varint::push(out, self.payload.len() as u128);
+        let crc = chunk_crc(&out[start..], &self.payload);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out.extend_from_slice(&self.payload);
+        self.gaps.clear();
+        self.counts.clear();
     }
 
     /// Writes the last chunk to `out`: the entries of the list.
@@ -83,6 +89,14 @@ impl ChunkWriter {
         self.end_chunk(out);
         self.entries
     }
+}
+
+/// The CRC-32 of a chunk's head (its entries and length) and payload.
+fn chunk_crc(head: &[u8], payload: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(head);
+    hasher.update(payload);
+    hasher.finalize()
 }
 
 /// A whole list in memory, from its entries in increasing key order.
@@ -109,8 +123,9 @@ pub struct ListStream<S> {
     entries: u128,
     read: u128,
     payload: Vec<u8>,
+    /// The chunk's gaps and counts, and the next one to read.
+    chunk_entries: Vec<(u128, u128)>,
     at: usize,
-    left_in_chunk: usize,
     chunk: u64,
     previous: Option<u128>,
 }
@@ -128,8 +143,8 @@ impl<S: Source> ListStream<S> {
             entries,
             read: 0,
             payload: Vec::new(),
+            chunk_entries: Vec::new(),
             at: 0,
-            left_in_chunk: 0,
             chunk: 0,
             previous: None,
         })
@@ -170,7 +185,7 @@ impl<S: Source> ListStream<S> {
         if entries == 0 || entries > CHUNK_ENTRIES as u128 || entries > self.left {
             return Err(self.damaged(&format!("{entries} entries")));
         }
-        if len < 2 * entries || len > (MAX_ENTRY_BYTES as u128) * entries {
+        if len < 2 || len > MAX_ENTRY_BYTES * entries {
             return Err(self.damaged(&format!("{len} bytes for {entries} entries")));
         }
         let mut crc = [0; 4];
@@ -181,11 +196,15 @@ impl<S: Source> ListStream<S> {
         self.stream
             .read_exact(&mut self.payload)
             .map_err(|_| self.truncated())?;
-        if crc32fast::hash(&self.payload) != u32::from_le_bytes(crc) {
+        let mut head = Vec::with_capacity(8);
+        varint::push(&mut head, entries);
+        varint::push(&mut head, len);
+        if chunk_crc(&head, &self.payload) != u32::from_le_bytes(crc) {
             return Err(self.damaged("its checksum fails"));
         }
+        decode_chunk(&self.payload, entries as usize, &mut self.chunk_entries)
+            .ok_or_else(|| self.damaged("its entries do not fill it"))?;
         self.at = 0;
-        self.left_in_chunk = entries as usize;
         Ok(())
     }
 
@@ -193,7 +212,7 @@ impl<S: Source> ListStream<S> {
     /// error if bytes follow the list).
     #[inline]
     pub fn pull(&mut self) -> Result<Option<(u128, u128)>> {
-        if self.left_in_chunk == 0 {
+        if self.at == self.chunk_entries.len() {
             if self.left == 0 {
                 if !self.stream.at_end()? {
                     return Err(invalid!(
@@ -206,12 +225,8 @@ impl<S: Source> ListStream<S> {
             }
             self.next_chunk()?;
         }
-        let mut reader = varint::Reader::new(&self.payload[self.at..], "compact chunk");
-        let (gap, count) = match (reader.varint("a key"), reader.varint("a count")) {
-            (Ok(gap), Ok(count)) => (gap, count),
-            _ => return Err(self.damaged("an entry runs past its end")),
-        };
-        self.at = self.payload.len() - reader.remaining();
+        let (gap, count) = self.chunk_entries[self.at];
+        self.at += 1;
         let key = match self.previous {
             None => gap,
             Some(_) if gap == 0 => {
@@ -228,11 +243,7 @@ impl<S: Source> ListStream<S> {
         self.previous = Some(key);
         self.read += 1;
         self.left -= 1;
-        self.left_in_chunk -= 1;
-        if self.left_in_chunk == 0 && self.at != self.payload.len() {
-            return Err(self.damaged("bytes after its entries"));
-        }
-        self.chunk += u64::from(self.left_in_chunk == 0);
+        self.chunk += u64::from(self.at == self.chunk_entries.len());
         Ok(Some((key, count)))
     }
 }

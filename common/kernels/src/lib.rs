@@ -4,8 +4,8 @@
 //! [`Control`] and returns a count.
 //!
 //! Modules, from the bottom up; a module imports only modules below it:
-//! - `error`; then `control`, `varint`, `modular`, `balance` and `cache`,
-//!   which import nothing but `error`;
+//! - `error`; then `control`, `varint`, `modular`, `balance`, `bitcode` and
+//!   `cache`, which import nothing but `error`;
 //! - `parallel` (on `control`), `spill` (on `varint`), `buckets` and `compact`
 //!   (on `spill`);
 //! - the kernels, which import no other kernel: `kayles` (on `modular`),
@@ -27,6 +27,7 @@
 )]
 
 pub mod balance;
+mod bitcode;
 pub mod blocks;
 pub mod buckets;
 mod cache;

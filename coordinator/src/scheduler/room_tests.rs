@@ -59,6 +59,7 @@ fn a_frontier_job_short_of_room_waits_at_its_barrier_and_goes_on_when_there_is_r
         plan: None,
         buckets: 2,
         by_final_hole: false,
+        no_prune: false,
     });
     let id = submit(&mut s, &spec);
     let mut now = 1;

@@ -59,6 +59,7 @@
 
 mod board;
 mod count;
+mod form;
 mod levels;
 mod meet;
 mod memo;
@@ -78,6 +79,7 @@ use crate::{Control, Error, Result, invalid};
 
 pub use board::Jump;
 use board::{Axis, Canonicalizer, Images, Symmetries, bits, cell_bit, hole_cells};
+pub use form::{BoardRanks, LevelForm};
 pub use levels::{
     PegBucket, PegLevel, StageBucket, expand_level, pegs_at_level, rebucket, start_bucket,
 };

@@ -18,15 +18,17 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::output::{encode_output, write_output};
 use super::{PegInput, buckets_after, game, parse_solutions};
 use super::{PegsPartial, PegsPlan, PegsSpec, PegsTask};
 use crate::kind::{FinishedStage, NextStage, Outcome, Planned, ShardRun};
-use crate::{Error, MemorySpill, Result, Room, Spill, StageOutput, invalid};
+use crate::{Error, MemorySpill, Result, Room, invalid};
 use tally_kernels::buckets::{
     add_level_sizes, bucket_of, encode_buckets, levels_note, split_buckets,
 };
 use tally_kernels::pegs::{
-    self, AtMeeting, Meeting, PegBucket, PegGame, SentBucket, Side, StageBucket,
+    self, AtMeeting, BoardRanks, LevelForm, Meeting, PegBucket, PegGame, SentBucket, Side,
+    StageBucket,
 };
 use tally_kernels::spill::Source;
 
@@ -53,6 +55,7 @@ fn level_shards(
     buckets_out: u32,
     alone: bool,
     fixes_start: bool,
+    compact: bool,
 ) -> impl Iterator<Item = Planned<PegsTask>> {
     let shards = if level == 0 && side != PegSide::Join {
         1
@@ -68,6 +71,7 @@ fn level_shards(
             side,
             buckets_in,
             fixes_start,
+            compact,
         },
         work_total: 1,
     })
@@ -84,16 +88,26 @@ fn level_game(spec: &PegsSpec, fixes_start: bool) -> Result<PegGame> {
     })
 }
 
+/// The form of a level task's lists: compact unless planned before it was.
+fn level_form(compact: bool) -> LevelForm {
+    match compact {
+        true => LevelForm::Compact,
+        false => LevelForm::Raw,
+    }
+}
+
 /// The first stage: level 0 of the start search alone, with level 0 of the
 /// end search beside it when both start in the same stage.
-pub(super) fn first_stage(spec: &PegsSpec, fixes_start: bool) -> Result<Vec<Planned<PegsTask>>> {
+pub(super) fn first_stage(spec: &PegsSpec, plan: &PegsPlan) -> Result<Vec<Planned<PegsTask>>> {
     let game = game(spec)?;
     let out = buckets_after(spec, 1, 1);
     let meeting = pegs::meeting(&game);
     let alone = meeting.is_none_or(|m| !m.two_sided && m.start_level > 1);
-    let mut planned: Vec<_> = level_shards(PegSide::Start, 0, 1, out, alone, fixes_start).collect();
+    let (fixes, compact) = (plan.fixes_start, plan.compact);
+    let mut planned: Vec<_> =
+        level_shards(PegSide::Start, 0, 1, out, alone, fixes, compact).collect();
     if meeting.is_some_and(|m| m.two_sided && m.end_delay == 0) {
-        planned.extend(level_shards(PegSide::End, 0, 1, out, false, fixes_start));
+        planned.extend(level_shards(PegSide::End, 0, 1, out, false, fixes, compact));
     }
     Ok(planned)
 }
@@ -140,12 +154,15 @@ pub(super) fn execute(
         alone,
         side,
         fixes_start,
+        compact,
         ..
     } = task
     else {
         return Err(invalid!("not a level task: {task:?}"));
     };
     let game = level_game(spec, fixes_start)?;
+    let (form, ranks) = (level_form(compact), BoardRanks::new(game.hole_mask()));
+    let empty = PegBucket::default().encode_as(form, &ranks);
     let meeting = pegs::meeting(&game);
     let input = run.input;
     // The kernel's units (positions) would exceed work_total: count them on
@@ -154,14 +171,16 @@ pub(super) fn execute(
     if side == PegSide::Join {
         let m = meeting.ok_or_else(|| invalid!("a join without a final hole"))?;
         let input = input.ok_or_else(|| invalid!("a join needs the meeting levels' buckets"))?;
-        let decode_all = |parts: Vec<Vec<u8>>| {
-            parts
-                .iter()
-                .map(|p| PegBucket::decode(p))
+        let decode_all = |parts: Vec<Vec<u8>>, what: &str| {
+            (parts.iter().enumerate())
+                .map(|(i, p)| {
+                    let label = format!("peg join of level {level}: the {what} of shard {i}");
+                    PegBucket::decode_as(p, form, &ranks, &label)
+                })
                 .collect::<Result<Vec<_>>>()
         };
-        let levels = decode_all(input.levels()?)?;
-        let joined = decode_all(input.joined()?)?;
+        let levels = decode_all(input.levels()?, "level")?;
+        let joined = decode_all(input.joined()?, "joined positions")?;
         let (states, solutions) = pegs::join_level(&game, &m, levels, joined, &inner)?;
         run.control.add_work(1);
         return Ok(Outcome {
@@ -178,7 +197,7 @@ pub(super) fn execute(
         });
     }
     if let Some(input) = input
-        && input.has_joined()?
+        && input.has_joined(&empty)?
     {
         return Err(invalid!("a level shard was sent joined positions"));
     }
@@ -197,7 +216,7 @@ pub(super) fn execute(
     };
     let mut own = match input {
         Some(_) => Vec::new(),
-        None => vec![pegs::side_start(&game, search)?.encode()],
+        None => vec![pegs::side_start(&game, search)?.encode_as(form, &ranks)],
     };
     let mut in_memory = MemorySpill::default();
     let mut room = Room::or_in_memory(run.room.as_mut(), &mut in_memory);
@@ -211,11 +230,14 @@ pub(super) fn execute(
     let mut current = level;
     let meets =
         |level: u32| side == PegSide::Start && meeting.is_some_and(|m| m.start_level == level);
-    let encode_all = |buckets: Vec<PegBucket>| buckets.iter().map(PegBucket::encode).collect();
+    let encode_all = |buckets: Vec<PegBucket>| {
+        (buckets.iter())
+            .map(|b| b.encode_as(form, &ranks))
+            .collect()
+    };
     let bytes_all = |buckets: Vec<PegBucket>| {
-        buckets
-            .iter()
-            .map(|b| SentBucket::Bytes(b.encode()))
+        (buckets.iter())
+            .map(|b| SentBucket::Bytes(b.encode_as(form, &ranks)))
             .collect()
     };
     let (sent, joined): (Vec<SentBucket>, Vec<Vec<u8>>) = loop {
@@ -226,7 +248,11 @@ pub(super) fn execute(
                 None => std::mem::take(&mut own),
             }
             .iter()
-            .map(|p| PegBucket::decode(p))
+            .enumerate()
+            .map(|(i, p)| {
+                let label = format!("peg level {current}: the part of shard {i}");
+                PegBucket::decode_as(p, form, &ranks, &label)
+            })
             .collect::<Result<_>>()?;
             let (states, sent, joined) =
                 pegs::meet_level(&game, &m, inputs, buckets_out, at_meeting(&m), &inner)?;
@@ -252,6 +278,7 @@ pub(super) fn execute(
             sources,
             input_bytes,
             out_buckets,
+            form,
             &mut room,
             &inner,
         )?;
@@ -276,7 +303,10 @@ pub(super) fn execute(
         // own stage with the join's bucket count.
         if part.states == 0 || next > 1 || !more || meets(current + 1) {
             let whole = match sent.pop() {
-                Some(bytes) => PegBucket::decode(&bytes)?,
+                Some(bytes) => {
+                    let label = format!("peg level {}", current + 1);
+                    PegBucket::decode_as(&bytes, form, &ranks, &label)?
+                }
                 None => PegBucket::default(),
             };
             break (bytes_all(pegs::rebucket(whole, next)), Vec::new());
@@ -290,8 +320,14 @@ pub(super) fn execute(
     let per_group = sent.len() as u32;
     let (groups, own) = layout(meeting.as_ref(), side, current);
     let output = match sent.iter().all(|b| matches!(b, SentBucket::Bytes(_))) {
-        true => encode_output(groups * per_group, own * per_group, sent, &joined).into(),
-        false => write_output(groups * per_group, own * per_group, &sent, &mut *room.spill)?,
+        true => encode_output(groups * per_group, own * per_group, sent, &joined, &empty).into(),
+        false => write_output(
+            groups * per_group,
+            own * per_group,
+            &sent,
+            &empty,
+            &mut *room.spill,
+        )?,
     };
     Ok(Outcome {
         output,
@@ -360,85 +396,6 @@ fn image_holes(game: &PegGame, board: u64) -> Result<Vec<u32>> {
         .collect()
 }
 
-/// A level shard's output as `encode_buckets` frames `total` buckets, each a
-/// `StageBucket` (its level's length, its level, its joined positions):
-/// `sent[i]` and `joined[i]` at bucket `first + i`, empty ones elsewhere.
-/// Written once, in place, since a level's output can be large.
-fn encode_output(total: u32, first: u32, sent: Vec<SentBucket>, joined: &[Vec<u8>]) -> Vec<u8> {
-    let mut sent: Vec<Vec<u8>> = (sent.into_iter())
-        .map(|bucket| match bucket {
-            SentBucket::Bytes(bytes) => bytes,
-            SentBucket::Spilled { .. } => unreachable!("encode_output is given buckets in memory"),
-        })
-        .collect();
-    let empty = PegBucket::default().encode();
-    let sent_len = sent.len();
-    let own = |index: u32| {
-        index
-            .checked_sub(first)
-            .map(|i| i as usize)
-            .filter(|&i| i < sent_len)
-    };
-    let joined_of = |i: usize| joined.get(i).map_or(&empty[..], |j| &j[..]);
-    let frames: Vec<usize> = (0..total)
-        .map(|index| match own(index) {
-            Some(i) => 8 + sent[i].len() + joined_of(i).len(),
-            None => 8 + 2 * empty.len(),
-        })
-        .collect();
-    let mut out = Vec::with_capacity(4 + 8 * total as usize + frames.iter().sum::<usize>());
-    out.extend_from_slice(&total.to_le_bytes());
-    for &len in &frames {
-        out.extend_from_slice(&(len as u64).to_le_bytes());
-    }
-    for index in 0..total {
-        // Each bucket is let go once copied: the output and one bucket are
-        // in memory at once, not the output twice.
-        let (level, joined) = match own(index) {
-            Some(i) => (std::mem::take(&mut sent[i]), joined_of(i)),
-            None => (empty.clone(), &empty[..]),
-        };
-        out.extend_from_slice(&(level.len() as u64).to_le_bytes());
-        out.extend_from_slice(&level);
-        out.extend_from_slice(joined);
-    }
-    out
-}
-
-/// [`encode_output`]'s bytes, for a level shard that spilled (no joined
-/// positions), written as a run of `spill` and handed on from there.
-fn write_output(
-    total: u32,
-    first: u32,
-    sent: &[SentBucket],
-    spill: &mut dyn Spill,
-) -> Result<StageOutput> {
-    let empty = PegBucket::default().encode();
-    let own = |index: u32| index.checked_sub(first).and_then(|i| sent.get(i as usize));
-    let mut head = Vec::with_capacity(4 + 8 * total as usize);
-    head.extend_from_slice(&total.to_le_bytes());
-    for index in 0..total {
-        let level = own(index).map_or(empty.len() as u64, SentBucket::len);
-        head.extend_from_slice(&(8 + level + empty.len() as u64).to_le_bytes());
-    }
-    spill.write(&head)?;
-    for index in 0..total {
-        match own(index) {
-            Some(level) => {
-                spill.write(&level.len().to_le_bytes())?;
-                level.write_to(spill)?;
-            }
-            None => {
-                spill.write(&(empty.len() as u64).to_le_bytes())?;
-                spill.write(&empty)?;
-            }
-        }
-        spill.write(&empty)?;
-    }
-    let run = spill.end_run()?;
-    Ok(StageOutput::Stored(spill.keep_run(run)?))
-}
-
 /// The buckets per group a level shard that computed levels of `sizes`
 /// writes.
 fn buckets_written(spec: &PegsSpec, task: &PegsTask, sizes: &[u64]) -> Result<u32> {
@@ -469,7 +426,13 @@ pub(super) fn check(
     output: &[u8],
 ) -> Result<()> {
     let (
-        &PegsTask::PegLevel { level, side, .. },
+        &PegsTask::PegLevel {
+            level,
+            side,
+            fixes_start,
+            compact,
+            ..
+        },
         PegsPartial::PegLevels {
             sizes,
             solutions,
@@ -541,8 +504,10 @@ pub(super) fn check(
         }
         None => (Some(pegs_at(last + 1)), None),
     };
+    let ranks = BoardRanks::new(level_game(spec, fixes_start)?.hole_mask());
     for (index, bytes) in buckets.into_iter().enumerate() {
-        let bucket = StageBucket::decode(bytes)?;
+        let label = format!("peg level {level}: output bucket {index}");
+        let bucket = StageBucket::decode_as(bytes, level_form(compact), &ranks, &label)?;
         let mine = index as u32 / per_group.max(1) == own;
         let q = index as u32 % per_group.max(1);
         for (list, pegs, what) in [
@@ -748,6 +713,7 @@ pub(super) fn next_stage(
             buckets_out,
             shards == 1,
             plan.fixes_start,
+            plan.compact,
         )
         .collect();
         return Ok(NextStage::Shards(planned, note));
@@ -774,6 +740,7 @@ fn meeting_shards(
             0,
             false,
             plan.fixes_start,
+            plan.compact,
         );
         return Ok(join.collect());
     }
@@ -786,6 +753,7 @@ fn meeting_shards(
         buckets_out,
         alone,
         plan.fixes_start,
+        plan.compact,
     )
     .collect();
     let end_next = plan.end_levels.len() as u32;
@@ -802,6 +770,7 @@ fn meeting_shards(
             buckets_out,
             false,
             plan.fixes_start,
+            plan.compact,
         ));
     }
     Ok(planned)
@@ -926,9 +895,13 @@ mod tests {
         };
         let m = pegs::meeting(&game(&spec).unwrap()).unwrap();
         assert_eq!((m.start_level, m.end_level, m.end_delay), (15, 16, 0));
-        let first = first_stage(&spec, true).unwrap();
+        let mut plan = PegsPlan {
+            fixes_start: true,
+            ..PegsPlan::default()
+        };
+        let first = first_stage(&spec, &plan).unwrap();
         assert_eq!(first.len(), 2, "both searches start in the first stage");
-        let mut plan = PegsPlan::default();
+        plan.fixes_start = false;
         let mut stage = 1;
         let mut partials = vec![
             levels(&[1], 3, PegSide::Start),

@@ -6,7 +6,10 @@
 //! jumps (with the number of jump sequences reaching each) counted in batches,
 //! each shard over its own layers.
 
+#[cfg(test)]
+mod form_tests;
 mod frontier;
+mod output;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -41,13 +44,19 @@ pub const MAX_PREFIX_TASKS: u32 = 100_000;
 pub const MAX_BUCKETS: u32 = 1024;
 
 /// Positions of a level per shard of the next level when the frontier plan
-/// chooses the bucket count. A shard's memory follows its children, which are
-/// deduplicated only within the shard (by estimate, several per position and
-/// some tens of bytes each while they are summed, sorted and encoded); the
-/// largest English levels (3.6 million positions) go to 8 shards. Measured on
-/// the English board, centre to centre: a worker of two slots peaks at 996 MB
-/// and the job takes 8.1 s; with 250,000 positions a shard, 616 MB and 10.1 s.
-const POSITIONS_PER_BUCKET: u64 = 500_000;
+/// chooses the bucket count: so many that a level takes one round of the live
+/// slots, unless it passes this many positions a slot. Fewer, larger shards
+/// send less: a position is sent once by every shard holding one of its
+/// parents, so a level's stage data grows with its shards (on the French
+/// board about 1.9 copies of each position with 2 shards, 8 and more with a
+/// shard per 500,000 positions as before), and a shard past its memory share
+/// spills its tables to sorted runs and merges them with sequential reads.
+/// The French board from hole 6 took 38 minutes in 2 shards a level, 59 in a
+/// shard per 500,000 positions (docs/benchmarks.md).
+const POSITIONS_PER_BUCKET: u64 = 1 << 28;
+/// Positions of a level worth a shard of their own: a level of fewer shards
+/// than slots gets one per so many positions.
+const POSITIONS_WORTH_A_SHARD: u64 = 125_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -220,6 +229,11 @@ pub struct PegsPlan {
     pub expanded: Vec<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub end_expanded: Vec<u64>,
+    /// Frontier plan: its levels' lists are in the compact form
+    /// (`pegs::LevelForm::Compact`); plans made before it was write and read
+    /// the raw form to the end.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compact: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -248,6 +262,10 @@ pub enum PegsTask {
         /// `PegGame::fixing_start`); jobs planned before it was, by all.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         fixes_start: bool,
+        /// Its input and output lists in the compact form
+        /// (`pegs::LevelForm::Compact`); jobs planned before it was, raw.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        compact: bool,
     },
 }
 
@@ -311,7 +329,7 @@ fn buckets_after(spec: &PegsSpec, positions: u64, slots: u32) -> u32 {
     bucket_count(
         positions,
         POSITIONS_PER_BUCKET,
-        POSITIONS_PER_BUCKET / 4,
+        POSITIONS_WORTH_A_SHARD,
         spec.buckets,
         MAX_BUCKETS,
         slots,
@@ -384,9 +402,8 @@ impl PegInput {
     }
 
     /// Whether any shard sent joined positions (a level shard's input has
-    /// none: each part ends with an empty bucket).
-    fn has_joined(&self) -> Result<bool> {
-        let empty = pegs::PegBucket::default().encode();
+    /// none: each part ends with an empty bucket, `empty` in the job's form).
+    fn has_joined(&self, empty: &[u8]) -> Result<bool> {
         for (_, joined) in &self.parts {
             if joined.end - joined.start != empty.len() as u64
                 || self.stored.read_range(joined.clone())? != empty
@@ -555,6 +572,7 @@ impl JobKind for Pegs {
                 .all(|&b| b == game.start_board());
             return Ok(PegsPlan {
                 fixes_start: spec.end.is_none() && (spec.by_final_hole || centre),
+                compact: true,
                 ..PegsPlan::default()
             });
         }
@@ -571,7 +589,7 @@ impl JobKind for Pegs {
 
     fn plan_stage(spec: &PegsSpec, plan: &PegsPlan, _stage: u32) -> Result<Vec<Planned<PegsTask>>> {
         if spec.plan_name() == PegsPlanName::Frontier && !plan.ruled_out {
-            return frontier::first_stage(spec, plan.fixes_start);
+            return frontier::first_stage(spec, plan);
         }
         let batch = plan.peg_tasks.len().div_ceil(MAX_SHARDS).max(1);
         Ok(plan

@@ -1,61 +1,176 @@
 #!/usr/bin/env python3
 """The solutions of a peg solitaire board by start and final hole, as a
-Markdown table, counted by `tally run pegs --board BOARD --start S
---by-final-hole --json` for each start hole asked for (one forward search
-each gives every final hole).
+Markdown table, counted by `tally run pegs --board BOARD --start S --json`
+for one start hole of each class under the board's symmetries (one forward
+search each gives every final hole; `--by-final-hole` is added only where
+the symmetric search cannot tell the final holes apart).
 
-    scripts/pegs-table.py [--tally PATH] [--board english] [--starts 1,2,4,5,9,10,17]
+    scripts/pegs-table.py [--tally PATH] [--board english|french|diamond]
+                          [--starts 1,2,4] [--results FILE] [--data-root DIR]
 
-The default starts are one hole of each class under the board's symmetries.
+Checks what the counts must satisfy, and stops naming the first failure:
+- each row adds up to its run's answer;
+- every pair (a, b) of holes: N(a -> b) = N(b -> a), a game played backwards
+  with pegs and holes swapped, each side from its own forward search (a hole
+  outside the starts run is mapped onto its class's start by a symmetry,
+  which maps the pair with it);
+- a start the position classes rule out answers 0 and says why.
 
-Also checks what the counts must satisfy: a game played backwards (start on
-the final hole, end on the start hole) has as many solutions, and each row
-adds up to its run's answer.
+`--results FILE` keeps each start's counts as it finishes, so that a table of
+many hours resumes where it stopped; `--data-root DIR` gives each run a data
+directory of its own under DIR, so that an interrupted run resumes too.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
+import time
 
-# One hole of each class of holes under the symmetries of the square.
-CLASSES = {"english": [1, 2, 4, 5, 9, 10, 17]}
+# Row widths of each board, centred on a square grid; holes are numbered row
+# by row, left to right, from 1.
+ROWS = {
+    "english": [3, 3, 7, 7, 7, 3, 3],
+    "french": [3, 5, 7, 7, 7, 5, 3],
+    "diamond": [1, 3, 5, 7, 9, 7, 5, 3, 1],
+}
 
 
-def run(tally, board, start):
-    out = subprocess.run(
-        [tally, "run", "pegs", "--board", board, "--start", str(start), "--by-final-hole", "--json"],
-        check=True, capture_output=True, text=True,
-    ).stdout
+def holes_of(board):
+    """Each hole's (x, y), centred on the board's middle, by hole number."""
+    rows = ROWS[board]
+    width = max(rows)
+    holes = {}
+    number = 1
+    for y, row in enumerate(rows):
+        for i in range(row):
+            x = (width - row) // 2 + i
+            holes[number] = (2 * x - (width - 1), 2 * y - (len(rows) - 1))
+            number += 1
+    return holes
+
+
+def symmetries(board):
+    """The eight symmetries of the square, as permutations of hole numbers."""
+    holes = holes_of(board)
+    at = {xy: h for h, xy in holes.items()}
+    maps = [
+        lambda x, y: (x, y), lambda x, y: (-y, x), lambda x, y: (-x, -y), lambda x, y: (y, -x),
+        lambda x, y: (-x, y), lambda x, y: (x, -y), lambda x, y: (y, x), lambda x, y: (-y, -x),
+    ]
+    return [{h: at[f(*xy)] for h, xy in holes.items()} for f in maps]
+
+
+def classes(board):
+    """The least hole of each class of holes under the symmetries."""
+    seen, firsts = set(), []
+    for h in sorted(holes_of(board)):
+        if h not in seen:
+            firsts.append(h)
+            seen.update(g[h] for g in symmetries(board))
+    return firsts
+
+
+def run(args, start, by_final_hole):
+    command = [args.tally, "run", "pegs", "--board", args.board, "--start", str(start), "--json"]
+    if by_final_hole:
+        command.append("--by-final-hole")
+    if args.data_root:
+        command += ["--data", os.path.join(args.data_root, f"{args.board}-{start}")]
+    began = time.monotonic()
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
-    finals = {int(h): int(n) for h, n in result["details"].get("by_final_hole", {}).items()}
+    result["wall_s"] = round(time.monotonic() - began, 1)
+    return result
+
+
+def count_start(args, start):
+    """One start's row: its counts by final hole, and how it was found."""
+    result = run(args, start, False)
+    details = result["details"]
+    if details.get("ruled_out"):
+        if int(result["answer"]) != 0:
+            sys.exit(f"start {start}: ruled out, yet {result['answer']} solutions")
+        return {"finals": {}, "ruled_out": details["ruled_out"], "wall_s": result["wall_s"]}
+    if "by_final_hole" not in details:
+        result = run(args, start, True)
+        details = result["details"]
+    finals = {int(h): int(n) for h, n in details.get("by_final_hole", {}).items()}
     if sum(finals.values()) != int(result["answer"]):
         sys.exit(f"start {start}: the final holes add up to {sum(finals.values())}, not {result['answer']}")
-    return finals
+    return {
+        "finals": finals,
+        "answer": int(result["answer"]),
+        "positions": details.get("positions"),
+        "wall_s": result["wall_s"],
+    }
+
+
+def check_reversal(board, table):
+    """N(a -> b) = N(b -> a) for every pair of holes, through the symmetries."""
+    groups = symmetries(board)
+    holes = sorted(holes_of(board))
+
+    def count(a, b):
+        for g in groups:
+            if g[a] in table:
+                return table[g[a]]["finals"].get(g[b], 0)
+        return None
+
+    checked = 0
+    for a in holes:
+        for b in holes:
+            ab, ba = count(a, b), count(b, a)
+            if ab is None or ba is None:
+                continue
+            if ab != ba:
+                sys.exit(f"{a} -> {b} has {ab} solutions and {b} -> {a} {ba}")
+            checked += 1
+    return checked
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tally", default="tally")
-    parser.add_argument("--board", default="english", choices=["english", "french"])
-    parser.add_argument("--starts", help="comma-separated start holes")
+    parser.add_argument("--board", default="english", choices=sorted(ROWS))
+    parser.add_argument("--starts", help="comma-separated start holes (default: one of each class)")
+    parser.add_argument("--results", help="a JSON file keeping each start's counts as it finishes")
+    parser.add_argument("--data-root", help="a directory for each run's data directory")
     args = parser.parse_args()
-    if not args.starts and args.board not in CLASSES:
-        parser.error(f"give --starts for the {args.board} board")
-    starts = [int(s) for s in args.starts.split(",")] if args.starts else CLASSES[args.board]
+    starts = [int(s) for s in args.starts.split(",")] if args.starts else classes(args.board)
+    kept = {}
+    if args.results and os.path.exists(args.results):
+        with open(args.results) as f:
+            kept = json.load(f)
     table = {}
     for start in starts:
-        table[start] = run(args.tally, args.board, start)
-        print(f"start {start} done", file=sys.stderr)
-    for a in table:
-        for b in table:
-            if table[a].get(b, 0) != table[b].get(a, 0):
-                sys.exit(f"{a} -> {b} has {table[a].get(b, 0)} solutions and {b} -> {a} {table[b].get(a, 0)}")
-    finals = sorted({b for row in table.values() for b in row if row[b] > 0})
+        key = f"{args.board}:{start}"
+        if key in kept:
+            row = kept[key]
+            row["finals"] = {int(h): n for h, n in row["finals"].items()}
+        else:
+            row = count_start(args, start)
+            kept[key] = row
+            if args.results:
+                with open(args.results, "w") as f:
+                    json.dump(kept, f, indent=1)
+        table[start] = row
+        print(f"start {start}: {row.get('answer', 0)} solutions, {row['wall_s']} s", file=sys.stderr)
+    pairs = check_reversal(args.board, table)
+    print(f"{pairs} ordered pairs of holes checked by reversal", file=sys.stderr)
+    finals = sorted({b for row in table.values() for b in row["finals"] if row["finals"][b] > 0})
     print("| start \\ final | " + " | ".join(str(b) for b in finals) + " |")
     print("|---|" + "---|" * len(finals))
     for start, row in table.items():
-        cells = [f"{row[b]:,}" if row.get(b, 0) else "" for b in finals]
+        if row.get("ruled_out"):
+            continue
+        cells = [f"{row['finals'][b]:,}" if row["finals"].get(b, 0) else "" for b in finals]
         print(f"| {start} | " + " | ".join(cells) + " |")
+    ruled_out = [start for start, row in table.items() if row.get("ruled_out")]
+    if ruled_out:
+        print()
+        print("No solution (the position classes rule them out, answered at planning): "
+              + ", ".join(str(s) for s in ruled_out) + ".")
 
 
 if __name__ == "__main__":

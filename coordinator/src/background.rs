@@ -146,9 +146,21 @@ pub async fn expire_leases(shared: Arc<Shared>, every: Duration, retain: Option<
                     tracing::debug!(error = %e, "settling finished jobs failed");
                 }
                 s.write_deferred_events()?;
-                s.expire_leases(now)
+                // Barriers waiting for room in the stage store pass once
+                // there is room.
+                let passed = s.retry_room_waits(now).unwrap_or_else(|e| {
+                    tracing::debug!(error = %e, "a barrier waiting for room failed to pass");
+                    0
+                });
+                Ok((s.expire_leases(now)?, passed))
             })
             .await;
+        if let Ok((_, passed @ 1..)) = expired {
+            tracing::info!(jobs = passed, "barriers that waited for room passed");
+            shared.work_ready.notify_waiters();
+            let _ = shared.changes.send(String::new());
+        }
+        let expired = expired.map(|(n, _)| n);
         if failing && expired.is_ok() {
             failing = false;
             tracing::info!("lease expiry works again");

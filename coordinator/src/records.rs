@@ -193,6 +193,11 @@ pub struct ShardRecord {
 /// larger memory budget than theirs.
 pub const VANISHED_LIMIT: u32 = 2;
 
+/// How long such a shard waits for a worker with a larger budget: past it,
+/// with none live, it goes to the largest live worker (a kill that was not
+/// for memory looks the same), and its failed attempts bound the tries.
+pub const LARGER_WORKER_PATIENCE_MS: u64 = 90_000;
+
 impl ShardRecord {
     /// The memory budget a worker needs to be offered this shard: more than
     /// that of the workers that vanished while running it, once

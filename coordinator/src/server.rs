@@ -348,6 +348,7 @@ async fn load_shared(
     let mut scheduler_config = config.scheduler.clone();
     scheduler_config.external_stage_store = config.stage_store.is_external();
     scheduler_config.spare_stage = config.spare_stage;
+    scheduler_config.stage_room = stage_room_of(&config.stage_store, config.data_dir.as_deref());
     let url = config.stage_store.clone();
     let (scheduler, own_stage_store) = blocking(move || {
         let mut scheduler = load_scheduler(store, scheduler_config, recovery)?;
@@ -673,4 +674,21 @@ fn grpc_builder(config: &CoordinatorConfig) -> Result<tonic::transport::Server> 
             .map_err(|e| CoordinatorError::InvalidArgument(tls_config_error(&e))),
         None => Ok(builder),
     }
+}
+
+/// Where the room for stage data is measured: the stage directory of a
+/// `file://` store, the data directory for the coordinator's own store;
+/// none for an object store (or a coordinator without a data directory).
+fn stage_room_of(
+    url: &tally_stage::StageStoreUrl,
+    data_dir: Option<&std::path::Path>,
+) -> Option<crate::scheduler::RoomSource> {
+    let dir = match url {
+        tally_stage::StageStoreUrl::File(dir) => dir.clone(),
+        tally_stage::StageStoreUrl::Coordinator => data_dir?.to_path_buf(),
+        tally_stage::StageStoreUrl::S3 { .. } => return None,
+    };
+    Some(crate::scheduler::RoomSource(std::sync::Arc::new(
+        crate::scheduler::DiskRoom { dir },
+    )))
 }

@@ -750,6 +750,7 @@ async fn pegs_through_several_workers_equal_the_single_process_count() {
                     plan: Some(plan),
                     buckets,
                     by_final_hole: false,
+                    no_prune: false,
                 });
                 let name = format!("{board} {start:?} {end:?} {plan:?} {buckets} buckets");
                 let job = submit(&mut client, &spec, "").await;

@@ -291,6 +291,111 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
     coordinator.shutdown().await;
 }
 
+/// Pruned and unpruned searches agree through the runner: on every start of
+/// the triangle of side `side`, on both plans, the total and (frontier) the
+/// solutions by final hole; with `with_ends`, the prefixes plan too and with a
+/// final hole (the frontier plan's meeting in the middle, one search or two). The pruned frontier jobs
+/// report of each level its positions and those expanded; unpruned ones
+/// expand them all. The jobs of a start are submitted together.
+async fn pruned_and_unpruned_pegs_jobs_agree(side: u32, with_ends: bool) {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let workers = Workers::start(&url, 1, 2);
+    let shape = tally_kernels::pegs::BoardShape::Triangle(side);
+    let ruled_out = |start: u32, end: Option<u32>| {
+        tally_kernels::pegs::PegGame::new(shape, Some(start), end)
+            .unwrap()
+            .ends_ruled_out()
+            .is_some()
+    };
+    let holes = side * (side + 1) / 2;
+    let mut pruned_somewhere = false;
+    for start in (1..=holes).filter(|&s| !ruled_out(s, None)) {
+        let board = format!("triangle:{side}");
+        let mut games = vec![serde_json::json!(
+            {"board": board, "start": start, "buckets": 2, "by_final_hole": true}
+        )];
+        // The larger triangle: the frontier plan only (the kernel tests hold
+        // the layered count of the prefixes plan on every start).
+        if with_ends {
+            games.push(serde_json::json!(
+                {"board": board, "start": start, "plan": "prefixes", "prefixes": 8}
+            ));
+            games.push(
+                serde_json::json!({"board": board, "start": start, "end": start, "buckets": 2}),
+            );
+            // An end the classes allow other than the start: two searches.
+            if let Some(end) = (1..=holes).find(|&e| e != start && !ruled_out(start, Some(e))) {
+                games.push(
+                    serde_json::json!({"board": board, "start": start, "end": end, "buckets": 2}),
+                );
+            }
+        }
+        let mut submitted = Vec::new();
+        for params in &games {
+            for no_prune in [false, true] {
+                let mut params = params.clone();
+                params["no_prune"] = no_prune.into();
+                let job = client
+                    .submit(proto::SubmitRequest {
+                        spec: Some((&pegs_spec(params.clone())).into()),
+                        idempotency_key: String::new(),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .job
+                    .unwrap();
+                submitted.push((params, job.id));
+            }
+        }
+        let mut answers = Vec::new();
+        for (params, id) in submitted {
+            let done = wait_finished(&mut client, &id, Duration::from_secs(600)).await;
+            assert_eq!(
+                state(&done),
+                JobState::Succeeded,
+                "{params}: {}",
+                done.error
+            );
+            let details = details_of(&mut client, &id).await;
+            if let (Some(levels), Some(expanded)) =
+                (details["levels"].as_array(), details["expanded"].as_array())
+            {
+                assert_eq!(levels.len(), expanded.len(), "{params}");
+                for (n, e) in levels.iter().zip(expanded) {
+                    let (n, e) = (n.as_u64().unwrap(), e.as_u64().unwrap());
+                    assert!(e <= n, "{params}");
+                    pruned_somewhere |= e < n;
+                    // A join level is joined, not expanded (0).
+                    assert!(params["no_prune"] == false || e == n || e == 0, "{params}");
+                }
+            }
+            answers.push((params, done.answer, details["by_final_hole"].clone()));
+        }
+        for pair in answers.chunks(2) {
+            let ((params, pruned, by_hole), (_, plain, plain_by_hole)) = (&pair[0], &pair[1]);
+            assert_eq!(pruned, plain, "{params}: pruned and unpruned");
+            assert_eq!(by_hole, plain_by_hole, "{params}: by final hole");
+        }
+    }
+    assert!(pruned_somewhere, "the searches on triangle:{side} prune");
+    workers.stop().await;
+    coordinator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruned_and_unpruned_pegs_jobs_agree_on_every_start_of_triangle_5() {
+    pruned_and_unpruned_pegs_jobs_agree(5, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruned_and_unpruned_pegs_jobs_agree_on_every_start_of_triangle_6() {
+    pruned_and_unpruned_pegs_jobs_agree(6, false).await;
+}
+
 /// A start from which the position classes rule out every allowed end (the
 /// French and diamond boards from their centres, the default; a pair of holes
 /// of the triangle whose classes differ) answers 0 at planning on every plan:

@@ -208,6 +208,7 @@ async fn a_pegs_frontier_job_survives_kills_of_the_coordinator_and_a_worker() {
         plan: Some(PegsPlanName::Frontier),
         buckets: 3,
         by_final_hole: false,
+        no_prune: false,
     });
     survives_kills(spec, 5).await;
 }
@@ -345,6 +346,7 @@ async fn a_worker_killed_while_spilling_leaves_no_runs_and_the_answer_unchanged(
         plan: Some(PegsPlanName::Frontier),
         buckets: 2,
         by_final_hole: false,
+        no_prune: false,
     });
     spec.options.lease_ttl_ms = 3_000;
     spec.options.max_attempts = 10;
@@ -425,6 +427,7 @@ async fn a_worker_keeps_its_peak_near_its_budget_and_reports_it() {
         plan: Some(PegsPlanName::Frontier),
         buckets: 4,
         by_final_hole: false,
+        no_prune: false,
     });
     let http = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
     let budget: u64 = 256 << 20;

@@ -352,6 +352,7 @@ fn outputs_in_packs_in_a_shared_directory_are_read_by_every_worker_and_swept() {
         plan: Some(PegsPlanName::Frontier),
         buckets: 8,
         by_final_hole: false,
+        no_prune: false,
     });
     outputs_in_packs(Store::file(), &[hex_cell_step(8, 8), pegs]);
 }

@@ -5,7 +5,9 @@
 //! solvable, and the peak resident memory of the process so far (`VmHWM`).
 //!
 //! `cargo bench -p tally-kernels --bench pegs [-- CASE...]` with cases `english`,
-//! `triangle6`, `triangle7`, `french` (default: all). `PEGS_BENCH_THREADS` sets
+//! `triangle6`, `triangle7`, `french` (default: all), and `levels-english`,
+//! `levels-french6`: the search by levels from the English centre and the
+//! French hole 6, pruned and not, positions reached and expanded per level. `PEGS_BENCH_THREADS` sets
 //! the threads (when unset, every case runs on 1 and on 2 threads).
 //!
 //! The French part shows the centre start ruled out by the parity invariants,
@@ -19,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use support::peak;
 use tally_kernels::Control;
-use tally_kernels::pegs::{BoardShape, PegCount, PegGame, PegTask};
+use tally_kernels::pegs::{
+    BoardShape, PegCount, PegGame, PegTask, expand_level, pegs_at_level, start_bucket,
+};
 
 /// User plus system CPU time of this process so far, all threads (Linux; the
 /// kernel counts it in ticks of 1/100 s).
@@ -165,6 +169,70 @@ fn french(threads: &[usize]) {
     }
 }
 
+/// The search by levels from `start` (no final hole), in one bucket on one
+/// thread, pruned and with `--no-prune`'s game: per level the positions
+/// reached and expanded and the seconds, until the one-peg level, a level
+/// of more than `PEGS_BENCH_MAX_LEVEL` positions (default 60 million) or
+/// `PEGS_BENCH_SECONDS` (default 600) per search.
+fn levels(shape: BoardShape, start: Option<u32>) {
+    let max_level: u64 = std::env::var("PEGS_BENCH_MAX_LEVEL")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(60_000_000);
+    let seconds: u64 = std::env::var("PEGS_BENCH_SECONDS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(600);
+    let game = PegGame::new(shape, start, None)
+        .expect("a game")
+        .fixing_start();
+    for pruned in [true, false] {
+        let game = game.clone().with_pruning(pruned);
+        let name = format!(
+            "{shape} {} levels{}",
+            game.start_hole(),
+            if pruned { "" } else { " (no pruning)" }
+        );
+        let (began, cpu) = (Instant::now(), cpu_seconds());
+        if let Some(pruner) = game.pruner() {
+            println!(
+                "{name}: {} pagodas in {:.2} s",
+                pruner.pagodas(),
+                began.elapsed().as_secs_f64()
+            );
+        }
+        let control = Control::new();
+        let mut inbox = vec![start_bucket(&game)];
+        let (mut reached, mut expanded) = (0u64, 0u64);
+        for level in 0.. {
+            if pegs_at_level(&game, level).is_none_or(|p| p == 0) {
+                break;
+            }
+            let at = Instant::now();
+            let part = expand_level(&game, level, inbox, 1, &control).expect("a level");
+            reached += part.states;
+            expanded += part.expanded;
+            println!(
+                "{name} {level:>2}: {:>11} reached {:>11} expanded {:>8.2} s",
+                part.states,
+                part.expanded,
+                at.elapsed().as_secs_f64()
+            );
+            inbox = part.sent;
+            let next: u64 = inbox.iter().map(|b| b.len() as u64).sum();
+            if part.states == 0 || next > max_level || began.elapsed().as_secs() > seconds {
+                break;
+            }
+        }
+        println!(
+            "{name}: {reached} reached, {expanded} expanded, {:.1} s (cpu {:.1} s), peak {}",
+            began.elapsed().as_secs_f64(),
+            cpu_seconds() - cpu,
+            peak()
+        );
+    }
+}
+
 fn main() {
     let cases: Vec<String> = std::env::args()
         .skip(1)
@@ -185,5 +253,12 @@ fn main() {
     }
     if wanted("french") {
         french(&threads);
+    }
+    // Not in the default run: the searches by levels, pruned and not.
+    if cases.iter().any(|c| c == "levels-english") {
+        levels(BoardShape::English, None);
+    }
+    if cases.iter().any(|c| c == "levels-french6") {
+        levels(BoardShape::French, Some(6));
     }
 }

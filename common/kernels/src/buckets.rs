@@ -53,6 +53,26 @@ pub fn bucket_count(
     count.clamp(1, u64::from(max)) as u32
 }
 
+/// Room on the stage store's disk, in multiples of the last stage's output,
+/// under which a level gets fewer buckets (see [`within_room`]).
+pub const SHORT_OF_ROOM: u64 = 8;
+
+/// `count` buckets, or fewer when the stage store is short of room: a child
+/// is sent once by each shard holding one of its parents, so a level's
+/// stage data grows with its bucket count. When the free bytes (`room`, if
+/// known) are under [`SHORT_OF_ROOM`] times the last stage's output, the
+/// level gets one bucket per live slot (at least one), the fewest that keep
+/// every slot busy. Only for plans whose shards spill what their memory does
+/// not hold (pegs).
+pub fn within_room(count: u32, slots: u32, last_stage_bytes: u64, room: Option<u64>) -> u32 {
+    match room {
+        Some(room) if room < last_stage_bytes.saturating_mul(SHORT_OF_ROOM) => {
+            count.min(slots.max(1))
+        }
+        _ => count,
+    }
+}
+
 /// States per shard for a frontier plan whose shards hold their bucket in
 /// memory at about `bytes_per_state`: `default` when the least memory of a
 /// live worker's slot is unknown (0) or large, fewer to fit a smaller slot,
@@ -240,6 +260,16 @@ mod tests {
         let fits = states_per_slot(small, 600, floor, default);
         assert!(fits < default && fits * 600 <= small && (fits + 1) * 600 > small);
         assert_eq!(states_per_slot(1 << 20, 600, floor, default), floor);
+    }
+
+    #[test]
+    fn short_of_room_a_level_gets_one_bucket_a_slot() {
+        let gib = 1 << 30;
+        assert_eq!(within_room(24, 2, gib, None), 24, "room unknown");
+        assert_eq!(within_room(24, 2, gib, Some(100 * gib)), 24, "room enough");
+        assert_eq!(within_room(24, 2, gib, Some(7 * gib)), 2, "short of room");
+        assert_eq!(within_room(24, 0, gib, Some(0)), 1, "no live slot");
+        assert_eq!(within_room(1, 4, gib, Some(0)), 1, "never more than asked");
     }
 
     #[test]

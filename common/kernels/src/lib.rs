@@ -4,9 +4,10 @@
 //! [`Control`] and returns a count.
 //!
 //! Modules, from the bottom up; a module imports only modules below it:
-//! - `error`; then `control`, `varint`, `modular`, `balance` and `cache`,
-//!   which import nothing but `error`;
-//! - `parallel` (on `control`), `spill` (on `varint`), `buckets` (on `spill`);
+//! - `error`; then `control`, `varint`, `modular`, `balance`, `bitcode` and
+//!   `cache`, which import nothing but `error`;
+//! - `parallel` (on `control`), `spill` (on `varint`), `buckets` and `compact`
+//!   (on `spill`);
 //! - the kernels, which import no other kernel: `kayles` (on `modular`),
 //!   `queens`, `hex` (on `modular`, `parallel`, `spill`, `cache`), and the
 //!   frontier kernels `pegs`, `sliders` and `blocks` (on `buckets`, `spill`,
@@ -26,9 +27,11 @@
 )]
 
 pub mod balance;
+mod bitcode;
 pub mod blocks;
 pub mod buckets;
 mod cache;
+pub mod compact;
 pub mod control;
 pub mod error;
 pub mod hex;

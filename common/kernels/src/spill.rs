@@ -736,6 +736,28 @@ impl<S: Source> VarintStream<S> {
         Ok(self.at == self.len)
     }
 
+    /// Fills `buf` with the next bytes; an error if they end first.
+    pub fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            if self.at == self.len {
+                self.refill()?;
+                if self.at == self.len {
+                    return Err(crate::invalid!(
+                        "{}: cut short in {} bytes",
+                        self.label,
+                        buf.len()
+                    ));
+                }
+            }
+            let n = (buf.len() - filled).min(self.len - self.at);
+            buf[filled..filled + n].copy_from_slice(&self.buf[self.at..self.at + n]);
+            self.at += n;
+            filled += n;
+        }
+        Ok(())
+    }
+
     /// The next varint; `what` names it in the error of a truncated or
     /// overlong one.
     pub fn varint(&mut self, what: &str) -> Result<u128> {

@@ -733,6 +733,8 @@ mod tests {
                 partials: &partials,
                 slots: 2,
                 slot_memory,
+                stage_bytes: 0,
+                stage_room: None,
             };
             // The shards of the next layer write the buckets of the one
             // after it, sized by this layer's size.
@@ -778,6 +780,8 @@ mod tests {
                 partials: &partials,
                 slots: 1,
                 slot_memory: 0,
+                stage_bytes: 0,
+                stage_room: None,
             };
             match Blocks::next_stage(&spec, &mut plan, finished).unwrap() {
                 NextStage::Shards(shards, note) => {
@@ -804,6 +808,8 @@ mod tests {
             partials: &partials,
             slots: 1,
             slot_memory: 0,
+            stage_bytes: 0,
+            stage_room: None,
         };
         match Blocks::next_stage(&spec, &mut plan, finished).unwrap() {
             NextStage::Shards(shards, note) => {
@@ -828,6 +834,8 @@ mod tests {
             partials: &partials,
             slots: 1,
             slot_memory: 0,
+            stage_bytes: 0,
+            stage_room: None,
         };
         assert_eq!(
             Blocks::next_stage(&spec, &mut plan, finished).unwrap(),
@@ -842,6 +850,8 @@ mod tests {
             partials: &partials,
             slots: 1,
             slot_memory: 0,
+            stage_bytes: 0,
+            stage_room: None,
         };
         assert!(Blocks::next_stage(&spec, &mut plan, finished).is_err());
     }

@@ -23,8 +23,8 @@ use serde_json::{Map, Value};
 
 use crate::cache::KernelCache;
 use crate::kind::{
-    Answer, Checkpoint, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome,
-    Planned, ResourceEstimate, ShardRun, SpecArgs, StageRead, WorkerRoom,
+    Answer, Barrier, Checkpoint, FaultInjection, FileReader, FinishedStage, JobKind, NextStage,
+    Outcome, Planned, ResourceEstimate, ShardRun, SpecArgs, StageRead, WorkerRoom,
 };
 use crate::values::{EncodedPartial, EncodedTask, JobPlan, PlannedShard, ShardEvent, ShardOutcome};
 use crate::{Control, Error, Result, Room, Stored, invalid};
@@ -105,15 +105,15 @@ pub trait SpecOps: Send + Sync {
     /// What follows stage `finished` given its partials (in shard order): the
     /// next stage's shards and a line for the events, or `None` when the job
     /// is done. May update `plan`, which is stored with the transition, as
-    /// are the shards: they may depend on the live workers' `slots` and the
-    /// least memory one of their slots has (`slot_memory`, 0: unknown).
+    /// are the shards: they may depend on what the `barrier` knows (the live
+    /// workers' slots and the least memory one of them has, the stage
+    /// store's room).
     fn next_stage(
         &self,
         plan: &mut JobPlan,
         finished: u32,
         partials: &[EncodedPartial],
-        slots: u32,
-        slot_memory: u64,
+        barrier: Barrier,
     ) -> Result<Option<(Vec<PlannedShard>, String)>>;
     /// The stage outputs a shard of `stage` with `task` reads, in order.
     fn stage_reads(&self, stage: u32, task: &EncodedTask) -> Result<Vec<StageRead>>;
@@ -329,8 +329,7 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
         plan: &mut JobPlan,
         finished: u32,
         partials: &[EncodedPartial],
-        slots: u32,
-        slot_memory: u64,
+        barrier: Barrier,
     ) -> Result<Option<(Vec<PlannedShard>, String)>> {
         let partials = decode_partials::<K>(partials)?;
         let mut facts = plan_of::<K>(plan)?;
@@ -338,8 +337,10 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
             stage: finished,
             stages_total: plan.stages_total,
             partials: &partials,
-            slots,
-            slot_memory,
+            slots: barrier.slots,
+            slot_memory: barrier.slot_memory,
+            stage_bytes: barrier.stage_bytes,
+            stage_room: barrier.stage_room,
         };
         let next = K::next_stage(&self.0, &mut facts, stage)?;
         plan.facts = to_map(&facts)?;

@@ -328,6 +328,22 @@ pub struct FinishedStage<'a, P> {
     /// worker said): a plan whose shards hold their states in memory sizes
     /// them to it.
     pub slot_memory: u64,
+    /// About how many bytes the stage's output takes where it is stored.
+    pub stage_bytes: u64,
+    /// The free bytes of the stage store's disk, when known: a frontier plan
+    /// makes fewer buckets when it is short of room (see
+    /// `tally_kernels::buckets::within_room`).
+    pub stage_room: Option<u64>,
+}
+
+/// What a barrier knows beyond the stage's partials: the live workers and
+/// the stage store (see [`FinishedStage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Barrier {
+    pub slots: u32,
+    pub slot_memory: u64,
+    pub stage_bytes: u64,
+    pub stage_room: Option<u64>,
 }
 
 // Copied whatever `P` is: it holds only a reference to the partials.

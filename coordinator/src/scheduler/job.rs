@@ -31,6 +31,9 @@ pub(super) struct JobEntry {
     /// Whether the log already says the job waits for another worker (its
     /// replicas must come from different workers); said once per start.
     pub(super) waiting_noted: bool,
+    /// Set while its barrier waits for room in the stage store (in memory
+    /// only: a restart asks again).
+    pub(super) room_wait: Option<super::stage_room::RoomWait>,
     /// False for a job read back from the store that was never leased: its
     /// shards (all pending, as planned) stay in the store until a lease
     /// wants them (`Scheduler::ensure_shards`), so that a restart with many
@@ -118,6 +121,7 @@ impl JobEntry {
             last_checkpoint_event: None,
             outputs: StageOutputs::default(),
             waiting_noted: false,
+            room_wait: None,
             shards_loaded: true,
             shard_time: ShardTime::default(),
             deferred_events: Vec::new(),

@@ -12,7 +12,8 @@ use tally_wire::limits::{INLINE_CHECKPOINT_BYTES, MAX_INLINE_CHECKPOINTS_PER_RES
 
 use crate::error::{CoordinatorError, Result};
 use crate::records::{
-    JobState, ShardRecord, ShardState, checkpoint_blob_key, checkpoint_key, encode, job_key,
+    JobState, LARGER_WORKER_PATIENCE_MS, ShardRecord, ShardState, checkpoint_blob_key,
+    checkpoint_key, encode, job_key,
 };
 use crate::store::{Batch, Store, Tree};
 
@@ -30,6 +31,8 @@ struct LeaseRequest<'a> {
     ahead: u32,
     /// The memory the worker may use for shards.
     memory_budget: u64,
+    /// The largest memory budget of a live worker.
+    largest_live_budget: u64,
     /// What the worker runs besides the built-in kinds.
     capabilities: Vec<String>,
     now_ms: u64,
@@ -88,13 +91,17 @@ impl LeaseRequest<'_> {
     /// Whether this worker may take the shard now: its backoff is over, a
     /// replica comes from a worker that has not computed the shard, and a
     /// shard whose workers vanished while running it goes only to a worker
-    /// with a larger memory budget than theirs.
+    /// with a larger memory budget than theirs, or, when none is live after
+    /// [`LARGER_WORKER_PATIENCE_MS`], to the largest live one.
     fn may_take(&self, shard: &ShardRecord) -> bool {
         shard.not_before_ms <= self.now_ms
             && !self.gave_a_replica(shard)
-            && shard
-                .needs_budget_over()
-                .is_none_or(|over| self.memory_budget > over)
+            && shard.needs_budget_over().is_none_or(|over| {
+                self.memory_budget > over
+                    || (self.largest_live_budget <= over
+                        && self.memory_budget >= self.largest_live_budget
+                        && self.now_ms >= shard.not_before_ms + LARGER_WORKER_PATIENCE_MS)
+            })
     }
 
     /// Whether this worker has computed a replica of the shard already.
@@ -146,6 +153,12 @@ impl Scheduler {
         // Work goes only to a worker that introduced itself: a made-up id gets
         // nothing. A worker forgotten after a long silence, or unknown to a
         // restarted coordinator, registers again and then leases.
+        let largest_live_budget = self
+            .workers
+            .live(now_ms)
+            .map(|(_, w)| w.memory_budget())
+            .max()
+            .unwrap_or(0);
         let Some(info) = self.workers.heard_from(worker, now_ms) else {
             return Err(CoordinatorError::NotFound(
                 "this worker is not registered (or was forgotten): register first".into(),
@@ -156,6 +169,7 @@ impl Scheduler {
             free_slots,
             ahead: ahead.min(MAX_LEASE_AHEAD),
             memory_budget: info.memory_budget(),
+            largest_live_budget,
             capabilities: info.capabilities.clone(),
             now_ms,
             epoch: self.epoch,

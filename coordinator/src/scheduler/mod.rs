@@ -34,6 +34,9 @@ mod protocol;
 mod recovery;
 mod refused;
 mod reports;
+mod room;
+mod stage_room;
+pub use stage_room::{DiskRoom, RoomSource, StageRoom};
 mod shard_table;
 mod stage_outputs;
 mod stored;
@@ -48,6 +51,8 @@ mod workers;
 mod refused_tests;
 #[cfg(test)]
 mod replica_tests;
+#[cfg(test)]
+mod room_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

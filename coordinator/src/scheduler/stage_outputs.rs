@@ -71,6 +71,21 @@ pub(super) struct FinishedStage {
     chunks: Vec<u32>,
 }
 
+impl FinishedStage {
+    /// About how many bytes the stage's outputs take where they are stored:
+    /// a stage-store blob's size, a held output's length, else its chunks
+    /// (whole chunks: at most one chunk a shard too many).
+    pub(super) fn approx_bytes(&self) -> u64 {
+        self.outputs
+            .iter()
+            .map(|output| match &output.held {
+                Some(held) => BlobRef::decode(held).map_or(held.len() as u64, |blob| blob.size),
+                None => u64::from(output.chunks) * OUTPUT_CHUNK as u64,
+            })
+            .sum()
+    }
+}
+
 /// One shard's output in the store.
 #[derive(Default)]
 struct StoredOutput {
@@ -154,6 +169,17 @@ impl StageOutputs {
         shards: &[ShardRecord],
     ) -> Result<FinishedStage> {
         FinishedStage::read(store, stage, shards, &self.current)
+    }
+
+    /// The stage of the previous stage's output, if it is still held.
+    pub(super) fn input_stage(&self) -> Option<u32> {
+        self.input.as_ref().map(|input| input.stage)
+    }
+
+    /// About how many bytes the previous stage's output (the current
+    /// stage's input) takes in the store, if it is still there.
+    pub(super) fn input_bytes(&self) -> Option<u64> {
+        self.input.as_ref().map(FinishedStage::approx_bytes)
     }
 
     /// Sets the previous stage's output, read back at load.

@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 
+use tally_kinds::kind::Barrier;
 use tally_kinds::values::{EncodedPartial, EncodedTask, PlannedShard};
 use tally_stage::BlobRef;
 
@@ -17,6 +18,7 @@ use crate::store::{Batch, Tree};
 
 use super::events::Event;
 use super::job::JobEntry;
+use super::room::{check_room, note_room_wait};
 use super::stage_outputs::{
     FinishedStage, HeldRead, StageBlobs, StageOutputs, StageSource, retained_stages,
 };
@@ -36,6 +38,7 @@ impl Scheduler {
         let external = self.config.keeps_spare_stage();
         let slots = self.workers.live(now_ms).map(|(_, w)| w.slots).sum();
         let slot_memory = self.workers.least_slot_memory(now_ms);
+        let stage_room = self.config.stage_room.clone();
         let entry = self.jobs.known(job);
         if entry.rec.state.is_finished() || !entry.shards_loaded || !entry.shards.all_done() {
             return Ok(());
@@ -51,11 +54,16 @@ impl Scheduler {
             .collect::<Option<_>>()
             .ok_or_else(|| CoordinatorError::Internal("a done shard has no result".into()))?;
         let mut plan = entry.rec.plan.clone();
-        let next =
-            entry
-                .rec
-                .spec
-                .next_stage(&mut plan, entry.rec.stage, &partials, slots, slot_memory);
+        let barrier = Barrier {
+            slots,
+            slot_memory,
+            stage_bytes: done.approx_bytes(),
+            stage_room: stage_room.and_then(|source| source.0.free_bytes()),
+        };
+        let next = entry
+            .rec
+            .spec
+            .next_stage(&mut plan, entry.rec.stage, &partials, barrier);
         let next_stage = entry.rec.stage + 1;
         let next = next.and_then(|next| {
             let keep = match &next {
@@ -68,8 +76,23 @@ impl Scheduler {
             // The previous stage's output is no longer read once this one is
             // done, unless the kind keeps it for a later stage.
             Ok((Some((planned, note)), keep)) => {
+                let freed = match entry.outputs.input_stage() {
+                    Some(previous) if !keep.contains(&previous) => {
+                        entry.outputs.input_bytes().unwrap_or(0)
+                    }
+                    _ => 0,
+                };
+                let source = self.config.stage_room.as_ref();
+                let done_bytes = done.approx_bytes();
+                let wait = check_room(entry, source, done_bytes, freed);
+                let waits = wait.is_some();
+                note_room_wait(entry, wait, batch, now_ms);
+                if waits {
+                    return Ok(());
+                }
                 entry.rec.plan = plan;
                 entry.outputs.pass_barrier(done, true, &keep, job, batch);
+                let note = with_stage_bytes(note, done_bytes);
                 start_next_stage(entry, planned, &note, batch, now_ms)
             }
             Ok((None, _)) => {
@@ -171,6 +194,16 @@ impl Scheduler {
             Some(finished) => Ok(finished),
             None => Err(unreadable(entry)),
         }
+    }
+}
+
+/// The stage event's note with the bytes of stage data the stage wrote
+/// (about: whole stored chunks), when it wrote any.
+fn with_stage_bytes(note: String, bytes: u64) -> String {
+    match (bytes, note.is_empty()) {
+        (0, _) => note,
+        (_, true) => format!("stage data written: {bytes} bytes"),
+        (_, false) => format!("{note}; stage data written: {bytes} bytes"),
     }
 }
 

@@ -36,6 +36,9 @@ pub struct SchedulerConfig {
     /// disk would not (`tally run`'s stage directory beside its store), to
     /// keep a stage fewer on that disk.
     pub spare_stage: bool,
+    /// How much room the stage store's disk has, for the barriers of
+    /// frontier plans (see `room`); none: never asked.
+    pub stage_room: Option<super::stage_room::RoomSource>,
 }
 
 impl Default for SchedulerConfig {
@@ -46,6 +49,7 @@ impl Default for SchedulerConfig {
             stall_limit_ms: 30 * 60 * 1000,
             external_stage_store: false,
             spare_stage: true,
+            stage_room: None,
         }
     }
 }

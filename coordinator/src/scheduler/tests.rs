@@ -1470,6 +1470,41 @@ fn a_shard_whose_workers_vanish_goes_only_to_a_larger_worker() {
     );
 }
 
+/// A shard waiting for a larger worker does not wait for ever: with none
+/// live past the patience, the largest live worker takes it (a kill that was
+/// not for memory looks the same as one that was), and its attempts bound
+/// the tries.
+#[test]
+fn with_no_larger_worker_live_a_shard_goes_to_the_largest_after_the_patience() {
+    let (mut s, id) = small_and_large_workers(5);
+    let lost = super::WORKER_LOST_MS;
+    let mut now = 0;
+    for worker in ["small-1", "small-3"] {
+        assert_eq!(s.lease(worker, 1, now).unwrap().len(), 1, "{worker}");
+        now += 2 * lost;
+        assert_eq!(s.expire_leases(now).unwrap(), 1);
+        now += 60_000;
+    }
+    // Only small-2 is live now ("large" was last heard from at 0).
+    s.heartbeat("small-2", &[], now);
+    assert!(
+        s.lease("small-2", 1, now).unwrap().is_empty(),
+        "within the patience"
+    );
+    let waiting = s.job(&id, now).unwrap().waiting;
+    assert!(
+        waiting.contains("the largest live one takes them"),
+        "{waiting}"
+    );
+    now += crate::records::LARGER_WORKER_PATIENCE_MS;
+    s.heartbeat("small-2", &[], now);
+    let grant = s.lease("small-2", 1, now).unwrap().remove(0);
+    s.report(report_from("small-2", &grant, false), now + 1)
+        .unwrap();
+    let job = s.job(&id, now + 2).unwrap();
+    assert_eq!(job.state, proto::JobState::Succeeded as i32);
+}
+
 /// A worker silent since it took its lease vanished with the shard even when
 /// the expiry runs at the lease's very deadline (the tick is timed to it), and
 /// one heard from after it took the lease is alive then.

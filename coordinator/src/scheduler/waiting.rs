@@ -47,6 +47,9 @@ impl Scheduler {
         if entry.rec.state.is_finished() {
             return String::new();
         }
+        if let Some(wait) = &entry.room_wait {
+            return wait.reason();
+        }
         let need = entry.rec.spec.capability();
         let able: Vec<(&str, &WorkerInfo)> = fleet
             .live
@@ -109,10 +112,12 @@ impl Scheduler {
                 return format!(
                     "its shards' workers vanished while running them: they wait for a worker \
                      with a memory budget over {} (the largest of the {} live worker(s) that run \
-                     it has {})",
+                     it has {}; with none larger, the largest live one takes them {} s after \
+                     their last attempt)",
                     format_bytes(over),
                     able.len(),
-                    format_bytes(largest)
+                    format_bytes(largest),
+                    crate::records::LARGER_WORKER_PATIENCE_MS / 1000
                 );
             }
             let replicas = entry.rec.spec.options().replicas;

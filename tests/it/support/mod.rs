@@ -143,6 +143,7 @@ pub fn pegs_frontier() -> JobSpec {
         plan: Some(PegsPlanName::Frontier),
         buckets: 3,
         by_final_hole: false,
+        no_prune: false,
     })
 }
 

@@ -70,6 +70,9 @@ pub(crate) fn count_tasks(
             finish(task, game.final_value(board), &mut result)?;
         } else if !game.may_finish(board) {
             finish(task, 0, &mut result)?;
+        } else if !game.worth_expanding(board) {
+            result.pruned_boards += 1;
+            finish(task, 0, &mut result)?;
         } else {
             roots.push(Root { index, board, pegs });
         }
@@ -89,7 +92,14 @@ pub(crate) fn count_tasks(
     layers[top] = distinct(roots_with(top));
     let mut boards = layers[top].len();
     for p in (3..=top).rev() {
-        let below = expand(game, &layers[p], roots_with(p - 1), threads, control)?;
+        let mut below = expand(game, &layers[p], roots_with(p - 1), threads, control)?;
+        // Boards no allowed end can be reached from count 0: they are left
+        // out of the layer, so nothing below them is listed.
+        if game.pruner().is_some() {
+            let reached = below.len();
+            below.retain(|&b| game.worth_expanding(b));
+            result.pruned_boards += (reached - below.len()) as u64;
+        }
         boards += below.len();
         if boards > game.max_boards {
             return Err(invalid!(
@@ -259,13 +269,18 @@ fn evaluate(
 
 // ---- shard plans ----
 
-/// The classes one jump after the classes of `layer`, with the number of jump
-/// sequences reaching them. Boards without jumps drop out: with more than one
+/// The classes one jump after the classes of `layer` that may still finish,
+/// with the number of jump sequences reaching them. Boards without jumps drop out: with more than one
 /// peg they have no solution, and one-peg boards only occur at the last depth.
 fn next_layer(game: &PegGame, layer: &HashMap<u64, u128>) -> Result<HashMap<u64, u128>> {
     let mut next: HashMap<u64, u128> = HashMap::with_capacity(layer.len() * 4);
     let mut children = Vec::new();
     for (&board, &ways) in layer {
+        // A pruned class has no solution, nor has any class below it: its
+        // share of a child's multiplicity multiplies a count of 0.
+        if !game.worth_expanding(board) {
+            continue;
+        }
         children.clear();
         game.push_children(board, &mut children);
         for &child in &children {

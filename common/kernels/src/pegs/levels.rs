@@ -177,6 +177,9 @@ pub fn pegs_at_level(game: &PegGame, level: u32) -> Option<u32> {
 pub struct PegLevel {
     /// Distinct classes of the level in this shard's bucket.
     pub states: u64,
+    /// Those of them expanded: not pruned (see [`PegGame::worth_expanding`]);
+    /// on the level of one peg, all of them.
+    pub expanded: u64,
     /// Solutions among them: the sum for the final position when the boards
     /// have one peg.
     pub solutions: u128,
@@ -218,29 +221,37 @@ pub fn expand_level(
                 .ok_or_else(|| Error::Internal("pegs: count exceeds 128 bits".into()))?;
         }
         control.add_work(merged.len() as u64);
+        outcome.expanded = outcome.states;
         outcome.sent = vec![PegBucket::default(); buckets_out as usize];
         return Ok(outcome);
     }
-    outcome.sent = children(game, &merged, buckets_out, control)?;
+    (outcome.sent, outcome.expanded) = children(game, &merged, buckets_out, control)?;
     Ok(outcome)
 }
 
 /// The children of the sorted `level` with their summed counts, in
-/// `buckets_out` buckets.
+/// `buckets_out` buckets, and the number of boards expanded: those not
+/// pruned (the others have no solution, nor have their children).
 pub(super) fn children(
     game: &PegGame,
     level: &PegBucket,
     buckets_out: u32,
     control: &Control,
-) -> Result<Vec<PegBucket>> {
+) -> Result<(Vec<PegBucket>, u64)> {
     let mut sums = CountSums::for_boards(level.len());
     let mut children = Vec::with_capacity(64);
+    let pruner = game.pruner();
+    let mut expanded = 0;
     let mut at = 0;
     for block in level.boards.chunks(POLL_BOARDS) {
         control.check()?;
         for &board in block {
             let ways = level.counts[at];
             at += 1;
+            if pruner.is_some_and(|p| !p.may_finish(board)) {
+                continue;
+            }
+            expanded += 1;
             children.clear();
             game.push_children(board, &mut children);
             for &child in &children {
@@ -249,7 +260,7 @@ pub(super) fn children(
         }
         control.add_work(block.len() as u64);
     }
-    sums.into_buckets(buckets_out)
+    Ok((sums.into_buckets(buckets_out)?, expanded))
 }
 
 /// One bucket split into `buckets` buckets (at least 1), for a shard that

@@ -148,7 +148,13 @@ pub fn meet_level(
     let level = checked_merge(game, inputs, pegs)?;
     control.check()?;
     let mut joined = vec![PegBucket::default(); buckets_out as usize];
+    let pruner = game.pruner();
     for (&board, &ways) in level.boards.iter().zip(&level.counts) {
+        // A pruned class reaches no end: its complements are not reached
+        // from the end start, and it joins with nothing.
+        if pruner.is_some_and(|p| !p.may_finish(board)) {
+            continue;
+        }
         let key = game.canonical(game.hole_mask() & !board);
         let bucket = &mut joined[bucket_of(u128::from(key), buckets_out) as usize];
         bucket.boards.push(key);
@@ -159,7 +165,7 @@ pub fn meet_level(
     }
     let sent = match what {
         AtMeeting::Nothing => vec![PegBucket::default(); buckets_out as usize],
-        AtMeeting::Children => super::levels::children(game, &level, buckets_out, control)?,
+        AtMeeting::Children => super::levels::children(game, &level, buckets_out, control)?.0,
         AtMeeting::Itself => {
             control.add_work(level.len() as u64);
             super::levels::rebucket(level.clone(), buckets_out)
@@ -261,6 +267,7 @@ mod tests {
         // One search to `last`, in `buckets` buckets: what level `last` holds.
         let search = |side: Side, last: u32| -> Vec<Vec<PegBucket>> {
             let mut inbox = vec![vec![side_start(game, side).unwrap()]];
+            let game = &game.clone().searching_from(side);
             for level in 0..last {
                 let mut next = vec![Vec::new(); buckets as usize];
                 for inputs in inbox {
@@ -321,12 +328,14 @@ mod tests {
         let mut nonzero = 0;
         for (shape, start, end) in games {
             let game = PegGame::new(shape, Some(start), Some(end)).unwrap();
-            let direct = game.count(&Control::new()).unwrap().solutions;
+            let unpruned = game.clone().without_pruning();
+            let direct = unpruned.count(&Control::new()).unwrap().solutions;
             nonzero += usize::from(direct > 0);
             let plain = game.clone().without_symmetry();
             for buckets in [1, 2, 7] {
                 let name = format!("{shape} {start} to {end}, {buckets} buckets");
                 assert_eq!(by_meeting(&game, buckets), direct, "{name}");
+                assert_eq!(by_meeting(&unpruned, buckets), direct, "{name}, unpruned");
                 assert_eq!(by_meeting(&plain, buckets), direct, "{name}, no symmetry");
             }
         }

@@ -7,9 +7,12 @@
 //! `stream`, which spill as sorted runs past the shard's share, so the
 //! level is never decoded whole. A join shard merges its two sorted inputs,
 //! the end search's level and the joined classes, as two streams side by
-//! side: it holds a few buffers, whatever the size of its bucket.
+//! side: it holds a few buffers, whatever the size of its bucket. Both read
+//! and write the job's form of lists (see `form`), and the meeting level
+//! keys only the classes the pruning keeps, as `meet` does.
 
 use super::PegGame;
+use super::form::{BoardRanks, LevelForm};
 use super::levels::{PegBucket, pegs_at_level};
 use super::meet::{AtMeeting, Meeting, solutions_through};
 use super::stream::{Merged, PartStream, SentBucket, SpillingSums, expand_level_within};
@@ -24,6 +27,8 @@ const POLL_BOARDS: usize = 4096;
 pub struct EncodedMeeting {
     /// Distinct classes of the level in this shard's bucket.
     pub states: u64,
+    /// Those of them kept (not pruned): the classes keyed for the join.
+    pub expanded: u64,
     /// What goes to each bucket of the end search's level (see [`AtMeeting`]).
     pub sent: Vec<SentBucket>,
     /// The classes keyed by their complements' classes, by join bucket.
@@ -37,9 +42,11 @@ pub struct EncodedMeeting {
 }
 
 /// [`super::meet_level`] within `room`: the level's parts, which `parts`
-/// gives afresh for each pass over them, read as streams; the tables spill
-/// to `room.spill` past a third of `room.memory`. The same classes and
-/// buckets, encoded.
+/// gives afresh for each pass over them, read as streams in `form` (and the
+/// buckets written in it); the tables spill to `room.spill` past a third of
+/// `room.memory`. The same classes and buckets, encoded.
+// The meeting, the level's parts and their form, the outgoing buckets, what
+// the level sends, the room and the control are each the caller's.
 #[allow(clippy::too_many_arguments)]
 pub fn meet_level_within<S: Source>(
     game: &PegGame,
@@ -48,6 +55,7 @@ pub fn meet_level_within<S: Source>(
     input_bytes: u64,
     buckets_out: u32,
     what: AtMeeting,
+    form: LevelForm,
     room: &mut Room<'_>,
     control: &Control,
 ) -> Result<EncodedMeeting> {
@@ -58,13 +66,26 @@ pub fn meet_level_within<S: Source>(
     let pegs = pegs_at_level(game, level)
         .filter(|&p| p >= 1)
         .ok_or_else(|| invalid!("level {level} is past the last peg of the {}", game.shape()))?;
-    let check = Some((game.hole_mask(), pegs));
     let holes = game.hole_mask();
-    let complement = |board: u64| game.canonical(holes & !board);
+    let ranks = BoardRanks::new(holes);
+    let input = Input {
+        check: Some((holes, pegs)),
+        level,
+        form,
+        ranks: &ranks,
+        bytes: input_bytes,
+    };
+    let pruner = game.pruner();
+    // A pruned class reaches no end: its complements are not reached from
+    // the end start, and it joins with nothing.
+    let complement = |board: u64| {
+        (pruner.is_none_or(|p| p.may_finish(board))).then(|| game.canonical(holes & !board))
+    };
+    let name = format!("peg level {level}: the joined positions");
     let keyed = bucket_within(
         parts()?,
-        check,
-        input_bytes,
+        &input,
+        name,
         buckets_out,
         room,
         control,
@@ -72,6 +93,7 @@ pub fn meet_level_within<S: Source>(
     )?;
     let mut outcome = EncodedMeeting {
         states: keyed.states,
+        expanded: keyed.kept,
         joined: keyed.sent,
         runs: keyed.runs,
         spilled_bytes: keyed.spilled_bytes,
@@ -80,19 +102,12 @@ pub fn meet_level_within<S: Source>(
     };
     let (sent, runs, spilled_bytes) = match what {
         AtMeeting::Nothing => {
-            let empty = SentBucket::Bytes(PegBucket::default().encode());
+            let empty = SentBucket::Bytes(PegBucket::default().encode_as(form, &ranks));
             (vec![empty; buckets_out as usize], 0, 0)
         }
         AtMeeting::Itself => {
-            let itself = bucket_within(
-                parts()?,
-                check,
-                input_bytes,
-                buckets_out,
-                room,
-                control,
-                |b| b,
-            )?;
+            let name = format!("peg level {level}");
+            let itself = bucket_within(parts()?, &input, name, buckets_out, room, control, Some)?;
             control.add_work(itself.states);
             outcome.table_bytes = outcome.table_bytes.max(itself.table_bytes);
             (itself.sent, itself.runs, itself.spilled_bytes)
@@ -104,6 +119,7 @@ pub fn meet_level_within<S: Source>(
                 parts()?,
                 input_bytes,
                 buckets_out,
+                form,
                 room,
                 control,
             )?;
@@ -116,10 +132,23 @@ pub fn meet_level_within<S: Source>(
     Ok(outcome)
 }
 
-/// One pass over a level: each board's `key` with its count, in sorted
-/// buckets, summed in tables that spill past a third of `room.memory`.
+/// A level's parts as a pass reads them: their boards' check (the holes and
+/// the pegs), their level (named in errors), form and bytes.
+struct Input<'r> {
+    check: Option<(u64, u32)>,
+    level: u32,
+    form: LevelForm,
+    ranks: &'r BoardRanks,
+    bytes: u64,
+}
+
+/// One pass over a level: each board's `key` with its count (the boards
+/// without one left out), in sorted buckets, summed in tables that spill
+/// past a third of `room.memory`; `name` says what the buckets are.
 struct Bucketed {
     states: u64,
+    /// The boards keyed.
+    kept: u64,
     sent: Vec<SentBucket>,
     runs: u32,
     spilled_bytes: u64,
@@ -128,25 +157,31 @@ struct Bucketed {
 
 fn bucket_within<S: Source>(
     parts: Vec<S>,
-    check: Option<(u64, u32)>,
-    input_bytes: u64,
+    input: &Input<'_>,
+    name: String,
     buckets_out: u32,
     room: &mut Room<'_>,
     control: &Control,
-    key: impl Fn(u64) -> u64,
+    key: impl Fn(u64) -> Option<u64>,
 ) -> Result<Bucketed> {
-    let mut input = merged(parts, check)?;
-    let mut sums = SpillingSums::new(room, buckets_out, input_bytes);
-    let (mut states, mut table_bytes) = (0, 0);
+    let level = input.level;
+    let label = |i: usize| format!("peg level {level}: the part of shard {i}");
+    let (form, ranks) = (input.form, input.ranks);
+    let mut merged = merged(parts, input.check, form, ranks, label)?;
+    let mut sums = SpillingSums::new(room, name, buckets_out, input.bytes, form, ranks);
+    let (mut states, mut kept, mut table_bytes) = (0, 0, 0);
     loop {
         control.check()?;
         let mut read = 0;
         while read < POLL_BOARDS {
-            let Some((board, ways)) = input.next()? else {
+            let Some((board, ways)) = merged.next()? else {
                 break;
             };
-            sums.add(key(board), ways);
             read += 1;
+            if let Some(key) = key(board) {
+                sums.add(key, ways);
+                kept += 1;
+            }
         }
         states += read as u64;
         table_bytes = table_bytes.max(sums.table_bytes());
@@ -158,6 +193,7 @@ fn bucket_within<S: Source>(
     let (sent, runs, spilled_bytes) = sums.finish()?;
     Ok(Bucketed {
         states,
+        kept,
         sent,
         runs,
         spilled_bytes,
@@ -165,10 +201,17 @@ fn bucket_within<S: Source>(
     })
 }
 
-fn merged<S: Source>(parts: Vec<S>, check: Option<(u64, u32)>) -> Result<Merged<S>> {
-    let streams = parts
-        .into_iter()
-        .map(|part| PartStream::new(part, check))
+/// `parts` in `form` merged as they are read, `label(i)` naming part `i`
+/// in errors.
+fn merged<'r, S: Source>(
+    parts: Vec<S>,
+    check: Option<(u64, u32)>,
+    form: LevelForm,
+    ranks: &'r BoardRanks,
+    label: impl Fn(usize) -> String,
+) -> Result<Merged<'r, S>> {
+    let streams = (parts.into_iter().enumerate())
+        .map(|(i, part)| PartStream::new(part, form, ranks, || label(i), check))
         .collect::<Result<Vec<_>>>()?;
     Merged::new(streams)
 }
@@ -176,19 +219,25 @@ fn merged<S: Source>(parts: Vec<S>, check: Option<(u64, u32)>) -> Result<Merged<
 /// [`super::join_level`] on streams: the end search's level `b` as every
 /// shard of the previous stage sent this bucket (`levels`) and the start
 /// search's classes keyed by their complements (`joined`), each merged as
-/// it is read. The classes of level `b` in the bucket and the solutions
-/// through them.
+/// it is read, both in `form`. The classes of level `b` in the bucket and
+/// the solutions through them; errors name the join's `level` and the shard.
 pub fn join_level_within<S: Source>(
     game: &PegGame,
     meeting: &Meeting,
+    level: u32,
     levels: Vec<S>,
     joined: Vec<S>,
+    form: LevelForm,
     control: &Control,
 ) -> Result<(u64, u128)> {
     let pegs = pegs_at_level(game, meeting.end_level).unwrap_or(0);
     let check = Some((game.hole_mask(), pegs));
-    let mut level = merged(levels, check)?;
-    let mut keys = merged(joined, check)?;
+    let ranks = BoardRanks::new(game.hole_mask());
+    let label = |what: &'static str| {
+        move |i: usize| format!("peg join of level {level}: the {what} of shard {i}")
+    };
+    let mut level = merged(levels, check, form, &ranks, label("level"))?;
+    let mut keys = merged(joined, check, form, &ranks, label("joined positions"))?;
     let mut solutions: u128 = 0;
     let mut states: u64 = 0;
     let mut head = level.next()?;
@@ -231,6 +280,7 @@ mod tests {
     /// the level before sent them (decoded kernel).
     fn level_parts(game: &PegGame, side: Side, last: u32, buckets: u32) -> Vec<Vec<PegBucket>> {
         let control = Control::new();
+        let game = &game.clone().searching_from(side);
         let mut inbox = vec![vec![side_start(game, side).unwrap()]];
         for level in 0..last {
             let mut next = vec![Vec::new(); buckets as usize];
@@ -245,11 +295,21 @@ mod tests {
         inbox
     }
 
-    fn decoded(sent: &[SentBucket], spill: &dyn Spill) -> Vec<PegBucket> {
-        sent.iter()
-            .map(|b| PegBucket::decode(&b.to_bytes(spill).unwrap()).unwrap())
+    fn decoded(
+        sent: &[SentBucket],
+        spill: &dyn Spill,
+        form: LevelForm,
+        ranks: &BoardRanks,
+    ) -> Vec<PegBucket> {
+        (sent.iter())
+            .map(|b| {
+                let bytes = b.to_bytes(spill).unwrap();
+                PegBucket::decode_as(&bytes, form, ranks, "test").unwrap()
+            })
             .collect()
     }
+
+    const FORMS: [LevelForm; 2] = [LevelForm::Raw, LevelForm::Compact];
 
     /// The most a pass's tables hold with a share of `memory`: a third of
     /// it, and what one poll's boards add before the tables are weighed
@@ -284,13 +344,19 @@ mod tests {
             let parts = level_parts(&game, Side::Start, m.start_level, 3);
             let bucket = &parts[1];
             let expected = meet_level(&game, &m, bucket.clone(), 4, what, &control).unwrap();
-            let encoded: Vec<Vec<u8>> = bucket.iter().map(PegBucket::encode).collect();
-            let input_bytes = encoded.iter().map(|p| p.len() as u64).sum();
+            let kept: u64 = expected.2.iter().map(|b| b.len() as u64).sum();
+            let ranks = BoardRanks::new(game.hole_mask());
             let memories: &[u64] = match shape {
                 BoardShape::English => &[u64::MAX, 1 << 20],
                 _ => &[u64::MAX, 1 << 10, 0],
             };
-            for &memory in memories {
+            for (form, &memory) in FORMS
+                .iter()
+                .flat_map(|&f| memories.iter().map(move |m| (f, m)))
+            {
+                let encoded: Vec<Vec<u8>> =
+                    bucket.iter().map(|b| b.encode_as(form, &ranks)).collect();
+                let input_bytes = encoded.iter().map(|p| p.len() as u64).sum();
                 let mut spill = MemorySpill::default();
                 let mut room = Room {
                     memory,
@@ -303,14 +369,17 @@ mod tests {
                     input_bytes,
                     4,
                     what,
+                    form,
                     &mut room,
                     &control,
                 )
                 .unwrap();
-                let name = format!("{shape} {start} to {end}, memory {memory}");
+                let name = format!("{shape} {start} to {end}, {form:?}, memory {memory}");
                 assert_eq!(got.states, expected.0, "{name}");
-                assert_eq!(decoded(&got.joined, &spill), expected.2, "{name}");
-                assert_eq!(decoded(&got.sent, &spill), expected.1, "{name}");
+                assert_eq!(got.expanded, kept, "{name}");
+                let decoded = |sent| decoded(sent, &spill, form, &ranks);
+                assert_eq!(decoded(&got.joined), expected.2, "{name}");
+                assert_eq!(decoded(&got.sent), expected.1, "{name}");
                 if memory == u64::MAX {
                     assert_eq!((got.runs, spill.bytes_written()), (0, 0), "{name}");
                     if shape == BoardShape::English {
@@ -368,26 +437,32 @@ mod tests {
                     levels[q].extend(parts);
                 }
             }
-            let mut total = 0;
-            for (l, j) in levels.into_iter().zip(joined) {
-                let expected = join_level(&game, &m, l.clone(), j.clone(), &control).unwrap();
-                let (l, j): (Vec<Vec<u8>>, Vec<Vec<u8>>) = (
-                    l.iter().map(PegBucket::encode).collect(),
-                    j.iter().map(PegBucket::encode).collect(),
-                );
-                let got = join_level_within(
-                    &game,
-                    &m,
-                    l.iter().map(Vec::as_slice).collect(),
-                    j.iter().map(Vec::as_slice).collect(),
-                    &control,
-                )
-                .unwrap();
-                assert_eq!(got, expected, "{shape} {start} to {end}");
-                total += got.1;
-            }
+            let ranks = BoardRanks::new(game.hole_mask());
             let direct = game.count(&Control::new()).unwrap().solutions;
-            assert_eq!(total, direct, "{shape} {start} to {end}");
+            for form in FORMS {
+                let mut total = 0;
+                for (l, j) in levels.iter().zip(&joined) {
+                    let expected = join_level(&game, &m, l.clone(), j.clone(), &control).unwrap();
+                    let encode = |b: &PegBucket| b.encode_as(form, &ranks);
+                    let (l, j): (Vec<Vec<u8>>, Vec<Vec<u8>>) = (
+                        l.iter().map(encode).collect(),
+                        j.iter().map(encode).collect(),
+                    );
+                    let got = join_level_within(
+                        &game,
+                        &m,
+                        m.start_level + 1,
+                        l.iter().map(Vec::as_slice).collect(),
+                        j.iter().map(Vec::as_slice).collect(),
+                        form,
+                        &control,
+                    )
+                    .unwrap();
+                    assert_eq!(got, expected, "{shape} {start} to {end}, {form:?}");
+                    total += got.1;
+                }
+                assert_eq!(total, direct, "{shape} {start} to {end}, {form:?}");
+            }
         }
     }
 
@@ -396,13 +471,29 @@ mod tests {
         let game = PegGame::new(BoardShape::Triangle(5), Some(4), Some(15)).unwrap();
         let m = meeting(&game).unwrap();
         let control = Control::new();
-        let start = side_start(&game, Side::Start).unwrap().encode();
-        // Boards of the wrong peg count, and bytes cut short.
-        let e = join_level_within(&game, &m, vec![&start[..]], vec![], &control).unwrap_err();
-        assert!(e.to_string().contains("pegs"), "{e}");
+        let ranks = BoardRanks::new(game.hole_mask());
         let level = level_parts(&game, Side::End, m.end_level, 1).remove(0);
-        let bytes = level[0].encode();
-        let cut = &bytes[..bytes.len() - 1];
-        assert!(join_level_within(&game, &m, vec![cut], vec![], &control).is_err());
+        for form in FORMS {
+            let join = |levels, joined| {
+                join_level_within(&game, &m, 7, levels, joined, form, &control).unwrap_err()
+            };
+            let start = side_start(&game, Side::Start)
+                .unwrap()
+                .encode_as(form, &ranks);
+            // Boards of the wrong peg count, and bytes cut short.
+            let e = join(vec![&start[..]], vec![]);
+            assert!(e.to_string().contains("pegs"), "{form:?}: {e}");
+            let bytes = level[0].encode_as(form, &ranks);
+            let cut = &bytes[..bytes.len() - 1];
+            let e = join(vec![cut], vec![]).to_string();
+            let e_joined = join(vec![], vec![cut]).to_string();
+            if form == LevelForm::Compact {
+                // The join's level and the shard are named.
+                let named = "peg join of level 7: the level of shard 0: ";
+                assert!(e.starts_with(named), "{e}");
+                let named = "peg join of level 7: the joined positions of shard 0: ";
+                assert!(e_joined.starts_with(named), "{e_joined}");
+            }
+        }
     }
 }

@@ -59,10 +59,14 @@
 
 mod board;
 mod count;
+mod form;
 mod levels;
 mod meet;
 mod meet_stream;
 mod memo;
+mod pagoda;
+#[cfg(test)]
+mod prune_tests;
 mod set;
 mod stream;
 #[cfg(test)]
@@ -70,16 +74,19 @@ mod tests;
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
 
 use crate::{Control, Error, Result, invalid};
 
 pub use board::Jump;
 use board::{Axis, Canonicalizer, Images, Symmetries, bits, cell_bit, hole_cells};
+pub use form::{BoardRanks, LevelForm};
 pub use levels::{
     PegBucket, PegLevel, StageBucket, expand_level, pegs_at_level, rebucket, start_bucket,
 };
 pub use meet::{AtMeeting, Meeting, Side, join_level, meet_level, meeting, side_start};
 pub use meet_stream::{EncodedMeeting, join_level_within, meet_level_within};
+pub use pagoda::Pruner;
 pub use stream::{EncodedLevel, SentBucket, expand_level_within};
 
 /// The smallest and largest triangle side. A count on side 7 (28 holes) visits
@@ -243,8 +250,12 @@ pub struct PegCount {
     /// The number of solutions (weighted by the task multiplicities).
     pub solutions: u128,
     /// Distinct canonical boards with at least two pegs reachable from the
-    /// tasks (those with one peg are answered directly).
+    /// tasks (those with one peg are answered directly) and kept: with
+    /// pruning, those from which no pagoda rules out every allowed end.
     pub memo_boards: u64,
+    /// Distinct canonical boards reached but not kept: the pagodas show that
+    /// no allowed end can be reached from them (0 without pruning).
+    pub pruned_boards: u64,
     /// Those of them with at least one solution: the counts kept.
     pub solvable_boards: u64,
 }
@@ -275,6 +286,13 @@ pub struct PegGame {
     invariants: Vec<u64>,
     /// The parity signatures of the allowed one-peg positions.
     final_signatures: Vec<u64>,
+    /// Whether searches skip the positions the pagodas rule out.
+    prune: bool,
+    /// Which search the game is for: its allowed ends (see
+    /// [`PegGame::searching_from`]).
+    prune_side: Side,
+    /// The pagodas, built on first use (see `pagoda`).
+    pruner: OnceLock<Option<Arc<Pruner>>>,
 }
 
 impl PegGame {
@@ -323,6 +341,108 @@ impl PegGame {
             max_boards: MAX_BOARDS,
             invariants,
             final_signatures,
+            prune: true,
+            prune_side: Side::Start,
+            pruner: OnceLock::new(),
+        })
+    }
+
+    /// The same game with pruning on (the default) or off: a search then
+    /// skips the positions from which a pagoda function shows that no
+    /// allowed end can be reached ([`PegGame::pruner`]). Counts are the same
+    /// either way; only the positions expanded differ.
+    pub fn with_pruning(mut self, on: bool) -> PegGame {
+        self.prune = on;
+        self
+    }
+
+    /// The same game without pruning.
+    pub fn without_pruning(self) -> PegGame {
+        self.with_pruning(false)
+    }
+
+    /// Whether the game prunes.
+    pub fn prunes(&self) -> bool {
+        self.prune
+    }
+
+    /// The same game for the search from `side`: from the start (the
+    /// default) positions are held against the allowed ends; from the end
+    /// start of a meeting (`meet`) against the one-peg position on the start
+    /// hole and its images under the symmetries in use, the complements of
+    /// the start search's positions.
+    pub fn searching_from(mut self, side: Side) -> PegGame {
+        if self.prune_side != side {
+            self.prune_side = side;
+            self.pruner = OnceLock::new();
+        }
+        self
+    }
+
+    /// The pagodas the searches prune with; `None` when pruning is off.
+    pub fn pruner(&self) -> Option<&Pruner> {
+        if !self.prune {
+            return None;
+        }
+        self.pruner
+            .get_or_init(|| self.pruner_spec().map(|spec| pagoda::pruner(&spec)))
+            .as_deref()
+    }
+
+    /// Whether a search may expand `board`: false when pruning is on and the
+    /// pagodas show that no allowed end can be reached from it.
+    #[inline]
+    pub fn worth_expanding(&self, board: u64) -> bool {
+        self.pruner().is_none_or(|p| p.may_finish(board))
+    }
+
+    /// The start, the allowed ends and the symmetries the pruner is built for.
+    fn pruner_spec(&self) -> Option<pagoda::PrunerSpec<'_>> {
+        let group = self.canonicalizer.symmetries;
+        let symmetries: Vec<[u64; 64]> = self
+            .canonicalizer
+            .elements()
+            .map(|i| {
+                let mut map = [0u64; 64];
+                for b in bits(self.holes) {
+                    map[b as usize] = group.images(1 << b)[i];
+                }
+                map
+            })
+            .collect();
+        let image = |map: &[u64; 64], board: u64| bits(board).fold(0, |m, b| m | map[b as usize]);
+        let signature = |board: u64| board::parity_signature(&self.invariants, board);
+        let (start, mut ends, by_signature) = match (self.prune_side, self.end) {
+            (Side::Start, Some(end)) => (self.start, vec![end], false),
+            (Side::Start, None) => {
+                // Every one-peg position the start or an image of it (the
+                // class representatives) may end on.
+                let signatures: Vec<u64> = (symmetries.iter())
+                    .map(|m| signature(image(m, self.start)))
+                    .collect();
+                let ends = bits(self.holes)
+                    .map(|b| 1u64 << b)
+                    .filter(|&e| signatures.contains(&signature(e)))
+                    .collect();
+                (self.start, ends, true)
+            }
+            (Side::End, Some(end)) => {
+                let start_peg = self.holes & !self.start;
+                let ends = symmetries.iter().map(|m| image(m, start_peg)).collect();
+                (self.holes & !end, ends, false)
+            }
+            (Side::End, None) => return None,
+        };
+        ends.sort_unstable();
+        ends.dedup();
+        Some(pagoda::PrunerSpec {
+            holes: self.holes,
+            jumps: &self.jumps,
+            invariants: &self.invariants,
+            symmetries,
+            start,
+            ends,
+            by_signature,
         })
     }
 
@@ -337,6 +457,7 @@ impl PegGame {
             let symmetries = self.canonicalizer.symmetries;
             self.canonicalizer = Canonicalizer::fixing(symmetries, self.start);
             self.jump_images = jump_images(&self.axes, &self.canonicalizer);
+            self.pruner = OnceLock::new();
         }
         self
     }
@@ -345,6 +466,7 @@ impl PegGame {
     /// own class.
     pub fn without_symmetry(mut self) -> PegGame {
         self.canonicalizer = Canonicalizer::identity(self.canonicalizer.symmetries);
+        self.pruner = OnceLock::new();
         self
     }
 

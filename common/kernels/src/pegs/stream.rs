@@ -16,11 +16,11 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use super::PegGame;
+use super::form::{BoardRanks, BoardStream, FormWriter, LevelForm};
 use super::levels::{CountSums, PegBucket, pegs_at_level};
 use crate::spill::{
     ChunkedWrite, CountedList, Room, RunOrSlice, Source, Spill, Stored, StoredSource, VarintStream,
 };
-use crate::varint;
 use crate::{Control, Error, Result, invalid};
 
 /// Boards expanded between two polls of the control and of the tables' size.
@@ -39,6 +39,9 @@ pub type SentBucket = CountedList;
 pub struct EncodedLevel {
     /// Distinct classes of the level in this shard's bucket.
     pub states: u64,
+    /// Those of them expanded: not pruned (see [`PegGame::worth_expanding`]);
+    /// on the level of one peg, all of them.
+    pub expanded: u64,
     /// Solutions among them (boards of one peg).
     pub solutions: u128,
     /// What goes to each bucket of the next level.
@@ -55,10 +58,58 @@ fn too_large() -> Error {
     Error::Internal("pegs: count exceeds 128 bits".into())
 }
 
-/// The boards of one encoded [`PegBucket`], read as they come and checked as
-/// [`PegBucket::decode`] checks them (and, when `pegs` is given, that each is
-/// a board of that many pegs of the game).
-pub(super) struct PartStream<S> {
+/// The boards of one encoded [`PegBucket`] in either form, read as they come
+/// and checked as [`PegBucket::decode_as`] checks them (and, when `pegs` is
+/// given, that each is a board of that many pegs of the game).
+pub(super) enum PartStream<'r, S> {
+    Raw(RawStream<S>),
+    Compact {
+        boards: BoardStream<'r, S>,
+        check: Option<(u64, u32)>,
+    },
+}
+
+impl<'r, S: Source> PartStream<'r, S> {
+    /// `label` names the list in errors of the compact form.
+    pub(super) fn new(
+        source: S,
+        form: LevelForm,
+        ranks: &'r BoardRanks,
+        label: impl FnOnce() -> String,
+        check: Option<(u64, u32)>,
+    ) -> Result<Self> {
+        Ok(match form {
+            LevelForm::Raw => PartStream::Raw(RawStream::new(source, check)?),
+            LevelForm::Compact => PartStream::Compact {
+                boards: BoardStream::new(source, form, ranks, label())?,
+                check,
+            },
+        })
+    }
+
+    #[inline]
+    pub(super) fn next(&mut self) -> Result<Option<(u64, u128)>> {
+        match self {
+            PartStream::Raw(raw) => raw.next(),
+            PartStream::Compact { boards, check } => {
+                let next = boards.pull()?;
+                if let (Some((board, _)), Some((holes, pegs))) = (next, *check)
+                    && (board & !holes != 0 || board.count_ones() != pegs)
+                {
+                    return Err(invalid!(
+                        "peg level bucket: board {board:#x} is not a board of {pegs} pegs on this \
+                         board"
+                    ));
+                }
+                Ok(next)
+            }
+        }
+    }
+}
+
+/// The boards of one [`PegBucket::encode`]d list (the raw form), read as
+/// they come and checked as [`PegBucket::decode`] checks them.
+pub(super) struct RawStream<S> {
     stream: VarintStream<S>,
     left: u128,
     index: u64,
@@ -66,11 +117,11 @@ pub(super) struct PartStream<S> {
     check: Option<(u64, u32)>,
 }
 
-impl<S: Source> PartStream<S> {
-    pub(super) fn new(source: S, check: Option<(u64, u32)>) -> Result<Self> {
+impl<S: Source> RawStream<S> {
+    fn new(source: S, check: Option<(u64, u32)>) -> Result<Self> {
         let mut stream = VarintStream::new(source, "peg level bucket");
         let left = stream.varint("the board count")?;
-        Ok(PartStream {
+        Ok(RawStream {
             stream,
             left,
             index: 0,
@@ -119,14 +170,14 @@ impl<S: Source> PartStream<S> {
 }
 
 /// Sorted streams merged into one, the counts of equal boards summed.
-pub(super) struct Merged<S> {
-    parts: Vec<PartStream<S>>,
+pub(super) struct Merged<'r, S> {
+    parts: Vec<PartStream<'r, S>>,
     heads: BinaryHeap<Reverse<(u64, usize)>>,
     ways: Vec<u128>,
 }
 
-impl<S: Source> Merged<S> {
-    pub(super) fn new(parts: Vec<PartStream<S>>) -> Result<Self> {
+impl<'r, S: Source> Merged<'r, S> {
+    pub(super) fn new(parts: Vec<PartStream<'r, S>>) -> Result<Self> {
         let mut merged = Merged {
             heads: BinaryHeap::with_capacity(parts.len()),
             ways: vec![0; parts.len()],
@@ -167,6 +218,10 @@ impl<S: Source> Merged<S> {
 /// The children's sums, spilled as sorted runs when they pass `limit` bytes.
 pub(super) struct SpillingSums<'r, 's> {
     sums: CountSums,
+    /// What the sums are, named in errors (say `peg level 9`).
+    name: String,
+    form: LevelForm,
+    ranks: &'r BoardRanks,
     boards_hint: usize,
     limit: u64,
     buckets: u32,
@@ -180,8 +235,16 @@ impl<'r, 's> SpillingSums<'r, 's> {
     /// Empty tables for `buckets` outgoing buckets, spilling past a third of
     /// `room.memory` (the rest is for the copy a table takes while it
     /// spills, the input's buffers and the output), sized for an input of
-    /// `input_bytes`.
-    pub(super) fn new(room: &'r mut Room<'s>, buckets: u32, input_bytes: u64) -> Self {
+    /// `input_bytes`, written in `form`; `name` says what the sums are in
+    /// errors.
+    pub(super) fn new(
+        room: &'r mut Room<'s>,
+        name: String,
+        buckets: u32,
+        input_bytes: u64,
+        form: LevelForm,
+        ranks: &'r BoardRanks,
+    ) -> Self {
         // A table at its limit and the buckets it is sorted into take about
         // 1.75 times the limit while it spills.
         let limit = room.memory / 3;
@@ -189,6 +252,9 @@ impl<'r, 's> SpillingSums<'r, 's> {
         let boards_hint = (input_bytes / MIN_BOARD_BYTES).min((limit / 32).max(1)) as usize;
         SpillingSums {
             sums: CountSums::for_boards(boards_hint),
+            name,
+            form,
+            ranks,
             boards_hint,
             limit,
             buckets,
@@ -216,7 +282,7 @@ impl<'r, 's> SpillingSums<'r, 's> {
         let mut ranges = Vec::with_capacity(self.buckets as usize);
         let mut at = 0;
         for bucket in full.into_buckets(self.buckets)? {
-            let bytes = bucket.encode();
+            let bytes = bucket.encode_as(self.form, self.ranks);
             self.room.spill.write(&bytes)?;
             ranges.push(at..at + bytes.len() as u64);
             at += bytes.len() as u64;
@@ -234,7 +300,9 @@ impl<'r, 's> SpillingSums<'r, 's> {
         let held = self.sums.into_buckets(self.buckets)?;
         let runs = self.runs.len() as u32;
         if self.runs.is_empty() {
-            let sent = held.iter().map(|b| SentBucket::Bytes(b.encode())).collect();
+            let sent = (held.iter())
+                .map(|b| SentBucket::Bytes(b.encode_as(self.form, self.ranks)))
+                .collect();
             return Ok((sent, 0, 0));
         }
         // The runs are read through handles of their own while the merge is
@@ -244,15 +312,20 @@ impl<'r, 's> SpillingSums<'r, 's> {
             .collect::<Result<Vec<Arc<dyn Stored>>>>()?;
         let mut bodies = Vec::with_capacity(held.len());
         let mut at = 0;
+        let (form, ranks, name) = (self.form, self.ranks, &self.name);
         for (q, in_memory) in held.into_iter().enumerate() {
-            let in_memory = in_memory.encode();
+            let in_memory = in_memory.encode_as(form, ranks);
             let mut parts = Vec::with_capacity(self.runs.len() + 1);
-            for (stored, (_, ranges)) in kept.iter().zip(&self.runs) {
-                let source = StoredSource::new(&**stored, ranges[q].clone());
-                parts.push(PartStream::new(RunOrSlice::Run(source), None)?);
+            for (i, (stored, (_, ranges))) in kept.iter().zip(&self.runs).enumerate() {
+                let source = RunOrSlice::Run(StoredSource::new(&**stored, ranges[q].clone()));
+                let label = || format!("{name}: spill run {i} of bucket {q}");
+                parts.push(PartStream::new(source, form, ranks, label, None)?);
             }
-            parts.push(PartStream::new(RunOrSlice::Slice(&in_memory[..]), None)?);
-            let (count, len) = write_merged(Merged::new(parts)?, &mut *self.room.spill)?;
+            let source = RunOrSlice::Slice(&in_memory[..]);
+            let label = || format!("{name}: bucket {q} in memory");
+            parts.push(PartStream::new(source, form, ranks, label, None)?);
+            let merged = Merged::new(parts)?;
+            let (count, len) = write_merged(merged, &mut *self.room.spill, form, ranks)?;
             bodies.push((count, at..at + len));
             at += len;
         }
@@ -264,34 +337,42 @@ impl<'r, 's> SpillingSums<'r, 's> {
     }
 }
 
-/// Writes a merge to `spill` as [`PegBucket::encode`] writes a bucket's
-/// boards (their count, which comes first, is returned instead): the count
-/// and the bytes written.
-fn write_merged<S: Source>(mut merged: Merged<S>, spill: &mut dyn Spill) -> Result<(u128, u64)> {
+/// Writes a merge to `spill` as [`PegBucket::encode_as`] writes a bucket's
+/// boards in `form` (their count, which comes first, is returned instead):
+/// the count and the bytes written.
+fn write_merged<S: Source>(
+    mut merged: Merged<'_, S>,
+    spill: &mut dyn Spill,
+    form: LevelForm,
+    ranks: &BoardRanks,
+) -> Result<(u128, u64)> {
     let mut out = ChunkedWrite::new(spill);
-    let (mut count, mut previous) = (0u128, 0u64);
+    let mut writer = FormWriter::new(form, ranks);
     while let Some((board, ways)) = merged.next()? {
-        varint::push(&mut out.buf, u128::from(board - previous));
-        varint::push(&mut out.buf, ways);
-        previous = board;
-        count += 1;
+        writer.push(board, ways, &mut out.buf);
         out.flush_if_full()?;
     }
+    let count = writer.finish(&mut out.buf);
     Ok((count, out.finish()?))
 }
 
-/// Bucket `q` of level `level` (see [`super::expand_level`]) from the encoded
-/// parts every shard of the previous level sent it, within `room`: the
+/// Bucket `q` of level `level` (see [`super::expand_level`]) from the parts
+/// every shard of the previous level sent it, encoded in `form` (and its
+/// output in the same form), within `room`: the
 /// children's tables spill to `room.spill` past a third of `room.memory`
 /// (the rest is for the copy a table takes while it spills, the input's
 /// buffers and the output). The same classes,
 /// solutions and buckets as [`super::expand_level`], encoded.
+// The level, its parts and their form, the outgoing buckets, the room and
+// the control are each the caller's.
+#[allow(clippy::too_many_arguments)]
 pub fn expand_level_within<S: Source>(
     game: &PegGame,
     level: u32,
     parts: Vec<S>,
     input_bytes: u64,
     buckets_out: u32,
+    form: LevelForm,
     room: &mut Room<'_>,
     control: &Control,
 ) -> Result<EncodedLevel> {
@@ -302,9 +383,12 @@ pub fn expand_level_within<S: Source>(
         .filter(|&p| p >= 1)
         .ok_or_else(|| invalid!("level {level} is past the last peg of the {}", game.shape()))?;
     let check = Some((game.hole_mask(), pegs));
-    let streams = parts
-        .into_iter()
-        .map(|part| PartStream::new(part, check))
+    let ranks = BoardRanks::new(game.hole_mask());
+    let streams = (parts.into_iter().enumerate())
+        .map(|(i, part)| {
+            let label = || format!("peg level {level}: the part of shard {i}");
+            PartStream::new(part, form, &ranks, label, check)
+        })
         .collect::<Result<Vec<_>>>()?;
     let mut input = Merged::new(streams)?;
     let mut outcome = EncodedLevel::default();
@@ -319,11 +403,15 @@ pub fn expand_level_within<S: Source>(
                 .ok_or_else(too_large)?;
         }
         control.add_work(outcome.states);
-        outcome.sent = vec![SentBucket::Bytes(PegBucket::default().encode()); buckets_out as usize];
+        outcome.expanded = outcome.states;
+        let empty = PegBucket::default().encode_as(form, &ranks);
+        outcome.sent = vec![SentBucket::Bytes(empty); buckets_out as usize];
         return Ok(outcome);
     }
-    let mut sums = SpillingSums::new(room, buckets_out, input_bytes);
+    let name = format!("peg level {}", level + 1);
+    let mut sums = SpillingSums::new(room, name, buckets_out, input_bytes, form, &ranks);
     let mut children = Vec::with_capacity(64);
+    let pruner = game.pruner();
     loop {
         control.check()?;
         let mut expanded = 0;
@@ -332,6 +420,11 @@ pub fn expand_level_within<S: Source>(
                 break;
             };
             expanded += 1;
+            // A pruned board has no solution, nor have its children.
+            if pruner.is_some_and(|p| !p.may_finish(board)) {
+                continue;
+            }
+            outcome.expanded += 1;
             children.clear();
             game.push_children(board, &mut children);
             for &child in &children {
@@ -357,6 +450,7 @@ mod tests {
     use super::*;
     use crate::pegs::{BoardShape, expand_level, start_bucket};
     use crate::spill::MemorySpill;
+    use crate::varint;
 
     /// The levels of `game` up to `last` with `buckets` buckets each, by the
     /// decoded kernel: each level's shards' outputs.
@@ -380,34 +474,43 @@ mod tests {
         levels
     }
 
+    /// In both forms (the raw one of jobs planned before the compact form,
+    /// which must still read).
     #[test]
     fn a_level_that_spills_equals_the_level_held_in_memory() {
         let game = PegGame::new(BoardShape::English, None, None).unwrap();
+        let ranks = BoardRanks::new(game.hole_mask());
         let control = Control::new();
         let levels = levels_decoded(&game, 10, 3);
         // Level 10's bucket 1, from the three shards of level 9.
-        let parts: Vec<Vec<u8>> = levels[9].iter().map(|sent| sent[1].encode()).collect();
-        let input_bytes = parts.iter().map(|p| p.len() as u64).sum();
         let inputs: Vec<PegBucket> = levels[9].iter().map(|sent| sent[1].clone()).collect();
         let expected = expand_level(&game, 10, inputs, 4, &control).unwrap();
         assert!(expected.states > 10_000, "{}", expected.states);
-        for memory in [u64::MAX, 1 << 18, 0] {
+        for (form, memory) in [LevelForm::Raw, LevelForm::Compact]
+            .into_iter()
+            .flat_map(|form| [u64::MAX, 1 << 18, 0].map(|memory| (form, memory)))
+        {
+            let encode = |bucket: &PegBucket| bucket.encode_as(form, &ranks);
+            let parts: Vec<Vec<u8>> = levels[9].iter().map(|sent| encode(&sent[1])).collect();
+            let input_bytes = parts.iter().map(|p| p.len() as u64).sum();
             let mut spill = MemorySpill::default();
             let mut room = Room {
                 memory,
                 spill: &mut spill,
             };
             let slices = parts.iter().map(Vec::as_slice).collect();
-            let got = expand_level_within(&game, 10, slices, input_bytes, 4, &mut room, &control)
-                .unwrap();
+            let got =
+                expand_level_within(&game, 10, slices, input_bytes, 4, form, &mut room, &control)
+                    .unwrap();
             assert_eq!(got.states, expected.states);
             let decoded: Vec<PegBucket> = (got.sent.iter())
-                .map(|b| PegBucket::decode(&b.to_bytes(&spill).unwrap()).unwrap())
+                .map(|b| {
+                    let bytes = b.to_bytes(&spill).unwrap();
+                    PegBucket::decode_as(&bytes, form, &ranks, "test").unwrap()
+                })
                 .collect();
-            let lengths: Vec<u64> = expected
-                .sent
-                .iter()
-                .map(|b| b.encode().len() as u64)
+            let lengths: Vec<u64> = (expected.sent.iter())
+                .map(|b| encode(b).len() as u64)
                 .collect();
             let sent_lengths: Vec<u64> = got.sent.iter().map(SentBucket::len).collect();
             assert_eq!(sent_lengths, lengths, "memory {memory}");
@@ -427,8 +530,7 @@ mod tests {
                     }
                     let run = spill.end_run().unwrap();
                     let whole = spill.keep_run(run).unwrap();
-                    let together: Vec<u8> =
-                        expected.sent.iter().flat_map(PegBucket::encode).collect();
+                    let together: Vec<u8> = expected.sent.iter().flat_map(encode).collect();
                     assert_eq!(whole.read_range(0..whole.len()).unwrap(), together);
                 }
             }
@@ -441,7 +543,7 @@ mod tests {
         let control = Control::new();
         let levels = levels_decoded(&game, 2, 1);
         let good = levels[1][0][0].encode();
-        let run = |bytes: &[u8], level| {
+        let run_as = |bytes: &[u8], level, form| {
             let mut spill = MemorySpill::default();
             let mut room = Room {
                 memory: u64::MAX,
@@ -453,10 +555,12 @@ mod tests {
                 vec![bytes],
                 bytes.len() as u64,
                 1,
+                form,
                 &mut room,
                 &control,
             )
         };
+        let run = |bytes: &[u8], level| run_as(bytes, level, LevelForm::Raw);
         assert!(run(&good, 2).is_ok());
         assert!(run(&good, 3).is_err(), "boards of the wrong peg count");
         for cut in 0..good.len() {
@@ -475,6 +579,27 @@ mod tests {
         varint::push(&mut wide, 1 << 64);
         wide.push(1);
         assert!(run(&wide, 2).unwrap_err().to_string().contains("64 bits"));
+
+        // The compact form: a level cut short or damaged anywhere is refused,
+        // naming the level and the shard whose part it is.
+        let ranks = BoardRanks::new(game.hole_mask());
+        let good = levels[1][0][0].encode_as(LevelForm::Compact, &ranks);
+        let run = |bytes: &[u8], level| run_as(bytes, level, LevelForm::Compact);
+        assert_eq!(run(&good, 2).unwrap().states, levels[1][0][0].len() as u64);
+        assert!(run(&good, 3).is_err(), "boards of the wrong peg count");
+        let named = "peg level 2: the part of shard 0: ";
+        for cut in 0..good.len() {
+            let e = run(&good[..cut], 2).unwrap_err().to_string();
+            assert!(e.starts_with(named), "cut at {cut}: {e}");
+        }
+        for at in 0..good.len() {
+            for bit in 0..8 {
+                let mut damaged = good.clone();
+                damaged[at] ^= 1 << bit;
+                let e = run(&damaged, 2).unwrap_err().to_string();
+                assert!(e.starts_with(named), "byte {at} bit {bit}: {e}");
+            }
+        }
     }
 
     #[test]
@@ -487,12 +612,14 @@ mod tests {
             boards: vec![7],
             counts: vec![1],
         };
-        let (a, b) = (a.encode(), b.encode());
-        let parts = vec![
-            PartStream::new(&a[..], None).unwrap(),
-            PartStream::new(&b[..], None).unwrap(),
-        ];
-        let mut spill = MemorySpill::default();
-        assert!(write_merged(Merged::new(parts).unwrap(), &mut spill).is_err());
+        let ranks = BoardRanks::new(u64::MAX);
+        for form in [LevelForm::Raw, LevelForm::Compact] {
+            let (a, b) = (a.encode_as(form, &ranks), b.encode_as(form, &ranks));
+            let part = |bytes| PartStream::new(bytes, form, &ranks, || "test".into(), None);
+            let parts = vec![part(&a[..]).unwrap(), part(&b[..]).unwrap()];
+            let mut spill = MemorySpill::default();
+            let merged = Merged::new(parts).unwrap();
+            assert!(write_merged(merged, &mut spill, form, &ranks).is_err());
+        }
     }
 }

@@ -18,15 +18,17 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::output::{encode_output, write_output};
 use super::{PegInput, buckets_after, game, parse_solutions};
 use super::{PegsPartial, PegsPlan, PegsSpec, PegsTask};
 use crate::kind::{FinishedStage, NextStage, Outcome, Planned, ShardRun};
-use crate::{Error, MemorySpill, Result, Room, Spill, StageOutput, invalid};
+use crate::{Error, MemorySpill, Result, Room, invalid};
 use tally_kernels::buckets::{
     add_level_sizes, bucket_of, encode_buckets, levels_note, split_buckets,
 };
 use tally_kernels::pegs::{
-    self, AtMeeting, Meeting, PegBucket, PegGame, SentBucket, Side, StageBucket,
+    self, AtMeeting, BoardRanks, LevelForm, Meeting, PegBucket, PegGame, SentBucket, Side,
+    StageBucket,
 };
 use tally_kernels::spill::Source;
 
@@ -53,6 +55,7 @@ fn level_shards(
     buckets_out: u32,
     alone: bool,
     fixes_start: bool,
+    compact: bool,
 ) -> impl Iterator<Item = Planned<PegsTask>> {
     let shards = if level == 0 && side != PegSide::Join {
         1
@@ -68,6 +71,7 @@ fn level_shards(
             side,
             buckets_in,
             fixes_start,
+            compact,
         },
         work_total: 1,
     })
@@ -84,16 +88,26 @@ fn level_game(spec: &PegsSpec, fixes_start: bool) -> Result<PegGame> {
     })
 }
 
+/// The form of a level task's lists: compact unless planned before it was.
+fn level_form(compact: bool) -> LevelForm {
+    match compact {
+        true => LevelForm::Compact,
+        false => LevelForm::Raw,
+    }
+}
+
 /// The first stage: level 0 of the start search alone, with level 0 of the
 /// end search beside it when both start in the same stage.
-pub(super) fn first_stage(spec: &PegsSpec, fixes_start: bool) -> Result<Vec<Planned<PegsTask>>> {
+pub(super) fn first_stage(spec: &PegsSpec, plan: &PegsPlan) -> Result<Vec<Planned<PegsTask>>> {
     let game = game(spec)?;
     let out = buckets_after(spec, 1, 1);
     let meeting = pegs::meeting(&game);
     let alone = meeting.is_none_or(|m| !m.two_sided && m.start_level > 1);
-    let mut planned: Vec<_> = level_shards(PegSide::Start, 0, 1, out, alone, fixes_start).collect();
+    let (fixes, compact) = (plan.fixes_start, plan.compact);
+    let mut planned: Vec<_> =
+        level_shards(PegSide::Start, 0, 1, out, alone, fixes, compact).collect();
     if meeting.is_some_and(|m| m.two_sided && m.end_delay == 0) {
-        planned.extend(level_shards(PegSide::End, 0, 1, out, false, fixes_start));
+        planned.extend(level_shards(PegSide::End, 0, 1, out, false, fixes, compact));
     }
     Ok(planned)
 }
@@ -140,12 +154,15 @@ pub(super) fn execute(
         alone,
         side,
         fixes_start,
+        compact,
         ..
     } = task
     else {
         return Err(invalid!("not a level task: {task:?}"));
     };
     let game = level_game(spec, fixes_start)?;
+    let (form, ranks) = (level_form(compact), BoardRanks::new(game.hole_mask()));
+    let empty = PegBucket::default().encode_as(form, &ranks);
     let meeting = pegs::meeting(&game);
     let input = run.input;
     // The kernel's units (positions) would exceed work_total: count them on
@@ -156,7 +173,8 @@ pub(super) fn execute(
         let input = input.ok_or_else(|| invalid!("a join needs the meeting levels' buckets"))?;
         let levels = input.level_sources().collect();
         let joined = input.joined_sources().collect();
-        let (states, solutions) = pegs::join_level_within(&game, &m, levels, joined, &inner)?;
+        let (states, solutions) =
+            pegs::join_level_within(&game, &m, level, levels, joined, form, &inner)?;
         run.control.add_work(1);
         return Ok(Outcome {
             output: encode_buckets(&[]).into(),
@@ -166,12 +184,13 @@ pub(super) fn execute(
                 buckets: 0,
                 side,
                 finals: BTreeMap::new(),
+                expanded: Vec::new(),
             },
             work_done: 1,
         });
     }
     if let Some(input) = input
-        && input.has_joined()?
+        && input.has_joined(&empty)?
     {
         return Err(invalid!("a level shard was sent joined positions"));
     }
@@ -180,6 +199,7 @@ pub(super) fn execute(
     } else {
         Side::Start
     };
+    let game = game.searching_from(search); // pruning towards its own ends
     // The level's parts: the stage input's, or this shard's own (the first
     // level, or the next level of a shard alone in its stage).
     let mut input = match (level, input) {
@@ -189,11 +209,12 @@ pub(super) fn execute(
     };
     let mut own = match input {
         Some(_) => Vec::new(),
-        None => vec![pegs::side_start(&game, search)?.encode()],
+        None => vec![pegs::side_start(&game, search)?.encode_as(form, &ranks)],
     };
     let mut in_memory = MemorySpill::default();
     let mut room = Room::or_in_memory(run.room.as_mut(), &mut in_memory);
     let mut sizes = Vec::new();
+    let mut expanded = Vec::new();
     let mut solutions: u128 = 0;
     let mut finals = BTreeMap::new();
     // Solutions by final hole: from a search fixing the start, or reduced by
@@ -203,9 +224,8 @@ pub(super) fn execute(
     let meets =
         |level: u32| side == PegSide::Start && meeting.is_some_and(|m| m.start_level == level);
     let bytes_all = |buckets: Vec<PegBucket>| {
-        buckets
-            .iter()
-            .map(|b| SentBucket::Bytes(b.encode()))
+        (buckets.iter())
+            .map(|b| SentBucket::Bytes(b.encode_as(form, &ranks)))
             .collect()
     };
     let (sent, joined): (Vec<SentBucket>, Vec<SentBucket>) = loop {
@@ -229,10 +249,13 @@ pub(super) fn execute(
                 input_bytes,
                 buckets_out,
                 at_meeting(&m),
+                form,
                 &mut room,
                 &inner,
             )?;
             sizes.push(met.states);
+            // The classes kept are those keyed for the join.
+            expanded.push(met.expanded);
             break (met.sent, met.joined);
         }
         let out_buckets = if alone { 1 } else { buckets_out };
@@ -242,10 +265,12 @@ pub(super) fn execute(
             sources()?,
             input_bytes,
             out_buckets,
+            form,
             &mut room,
             &inner,
         )?;
         sizes.push(part.states);
+        expanded.push(part.expanded);
         solutions += part.solutions;
         if by_final_hole {
             add_finals(&game, &part.finals, fixes_start, &mut finals)?;
@@ -265,7 +290,10 @@ pub(super) fn execute(
         // own stage with the join's bucket count.
         if part.states == 0 || next > 1 || !more || meets(current + 1) {
             let whole = match sent.pop() {
-                Some(bytes) => PegBucket::decode(&bytes)?,
+                Some(bytes) => {
+                    let label = format!("peg level {}", current + 1);
+                    PegBucket::decode_as(&bytes, form, &ranks, &label)?
+                }
                 None => PegBucket::default(),
             };
             break (bytes_all(pegs::rebucket(whole, next)), Vec::new());
@@ -280,12 +308,13 @@ pub(super) fn execute(
     let (groups, own) = layout(meeting.as_ref(), side, current);
     let in_memory = (sent.iter().chain(&joined)).all(|b| matches!(b, SentBucket::Bytes(_)));
     let output = match in_memory {
-        true => encode_output(groups * per_group, own * per_group, sent, joined).into(),
+        true => encode_output(groups * per_group, own * per_group, sent, joined, &empty).into(),
         false => write_output(
             groups * per_group,
             own * per_group,
             &sent,
             &joined,
+            &empty,
             &mut *room.spill,
         )?,
     };
@@ -300,6 +329,7 @@ pub(super) fn execute(
                 .into_iter()
                 .map(|(hole, ways): (u32, u128)| (hole, ways.to_string()))
                 .collect(),
+            expanded,
         },
         work_done: 1,
     })
@@ -355,94 +385,6 @@ fn image_holes(game: &PegGame, board: u64) -> Result<Vec<u32>> {
         .collect()
 }
 
-/// A level shard's output as `encode_buckets` frames `total` buckets, each a
-/// `StageBucket` (its level's length, its level, its joined positions):
-/// `sent[i]` and `joined[i]` at bucket `first + i`, empty ones elsewhere.
-/// Written once, in place, since a level's output can be large.
-fn encode_output(
-    total: u32,
-    first: u32,
-    sent: Vec<SentBucket>,
-    joined: Vec<SentBucket>,
-) -> Vec<u8> {
-    let in_memory = |buckets: Vec<SentBucket>| -> Vec<Vec<u8>> {
-        (buckets.into_iter())
-            .map(|bucket| match bucket {
-                SentBucket::Bytes(bytes) => bytes,
-                SentBucket::Spilled { .. } => {
-                    unreachable!("encode_output is given buckets in memory")
-                }
-            })
-            .collect()
-    };
-    let mut sent = in_memory(sent);
-    let joined = in_memory(joined);
-    let empty = PegBucket::default().encode();
-    let sent_len = sent.len();
-    let own = |index: u32| {
-        index
-            .checked_sub(first)
-            .map(|i| i as usize)
-            .filter(|&i| i < sent_len)
-    };
-    let joined_of = |i: usize| joined.get(i).map_or(&empty[..], |j| &j[..]);
-    let frames: Vec<usize> = (0..total)
-        .map(|index| match own(index) {
-            Some(i) => 8 + sent[i].len() + joined_of(i).len(),
-            None => 8 + 2 * empty.len(),
-        })
-        .collect();
-    let mut out = Vec::with_capacity(4 + 8 * total as usize + frames.iter().sum::<usize>());
-    out.extend_from_slice(&total.to_le_bytes());
-    for &len in &frames {
-        out.extend_from_slice(&(len as u64).to_le_bytes());
-    }
-    for index in 0..total {
-        // Each bucket is let go once copied: the output and one bucket are
-        // in memory at once, not the output twice.
-        let (level, joined) = match own(index) {
-            Some(i) => (std::mem::take(&mut sent[i]), joined_of(i)),
-            None => (empty.clone(), &empty[..]),
-        };
-        out.extend_from_slice(&(level.len() as u64).to_le_bytes());
-        out.extend_from_slice(&level);
-        out.extend_from_slice(joined);
-    }
-    out
-}
-
-/// [`encode_output`]'s bytes, for a level shard that spilled, written as a
-/// run of `spill` and handed on from there.
-fn write_output(
-    total: u32,
-    first: u32,
-    sent: &[SentBucket],
-    joined: &[SentBucket],
-    spill: &mut dyn Spill,
-) -> Result<StageOutput> {
-    let empty = SentBucket::Bytes(PegBucket::default().encode());
-    // Bucket `index` of `of` (this shard's own), or an empty one.
-    fn own<'a>(of: &'a [SentBucket], i: Option<u32>, empty: &'a SentBucket) -> &'a SentBucket {
-        i.and_then(|i| of.get(i as usize)).unwrap_or(empty)
-    }
-    let own = |index: u32, of| own(of, index.checked_sub(first), &empty);
-    let mut head = Vec::with_capacity(4 + 8 * total as usize);
-    head.extend_from_slice(&total.to_le_bytes());
-    for index in 0..total {
-        let (level, keyed) = (own(index, sent), own(index, joined));
-        head.extend_from_slice(&(8 + level.len() + keyed.len()).to_le_bytes());
-    }
-    spill.write(&head)?;
-    for index in 0..total {
-        let level = own(index, sent);
-        spill.write(&level.len().to_le_bytes())?;
-        level.write_to(spill)?;
-        own(index, joined).write_to(spill)?;
-    }
-    let run = spill.end_run()?;
-    Ok(StageOutput::Stored(spill.keep_run(run)?))
-}
-
 /// The buckets per group a level shard that computed levels of `sizes`
 /// writes.
 fn buckets_written(spec: &PegsSpec, task: &PegsTask, sizes: &[u64]) -> Result<u32> {
@@ -473,13 +415,20 @@ pub(super) fn check(
     output: &[u8],
 ) -> Result<()> {
     let (
-        &PegsTask::PegLevel { level, side, .. },
+        &PegsTask::PegLevel {
+            level,
+            side,
+            fixes_start,
+            compact,
+            ..
+        },
         PegsPartial::PegLevels {
             sizes,
             solutions,
             buckets: said,
             side: said_side,
             finals,
+            expanded,
         },
     ) = (task, partial)
     else {
@@ -512,6 +461,13 @@ pub(super) fn check(
     if sizes.is_empty() {
         return Err(invalid!("a level shard computed no level"));
     }
+    if !expanded.is_empty()
+        && (expanded.len() != sizes.len() || expanded.iter().zip(sizes).any(|(e, s)| e > s))
+    {
+        return Err(invalid!(
+            "a level shard expanded {expanded:?} of levels of {sizes:?} positions"
+        ));
+    }
     let per_group = buckets_written(spec, task, sizes)?;
     let last = level + sizes.len() as u32 - 1;
     let (groups, own) = layout(meeting.as_ref(), side, last);
@@ -537,8 +493,10 @@ pub(super) fn check(
         }
         None => (Some(pegs_at(last + 1)), None),
     };
+    let ranks = BoardRanks::new(level_game(spec, fixes_start)?.hole_mask());
     for (index, bytes) in buckets.into_iter().enumerate() {
-        let bucket = StageBucket::decode(bytes)?;
+        let label = format!("peg level {level}: output bucket {index}");
+        let bucket = StageBucket::decode_as(bytes, level_form(compact), &ranks, &label)?;
         let mine = index as u32 / per_group.max(1) == own;
         let q = index as u32 % per_group.max(1);
         for (list, pegs, what) in [
@@ -583,6 +541,9 @@ fn check_list(
 struct StageSums {
     start: Vec<u64>,
     end: Vec<u64>,
+    /// Of those positions, the ones expanded.
+    start_expanded: Vec<u64>,
+    end_expanded: Vec<u64>,
     /// The positions of the joined level, when the stage joined the searches.
     joined: Option<u64>,
     /// The buckets a group the shards wrote.
@@ -596,6 +557,8 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
     let mut sums = StageSums {
         start: Vec::new(),
         end: Vec::new(),
+        start_expanded: Vec::new(),
+        end_expanded: Vec::new(),
         joined: None,
         written: None,
         solutions: parse_solutions(&plan.solutions)?,
@@ -612,6 +575,7 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
             buckets,
             side,
             finals,
+            expanded,
         } = partial
         else {
             return Err(invalid!("a frontier level returned {partial:?}"));
@@ -630,16 +594,19 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
             *sums.joined.get_or_insert(0) += own.iter().sum::<u64>();
             continue;
         }
-        let sizes = if *side == PegSide::Start {
-            &mut sums.start
+        let (sizes, kept) = if *side == PegSide::Start {
+            (&mut sums.start, &mut sums.start_expanded)
         } else {
-            &mut sums.end
+            (&mut sums.end, &mut sums.end_expanded)
         };
         if sums.written.is_some_and(|w| w != *buckets) {
             return Err(invalid!("the shards of one level disagree on its shape"));
         }
         sums.written = Some(*buckets);
         add_level_sizes(sizes, own, "level")?;
+        // A shard of a release that did not prune expanded every position.
+        let expanded = if expanded.is_empty() { own } else { expanded };
+        add_level_sizes(kept, expanded, "level")?;
     }
     Ok(sums)
 }
@@ -668,9 +635,16 @@ pub(super) fn next_stage(
         plan.solutions = sums.solutions.to_string();
         // The joined level is the end search's (or, with one search, the
         // start search's level after the meeting level).
+        // Its positions are joined, not expanded.
         match meeting {
-            Some(m) if m.two_sided => plan.end_levels.push(positions),
-            Some(m) if m.end_level > m.start_level => plan.levels.push(positions),
+            Some(m) if m.two_sided => {
+                plan.end_levels.push(positions);
+                plan.end_expanded.push(0);
+            }
+            Some(m) if m.end_level > m.start_level => {
+                plan.levels.push(positions);
+                plan.expanded.push(0);
+            }
             _ => {}
         }
         return Ok(NextStage::Finish);
@@ -687,8 +661,15 @@ pub(super) fn next_stage(
         .collect();
     let first = plan.levels.len();
     let first_end = plan.end_levels.len();
+    // A plan begun by a release that did not prune expanded every position.
+    (plan.expanded.len() != first).then(|| plan.expanded = plan.levels.clone());
+    (plan.end_expanded.len() != first_end).then(|| plan.end_expanded = plan.end_levels.clone());
     plan.levels.extend(&start_found);
     plan.end_levels.extend(&end_found);
+    plan.expanded
+        .extend(&sums.start_expanded[..start_found.len()]);
+    plan.end_expanded
+        .extend(&sums.end_expanded[..end_found.len()]);
     let mut note = levels_note("level", first, &start_found, "positions");
     if let [one] = end_found.as_slice() {
         note = format!("{note}; from the end, level {first_end}: {one} positions");
@@ -697,7 +678,17 @@ pub(super) fn next_stage(
     if start_found.len() < sums.start.len() || end_found.len() < sums.end.len() {
         return Ok(NextStage::Finish);
     }
-    let buckets_out = buckets_after(spec, largest, finished.slots);
+    // Shards spill what their share does not hold, so a disk short of room
+    // gets fewer, larger ones (fewer copies of each child).
+    let buckets_out = match spec.buckets {
+        0 => tally_kernels::buckets::within_room(
+            buckets_after(spec, largest, finished.slots),
+            finished.slots,
+            finished.stage_bytes,
+            finished.stage_room,
+        ),
+        _ => buckets_after(spec, largest, finished.slots),
+    };
     let Some(m) = meeting else {
         // One search, to the boards of one peg.
         let next = plan.levels.len() as u32;
@@ -711,6 +702,7 @@ pub(super) fn next_stage(
             buckets_out,
             shards == 1,
             plan.fixes_start,
+            plan.compact,
         )
         .collect();
         return Ok(NextStage::Shards(planned, note));
@@ -737,6 +729,7 @@ fn meeting_shards(
             0,
             false,
             plan.fixes_start,
+            plan.compact,
         );
         return Ok(join.collect());
     }
@@ -749,6 +742,7 @@ fn meeting_shards(
         buckets_out,
         alone,
         plan.fixes_start,
+        plan.compact,
     )
     .collect();
     let end_next = plan.end_levels.len() as u32;
@@ -765,6 +759,7 @@ fn meeting_shards(
             buckets_out,
             false,
             plan.fixes_start,
+            plan.compact,
         ));
     }
     Ok(planned)
@@ -784,6 +779,7 @@ mod tests {
             plan: Some(PegsPlanName::Frontier),
             buckets,
             by_final_hole: false,
+            no_prune: false,
         }
     }
 
@@ -794,6 +790,7 @@ mod tests {
             buckets,
             side,
             finals: BTreeMap::new(),
+            expanded: Vec::new(),
         }
     }
 
@@ -818,6 +815,8 @@ mod tests {
                 partials: &partials,
                 slots: 1,
                 slot_memory: 0,
+                stage_bytes: 0,
+                stage_room: None,
             };
             match next_stage(&spec, &mut plan, finished).unwrap() {
                 NextStage::Shards(shards, note) => {
@@ -834,6 +833,48 @@ mod tests {
     }
 
     #[test]
+    fn a_stage_store_short_of_room_gets_one_bucket_a_slot_unless_the_spec_fixed_them() {
+        let wide = 40 * crate::pegs::POSITIONS_PER_BUCKET;
+        let gib = 1u64 << 30;
+        for (buckets, room, expected) in [
+            (0, None, None),
+            (0, Some(1000 * gib), None),
+            (0, Some(gib), Some(4)),
+            (6, Some(gib), Some(6)),
+        ] {
+            let mut plan = PegsPlan {
+                levels: vec![1, 1, 2],
+                ..PegsPlan::default()
+            };
+            let partials = [levels(&[wide], 2, PegSide::Start)];
+            let finished = FinishedStage {
+                stage: 4,
+                stages_total: 4,
+                partials: &partials,
+                slots: 4,
+                slot_memory: 0,
+                stage_bytes: gib,
+                stage_room: room,
+            };
+            let NextStage::Shards(shards, _) =
+                next_stage(&spec(None, buckets), &mut plan, finished).unwrap()
+            else {
+                panic!("finished");
+            };
+            let PegsTask::PegLevel { buckets_out, .. } = shards[0].task else {
+                panic!("{:?}", shards[0].task);
+            };
+            match expected {
+                Some(expected) => assert_eq!(buckets_out, expected, "{buckets} {room:?}"),
+                None => assert!(
+                    buckets_out >= 40,
+                    "{buckets_out} buckets with room {room:?}"
+                ),
+            }
+        }
+    }
+
+    #[test]
     fn two_searches_run_side_by_side_and_end_in_a_join() {
         // English from hole 10 to the centre: 31 jumps, the start search to
         // level 15 and the end search to level 16, side by side.
@@ -843,9 +884,13 @@ mod tests {
         };
         let m = pegs::meeting(&game(&spec).unwrap()).unwrap();
         assert_eq!((m.start_level, m.end_level, m.end_delay), (15, 16, 0));
-        let first = first_stage(&spec, true).unwrap();
+        let mut plan = PegsPlan {
+            fixes_start: true,
+            ..PegsPlan::default()
+        };
+        let first = first_stage(&spec, &plan).unwrap();
         assert_eq!(first.len(), 2, "both searches start in the first stage");
-        let mut plan = PegsPlan::default();
+        plan.fixes_start = false;
         let mut stage = 1;
         let mut partials = vec![
             levels(&[1], 3, PegSide::Start),
@@ -858,6 +903,8 @@ mod tests {
                 partials: &partials,
                 slots: 3,
                 slot_memory: 0,
+                stage_bytes: 0,
+                stage_room: None,
             };
             match next_stage(&spec, &mut plan, finished).unwrap() {
                 NextStage::Finish => break,
@@ -911,6 +958,7 @@ mod validation {
             plan,
             buckets,
             by_final_hole: false,
+            no_prune: false,
         }
     }
 

@@ -6,15 +6,19 @@
 //! jumps (with the number of jump sequences reaching each) counted in batches,
 //! each shard over its own layers.
 
+#[cfg(test)]
+mod form_tests;
 mod frontier;
+mod input;
+mod output;
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 pub use frontier::PegSide;
+pub use input::PegInput;
 
 use crate::cache::KernelCache;
 use crate::kind::{
@@ -22,9 +26,8 @@ use crate::kind::{
     ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input,
 };
 use crate::{Control, Error, Result, Stored, invalid};
-use tally_kernels::buckets::{bucket_count, gathered_ranges, length_at};
+use tally_kernels::buckets::bucket_count;
 use tally_kernels::pegs;
-use tally_kernels::spill::StoredSource;
 use tally_wire::proto;
 
 pub struct Pegs;
@@ -41,13 +44,19 @@ pub const MAX_PREFIX_TASKS: u32 = 100_000;
 pub const MAX_BUCKETS: u32 = 1024;
 
 /// Positions of a level per shard of the next level when the frontier plan
-/// chooses the bucket count. A shard's memory follows its children, which are
-/// deduplicated only within the shard (by estimate, several per position and
-/// some tens of bytes each while they are summed, sorted and encoded); the
-/// largest English levels (3.6 million positions) go to 8 shards. Measured on
-/// the English board, centre to centre: a worker of two slots peaks at 996 MB
-/// and the job takes 8.1 s; with 250,000 positions a shard, 616 MB and 10.1 s.
-const POSITIONS_PER_BUCKET: u64 = 500_000;
+/// chooses the bucket count: so many that a level takes one round of the live
+/// slots, unless it passes this many positions a slot. Fewer, larger shards
+/// send less: a position is sent once by every shard holding one of its
+/// parents, so a level's stage data grows with its shards (on the French
+/// board about 1.9 copies of each position with 2 shards, 8 and more with a
+/// shard per 500,000 positions as before), and a shard past its memory share
+/// spills its tables to sorted runs and merges them with sequential reads.
+/// The French board from hole 6 took 38 minutes in 2 shards a level, 59 in a
+/// shard per 500,000 positions (docs/benchmarks.md).
+const POSITIONS_PER_BUCKET: u64 = 1 << 28;
+/// Positions of a level worth a shard of their own: a level of fewer shards
+/// than slots gets one per so many positions.
+const POSITIONS_WORTH_A_SHARD: u64 = 125_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -108,6 +117,10 @@ pub struct PegsSpec {
     /// every symmetry fixes the start: it then costs nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_final_hole: bool,
+    /// Expand also the positions a pagoda function shows can reach no
+    /// allowed end (skipped by default; the counts are the same).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_prune: bool,
 }
 
 impl PegsSpec {
@@ -160,6 +173,10 @@ pub struct PegsArgs {
     /// parity invariants tell apart (the French hole 6), they come without it.
     #[arg(long)]
     pub by_final_hole: bool,
+    /// Expand also the positions a pagoda function shows can reach no
+    /// allowed end, skipped by default (`no_prune` in --json; same count).
+    #[arg(long)]
+    pub no_prune: bool,
 }
 
 impl SpecArgs<PegsSpec> for PegsArgs {
@@ -172,6 +189,7 @@ impl SpecArgs<PegsSpec> for PegsArgs {
             plan: self.plan.as_deref().map(PegsPlanName::parse).transpose()?,
             buckets: self.buckets.unwrap_or(0),
             by_final_hole: self.by_final_hole,
+            no_prune: self.no_prune,
         })
     }
 }
@@ -205,6 +223,17 @@ pub struct PegsPlan {
     /// start alone, which the kernel answers 0 without a search.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ruled_out: bool,
+    /// Frontier plan: of each level's positions, those expanded (the others
+    /// were pruned); from the end search in `end_expanded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expanded: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub end_expanded: Vec<u64>,
+    /// Frontier plan: its levels' lists are in the compact form
+    /// (`pegs::LevelForm::Compact`); plans made before it was write and read
+    /// the raw form to the end.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compact: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,6 +262,10 @@ pub enum PegsTask {
         /// `PegGame::fixing_start`); jobs planned before it was, by all.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         fixes_start: bool,
+        /// Its input and output lists in the compact form
+        /// (`pegs::LevelForm::Compact`); jobs planned before it was, raw.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        compact: bool,
     },
 }
 
@@ -284,6 +317,9 @@ pub enum PegsPartial {
         /// On the level of one peg: the solutions by final hole (decimal).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         finals: BTreeMap<u32, String>,
+        /// Of each level's positions, those expanded (not pruned).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        expanded: Vec<u64>,
     },
 }
 
@@ -293,7 +329,7 @@ fn buckets_after(spec: &PegsSpec, positions: u64, slots: u32) -> u32 {
     bucket_count(
         positions,
         POSITIONS_PER_BUCKET,
-        POSITIONS_PER_BUCKET / 4,
+        POSITIONS_WORTH_A_SHARD,
         spec.buckets,
         MAX_BUCKETS,
         slots,
@@ -308,79 +344,9 @@ fn parse_solutions(text: &str) -> Result<u128> {
         .map_err(|_| invalid!("malformed solution count {text:?}"))
 }
 
-/// What a level shard reads: bucket `q` of every shard of the previous
-/// stage, framed but not decoded, in memory or in a file the worker wrote as
-/// it arrived, so a level is read as a stream (`pegs::expand_level_within`)
-/// and never held decoded whole.
-pub struct PegInput {
-    stored: Arc<dyn Stored>,
-    /// Each shard's bucket: the byte ranges of its level and of its joined
-    /// positions.
-    parts: Vec<(Range<u64>, Range<u64>)>,
-}
-
-impl PegInput {
-    /// The gathered buckets (see `tally_kernels::buckets`: each a length and
-    /// a `StageBucket`), their framing checked; their contents are checked as
-    /// they are read.
-    fn new(stored: Arc<dyn Stored>) -> Result<PegInput> {
-        let mut parts = Vec::new();
-        for segment in gathered_ranges(&*stored)? {
-            let (start, end) = (segment.start, segment.end);
-            let level = length_at(&*stored, start, end, "peg stage bucket: its level's length")?;
-            let level_end = (start + 8)
-                .checked_add(level)
-                .filter(|&e| e <= end)
-                .ok_or_else(|| invalid!("peg stage bucket: its level runs past the end"))?;
-            parts.push((start + 8..level_end, level_end..end));
-        }
-        Ok(PegInput { stored, parts })
-    }
-
-    /// The input held in memory.
-    fn in_memory(gathered: &[u8]) -> Result<PegInput> {
-        PegInput::new(Arc::new(gathered.to_vec()))
-    }
-
-    /// Each shard's encoded level, read in chunks.
-    fn level_sources(&self) -> impl Iterator<Item = StoredSource<'_>> {
-        self.parts
-            .iter()
-            .map(|(level, _)| StoredSource::new(&*self.stored, level.clone()))
-    }
-
-    /// Bytes of every shard's level together.
-    fn level_bytes(&self) -> u64 {
-        self.parts
-            .iter()
-            .map(|(level, _)| level.end - level.start)
-            .sum()
-    }
-
-    /// Whether any shard sent joined positions (a level shard's input has
-    /// none: each part ends with an empty bucket).
-    fn has_joined(&self) -> Result<bool> {
-        let empty = pegs::PegBucket::default().encode();
-        for (_, joined) in &self.parts {
-            if joined.end - joined.start != empty.len() as u64
-                || self.stored.read_range(joined.clone())? != empty
-            {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
-    /// Each shard's encoded joined positions, read in chunks.
-    fn joined_sources(&self) -> impl Iterator<Item = StoredSource<'_>> {
-        self.parts
-            .iter()
-            .map(|(_, joined)| StoredSource::new(&*self.stored, joined.clone()))
-    }
-}
-
 fn game(spec: &PegsSpec) -> Result<pegs::PegGame> {
-    pegs::PegGame::new(pegs::parse_board(&spec.board)?, spec.start, spec.end)
+    let game = pegs::PegGame::new(pegs::parse_board(&spec.board)?, spec.start, spec.end)?;
+    Ok(game.with_pruning(!spec.no_prune))
 }
 
 impl JobKind for Pegs {
@@ -406,6 +372,7 @@ impl JobKind for Pegs {
             plan: spec.plan.map(|p| p.name().to_string()).unwrap_or_default(),
             buckets: spec.buckets,
             by_final_hole: spec.by_final_hole,
+            no_prune: spec.no_prune,
         })
     }
 
@@ -429,6 +396,7 @@ impl JobKind for Pegs {
             plan,
             buckets: g.buckets,
             by_final_hole: g.by_final_hole,
+            no_prune: g.no_prune,
         }))
     }
 
@@ -482,6 +450,11 @@ impl JobKind for Pegs {
             } else {
                 ""
             }
+            + if spec.no_prune {
+                " without pruning"
+            } else {
+                ""
+            }
     }
 
     fn small_example() -> Option<PegsSpec> {
@@ -493,6 +466,7 @@ impl JobKind for Pegs {
             plan: None,
             buckets: 0,
             by_final_hole: false,
+            no_prune: false,
         })
     }
 
@@ -519,6 +493,7 @@ impl JobKind for Pegs {
                 .all(|&b| b == game.start_board());
             return Ok(PegsPlan {
                 fixes_start: spec.end.is_none() && (spec.by_final_hole || centre),
+                compact: true,
                 ..PegsPlan::default()
             });
         }
@@ -535,7 +510,7 @@ impl JobKind for Pegs {
 
     fn plan_stage(spec: &PegsSpec, plan: &PegsPlan, _stage: u32) -> Result<Vec<Planned<PegsTask>>> {
         if spec.plan_name() == PegsPlanName::Frontier && !plan.ruled_out {
-            return frontier::first_stage(spec, plan.fixes_start);
+            return frontier::first_stage(spec, plan);
         }
         let batch = plan.peg_tasks.len().div_ceil(MAX_SHARDS).max(1);
         Ok(plan
@@ -671,6 +646,12 @@ impl JobKind for Pegs {
             if !plan.end_levels.is_empty() {
                 answer.details["levels_from_the_end"] = serde_json::json!(plan.end_levels);
             }
+            if !plan.expanded.is_empty() {
+                answer.details["expanded"] = serde_json::json!(plan.expanded);
+            }
+            if !plan.end_expanded.is_empty() {
+                answer.details["expanded_from_the_end"] = serde_json::json!(plan.end_expanded);
+            }
             // Each shard's holes add up to its solutions (`check`); a job
             // some of whose shards gave none (a worker of a release that
             // gave them only with --by-final-hole) shows none.
@@ -706,13 +687,7 @@ impl JobKind for Pegs {
     }
 
     fn direct(spec: &PegsSpec, threads: usize, control: &Control) -> Result<Answer> {
-        let count = pegs::count_solutions(
-            pegs::parse_board(&spec.board)?,
-            spec.start,
-            spec.end,
-            threads,
-            control,
-        )?;
+        let count = game(spec)?.count_with_threads(threads, control)?;
         Ok(answer(spec, count.solutions, count.memo_boards))
     }
 }

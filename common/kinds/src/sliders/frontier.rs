@@ -578,6 +578,8 @@ mod tests {
                 partials: &partials,
                 slots: 3,
                 slot_memory: 0,
+                stage_bytes: 0,
+                stage_room: None,
             };
             match Sliders::next_stage(spec, &mut plan, finished)? {
                 NextStage::Shards(next, _) => shards = next,
@@ -721,6 +723,8 @@ mod tests {
             partials: &partials,
             slots: 1,
             slot_memory: 0,
+            stage_bytes: 0,
+            stage_room: None,
         };
         match next_stage(&spec, &mut plan, finished).unwrap() {
             NextStage::Shards(shards, note) => {
@@ -758,6 +762,8 @@ mod tests {
                 partials: &partials,
                 slots: 2,
                 slot_memory,
+                stage_bytes: 0,
+                stage_room: None,
             };
             match next_stage(&spec, &mut plan, finished).unwrap() {
                 NextStage::Shards(..) => u64::from(*plan.buckets.last().unwrap()),
@@ -802,6 +808,8 @@ mod tests {
             partials: &partials,
             slots: 1,
             slot_memory: 0,
+            stage_bytes: 0,
+            stage_room: None,
         };
         let NextStage::Shards(shards, _) = next_stage(&spec, &mut plan, finished).unwrap() else {
             panic!("finished");

@@ -1,0 +1,309 @@
+//! The forms of a level's lists of boards and counts in stage data and spill
+//! runs: the raw form of [`PegBucket::encode`] (boards as 64-bit layouts,
+//! gaps and counts varints), read for jobs planned before the compact form,
+//! and the compact form (`crate::compact`), the default since.
+//!
+//! In the compact form a board's key is its rank: boards of `p` pegs on a
+//! board of `n` holes are numbered from `sum C(n, j)` over `j < p` on, in
+//! the order of their bit layouts (the colex order of their peg sets, the
+//! holes numbered in layout order), so every key is below `2^n` and the
+//! boards of a level, all of one peg count, lie in a range of `C(n, p)`
+//! keys. A bucket's boards are spread over that range, so the gap between
+//! two of them is about `C(n, p)` over their number: on the French board's
+//! widest levels a tenth of the raw layout's gap (a diamond board's raw
+//! layout is sparser still), a byte or two less per board.
+
+use super::levels::{PegBucket, StageBucket};
+use crate::compact::{ChunkWriter, ListStream, encode_list};
+use crate::spill::Source;
+use crate::{Result, invalid};
+
+/// The form of a job's level lists, fixed when the job is planned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LevelForm {
+    /// [`PegBucket::encode`]'s: jobs planned before the compact form.
+    #[default]
+    Raw,
+    /// Ranks and counts in checksummed chunks (`crate::compact`).
+    Compact,
+}
+
+/// Ranks of boards of a board shape, and back.
+pub struct BoardRanks {
+    holes: u32,
+    /// The index of a hole among the holes, by its bit.
+    index_of_bit: [u8; 64],
+    /// The bit of the hole of each index.
+    bit_of_index: [u8; 64],
+    /// `binomial[n][k]`, for `n, k <= 64` (all fit in a `u64`).
+    binomial: Box<[[u64; 65]; 65]>,
+    /// The first key of the boards of each peg count.
+    first_key: [u128; 66],
+}
+
+impl BoardRanks {
+    /// Ranks for boards whose pegs lie in `hole_mask`.
+    pub fn new(hole_mask: u64) -> BoardRanks {
+        let mut binomial = Box::new([[0u64; 65]; 65]);
+        for n in 0..=64 {
+            binomial[n][0] = 1;
+            for k in 1..=n {
+                binomial[n][k] = binomial[n - 1][k - 1].saturating_add(binomial[n - 1][k]);
+            }
+        }
+        let mut index_of_bit = [0; 64];
+        let mut bit_of_index = [0; 64];
+        let mut holes = 0;
+        for (bit, index) in index_of_bit.iter_mut().enumerate() {
+            if hole_mask >> bit & 1 == 1 {
+                *index = holes as u8;
+                bit_of_index[holes] = bit as u8;
+                holes += 1;
+            }
+        }
+        let mut first_key = [0u128; 66];
+        for pegs in 0..=holes {
+            first_key[pegs + 1] = first_key[pegs] + u128::from(binomial[holes][pegs]);
+        }
+        for key in first_key.iter_mut().skip(holes + 2) {
+            *key = u128::MAX;
+        }
+        BoardRanks {
+            holes: holes as u32,
+            index_of_bit,
+            bit_of_index,
+            binomial,
+            first_key,
+        }
+    }
+
+    /// The key of `board`, whose pegs lie in the hole mask.
+    #[inline]
+    pub fn rank(&self, board: u64) -> u128 {
+        let mut rank = 0u64;
+        let mut rest = board;
+        let mut i = 1;
+        while rest != 0 {
+            let hole = self.index_of_bit[rest.trailing_zeros() as usize] as usize;
+            rank += self.binomial[hole][i];
+            rest &= rest - 1;
+            i += 1;
+        }
+        self.first_key[board.count_ones() as usize] + u128::from(rank)
+    }
+
+    /// The board of `key`, if it is the key of one.
+    #[inline]
+    pub fn board(&self, key: u128) -> Option<u64> {
+        if key >= self.first_key[self.holes as usize + 1] {
+            return None;
+        }
+        let pegs = self.first_key[1..].partition_point(|&first| first <= key);
+        let mut rank = (key - self.first_key[pegs]) as u64;
+        let mut board = 0u64;
+        let mut hole = self.holes as usize;
+        for i in (1..=pegs).rev() {
+            hole -= 1;
+            while self.binomial[hole][i] > rank {
+                hole -= 1;
+            }
+            rank -= self.binomial[hole][i];
+            board |= 1 << self.bit_of_index[hole];
+        }
+        Some(board)
+    }
+}
+
+impl PegBucket {
+    /// The bucket's bytes in `form` (`ranks` for the compact one).
+    pub fn encode_as(&self, form: LevelForm, ranks: &BoardRanks) -> Vec<u8> {
+        match form {
+            LevelForm::Raw => self.encode(),
+            LevelForm::Compact => encode_list(
+                (self.boards.iter())
+                    .zip(&self.counts)
+                    .map(|(&board, &ways)| (ranks.rank(board), ways)),
+            ),
+        }
+    }
+
+    /// Reads [`PegBucket::encode_as`]'s bytes, refusing what
+    /// [`PegBucket::decode`] refuses and, in the compact form, damaged
+    /// chunks; `label` names the list in errors.
+    pub fn decode_as(
+        bytes: &[u8],
+        form: LevelForm,
+        ranks: &BoardRanks,
+        label: &str,
+    ) -> Result<PegBucket> {
+        if form == LevelForm::Raw {
+            return PegBucket::decode(bytes);
+        }
+        let mut stream = BoardStream::new(bytes, form, ranks, label.to_string())?;
+        let mut bucket = PegBucket::default();
+        while let Some((board, ways)) = stream.pull()? {
+            bucket.boards.push(board);
+            bucket.counts.push(ways);
+        }
+        Ok(bucket)
+    }
+}
+
+impl StageBucket {
+    /// Reads [`StageBucket::encode`]'s framing of two lists in `form`;
+    /// `label` names the bucket in errors.
+    pub fn decode_as(
+        bytes: &[u8],
+        form: LevelForm,
+        ranks: &BoardRanks,
+        label: &str,
+    ) -> Result<StageBucket> {
+        let (level, joined) = StageBucket::split(bytes)?;
+        Ok(StageBucket {
+            level: PegBucket::decode_as(level, form, ranks, &format!("{label}: its level"))?,
+            joined: PegBucket::decode_as(joined, form, ranks, &format!("{label}: its joined"))?,
+        })
+    }
+}
+
+/// The boards of one compact list, read as they come and checked: keys of
+/// boards, nonzero counts.
+pub struct BoardStream<'r, S> {
+    list: ListStream<S>,
+    ranks: &'r BoardRanks,
+    label: String,
+    index: u64,
+}
+
+impl<'r, S: Source> BoardStream<'r, S> {
+    pub fn new(
+        source: S,
+        form: LevelForm,
+        ranks: &'r BoardRanks,
+        label: String,
+    ) -> Result<BoardStream<'r, S>> {
+        debug_assert_eq!(form, LevelForm::Compact);
+        Ok(BoardStream {
+            list: ListStream::new(source, label.clone())?,
+            ranks,
+            label,
+            index: 0,
+        })
+    }
+
+    #[inline]
+    pub fn pull(&mut self) -> Result<Option<(u64, u128)>> {
+        let Some((key, ways)) = self.list.pull()? else {
+            return Ok(None);
+        };
+        let index = self.index;
+        let board = self.ranks.board(key).ok_or_else(|| {
+            invalid!(
+                "{}: board {index} has key {key}, past the board's",
+                self.label
+            )
+        })?;
+        if ways == 0 {
+            return Err(invalid!("{}: board {index} has a zero count", self.label));
+        }
+        self.index += 1;
+        Ok(Some((board, ways)))
+    }
+}
+
+/// A list of boards in increasing order written in `form` as they come (the
+/// count, which comes first, is [`FormWriter::finish`]'s).
+pub enum FormWriter<'r> {
+    Raw { previous: u64, count: u128 },
+    Compact(ChunkWriter, &'r BoardRanks),
+}
+
+impl<'r> FormWriter<'r> {
+    pub fn new(form: LevelForm, ranks: &'r BoardRanks) -> FormWriter<'r> {
+        match form {
+            LevelForm::Raw => FormWriter::Raw {
+                previous: 0,
+                count: 0,
+            },
+            LevelForm::Compact => FormWriter::Compact(ChunkWriter::new(), ranks),
+        }
+    }
+
+    /// Appends `board` (above the previous one) with its count to `out`.
+    #[inline]
+    pub fn push(&mut self, board: u64, ways: u128, out: &mut Vec<u8>) {
+        match self {
+            FormWriter::Raw { previous, count } => {
+                crate::varint::push(out, u128::from(board - *previous));
+                crate::varint::push(out, ways);
+                *previous = board;
+                *count += 1;
+            }
+            FormWriter::Compact(writer, ranks) => writer.push(ranks.rank(board), ways, out),
+        }
+    }
+
+    /// Writes what is left to `out`: the boards written.
+    pub fn finish(self, out: &mut Vec<u8>) -> u128 {
+        match self {
+            FormWriter::Raw { count, .. } => count,
+            FormWriter::Compact(writer, _) => writer.finish(out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pegs::{BoardShape, PegGame};
+    use crate::test_rng::Rng;
+
+    #[test]
+    fn ranks_number_the_boards_of_each_peg_count_in_layout_order() {
+        for shape in [
+            BoardShape::Triangle(5),
+            BoardShape::English,
+            BoardShape::Diamond,
+        ] {
+            let game = PegGame::new(shape, None, None).unwrap();
+            let mask = game.hole_mask();
+            let ranks = BoardRanks::new(mask);
+            let holes = mask.count_ones();
+            let mut rng = Rng::new(u64::from(holes));
+            let mut boards: Vec<u64> = (0..3000)
+                .map(|_| rng.next_u64() & mask & rng.next_u64())
+                .chain([0, mask])
+                .collect();
+            boards.sort_unstable_by_key(|&b| (b.count_ones(), b));
+            boards.dedup();
+            let keys: Vec<u128> = boards.iter().map(|&b| ranks.rank(b)).collect();
+            assert!(keys.windows(2).all(|w| w[0] < w[1]), "{shape:?}");
+            assert_eq!(keys[0], 0);
+            assert_eq!(*keys.last().unwrap(), (1u128 << holes) - 1);
+            for (&board, &key) in boards.iter().zip(&keys) {
+                assert_eq!(ranks.board(key), Some(board));
+            }
+            assert_eq!(ranks.board(1 << holes), None);
+        }
+        // Every board of the triangle of side 4, in order: keys 0 to 2^10 - 1.
+        let mask = PegGame::new(BoardShape::Triangle(4), None, None)
+            .unwrap()
+            .hole_mask();
+        let ranks = BoardRanks::new(mask);
+        let mut all: Vec<u64> = (0..1u64 << 10)
+            .map(|i| {
+                let (mut board, mut rest) = (0, mask);
+                for bit in 0..10 {
+                    let low = rest & rest.wrapping_neg();
+                    rest ^= low;
+                    board |= low * (i >> bit & 1);
+                }
+                board
+            })
+            .collect();
+        all.sort_unstable_by_key(|&b| (b.count_ones(), b));
+        for (key, &board) in all.iter().enumerate() {
+            assert_eq!(ranks.rank(board), key as u128);
+        }
+    }
+}

@@ -254,14 +254,14 @@ fn jobs_give_the_same_answers_through_s3() {
 // ------------------------------------- small outputs held by the coordinator
 
 /// Frontier and hex cell-step jobs through a shared directory whose
-/// coordinator keeps outputs up to 1 KiB itself: their stages mix blobs and
-/// held outputs, read whole and by buckets, and the answers equal the direct
+/// coordinator keeps outputs up to 256 bytes itself: their stages mix blobs
+/// and held outputs, read whole and by buckets, and the answers equal the direct
 /// kernels'; fewer blobs are written than with nothing inline, and some are.
 #[test]
 fn stages_that_mix_blobs_and_outputs_held_by_the_coordinator_give_the_same_answers() {
     runtime().block_on(async {
         let mut written = Vec::new();
-        for inline in ["0", "1KiB"] {
+        for inline in ["0", "256B"] {
             let store = Store::file();
             // No sweep during the jobs: every blob written is still there.
             let mut cluster = Cluster::start(&store, "1h", inline);
@@ -291,7 +291,7 @@ fn stages_that_mix_blobs_and_outputs_held_by_the_coordinator_give_the_same_answe
         };
         assert!(
             0 < mixed && mixed < none_inline,
-            "blobs written: {none_inline} with nothing inline, {mixed} with 1 KiB"
+            "blobs written: {none_inline} with nothing inline, {mixed} with 256 bytes"
         );
     });
 }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::output::{encode_output, write_output};
-use super::{PegInput, buckets_after, game, parse_solutions};
+use super::{PegInput, alone_buckets_after, buckets_after, game, parse_solutions};
 use super::{PegsPartial, PegsPlan, PegsSpec, PegsTask};
 use crate::kind::{FinishedStage, NextStage, Outcome, Planned, ShardRun};
 use crate::{Error, MemorySpill, Result, Room, invalid};
@@ -284,7 +284,7 @@ pub(super) fn execute(
         let mut sent = (sent.iter())
             .map(|bucket| bucket.to_bytes(&*room.spill))
             .collect::<Result<Vec<_>>>()?;
-        let next = buckets_after(spec, part.states, 1);
+        let next = alone_buckets_after(spec, part.states);
         let more = pegs::pegs_at_level(&game, current + 1).is_some_and(|p| p > 0);
         // An alone shard stops before the meeting level, which runs in its
         // own stage with the join's bucket count.
@@ -393,9 +393,10 @@ fn buckets_written(spec: &PegsSpec, task: &PegsTask, sizes: &[u64]) -> Result<u3
             side: PegSide::Join,
             ..
         } => Ok(0),
-        PegsTask::PegLevel { alone: true, .. } => {
-            Ok(buckets_after(spec, sizes.last().copied().unwrap_or(0), 1))
-        }
+        PegsTask::PegLevel { alone: true, .. } => Ok(alone_buckets_after(
+            spec,
+            sizes.last().copied().unwrap_or(0),
+        )),
         PegsTask::PegLevel { buckets_out, .. } if sizes.len() == 1 => Ok(*buckets_out),
         PegsTask::PegLevel { .. } => Err(invalid!(
             "a level shard that shares its stage computes one level, not {}",
@@ -830,6 +831,24 @@ mod tests {
                 NextStage::Finish => panic!("finished"),
             }
         }
+    }
+
+    /// A shard alone in its stage hands a level of a million positions on
+    /// in buckets, however large a level shard may be: it holds its levels
+    /// in memory, on one thread.
+    #[test]
+    fn a_shard_alone_goes_on_only_through_thin_levels() {
+        let chosen = spec(None, 0);
+        assert_eq!(alone_buckets_after(&chosen, 1), 1);
+        assert_eq!(
+            alone_buckets_after(&chosen, super::super::ALONE_POSITIONS),
+            1
+        );
+        assert_eq!(alone_buckets_after(&chosen, 1_000_000), 2);
+        assert!(alone_buckets_after(&chosen, 200_000_000) >= 400);
+        assert_eq!(alone_buckets_after(&spec(None, 3), 1_000_000), 3, "fixed");
+        // Level shards that share their stage are sized apart from it.
+        assert_eq!(buckets_after(&chosen, 1_000_000, 2), 2);
     }
 
     #[test]

@@ -54,6 +54,11 @@ pub const MAX_BUCKETS: u32 = 1024;
 /// The French board from hole 6 took 38 minutes in 2 shards a level, 59 in a
 /// shard per 500,000 positions (docs/benchmarks.md).
 const POSITIONS_PER_BUCKET: u64 = 1 << 28;
+/// Positions a shard alone in its stage computes level after level before
+/// it hands a level on in buckets (one per so many): a search's thin first
+/// levels run in one shard, in memory, without a barrier each; past it the
+/// levels are split over the live slots.
+const ALONE_POSITIONS: u64 = 500_000;
 /// Positions of a level worth a shard of their own: a level of fewer shards
 /// than slots gets one per so many positions.
 const POSITIONS_WORTH_A_SHARD: u64 = 125_000;
@@ -333,6 +338,20 @@ fn buckets_after(spec: &PegsSpec, positions: u64, slots: u32) -> u32 {
         spec.buckets,
         MAX_BUCKETS,
         slots,
+    )
+}
+
+/// The buckets a shard alone in its stage hands its last level on in: one
+/// while the level is under [`ALONE_POSITIONS`] (it goes on alone), one per
+/// so many past it.
+fn alone_buckets_after(spec: &PegsSpec, positions: u64) -> u32 {
+    bucket_count(
+        positions,
+        ALONE_POSITIONS,
+        POSITIONS_WORTH_A_SHARD,
+        spec.buckets,
+        MAX_BUCKETS,
+        1,
     )
 }
 

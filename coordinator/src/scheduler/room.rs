@@ -13,7 +13,7 @@ use crate::store::Batch;
 
 use super::events::Event;
 use super::job::JobEntry;
-use super::stage_room::{RoomSource, RoomWait, guess_next_stage_bytes, room_for};
+use super::stage_room::{RoomWait, guess_next_stage_bytes, room_for};
 use super::state::Scheduler;
 
 /// Marks the job as waiting at its barrier for `wait` (logging it once
@@ -54,20 +54,20 @@ pub(super) fn note_room_wait(
     }
 }
 
-/// Whether the stage after `done` may start on the room `source` tells:
+/// Whether the stage after `done` may start in `free` bytes (if known):
 /// the wait to record when its guessed output does not fit. Only frontier
 /// plans (whose stages are found as they go) are checked; `freed` is the
 /// input of the stage just done when the barrier deletes it.
 pub(super) fn check_room(
     entry: &JobEntry,
-    source: Option<&RoomSource>,
+    free: Option<u64>,
     done_bytes: u64,
     freed: u64,
 ) -> Option<RoomWait> {
     if entry.rec.spec.stages_known() {
         return None;
     }
-    let free = source?.0.free_bytes()?;
+    let free = free?;
     let before = entry.outputs.input_bytes();
     let needed = guess_next_stage_bytes(done_bytes, before);
     room_for(entry.rec.stage, needed, free, freed).err()

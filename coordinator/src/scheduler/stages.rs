@@ -54,6 +54,8 @@ impl Scheduler {
             .collect::<Option<_>>()
             .ok_or_else(|| CoordinatorError::Internal("a done shard has no result".into()))?;
         let mut plan = entry.rec.plan.clone();
+        // The free space is read once a barrier: the kind sizes its buckets
+        // by it and the barrier waits by it.
         let barrier = Barrier {
             slots,
             slot_memory,
@@ -82,9 +84,8 @@ impl Scheduler {
                     }
                     _ => 0,
                 };
-                let source = self.config.stage_room.as_ref();
-                let done_bytes = done.approx_bytes();
-                let wait = check_room(entry, source, done_bytes, freed);
+                let done_bytes = barrier.stage_bytes;
+                let wait = check_room(entry, barrier.stage_room, done_bytes, freed);
                 let waits = wait.is_some();
                 note_room_wait(entry, wait, batch, now_ms);
                 if waits {

@@ -31,14 +31,21 @@ impl BitWriter<'_> {
     /// Appends the low `n` bits of `value`, `n` up to 56.
     #[inline]
     fn put(&mut self, value: u64, n: u32) {
-        debug_assert!(n <= 56);
+        debug_assert!(n <= 56 && self.bits < 8);
         let value = value & ((1u64 << n) - 1);
         self.acc |= value << self.bits;
         self.bits += n;
-        while self.bits >= 8 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.bits -= 8;
+        // Whole bytes leave together: at most 7, as fewer than 8 bits wait.
+        let whole = self.bits / 8;
+        if whole > 0 {
+            self.out
+                .extend_from_slice(&self.acc.to_le_bytes()[..whole as usize]);
+            self.acc = if whole == 8 {
+                0
+            } else {
+                self.acc >> (whole * 8)
+            };
+            self.bits %= 8;
         }
     }
 
@@ -113,23 +120,40 @@ struct BitReader<'a> {
 }
 
 impl BitReader<'_> {
+    /// The bits left to read.
+    #[inline]
+    fn left(&self) -> usize {
+        self.bytes.len() * 8 - self.at
+    }
+
+    /// The next 57 bits or more, low bit first, zeros past the end.
+    #[inline]
+    fn peek(&self) -> u64 {
+        let first = self.at / 8;
+        let word = match self.bytes.get(first..first + 8) {
+            Some(eight) => u64::from_le_bytes(eight.try_into().expect("8 bytes")),
+            None => {
+                let mut word = [0u8; 8];
+                let tail = &self.bytes[first.min(self.bytes.len())..];
+                word[..tail.len()].copy_from_slice(tail);
+                u64::from_le_bytes(word)
+            }
+        };
+        word >> (self.at % 8)
+    }
+
     /// The next `n` bits (up to 56), or `None` past the end.
     #[inline]
     fn get(&mut self, n: u32) -> Option<u64> {
         if n == 0 {
             return Some(0);
         }
-        let end = self.at + n as usize;
-        if end > self.bytes.len() * 8 {
+        if n as usize > self.left() {
             return None;
         }
-        let first = self.at / 8;
-        let mut word = [0u8; 8];
-        let last = (end - 1) / 8;
-        word[..last - first + 1].copy_from_slice(&self.bytes[first..=last]);
-        let value = u64::from_le_bytes(word) >> (self.at % 8);
-        self.at = end;
-        Some(value & ((1u64 << n) - 1))
+        let value = self.peek() & ((1u64 << n) - 1);
+        self.at += n as usize;
+        Some(value)
     }
 
     fn get_wide(&mut self, n: u32) -> Option<u128> {
@@ -145,17 +169,24 @@ impl BitReader<'_> {
 
     #[inline]
     fn rice(&mut self, k: u32) -> Option<u128> {
-        let mut q = 0;
-        while self.get(1)? == 1 {
-            q += 1;
-            if q == ESCAPE {
-                let n = self.get(8)? as u32;
-                if n > 128 {
-                    return None;
-                }
-                return self.get_wide(n);
+        // The unary quotient: its ones and the zero after them, all within
+        // the payload (zeros past its end are not a terminator).
+        let q = self.peek().trailing_ones().min(ESCAPE);
+        if q == ESCAPE {
+            if self.left() < ESCAPE as usize {
+                return None;
             }
+            self.at += ESCAPE as usize;
+            let n = self.get(8)? as u32;
+            if n > 128 {
+                return None;
+            }
+            return self.get_wide(n);
         }
+        if self.left() < q as usize + 1 {
+            return None;
+        }
+        self.at += q as usize + 1;
         let low = self.get_wide(k)?;
         Some((u128::from(q) << k) | low)
     }

@@ -37,8 +37,19 @@ pub struct BoardRanks {
     bit_of_index: [u8; 64],
     /// `binomial[n][k]`, for `n, k <= 64` (all fit in a `u64`).
     binomial: Box<[[u64; 65]; 65]>,
+    /// `by_pegs[k][n] = binomial[n][k]`: a row per peg count, read along
+    /// the holes when a key is turned back into a board.
+    by_pegs: Box<[[u64; 65]; 65]>,
     /// The first key of the boards of each peg count.
     first_key: [u128; 66],
+    /// The patterns of the lowest [`LOW_HOLES`] holes (bit `i` the hole of
+    /// index `i`), by peg count and then in increasing order, so that the
+    /// one of `pegs` pegs and colex rank `r` is `low_patterns[low_first[pegs]
+    /// + r]`.
+    low_patterns: Vec<u16>,
+    low_first: [u32; LOW_HOLES + 2],
+    /// The layout bits of the low byte and the high byte of a pattern.
+    low_layout: Box<[[u64; 256]; 2]>,
 }
 
 impl BoardRanks {
@@ -49,6 +60,12 @@ impl BoardRanks {
             binomial[n][0] = 1;
             for k in 1..=n {
                 binomial[n][k] = binomial[n - 1][k - 1].saturating_add(binomial[n - 1][k]);
+            }
+        }
+        let mut by_pegs = Box::new([[0u64; 65]; 65]);
+        for (n, row) in binomial.iter().enumerate() {
+            for (k, &value) in row.iter().enumerate() {
+                by_pegs[k][n] = value;
             }
         }
         let mut index_of_bit = [0; 64];
@@ -68,12 +85,39 @@ impl BoardRanks {
         for key in first_key.iter_mut().skip(holes + 2) {
             *key = u128::MAX;
         }
+        let split = LOW_HOLES.min(holes);
+        let mut low_first = [0u32; LOW_HOLES + 2];
+        for pegs in 0..=split {
+            low_first[pegs + 1] = low_first[pegs] + binomial[split][pegs] as u32;
+        }
+        let mut low_patterns = vec![0u16; 1 << split];
+        let mut next = low_first;
+        for pattern in 0..1u32 << split {
+            let pegs = pattern.count_ones() as usize;
+            low_patterns[next[pegs] as usize] = pattern as u16;
+            next[pegs] += 1;
+        }
+        let mut low_layout = Box::new([[0u64; 256]; 2]);
+        for (half, table) in low_layout.iter_mut().enumerate() {
+            for (byte, bits) in table.iter_mut().enumerate() {
+                for i in (0..8).filter(|i| byte >> i & 1 == 1) {
+                    let index = 8 * half + i;
+                    if index < split {
+                        *bits |= 1 << bit_of_index[index];
+                    }
+                }
+            }
+        }
         BoardRanks {
             holes: holes as u32,
             index_of_bit,
             bit_of_index,
             binomial,
+            by_pegs,
             first_key,
+            low_patterns,
+            low_first,
+            low_layout,
         }
     }
 
@@ -95,23 +139,73 @@ impl BoardRanks {
     /// The board of `key`, if it is the key of one.
     #[inline]
     pub fn board(&self, key: u128) -> Option<u64> {
+        self.board_near(key, &mut NearKeys::default())
+    }
+
+    /// [`BoardRanks::board`] for keys read in increasing order: `near`
+    /// remembers the pegs of the previous key on the holes above the lowest
+    /// [`LOW_HOLES`], which the next key keeps while it stays in their
+    /// block of keys (the gaps of a level's keys are far smaller than a
+    /// block), so only the low holes are worked out again.
+    #[inline]
+    pub fn board_near(&self, key: u128, near: &mut NearKeys) -> Option<u64> {
+        let split = LOW_HOLES.min(self.holes as usize);
+        if key >= near.base && key - near.base < u128::from(near.len) {
+            let low = self.low_board(split, near.low_pegs, (key - near.base) as u64);
+            return Some(near.high | low);
+        }
         if key >= self.first_key[self.holes as usize + 1] {
             return None;
         }
         let pegs = self.first_key[1..].partition_point(|&first| first <= key);
         let mut rank = (key - self.first_key[pegs]) as u64;
-        let mut board = 0u64;
-        let mut hole = self.holes as usize;
-        for i in (1..=pegs).rev() {
-            hole -= 1;
-            while self.binomial[hole][i] > rank {
-                hole -= 1;
+        // Colex order, from the top hole down: a hole holds the i-th peg of
+        // the i left when C(hole, i) <= the rank left.
+        let mut high = 0u64;
+        let mut left = pegs;
+        for hole in (split..self.holes as usize).rev() {
+            if left > 0 && self.by_pegs[left][hole] <= rank {
+                rank -= self.by_pegs[left][hole];
+                high |= 1 << self.bit_of_index[hole];
+                left -= 1;
             }
-            rank -= self.binomial[hole][i];
-            board |= 1 << self.bit_of_index[hole];
         }
-        Some(board)
+        // The keys whose pegs above the split are these: C(split, left) of
+        // them, from `key - rank` on.
+        *near = NearKeys {
+            base: key - u128::from(rank),
+            len: self.by_pegs[left][split],
+            high,
+            low_pegs: left,
+        };
+        Some(high | self.low_board(split, left, rank))
     }
+
+    /// The board of the holes below `split` (the lowest [`LOW_HOLES`])
+    /// holding `pegs` pegs of colex rank `rank` among them (below
+    /// `C(split, pegs)`): looked up, as the choices of a scan would be as
+    /// good as random.
+    #[inline]
+    fn low_board(&self, split: usize, pegs: usize, rank: u64) -> u64 {
+        debug_assert!(split == LOW_HOLES.min(self.holes as usize));
+        let pattern = self.low_patterns[self.low_first[pegs] as usize + rank as usize];
+        let [low, high] = pattern.to_le_bytes();
+        self.low_layout[0][usize::from(low)] | self.low_layout[1][usize::from(high)]
+    }
+}
+
+/// The holes [`BoardRanks::board_near`] works out again from key to key:
+/// blocks of up to C(16, 8) = 12,870 keys, more than the gap between two
+/// keys of a level nearly always.
+const LOW_HOLES: usize = 16;
+
+/// The previous key's block for [`BoardRanks::board_near`] (empty at first).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NearKeys {
+    base: u128,
+    len: u64,
+    high: u64,
+    low_pegs: usize,
 }
 
 impl PegBucket {
@@ -173,6 +267,7 @@ pub struct BoardStream<'r, S> {
     ranks: &'r BoardRanks,
     label: String,
     index: u64,
+    near: NearKeys,
 }
 
 impl<'r, S: Source> BoardStream<'r, S> {
@@ -188,6 +283,7 @@ impl<'r, S: Source> BoardStream<'r, S> {
             ranks,
             label,
             index: 0,
+            near: NearKeys::default(),
         })
     }
 
@@ -197,7 +293,7 @@ impl<'r, S: Source> BoardStream<'r, S> {
             return Ok(None);
         };
         let index = self.index;
-        let board = self.ranks.board(key).ok_or_else(|| {
+        let board = self.ranks.board_near(key, &mut self.near).ok_or_else(|| {
             invalid!(
                 "{}: board {index} has key {key}, past the board's",
                 self.label
@@ -280,9 +376,26 @@ mod tests {
             assert!(keys.windows(2).all(|w| w[0] < w[1]), "{shape:?}");
             assert_eq!(keys[0], 0);
             assert_eq!(*keys.last().unwrap(), (1u128 << holes) - 1);
+            let mut near = NearKeys::default();
             for (&board, &key) in boards.iter().zip(&keys) {
                 assert_eq!(ranks.board(key), Some(board));
+                assert_eq!(ranks.board_near(key, &mut near), Some(board), "{shape:?}");
             }
+            // Keys close together, as a level's are: each block's first,
+            // inner and last keys, read in order with the block remembered.
+            let mut near = NearKeys::default();
+            let mut key = ranks.rank(mask >> (holes / 2) & mask);
+            let mut read = 0;
+            for _ in 0..20_000 {
+                let Some(board) = ranks.board_near(key, &mut near) else {
+                    break;
+                };
+                assert_eq!(ranks.board(key), Some(board), "{shape:?} key {key}");
+                assert_eq!(ranks.rank(board), key);
+                read += 1;
+                key += 1 + u128::from(rng.below(3u64));
+            }
+            assert!(read > 1000, "{shape:?}: {read} keys");
             assert_eq!(ranks.board(1 << holes), None);
         }
         // Every board of the triangle of side 4, in order: keys 0 to 2^10 - 1.

@@ -64,7 +64,7 @@ fn too_large() -> Error {
 pub(super) enum PartStream<'r, S> {
     Raw(RawStream<S>),
     Compact {
-        boards: BoardStream<'r, S>,
+        boards: Box<BoardStream<'r, S>>,
         check: Option<(u64, u32)>,
     },
 }
@@ -81,7 +81,7 @@ impl<'r, S: Source> PartStream<'r, S> {
         Ok(match form {
             LevelForm::Raw => PartStream::Raw(RawStream::new(source, check)?),
             LevelForm::Compact => PartStream::Compact {
-                boards: BoardStream::new(source, form, ranks, label())?,
+                boards: Box::new(BoardStream::new(source, form, ranks, label())?),
                 check,
             },
         })

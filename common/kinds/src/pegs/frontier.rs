@@ -185,6 +185,7 @@ pub(super) fn execute(
                 side,
                 finals: BTreeMap::new(),
                 expanded: Vec::new(),
+                spilled: 0,
             },
             work_done: 1,
         });
@@ -216,6 +217,7 @@ pub(super) fn execute(
     let mut sizes = Vec::new();
     let mut expanded = Vec::new();
     let mut solutions: u128 = 0;
+    let mut spilled = 0;
     let mut finals = BTreeMap::new();
     // Solutions by final hole: from a search fixing the start, or reduced by
     // every symmetry where the parities still tell the holes apart.
@@ -256,6 +258,7 @@ pub(super) fn execute(
             sizes.push(met.states);
             // The classes kept are those keyed for the join.
             expanded.push(met.expanded);
+            spilled += met.spilled_bytes;
             break (met.sent, met.joined);
         }
         let out_buckets = if alone { 1 } else { buckets_out };
@@ -271,6 +274,7 @@ pub(super) fn execute(
         )?;
         sizes.push(part.states);
         expanded.push(part.expanded);
+        spilled += part.spilled_bytes;
         solutions += part.solutions;
         if by_final_hole {
             add_finals(&game, &part.finals, fixes_start, &mut finals)?;
@@ -330,6 +334,7 @@ pub(super) fn execute(
                 .map(|(hole, ways): (u32, u128)| (hole, ways.to_string()))
                 .collect(),
             expanded,
+            spilled,
         },
         work_done: 1,
     })
@@ -430,6 +435,7 @@ pub(super) fn check(
             side: said_side,
             finals,
             expanded,
+            ..
         },
     ) = (task, partial)
     else {
@@ -549,6 +555,8 @@ struct StageSums {
     joined: Option<u64>,
     /// The buckets a group the shards wrote.
     written: Option<u32>,
+    /// The bytes the shards spilled past their memory shares.
+    spilled: u64,
     solutions: u128,
     /// The solutions by final hole found in the stage, with those before.
     finals: BTreeMap<u32, u128>,
@@ -562,6 +570,7 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
         end_expanded: Vec::new(),
         joined: None,
         written: None,
+        spilled: 0,
         solutions: parse_solutions(&plan.solutions)?,
         finals: plan
             .finals
@@ -577,10 +586,12 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
             side,
             finals,
             expanded,
+            spilled,
         } = partial
         else {
             return Err(invalid!("a frontier level returned {partial:?}"));
         };
+        sums.spilled = sums.spilled.saturating_add(*spilled);
         sums.solutions = sums
             .solutions
             .checked_add(parse_solutions(found)?)
@@ -674,6 +685,9 @@ pub(super) fn next_stage(
     let mut note = levels_note("level", first, &start_found, "positions");
     if let [one] = end_found.as_slice() {
         note = format!("{note}; from the end, level {first_end}: {one} positions");
+    }
+    if sums.spilled > 0 {
+        note = format!("{note}; shards spilled {} bytes", sums.spilled);
     }
     // An empty level ends the count: no position goes further.
     if start_found.len() < sums.start.len() || end_found.len() < sums.end.len() {
@@ -792,6 +806,7 @@ mod tests {
             side,
             finals: BTreeMap::new(),
             expanded: Vec::new(),
+            spilled: 0,
         }
     }
 
@@ -829,6 +844,60 @@ mod tests {
                     assert_eq!(buckets_out as usize, expected, "buckets {buckets}");
                 }
                 NextStage::Finish => panic!("finished"),
+            }
+        }
+    }
+
+    /// The stage's note says what its shards spilled past their memory
+    /// shares, summed, and nothing when none did.
+    #[test]
+    fn the_stage_note_sums_what_the_shards_spilled() {
+        for (spills, said) in [([0, 0], None), ([5_000, 7], Some(5_007))] {
+            let spec = spec(None, 2);
+            let mut plan = PegsPlan {
+                levels: vec![1, 1, 2],
+                ..PegsPlan::default()
+            };
+            let partials = spills.map(|spilled| match levels(&[40], 2, PegSide::Start) {
+                PegsPartial::PegLevels {
+                    sizes,
+                    solutions,
+                    buckets,
+                    side,
+                    finals,
+                    expanded,
+                    ..
+                } => PegsPartial::PegLevels {
+                    sizes,
+                    solutions,
+                    buckets,
+                    side,
+                    finals,
+                    expanded,
+                    spilled,
+                },
+                other => other,
+            });
+            let finished = FinishedStage {
+                stage: 4,
+                stages_total: 4,
+                partials: &partials,
+                slots: 1,
+                slot_memory: 0,
+                stage_bytes: 0,
+                stage_room: None,
+            };
+            let NextStage::Shards(_, note) = next_stage(&spec, &mut plan, finished).unwrap() else {
+                panic!("finished");
+            };
+            match said {
+                None => assert_eq!(note, "level 3: 80 positions"),
+                Some(bytes) => {
+                    assert_eq!(
+                        note,
+                        format!("level 3: 80 positions; shards spilled {bytes} bytes")
+                    )
+                }
             }
         }
     }

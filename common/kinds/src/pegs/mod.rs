@@ -325,7 +325,14 @@ pub enum PegsPartial {
         /// Of each level's positions, those expanded (not pruned).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         expanded: Vec<u64>,
+        /// The bytes the shard spilled past its memory share.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        spilled: u64,
     },
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// Shards of the level after one of `positions`, spread over `slots` (1

@@ -71,6 +71,67 @@ def classes(board):
     return firsts
 
 
+def jump_lines(board):
+    """Every line of three holes a jump uses, along rows and columns."""
+    holes = holes_of(board)
+    at = {xy: h for h, xy in holes.items()}
+    lines = []
+    for h, (x, y) in holes.items():
+        for dx, dy in ((2, 0), (0, 2)):
+            b, c = at.get((x + dx, y + dy)), at.get((x + 2 * dx, y + 2 * dy))
+            if b and c:
+                lines.append((h, b, c))
+    return lines
+
+
+def parity_sets(board):
+    """A basis of the hole sets every jump line meets in 0 or 2 holes (so no
+    jump changes the parity of the pegs on them): the position classes."""
+    holes = sorted(holes_of(board))
+    index = {h: i for i, h in enumerate(holes)}
+    # Solve line . w = 0 over GF(2): rows are the lines as bit masks.
+    rows = [sum(1 << index[h] for h in line) for line in jump_lines(board)]
+    pivots = {}
+    for row in rows:
+        for col, prow in pivots.items():
+            if row >> col & 1:
+                row ^= prow
+        if row:
+            col = row.bit_length() - 1
+            for c, prow in list(pivots.items()):
+                if prow >> col & 1:
+                    pivots[c] = prow ^ row
+            pivots[col] = row
+    free = [i for i in range(len(holes)) if i not in pivots]
+    basis = []
+    for f in free:
+        w = 1 << f
+        for col, prow in pivots.items():
+            if prow >> f & 1:
+                w |= 1 << col
+        basis.append({holes[i] for i in range(len(holes)) if w >> i & 1})
+    return basis
+
+
+def needs_by_final_hole(board, start):
+    """Whether a search reduced by every symmetry cannot tell the final holes
+    apart: some class of one-peg positions holds two holes the parities allow
+    from `start` that no symmetry fixing `start` maps onto each other."""
+    sets = parity_sets(board)
+    holes = sorted(holes_of(board))
+    signature = lambda pegs: tuple(len(w & pegs) % 2 for w in sets)
+    wanted = signature(set(holes) - {start})
+    allowed = {t for t in holes if signature({t}) == wanted}
+    groups = symmetries(board)
+    fixing = [g for g in groups if g[start] == start]
+    for t in allowed:
+        orbit = {g[t] for g in groups} & allowed
+        related = {g[t] for g in fixing}
+        if not orbit <= related:
+            return True
+    return False
+
+
 def run(args, start, by_final_hole):
     command = [args.tally, "run", "pegs", "--board", args.board, "--start", str(start), "--json"]
     if by_final_hole:
@@ -86,7 +147,7 @@ def run(args, start, by_final_hole):
 
 def count_start(args, start):
     """One start's row: its counts by final hole, and how it was found."""
-    result = run(args, start, False)
+    result = run(args, start, needs_by_final_hole(args.board, start))
     details = result["details"]
     if details.get("ruled_out"):
         if int(result["answer"]) != 0:

@@ -98,13 +98,107 @@ impl Pagoda {
 pub(crate) struct EndRule {
     pub(crate) end: u64,
     pub(crate) pagodas: Vec<(Pagoda, i32)>,
+    /// The same pagodas side by side, once the rule is complete
+    /// ([`EndRule::pack`]).
+    packed: Option<PackedRule>,
+}
+
+/// Lanes of pagodas summed together: 16 sums of 16 bits.
+const LANES: usize = 16;
+
+/// An end's pagodas side by side: for each byte of a board and each value of
+/// it, the sums of that byte's weights in every pagoda (`i16`, the pagodas
+/// padded to whole lanes), so that a board's sums in all of them take eight
+/// rows of adds, and a row is a few cache lines, not one per pagoda.
+#[derive(Clone, Debug)]
+struct PackedRule {
+    /// Pagodas plus padding: a multiple of [`LANES`].
+    width: usize,
+    /// For byte `k` of a board holding `value`, each pagoda's sum of that
+    /// byte's weights: `width` of them from `(256 k + value) * width` on.
+    rows: Vec<i16>,
+    /// Each pagoda's sum at the end; the padding's is below every sum.
+    ends: Vec<i16>,
 }
 
 impl EndRule {
+    pub(crate) fn new(end: u64, pagodas: Vec<(Pagoda, i32)>) -> EndRule {
+        EndRule {
+            end,
+            pagodas,
+            packed: None,
+        }
+    }
+
+    /// Packs the pagodas side by side when every sum fits 16 bits (their
+    /// absolute weights add up to at most `i16::MAX`); else the rule sums
+    /// them one by one.
+    fn pack(&mut self) {
+        let fits = |weights: &[i32; 64]| {
+            weights
+                .iter()
+                .map(|w| i64::from(w.unsigned_abs()))
+                .sum::<i64>()
+                <= i64::from(i16::MAX)
+        };
+        if self.pagodas.is_empty() || !self.pagodas.iter().all(|(p, _)| fits(&p.weights)) {
+            return;
+        }
+        let width = self.pagodas.len().div_ceil(LANES) * LANES;
+        let mut rows = vec![0i16; 8 * 256 * width];
+        let mut ends = vec![i16::MIN; width];
+        for (j, (pagoda, end)) in self.pagodas.iter().enumerate() {
+            // The end is a board: its sum fits as well as any.
+            ends[j] = i16::try_from(*end).expect("a board's pagoda sum fits 16 bits");
+            for k in 0..8 {
+                for value in 0..256 {
+                    rows[(256 * k + value) * width + j] = pagoda.sums[k][value] as i16;
+                }
+            }
+        }
+        self.packed = Some(PackedRule { width, rows, ends });
+    }
+
+    /// Whether the pagodas are packed side by side.
+    #[cfg(test)]
+    pub(crate) fn is_packed(&self) -> bool {
+        self.packed.is_some()
+    }
+
+    /// [`EndRule::rules_out`], one pagoda after another.
+    #[cfg(test)]
+    pub(crate) fn rules_out_one_by_one(&self, board: u64) -> bool {
+        self.pagodas.iter().any(|(p, end)| p.of(board) < *end)
+    }
+
     /// Whether some pagoda shows that `board` cannot reach the end.
     #[inline]
-    fn rules_out(&self, board: u64) -> bool {
-        self.pagodas.iter().any(|(p, end)| p.of(board) < *end)
+    pub(crate) fn rules_out(&self, board: u64) -> bool {
+        let Some(packed) = &self.packed else {
+            return self.pagodas.iter().any(|(p, end)| p.of(board) < *end);
+        };
+        let width = packed.width;
+        for lane in (0..width).step_by(LANES) {
+            let mut sums = [0i16; LANES];
+            for k in 0..8 {
+                let value = (board >> (8 * k)) as usize & 0xff;
+                let at = (256 * k + value) * width + lane;
+                let row = &packed.rows[at..at + LANES];
+                for (sum, add) in sums.iter_mut().zip(row) {
+                    // No overflow: |sum| <= the absolute weights' sum.
+                    *sum = sum.wrapping_add(*add);
+                }
+            }
+            let ends = &packed.ends[lane..lane + LANES];
+            if sums
+                .iter()
+                .zip(ends)
+                .fold(false, |hit, (s, e)| hit | (s < e))
+            {
+                return true;
+            }
+        }
+        false
     }
 }
 
@@ -252,21 +346,13 @@ fn build(spec: &PrunerSpec<'_>) -> Pruner {
                     Some((moved_pagoda, at_end))
                 })
                 .collect();
-            rules.insert(
-                moved,
-                EndRule {
-                    end: moved,
-                    pagodas,
-                },
-            );
+            rules.insert(moved, EndRule::new(moved, pagodas));
         }
     }
     let mut groups: Vec<(u64, Vec<EndRule>)> = Vec::new();
     for &end in &spec.ends {
-        let rule = rules.get(&end).cloned().unwrap_or(EndRule {
-            end,
-            pagodas: Vec::new(),
-        });
+        let mut rule = (rules.get(&end).cloned()).unwrap_or(EndRule::new(end, Vec::new()));
+        rule.pack();
         let key = if spec.by_signature {
             signature(rule.end)
         } else {
@@ -331,10 +417,7 @@ fn rule_for(
     games: &[Vec<u64>],
     signature: &dyn Fn(u64) -> u64,
 ) -> EndRule {
-    let mut rule = EndRule {
-        end,
-        pagodas: Vec::new(),
-    };
+    let mut rule = EndRule::new(end, Vec::new());
     let mut programs = 0;
     for game in games {
         if rule.pagodas.len() >= PAGODAS_PER_END || programs >= PROGRAMS_PER_END {

@@ -218,6 +218,54 @@ fn every_pagoda_built_keeps_the_inequality_on_every_jump() {
     assert_eq!(zero.of(game.start_board()), 0);
 }
 
+/// The pagodas packed side by side rule out exactly the positions they rule
+/// out one by one: on every position of random games and on random boards.
+#[test]
+fn packed_pagodas_rule_out_what_they_rule_out_one_by_one() {
+    let games = [
+        PegGame::new(BoardShape::English, None, None).unwrap(),
+        PegGame::new(BoardShape::French, Some(6), None).unwrap(),
+        PegGame::new(BoardShape::Diamond, Some(1), None).unwrap(),
+        PegGame::new(BoardShape::Triangle(6), Some(4), None).unwrap(),
+    ];
+    let mut rng = crate::test_rng::Rng::new(55);
+    for game in &games {
+        let pruner = game.pruner().unwrap();
+        let mut boards = Vec::new();
+        for _ in 0..200 {
+            let mut board = game.start_board();
+            loop {
+                boards.push(board);
+                let moves: Vec<_> = (game.jumps().iter())
+                    .filter(|j| board & (j.from | j.over) == j.from | j.over && board & j.to == 0)
+                    .collect();
+                if moves.is_empty() {
+                    break;
+                }
+                let j = moves[rng.below(moves.len() as u64) as usize];
+                board ^= j.from | j.over | j.to;
+            }
+        }
+        boards.extend((0..5000).map(|_| rng.next_u64() & game.hole_mask()));
+        let (mut packed, mut ruled_out) = (0, 0);
+        for rule in pruner.rules() {
+            packed += usize::from(rule.is_packed());
+            for &board in &boards {
+                let one_by_one = rule.rules_out_one_by_one(board);
+                assert_eq!(
+                    rule.rules_out(board),
+                    one_by_one,
+                    "{} {board:#x}",
+                    game.shape()
+                );
+                ruled_out += usize::from(one_by_one);
+            }
+        }
+        assert!(packed > 0, "{}: some rules packed", game.shape());
+        assert!(ruled_out > 0, "{}: some boards ruled out", game.shape());
+    }
+}
+
 #[test]
 fn the_end_search_prunes_towards_the_start_hole_and_its_images() {
     // Held against the start search's end, the end search would lose

@@ -178,7 +178,7 @@ def check_reversal(board, table):
                 return table[g[a]]["finals"].get(g[b], 0)
         return None
 
-    checked = 0
+    checked, solved = 0, 0
     for a in holes:
         for b in holes:
             ab, ba = count(a, b), count(b, a)
@@ -187,7 +187,8 @@ def check_reversal(board, table):
             if ab != ba:
                 sys.exit(f"{a} -> {b} has {ab} solutions and {b} -> {a} {ba}")
             checked += 1
-    return checked
+            solved += ab > 0
+    return checked, solved
 
 
 def main():
@@ -217,8 +218,9 @@ def main():
                     json.dump(kept, f, indent=1)
         table[start] = row
         print(f"start {start}: {row.get('answer', 0)} solutions, {row['wall_s']} s", file=sys.stderr)
-    pairs = check_reversal(args.board, table)
-    print(f"{pairs} ordered pairs of holes checked by reversal", file=sys.stderr)
+    pairs, solved = check_reversal(args.board, table)
+    print(f"{pairs} ordered pairs of holes checked by reversal, {solved} of them with "
+          "solutions", file=sys.stderr)
     finals = sorted({b for row in table.values() for b in row["finals"] if row["finals"][b] > 0})
     print("| start \\ final | " + " | ".join(str(b) for b in finals) + " |")
     print("|---|" + "---|" * len(finals))

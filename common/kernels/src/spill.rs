@@ -18,6 +18,7 @@ use std::collections::BinaryHeap;
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::compact::{ChunkWriter, ListForm, ListStream};
 use crate::{Error, Result, invalid, varint};
 
 /// Runs of bytes, each written once in order and then read by ranges.
@@ -171,12 +172,18 @@ fn varint_len(value: u128) -> u64 {
 /// A strictly increasing list as `varint::push_increasing` writes it (its
 /// count, the first value, the gaps), read as it comes and checked as
 /// `varint::Reader::increasing` checks it; `what` names the list in errors.
-pub struct IncreasingStream<S> {
-    stream: VarintStream<S>,
-    left: u128,
-    index: u64,
-    previous: Option<u128>,
-    what: &'static str,
+/// Or a compact list of keys alone ([`IncreasingStream::compact`]).
+pub struct IncreasingStream<S>(Increasing<S>);
+
+enum Increasing<S> {
+    Raw {
+        stream: VarintStream<S>,
+        left: u128,
+        index: u64,
+        previous: Option<u128>,
+        what: &'static str,
+    },
+    Compact(ListStream<S>),
 }
 
 impl<S: Source> IncreasingStream<S> {
@@ -184,28 +191,54 @@ impl<S: Source> IncreasingStream<S> {
         IncreasingStream::continuing(VarintStream::new(source, what), what)
     }
 
+    /// The list in `form`: the raw form of [`IncreasingStream::new`] (`what`
+    /// naming it in errors), or a compact list of keys alone (`label`).
+    pub fn in_form(source: S, form: ListForm, what: &'static str, label: String) -> Result<Self> {
+        match form {
+            ListForm::Raw => IncreasingStream::new(source, what),
+            ListForm::Compact => IncreasingStream::compact(source, label),
+        }
+    }
+
+    /// A compact list of keys alone (`compact::encode_keys`), `label`
+    /// naming it in errors.
+    pub fn compact(source: S, label: String) -> Result<Self> {
+        Ok(IncreasingStream(Increasing::Compact(ListStream::new(
+            source, label,
+        )?)))
+    }
+
     /// The list that follows what `stream` has read.
     pub fn continuing(mut stream: VarintStream<S>, what: &'static str) -> Result<Self> {
         let left = stream.varint("its count")?;
-        Ok(IncreasingStream {
+        Ok(IncreasingStream(Increasing::Raw {
             stream,
             left,
             index: 0,
             previous: None,
             what,
-        })
+        }))
     }
 
     pub fn pull(&mut self) -> Result<Option<u128>> {
-        let what = self.what;
-        if self.left == 0 {
-            if !self.stream.at_end()? {
-                return Err(invalid!("{what}: bytes after its {} values", self.index));
+        let (stream, left, index, previous, what) = match &mut self.0 {
+            Increasing::Compact(list) => return Ok(list.pull()?.map(|(key, _)| key)),
+            Increasing::Raw {
+                stream,
+                left,
+                index,
+                previous,
+                what,
+            } => (stream, left, index, previous, *what),
+        };
+        if *left == 0 {
+            if !stream.at_end()? {
+                return Err(invalid!("{what}: bytes after its {} values", index));
             }
             return Ok(None);
         }
-        let gap = self.stream.varint(what)?;
-        let state = match self.previous {
+        let gap = stream.varint(what)?;
+        let state = match previous {
             None => gap,
             Some(_) if gap == 0 => {
                 return Err(invalid!("{what}: not sorted and distinct"));
@@ -213,13 +246,13 @@ impl<S: Source> IncreasingStream<S> {
             Some(p) => p.checked_add(gap).ok_or_else(|| {
                 invalid!(
                     "layer bucket: state {} of its {what} overflows 128 bits",
-                    self.index
+                    index
                 )
             })?,
         };
-        self.left -= 1;
-        self.index += 1;
-        self.previous = Some(state);
+        *left -= 1;
+        *index += 1;
+        *previous = Some(state);
         Ok(Some(state))
     }
 }
@@ -339,10 +372,29 @@ impl<'s> ChunkedWrite<'s> {
 /// count, which comes first, is returned instead): the count and the bytes
 /// written.
 pub fn write_increasing<S: Source>(
+    merged: MergedIncreasing<S>,
+    spill: &mut dyn Spill,
+) -> Result<(u128, u64)> {
+    write_increasing_as(merged, ListForm::Raw, spill)
+}
+
+/// [`write_increasing`] in `form`: in the compact one, a list of keys alone
+/// (`compact::encode_keys`) without its entry count, which is returned.
+pub fn write_increasing_as<S: Source>(
     mut merged: MergedIncreasing<S>,
+    form: ListForm,
     spill: &mut dyn Spill,
 ) -> Result<(u128, u64)> {
     let mut out = ChunkedWrite::new(spill);
+    if form == ListForm::Compact {
+        let mut writer = ChunkWriter::keys_only();
+        while let Some(value) = merged.pull()? {
+            writer.push_key(value, &mut out.buf);
+            out.flush_if_full()?;
+        }
+        let count = writer.finish(&mut out.buf);
+        return Ok((count, out.finish()?));
+    }
     let (mut count, mut previous) = (0u128, None);
     while let Some(value) = merged.pull()? {
         varint::push(&mut out.buf, previous.map_or(value, |p| value - p));

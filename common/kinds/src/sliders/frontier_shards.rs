@@ -18,9 +18,9 @@ use super::records::{SlidersPartial, SlidersTask};
 use super::spec::SlidersSpec;
 
 /// Bytes of memory a forward shard held in memory takes per byte of its
-/// input (measured: about 500 bytes a board, from some 17 bytes of input a
-/// board), with room to spare.
-const MEMORY_PER_INPUT_BYTE: u64 = 32;
+/// input (measured: about 500 bytes a board, from some 17 bytes of raw input
+/// a board, 0.85 of that compact), with room to spare.
+const MEMORY_PER_INPUT_BYTE: u64 = 40;
 
 /// Runs a shard of a forward level, a graph level or the graph stage.
 pub(super) fn execute(

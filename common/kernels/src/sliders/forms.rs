@@ -169,3 +169,76 @@ impl CandidateWriter {
         self.0.finish(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sliders::levels::{decode_members, decode_neighbours};
+    use crate::test_rng::Rng;
+
+    /// Random forward buckets and lists of boards (empty, small, large;
+    /// boards up to 64 bits, counts up to 128) read back from the compact
+    /// form; a cut or a damaged byte is refused naming the list.
+    #[test]
+    fn compact_buckets_round_trip_and_damaged_ones_are_refused_naming_the_list() {
+        let mut rng = Rng::new(244);
+        let boards = |rng: &mut Rng| {
+            let len = [0, 1, 3, 5000][rng.below(4u64) as usize];
+            let shift = rng.below(64u64);
+            let mut list: Vec<u64> = (0..len)
+                .map(|_| rng.next_u64() >> shift)
+                .chain((len > 1).then_some(u64::MAX))
+                .collect();
+            list.sort_unstable();
+            list.dedup();
+            list
+        };
+        for round in 0..30 {
+            let candidates = boards(&mut rng)
+                .into_iter()
+                .map(|board| Candidate {
+                    board,
+                    paths: match rng.below(3u64) {
+                        0 => u128::MAX - u128::from(rng.below(5u64)),
+                        _ => 1 + u128::from(rng.next_u64() >> rng.below(64u64)),
+                    },
+                    back: rng.below(16u64) as u8,
+                })
+                .collect();
+            let bucket = ForwardBucket {
+                candidates,
+                previous: boards(&mut rng),
+            };
+            let bytes = bucket.encode_as(ListForm::Compact);
+            assert_eq!(bytes[0], TAG_FORWARD_COMPACT);
+            assert_eq!(
+                ForwardBucket::decode(&bytes).unwrap(),
+                bucket,
+                "round {round}"
+            );
+            let members = encode_boards_as(ListForm::Compact, TAG_MEMBERS, &bucket.previous);
+            assert_eq!(decode_members(&members).unwrap(), bucket.previous);
+            let neighbours = encode_boards_as(ListForm::Compact, TAG_NEIGHBOURS, &bucket.previous);
+            assert_eq!(decode_neighbours(&neighbours).unwrap(), bucket.previous);
+            assert!(
+                decode_members(&neighbours).is_err(),
+                "neighbours are no members"
+            );
+            for _ in 0..20 {
+                let cut = rng.below(bytes.len() as u64) as usize;
+                let e = ForwardBucket::decode(&bytes[..cut])
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.starts_with("forward bucket: "), "cut at {cut}: {e}");
+                let at = 9 + rng.below(bytes.len() as u64 - 9) as usize;
+                let mut damaged = bytes.clone();
+                damaged[at] ^= 1 << rng.below(8u64);
+                let e = ForwardBucket::decode(&damaged).unwrap_err().to_string();
+                assert!(e.starts_with("forward bucket: its "), "byte {at}: {e}");
+                let cut = 1 + rng.below(members.len() as u64 - 1) as usize;
+                let e = decode_members(&members[..cut]).unwrap_err().to_string();
+                assert!(e.starts_with("level bucket: "), "cut at {cut}: {e}");
+            }
+        }
+    }
+}

@@ -11,11 +11,41 @@
 //! then the number in full (its bit count in 8 bits, then its bits), so no
 //! gap or count takes more than a few bits over its own. The writer picks
 //! `k` from the chunk's mean gap and `m` as its shortest count.
+//!
+//! A chunk of a list of keys alone (every count 1) has `m` = [`KEYS_ONLY`]
+//! and no count codes, so a set costs only its gaps; its gaps are Rice
+//! codes, or, where that is shorter (gaps whose lengths spread over tens of
+//! bits, as the states of a blocks layer do), each coded as a count is
+//! (`k` = [`GAPS_AS_COUNTS`], then two more bytes: the shortest gap's
+//! length, and the Rice parameter of the lengths over it, which the writer
+//! picks as the one that codes them shortest).
 
 /// A unary quotient this long or longer is written in full instead.
 const ESCAPE: u32 = 24;
 /// The Rice parameter of a count's length over the chunk's shortest.
 const LENGTH_RICE: u32 = 2;
+/// The `m` of a chunk of keys alone: no count is written, each is 1 (a
+/// count's length is at most 128, so no other chunk has it).
+const KEYS_ONLY: u8 = 255;
+/// The `k` of a chunk of keys alone whose gaps are coded as counts are.
+const GAPS_AS_COUNTS: u8 = 255;
+/// The largest Rice parameter of the gaps' lengths in such a chunk.
+const MAX_GAP_LENGTH_RICE: u32 = 6;
+
+/// Bits of `value` as a Rice code of parameter `k`.
+fn rice_bits(value: u128, k: u32) -> u64 {
+    match value >> k {
+        q if q >= u128::from(ESCAPE) => u64::from(ESCAPE + 8 + bit_len(value)),
+        q => q as u64 + 1 + u64::from(k),
+    }
+}
+
+/// Bits of `value` coded as a count of a chunk whose shortest is `m` long,
+/// its length over `m` a Rice code of parameter `r`.
+fn length_bits(value: u128, m: u32, r: u32) -> u64 {
+    let n = bit_len(value);
+    rice_bits(u128::from(n - m), r) + u64::from(n.saturating_sub(1))
+}
 
 fn bit_len(value: u128) -> u32 {
     128 - value.leading_zeros()
@@ -76,6 +106,18 @@ impl BitWriter<'_> {
         self.put_wide(value, k);
     }
 
+    /// `value` as a count of a chunk whose shortest count is `m` bits long:
+    /// its length over `m` (a Rice code of parameter `r`), then its bits
+    /// below the top one.
+    #[inline]
+    fn length_coded(&mut self, value: u128, m: u32, r: u32) {
+        let n = bit_len(value);
+        self.rice(u128::from(n - m), r);
+        if n > 1 {
+            self.put_wide(value, n - 1);
+        }
+    }
+
     fn finish(self) {
         if self.bits > 0 {
             self.out.push(self.acc as u8);
@@ -83,8 +125,9 @@ impl BitWriter<'_> {
     }
 }
 
-/// Appends the payload of a chunk of `gaps` and `counts` (as many) to `out`.
-pub(crate) fn encode_chunk(gaps: &[u128], counts: &[u128], out: &mut Vec<u8>) {
+/// Appends the payload of a chunk of `gaps` and `counts` (as many) to `out`;
+/// without counts, a chunk of keys alone.
+pub(crate) fn encode_chunk(gaps: &[u128], counts: Option<&[u128]>, out: &mut Vec<u8>) {
     // Rice codes cost least near k = log2(mean gap * ln 2); the first gap of
     // a list (a key itself) would skew the mean, so it is left out.
     let inner = &gaps[gaps.len().min(1)..];
@@ -94,8 +137,39 @@ pub(crate) fn encode_chunk(gaps: &[u128], counts: &[u128], out: &mut Vec<u8>) {
     };
     let k = (mean * std::f64::consts::LN_2).max(1.0).log2().floor() as u32;
     let k = k.min(120);
-    let m = counts.iter().map(|&c| bit_len(c)).min().unwrap_or(0);
     out.push(k as u8);
+    let Some(counts) = counts else {
+        let mg = gaps.iter().map(|&g| bit_len(g)).min().unwrap_or(0);
+        let (as_counts, r) = (0..=MAX_GAP_LENGTH_RICE)
+            .map(|r| (gaps.iter().map(|&g| length_bits(g, mg, r)).sum::<u64>(), r))
+            .min()
+            .expect("rice parameters");
+        let as_rice: u64 = gaps.iter().map(|&g| rice_bits(g, k)).sum();
+        let by_length = as_counts < as_rice;
+        if by_length {
+            let last = out.len() - 1;
+            out[last] = GAPS_AS_COUNTS;
+        }
+        out.push(KEYS_ONLY);
+        if by_length {
+            out.push(mg as u8);
+            out.push(r as u8);
+        }
+        let mut bits = BitWriter {
+            out,
+            acc: 0,
+            bits: 0,
+        };
+        for &gap in gaps {
+            match by_length {
+                true => bits.length_coded(gap, mg, r),
+                false => bits.rice(gap, k),
+            }
+        }
+        bits.finish();
+        return;
+    };
+    let m = counts.iter().map(|&c| bit_len(c)).min().unwrap_or(0);
     out.push(m as u8);
     let mut bits = BitWriter {
         out,
@@ -104,11 +178,7 @@ pub(crate) fn encode_chunk(gaps: &[u128], counts: &[u128], out: &mut Vec<u8>) {
     };
     for (&gap, &count) in gaps.iter().zip(counts) {
         bits.rice(gap, k);
-        let n = bit_len(count);
-        bits.rice(u128::from(n - m), LENGTH_RICE);
-        if n > 1 {
-            bits.put_wide(count, n - 1);
-        }
+        bits.length_coded(count, m, LENGTH_RICE);
     }
     bits.finish();
 }
@@ -192,6 +262,20 @@ impl BitReader<'_> {
     }
 }
 
+impl BitReader<'_> {
+    /// A number coded as [`BitWriter::length_coded`] codes it.
+    #[inline]
+    fn length_coded(&mut self, m: u32, r: u32) -> Option<u128> {
+        let n = u32::try_from(self.rice(r)?).ok()?.checked_add(m)?;
+        match n {
+            0 => Some(0),
+            1 => Some(1),
+            2..=128 => Some((1u128 << (n - 1)) | self.get_wide(n - 1)?),
+            _ => None,
+        }
+    }
+}
+
 /// The `entries` gaps and counts of a chunk's payload, or `None` if it is
 /// not one (too short, numbers past 128 bits, bits left over).
 pub(crate) fn decode_chunk(
@@ -200,31 +284,38 @@ pub(crate) fn decode_chunk(
     into: &mut Vec<(u128, u128)>,
 ) -> Option<()> {
     let (&k, &m) = (payload.first()?, payload.get(1)?);
+    let keys_only = m == KEYS_ONLY;
+    let by_length = keys_only && k == GAPS_AS_COUNTS;
+    // Gaps coded as counts: the shortest gap's length and the Rice parameter
+    // of the lengths in two more bytes.
+    let (head, mg, r) = match by_length {
+        true => (4, u32::from(*payload.get(2)?), u32::from(*payload.get(3)?)),
+        false => (2, 0, 0),
+    };
     let (k, m) = (u32::from(k), u32::from(m));
-    if k > 120 || m > 128 {
+    if (k > 120 && !by_length) || (m > 128 && !keys_only) || mg > 128 || r > MAX_GAP_LENGTH_RICE {
         return None;
     }
     let mut bits = BitReader {
-        bytes: &payload[2..],
+        bytes: &payload[head..],
         at: 0,
     };
     into.clear();
     for _ in 0..entries {
+        if by_length {
+            into.push((bits.length_coded(mg, r)?, 1));
+            continue;
+        }
         let gap = bits.rice(k)?;
-        let n = u32::try_from(bits.rice(LENGTH_RICE)?)
-            .ok()?
-            .checked_add(m)?;
-        let count = match n {
-            0 => 0,
-            1 => 1,
-            2..=128 => (1u128 << (n - 1)) | bits.get_wide(n - 1)?,
-            _ => return None,
-        };
-        into.push((gap, count));
+        if keys_only {
+            into.push((gap, 1));
+            continue;
+        }
+        into.push((gap, bits.length_coded(m, LENGTH_RICE)?));
     }
     // Only the padding of the last byte may follow, all zeros.
     let used = bits.at.div_ceil(8);
-    (used == payload.len() - 2 && bits.get_wide((used * 8 - bits.at) as u32)? == 0).then_some(())
+    (used == payload.len() - head && bits.get_wide((used * 8 - bits.at) as u32)? == 0).then_some(())
 }
 
 #[cfg(test)]
@@ -254,16 +345,26 @@ mod tests {
                     _ => u128::from(rng.below(5u64)),
                 })
                 .collect();
-            let mut payload = Vec::new();
-            encode_chunk(&gaps, &counts, &mut payload);
             let mut back = Vec::new();
-            decode_chunk(&payload, n, &mut back).expect("a chunk");
-            let expected: Vec<(u128, u128)> = gaps.iter().copied().zip(counts.clone()).collect();
-            assert_eq!(back, expected, "round {round}");
-            assert!(decode_chunk(&payload[..payload.len() - 1], n, &mut back).is_none());
-            let mut longer = payload.clone();
-            longer.push(0);
-            assert!(decode_chunk(&longer, n, &mut back).is_none());
+            let keys_only: Vec<u128> = vec![1; n];
+            // Counts written, and keys alone (each read with a count of 1).
+            for (counts, written) in [(&counts, Some(&counts[..])), (&keys_only, None)] {
+                let mut payload = Vec::new();
+                encode_chunk(&gaps, written, &mut payload);
+                decode_chunk(&payload, n, &mut back).expect("a chunk");
+                let expected: Vec<(u128, u128)> =
+                    gaps.iter().copied().zip(counts.iter().copied()).collect();
+                assert_eq!(back, expected, "round {round}");
+                assert!(decode_chunk(&payload[..payload.len() - 1], n, &mut back).is_none());
+                let mut longer = payload.clone();
+                longer.push(0);
+                assert!(decode_chunk(&longer, n, &mut back).is_none());
+            }
+            // Keys alone take fewer bytes than the same keys with counts of 1.
+            let (mut alone, mut ones) = (Vec::new(), Vec::new());
+            encode_chunk(&gaps, None, &mut alone);
+            encode_chunk(&gaps, Some(&keys_only), &mut ones);
+            assert!(alone.len() < ones.len() || n < 3, "round {round}");
         }
     }
 }

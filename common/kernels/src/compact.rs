@@ -7,7 +7,9 @@
 //! payload (u32, little-endian), then the payload: for each entry the gap
 //! from the previous key (the first key of the list itself) and the count, as
 //! bit codes (`bitcode`: Rice codes of the gaps, each count's length and its
-//! bits). The caller chooses keys that make the gaps small (pegs: the rank of
+//! bits). A list of keys alone (a set: blocks' layers, sliders' boards)
+//! writes no counts ([`ChunkWriter::keys_only`], [`encode_keys`]) and reads
+//! each with a count of 1. The caller chooses keys that make the gaps small (pegs: the rank of
 //! a board among the boards of its peg count, see `pegs::LevelForm`).
 //!
 //! The count comes first so that a reader knows where the list ends, and it is
@@ -29,12 +31,34 @@ pub const CHUNK_ENTRIES: usize = 4096;
 /// Bytes of one entry at most: two escaped codes of a `u128`.
 const MAX_ENTRY_BYTES: u128 = 74;
 
+/// The form of a job's level lists, fixed when the job is planned: the
+/// form of the kind (varints) in jobs planned before the compact form, the
+/// compact form since.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ListForm {
+    #[default]
+    Raw,
+    Compact,
+}
+
+impl ListForm {
+    /// The form of a plan or task that says whether it is compact.
+    pub fn compact_if(compact: bool) -> ListForm {
+        match compact {
+            true => ListForm::Compact,
+            false => ListForm::Raw,
+        }
+    }
+}
+
 /// Writes a list's chunks as its entries come; the entry count, which comes
 /// first in the list, is [`ChunkWriter::finish`]'s.
 #[derive(Default)]
 pub struct ChunkWriter {
     gaps: Vec<u128>,
     counts: Vec<u128>,
+    /// Counts are not written (each is read as 1).
+    keys_only: bool,
     payload: Vec<u8>,
     previous: Option<u128>,
     entries: u128,
@@ -43,6 +67,21 @@ pub struct ChunkWriter {
 impl ChunkWriter {
     pub fn new() -> ChunkWriter {
         ChunkWriter::default()
+    }
+
+    /// A writer of keys alone: [`ChunkWriter::push_key`].
+    pub fn keys_only() -> ChunkWriter {
+        ChunkWriter {
+            keys_only: true,
+            ..ChunkWriter::default()
+        }
+    }
+
+    /// Appends a key of a list of keys alone.
+    #[inline]
+    pub fn push_key(&mut self, key: u128, out: &mut Vec<u8>) {
+        debug_assert!(self.keys_only);
+        self.push(key, 1, out);
     }
 
     /// Appends an entry; each full chunk goes to the end of `out`.
@@ -60,7 +99,9 @@ impl ChunkWriter {
             }
         };
         self.gaps.push(gap);
-        self.counts.push(count);
+        if !self.keys_only {
+            self.counts.push(count);
+        }
         self.previous = Some(key);
         self.entries += 1;
         if self.gaps.len() == CHUNK_ENTRIES {
@@ -73,7 +114,8 @@ impl ChunkWriter {
             return;
         }
         self.payload.clear();
-        encode_chunk(&self.gaps, &self.counts, &mut self.payload);
+        let counts = Some(&self.counts[..]).filter(|_| !self.keys_only);
+        encode_chunk(&self.gaps, counts, &mut self.payload);
         let start = out.len();
         varint::push(out, self.gaps.len() as u128);
         varint::push(out, self.payload.len() as u128);
@@ -106,6 +148,21 @@ pub fn encode_list(entries: impl IntoIterator<Item = (u128, u128)>) -> Vec<u8> {
     for (key, count) in entries {
         writer.push(key, count, &mut body);
     }
+    with_count(writer, body)
+}
+
+/// A whole list of keys alone in memory, from its keys in increasing order.
+pub fn encode_keys(keys: impl IntoIterator<Item = u128>) -> Vec<u8> {
+    let mut body = Vec::new();
+    let mut writer = ChunkWriter::keys_only();
+    for key in keys {
+        writer.push_key(key, &mut body);
+    }
+    with_count(writer, body)
+}
+
+/// The list of what `writer` wrote to `body`: its entry count first.
+fn with_count(writer: ChunkWriter, mut body: Vec<u8>) -> Vec<u8> {
     let entries = writer.finish(&mut body);
     let mut out = Vec::with_capacity(body.len() + 4);
     varint::push(&mut out, entries);
@@ -303,6 +360,33 @@ mod tests {
             varint::push(&mut head, writer.finish(&mut body));
             head.extend_from_slice(&body);
             assert_eq!(head, bytes);
+        }
+    }
+
+    #[test]
+    fn lists_of_keys_alone_round_trip_and_cost_no_count_bits() {
+        let mut rng = Rng::new(57);
+        for round in 0..40 {
+            let mut keys: Vec<u128> = random_list(&mut rng).iter().map(|&(k, _)| k).collect();
+            if round % 4 == 0 {
+                keys.push(u128::MAX);
+            }
+            let bytes = encode_keys(keys.iter().copied());
+            let ones: Vec<(u128, u128)> = keys.iter().map(|&k| (k, 1)).collect();
+            assert_eq!(read_all(&bytes).unwrap(), ones);
+            let mut body = Vec::new();
+            let mut writer = ChunkWriter::keys_only();
+            for &key in &keys {
+                writer.push_key(key, &mut body);
+            }
+            let mut head = Vec::new();
+            varint::push(&mut head, writer.finish(&mut body));
+            head.extend_from_slice(&body);
+            assert_eq!(head, bytes);
+            if keys.len() >= 8 {
+                let counted = encode_list(ones.iter().copied());
+                assert!(bytes.len() < counted.len(), "round {round}");
+            }
         }
     }
 

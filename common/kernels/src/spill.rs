@@ -13,12 +13,13 @@
 //! and hands it on as [`StageOutput::Stored`], which the worker uploads from
 //! the file without reading it into memory.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::{Error, Result, invalid, varint};
+use crate::{Error, Result, varint};
+
+mod increasing;
+pub use increasing::{IncreasingStream, MergedIncreasing, write_increasing, write_increasing_as};
 
 /// Runs of bytes, each written once in order and then read by ranges.
 pub trait Spill: Send {
@@ -168,124 +169,6 @@ fn varint_len(value: u128) -> u64 {
     bytes.len() as u64
 }
 
-/// A strictly increasing list as `varint::push_increasing` writes it (its
-/// count, the first value, the gaps), read as it comes and checked as
-/// `varint::Reader::increasing` checks it; `what` names the list in errors.
-pub struct IncreasingStream<S> {
-    stream: VarintStream<S>,
-    left: u128,
-    index: u64,
-    previous: Option<u128>,
-    what: &'static str,
-}
-
-impl<S: Source> IncreasingStream<S> {
-    pub fn new(source: S, what: &'static str) -> Result<Self> {
-        IncreasingStream::continuing(VarintStream::new(source, what), what)
-    }
-
-    /// The list that follows what `stream` has read.
-    pub fn continuing(mut stream: VarintStream<S>, what: &'static str) -> Result<Self> {
-        let left = stream.varint("its count")?;
-        Ok(IncreasingStream {
-            stream,
-            left,
-            index: 0,
-            previous: None,
-            what,
-        })
-    }
-
-    pub fn pull(&mut self) -> Result<Option<u128>> {
-        let what = self.what;
-        if self.left == 0 {
-            if !self.stream.at_end()? {
-                return Err(invalid!("{what}: bytes after its {} values", self.index));
-            }
-            return Ok(None);
-        }
-        let gap = self.stream.varint(what)?;
-        let state = match self.previous {
-            None => gap,
-            Some(_) if gap == 0 => {
-                return Err(invalid!("{what}: not sorted and distinct"));
-            }
-            Some(p) => p.checked_add(gap).ok_or_else(|| {
-                invalid!(
-                    "layer bucket: state {} of its {what} overflows 128 bits",
-                    self.index
-                )
-            })?,
-        };
-        self.left -= 1;
-        self.index += 1;
-        self.previous = Some(state);
-        Ok(Some(state))
-    }
-}
-
-/// Increasing streams merged into one, each value once.
-pub struct MergedIncreasing<S> {
-    parts: Vec<IncreasingStream<S>>,
-    heads: BinaryHeap<Reverse<(u128, usize)>>,
-}
-
-impl<S: Source> MergedIncreasing<S> {
-    pub fn new(parts: Vec<IncreasingStream<S>>) -> Result<Self> {
-        let mut merged = MergedIncreasing {
-            heads: BinaryHeap::with_capacity(parts.len()),
-            parts,
-        };
-        for i in 0..merged.parts.len() {
-            merged.advance(i)?;
-        }
-        Ok(merged)
-    }
-
-    fn advance(&mut self, i: usize) -> Result<()> {
-        if let Some(state) = self.parts[i].pull()? {
-            self.heads.push(Reverse((state, i)));
-        }
-        Ok(())
-    }
-
-    pub fn pull(&mut self) -> Result<Option<u128>> {
-        let Some(Reverse((state, i))) = self.heads.pop() else {
-            return Ok(None);
-        };
-        self.advance(i)?;
-        while let Some(&Reverse((next, j))) = self.heads.peek() {
-            if next != state {
-                break;
-            }
-            self.heads.pop();
-            self.advance(j)?;
-        }
-        Ok(Some(state))
-    }
-
-    /// The next state if it is below `bound`, else `None` (and it stays).
-    pub fn next_below(&mut self, bound: u128) -> Result<Option<u128>> {
-        match self.heads.peek() {
-            Some(&Reverse((state, _))) if state < bound => self.pull(),
-            _ => Ok(None),
-        }
-    }
-
-    /// Whether every stream has ended.
-    pub fn is_empty(&self) -> bool {
-        self.heads.is_empty()
-    }
-
-    /// Whether the next state is `state`; if so it is taken.
-    pub fn take_if(&mut self, state: u128) -> Result<bool> {
-        match self.heads.peek() {
-            Some(&Reverse((next, _))) if next == state => self.pull().map(|_| true),
-            _ => Ok(false),
-        }
-    }
-}
-
 /// A segment of a spill run or bytes in memory: what a merge reads.
 pub enum RunOrSlice<'a> {
     Run(StoredSource<'a>),
@@ -333,24 +216,6 @@ impl<'s> ChunkedWrite<'s> {
         self.spill.write(&self.buf)?;
         Ok(self.written + self.buf.len() as u64)
     }
-}
-
-/// Writes a merge to `spill` as `varint::push_increasing` writes a list (its
-/// count, which comes first, is returned instead): the count and the bytes
-/// written.
-pub fn write_increasing<S: Source>(
-    mut merged: MergedIncreasing<S>,
-    spill: &mut dyn Spill,
-) -> Result<(u128, u64)> {
-    let mut out = ChunkedWrite::new(spill);
-    let (mut count, mut previous) = (0u128, None);
-    while let Some(value) = merged.pull()? {
-        varint::push(&mut out.buf, previous.map_or(value, |p| value - p));
-        previous = Some(value);
-        count += 1;
-        out.flush_if_full()?;
-    }
-    Ok((count, out.finish()?))
 }
 
 /// `buckets::encode_buckets`'s framing of buckets made of pieces (each

@@ -22,10 +22,14 @@ use tally_kernels::buckets::{
     add_level_sizes, bucket_count, bucket_of, encode_buckets, gathered_ranges, length_at,
     levels_note, split_buckets, states_per_slot,
 };
+use tally_kernels::compact::ListForm;
 use tally_kernels::spill::{StoredSource, stage_output};
 use tally_wire::proto;
 
 pub struct Blocks;
+
+/// The names of a layer bucket's three lists, in their order.
+const LISTS: [&str; 3] = ["candidates", "current layer", "previous layer"];
 
 /// What a layer shard reads: bucket `q` of every shard of the previous
 /// stage, framed but not decoded, in memory or in a file the worker wrote as
@@ -46,10 +50,7 @@ impl BlocksInput {
         for segment in gathered_ranges(&*stored)? {
             let mut list_at = segment.start;
             let mut lists: [Range<u64>; 3] = Default::default();
-            for (i, what) in ["candidates", "current layer", "previous layer"]
-                .iter()
-                .enumerate()
-            {
+            for (i, what) in LISTS.iter().enumerate() {
                 let what = format!("layer bucket: the length of its {what}");
                 let list = length_at(&*stored, list_at, segment.end, &what)?;
                 let list_end = (list_at + 8)
@@ -70,15 +71,14 @@ impl BlocksInput {
         Ok(BlocksInput { stored, senders })
     }
 
-    /// Every sender's bucket, decoded into memory.
-    fn decode_all(&self) -> Result<Vec<LevelBucket>> {
-        self.senders
-            .iter()
-            .map(|lists| {
+    /// Every sender's bucket in `form`, decoded into memory.
+    fn decode_all(&self, form: ListForm) -> Result<Vec<LevelBucket>> {
+        (self.senders.iter().enumerate())
+            .map(|(sender, lists)| {
                 let read = |i: usize| {
-                    self.stored
-                        .read_range(lists[i].clone())
-                        .and_then(|bytes| blocks::decode_states(&bytes))
+                    let bytes = self.stored.read_range(lists[i].clone())?;
+                    let label = format!("layer bucket of sender {sender}: its {}", LISTS[i]);
+                    blocks::decode_states_as(form, &bytes, &label)
                 };
                 Ok(LevelBucket {
                     candidates: read(0)?,
@@ -96,6 +96,7 @@ fn layer_within(
     puzzle: &blocks::Puzzle,
     input: &BlocksInput,
     buckets_out: u32,
+    form: ListForm,
     room: Option<&mut Room<'_>>,
     control: &Control,
 ) -> Result<Outcome<BlocksPartial>> {
@@ -104,7 +105,8 @@ fn layer_within(
     let senders = (input.senders.iter())
         .map(|lists| std::array::from_fn(|i| StoredSource::new(&*input.stored, lists[i].clone())))
         .collect();
-    let layer = blocks::expand_bucket_within(puzzle, senders, buckets_out, &mut room, control)?;
+    let layer =
+        blocks::expand_bucket_within(puzzle, senders, buckets_out, form, &mut room, control)?;
     let output = stage_output(&layer.sent, &mut *room.spill)?;
     Ok(Outcome {
         output,
@@ -223,6 +225,11 @@ pub struct BlocksPlan {
     /// The size of each layer found so far.
     #[serde(default)]
     pub layers: Vec<u64>,
+    /// Frontier plan: its layers' lists are in the compact form
+    /// (`compact::ListForm::Compact`); plans made before it was write and
+    /// read the raw form to the end.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compact: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -241,6 +248,10 @@ pub enum BlocksTask {
         buckets_out: u32,
         #[serde(default)]
         alone: bool,
+        /// Its input and output lists in the compact form; jobs planned
+        /// before it was, raw.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        compact: bool,
     },
 }
 
@@ -277,7 +288,12 @@ fn buckets_after(spec: &BlocksSpec, states: u64, slots: u32, slot_memory: u64) -
     )
 }
 
-fn layer_shards(layer: u32, buckets: u32, buckets_out: u32) -> Vec<Planned<BlocksTask>> {
+fn layer_shards(
+    layer: u32,
+    buckets: u32,
+    buckets_out: u32,
+    compact: bool,
+) -> Vec<Planned<BlocksTask>> {
     (0..buckets)
         .map(|bucket| Planned {
             task: BlocksTask::BlocksLayer {
@@ -285,6 +301,7 @@ fn layer_shards(layer: u32, buckets: u32, buckets_out: u32) -> Vec<Planned<Block
                 bucket,
                 buckets_out,
                 alone: buckets == 1,
+                compact,
             },
             work_total: 1,
         })
@@ -390,13 +407,16 @@ impl JobKind for Blocks {
         spec.plan != BlocksPlanName::Frontier
     }
 
-    fn prepare(_spec: &BlocksSpec, _cache: &KernelCache, _control: &Control) -> Result<BlocksPlan> {
-        Ok(BlocksPlan::default())
+    fn prepare(spec: &BlocksSpec, _cache: &KernelCache, _control: &Control) -> Result<BlocksPlan> {
+        Ok(BlocksPlan {
+            compact: spec.plan == BlocksPlanName::Frontier,
+            ..BlocksPlan::default()
+        })
     }
 
     fn plan_stage(
         spec: &BlocksSpec,
-        _plan: &BlocksPlan,
+        plan: &BlocksPlan,
         _stage: u32,
     ) -> Result<Vec<Planned<BlocksTask>>> {
         Ok(match spec.plan {
@@ -406,7 +426,9 @@ impl JobKind for Blocks {
                 work_total: 1,
             }],
             // Layer 0 is the initial configuration alone.
-            BlocksPlanName::Frontier => layer_shards(0, 1, buckets_after(spec, 1, 1, 0)),
+            BlocksPlanName::Frontier => {
+                layer_shards(0, 1, buckets_after(spec, 1, 1, 0), plan.compact)
+            }
         })
     }
 
@@ -454,6 +476,7 @@ impl JobKind for Blocks {
                 plan.layers.len() as u32,
                 shards,
                 buckets_after(spec, last, finished.slots, finished.slot_memory),
+                plan.compact,
             ),
             note,
         ))
@@ -505,21 +528,23 @@ impl JobKind for Blocks {
             layer,
             buckets_out,
             alone,
+            compact,
             ..
         } = *task
         {
+            let form = ListForm::compact_if(compact);
             let inner = run.control.with_own_counter();
             if !alone && layer > 0 {
                 let input = run
                     .input
                     .ok_or_else(|| invalid!("layer {layer} needs the previous layer's buckets"))?;
-                return layer_within(&puzzle, input, buckets_out, run.room.as_mut(), &inner);
+                return layer_within(&puzzle, input, buckets_out, form, run.room.as_mut(), &inner);
             }
             // A shard alone in its stage runs layers too small to split, in
             // memory, until one is worth splitting.
             let mut inputs = match (layer, run.input) {
                 (0, _) => vec![blocks::start_bucket(&puzzle)],
-                (_, Some(input)) => input.decode_all()?,
+                (_, Some(input)) => input.decode_all(form)?,
                 (_, None) => {
                     return Err(invalid!("layer {layer} needs the previous layer's buckets"));
                 }
@@ -540,7 +565,7 @@ impl JobKind for Blocks {
                 inputs = out;
             };
             run.control.add_work(1);
-            let buckets: Vec<Vec<u8>> = out.iter().map(LevelBucket::encode).collect();
+            let buckets: Vec<Vec<u8>> = out.iter().map(|b| b.encode_as(form)).collect();
             return Ok(Outcome {
                 output: encode_buckets(&buckets).into(),
                 partial: BlocksPartial::Layers {
@@ -595,8 +620,13 @@ impl JobKind for Blocks {
                 let states = sizes
                     .last()
                     .ok_or_else(|| invalid!("a layer shard computed no layer"))?;
+                let BlocksTask::BlocksLayer { layer, compact, .. } = *task else {
+                    unreachable!("a layer task")
+                };
                 for (q, bytes) in buckets.into_iter().enumerate() {
-                    let bucket = LevelBucket::decode(bytes)?;
+                    let label = format!("layer {layer}'s output bucket {q}");
+                    let bucket =
+                        LevelBucket::decode_as(bytes, ListForm::compact_if(compact), &label)?;
                     sent += bucket.current.len() as u64;
                     let lists = [&bucket.candidates, &bucket.current, &bucket.previous];
                     if let Some(&state) = lists
@@ -698,6 +728,9 @@ impl FaultInjection for Blocks {
 }
 
 #[cfg(test)]
+mod form_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -725,6 +758,7 @@ mod tests {
         let plan_for = |slot_memory: u64| {
             let mut plan = BlocksPlan {
                 layers: vec![1, 4, 9],
+                ..BlocksPlan::default()
             };
             let partials = [layers(&[12_000_000], 1)];
             let finished = FinishedStage {
@@ -772,6 +806,7 @@ mod tests {
             let spec = frontier(buckets);
             let mut plan = BlocksPlan {
                 layers: vec![1, 4, 9],
+                ..BlocksPlan::default()
             };
             let partials = [layers(&[huge], 2), layers(&[huge], 2)];
             let finished = FinishedStage {
@@ -800,7 +835,10 @@ mod tests {
     #[test]
     fn layers_computed_together_are_recorded_and_an_empty_one_ends_the_search() {
         let spec = frontier(0);
-        let mut plan = BlocksPlan { layers: vec![1] };
+        let mut plan = BlocksPlan {
+            layers: vec![1],
+            ..BlocksPlan::default()
+        };
         let partials = [layers(&[2, 5, 3], 1)];
         let finished = FinishedStage {
             stage: 2,
@@ -873,6 +911,7 @@ mod tests {
             bucket: 0,
             buckets_out: 2,
             alone: false,
+            compact: false,
         };
         let plan = BlocksPlan::default();
         let check = |sizes: &[u64], buckets: u32, output: &[u8]| {

@@ -13,15 +13,45 @@
 //! counts may differ from layer to layer: each shard writes as many buckets as
 //! the next layer has shards. Each state thus travels three times: as a
 //! candidate, as a member of its layer, and as a member of the layer before.
+//!
+//! A bucket's lists are in the form its job was planned with
+//! ([`ListForm`]): [`encode_states`]'s varints (jobs planned before the
+//! compact form), or compact lists of keys alone (`crate::compact`: the
+//! states' gaps as Rice codes, in checksummed chunks).
 
 use super::frontier::{decode_states, encode_states};
 use super::puzzle::Puzzle;
 use super::search::merge_states;
 use crate::buckets::bucket_of;
+use crate::compact::{ListForm, ListStream, encode_keys};
 use crate::{Control, Result, invalid};
 
 /// States expanded between two polls of the control.
 const POLL_STATES: usize = 1024;
+
+/// The names of a bucket's three lists, in their order.
+pub(super) const LIST_NAMES: [&str; 3] = ["candidates", "current layer", "previous layer"];
+
+/// One list of states in `form`.
+pub fn encode_states_as(form: ListForm, states: &[u128]) -> Vec<u8> {
+    match form {
+        ListForm::Raw => encode_states(states),
+        ListForm::Compact => encode_keys(states.iter().copied()),
+    }
+}
+
+/// Reads [`encode_states_as`]'s bytes; `label` names the list in errors.
+pub fn decode_states_as(form: ListForm, bytes: &[u8], label: &str) -> Result<Vec<u128>> {
+    if form == ListForm::Raw {
+        return decode_states(bytes);
+    }
+    let mut list = ListStream::new(bytes, label.to_string())?;
+    let mut states = Vec::new();
+    while let Some((state, _)) = list.pull()? {
+        states.push(state);
+    }
+    Ok(states)
+}
 
 /// What one shard of a layer sends one bucket of the next layer: sorted,
 /// deduplicated lists of states.
@@ -37,11 +67,16 @@ pub struct LevelBucket {
 
 impl LevelBucket {
     /// The three lists, each as [`encode_states`] bytes after its length (u64,
-    /// little-endian).
+    /// little-endian): the raw form.
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_as(ListForm::Raw)
+    }
+
+    /// The three lists in `form`, each after its length (u64, little-endian).
+    pub fn encode_as(&self, form: ListForm) -> Vec<u8> {
         let mut out = Vec::new();
         for list in [&self.candidates, &self.current, &self.previous] {
-            let bytes = encode_states(list);
+            let bytes = encode_states_as(form, list);
             out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
             out.extend_from_slice(&bytes);
         }
@@ -50,25 +85,36 @@ impl LevelBucket {
 
     /// Reads [`LevelBucket::encode`]'s bytes; anything else is `InvalidArgument`.
     pub fn decode(bytes: &[u8]) -> Result<LevelBucket> {
+        LevelBucket::decode_as(bytes, ListForm::Raw, "layer bucket")
+    }
+
+    /// Reads [`LevelBucket::encode_as`]'s bytes in `form`; anything else is
+    /// `InvalidArgument`, a damaged compact list named as `label: its
+    /// <list>`.
+    pub fn decode_as(bytes: &[u8], form: ListForm, label: &str) -> Result<LevelBucket> {
         let mut at = 0;
         let mut lists = Vec::with_capacity(3);
-        for what in ["candidates", "current layer", "previous layer"] {
+        for what in LIST_NAMES {
             let len = bytes
                 .get(at..at + 8)
                 .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
-                .ok_or_else(|| invalid!("layer bucket: the length of its {what} is cut short"))?;
+                .ok_or_else(|| invalid!("{label}: the length of its {what} is cut short"))?;
             let start = at + 8;
             let end = usize::try_from(len)
                 .ok()
                 .and_then(|len| start.checked_add(len))
                 .filter(|&end| end <= bytes.len())
-                .ok_or_else(|| invalid!("layer bucket: its {what} run past the end"))?;
-            lists.push(decode_states(&bytes[start..end])?);
+                .ok_or_else(|| invalid!("{label}: its {what} run past the end"))?;
+            lists.push(decode_states_as(
+                form,
+                &bytes[start..end],
+                &format!("{label}: its {what}"),
+            )?);
             at = end;
         }
         if at != bytes.len() {
             return Err(invalid!(
-                "layer bucket: {} bytes after its lists",
+                "{label}: {} bytes after its lists",
                 bytes.len() - at
             ));
         }
@@ -262,6 +308,56 @@ mod tests {
         let single = single.into_iter().next().unwrap();
         assert!(!single.candidates.is_empty() && !single.previous.is_empty());
         assert_eq!(rebucket(single, 5), five);
+    }
+
+    /// Buckets of random lists (empty, dense, sparse, keys up to 128 bits)
+    /// read back in both forms; a cut or a damaged byte of a compact one is refused naming the bucket and the list.
+    #[test]
+    fn buckets_round_trip_in_both_forms_and_damaged_compact_ones_are_refused() {
+        let mut rng = crate::test_rng::Rng::new(766);
+        let list = |rng: &mut crate::test_rng::Rng| {
+            let len = match rng.below(4u64) {
+                0 => 0,
+                1 => rng.below(5u64) as usize,
+                _ => rng.below(10_000u64) as usize,
+            };
+            let shift = rng.below(100u64);
+            let mut states: Vec<u128> = (0..len)
+                .map(|_| (u128::from(rng.next_u64()) << 64 | u128::from(rng.next_u64())) >> shift)
+                .chain((len > 0).then_some(u128::MAX))
+                .collect();
+            states.sort_unstable();
+            states.dedup();
+            states
+        };
+        for round in 0..40 {
+            let bucket = LevelBucket {
+                candidates: list(&mut rng),
+                current: list(&mut rng),
+                previous: list(&mut rng),
+            };
+            let raw = bucket.encode_as(ListForm::Raw);
+            assert_eq!(raw, bucket.encode());
+            let compact = bucket.encode_as(ListForm::Compact);
+            assert_eq!(LevelBucket::decode(&raw).unwrap(), bucket);
+            let label = "layer 3 bucket 1";
+            let back = LevelBucket::decode_as(&compact, ListForm::Compact, label).unwrap();
+            assert_eq!(back, bucket, "round {round}");
+            for _ in 0..20 {
+                let cut = rng.below(compact.len() as u64) as usize;
+                let e = LevelBucket::decode_as(&compact[..cut], ListForm::Compact, label)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.starts_with("layer 3 bucket 1: "), "cut at {cut}: {e}");
+                let mut damaged = compact.clone();
+                let at = rng.below(compact.len() as u64) as usize;
+                damaged[at] ^= 1 << rng.below(8u64);
+                let e = LevelBucket::decode_as(&damaged, ListForm::Compact, label)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.starts_with("layer 3 bucket 1: "), "byte {at}: {e}");
+            }
+        }
     }
 
     #[test]

@@ -90,7 +90,9 @@ mod tests;
 
 pub use format::PieceType;
 pub use frontier::{decode_states, encode_states};
-pub use levels::{LevelBucket, expand_bucket, rebucket, start_bucket};
+pub use levels::{
+    LevelBucket, decode_states_as, encode_states_as, expand_bucket, rebucket, start_bucket,
+};
 pub use puzzle::{Puzzle, parse_puzzle};
 pub use search::{BlocksCount, count_reachable, expand_layer, merge_states};
 pub use stream::{EncodedLayer, SenderLists, expand_bucket_within};

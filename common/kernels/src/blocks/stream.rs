@@ -10,15 +10,19 @@
 //! lists in turn, sorted and deduplicated) and emptied. At the end each list
 //! of each bucket is the merge of its segment of every run and of what memory
 //! still holds, written to the spill as it is merged when the shard spilled.
+//! Lists read and written are in the job's form ([`ListForm`]); the runs of
+//! the spill, which no other shard reads, are always raw.
 
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::levels::{LIST_NAMES, encode_states_as};
 use super::puzzle::Puzzle;
 use crate::buckets::bucket_of;
+use crate::compact::ListForm;
 use crate::spill::{
     CountedList, IncreasingStream, MergedIncreasing, Room, RunOrSlice, Source, Stored,
-    StoredSource, write_bucket_lists, write_increasing,
+    StoredSource, write_bucket_lists, write_increasing_as,
 };
 use crate::{Control, Result, invalid};
 
@@ -65,6 +69,8 @@ struct SpillingLists<'r, 's> {
     lists: Vec<[Vec<u128>; 3]>,
     held: u64,
     limit: u64,
+    /// The form of the lists sent on.
+    form: ListForm,
     room: &'r mut Room<'s>,
     /// For each run: its number and each bucket's three byte ranges in it.
     runs: Vec<(u32, Vec<[Range<u64>; 3]>)>,
@@ -106,7 +112,7 @@ impl SpillingLists<'_, '_> {
                     candidates.dedup();
                     bucket_pieces(
                         [candidates, current, previous]
-                            .map(|list| CountedList::Bytes(super::encode_states(&list))),
+                            .map(|list| CountedList::Bytes(encode_states_as(self.form, &list))),
                     )
                 })
                 .collect();
@@ -134,8 +140,11 @@ impl SpillingLists<'_, '_> {
                     RunOrSlice::Slice(&in_memory[..]),
                     LISTS[i],
                 )?);
-                let (count, len) =
-                    write_increasing(MergedIncreasing::new(parts)?, &mut *self.room.spill)?;
+                let (count, len) = write_increasing_as(
+                    MergedIncreasing::new(parts)?,
+                    self.form,
+                    &mut *self.room.spill,
+                )?;
                 bucket.push((count, at..at + len));
                 at += len;
             }
@@ -161,11 +170,13 @@ pub type SenderLists<S> = [S; 3];
 /// shard of the previous layer sent its bucket, read as streams, within
 /// `room`: what the shard gathers for the next layer spills to `room.spill`
 /// past half of `room.memory` (the rest is for the input's buffers). The same
-/// states and the same bytes as [`super::expand_bucket`]'s buckets encoded.
+/// states and the same bytes as [`super::expand_bucket`]'s buckets encoded
+/// in `form`, the form of the lists read too.
 pub fn expand_bucket_within<S: Source>(
     puzzle: &Puzzle,
     senders: Vec<SenderLists<S>>,
     buckets_out: u32,
+    form: ListForm,
     room: &mut Room<'_>,
     control: &Control,
 ) -> Result<EncodedLayer> {
@@ -173,9 +184,10 @@ pub fn expand_bucket_within<S: Source>(
         return Err(invalid!("a layer needs at least one bucket"));
     }
     let mut streams: [Vec<IncreasingStream<S>>; 3] = Default::default();
-    for lists in senders {
+    for (sender, lists) in senders.into_iter().enumerate() {
         for (i, source) in lists.into_iter().enumerate() {
-            streams[i].push(IncreasingStream::new(source, LISTS[i])?);
+            let label = format!("layer bucket of sender {sender}: its {}", LIST_NAMES[i]);
+            streams[i].push(IncreasingStream::in_form(source, form, LISTS[i], label)?);
         }
     }
     let [candidates, current, previous] = streams;
@@ -189,6 +201,7 @@ pub fn expand_bucket_within<S: Source>(
         lists: (0..buckets_out).map(|_| Default::default()).collect(),
         held: 0,
         limit,
+        form,
         room,
         runs: Vec::new(),
         spilled_bytes: 0,
@@ -293,12 +306,15 @@ mod tests {
         let control = Control::new();
         let all = layers(&puzzle, 91, 3);
         let mut spilled_somewhere = false;
-        for layer in [6, 40, 90] {
+        for (layer, form) in [6, 40, 90]
+            .into_iter()
+            .flat_map(|layer| [ListForm::Raw, ListForm::Compact].map(|form| (layer, form)))
+        {
             // Bucket 1 of the layer after `layer`, from its three senders.
             let inputs: Vec<LevelBucket> = all[layer].iter().map(|out| out[1].clone()).collect();
-            let encoded: Vec<Vec<u8>> = inputs.iter().map(LevelBucket::encode).collect();
+            let encoded: Vec<Vec<u8>> = inputs.iter().map(|b| b.encode_as(form)).collect();
             let (states, expected) = expand_bucket(&puzzle, inputs, 4, &control).unwrap();
-            let expected: Vec<Vec<u8>> = expected.iter().map(LevelBucket::encode).collect();
+            let expected: Vec<Vec<u8>> = expected.iter().map(|b| b.encode_as(form)).collect();
             for memory in [u64::MAX, 1 << 12, 0] {
                 let mut spill = MemorySpill::default();
                 let mut room = Room {
@@ -306,7 +322,8 @@ mod tests {
                     spill: &mut spill,
                 };
                 let senders = encoded.iter().map(|b| lists(b)).collect();
-                let got = expand_bucket_within(&puzzle, senders, 4, &mut room, &control).unwrap();
+                let got =
+                    expand_bucket_within(&puzzle, senders, 4, form, &mut room, &control).unwrap();
                 assert_eq!(got.states, states, "layer {layer}, memory {memory}");
                 let bytes = pieces_to_bytes(&got.sent, &spill).unwrap();
                 assert_eq!(bytes, expected, "layer {layer}, memory {memory}");
@@ -345,7 +362,7 @@ mod tests {
     fn streamed_lists_are_checked_like_decoded_ones() {
         let puzzle = parse_puzzle(PUZZLE).unwrap();
         let control = Control::new();
-        let run = |candidates: &[u8], current: &[u8], previous: &[u8]| {
+        let run_as = |form: ListForm, candidates: &[u8], current: &[u8], previous: &[u8]| {
             let mut spill = MemorySpill::default();
             let mut room = Room {
                 memory: u64::MAX,
@@ -355,10 +372,14 @@ mod tests {
                 &puzzle,
                 vec![[candidates, current, previous]],
                 2,
+                form,
                 &mut room,
                 &control,
             )
             .map(|layer| layer.states)
+        };
+        let run = |candidates: &[u8], current: &[u8], previous: &[u8]| {
+            run_as(ListForm::Raw, candidates, current, previous)
         };
         let start = super::super::encode_states(&[puzzle.initial_state()]);
         let empty = super::super::encode_states(&[]);
@@ -390,5 +411,33 @@ mod tests {
                 .to_string()
                 .contains("128 bits")
         );
+        // The compact form: a cut or a damaged byte is refused naming the
+        // sender and the list.
+        let compact = ListForm::Compact;
+        let layer = &layers(&puzzle, 41, 1)[40][0][0];
+        let lists = [&layer.candidates, &layer.current, &layer.previous]
+            .map(|list| crate::compact::encode_keys(list.iter().copied()));
+        let (expected, _) = expand_bucket(&puzzle, vec![layer.clone()], 2, &control).unwrap();
+        assert_eq!(
+            run_as(compact, &lists[0], &lists[1], &lists[2]).unwrap(),
+            expected
+        );
+        assert!(expected > 10, "{expected} states");
+        for (i, name) in LIST_NAMES.iter().enumerate() {
+            let label = format!("layer bucket of sender 0: its {name}: ");
+            let mut cut = lists.clone();
+            cut[i].pop();
+            let e = run_as(compact, &cut[0], &cut[1], &cut[2]).unwrap_err();
+            assert!(e.to_string().starts_with(&label), "{e}");
+            assert!(e.to_string().contains("truncated"), "{e}");
+            let mut damaged = lists.clone();
+            let at = damaged[i].len() - 2;
+            damaged[i][at] ^= 4;
+            let e = run_as(compact, &damaged[0], &damaged[1], &damaged[2]).unwrap_err();
+            assert!(e.to_string().starts_with(&label), "{e}");
+            assert!(e.to_string().contains("damaged"), "{e}");
+        }
+        // Raw lists are not compact ones.
+        assert!(run_as(compact, &start, &empty, &empty).is_err());
     }
 }

@@ -8,9 +8,11 @@
 //! `j - 1`. Small levels go several to a shard, which reads every bucket of
 //! each ([`expand_backward_levels`]).
 
-use super::levels::{Boards, POLL_BOARDS, TAG_NEIGHBOURS, encode_boards, merge_sets};
+use super::forms::encode_boards_as;
+use super::levels::{Boards, POLL_BOARDS, TAG_NEIGHBOURS, merge_sets};
 use super::state::StateHint;
 use crate::buckets::{bucket_of, encode_buckets};
+use crate::compact::ListForm;
 use crate::{Control, Result, invalid};
 
 /// What one backward shard found and sends on.
@@ -40,18 +42,19 @@ pub fn target_neighbours(boards: &Boards, bucket: u32, buckets: u32) -> Result<V
 /// one list per forward shard) next to a board of the graph level after it
 /// (`neighbours`, one list per shard of that level), and their neighbours in
 /// the `buckets_out` buckets of the graph level before (none when 0). One unit
-/// of work per board kept.
+/// of work per board kept. The neighbours are written in `form`.
 pub fn expand_backward(
     boards: &Boards,
     members: &[Vec<u64>],
     neighbours: &[Vec<u64>],
     buckets_out: u32,
+    form: ListForm,
     control: &Control,
 ) -> Result<GraphLevel> {
     let neighbours = merge_sets(neighbours);
     control.check()?;
     let kept = members_among(members, &neighbours);
-    expand_kept(boards, kept, buckets_out, control)
+    expand_kept(boards, kept, buckets_out, form, control)
 }
 
 /// What a shard of several graph levels found: each level's boards (the
@@ -68,12 +71,14 @@ pub struct GraphLevels {
 /// buckets), and `neighbours` the boards next to the graph level above
 /// `top`. Each level's graph boards are its members next to the level
 /// above; the last level's neighbours go to the `buckets_out` buckets of
-/// the graph level below it (none when 0). One unit of work per board kept.
+/// the graph level below it (none when 0), in `form`. One unit of work per
+/// board kept.
 pub fn expand_backward_levels(
     boards: &Boards,
     members: &[Vec<&[u64]>],
     neighbours: &[Vec<u64>],
     buckets_out: u32,
+    form: ListForm,
     control: &Control,
 ) -> Result<GraphLevels> {
     let Some((last, above)) = members.split_last() else {
@@ -95,7 +100,8 @@ pub fn expand_backward_levels(
         levels.push(kept);
     }
     control.check()?;
-    let found = expand_kept(boards, members_among(last, &next_to), buckets_out, control)?;
+    let kept = members_among(last, &next_to);
+    let found = expand_kept(boards, kept, buckets_out, form, control)?;
     levels.push(found.boards);
     Ok(GraphLevels {
         levels,
@@ -136,6 +142,7 @@ fn expand_kept(
     boards: &Boards,
     kept: Vec<u64>,
     buckets_out: u32,
+    form: ListForm,
     control: &Control,
 ) -> Result<GraphLevel> {
     control.add_work(kept.len() as u64);
@@ -160,7 +167,7 @@ fn expand_kept(
         .map(|mut list| {
             list.sort_unstable();
             list.dedup();
-            encode_boards(TAG_NEIGHBOURS, &list)
+            encode_boards_as(form, TAG_NEIGHBOURS, &list)
         })
         .collect();
     Ok(GraphLevel {
@@ -194,7 +201,8 @@ mod tests {
                 (0..100_000).step_by(step).collect(),
                 vec![74, 1_000_000_000],
             ];
-            let level = expand_backward(&boards, &members, &neighbours, 2, &control).unwrap();
+            let level = expand_backward(&boards, &members, &neighbours, 2, ListForm::Raw, &control)
+                .unwrap();
             let wanted: std::collections::BTreeSet<u64> = neighbours.concat().into_iter().collect();
             let expected: std::collections::BTreeSet<u64> = members
                 .concat()

@@ -18,12 +18,18 @@
 //! **Backward** is [`super::graph_levels`]: the shortest-path graph found
 //! from the members of each level that the forward shards wrote.
 //!
-//! Every bucket starts with a tag byte naming what it holds, so a shard that
-//! is handed the wrong data refuses it.
+//! Every bucket starts with a tag byte naming what it holds and its form
+//! (the raw form here, the compact form of `forms` in jobs planned since it
+//! was), so a shard that is handed the wrong data refuses it.
 
+use super::forms::{
+    CandidateWriter, TAG_FORWARD_COMPACT, TAG_MEMBERS_COMPACT, decode_boards_compact,
+    decode_forward_compact, encode_boards_as, encode_forward_compact, is_boards_tag,
+};
 use super::state::{Layout, State, StateHint};
 use super::{SliderParams, parse_params};
 use crate::buckets::{bucket_of, encode_buckets};
+use crate::compact::ListForm;
 use crate::varint::{Reader, push as push_varint, push_increasing};
 use crate::{Control, Result, invalid};
 
@@ -146,6 +152,17 @@ pub struct ForwardBucket {
 }
 
 impl ForwardBucket {
+    /// The bucket in `form`.
+    pub fn encode_as(&self, form: ListForm) -> Vec<u8> {
+        match form {
+            ListForm::Raw => self.encode(),
+            ListForm::Compact => {
+                encode_forward_compact(self.candidates.iter().copied(), &self.previous)
+            }
+        }
+    }
+
+    /// The bucket in the raw form.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(1 + 6 * self.candidates.len() + 2 * self.previous.len());
         out.push(TAG_FORWARD);
@@ -170,7 +187,11 @@ impl ForwardBucket {
         out
     }
 
+    /// Reads a forward bucket in either form (its tag says which).
     pub fn decode(bytes: &[u8]) -> Result<ForwardBucket> {
+        if bytes.first() == Some(&TAG_FORWARD_COMPACT) {
+            return decode_forward_compact(bytes, "forward bucket");
+        }
         let with_back = bytes.first() == Some(&TAG_FORWARD);
         let tag = if with_back {
             TAG_FORWARD
@@ -210,7 +231,10 @@ impl ForwardBucket {
 
 /// Whether a bucket starting with `tag` is a forward bucket.
 pub fn is_forward_tag(tag: Option<u8>) -> bool {
-    matches!(tag, Some(TAG_FORWARD | TAG_FORWARD_PLAIN))
+    matches!(
+        tag,
+        Some(TAG_FORWARD | TAG_FORWARD_PLAIN | TAG_FORWARD_COMPACT)
+    )
 }
 
 /// Candidate `i` of a forward bucket from its encoded gap (with its moves
@@ -240,16 +264,10 @@ pub(super) fn next_candidate(
     Ok((board, back))
 }
 
-/// A bucket of a level's boards (`TAG_MEMBERS`) or of a graph level's
-/// neighbours (`TAG_NEIGHBOURS`).
-pub(super) fn encode_boards(tag: u8, boards: &[u64]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + 2 * boards.len());
-    out.push(tag);
-    push_increasing(&mut out, boards);
-    out
-}
-
 fn decode_boards(bytes: &[u8], tag: u8, what: &'static str) -> Result<Vec<u64>> {
+    if bytes.first() != Some(&tag) && is_boards_tag(bytes.first().copied(), tag) {
+        return decode_boards_compact(bytes, what);
+    }
     let mut reader = tagged(bytes, tag, what)?;
     let boards = reader.increasing("boards")?;
     reader.finish("its boards")?;
@@ -310,6 +328,7 @@ pub fn expand_forward(
     inputs: &[ForwardBucket],
     members: &[Vec<u64>],
     buckets_out: u32,
+    form: ListForm,
     control: &Control,
 ) -> Result<ForwardLevel> {
     if buckets_out == 0 {
@@ -398,17 +417,17 @@ pub fn expand_forward(
     for (q, previous) in out_previous.into_iter().enumerate() {
         control.check()?;
         let encoded = match narrow {
-            true => encode_sent(std::mem::take(&mut out_narrow[q]), &previous),
+            true => encode_sent(std::mem::take(&mut out_narrow[q]), &previous, form),
             false => ForwardBucket {
                 candidates: sum_equal(std::mem::take(&mut out_wide[q]))?,
                 previous,
             }
-            .encode(),
+            .encode_as(form),
         };
         buckets.push(encoded);
     }
     for members in &out_members {
-        buckets.push(encode_boards(TAG_MEMBERS, members));
+        buckets.push(encode_boards_as(form, TAG_MEMBERS, members));
     }
     Ok(ForwardLevel {
         boards: level.len() as u64,
@@ -514,18 +533,49 @@ struct Sent {
 }
 
 /// The bytes of the [`ForwardBucket`] of `sent` (summed by board, as
-/// [`sum_equal`] sums) and `previous`: sorted in place and encoded as it is
-/// summed, without a list of [`Candidate`]s.
-fn encode_sent(mut sent: Vec<Sent>, previous: &[u64]) -> Vec<u8> {
+/// [`sum_equal`] sums) and `previous` in `form`: sorted in place and encoded
+/// as it is summed, without a list of [`Candidate`]s.
+fn encode_sent(mut sent: Vec<Sent>, previous: &[u64], form: ListForm) -> Vec<u8> {
     // A radix sort by the key's bytes that differ: the boards of one job use
     // a few of the key's bytes, so a few passes instead of a comparison sort.
     radsort::sort_by_key(&mut sent, |s| s.key);
+    if form == ListForm::Compact {
+        let mut list = Vec::new();
+        let mut writer = CandidateWriter::new();
+        for (board, paths, back) in summed(&sent) {
+            writer.push(board, paths, back, &mut list);
+        }
+        let count = writer.finish(&mut list);
+        let mut out = Vec::with_capacity(list.len() + 32 + previous.len());
+        out.push(TAG_FORWARD_COMPACT);
+        let mut head = Vec::new();
+        push_varint(&mut head, count);
+        out.extend_from_slice(&((head.len() + list.len()) as u64).to_le_bytes());
+        out.extend_from_slice(&head);
+        out.extend_from_slice(&list);
+        out.extend_from_slice(&crate::compact::encode_keys(
+            previous.iter().map(|&b| u128::from(b)),
+        ));
+        return out;
+    }
     let distinct = sent.chunk_by(|a, b| a.key >> 4 == b.key >> 4).count();
     let mut out = Vec::with_capacity(1 + 6 * distinct + 2 * previous.len());
     out.push(TAG_FORWARD);
     push_varint(&mut out, distinct as u128);
     let mut last = 0;
-    for same in sent.chunk_by(|a, b| a.key >> 4 == b.key >> 4) {
+    for (board, paths, back) in summed(&sent) {
+        push_varint(&mut out, u128::from(board - last) << 4 | u128::from(back));
+        push_varint(&mut out, paths);
+        last = board;
+    }
+    push_increasing(&mut out, previous);
+    out
+}
+
+/// The sorted items of `sent` summed by board: each board, its sequences and
+/// its moves back.
+fn summed(sent: &[Sent]) -> impl Iterator<Item = (u64, u128, u8)> + '_ {
+    sent.chunk_by(|a, b| a.key >> 4 == b.key >> 4).map(|same| {
         let board = same[0].key >> 4;
         let mut paths: u128 = 0;
         let mut back = 0;
@@ -534,12 +584,8 @@ fn encode_sent(mut sent: Vec<Sent>, previous: &[u64]) -> Vec<u8> {
             paths += u128::from(s.paths);
             back |= (s.key & 15) as u8;
         }
-        push_varint(&mut out, u128::from(board - last) << 4 | u128::from(back));
-        push_varint(&mut out, paths);
-        last = board;
-    }
-    push_increasing(&mut out, previous);
-    out
+        (board, paths, back)
+    })
 }
 
 /// Sorts candidates by board and sums the counts (exactly: a sum past 128
@@ -604,21 +650,24 @@ pub fn decode_inputs(parts: &[&[u8]]) -> Result<LevelInput> {
         .and_then(|b| b.first())
         .copied();
     match (first_tag, segments.as_slice()) {
-        (Some(TAG_FORWARD | TAG_FORWARD_PLAIN), [buckets, members]) => Ok(LevelInput::Forward {
-            buckets: buckets
-                .iter()
-                .map(|b| ForwardBucket::decode(b))
-                .collect::<Result<_>>()?,
-            members: members
-                .iter()
-                .map(|b| decode_members(b))
-                .collect::<Result<_>>()?,
-        }),
-        (Some(TAG_MEMBERS), _) => {
+        (Some(TAG_FORWARD | TAG_FORWARD_PLAIN | TAG_FORWARD_COMPACT), [buckets, members]) => {
+            Ok(LevelInput::Forward {
+                buckets: buckets
+                    .iter()
+                    .map(|b| ForwardBucket::decode(b))
+                    .collect::<Result<_>>()?,
+                members: members
+                    .iter()
+                    .map(|b| decode_members(b))
+                    .collect::<Result<_>>()?,
+            })
+        }
+        (Some(TAG_MEMBERS | TAG_MEMBERS_COMPACT), _) => {
             // Members' buckets first, then the neighbours' (each bucket's
-            // senders all write its tag).
-            let is =
-                |segments: &Vec<&[u8]>, tag: u8| segments.iter().all(|b| b.first() == Some(&tag));
+            // senders all write its tag, in either form).
+            let is = |segments: &Vec<&[u8]>, tag: u8| {
+                (segments.iter()).all(|b| is_boards_tag(b.first().copied(), tag))
+            };
             let split = segments
                 .iter()
                 .position(|s| !is(s, TAG_MEMBERS))
@@ -778,7 +827,14 @@ mod tests {
                 candidates: sum_equal(wide).unwrap(),
                 previous: previous.clone(),
             };
-            let got = encode_sent(sent, &previous);
+            let compact = encode_sent(sent.clone(), &previous, ListForm::Compact);
+            assert_eq!(
+                compact,
+                expected.encode_as(ListForm::Compact),
+                "{len} items"
+            );
+            assert_eq!(ForwardBucket::decode(&compact).unwrap(), expected);
+            let got = encode_sent(sent, &previous, ListForm::Raw);
             assert_eq!(got, expected.encode(), "{len} items");
             assert_eq!(ForwardBucket::decode(&got).unwrap(), expected);
         }
@@ -811,6 +867,7 @@ mod tests {
             &[sender(3), sender(4)],
             &[vec![start]],
             1,
+            ListForm::Raw,
             &control,
         )
         .unwrap();
@@ -825,7 +882,8 @@ mod tests {
                 .iter()
                 .all(|c| c.paths % 7 == 0 && c.paths > 0)
         );
-        let wide = expand_forward(&boards, &[sender(u128::MAX), sender(1)], &[], 1, &control);
+        let senders = [sender(u128::MAX), sender(1)];
+        let wide = expand_forward(&boards, &senders, &[], 1, ListForm::Raw, &control);
         let error = wide.unwrap_err().to_string();
         assert!(error.contains("overflows 128 bits"), "{error}");
     }
@@ -846,8 +904,10 @@ mod tests {
             let mut next_inputs = vec![Vec::new(); b];
             let mut next_members = vec![Vec::new(); b];
             for q in 0..inputs.len() {
-                let out =
-                    expand_forward(&boards, &inputs[q], &members[q], buckets, &control).unwrap();
+                // Written in the compact form, read back by tag.
+                let form = ListForm::compact_if(!plain);
+                let out = expand_forward(&boards, &inputs[q], &members[q], buckets, form, &control)
+                    .unwrap();
                 let parts = crate::buckets::split_buckets(&out.output).unwrap();
                 for r in 0..b {
                     let mut bucket = ForwardBucket::decode(parts[r]).unwrap();

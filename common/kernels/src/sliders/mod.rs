@@ -25,6 +25,7 @@
 
 mod arith;
 mod board;
+mod forms;
 pub mod graph_levels;
 mod index;
 pub mod levels;

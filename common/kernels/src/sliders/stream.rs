@@ -8,19 +8,25 @@
 //! neighbours with their counts, its own boards, the level before) spills to
 //! the spill as one sorted run whenever it passes half of the share; at the
 //! end each list is the merge of its runs, written to the spill as it is
-//! merged when the shard spilled.
+//! merged when the shard spilled. Buckets are read in the form their tags
+//! say and written in the job's form ([`ListForm`]); the runs of the spill,
+//! which no other shard reads, are always raw.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::forms::{
+    CandidateWriter, TAG_FORWARD_COMPACT, TAG_MEMBERS_COMPACT, candidate_of, forward_lists,
+};
 use super::levels::{Boards, TAG_FORWARD, TAG_FORWARD_PLAIN, TAG_MEMBERS};
 use super::state::StateHint;
 use crate::buckets::bucket_of;
+use crate::compact::{ListForm, ListStream};
 use crate::spill::{
     ChunkedWrite, CountedList, IncreasingStream, MergedIncreasing, Room, RunOrSlice, Source, Spill,
-    Stored, StoredSource, VarintStream, write_bucket_lists, write_increasing,
+    Stored, StoredSource, VarintStream, write_bucket_lists, write_increasing_as,
 };
 use crate::varint::{push as push_varint, push_increasing};
 use crate::{Control, Result, invalid};
@@ -55,6 +61,8 @@ struct CandidateStream<S> {
     index: u64,
     last: Option<u64>,
     with_back: bool,
+    /// A compact bucket's candidates and its label, read instead of `stream`.
+    compact: Option<(ListStream<S>, String)>,
 }
 
 impl<S: Source> CandidateStream<S> {
@@ -86,11 +94,34 @@ impl<S: Source> CandidateStream<S> {
             index: 0,
             last: None,
             with_back,
+            compact: None,
+        })
+    }
+
+    /// The candidates' list of a compact bucket (`candidates`), and a source
+    /// that ends at once for the raw reader it replaces.
+    fn compact(candidates: S, empty: S, label: String) -> Result<Self> {
+        let list = ListStream::new(candidates, format!("{label}: its candidates"))?;
+        Ok(CandidateStream {
+            stream: VarintStream::new(empty, "forward bucket"),
+            left: 0,
+            index: 0,
+            last: None,
+            with_back: true,
+            compact: Some((list, label)),
         })
     }
 
     /// The next candidate: its board, its count and its moves back.
     fn next(&mut self) -> Result<Option<(u64, u128, u8)>> {
+        if let Some((list, label)) = &mut self.compact {
+            let Some((key, paths)) = list.pull()? else {
+                return Ok(None);
+            };
+            let c = candidate_of(key, paths, label, self.index)?;
+            self.index += 1;
+            return Ok(Some((c.board, c.paths, c.back)));
+        }
         if self.left == 0 {
             return Ok(None);
         }
@@ -173,6 +204,8 @@ struct SpillingForward<'r, 's> {
     previous: Vec<Vec<u64>>,
     held: u64,
     limit: u64,
+    /// The form of the buckets sent on.
+    form: ListForm,
     room: &'r mut Room<'s>,
     /// For each run: its number and each bucket's three byte ranges in it.
     runs: Vec<(u32, Vec<[Range<u64>; 3]>)>,
@@ -180,12 +213,14 @@ struct SpillingForward<'r, 's> {
 }
 
 /// A bucket's neighbours summed by board (exactly: a sum past 128 bits is
-/// refused) and encoded as a forward bucket's entries, after their count.
-fn encode_sent(mut sent: Vec<(u64, u128)>) -> Result<Vec<u8>> {
+/// refused) and encoded as a forward bucket's entries, after their count:
+/// raw, or as a compact list.
+fn encode_sent(mut sent: Vec<(u64, u128)>, form: ListForm) -> Result<Vec<u8>> {
     sent.sort_unstable_by_key(|&(key, _)| key);
     let mut body = Vec::new();
     let mut count = 0u128;
     let mut last = 0;
+    let mut compact = CandidateWriter::new();
     for same in sent.chunk_by(|a, b| a.0 >> 4 == b.0 >> 4) {
         let board = same[0].0 >> 4;
         let paths = same
@@ -193,10 +228,18 @@ fn encode_sent(mut sent: Vec<(u64, u128)>) -> Result<Vec<u8>> {
             .try_fold(0u128, |sum, &(_, p)| sum.checked_add(p))
             .ok_or_else(|| overflow(board))?;
         let back = same.iter().fold(0, |b, &(key, _)| b | (key & 15) as u8);
-        push_varint(&mut body, u128::from(board - last) << 4 | u128::from(back));
-        push_varint(&mut body, paths);
+        match form {
+            ListForm::Raw => {
+                push_varint(&mut body, u128::from(board - last) << 4 | u128::from(back));
+                push_varint(&mut body, paths);
+            }
+            ListForm::Compact => compact.push(board, paths, back, &mut body),
+        }
         last = board;
         count += 1;
+    }
+    if form == ListForm::Compact {
+        count = compact.finish(&mut body);
     }
     let mut out = Vec::with_capacity(body.len() + 10);
     push_varint(&mut out, count);
@@ -212,7 +255,7 @@ impl SpillingForward<'_, '_> {
         let (sent, members, previous) = (&mut self.sent, &mut self.members, &mut self.previous);
         let buckets = (0..sent.len()).map(|q| {
             Ok([
-                encode_sent(std::mem::take(&mut sent[q]))?,
+                encode_sent(std::mem::take(&mut sent[q]), ListForm::Raw)?,
                 increasing(&std::mem::take(&mut members[q])),
                 increasing(&std::mem::take(&mut previous[q])),
             ])
@@ -229,22 +272,37 @@ impl SpillingForward<'_, '_> {
     fn finish(mut self) -> Result<(Vec<Vec<CountedList>>, u32, u64)> {
         let p = self.sent.len();
         let runs = self.runs.len() as u32;
+        let form = self.form;
         let tag = |t: u8| CountedList::Bytes(vec![t]);
+        // A forward bucket from its two lists; in the compact form the
+        // candidates' length follows the tag.
+        let forward = |sent: CountedList, previous: CountedList| match form {
+            ListForm::Raw => vec![tag(TAG_FORWARD), sent, previous],
+            ListForm::Compact => vec![
+                tag(TAG_FORWARD_COMPACT),
+                CountedList::Bytes(sent.len().to_le_bytes().to_vec()),
+                sent,
+                previous,
+            ],
+        };
+        let members_tag = match form {
+            ListForm::Raw => TAG_MEMBERS,
+            ListForm::Compact => TAG_MEMBERS_COMPACT,
+        };
         if self.runs.is_empty() {
             let mut buckets = Vec::with_capacity(2 * p);
             for q in 0..p {
-                let sent = encode_sent(std::mem::take(&mut self.sent[q]))?;
-                let previous = increasing(&self.previous[q]);
-                buckets.push(vec![
-                    tag(TAG_FORWARD),
+                let sent = encode_sent(std::mem::take(&mut self.sent[q]), form)?;
+                let previous = increasing_as(form, &self.previous[q]);
+                buckets.push(forward(
                     CountedList::Bytes(sent),
                     CountedList::Bytes(previous),
-                ]);
+                ));
             }
             for members in &self.members {
                 buckets.push(vec![
-                    tag(TAG_MEMBERS),
-                    CountedList::Bytes(increasing(members)),
+                    tag(members_tag),
+                    CountedList::Bytes(increasing_as(form, members)),
                 ]);
             }
             return Ok((buckets, 0, 0));
@@ -256,7 +314,7 @@ impl SpillingForward<'_, '_> {
         let mut lists = Vec::with_capacity(p);
         for q in 0..p {
             let in_memory = [
-                encode_sent(std::mem::take(&mut self.sent[q]))?,
+                encode_sent(std::mem::take(&mut self.sent[q]), ListForm::Raw)?,
                 increasing(&self.members[q]),
                 increasing(&self.previous[q]),
             ];
@@ -271,14 +329,14 @@ impl SpillingForward<'_, '_> {
             let sent = segment(0)
                 .map(CandidateStream::segment)
                 .collect::<Result<Vec<_>>>()?;
-            let (count, len) = write_candidates(MergedCandidates::new(sent)?, spill)?;
+            let (count, len) = write_candidates(MergedCandidates::new(sent)?, form, spill)?;
             let mut bucket = vec![(count, at..at + len)];
             at += len;
             for (i, what) in [(1, "level members"), (2, "previous level")] {
                 let parts = segment(i)
                     .map(|source| IncreasingStream::new(source, what))
                     .collect::<Result<Vec<_>>>()?;
-                let (count, len) = write_increasing(MergedIncreasing::new(parts)?, spill)?;
+                let (count, len) = write_increasing_as(MergedIncreasing::new(parts)?, form, spill)?;
                 bucket.push((count, at..at + len));
                 at += len;
             }
@@ -291,9 +349,9 @@ impl SpillingForward<'_, '_> {
             body: body.clone(),
         };
         let mut buckets: Vec<Vec<CountedList>> = (lists.iter())
-            .map(|l| vec![tag(TAG_FORWARD), spilled(&l[0]), spilled(&l[2])])
+            .map(|l| forward(spilled(&l[0]), spilled(&l[2])))
             .collect();
-        buckets.extend(lists.iter().map(|l| vec![tag(TAG_MEMBERS), spilled(&l[1])]));
+        buckets.extend(lists.iter().map(|l| vec![tag(members_tag), spilled(&l[1])]));
         Ok((buckets, runs, self.spilled_bytes + at))
     }
 }
@@ -304,13 +362,32 @@ fn increasing(boards: &[u64]) -> Vec<u8> {
     out
 }
 
-/// Writes merged candidates to `spill` as a forward bucket's entries (their
-/// count is returned instead): the count and the bytes written.
+/// A list of boards in `form`.
+fn increasing_as(form: ListForm, boards: &[u64]) -> Vec<u8> {
+    match form {
+        ListForm::Raw => increasing(boards),
+        ListForm::Compact => crate::compact::encode_keys(boards.iter().map(|&b| u128::from(b))),
+    }
+}
+
+/// Writes merged candidates to `spill` as a forward bucket's entries in
+/// `form` (their count is returned instead): the count and the bytes
+/// written.
 fn write_candidates<S: Source>(
     mut merged: MergedCandidates<S>,
+    form: ListForm,
     spill: &mut dyn Spill,
 ) -> Result<(u128, u64)> {
     let mut out = ChunkedWrite::new(spill);
+    if form == ListForm::Compact {
+        let mut writer = CandidateWriter::new();
+        while let Some((board, paths, back)) = merged.next()? {
+            writer.push(board, paths, back, &mut out.buf);
+            out.flush_if_full()?;
+        }
+        let count = writer.finish(&mut out.buf);
+        return Ok((count, out.finish()?));
+    }
     let (mut count, mut last) = (0u128, 0u64);
     while let Some((board, paths, back)) = merged.next()? {
         push_varint(
@@ -325,6 +402,11 @@ fn write_candidates<S: Source>(
     Ok((count, out.finish()?))
 }
 
+/// The byte of `stored` at `at`.
+fn stored_byte(stored: &dyn Stored, at: u64) -> Result<u8> {
+    Ok(stored.read_range(at..at + 1)?[0])
+}
+
 /// The boards of a stream of `u128` values, each a board index.
 fn board_of(value: u128, what: &str) -> Result<u64> {
     u64::try_from(value).map_err(|_| invalid!("{what}: board {value} is too large"))
@@ -334,12 +416,13 @@ fn board_of(value: u128, what: &str) -> Result<u64> {
 /// the byte ranges of `buckets` holding every sender's forward bucket and of
 /// `members` holding its members, read as streams, within `room`: what the
 /// shard gathers for the next level spills past half of `room.memory`. The
-/// same level and the same bytes as `expand_forward`.
+/// same level and the same bytes as `expand_forward`, written in `form`.
 pub fn expand_forward_within(
     boards: &Boards,
     buckets: (&dyn Stored, &[Range<u64>]),
     members: (&dyn Stored, &[Range<u64>]),
     buckets_out: u32,
+    form: ListForm,
     room: &mut Room<'_>,
     control: &Control,
 ) -> Result<EncodedForward> {
@@ -354,7 +437,30 @@ pub fn expand_forward_within(
     let (stored, ranges) = buckets;
     let mut candidates = Vec::with_capacity(ranges.len());
     let mut previous = Vec::with_capacity(ranges.len());
-    for range in ranges {
+    let first = |range: &Range<u64>| -> Result<Option<u8>> {
+        match range.is_empty() {
+            true => Ok(None),
+            false => Ok(Some(stored_byte(stored, range.start)?)),
+        }
+    };
+    for (sender, range) in ranges.iter().enumerate() {
+        if first(range)? == Some(TAG_FORWARD_COMPACT) {
+            let label = format!("forward bucket of sender {sender}");
+            let len = range.end - range.start;
+            let head = stored
+                .read_range(range.start + 1..(range.start + 9).min(range.end))?
+                .try_into()
+                .map_err(|_| invalid!("{label}: cut short before its candidates"))?;
+            let (list, rest) = forward_lists(len, head, &label)?;
+            let at = |r: Range<u64>| {
+                StoredSource::new(stored, range.start + r.start..range.start + r.end)
+            };
+            let empty = StoredSource::new(stored, range.start..range.start);
+            candidates.push(CandidateStream::compact(at(list), empty, label.clone())?);
+            let label = format!("{label}: its previous level");
+            previous.push(IncreasingStream::compact(at(rest), label)?);
+            continue;
+        }
         let source = StoredSource::new(stored, range.clone());
         let mut skip = CandidateStream::bucket(source)?;
         candidates.push(CandidateStream::bucket(StoredSource::new(
@@ -366,8 +472,13 @@ pub fn expand_forward_within(
         previous.push(IncreasingStream::continuing(skip.stream, "previous level")?);
     }
     let (stored, ranges) = members;
-    let current = (ranges.iter())
-        .map(|range| {
+    let current = (ranges.iter().enumerate())
+        .map(|(sender, range)| {
+            if !range.is_empty() && stored_byte(stored, range.start)? == TAG_MEMBERS_COMPACT {
+                let source = StoredSource::new(stored, range.start + 1..range.end);
+                let label = format!("level bucket of sender {sender}");
+                return IncreasingStream::compact(source, label);
+            }
             let mut stream =
                 VarintStream::new(StoredSource::new(stored, range.clone()), "level bucket");
             match stream.varint("its tag")? {
@@ -391,6 +502,7 @@ pub fn expand_forward_within(
         previous: vec![Vec::new(); p],
         held: 0,
         limit: room.memory / 2,
+        form,
         room,
         runs: Vec::new(),
         spilled_bytes: 0,
@@ -460,6 +572,8 @@ pub fn expand_forward_within(
 mod tests {
     use super::*;
     use crate::buckets::split_buckets;
+    use crate::compact::ListForm::{Compact, Raw};
+    use crate::sliders::forms::encode_boards_as;
     use crate::sliders::levels::{ForwardBucket, decode_members, expand_forward, start_input};
     use crate::spill::MemorySpill;
 
@@ -487,9 +601,10 @@ mod tests {
         for level in 0..last {
             let mut next_inputs = vec![Vec::new(); b];
             let mut next_members = vec![Vec::new(); b];
-            for q in 0..inputs.len() {
+            for (q, form) in (0..inputs.len()).flat_map(|q| [(q, Raw), (q, Compact)]) {
                 let expected =
-                    expand_forward(&boards, &inputs[q], &members[q], b as u32, &control).unwrap();
+                    expand_forward(&boards, &inputs[q], &members[q], b as u32, form, &control)
+                        .unwrap();
                 let parts = split_buckets(&expected.output).unwrap();
                 // The same input as stage data: every sender's bucket, framed.
                 let frame = |buckets: Vec<Vec<u8>>| {
@@ -502,14 +617,10 @@ mod tests {
                     (all, ranges)
                 };
                 let (forward, forward_ranges) =
-                    frame(inputs[q].iter().map(ForwardBucket::encode).collect());
+                    frame(inputs[q].iter().map(|b| b.encode_as(form)).collect());
                 let (own, own_ranges) = frame(
                     (members[q].iter())
-                        .map(|m| {
-                            let mut bytes = vec![TAG_MEMBERS];
-                            push_increasing(&mut bytes, m);
-                            bytes
-                        })
+                        .map(|m| encode_boards_as(form, TAG_MEMBERS, m))
                         .collect(),
                 );
                 for memory in [u64::MAX, 1 << 12, 0] {
@@ -523,11 +634,12 @@ mod tests {
                         (&forward, &forward_ranges),
                         (&own, &own_ranges),
                         b as u32,
+                        form,
                         &mut room,
                         &control,
                     )
                     .unwrap();
-                    let what = format!("level {level}, shard {q}, memory {memory}");
+                    let what = format!("level {level}, shard {q}, memory {memory}, {form:?}");
                     assert_eq!(got.boards, expected.boards, "{what}");
                     assert_eq!(got.target_paths, expected.target_paths, "{what}");
                     assert_eq!(bytes(&got.sent, &spill), parts, "{what}");
@@ -537,6 +649,9 @@ mod tests {
                         spilled_somewhere |= got.runs >= 2;
                         assert_eq!(got.spilled_bytes, spill.bytes_written(), "{what}");
                     }
+                }
+                if form == Raw {
+                    continue;
                 }
                 for r in 0..b {
                     next_inputs[r].push(ForwardBucket::decode(parts[r]).unwrap());
@@ -555,7 +670,7 @@ mod tests {
         let control = Control::new();
         let (start, _) = start_input(&boards);
         let good = start[0].encode();
-        let run = |forward: &[u8], members: &[u8]| {
+        let run_as = |form: ListForm, forward: &[u8], members: &[u8]| {
             let mut spill = MemorySpill::default();
             let mut room = Room {
                 memory: u64::MAX,
@@ -568,11 +683,13 @@ mod tests {
                 (&forward, std::slice::from_ref(&all_forward)),
                 (&members, std::slice::from_ref(&all_members)),
                 2,
+                form,
                 &mut room,
                 &control,
             )
             .map(|level| level.boards)
         };
+        let run = |forward: &[u8], members: &[u8]| run_as(Raw, forward, members);
         let no_members = [TAG_MEMBERS, 0];
         assert_eq!(run(&good, &no_members).unwrap(), 1);
         let mut start_member = vec![TAG_MEMBERS];
@@ -585,10 +702,10 @@ mod tests {
         longer.push(0);
         assert!(run(&longer, &no_members).is_err());
         assert!(
-            run(&good, &[7, 0])
+            run(&good, &[11, 0])
                 .unwrap_err()
                 .to_string()
-                .contains("tag 7")
+                .contains("tag 11")
         );
         assert!(
             run(&[9, 0, 0], &no_members)
@@ -606,6 +723,48 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("no sequence")
+        );
+        // Compact buckets: read by their tags; a cut or a damaged byte is
+        // refused naming the sender's bucket and the list.
+        let (b, last) = (1, 12);
+        let (mut inputs, mut members) = start_input(&boards);
+        for _ in 0..last {
+            let out = expand_forward(&boards, &inputs, &members, b, Compact, &control).unwrap();
+            let parts = split_buckets(&out.output).unwrap();
+            inputs = vec![ForwardBucket::decode(parts[0]).unwrap()];
+            members = vec![decode_members(parts[1]).unwrap()];
+        }
+        let forward = inputs[0].encode_as(Compact);
+        let own = encode_boards_as(Compact, TAG_MEMBERS, &members[0]);
+        let expected = expand_forward(&boards, &inputs, &members, 2, Compact, &control).unwrap();
+        assert_eq!(run_as(Compact, &forward, &own).unwrap(), expected.boards);
+        assert!(expected.boards > 100, "{} boards", expected.boards);
+        let candidates = u64::from_le_bytes(forward[1..9].try_into().unwrap()) as usize;
+        for (at, list) in [
+            (
+                9 + candidates / 2,
+                "forward bucket of sender 0: its candidates: ",
+            ),
+            (
+                forward.len() - 2,
+                "forward bucket of sender 0: its previous level: ",
+            ),
+        ] {
+            let mut damaged = forward.clone();
+            damaged[at] ^= 8;
+            let e = run_as(Compact, &damaged, &own).unwrap_err().to_string();
+            assert!(e.starts_with(list) && e.contains("damaged"), "{e}");
+        }
+        let e = run_as(Compact, &forward[..forward.len() - 1], &own).unwrap_err();
+        assert!(
+            e.to_string().contains("its previous level: truncated"),
+            "{e}"
+        );
+        let e = run_as(Compact, &forward, &own[..own.len() - 1]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("level bucket of sender 0: truncated"),
+            "{e}"
         );
     }
 }

@@ -97,6 +97,7 @@ fn phase(plan: &SlidersPlan, stage: u32) -> Phase {
 pub(super) fn initial_plan(spec: &SlidersSpec) -> SlidersPlan {
     SlidersPlan {
         buckets: vec![1, next_buckets(spec, 1, 1, 0)],
+        compact: true,
         ..SlidersPlan::default()
     }
 }
@@ -137,6 +138,7 @@ fn forward_level(plan: &SlidersPlan, level: u32, work: u64) -> Vec<Planned<Slide
                 bucket,
                 buckets,
                 buckets_out,
+                compact: plan.compact,
             },
             work_total: (work / u64::from(buckets)).max(1),
         })
@@ -192,6 +194,7 @@ fn backward_stage(
             neighbour_buckets,
             buckets_out,
             shortest,
+            compact: plan.compact,
         },
         work_total: 1,
     }]
@@ -206,7 +209,7 @@ fn group_boards() -> u64 {
 #[cfg(test)]
 thread_local! {
     /// Tests group levels of a few boards, to have groups of several buckets.
-    static GROUP_BOARDS: std::cell::Cell<u64> = const { std::cell::Cell::new(GRAPH_GROUP_BOARDS) };
+    pub(super) static GROUP_BOARDS: std::cell::Cell<u64> = const { std::cell::Cell::new(GRAPH_GROUP_BOARDS) };
 }
 
 #[cfg(test)]
@@ -230,6 +233,7 @@ fn graph_level(plan: &SlidersPlan, level: u32, shortest: u32) -> Vec<Planned<Sli
                 buckets,
                 buckets_out,
                 shortest,
+                compact: plan.compact,
             },
             work_total: 1,
         })

@@ -6,6 +6,7 @@
 use crate::kind::Outcome;
 use crate::{Control, Result, Room, invalid};
 use tally_kernels::buckets::encode_buckets;
+use tally_kernels::compact::ListForm;
 use tally_kernels::sliders;
 use tally_kernels::sliders::graph_levels;
 use tally_kernels::sliders::levels::{self, Boards, LevelInput};
@@ -17,9 +18,9 @@ use super::records::{SlidersPartial, SlidersTask};
 use super::spec::SlidersSpec;
 
 /// Bytes of memory a forward shard held in memory takes per byte of its
-/// input (measured: about 500 bytes a board, from some 17 bytes of input a
-/// board), with room to spare.
-const MEMORY_PER_INPUT_BYTE: u64 = 32;
+/// input (measured: about 500 bytes a board, from some 17 bytes of raw input
+/// a board, 0.85 of that compact), with room to spare.
+const MEMORY_PER_INPUT_BYTE: u64 = 40;
 
 /// Runs a shard of a forward level, a graph level or the graph stage.
 pub(super) fn execute(
@@ -30,6 +31,12 @@ pub(super) fn execute(
     room: Option<&mut Room<'_>>,
 ) -> Result<Outcome<SlidersPartial>> {
     let boards = Boards::new(&spec.board)?;
+    let form = ListForm::compact_if(match *task {
+        SlidersTask::SliderLevel { compact, .. }
+        | SlidersTask::SliderGraphLevel { compact, .. }
+        | SlidersTask::SliderGraphLevels { compact, .. } => compact,
+        _ => false,
+    });
     let decoded;
     let input = match input {
         Some(SlidersInput::Forward(framed)) => {
@@ -47,7 +54,14 @@ pub(super) fn execute(
                     if bytes.saturating_mul(MEMORY_PER_INPUT_BYTE) > room.memory
                         && boards.fits_narrow_keys() =>
                 {
-                    return forward_within(&boards, *level, framed, *buckets_out, room, control);
+                    return forward_within(
+                        &boards,
+                        (*level, form),
+                        framed,
+                        *buckets_out,
+                        room,
+                        control,
+                    );
                 }
                 _ => {
                     decoded = SlidersInput::Levels(decode_forward(framed)?);
@@ -67,14 +81,21 @@ pub(super) fn execute(
             None,
         ) => {
             let (inputs, members) = levels::start_input(&boards);
-            forward(&boards, 0, &inputs, &members, *buckets_out, control)
+            forward(&boards, (0, form), &inputs, &members, *buckets_out, control)
         }
         (
             SlidersTask::SliderLevel {
                 level, buckets_out, ..
             },
             Some(SlidersInput::Levels(LevelInput::Forward { buckets, members })),
-        ) => forward(&boards, *level, buckets, members, *buckets_out, control),
+        ) => forward(
+            &boards,
+            (*level, form),
+            buckets,
+            members,
+            *buckets_out,
+            control,
+        ),
         (
             SlidersTask::SliderGraphLevel {
                 level,
@@ -82,6 +103,7 @@ pub(super) fn execute(
                 buckets,
                 buckets_out,
                 shortest,
+                ..
             },
             Some(SlidersInput::Levels(LevelInput::Backward {
                 members,
@@ -101,6 +123,7 @@ pub(super) fn execute(
                 members,
                 &neighbours,
                 *buckets_out,
+                form,
                 control,
             )?;
             let work_done = found.boards.len() as u64;
@@ -148,6 +171,7 @@ pub(super) fn execute(
                 &by_level,
                 &neighbours,
                 *buckets_out,
+                form,
                 control,
             )?;
             let work_done = found.levels.iter().map(|l| l.len() as u64).sum();
@@ -188,7 +212,7 @@ fn neighbours_above<'a>(
 /// read as streams, spilling past the share.
 fn forward_within(
     boards: &Boards,
-    level: u32,
+    (level, form): (u32, ListForm),
     input: &[Framed; 2],
     buckets_out: u32,
     room: &mut Room<'_>,
@@ -200,6 +224,7 @@ fn forward_within(
         (&*buckets.stored, &buckets.buckets),
         (&*members.stored, &members.buckets),
         buckets_out,
+        form,
         room,
         control,
     )?;
@@ -217,13 +242,13 @@ fn forward_within(
 
 fn forward(
     boards: &Boards,
-    level: u32,
+    (level, form): (u32, ListForm),
     inputs: &[levels::ForwardBucket],
     members: &[Vec<u64>],
     buckets_out: u32,
     control: &Control,
 ) -> Result<Outcome<SlidersPartial>> {
-    let found = levels::expand_forward(boards, inputs, members, buckets_out, control)?;
+    let found = levels::expand_forward(boards, inputs, members, buckets_out, form, control)?;
     Ok(Outcome {
         output: found.output.into(),
         partial: SlidersPartial::SliderLevel {

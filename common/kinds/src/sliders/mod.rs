@@ -13,6 +13,8 @@
 //! frontier plan's stages) and `frontier_shards` (what their shards do);
 //! here, the kind's contract (`JobKind`) over them.
 
+#[cfg(test)]
+mod form_tests;
 mod frontier;
 mod frontier_shards;
 mod input;

@@ -44,6 +44,11 @@ pub struct SlidersPlan {
     /// level `D - i`.
     #[serde(default)]
     pub backward_tops: Vec<u32>,
+    /// Frontier plan: its levels' buckets are in the compact form
+    /// (`sliders::forms`); plans made before it was write the raw form to
+    /// the end (a bucket's tag says its form to its readers).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compact: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +74,9 @@ pub enum SlidersTask {
         bucket: u32,
         buckets: u32,
         buckets_out: u32,
+        /// Its output in the compact form; jobs planned before it was, raw.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        compact: bool,
     },
     /// Frontier plan: bucket `bucket` of the `buckets` of level `level` of the
     /// shortest-path graph, whose neighbours go to the `buckets_out` shards of
@@ -79,6 +87,9 @@ pub enum SlidersTask {
         buckets: u32,
         buckets_out: u32,
         shortest: u32,
+        /// Its output in the compact form; jobs planned before it was, raw.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        compact: bool,
     },
     /// Frontier plan: graph levels `top` down to `bottom` in one shard, which
     /// reads every bucket of each level's members (`member_buckets[i]`
@@ -93,6 +104,9 @@ pub enum SlidersTask {
         neighbour_buckets: u32,
         buckets_out: u32,
         shortest: u32,
+        /// Its output in the compact form; jobs planned before it was, raw.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        compact: bool,
     },
     /// Frontier plan: the graph's levels (dense board indices), to become
     /// stage data and prefix tasks.

@@ -15,7 +15,7 @@
 //! the low bits of a gap as they are, so either place costs the same four
 //! bits, and the key keeps the raw form's layout.
 
-use super::levels::{Candidate, ForwardBucket, TAG_MEMBERS, TAG_NEIGHBOURS};
+use super::buckets::{Candidate, ForwardBucket, TAG_MEMBERS, TAG_NEIGHBOURS};
 use crate::compact::{ChunkWriter, ListForm, ListStream, encode_keys, encode_list};
 use crate::spill::Source;
 use crate::varint::push_increasing;

@@ -22,6 +22,8 @@
 //! (the raw form here, the compact form of `forms` in jobs planned since it
 //! was), so a shard that is handed the wrong data refuses it.
 
+pub use super::buckets::{Candidate, ForwardBucket};
+pub(super) use super::buckets::{TAG_FORWARD, TAG_FORWARD_PLAIN, TAG_MEMBERS, TAG_NEIGHBOURS};
 use super::forms::{
     CandidateWriter, TAG_FORWARD_COMPACT, TAG_MEMBERS_COMPACT, decode_boards_compact,
     decode_forward_compact, encode_boards_as, encode_forward_compact, is_boards_tag,
@@ -36,15 +38,6 @@ use crate::{Control, Result, invalid};
 /// Boards handled between two polls of the control.
 pub(super) const POLL_BOARDS: usize = 4096;
 
-/// Tag of a [`ForwardBucket`] whose candidates carry no moves back (as
-/// written before they did; still read).
-pub(super) const TAG_FORWARD_PLAIN: u8 = 1;
-/// Tag of a [`ForwardBucket`] whose candidates carry their moves back.
-pub(super) const TAG_FORWARD: u8 = 5;
-/// Tag of a bucket of a level's boards.
-pub(super) const TAG_MEMBERS: u8 = 2;
-/// Tag of a bucket of neighbours of a graph level.
-pub(super) const TAG_NEIGHBOURS: u8 = 3;
 /// Tag of a whole shortest-path graph.
 const TAG_GRAPH: u8 = 4;
 
@@ -127,28 +120,6 @@ impl Boards {
     ) -> Result<()> {
         self.neighbours_except(index, 0, hint, |n, _| f(n))
     }
-}
-
-/// A board of the next level as one shard of a level sees it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Candidate {
-    pub board: u64,
-    /// Shortest sequences reaching it through the sender's boards.
-    pub paths: u128,
-    /// Bit `c` set: the move of code `c` leads from it back to one of the
-    /// sender's boards. Those boards are in the level before its own, so its
-    /// shard skips these moves instead of sending boards the next level
-    /// would remove (0 says nothing).
-    pub back: u8,
-}
-
-/// What one shard of a forward level sends one bucket of the next level.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ForwardBucket {
-    /// Neighbours of the sender's boards, strictly increasing.
-    pub candidates: Vec<Candidate>,
-    /// The boards of the level before the sender's that it was handed.
-    pub previous: Vec<u64>,
 }
 
 impl ForwardBucket {

@@ -25,6 +25,7 @@
 
 mod arith;
 mod board;
+mod buckets;
 mod forms;
 pub mod graph_levels;
 mod index;

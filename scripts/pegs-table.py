@@ -7,6 +7,7 @@ the symmetric search cannot tell the final holes apart).
 
     scripts/pegs-table.py [--tally PATH] [--board english|french|diamond]
                           [--starts 1,2,4] [--results FILE] [--data-root DIR]
+                          [--memory-budget SIZE]
 
 Checks what the counts must satisfy, and stops naming the first failure:
 - each row adds up to its run's answer;
@@ -138,6 +139,8 @@ def run(args, start, by_final_hole):
         command.append("--by-final-hole")
     if args.data_root:
         command += ["--data", os.path.join(args.data_root, f"{args.board}-{start}")]
+    if args.memory_budget:
+        command += ["--memory-budget", args.memory_budget]
     began = time.monotonic()
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
@@ -198,6 +201,7 @@ def main():
     parser.add_argument("--starts", help="comma-separated start holes (default: one of each class)")
     parser.add_argument("--results", help="a JSON file keeping each start's counts as it finishes")
     parser.add_argument("--data-root", help="a directory for each run's data directory")
+    parser.add_argument("--memory-budget", help="each run's --memory-budget (say 7GiB)")
     args = parser.parse_args()
     starts = [int(s) for s in args.starts.split(",")] if args.starts else classes(args.board)
     kept = {}

@@ -50,6 +50,8 @@ pub mod queens;
 pub mod registry;
 pub mod sliders;
 pub mod spec;
+#[cfg(test)]
+mod staged_tests;
 pub mod synthetic;
 pub mod values;
 pub mod wasm;

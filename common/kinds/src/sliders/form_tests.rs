@@ -3,9 +3,10 @@
 
 use super::{Sliders, SlidersPlanName, SlidersSpec, SlidersTask};
 use crate::cache::KernelCache;
-use crate::kind::{Answer, FinishedStage, JobKind, NextStage, ShardRun};
+use crate::kind::{Answer, JobKind};
+use crate::staged_tests::{StageOutputs, run_stages};
 use crate::{Control, Result};
-use tally_kernels::buckets::{gather_bucket, split_buckets};
+use tally_kernels::buckets::split_buckets;
 use tally_kernels::sliders::SliderParams;
 use tally_kernels::sliders::levels::{self, ForwardBucket};
 
@@ -22,7 +23,7 @@ fn as_older_release<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T
 /// what `stage_reads` names and each result checked; `older` stores the
 /// plan and every task as an older release did. The answer and every
 /// stage's outputs.
-fn run_frontier(spec: &SlidersSpec, older: bool) -> Result<(Answer, Vec<Vec<Vec<u8>>>)> {
+fn run_frontier(spec: &SlidersSpec, older: bool) -> Result<(Answer, StageOutputs)> {
     let cache = KernelCache::new();
     let control = Control::new();
     let mut plan = Sliders::prepare(spec, &cache, &control)?;
@@ -31,61 +32,11 @@ fn run_frontier(spec: &SlidersSpec, older: bool) -> Result<(Answer, Vec<Vec<Vec<
         plan = as_older_release(&plan);
         assert!(!plan.compact);
     }
-    let mut shards = Sliders::plan_stage(spec, &plan, 1)?;
-    let mut stages: Vec<Vec<Vec<u8>>> = Vec::new();
-    for stage in 1.. {
-        let mut partials = Vec::new();
-        let mut outputs = Vec::new();
-        for shard in &shards {
-            let task: SlidersTask = match older {
-                true => as_older_release(&shard.task),
-                false => shard.task.clone(),
-            };
-            let mut parts = Vec::new();
-            for read in Sliders::stage_reads(spec, stage, &task) {
-                let previous: Vec<&[u8]> = stages[read.stage as usize - 1]
-                    .iter()
-                    .map(Vec::as_slice)
-                    .collect();
-                parts.push(gather_bucket(&previous, read.bucket.expect("bucketed"))?);
-            }
-            let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-            let input = match slices.is_empty() {
-                true => None,
-                false => Some(Sliders::decode_stage_inputs(spec, &slices)?),
-            };
-            let mut on_checkpoint = |_| {};
-            let mut run = ShardRun {
-                input: input.as_ref(),
-                checkpoint: &crate::kind::NO_CHECKPOINT,
-                cache: &cache,
-                control: &control,
-                checkpoint_every: std::time::Duration::from_secs(3600),
-                on_checkpoint: &mut on_checkpoint,
-                room: None,
-            };
-            let outcome = Sliders::execute(spec, &task, &mut run)?;
-            let output = outcome.output.into_bytes()?;
-            Sliders::check_result(spec, &plan, &task, &outcome.partial, &output)?;
-            partials.push(outcome.partial);
-            outputs.push(output);
-        }
-        stages.push(outputs);
-        let finished = FinishedStage {
-            stage,
-            stages_total: stage,
-            partials: &partials,
-            slots: 3,
-            slot_memory: 0,
-            stage_bytes: 0,
-            stage_room: None,
-        };
-        match Sliders::next_stage(spec, &mut plan, finished)? {
-            NextStage::Shards(next, _) => shards = next,
-            NextStage::Finish => return Ok((Sliders::finish(spec, &plan, partials)?, stages)),
-        }
-    }
-    unreachable!("the stages end")
+    let stored = |task: &SlidersTask| match older {
+        true => as_older_release(task),
+        false => task.clone(),
+    };
+    run_stages::<Sliders>(spec, plan, stored, |_| {})
 }
 
 /// Project Euler 244's boards, every graph level a stage of its own (whose

@@ -510,14 +510,13 @@ pub(super) fn kept_stages(plan: &SlidersPlan, stage: u32) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use crate::Control;
     use crate::cache::KernelCache;
-    use crate::kind::{Answer, JobKind, ShardRun};
+    use crate::kind::{Answer, JobKind};
     use crate::sliders::{Sliders, SlidersPlanName};
-    use tally_kernels::buckets::gather_bucket;
+    use crate::staged_tests::run_stages;
     use tally_kernels::sliders::{self, SliderParams};
 
     /// Runs a frontier job in this process the way the runner does: stage by
@@ -527,72 +526,14 @@ mod tests {
     /// of shards of several graph levels.
     fn run_frontier(spec: &SlidersSpec) -> Result<(Answer, u32, [u32; 2])> {
         let mut graph_shards = [0, 0];
-        let cache = KernelCache::new();
-        let control = Control::new();
-        let mut plan = Sliders::prepare(spec, &cache, &control)?;
-        let mut shards = Sliders::plan_stage(spec, &plan, 1)?;
-        let mut outputs: BTreeMap<u32, Vec<Vec<u8>>> = BTreeMap::new();
-        let mut stage = 1;
-        loop {
-            let kept = Sliders::kept_stages(spec, &plan, stage);
-            outputs.retain(|s, _| *s + 1 == stage || kept.contains(s));
-            let mut partials = Vec::new();
-            let mut stage_outputs = Vec::new();
-            for shard in &shards {
-                match shard.task {
-                    SlidersTask::SliderGraphLevel { .. } => graph_shards[0] += 1,
-                    SlidersTask::SliderGraphLevels { .. } => graph_shards[1] += 1,
-                    _ => {}
-                }
-                let reads = Sliders::stage_reads(spec, stage, &shard.task);
-                let mut parts = Vec::new();
-                for read in &reads {
-                    let stored = outputs
-                        .get(&read.stage)
-                        .unwrap_or_else(|| panic!("stage {stage} reads {read:?}, not kept"));
-                    let slices: Vec<&[u8]> = stored.iter().map(Vec::as_slice).collect();
-                    parts.push(gather_bucket(&slices, read.bucket.expect("bucketed"))?);
-                }
-                let input = if parts.is_empty() {
-                    None
-                } else {
-                    let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-                    Some(Sliders::decode_stage_inputs(spec, &slices)?)
-                };
-                let mut on_checkpoint = |_| {};
-                let mut run = ShardRun {
-                    input: input.as_ref(),
-                    checkpoint: &crate::kind::NO_CHECKPOINT,
-                    cache: &cache,
-                    control: &control,
-                    checkpoint_every: std::time::Duration::from_secs(3600),
-                    on_checkpoint: &mut on_checkpoint,
-                    room: None,
-                };
-                let outcome = Sliders::execute(spec, &shard.task, &mut run)?;
-                let output = outcome.output.into_bytes()?;
-                Sliders::check_result(spec, &plan, &shard.task, &outcome.partial, &output)?;
-                partials.push(outcome.partial);
-                stage_outputs.push(output);
-            }
-            outputs.insert(stage, stage_outputs);
-            let finished = FinishedStage {
-                stage,
-                stages_total: stage,
-                partials: &partials,
-                slots: 3,
-                slot_memory: 0,
-                stage_bytes: 0,
-                stage_room: None,
-            };
-            match Sliders::next_stage(spec, &mut plan, finished)? {
-                NextStage::Shards(next, _) => shards = next,
-                NextStage::Finish => {
-                    return Ok((Sliders::finish(spec, &plan, partials)?, stage, graph_shards));
-                }
-            }
-            stage += 1;
-        }
+        let plan = Sliders::prepare(spec, &KernelCache::new(), &Control::new())?;
+        let count = |task: &SlidersTask| match task {
+            SlidersTask::SliderGraphLevel { .. } => graph_shards[0] += 1,
+            SlidersTask::SliderGraphLevels { .. } => graph_shards[1] += 1,
+            _ => {}
+        };
+        let (answer, stages) = run_stages::<Sliders>(spec, plan, SlidersTask::clone, count)?;
+        Ok((answer, stages.len() as u32, graph_shards))
     }
 
     fn frontier_spec(rows: u32, cols: u32, start: &str, target: &str, buckets: u32) -> SlidersSpec {

@@ -7,6 +7,16 @@ use crate::kind::{Answer, FinishedStage, JobKind, NO_CHECKPOINT, NextStage, Shar
 use crate::{Control, Result};
 use tally_kernels::buckets::gather_bucket;
 
+/// A plan or task as an older release stored it: without its `compact`
+/// field (the form of stage data it did not know).
+pub(crate) fn as_older_release<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> T {
+    let mut json = serde_json::to_value(value).unwrap();
+    if let Some(object) = json.as_object_mut() {
+        object.remove("compact");
+    }
+    serde_json::from_value(json).unwrap()
+}
+
 /// Every stage's outputs, in shard order.
 pub(crate) type StageOutputs = Vec<Vec<Vec<u8>>>;
 

@@ -4,20 +4,11 @@
 use super::{Blocks, BlocksPlanName, BlocksSpec, BlocksTask, LISTS};
 use crate::cache::KernelCache;
 use crate::kind::{Answer, JobKind};
-use crate::staged_tests::{StageOutputs, run_stages};
+use crate::staged_tests::{StageOutputs, as_older_release, run_stages};
 use crate::{Control, Result};
 use tally_kernels::blocks::{LevelBucket, decode_states_as};
 use tally_kernels::buckets::split_buckets;
 use tally_kernels::compact::ListForm;
-
-/// A JSON value as an older release wrote it: without its `compact` fields.
-fn as_older_release<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> T {
-    let mut json = serde_json::to_value(value).unwrap();
-    if let Some(object) = json.as_object_mut() {
-        object.remove("compact");
-    }
-    serde_json::from_value(json).unwrap()
-}
 
 /// Runs a frontier job stage by stage as the runner does, each shard given
 /// its bucket of the previous stage's outputs and each result checked;

@@ -35,10 +35,8 @@ pub struct BoardRanks {
     index_of_bit: [u8; 64],
     /// The bit of the hole of each index.
     bit_of_index: [u8; 64],
-    /// `binomial[n][k]`, for `n, k <= 64` (all fit in a `u64`).
-    binomial: Box<[[u64; 65]; 65]>,
-    /// `by_pegs[k][n] = binomial[n][k]`: a row per peg count, read along
-    /// the holes when a key is turned back into a board.
+    /// `by_pegs[k][n]` is C(n, k), for `n, k <= 64` (all fit in a `u64`): a
+    /// row per peg count, read along the holes.
     by_pegs: Box<[[u64; 65]; 65]>,
     /// The first key of the boards of each peg count.
     first_key: [u128; 66],
@@ -112,7 +110,6 @@ impl BoardRanks {
             holes: holes as u32,
             index_of_bit,
             bit_of_index,
-            binomial,
             by_pegs,
             first_key,
             low_patterns,
@@ -129,7 +126,7 @@ impl BoardRanks {
         let mut i = 1;
         while rest != 0 {
             let hole = self.index_of_bit[rest.trailing_zeros() as usize] as usize;
-            rank += self.binomial[hole][i];
+            rank += self.by_pegs[i][hole];
             rest &= rest - 1;
             i += 1;
         }

@@ -165,8 +165,8 @@ impl EndRule {
         self.packed.is_some()
     }
 
-    /// [`EndRule::rules_out`], one pagoda after another.
-    #[cfg(test)]
+    /// [`EndRule::rules_out`], one pagoda after another: the rule's own way
+    /// when it is not packed.
     pub(crate) fn rules_out_one_by_one(&self, board: u64) -> bool {
         self.pagodas.iter().any(|(p, end)| p.of(board) < *end)
     }
@@ -175,7 +175,7 @@ impl EndRule {
     #[inline]
     pub(crate) fn rules_out(&self, board: u64) -> bool {
         let Some(packed) = &self.packed else {
-            return self.pagodas.iter().any(|(p, end)| p.of(board) < *end);
+            return self.rules_out_one_by_one(board);
         };
         let width = packed.width;
         for lane in (0..width).step_by(LANES) {

@@ -812,6 +812,19 @@ mod tests {
 
     use crate::pegs::MAX_BUCKETS;
 
+    /// Stage 4 of 4 finished with `partials`, on one slot.
+    fn fourth_stage(partials: &[PegsPartial]) -> FinishedStage<'_, PegsPartial> {
+        FinishedStage {
+            stage: 4,
+            stages_total: 4,
+            partials,
+            slots: 1,
+            slot_memory: 0,
+            stage_bytes: 0,
+            stage_room: None,
+        }
+    }
+
     #[test]
     fn a_level_of_any_size_is_planned_over_at_most_the_most_shards() {
         let huge = u64::MAX / 4;
@@ -825,15 +838,7 @@ mod tests {
                 levels(&[huge], 2, PegSide::Start),
                 levels(&[huge], 2, PegSide::Start),
             ];
-            let finished = FinishedStage {
-                stage: 4,
-                stages_total: 4,
-                partials: &partials,
-                slots: 1,
-                slot_memory: 0,
-                stage_bytes: 0,
-                stage_room: None,
-            };
+            let finished = fourth_stage(&partials);
             match next_stage(&spec, &mut plan, finished).unwrap() {
                 NextStage::Shards(shards, note) => {
                     assert_eq!(shards.len(), 2, "the shards the last stage wrote for");
@@ -858,35 +863,14 @@ mod tests {
                 levels: vec![1, 1, 2],
                 ..PegsPlan::default()
             };
-            let partials = spills.map(|spilled| match levels(&[40], 2, PegSide::Start) {
-                PegsPartial::PegLevels {
-                    sizes,
-                    solutions,
-                    buckets,
-                    side,
-                    finals,
-                    expanded,
-                    ..
-                } => PegsPartial::PegLevels {
-                    sizes,
-                    solutions,
-                    buckets,
-                    side,
-                    finals,
-                    expanded,
-                    spilled,
-                },
-                other => other,
+            let partials = spills.map(|bytes| {
+                let mut partial = levels(&[40], 2, PegSide::Start);
+                if let PegsPartial::PegLevels { spilled, .. } = &mut partial {
+                    *spilled = bytes;
+                }
+                partial
             });
-            let finished = FinishedStage {
-                stage: 4,
-                stages_total: 4,
-                partials: &partials,
-                slots: 1,
-                slot_memory: 0,
-                stage_bytes: 0,
-                stage_room: None,
-            };
+            let finished = fourth_stage(&partials);
             let NextStage::Shards(_, note) = next_stage(&spec, &mut plan, finished).unwrap() else {
                 panic!("finished");
             };

@@ -11,7 +11,10 @@ DIR is a data directory a `tally run ... --data DIR` left (the job is its last
 one unless --job says): a coordinator is started on it for the events and
 stopped again, on the run's stage store (`file://DIR/stage`, the default of
 `tally run`, when that directory exists; --stage-store names another). Where the answer's details give positions expanded per level
-(`expanded`, after pruning), they are shown beside the positions reached.
+(`expanded`, after pruning), they are shown beside the positions kept, and
+where they give the children each level did not send because they cannot
+finish (`pruned_when_sent`, counted once by each shard that summed them),
+beside the level those children would have joined.
 """
 import argparse
 import json
@@ -77,6 +80,7 @@ def main():
         coordinator.wait(timeout=30)
     details = result.get("details") or {}
     expanded = details.get("expanded") or []
+    pruned = details.get("pruned_when_sent") or []
     started = next((e["time_ms"] for e in events if e["kind"] == "leased"), events[0]["time_ms"])
     rows = []
     for e in events:
@@ -94,15 +98,16 @@ def main():
             "wall_s": (e["time_ms"] - started) / 1000,
         })
         started = e["time_ms"]
-    print("| stage | level found | positions | expanded | stage data written | bytes a position of the next level | spilled | wall (s) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| stage | level found | positions | children pruned when sent to it | expanded | stage data written | bytes a position of the next level | spilled | wall (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for i, row in enumerate(rows):
         nxt = rows[i + 1]["positions"] if i + 1 < len(rows) else None
         per = f"{row['written'] / nxt:.1f}" if row["written"] and nxt else ""
         level = row["level"]
         exp = f"{expanded[level]:,}" if level is not None and level < len(expanded) else ""
+        cut = f"{pruned[level - 1]:,}" if level and level - 1 < len(pruned) else ""
         print(f"| {row['stage']} | {'' if level is None else level} | "
-              f"{'' if row['positions'] is None else format(row['positions'], ',')} | {exp} | "
+              f"{'' if row['positions'] is None else format(row['positions'], ',')} | {cut} | {exp} | "
               f"{'' if row['written'] is None else format(row['written'], ',')} | {per} | "
               f"{format(row['spilled'], ',')} | {row['wall_s']:.1f} |")
 

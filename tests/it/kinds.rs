@@ -295,8 +295,8 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
 /// the triangle of side `side`, on both plans, the total and (frontier) the
 /// solutions by final hole; with `with_ends`, the prefixes plan too and with a
 /// final hole (the frontier plan's meeting in the middle, one search or two). The pruned frontier jobs
-/// report of each level its positions and those expanded; unpruned ones
-/// expand them all. The jobs of a start are submitted together.
+/// report of each level its positions, those expanded and the children
+/// pruned when sent; unpruned ones expand and send them all. The jobs of a start are submitted together.
 async fn pruned_and_unpruned_pegs_jobs_agree(side: u32, with_ends: bool) {
     let coordinator = start_coordinator(None).await;
     let url = coordinator.url();
@@ -373,6 +373,15 @@ async fn pruned_and_unpruned_pegs_jobs_agree(side: u32, with_ends: bool) {
                     assert!(params["no_prune"] == false || e == n || e == 0, "{params}");
                 }
             }
+            // Children that cannot finish are pruned before they are sent.
+            let sent_pruned = ["pruned_when_sent", "pruned_when_sent_from_the_end"]
+                .iter()
+                .filter_map(|key| details[*key].as_array())
+                .flatten()
+                .map(|n| n.as_u64().unwrap())
+                .sum::<u64>();
+            assert!(params["no_prune"] == false || sent_pruned == 0, "{params}");
+            pruned_somewhere |= sent_pruned > 0;
             answers.push((params, done.answer, details["by_final_hole"].clone()));
         }
         for pair in answers.chunks(2) {

@@ -22,6 +22,7 @@
 use std::collections::HashMap;
 
 use super::PegGame;
+use super::pagoda::Pruner;
 use crate::buckets::bucket_of;
 use crate::cache::prefetch;
 use crate::varint::{self, Reader};
@@ -185,6 +186,9 @@ pub struct PegLevel {
     pub solutions: u128,
     /// What the shard sends to each bucket of the next level.
     pub sent: Vec<PegBucket>,
+    /// Children the shard did not send because they cannot finish (see
+    /// [`children`]).
+    pub pruned: u64,
 }
 
 /// Bucket `q` of level `level`, from what every shard of the previous level
@@ -225,19 +229,31 @@ pub fn expand_level(
         outcome.sent = vec![PegBucket::default(); buckets_out as usize];
         return Ok(outcome);
     }
-    (outcome.sent, outcome.expanded) = children(game, &merged, buckets_out, control)?;
+    let sendable = sendable_children(game, pegs - 1);
+    let (sent, expanded, pruned) = children(game, &merged, buckets_out, sendable, control)?;
+    (outcome.sent, outcome.expanded, outcome.pruned) = (sent, expanded, pruned);
     Ok(outcome)
 }
 
+/// What decides which children of `pegs` pegs a level sends: the pruner,
+/// for children of two pegs and more. Children that can reach no allowed
+/// end have no solution, so they are neither stored nor sent; the boards of
+/// one peg are the solutions themselves and all go on.
+pub(super) fn sendable_children(game: &PegGame, pegs: u32) -> Option<&Pruner> {
+    game.pruner().filter(|_| pegs >= 2)
+}
+
 /// The children of the sorted `level` with their summed counts, in
-/// `buckets_out` buckets, and the number of boards expanded: those not
-/// pruned (the others have no solution, nor have their children).
+/// `buckets_out` buckets (those `sendable` rules out left out), the number
+/// of boards expanded (those not pruned: the others have no solution, nor
+/// have their children) and the number of children left out.
 pub(super) fn children(
     game: &PegGame,
     level: &PegBucket,
     buckets_out: u32,
+    sendable: Option<&Pruner>,
     control: &Control,
-) -> Result<(Vec<PegBucket>, u64)> {
+) -> Result<(Vec<PegBucket>, u64, u64)> {
     let mut sums = CountSums::for_boards(level.len());
     let mut children = Vec::with_capacity(64);
     let pruner = game.pruner();
@@ -260,7 +276,8 @@ pub(super) fn children(
         }
         control.add_work(block.len() as u64);
     }
-    Ok((sums.into_buckets(buckets_out)?, expanded))
+    let (sent, pruned) = sums.into_sendable_buckets(buckets_out, sendable)?;
+    Ok((sent, expanded, pruned))
 }
 
 /// One bucket split into `buckets` buckets (at least 1), for a shard that
@@ -526,8 +543,21 @@ impl CountSums {
     }
 
     /// The sums split into `buckets` buckets, each sorted by board.
+    #[cfg(test)]
     pub(super) fn into_buckets(self, buckets: u32) -> Result<Vec<PegBucket>> {
+        Ok(self.into_sendable_buckets(buckets, None)?.0)
+    }
+
+    /// [`Self::into_buckets`] without the boards `sendable` rules out (see
+    /// [`sendable_children`]), and how many those were.
+    pub(super) fn into_sendable_buckets(
+        self,
+        buckets: u32,
+        sendable: Option<&Pruner>,
+    ) -> Result<(Vec<PegBucket>, u64)> {
         let too_large = || Error::Internal("pegs: count exceeds 128 bits".into());
+        let ruled_out = |board: u64| sendable.is_some_and(|p| !p.may_finish(board));
+        let mut pruned = 0;
         // Sums below 2^64 sort as 16-byte slots; the few wide ones apart.
         let mut narrow: Vec<Vec<Slot>> = vec![Vec::new(); buckets as usize];
         let mut wide: Vec<Vec<(u64, u128)>> = vec![Vec::new(); buckets as usize];
@@ -538,6 +568,11 @@ impl CountSums {
             }
             let mut wide_sums = std::mem::take(&mut partition.wide);
             for slot in partition.slots.into_iter().filter(|s| s.board != EMPTY) {
+                if ruled_out(slot.board) {
+                    wide_sums.remove(&slot.board);
+                    pruned += 1;
+                    continue;
+                }
                 let q = bucket_of(u128::from(slot.board), buckets) as usize;
                 match wide_sums.remove(&slot.board) {
                     None => narrow[q].push(slot),
@@ -549,10 +584,14 @@ impl CountSums {
             }
             // Boards whose every count was wide have no slot.
             for (board, ways) in wide_sums {
+                if ruled_out(board) {
+                    pruned += 1;
+                    continue;
+                }
                 wide[bucket_of(u128::from(board), buckets) as usize].push((board, ways));
             }
         }
-        Ok(narrow
+        let sent = narrow
             .into_iter()
             .zip(wide)
             .map(|(mut narrow, mut wide)| {
@@ -577,7 +616,8 @@ impl CountSums {
                 }
                 bucket
             })
-            .collect())
+            .collect();
+        Ok((sent, pruned))
     }
 }
 

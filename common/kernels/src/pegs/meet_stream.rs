@@ -15,7 +15,7 @@ use super::PegGame;
 use super::form::{BoardRanks, LevelForm};
 use super::levels::{PegBucket, pegs_at_level};
 use super::meet::{AtMeeting, Meeting, solutions_through};
-use super::stream::{Merged, PartStream, SentBucket, SpillingSums, expand_level_within};
+use super::stream::{Merged, PartStream, SentBucket, SentSums, SpillingSums, expand_level_within};
 use crate::spill::{Room, Source};
 use crate::{Control, Result, invalid};
 
@@ -39,6 +39,9 @@ pub struct EncodedMeeting {
     /// The most bytes the tables of the passes keying the level held (the
     /// children's pass is `expand_level_within`'s).
     pub table_bytes: u64,
+    /// Children not sent because they cannot finish (with
+    /// [`AtMeeting::Children`]; see [`super::EncodedLevel::pruned`]).
+    pub pruned: u64,
 }
 
 /// [`super::meet_level`] within `room`: the level's parts, which `parts`
@@ -99,6 +102,7 @@ pub fn meet_level_within<S: Source>(
         spilled_bytes: keyed.spilled_bytes,
         table_bytes: keyed.table_bytes,
         sent: Vec::new(),
+        pruned: 0,
     };
     let (sent, runs, spilled_bytes) = match what {
         AtMeeting::Nothing => {
@@ -123,6 +127,7 @@ pub fn meet_level_within<S: Source>(
                 room,
                 control,
             )?;
+            outcome.pruned = children.pruned;
             (children.sent, children.runs, children.spilled_bytes)
         }
     };
@@ -190,7 +195,12 @@ fn bucket_within<S: Source>(
         }
         sums.spill_if_full()?;
     }
-    let (sent, runs, spilled_bytes) = sums.finish()?;
+    let SentSums {
+        sent,
+        runs,
+        spilled_bytes,
+        ..
+    } = sums.finish()?;
     Ok(Bucketed {
         states,
         kept,

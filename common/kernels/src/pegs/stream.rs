@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use super::PegGame;
 use super::form::{BoardRanks, BoardStream, FormWriter, LevelForm};
-use super::levels::{CountSums, PegBucket, pegs_at_level};
+use super::levels::{CountSums, PegBucket, pegs_at_level, sendable_children};
+use super::pagoda::Pruner;
 use crate::spill::{
     ChunkedWrite, CountedList, Room, RunOrSlice, Source, Spill, Stored, StoredSource, VarintStream,
 };
@@ -49,6 +50,10 @@ pub struct EncodedLevel {
     /// Sorted runs written to the spill, and their bytes.
     pub runs: u32,
     pub spilled_bytes: u64,
+    /// Children not sent because they cannot finish (see
+    /// [`super::PegLevel::pruned`]), counted once in each run and in the
+    /// tables where they were summed.
+    pub pruned: u64,
     /// On the level of one peg: each class with its sum, the sum of the jump
     /// sequences reaching its boards (the solutions by final hole).
     pub finals: Vec<(u64, u128)>,
@@ -229,6 +234,21 @@ pub(super) struct SpillingSums<'r, 's> {
     /// For each run: its number and each bucket's byte range in it.
     runs: Vec<(u32, Vec<std::ops::Range<u64>>)>,
     spilled_bytes: u64,
+    /// What rules boards out of the runs and buckets (see
+    /// [`sendable_children`]), and how many it ruled out.
+    sendable: Option<&'r Pruner>,
+    pruned: u64,
+}
+
+/// What [`SpillingSums::finish`] sends, and what it took.
+pub(super) struct SentSums {
+    pub(super) sent: Vec<SentBucket>,
+    /// Runs made and bytes spilled.
+    pub(super) runs: u32,
+    pub(super) spilled_bytes: u64,
+    /// Boards left out as unable to finish, counted once in each run and in
+    /// the tables where they were summed.
+    pub(super) pruned: u64,
 }
 
 impl<'r, 's> SpillingSums<'r, 's> {
@@ -261,7 +281,16 @@ impl<'r, 's> SpillingSums<'r, 's> {
             room,
             runs: Vec::new(),
             spilled_bytes: 0,
+            sendable: None,
+            pruned: 0,
         }
+    }
+
+    /// Sums that leave out of their runs and buckets the boards `sendable`
+    /// rules out.
+    pub(super) fn sending_only(mut self, sendable: Option<&'r Pruner>) -> Self {
+        self.sendable = sendable;
+        self
     }
 
     /// The bytes the tables hold now.
@@ -281,7 +310,9 @@ impl<'r, 's> SpillingSums<'r, 's> {
         let full = std::mem::replace(&mut self.sums, CountSums::for_boards(self.boards_hint));
         let mut ranges = Vec::with_capacity(self.buckets as usize);
         let mut at = 0;
-        for bucket in full.into_buckets(self.buckets)? {
+        let (buckets, pruned) = full.into_sendable_buckets(self.buckets, self.sendable)?;
+        self.pruned += pruned;
+        for bucket in buckets {
             let bytes = bucket.encode_as(self.form, self.ranks);
             self.room.spill.write(&bytes)?;
             ranges.push(at..at + bytes.len() as u64);
@@ -296,14 +327,22 @@ impl<'r, 's> SpillingSums<'r, 's> {
     /// Each outgoing bucket, encoded: the tables' part merged with every
     /// run's, written to one run of the spill as it is merged. With the runs
     /// made and the bytes spilled.
-    pub(super) fn finish(self) -> Result<(Vec<SentBucket>, u32, u64)> {
-        let held = self.sums.into_buckets(self.buckets)?;
+    pub(super) fn finish(self) -> Result<SentSums> {
+        let (held, pruned) = self
+            .sums
+            .into_sendable_buckets(self.buckets, self.sendable)?;
+        let pruned = self.pruned + pruned;
         let runs = self.runs.len() as u32;
         if self.runs.is_empty() {
             let sent = (held.iter())
                 .map(|b| SentBucket::Bytes(b.encode_as(self.form, self.ranks)))
                 .collect();
-            return Ok((sent, 0, 0));
+            return Ok(SentSums {
+                sent,
+                runs: 0,
+                spilled_bytes: 0,
+                pruned,
+            });
         }
         // The runs are read through handles of their own while the merge is
         // written to the spill.
@@ -333,7 +372,12 @@ impl<'r, 's> SpillingSums<'r, 's> {
         let sent = (bodies.into_iter())
             .map(|(count, body)| SentBucket::Spilled { count, run, body })
             .collect();
-        Ok((sent, runs, self.spilled_bytes + at))
+        Ok(SentSums {
+            sent,
+            runs,
+            spilled_bytes: self.spilled_bytes + at,
+            pruned,
+        })
     }
 }
 
@@ -409,7 +453,8 @@ pub fn expand_level_within<S: Source>(
         return Ok(outcome);
     }
     let name = format!("peg level {}", level + 1);
-    let mut sums = SpillingSums::new(room, name, buckets_out, input_bytes, form, &ranks);
+    let mut sums = SpillingSums::new(room, name, buckets_out, input_bytes, form, &ranks)
+        .sending_only(sendable_children(game, pegs - 1));
     let mut children = Vec::with_capacity(64);
     let pruner = game.pruner();
     loop {
@@ -438,10 +483,11 @@ pub fn expand_level_within<S: Source>(
         }
         sums.spill_if_full()?;
     }
-    let (sent, runs, spilled_bytes) = sums.finish()?;
-    outcome.sent = sent;
-    outcome.runs = runs;
-    outcome.spilled_bytes = spilled_bytes;
+    let sums = sums.finish()?;
+    outcome.sent = sums.sent;
+    outcome.runs = sums.runs;
+    outcome.spilled_bytes = sums.spilled_bytes;
+    outcome.pruned = sums.pruned;
     Ok(outcome)
 }
 

@@ -186,6 +186,7 @@ pub(super) fn execute(
                 finals: BTreeMap::new(),
                 expanded: Vec::new(),
                 spilled: 0,
+                pruned: Vec::new(),
             },
             work_done: 1,
         });
@@ -216,6 +217,7 @@ pub(super) fn execute(
     let mut room = Room::or_in_memory(run.room.as_mut(), &mut in_memory);
     let mut sizes = Vec::new();
     let mut expanded = Vec::new();
+    let mut pruned = Vec::new();
     let mut solutions: u128 = 0;
     let mut spilled = 0;
     let mut finals = BTreeMap::new();
@@ -258,6 +260,7 @@ pub(super) fn execute(
             sizes.push(met.states);
             // The classes kept are those keyed for the join.
             expanded.push(met.expanded);
+            pruned.push(met.pruned);
             spilled += met.spilled_bytes;
             break (met.sent, met.joined);
         }
@@ -274,6 +277,7 @@ pub(super) fn execute(
         )?;
         sizes.push(part.states);
         expanded.push(part.expanded);
+        pruned.push(part.pruned);
         spilled += part.spilled_bytes;
         solutions += part.solutions;
         if by_final_hole {
@@ -335,6 +339,7 @@ pub(super) fn execute(
                 .collect(),
             expanded,
             spilled,
+            pruned,
         },
         work_done: 1,
     })
@@ -551,6 +556,9 @@ struct StageSums {
     /// Of those positions, the ones expanded.
     start_expanded: Vec<u64>,
     end_expanded: Vec<u64>,
+    /// Of their children, the ones pruned when sent.
+    start_pruned: Vec<u64>,
+    end_pruned: Vec<u64>,
     /// The positions of the joined level, when the stage joined the searches.
     joined: Option<u64>,
     /// The buckets a group the shards wrote.
@@ -568,6 +576,8 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
         end: Vec::new(),
         start_expanded: Vec::new(),
         end_expanded: Vec::new(),
+        start_pruned: Vec::new(),
+        end_pruned: Vec::new(),
         joined: None,
         written: None,
         spilled: 0,
@@ -587,6 +597,7 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
             finals,
             expanded,
             spilled,
+            pruned,
         } = partial
         else {
             return Err(invalid!("a frontier level returned {partial:?}"));
@@ -606,10 +617,14 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
             *sums.joined.get_or_insert(0) += own.iter().sum::<u64>();
             continue;
         }
-        let (sizes, kept) = if *side == PegSide::Start {
-            (&mut sums.start, &mut sums.start_expanded)
+        let (sizes, kept, left_out) = if *side == PegSide::Start {
+            (
+                &mut sums.start,
+                &mut sums.start_expanded,
+                &mut sums.start_pruned,
+            )
         } else {
-            (&mut sums.end, &mut sums.end_expanded)
+            (&mut sums.end, &mut sums.end_expanded, &mut sums.end_pruned)
         };
         if sums.written.is_some_and(|w| w != *buckets) {
             return Err(invalid!("the shards of one level disagree on its shape"));
@@ -619,6 +634,10 @@ fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<StageSums> {
         // A shard of a release that did not prune expanded every position.
         let expanded = if expanded.is_empty() { own } else { expanded };
         add_level_sizes(kept, expanded, "level")?;
+        // One that did not prune children when sent pruned none.
+        let none = vec![0; own.len()];
+        let pruned = if pruned.is_empty() { &none } else { pruned };
+        add_level_sizes(left_out, pruned, "level")?;
     }
     Ok(sums)
 }
@@ -676,15 +695,24 @@ pub(super) fn next_stage(
     // A plan begun by a release that did not prune expanded every position.
     (plan.expanded.len() != first).then(|| plan.expanded = plan.levels.clone());
     (plan.end_expanded.len() != first_end).then(|| plan.end_expanded = plan.end_levels.clone());
+    // One begun before children were pruned when sent pruned none.
+    plan.pruned.resize(first, 0);
+    plan.end_pruned.resize(first_end, 0);
     plan.levels.extend(&start_found);
     plan.end_levels.extend(&end_found);
     plan.expanded
         .extend(&sums.start_expanded[..start_found.len()]);
     plan.end_expanded
         .extend(&sums.end_expanded[..end_found.len()]);
+    plan.pruned.extend(&sums.start_pruned[..start_found.len()]);
+    plan.end_pruned.extend(&sums.end_pruned[..end_found.len()]);
     let mut note = levels_note("level", first, &start_found, "positions");
     if let [one] = end_found.as_slice() {
         note = format!("{note}; from the end, level {first_end}: {one} positions");
+    }
+    let pruned: u64 = (sums.start_pruned.iter().chain(&sums.end_pruned)).sum();
+    if pruned > 0 {
+        note = format!("{note}; {pruned} children pruned when sent");
     }
     if sums.spilled > 0 {
         note = format!("{note}; shards spilled {} bytes", sums.spilled);
@@ -807,6 +835,7 @@ mod tests {
             finals: BTreeMap::new(),
             expanded: Vec::new(),
             spilled: 0,
+            pruned: Vec::new(),
         }
     }
 
@@ -884,6 +913,31 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The children pruned when sent are summed per level into the plan and
+    /// the stage's note; a plan begun, and a shard run, by a release that
+    /// sent every child count none.
+    #[test]
+    fn the_plan_and_the_note_sum_the_children_pruned_when_sent() {
+        let spec = spec(None, 2);
+        let mut plan = PegsPlan {
+            levels: vec![1, 1, 2],
+            expanded: vec![1, 1, 2],
+            ..PegsPlan::default()
+        };
+        let mut newer = levels(&[40], 2, PegSide::Start);
+        if let PegsPartial::PegLevels { pruned, .. } = &mut newer {
+            *pruned = vec![9];
+        }
+        let partials = [newer, levels(&[30], 2, PegSide::Start)];
+        let finished = fourth_stage(&partials);
+        let NextStage::Shards(_, note) = next_stage(&spec, &mut plan, finished).unwrap() else {
+            panic!("finished");
+        };
+        assert_eq!(note, "level 3: 70 positions; 9 children pruned when sent");
+        assert_eq!(plan.pruned, [0, 0, 0, 9]);
+        assert_eq!(plan.levels, [1, 1, 2, 70]);
     }
 
     /// A shard alone in its stage hands a level of a million positions on

@@ -234,6 +234,14 @@ pub struct PegsPlan {
     pub expanded: Vec<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub end_expanded: Vec<u64>,
+    /// Frontier plan: of each level's children, those not sent because the
+    /// pagodas rule them out (see `pegs::PegLevel::pruned`), counted once by
+    /// each shard that summed them; from the end search in `end_pruned`.
+    /// Plans made before children were pruned when sent have zeros.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pruned: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub end_pruned: Vec<u64>,
     /// Frontier plan: its levels' lists are in the compact form
     /// (`pegs::LevelForm::Compact`); plans made before it was write and read
     /// the raw form to the end.
@@ -328,6 +336,10 @@ pub enum PegsPartial {
         /// The bytes the shard spilled past its memory share.
         #[serde(default, skip_serializing_if = "is_zero")]
         spilled: u64,
+        /// Of each level's children, those not sent because they cannot
+        /// finish (empty from a release that sent them all).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pruned: Vec<u64>,
     },
 }
 
@@ -677,6 +689,13 @@ impl JobKind for Pegs {
             }
             if !plan.end_expanded.is_empty() {
                 answer.details["expanded_from_the_end"] = serde_json::json!(plan.end_expanded);
+            }
+            if plan.pruned.iter().any(|&n| n > 0) {
+                answer.details["pruned_when_sent"] = serde_json::json!(plan.pruned);
+            }
+            if plan.end_pruned.iter().any(|&n| n > 0) {
+                answer.details["pruned_when_sent_from_the_end"] =
+                    serde_json::json!(plan.end_pruned);
             }
             // Each shard's holes add up to its solutions (`check`); a job
             // some of whose shards gave none (a worker of a release that

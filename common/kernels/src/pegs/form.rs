@@ -208,14 +208,8 @@ pub struct NearKeys {
 impl PegBucket {
     /// The bucket's bytes in `form` (`ranks` for the compact one).
     pub fn encode_as(&self, form: LevelForm, ranks: &BoardRanks) -> Vec<u8> {
-        match form {
-            LevelForm::Raw => self.encode(),
-            LevelForm::Compact => encode_list(
-                (self.boards.iter())
-                    .zip(&self.counts)
-                    .map(|(&board, &ways)| (ranks.rank(board), ways)),
-            ),
-        }
+        let entries = self.boards.iter().copied().zip(self.counts.iter().copied());
+        encode_entries(form, ranks, self.len(), entries)
     }
 
     /// Reads [`PegBucket::encode_as`]'s bytes, refusing what
@@ -301,6 +295,30 @@ impl<'r, S: Source> BoardStream<'r, S> {
         }
         self.index += 1;
         Ok(Some((board, ways)))
+    }
+}
+
+/// [`PegBucket::encode_as`]'s bytes for the `len` boards `entries` gives,
+/// in increasing order with their counts.
+pub(super) fn encode_entries(
+    form: LevelForm,
+    ranks: &BoardRanks,
+    len: usize,
+    entries: impl Iterator<Item = (u64, u128)>,
+) -> Vec<u8> {
+    match form {
+        LevelForm::Raw => {
+            let mut out = Vec::with_capacity(8 + len * 6);
+            crate::varint::push(&mut out, len as u128);
+            let mut previous = 0;
+            for (board, ways) in entries {
+                crate::varint::push(&mut out, u128::from(board - previous));
+                crate::varint::push(&mut out, ways);
+                previous = board;
+            }
+            out
+        }
+        LevelForm::Compact => encode_list(entries.map(|(board, ways)| (ranks.rank(board), ways))),
     }
 }
 

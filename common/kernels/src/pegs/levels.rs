@@ -22,6 +22,7 @@
 use std::collections::HashMap;
 
 use super::PegGame;
+use super::form::{BoardRanks, LevelForm, encode_entries};
 use super::pagoda::Pruner;
 use crate::buckets::bucket_of;
 use crate::cache::prefetch;
@@ -553,31 +554,87 @@ impl CountSums {
         buckets: u32,
         sendable: Option<&Pruner>,
     ) -> Result<(Vec<PegBucket>, u64)> {
+        let (sorted, pruned) = self.into_sorted(buckets, sendable)?;
+        let sent = (sorted.into_iter())
+            .map(|sorted| {
+                let mut bucket = PegBucket {
+                    boards: Vec::with_capacity(sorted.len()),
+                    counts: Vec::with_capacity(sorted.len()),
+                };
+                for (board, ways) in sorted.entries() {
+                    bucket.boards.push(board);
+                    bucket.counts.push(ways);
+                }
+                bucket
+            })
+            .collect();
+        Ok((sent, pruned))
+    }
+
+    /// [`Self::into_sendable_buckets`] encoded as [`PegBucket::encode_as`]
+    /// encodes them, one bucket at a time: the buckets are never held
+    /// decoded.
+    pub(super) fn into_encoded_buckets(
+        self,
+        buckets: u32,
+        sendable: Option<&Pruner>,
+        form: LevelForm,
+        ranks: &BoardRanks,
+    ) -> Result<(Vec<Vec<u8>>, u64)> {
+        let (sorted, pruned) = self.into_sorted(buckets, sendable)?;
+        let encoded = (sorted.into_iter())
+            .map(|sorted| encode_entries(form, ranks, sorted.len(), sorted.entries()))
+            .collect();
+        Ok((encoded, pruned))
+    }
+
+    /// The sums in `buckets` buckets, each sorted, without the boards
+    /// `sendable` rules out; and how many those were.
+    fn into_sorted(
+        mut self,
+        buckets: u32,
+        sendable: Option<&Pruner>,
+    ) -> Result<(Vec<SortedSums>, u64)> {
         let too_large = || Error::Internal("pegs: count exceeds 128 bits".into());
         let ruled_out = |board: u64| sendable.is_some_and(|p| !p.may_finish(board));
         let mut pruned = 0;
-        // Sums below 2^64 sort as 16-byte slots; the few wide ones apart.
-        let mut narrow: Vec<Vec<Slot>> = vec![Vec::new(); buckets as usize];
-        let mut wide: Vec<Vec<(u64, u128)>> = vec![Vec::new(); buckets as usize];
-        for mut partition in self.partitions {
+        let mut boards = 0;
+        for partition in &mut self.partitions {
             partition.flush();
+            boards += partition.len;
+        }
+        // Room for an even share and an eighth more: the buckets are a hash's.
+        let share = boards / buckets as usize;
+        let mut sorted: Vec<SortedSums> = (0..buckets)
+            .map(|_| SortedSums {
+                narrow: Vec::with_capacity(share + share / 8),
+                wide: Vec::new(),
+            })
+            .collect();
+        for mut partition in self.partitions {
             if partition.overflow {
                 return Err(too_large());
             }
             let mut wide_sums = std::mem::take(&mut partition.wide);
             for slot in partition.slots.into_iter().filter(|s| s.board != EMPTY) {
                 if ruled_out(slot.board) {
-                    wide_sums.remove(&slot.board);
+                    if !wide_sums.is_empty() {
+                        wide_sums.remove(&slot.board);
+                    }
                     pruned += 1;
                     continue;
                 }
                 let q = bucket_of(u128::from(slot.board), buckets) as usize;
-                match wide_sums.remove(&slot.board) {
-                    None => narrow[q].push(slot),
-                    Some(extra) => {
-                        let ways = extra.checked_add(slot.ways.into()).ok_or_else(too_large)?;
-                        wide[q].push((slot.board, ways));
-                    }
+                // Most partitions have no wide sum: spare them the lookup.
+                match wide_sums.is_empty() {
+                    true => sorted[q].narrow.push(slot),
+                    false => match wide_sums.remove(&slot.board) {
+                        None => sorted[q].narrow.push(slot),
+                        Some(extra) => {
+                            let ways = extra.checked_add(slot.ways.into()).ok_or_else(too_large)?;
+                            sorted[q].wide.push((slot.board, ways));
+                        }
+                    },
                 }
             }
             // Boards whose every count was wide have no slot.
@@ -586,36 +643,42 @@ impl CountSums {
                     pruned += 1;
                     continue;
                 }
-                wide[bucket_of(u128::from(board), buckets) as usize].push((board, ways));
+                sorted[bucket_of(u128::from(board), buckets) as usize]
+                    .wide
+                    .push((board, ways));
             }
         }
-        let sent = narrow
-            .into_iter()
-            .zip(wide)
-            .map(|(mut narrow, mut wide)| {
-                narrow.sort_unstable_by_key(|slot| slot.board);
-                wide.sort_unstable_by_key(|&(board, _)| board);
-                let mut bucket = PegBucket {
-                    boards: Vec::with_capacity(narrow.len() + wide.len()),
-                    counts: Vec::with_capacity(narrow.len() + wide.len()),
-                };
-                let mut wide = wide.into_iter().peekable();
-                for slot in narrow {
-                    while let Some((board, ways)) = wide.next_if(|&(b, _)| b < slot.board) {
-                        bucket.boards.push(board);
-                        bucket.counts.push(ways);
-                    }
-                    bucket.boards.push(slot.board);
-                    bucket.counts.push(slot.ways.into());
-                }
-                for (board, ways) in wide {
-                    bucket.boards.push(board);
-                    bucket.counts.push(ways);
-                }
-                bucket
-            })
-            .collect();
-        Ok((sent, pruned))
+        for bucket in &mut sorted {
+            bucket.narrow.sort_unstable_by_key(|slot| slot.board);
+            bucket.wide.sort_unstable_by_key(|&(board, _)| board);
+        }
+        Ok((sorted, pruned))
+    }
+}
+
+/// One bucket's sums, sorted by board: those below 2^64 as 16-byte slots,
+/// the few wide ones apart.
+struct SortedSums {
+    narrow: Vec<Slot>,
+    wide: Vec<(u64, u128)>,
+}
+
+impl SortedSums {
+    fn len(&self) -> usize {
+        self.narrow.len() + self.wide.len()
+    }
+
+    /// The boards and their sums in increasing order.
+    fn entries(self) -> impl Iterator<Item = (u64, u128)> {
+        let mut wide = self.wide.into_iter().peekable();
+        let mut narrow = self.narrow.into_iter().peekable();
+        std::iter::from_fn(move || match (narrow.peek(), wide.peek()) {
+            (Some(slot), Some(&(board, _))) if board < slot.board => wide.next(),
+            (Some(_), _) => narrow
+                .next()
+                .map(|slot| (slot.board, u128::from(slot.ways))),
+            (None, _) => wide.next(),
+        })
     }
 }
 

@@ -310,10 +310,10 @@ impl<'r, 's> SpillingSums<'r, 's> {
         let full = std::mem::replace(&mut self.sums, CountSums::for_boards(self.boards_hint));
         let mut ranges = Vec::with_capacity(self.buckets as usize);
         let mut at = 0;
-        let (buckets, pruned) = full.into_sendable_buckets(self.buckets, self.sendable)?;
+        let (buckets, pruned) =
+            full.into_encoded_buckets(self.buckets, self.sendable, self.form, self.ranks)?;
         self.pruned += pruned;
-        for bucket in buckets {
-            let bytes = bucket.encode_as(self.form, self.ranks);
+        for bytes in buckets {
             self.room.spill.write(&bytes)?;
             ranges.push(at..at + bytes.len() as u64);
             at += bytes.len() as u64;
@@ -328,15 +328,12 @@ impl<'r, 's> SpillingSums<'r, 's> {
     /// run's, written to one run of the spill as it is merged. With the runs
     /// made and the bytes spilled.
     pub(super) fn finish(self) -> Result<SentSums> {
-        let (held, pruned) = self
-            .sums
-            .into_sendable_buckets(self.buckets, self.sendable)?;
+        let (held, pruned) =
+            (self.sums).into_encoded_buckets(self.buckets, self.sendable, self.form, self.ranks)?;
         let pruned = self.pruned + pruned;
         let runs = self.runs.len() as u32;
         if self.runs.is_empty() {
-            let sent = (held.iter())
-                .map(|b| SentBucket::Bytes(b.encode_as(self.form, self.ranks)))
-                .collect();
+            let sent = held.into_iter().map(SentBucket::Bytes).collect();
             return Ok(SentSums {
                 sent,
                 runs: 0,
@@ -353,7 +350,6 @@ impl<'r, 's> SpillingSums<'r, 's> {
         let mut at = 0;
         let (form, ranks, name) = (self.form, self.ranks, &self.name);
         for (q, in_memory) in held.into_iter().enumerate() {
-            let in_memory = in_memory.encode_as(form, ranks);
             let mut parts = Vec::with_capacity(self.runs.len() + 1);
             for (i, (stored, (_, ranges))) in kept.iter().zip(&self.runs).enumerate() {
                 let source = RunOrSlice::Run(StoredSource::new(&**stored, ranges[q].clone()));

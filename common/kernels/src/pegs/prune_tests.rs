@@ -7,10 +7,13 @@ use super::pagoda::Pagoda;
 use super::*;
 use crate::Control;
 
+/// Of one level: its classes, those expanded and their children pruned when
+/// sent.
+type LevelSizes = (u64, u64, u64);
+
 /// A search by levels in one bucket, from `game`'s start: the solutions, the
-/// one-peg classes' sums, and per level the classes, those expanded and
-/// their children pruned when sent.
-fn by_levels(game: &PegGame) -> (u128, BTreeMap<u64, u128>, Vec<(u64, u64, u64)>) {
+/// one-peg classes' sums, and each level's sizes.
+fn by_levels(game: &PegGame) -> (u128, BTreeMap<u64, u128>, Vec<LevelSizes>) {
     let control = Control::new();
     let mut inbox = vec![start_bucket(game)];
     let mut solutions = 0;

@@ -229,10 +229,16 @@ def main():
     print("| start \\ final | " + " | ".join(str(b) for b in finals) + " |")
     print("|---|" + "---|" * len(finals))
     for start, row in table.items():
-        if row.get("ruled_out"):
+        if row.get("ruled_out") or not any(row["finals"].values()):
             continue
         cells = [f"{row['finals'][b]:,}" if row["finals"].get(b, 0) else "" for b in finals]
         print(f"| {start} | " + " | ".join(cells) + " |")
+    searched = [(start, row) for start, row in table.items()
+                if not row.get("ruled_out") and not any(row["finals"].values())]
+    if searched:
+        print()
+        print("No solution, after a whole search: "
+              + ", ".join(f"{s} ({row['positions']:,} positions)" for s, row in searched) + ".")
     ruled_out = [start for start, row in table.items() if row.get("ruled_out")]
     if ruled_out:
         print()

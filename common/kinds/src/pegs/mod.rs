@@ -54,6 +54,9 @@ pub const MAX_BUCKETS: u32 = 1024;
 /// The French board from hole 6 took 38 minutes in 2 shards a level, 59 in a
 /// shard per 500,000 positions (docs/benchmarks.md).
 const POSITIONS_PER_BUCKET: u64 = 1 << 28;
+/// The most of a level shard's input held in memory as it arrives; the rest
+/// goes to a file in the spill directory (see `JobKind::stage_input_memory`).
+const INPUT_IN_MEMORY: u64 = 256 << 20;
 /// Positions a shard alone in its stage computes level after level before
 /// it hands a level on in buckets (one per so many): a search's thin first
 /// levels run in one shard, in memory, without a barrier each; past it the
@@ -611,6 +614,13 @@ impl JobKind for Pegs {
     }
 
     const STREAMS_STAGE_INPUT: bool = true;
+
+    /// A level is read once, board by board, in order: past
+    /// [`INPUT_IN_MEMORY`] it reads as fast from a file of the spill
+    /// directory, and the memory is the tables'.
+    fn stage_input_memory(_spec: &PegsSpec, share: u64) -> Option<u64> {
+        Some((share / 4).min(INPUT_IN_MEMORY))
+    }
 
     fn decode_stored_inputs(_spec: &PegsSpec, parts: Vec<Arc<dyn Stored>>) -> Result<PegInput> {
         match <[_; 1]>::try_from(parts) {

@@ -22,7 +22,6 @@
 use std::collections::HashMap;
 
 use super::PegGame;
-use super::form::{BoardRanks, LevelForm, encode_entries};
 use super::pagoda::Pruner;
 use crate::buckets::bucket_of;
 use crate::cache::prefetch;
@@ -571,26 +570,9 @@ impl CountSums {
         Ok((sent, pruned))
     }
 
-    /// [`Self::into_sendable_buckets`] encoded as [`PegBucket::encode_as`]
-    /// encodes them, one bucket at a time: the buckets are never held
-    /// decoded.
-    pub(super) fn into_encoded_buckets(
-        self,
-        buckets: u32,
-        sendable: Option<&Pruner>,
-        form: LevelForm,
-        ranks: &BoardRanks,
-    ) -> Result<(Vec<Vec<u8>>, u64)> {
-        let (sorted, pruned) = self.into_sorted(buckets, sendable)?;
-        let encoded = (sorted.into_iter())
-            .map(|sorted| encode_entries(form, ranks, sorted.len(), sorted.entries()))
-            .collect();
-        Ok((encoded, pruned))
-    }
-
     /// The sums in `buckets` buckets, each sorted, without the boards
     /// `sendable` rules out; and how many those were.
-    fn into_sorted(
+    pub(super) fn into_sorted(
         mut self,
         buckets: u32,
         sendable: Option<&Pruner>,
@@ -658,18 +640,18 @@ impl CountSums {
 
 /// One bucket's sums, sorted by board: those below 2^64 as 16-byte slots,
 /// the few wide ones apart.
-struct SortedSums {
+pub(super) struct SortedSums {
     narrow: Vec<Slot>,
     wide: Vec<(u64, u128)>,
 }
 
 impl SortedSums {
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.narrow.len() + self.wide.len()
     }
 
     /// The boards and their sums in increasing order.
-    fn entries(self) -> impl Iterator<Item = (u64, u128)> {
+    pub(super) fn entries(self) -> impl Iterator<Item = (u64, u128)> {
         let mut wide = self.wide.into_iter().peekable();
         let mut narrow = self.narrow.into_iter().peekable();
         std::iter::from_fn(move || match (narrow.peek(), wide.peek()) {

@@ -16,7 +16,7 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use super::PegGame;
-use super::form::{BoardRanks, BoardStream, FormWriter, LevelForm};
+use super::form::{BoardRanks, BoardStream, FormWriter, LevelForm, encode_entries};
 use super::levels::{CountSums, PegBucket, pegs_at_level, sendable_children};
 use super::pagoda::Pruner;
 use crate::spill::{
@@ -226,6 +226,23 @@ impl<'r, S: Source> Merged<'r, S> {
     }
 }
 
+/// `sums` in `buckets` buckets without the boards `sendable` rules out, each
+/// encoded as [`PegBucket::encode_as`] encodes it, one bucket at a time (the
+/// buckets are never held decoded); and how many were ruled out.
+fn encoded_buckets(
+    sums: CountSums,
+    buckets: u32,
+    sendable: Option<&Pruner>,
+    form: LevelForm,
+    ranks: &BoardRanks,
+) -> Result<(Vec<Vec<u8>>, u64)> {
+    let (sorted, pruned) = sums.into_sorted(buckets, sendable)?;
+    let encoded = (sorted.into_iter())
+        .map(|sorted| encode_entries(form, ranks, sorted.len(), sorted.entries()))
+        .collect();
+    Ok((encoded, pruned))
+}
+
 /// The children's sums, spilled as sorted runs when they pass `limit` bytes.
 pub(super) struct SpillingSums<'r, 's> {
     sums: CountSums,
@@ -317,7 +334,7 @@ impl<'r, 's> SpillingSums<'r, 's> {
         let mut ranges = Vec::with_capacity(self.buckets as usize);
         let mut at = 0;
         let (buckets, pruned) =
-            full.into_encoded_buckets(self.buckets, self.sendable, self.form, self.ranks)?;
+            encoded_buckets(full, self.buckets, self.sendable, self.form, self.ranks)?;
         self.pruned += pruned;
         for bytes in buckets {
             self.room.spill.write(&bytes)?;
@@ -334,8 +351,13 @@ impl<'r, 's> SpillingSums<'r, 's> {
     /// run's, written to one run of the spill as it is merged. With the runs
     /// made and the bytes spilled.
     pub(super) fn finish(self) -> Result<SentSums> {
-        let (held, pruned) =
-            (self.sums).into_encoded_buckets(self.buckets, self.sendable, self.form, self.ranks)?;
+        let (held, pruned) = encoded_buckets(
+            self.sums,
+            self.buckets,
+            self.sendable,
+            self.form,
+            self.ranks,
+        )?;
         let pruned = self.pruned + pruned;
         let runs = self.runs.len() as u32;
         if self.runs.is_empty() {

@@ -307,17 +307,7 @@ pub(super) fn encode_entries(
     entries: impl Iterator<Item = (u64, u128)>,
 ) -> Vec<u8> {
     match form {
-        LevelForm::Raw => {
-            let mut out = Vec::with_capacity(8 + len * 6);
-            crate::varint::push(&mut out, len as u128);
-            let mut previous = 0;
-            for (board, ways) in entries {
-                crate::varint::push(&mut out, u128::from(board - previous));
-                crate::varint::push(&mut out, ways);
-                previous = board;
-            }
-            out
-        }
+        LevelForm::Raw => super::levels::encode_raw(len, entries),
         LevelForm::Compact => encode_list(entries.map(|(board, ways)| (ranks.rank(board), ways))),
     }
 }

@@ -61,15 +61,8 @@ impl PegBucket {
     /// The number of boards, then for each board its gap from the previous
     /// one (the first board itself) and its count, all varints.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(8 + self.len() * 6);
-        varint::push(&mut out, self.len() as u128);
-        let mut previous = 0;
-        for (&board, &count) in self.boards.iter().zip(&self.counts) {
-            varint::push(&mut out, u128::from(board - previous));
-            varint::push(&mut out, count);
-            previous = board;
-        }
-        out
+        let entries = self.boards.iter().copied().zip(self.counts.iter().copied());
+        encode_raw(self.len(), entries)
     }
 
     /// Reads [`PegBucket::encode`]'s bytes. Anything else (truncated, boards
@@ -189,6 +182,20 @@ pub struct PegLevel {
     /// Children the shard did not send because they cannot finish (see
     /// [`children`]).
     pub pruned: u64,
+}
+
+/// [`PegBucket::encode`]'s bytes for the `len` boards `entries` gives, in
+/// increasing order with their counts.
+pub(super) fn encode_raw(len: usize, entries: impl Iterator<Item = (u64, u128)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + len * 6);
+    varint::push(&mut out, len as u128);
+    let mut previous = 0;
+    for (board, count) in entries {
+        varint::push(&mut out, u128::from(board - previous));
+        varint::push(&mut out, count);
+        previous = board;
+    }
+    out
 }
 
 /// Bucket `q` of level `level`, from what every shard of the previous level
@@ -599,24 +606,22 @@ impl CountSums {
             }
             let mut wide_sums = std::mem::take(&mut partition.wide);
             for slot in partition.slots.into_iter().filter(|s| s.board != EMPTY) {
+                // Most partitions have no wide sum: spare them the lookup.
+                let extra = match wide_sums.is_empty() {
+                    true => None,
+                    false => wide_sums.remove(&slot.board),
+                };
                 if ruled_out(slot.board) {
-                    if !wide_sums.is_empty() {
-                        wide_sums.remove(&slot.board);
-                    }
                     pruned += 1;
                     continue;
                 }
                 let q = bucket_of(u128::from(slot.board), buckets) as usize;
-                // Most partitions have no wide sum: spare them the lookup.
-                match wide_sums.is_empty() {
-                    true => sorted[q].narrow.push(slot),
-                    false => match wide_sums.remove(&slot.board) {
-                        None => sorted[q].narrow.push(slot),
-                        Some(extra) => {
-                            let ways = extra.checked_add(slot.ways.into()).ok_or_else(too_large)?;
-                            sorted[q].wide.push((slot.board, ways));
-                        }
-                    },
+                match extra {
+                    None => sorted[q].narrow.push(slot),
+                    Some(extra) => {
+                        let ways = extra.checked_add(slot.ways.into()).ok_or_else(too_large)?;
+                        sorted[q].wide.push((slot.board, ways));
+                    }
                 }
             }
             // Boards whose every count was wide have no slot.
@@ -737,13 +742,10 @@ mod tests {
     fn the_tables_grow_with_their_boards_not_with_the_children_added() {
         let distinct = 300_000u64;
         let mut sums = CountSums::for_boards(distinct as usize);
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rng = crate::test_rng::Rng::new(55);
         let mut added = std::collections::BTreeMap::new();
         for _ in 0..6 * distinct {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let board = 1 + seed % distinct;
+            let board = rng.range(1, distinct);
             sums.add(board, 1);
             *added.entry(board).or_insert(0u128) += 1;
         }

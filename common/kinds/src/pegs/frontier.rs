@@ -748,17 +748,27 @@ mod tests {
 
     use crate::pegs::MAX_BUCKETS;
 
-    /// Stage 4 of 4 finished with `partials`, on one slot.
-    fn fourth_stage(partials: &[PegsPartial]) -> FinishedStage<'_, PegsPartial> {
+    /// Stage `stage`, the last planned so far, finished with `partials` on
+    /// `slots` slots.
+    fn finished(
+        stage: u32,
+        partials: &[PegsPartial],
+        slots: u32,
+    ) -> FinishedStage<'_, PegsPartial> {
         FinishedStage {
-            stage: 4,
-            stages_total: 4,
+            stage,
+            stages_total: stage,
             partials,
-            slots: 1,
+            slots,
             slot_memory: 0,
             stage_bytes: 0,
             stage_room: None,
         }
+    }
+
+    /// Stage 4 of 4 finished with `partials`, on one slot.
+    fn fourth_stage(partials: &[PegsPartial]) -> FinishedStage<'_, PegsPartial> {
+        finished(4, partials, 1)
     }
 
     #[test]
@@ -930,16 +940,7 @@ mod tests {
             levels(&[1], 3, PegSide::End),
         ];
         loop {
-            let finished = FinishedStage {
-                stage,
-                stages_total: stage,
-                partials: &partials,
-                slots: 3,
-                slot_memory: 0,
-                stage_bytes: 0,
-                stage_room: None,
-            };
-            match next_stage(&spec, &mut plan, finished).unwrap() {
+            match next_stage(&spec, &mut plan, finished(stage, &partials, 3)).unwrap() {
                 NextStage::Finish => break,
                 NextStage::Shards(shards, _) => {
                     stage += 1;

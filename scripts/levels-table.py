@@ -12,9 +12,11 @@ one unless --job says): a coordinator is started on it for the events and
 stopped again, on the run's stage store (`file://DIR/stage`, the default of
 `tally run`, when that directory exists; --stage-store names another). Where the answer's details give positions expanded per level
 (`expanded`, after pruning), they are shown beside the positions kept, and
-where they give the children each level did not send because they cannot
-finish (`pruned_when_sent`, counted once by each shard that summed them),
-beside the level those children would have joined.
+where they give the children each level left out because they cannot finish
+(`pruned_when_sent`: counted once for each jump that made them, or, by
+releases that held children to the rule when they sent them, once by each
+shard and spilled run that summed them), beside the level those children
+would have joined.
 """
 import argparse
 import json
@@ -98,7 +100,7 @@ def main():
             "wall_s": (e["time_ms"] - started) / 1000,
         })
         started = e["time_ms"]
-    print("| stage | level found | positions | children pruned when sent to it | expanded | stage data written | bytes a position of the next level | spilled | wall (s) |")
+    print("| stage | level found | positions | children pruned on the way to it | expanded | stage data written | bytes a position of the next level | spilled | wall (s) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for i, row in enumerate(rows):
         nxt = rows[i + 1]["positions"] if i + 1 < len(rows) else None

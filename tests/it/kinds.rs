@@ -296,7 +296,7 @@ async fn pegs_solutions_by_final_hole_agree_with_the_kernel_and_their_reversals(
 /// solutions by final hole; with `with_ends`, the prefixes plan too and with a
 /// final hole (the frontier plan's meeting in the middle, one search or two). The pruned frontier jobs
 /// report of each level its positions, those expanded and the children
-/// pruned when sent; unpruned ones expand and send them all. The jobs of a start are submitted together.
+/// pruned as made; unpruned ones expand and send them all. The jobs of a start are submitted together.
 async fn pruned_and_unpruned_pegs_jobs_agree(side: u32, with_ends: bool) {
     let coordinator = start_coordinator(None).await;
     let url = coordinator.url();
@@ -373,7 +373,7 @@ async fn pruned_and_unpruned_pegs_jobs_agree(side: u32, with_ends: bool) {
                     assert!(params["no_prune"] == false || e == n || e == 0, "{params}");
                 }
             }
-            // Children that cannot finish are pruned before they are sent.
+            // Children that cannot finish are pruned as they are made.
             let sent_pruned = ["pruned_when_sent", "pruned_when_sent_from_the_end"]
                 .iter()
                 .filter_map(|key| details[*key].as_array())

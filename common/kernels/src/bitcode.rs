@@ -80,7 +80,18 @@ impl BitWriter<'_> {
     }
 
     /// Appends the low `n` bits of `value`, any `n` up to 128.
+    #[inline]
     fn put_wide(&mut self, value: u128, n: u32) {
+        // Most codes are short: one put, without the loop.
+        if n <= 56 {
+            self.put(value as u64, n);
+            return;
+        }
+        self.put_long(value, n);
+    }
+
+    #[cold]
+    fn put_long(&mut self, value: u128, n: u32) {
         let mut at = 0;
         while at < n {
             let take = (n - at).min(56);
@@ -226,7 +237,17 @@ impl BitReader<'_> {
         Some(value)
     }
 
+    #[inline]
     fn get_wide(&mut self, n: u32) -> Option<u128> {
+        // Most codes are short: one get, without the loop.
+        if n <= 56 {
+            return self.get(n).map(u128::from);
+        }
+        self.get_long(n)
+    }
+
+    #[cold]
+    fn get_long(&mut self, n: u32) -> Option<u128> {
         let mut value = 0u128;
         let mut at = 0;
         while at < n {

@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 
 use super::PegGame;
-use super::pagoda::Pruner;
+use super::pagoda::{ChildFilter, Pruner};
 use crate::buckets::bucket_of;
 use crate::cache::prefetch;
 use crate::varint::{self, Reader};
@@ -179,8 +179,8 @@ pub struct PegLevel {
     pub solutions: u128,
     /// What the shard sends to each bucket of the next level.
     pub sent: Vec<PegBucket>,
-    /// Children the shard did not send because they cannot finish (see
-    /// [`children`]).
+    /// Children the shard left out as it made them because they cannot
+    /// finish, one for each jump to them (see [`Expander`]).
     pub pruned: u64,
 }
 
@@ -236,34 +236,79 @@ pub fn expand_level(
         outcome.sent = vec![PegBucket::default(); buckets_out as usize];
         return Ok(outcome);
     }
-    let sendable = sendable_children(game, pegs - 1);
-    let (sent, expanded, pruned) = children(game, &merged, buckets_out, sendable, control)?;
+    let (sent, expanded, pruned) = children(game, &merged, pegs, buckets_out, control)?;
     (outcome.sent, outcome.expanded, outcome.pruned) = (sent, expanded, pruned);
     Ok(outcome)
 }
 
-/// What decides which children of `pegs` pegs a level sends: the pruner,
-/// for children of two pegs and more. Children that can reach no allowed
-/// end have no solution, so they are neither stored nor sent; the boards of
-/// one peg are the solutions themselves and all go on.
-pub(super) fn sendable_children(game: &PegGame, pegs: u32) -> Option<&Pruner> {
-    game.pruner().filter(|_| pegs >= 2)
+/// What expands the boards of a level: each board not pruned, into its
+/// children that may still finish. A board the pagodas rule out has no
+/// solution, nor have its children; a child they rule out is left out as it
+/// is made, so it is never stored, sent or read. The children of one peg are
+/// the ends themselves and all go on.
+pub(super) struct Expander<'g> {
+    game: &'g PegGame,
+    pruner: Option<&'g Pruner>,
+    /// The filter the children are held to (children of two pegs and more).
+    filter: Option<ChildFilter<'g>>,
+    children: Vec<u64>,
+    /// The children left out so far, one for each jump to them.
+    pub(super) pruned: u64,
 }
 
-/// The children of the sorted `level` with their summed counts, in
-/// `buckets_out` buckets (those `sendable` rules out left out), the number
-/// of boards expanded (those not pruned: the others have no solution, nor
-/// have their children) and the number of children left out.
+impl<'g> Expander<'g> {
+    /// The expander of boards of `pegs` pegs.
+    pub(super) fn new(game: &'g PegGame, pegs: u32) -> Expander<'g> {
+        let pruner = game.pruner();
+        Expander {
+            game,
+            pruner,
+            filter: pruner.filter(|_| pegs > 2).map(ChildFilter::new),
+            children: Vec::with_capacity(64),
+            pruned: 0,
+        }
+    }
+
+    /// The children of `board` kept, one per jump to each (canonical
+    /// boards); `None` when `board` itself is pruned.
+    #[inline]
+    pub(super) fn expand(&mut self, board: u64) -> Option<&[u64]> {
+        self.children.clear();
+        match &mut self.filter {
+            Some(filter) => {
+                if !filter.load(board) {
+                    return None;
+                }
+                self.pruned +=
+                    self.game
+                        .push_children_where(board, &mut self.children, |f, o, t| {
+                            filter.child_may_finish(f, o, t)
+                        });
+            }
+            None => {
+                if self.pruner.is_some_and(|p| !p.may_finish(board)) {
+                    return None;
+                }
+                self.game.push_children(board, &mut self.children);
+            }
+        }
+        Some(&self.children)
+    }
+}
+
+/// The children of the sorted `level` (boards of `pegs` pegs) with their
+/// summed counts, in `buckets_out` buckets, the number of boards expanded
+/// (those not pruned) and the number of children left out (see
+/// [`Expander`]).
 pub(super) fn children(
     game: &PegGame,
     level: &PegBucket,
+    pegs: u32,
     buckets_out: u32,
-    sendable: Option<&Pruner>,
     control: &Control,
 ) -> Result<(Vec<PegBucket>, u64, u64)> {
     let mut sums = CountSums::for_boards(level.len());
-    let mut children = Vec::with_capacity(64);
-    let pruner = game.pruner();
+    let mut expander = Expander::new(game, pegs);
     let mut expanded = 0;
     let mut at = 0;
     for block in level.boards.chunks(POLL_BOARDS) {
@@ -271,20 +316,17 @@ pub(super) fn children(
         for &board in block {
             let ways = level.counts[at];
             at += 1;
-            if pruner.is_some_and(|p| !p.may_finish(board)) {
+            let Some(children) = expander.expand(board) else {
                 continue;
-            }
+            };
             expanded += 1;
-            children.clear();
-            game.push_children(board, &mut children);
-            for &child in &children {
+            for &child in children {
                 sums.add(child, ways);
             }
         }
         control.add_work(block.len() as u64);
     }
-    let (sent, pruned) = sums.into_sendable_buckets(buckets_out, sendable)?;
-    Ok((sent, expanded, pruned))
+    Ok((sums.into_buckets(buckets_out)?, expanded, expander.pruned))
 }
 
 /// One bucket split into `buckets` buckets (at least 1), for a shard that
@@ -548,19 +590,8 @@ impl CountSums {
     }
 
     /// The sums split into `buckets` buckets, each sorted by board.
-    #[cfg(test)]
     pub(super) fn into_buckets(self, buckets: u32) -> Result<Vec<PegBucket>> {
-        Ok(self.into_sendable_buckets(buckets, None)?.0)
-    }
-
-    /// [`Self::into_buckets`] without the boards `sendable` rules out (see
-    /// [`sendable_children`]), and how many those were.
-    pub(super) fn into_sendable_buckets(
-        self,
-        buckets: u32,
-        sendable: Option<&Pruner>,
-    ) -> Result<(Vec<PegBucket>, u64)> {
-        let (sorted, pruned) = self.into_sorted(buckets, sendable)?;
+        let sorted = self.into_sorted(buckets)?;
         let sent = (sorted.into_iter())
             .map(|sorted| {
                 let mut bucket = PegBucket {
@@ -574,19 +605,12 @@ impl CountSums {
                 bucket
             })
             .collect();
-        Ok((sent, pruned))
+        Ok(sent)
     }
 
-    /// The sums in `buckets` buckets, each sorted, without the boards
-    /// `sendable` rules out; and how many those were.
-    pub(super) fn into_sorted(
-        mut self,
-        buckets: u32,
-        sendable: Option<&Pruner>,
-    ) -> Result<(Vec<SortedSums>, u64)> {
+    /// The sums in `buckets` buckets, each sorted.
+    pub(super) fn into_sorted(mut self, buckets: u32) -> Result<Vec<SortedSums>> {
         let too_large = || Error::Internal("pegs: count exceeds 128 bits".into());
-        let ruled_out = |board: u64| sendable.is_some_and(|p| !p.may_finish(board));
-        let mut pruned = 0;
         let mut boards = 0;
         for partition in &mut self.partitions {
             partition.flush();
@@ -611,10 +635,6 @@ impl CountSums {
                     true => None,
                     false => wide_sums.remove(&slot.board),
                 };
-                if ruled_out(slot.board) {
-                    pruned += 1;
-                    continue;
-                }
                 let q = bucket_of(u128::from(slot.board), buckets) as usize;
                 match extra {
                     None => sorted[q].narrow.push(slot),
@@ -626,10 +646,6 @@ impl CountSums {
             }
             // Boards whose every count was wide have no slot.
             for (board, ways) in wide_sums {
-                if ruled_out(board) {
-                    pruned += 1;
-                    continue;
-                }
                 sorted[bucket_of(u128::from(board), buckets) as usize]
                     .wide
                     .push((board, ways));
@@ -639,7 +655,7 @@ impl CountSums {
             bucket.narrow.sort_unstable_by_key(|slot| slot.board);
             bucket.wide.sort_unstable_by_key(|&(board, _)| board);
         }
-        Ok((sorted, pruned))
+        Ok(sorted)
     }
 }
 

@@ -165,10 +165,7 @@ pub fn meet_level(
     }
     let sent = match what {
         AtMeeting::Nothing => vec![PegBucket::default(); buckets_out as usize],
-        AtMeeting::Children => {
-            let sendable = super::levels::sendable_children(game, pegs.saturating_sub(1));
-            super::levels::children(game, &level, buckets_out, sendable, control)?.0
-        }
+        AtMeeting::Children => super::levels::children(game, &level, pegs, buckets_out, control)?.0,
         AtMeeting::Itself => {
             control.add_work(level.len() as u64);
             super::levels::rebucket(level.clone(), buckets_out)

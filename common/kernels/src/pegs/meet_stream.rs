@@ -39,7 +39,7 @@ pub struct EncodedMeeting {
     /// The most bytes the tables of the passes keying the level held (the
     /// children's pass is `expand_level_within`'s).
     pub table_bytes: u64,
-    /// Children not sent because they cannot finish (with
+    /// Children left out because they cannot finish (with
     /// [`AtMeeting::Children`]; see [`super::EncodedLevel::pruned`]).
     pub pruned: u64,
 }

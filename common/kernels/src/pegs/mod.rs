@@ -624,17 +624,40 @@ impl PegGame {
     /// Appends the canonical boards one jump after `board`, one per jump.
     #[inline]
     fn push_children(&self, board: u64, out: &mut Vec<u64>) {
+        self.push_children_where(board, out, |_, _, _| true);
+    }
+
+    /// [`Self::push_children`] of the jumps `keep(from, over, to)` (their
+    /// holes' bits) allows; the number of those it did not.
+    #[inline]
+    fn push_children_where(
+        &self,
+        board: u64,
+        out: &mut Vec<u64>,
+        mut keep: impl FnMut(u32, u32, u32) -> bool,
+    ) -> u64 {
         let empty = self.holes & !board;
         let canon = &self.canonicalizer;
+        let mut left_out = 0;
         if canon.identity_only {
             for axis in &self.axes {
                 let s = axis.step;
                 let forward = board & (board >> s) & (empty >> (2 * s)) & axis.forward;
                 let backward = board & (board << s) & (empty << (2 * s)) & axis.backward;
-                out.extend(bits(forward).map(|p| board ^ (axis.line << p)));
-                out.extend(bits(backward).map(|p| board ^ (axis.line << (p - 2 * s))));
+                for p in bits(forward) {
+                    match keep(p, p + s, p + 2 * s) {
+                        true => out.push(board ^ (axis.line << p)),
+                        false => left_out += 1,
+                    }
+                }
+                for p in bits(backward) {
+                    match keep(p, p - s, p - 2 * s) {
+                        true => out.push(board ^ (axis.line << (p - 2 * s))),
+                        false => left_out += 1,
+                    }
+                }
             }
-            return;
+            return left_out;
         }
         // The images of the board once; those of a child follow from the
         // images of its jump.
@@ -646,12 +669,19 @@ impl PegGame {
             let forward_images = &self.jump_images[2 * a * 64..][..64];
             let backward_images = &self.jump_images[(2 * a + 1) * 64..][..64];
             for p in bits(forward) {
-                out.push(canon.canonical_after(&images, &forward_images[p as usize]));
+                match keep(p, p + s, p + 2 * s) {
+                    true => out.push(canon.canonical_after(&images, &forward_images[p as usize])),
+                    false => left_out += 1,
+                }
             }
             for p in bits(backward) {
-                out.push(canon.canonical_after(&images, &backward_images[p as usize]));
+                match keep(p, p - s, p - 2 * s) {
+                    true => out.push(canon.canonical_after(&images, &backward_images[p as usize])),
+                    false => left_out += 1,
+                }
             }
         }
+        left_out
     }
 
     /// The shard plan: the distinct canonical boards at the smallest depth `d`

@@ -119,6 +119,9 @@ struct PackedRule {
     rows: Vec<i16>,
     /// Each pagoda's sum at the end; the padding's is below every sum.
     ends: Vec<i16>,
+    /// Each hole's weight in every pagoda, `width` lanes a hole by bit: a
+    /// jump changes a board's sums by three of these rows.
+    by_hole: Vec<i16>,
 }
 
 impl EndRule {
@@ -147,16 +150,26 @@ impl EndRule {
         let width = self.pagodas.len().div_ceil(LANES) * LANES;
         let mut rows = vec![0i16; 8 * 256 * width];
         let mut ends = vec![i16::MIN; width];
+        let mut by_hole = vec![0i16; 64 * width];
         for (j, (pagoda, end)) in self.pagodas.iter().enumerate() {
             // The end is a board: its sum fits as well as any.
             ends[j] = i16::try_from(*end).expect("a board's pagoda sum fits 16 bits");
+            for (bit, &weight) in pagoda.weights.iter().enumerate() {
+                // A weight fits: the absolute weights add up to an i16.
+                by_hole[bit * width + j] = weight as i16;
+            }
             for k in 0..8 {
                 for value in 0..256 {
                     rows[(256 * k + value) * width + j] = pagoda.sums[k][value] as i16;
                 }
             }
         }
-        self.packed = Some(PackedRule { width, rows, ends });
+        self.packed = Some(PackedRule {
+            width,
+            rows,
+            ends,
+            by_hole,
+        });
     }
 
     /// Whether the pagodas are packed side by side.
@@ -177,29 +190,37 @@ impl EndRule {
         let Some(packed) = &self.packed else {
             return self.rules_out_one_by_one(board);
         };
-        let width = packed.width;
-        for lane in (0..width).step_by(LANES) {
-            let mut sums = [0i16; LANES];
-            for k in 0..8 {
-                let value = (board >> (8 * k)) as usize & 0xff;
-                let at = (256 * k + value) * width + lane;
-                let row = &packed.rows[at..at + LANES];
-                for (sum, add) in sums.iter_mut().zip(row) {
-                    // No overflow: |sum| <= the absolute weights' sum.
-                    *sum = sum.wrapping_add(*add);
-                }
-            }
-            let ends = &packed.ends[lane..lane + LANES];
-            if sums
-                .iter()
-                .zip(ends)
-                .fold(false, |hit, (s, e)| hit | (s < e))
-            {
-                return true;
+        (0..packed.width).step_by(LANES).any(|lane| {
+            let sums = packed.lane_sums(board, lane);
+            below(&sums, &packed.ends[lane..lane + LANES])
+        })
+    }
+}
+
+impl PackedRule {
+    /// The sums of `board` in the pagodas of lanes `lane..lane + LANES`.
+    #[inline(always)]
+    fn lane_sums(&self, board: u64, lane: usize) -> [i16; LANES] {
+        let mut sums = [0i16; LANES];
+        for k in 0..8 {
+            let value = (board >> (8 * k)) as usize & 0xff;
+            let at = (256 * k + value) * self.width + lane;
+            let row = &self.rows[at..at + LANES];
+            for (sum, add) in sums.iter_mut().zip(row) {
+                // No overflow: |sum| <= the absolute weights' sum.
+                *sum = sum.wrapping_add(*add);
             }
         }
-        false
+        sums
     }
+}
+
+/// Whether some lane's sum is below its end's.
+#[inline(always)]
+fn below(sums: &[i16; LANES], ends: &[i16]) -> bool {
+    sums.iter()
+        .zip(ends)
+        .fold(false, |hit, (s, e)| hit | (s < e))
 }
 
 /// What may be pruned: a position is pruned when every allowed end it could
@@ -219,19 +240,21 @@ impl Pruner {
     /// False when `board` can reach no allowed end (proven by the pagodas).
     #[inline]
     pub fn may_finish(&self, board: u64) -> bool {
+        self.rules_for(board)
+            .is_none_or(|rules| !rules.iter().all(|rule| rule.rules_out(board)))
+    }
+
+    /// The rules `board` is held to: those of the ends of its signature
+    /// (`None` when no rule applies and it is kept).
+    #[inline]
+    fn rules_for(&self, board: u64) -> Option<&[EndRule]> {
         let rules = if self.by_signature {
             let signature = parity_signature(&self.invariants, board);
-            match self.groups.iter().find(|(s, _)| *s == signature) {
-                Some((_, rules)) => rules,
-                None => return true,
-            }
+            &self.groups.iter().find(|(s, _)| *s == signature)?.1
         } else {
-            match self.groups.first() {
-                Some((_, rules)) => rules,
-                None => return true,
-            }
+            &self.groups.first()?.1
         };
-        rules.is_empty() || !rules.iter().all(|rule| rule.rules_out(board))
+        (!rules.is_empty()).then_some(&rules[..])
     }
 
     /// The number of pagoda functions held.
@@ -245,6 +268,178 @@ impl Pruner {
     #[cfg(test)]
     pub(crate) fn rules(&self) -> impl Iterator<Item = &EndRule> {
         self.groups.iter().flat_map(|(_, rules)| rules)
+    }
+}
+
+/// A board's pagoda sums for the rules of its signature, so that each child
+/// is held to the rules as it is made: a jump changes a sum by the weights of
+/// its three holes, a few vector additions where summing the child afresh
+/// takes eight lookups a lane group. A jump keeps the parity signature, so a
+/// board's children are held to its own group of rules; and it never raises
+/// a pagoda's sum, so a rule that rules the board out rules out every child.
+/// The rules are summed for the board only when a child needs them, and a
+/// child is held first to the rule its sibling last passed.
+///
+/// A child the filter rejects has no solution: the pagodas rule it out as
+/// they would if it were expanded. The child itself is tested, not its
+/// canonical image, which the same rules may judge otherwise; either way a
+/// rejected child's count would have been multiplied by 0.
+pub(crate) struct ChildFilter<'p> {
+    pruner: &'p Pruner,
+    /// The loaded board's rules; empty when every child is kept.
+    rules: &'p [EndRule],
+    /// Whether every rule of `rules` is packed (else each child is summed).
+    packed: bool,
+    board: u64,
+    /// The first lane of each rule in `sums`, and the lanes of all.
+    offsets: Vec<usize>,
+    /// The loaded board's sums, the lanes of each rule after the last's.
+    sums: Vec<i16>,
+    /// What each rule says of the loaded board, once summed.
+    verdicts: Vec<Verdict>,
+    /// The rule to try first.
+    first: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    NotSummed,
+    Passes,
+    RulesOut,
+}
+
+impl<'p> ChildFilter<'p> {
+    pub(crate) fn new(pruner: &'p Pruner) -> ChildFilter<'p> {
+        ChildFilter {
+            pruner,
+            rules: &[],
+            packed: true,
+            board: 0,
+            offsets: Vec::new(),
+            sums: Vec::new(),
+            verdicts: Vec::new(),
+            first: 0,
+        }
+    }
+
+    /// Takes `board` as the parent of the children to come: false when the
+    /// pagodas rule `board` itself out (as [`Pruner::may_finish`] does).
+    #[inline]
+    pub(crate) fn load(&mut self, board: u64) -> bool {
+        self.board = board;
+        let Some(rules) = self.pruner.rules_for(board) else {
+            self.rules = &[];
+            return true;
+        };
+        if !std::ptr::eq(rules, self.rules) {
+            self.rules = rules;
+            self.packed = rules.iter().all(|rule| rule.packed.is_some());
+            self.offsets.clear();
+            let mut lanes = 0;
+            for rule in rules {
+                self.offsets.push(lanes);
+                lanes += rule.packed.as_ref().map_or(0, |p| p.width);
+            }
+            self.offsets.push(lanes);
+            self.sums.resize(lanes, 0);
+            self.first = 0;
+        }
+        if !self.packed {
+            return !rules.iter().all(|rule| rule.rules_out(board));
+        }
+        self.verdicts.clear();
+        self.verdicts.resize(rules.len(), Verdict::NotSummed);
+        let first = self.first;
+        if self.verdict(first) == Verdict::Passes {
+            return true;
+        }
+        for r in 0..rules.len() {
+            if self.verdict(r) == Verdict::Passes {
+                self.first = r;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Rule `r`'s verdict on the loaded board, summing it the first time.
+    #[inline]
+    fn verdict(&mut self, r: usize) -> Verdict {
+        if self.verdicts[r] != Verdict::NotSummed {
+            return self.verdicts[r];
+        }
+        let packed = self.rules[r].packed.as_ref().expect("packed rules");
+        // A rule that rules the board out is never asked of its children,
+        // so its sums are left unfinished.
+        self.verdicts[r] = Verdict::RulesOut;
+        for lane in (0..packed.width).step_by(LANES) {
+            let sums = packed.lane_sums(self.board, lane);
+            if below(&sums, &packed.ends[lane..lane + LANES]) {
+                return Verdict::RulesOut;
+            }
+            self.sums[self.offsets[r] + lane..][..LANES].copy_from_slice(&sums);
+        }
+        self.verdicts[r] = Verdict::Passes;
+        Verdict::Passes
+    }
+
+    /// Whether rule `r`, which the loaded board passes, passes its child by
+    /// the jump whose holes are the rows `from`, `over` and `to`.
+    #[inline]
+    fn child_passes(&self, r: usize, from: u32, over: u32, to: u32) -> bool {
+        let packed = self.rules[r].packed.as_ref().expect("packed rules");
+        let width = packed.width;
+        let row = |bit: u32| &packed.by_hole[bit as usize * width..][..width];
+        let (from, over, to) = (row(from), row(over), row(to));
+        let parent = &self.sums[self.offsets[r]..][..width];
+        let groups = (parent.as_chunks::<LANES>().0.iter())
+            .zip(to.as_chunks::<LANES>().0)
+            .zip(
+                from.as_chunks::<LANES>()
+                    .0
+                    .iter()
+                    .zip(over.as_chunks::<LANES>().0),
+            )
+            .zip(packed.ends.as_chunks::<LANES>().0);
+        for (((parent, to), (from, over)), ends) in groups {
+            let mut sums = [0i16; LANES];
+            for i in 0..LANES {
+                // The child's sum fits as any board's does; the steps on
+                // the way may wrap and come back.
+                sums[i] = parent[i]
+                    .wrapping_add(to[i])
+                    .wrapping_sub(from[i])
+                    .wrapping_sub(over[i]);
+            }
+            if below(&sums, ends) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether the child of the loaded board by the jump from hole bit
+    /// `from` over `over` into `to` may reach an allowed end.
+    #[inline]
+    pub(crate) fn child_may_finish(&mut self, from: u32, over: u32, to: u32) -> bool {
+        if self.rules.is_empty() {
+            return true;
+        }
+        if !self.packed {
+            let child = self.board ^ (1 << from | 1 << over | 1 << to);
+            return !self.rules.iter().all(|rule| rule.rules_out(child));
+        }
+        let first = self.first;
+        if self.verdicts[first] == Verdict::Passes && self.child_passes(first, from, over, to) {
+            return true;
+        }
+        for r in (0..self.rules.len()).filter(|&r| r != first) {
+            if self.verdict(r) == Verdict::Passes && self.child_passes(r, from, over, to) {
+                self.first = r;
+                return true;
+            }
+        }
+        false
     }
 }
 

@@ -7,8 +7,8 @@ use super::pagoda::Pagoda;
 use super::*;
 use crate::Control;
 
-/// Of one level: its classes, those expanded and their children pruned when
-/// sent.
+/// Of one level: its classes, those expanded and the jumps to children
+/// left out as they were made.
 type LevelSizes = (u64, u64, u64);
 
 /// A search by levels in one bucket, from `game`'s start: the solutions, the
@@ -66,18 +66,17 @@ fn pruned_and_unpruned_level_searches_agree_on_every_triangle_start() {
         let (plain, plain_finals, plain_sizes) = by_levels(&game.clone().without_pruning());
         assert_eq!(solutions, plain, "{name}");
         assert_eq!(finals, plain_finals, "{name}: by final class");
-        let mut pruned_before = 0;
-        for (&(states, expanded, pruned), &(plain_states, plain_expanded, plain_pruned)) in
+        for (&(states, expanded, _), &(plain_states, plain_expanded, plain_pruned)) in
             sizes.iter().zip(&plain_sizes)
         {
             assert_eq!(plain_states, plain_expanded, "{name}: nothing pruned");
             assert_eq!(plain_pruned, 0, "{name}: nothing pruned");
-            // What a level sends can finish as far as the pagodas tell, so
-            // only the start may be pruned at expansion; the positions kept
-            // and those pruned when sent are among the unpruned search's.
+            // The children a level keeps can finish as far as the pagodas
+            // tell (on symmetric rules, their canonical images too), so only
+            // the start may be pruned at expansion; the positions kept are
+            // among the unpruned search's.
             assert!(expanded == states || expanded == 0 && states == 1, "{name}");
-            assert!(states + pruned_before <= plain_states, "{name}");
-            pruned_before = pruned;
+            assert!(states <= plain_states, "{name}");
         }
         pruned_somewhere |= sizes.iter().any(|&(_, _, p)| p > 0);
     }
@@ -147,7 +146,7 @@ fn pruning_prunes_on_the_english_board_and_keeps_its_counts() {
         "pruned {pruned_boards}, kept {kept} of {all}"
     );
     // The first levels of the search from the centre by levels: some of
-    // level 8's children are pruned when sent already.
+    // level 8's children are pruned as they are made already.
     let mut inbox = vec![start_bucket(&game)];
     let mut pruned_by_level = Vec::new();
     for level in 0..9 {
@@ -275,6 +274,66 @@ fn packed_pagodas_rule_out_what_they_rule_out_one_by_one() {
         }
         assert!(packed > 0, "{}: some rules packed", game.shape());
         assert!(ruled_out > 0, "{}: some boards ruled out", game.shape());
+    }
+}
+
+/// A board's children held to the rules by the change their jumps make are
+/// judged as the children themselves are, and the board as itself: on the
+/// positions of random games on every shape, with each end and with all.
+#[test]
+fn children_are_held_to_the_rules_as_the_children_themselves_are() {
+    let games = [
+        PegGame::new(BoardShape::English, None, None).unwrap(),
+        PegGame::new(BoardShape::English, Some(10), Some(17)).unwrap(),
+        PegGame::new(BoardShape::French, Some(6), None).unwrap(),
+        PegGame::new(BoardShape::Diamond, Some(7), None).unwrap(),
+        PegGame::new(BoardShape::Triangle(6), Some(4), None).unwrap(),
+    ];
+    let mut rng = crate::test_rng::Rng::new(5555);
+    for game in games {
+        let pruner = game.pruner().unwrap();
+        let mut filter = pagoda::ChildFilter::new(pruner);
+        let (mut parents_out, mut children_out, mut children_in) = (0, 0, 0);
+        for _ in 0..100 {
+            let mut board = game.start_board();
+            loop {
+                assert_eq!(filter.load(board), pruner.may_finish(board), "{board:#x}");
+                let moves: Vec<_> = (game.jumps().iter())
+                    .filter(|j| board & (j.from | j.over) == j.from | j.over && board & j.to == 0)
+                    .collect();
+                for j in &moves {
+                    let bit = |mask: u64| mask.trailing_zeros();
+                    let held = filter.child_may_finish(bit(j.from), bit(j.over), bit(j.to));
+                    let child = board ^ (j.from | j.over | j.to);
+                    assert_eq!(held, pruner.may_finish(child), "{board:#x} to {child:#x}");
+                    (children_in, children_out) = match held {
+                        true => (children_in + 1, children_out),
+                        false => (children_in, children_out + 1),
+                    };
+                }
+                // The expander's children are those the filter keeps, made
+                // canonical.
+                let mut all = Vec::new();
+                game.push_children(board, &mut all);
+                let mut kept = Vec::new();
+                let left_out = game.push_children_where(board, &mut kept, |f, o, t| {
+                    filter.child_may_finish(f, o, t)
+                });
+                assert_eq!(kept.len() as u64 + left_out, all.len() as u64);
+                assert!(kept.iter().all(|c| all.contains(c)));
+                parents_out += usize::from(!pruner.may_finish(board));
+                if moves.is_empty() {
+                    break;
+                }
+                let j = moves[rng.below(moves.len() as u64) as usize];
+                board ^= j.from | j.over | j.to;
+            }
+        }
+        let name = format!("{} from {}", game.shape(), game.start_hole());
+        assert!(
+            parents_out > 0 && children_out > 0 && children_in > 0,
+            "{name}"
+        );
     }
 }
 

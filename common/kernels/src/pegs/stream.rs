@@ -17,8 +17,7 @@ use std::sync::Arc;
 
 use super::PegGame;
 use super::form::{BoardRanks, BoardStream, FormWriter, LevelForm, encode_entries};
-use super::levels::{CountSums, PegBucket, pegs_at_level, sendable_children};
-use super::pagoda::Pruner;
+use super::levels::{CountSums, Expander, PegBucket, pegs_at_level};
 use crate::spill::{
     ChunkedWrite, CountedList, Room, RunOrSlice, Source, Spill, Stored, StoredSource, VarintStream,
 };
@@ -56,9 +55,8 @@ pub struct EncodedLevel {
     /// Sorted runs written to the spill, and their bytes.
     pub runs: u32,
     pub spilled_bytes: u64,
-    /// Children not sent because they cannot finish (see
-    /// [`super::PegLevel::pruned`]), counted once in each run and in the
-    /// tables where they were summed.
+    /// Children left out as they were made because they cannot finish, one
+    /// for each jump to them (see [`super::PegLevel::pruned`]).
     pub pruned: u64,
     /// On the level of one peg: each class with its sum, the sum of the jump
     /// sequences reaching its boards (the solutions by final hole).
@@ -180,17 +178,25 @@ impl<S: Source> RawStream<S> {
     }
 }
 
+/// Parts up to this many are merged by a scan of their heads, past it by a
+/// heap: a scan of a few heads costs less than a heap's pop and push.
+const SCANNED_PARTS: usize = 8;
+
 /// Sorted streams merged into one, the counts of equal boards summed.
 pub(super) struct Merged<'r, S> {
     parts: Vec<PartStream<'r, S>>,
-    heads: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Each part's next board, `u128::MAX` once it is done (a scan).
+    heads: Vec<u128>,
+    /// The parts' next boards (past [`SCANNED_PARTS`] parts).
+    heap: Option<BinaryHeap<Reverse<(u64, usize)>>>,
     ways: Vec<u128>,
 }
 
 impl<'r, S: Source> Merged<'r, S> {
     pub(super) fn new(parts: Vec<PartStream<'r, S>>) -> Result<Self> {
         let mut merged = Merged {
-            heads: BinaryHeap::with_capacity(parts.len()),
+            heads: vec![u128::MAX; parts.len()],
+            heap: (parts.len() > SCANNED_PARTS).then(|| BinaryHeap::with_capacity(parts.len())),
             ways: vec![0; parts.len()],
             parts,
         };
@@ -200,47 +206,73 @@ impl<'r, S: Source> Merged<'r, S> {
         Ok(merged)
     }
 
+    #[inline]
     fn advance(&mut self, i: usize) -> Result<()> {
-        if let Some((board, ways)) = self.parts[i].next()? {
-            self.ways[i] = ways;
-            self.heads.push(Reverse((board, i)));
+        match self.parts[i].next()? {
+            Some((board, ways)) => {
+                self.ways[i] = ways;
+                match &mut self.heap {
+                    Some(heap) => heap.push(Reverse((board, i))),
+                    None => self.heads[i] = u128::from(board),
+                }
+            }
+            None => self.heads[i] = u128::MAX,
         }
         Ok(())
     }
 
     pub(super) fn next(&mut self) -> Result<Option<(u64, u128)>> {
-        let Some(Reverse((board, i))) = self.heads.pop() else {
+        if self.heap.is_some() {
+            return self.next_by_heap();
+        }
+        let least = self.heads.iter().copied().min().unwrap_or(u128::MAX);
+        if least == u128::MAX {
+            return Ok(None);
+        }
+        let mut ways = 0u128;
+        for i in 0..self.heads.len() {
+            if self.heads[i] == least {
+                ways = ways.checked_add(self.ways[i]).ok_or_else(too_large)?;
+                self.advance(i)?;
+            }
+        }
+        Ok(Some((least as u64, ways)))
+    }
+
+    fn next_by_heap(&mut self) -> Result<Option<(u64, u128)>> {
+        let heap = self.heap.as_mut().expect("a heap");
+        let Some(Reverse((board, i))) = heap.pop() else {
             return Ok(None);
         };
         let mut ways = self.ways[i];
         self.advance(i)?;
-        while let Some(&Reverse((next, j))) = self.heads.peek() {
-            if next != board {
-                break;
+        loop {
+            let heap = self.heap.as_mut().expect("a heap");
+            match heap.peek() {
+                Some(&Reverse((next, j))) if next == board => {
+                    heap.pop();
+                    ways = ways.checked_add(self.ways[j]).ok_or_else(too_large)?;
+                    self.advance(j)?;
+                }
+                _ => break,
             }
-            self.heads.pop();
-            ways = ways.checked_add(self.ways[j]).ok_or_else(too_large)?;
-            self.advance(j)?;
         }
         Ok(Some((board, ways)))
     }
 }
 
-/// `sums` in `buckets` buckets without the boards `sendable` rules out, each
-/// encoded as [`PegBucket::encode_as`] encodes it, one bucket at a time (the
-/// buckets are never held decoded); and how many were ruled out.
+/// `sums` in `buckets` buckets, each encoded as [`PegBucket::encode_as`]
+/// encodes it, one bucket at a time (the buckets are never held decoded).
 fn encoded_buckets(
     sums: CountSums,
     buckets: u32,
-    sendable: Option<&Pruner>,
     form: LevelForm,
     ranks: &BoardRanks,
-) -> Result<(Vec<Vec<u8>>, u64)> {
-    let (sorted, pruned) = sums.into_sorted(buckets, sendable)?;
-    let encoded = (sorted.into_iter())
+) -> Result<Vec<Vec<u8>>> {
+    let sorted = sums.into_sorted(buckets)?;
+    Ok((sorted.into_iter())
         .map(|sorted| encode_entries(form, ranks, sorted.len(), sorted.entries()))
-        .collect();
-    Ok((encoded, pruned))
+        .collect())
 }
 
 /// The children's sums, spilled as sorted runs when they pass `limit` bytes.
@@ -257,10 +289,6 @@ pub(super) struct SpillingSums<'r, 's> {
     /// For each run: its number and each bucket's byte range in it.
     runs: Vec<(u32, Vec<std::ops::Range<u64>>)>,
     spilled_bytes: u64,
-    /// What rules boards out of the runs and buckets (see
-    /// [`sendable_children`]), and how many it ruled out.
-    sendable: Option<&'r Pruner>,
-    pruned: u64,
 }
 
 /// What [`SpillingSums::finish`] sends, and what it took.
@@ -269,9 +297,6 @@ pub(super) struct SentSums {
     /// Runs made and bytes spilled.
     pub(super) runs: u32,
     pub(super) spilled_bytes: u64,
-    /// Boards left out as unable to finish, counted once in each run and in
-    /// the tables where they were summed.
-    pub(super) pruned: u64,
 }
 
 impl<'r, 's> SpillingSums<'r, 's> {
@@ -304,16 +329,7 @@ impl<'r, 's> SpillingSums<'r, 's> {
             room,
             runs: Vec::new(),
             spilled_bytes: 0,
-            sendable: None,
-            pruned: 0,
         }
-    }
-
-    /// Sums that leave out of their runs and buckets the boards `sendable`
-    /// rules out.
-    pub(super) fn sending_only(mut self, sendable: Option<&'r Pruner>) -> Self {
-        self.sendable = sendable;
-        self
     }
 
     /// The bytes the tables hold now.
@@ -333,9 +349,7 @@ impl<'r, 's> SpillingSums<'r, 's> {
         let full = std::mem::replace(&mut self.sums, CountSums::for_boards(self.boards_hint));
         let mut ranges = Vec::with_capacity(self.buckets as usize);
         let mut at = 0;
-        let (buckets, pruned) =
-            encoded_buckets(full, self.buckets, self.sendable, self.form, self.ranks)?;
-        self.pruned += pruned;
+        let buckets = encoded_buckets(full, self.buckets, self.form, self.ranks)?;
         for bytes in buckets {
             self.room.spill.write(&bytes)?;
             ranges.push(at..at + bytes.len() as u64);
@@ -351,14 +365,7 @@ impl<'r, 's> SpillingSums<'r, 's> {
     /// run's, written to one run of the spill as it is merged. With the runs
     /// made and the bytes spilled.
     pub(super) fn finish(self) -> Result<SentSums> {
-        let (held, pruned) = encoded_buckets(
-            self.sums,
-            self.buckets,
-            self.sendable,
-            self.form,
-            self.ranks,
-        )?;
-        let pruned = self.pruned + pruned;
+        let held = encoded_buckets(self.sums, self.buckets, self.form, self.ranks)?;
         let runs = self.runs.len() as u32;
         if self.runs.is_empty() {
             let sent = held.into_iter().map(SentBucket::Bytes).collect();
@@ -366,7 +373,6 @@ impl<'r, 's> SpillingSums<'r, 's> {
                 sent,
                 runs: 0,
                 spilled_bytes: 0,
-                pruned,
             });
         }
         // The runs are read through handles of their own while the merge is
@@ -400,7 +406,6 @@ impl<'r, 's> SpillingSums<'r, 's> {
             sent,
             runs,
             spilled_bytes: self.spilled_bytes + at,
-            pruned,
         })
     }
 }
@@ -477,10 +482,8 @@ pub fn expand_level_within<S: Source>(
         return Ok(outcome);
     }
     let name = format!("peg level {}", level + 1);
-    let mut sums = SpillingSums::new(room, name, buckets_out, input_bytes, form, &ranks)
-        .sending_only(sendable_children(game, pegs - 1));
-    let mut children = Vec::with_capacity(64);
-    let pruner = game.pruner();
+    let mut sums = SpillingSums::new(room, name, buckets_out, input_bytes, form, &ranks);
+    let mut expander = Expander::new(game, pegs);
     loop {
         control.check()?;
         let mut expanded = 0;
@@ -489,14 +492,11 @@ pub fn expand_level_within<S: Source>(
                 break;
             };
             expanded += 1;
-            // A pruned board has no solution, nor have its children.
-            if pruner.is_some_and(|p| !p.may_finish(board)) {
+            let Some(children) = expander.expand(board) else {
                 continue;
-            }
+            };
             outcome.expanded += 1;
-            children.clear();
-            game.push_children(board, &mut children);
-            for &child in &children {
+            for &child in children {
                 sums.add(child, ways);
             }
         }
@@ -511,7 +511,7 @@ pub fn expand_level_within<S: Source>(
     outcome.sent = sums.sent;
     outcome.runs = sums.runs;
     outcome.spilled_bytes = sums.spilled_bytes;
-    outcome.pruned = sums.pruned;
+    outcome.pruned = expander.pruned;
     Ok(outcome)
 }
 
@@ -669,6 +669,48 @@ mod tests {
                 let e = run(&damaged, 2).unwrap_err().to_string();
                 assert!(e.starts_with(named), "byte {at} bit {bit}: {e}");
             }
+        }
+    }
+
+    /// Merges of a few parts (a scan) and of many (a heap) sum what a map
+    /// of every part's entries sums, parts empty or not, boards shared or not.
+    #[test]
+    fn merges_of_few_and_many_parts_sum_every_board() {
+        let mut rng = crate::test_rng::Rng::new(5556);
+        let ranks = BoardRanks::new(u64::MAX);
+        // Boards of one peg count, as a level's are.
+        let boards: Vec<u64> = (0..1u64 << 12).filter(|b| b.count_ones() == 4).collect();
+        for parts in [1, 2, 3, SCANNED_PARTS, SCANNED_PARTS + 1, 3 * SCANNED_PARTS] {
+            let mut expected = std::collections::BTreeMap::new();
+            let buckets: Vec<Vec<u8>> = (0..parts)
+                .map(|_| {
+                    let mut bucket = std::collections::BTreeMap::new();
+                    for _ in 0..rng.below(200u64) {
+                        let board = boards[rng.below(boards.len() as u64) as usize];
+                        let ways = u128::from(1 + rng.below(1000u64));
+                        *bucket.entry(board).or_insert(0u128) += ways;
+                        *expected.entry(board).or_insert(0u128) += ways;
+                    }
+                    let bucket = PegBucket {
+                        boards: bucket.keys().copied().collect(),
+                        counts: bucket.values().copied().collect(),
+                    };
+                    bucket.encode_as(LevelForm::Compact, &ranks)
+                })
+                .collect();
+            let streams = (buckets.iter())
+                .map(|bytes| {
+                    let label = || "test".into();
+                    PartStream::new(&bytes[..], LevelForm::Compact, &ranks, label, None).unwrap()
+                })
+                .collect();
+            let mut merged = Merged::new(streams).unwrap();
+            let mut got = Vec::new();
+            while let Some(entry) = merged.next().unwrap() {
+                got.push(entry);
+            }
+            let expected: Vec<(u64, u128)> = expected.into_iter().collect();
+            assert_eq!(got, expected, "{parts} parts");
         }
     }
 

@@ -602,7 +602,7 @@ pub(super) fn next_stage(
     // A plan begun by a release that did not prune expanded every position.
     (plan.expanded.len() != first).then(|| plan.expanded = plan.levels.clone());
     (plan.end_expanded.len() != first_end).then(|| plan.end_expanded = plan.end_levels.clone());
-    // One begun before children were pruned when sent pruned none.
+    // One begun before children were pruned as made pruned none.
     plan.pruned.resize(first, 0);
     plan.end_pruned.resize(first_end, 0);
     plan.levels.extend(&start_found);
@@ -619,7 +619,7 @@ pub(super) fn next_stage(
     }
     let pruned: u64 = (sums.start_pruned.iter().chain(&sums.end_pruned)).sum();
     if pruned > 0 {
-        note = format!("{note}; {pruned} children pruned when sent");
+        note = format!("{note}; {pruned} children pruned as made");
     }
     if sums.spilled > 0 {
         note = format!("{note}; shards spilled {} bytes", sums.spilled);
@@ -832,11 +832,11 @@ mod tests {
         }
     }
 
-    /// The children pruned when sent are summed per level into the plan and
+    /// The children pruned as made are summed per level into the plan and
     /// the stage's note; a plan begun, and a shard run, by a release that
     /// sent every child count none.
     #[test]
-    fn the_plan_and_the_note_sum_the_children_pruned_when_sent() {
+    fn the_plan_and_the_note_sum_the_children_pruned_as_made() {
         let spec = spec(None, 2);
         let mut plan = PegsPlan {
             levels: vec![1, 1, 2],
@@ -852,7 +852,7 @@ mod tests {
         let NextStage::Shards(_, note) = next_stage(&spec, &mut plan, finished).unwrap() else {
             panic!("finished");
         };
-        assert_eq!(note, "level 3: 70 positions; 9 children pruned when sent");
+        assert_eq!(note, "level 3: 70 positions; 9 children pruned as made");
         assert_eq!(plan.pruned, [0, 0, 0, 9]);
         assert_eq!(plan.levels, [1, 1, 2, 70]);
     }

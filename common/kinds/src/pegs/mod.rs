@@ -237,10 +237,12 @@ pub struct PegsPlan {
     pub expanded: Vec<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub end_expanded: Vec<u64>,
-    /// Frontier plan: of each level's children, those not sent because the
-    /// pagodas rule them out (see `pegs::PegLevel::pruned`), counted once by
-    /// each shard that summed them; from the end search in `end_pruned`.
-    /// Plans made before children were pruned when sent have zeros.
+    /// Frontier plan: of each level's children, those left out as they were
+    /// made because the pagodas rule them out (see `pegs::PegLevel::pruned`),
+    /// counted once for each jump to them (by releases that held children to
+    /// the rule when sending, once by each shard and spilled run that summed
+    /// them); from the end search in `end_pruned`. Plans made before children
+    /// were pruned have zeros.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pruned: Vec<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -1,5 +1,5 @@
 //! A finished stage of the pegs frontier plan summed over its shards: each
-//! search's level sizes, positions expanded and children pruned when sent,
+//! search's level sizes, positions expanded and children pruned as made,
 //! the solutions and the solutions by final hole.
 
 use std::collections::BTreeMap;
@@ -17,7 +17,7 @@ pub(super) struct StageSums {
     /// Of those positions, the ones expanded.
     pub(super) start_expanded: Vec<u64>,
     pub(super) end_expanded: Vec<u64>,
-    /// Of their children, the ones pruned when sent.
+    /// Of their children, the ones pruned as made (one for each jump).
     pub(super) start_pruned: Vec<u64>,
     pub(super) end_pruned: Vec<u64>,
     /// The positions of the joined level, when the stage joined the searches.
@@ -95,7 +95,7 @@ pub(super) fn sum_stage(plan: &PegsPlan, partials: &[PegsPartial]) -> Result<Sta
         // A shard of a release that did not prune expanded every position.
         let expanded = if expanded.is_empty() { own } else { expanded };
         add_level_sizes(kept, expanded, "level")?;
-        // One that did not prune children when sent pruned none.
+        // One that did not prune children as made pruned none.
         let none = vec![0; own.len()];
         let pruned = if pruned.is_empty() { &none } else { pruned };
         add_level_sizes(left_out, pruned, "level")?;

@@ -285,6 +285,7 @@ fn children_are_held_to_the_rules_as_the_children_themselves_are() {
     let games = [
         PegGame::new(BoardShape::English, None, None).unwrap(),
         PegGame::new(BoardShape::English, Some(10), Some(17)).unwrap(),
+        (PegGame::new(BoardShape::English, Some(10), Some(17)).unwrap()).searching_from(Side::End),
         PegGame::new(BoardShape::French, Some(6), None).unwrap(),
         PegGame::new(BoardShape::Diamond, Some(7), None).unwrap(),
         PegGame::new(BoardShape::Triangle(6), Some(4), None).unwrap(),

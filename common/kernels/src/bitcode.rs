@@ -103,6 +103,16 @@ impl BitWriter<'_> {
     /// `value` as a Rice code of parameter `k`.
     #[inline]
     fn rice(&mut self, value: u128, k: u32) {
+        // Most codes fit one put: the quotient's ones, its zero and the low
+        // bits together.
+        if k < 64 && value >> k < u128::from(ESCAPE) {
+            let q = (value >> k) as u32;
+            if q + 1 + k <= 56 {
+                let low = (value as u64) & ((1u64 << k) - 1);
+                self.put(((1u64 << q) - 1) | low << (q + 1), q + 1 + k);
+                return;
+            }
+        }
         let quotient = value >> k;
         if quotient >= u128::from(ESCAPE) {
             self.put((1 << ESCAPE) - 1, ESCAPE);
@@ -123,7 +133,17 @@ impl BitWriter<'_> {
     #[inline]
     fn length_coded(&mut self, value: u128, m: u32, r: u32) {
         let n = bit_len(value);
-        self.rice(u128::from(n - m), r);
+        let (over, below) = (n - m, n.saturating_sub(1));
+        // Most counts fit one put: the length's code and the bits below the
+        // top one together.
+        let q = over >> r;
+        if q < ESCAPE && q + 1 + r + below <= 56 {
+            let length = ((1u64 << q) - 1) | u64::from(over & ((1 << r) - 1)) << (q + 1);
+            let bits = (value as u64) & ((1u64 << below) - 1);
+            self.put(length | bits << (q + 1 + r), q + 1 + r + below);
+            return;
+        }
+        self.rice(u128::from(over), r);
         if n > 1 {
             self.put_wide(value, n - 1);
         }
@@ -262,7 +282,14 @@ impl BitReader<'_> {
     fn rice(&mut self, k: u32) -> Option<u128> {
         // The unary quotient: its ones and the zero after them, all within
         // the payload (zeros past its end are not a terminator).
-        let q = self.peek().trailing_ones().min(ESCAPE);
+        let word = self.peek();
+        let q = word.trailing_ones().min(ESCAPE);
+        // Most codes lie in the word peeked: the low bits are read from it.
+        if q < ESCAPE && q + 1 + k <= 57 && self.left() >= (q + 1 + k) as usize {
+            self.at += (q + 1 + k) as usize;
+            let low = (word >> (q + 1)) & ((1u64 << k) - 1);
+            return Some(u128::from(q) << k | u128::from(low));
+        }
         if q == ESCAPE {
             if self.left() < ESCAPE as usize {
                 return None;
@@ -287,6 +314,20 @@ impl BitReader<'_> {
     /// A number coded as [`BitWriter::length_coded`] codes it.
     #[inline]
     fn length_coded(&mut self, m: u32, r: u32) -> Option<u128> {
+        // Most counts lie in the word peeked, their length's code and their
+        // bits below the top one.
+        let word = self.peek();
+        let q = word.trailing_ones();
+        if q < ESCAPE && q + 1 + r <= 57 {
+            let over = (q << r) | ((word >> (q + 1)) as u32 & ((1 << r) - 1));
+            let n = over + m;
+            let used = q + 1 + r + n.saturating_sub(1);
+            if (2..=57).contains(&n) && used <= 57 && self.left() >= used as usize {
+                self.at += used as usize;
+                let below = (word >> (q + 1 + r)) & ((1u64 << (n - 1)) - 1);
+                return Some(u128::from(1u64 << (n - 1) | below));
+            }
+        }
         let n = u32::try_from(self.rice(r)?).ok()?.checked_add(m)?;
         match n {
             0 => Some(0),
@@ -343,6 +384,38 @@ pub(crate) fn decode_chunk(
 mod tests {
     use super::*;
     use crate::test_rng::Rng;
+
+    /// Codes of every length round-trip, across the lengths where one put
+    /// or one peeked word holds a whole code and where it does not.
+    #[test]
+    fn codes_of_every_length_round_trip() {
+        let mut back = Vec::new();
+        for bits in 0..=128u32 {
+            let top = |b: u32| if b == 0 { 0 } else { u128::MAX >> (128 - b) };
+            let near: Vec<u128> = [
+                top(bits),
+                top(bits) >> 1,
+                1u128.checked_shl(bits).unwrap_or(1),
+            ]
+            .into_iter()
+            .collect();
+            // Even gaps (a Rice parameter near their length) with one wider,
+            // and counts of every length from the shortest up.
+            let gaps: Vec<u128> = (0..40).map(|i| near[i % 3] | 1).collect();
+            let counts: Vec<u128> = (0..40).map(|i| top((bits + i as u32) % 129)).collect();
+            for written in [Some(&counts[..]), None] {
+                let mut payload = Vec::new();
+                encode_chunk(&gaps, written, &mut payload);
+                decode_chunk(&payload, gaps.len(), &mut back).expect("a chunk");
+                let counts = written.map_or(vec![1; gaps.len()], <[u128]>::to_vec);
+                let expected: Vec<(u128, u128)> = gaps.iter().copied().zip(counts).collect();
+                assert_eq!(back, expected, "{bits} bits");
+                assert!(
+                    decode_chunk(&payload[..payload.len() - 1], gaps.len(), &mut back).is_none()
+                );
+            }
+        }
+    }
 
     #[test]
     fn chunks_round_trip_and_refuse_what_is_not_one() {

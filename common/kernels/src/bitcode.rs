@@ -51,6 +51,32 @@ fn bit_len(value: u128) -> u32 {
     128 - value.leading_zeros()
 }
 
+/// `value`'s Rice code of parameter `k` as bits and their number, when it
+/// fits one [`BitWriter::put`] (the quotient's ones, its zero, the low bits).
+#[inline]
+fn short_rice(value: u128, k: u32) -> Option<(u64, u32)> {
+    if k >= 64 || value >> k >= u128::from(ESCAPE) {
+        return None;
+    }
+    let q = (value >> k) as u32;
+    let n = q + 1 + k;
+    (n <= 56).then(|| {
+        (
+            ((1u64 << q) - 1) | ((value as u64) & ((1u64 << k) - 1)) << (q + 1),
+            n,
+        )
+    })
+}
+
+/// The Rice code of parameter `k` at the start of `word` (at least 57 bits
+/// peeked): its number and the bits it takes, when it lies within them.
+#[inline]
+fn peeked_rice(word: u64, k: u32) -> Option<(u64, u32)> {
+    let q = word.trailing_ones();
+    let n = q + 1 + k;
+    (q < ESCAPE && n <= 57).then(|| (u64::from(q) << k | (word >> (q + 1)) & ((1u64 << k) - 1), n))
+}
+
 struct BitWriter<'a> {
     out: &'a mut Vec<u8>,
     acc: u64,
@@ -103,15 +129,9 @@ impl BitWriter<'_> {
     /// `value` as a Rice code of parameter `k`.
     #[inline]
     fn rice(&mut self, value: u128, k: u32) {
-        // Most codes fit one put: the quotient's ones, its zero and the low
-        // bits together.
-        if k < 64 && value >> k < u128::from(ESCAPE) {
-            let q = (value >> k) as u32;
-            if q + 1 + k <= 56 {
-                let low = (value as u64) & ((1u64 << k) - 1);
-                self.put(((1u64 << q) - 1) | low << (q + 1), q + 1 + k);
-                return;
-            }
+        if let Some((code, n)) = short_rice(value, k) {
+            self.put(code, n);
+            return;
         }
         let quotient = value >> k;
         if quotient >= u128::from(ESCAPE) {
@@ -136,11 +156,11 @@ impl BitWriter<'_> {
         let (over, below) = (n - m, n.saturating_sub(1));
         // Most counts fit one put: the length's code and the bits below the
         // top one together.
-        let q = over >> r;
-        if q < ESCAPE && q + 1 + r + below <= 56 {
-            let length = ((1u64 << q) - 1) | u64::from(over & ((1 << r) - 1)) << (q + 1);
+        if let Some((code, used)) = short_rice(u128::from(over), r)
+            && used + below <= 56
+        {
             let bits = (value as u64) & ((1u64 << below) - 1);
-            self.put(length | bits << (q + 1 + r), q + 1 + r + below);
+            self.put(code | bits << used, used + below);
             return;
         }
         self.rice(u128::from(over), r);
@@ -283,13 +303,14 @@ impl BitReader<'_> {
         // The unary quotient: its ones and the zero after them, all within
         // the payload (zeros past its end are not a terminator).
         let word = self.peek();
-        let q = word.trailing_ones().min(ESCAPE);
         // Most codes lie in the word peeked: the low bits are read from it.
-        if q < ESCAPE && q + 1 + k <= 57 && self.left() >= (q + 1 + k) as usize {
-            self.at += (q + 1 + k) as usize;
-            let low = (word >> (q + 1)) & ((1u64 << k) - 1);
-            return Some(u128::from(q) << k | u128::from(low));
+        if let Some((value, used)) = peeked_rice(word, k)
+            && self.left() >= used as usize
+        {
+            self.at += used as usize;
+            return Some(u128::from(value));
         }
+        let q = word.trailing_ones().min(ESCAPE);
         if q == ESCAPE {
             if self.left() < ESCAPE as usize {
                 return None;
@@ -317,14 +338,12 @@ impl BitReader<'_> {
         // Most counts lie in the word peeked, their length's code and their
         // bits below the top one.
         let word = self.peek();
-        let q = word.trailing_ones();
-        if q < ESCAPE && q + 1 + r <= 57 {
-            let over = (q << r) | ((word >> (q + 1)) as u32 & ((1 << r) - 1));
-            let n = over + m;
-            let used = q + 1 + r + n.saturating_sub(1);
+        if let Some((over, length)) = peeked_rice(word, r) {
+            let n = over + u64::from(m);
+            let used = length + n.saturating_sub(1) as u32;
             if (2..=57).contains(&n) && used <= 57 && self.left() >= used as usize {
+                let below = (word >> length) & ((1u64 << (n - 1)) - 1);
                 self.at += used as usize;
-                let below = (word >> (q + 1 + r)) & ((1u64 << (n - 1)) - 1);
                 return Some(u128::from(1u64 << (n - 1) | below));
             }
         }

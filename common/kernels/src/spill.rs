@@ -554,6 +554,43 @@ impl Source for RunSource<'_> {
     }
 }
 
+/// A [`Source`] whose bytes must have the CRC-32 their writer recorded:
+/// its end is an error when they do not (a spill run damaged on disk is
+/// refused, never read as other counts).
+pub struct CheckedSource<S> {
+    source: S,
+    hasher: crc32fast::Hasher,
+    expected: u32,
+    label: String,
+}
+
+impl<S: Source> CheckedSource<S> {
+    /// `label` names the bytes in the error.
+    pub fn new(source: S, expected: u32, label: String) -> Self {
+        CheckedSource {
+            source,
+            hasher: crc32fast::Hasher::new(),
+            expected,
+            label,
+        }
+    }
+}
+
+impl<S: Source> Source for CheckedSource<S> {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let n = self.source.fill(buf)?;
+        if n > 0 {
+            self.hasher.update(&buf[..n]);
+        } else if self.hasher.clone().finalize() != self.expected {
+            return Err(Error::Failed(format!(
+                "{}: damaged (its checksum fails)",
+                self.label
+            )));
+        }
+        Ok(n)
+    }
+}
+
 /// The longest varint of a `u128`.
 const MAX_VARINT: usize = 19;
 const CHUNK: usize = 64 * 1024;

@@ -92,7 +92,7 @@ pub fn meet_level_within<S: Source>(
         buckets_out,
         room,
         control,
-        complement,
+        (complement, holes.count_ones() - pegs),
     )?;
     let mut outcome = EncodedMeeting {
         states: keyed.states,
@@ -111,7 +111,15 @@ pub fn meet_level_within<S: Source>(
         }
         AtMeeting::Itself => {
             let name = format!("peg level {level}");
-            let itself = bucket_within(parts()?, &input, name, buckets_out, room, control, Some)?;
+            let itself = bucket_within(
+                parts()?,
+                &input,
+                name,
+                buckets_out,
+                room,
+                control,
+                (Some, pegs),
+            )?;
             control.add_work(itself.states);
             outcome.table_bytes = outcome.table_bytes.max(itself.table_bytes);
             (itself.sent, itself.runs, itself.spilled_bytes)
@@ -167,13 +175,14 @@ fn bucket_within<S: Source>(
     buckets_out: u32,
     room: &mut Room<'_>,
     control: &Control,
-    key: impl Fn(u64) -> Option<u64>,
+    (key, key_pegs): (impl Fn(u64) -> Option<u64>, u32),
 ) -> Result<Bucketed> {
     let level = input.level;
     let label = |i: usize| format!("peg level {level}: the part of shard {i}");
     let (form, ranks) = (input.form, input.ranks);
     let mut merged = merged(parts, input.check, form, ranks, label)?;
-    let mut sums = SpillingSums::new(room, name, buckets_out, input.bytes, form, ranks);
+    let keys = (input.check.map_or(u64::MAX, |(holes, _)| holes), key_pegs);
+    let mut sums = SpillingSums::new(room, name, keys, buckets_out, input.bytes, form, ranks);
     let (mut states, mut kept, mut table_bytes) = (0, 0, 0);
     loop {
         control.check()?;

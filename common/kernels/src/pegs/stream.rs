@@ -17,9 +17,10 @@ use std::sync::Arc;
 
 use super::PegGame;
 use super::form::{BoardRanks, BoardStream, FormWriter, LevelForm, encode_entries};
-use super::levels::{CountSums, Expander, PegBucket, pegs_at_level};
+use super::levels::{CountSums, Expander, PegBucket, encode_raw, pegs_at_level};
 use crate::spill::{
-    ChunkedWrite, CountedList, Room, RunOrSlice, Source, Spill, Stored, StoredSource, VarintStream,
+    CheckedSource, ChunkedWrite, CountedList, Room, RunOrSlice, Source, Spill, Stored,
+    StoredSource, VarintStream,
 };
 use crate::{Control, Error, Result, invalid};
 
@@ -275,6 +276,22 @@ fn encoded_buckets(
         .collect())
 }
 
+/// `sums` in `buckets` buckets for a spill run, each in the raw form with
+/// its CRC-32: a run is read back only by the shard that wrote it, as it
+/// merges them, so it is written in the form quickest to write and read
+/// (the compact form's ranks and bit codes cost a tenth of a spilling
+/// level's time, for a fifth fewer bytes), its checksum kept in memory.
+fn encoded_run_buckets(sums: CountSums, buckets: u32) -> Result<Vec<(Vec<u8>, u32)>> {
+    let sorted = sums.into_sorted(buckets)?;
+    Ok((sorted.into_iter())
+        .map(|sorted| {
+            let bytes = encode_raw(sorted.len(), sorted.entries());
+            let crc = crc32fast::hash(&bytes);
+            (bytes, crc)
+        })
+        .collect())
+}
+
 /// The children's sums, spilled as sorted runs when they pass `limit` bytes.
 pub(super) struct SpillingSums<'r, 's> {
     sums: CountSums,
@@ -285,10 +302,20 @@ pub(super) struct SpillingSums<'r, 's> {
     boards_hint: usize,
     limit: u64,
     buckets: u32,
+    /// The hole mask and peg count of every board summed: a board read back
+    /// from a run must be one.
+    boards: (u64, u32),
     room: &'r mut Room<'s>,
-    /// For each run: its number and each bucket's byte range in it.
-    runs: Vec<(u32, Vec<std::ops::Range<u64>>)>,
+    /// For each run: its number and each bucket's part of it.
+    runs: Vec<(u32, Vec<RunPart>)>,
     spilled_bytes: u64,
+}
+
+/// One outgoing bucket's bytes in a spill run, and their CRC-32.
+#[derive(Clone)]
+struct RunPart {
+    range: std::ops::Range<u64>,
+    crc: u32,
 }
 
 /// What [`SpillingSums::finish`] sends, and what it took.
@@ -304,19 +331,24 @@ impl<'r, 's> SpillingSums<'r, 's> {
     /// `room.memory` (the rest is for the copy a table takes while it
     /// spills, the input's buffers and the output), sized for an input of
     /// `input_bytes`, written in `form`; `name` says what the sums are in
-    /// errors.
+    /// errors, `boards` the hole mask and peg count of every board summed.
+    // The room, what the sums are, and their buckets and form are each the
+    // caller's.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         room: &'r mut Room<'s>,
         name: String,
+        boards: (u64, u32),
         buckets: u32,
         input_bytes: u64,
         form: LevelForm,
         ranks: &'r BoardRanks,
     ) -> Self {
-        // A table at its limit and the buckets it is sorted into take about
-        // 1.75 times the limit while it spills.
+        // A table at its limit and the buckets it is sorted into (16 bytes
+        // a board, at most three quarters of its slots) take under twice
+        // the limit while it spills.
         let limit = (room.memory / 3).min(MAX_TABLE_BYTES);
-        // A table slot takes 16 bytes and the tables stay at most half full.
+        // A table slot takes 16 bytes; the hint errs low, the tables grow.
         let boards_hint = (input_bytes / MIN_BOARD_BYTES).min((limit / 32).max(1)) as usize;
         SpillingSums {
             sums: CountSums::for_boards(boards_hint),
@@ -326,6 +358,7 @@ impl<'r, 's> SpillingSums<'r, 's> {
             boards_hint,
             limit,
             buckets,
+            boards,
             room,
             runs: Vec::new(),
             spilled_bytes: 0,
@@ -349,10 +382,11 @@ impl<'r, 's> SpillingSums<'r, 's> {
         let full = std::mem::replace(&mut self.sums, CountSums::for_boards(self.boards_hint));
         let mut ranges = Vec::with_capacity(self.buckets as usize);
         let mut at = 0;
-        let buckets = encoded_buckets(full, self.buckets, self.form, self.ranks)?;
-        for bytes in buckets {
+        let buckets = encoded_run_buckets(full, self.buckets)?;
+        for (bytes, crc) in buckets {
             self.room.spill.write(&bytes)?;
-            ranges.push(at..at + bytes.len() as u64);
+            let range = at..at + bytes.len() as u64;
+            ranges.push(RunPart { range, crc });
             at += bytes.len() as u64;
         }
         let run = self.room.spill.end_run()?;
@@ -365,9 +399,9 @@ impl<'r, 's> SpillingSums<'r, 's> {
     /// run's, written to one run of the spill as it is merged. With the runs
     /// made and the bytes spilled.
     pub(super) fn finish(self) -> Result<SentSums> {
-        let held = encoded_buckets(self.sums, self.buckets, self.form, self.ranks)?;
         let runs = self.runs.len() as u32;
         if self.runs.is_empty() {
+            let held = encoded_buckets(self.sums, self.buckets, self.form, self.ranks)?;
             let sent = held.into_iter().map(SentBucket::Bytes).collect();
             return Ok(SentSums {
                 sent,
@@ -377,22 +411,35 @@ impl<'r, 's> SpillingSums<'r, 's> {
         }
         // The runs are read through handles of their own while the merge is
         // written to the spill.
+        // What the tables hold is merged with the runs as one more of them.
+        let held = encoded_run_buckets(self.sums, self.buckets)?;
         let kept = (self.runs.iter())
             .map(|(run, _)| self.room.spill.keep_run(*run))
             .collect::<Result<Vec<Arc<dyn Stored>>>>()?;
         let mut bodies = Vec::with_capacity(held.len());
         let mut at = 0;
         let (form, ranks, name) = (self.form, self.ranks, &self.name);
+        // A damaged run may read as boards out of order before its checksum
+        // is reached: each board read back must be one the shard summed.
+        let check = Some(self.boards);
         for (q, in_memory) in held.into_iter().enumerate() {
             let mut parts = Vec::with_capacity(self.runs.len() + 1);
             for (i, (stored, (_, ranges))) in kept.iter().zip(&self.runs).enumerate() {
-                let source = RunOrSlice::Run(StoredSource::new(&**stored, ranges[q].clone()));
-                let label = || format!("{name}: spill run {i} of bucket {q}");
-                parts.push(PartStream::new(source, form, ranks, label, None)?);
+                let RunPart { range, crc } = ranges[q].clone();
+                let source = RunOrSlice::Run(StoredSource::new(&**stored, range));
+                let label = format!("{name}: spill run {i} of bucket {q}");
+                parts.push(PartStream::Raw(RawStream::new(
+                    CheckedSource::new(source, crc, label),
+                    check,
+                )?));
             }
+            let (in_memory, crc) = in_memory;
             let source = RunOrSlice::Slice(&in_memory[..]);
-            let label = || format!("{name}: bucket {q} in memory");
-            parts.push(PartStream::new(source, form, ranks, label, None)?);
+            let label = format!("{name}: bucket {q} in memory");
+            parts.push(PartStream::Raw(RawStream::new(
+                CheckedSource::new(source, crc, label),
+                check,
+            )?));
             let merged = Merged::new(parts)?;
             let (count, len) = write_merged(merged, &mut *self.room.spill, form, ranks)?;
             bodies.push((count, at..at + len));
@@ -482,7 +529,8 @@ pub fn expand_level_within<S: Source>(
         return Ok(outcome);
     }
     let name = format!("peg level {}", level + 1);
-    let mut sums = SpillingSums::new(room, name, buckets_out, input_bytes, form, &ranks);
+    let children = (game.hole_mask(), pegs - 1);
+    let mut sums = SpillingSums::new(room, name, children, buckets_out, input_bytes, form, &ranks);
     let mut expander = Expander::new(game, pegs);
     loop {
         control.check()?;
@@ -605,6 +653,94 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A spill whose kept run `run` reads with bit `bit` of byte `at`
+    /// flipped, as a run damaged on disk would.
+    struct DamagingSpill {
+        inner: MemorySpill,
+        run: u32,
+        at: usize,
+        bit: u32,
+    }
+
+    impl Spill for DamagingSpill {
+        fn write(&mut self, bytes: &[u8]) -> Result<()> {
+            self.inner.write(bytes)
+        }
+        fn end_run(&mut self) -> Result<u32> {
+            self.inner.end_run()
+        }
+        fn read_at(&self, run: u32, offset: u64, buf: &mut [u8]) -> Result<usize> {
+            self.inner.read_at(run, offset, buf)
+        }
+        fn bytes_written(&self) -> u64 {
+            self.inner.bytes_written()
+        }
+        fn keep_run(&self, run: u32) -> Result<Arc<dyn Stored>> {
+            let kept = self.inner.keep_run(run)?;
+            if run != self.run {
+                return Ok(kept);
+            }
+            let mut bytes = kept.read_range(0..kept.len())?;
+            bytes[self.at] ^= 1 << self.bit;
+            Ok(Arc::new(bytes))
+        }
+        fn release_run(&mut self, run: u32) -> Result<()> {
+            self.inner.release_run(run)
+        }
+    }
+
+    /// A spill run that reads back otherwise than it was written is
+    /// refused: bytes whose change the raw form still parses (a count's
+    /// bits) are caught by the run's checksum, never summed as other counts.
+    #[test]
+    fn a_damaged_spill_run_is_refused() {
+        let game = PegGame::new(BoardShape::English, None, None).unwrap();
+        let ranks = BoardRanks::new(game.hole_mask());
+        let control = Control::new();
+        let levels = levels_decoded(&game, 9, 2);
+        let form = LevelForm::Compact;
+        let parts: Vec<Vec<u8>> = (levels[8].iter())
+            .map(|sent| sent[0].encode_as(form, &ranks))
+            .collect();
+        let input_bytes = parts.iter().map(|p| p.len() as u64).sum();
+        let expand = |spill: &mut dyn Spill| {
+            let mut room = Room {
+                memory: 1 << 18,
+                spill,
+            };
+            let slices = parts.iter().map(Vec::as_slice).collect();
+            expand_level_within(&game, 9, slices, input_bytes, 2, form, &mut room, &control)
+        };
+        let mut whole = MemorySpill::default();
+        let sound = expand(&mut whole).unwrap();
+        assert!(sound.runs >= 2, "{} runs", sound.runs);
+        let first_run = whole.keep_run(0).unwrap().len() as usize;
+        let (mut by_checksum, mut tried) = (0, 0);
+        for at in (0..first_run).step_by(first_run / 40) {
+            for bit in [0, 1, 6] {
+                let mut spill = DamagingSpill {
+                    inner: MemorySpill::default(),
+                    run: 0,
+                    at,
+                    bit,
+                };
+                let Err(e) = expand(&mut spill) else {
+                    panic!("byte {at} bit {bit} of run 0 changed and was read");
+                };
+                tried += 1;
+                let message = e.to_string();
+                if message.contains("checksum fails") {
+                    assert!(message.contains("spill run 0 of bucket"), "{message}");
+                    by_checksum += 1;
+                }
+            }
+        }
+        assert!(
+            by_checksum > tried / 4,
+            "{by_checksum} of {tried} damaged runs were caught by their checksum"
+        );
     }
 
     #[test]

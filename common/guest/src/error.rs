@@ -16,6 +16,10 @@ pub enum KernelError {
     Failed,
     /// The host asked the shard to stop (`tally.cancelled`). Code `-3`.
     Cancelled,
+    /// The kernel's output broke the rules of its plan or of the ABI (a key
+    /// too long, too many children): found by whoever runs it, never a
+    /// kernel's to return; a runner fails the job with the reason.
+    Malformed(String),
 }
 
 impl KernelError {
@@ -23,7 +27,7 @@ impl KernelError {
     pub fn code(&self) -> i32 {
         match self {
             KernelError::BadParams(_) => -1,
-            KernelError::Failed => -2,
+            KernelError::Failed | KernelError::Malformed(_) => -2,
             KernelError::Cancelled => -3,
         }
     }
@@ -35,6 +39,7 @@ impl fmt::Display for KernelError {
             KernelError::BadParams(message) => write!(f, "bad parameters: {message}"),
             KernelError::Failed => f.write_str("the kernel failed"),
             KernelError::Cancelled => f.write_str("the shard was cancelled"),
+            KernelError::Malformed(why) => write!(f, "the kernel broke its rules: {why}"),
         }
     }
 }

@@ -67,6 +67,7 @@ mod modular;
 mod params;
 mod shard;
 pub mod state;
+pub mod sweep;
 #[cfg(target_arch = "wasm32")]
 mod wasm;
 

@@ -49,6 +49,10 @@
 //! one `tally_shard` call stays used in the calls after it on the same
 //! instance.
 //!
+//! [`sweep`] is the model's side of the proposed ABI version 2 (sweeps over
+//! keyed states, `docs/design/keyed-sweeps.md`): the [`sweep::Sweep`] trait,
+//! [`tally_sweep!`] and a native runner.
+//!
 //! Natively the crate uses `std`, and [`tally_kernel!`] defines `run_shard` and
 //! `run_shard_with` instead of the exports, so the kernel can be tested and
 //! benchmarked on the host through the same code path ([`run_kernel`]); the
@@ -231,7 +235,7 @@ pub mod __private {
     pub use alloc::vec::Vec;
 
     #[cfg(target_arch = "wasm32")]
-    pub use crate::wasm::{host_alloc, wasm_shard};
+    pub use crate::wasm::{ModelCell, host_alloc, host_slice, wasm_shard, wasm_sweep};
 }
 
 #[cfg(test)]

@@ -241,6 +241,286 @@ fn add_state(
     Ok(())
 }
 
+// ---- the records a model and its runner exchange (ABI version 2) ----
+
+/// `tally_abi_version` of a sweep module.
+pub const SWEEP_ABI_VERSION: i32 = 2;
+/// What an export returns when `out` is too small: the bytes it needs are
+/// then in the first 8 bytes of `out` (when it has 8), and the runner calls
+/// again with more room or a smaller batch.
+pub const NEEDS_ROOM: i32 = -4;
+/// The bytes of a plan record.
+pub const PLAN_BYTES: usize = 20;
+
+/// A plan as `tally_sweep_plan` writes it: five little-endian u32, the key
+/// limit, `L`, the end (0: a number of steps, 1: when a level is empty),
+/// the steps (0 for the latter) and the most children a state.
+pub fn plan_record(plan: &SweepPlan) -> [u8; PLAN_BYTES] {
+    let (end, steps) = match plan.end {
+        SweepEnd::Steps(steps) => (0u32, steps),
+        SweepEnd::WhenEmpty => (1, 0),
+    };
+    let words = [
+        plan.key_limit as u32,
+        plan.outputs as u32,
+        end,
+        steps,
+        plan.most_children as u32,
+    ];
+    let mut record = [0u8; PLAN_BYTES];
+    for (chunk, word) in record.chunks_exact_mut(4).zip(words) {
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+    record
+}
+
+/// A key as records carry it: its length (u16) and its bytes. The caller
+/// has checked the length against [`MAX_KEY_LIMIT`].
+pub fn push_key(out: &mut Vec<u8>, key: &[u8]) {
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(key);
+}
+
+/// Splits a batch of key records (as [`push_key`] writes them); `None` when
+/// a record is cut short.
+pub fn keys_of(mut batch: &[u8]) -> impl Iterator<Item = Option<&[u8]>> {
+    core::iter::from_fn(move || {
+        if batch.is_empty() {
+            return None;
+        }
+        let Some((len, rest)) = batch.split_first_chunk::<2>() else {
+            batch = &[];
+            return Some(None);
+        };
+        let len = u16::from_le_bytes(*len) as usize;
+        if rest.len() < len {
+            batch = &[];
+            return Some(None);
+        }
+        let (key, rest) = rest.split_at(len);
+        batch = rest;
+        Some(Some(key))
+    })
+}
+
+/// `tally_sweep_starts`'s bytes: a record (key, count as u64) per start.
+/// A key past [`MAX_KEY_LIMIT`] is the model's fault, found here.
+pub fn starts_records<S: Sweep>(model: &S) -> Result<Vec<u8>, KernelError> {
+    let mut out = Vec::new();
+    let mut long = None;
+    model.starts(&mut |key, count| {
+        if key.len() > MAX_KEY_LIMIT {
+            long.get_or_insert(key.len());
+            return;
+        }
+        push_key(&mut out, key);
+        out.extend_from_slice(&count.to_le_bytes());
+    });
+    match long {
+        Some(len) => Err(too_long(len)),
+        None => Ok(out),
+    }
+}
+
+fn too_long(len: usize) -> KernelError {
+    KernelError::Malformed(alloc::format!("a key of {len} bytes, past {MAX_KEY_LIMIT}"))
+}
+
+/// `tally_sweep_expand`'s bytes for the batch of key records `keys` of
+/// level `step`: a record (parent index as u32, key, multiplier as u64) per
+/// child, in the order of their parents.
+pub fn expand_records<S: Sweep>(
+    model: &mut S,
+    step: u32,
+    keys: &[u8],
+) -> Result<Vec<u8>, KernelError> {
+    let mut out = Vec::new();
+    for (parent, key) in keys_of(keys).enumerate() {
+        let key = key.ok_or_else(|| KernelError::BadParams("a batch record cut short".into()))?;
+        let mut long = None;
+        model.expand(step, key, &mut |child, multiplier| {
+            if child.len() > MAX_KEY_LIMIT {
+                long.get_or_insert(child.len());
+                return;
+            }
+            out.extend_from_slice(&(parent as u32).to_le_bytes());
+            push_key(&mut out, child);
+            out.extend_from_slice(&multiplier.to_le_bytes());
+        })?;
+        if let Some(len) = long {
+            return Err(too_long(len));
+        }
+    }
+    Ok(out)
+}
+
+/// `tally_sweep_weights`'s bytes for the batch `keys` of level `step`
+/// (`last` when it is the sweep's last): `outputs` weights (u64) a key.
+pub fn weights_records<S: Sweep>(
+    model: &S,
+    step: u32,
+    last: bool,
+    keys: &[u8],
+    outputs: usize,
+) -> Result<Vec<u8>, KernelError> {
+    let mut out = Vec::new();
+    let mut weights = vec![0u64; outputs];
+    for key in keys_of(keys) {
+        let key = key.ok_or_else(|| KernelError::BadParams("a batch record cut short".into()))?;
+        weights.fill(0);
+        model.weights(step, key, last, &mut weights);
+        for w in &weights {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    Ok(out)
+}
+
+/// Defines the entry points of a sweep module around `$model`, a type that
+/// implements [`Sweep`]. Invoke it once, at the root of the crate.
+///
+/// On `wasm32` it exports `tally_abi_version` (2), `tally_alloc`,
+/// `tally_sweep_plan`, `tally_sweep_starts`, `tally_sweep_expand` and
+/// `tally_sweep_weights` (see `docs/design/keyed-sweeps.md`). Natively it
+/// defines instead `pub fn run_sweep_native(params: &str, primes: &[u64])`,
+/// the whole sweep in memory ([`run_sweep`]).
+#[macro_export]
+macro_rules! tally_sweep {
+    ($model:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        static TALLY_SWEEP_MODEL: $crate::__private::ModelCell<$model> =
+            $crate::__private::ModelCell::new();
+
+        /// ABI export: the version of the kernel ABI this module implements.
+        #[cfg(target_arch = "wasm32")]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn tally_abi_version() -> i32 {
+            $crate::sweep::SWEEP_ABI_VERSION
+        }
+
+        /// ABI export: `len` bytes of memory for the host to write into.
+        #[cfg(target_arch = "wasm32")]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn tally_alloc(len: i32) -> i32 {
+            $crate::__private::host_alloc(len)
+        }
+
+        /// ABI export: the sweep's plan.
+        #[cfg(target_arch = "wasm32")]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn tally_sweep_plan(
+            params: i32,
+            params_len: i32,
+            out: i32,
+            out_len: i32,
+        ) -> i32 {
+            // SAFETY: the host hands regions it obtained from `tally_alloc`.
+            unsafe {
+                $crate::__private::wasm_sweep(
+                    &TALLY_SWEEP_MODEL,
+                    params,
+                    params_len,
+                    out,
+                    out_len,
+                    |model| {
+                        Ok($crate::sweep::plan_record(&$crate::sweep::Sweep::plan(model)).to_vec())
+                    },
+                )
+            }
+        }
+
+        /// ABI export: the start states.
+        #[cfg(target_arch = "wasm32")]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn tally_sweep_starts(
+            params: i32,
+            params_len: i32,
+            out: i32,
+            out_len: i32,
+        ) -> i32 {
+            // SAFETY: as for `tally_sweep_plan`.
+            unsafe {
+                $crate::__private::wasm_sweep(
+                    &TALLY_SWEEP_MODEL,
+                    params,
+                    params_len,
+                    out,
+                    out_len,
+                    |model| $crate::sweep::starts_records(model),
+                )
+            }
+        }
+
+        /// ABI export: the children of a batch of states of level `step`.
+        #[cfg(target_arch = "wasm32")]
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub extern "C" fn tally_sweep_expand(
+            step: i32,
+            params: i32,
+            params_len: i32,
+            keys: i32,
+            keys_len: i32,
+            out: i32,
+            out_len: i32,
+        ) -> i32 {
+            // SAFETY: as for `tally_sweep_plan`; `keys` too.
+            unsafe {
+                let keys = $crate::__private::host_slice(keys, keys_len);
+                $crate::__private::wasm_sweep(
+                    &TALLY_SWEEP_MODEL,
+                    params,
+                    params_len,
+                    out,
+                    out_len,
+                    |model| $crate::sweep::expand_records(model, step as u32, keys),
+                )
+            }
+        }
+
+        /// ABI export: the weights of a batch of states of level `step`.
+        #[cfg(target_arch = "wasm32")]
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub extern "C" fn tally_sweep_weights(
+            step: i32,
+            last: i32,
+            params: i32,
+            params_len: i32,
+            keys: i32,
+            keys_len: i32,
+            out: i32,
+            out_len: i32,
+        ) -> i32 {
+            // SAFETY: as for `tally_sweep_expand`.
+            unsafe {
+                let keys = $crate::__private::host_slice(keys, keys_len);
+                $crate::__private::wasm_sweep(
+                    &TALLY_SWEEP_MODEL,
+                    params,
+                    params_len,
+                    out,
+                    out_len,
+                    |model| {
+                        let outputs = $crate::sweep::Sweep::plan(model).outputs;
+                        $crate::sweep::weights_records(model, step as u32, last != 0, keys, outputs)
+                    },
+                )
+            }
+        }
+
+        /// Runs the whole sweep natively, each count modulo every one of
+        /// `primes`, checking the model's output as a runner does.
+        #[cfg(not(target_arch = "wasm32"))]
+        pub fn run_sweep_native(
+            params: &str,
+            primes: &[u64],
+        ) -> ::core::result::Result<$crate::sweep::SweepAnswer, $crate::KernelError> {
+            $crate::sweep::run_sweep::<$model>(params, primes)
+        }
+    };
+}
+
 /// The least of `images` (a key's images under a group of symmetries, the key
 /// itself among them): the canonical key of its class.
 pub fn least_image<I: IntoIterator<Item = u128>>(images: I) -> u128 {
@@ -464,6 +744,136 @@ mod tests {
         // empty.
         assert_eq!(answer.levels.len(), 15);
         assert_eq!((answer.levels[0], answer.levels[14]), (1, 0));
+    }
+
+    /// A little-endian integer of `N` bytes at the front of `bytes`, and the
+    /// rest.
+    fn take<const N: usize>(bytes: &[u8]) -> (u64, &[u8]) {
+        let (head, rest) = bytes.split_first_chunk::<N>().expect("a whole record");
+        let mut word = [0u8; 8];
+        word[..N].copy_from_slice(head);
+        (u64::from_le_bytes(word), rest)
+    }
+
+    /// A key record at the front of `bytes`, and the rest.
+    fn take_key(bytes: &[u8]) -> (&[u8], &[u8]) {
+        let (len, rest) = take::<2>(bytes);
+        rest.split_at(len as usize)
+    }
+
+    /// The sweep run as a runner runs it: every exchange through the
+    /// records, the keys in batches of `batch`.
+    fn run_through_records<S: Sweep>(params: &str, primes: &[u64], batch: usize) -> Vec<Vec<u64>> {
+        let params = Params::parse(params).unwrap();
+        let mut model = S::new(&params).unwrap();
+        let plan = plan_record(&model.plan());
+        let word = |i: usize| take::<4>(&plan[4 * i..]).0 as u32;
+        let (outputs, end, steps) = (word(1) as usize, word(2), word(3));
+        let mut level = Level::new();
+        let mut starts = &starts_records(&model).unwrap()[..];
+        while !starts.is_empty() {
+            let (key, rest) = take_key(starts);
+            let (count, rest) = take::<8>(rest);
+            let sums = level.entry(key.to_vec()).or_insert(vec![0; primes.len()]);
+            for (sum, &p) in sums.iter_mut().zip(primes) {
+                *sum = add_mod(*sum, count % p, p);
+            }
+            starts = rest;
+        }
+        let mut answer = vec![vec![0u64; outputs]; primes.len()];
+        for step in 0.. {
+            let last = match end {
+                0 => step == steps,
+                _ => level.is_empty(),
+            };
+            let entries: Vec<(&Vec<u8>, &Vec<u64>)> = level.iter().collect();
+            let mut next = Level::new();
+            for chunk in entries.chunks(batch) {
+                let mut keys = Vec::new();
+                for (key, _) in chunk {
+                    push_key(&mut keys, key);
+                }
+                let weights = weights_records(&model, step, last, &keys, outputs).unwrap();
+                assert_eq!(weights.len(), 8 * outputs * chunk.len());
+                for ((_, counts), weights) in chunk.iter().zip(weights.chunks_exact(8 * outputs)) {
+                    for ((sums, &count), &p) in answer.iter_mut().zip(*counts).zip(primes) {
+                        for (sum, w) in sums.iter_mut().zip(weights.chunks_exact(8)) {
+                            let w = take::<8>(w).0;
+                            *sum = add_mod(*sum, mul_mod(count, w % p, p), p);
+                        }
+                    }
+                }
+                if last {
+                    continue;
+                }
+                let children = expand_records(&mut model, step, &keys).unwrap();
+                let mut children = &children[..];
+                while !children.is_empty() {
+                    let (parent, rest) = take::<4>(children);
+                    let (key, rest) = take_key(rest);
+                    let (multiplier, rest) = take::<8>(rest);
+                    let counts = chunk[parent as usize].1;
+                    let sums = next.entry(key.to_vec()).or_insert(vec![0; primes.len()]);
+                    for ((sum, &count), &p) in sums.iter_mut().zip(counts).zip(primes) {
+                        *sum = add_mod(*sum, mul_mod(count, multiplier % p, p), p);
+                    }
+                    children = rest;
+                }
+            }
+            if last {
+                return answer;
+            }
+            level = next;
+        }
+        unreachable!("a sweep of this test ends")
+    }
+
+    #[test]
+    fn a_sweep_through_the_records_finds_what_the_native_run_finds() {
+        for batch in [1, 3, 1000] {
+            for (rows, cols) in [(3, 4), (4, 5), (5, 2)] {
+                let params = alloc::format!("rows={rows}\ncols={cols}");
+                let native = run_sweep::<Dominoes>(&params, &PRIMES).unwrap();
+                let records = run_through_records::<Dominoes>(&params, &PRIMES, batch);
+                assert_eq!(
+                    records, native.residues,
+                    "{rows} x {cols}, batches of {batch}"
+                );
+                assert_ne!(records[0], [0], "{rows} x {cols}");
+            }
+            let native = run_sweep::<Triangle>("", &PRIMES).unwrap();
+            assert_eq!(
+                run_through_records::<Triangle>("", &PRIMES, batch),
+                native.residues
+            );
+        }
+    }
+
+    #[test]
+    fn key_records_cut_short_are_found() {
+        let mut batch = Vec::new();
+        push_key(&mut batch, b"ab");
+        push_key(&mut batch, b"");
+        push_key(&mut batch, b"xyz");
+        let keys: Vec<Option<&[u8]>> = keys_of(&batch).collect();
+        assert_eq!(keys, [Some(&b"ab"[..]), Some(&b""[..]), Some(&b"xyz"[..])]);
+        for cut in [1, 3, batch.len() - 1] {
+            let keys: Vec<Option<&[u8]>> = keys_of(&batch[..cut]).collect();
+            assert_eq!(keys.last(), Some(&None), "cut at {cut}");
+        }
+        let mut model = Triangle {
+            jumps: triangle_jumps(),
+        };
+        assert!(matches!(
+            expand_records(&mut model, 0, &batch[..3]),
+            Err(KernelError::BadParams(_))
+        ));
+        // The plan's record reads back as written.
+        let plan = model.plan();
+        let record = plan_record(&plan);
+        assert_eq!(take::<4>(&record[0..]).0, 2);
+        assert_eq!(take::<4>(&record[8..]).0, 1, "ends when a level is empty");
+        assert_eq!(take::<4>(&record[16..]).0 as usize, plan.most_children);
     }
 
     /// A model that breaks the rule `fault` names.

@@ -159,6 +159,17 @@ unsafe fn host_bytes<'a>(ptr: i32, len: usize) -> &'a [u8] {
     }
 }
 
+/// The bytes at `ptr..ptr + len` of this module's memory (none for a
+/// negative `len`), for the macros' exports.
+///
+/// # Safety
+///
+/// As for `host_bytes`.
+pub unsafe fn host_slice<'a>(ptr: i32, len: i32) -> &'a [u8] {
+    // SAFETY: as the caller guarantees.
+    unsafe { host_bytes(ptr, usize::try_from(len).unwrap_or(0)) }
+}
+
 /// `tally_shard`: builds the shard from the host's arguments, runs the kernel
 /// into a zeroed buffer, and copies the residues written to `out`.
 ///
@@ -219,4 +230,83 @@ pub unsafe fn wasm_shard(
     }
     // `written <= out_len`, which came from an `i32`.
     written as i32
+}
+
+/// The model of a sweep module, built from the parameters by the first call
+/// of an instance and used by the calls after it (the runner keeps one
+/// instance for a shard's batches).
+pub struct ModelCell<S>(core::cell::UnsafeCell<Option<S>>);
+
+// SAFETY: wasm32 without threads runs one call at a time.
+unsafe impl<S> Sync for ModelCell<S> {}
+
+impl<S> ModelCell<S> {
+    pub const fn new() -> Self {
+        ModelCell(core::cell::UnsafeCell::new(None))
+    }
+}
+
+impl<S> Default for ModelCell<S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One export of a sweep module: the model (built from `params` on the
+/// first call), `records` of it, copied to `out` when they fit; else
+/// [`crate::sweep::NEEDS_ROOM`], with the bytes they need in `out`'s first 8
+/// bytes when it has them.
+///
+/// # Safety
+///
+/// `params` and `out` must point to `params_len` and `out_len` bytes of this
+/// module's memory that it uses for nothing else, e.g. from `tally_alloc`.
+pub unsafe fn wasm_sweep<S: crate::sweep::Sweep>(
+    cell: &ModelCell<S>,
+    params: i32,
+    params_len: i32,
+    out: i32,
+    out_len: i32,
+    records: impl FnOnce(&mut S) -> Result<alloc::vec::Vec<u8>, crate::KernelError>,
+) -> i32 {
+    let (Ok(params_len), Ok(out_len)) = (usize::try_from(params_len), usize::try_from(out_len))
+    else {
+        return -1;
+    };
+    // SAFETY: one call at a time (see `ModelCell`), and no reference to the
+    // model outlives this call.
+    let model = unsafe { &mut *cell.0.get() };
+    if model.is_none() {
+        // SAFETY: as the caller guarantees.
+        let params = unsafe { host_bytes(params, params_len) };
+        let Ok(text) = core::str::from_utf8(params) else {
+            return -1;
+        };
+        let built = crate::Params::parse(text)
+            .map_err(crate::KernelError::from)
+            .and_then(|params| S::new(&params));
+        match built {
+            Ok(built) => *model = Some(built),
+            Err(error) => return error.code(),
+        }
+    }
+    let Some(model) = model.as_mut() else {
+        return -2;
+    };
+    let bytes = match records(model) {
+        Ok(bytes) => bytes,
+        Err(error) => return error.code(),
+    };
+    let out = out as u32 as usize as *mut u8;
+    if bytes.len() > out_len || bytes.len() > i32::MAX as usize {
+        if out_len >= 8 {
+            let needed = (bytes.len() as u64).to_le_bytes();
+            // SAFETY: `out` has at least 8 bytes.
+            unsafe { core::ptr::copy_nonoverlapping(needed.as_ptr(), out, 8) }
+        }
+        return crate::sweep::NEEDS_ROOM;
+    }
+    // SAFETY: `out` has `out_len >= bytes.len()` bytes.
+    unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), out, bytes.len()) }
+    bytes.len() as i32
 }

@@ -18,6 +18,7 @@
 
 mod runtime;
 mod shard_thread;
+pub mod sweep;
 
 pub use runtime::GuestSandbox;
 /// One shard's call, and what a running shard tells its caller and asks it:
@@ -96,6 +97,9 @@ pub enum WasmError {
     Cancelled,
     #[error("the module returned -3 (cancelled), but the shard was not cancelled")]
     CancelledUnasked,
+    /// A sweep module's answer broke its plan or the ABI's limits.
+    #[error("the module broke the sweep's rules: {0}")]
+    Malformed(String),
 }
 
 pub type Result<T> = std::result::Result<T, WasmError>;
@@ -160,6 +164,12 @@ impl Sandbox {
     /// speaks (called in an instance with little fuel), so that a module no
     /// shard could run is refused before any shard is planned.
     pub fn load(&self, bytes: &[u8]) -> Result<Kernel> {
+        self.load_as(bytes, ABI_VERSION)
+    }
+
+    /// [`Sandbox::load`] of a module of ABI `version` (1: shards, 2: a
+    /// sweep).
+    fn load_as(&self, bytes: &[u8], version: i32) -> Result<Kernel> {
         let limits = self.instances.limits;
         let engine = &self.instances.engine;
         if bytes.len() > limits.module_bytes {
@@ -173,34 +183,43 @@ impl Sandbox {
             WasmError::Refused(format!("it is not a valid module: {}", one_line(&e)))
         })?;
         check_imports(engine, &module)?;
-        check_exports(engine, &module)?;
+        if version == ABI_VERSION && module.get_export("tally_sweep_expand").is_some() {
+            return Err(WasmError::Refused(
+                "it is a sweep module (it exports tally_sweep_expand, ABI version 2): the wasm \
+                 kind runs shard modules of ABI version 1 (docs/design/keyed-sweeps.md)"
+                    .into(),
+            ));
+        }
+        check_exports(engine, &module, version)?;
         // Linked once: a shard's instance is then made without a linker.
         let linked = linker(engine)?
             .instantiate_pre(&module)
             .map_err(|e| WasmError::Refused(format!("it cannot be linked: {}", one_line(&e))))?;
         let kernel = Kernel { linked };
-        self.check_version(&kernel)?;
+        self.check_version(&kernel, version)?;
         Ok(kernel)
     }
 
     /// Calls the module's `tally_abi_version` in an instance of its own with
     /// [`VERSION_CHECK_FUEL`].
-    fn check_version(&self, kernel: &Kernel) -> Result<()> {
+    fn check_version(&self, kernel: &Kernel, expected: i32) -> Result<()> {
         let (events, _) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let (mut store, instance) = self
             .instances
             .instantiate(kernel, events, stop, VERSION_CHECK_FUEL)
             .map_err(|e| WasmError::Refused(format!("it cannot be instantiated: {e}")))?;
-        let exports = Exports::of(&instance, &mut store)?;
-        let version = exports.version.call(&mut store, ()).map_err(|e| {
+        let version_fn: TypedFunc<(), i32> = instance
+            .get_typed_func(&mut store, "tally_abi_version")
+            .map_err(|_| WasmError::Refused("it does not export tally_abi_version".into()))?;
+        let version = version_fn.call(&mut store, ()).map_err(|e| {
             WasmError::Refused(format!(
                 "its tally_abi_version did not return (within {VERSION_CHECK_FUEL} units of \
                  fuel): {}",
                 one_line(&e)
             ))
         })?;
-        check_version(version)
+        check_version(version, expected)
     }
 
     /// Runs one shard of `kernel`; `hooks` gets its progress and checkpoints
@@ -384,12 +403,12 @@ const CANCELLED: &str = "tally: the shard was cancelled";
 const VERSION_CHECK_FUEL: u64 = 100_000;
 
 /// Refuses a module that speaks another ABI version, naming both.
-fn check_version(version: i32) -> Result<()> {
-    if version == ABI_VERSION {
+fn check_version(version: i32, expected: i32) -> Result<()> {
+    if version == expected {
         return Ok(());
     }
     Err(WasmError::Refused(format!(
-        "it speaks ABI version {version}, and this sandbox speaks ABI version {ABI_VERSION} \
+        "it speaks ABI version {version}, and this sandbox speaks ABI version {expected} \
          (docs/wasm-abi.md)"
     )))
 }
@@ -503,37 +522,50 @@ fn check_imports(engine: &Engine, module: &Module) -> Result<()> {
     Ok(())
 }
 
-fn check_exports(engine: &Engine, module: &Module) -> Result<()> {
+/// The exports of ABI `version` with their types.
+fn check_exports(engine: &Engine, module: &Module, version: i32) -> Result<()> {
     let i32_ = ValType::I32;
     let i64_ = ValType::I64;
-    let wanted = [
-        (
-            "tally_abi_version",
-            FuncType::new(engine, [], [i32_.clone()]),
-        ),
-        (
-            "tally_alloc",
-            FuncType::new(engine, [i32_.clone()], [i32_.clone()]),
-        ),
-        (
-            "tally_shard",
-            FuncType::new(
-                engine,
-                [
-                    i64_.clone(),
-                    i64_.clone(),
-                    i64_,
-                    i32_.clone(),
-                    i32_.clone(),
-                    i32_.clone(),
-                    i32_.clone(),
-                    i32_.clone(),
-                    i32_.clone(),
-                ],
-                [i32_],
+    let wanted = if version == sweep::SWEEP_ABI_VERSION {
+        let i32s = |n: usize| FuncType::new(engine, vec![i32_.clone(); n], [i32_.clone()]);
+        vec![
+            ("tally_abi_version", i32s(0)),
+            ("tally_alloc", i32s(1)),
+            ("tally_sweep_plan", i32s(4)),
+            ("tally_sweep_starts", i32s(4)),
+            ("tally_sweep_expand", i32s(7)),
+            ("tally_sweep_weights", i32s(8)),
+        ]
+    } else {
+        vec![
+            (
+                "tally_abi_version",
+                FuncType::new(engine, [], [i32_.clone()]),
             ),
-        ),
-    ];
+            (
+                "tally_alloc",
+                FuncType::new(engine, [i32_.clone()], [i32_.clone()]),
+            ),
+            (
+                "tally_shard",
+                FuncType::new(
+                    engine,
+                    [
+                        i64_.clone(),
+                        i64_.clone(),
+                        i64_,
+                        i32_.clone(),
+                        i32_.clone(),
+                        i32_.clone(),
+                        i32_.clone(),
+                        i32_.clone(),
+                        i32_.clone(),
+                    ],
+                    [i32_],
+                ),
+            ),
+        ]
+    };
     for (name, want) in wanted {
         match module.get_export(name) {
             Some(ExternType::Func(got)) if FuncType::eq(&got, &want) => {}
@@ -608,7 +640,6 @@ fn linker(engine: &Engine) -> Result<Linker<Host>> {
 /// The ABI's exports of one instance.
 struct Exports {
     memory: Memory,
-    version: TypedFunc<(), i32>,
     alloc: TypedFunc<i32, i32>,
     #[allow(clippy::type_complexity)]
     shard: TypedFunc<(i64, i64, i64, i32, i32, i32, i32, i32, i32), i32>,
@@ -621,9 +652,6 @@ impl Exports {
             memory: instance
                 .get_memory(&mut *store, "memory")
                 .ok_or_else(|| missing("its memory"))?,
-            version: instance
-                .get_typed_func(&mut *store, "tally_abi_version")
-                .map_err(|_| missing("tally_abi_version"))?,
             alloc: instance
                 .get_typed_func(&mut *store, "tally_alloc")
                 .map_err(|_| missing("tally_alloc"))?,

@@ -11,7 +11,8 @@
 //! - the kernels, which import no other kernel: `kayles` (on `modular`),
 //!   `queens`, `hex` (on `modular`, `parallel`, `spill`, `cache`), and the
 //!   frontier kernels `pegs`, `sliders` and `blocks` (on `buckets`, `spill`,
-//!   `varint`; the first two on `cache` too).
+//!   `varint`; the first two on `cache` too), and `sweep` (a level of a
+//!   user's sweep over keyed states, on `buckets`, `modular`, `varint`).
 //!
 //! All of tally's unsafe code lives here (vector intrinsics, buffers shared by
 //! the threads of a sweep): every unsafe block and impl states why it is sound
@@ -42,6 +43,7 @@ pub mod pegs;
 pub mod queens;
 pub mod sliders;
 pub mod spill;
+pub mod sweep;
 pub mod varint;
 
 #[doc(hidden)]

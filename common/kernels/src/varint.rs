@@ -43,6 +43,20 @@ impl<'a> Reader<'a> {
         self.bytes.len() - self.at
     }
 
+    /// The next `len` bytes as they are; `what` names them in errors.
+    pub fn bytes(&mut self, len: usize, what: &str) -> Result<&'a [u8]> {
+        if len > self.remaining() {
+            return Err(invalid!(
+                "{}: truncated in {what} at byte {}",
+                self.label,
+                self.at
+            ));
+        }
+        let bytes = &self.bytes[self.at..self.at + len];
+        self.at += len;
+        Ok(bytes)
+    }
+
     /// The next varint; `what` names it in errors. Truncated, overlong (a
     /// trailing zero byte) and overflowing forms are `InvalidArgument`.
     #[inline]

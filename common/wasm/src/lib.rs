@@ -8,11 +8,13 @@
 //! clock or randomness. Execution is deterministic (NaNs canonicalised, no
 //! threads, relaxed SIMD deterministic), so replicas agree bit for bit.
 //!
-//! Layer: above the kinds, the only tally crate it imports ([`GuestSandbox`]
-//! is the kind layer's `GuestRuntime`); below the binary, which makes the one
+//! Layer: above the kinds ([`GuestSandbox`] is the kind layer's
+//! `GuestRuntime`) and the kernels (a [`sweep::SweepSession`] is a sweep
+//! level's `SweepModel`), the only tally crates it imports; below the
+//! binary, which makes the one
 //! sandbox and hands it to the parts that load modules. Modules, from the
 //! bottom up: `shard_thread`; this file ([`Sandbox`], [`Limits`],
-//! [`WasmError`]); `runtime` ([`GuestSandbox`]).
+//! [`WasmError`]); `runtime` ([`GuestSandbox`]); `sweep` (sweep modules).
 
 #![forbid(unsafe_code)]
 

@@ -49,7 +49,7 @@ impl GuestModule for LoadedKernel {
 }
 
 /// The runner's error for a sandbox error.
-fn into_error(e: WasmError) -> Error {
+pub(crate) fn into_error(e: WasmError) -> Error {
     match e {
         WasmError::Cancelled => Error::Cancelled,
         WasmError::Failed(m) => Error::Failed(format!("the wasm shard failed: {m}")),

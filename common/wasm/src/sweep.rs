@@ -159,6 +159,35 @@ where
         .map_err(|e| WasmError::Refused(format!("its export {name}: {}", one_line(&e))))
 }
 
+/// A session is what a sweep's level shard asks for children and weights;
+/// its errors become the runner's (a module's own fault fails its job).
+impl tally_kernels::sweep::SweepModel for SweepSession {
+    fn expand(
+        &mut self,
+        step: u32,
+        keys: &[&[u8]],
+    ) -> tally_kernels::Result<Vec<tally_kernels::sweep::SweepChild>> {
+        let children =
+            SweepSession::expand(self, step, keys).map_err(crate::runtime::into_error)?;
+        Ok((children.into_iter())
+            .map(|c| tally_kernels::sweep::SweepChild {
+                parent: c.parent,
+                key: c.key,
+                multiplier: c.multiplier,
+            })
+            .collect())
+    }
+
+    fn weights(
+        &mut self,
+        step: u32,
+        last: bool,
+        keys: &[&[u8]],
+    ) -> tally_kernels::Result<Vec<u64>> {
+        SweepSession::weights(self, step, last, keys).map_err(crate::runtime::into_error)
+    }
+}
+
 /// The plan a module wrote, checked against the ABI's limits.
 fn plan_of(record: &[u8]) -> Result<SweepPlan> {
     let malformed = |why: String| Err(WasmError::Malformed(format!("its plan: {why}")));
@@ -566,6 +595,67 @@ mod tests {
         assert_eq!(MAX_OUTPUTS, guest::MAX_OUTPUTS);
         assert_eq!(MAX_STEPS, guest::MAX_STEPS);
         assert_eq!(MAX_FACTOR, guest::MAX_FACTOR);
+    }
+
+    /// The module's sweep run as level shards of the runner's engine,
+    /// three buckets a level: the answer of its native run.
+    #[test]
+    fn a_sweep_module_through_level_shards_finds_what_its_native_run_finds() {
+        use tally_kernels::sweep::{encode_states, key_bucket, sweep_level};
+        let sandbox = Sandbox::new(Limits::default()).unwrap();
+        let kernel = sandbox.load_sweep(SWEEP).unwrap();
+        let primes = [PRIME, 1_000_000_007];
+        for params in ["n=5", "n=7\nm=4"] {
+            let mut session = sandbox.start_sweep(&kernel, params).unwrap();
+            let plan = session.plan();
+            let SweepEnd::Steps(steps) = plan.end else {
+                panic!("a sweep of fixed steps");
+            };
+            let buckets = 3;
+            let mut first = vec![Vec::new(); buckets];
+            let mut starts = session.starts().unwrap();
+            starts.sort();
+            for (key, count) in starts {
+                let counts = primes.iter().map(|&p| count % p).collect();
+                first[key_bucket(&key, buckets as u32) as usize].push((key, counts));
+            }
+            let mut inbox: Vec<Vec<Vec<u8>>> =
+                first.iter().map(|s| vec![encode_states(s, 2)]).collect();
+            let mut answer = [0u64; 2];
+            for step in 0..=steps {
+                let mut next = vec![Vec::new(); buckets];
+                for parts in &inbox {
+                    let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                    let control = tally_kernels::Control::new();
+                    let level = sweep_level(
+                        &mut session,
+                        step,
+                        step == steps,
+                        1,
+                        &primes,
+                        &parts,
+                        3,
+                        16,
+                        &control,
+                    )
+                    .unwrap();
+                    for ((sum, found), p) in answer.iter_mut().zip(&level.answer).zip(primes) {
+                        *sum = (*sum + found[0]) % p;
+                    }
+                    for (q, list) in level.sent.into_iter().enumerate() {
+                        next[q].push(list);
+                    }
+                }
+                inbox = next;
+            }
+            let native =
+                tally_example_independent_sets_sweep::run_sweep_native(params, &primes).unwrap();
+            assert_eq!(
+                vec![vec![answer[0]], vec![answer[1]]],
+                native.residues,
+                "{params}"
+            );
+        }
     }
 
     #[test]

@@ -1,3 +1,6 @@
+//! The sweep against brute force, the published counts of square grids, and
+//! the version 1 example; bad sizes refused.
+
 use super::*;
 
 const PRIMES: [u64; 2] = [(1 << 61) - 1, 1_000_000_007];

@@ -1,6 +1,8 @@
 //! User kernels (`docs/wasm-abi.md`) as the `wasm` kind sees them: a
 //! [`GuestRuntime`] that checks and loads modules and a [`GuestModule`] that
-//! runs one shard. The sandbox that implements them (`tally-wasm`, on
+//! runs one shard; and sweep modules (the proposed ABI version 2,
+//! `docs/design/keyed-sweeps.md`): a [`GuestSweepModule`] whose instances
+//! ([`GuestSweep`]) answer a level shard's batches. The sandbox that implements them (`tally-wasm`, on
 //! wasmtime) is installed in a process's [`KernelCache`](crate::cache::KernelCache)
 //! by whoever may use it (the coordinator to check modules at submission, a
 //! worker started with `--allow-wasm` to run them), so that this crate links
@@ -9,6 +11,8 @@
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
+
+use tally_kernels::sweep::SweepModel;
 
 use crate::Result;
 
@@ -67,6 +71,46 @@ pub trait GuestRuntime: Send + Sync {
     /// Compiles and checks a module (size, imports, exports). The errors are
     /// `InvalidArgument`, naming what is wrong.
     fn load(&self, module: &[u8]) -> Result<Arc<dyn GuestModule>>;
+
+    /// Compiles and checks a sweep module (ABI version 2), as `load` checks
+    /// a shard module.
+    fn load_sweep(&self, module: &[u8]) -> Result<Arc<dyn GuestSweepModule>>;
+}
+
+/// A checked, compiled sweep module.
+pub trait GuestSweepModule: Send + Sync {
+    /// An instance of the module for the job's parameters (`K=V` lines),
+    /// its plan asked and checked; refused parameters are `InvalidArgument`.
+    fn start(&self, params: &str) -> Result<Box<dyn GuestSweep>>;
+}
+
+/// When a sweep ends: after a number of steps, or at its first empty level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestSweepEnd {
+    Steps(u32),
+    WhenEmpty,
+}
+
+/// A sweep module's plan, checked against the ABI's limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestSweepPlan {
+    /// The longest key, in bytes.
+    pub key_limit: usize,
+    /// Weights a state.
+    pub outputs: usize,
+    pub end: GuestSweepEnd,
+    /// The most children one state may have.
+    pub most_children: usize,
+}
+
+/// One instance of a sweep module: its plan, its start states, and (as a
+/// [`SweepModel`]) the children and weights of a level's batches, every
+/// answer checked against the plan. The module's own faults are
+/// `InvalidArgument`.
+pub trait GuestSweep: SweepModel + Send {
+    fn plan(&self) -> GuestSweepPlan;
+    /// The start states and their counts.
+    fn starts(&mut self) -> Result<Vec<(Vec<u8>, u64)>>;
 }
 
 /// A checked, compiled module.

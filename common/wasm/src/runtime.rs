@@ -5,9 +5,13 @@
 
 use std::sync::Arc;
 
-use tally_kinds::guest::{GuestCall, GuestHooks, GuestModule, GuestRuntime};
+use tally_kinds::guest::{
+    GuestCall, GuestHooks, GuestModule, GuestRuntime, GuestSweep, GuestSweepEnd, GuestSweepModule,
+    GuestSweepPlan,
+};
 use tally_kinds::{Error, invalid};
 
+use crate::sweep::{SweepEnd, SweepSession};
 use crate::{Kernel, Limits, Sandbox, WasmError};
 
 /// A [`Sandbox`] shared by the modules of a process.
@@ -28,6 +32,43 @@ impl GuestRuntime for GuestSandbox {
             sandbox: self.0.clone(),
             kernel,
         }))
+    }
+
+    fn load_sweep(&self, module: &[u8]) -> tally_kinds::Result<Arc<dyn GuestSweepModule>> {
+        let kernel = self.0.load_sweep(module).map_err(into_error)?;
+        Ok(Arc::new(LoadedKernel {
+            sandbox: self.0.clone(),
+            kernel,
+        }))
+    }
+}
+
+impl GuestSweepModule for LoadedKernel {
+    fn start(&self, params: &str) -> tally_kinds::Result<Box<dyn GuestSweep>> {
+        let session = self
+            .sandbox
+            .start_sweep(&self.kernel, params)
+            .map_err(into_error)?;
+        Ok(Box::new(session))
+    }
+}
+
+impl GuestSweep for SweepSession {
+    fn plan(&self) -> GuestSweepPlan {
+        let plan = SweepSession::plan(self);
+        GuestSweepPlan {
+            key_limit: plan.key_limit,
+            outputs: plan.outputs,
+            end: match plan.end {
+                SweepEnd::Steps(steps) => GuestSweepEnd::Steps(steps),
+                SweepEnd::WhenEmpty => GuestSweepEnd::WhenEmpty,
+            },
+            most_children: plan.most_children,
+        }
+    }
+
+    fn starts(&mut self) -> tally_kinds::Result<Vec<(Vec<u8>, u64)>> {
+        SweepSession::starts(self).map_err(into_error)
     }
 }
 

@@ -597,18 +597,20 @@ mod tests {
         assert_eq!(MAX_FACTOR, guest::MAX_FACTOR);
     }
 
-    /// The module's sweep run as level shards of the runner's engine,
-    /// three buckets a level: the answer of its native run.
+    /// The module's sweep, loaded and started through the kind layer's
+    /// traits, run as level shards of the runner's engine, three buckets a
+    /// level: the answer of its native run.
     #[test]
     fn a_sweep_module_through_level_shards_finds_what_its_native_run_finds() {
         use tally_kernels::sweep::{encode_states, key_bucket, sweep_level};
-        let sandbox = Sandbox::new(Limits::default()).unwrap();
-        let kernel = sandbox.load_sweep(SWEEP).unwrap();
+        use tally_kinds::guest::{GuestRuntime, GuestSweepEnd};
+        let runtime = crate::GuestSandbox::new(Limits::default()).unwrap();
+        let module = runtime.load_sweep(SWEEP).unwrap();
         let primes = [PRIME, 1_000_000_007];
         for params in ["n=5", "n=7\nm=4"] {
-            let mut session = sandbox.start_sweep(&kernel, params).unwrap();
+            let mut session = module.start(params).unwrap();
             let plan = session.plan();
-            let SweepEnd::Steps(steps) = plan.end else {
+            let GuestSweepEnd::Steps(steps) = plan.end else {
                 panic!("a sweep of fixed steps");
             };
             let buckets = 3;
@@ -628,7 +630,7 @@ mod tests {
                     let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
                     let control = tally_kernels::Control::new();
                     let level = sweep_level(
-                        &mut session,
+                        &mut *session,
                         step,
                         step == steps,
                         1,
@@ -656,6 +658,14 @@ mod tests {
                 "{params}"
             );
         }
+        // The module's faults are bad input to the runner: the job fails.
+        let refused = module.start("n=40").err().unwrap();
+        assert!(
+            matches!(refused, tally_kinds::Error::InvalidArgument(_)),
+            "{refused}"
+        );
+        let refused = runtime.load(SWEEP).err().unwrap().to_string();
+        assert!(refused.contains("it is a sweep module"), "{refused}");
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! binary, which makes the one
 //! sandbox and hands it to the parts that load modules. Modules, from the
 //! bottom up: `shard_thread`; this file ([`Sandbox`], [`Limits`],
-//! [`WasmError`]); `runtime` ([`GuestSandbox`]); `sweep` (sweep modules).
+//! [`WasmError`]); `sweep` (sweep modules and their sessions); `runtime`
+//! ([`GuestSandbox`], and a session as a sweep level's `SweepModel`).
 
 #![forbid(unsafe_code)]
 

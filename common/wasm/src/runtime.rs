@@ -89,8 +89,36 @@ impl GuestModule for LoadedKernel {
     }
 }
 
+/// A session is what a sweep's level shard asks for children and weights;
+/// its errors become the runner's (a module's own fault fails its job).
+impl tally_kernels::sweep::SweepModel for SweepSession {
+    fn expand(
+        &mut self,
+        step: u32,
+        keys: &[&[u8]],
+    ) -> tally_kernels::Result<Vec<tally_kernels::sweep::SweepChild>> {
+        let children = SweepSession::expand(self, step, keys).map_err(into_error)?;
+        Ok((children.into_iter())
+            .map(|c| tally_kernels::sweep::SweepChild {
+                parent: c.parent,
+                key: c.key,
+                multiplier: c.multiplier,
+            })
+            .collect())
+    }
+
+    fn weights(
+        &mut self,
+        step: u32,
+        last: bool,
+        keys: &[&[u8]],
+    ) -> tally_kernels::Result<Vec<u64>> {
+        SweepSession::weights(self, step, last, keys).map_err(into_error)
+    }
+}
+
 /// The runner's error for a sandbox error.
-pub(crate) fn into_error(e: WasmError) -> Error {
+fn into_error(e: WasmError) -> Error {
     match e {
         WasmError::Cancelled => Error::Cancelled,
         WasmError::Failed(m) => Error::Failed(format!("the wasm shard failed: {m}")),

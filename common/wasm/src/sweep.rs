@@ -159,35 +159,6 @@ where
         .map_err(|e| WasmError::Refused(format!("its export {name}: {}", one_line(&e))))
 }
 
-/// A session is what a sweep's level shard asks for children and weights;
-/// its errors become the runner's (a module's own fault fails its job).
-impl tally_kernels::sweep::SweepModel for SweepSession {
-    fn expand(
-        &mut self,
-        step: u32,
-        keys: &[&[u8]],
-    ) -> tally_kernels::Result<Vec<tally_kernels::sweep::SweepChild>> {
-        let children =
-            SweepSession::expand(self, step, keys).map_err(crate::runtime::into_error)?;
-        Ok((children.into_iter())
-            .map(|c| tally_kernels::sweep::SweepChild {
-                parent: c.parent,
-                key: c.key,
-                multiplier: c.multiplier,
-            })
-            .collect())
-    }
-
-    fn weights(
-        &mut self,
-        step: u32,
-        last: bool,
-        keys: &[&[u8]],
-    ) -> tally_kernels::Result<Vec<u64>> {
-        SweepSession::weights(self, step, last, keys).map_err(crate::runtime::into_error)
-    }
-}
-
 /// The plan a module wrote, checked against the ABI's limits.
 fn plan_of(record: &[u8]) -> Result<SweepPlan> {
     let malformed = |why: String| Err(WasmError::Malformed(format!("its plan: {why}")));

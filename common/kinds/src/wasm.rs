@@ -910,6 +910,10 @@ mod tests {
             assert_eq!(module, b"stepping");
             Ok(Arc::new(Stepping))
         }
+
+        fn load_sweep(&self, _module: &[u8]) -> Result<Arc<dyn crate::guest::GuestSweepModule>> {
+            Err(crate::invalid!("the stepping module is no sweep module"))
+        }
     }
 
     impl GuestModule for Stepping {

@@ -556,17 +556,18 @@ impl Source for RunSource<'_> {
 
 /// A [`Source`] whose bytes must have the CRC-32 their writer recorded:
 /// its end is an error when they do not (a spill run damaged on disk is
-/// refused, never read as other counts).
+/// refused, never read as other counts). Without a CRC (bytes that never
+/// left memory) it passes them on unchecked.
 pub struct CheckedSource<S> {
     source: S,
     hasher: crc32fast::Hasher,
-    expected: u32,
+    expected: Option<u32>,
     label: String,
 }
 
 impl<S: Source> CheckedSource<S> {
     /// `label` names the bytes in the error.
-    pub fn new(source: S, expected: u32, label: String) -> Self {
+    pub fn new(source: S, expected: Option<u32>, label: String) -> Self {
         CheckedSource {
             source,
             hasher: crc32fast::Hasher::new(),
@@ -579,9 +580,12 @@ impl<S: Source> CheckedSource<S> {
 impl<S: Source> Source for CheckedSource<S> {
     fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
         let n = self.source.fill(buf)?;
+        let Some(expected) = self.expected else {
+            return Ok(n);
+        };
         if n > 0 {
             self.hasher.update(&buf[..n]);
-        } else if self.hasher.clone().finalize() != self.expected {
+        } else if self.hasher.clone().finalize() != expected {
             return Err(Error::Failed(format!(
                 "{}: damaged (its checksum fails)",
                 self.label

@@ -355,19 +355,29 @@ impl SweepSession {
 
     /// `bytes` in memory the module allocated for them.
     fn place_new(&mut self, bytes: &[u8]) -> Result<i32> {
-        let len = i32::try_from(bytes.len())
-            .map_err(|_| WasmError::Failed("an argument above 2 GiB".into()))?;
-        let at = self.alloc.call(&mut self.store, len).map_err(|e| {
+        let at = self.reserve(bytes.len())?;
+        self.memory
+            .write(&mut self.store, at as u32 as usize, bytes)
+            .map_err(|_| WasmError::Trap("tally_alloc gave memory out of bounds".into()))?;
+        Ok(at)
+    }
+
+    /// `len` bytes the module allocated, within its memory, left as they
+    /// are: a buffer the module or the host fills later.
+    fn reserve(&mut self, len: usize) -> Result<i32> {
+        let asked =
+            i32::try_from(len).map_err(|_| WasmError::Failed("an argument above 2 GiB".into()))?;
+        let at = self.alloc.call(&mut self.store, asked).map_err(|e| {
             WasmError::Trap(format!("tally_alloc({len}) trapped: {}", one_line(&e)))
         })?;
         if at == 0 && len > 0 {
             return Err(WasmError::MemoryLimit(self.instances.limits.memory_bytes));
         }
-        self.memory
-            .write(&mut self.store, at as u32 as usize, bytes)
-            .map_err(|_| {
-                WasmError::Trap(format!("tally_alloc({len}) gave memory out of bounds"))
-            })?;
+        if at as u32 as usize + len > self.memory.data_size(&self.store) {
+            return Err(WasmError::Trap(format!(
+                "tally_alloc({len}) gave memory out of bounds"
+            )));
+        }
         Ok(at)
     }
 
@@ -384,7 +394,7 @@ impl SweepSession {
             batch.extend_from_slice(key);
         }
         if batch.len() > self.keys.len {
-            let at = self.place_new(&vec![0; batch.len()])?;
+            let at = self.reserve(batch.len())?;
             self.keys = Buffer {
                 at,
                 len: batch.len(),
@@ -404,7 +414,7 @@ impl SweepSession {
         mut export: impl FnMut(&mut SweepSession, Buffer) -> wasmtime::Result<i32>,
     ) -> Result<Vec<u8>> {
         if self.out.len == 0 {
-            let at = self.place_new(&vec![0; FIRST_OUT_BYTES])?;
+            let at = self.reserve(FIRST_OUT_BYTES)?;
             self.out = Buffer {
                 at,
                 len: FIRST_OUT_BYTES,
@@ -448,7 +458,7 @@ impl SweepSession {
                             out.len
                         )));
                     }
-                    let at = self.place_new(&vec![0; needed])?;
+                    let at = self.reserve(needed)?;
                     self.out = Buffer { at, len: needed };
                 }
                 NEEDS_ROOM => {

@@ -307,7 +307,7 @@ pub(super) fn children(
     buckets_out: u32,
     control: &Control,
 ) -> Result<(Vec<PegBucket>, u64, u64)> {
-    let mut sums = CountSums::for_boards(level.len());
+    let mut sums = CountSums::for_boards(level.len(), game.holes);
     let mut expander = Expander::new(game, pegs);
     let mut expanded = 0;
     let mut at = 0;
@@ -432,7 +432,6 @@ fn merge_two(a: PegBucket, b: PegBucket) -> Result<PegBucket> {
 // ---- summing the counts of the children ----
 
 const EMPTY: u64 = 0;
-const PARTITION_MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
 const SLOT_MULTIPLIER: u64 = 0xbf58_476d_1ce4_e5b9;
 const MIN_TABLE_BITS: u32 = 10;
 /// Batch entries between the prefetch of a slot and its probe.
@@ -539,9 +538,11 @@ impl Partition {
     }
 }
 
-/// The children of a level with their summed counts, in partitions by a hash
-/// of the board so that each partition's table stays in the cache while a
-/// batch goes in.
+/// The children of a level with their summed counts, in partitions by the
+/// high bits of the board: each partition's table stays in the cache while a
+/// batch goes in, and the partitions in order hold ever higher boards, so
+/// the sums come out sorted a partition at a time (small sorts that stay in
+/// the cache, where one sort of a whole bucket does not).
 pub(super) struct CountSums {
     partitions: Vec<Partition>,
     shift: u32,
@@ -549,24 +550,25 @@ pub(super) struct CountSums {
 
 impl CountSums {
     /// Room for the children of `boards` boards (a level has about as many
-    /// classes as the one before it; the tables grow when it has more).
-    pub(super) fn for_boards(boards: usize) -> CountSums {
-        let partitions = (boards / BOARDS_PER_PARTITION)
+    /// classes as the one before it; the tables grow when it has more), each
+    /// a subset of `holes`.
+    pub(super) fn for_boards(boards: usize, holes: u64) -> CountSums {
+        let high = 64 - holes.leading_zeros();
+        let wanted = (boards / BOARDS_PER_PARTITION)
             .clamp(1, MAX_PARTITIONS)
             .next_power_of_two();
+        let bits = wanted.trailing_zeros().min(high);
         CountSums {
-            partitions: (0..partitions).map(|_| Partition::new()).collect(),
-            shift: 64 - partitions.trailing_zeros(),
+            partitions: (0..1usize << bits).map(|_| Partition::new()).collect(),
+            shift: high - bits,
         }
     }
 
     #[inline]
     pub(super) fn add(&mut self, board: u64, ways: u128) {
-        let index = if self.shift == 64 {
-            0
-        } else {
-            (board.wrapping_mul(PARTITION_MULTIPLIER) >> self.shift) as usize
-        };
+        // A board past the holes goes to the last partition, so the order
+        // of the partitions stays the order of their boards.
+        let index = ((board >> self.shift) as usize).min(self.partitions.len() - 1);
         let partition = &mut self.partitions[index];
         match u64::try_from(ways) {
             Ok(ways) => {
@@ -610,7 +612,9 @@ impl CountSums {
         Ok(sent)
     }
 
-    /// The sums in `buckets` buckets, each sorted.
+    /// The sums in `buckets` buckets, each sorted: each partition's part
+    /// of a bucket is sorted alone and follows the part of the partition
+    /// before it.
     pub(super) fn into_sorted(mut self, buckets: u32) -> Result<Vec<SortedSums>> {
         let too_large = || Error::Internal("pegs: count exceeds 128 bits".into());
         let mut boards = 0;
@@ -630,6 +634,7 @@ impl CountSums {
             if partition.overflow {
                 return Err(too_large());
             }
+            let firsts: Vec<usize> = sorted.iter().map(|s| s.narrow.len()).collect();
             let mut wide_sums = std::mem::take(&mut partition.wide);
             for slot in partition.slots.into_iter().filter(|s| s.board != EMPTY) {
                 // Most partitions have no wide sum: spare them the lookup.
@@ -652,9 +657,12 @@ impl CountSums {
                     .wide
                     .push((board, ways));
             }
+            for (bucket, first) in sorted.iter_mut().zip(firsts) {
+                bucket.narrow[first..].sort_unstable_by_key(|slot| slot.board);
+            }
         }
         for bucket in &mut sorted {
-            bucket.narrow.sort_unstable_by_key(|slot| slot.board);
+            debug_assert!(bucket.narrow.is_sorted_by_key(|slot| slot.board));
             bucket.wide.sort_unstable_by_key(|&(board, _)| board);
         }
         Ok(sorted)
@@ -760,7 +768,7 @@ mod tests {
     #[test]
     fn the_tables_grow_with_their_boards_not_with_the_children_added() {
         let distinct = 300_000u64;
-        let mut sums = CountSums::for_boards(distinct as usize);
+        let mut sums = CountSums::for_boards(distinct as usize, u64::MAX >> 20);
         let mut rng = crate::test_rng::Rng::new(55);
         let mut added = std::collections::BTreeMap::new();
         for _ in 0..6 * distinct {
@@ -783,7 +791,7 @@ mod tests {
     #[test]
     fn counts_beyond_64_bits_are_summed_exactly() {
         let mut rng = crate::test_rng::Rng::new(766);
-        let mut sums = CountSums::for_boards(40_000);
+        let mut sums = CountSums::for_boards(40_000, u64::MAX >> 20);
         let mut expected = std::collections::BTreeMap::<u64, u128>::new();
         for _ in 0..200_000 {
             let board = 1 + rng.below(30_000u64) * 0x1_0001;
@@ -808,7 +816,7 @@ mod tests {
         assert_eq!(got, expected);
         assert!(expected.values().any(|&w| w > u128::from(u64::MAX)));
         // A sum past 128 bits is an error, not a wrapped count.
-        let mut sums = CountSums::for_boards(1);
+        let mut sums = CountSums::for_boards(1, 7);
         sums.add(7, u128::MAX);
         sums.add(7, 1);
         assert!(sums.into_buckets(1).is_err());

@@ -356,7 +356,7 @@ impl<'r, 's> SpillingSums<'r, 's> {
         // A table slot takes 16 bytes; the hint errs low, the tables grow.
         let boards_hint = (input_bytes / MIN_BOARD_BYTES).min((limit / 32).max(1)) as usize;
         SpillingSums {
-            sums: CountSums::for_boards(boards_hint),
+            sums: CountSums::for_boards(boards_hint, boards.0),
             name,
             form,
             ranks,
@@ -384,7 +384,10 @@ impl<'r, 's> SpillingSums<'r, 's> {
         if self.sums.bytes() <= self.limit {
             return Ok(());
         }
-        let full = std::mem::replace(&mut self.sums, CountSums::for_boards(self.boards_hint));
+        let full = std::mem::replace(
+            &mut self.sums,
+            CountSums::for_boards(self.boards_hint, self.boards.0),
+        );
         let mut ranges = Vec::with_capacity(self.buckets as usize);
         let mut at = 0;
         let buckets = encoded_run_buckets(full, self.buckets, true)?;

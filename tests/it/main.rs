@@ -26,3 +26,4 @@ mod store_damage;
 mod structure;
 mod support;
 mod wasm;
+mod wasm_sweep;

@@ -291,32 +291,59 @@ async fn a_crash_between_a_group_flush_and_its_answers_loses_nothing_acknowledge
 /// Runs `spec` on two workers that hold each shard 30 ms, kill -9s one worker
 /// and the coordinator once the job reaches `stage`, restarts the coordinator
 /// with a new worker, and checks the answer and that no shard ran twice.
-async fn survives_kills(mut spec: JobSpec, stage: u32) {
+async fn survives_kills(spec: JobSpec, stage: u32) {
+    let answer = direct_answer(&spec);
+    survives_kills_as(
+        spec,
+        stage,
+        Resumption {
+            coordinator_args: &[],
+            worker_args: &[],
+            attachments: &[],
+            answer,
+        },
+    )
+    .await;
+}
+
+/// [`survives_kills`] with the processes' options, the job's attachments and
+/// the answer it must end with.
+pub(crate) async fn survives_kills_as(mut spec: JobSpec, stage: u32, run: Resumption<'_>) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let log = dir.path().join("log.txt");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
-    let mut coordinator = spawn_coordinator(port, &data, &log);
-    let delay = ["--shard-delay-ms", "30"];
+    let mut coordinator = spawn_coordinator_with(port, &data, &log, run.coordinator_args);
+    let delay = [&["--shard-delay-ms", "30"], run.worker_args].concat();
     let mut w1 = spawn_worker(&url, "w1", 1, &delay, &log);
     let _w2 = spawn_worker(&url, "w2", 1, &delay, &log);
     let mut client = jobs_client(&url).await;
     // The killed worker's lease lapses soon after the restart.
     spec.options.lease_ttl_ms = 3_000;
-    let job = submit(&mut client, &spec, "").await;
+    let job = client
+        .submit(proto::SubmitRequest {
+            spec: Some(proto_spec(&spec)),
+            attachments: run.attachments.iter().map(|a| a.to_vec()).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job
+        .expect("a job");
     wait_for_stage(&mut client, &job.id, stage).await;
     let before = events(&mut client, &job.id).await;
     w1.kill9();
     coordinator.kill9();
 
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let _coordinator = spawn_coordinator(port, &data, &log);
+    let _coordinator = spawn_coordinator_with(port, &data, &log, run.coordinator_args);
     let _w3 = spawn_worker(&url, "w3", 1, &delay, &log);
     let mut client = jobs_client(&url).await;
     let done = wait_finished(&mut client, &job.id, Duration::from_secs(120)).await;
     assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
-    assert_eq!(done.answer, direct_answer(&spec));
+    assert_eq!(done.answer, run.answer);
 
     let all = events(&mut client, &job.id).await;
     each_shard_accepted_once(&before, &all, done.shards_total);

@@ -49,8 +49,8 @@
 //! one `tally_shard` call stays used in the calls after it on the same
 //! instance.
 //!
-//! [`sweep`] is the model's side of the proposed ABI version 2 (sweeps over
-//! keyed states, `docs/design/keyed-sweeps.md`): the [`sweep::Sweep`] trait,
+//! [`sweep`] is the model's side of ABI version 2 (sweeps over
+//! keyed states, `docs/wasm-abi.md`): the [`sweep::Sweep`] trait,
 //! [`tally_sweep!`] and a native runner.
 //!
 //! Natively the crate uses `std`, and [`tally_kernel!`] defines `run_shard` and

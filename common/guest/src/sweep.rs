@@ -1,5 +1,5 @@
-//! Sweeps over keyed states (the kernel ABI's proposed version 2, see
-//! `docs/design/keyed-sweeps.md`): a model says what a state's children and
+//! Sweeps over keyed states (the kernel ABI's version 2, see
+//! `docs/wasm-abi.md`): a model says what a state's children and
 //! weights are; whoever runs it sums the counts of equal keys.
 //!
 //! Level 0 holds the start states with their counts. Each step expands every
@@ -381,7 +381,7 @@ pub fn weights_records<S: Sweep>(
 ///
 /// On `wasm32` it exports `tally_abi_version` (2), `tally_alloc`,
 /// `tally_sweep_plan`, `tally_sweep_starts`, `tally_sweep_expand` and
-/// `tally_sweep_weights` (see `docs/design/keyed-sweeps.md`). Natively it
+/// `tally_sweep_weights` (see `docs/wasm-abi.md`). Natively it
 /// defines instead `pub fn run_sweep_native(params: &str, primes: &[u64])`,
 /// the whole sweep in memory ([`run_sweep`]).
 #[macro_export]

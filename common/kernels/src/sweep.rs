@@ -1,12 +1,12 @@
-//! Sweeps over keyed states (the proposed kernel ABI version 2,
-//! `docs/design/keyed-sweeps.md`): one level shard, in memory. A model (a
+//! Sweeps over keyed states (kernel ABI version 2,
+//! `docs/wasm-abi.md`): one level shard, in memory. A model (a
 //! user's module, through the sandbox) says what a state's children and
 //! weights are; this sums the counts of equal keys modulo each prime of the
 //! job, adds the level's weights to the answer, and sends the children in
 //! buckets by a hash of their keys, each a checked list.
 //!
-//! Not yet a job kind: no plan runs it, and it holds a level in memory (the
-//! frontier kernels' spilling within a share is still to come).
+//! The `wasm-sweep` kind's level shards run it. It holds a level in memory
+//! (the frontier kernels' spilling within a share is still to come).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -45,6 +45,8 @@ pub struct SweepLevel {
     pub answer: Vec<Vec<u64>>,
     /// What goes to each bucket of the next level (empty lists on the last).
     pub sent: Vec<Vec<u8>>,
+    /// The distinct children in `sent`, over all its buckets.
+    pub children: u64,
 }
 
 /// The states of a level's list, at most: a list saying more is refused
@@ -182,6 +184,7 @@ pub fn sweep_level(
         states: level.len() as u64,
         answer: vec![vec![0; outputs]; primes.len()],
         sent: Vec::new(),
+        children: 0,
     };
     let states: Vec<(&Vec<u8>, &Vec<u64>)> = level.iter().collect();
     let mut next: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
@@ -223,6 +226,7 @@ pub fn sweep_level(
         }
         control.add_work(keys.len() as u64);
     }
+    outcome.children = next.len() as u64;
     let mut buckets: Vec<Vec<SweepState>> = vec![Vec::new(); buckets_out as usize];
     for (key, counts) in next {
         buckets[key_bucket(&key, buckets_out) as usize].push((key, counts));

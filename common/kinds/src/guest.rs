@@ -1,7 +1,7 @@
 //! User kernels (`docs/wasm-abi.md`) as the `wasm` kind sees them: a
 //! [`GuestRuntime`] that checks and loads modules and a [`GuestModule`] that
-//! runs one shard; and sweep modules (the proposed ABI version 2,
-//! `docs/design/keyed-sweeps.md`): a [`GuestSweepModule`] whose instances
+//! runs one shard; and sweep modules (ABI version 2,
+//! `docs/wasm-abi.md`): a [`GuestSweepModule`] whose instances
 //! ([`GuestSweep`]) answer a level shard's batches. The sandbox that implements them (`tally-wasm`, on
 //! wasmtime) is installed in a process's [`KernelCache`](crate::cache::KernelCache)
 //! by whoever may use it (the coordinator to check modules at submission, a
@@ -25,6 +25,17 @@ pub const MODULES_KEPT: usize = 8;
 
 /// The capability a worker offers when it runs user kernels.
 pub const WASM_CAPABILITY: &str = "wasm";
+
+/// The limits of a sweep module's plan and answers (ABI version 2): the
+/// longest key a plan may allow, the most children one state may have, the
+/// most weights a state, the most steps, and the bound of every multiplier
+/// and weight. The sandbox holds a module to them, and the runner checks
+/// what its shards report against them again.
+pub const MAX_SWEEP_KEY_LIMIT: usize = 4096;
+pub const MAX_SWEEP_CHILDREN: usize = 1 << 16;
+pub const MAX_SWEEP_OUTPUTS: usize = 4096;
+pub const MAX_SWEEP_STEPS: u32 = 1 << 20;
+pub const MAX_SWEEP_FACTOR: u64 = 1 << 62;
 
 /// How a job sends the module it names, for a message saying it was not
 /// sent: the kind's flags take the module, a spec file's job attaches it.

@@ -22,16 +22,17 @@
 //! - `spec`: [`spec::JobSpec`] as written, checked once into a
 //!   [`spec::ValidSpec`], which dereferences to its `SpecOps`.
 //! - one module per kind (`hex`, `kayles`, `sliders`, `pegs`, `blocks`,
-//!   `queens`, `wasm`, `synthetic`) and the [`registry`], their one list:
+//!   `queens`, `wasm`, `wasm_sweep`, `synthetic`) and the [`registry`], their one list:
 //!   adding a kind is its module, its line there and its proto message.
 //! - `cache`, `values`, `local` and `guest`: the encoded forms and helpers the
 //!   kinds share.
 //!
 //! Modules, from the bottom up; a module imports only modules below it (and
 //! the kernels' `Control`, `Error`, `Spill` and `Stored`, re-exported here):
-//! `guest` and `values`; `cache` (on `guest`); `kind` (on `cache`); `dynamic`
+//! `guest`, `values` and `exact`; `cache` (on `guest`); `kind` (on `cache`); `dynamic`
 //! (on `kind`, `values`) and `local` (on `kind`); the kinds' modules (on
-//! `kind` and `cache`; `hex` and `synthetic` on `local`, `wasm` on `guest`),
+//! `kind` and `cache`; `hex` and `synthetic` on `local`, `wasm` and `wasm_sweep` on `guest`
+//! and `exact`),
 //! which import no other kind's module; `registry` (on the kinds' modules and
 //! `dynamic`); `spec` (on `registry`, `dynamic`, `values`).
 
@@ -40,6 +41,7 @@
 pub mod blocks;
 pub mod cache;
 pub mod dynamic;
+pub mod exact;
 pub mod guest;
 pub mod hex;
 pub mod kayles;
@@ -55,6 +57,7 @@ mod staged_tests;
 pub mod synthetic;
 pub mod values;
 pub mod wasm;
+pub mod wasm_sweep;
 
 pub use registry::{KINDS, lookup, names};
 pub use tally_kernels::spill::{MemorySpill, Room, Spill, StageOutput, Stored};

@@ -4,7 +4,7 @@
 
 use crate::dynamic::Kind;
 use crate::{Result, invalid};
-use crate::{blocks, hex, kayles, pegs, queens, sliders, synthetic, wasm};
+use crate::{blocks, hex, kayles, pegs, queens, sliders, synthetic, wasm, wasm_sweep};
 
 /// Every kind, in the order the CLI lists them.
 pub static KINDS: &[&dyn Kind] = &[
@@ -15,6 +15,7 @@ pub static KINDS: &[&dyn Kind] = &[
     &blocks::Blocks,
     &queens::Queens,
     &wasm::Wasm,
+    &wasm_sweep::WasmSweep,
     &synthetic::Synthetic,
 ];
 

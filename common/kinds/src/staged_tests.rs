@@ -26,11 +26,22 @@ pub(crate) type StageOutputs = Vec<Vec<Vec<u8>>>;
 /// The answer and every stage's outputs.
 pub(crate) fn run_stages<K: JobKind>(
     spec: &K::Spec,
+    plan: K::Plan,
+    stored: impl Fn(&K::Task) -> K::Task,
+    seen: impl FnMut(&K::Task),
+) -> Result<(Answer, StageOutputs)> {
+    run_stages_in::<K>(&KernelCache::new(), spec, plan, stored, seen)
+}
+
+/// [`run_stages`] with the shards' kernel cache (say, one holding a
+/// sandbox and a module).
+pub(crate) fn run_stages_in<K: JobKind>(
+    cache: &KernelCache,
+    spec: &K::Spec,
     mut plan: K::Plan,
     stored: impl Fn(&K::Task) -> K::Task,
     mut seen: impl FnMut(&K::Task),
 ) -> Result<(Answer, StageOutputs)> {
-    let cache = KernelCache::new();
     let control = Control::new();
     let mut shards = K::plan_stage(spec, &plan, 1)?;
     let mut stages: StageOutputs = Vec::new();
@@ -62,7 +73,7 @@ pub(crate) fn run_stages<K: JobKind>(
             let mut run = ShardRun {
                 input: input.as_ref(),
                 checkpoint: &NO_CHECKPOINT,
-                cache: &cache,
+                cache,
                 control: &control,
                 checkpoint_every: std::time::Duration::from_secs(3600),
                 on_checkpoint: &mut on_checkpoint,

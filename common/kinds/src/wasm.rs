@@ -15,9 +15,10 @@ use std::time::Instant;
 
 use num_bigint::BigUint;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::cache::KernelCache;
+pub use crate::exact::{PRIME_LIMIT, SPARE_PRIMES, primes_for_bits};
+use crate::exact::{checked_value, crt, exact_primes};
 use crate::guest::{
     GuestCall, GuestHooks, GuestModule, MODULES_KEPT, SEND_MODULE, WASM_CAPABILITY, is_sha256_hex,
 };
@@ -26,15 +27,13 @@ use crate::kind::{
     ShardRun, SpecArgs, SpecOf, no_output,
 };
 use crate::{Control, Error, Result, invalid};
-use tally_kernels::modular::{inv_mod, is_prime};
+use tally_kernels::modular::is_prime;
 use tally_wire::proto;
 
 pub struct Wasm;
 
 /// The modulus when the job names none.
 pub const DEFAULT_MODULUS: u64 = 1_000_000_007;
-/// Every prime is below this (residues times residues fit in 128 bits).
-pub const PRIME_LIMIT: u64 = 1 << 62;
 pub const MAX_SHARDS: u64 = 100_000;
 /// At most this many shards times primes in one job.
 pub const MAX_TASKS: u64 = 1_000_000;
@@ -465,11 +464,11 @@ impl JobKind for Wasm {
         let values: Vec<BigUint> = (0..spec.outputs as usize)
             .map(|i| {
                 let residues: Vec<u64> = sums.iter().map(|s| s[i]).collect();
-                let value = crt(&residues[..joined], &plan.primes[..joined])?;
                 if spec.exact {
-                    check_bound(spec, plan, i, &value, &residues[joined..])?;
+                    checked_value(spec.bound_bits, &plan.primes, plan.spares, i, &residues)
+                } else {
+                    crt(&residues[..joined], &plan.primes[..joined])
                 }
-                Ok(value)
             })
             .collect::<Result<_>>()?;
         Ok(answer(spec, plan, &values))
@@ -511,109 +510,14 @@ fn sum_mod(partials: &[WasmPartial], outputs: usize, prime: u64) -> Vec<u64> {
     sums
 }
 
-/// The number below the product of `primes` with these residues (Garner's
-/// mixed-radix form, one prime at a time).
-fn crt(residues: &[u64], primes: &[u64]) -> Result<BigUint> {
-    let mut value = BigUint::from(0u32);
-    let mut product = BigUint::from(1u32);
-    for (&r, &p) in residues.iter().zip(primes) {
-        let reduced = residue(&value, p);
-        let product_mod = residue(&product, p);
-        let inverse = inv_mod(product_mod, p)
-            .ok_or_else(|| Error::Internal(format!("the primes are not coprime at {p}")))?;
-        let diff = (u128::from(r) + u128::from(p) - u128::from(reduced)) % u128::from(p);
-        let step = (diff * u128::from(inverse) % u128::from(p)) as u64;
-        value += &product * step;
-        product *= p;
-    }
-    Ok(value)
-}
-
-/// `value mod p`.
-fn residue(value: &BigUint, p: u64) -> u64 {
-    (value % p).to_u64_digits().first().copied().unwrap_or(0)
-}
-
-/// The largest primes below 2^62, as many as make a product of at least
-/// 2^bits (so that every value below 2^bits has its own residues).
-pub fn primes_for_bits(bits: u32) -> Vec<u64> {
-    let goal = BigUint::from(1u32) << bits;
-    let mut product = BigUint::from(1u32);
-    let mut primes = Vec::new();
-    let mut candidate = PRIME_LIMIT - 1;
-    while product < goal {
-        while !is_prime(candidate) {
-            candidate -= 2;
-        }
-        primes.push(candidate);
-        product *= candidate;
-        candidate -= 2;
-    }
-    primes
-}
-
-/// Spare primes an exact job runs beyond those its bound needs (at most 4:
-/// each is drawn from 8 bytes of a SHA-256).
-pub const SPARE_PRIMES: usize = 1;
-const _: () = assert!(SPARE_PRIMES >= 1 && SPARE_PRIMES <= 4);
-
-/// The primes of an exact job: those [`primes_for_bits`] gives, then
-/// [`SPARE_PRIMES`] more, each the first prime at or below a number drawn by
-/// the spec's digest between 2^61 and 2^62 (about 5 * 10^16 primes), so that
-/// no fixed value slips past the spares of every job.
+/// The primes of an exact job (see [`exact_primes`]), the spares drawn by
+/// the spec's digest.
 fn exact_plan(spec: &WasmSpec) -> WasmPlan {
-    let mut primes = primes_for_bits(spec.bound_bits);
     let described = serde_json::to_vec(spec).expect("a wasm spec serialises");
-    let digest = Sha256::digest(&described);
-    for draw in digest.chunks_exact(8).take(SPARE_PRIMES) {
-        let word = u64::from_le_bytes(draw.try_into().expect("8 bytes"));
-        let half = PRIME_LIMIT >> 1;
-        let mut candidate = half | (word & (half - 1)) | 1;
-        while !is_prime(candidate) || primes.contains(&candidate) {
-            candidate -= 2;
-        }
-        primes.push(candidate);
-    }
     WasmPlan {
-        primes,
+        primes: exact_primes(spec.bound_bits, &described),
         spares: SPARE_PRIMES,
     }
-}
-
-/// Checks an exact job's value `index` against its bound: the value the
-/// bound's primes give is below 2^bound_bits and has the residues the spare
-/// primes summed. A sum S at or above the product of the bound's primes
-/// comes back from the CRT as a smaller number V; a spare prime misses it
-/// only if it divides S - V, which has fewer than log2(S) / 61 prime factors
-/// above 2^61, while each prime is drawn with probability below 2^-50 (the
-/// gaps between primes near 2^62 are below 1,500): below 2^-40 for any S
-/// under 2^65536. A plan without spares (made before they were run) has
-/// the first check only.
-fn check_bound(
-    spec: &WasmSpec,
-    plan: &WasmPlan,
-    index: usize,
-    value: &BigUint,
-    spare_residues: &[u64],
-) -> Result<()> {
-    let joined = plan.primes.len() - plan.spares;
-    let spares_agree = plan.primes[joined..]
-        .iter()
-        .zip(spare_residues)
-        .all(|(&p, &r)| residue(value, p) == r);
-    if value.bits() > u64::from(spec.bound_bits) || !spares_agree {
-        return Err(invalid!(
-            "value {index} of the answer is not below 2^{}: {}, so the CRT cannot give it \
-             (raise --bound-bits)",
-            spec.bound_bits,
-            if spares_agree {
-                "the primes' reconstruction is above the bound"
-            } else {
-                "the spare prime's residue disagrees with the reconstruction"
-            }
-        ));
-    }
-    Ok(())
 }
 
 fn answer(spec: &WasmSpec, plan: &WasmPlan, values: &[BigUint]) -> Answer {
@@ -706,32 +610,7 @@ impl FaultInjection for Wasm {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn exact_primes_cover_the_bound_and_no_more() {
-        for bits in [1, 61, 62, 63, 124, 200, 4096] {
-            let primes = primes_for_bits(bits);
-            assert!(primes.iter().all(|&p| p < PRIME_LIMIT && is_prime(p)));
-            let product: BigUint = primes.iter().map(|&p| BigUint::from(p)).product();
-            assert!(product >= BigUint::from(1u32) << bits, "bits {bits}");
-            let fewer: BigUint = primes[1..].iter().map(|&p| BigUint::from(p)).product();
-            assert!(fewer < BigUint::from(1u32) << bits, "bits {bits}");
-            // The bound `validate` counts tasks with holds.
-            assert!(primes.len() as u32 <= bits.div_ceil(61), "bits {bits}");
-        }
-    }
-
-    #[test]
-    fn the_crt_gives_back_numbers_below_the_product_of_the_primes() {
-        let primes = primes_for_bits(200);
-        let mut rng = tally_kernels::test_rng::Rng::new(7);
-        for _ in 0..50 {
-            let value = (0..3).fold(BigUint::from(0u32), |v, _| (v << 64) + rng.next_u64())
-                % (BigUint::from(1u32) << 190);
-            let residues: Vec<u64> = primes.iter().map(|&p| residue(&value, p)).collect();
-            assert_eq!(crt(&residues, &primes).unwrap(), value);
-        }
-    }
+    use crate::exact::residue;
 
     #[test]
     fn shards_add_up_modulo_each_prime_then_join() {

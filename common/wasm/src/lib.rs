@@ -186,10 +186,18 @@ impl Sandbox {
             WasmError::Refused(format!("it is not a valid module: {}", one_line(&e)))
         })?;
         check_imports(engine, &module)?;
-        if version == ABI_VERSION && module.get_export("tally_sweep_expand").is_some() {
+        let sweeps = module.get_export("tally_sweep_expand").is_some();
+        if version == ABI_VERSION && sweeps {
             return Err(WasmError::Refused(
-                "it is a sweep module (it exports tally_sweep_expand, ABI version 2): the wasm \
-                 kind runs shard modules of ABI version 1 (docs/design/keyed-sweeps.md)"
+                "it is a sweep module (it exports tally_sweep_expand, ABI version 2): run it \
+                 as a wasm-sweep job (docs/kinds/wasm-sweep.md)"
+                    .into(),
+            ));
+        }
+        if version != ABI_VERSION && !sweeps && module.get_export("tally_shard").is_some() {
+            return Err(WasmError::Refused(
+                "it is a shard module (it exports tally_shard, ABI version 1): run it as a \
+                 wasm job (docs/kinds/wasm.md)"
                     .into(),
             ));
         }

@@ -1,10 +1,10 @@
-//! Sweep modules (the proposed kernel ABI version 2, see
-//! `docs/design/keyed-sweeps.md`): a module says what a state's children and
+//! Sweep modules (kernel ABI version 2, see
+//! `docs/wasm-abi.md`): a module says what a state's children and
 //! weights are, and its caller sums the counts of equal keys. A
 //! [`SweepSession`] is one instance of a module, kept for a shard's batches,
 //! whose every answer is checked against the module's plan and the ABI's
-//! limits before its caller sees it. The runner does not plan sweeps yet:
-//! this is the sandbox's side alone.
+//! limits before its caller sees it. The `wasm-sweep` kind plans sweeps
+//! and runs a session a level shard.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -18,15 +18,11 @@ use crate::{Host, Instances, Kernel, Result, Sandbox, WasmError, one_line};
 pub const SWEEP_ABI_VERSION: i32 = 2;
 /// What an export returns when its output buffer is too small.
 const NEEDS_ROOM: i32 = -4;
-/// The longest key a plan may allow.
-pub const MAX_KEY_LIMIT: usize = 4096;
-/// The most children one state may have, and weights a state.
-pub const MAX_CHILDREN: usize = 1 << 16;
-pub const MAX_OUTPUTS: usize = 4096;
-/// The most steps a sweep may take.
-pub const MAX_STEPS: u32 = 1 << 20;
-/// Multipliers and weights are below this.
-pub const MAX_FACTOR: u64 = 1 << 62;
+pub use tally_kinds::guest::{
+    MAX_SWEEP_CHILDREN as MAX_CHILDREN, MAX_SWEEP_FACTOR as MAX_FACTOR,
+    MAX_SWEEP_KEY_LIMIT as MAX_KEY_LIMIT, MAX_SWEEP_OUTPUTS as MAX_OUTPUTS,
+    MAX_SWEEP_STEPS as MAX_STEPS,
+};
 /// The most bytes one call may answer with.
 pub const MAX_ANSWER_BYTES: usize = 1 << 30;
 /// The first output buffer of a session.
@@ -654,8 +650,10 @@ mod tests {
         let sandbox = Sandbox::new(Limits::default()).unwrap();
         let refused = sandbox.load(SWEEP).err().unwrap().to_string();
         assert!(refused.contains("it is a sweep module"), "{refused}");
+        assert!(refused.contains("wasm-sweep job"), "{refused}");
         let refused = sandbox.load_sweep(QUEENS).err().unwrap().to_string();
-        assert!(refused.contains("tally_sweep_plan"), "{refused}");
+        assert!(refused.contains("it is a shard module"), "{refused}");
+        assert!(refused.contains("wasm job"), "{refused}");
     }
 
     /// A sweep module whose plan allows keys of 1 byte and whose start

@@ -1,0 +1,762 @@
+//! `wasm-sweep`: a user's sweep over keyed states, compiled to WebAssembly
+//! (kernel ABI version 2, `docs/wasm-abi.md`). The module says what a
+//! state's children and weights are; the runner does the rest, one stage a
+//! level: level `s`'s shard `q` sums the counts of the states every shard of
+//! level `s - 1` sent bucket `q` (modulo each prime of the job at once),
+//! adds their weights times their counts to the answer, and sends their
+//! children on in buckets by a hash of their keys. The answer is the sum
+//! over every level, joined by the CRT for an exact job and checked by its
+//! spare prime.
+//!
+//! The module travels as the `wasm` kind's does (an attachment named by its
+//! SHA-256, run only by workers started with `--allow-wasm`). The
+//! coordinator compiles and checks it, never runs it: the module's plan (its
+//! weights a state, when the sweep ends, its limits) comes back with the
+//! first level's result, and every later shard's must equal it, so a module
+//! whose plan depends on anything but its parameters fails the job.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use num_bigint::BigUint;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::KernelCache;
+use crate::exact::{PRIME_LIMIT, SPARE_PRIMES, checked_value, exact_primes};
+use crate::guest::{
+    GuestSweepEnd, GuestSweepModule, GuestSweepPlan, MAX_SWEEP_CHILDREN, MAX_SWEEP_KEY_LIMIT,
+    MAX_SWEEP_OUTPUTS, MAX_SWEEP_STEPS, MODULES_KEPT, SEND_MODULE, WASM_CAPABILITY, is_sha256_hex,
+};
+use crate::kind::{
+    Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
+    ShardRun, SpecArgs, SpecOf, StageRead, single_input,
+};
+use crate::{Control, Error, Result, invalid};
+use tally_kernels::buckets::{
+    bucket_count, encode_buckets, levels_note, split_buckets, split_gathered, states_per_slot,
+};
+use tally_kernels::modular::is_prime;
+use tally_kernels::sweep::{SweepState, decode_states, encode_states, key_bucket, sweep_level};
+use tally_wire::proto;
+
+pub struct WasmSweep;
+
+/// The modulus when the job names none.
+pub const DEFAULT_MODULUS: u64 = 1_000_000_007;
+pub const MAX_BOUND_BITS: u32 = 4096;
+/// The most shards a level.
+pub const MAX_BUCKETS: u32 = 1024;
+/// The parameters' `K=V` lines, in bytes.
+pub const MAX_PARAMS_BYTES: usize = 64 << 10;
+/// States a level shard holds at most, when no worker has said its memory.
+const STATES_PER_BUCKET: u64 = 1 << 20;
+/// States worth a shard of their own.
+const MIN_STATES_PER_BUCKET: u64 = 4096;
+/// About what a state costs a level shard, which holds its level and the
+/// next in memory: its key, its counts and the maps' own.
+const SHARD_BYTES_PER_STATE: u64 = 256;
+/// States of a level the module is asked about at once.
+const BATCH: usize = 4096;
+/// The parameters a job's description shows, in characters.
+const DESCRIBED_PARAMS_CHARS: usize = 80;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "WasmSweepSpecFields")]
+pub struct WasmSweepSpec {
+    /// The module's SHA-256, lowercase hex.
+    pub module_sha256: String,
+    /// `K=V` lines for the module, in order.
+    pub params: Vec<String>,
+    /// The prime; 0 when `exact`.
+    pub modulus: u64,
+    pub exact: bool,
+    /// With `exact`: every value of the answer is below 2^bound_bits.
+    pub bound_bits: u32,
+    /// Shards a level; 0 chooses from each level's size.
+    pub buckets: u32,
+}
+
+/// A spec as a spec file may write it: a modulus left out is the default
+/// prime, or none (0) for an exact job.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WasmSweepSpecFields {
+    module_sha256: String,
+    #[serde(default)]
+    params: Vec<String>,
+    modulus: Option<u64>,
+    #[serde(default)]
+    exact: bool,
+    #[serde(default)]
+    bound_bits: u32,
+    #[serde(default)]
+    buckets: u32,
+}
+
+impl From<WasmSweepSpecFields> for WasmSweepSpec {
+    fn from(f: WasmSweepSpecFields) -> WasmSweepSpec {
+        let default_modulus = if f.exact { 0 } else { DEFAULT_MODULUS };
+        WasmSweepSpec {
+            module_sha256: f.module_sha256,
+            params: f.params,
+            modulus: f.modulus.unwrap_or(default_modulus),
+            exact: f.exact,
+            bound_bits: f.bound_bits,
+            buckets: f.buckets,
+        }
+    }
+}
+
+impl SpecOf for WasmSweepSpec {
+    type Kind = WasmSweep;
+}
+
+#[derive(clap::Args, Debug)]
+pub struct WasmSweepArgs {
+    /// The sweep module, a .wasm file of at most 8 MiB; it is sent with the job.
+    #[arg(long, value_name = "FILE")]
+    pub module: PathBuf,
+    /// A parameter for the module; repeat for more (the module reads them).
+    #[arg(long = "param", value_name = "K=V")]
+    pub params: Vec<String>,
+    /// The prime the counts are taken modulo, below 2^62 [default: 1000000007].
+    #[arg(long, conflicts_with = "exact")]
+    pub modulus: Option<u64>,
+    /// The exact answer: the counts are kept modulo as many primes below
+    /// 2^62 as --bound-bits needs, and a spare, all in one sweep, and joined
+    /// by the CRT.
+    #[arg(long, requires = "bound_bits")]
+    pub exact: bool,
+    /// With --exact: every value of the answer is below 2^B, 1 to 4096.
+    #[arg(long, value_name = "B", requires = "exact")]
+    pub bound_bits: Option<u32>,
+    /// Shards a level, 1 to 1024 [default: chosen from each level's size].
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
+    pub buckets: u32,
+}
+
+impl SpecArgs<WasmSweepSpec> for WasmSweepArgs {
+    fn into_spec(self, files: &dyn FileReader) -> Result<WasmSweepSpec> {
+        let (modulus, bound_bits) = match (self.exact, self.modulus, self.bound_bits) {
+            (true, _, bound) => (0, bound.unwrap_or(0)),
+            (false, modulus, _) => (modulus.unwrap_or(DEFAULT_MODULUS), 0),
+        };
+        Ok(WasmSweepSpec {
+            module_sha256: files.attach(&self.module)?,
+            params: self.params,
+            modulus,
+            exact: self.exact,
+            bound_bits,
+            buckets: self.buckets,
+        })
+    }
+}
+
+/// The module's plan as the runner records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SweepShape {
+    pub key_limit: u32,
+    /// Weights a state: the answer's length.
+    pub outputs: u32,
+    /// The sweep's last level, or none: it ends at its first empty level.
+    pub last_level: Option<u32>,
+    pub most_children: u32,
+}
+
+impl SweepShape {
+    fn of(plan: GuestSweepPlan) -> SweepShape {
+        SweepShape {
+            key_limit: plan.key_limit as u32,
+            outputs: plan.outputs as u32,
+            last_level: match plan.end {
+                GuestSweepEnd::Steps(steps) => Some(steps),
+                GuestSweepEnd::WhenEmpty => None,
+            },
+            most_children: plan.most_children as u32,
+        }
+    }
+
+    /// Within the ABI's limits (the sandbox checked them; a result that
+    /// says otherwise is refused).
+    fn check(&self) -> Result<()> {
+        let within = (1..=MAX_SWEEP_KEY_LIMIT as u32).contains(&self.key_limit)
+            && (1..=MAX_SWEEP_OUTPUTS as u32).contains(&self.outputs)
+            && self.last_level.is_none_or(|l| l <= MAX_SWEEP_STEPS)
+            && (1..=MAX_SWEEP_CHILDREN as u32).contains(&self.most_children);
+        match within {
+            true => Ok(()),
+            false => Err(invalid!(
+                "the module's plan {self:?} is past the ABI's limits"
+            )),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WasmSweepPlan {
+    /// The primes every count is kept modulo: the job's, or those of
+    /// `exact` (the bound's primes, then the spares).
+    #[serde(default)]
+    pub primes: Vec<u64>,
+    /// With `exact`: how many of the last `primes` are spares.
+    #[serde(default)]
+    pub spares: usize,
+    /// The module's plan, from the first level's shard.
+    #[serde(default)]
+    pub shape: Option<SweepShape>,
+    /// The states of each level found so far.
+    #[serde(default)]
+    pub levels: Vec<u64>,
+    /// For each prime, the answer so far: the sums over the levels done of
+    /// each state's weights times its count.
+    #[serde(default)]
+    pub sums: Vec<Vec<u64>>,
+}
+
+/// Bucket `bucket` of level `level` (0: the module's start states, in one
+/// shard), sending the next level's states in `buckets_out` buckets (0 on
+/// level 0: as many as its states call for, which the shard decides).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct WasmSweepTask {
+    pub level: u32,
+    pub bucket: u32,
+    pub buckets_out: u32,
+    /// The job's primes (a shard sees no plan).
+    pub primes: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct WasmSweepPartial {
+    /// The module's plan as this shard's instance gave it.
+    pub shape: SweepShape,
+    /// The distinct states of the level in this shard's bucket.
+    pub states: u64,
+    /// The distinct children it sent, over all buckets.
+    pub sent: u64,
+    /// The buckets it sent them in.
+    pub buckets: u32,
+    /// For each prime, the sums of its states' weights times their counts.
+    pub answer: Vec<Vec<u64>>,
+}
+
+/// What a level shard reads: bucket `q` of every shard of the level before,
+/// framed as they were gathered.
+pub struct SweepInput(Vec<u8>);
+
+/// A compiled sweep module in the kernel cache.
+struct LoadedSweep(Arc<dyn GuestSweepModule>);
+
+/// The buckets level 0 sends its children in: one per so many of its
+/// states (the next level is about as large), or the spec's count.
+fn first_buckets(spec: &WasmSweepSpec, states: u64) -> u32 {
+    bucket_count(
+        states,
+        STATES_PER_BUCKET,
+        MIN_STATES_PER_BUCKET,
+        spec.buckets,
+        MAX_BUCKETS,
+        1,
+    )
+}
+
+/// The buckets a level of about `states` states sends the level after it in,
+/// spread over `slots` of `slot_memory` each (0: unknown).
+fn buckets_after(spec: &WasmSweepSpec, states: u64, slots: u32, slot_memory: u64) -> u32 {
+    let per_bucket = states_per_slot(
+        slot_memory,
+        SHARD_BYTES_PER_STATE,
+        MIN_STATES_PER_BUCKET,
+        STATES_PER_BUCKET,
+    );
+    bucket_count(
+        states,
+        per_bucket,
+        MIN_STATES_PER_BUCKET,
+        spec.buckets,
+        MAX_BUCKETS,
+        slots,
+    )
+}
+
+/// `a + b` modulo `p`, both below it.
+fn add_mod(a: u64, b: u64, p: u64) -> u64 {
+    ((u128::from(a) + u128::from(b)) % u128::from(p)) as u64
+}
+
+/// The module, compiled once per process.
+fn loaded(cache: &KernelCache, digest: &str) -> Result<Arc<LoadedSweep>> {
+    let runtime = cache.guest_runtime().ok_or_else(|| {
+        Error::Failed("this worker does not run wasm modules (start it with --allow-wasm)".into())
+    })?;
+    cache.get_or_build::<LoadedSweep>(digest, MODULES_KEPT, || {
+        let bytes = cache
+            .attachment(digest)
+            .ok_or_else(|| Error::Failed(format!("the module {digest} was not fetched")))?;
+        Ok(LoadedSweep(runtime.load_sweep(&bytes)?))
+    })
+}
+
+/// The module's start states summed by key, each count modulo every prime,
+/// as a level list, and how many there are.
+fn start_list(starts: Vec<(Vec<u8>, u64)>, primes: &[u64]) -> (Vec<u8>, u64) {
+    let mut summed: BTreeMap<Vec<u8>, Vec<u64>> = BTreeMap::new();
+    for (key, count) in starts {
+        let sums = summed.entry(key).or_insert_with(|| vec![0; primes.len()]);
+        for (sum, &p) in sums.iter_mut().zip(primes) {
+            *sum = add_mod(*sum, count % p, p);
+        }
+    }
+    let states: Vec<SweepState> = summed.into_iter().collect();
+    (encode_states(&states, primes.len()), states.len() as u64)
+}
+
+impl JobKind for WasmSweep {
+    type Spec = WasmSweepSpec;
+    type Args = WasmSweepArgs;
+    type Plan = WasmSweepPlan;
+    type Task = WasmSweepTask;
+    type Partial = WasmSweepPartial;
+    type StageInput = SweepInput;
+
+    const NAME: &'static str = "wasm-sweep";
+    const ABOUT: &'static str = "A user's sweep over keyed states compiled to WebAssembly: counts summed level by level, modulo a prime or exact.";
+    const EXAMPLES: &'static str = "  tally run wasm-sweep --module examples/wasm/independent-sets-sweep.wasm --param n=12\n  tally run wasm-sweep --module examples/wasm/independent-sets-sweep.wasm --param n=16 --exact --bound-bits 128";
+
+    fn spec_to_proto(spec: &WasmSweepSpec) -> proto::job_spec::Kind {
+        proto::job_spec::Kind::WasmSweep(proto::WasmSweepSpec {
+            module_sha256: spec.module_sha256.clone(),
+            params: spec.params.clone(),
+            modulus: spec.modulus,
+            exact: spec.exact,
+            bound_bits: spec.bound_bits,
+            buckets: spec.buckets,
+        })
+    }
+
+    fn spec_from_proto(kind: &proto::job_spec::Kind) -> Option<Result<WasmSweepSpec>> {
+        let proto::job_spec::Kind::WasmSweep(w) = kind else {
+            return None;
+        };
+        Some(Ok(WasmSweepSpec {
+            module_sha256: w.module_sha256.clone(),
+            params: w.params.clone(),
+            modulus: match (w.exact, w.modulus) {
+                (false, 0) => DEFAULT_MODULUS,
+                (_, m) => m,
+            },
+            exact: w.exact,
+            bound_bits: w.bound_bits,
+            buckets: w.buckets,
+        }))
+    }
+
+    fn validate(spec: &WasmSweepSpec) -> Result<()> {
+        if !is_sha256_hex(&spec.module_sha256) {
+            return Err(invalid!(
+                "module_sha256 must be a SHA-256 in 64 lowercase hex digits, not {:?}",
+                spec.module_sha256
+            ));
+        }
+        if spec.buckets > MAX_BUCKETS {
+            return Err(invalid!(
+                "buckets must be at most {MAX_BUCKETS} (0 chooses from each level's size), not {}",
+                spec.buckets
+            ));
+        }
+        for param in &spec.params {
+            match param.split_once('=') {
+                Some((key, _)) if !key.is_empty() && !param.contains('\n') => {}
+                _ => {
+                    return Err(invalid!(
+                        "a module parameter is K=V on one line with a non-empty K, not {param:?}"
+                    ));
+                }
+            }
+        }
+        let params_bytes: usize = spec.params.iter().map(|p| p.len() + 1).sum();
+        if params_bytes > MAX_PARAMS_BYTES {
+            return Err(invalid!(
+                "the module parameters take {params_bytes} bytes, more than {MAX_PARAMS_BYTES}"
+            ));
+        }
+        if spec.exact {
+            if !(1..=MAX_BOUND_BITS).contains(&spec.bound_bits) {
+                return Err(invalid!(
+                    "an exact sweep needs bound_bits between 1 and {MAX_BOUND_BITS} (every \
+                     value of the answer below 2^bound_bits), not {}",
+                    spec.bound_bits
+                ));
+            }
+            if spec.modulus != 0 {
+                return Err(invalid!("an exact sweep takes no modulus"));
+            }
+        } else {
+            if spec.bound_bits != 0 {
+                return Err(invalid!("bound_bits goes with exact only"));
+            }
+            if spec.modulus >= PRIME_LIMIT || !is_prime(spec.modulus) {
+                return Err(invalid!(
+                    "the modulus must be a prime below 2^62, not {}",
+                    spec.modulus
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(spec: &WasmSweepSpec) -> String {
+        let over = if spec.exact {
+            format!("exact (below 2^{})", spec.bound_bits)
+        } else {
+            format!("mod {}", spec.modulus)
+        };
+        // A description is one line of a listing: long parameters are cut.
+        let mut params: String = spec.params.iter().map(|p| format!(" {p}")).collect();
+        if let Some((cut, _)) = params.char_indices().nth(DESCRIBED_PARAMS_CHARS) {
+            params.truncate(cut);
+            params.push('…');
+        }
+        format!(
+            "wasm sweep sha256:{}{params}, {over}",
+            &spec.module_sha256[..12]
+        )
+    }
+
+    /// None: a sweep needs a module, and has no direct computation.
+    fn small_example() -> Option<WasmSweepSpec> {
+        None
+    }
+
+    fn attachments(spec: &WasmSweepSpec) -> Vec<String> {
+        vec![spec.module_sha256.clone()]
+    }
+
+    fn capability(_spec: &WasmSweepSpec) -> Option<&'static str> {
+        Some(WASM_CAPABILITY)
+    }
+
+    fn stages_known(_spec: &WasmSweepSpec) -> bool {
+        false
+    }
+
+    /// Checks the module (compiled and its exports checked, never run) and
+    /// chooses the primes.
+    fn prepare(
+        spec: &WasmSweepSpec,
+        cache: &KernelCache,
+        _control: &Control,
+    ) -> Result<WasmSweepPlan> {
+        let runtime = cache
+            .guest_runtime()
+            .ok_or_else(|| Error::Internal("no sandbox to check wasm modules with".into()))?;
+        let module = cache.attachment(&spec.module_sha256).ok_or_else(|| {
+            invalid!(
+                "no module with SHA-256 {} is stored: {SEND_MODULE}",
+                spec.module_sha256
+            )
+        })?;
+        cache.get_or_build::<LoadedSweep>(&spec.module_sha256, MODULES_KEPT, || {
+            Ok(LoadedSweep(runtime.load_sweep(&module)?))
+        })?;
+        let (primes, spares) = if spec.exact {
+            let described = serde_json::to_vec(spec).expect("a sweep spec serialises");
+            (exact_primes(spec.bound_bits, &described), SPARE_PRIMES)
+        } else {
+            (vec![spec.modulus], 0)
+        };
+        Ok(WasmSweepPlan {
+            primes,
+            spares,
+            ..WasmSweepPlan::default()
+        })
+    }
+
+    fn plan_stage(
+        _spec: &WasmSweepSpec,
+        plan: &WasmSweepPlan,
+        _stage: u32,
+    ) -> Result<Vec<Planned<WasmSweepTask>>> {
+        Ok(vec![Planned {
+            task: WasmSweepTask {
+                level: 0,
+                bucket: 0,
+                buckets_out: 0,
+                primes: plan.primes.clone(),
+            },
+            work_total: 1,
+        }])
+    }
+
+    fn next_stage(
+        spec: &WasmSweepSpec,
+        plan: &mut WasmSweepPlan,
+        finished: FinishedStage<'_, WasmSweepPartial>,
+    ) -> Result<NextStage<WasmSweepTask>> {
+        let level = plan.levels.len() as u32;
+        let Some(first) = finished.partials.first() else {
+            return Err(Error::Internal(format!(
+                "sweep level {level} had no shards"
+            )));
+        };
+        let shape = *plan.shape.get_or_insert(first.shape);
+        if plan.sums.is_empty() {
+            plan.sums = vec![vec![0; shape.outputs as usize]; plan.primes.len()];
+        }
+        let (mut states, mut sent) = (0u64, 0u64);
+        for partial in finished.partials {
+            if partial.shape != shape {
+                return Err(invalid!(
+                    "the module's plan changed from {shape:?} to {:?} at level {level}: it \
+                     must depend on its parameters alone",
+                    partial.shape
+                ));
+            }
+            states += partial.states;
+            sent += partial.sent;
+            for ((sums, own), &p) in plan.sums.iter_mut().zip(&partial.answer).zip(&plan.primes) {
+                for (sum, &r) in sums.iter_mut().zip(own) {
+                    *sum = add_mod(*sum, r, p);
+                }
+            }
+        }
+        plan.levels.push(states);
+        let note = levels_note("level", level as usize, &[states], "states");
+        // The last level sends nothing; an empty next level ends the sweep
+        // too (every level after it is empty).
+        if shape.last_level == Some(level) || sent == 0 {
+            return Ok(NextStage::Finish);
+        }
+        if level >= MAX_SWEEP_STEPS {
+            return Err(invalid!(
+                "the sweep passed {MAX_SWEEP_STEPS} levels without an empty one"
+            ));
+        }
+        // The next level's shards are the buckets this one wrote.
+        let shards = first.buckets;
+        if finished.partials.iter().any(|p| p.buckets != shards) {
+            return Err(invalid!(
+                "the shards of sweep level {level} wrote unlike buckets"
+            ));
+        }
+        // The level after next is about as large as the next.
+        let buckets_out = buckets_after(spec, sent, finished.slots, finished.slot_memory);
+        let tasks = (0..shards)
+            .map(|bucket| Planned {
+                task: WasmSweepTask {
+                    level: level + 1,
+                    bucket,
+                    buckets_out,
+                    primes: plan.primes.clone(),
+                },
+                work_total: 1,
+            })
+            .collect();
+        Ok(NextStage::Shards(tasks, note))
+    }
+
+    fn stage_reads(_spec: &WasmSweepSpec, _stage: u32, task: &WasmSweepTask) -> Vec<StageRead> {
+        if task.level == 0 {
+            return Vec::new();
+        }
+        vec![StageRead {
+            stage: task.level,
+            bucket: Some(task.bucket),
+        }]
+    }
+
+    fn decode_stage_inputs(_spec: &WasmSweepSpec, parts: &[&[u8]]) -> Result<SweepInput> {
+        Ok(SweepInput(single_input(Self::NAME, parts)?.to_vec()))
+    }
+
+    fn execute(
+        spec: &WasmSweepSpec,
+        task: &WasmSweepTask,
+        run: &mut ShardRun<'_, SweepInput, WasmSweepPartial>,
+    ) -> Result<Outcome<WasmSweepPartial>> {
+        let module = loaded(run.cache, &spec.module_sha256)?;
+        let mut sweep = module.0.start(&spec.params.join("\n"))?;
+        let shape = SweepShape::of(sweep.plan());
+        let primes = &task.primes;
+        let starts;
+        let (parts, buckets_out): (Vec<&[u8]>, u32) = match (task.level, run.input) {
+            // Level 0's states are the start states, summed.
+            (0, _) => {
+                starts = start_list(sweep.starts()?, primes);
+                (vec![&starts.0], first_buckets(spec, starts.1))
+            }
+            (_, Some(SweepInput(gathered))) => (split_gathered(gathered)?, task.buckets_out),
+            (level, None) => {
+                return Err(invalid!(
+                    "sweep level {level} needs the level before's buckets"
+                ));
+            }
+        };
+        let last = shape.last_level == Some(task.level);
+        let inner = run.control.with_own_counter();
+        let level = sweep_level(
+            &mut *sweep,
+            task.level,
+            last,
+            shape.outputs as usize,
+            primes,
+            &parts,
+            buckets_out,
+            BATCH,
+            &inner,
+        )?;
+        run.control.add_work(1);
+        Ok(Outcome {
+            output: encode_buckets(&level.sent).into(),
+            partial: WasmSweepPartial {
+                shape,
+                states: level.states,
+                sent: level.children,
+                buckets: buckets_out,
+                answer: level.answer,
+            },
+            work_done: 1,
+        })
+    }
+
+    fn check_result(
+        spec: &WasmSweepSpec,
+        plan: &WasmSweepPlan,
+        task: &WasmSweepTask,
+        partial: &WasmSweepPartial,
+        output: &[u8],
+    ) -> Result<()> {
+        if task.primes != plan.primes {
+            return Err(invalid!("the task's primes are not the job's"));
+        }
+        partial.shape.check()?;
+        if plan.shape.is_some_and(|shape| shape != partial.shape) {
+            return Err(invalid!(
+                "the module's plan changed to {:?}: it must depend on its parameters alone",
+                partial.shape
+            ));
+        }
+        let outputs = partial.shape.outputs as usize;
+        if partial.answer.len() != plan.primes.len()
+            || partial.answer.iter().any(|sums| sums.len() != outputs)
+        {
+            return Err(invalid!(
+                "the shard's answer is not {outputs} sums for each of {} primes",
+                plan.primes.len()
+            ));
+        }
+        for (sums, &p) in partial.answer.iter().zip(&plan.primes) {
+            if let Some(r) = sums.iter().find(|&&r| r >= p) {
+                return Err(invalid!("the shard's sum {r} is not below the prime {p}"));
+            }
+        }
+        let expected = match task.level {
+            0 => first_buckets(spec, partial.states),
+            _ => task.buckets_out,
+        };
+        let buckets = split_buckets(output)?;
+        if buckets.len() != expected as usize || partial.buckets != expected {
+            return Err(invalid!(
+                "sweep level {} wrote {} buckets, not {expected}",
+                task.level,
+                buckets.len()
+            ));
+        }
+        let mut sent = 0u64;
+        for (q, bytes) in buckets.into_iter().enumerate() {
+            let label = format!("sweep level {}'s output bucket {q}", task.level + 1);
+            for (key, _) in decode_states(bytes, &plan.primes, &label)? {
+                if key.len() > partial.shape.key_limit as usize {
+                    return Err(invalid!(
+                        "{label}: a key of {} bytes, past the module's limit of {}",
+                        key.len(),
+                        partial.shape.key_limit
+                    ));
+                }
+                if key_bucket(&key, expected) != q as u32 {
+                    return Err(invalid!(
+                        "{label}: a state sent to another bucket than its own"
+                    ));
+                }
+                sent += 1;
+            }
+        }
+        if sent != partial.sent {
+            return Err(invalid!(
+                "sweep level {} said it sent {} states and sent {sent}",
+                task.level,
+                partial.sent
+            ));
+        }
+        Ok(())
+    }
+
+    fn finish(
+        spec: &WasmSweepSpec,
+        plan: &WasmSweepPlan,
+        _partials: Vec<WasmSweepPartial>,
+    ) -> Result<Answer> {
+        let (Some(shape), false) = (plan.shape, plan.sums.is_empty()) else {
+            return Err(Error::Internal(
+                "a sweep finished before its first level".into(),
+            ));
+        };
+        let joined = plan.primes.len() - plan.spares;
+        let values: Vec<BigUint> = (0..shape.outputs as usize)
+            .map(|i| {
+                let residues: Vec<u64> = plan.sums.iter().map(|s| s[i]).collect();
+                match spec.exact {
+                    true => checked_value(spec.bound_bits, &plan.primes, plan.spares, i, &residues),
+                    false => Ok(BigUint::from(residues[0])),
+                }
+            })
+            .collect::<Result<_>>()?;
+        let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+        let mut details = serde_json::json!({
+            "kind": Self::NAME,
+            "module_sha256": spec.module_sha256,
+            "outputs": shape.outputs,
+            "values": values,
+            "levels": plan.levels,
+            "states": plan.levels.iter().sum::<u64>(),
+        });
+        if spec.exact {
+            details["exact"] = true.into();
+            details["bound_bits"] = spec.bound_bits.into();
+            details["primes"] = (plan.primes[..joined].iter())
+                .map(|p| p.to_string())
+                .collect();
+            details["spare_primes"] = (plan.primes[joined..].iter())
+                .map(|p| p.to_string())
+                .collect();
+        } else {
+            details["modulus"] = spec.modulus.into();
+        }
+        Ok(Answer {
+            line: values.join(" "),
+            details,
+        })
+    }
+
+    fn direct(_spec: &WasmSweepSpec, _threads: usize, _control: &Control) -> Result<Answer> {
+        Err(invalid!(
+            "a wasm sweep runs through the runner, in a worker's sandbox: leave out --direct"
+        ))
+    }
+}
+
+/// Alters a result the way a faulty machine might (see [`FaultInjection`]).
+impl FaultInjection for WasmSweep {
+    fn corrupt_for_testing(partial: &mut WasmSweepPartial) {
+        if let Some(r) = partial.answer.first_mut().and_then(|s| s.first_mut()) {
+            // Another residue, still below any prime.
+            *r = if *r == 0 { 1 } else { *r - 1 };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

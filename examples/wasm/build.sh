@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the example kernels for wasm32-unknown-unknown into
-# examples/wasm/queens.wasm, examples/wasm/independent-sets.wasm and
-# examples/wasm/independent-sets-sweep.wasm:
+# examples/wasm/queens.wasm, examples/wasm/independent-sets.wasm,
+# examples/wasm/independent-sets-sweep.wasm and examples/wasm/pegs-sweep.wasm:
 # stripped, one codegen unit, paths remapped, so the same toolchain gives the
 # same bytes anywhere. `--check` rebuilds into a scratch directory and fails
 # if the result differs from the committed modules.
@@ -20,9 +20,9 @@ export RUSTFLAGS="--remap-path-prefix=$root=/tally --remap-path-prefix=${CARGO_H
 cd "$root"
 cargo build --quiet --release --target wasm32-unknown-unknown \
     -p tally-example-queens -p tally-example-independent-sets \
-    -p tally-example-independent-sets-sweep
+    -p tally-example-independent-sets-sweep -p tally-example-pegs-sweep
 status=0
-for name in queens independent-sets independent-sets-sweep; do
+for name in queens independent-sets independent-sets-sweep pegs-sweep; do
     built=$scratch/wasm32-unknown-unknown/release/tally_example_${name//-/_}.wasm
     committed=$root/examples/wasm/$name.wasm
     if $check; then

@@ -23,6 +23,7 @@ use crate::support::*;
 type JobClient = proto::job_service_client::JobServiceClient<Channel>;
 
 const SWEEP: &[u8] = include_bytes!("../../examples/wasm/independent-sets-sweep.wasm");
+const PEGS: &[u8] = include_bytes!("../../examples/wasm/pegs-sweep.wasm");
 
 /// A sweep of the example module with `params`, `buckets` a level (0: auto).
 fn sweep_spec(params: &[&str], buckets: u32) -> WasmSweepSpec {
@@ -46,10 +47,14 @@ fn exact_spec(params: &[&str], buckets: u32, bound_bits: u32) -> WasmSweepSpec {
 }
 
 async fn submit_with_module(client: &mut JobClient, spec: &JobSpec) -> proto::Job {
+    submit_with(client, spec, SWEEP).await
+}
+
+async fn submit_with(client: &mut JobClient, spec: &JobSpec, module: &[u8]) -> proto::Job {
     client
         .submit(proto::SubmitRequest {
             spec: Some(proto_spec(spec)),
-            attachments: vec![SWEEP.to_vec()],
+            attachments: vec![module.to_vec()],
             ..Default::default()
         })
         .await
@@ -110,6 +115,57 @@ async fn the_sweep_example_through_the_runner_equals_the_published_counts_on_1_a
         pool.stop().await;
         coordinator.shutdown().await;
     }
+}
+
+/// The example pegs module (a frontier search written as a sweep) through
+/// the runner counts what the built-in pegs kind counts on triangles, from
+/// several starts, with and without a final hole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guest_pegs_module_through_the_runner_equals_the_built_in_kind() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let pool = sweep_workers(&url, 2, false);
+    let mut expected = Vec::new();
+    for (side, start, end) in [(5, 1, None), (5, 4, None), (5, 13, Some(13)), (6, 1, None)] {
+        let rows: Vec<String> = (1..=side).map(|r| "o".repeat(r)).collect();
+        let params = [
+            format!("board={}", rows.join("/")),
+            "moves=triangle".to_string(),
+            format!("start={start}"),
+        ];
+        let mut params: Vec<String> = params.to_vec();
+        if let Some(end) = end {
+            params.push(format!("end={end}"));
+        }
+        let params: Vec<&str> = params.iter().map(String::as_str).collect();
+        let guest = JobSpec::new(WasmSweepSpec {
+            module_sha256: sha256_hex(PEGS),
+            ..exact_spec(&params, 2, 64)
+        });
+        let built_in = JobSpec::new(tally_kinds::pegs::PegsSpec {
+            board: format!("triangle:{side}"),
+            start: Some(start as u32),
+            end: end.map(|e| e as u32),
+            prefixes: 0,
+            plan: None,
+            buckets: 0,
+            by_final_hole: false,
+            no_prune: false,
+        });
+        let job = submit_with(&mut client, &guest, PEGS).await;
+        expected.push((job.id, direct_answer(&built_in)));
+    }
+    let mut solvable = 0;
+    for (id, answer) in expected {
+        let done = finished(&mut client, &id).await;
+        assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+        assert_eq!(done.answer, answer, "{}", done.description);
+        solvable += usize::from(answer != "0");
+    }
+    assert!(solvable >= 3, "{solvable}");
+    pool.stop().await;
+    coordinator.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,15 +96,9 @@ impl tally_kernels::sweep::SweepModel for SweepSession {
         &mut self,
         step: u32,
         keys: &[&[u8]],
-    ) -> tally_kernels::Result<Vec<tally_kernels::sweep::SweepChild>> {
-        let children = SweepSession::expand(self, step, keys).map_err(into_error)?;
-        Ok((children.into_iter())
-            .map(|c| tally_kernels::sweep::SweepChild {
-                parent: c.parent,
-                key: c.key,
-                multiplier: c.multiplier,
-            })
-            .collect())
+        out: &mut tally_kernels::sweep::SweepChildren,
+    ) -> tally_kernels::Result<()> {
+        SweepSession::expand(self, step, keys, out).map_err(into_error)
     }
 
     fn weights(

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 
+use tally_kernels::sweep::SweepChildren;
 use wasmtime::{Store, TypedFunc};
 
 use crate::{Host, Instances, Kernel, Result, Sandbox, WasmError, one_line};
@@ -42,15 +43,6 @@ pub struct SweepPlan {
     pub outputs: usize,
     pub end: SweepEnd,
     pub most_children: usize,
-}
-
-/// A child as a module made it: its parent's index in the batch, its key
-/// and its multiplier.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Child {
-    pub parent: u32,
-    pub key: Vec<u8>,
-    pub multiplier: u64,
 }
 
 type SweepFunc4 = TypedFunc<(i32, i32, i32, i32), i32>;
@@ -261,8 +253,8 @@ impl SweepSession {
     }
 
     /// The children of `keys`, states of level `step`, in their parents'
-    /// order.
-    pub fn expand(&mut self, step: u32, keys: &[&[u8]]) -> Result<Vec<Child>> {
+    /// order, added to `out`.
+    pub fn expand(&mut self, step: u32, keys: &[&[u8]], out: &mut SweepChildren) -> Result<()> {
         self.place_keys(keys)?;
         let bytes = self.call(|s, out| {
             let (params, params_len) = s.params;
@@ -281,7 +273,7 @@ impl SweepSession {
             bytes: &bytes,
             what: "the children",
         };
-        let (mut children, mut parent_at, mut of_parent) = (Vec::new(), 0u32, 0usize);
+        let (mut parent_at, mut of_parent) = (0u32, 0usize);
         while !records.bytes.is_empty() {
             let parent = u32::from_le_bytes(records.take(4)?.try_into().expect("4 bytes"));
             if parent < parent_at || parent as usize >= keys.len() {
@@ -302,15 +294,11 @@ impl SweepSession {
                     self.plan.most_children
                 )));
             }
-            let key = records.key(self.plan.key_limit)?.to_vec();
+            let key = records.key(self.plan.key_limit)?;
             let multiplier = records.factor("multiplier")?;
-            children.push(Child {
-                parent,
-                key,
-                multiplier,
-            });
+            out.push(parent, key, multiplier);
         }
-        Ok(children)
+        Ok(())
     }
 
     /// The weights of `keys`, states of level `step` (`last`: the sweep's
@@ -517,9 +505,11 @@ mod tests {
                     add(&mut answer, count, w[0]);
                 }
                 if !last {
-                    for child in session.expand(step, &keys).unwrap() {
-                        let count = *chunk[child.parent as usize].1;
-                        add(next.entry(child.key).or_default(), count, child.multiplier);
+                    let mut children = SweepChildren::default();
+                    session.expand(step, &keys, &mut children).unwrap();
+                    for (parent, key, multiplier) in children.iter() {
+                        let count = *chunk[parent as usize].1;
+                        add(next.entry(key.to_vec()).or_default(), count, multiplier);
                     }
                 }
             }
@@ -546,13 +536,15 @@ mod tests {
         let mut session = sandbox.start_sweep(&kernel, "n=16").unwrap();
         let starts = session.starts().unwrap();
         let keys: Vec<&[u8]> = starts.iter().take(200).map(|(k, _)| k.as_slice()).collect();
-        let children = session.expand(0, &keys).unwrap();
+        let mut children = SweepChildren::default();
+        session.expand(0, &keys, &mut children).unwrap();
         assert!(
             children.len() * 18 > 64 << 10,
             "{} children",
             children.len()
         );
-        assert!(children.windows(2).all(|w| w[0].parent <= w[1].parent));
+        let parents: Vec<u32> = children.iter().map(|(parent, _, _)| parent).collect();
+        assert!(parents.windows(2).all(|w| w[0] <= w[1]));
         // Refused parameters.
         assert_eq!(
             sandbox.start_sweep(&kernel, "n=40").err(),

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tally_example_independent_sets_sweep::IndependentRows;
 use tally_guest::Params;
 use tally_guest::sweep::{Sweep, SweepEnd, run_sweep};
-use tally_kernels::sweep::{SweepChild, SweepModel};
+use tally_kernels::sweep::{SweepChildren, SweepModel};
 
 use super::*;
 use crate::guest::{GuestModule, GuestRuntime, GuestSweep, sha256_hex};
@@ -73,19 +73,12 @@ struct Native {
 }
 
 impl SweepModel for Native {
-    fn expand(&mut self, step: u32, keys: &[&[u8]]) -> Result<Vec<SweepChild>> {
-        let mut children = Vec::new();
+    fn expand(&mut self, step: u32, keys: &[&[u8]], out: &mut SweepChildren) -> Result<()> {
         for (parent, key) in keys.iter().enumerate() {
-            let mut emit = |key: &[u8], multiplier| {
-                children.push(SweepChild {
-                    parent: parent as u32,
-                    key: key.to_vec(),
-                    multiplier,
-                })
-            };
+            let mut emit = |key: &[u8], multiplier| out.push(parent as u32, key, multiplier);
             (self.model.expand(step, key, &mut emit)).map_err(|e| Error::Failed(e.to_string()))?;
         }
-        Ok(children)
+        Ok(())
     }
 
     fn weights(&mut self, step: u32, last: bool, keys: &[&[u8]]) -> Result<Vec<u64>> {

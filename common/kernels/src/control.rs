@@ -37,6 +37,12 @@ impl Control {
         self.cancelled.load(Ordering::Relaxed)
     }
 
+    /// The flag [`Control::cancel`] sets, for code the kernel cannot poll
+    /// while it runs (a sandboxed module's call, interrupted when it is set).
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancelled.clone()
+    }
+
     /// Asks the kernel for a checkpoint at its next chance, not at its next
     /// interval; it stays asked (every chance then makes one) until the
     /// caller stops the kernel.

@@ -339,8 +339,11 @@ struct Entry {
 impl ChildSums {
     /// Room for about `states` children (they grow when there are more).
     fn new(primes: usize, states: usize) -> ChildSums {
+        let mut flat = FlatStates::new(primes);
+        flat.ends.reserve(states);
+        flat.counts.reserve(states * primes);
         ChildSums {
-            states: FlatStates::new(primes),
+            states: flat,
             index: HashTable::with_capacity(states),
             hasher: FixedState::with_seed(0x7a11_5eed),
         }
@@ -460,8 +463,10 @@ pub fn sweep_level(
         sent: Vec::new(),
         children: 0,
     };
-    // The next level is about as large as this one.
-    let mut next = ChildSums::new(primes.len(), level.len());
+    // The next level is about as large as this one, and up to twice as
+    // large on the way to the widest: room for twice, so the table seldom
+    // grows (a growth rehashes every entry).
+    let mut next = ChildSums::new(primes.len(), 2 * level.len());
     let mut children = SweepChildren::default();
     let mut keys: Vec<&[u8]> = Vec::with_capacity(batch);
     for first in (0..level.len()).step_by(batch) {

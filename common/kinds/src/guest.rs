@@ -9,6 +9,7 @@
 //! no runtime and a worker without the flag has none to run.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use sha2::{Digest, Sha256};
 
@@ -92,7 +93,8 @@ pub trait GuestRuntime: Send + Sync {
 pub trait GuestSweepModule: Send + Sync {
     /// An instance of the module for the job's parameters (`K=V` lines),
     /// its plan asked and checked; refused parameters are `InvalidArgument`.
-    fn start(&self, params: &str) -> Result<Box<dyn GuestSweep>>;
+    /// Once `cancelled` is set, a call running stops soon, `Cancelled`.
+    fn start(&self, params: &str, cancelled: Arc<AtomicBool>) -> Result<Box<dyn GuestSweep>>;
 }
 
 /// When a sweep ends: after a number of steps, or at its first empty level.

@@ -578,7 +578,8 @@ impl JobKind for WasmSweep {
         run: &mut ShardRun<'_, SweepInput, WasmSweepPartial>,
     ) -> Result<Outcome<WasmSweepPartial>> {
         let module = loaded(run.cache, &spec.module_sha256)?;
-        let mut sweep = module.0.start(&spec.params.join("\n"))?;
+        let cancelled = run.control.cancel_flag();
+        let mut sweep = module.0.start(&spec.params.join("\n"), cancelled)?;
         let shape = SweepShape::of(sweep.plan());
         let primes = &task.primes;
         let starts;

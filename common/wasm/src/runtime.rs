@@ -4,6 +4,7 @@
 //! the job at once: every attempt would repeat them).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use tally_kinds::guest::{
     GuestCall, GuestHooks, GuestModule, GuestRuntime, GuestSweep, GuestSweepEnd, GuestSweepModule,
@@ -44,10 +45,14 @@ impl GuestRuntime for GuestSandbox {
 }
 
 impl GuestSweepModule for LoadedKernel {
-    fn start(&self, params: &str) -> tally_kinds::Result<Box<dyn GuestSweep>> {
+    fn start(
+        &self,
+        params: &str,
+        cancelled: Arc<AtomicBool>,
+    ) -> tally_kinds::Result<Box<dyn GuestSweep>> {
         let session = self
             .sandbox
-            .start_sweep(&self.kernel, params)
+            .start_sweep(&self.kernel, params, cancelled)
             .map_err(into_error)?;
         Ok(Box::new(session))
     }

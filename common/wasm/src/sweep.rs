@@ -85,11 +85,17 @@ impl Sandbox {
     }
 
     /// A session of `kernel` (from [`Sandbox::load_sweep`]) for `params`:
-    /// one instance, its plan asked and checked.
-    pub fn start_sweep(&self, kernel: &Kernel, params: &str) -> Result<SweepSession> {
+    /// one instance, its plan asked and checked. Once `stop` is set, a call
+    /// running or made later stops within a tick of the epoch (about
+    /// 10 ms), `Cancelled`.
+    pub fn start_sweep(
+        &self,
+        kernel: &Kernel,
+        params: &str,
+        stop: Arc<AtomicBool>,
+    ) -> Result<SweepSession> {
         let fuel = self.instances.limits.fuel;
         let (events, _) = mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
         let (mut store, instance) = self.instances.instantiate(kernel, events, stop, fuel)?;
         let memory = instance
             .get_memory(&mut store, "memory")
@@ -477,6 +483,24 @@ mod tests {
     const SWEEP: &[u8] = include_bytes!("../../../examples/wasm/independent-sets-sweep.wasm");
     const QUEENS: &[u8] = include_bytes!("../../../examples/wasm/queens.wasm");
 
+    /// A stop flag no one sets.
+    fn never() -> Arc<AtomicBool> {
+        Arc::new(AtomicBool::new(false))
+    }
+
+    /// A call that would run for hours ends `Cancelled` once the stop flag
+    /// is set (set here before the call: the epoch's next tick ends it).
+    #[test]
+    fn a_stopped_session_ends_its_endless_call_cancelled() {
+        let sandbox = Sandbox::new(Limits::default()).unwrap();
+        let endless = faulty(PLAN, "(loop $again (br $again)) (i32.const 0)");
+        let kernel = sandbox.load_sweep(&endless).unwrap();
+        let stop = never();
+        let mut session = sandbox.start_sweep(&kernel, "", stop.clone()).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(session.starts().err(), Some(WasmError::Cancelled));
+    }
+
     fn add(sum: &mut u64, count: u64, factor: u64) {
         let product = (u128::from(count) * u128::from(factor % PRIME)) % u128::from(PRIME);
         *sum = ((u128::from(*sum) + product) % u128::from(PRIME)) as u64;
@@ -526,14 +550,14 @@ mod tests {
         let sandbox = Sandbox::new(Limits::default()).unwrap();
         let kernel = sandbox.load_sweep(SWEEP).unwrap();
         for (params, batch) in [("n=4", 1), ("n=6\nm=3", 7), ("n=9", 10_000), ("n=12", 50)] {
-            let mut session = sandbox.start_sweep(&kernel, params).unwrap();
+            let mut session = sandbox.start_sweep(&kernel, params, never()).unwrap();
             let native =
                 tally_example_independent_sets_sweep::run_sweep_native(params, &[PRIME]).unwrap();
             assert_eq!(run(&mut session, batch), native.residues[0][0], "{params}");
         }
         // A batch whose children pass the first output buffer (64 KiB):
         // the session grows it when the module asks.
-        let mut session = sandbox.start_sweep(&kernel, "n=16").unwrap();
+        let mut session = sandbox.start_sweep(&kernel, "n=16", never()).unwrap();
         let starts = session.starts().unwrap();
         let keys: Vec<&[u8]> = starts.iter().take(200).map(|(k, _)| k.as_slice()).collect();
         let mut children = SweepChildren::default();
@@ -547,7 +571,7 @@ mod tests {
         assert!(parents.windows(2).all(|w| w[0] <= w[1]));
         // Refused parameters.
         assert_eq!(
-            sandbox.start_sweep(&kernel, "n=40").err(),
+            sandbox.start_sweep(&kernel, "n=40", never()).err(),
             Some(WasmError::BadParams)
         );
     }
@@ -577,7 +601,7 @@ mod tests {
         let module = runtime.load_sweep(SWEEP).unwrap();
         let primes = [PRIME, 1_000_000_007];
         for params in ["n=5", "n=7\nm=4"] {
-            let mut session = module.start(params).unwrap();
+            let mut session = module.start(params, never()).unwrap();
             let plan = session.plan();
             let GuestSweepEnd::Steps(steps) = plan.end else {
                 panic!("a sweep of fixed steps");
@@ -628,7 +652,7 @@ mod tests {
             );
         }
         // The module's faults are bad input to the runner: the job fails.
-        let refused = module.start("n=40").err().unwrap();
+        let refused = module.start("n=40", never()).err().unwrap();
         assert!(
             matches!(refused, tally_kinds::Error::InvalidArgument(_)),
             "{refused}"
@@ -685,7 +709,7 @@ mod tests {
         let session = |plan: &str, starts: &str| {
             let kernel = sandbox.load_sweep(&faulty(plan, starts)).unwrap();
             sandbox
-                .start_sweep(&kernel, "")
+                .start_sweep(&kernel, "", never())
                 .and_then(|mut s| s.starts())
         };
         // A start key of 2 bytes (length 2, then 'a' 'b', then a count).

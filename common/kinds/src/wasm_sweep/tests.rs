@@ -55,7 +55,11 @@ impl GuestRuntime for NativeRuntime {
 struct NativeModule(Arc<Starts>);
 
 impl GuestSweepModule for NativeModule {
-    fn start(&self, params: &str) -> Result<Box<dyn GuestSweep>> {
+    fn start(
+        &self,
+        params: &str,
+        _cancelled: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<Box<dyn GuestSweep>> {
         let n = self.0.started.fetch_add(1, Ordering::SeqCst);
         let params = Params::parse(params).map_err(|e| invalid!("{e:?}"))?;
         let model = IndependentRows::new(&params).map_err(|e| invalid!("{e:?}"))?;

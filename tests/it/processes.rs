@@ -321,17 +321,7 @@ pub(crate) async fn survives_kills_as(mut spec: JobSpec, stage: u32, run: Resump
     let mut client = jobs_client(&url).await;
     // The killed worker's lease lapses soon after the restart.
     spec.options.lease_ttl_ms = 3_000;
-    let job = client
-        .submit(proto::SubmitRequest {
-            spec: Some(proto_spec(&spec)),
-            attachments: run.attachments.iter().map(|a| a.to_vec()).collect(),
-            ..Default::default()
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job
-        .expect("a job");
+    let job = submit_attached(&mut client, &spec, run.attachments).await;
     wait_for_stage(&mut client, &job.id, stage).await;
     let before = events(&mut client, &job.id).await;
     w1.kill9();
@@ -661,17 +651,7 @@ pub(crate) async fn resumes_from_its_last_checkpoint_as(
     let mut client = jobs_client(&url).await;
     spec.options.lease_ttl_ms = 3_000;
     spec.options.max_attempts = 10;
-    let job = client
-        .submit(proto::SubmitRequest {
-            spec: Some(proto_spec(&spec)),
-            attachments: run.attachments.iter().map(|a| a.to_vec()).collect(),
-            ..Default::default()
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job
-        .expect("job");
+    let job = submit_attached(&mut client, &spec, run.attachments).await;
     let stall = [
         "--checkpoint-ms",
         "10",

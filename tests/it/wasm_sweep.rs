@@ -51,17 +51,7 @@ async fn submit_with_module(client: &mut JobClient, spec: &JobSpec) -> proto::Jo
 }
 
 async fn submit_with(client: &mut JobClient, spec: &JobSpec, module: &[u8]) -> proto::Job {
-    client
-        .submit(proto::SubmitRequest {
-            spec: Some(proto_spec(spec)),
-            attachments: vec![module.to_vec()],
-            ..Default::default()
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job
-        .expect("a job")
+    submit_attached(client, spec, &[module]).await
 }
 
 fn sweep_workers(url: &str, count: usize, corrupt: bool) -> Workers {

@@ -11,6 +11,10 @@ use tally_kernels::modular::{inv_mod, is_prime};
 
 /// Every prime is below this (residues times residues fit in 128 bits).
 pub const PRIME_LIMIT: u64 = 1 << 62;
+/// The modulus when a job names none.
+pub const DEFAULT_MODULUS: u64 = 1_000_000_007;
+/// The largest bound an exact job may claim, in bits.
+pub const MAX_BOUND_BITS: u32 = 4096;
 
 /// Spare primes an exact job runs beyond those its bound needs (at most 4:
 /// each is drawn from 8 bytes of a SHA-256).
@@ -56,6 +60,63 @@ pub fn primes_for_bits(bits: u32) -> Vec<u64> {
         candidate -= 2;
     }
     primes
+}
+
+/// Checks a job's choice of prime (`modulus`, a prime below 2^62) or, with
+/// `exact`, of bound (`bound_bits`, 1 to [`MAX_BOUND_BITS`], and no
+/// modulus); `job` names the job in the messages (`a wasm job`). The primes
+/// the job runs: 1, or at most those the bound needs and the spares (a
+/// bound, not the primes themselves, so that checking a spec, which every
+/// lease does, stays cheap).
+pub fn check_choice(exact: bool, modulus: u64, bound_bits: u32, job: &str) -> Result<u64> {
+    if exact {
+        if !(1..=MAX_BOUND_BITS).contains(&bound_bits) {
+            return Err(invalid!(
+                "an exact {job} needs bound_bits between 1 and {MAX_BOUND_BITS} (every \
+                 value of the answer below 2^bound_bits), not {bound_bits}"
+            ));
+        }
+        if modulus != 0 {
+            return Err(invalid!("an exact {job} takes no modulus"));
+        }
+        // Every prime is above 2^61.
+        Ok(u64::from(bound_bits.div_ceil(61)) + SPARE_PRIMES as u64)
+    } else {
+        if bound_bits != 0 {
+            return Err(invalid!("bound_bits goes with exact only"));
+        }
+        if modulus >= PRIME_LIMIT || !is_prime(modulus) {
+            return Err(invalid!(
+                "the modulus must be a prime below 2^62, not {modulus}"
+            ));
+        }
+        Ok(1)
+    }
+}
+
+/// The modulus and bound of a job's command-line options: the modulus given
+/// (or the default) for a modular job, the bound for an exact one.
+pub fn modulus_and_bound(exact: bool, modulus: Option<u64>, bound_bits: Option<u32>) -> (u64, u32) {
+    match exact {
+        true => (0, bound_bits.unwrap_or(0)),
+        false => (modulus.unwrap_or(DEFAULT_MODULUS), 0),
+    }
+}
+
+/// A job's modulus as the proto gives it: 0 is the default, unless exact.
+pub fn modulus_from_proto(exact: bool, modulus: u64) -> u64 {
+    match (exact, modulus) {
+        (false, 0) => DEFAULT_MODULUS,
+        (_, m) => m,
+    }
+}
+
+/// A job's description of its primes: `mod P` or `exact (below 2^B)`.
+pub fn describe_choice(exact: bool, modulus: u64, bound_bits: u32) -> String {
+    match exact {
+        true => format!("exact (below 2^{bound_bits})"),
+        false => format!("mod {modulus}"),
+    }
 }
 
 /// The primes of an exact job: those [`primes_for_bits`] gives, then

@@ -49,6 +49,49 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     tally_wire::digest::to_hex(&Sha256::digest(bytes))
 }
 
+/// The module parameters' `K=V` lines, in bytes.
+pub const MAX_PARAMS_BYTES: usize = 64 << 10;
+/// The parameters a job's description shows, in characters.
+const DESCRIBED_PARAMS_CHARS: usize = 80;
+
+/// Checks a user kernel job's module digest and parameters (`K=V` on one
+/// line each, a non-empty `K`, at most [`MAX_PARAMS_BYTES`] in all).
+pub fn check_module_and_params(module_sha256: &str, params: &[String]) -> Result<()> {
+    if !is_sha256_hex(module_sha256) {
+        return Err(crate::invalid!(
+            "module_sha256 must be a SHA-256 in 64 lowercase hex digits, not {module_sha256:?}"
+        ));
+    }
+    for param in params {
+        match param.split_once('=') {
+            Some((key, _)) if !key.is_empty() && !param.contains('\n') => {}
+            _ => {
+                return Err(crate::invalid!(
+                    "a module parameter is K=V on one line with a non-empty K, not {param:?}"
+                ));
+            }
+        }
+    }
+    let params_bytes: usize = params.iter().map(|p| p.len() + 1).sum();
+    if params_bytes > MAX_PARAMS_BYTES {
+        return Err(crate::invalid!(
+            "the module parameters take {params_bytes} bytes, more than {MAX_PARAMS_BYTES}"
+        ));
+    }
+    Ok(())
+}
+
+/// The parameters as a job's description shows them (` K=V` each), cut
+/// short: a description is one line of a listing.
+pub fn described_params(params: &[String]) -> String {
+    let mut described: String = params.iter().map(|p| format!(" {p}")).collect();
+    if let Some((cut, _)) = described.char_indices().nth(DESCRIBED_PARAMS_CHARS) {
+        described.truncate(cut);
+        described.push('…');
+    }
+    described
+}
+
 /// Whether `text` is written as [`sha256_hex`] writes digests.
 pub fn is_sha256_hex(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))

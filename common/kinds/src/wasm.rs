@@ -17,32 +17,31 @@ use num_bigint::BigUint;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
-pub use crate::exact::{PRIME_LIMIT, SPARE_PRIMES, primes_for_bits};
-use crate::exact::{checked_value, crt, exact_primes};
+pub use crate::exact::{
+    DEFAULT_MODULUS, MAX_BOUND_BITS, PRIME_LIMIT, SPARE_PRIMES, primes_for_bits,
+};
+use crate::exact::{
+    check_choice, checked_value, crt, describe_choice, exact_primes, modulus_and_bound,
+    modulus_from_proto,
+};
+pub use crate::guest::MAX_PARAMS_BYTES;
 use crate::guest::{
-    GuestCall, GuestHooks, GuestModule, MODULES_KEPT, SEND_MODULE, WASM_CAPABILITY, is_sha256_hex,
+    GuestCall, GuestHooks, GuestModule, MODULES_KEPT, SEND_MODULE, WASM_CAPABILITY,
+    check_module_and_params, described_params,
 };
 use crate::kind::{
     Answer, Checkpoint, FaultInjection, FileReader, JobKind, Outcome, Planned, ShardCount,
     ShardRun, SpecArgs, SpecOf, no_output,
 };
 use crate::{Control, Error, Result, invalid};
-use tally_kernels::modular::is_prime;
 use tally_wire::proto;
 
 pub struct Wasm;
 
-/// The modulus when the job names none.
-pub const DEFAULT_MODULUS: u64 = 1_000_000_007;
 pub const MAX_SHARDS: u64 = 100_000;
 /// At most this many shards times primes in one job.
 pub const MAX_TASKS: u64 = 1_000_000;
 pub const MAX_OUTPUTS: u32 = 4096;
-pub const MAX_BOUND_BITS: u32 = 4096;
-/// The parameters' `K=V` lines, in bytes.
-pub const MAX_PARAMS_BYTES: usize = 64 << 10;
-/// The parameters a job's description shows, in characters.
-const DESCRIBED_PARAMS_CHARS: usize = 80;
 /// A shard's progress in these units, whatever the module's own.
 const WORK_UNITS: u64 = 1_000_000;
 
@@ -132,10 +131,7 @@ pub struct WasmArgs {
 
 impl SpecArgs<WasmSpec> for WasmArgs {
     fn into_spec(self, files: &dyn FileReader) -> Result<WasmSpec> {
-        let (modulus, bound_bits) = match (self.exact, self.modulus, self.bound_bits) {
-            (true, _, bound) => (0, bound.unwrap_or(0)),
-            (false, modulus, _) => (modulus.unwrap_or(DEFAULT_MODULUS), 0),
-        };
+        let (modulus, bound_bits) = modulus_and_bound(self.exact, self.modulus, self.bound_bits);
         Ok(WasmSpec {
             module_sha256: files.attach(&self.module)?,
             shards: self.shards,
@@ -211,10 +207,7 @@ impl JobKind for Wasm {
             module_sha256: w.module_sha256.clone(),
             shards: w.shards,
             params: w.params.clone(),
-            modulus: match (w.exact, w.modulus) {
-                (false, 0) => DEFAULT_MODULUS,
-                (_, m) => m,
-            },
+            modulus: modulus_from_proto(w.exact, w.modulus),
             exact: w.exact,
             bound_bits: w.bound_bits,
             outputs: w.outputs.max(1),
@@ -222,12 +215,7 @@ impl JobKind for Wasm {
     }
 
     fn validate(spec: &WasmSpec) -> Result<()> {
-        if !is_sha256_hex(&spec.module_sha256) {
-            return Err(invalid!(
-                "module_sha256 must be a SHA-256 in 64 lowercase hex digits, not {:?}",
-                spec.module_sha256
-            ));
-        }
+        check_module_and_params(&spec.module_sha256, &spec.params)?;
         // 0: auto, picked by the client before it submits (`shard_count`).
         if spec.shards > MAX_SHARDS {
             return Err(invalid!(
@@ -241,49 +229,7 @@ impl JobKind for Wasm {
                 spec.outputs
             ));
         }
-        for param in &spec.params {
-            match param.split_once('=') {
-                Some((key, _)) if !key.is_empty() && !param.contains('\n') => {}
-                _ => {
-                    return Err(invalid!(
-                        "a module parameter is K=V on one line with a non-empty K, not {param:?}"
-                    ));
-                }
-            }
-        }
-        let params_bytes: usize = spec.params.iter().map(|p| p.len() + 1).sum();
-        if params_bytes > MAX_PARAMS_BYTES {
-            return Err(invalid!(
-                "the module parameters take {params_bytes} bytes, more than {MAX_PARAMS_BYTES}"
-            ));
-        }
-        let primes = if spec.exact {
-            if !(1..=MAX_BOUND_BITS).contains(&spec.bound_bits) {
-                return Err(invalid!(
-                    "an exact wasm job needs bound_bits between 1 and {MAX_BOUND_BITS} (every \
-                     value of the answer below 2^bound_bits), not {}",
-                    spec.bound_bits
-                ));
-            }
-            if spec.modulus != 0 {
-                return Err(invalid!("an exact wasm job takes no modulus"));
-            }
-            // Every prime is above 2^61: at most this many, and the spare (a
-            // bound, not the primes themselves, so that checking a spec, which
-            // every lease does, stays cheap).
-            u64::from(spec.bound_bits.div_ceil(61)) + SPARE_PRIMES as u64
-        } else {
-            if spec.bound_bits != 0 {
-                return Err(invalid!("bound_bits goes with exact only"));
-            }
-            if spec.modulus >= PRIME_LIMIT || !is_prime(spec.modulus) {
-                return Err(invalid!(
-                    "the modulus must be a prime below 2^62, not {}",
-                    spec.modulus
-                ));
-            }
-            1
-        };
+        let primes = check_choice(spec.exact, spec.modulus, spec.bound_bits, "wasm job")?;
         if spec.shards * primes > MAX_TASKS {
             return Err(invalid!(
                 "{} shards over {primes} primes make {} tasks, more than {MAX_TASKS}",
@@ -295,17 +241,8 @@ impl JobKind for Wasm {
     }
 
     fn describe(spec: &WasmSpec) -> String {
-        let over = if spec.exact {
-            format!("exact (below 2^{})", spec.bound_bits)
-        } else {
-            format!("mod {}", spec.modulus)
-        };
-        // A description is one line of a listing: long parameters are cut.
-        let mut params: String = spec.params.iter().map(|p| format!(" {p}")).collect();
-        if let Some((cut, _)) = params.char_indices().nth(DESCRIBED_PARAMS_CHARS) {
-            params.truncate(cut);
-            params.push('…');
-        }
+        let over = describe_choice(spec.exact, spec.modulus, spec.bound_bits);
+        let params = described_params(&spec.params);
         format!(
             "wasm module sha256:{}{params}, {} shards, {over}",
             &spec.module_sha256[..12],
@@ -611,6 +548,7 @@ impl FaultInjection for Wasm {
 mod tests {
     use super::*;
     use crate::exact::residue;
+    use tally_kernels::modular::is_prime;
 
     #[test]
     fn shards_add_up_modulo_each_prime_then_join() {

@@ -23,10 +23,15 @@ use num_bigint::BigUint;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KernelCache;
-use crate::exact::{PRIME_LIMIT, SPARE_PRIMES, checked_value, exact_primes};
+pub use crate::exact::{DEFAULT_MODULUS, MAX_BOUND_BITS};
+use crate::exact::{
+    SPARE_PRIMES, check_choice, checked_value, describe_choice, exact_primes, modulus_and_bound,
+    modulus_from_proto,
+};
 use crate::guest::{
     GuestSweepEnd, GuestSweepModule, GuestSweepPlan, MAX_SWEEP_CHILDREN, MAX_SWEEP_KEY_LIMIT,
-    MAX_SWEEP_OUTPUTS, MAX_SWEEP_STEPS, MODULES_KEPT, SEND_MODULE, WASM_CAPABILITY, is_sha256_hex,
+    MAX_SWEEP_OUTPUTS, MAX_SWEEP_STEPS, MODULES_KEPT, SEND_MODULE, WASM_CAPABILITY,
+    check_module_and_params, described_params,
 };
 use crate::kind::{
     Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
@@ -36,19 +41,13 @@ use crate::{Control, Error, Result, invalid};
 use tally_kernels::buckets::{
     bucket_count, encode_buckets, levels_note, split_buckets, split_gathered, states_per_slot,
 };
-use tally_kernels::modular::is_prime;
 use tally_kernels::sweep::{SweepState, decode_states, encode_states, key_bucket, sweep_level};
 use tally_wire::proto;
 
 pub struct WasmSweep;
 
-/// The modulus when the job names none.
-pub const DEFAULT_MODULUS: u64 = 1_000_000_007;
-pub const MAX_BOUND_BITS: u32 = 4096;
 /// The most shards a level.
 pub const MAX_BUCKETS: u32 = 1024;
-/// The parameters' `K=V` lines, in bytes.
-pub const MAX_PARAMS_BYTES: usize = 64 << 10;
 /// States a level shard holds at most, when no worker has said its memory.
 const STATES_PER_BUCKET: u64 = 1 << 20;
 /// States worth a shard of their own.
@@ -58,8 +57,6 @@ const MIN_STATES_PER_BUCKET: u64 = 4096;
 const SHARD_BYTES_PER_STATE: u64 = 256;
 /// States of a level the module is asked about at once.
 const BATCH: usize = 4096;
-/// The parameters a job's description shows, in characters.
-const DESCRIBED_PARAMS_CHARS: usize = 80;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "WasmSweepSpecFields")]
@@ -138,10 +135,7 @@ pub struct WasmSweepArgs {
 
 impl SpecArgs<WasmSweepSpec> for WasmSweepArgs {
     fn into_spec(self, files: &dyn FileReader) -> Result<WasmSweepSpec> {
-        let (modulus, bound_bits) = match (self.exact, self.modulus, self.bound_bits) {
-            (true, _, bound) => (0, bound.unwrap_or(0)),
-            (false, modulus, _) => (modulus.unwrap_or(DEFAULT_MODULUS), 0),
-        };
+        let (modulus, bound_bits) = modulus_and_bound(self.exact, self.modulus, self.bound_bits);
         Ok(WasmSweepSpec {
             module_sha256: files.attach(&self.module)?,
             params: self.params,
@@ -344,10 +338,7 @@ impl JobKind for WasmSweep {
         Some(Ok(WasmSweepSpec {
             module_sha256: w.module_sha256.clone(),
             params: w.params.clone(),
-            modulus: match (w.exact, w.modulus) {
-                (false, 0) => DEFAULT_MODULUS,
-                (_, m) => m,
-            },
+            modulus: modulus_from_proto(w.exact, w.modulus),
             exact: w.exact,
             bound_bits: w.bound_bits,
             buckets: w.buckets,
@@ -355,71 +346,19 @@ impl JobKind for WasmSweep {
     }
 
     fn validate(spec: &WasmSweepSpec) -> Result<()> {
-        if !is_sha256_hex(&spec.module_sha256) {
-            return Err(invalid!(
-                "module_sha256 must be a SHA-256 in 64 lowercase hex digits, not {:?}",
-                spec.module_sha256
-            ));
-        }
+        check_module_and_params(&spec.module_sha256, &spec.params)?;
         if spec.buckets > MAX_BUCKETS {
             return Err(invalid!(
                 "buckets must be at most {MAX_BUCKETS} (0 chooses from each level's size), not {}",
                 spec.buckets
             ));
         }
-        for param in &spec.params {
-            match param.split_once('=') {
-                Some((key, _)) if !key.is_empty() && !param.contains('\n') => {}
-                _ => {
-                    return Err(invalid!(
-                        "a module parameter is K=V on one line with a non-empty K, not {param:?}"
-                    ));
-                }
-            }
-        }
-        let params_bytes: usize = spec.params.iter().map(|p| p.len() + 1).sum();
-        if params_bytes > MAX_PARAMS_BYTES {
-            return Err(invalid!(
-                "the module parameters take {params_bytes} bytes, more than {MAX_PARAMS_BYTES}"
-            ));
-        }
-        if spec.exact {
-            if !(1..=MAX_BOUND_BITS).contains(&spec.bound_bits) {
-                return Err(invalid!(
-                    "an exact sweep needs bound_bits between 1 and {MAX_BOUND_BITS} (every \
-                     value of the answer below 2^bound_bits), not {}",
-                    spec.bound_bits
-                ));
-            }
-            if spec.modulus != 0 {
-                return Err(invalid!("an exact sweep takes no modulus"));
-            }
-        } else {
-            if spec.bound_bits != 0 {
-                return Err(invalid!("bound_bits goes with exact only"));
-            }
-            if spec.modulus >= PRIME_LIMIT || !is_prime(spec.modulus) {
-                return Err(invalid!(
-                    "the modulus must be a prime below 2^62, not {}",
-                    spec.modulus
-                ));
-            }
-        }
-        Ok(())
+        check_choice(spec.exact, spec.modulus, spec.bound_bits, "sweep").map(|_| ())
     }
 
     fn describe(spec: &WasmSweepSpec) -> String {
-        let over = if spec.exact {
-            format!("exact (below 2^{})", spec.bound_bits)
-        } else {
-            format!("mod {}", spec.modulus)
-        };
-        // A description is one line of a listing: long parameters are cut.
-        let mut params: String = spec.params.iter().map(|p| format!(" {p}")).collect();
-        if let Some((cut, _)) = params.char_indices().nth(DESCRIBED_PARAMS_CHARS) {
-            params.truncate(cut);
-            params.push('…');
-        }
+        let over = describe_choice(spec.exact, spec.modulus, spec.bound_bits);
+        let params = described_params(&spec.params);
         format!(
             "wasm sweep sha256:{}{params}, {over}",
             &spec.module_sha256[..12]

@@ -158,6 +158,25 @@ pub fn proto_spec(spec: &JobSpec) -> proto::JobSpec {
     proto::JobSpec::from(&valid(spec))
 }
 
+/// Submits `spec` with `attachments` (a wasm module) sent beside it.
+pub async fn submit_attached(
+    client: &mut JobServiceClient<Channel>,
+    spec: &JobSpec,
+    attachments: &[&[u8]],
+) -> Job {
+    client
+        .submit(proto::SubmitRequest {
+            spec: Some(proto_spec(spec)),
+            attachments: attachments.iter().map(|a| a.to_vec()).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job
+        .expect("a job")
+}
+
 pub async fn submit(client: &mut JobServiceClient<Channel>, spec: &JobSpec, key: &str) -> Job {
     client
         .submit(proto::SubmitRequest {

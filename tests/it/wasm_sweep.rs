@@ -1,9 +1,10 @@
 //! User sweeps in WebAssembly through the runner (`wasm-sweep`): the example
 //! sweep module on one and three workers equals the published counts and
-//! the guest SDK's own runner, exactly beyond 64 bits; replicas of its level
-//! shards agree and a faulty worker's disagree; and a kill -9 of a worker and
-//! the coordinator mid-sweep resumes to the same answer, no level shard
-//! accepted twice.
+//! the guest SDK's own runner, exactly beyond 64 bits; the pegs example
+//! equals the built-in kind; replicas of its level shards agree and a faulty
+//! worker's disagree; a module that breaks its plan fails its job with the
+//! reason; and a kill -9 of a worker and the coordinator mid-sweep resumes to
+//! the same answer, no level shard accepted twice.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,4 +208,100 @@ async fn a_sweep_survives_kills_of_the_coordinator_and_a_worker() {
         answer: native.residues[0][0].to_string(),
     };
     survives_kills_as(spec, 12, run).await;
+}
+
+/// A sweep module of 1-byte keys, 1 weight, 1 step and at most 1 child a
+/// state, whose `tally_sweep_starts` and `tally_sweep_expand` bodies are
+/// given (in WAT: records written at `out`, their byte count returned).
+fn faulty_sweep(starts: &str, expand: &str) -> Vec<u8> {
+    let plan = "(i32.store (local.get 2) (i32.const 1))
+        (i32.store offset=4 (local.get 2) (i32.const 1))
+        (i32.store offset=8 (local.get 2) (i32.const 0))
+        (i32.store offset=12 (local.get 2) (i32.const 1))
+        (i32.store offset=16 (local.get 2) (i32.const 1))
+        (i32.const 20)";
+    let text = format!(
+        r#"(module
+          (memory (export "memory") 4)
+          (global $next (mut i32) (i32.const 1024))
+          (func (export "tally_abi_version") (result i32) (i32.const 2))
+          (func (export "tally_alloc") (param $len i32) (result i32)
+            (local $at i32)
+            (local.set $at (global.get $next))
+            (global.set $next (i32.add (global.get $next) (i32.add (local.get $len) (i32.const 8))))
+            (local.get $at))
+          (func (export "tally_sweep_plan") (param i32 i32 i32 i32) (result i32) {plan})
+          (func (export "tally_sweep_starts") (param i32 i32 i32 i32) (result i32) {starts})
+          (func (export "tally_sweep_expand") (param i32 i32 i32 i32 i32 i32 i32) (result i32)
+            {expand})
+          (func (export "tally_sweep_weights") (param i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
+            (i64.store (local.get 6) (i64.const 1)) (i32.const 8)))"#
+    );
+    wat::parse_str(text).expect("the test module assembles")
+}
+
+/// A module that breaks its plan fails its job at once with the reason (the
+/// same on every attempt), and the worker goes on to the next job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_module_that_breaks_its_plan_fails_its_job_with_the_reason() {
+    let coordinator = start_coordinator(None).await;
+    let url = coordinator.url();
+    let mut client = jobs_client(&url).await;
+    let pool = sweep_workers(&url, 1, false);
+    // One start state, key "a", count 1.
+    let one_start = "(i32.store16 (local.get 2) (i32.const 1))
+        (i32.store8 offset=2 (local.get 2) (i32.const 0x61))
+        (i64.store offset=3 (local.get 2) (i64.const 1))
+        (i32.const 11)";
+    // A start key of 2 bytes.
+    let long_key = "(i32.store16 (local.get 2) (i32.const 2))
+        (i32.store16 offset=2 (local.get 2) (i32.const 0x6261))
+        (i64.store offset=4 (local.get 2) (i64.const 1))
+        (i32.const 12)";
+    // Two children of state 0, keys "b" and "c".
+    let two_children = "(i32.store (local.get 5) (i32.const 0))
+        (i32.store16 offset=4 (local.get 5) (i32.const 1))
+        (i32.store8 offset=6 (local.get 5) (i32.const 0x62))
+        (i64.store offset=7 (local.get 5) (i64.const 1))
+        (i32.store offset=15 (local.get 5) (i32.const 0))
+        (i32.store16 offset=19 (local.get 5) (i32.const 1))
+        (i32.store8 offset=21 (local.get 5) (i32.const 0x63))
+        (i64.store offset=22 (local.get 5) (i64.const 1))
+        (i32.const 30)";
+    let one_child = "(i32.store (local.get 5) (i32.const 0))
+        (i32.store16 offset=4 (local.get 5) (i32.const 1))
+        (i32.store8 offset=6 (local.get 5) (i32.const 0x62))
+        (i64.store offset=7 (local.get 5) (i64.const 1))
+        (i32.const 15)";
+    let cases = [
+        (faulty_sweep(long_key, one_child), "a key of 2 bytes"),
+        (
+            faulty_sweep(one_start, two_children),
+            "more children than the plan's 1",
+        ),
+    ];
+    for (module, says) in cases {
+        let spec = JobSpec::new(WasmSweepSpec {
+            module_sha256: sha256_hex(&module),
+            ..sweep_spec(&[], 0)
+        });
+        let job = submit_with(&mut client, &spec, &module).await;
+        let done = finished(&mut client, &job.id).await;
+        assert_eq!(state(&done), JobState::Failed, "{says}: {}", done.answer);
+        assert!(done.error.contains(says), "{says:?} not in: {}", done.error);
+        assert_eq!(done.shards_failed_attempts, 1, "{}", done.error);
+    }
+    // The same shape within its plan runs: one start, one child, each
+    // weighing 1 on both levels.
+    let good = faulty_sweep(one_start, one_child);
+    let spec = JobSpec::new(WasmSweepSpec {
+        module_sha256: sha256_hex(&good),
+        ..sweep_spec(&[], 0)
+    });
+    let job = submit_with(&mut client, &spec, &good).await;
+    let done = finished(&mut client, &job.id).await;
+    assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+    assert_eq!(done.answer, "2");
+    pool.stop().await;
+    coordinator.shutdown().await;
 }

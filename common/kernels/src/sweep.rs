@@ -258,8 +258,7 @@ pub fn decode_flat(bytes: &[u8], primes: &[u64], label: &str) -> Result<FlatStat
 
 /// The states of `parts` (each in increasing key order) in increasing key
 /// order, the counts of equal keys summed modulo `primes`.
-fn merged(parts: Vec<FlatStates>, primes: &[u64]) -> FlatStates {
-    let mut parts = parts;
+fn merged(mut parts: Vec<FlatStates>, primes: &[u64]) -> FlatStates {
     if parts.len() == 1 {
         return parts.pop().expect("one part");
     }

@@ -41,7 +41,7 @@ use crate::{Control, Error, Result, invalid};
 use tally_kernels::buckets::{
     bucket_count, encode_buckets, levels_note, split_buckets, split_gathered, states_per_slot,
 };
-use tally_kernels::sweep::{SweepState, decode_states, encode_states, key_bucket, sweep_level};
+use tally_kernels::sweep::{SweepState, decode_flat, encode_states, key_bucket, sweep_level};
 use tally_wire::proto;
 
 pub struct WasmSweep;
@@ -608,7 +608,8 @@ impl JobKind for WasmSweep {
         let mut sent = 0u64;
         for (q, bytes) in buckets.into_iter().enumerate() {
             let label = format!("sweep level {}'s output bucket {q}", task.level + 1);
-            for (key, _) in decode_states(bytes, &plan.primes, &label)? {
+            // Flat: the keys are read in place, with no allocation a state.
+            for (key, _) in decode_flat(bytes, &plan.primes, &label)?.iter() {
                 if key.len() > partial.shape.key_limit as usize {
                     return Err(invalid!(
                         "{label}: a key of {} bytes, past the module's limit of {}",
@@ -616,7 +617,7 @@ impl JobKind for WasmSweep {
                         partial.shape.key_limit
                     ));
                 }
-                if key_bucket(&key, expected) != q as u32 {
+                if key_bucket(key, expected) != q as u32 {
                     return Err(invalid!(
                         "{label}: a state sent to another bucket than its own"
                     ));

@@ -38,7 +38,7 @@ async fn run_to_answer(
 
 /// A coordinator without a data directory whose stage data goes to `store`
 /// ("coordinator": its own store), and a client of it.
-async fn coordinator_on_store(
+pub(crate) async fn coordinator_on_store(
     store: &str,
 ) -> (
     tally_coordinator::RunningCoordinator,
@@ -47,7 +47,7 @@ async fn coordinator_on_store(
     let mut config =
         tally_coordinator::CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
     config.stage_store = store.parse().unwrap();
-    let coordinator = tally_coordinator::start(config)
+    let coordinator = tally_coordinator::start(with_sandbox(config))
         .await
         .expect("coordinator starts");
     let client = jobs_client(&coordinator.url()).await;

@@ -3,8 +3,9 @@
 //! the guest SDK's own runner, exactly beyond 64 bits; the pegs example
 //! equals the built-in kind; replicas of its level shards agree and a faulty
 //! worker's disagree; a module that breaks its plan fails its job with the
-//! reason; and a kill -9 of a worker and the coordinator mid-sweep resumes to
-//! the same answer, no level shard accepted twice.
+//! reason; a kill -9 of a worker and the coordinator mid-sweep resumes to
+//! the same answer, no level shard accepted twice; and level shards that
+//! spill past a tiny memory budget count what the built-in kind counts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -192,6 +193,64 @@ async fn replicas_of_a_sweeps_level_shards_agree_and_a_faulty_workers_do_not() {
     honest.stop().await;
     faulty.stop().await;
     coordinator.shutdown().await;
+}
+
+/// A sweep on a worker with a tiny memory budget, through the
+/// coordinator's stage store and through a directory: its level shards
+/// spill sorted runs, keep their larger inputs in files and send their
+/// outputs from files, and the count equals the built-in kind's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_whose_level_shards_spill_equals_the_built_in_kind() {
+    let params = [
+        "board=o/oo/ooo/oooo/ooooo/oooooo",
+        "moves=triangle",
+        "start=4",
+    ];
+    let guest = JobSpec::new(WasmSweepSpec {
+        module_sha256: sha256_hex(PEGS),
+        ..exact_spec(&params, 2, 64)
+    });
+    let built_in = JobSpec::new(tally_kinds::pegs::PegsSpec {
+        board: "triangle:6".into(),
+        start: Some(4),
+        end: None,
+        prefixes: 0,
+        plan: None,
+        buckets: 0,
+        by_final_hole: false,
+        no_prune: false,
+    });
+    let answer = direct_answer(&built_in);
+    let stage = tempfile::tempdir().unwrap();
+    let file_store = format!("file://{}", stage.path().display());
+    for store in ["coordinator", file_store.as_str()] {
+        let (coordinator, mut client) = crate::kinds::coordinator_on_store(store).await;
+        let spill = tempfile::tempdir().unwrap();
+        let workers = Workers::start_with(&coordinator.url(), 1, 2, |c| {
+            c.allow_wasm = true;
+            let sandbox = GuestSandbox::new(Limits::default()).expect("a sandbox");
+            c.kernel_cache.set_guest_runtime(Arc::new(sandbox));
+            c.spill_dir = spill.path().to_path_buf();
+            c.memory_budget = 48 << 10;
+        });
+        let job = submit_with(&mut client, &guest, PEGS).await;
+        let done = finished(&mut client, &job.id).await;
+        assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
+        assert_eq!(done.answer, answer, "through {store}");
+        let stats = workers.stop().await;
+        let spilled: u64 = stats.iter().map(|s| s.spilled_bytes.get()).sum();
+        assert!(spilled > 0, "the level shards spilled, through {store}");
+        let in_files: u64 = stats.iter().map(|s| s.input_in_files_bytes.get()).sum();
+        assert!(in_files > 0, "inputs were kept in files, through {store}");
+        let out_files: u64 = stats.iter().map(|s| s.output_in_files_bytes.get()).sum();
+        assert!(
+            out_files > 0,
+            "outputs were sent from files, through {store}"
+        );
+        let left: Vec<_> = std::fs::read_dir(spill.path()).unwrap().collect();
+        assert!(left.is_empty(), "the spill is removed: {left:?}");
+        coordinator.shutdown().await;
+    }
 }
 
 /// 40 levels of 3 shards, each held 30 ms: killed at level 12, the sweep

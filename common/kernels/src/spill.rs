@@ -634,6 +634,11 @@ impl<S: Source> VarintStream<S> {
         Ok(())
     }
 
+    /// The source the bytes come from.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
     /// Whether every byte has been read.
     pub fn at_end(&mut self) -> Result<bool> {
         if self.at == self.len {

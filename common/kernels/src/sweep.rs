@@ -1,21 +1,28 @@
 //! Sweeps over keyed states (kernel ABI version 2,
-//! `docs/wasm-abi.md`): one level shard, in memory. A model (a
-//! user's module, through the sandbox) says what a state's children and
-//! weights are; this sums the counts of equal keys modulo each prime of the
-//! job, adds the level's weights to the answer, and sends the children in
-//! buckets by a hash of their keys, each a checked list.
+//! `docs/wasm-abi.md`): one level shard. A model (a user's module, through
+//! the sandbox) says what a state's children and weights are; this sums the
+//! counts of equal keys modulo each prime of the job, adds the level's
+//! weights to the answer, and sends the children in buckets by a hash of
+//! their keys, each a checked list.
 //!
-//! The `wasm-sweep` kind's level shards run it. It holds a level in memory
-//! (the frontier kernels' spilling within a share is still to come).
+//! The `wasm-sweep` kind's level shards run it, within their memory share:
+//! the parts of a level are read as streams and merged, and the children's
+//! tables spill as sorted runs, as the frontier kernels' do.
 
 use std::hash::BuildHasher;
+use std::ops::Range;
+use std::sync::Arc;
 
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 
 use crate::buckets::bucket_of;
 use crate::modular::mul_mod;
-use crate::{Control, Result, invalid, varint};
+use crate::spill::{CountedList, MemorySpill, Room, RunOrSlice, Source, Stored, StoredSource};
+use crate::{Control, Error, Result, invalid, varint};
+
+mod stream;
+pub use stream::{ListStream, ListWriter, MergedLists};
 
 /// What a level shard asks of a sweep's model.
 pub trait SweepModel {
@@ -87,10 +94,15 @@ pub struct SweepLevel {
     /// For each prime, the `outputs` sums of this bucket's weights times
     /// counts.
     pub answer: Vec<Vec<u64>>,
-    /// What goes to each bucket of the next level (empty lists on the last).
-    pub sent: Vec<Vec<u8>>,
+    /// What goes to each bucket of the next level (empty lists on the
+    /// last): in memory, or in a run of the shard's spill.
+    pub sent: Vec<CountedList>,
     /// The distinct children in `sent`, over all its buckets.
     pub children: u64,
+    /// Sorted runs the children's tables spilled, and the bytes spilled
+    /// (the runs and the merged output).
+    pub runs: u32,
+    pub spilled_bytes: u64,
 }
 
 /// The states of a level's list, at most: a list saying more is refused
@@ -117,6 +129,12 @@ impl FlatStates {
 
     pub fn len(&self) -> usize {
         self.ends.len()
+    }
+
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.ends.clear();
+        self.counts.clear();
     }
 
     pub fn is_empty(&self) -> bool {
@@ -256,42 +274,6 @@ pub fn decode_flat(bytes: &[u8], primes: &[u64], label: &str) -> Result<FlatStat
     Ok(states)
 }
 
-/// The states of `parts` (each in increasing key order) in increasing key
-/// order, the counts of equal keys summed modulo `primes`.
-fn merged(mut parts: Vec<FlatStates>, primes: &[u64]) -> FlatStates {
-    if parts.len() == 1 {
-        return parts.pop().expect("one part");
-    }
-    // By the first 8 bytes of the keys (a radix sort, stable: equal keys
-    // stay in part order), then runs of equal first bytes by whole keys.
-    let mut order: Vec<(u64, u32, u32)> = (parts.iter().enumerate())
-        .flat_map(|(p, part)| {
-            (0..part.len()).map(move |i| (prefix(part.key(i)), p as u32, i as u32))
-        })
-        .collect();
-    radsort::sort_by_key(&mut order, |&(head, _, _)| head);
-    let key = |&(_, p, i): &(u64, u32, u32)| parts[p as usize].key(i as usize);
-    for run in order.chunk_by_mut(|a, b| a.0 == b.0) {
-        if run.len() > 1 {
-            run.sort_by(|a, b| key(a).cmp(key(b)));
-        }
-    }
-    let mut level = FlatStates::new(primes.len());
-    for entry in &order {
-        let (k, counts) = (key(entry), parts[entry.1 as usize].counts(entry.2 as usize));
-        match level.len().checked_sub(1) {
-            Some(last) if same_key(level.key(last), k) => {
-                for ((sum, &count), &p) in level.counts_mut(last).iter_mut().zip(counts).zip(primes)
-                {
-                    *sum = add_mod(*sum, count, p);
-                }
-            }
-            _ => level.push(k, counts),
-        }
-    }
-    level
-}
-
 /// `a + b` modulo `p`, both below it (primes are below 2^62, so the sum
 /// fits 64 bits).
 fn add_mod(a: u64, b: u64, p: u64) -> u64 {
@@ -306,16 +288,6 @@ fn prefix(key: &[u8]) -> u64 {
     let len = key.len().min(8);
     bytes[..len].copy_from_slice(&key[..len]);
     u64::from_be_bytes(bytes)
-}
-
-/// Whether two keys are equal: short keys (most are) as one word each.
-fn same_key(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len()
-        && if a.len() <= 8 {
-            prefix(a) == prefix(b)
-        } else {
-            a == b
-        }
 }
 
 /// The children of a level as they are summed: their keys in an arena,
@@ -389,6 +361,21 @@ impl ChildSums {
         }
     }
 
+    /// About what a state costs the tables beyond its key: its end, its
+    /// counts and its index entry (with the index's spare room).
+    fn bytes_a_state(primes: usize) -> u64 {
+        8 + 8 * primes as u64 + 24
+    }
+
+    /// The bytes the tables hold, room to grow included.
+    fn bytes(&self) -> u64 {
+        let flat = &self.states;
+        let lists = flat.keys.capacity() + 8 * (flat.ends.capacity() + flat.counts.capacity());
+        // An index entry and its control byte, at most 7/8 of the slots full.
+        let index = self.index.capacity() * 8 / 7 * (std::mem::size_of::<Entry>() + 1);
+        (lists + index) as u64
+    }
+
     /// The sums as `buckets` lists, each in increasing key order.
     fn into_lists(self, buckets: u32) -> Vec<Vec<u8>> {
         let states = self.states;
@@ -426,53 +413,103 @@ pub fn key_bucket(key: &[u8], buckets: u32) -> u32 {
     bucket_of(u128::from(hash), buckets)
 }
 
-/// One level shard of a sweep: the states of level `step` that the shards
-/// of the level before sent this bucket (`parts`, each an
-/// [`encode_states`] list), summed; their weights added up (`outputs` a
-/// state); unless `last`, their children summed into `buckets_out` buckets
-/// for the next level. The model is asked `batch` states at a time.
-// The model, the level and its place, the primes and the buckets are each
-// the caller's.
-#[allow(clippy::too_many_arguments)]
+/// Where a level shard stands in its sweep and what it sends.
+#[derive(Clone, Copy, Debug)]
+pub struct LevelShard {
+    /// The level's number (0 for the start states).
+    pub step: u32,
+    /// Whether it is the sweep's last level (its states are weighed, not
+    /// expanded).
+    pub last: bool,
+    /// The weights a state.
+    pub outputs: usize,
+    /// The buckets of the next level.
+    pub buckets_out: u32,
+    /// States the model is asked about at once.
+    pub batch: usize,
+    /// The longest key the model may give.
+    pub key_limit: usize,
+}
+
+/// One level shard of a sweep, in memory: [`sweep_level_within`] of lists
+/// in memory, without a memory limit, its output lists in memory.
 pub fn sweep_level(
     model: &mut dyn SweepModel,
-    step: u32,
-    last: bool,
-    outputs: usize,
+    shard: &LevelShard,
     primes: &[u64],
     parts: &[&[u8]],
-    buckets_out: u32,
-    batch: usize,
     control: &Control,
 ) -> Result<SweepLevel> {
+    let mut spill = MemorySpill::default();
+    let mut room = Room {
+        memory: u64::MAX,
+        spill: &mut spill,
+    };
+    sweep_level_within(model, shard, primes, parts.to_vec(), &mut room, control)
+}
+
+/// One level shard of a sweep: the states of level `shard.step` that the
+/// shards of the level before sent this bucket (`parts`, each an
+/// [`encode_states`] list, read as streams and merged, equal keys summed);
+/// their weights added up (`shard.outputs` a state); unless `shard.last`,
+/// their children summed into `shard.buckets_out` buckets for the next
+/// level, in tables that spill as sorted runs to `room.spill` past a third
+/// of `room.memory` (the rest is for the lists a table is sorted into as it
+/// spills, the input's buffers and the output). The model is asked
+/// `shard.batch` states at a time.
+pub fn sweep_level_within<S: Source>(
+    model: &mut dyn SweepModel,
+    shard: &LevelShard,
+    primes: &[u64],
+    parts: Vec<S>,
+    room: &mut Room<'_>,
+    control: &Control,
+) -> Result<SweepLevel> {
+    let LevelShard {
+        step,
+        last,
+        outputs,
+        buckets_out,
+        batch,
+        key_limit,
+    } = *shard;
     if buckets_out == 0 || batch == 0 || outputs == 0 || primes.is_empty() {
         return Err(invalid!(
             "a sweep level needs buckets, a batch, outputs and primes"
         ));
     }
-    let mut decoded = Vec::with_capacity(parts.len());
-    for (i, part) in parts.iter().enumerate() {
-        let label = format!("sweep level {step}: the part of shard {i}");
-        decoded.push(decode_flat(part, primes, &label)?);
-    }
-    let level = merged(decoded, primes);
+    let streams = (parts.into_iter().enumerate())
+        .map(|(i, part)| {
+            let label = format!("sweep level {step}: the part of shard {i}");
+            ListStream::new(part, primes, key_limit, label)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut input = MergedLists::new(streams)?;
     let mut outcome = SweepLevel {
-        states: level.len() as u64,
         answer: vec![vec![0; outputs]; primes.len()],
-        sent: Vec::new(),
-        children: 0,
+        ..SweepLevel::default()
     };
     // The next level is about as large as this one, and up to twice as
     // large on the way to the widest: room for twice, so the table seldom
-    // grows (a growth rehashes every entry).
-    let mut next = ChildSums::new(primes.len(), 2 * level.len());
+    // grows (a growth rehashes every entry), within the share.
+    let listed = usize::try_from(input.listed()).unwrap_or(usize::MAX);
+    let mut next = SpillingChildren::new(room, primes.len(), buckets_out, listed.saturating_mul(2));
+    let mut level = FlatStates::new(primes.len());
     let mut children = SweepChildren::default();
-    let mut keys: Vec<&[u8]> = Vec::with_capacity(batch);
-    for first in (0..level.len()).step_by(batch) {
+    loop {
         control.check()?;
-        let states = first..(first + batch).min(level.len());
-        keys.clear();
-        keys.extend(states.clone().map(|i| level.key(i)));
+        level.clear();
+        while level.len() < batch {
+            match input.next_state()? {
+                Some((key, counts)) => level.push(key, counts),
+                None => break,
+            }
+        }
+        if level.is_empty() {
+            break;
+        }
+        outcome.states += level.len() as u64;
+        let keys: Vec<&[u8]> = (0..level.len()).map(|i| level.key(i)).collect();
         let weights = model.weights(step, last, &keys)?;
         if weights.len() != outputs * keys.len() {
             return Err(invalid!(
@@ -481,38 +518,156 @@ pub fn sweep_level(
                 keys.len()
             ));
         }
-        for (i, weights) in states.clone().zip(weights.chunks_exact(outputs)) {
+        for (i, weights) in weights.chunks_exact(outputs).enumerate() {
             for ((sums, &count), &p) in outcome.answer.iter_mut().zip(level.counts(i)).zip(primes) {
                 for (sum, &w) in sums.iter_mut().zip(weights) {
                     *sum = add_mod(*sum, mul_mod(count, w % p, p), p);
                 }
             }
         }
-        if last {
-            control.add_work(keys.len() as u64);
-            continue;
-        }
-        children.clear();
-        model.expand(step, &keys, &mut children)?;
-        for (parent, key, multiplier) in children.iter() {
-            if parent as usize >= keys.len() {
-                return Err(invalid!(
-                    "sweep level {step}: a child of state {parent} of a batch of {}",
-                    keys.len()
-                ));
+        if !last {
+            children.clear();
+            model.expand(step, &keys, &mut children)?;
+            for (parent, key, multiplier) in children.iter() {
+                if parent as usize >= keys.len() {
+                    return Err(invalid!(
+                        "sweep level {step}: a child of state {parent} of a batch of {}",
+                        keys.len()
+                    ));
+                }
+                next.sums
+                    .add(key, level.counts(parent as usize), multiplier, primes);
             }
-            next.add(
-                key,
-                level.counts(first + parent as usize),
-                multiplier,
-                primes,
-            );
+            next.spill_if_full()?;
         }
         control.add_work(keys.len() as u64);
+        if level.len() < batch {
+            break;
+        }
     }
-    outcome.children = next.states.len() as u64;
-    outcome.sent = next.into_lists(buckets_out);
+    // Past the input's end: every part's checksum is checked.
+    if input.next_state()?.is_some() {
+        return Err(Error::Internal("a sweep level's input ran on".into()));
+    }
+    let label = format!("sweep level {}", step + 1);
+    let sent = next.finish(primes, key_limit, &label)?;
+    (outcome.sent, outcome.children) = (sent.lists, sent.children);
+    (outcome.runs, outcome.spilled_bytes) = (sent.runs, sent.spilled_bytes);
     Ok(outcome)
+}
+
+/// A level's children as they are summed, spilled as sorted runs (one
+/// [`encode_states`] list a bucket, each checked by its own checksum) when
+/// the tables pass their share.
+struct SpillingChildren<'r, 's> {
+    sums: ChildSums,
+    primes: usize,
+    buckets: u32,
+    hint: usize,
+    limit: u64,
+    room: &'r mut Room<'s>,
+    /// For each run: its number and each bucket's list in it.
+    runs: Vec<(u32, Vec<Range<u64>>)>,
+    spilled_bytes: u64,
+}
+
+/// What [`SpillingChildren::finish`] sends, and what it took.
+struct SentChildren {
+    lists: Vec<CountedList>,
+    children: u64,
+    runs: u32,
+    spilled_bytes: u64,
+}
+
+impl<'r, 's> SpillingChildren<'r, 's> {
+    fn new(room: &'r mut Room<'s>, primes: usize, buckets: u32, wanted: usize) -> Self {
+        // A table at its limit and the lists it is sorted into take about
+        // twice the limit while it spills.
+        let limit = room.memory / 3;
+        let most = usize::try_from(limit / ChildSums::bytes_a_state(primes)).unwrap_or(usize::MAX);
+        let hint = wanted.min(most).max(1);
+        SpillingChildren {
+            sums: ChildSums::new(primes, hint),
+            primes,
+            buckets,
+            hint,
+            limit,
+            room,
+            runs: Vec::new(),
+            spilled_bytes: 0,
+        }
+    }
+
+    fn spill_if_full(&mut self) -> Result<()> {
+        if self.sums.bytes() <= self.limit {
+            return Ok(());
+        }
+        let full = std::mem::replace(&mut self.sums, ChildSums::new(self.primes, self.hint));
+        let mut ranges = Vec::with_capacity(self.buckets as usize);
+        let mut at = 0;
+        for list in full.into_lists(self.buckets) {
+            self.room.spill.write(&list)?;
+            ranges.push(at..at + list.len() as u64);
+            at += list.len() as u64;
+        }
+        let run = self.room.spill.end_run()?;
+        self.spilled_bytes += at;
+        self.runs.push((run, ranges));
+        Ok(())
+    }
+
+    /// Each outgoing bucket's list: what the tables hold merged with every
+    /// run's part, written to one run of the spill as it is merged; in
+    /// memory when nothing spilled.
+    fn finish(self, primes: &[u64], key_limit: usize, label: &str) -> Result<SentChildren> {
+        let children = self.sums.states.len() as u64;
+        let held = self.sums.into_lists(self.buckets);
+        if self.runs.is_empty() {
+            return Ok(SentChildren {
+                lists: held.into_iter().map(CountedList::Bytes).collect(),
+                children,
+                runs: 0,
+                spilled_bytes: 0,
+            });
+        }
+        let kept = (self.runs.iter())
+            .map(|(run, _)| self.room.spill.keep_run(*run))
+            .collect::<Result<Vec<Arc<dyn Stored>>>>()?;
+        let mut sent = SentChildren {
+            lists: Vec::with_capacity(held.len()),
+            children: 0,
+            runs: self.runs.len() as u32,
+            spilled_bytes: self.spilled_bytes,
+        };
+        let mut bodies = Vec::with_capacity(held.len());
+        let mut at = 0;
+        for (q, in_memory) in held.iter().enumerate() {
+            let mut parts = Vec::with_capacity(self.runs.len() + 1);
+            for (i, (stored, (_, ranges))) in kept.iter().zip(&self.runs).enumerate() {
+                let source = RunOrSlice::Run(StoredSource::new(&**stored, ranges[q].clone()));
+                let label = format!("{label}: spill run {i} of bucket {q}");
+                parts.push(ListStream::new(source, primes, key_limit, label)?);
+            }
+            let label = format!("{label}: bucket {q} in memory");
+            let source = RunOrSlice::Slice(in_memory);
+            parts.push(ListStream::new(source, primes, key_limit, label)?);
+            let mut merged = MergedLists::new(parts)?;
+            let mut writer = ListWriter::new(&mut *self.room.spill, primes.len());
+            while let Some((key, counts)) = merged.next_state()? {
+                writer.push(key, counts)?;
+            }
+            let (count, len) = writer.finish()?;
+            bodies.push((count, at..at + len));
+            sent.children += count as u64;
+            at += len;
+        }
+        let run = self.room.spill.end_run()?;
+        sent.spilled_bytes += at;
+        sent.lists = (bodies.into_iter())
+            .map(|(count, body)| CountedList::Spilled { count, run, body })
+            .collect();
+        Ok(sent)
+    }
 }
 
 #[cfg(test)]
@@ -526,6 +681,7 @@ mod tests {
 
     use super::*;
     use crate::Error;
+    use crate::spill::Spill;
 
     const PRIMES: [u64; 2] = [(1 << 61) - 1, 1_000_000_007];
 
@@ -557,11 +713,22 @@ mod tests {
     /// The sweep of `params` run as level shards: `buckets(step)` buckets a
     /// level, each shard's output shipped as bytes, the model asked `batch`
     /// states at a time. The answer's residues for each prime.
+    /// What [`by_level_shards`] found: the answer's residues, every list
+    /// sent (level by level, shard by shard), and the runs spilled.
+    struct ShardsRun {
+        answer: Vec<Vec<u64>>,
+        sent: Vec<Vec<u8>>,
+        runs: u32,
+    }
+
+    /// A sweep run level by level as shards, `buckets(step)` of them for
+    /// level `step`, each within `memory` (its runs in memory).
     fn by_level_shards<S: Sweep>(
         params: &str,
         buckets: impl Fn(u32) -> u32,
         batch: usize,
-    ) -> Vec<Vec<u64>> {
+        memory: u64,
+    ) -> ShardsRun {
         let model = S::new(&Params::parse(params).unwrap()).unwrap();
         let plan = model.plan();
         let SweepEnd::Steps(steps) = plan.end else {
@@ -579,37 +746,47 @@ mod tests {
             inbox[q].push(encode_states(states, PRIMES.len()));
         }
         let mut model = Native(model);
-        let mut answer = vec![vec![0; plan.outputs]; PRIMES.len()];
+        let mut found = ShardsRun {
+            answer: vec![vec![0; plan.outputs]; PRIMES.len()],
+            sent: Vec::new(),
+            runs: 0,
+        };
         for step in 0..=steps {
-            let last = step == steps;
-            let out = buckets(step + 1);
-            let mut next: Vec<Vec<Vec<u8>>> = vec![Vec::new(); out as usize];
+            let shard = LevelShard {
+                step,
+                last: step == steps,
+                outputs: plan.outputs,
+                buckets_out: buckets(step + 1),
+                batch,
+                key_limit: plan.key_limit,
+            };
+            let mut next: Vec<Vec<Vec<u8>>> = vec![Vec::new(); shard.buckets_out as usize];
             for parts in &inbox {
                 let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-                let level = sweep_level(
-                    &mut model,
-                    step,
-                    last,
-                    plan.outputs,
-                    &PRIMES,
-                    &parts,
-                    out,
-                    batch,
-                    &Control::new(),
-                )
-                .unwrap();
-                for ((sums, found), &p) in answer.iter_mut().zip(&level.answer).zip(&PRIMES) {
-                    for (sum, &f) in sums.iter_mut().zip(found) {
+                let mut spill = MemorySpill::default();
+                let mut room = Room {
+                    memory,
+                    spill: &mut spill,
+                };
+                let control = Control::new();
+                let level =
+                    sweep_level_within(&mut model, &shard, &PRIMES, parts, &mut room, &control)
+                        .unwrap();
+                for ((sums, level), &p) in found.answer.iter_mut().zip(&level.answer).zip(&PRIMES) {
+                    for (sum, &f) in sums.iter_mut().zip(level) {
                         *sum = (*sum + f) % p;
                     }
                 }
+                found.runs += level.runs;
                 for (q, list) in level.sent.into_iter().enumerate() {
-                    next[q].push(list);
+                    let bytes = list.to_bytes(&spill).unwrap();
+                    found.sent.push(bytes.clone());
+                    next[q].push(bytes);
                 }
             }
             inbox = next;
         }
-        answer
+        found
     }
 
     #[test]
@@ -621,8 +798,12 @@ mod tests {
                     params,
                     |step| 1 + (step * buckets) % 4,
                     batch,
+                    u64::MAX,
                 );
-                assert_eq!(shards, native.residues, "{params}: {buckets} {batch}");
+                assert_eq!(
+                    shards.answer, native.residues,
+                    "{params}: {buckets} {batch}"
+                );
             }
         }
     }
@@ -648,12 +829,13 @@ mod tests {
                     if let Some(end) = end {
                         params.push_str(&format!("\nend={end}"));
                     }
-                    let shards = by_level_shards::<PegsSweep>(&params, |step| 1 + step % 3, 64);
+                    let shards =
+                        by_level_shards::<PegsSweep>(&params, |step| 1 + step % 3, 64, u64::MAX);
                     let expected: Vec<Vec<u64>> = PRIMES
                         .iter()
                         .map(|&p| vec![(built_in % u128::from(p)) as u64])
                         .collect();
-                    assert_eq!(shards, expected, "{params}");
+                    assert_eq!(shards.answer, expected, "{params}");
                     solvable += usize::from(built_in > 0);
                 }
             }
@@ -694,5 +876,147 @@ mod tests {
         assert!(refused(&too_big, &PRIMES).contains("not below the prime"));
         let empty = encode_states(&[], 2);
         assert_eq!(decode_states(&empty, &PRIMES, "list").unwrap(), vec![]);
+    }
+
+    /// Levels whose children's tables spill as runs (a memory share of a
+    /// few kilobytes) send the very bytes of levels held in memory.
+    #[test]
+    fn levels_that_spill_send_what_levels_in_memory_send() {
+        let cases = [
+            (
+                "board=o/oo/ooo/oooo/ooooo/oooooo\nmoves=triangle\nstart=5",
+                64,
+            ),
+            ("n=14\nm=5", 50),
+        ];
+        for (params, batch) in cases {
+            let run = |memory| match params.starts_with("board") {
+                true => by_level_shards::<PegsSweep>(params, |step| 1 + step % 3, batch, memory),
+                false => {
+                    by_level_shards::<IndependentRows>(params, |step| 1 + step % 2, batch, memory)
+                }
+            };
+            let held = run(u64::MAX);
+            assert_eq!(held.runs, 0);
+            for memory in [12_000, 60_000] {
+                let spilled = run(memory);
+                assert!(spilled.runs > 3, "{params}: {} runs", spilled.runs);
+                assert_eq!(spilled.answer, held.answer, "{params}");
+                assert!(spilled.sent == held.sent, "{params}: the lists differ");
+            }
+        }
+    }
+
+    /// A list read as a stream holds what it holds decoded, and a damaged,
+    /// cut or overlong one is refused by name, as the decoder refuses it.
+    #[test]
+    fn lists_read_as_streams_are_checked_as_decoded_lists_are() {
+        let mut rng = crate::test_rng::Rng::new(11);
+        let mut keys: Vec<Vec<u8>> = (0..3000)
+            .map(|_| {
+                let len = rng.below(12) as usize;
+                (0..len).map(|_| rng.below(4) as u8).collect()
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let states: Vec<SweepState> = (keys.into_iter())
+            .map(|key| (key, PRIMES.iter().map(|&p| rng.below(p)).collect()))
+            .collect();
+        let bytes = encode_states(&states, PRIMES.len());
+        let streamed = |bytes: &[u8], key_limit: usize| -> Result<Vec<SweepState>> {
+            let mut list =
+                ListStream::new(bytes, &PRIMES, key_limit, "the list of shard 2".into())?;
+            let mut read = Vec::new();
+            while list.advance()? {
+                read.push((list.key().to_vec(), list.counts().to_vec()));
+            }
+            Ok(read)
+        };
+        assert_eq!(streamed(&bytes, 16).unwrap(), states);
+        let refused = |bytes: &[u8]| streamed(bytes, 16).unwrap_err().to_string();
+        for at in (0..bytes.len()).step_by(97).chain([bytes.len() - 1]) {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x04;
+            assert!(
+                refused(&damaged).contains("the list of shard 2"),
+                "byte {at}"
+            );
+        }
+        for cut in [0, 1, bytes.len() / 3, bytes.len() - 4, bytes.len() - 1] {
+            assert!(
+                refused(&bytes[..cut]).contains("the list of shard 2"),
+                "cut at {cut}"
+            );
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(refused(&longer).contains("bytes after its"));
+        assert!(
+            streamed(&bytes, 8)
+                .unwrap_err()
+                .to_string()
+                .contains("past 8 bytes")
+        );
+        let out_of_order = encode_states(&[states[1].clone(), states[0].clone()], 2);
+        assert!(refused(&out_of_order).contains("state 1 is not after the one before"));
+        let too_big = encode_states(&[(b"a".to_vec(), vec![PRIMES[0], 0])], 2);
+        assert!(refused(&too_big).contains("not below the prime"));
+    }
+
+    /// A list written to a spill as its states come is, with its count put
+    /// in front, the list [`encode_states`] makes; merged lists sum equal
+    /// keys.
+    #[test]
+    fn lists_written_to_a_spill_and_merged_are_the_lists_encoded() {
+        let part = |keys: &[&str], count: u64| -> Vec<SweepState> {
+            (keys.iter())
+                .map(|k| (k.as_bytes().to_vec(), vec![count, PRIMES[1] - count]))
+                .collect()
+        };
+        let a = part(&["", "ab", "b", "ba"], 2);
+        let b = part(&["ab", "abc", "ba", "c"], 5);
+        let lists = [encode_states(&a, 2), encode_states(&b, 2)];
+        let streams = (lists.iter())
+            .map(|l| ListStream::new(l.as_slice(), &PRIMES, 8, "part".into()).unwrap())
+            .collect();
+        let mut merged = MergedLists::new(streams).unwrap();
+        assert_eq!(merged.listed(), 8);
+        let mut spill = MemorySpill::default();
+        spill.write(b"before").unwrap();
+        let mut writer = ListWriter::new(&mut spill, 2);
+        let mut expected: Vec<SweepState> = Vec::new();
+        while let Some((key, counts)) = merged.next_state().unwrap() {
+            writer.push(key, counts).unwrap();
+            expected.push((key.to_vec(), counts.to_vec()));
+        }
+        let (count, len) = writer.finish().unwrap();
+        let run = spill.end_run().unwrap();
+        let sums: Vec<(&str, u64)> = (expected.iter())
+            .map(|(k, c)| (std::str::from_utf8(k).unwrap(), c[0]))
+            .collect();
+        let want = [
+            ("", 2),
+            ("ab", 7),
+            ("abc", 5),
+            ("b", 2),
+            ("ba", 7),
+            ("c", 5),
+        ];
+        assert_eq!(sums, want);
+        assert!(
+            expected
+                .iter()
+                .all(|(_, c)| c[1] == (2 * PRIMES[1] - c[0]) % PRIMES[1])
+        );
+        let listed = CountedList::Spilled {
+            count,
+            run,
+            body: 6..6 + len,
+        };
+        assert_eq!(
+            listed.to_bytes(&spill).unwrap(),
+            encode_states(&expected, 2)
+        );
     }
 }

@@ -16,6 +16,7 @@
 //! whose plan depends on anything but its parameters fails the job.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -37,24 +38,24 @@ use crate::kind::{
     Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
     ShardRun, SpecArgs, SpecOf, StageRead, single_input,
 };
-use crate::{Control, Error, Result, invalid};
-use tally_kernels::buckets::{
-    bucket_count, encode_buckets, levels_note, split_buckets, split_gathered, states_per_slot,
+use crate::{Control, Error, MemorySpill, Result, Room, Stored, invalid};
+use tally_kernels::buckets::{bucket_count, gathered_ranges, levels_note, split_buckets};
+use tally_kernels::spill::{CountedList, StoredSource, stage_output};
+use tally_kernels::sweep::{
+    LevelShard, SweepState, decode_flat, encode_states, key_bucket, sweep_level_within,
 };
-use tally_kernels::sweep::{SweepState, decode_flat, encode_states, key_bucket, sweep_level};
 use tally_wire::proto;
 
 pub struct WasmSweep;
 
 /// The most shards a level.
 pub const MAX_BUCKETS: u32 = 1024;
-/// States a level shard holds at most, when no worker has said its memory.
-const STATES_PER_BUCKET: u64 = 1 << 20;
+/// States of a level a shard: a level shard keeps within its memory share
+/// by spilling, so a level is split over the slots, and finer only when it
+/// is this large (few shards, few copies of a state reached from several).
+const STATES_PER_BUCKET: u64 = 1 << 26;
 /// States worth a shard of their own.
 const MIN_STATES_PER_BUCKET: u64 = 4096;
-/// About what a state costs a level shard, which holds its level and the
-/// next in memory: its key, its counts and the maps' own.
-const SHARD_BYTES_PER_STATE: u64 = 256;
 /// States of a level the module is asked about at once.
 const BATCH: usize = 4096;
 
@@ -238,8 +239,23 @@ pub struct WasmSweepPartial {
 }
 
 /// What a level shard reads: bucket `q` of every shard of the level before,
-/// framed as they were gathered.
-pub struct SweepInput(Vec<u8>);
+/// framed as they were gathered, in memory or in a file the worker wrote as
+/// it arrived; each sender's list is read as a stream and never held
+/// decoded whole.
+pub struct SweepInput {
+    stored: Arc<dyn Stored>,
+    /// Each sender's list: its byte range.
+    senders: Vec<Range<u64>>,
+}
+
+impl SweepInput {
+    /// The gathered lists, their framing checked (the lists are checked as
+    /// they are read).
+    fn new(stored: Arc<dyn Stored>) -> Result<SweepInput> {
+        let senders = gathered_ranges(&*stored)?;
+        Ok(SweepInput { stored, senders })
+    }
+}
 
 /// A compiled sweep module in the kernel cache.
 struct LoadedSweep(Arc<dyn GuestSweepModule>);
@@ -258,17 +274,11 @@ fn first_buckets(spec: &WasmSweepSpec, states: u64) -> u32 {
 }
 
 /// The buckets a level of about `states` states sends the level after it in,
-/// spread over `slots` of `slot_memory` each (0: unknown).
-fn buckets_after(spec: &WasmSweepSpec, states: u64, slots: u32, slot_memory: u64) -> u32 {
-    let per_bucket = states_per_slot(
-        slot_memory,
-        SHARD_BYTES_PER_STATE,
-        MIN_STATES_PER_BUCKET,
-        STATES_PER_BUCKET,
-    );
+/// spread over `slots`.
+fn buckets_after(spec: &WasmSweepSpec, states: u64, slots: u32) -> u32 {
     bucket_count(
         states,
-        per_bucket,
+        STATES_PER_BUCKET,
         MIN_STATES_PER_BUCKET,
         spec.buckets,
         MAX_BUCKETS,
@@ -482,7 +492,7 @@ impl JobKind for WasmSweep {
             ));
         }
         // The level after next is about as large as the next.
-        let buckets_out = buckets_after(spec, sent, finished.slots, finished.slot_memory);
+        let buckets_out = buckets_after(spec, sent, finished.slots);
         let tasks = (0..shards)
             .map(|bucket| Planned {
                 task: WasmSweepTask {
@@ -508,7 +518,23 @@ impl JobKind for WasmSweep {
     }
 
     fn decode_stage_inputs(_spec: &WasmSweepSpec, parts: &[&[u8]]) -> Result<SweepInput> {
-        Ok(SweepInput(single_input(Self::NAME, parts)?.to_vec()))
+        SweepInput::new(Arc::new(single_input(Self::NAME, parts)?.to_vec()))
+    }
+
+    const STREAMS_STAGE_INPUT: bool = true;
+
+    fn decode_stored_inputs(
+        _spec: &WasmSweepSpec,
+        parts: Vec<Arc<dyn Stored>>,
+    ) -> Result<SweepInput> {
+        match <[_; 1]>::try_from(parts) {
+            Ok([one]) => SweepInput::new(one),
+            Err(parts) => Err(invalid!(
+                "{} shards read one stage output, not {}",
+                Self::NAME,
+                parts.len()
+            )),
+        }
     }
 
     fn execute(
@@ -521,41 +547,47 @@ impl JobKind for WasmSweep {
         let mut sweep = module.0.start(&spec.params.join("\n"), cancelled)?;
         let shape = SweepShape::of(sweep.plan());
         let primes = &task.primes;
-        let starts;
-        let (parts, buckets_out): (Vec<&[u8]>, u32) = match (task.level, run.input) {
+        let mut in_memory = MemorySpill::default();
+        let mut room = Room::or_in_memory(run.room.as_mut(), &mut in_memory);
+        let inner = run.control.with_own_counter();
+        let last = shape.last_level == Some(task.level);
+        let mut shard = LevelShard {
+            step: task.level,
+            last,
+            outputs: shape.outputs as usize,
+            buckets_out: task.buckets_out,
+            batch: BATCH,
+            key_limit: shape.key_limit as usize,
+        };
+        let level = match (task.level, run.input) {
             // Level 0's states are the start states, summed.
             (0, _) => {
-                starts = start_list(sweep.starts()?, primes);
-                (vec![&starts.0], first_buckets(spec, starts.1))
+                let (starts, states) = start_list(sweep.starts()?, primes);
+                shard.buckets_out = first_buckets(spec, states);
+                let parts = vec![starts.as_slice()];
+                sweep_level_within(&mut *sweep, &shard, primes, parts, &mut room, &inner)?
             }
-            (_, Some(SweepInput(gathered))) => (split_gathered(gathered)?, task.buckets_out),
+            (_, Some(input)) => {
+                let parts = (input.senders.iter())
+                    .map(|range| StoredSource::new(&*input.stored, range.clone()))
+                    .collect();
+                sweep_level_within(&mut *sweep, &shard, primes, parts, &mut room, &inner)?
+            }
             (level, None) => {
                 return Err(invalid!(
                     "sweep level {level} needs the level before's buckets"
                 ));
             }
         };
-        let last = shape.last_level == Some(task.level);
-        let inner = run.control.with_own_counter();
-        let level = sweep_level(
-            &mut *sweep,
-            task.level,
-            last,
-            shape.outputs as usize,
-            primes,
-            &parts,
-            buckets_out,
-            BATCH,
-            &inner,
-        )?;
         run.control.add_work(1);
+        let sent: Vec<Vec<CountedList>> = level.sent.into_iter().map(|list| vec![list]).collect();
         Ok(Outcome {
-            output: encode_buckets(&level.sent).into(),
+            output: stage_output(&sent, &mut *room.spill)?,
             partial: WasmSweepPartial {
                 shape,
                 states: level.states,
                 sent: level.children,
-                buckets: buckets_out,
+                buckets: shard.buckets_out,
                 answer: level.answer,
             },
             work_done: 1,

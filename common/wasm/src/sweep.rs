@@ -595,7 +595,8 @@ mod tests {
     /// level: the answer of its native run.
     #[test]
     fn a_sweep_module_through_level_shards_finds_what_its_native_run_finds() {
-        use tally_kernels::sweep::{encode_states, key_bucket, sweep_level};
+        use tally_kernels::spill::CountedList;
+        use tally_kernels::sweep::{LevelShard, encode_states, key_bucket, sweep_level};
         use tally_kinds::guest::{GuestRuntime, GuestSweepEnd};
         let runtime = crate::GuestSandbox::new(Limits::default()).unwrap();
         let module = runtime.load_sweep(SWEEP).unwrap();
@@ -622,22 +623,23 @@ mod tests {
                 for parts in &inbox {
                     let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
                     let control = tally_kernels::Control::new();
-                    let level = sweep_level(
-                        &mut *session,
+                    let shard = LevelShard {
                         step,
-                        step == steps,
-                        1,
-                        &primes,
-                        &parts,
-                        3,
-                        16,
-                        &control,
-                    )
-                    .unwrap();
+                        last: step == steps,
+                        outputs: 1,
+                        buckets_out: 3,
+                        batch: 16,
+                        key_limit: plan.key_limit,
+                    };
+                    let level =
+                        sweep_level(&mut *session, &shard, &primes, &parts, &control).unwrap();
                     for ((sum, found), p) in answer.iter_mut().zip(&level.answer).zip(primes) {
                         *sum = (*sum + found[0]) % p;
                     }
                     for (q, list) in level.sent.into_iter().enumerate() {
+                        let CountedList::Bytes(list) = list else {
+                            panic!("a level in memory sends its lists in memory");
+                        };
                         next[q].push(list);
                     }
                 }

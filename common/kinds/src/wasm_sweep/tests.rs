@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tally_example_independent_sets_sweep::IndependentRows;
 use tally_guest::Params;
 use tally_guest::sweep::{Sweep, SweepEnd, run_sweep};
+use tally_kernels::buckets::encode_buckets;
 use tally_kernels::sweep::{SweepChildren, SweepModel};
 
 use super::*;

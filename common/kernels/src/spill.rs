@@ -286,8 +286,13 @@ pub fn stage_output(buckets: &[Vec<CountedList>], spill: &mut dyn Spill) -> Resu
     match any_spilled(buckets) {
         false => {
             let mut framed = framing_head(buckets);
+            framed.reserve(buckets.iter().flatten().map(|p| p.len() as usize).sum());
             for piece in buckets.iter().flatten() {
-                framed.extend_from_slice(&piece.to_bytes(spill)?);
+                // Copied once, not through a copy of its own.
+                match piece {
+                    CountedList::Bytes(bytes) => framed.extend_from_slice(bytes),
+                    spilled => framed.extend_from_slice(&spilled.to_bytes(spill)?),
+                }
             }
             Ok(framed.into())
         }

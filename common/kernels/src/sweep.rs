@@ -311,6 +311,7 @@ impl ChildSums {
     /// Room for about `states` children (they grow when there are more).
     fn new(primes: usize, states: usize) -> ChildSums {
         let mut flat = FlatStates::new(primes);
+        flat.keys.reserve(8 * states);
         flat.ends.reserve(states);
         flat.counts.reserve(states * primes);
         ChildSums {
@@ -361,10 +362,10 @@ impl ChildSums {
         }
     }
 
-    /// About what a state costs the tables beyond its key: its end, its
+    /// About what a state costs the tables: 8 bytes of key, its end, its
     /// counts and its index entry (with the index's spare room).
     fn bytes_a_state(primes: usize) -> u64 {
-        8 + 8 * primes as u64 + 24
+        8 + 8 + 8 * primes as u64 + 24
     }
 
     /// The bytes the tables hold, room to grow included.
@@ -453,7 +454,7 @@ pub fn sweep_level(
 /// [`encode_states`] list, read as streams and merged, equal keys summed);
 /// their weights added up (`shard.outputs` a state); unless `shard.last`,
 /// their children summed into `shard.buckets_out` buckets for the next
-/// level, in tables that spill as sorted runs to `room.spill` past a third
+/// level, in tables that spill as sorted runs to `room.spill` past a quarter
 /// of `room.memory` (the rest is for the lists a table is sorted into as it
 /// spills, the input's buffers and the output). The model is asked
 /// `shard.batch` states at a time.
@@ -535,8 +536,7 @@ pub fn sweep_level_within<S: Source>(
                         keys.len()
                     ));
                 }
-                next.sums
-                    .add(key, level.counts(parent as usize), multiplier, primes);
+                next.add(key, level.counts(parent as usize), multiplier, primes)?;
             }
             next.spill_if_full()?;
         }
@@ -564,6 +564,10 @@ struct SpillingChildren<'r, 's> {
     primes: usize,
     buckets: u32,
     hint: usize,
+    /// The most states a table takes before it spills: it is made with room
+    /// for them, and never grows while its limit binds (a growth would hold
+    /// the old table and the new at once).
+    most: usize,
     limit: u64,
     room: &'r mut Room<'s>,
     /// For each run: its number and each bucket's list in it.
@@ -581,16 +585,22 @@ struct SentChildren {
 
 impl<'r, 's> SpillingChildren<'r, 's> {
     fn new(room: &'r mut Room<'s>, primes: usize, buckets: u32, wanted: usize) -> Self {
-        // A table at its limit and the lists it is sorted into take about
-        // twice the limit while it spills.
-        let limit = room.memory / 3;
+        // A table at its limit and the lists it is sorted into take under
+        // twice the limit while it spills; the rest of the share is for the
+        // input's buffers (a quarter) and the output.
+        let limit = room.memory / 4;
         let most = usize::try_from(limit / ChildSums::bytes_a_state(primes)).unwrap_or(usize::MAX);
         let hint = wanted.min(most).max(1);
+        let sums = ChildSums::new(primes, hint);
+        // The room a fresh table is made with may pass the limit by the
+        // index's rounding: a table spills by its bytes only past both.
+        let limit = limit.max(sums.bytes());
         SpillingChildren {
-            sums: ChildSums::new(primes, hint),
+            sums,
             primes,
             buckets,
             hint,
+            most: most.max(1),
             limit,
             room,
             runs: Vec::new(),
@@ -598,10 +608,26 @@ impl<'r, 's> SpillingChildren<'r, 's> {
         }
     }
 
-    fn spill_if_full(&mut self) -> Result<()> {
-        if self.sums.bytes() <= self.limit {
-            return Ok(());
+    /// Adds `counts` times `multiplier` to the sums of `key`, the tables
+    /// spilled first when they hold their most.
+    fn add(&mut self, key: &[u8], counts: &[u64], multiplier: u64, primes: &[u64]) -> Result<()> {
+        if self.sums.states.len() >= self.most {
+            self.spill()?;
         }
+        self.sums.add(key, counts, multiplier, primes);
+        Ok(())
+    }
+
+    /// Spills the tables when their bytes pass the limit (long keys: the
+    /// states alone are held to `most` as they are added).
+    fn spill_if_full(&mut self) -> Result<()> {
+        match self.sums.bytes() > self.limit {
+            true => self.spill(),
+            false => Ok(()),
+        }
+    }
+
+    fn spill(&mut self) -> Result<()> {
         let full = std::mem::replace(&mut self.sums, ChildSums::new(self.primes, self.hint));
         let mut ranges = Vec::with_capacity(self.buckets as usize);
         let mut at = 0;

@@ -38,6 +38,9 @@ pub struct ListStream<'p, S> {
     count: u128,
     read: u128,
     key: Vec<u8>,
+    /// The key's first 8 bytes (see `super::prefix`): most keys are told
+    /// apart by it without a byte-wise comparison.
+    head: u64,
     tail: Vec<u8>,
     counts: Vec<u64>,
 }
@@ -62,6 +65,7 @@ impl<'p, S: Source> ListStream<'p, S> {
             count: 0,
             read: 0,
             key: Vec::new(),
+            head: 0,
             tail: Vec::new(),
             counts: vec![0; primes.len()],
         };
@@ -126,6 +130,7 @@ impl<'p, S: Source> ListStream<'p, S> {
         }
         self.key.truncate(shared);
         self.key.extend_from_slice(&self.tail);
+        self.head = super::prefix(&self.key);
         for i in 0..self.primes.len() {
             let count = self.varint("a count")?;
             let prime = self.primes[i];
@@ -159,6 +164,18 @@ impl<'p, S: Source> ListStream<'p, S> {
         &self.key
     }
 
+    /// Whether its key comes before `other`'s: by their first 8 bytes, then
+    /// (rarely) by the whole keys. The order is the keys' own, since a key's
+    /// first 8 bytes are zero past its end.
+    fn before(&self, other: &Self) -> bool {
+        self.head < other.head || (self.head == other.head && self.key < other.key)
+    }
+
+    /// Whether its key is `key`, whose first 8 bytes are `head`.
+    fn holds(&self, head: u64, key: &[u8]) -> bool {
+        self.head == head && self.key.len() == key.len() && (key.len() <= 8 || self.key == key)
+    }
+
     /// Its counts, one a prime.
     pub fn counts(&self) -> &[u64] {
         &self.counts
@@ -166,11 +183,12 @@ impl<'p, S: Source> ListStream<'p, S> {
 }
 
 /// Lists merged into one in increasing key order, the counts of equal keys
-/// summed modulo their primes.
+/// summed modulo their primes: the parts with a state to give kept in a
+/// binary heap by their keys (a merge of a spill's runs may have many).
 pub struct MergedLists<'p, S> {
     parts: Vec<ListStream<'p, S>>,
-    /// The parts with a state read and not yet merged.
-    live: Vec<usize>,
+    /// The parts with a state read and not yet merged, least key first.
+    heap: Vec<usize>,
     key: Vec<u8>,
     counts: Vec<u64>,
 }
@@ -184,12 +202,17 @@ impl<'p, S: Source> MergedLists<'p, S> {
                 live.push(i);
             }
         }
-        Ok(MergedLists {
+        let mut merged = MergedLists {
             parts,
-            live,
+            heap: Vec::with_capacity(live.len()),
             key: Vec::new(),
             counts: vec![0; primes],
-        })
+        };
+        for part in live {
+            merged.heap.push(part);
+            merged.sift_up(merged.heap.len() - 1);
+        }
+        Ok(merged)
     }
 
     /// The states the parts say they hold, at most the merge's.
@@ -197,38 +220,73 @@ impl<'p, S: Source> MergedLists<'p, S> {
         self.parts.iter().map(ListStream::count).sum()
     }
 
+    fn before(&self, a: usize, b: usize) -> bool {
+        self.parts[self.heap[a]].before(&self.parts[self.heap[b]])
+    }
+
+    fn sift_up(&mut self, mut at: usize) {
+        while at > 0 {
+            let parent = (at - 1) / 2;
+            if !self.before(at, parent) {
+                break;
+            }
+            self.heap.swap(at, parent);
+            at = parent;
+        }
+    }
+
+    fn sift_down(&mut self, mut at: usize) {
+        loop {
+            let left = 2 * at + 1;
+            if left >= self.heap.len() {
+                break;
+            }
+            let right = left + 1;
+            let least = match right < self.heap.len() && self.before(right, left) {
+                true => right,
+                false => left,
+            };
+            if !self.before(least, at) {
+                break;
+            }
+            self.heap.swap(at, least);
+            at = least;
+        }
+    }
+
+    /// Moves the least part on to its next state, or out of the heap past
+    /// its last.
+    fn advance_least(&mut self) -> Result<()> {
+        if self.parts[self.heap[0]].advance()? {
+            self.sift_down(0);
+        } else {
+            self.heap.swap_remove(0);
+            self.sift_down(0);
+        }
+        Ok(())
+    }
+
     /// The next key and its summed counts; `None` past the last (every
     /// part's checksum and end then checked).
     pub fn next_state(&mut self) -> Result<Option<(&[u8], &[u64])>> {
-        let Some(&first) = self.live.first() else {
+        let Some(&least) = self.heap.first() else {
             return Ok(None);
         };
-        // A few parts (the shards of a level, the runs of a spill): a scan
-        // of their heads beats a heap's bookkeeping.
-        let mut least = first;
-        for &i in &self.live[1..] {
-            if self.parts[i].key() < self.parts[least].key() {
-                least = i;
-            }
-        }
+        let part = &self.parts[least];
+        let head = part.head;
         self.key.clear();
-        self.key.extend_from_slice(self.parts[least].key());
-        self.counts.fill(0);
-        let mut at = 0;
-        while at < self.live.len() {
-            let part = &mut self.parts[self.live[at]];
-            if part.key() != self.key.as_slice() {
-                at += 1;
-                continue;
+        self.key.extend_from_slice(&part.key);
+        self.counts.copy_from_slice(&part.counts);
+        self.advance_least()?;
+        while let Some(&next) = self.heap.first() {
+            let part = &self.parts[next];
+            if !part.holds(head, &self.key) {
+                break;
             }
             for ((sum, &count), &p) in self.counts.iter_mut().zip(&part.counts).zip(part.primes) {
                 *sum = super::add_mod(*sum, count, p);
             }
-            if part.advance()? {
-                at += 1;
-            } else {
-                self.live.remove(at);
-            }
+            self.advance_least()?;
         }
         Ok(Some((&self.key, &self.counts)))
     }

@@ -184,20 +184,7 @@ async fn frontier_jobs_whose_shards_spill_equal_the_kernel_alone() {
             let direct = spec.compute_direct(2, &Control::new()).unwrap();
             assert_eq!(done.answer, direct.line, "{name} through {store}");
             let stats = workers.stop().await;
-            let spilled: u64 = stats.iter().map(|s| s.spilled_bytes.get()).sum();
-            assert!(spilled > 0, "{name}: the shards spilled, through {store}");
-            let in_files: u64 = stats.iter().map(|s| s.input_in_files_bytes.get()).sum();
-            assert!(
-                in_files > 0,
-                "{name}: the larger inputs were kept in files, through {store}"
-            );
-            let out_files: u64 = stats.iter().map(|s| s.output_in_files_bytes.get()).sum();
-            assert!(
-                out_files > 0,
-                "{name}: outputs were sent from files, through {store}"
-            );
-            let left: Vec<_> = std::fs::read_dir(spill.path()).unwrap().collect();
-            assert!(left.is_empty(), "{name}: the spill is removed: {left:?}");
+            assert_spilled_through_files(&stats, spill.path(), &format!("{name} through {store}"));
             coordinator.shutdown().await;
         }
     }

@@ -68,6 +68,20 @@ fn sweep_workers(url: &str, count: usize, corrupt: bool) -> Workers {
     })
 }
 
+/// The built-in pegs kind's job on the triangle of `side` from `start`.
+fn built_in_pegs(side: usize, start: usize, end: Option<usize>) -> JobSpec {
+    JobSpec::new(tally_kinds::pegs::PegsSpec {
+        board: format!("triangle:{side}"),
+        start: Some(start as u32),
+        end: end.map(|e| e as u32),
+        prefixes: 0,
+        plan: None,
+        buckets: 0,
+        by_final_hole: false,
+        no_prune: false,
+    })
+}
+
 async fn finished(client: &mut JobClient, id: &str) -> proto::Job {
     wait_finished(client, id, Duration::from_secs(300)).await
 }
@@ -135,16 +149,7 @@ async fn the_guest_pegs_module_through_the_runner_equals_the_built_in_kind() {
             module_sha256: sha256_hex(PEGS),
             ..exact_spec(&params, 2, 64)
         });
-        let built_in = JobSpec::new(tally_kinds::pegs::PegsSpec {
-            board: format!("triangle:{side}"),
-            start: Some(start as u32),
-            end: end.map(|e| e as u32),
-            prefixes: 0,
-            plan: None,
-            buckets: 0,
-            by_final_hole: false,
-            no_prune: false,
-        });
+        let built_in = built_in_pegs(side, start, end);
         let job = submit_with(&mut client, &guest, PEGS).await;
         expected.push((job.id, direct_answer(&built_in)));
     }
@@ -210,17 +215,7 @@ async fn a_sweep_whose_level_shards_spill_equals_the_built_in_kind() {
         module_sha256: sha256_hex(PEGS),
         ..exact_spec(&params, 2, 64)
     });
-    let built_in = JobSpec::new(tally_kinds::pegs::PegsSpec {
-        board: "triangle:6".into(),
-        start: Some(4),
-        end: None,
-        prefixes: 0,
-        plan: None,
-        buckets: 0,
-        by_final_hole: false,
-        no_prune: false,
-    });
-    let answer = direct_answer(&built_in);
+    let answer = direct_answer(&built_in_pegs(6, 4, None));
     let stage = tempfile::tempdir().unwrap();
     let file_store = format!("file://{}", stage.path().display());
     for store in ["coordinator", file_store.as_str()] {
@@ -238,17 +233,7 @@ async fn a_sweep_whose_level_shards_spill_equals_the_built_in_kind() {
         assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
         assert_eq!(done.answer, answer, "through {store}");
         let stats = workers.stop().await;
-        let spilled: u64 = stats.iter().map(|s| s.spilled_bytes.get()).sum();
-        assert!(spilled > 0, "the level shards spilled, through {store}");
-        let in_files: u64 = stats.iter().map(|s| s.input_in_files_bytes.get()).sum();
-        assert!(in_files > 0, "inputs were kept in files, through {store}");
-        let out_files: u64 = stats.iter().map(|s| s.output_in_files_bytes.get()).sum();
-        assert!(
-            out_files > 0,
-            "outputs were sent from files, through {store}"
-        );
-        let left: Vec<_> = std::fs::read_dir(spill.path()).unwrap().collect();
-        assert!(left.is_empty(), "the spill is removed: {left:?}");
+        assert_spilled_through_files(&stats, spill.path(), &format!("wasm-sweep through {store}"));
         coordinator.shutdown().await;
     }
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
-    ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input,
+    ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input, single_stored,
 };
 use crate::{Control, MemorySpill, Result, Room, Stored, invalid};
 use tally_kernels::blocks;
@@ -508,14 +508,7 @@ impl JobKind for Blocks {
         _spec: &BlocksSpec,
         parts: Vec<Arc<dyn Stored>>,
     ) -> Result<BlocksInput> {
-        match <[_; 1]>::try_from(parts) {
-            Ok([one]) => BlocksInput::new(one),
-            Err(parts) => Err(invalid!(
-                "{} shards read one stage output, not {}",
-                Self::NAME,
-                parts.len()
-            )),
-        }
+        BlocksInput::new(single_stored(Self::NAME, parts)?)
     }
 
     fn execute(

@@ -563,6 +563,18 @@ pub fn single_input<'a>(kind: &str, parts: &[&'a [u8]]) -> Result<&'a [u8]> {
     }
 }
 
+/// [`single_input`] of [`JobKind::decode_stored_inputs`]: the one stage
+/// output, in memory or in a file.
+pub fn single_stored(kind: &str, parts: Vec<Arc<dyn Stored>>) -> Result<Arc<dyn Stored>> {
+    match <[_; 1]>::try_from(parts) {
+        Ok([one]) => Ok(one),
+        Err(parts) => Err(crate::invalid!(
+            "{kind} shards read one stage output, not {}",
+            parts.len()
+        )),
+    }
+}
+
 /// The check of [`JobKind::check_result`] for shards that produce no stage output.
 pub fn no_output(output: &[u8]) -> Result<()> {
     if output.is_empty() {

@@ -36,7 +36,7 @@ use crate::guest::{
 };
 use crate::kind::{
     Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
-    ShardRun, SpecArgs, SpecOf, StageRead, single_input,
+    ShardRun, SpecArgs, SpecOf, StageRead, single_input, single_stored,
 };
 use crate::{Control, Error, MemorySpill, Result, Room, Stored, invalid};
 use tally_kernels::buckets::{bucket_count, gathered_ranges, levels_note, split_buckets};
@@ -527,14 +527,7 @@ impl JobKind for WasmSweep {
         _spec: &WasmSweepSpec,
         parts: Vec<Arc<dyn Stored>>,
     ) -> Result<SweepInput> {
-        match <[_; 1]>::try_from(parts) {
-            Ok([one]) => SweepInput::new(one),
-            Err(parts) => Err(invalid!(
-                "{} shards read one stage output, not {}",
-                Self::NAME,
-                parts.len()
-            )),
-        }
+        SweepInput::new(single_stored(Self::NAME, parts)?)
     }
 
     fn execute(

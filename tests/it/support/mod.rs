@@ -45,6 +45,24 @@ pub fn with_sandbox(config: CoordinatorConfig) -> CoordinatorConfig {
     config
 }
 
+/// That the workers of `stats` spilled past their shares, kept their larger
+/// inputs in files and sent outputs from files, and left `spill` empty;
+/// `what` names the job in a failure.
+pub fn assert_spilled_through_files(
+    stats: &[std::sync::Arc<tally_worker::WorkerStats>],
+    spill: &Path,
+    what: &str,
+) {
+    let spilled: u64 = stats.iter().map(|s| s.spilled_bytes.get()).sum();
+    assert!(spilled > 0, "{what}: the shards spilled");
+    let in_files: u64 = stats.iter().map(|s| s.input_in_files_bytes.get()).sum();
+    assert!(in_files > 0, "{what}: the larger inputs were kept in files");
+    let out_files: u64 = stats.iter().map(|s| s.output_in_files_bytes.get()).sum();
+    assert!(out_files > 0, "{what}: outputs were sent from files");
+    let left: Vec<_> = std::fs::read_dir(spill).unwrap().collect();
+    assert!(left.is_empty(), "{what}: the spill is removed: {left:?}");
+}
+
 /// In-process workers that stop when the returned sender is dropped or set.
 pub struct Workers {
     stop: tokio::sync::watch::Sender<bool>,

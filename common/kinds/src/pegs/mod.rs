@@ -23,7 +23,7 @@ pub use input::PegInput;
 use crate::cache::KernelCache;
 use crate::kind::{
     Answer, FaultInjection, FileReader, FinishedStage, JobKind, NextStage, Outcome, Planned,
-    ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input,
+    ShardRun, SpecArgs, SpecOf, StageRead, no_output, single_input, single_stored,
 };
 use crate::{Control, Error, Result, Stored, invalid};
 use tally_kernels::buckets::bucket_count;
@@ -625,14 +625,7 @@ impl JobKind for Pegs {
     }
 
     fn decode_stored_inputs(_spec: &PegsSpec, parts: Vec<Arc<dyn Stored>>) -> Result<PegInput> {
-        match <[_; 1]>::try_from(parts) {
-            Ok([one]) => PegInput::new(one),
-            Err(parts) => Err(invalid!(
-                "{} shards read one stage output, not {}",
-                Self::NAME,
-                parts.len()
-            )),
-        }
+        PegInput::new(single_stored(Self::NAME, parts)?)
     }
 
     fn execute(

@@ -264,23 +264,8 @@ fn faulty_sweep(starts: &str, expand: &str) -> Vec<u8> {
         (i32.store offset=12 (local.get 2) (i32.const 1))
         (i32.store offset=16 (local.get 2) (i32.const 1))
         (i32.const 20)";
-    let text = format!(
-        r#"(module
-          (memory (export "memory") 4)
-          (global $next (mut i32) (i32.const 1024))
-          (func (export "tally_abi_version") (result i32) (i32.const 2))
-          (func (export "tally_alloc") (param $len i32) (result i32)
-            (local $at i32)
-            (local.set $at (global.get $next))
-            (global.set $next (i32.add (global.get $next) (i32.add (local.get $len) (i32.const 8))))
-            (local.get $at))
-          (func (export "tally_sweep_plan") (param i32 i32 i32 i32) (result i32) {plan})
-          (func (export "tally_sweep_starts") (param i32 i32 i32 i32) (result i32) {starts})
-          (func (export "tally_sweep_expand") (param i32 i32 i32 i32 i32 i32 i32) (result i32)
-            {expand})
-          (func (export "tally_sweep_weights") (param i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
-            (i64.store (local.get 6) (i64.const 1)) (i32.const 8)))"#
-    );
+    let weights = "(i64.store (local.get 6) (i64.const 1)) (i32.const 8)";
+    let text = tally_wasm::sweep::sweep_module_text(plan, starts, expand, weights);
     wat::parse_str(text).expect("the test module assembles")
 }
 

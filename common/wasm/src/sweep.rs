@@ -472,6 +472,31 @@ impl SweepSession {
     }
 }
 
+/// The text (WAT) of a sweep module whose exports' bodies are given: its
+/// plan, start states, children and weights, each writing its records at
+/// `out` (the parameter the ABI names so) and returning their byte count.
+/// For tests of modules that break the ABI's rules, here and through the
+/// runner.
+pub fn sweep_module_text(plan: &str, starts: &str, expand: &str, weights: &str) -> String {
+    format!(
+        r#"(module
+          (memory (export "memory") 4)
+          (global $next (mut i32) (i32.const 1024))
+          (func (export "tally_abi_version") (result i32) (i32.const 2))
+          (func (export "tally_alloc") (param $len i32) (result i32)
+            (local $at i32)
+            (local.set $at (global.get $next))
+            (global.set $next (i32.add (global.get $next) (i32.add (local.get $len) (i32.const 8))))
+            (local.get $at))
+          (func (export "tally_sweep_plan") (param i32 i32 i32 i32) (result i32) {plan})
+          (func (export "tally_sweep_starts") (param i32 i32 i32 i32) (result i32) {starts})
+          (func (export "tally_sweep_expand") (param i32 i32 i32 i32 i32 i32 i32) (result i32)
+            {expand})
+          (func (export "tally_sweep_weights") (param i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
+            {weights}))"#
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -677,23 +702,7 @@ mod tests {
     /// A sweep module whose plan allows keys of 1 byte and whose start
     /// `starts` writes (in WAT: data at `out`, its byte count returned).
     fn faulty(plan: &str, starts: &str) -> Vec<u8> {
-        let text = format!(
-            r#"(module
-              (memory (export "memory") 4)
-              (global $next (mut i32) (i32.const 1024))
-              (func (export "tally_abi_version") (result i32) (i32.const 2))
-              (func (export "tally_alloc") (param $len i32) (result i32)
-                (local $at i32)
-                (local.set $at (global.get $next))
-                (global.set $next (i32.add (global.get $next) (i32.add (local.get $len) (i32.const 8))))
-                (local.get $at))
-              (func (export "tally_sweep_plan") (param i32 i32 i32 i32) (result i32) {plan})
-              (func (export "tally_sweep_starts") (param i32 i32 i32 i32) (result i32) {starts})
-              (func (export "tally_sweep_expand") (param i32 i32 i32 i32 i32 i32 i32) (result i32)
-                (i32.const 0))
-              (func (export "tally_sweep_weights") (param i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
-                (i32.const 0)))"#
-        );
+        let text = super::sweep_module_text(plan, starts, "(i32.const 0)", "(i32.const 0)");
         wat::parse_str(text).expect("the test module assembles")
     }
 

@@ -19,7 +19,7 @@ use hashbrown::HashTable;
 use crate::buckets::bucket_of;
 use crate::modular::mul_mod;
 use crate::spill::{CountedList, MemorySpill, Room, RunOrSlice, Source, Stored, StoredSource};
-use crate::{Control, Error, Result, invalid, varint};
+use crate::{Control, Result, invalid, varint};
 
 mod stream;
 pub use stream::{ListStream, ListWriter, MergedLists};
@@ -99,10 +99,9 @@ pub struct SweepLevel {
     pub sent: Vec<CountedList>,
     /// The distinct children in `sent`, over all its buckets.
     pub children: u64,
-    /// Sorted runs the children's tables spilled, and the bytes spilled
-    /// (the runs and the merged output).
+    /// Sorted runs the children's tables spilled (the worker counts the
+    /// bytes).
     pub runs: u32,
-    pub spilled_bytes: u64,
 }
 
 /// The states of a level's list, at most: a list saying more is refused
@@ -190,18 +189,26 @@ fn encode_list<'a>(
     let mut previous: &[u8] = &[];
     for (key, counts) in states {
         debug_assert_eq!(counts.len(), primes);
-        let shared = key.iter().zip(previous).take_while(|(a, b)| a == b).count();
-        varint::push(&mut out, shared as u128);
-        varint::push(&mut out, (key.len() - shared) as u128);
-        out.extend_from_slice(&key[shared..]);
-        for &count in counts {
-            varint::push(&mut out, u128::from(count));
-        }
+        push_state(&mut out, previous, key, counts);
         previous = key;
     }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// Appends one state of a list: the length of the prefix its key shares
+/// with `previous` (the key before), the length and bytes of the rest, and
+/// its counts, all varints. Returns the length shared.
+fn push_state(out: &mut Vec<u8>, previous: &[u8], key: &[u8], counts: &[u64]) -> usize {
+    let shared = key.iter().zip(previous).take_while(|(a, b)| a == b).count();
+    varint::push(out, shared as u128);
+    varint::push(out, (key.len() - shared) as u128);
+    out.extend_from_slice(&key[shared..]);
+    for &count in counts {
+        varint::push(out, u128::from(count));
+    }
+    shared
 }
 
 /// Reads [`encode_states`]'s bytes, refusing (with `label` named) a list
@@ -545,14 +552,11 @@ pub fn sweep_level_within<S: Source>(
             break;
         }
     }
-    // Past the input's end: every part's checksum is checked.
-    if input.next_state()?.is_some() {
-        return Err(Error::Internal("a sweep level's input ran on".into()));
-    }
+    // The input ended: each part's checksum was checked as it ended.
     let label = format!("sweep level {}", step + 1);
     let sent = next.finish(primes, key_limit, &label)?;
     (outcome.sent, outcome.children) = (sent.lists, sent.children);
-    (outcome.runs, outcome.spilled_bytes) = (sent.runs, sent.spilled_bytes);
+    outcome.runs = sent.runs;
     Ok(outcome)
 }
 
@@ -572,7 +576,6 @@ struct SpillingChildren<'r, 's> {
     room: &'r mut Room<'s>,
     /// For each run: its number and each bucket's list in it.
     runs: Vec<(u32, Vec<Range<u64>>)>,
-    spilled_bytes: u64,
 }
 
 /// What [`SpillingChildren::finish`] sends, and what it took.
@@ -580,7 +583,6 @@ struct SentChildren {
     lists: Vec<CountedList>,
     children: u64,
     runs: u32,
-    spilled_bytes: u64,
 }
 
 impl<'r, 's> SpillingChildren<'r, 's> {
@@ -604,7 +606,6 @@ impl<'r, 's> SpillingChildren<'r, 's> {
             limit,
             room,
             runs: Vec::new(),
-            spilled_bytes: 0,
         }
     }
 
@@ -637,7 +638,6 @@ impl<'r, 's> SpillingChildren<'r, 's> {
             at += list.len() as u64;
         }
         let run = self.room.spill.end_run()?;
-        self.spilled_bytes += at;
         self.runs.push((run, ranges));
         Ok(())
     }
@@ -653,7 +653,6 @@ impl<'r, 's> SpillingChildren<'r, 's> {
                 lists: held.into_iter().map(CountedList::Bytes).collect(),
                 children,
                 runs: 0,
-                spilled_bytes: 0,
             });
         }
         let kept = (self.runs.iter())
@@ -663,7 +662,6 @@ impl<'r, 's> SpillingChildren<'r, 's> {
             lists: Vec::with_capacity(held.len()),
             children: 0,
             runs: self.runs.len() as u32,
-            spilled_bytes: self.spilled_bytes,
         };
         let mut bodies = Vec::with_capacity(held.len());
         let mut at = 0;
@@ -688,7 +686,6 @@ impl<'r, 's> SpillingChildren<'r, 's> {
             at += len;
         }
         let run = self.room.spill.end_run()?;
-        sent.spilled_bytes += at;
         sent.lists = (bodies.into_iter())
             .map(|(count, body)| CountedList::Spilled { count, run, body })
             .collect();

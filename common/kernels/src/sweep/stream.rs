@@ -324,15 +324,7 @@ impl<'s> ListWriter<'s> {
     /// Appends a state, its key after the one before's.
     pub fn push(&mut self, key: &[u8], counts: &[u64]) -> Result<()> {
         debug_assert!(self.count == 0 || key > self.previous.as_slice());
-        let shared = (key.iter().zip(&self.previous))
-            .take_while(|(a, b)| a == b)
-            .count();
-        varint::push(&mut self.buf, shared as u128);
-        varint::push(&mut self.buf, (key.len() - shared) as u128);
-        self.buf.extend_from_slice(&key[shared..]);
-        for &count in counts {
-            varint::push(&mut self.buf, u128::from(count));
-        }
+        let shared = super::push_state(&mut self.buf, &self.previous, key, counts);
         self.previous.truncate(shared);
         self.previous.extend_from_slice(&key[shared..]);
         self.count += 1;

@@ -97,6 +97,20 @@ impl JobService for Stuck {
     ) -> Result<Response<proto::InfoResponse>, Status> {
         Err(Status::unimplemented("info"))
     }
+
+    async fn who_am_i(
+        &self,
+        _: Request<proto::WhoAmIRequest>,
+    ) -> Result<Response<proto::WhoAmIResponse>, Status> {
+        Err(Status::unimplemented("who_am_i"))
+    }
+
+    async fn audit(
+        &self,
+        _: Request<proto::AuditRequest>,
+    ) -> Result<Response<proto::AuditResponse>, Status> {
+        Err(Status::unimplemented("audit"))
+    }
 }
 
 /// A stream that never sends anything, nor ends.

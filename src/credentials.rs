@@ -58,7 +58,7 @@ pub fn server_tls(global: &GlobalArgs) -> anyhow::Result<Option<ServerTls>> {
     }
 }
 
-fn client_token(global: &GlobalArgs) -> anyhow::Result<Option<String>> {
+pub fn client_token(global: &GlobalArgs) -> anyhow::Result<Option<String>> {
     token(global.token_file.as_deref(), "TALLY_TOKEN")
 }
 

@@ -96,6 +96,8 @@ pub fn job_json(job: &Job) -> serde_json::Value {
         "error": job.error,
         "stages_unknown": job.stages_unknown,
         "waiting": job.waiting,
+        "owner": job.owner,
+        "slot_seconds": job.slot_seconds,
     })
 }
 
@@ -120,6 +122,10 @@ fn percent(done: u64, total: u64) -> f64 {
 
 pub fn status_text(job: &Job) -> String {
     let mut out = format!("{}  {}  {}\n", job.id, job.state_name(), job.description);
+    out += &format!(
+        "  owner     {} ({:.1} slot-seconds so far)\n",
+        job.owner, job.slot_seconds
+    );
     // A plan that finds its stages as it goes knows only the stages so far:
     // no total, and no fraction of one.
     if job.stages_unknown {
@@ -168,6 +174,7 @@ pub fn job_table(jobs: &[Job]) -> String {
         "ID".to_string(),
         "STATE".into(),
         "KIND".into(),
+        "OWNER".into(),
         "PROGRESS".into(),
         "ELAPSED".into(),
         "DESCRIPTION".into(),
@@ -177,12 +184,13 @@ pub fn job_table(jobs: &[Job]) -> String {
             job.id.clone(),
             job.state_name().into(),
             job.kind.clone(),
+            job.owner.clone(),
             progress(job),
             duration(job.elapsed_ms),
             job.description.clone(),
         ]);
     }
-    let widths: Vec<usize> = (0..6)
+    let widths: Vec<usize> = (0..7)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
@@ -191,7 +199,7 @@ pub fn job_table(jobs: &[Job]) -> String {
             .iter()
             .enumerate()
             .map(|(c, cell)| {
-                if c == 5 {
+                if c == 6 {
                     cell.clone()
                 } else {
                     format!("{cell:<w$}", w = widths[c])

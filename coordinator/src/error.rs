@@ -21,6 +21,10 @@ pub enum CoordinatorError {
     /// A worker call without a live session of that worker.
     #[error("{0}")]
     Unauthenticated(String),
+    /// A known user asking for what is not theirs: another user's job, or
+    /// what only an admin may do.
+    #[error("{0}")]
+    PermissionDenied(String),
     #[error("store: {0}")]
     Store(String),
     /// The store's disk is full: nothing can be written until space is freed.
@@ -79,6 +83,7 @@ impl CoordinatorError {
             ResourceExhausted(m) => ResourceExhausted(f(m)),
             AlreadyExists(m) => AlreadyExists(f(m)),
             Unauthenticated(m) => Unauthenticated(f(m)),
+            PermissionDenied(m) => PermissionDenied(f(m)),
             Store(m) => Store(f(m)),
             StoreFull(m) => StoreFull(f(m)),
             Unavailable(m) => Unavailable(f(m)),
@@ -149,6 +154,7 @@ impl From<CoordinatorError> for tonic::Status {
             CoordinatorError::ResourceExhausted(m) => Status::resource_exhausted(m),
             CoordinatorError::AlreadyExists(m) => Status::already_exists(m),
             CoordinatorError::Unauthenticated(m) => Status::unauthenticated(m),
+            CoordinatorError::PermissionDenied(m) => Status::permission_denied(m),
             CoordinatorError::Store(m) => Status::unavailable(format!("store: {m}")),
             CoordinatorError::StoreFull(m) => Status::resource_exhausted(format!("store: {m}")),
             CoordinatorError::Unavailable(m) => Status::unavailable(m),

@@ -55,6 +55,8 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
 /// What one request shows, read under the scheduler lock at once.
 struct Snapshot {
     jobs: Vec<Job>,
+    /// By user of the users file (a bounded set of labels).
+    accounts: std::collections::BTreeMap<String, crate::scheduler::Account>,
     workers: Vec<(String, WorkerInfo)>,
     store_bytes: Option<u64>,
 }
@@ -71,6 +73,7 @@ async fn snapshot(shared: &Arc<Shared>) -> Result<Snapshot> {
             workers.sort_by(|a, b| a.0.cmp(&b.0));
             Ok(Snapshot {
                 jobs: s.list(now),
+                accounts: s.accounts(),
                 workers,
                 store_bytes: s.store_size_on_disk(),
             })
@@ -190,6 +193,7 @@ fn cluster_gauges(e: &mut Exposition, snap: &Snapshot, now: u64) {
             ("done", shards.done as f64),
         ],
     );
+    user_gauges(e, snap);
     let live = snap.workers.iter().filter(|(_, w)| w.is_live(now)).count();
     e.gauge(
         "tally_workers_live",
@@ -199,6 +203,50 @@ fn cluster_gauges(e: &mut Exposition, snap: &Snapshot, now: u64) {
 }
 
 /// What the coordinator has done since it started, and how fast.
+/// Each user's account, labelled by user (the users file's names: at most
+/// `users::MAX_USERS` and the admin).
+fn user_gauges(e: &mut Exposition, snap: &Snapshot) {
+    type Field = fn(&crate::scheduler::Account) -> f64;
+    let fields: [(&str, &str, Field); 6] = [
+        (
+            "tally_user_slots_held",
+            "Shards of the user's jobs leased now.",
+            |a| f64::from(a.slots_held),
+        ),
+        (
+            "tally_user_jobs_unfinished",
+            "The user's jobs queued or running.",
+            |a| f64::from(a.jobs_unfinished),
+        ),
+        (
+            "tally_user_slot_seconds",
+            "Slot-seconds the user's kept jobs have held leases.",
+            |a| a.slot_seconds,
+        ),
+        (
+            "tally_user_shards_done",
+            "Shards of the user's kept jobs done.",
+            |a| a.shards_done as f64,
+        ),
+        (
+            "tally_user_stage_bytes",
+            "Stage data the user's unfinished jobs hold.",
+            |a| a.stage_bytes as f64,
+        ),
+        (
+            "tally_user_decayed_slot_seconds",
+            "The user's slot-seconds with history decayed (the fair share's usage).",
+            |a| a.decayed_slot_seconds,
+        ),
+    ];
+    for (name, help, field) in fields {
+        let values: Vec<(&str, f64)> = (snap.accounts.iter())
+            .map(|(user, account)| (user.as_str(), field(account)))
+            .collect();
+        e.labelled_gauge(name, help, "user", &values);
+    }
+}
+
 fn activity_metrics(e: &mut Exposition, m: &CoordinatorMetrics, now: u64) {
     let counters = [
         (

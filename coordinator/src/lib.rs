@@ -57,6 +57,7 @@ pub mod service;
 pub mod shared;
 pub mod stage_owner;
 pub mod store;
+pub mod users;
 pub mod watchdog;
 pub mod worker_service;
 

@@ -77,6 +77,18 @@ pub struct JobRecord<S = ValidSpec> {
     /// (nor read at start): what its view shows from then on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_counts: Option<FinalCounts>,
+    /// The user who submitted it; `None` for a job stored before jobs had
+    /// owners, which is the admin's ([`crate::users::ADMIN`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Slot-milliseconds its shards have held leases, as of the record's
+    /// last write (the scheduler meters it between calls).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slot_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl<S> JobRecord<S> {
@@ -100,7 +112,14 @@ impl<S> JobRecord<S> {
             error: self.error,
             deleted_ms: self.deleted_ms,
             final_counts: self.final_counts,
+            owner: self.owner,
+            slot_ms: self.slot_ms,
         }
+    }
+
+    /// The user the job belongs to.
+    pub fn owner(&self) -> &str {
+        self.owner.as_deref().unwrap_or(crate::users::ADMIN)
     }
 }
 
@@ -256,6 +275,34 @@ pub struct EventRecord {
     pub attempt: u64,
     pub worker: String,
     pub message: String,
+}
+
+/// One entry of the audit log: who asked for what, and whether it was done.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub seq: u64,
+    pub time_ms: u64,
+    pub user: String,
+    /// "submit", "cancel", "delete", or what was refused ("events",
+    /// "cancel", ...).
+    pub action: String,
+    pub job: String,
+    /// False for a refusal.
+    pub done: bool,
+    pub message: String,
+}
+
+impl Record for AuditRecord {
+    const COMPACT: bool = true;
+}
+
+/// Where the audit log lives in [`Tree::Events`](crate::store::Tree::Events):
+/// outside every job's prefix (job ids start `job-`), so that a job's
+/// deletion never takes its audit entries with it.
+pub const AUDIT_PREFIX: &[u8] = b"audit/";
+
+pub fn audit_key(seq: u64) -> Vec<u8> {
+    format!("audit/{seq:012}").into_bytes()
 }
 
 /// The id of job number `seq`.
@@ -456,6 +503,8 @@ mod tests {
             error: None,
             deleted_ms: None,
             final_counts: None,
+            owner: Some("alice".into()),
+            slot_ms: 1234,
         };
         let bytes = encode(&job);
         assert_eq!(bytes[0], b'{');

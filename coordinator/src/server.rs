@@ -36,6 +36,7 @@ use crate::service::JobApi;
 use crate::shared::{SCHEDULER_WAIT_LIMIT, Shared};
 use crate::stage_owner::{PrefixAsked, StageOwner, Taking};
 use crate::store::{MemoryStore, OnLoss, Recovery, SledStore, Store, TimedStore};
+use crate::users::{UserDirectory, UsersSource, Visibility};
 use crate::watchdog::{Holds, OnStall, Watchdog, WatchdogConfig, WatchdogThread};
 use crate::worker_service::WorkerApi;
 use parking_lot::Mutex;
@@ -103,6 +104,10 @@ pub struct CoordinatorConfig {
     /// Fault injection for tests: the n-th call whose name contains the
     /// text keeps the scheduler lock for ever.
     pub stall_in: Option<(String, u64)>,
+    /// The users file (see `users`): read at start and again on SIGHUP.
+    pub users_file: Option<PathBuf>,
+    /// Who sees which jobs.
+    pub jobs_visible: Visibility,
 }
 
 impl CoordinatorConfig {
@@ -127,6 +132,8 @@ impl CoordinatorConfig {
             replicate_every: crate::replica::REPLICATE_EVERY,
             restore_from: None,
             restore_accept_loss: false,
+            users_file: None,
+            jobs_visible: Visibility::All,
             inline_stage_output: DEFAULT_INLINE_STAGE_OUTPUT,
             watchdog: WatchdogConfig::default(),
             on_stall: OnStall::default(),
@@ -180,10 +187,19 @@ pub struct RunningCoordinator {
     pub replica_status: Option<Arc<ReplicaStatus>>,
     /// What a restore before the start did.
     pub restored: Option<Restored>,
+    /// The users, and the task that reads their file again on SIGHUP.
+    users: Arc<UserDirectory>,
+    users_reloader: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
 }
 
 impl RunningCoordinator {
+    /// Reads the users file again (as SIGHUP does): a file that does not
+    /// check is refused, and the users before it keep serving.
+    pub async fn reload_users(&self) -> Result<usize> {
+        reload_users(&self.users, &self.shared).await
+    }
+
     /// The URL workers and clients connect to.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
@@ -201,6 +217,9 @@ impl RunningCoordinator {
         }
         self.expiry.abort();
         self.sampler.abort();
+        if let Some(reloader) = &self.users_reloader {
+            reloader.abort();
+        }
         self.health.abort();
         if let Some(sweeper) = &self.sweeper {
             sweeper.abort();
@@ -392,9 +411,18 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
         }
     };
     let builder = check_before_store(&config).await?;
+    // A users file that does not check is refused before the store is touched.
+    let users = Arc::new(UserDirectory::load(users_source(&config))?);
     let metrics = Arc::new(CoordinatorMetrics::default());
     let (shared, stage_store, queue, taking) =
         load_shared(&config, metrics, restored.as_ref()).await?;
+    let current = users.current();
+    shared
+        .with_scheduler(move |s| {
+            s.set_users(current);
+            Ok(())
+        })
+        .await?;
     // A prefix another data directory holds is refused before serving.
     let stage_owner = match &stage_store {
         Some(store) => {
@@ -431,10 +459,17 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
     let watchdog = WatchdogThread::spawn(watchdog, config.on_stall.clone())
         .map_err(|e| CoordinatorError::Internal(format!("cannot start the watchdog: {e}")))?;
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
-    let (server, health) = serve_grpc(builder, &config, shared.clone(), listener, async {
+    let (server, health) = serve_grpc(builder, &config, &users, shared.clone(), listener, async {
         let _ = shutdown_rx.await;
     })
     .await?;
+    let users_reloader = match users.has_file() {
+        true => Some(tokio::spawn(reload_users_on_hangup(
+            users.clone(),
+            shared.clone(),
+        ))),
+        false => None,
+    };
     let expiry = tokio::spawn(expire_leases(
         shared.clone(),
         config.expiry_interval,
@@ -518,6 +553,8 @@ pub async fn start(mut config: CoordinatorConfig) -> Result<RunningCoordinator> 
         http,
         sampler,
         health,
+        users,
+        users_reloader,
         watchdog: Some(watchdog),
         shutdown: Some(shutdown_tx),
         server,
@@ -606,6 +643,7 @@ type GrpcServer = JoinHandle<std::result::Result<(), tonic::transport::Error>>;
 async fn serve_grpc(
     mut builder: tonic::transport::Server,
     config: &CoordinatorConfig,
+    users: &Arc<UserDirectory>,
     shared: Arc<Shared>,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -629,7 +667,7 @@ async fn serve_grpc(
 
     // Health stays open so that orchestrators' probes (which send no headers)
     // work; it reveals only whether the coordinator is serving.
-    let auth = config.tokens.require(Role::Client);
+    let auth = users.gate();
     let jobs = InterceptedService::new(
         JobServiceServer::new(JobApi::new(shared.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -663,6 +701,51 @@ async fn serve_grpc(
             .serve_with_incoming_shutdown(incoming, shutdown),
     );
     Ok((server, health))
+}
+
+/// Where the users come from: the client token, the users file, and the
+/// tokens no user may have.
+fn users_source(config: &CoordinatorConfig) -> UsersSource {
+    UsersSource {
+        client_token: config.tokens.client.clone(),
+        worker_token: config.tokens.worker.clone(),
+        scaler_token: config.tokens.scaler.clone(),
+        file: config.users_file.clone(),
+        visibility: config.jobs_visible,
+    }
+}
+
+/// Reads the users file again and hands the users to the scheduler; returns
+/// how many there are.
+async fn reload_users(users: &UserDirectory, shared: &Arc<Shared>) -> Result<usize> {
+    let current = users.reload()?;
+    let count = current.all().count();
+    shared
+        .with_scheduler(move |s| {
+            s.set_users(current);
+            Ok(())
+        })
+        .await?;
+    Ok(count)
+}
+
+/// Reads the users file again at each SIGHUP; a file that does not check is
+/// logged and the users before it keep serving.
+async fn reload_users_on_hangup(users: Arc<UserDirectory>, shared: Arc<Shared>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(hangups) => hangups,
+        Err(e) => {
+            tracing::error!("cannot catch SIGHUP, so the users file is read only at start: {e}");
+            return;
+        }
+    };
+    while hangups.recv().await.is_some() {
+        match reload_users(&users, &shared).await {
+            Ok(count) => tracing::info!(users = count, "users file read again"),
+            Err(e) => tracing::error!("users file refused, the users before it keep serving: {e}"),
+        }
+    }
 }
 
 /// The gRPC server builder, with TLS when configured.

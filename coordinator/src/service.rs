@@ -18,8 +18,9 @@ use tonic::{Request, Response, Status};
 
 use crate::clock::now_ms;
 use crate::error::{CoordinatorError, Result};
-use crate::scheduler::ListPage;
+use crate::scheduler::{Access, Account, EVENTS_PER_CALL, ListPage};
 use crate::shared::Shared;
+use crate::users::caller_of;
 
 #[cfg(doc)]
 use crate::scheduler::Scheduler;
@@ -94,6 +95,7 @@ impl JobService for JobApi {
         // The job's creation is the submission's arrival: its planning
         // (seconds for a large sliders graph) is part of its time.
         let received_ms = now_ms();
+        let user = caller_of(&request)?;
         let request = request.into_inner();
         let spec_proto = request
             .spec
@@ -123,9 +125,10 @@ impl JobService for JobApi {
         // A repeated key answers at once, without planning again.
         if let Some(k) = key.clone() {
             let asked = spec.clone();
+            let owner = user.name.clone();
             let existing = self
                 .shared
-                .with_scheduler(move |s| s.job_for_key(&k, &asked, now_ms()))
+                .with_scheduler(move |s| s.job_for_key_of(&owner, &k, &asked, now_ms()))
                 .await?;
             if let Some(job) = existing {
                 return Ok(Response::new(proto::SubmitResponse {
@@ -145,9 +148,9 @@ impl JobService for JobApi {
                 .map_err(CoordinatorError::from)?;
         let (job, created) = self
             .shared
-            .with_scheduler(move |s| s.submit(spec, plan, key, attachments, received_ms))
+            .with_scheduler(move |s| s.submit_by(&user, spec, plan, key, attachments, received_ms))
             .await?;
-        tracing::info!(job = %job.id, created, description = %job.description, "job submitted");
+        tracing::info!(job = %job.id, created, owner = %job.owner, description = %job.description, "job submitted");
         self.shared.changed(&job.id);
         self.shared.work_ready.notify_waiters();
         Ok(Response::new(proto::SubmitResponse {
@@ -160,10 +163,14 @@ impl JobService for JobApi {
         &self,
         request: Request<proto::GetJobRequest>,
     ) -> std::result::Result<Response<Job>, Status> {
+        let user = caller_of(&request)?;
         let id = request.into_inner().job_id;
         let job = self
             .shared
-            .with_scheduler(move |s| s.job(&id, now_ms()))
+            .with_scheduler(move |s| {
+                s.authorize(&user, &id, Access::See, now_ms())?;
+                s.job(&id, now_ms())
+            })
             .await?;
         Ok(Response::new(job))
     }
@@ -172,10 +179,11 @@ impl JobService for JobApi {
         &self,
         request: Request<proto::ListJobsRequest>,
     ) -> std::result::Result<Response<proto::ListJobsResponse>, Status> {
+        let user = caller_of(&request)?;
         let page = ListPage::from_request(request.get_ref())?;
         let (jobs, next_page_token) = self
             .shared
-            .with_scheduler(move |s| Ok(s.list_page(&page, now_ms())))
+            .with_scheduler(move |s| s.list_page_for(&user, page, now_ms()))
             .await?;
         Ok(Response::new(proto::ListJobsResponse {
             jobs,
@@ -189,11 +197,17 @@ impl JobService for JobApi {
         &self,
         request: Request<proto::WatchRequest>,
     ) -> std::result::Result<Response<Self::WatchStream>, Status> {
+        let user = caller_of(&request)?;
         let id = request.into_inner().job_id;
         let shared = self.shared.clone();
         let first = {
             let id = id.clone();
-            shared.with_scheduler(move |s| s.job(&id, now_ms())).await?
+            shared
+                .with_scheduler(move |s| {
+                    s.authorize(&user, &id, Access::See, now_ms())?;
+                    s.job(&id, now_ms())
+                })
+                .await?
         };
         let mut changes = shared.changes.subscribe();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
@@ -245,12 +259,14 @@ impl JobService for JobApi {
         &self,
         request: Request<proto::CancelRequest>,
     ) -> std::result::Result<Response<Job>, Status> {
+        let user = caller_of(&request)?;
         let id = request.into_inner().job_id;
+        let by = user.name.clone();
         let job = self
             .shared
-            .with_scheduler(move |s| s.cancel(&id, now_ms()))
+            .with_scheduler(move |s| s.cancel_by(&user, &id, now_ms()))
             .await?;
-        tracing::info!(job = %job.id, "job cancelled");
+        tracing::info!(job = %job.id, by = %by, "job cancelled");
         self.shared.changed(&job.id);
         Ok(Response::new(job))
     }
@@ -259,13 +275,14 @@ impl JobService for JobApi {
         &self,
         request: Request<proto::DeleteRequest>,
     ) -> std::result::Result<Response<proto::DeleteResponse>, Status> {
+        let user = caller_of(&request)?;
         let r = request.into_inner();
         let id = r.job_id.clone();
         let (before, after) = self
             .shared
             .with_scheduler(move |s| {
                 let before = s.store_size_on_disk().unwrap_or(0);
-                s.delete(&id, r.force, now_ms())?;
+                s.delete_by(&user, &id, r.force, now_ms())?;
                 Ok((before, s.store_size_on_disk().unwrap_or(0)))
             })
             .await?;
@@ -282,8 +299,15 @@ impl JobService for JobApi {
         &self,
         request: Request<proto::ResultRequest>,
     ) -> std::result::Result<Response<proto::JobResult>, Status> {
+        let user = caller_of(&request)?;
         let id = request.into_inner().job_id;
-        let result = self.shared.with_scheduler(move |s| s.result(&id)).await?;
+        let result = self
+            .shared
+            .with_scheduler(move |s| {
+                s.authorize(&user, &id, Access::See, now_ms())?;
+                s.result(&id)
+            })
+            .await?;
         Ok(Response::new(result))
     }
 
@@ -291,10 +315,14 @@ impl JobService for JobApi {
         &self,
         request: Request<proto::EventsRequest>,
     ) -> std::result::Result<Response<proto::EventsResponse>, Status> {
+        let user = caller_of(&request)?;
         let request = request.into_inner();
         let events = self
             .shared
-            .with_scheduler(move |s| s.events(&request.job_id, request.from_sequence))
+            .with_scheduler(move |s| {
+                s.authorize(&user, &request.job_id, Access::Events, now_ms())?;
+                s.events(&request.job_id, request.from_sequence)
+            })
             .await?;
         let events = events
             .into_iter()
@@ -352,5 +380,67 @@ impl JobService for JobApi {
             }
         });
         Ok(Response::new(info))
+    }
+
+    async fn who_am_i(
+        &self,
+        request: Request<proto::WhoAmIRequest>,
+    ) -> std::result::Result<Response<proto::WhoAmIResponse>, Status> {
+        let user = caller_of(&request)?;
+        let name = user.name.clone();
+        let account = self
+            .shared
+            .with_scheduler(move |s| Ok(s.account(&name)))
+            .await?;
+        Ok(Response::new(proto::WhoAmIResponse {
+            name: user.name.clone(),
+            role: user.role.name().into(),
+            weight: user.weight,
+            quota_slots: user.quotas.slots.unwrap_or(0),
+            quota_queued_jobs: user.quotas.queued_jobs.unwrap_or(0),
+            quota_stage_bytes: user.quotas.stage_bytes.unwrap_or(0),
+            account: Some(account_proto(&account)),
+        }))
+    }
+
+    async fn audit(
+        &self,
+        request: Request<proto::AuditRequest>,
+    ) -> std::result::Result<Response<proto::AuditResponse>, Status> {
+        let user = caller_of(&request)?;
+        let from = request.into_inner().from_sequence;
+        let entries = self
+            .shared
+            .with_scheduler(move |s| {
+                let only = (!user.is_admin()).then_some(user.name.as_str());
+                s.audit_log(from, EVENTS_PER_CALL, only)
+            })
+            .await?;
+        let entries = entries
+            .into_iter()
+            .map(|e| proto::AuditEntry {
+                sequence: e.seq,
+                time_ms: e.time_ms,
+                user: e.user,
+                action: e.action,
+                job_id: e.job,
+                done: e.done,
+                message: e.message,
+            })
+            .collect();
+        Ok(Response::new(proto::AuditResponse { entries }))
+    }
+}
+
+/// A user's account as the API sends it.
+pub fn account_proto(account: &Account) -> proto::UserAccount {
+    proto::UserAccount {
+        slots_held: account.slots_held,
+        jobs_unfinished: account.jobs_unfinished,
+        jobs: account.jobs,
+        slot_seconds: account.slot_seconds,
+        shards_done: account.shards_done,
+        stage_bytes: account.stage_bytes,
+        decayed_slot_seconds: account.decayed_slot_seconds,
     }
 }

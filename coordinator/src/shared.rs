@@ -262,6 +262,9 @@ impl Shared {
                 let store = scheduler.store();
                 let before = store.applied();
                 let fence = SetOnPanic(&shared.reload);
+                // Leases change only inside calls: metered before each, the
+                // slot time is exact (`scheduler::sharing`).
+                scheduler.meter(now_ms());
                 let result = f(scheduler);
                 drop(fence);
                 if let Err(CoordinatorError::Store(_) | CoordinatorError::StoreFull(_)) = &result {

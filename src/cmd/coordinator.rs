@@ -78,6 +78,23 @@ pub struct CoordinatorArgs {
     /// replicated.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub replicate_every: Duration,
+    /// The users of the job API: a user a line, `NAME ROLE sha256:HASH
+    /// [weight=N] [slots=N] [queued=N] [stage-bytes=SIZE]` (ROLE `admin` or
+    /// `user`; HASH from `tally hash-token`; see docs/security.md). Read again
+    /// on SIGHUP; a file with a bad line is refused at start and at a reload
+    /// (the users before it keep serving). The client token stays the admin
+    /// user `admin`.
+    #[arg(long, env = "TALLY_USERS_FILE", value_name = "FILE")]
+    pub users_file: Option<PathBuf>,
+    /// Who sees which jobs: `all` (every user sees every job and changes
+    /// only their own) or `own` (a user sees only their own; admins see all).
+    #[arg(long, value_enum, default_value = "all")]
+    pub jobs_visible: JobsVisible,
+    /// How long a user's past slot time takes to count half in the fair
+    /// share (free slots go to the user with work furthest below their
+    /// weight's share).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub fair_share_half_life: Duration,
     /// Before serving, restore the store into the data directory (which must
     /// be empty) from the replica under a data directory's prefix in the
     /// stage store: `s3://bucket/prefix/d-…` or `file:///path/d-…`, as the
@@ -203,6 +220,13 @@ impl clap::builder::TypedValueParser for StageStoreParser {
     }
 }
 
+/// `--jobs-visible`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum JobsVisible {
+    All,
+    Own,
+}
+
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
         .map_err(|e| format!("{e} (a duration such as 7d, 12h, 30m or 90s)"))
@@ -218,7 +242,7 @@ pub async fn execute(
     let mut config =
         tally_coordinator::CoordinatorConfig::new(args.listen, Some(args.data.clone()));
     check_exposure(args, &tokens, tls.as_ref())?;
-    let secured = security_summary(&tokens, tls.as_ref());
+    let secured = security_summary(&tokens, args.users_file.is_some(), tls.as_ref());
     config.tokens = tokens;
     config.tls = tls;
     config.http = args.http;
@@ -236,6 +260,12 @@ pub async fn execute(
     config.replicate_every = args.replicate_every;
     config.restore_from = args.restore_from.clone();
     config.restore_accept_loss = args.restore_accept_loss;
+    config.users_file = args.users_file.clone();
+    config.jobs_visible = match args.jobs_visible {
+        JobsVisible::All => tally_coordinator::users::Visibility::All,
+        JobsVisible::Own => tally_coordinator::users::Visibility::Own,
+    };
+    config.scheduler.fair_share_half_life_ms = args.fair_share_half_life.as_millis().max(1) as u64;
     // Wasm modules are checked (compiled, never run) at submission.
     let sandbox = tally_wasm::GuestSandbox::new(tally_wasm::Limits::default())?;
     config.kernel_cache.set_guest_runtime(Arc::new(sandbox));
@@ -284,8 +314,8 @@ fn check_exposure(
     let client_certificates = tls.is_some_and(|t| t.client_ca.is_some());
     let open: Vec<&str> = [
         (
-            tokens.client.is_none(),
-            "the job API (--token-file or TALLY_TOKEN)",
+            tokens.client.is_none() && args.users_file.is_none(),
+            "the job API (--token-file or TALLY_TOKEN, or --users-file)",
         ),
         (
             tokens.worker.is_none(),
@@ -318,12 +348,11 @@ fn check_exposure(
 
 /// How each API is guarded, for the banner: `job API needs a token, worker
 /// API open; no TLS`.
-fn security_summary(tokens: &Tokens, tls: Option<&ServerTls>) -> String {
+fn security_summary(tokens: &Tokens, users_file: bool, tls: Option<&ServerTls>) -> String {
     let client_certificates = tls.is_some_and(|t| t.client_ca.is_some());
-    let guard = |token: &Option<String>| match token {
-        Some(_) => "needs a token",
-        None if client_certificates => "needs only a client certificate",
-        None => "open",
+    let jobs = match users_file {
+        true => "needs a user's token",
+        false => guard_of(&tokens.client, client_certificates),
     };
     let tls = match tls {
         Some(tls) if tls.client_ca.is_some() => "TLS, client certificates required",
@@ -331,8 +360,16 @@ fn security_summary(tokens: &Tokens, tls: Option<&ServerTls>) -> String {
         None => "no TLS",
     };
     format!(
-        "job API {}, worker API {}; {tls}",
-        guard(&tokens.client),
-        guard(&tokens.worker)
+        "job API {jobs}, worker API {}; {tls}",
+        guard_of(&tokens.worker, client_certificates)
     )
+}
+
+/// How one token guards its API.
+fn guard_of(token: &Option<String>, client_certificates: bool) -> &'static str {
+    match token {
+        Some(_) => "needs a token",
+        None if client_certificates => "needs only a client certificate",
+        None => "open",
+    }
 }

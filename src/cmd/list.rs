@@ -31,6 +31,9 @@ pub struct ListArgs {
     /// Only jobs of this kind (one of those `tally --help` names).
     #[arg(long)]
     pub kind: Option<String>,
+    /// Only jobs of this user.
+    #[arg(long, value_name = "USER")]
+    pub owner: Option<String>,
     /// Every page, one after another.
     #[arg(long, conflicts_with = "page_token")]
     pub all: bool,
@@ -44,6 +47,7 @@ pub async fn execute(remote: &Remote, args: &ListArgs, json: bool) -> anyhow::Re
         page_token: args.page_token.clone().unwrap_or_default(),
         states: states(&args.state)?,
         kind: args.kind.clone().unwrap_or_default(),
+        owner: args.owner.clone().unwrap_or_default(),
     };
     let mut jobs = Vec::new();
     // With --all, pages until the last; each page is one call with its own deadline.
@@ -104,6 +108,9 @@ fn next_page_hint(args: &ListArgs, next: &str) -> String {
     }
     if let Some(kind) = &args.kind {
         hint += &format!(" --kind {kind}");
+    }
+    if let Some(owner) = &args.owner {
+        hint += &format!(" --owner {owner}");
     }
     hint
 }

@@ -15,6 +15,7 @@ mod run;
 mod status;
 mod submit;
 mod watch;
+mod whoami;
 mod worker;
 
 use std::path::PathBuf;
@@ -93,9 +94,22 @@ pub enum Command {
         after_help = "Examples:\n  tally list\n  tally list --state running --state queued --kind hex\n  tally list --limit 20 --page-token 20 --json\n  tally list --all"
     )]
     List(list::ListArgs),
-    /// Print a job's durable event log (leases, accepted results, stages).
-    #[command(after_help = "Example:\n  tally events job-000001")]
-    Events(JobArg),
+    /// Print a job's durable event log (leases, accepted results, stages), or
+    /// with --audit the audit log (submissions, cancellations, deletions,
+    /// refusals: all of it for an admin, a user's own entries for a user).
+    #[command(after_help = "Examples:\n  tally events job-000001\n  tally events --audit")]
+    Events(events::EventsArgs),
+    /// Print who the client token stands for: name, role, fair-share weight,
+    /// quotas, and what their jobs hold and have used.
+    #[command(after_help = "Example:\n  tally whoami --json")]
+    Whoami,
+    /// Print the SHA-256 of the client token (TALLY_TOKEN or --token-file) as
+    /// a users file takes it; reads no other file and calls no coordinator.
+    #[command(
+        name = "hash-token",
+        after_help = "Example:\n  head -c 32 /dev/urandom | base64 > alice.token\n  tally hash-token --token-file alice.token"
+    )]
+    HashToken,
     /// Check the setup: config file, coordinator reachable, token accepted,
     /// versions, live workers.
     #[command(
@@ -146,7 +160,9 @@ pub async fn dispatch(cli: Cli, config_path: Option<PathBuf>) -> anyhow::Result<
         Command::Cancel(job) => cancel::execute(&client()?, &job.job, json).await,
         Command::List(args) => list::execute(&client()?, &args, json).await,
         Command::Delete(args) => delete::execute(&client()?, &args, json).await,
-        Command::Events(job) => events::execute(&client()?, &job.job, json).await,
+        Command::Events(args) => events::execute(&client()?, &args, json).await,
+        Command::Whoami => whoami::execute(&client()?, json).await,
+        Command::HashToken => whoami::hash_token(&global, json),
         Command::Doctor => doctor::execute(&client()?, config_path.as_deref(), json).await,
         Command::Completions { shell } => completions::execute(shell, Cli::command()),
     }

@@ -1053,6 +1053,7 @@ async fn jobs_are_listed_a_page_at_a_time_and_filtered() {
             page_token,
             states: states.into_iter().map(|s| s as i32).collect(),
             kind: kind.into(),
+            owner: String::new(),
         }
     };
     // Pages of 10 chain through every job once, in submission order.

@@ -18,19 +18,6 @@ use tally_kinds::kayles::KaylesSpec;
 use tally_kinds::spec::{JobSpec, ValidSpec};
 use tally_wire::proto::{self, JobState};
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 fn direct(job: &proto::Job) -> String {
     let spec = ValidSpec::try_from(job.spec.as_ref().expect("a stored spec")).unwrap();
     spec.compute_direct(2, &Control::new()).unwrap().line

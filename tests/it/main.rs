@@ -25,5 +25,6 @@ mod storage_crash;
 mod store_damage;
 mod structure;
 mod support;
+mod users;
 mod wasm;
 mod wasm_sweep;

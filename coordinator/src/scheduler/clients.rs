@@ -15,11 +15,16 @@ use crate::records::{
 };
 use crate::store::{Batch, NEXT_JOB_KEY, Store, Tree};
 
+use super::accounts::Access;
 use super::events::Event;
 use super::job::JobEntry;
 use super::stage_outputs::StageOutputs;
 use super::stages::{install_stage_unwritten, write_shard_records};
 use super::state::Scheduler;
+use crate::users::{ADMIN, User};
+
+/// Who deletes the jobs past `--retain-finished`, as the audit log says.
+const RETENTION: &str = "(retention)";
 
 /// At most this many shard records in one store transaction at submission.
 pub(super) const SUBMIT_PART: usize = 16_384;
@@ -34,16 +39,33 @@ impl Scheduler {
     pub fn submit(
         &mut self,
         spec: ValidSpec,
+        plan: JobPlan,
+        idempotency_key: Option<String>,
+        attachments: Vec<(String, Arc<[u8]>)>,
+        now_ms: u64,
+    ) -> Result<(proto::Job, bool)> {
+        let admin = User::admin();
+        self.submit_by(&admin, spec, plan, idempotency_key, attachments, now_ms)
+    }
+
+    /// [`Scheduler::submit`] by `user`, who owns the job: refused past their
+    /// quotas of jobs and of stage data (the refusal audited), and audited
+    /// in the job's batch.
+    pub fn submit_by(
+        &mut self,
+        user: &User,
+        spec: ValidSpec,
         mut plan: JobPlan,
         idempotency_key: Option<String>,
         attachments: Vec<(String, Arc<[u8]>)>,
         now_ms: u64,
     ) -> Result<(proto::Job, bool)> {
         if let Some(key) = &idempotency_key
-            && let Some(job) = self.job_for_key(key, &spec, now_ms)?
+            && let Some(job) = self.job_for_key_of(&user.name, key, &spec, now_ms)?
         {
             return Ok((job, false));
         }
+        self.check_submit_quotas(user, now_ms)?;
         let mut new_attachments = Vec::new();
         for digest in spec.attachments() {
             let key = attachment_key(&digest);
@@ -76,7 +98,8 @@ impl Scheduler {
         }
         // What the shards' tasks hold, the job record need not keep.
         spec.trim_plan(&mut plan)?;
-        let rec = new_job(seq, spec, plan, idempotency_key.clone(), &first, now_ms);
+        let mut rec = new_job(seq, spec, plan, idempotency_key.clone(), &first, now_ms);
+        rec.owner = Some(user.name.clone());
         let id = rec.id.clone();
         let mut entry = JobEntry::new(rec);
         install_stage_unwritten(&mut entry, 1, first);
@@ -91,6 +114,15 @@ impl Scheduler {
         }
         let description = entry.rec.spec.describe();
         entry.log(&mut batch, now_ms, Event::job("submitted", &description));
+        self.audit(
+            &mut batch,
+            now_ms,
+            &user.name,
+            "submit",
+            &id,
+            true,
+            &description,
+        );
         if let Some(needed) = entry.rec.spec.capability()
             && !self
                 .workers
@@ -152,9 +184,32 @@ impl Scheduler {
         spec: &ValidSpec,
         now_ms: u64,
     ) -> Result<Option<proto::Job>> {
+        self.job_for_key_of(ADMIN, key, spec, now_ms)
+    }
+
+    /// [`Scheduler::job_for_key`] for `owner`: a key that names another
+    /// user's job is a conflict, and says nothing of that job.
+    pub fn job_for_key_of(
+        &self,
+        owner: &str,
+        key: &str,
+        spec: &ValidSpec,
+        now_ms: u64,
+    ) -> Result<Option<proto::Job>> {
         let Some(id) = self.jobs.by_key(key) else {
             return Ok(None);
         };
+        let owned_by = match (self.jobs.get(id), self.jobs.refused(id)) {
+            (Ok(entry), _) => entry.rec.owner(),
+            (_, Some(refused)) => refused.rec.owner(),
+            (Err(_), None) => owner,
+        };
+        if owned_by != owner {
+            return Err(CoordinatorError::AlreadyExists(format!(
+                "idempotency key {} already names another user's job; submit under another key",
+                shown_key(key)
+            )));
+        }
         if self.jobs.refused(id).is_some() {
             return Err(CoordinatorError::AlreadyExists(format!(
                 "idempotency key {} already names job {id}, whose stored spec this release \
@@ -175,6 +230,17 @@ impl Scheduler {
 
     /// Cancels a queued or running job; cancelling a cancelled job is a no-op.
     pub fn cancel(&mut self, id: &str, now_ms: u64) -> Result<proto::Job> {
+        self.cancel_as(ADMIN, id, now_ms)
+    }
+
+    /// [`Scheduler::cancel`] by `user`: only their own job, unless an admin.
+    pub fn cancel_by(&mut self, user: &User, id: &str, now_ms: u64) -> Result<proto::Job> {
+        self.authorize(user, id, Access::Cancel, now_ms)?;
+        self.cancel_as(&user.name, id, now_ms)
+    }
+
+    /// Cancels the job on `who`'s word, audited in its batch.
+    fn cancel_as(&mut self, who: &str, id: &str, now_ms: u64) -> Result<proto::Job> {
         if let Some(refused) = self.jobs.refused(id) {
             return match refused.rec.state {
                 JobState::Cancelled => Ok(refused.view(now_ms)),
@@ -200,8 +266,10 @@ impl Scheduler {
         rec.finished_ms = Some(now_ms);
         let mut batch = Batch::default();
         batch.put(Tree::Jobs, job_key(id), encode(&rec));
-        let cancelled = Event::job("cancelled", "cancelled by request");
+        let by = format!("cancelled by {who}");
+        let cancelled = Event::job("cancelled", &by);
         entry.log(&mut batch, now_ms, cancelled);
+        self.audit(&mut batch, now_ms, who, "cancel", id, true, "cancelled");
         self.write(batch)?;
         let entry = self.jobs.get_mut(id)?;
         entry.rec = rec;
@@ -215,8 +283,19 @@ impl Scheduler {
     /// and asking for the job says it was deleted. Refused, changing nothing,
     /// for an unfinished job without `force`.
     pub fn delete(&mut self, id: &str, force: bool, now_ms: u64) -> Result<()> {
+        self.delete_as(ADMIN, id, force, now_ms)
+    }
+
+    /// [`Scheduler::delete`] by `user`: only their own job, unless an admin.
+    pub fn delete_by(&mut self, user: &User, id: &str, force: bool, now_ms: u64) -> Result<()> {
+        self.authorize(user, id, Access::Delete, now_ms)?;
+        self.delete_as(&user.name, id, force, now_ms)
+    }
+
+    /// Deletes the job on `who`'s word, audited in its batch.
+    fn delete_as(&mut self, who: &str, id: &str, force: bool, now_ms: u64) -> Result<()> {
         if self.jobs.refused(id).is_some() {
-            return self.delete_refused(id, now_ms);
+            return self.delete_refused(who, id, now_ms);
         }
         let entry = self.jobs.get(id)?;
         if !entry.rec.state.is_finished() {
@@ -226,7 +305,7 @@ impl Scheduler {
                     entry.rec.state.name()
                 )));
             }
-            self.cancel(id, now_ms)?;
+            self.cancel_as(who, id, now_ms)?;
         }
         let entry = self.jobs.get(id)?;
         let mut batch = job_data_removed(self.store.as_ref(), id)?;
@@ -242,6 +321,7 @@ impl Scheduler {
         }
         let tombstone = tombstone(&entry.rec, &mut batch, now_ms);
         batch.put(Tree::Jobs, job_key(id), encode(&tombstone));
+        self.audit(&mut batch, now_ms, who, "delete", id, true, "deleted");
         self.write(batch)?;
         self.jobs.remove(id, now_ms);
         Ok(())
@@ -297,7 +377,7 @@ impl Scheduler {
             .map(|(id, _, _)| id.clone())
             .collect();
         for id in &due {
-            self.delete(id, false, now_ms)?;
+            self.delete_as(RETENTION, id, false, now_ms)?;
         }
         Ok(due.len())
     }
@@ -379,6 +459,8 @@ fn new_job(
         finished_ms: None,
         deleted_ms: None,
         final_counts: None,
+        owner: None,
+        slot_ms: 0,
         stage: 1,
         shards_per_stage: first.len() as u64,
         work_per_stage: first.iter().map(|s| s.work_total).sum(),

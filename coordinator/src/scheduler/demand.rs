@@ -1,6 +1,8 @@
 //! The work the jobs have for workers, as an autoscaler reads it: the slots
 //! their runnable shards could use now.
 
+use std::collections::HashMap;
+
 use super::state::Scheduler;
 
 /// What the jobs could use of a cluster now.
@@ -10,7 +12,8 @@ pub struct SlotDemand {
     pub jobs: u64,
     /// Slots those shards could use at once: each job's shards of its
     /// current stage that are pending or leased (a shard takes one slot), at
-    /// most its `max_slots`.
+    /// most its `max_slots`; and of each owner's jobs together, at most the
+    /// owner's slot quota.
     pub slots: u64,
 }
 
@@ -20,6 +23,7 @@ impl Scheduler {
     /// once after the last shard's acceptance.
     pub fn slot_demand(&self) -> SlotDemand {
         let mut demand = SlotDemand::default();
+        let mut by_owner: HashMap<&str, u64> = HashMap::new();
         for entry in self.jobs.iter().filter(|e| !e.rec.state.is_finished()) {
             // A job read back and never leased has its first stage to run.
             let open = match entry.shards_loaded {
@@ -32,9 +36,16 @@ impl Scheduler {
             };
             if slots > 0 {
                 demand.jobs += 1;
-                demand.slots += slots;
+                *by_owner.entry(entry.rec.owner()).or_default() += slots;
             }
         }
+        let users = &self.sharing.users;
+        demand.slots = (by_owner.into_iter())
+            .map(|(owner, slots)| match users.owner(owner).quotas.slots {
+                Some(quota) => slots.min(u64::from(quota)),
+                None => slots,
+            })
+            .sum();
         demand
     }
 }

@@ -26,10 +26,17 @@ pub(super) struct Jobs {
     /// Jobs whose stored spec this release refuses, by id; never in
     /// `entries`.
     refused: BTreeMap<String, RefusedJob>,
-    /// The submission number of the job the last lease served: jobs of equal
-    /// priority are served in turn from the one after it (fairness needs no
-    /// durability, so this is not stored).
-    served_last: Option<u64>,
+    /// By owner, the submission number of their job the last lease served:
+    /// an owner's jobs of equal priority are served in turn from the one
+    /// after it (fairness needs no durability, so this is not stored).
+    served_last: HashMap<String, u64>,
+}
+
+/// One owner's jobs that may have shards to lease, in groups of equal
+/// priority, highest first (see [`Jobs::leasing_order`]).
+pub(super) struct OwnerQueue {
+    pub(super) owner: String,
+    pub(super) groups: Vec<Vec<(u64, String)>>,
 }
 
 impl Jobs {
@@ -41,7 +48,7 @@ impl Jobs {
             next_seq,
             deleted: HashMap::new(),
             refused: BTreeMap::new(),
-            served_last: None,
+            served_last: HashMap::new(),
         }
     }
 
@@ -168,45 +175,65 @@ impl Jobs {
             .collect()
     }
 
-    /// Jobs that may have shards to lease, by submission number and id, in
-    /// groups of equal priority, highest first; within a group in submission
-    /// order, turned to start after the job served last.
-    pub(super) fn leasing_order(&self) -> Vec<Vec<(u64, String)>> {
-        let mut order: Vec<(i32, u64, &String)> = self
+    /// Jobs that may have shards to lease, by owner; an owner's by
+    /// submission number and id, in groups of equal priority, highest first;
+    /// within a group in submission order, turned to start after the owner's
+    /// job served last.
+    pub(super) fn leasing_order(&self) -> Vec<OwnerQueue> {
+        let mut order: Vec<(&str, i32, u64, &String)> = self
             .entries
             .values()
             .filter(|e| e.is_leasable())
-            .map(|e| (-e.rec.spec.options().priority, e.rec.seq, &e.rec.id))
+            .map(|e| {
+                let priority = -e.rec.spec.options().priority;
+                (e.rec.owner(), priority, e.rec.seq, &e.rec.id)
+            })
             .collect();
         order.sort();
-        let mut groups: Vec<Vec<(u64, String)>> = Vec::new();
-        let mut priority = None;
-        for (p, seq, id) in order {
-            if priority != Some(p) {
-                groups.push(Vec::new());
-                priority = Some(p);
+        let mut queues: Vec<OwnerQueue> = Vec::new();
+        let mut last: Option<(&str, i32)> = None;
+        for (owner, priority, seq, id) in order {
+            if last.map(|(o, _)| o) != Some(owner) {
+                queues.push(OwnerQueue {
+                    owner: owner.to_string(),
+                    groups: Vec::new(),
+                });
             }
-            if let Some(group) = groups.last_mut() {
+            if last != Some((owner, priority)) {
+                if let Some(queue) = queues.last_mut() {
+                    queue.groups.push(Vec::new());
+                }
+                last = Some((owner, priority));
+            }
+            if let Some(group) = queues.last_mut().and_then(|q| q.groups.last_mut()) {
                 group.push((seq, id.clone()));
             }
         }
-        if let Some(last) = self.served_last {
-            for group in &mut groups {
-                let turn = group.partition_point(|&(seq, _)| seq <= last);
-                group.rotate_left(turn);
+        for queue in &mut queues {
+            if let Some(&last) = self.served_last.get(&queue.owner) {
+                for group in &mut queue.groups {
+                    let turn = group.partition_point(|&(seq, _)| seq <= last);
+                    group.rotate_left(turn);
+                }
             }
         }
-        groups
+        queues
     }
 
-    /// Notes that job number `seq` got a lease: the next turn starts after it.
-    pub(super) fn served(&mut self, seq: u64) {
-        self.served_last = Some(seq);
+    /// Notes that `owner`'s job number `seq` got a lease: their next turn
+    /// starts after it.
+    pub(super) fn served(&mut self, owner: &str, seq: u64) {
+        match self.served_last.get_mut(owner) {
+            Some(last) => *last = seq,
+            None => {
+                self.served_last.insert(owner.to_string(), seq);
+            }
+        }
     }
 
     /// Takes up the turns where `before` left them (a table read again).
     pub(super) fn continue_turns(&mut self, before: &Jobs) {
-        self.served_last = before.served_last;
+        self.served_last = before.served_last.clone();
     }
 }
 

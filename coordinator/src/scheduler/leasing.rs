@@ -3,8 +3,9 @@
 //! grows in memory and carries the load's epoch, which was committed before
 //! the first lease of that load, so attempt numbers never repeat, even across
 //! restarts: they are fencing tokens, and a restart makes every earlier lease
-//! stale. Only pending shards are leased, highest priority first, then oldest
-//! job first.
+//! stale. Only pending shards are leased: each to the owner furthest below
+//! their fair share (`sharing`), and an owner's highest priority first, then
+//! in turn.
 
 use tally_stage::BlobRef;
 use tally_wire::lease::{Attempt, LeaseId};
@@ -16,9 +17,12 @@ use crate::records::{
     checkpoint_key, encode, job_key,
 };
 use crate::store::{Batch, Store, Tree};
+use crate::users::User;
+use std::sync::Arc;
 
 use super::events::Event;
 use super::job::{JobEntry, MAX_LEASE_AHEAD};
+use super::jobs::OwnerQueue;
 use super::protocol::Grant;
 use super::state::Scheduler;
 
@@ -110,6 +114,38 @@ impl LeaseRequest<'_> {
     }
 }
 
+/// One owner's place in a lease request: their jobs, where their turn
+/// stands, and what orders them against the other owners.
+struct OwnerTurns {
+    user: Arc<User>,
+    queue: OwnerQueue,
+    /// The priority group and the job in it whose turn is next.
+    group: usize,
+    cursor: usize,
+    /// Shards of their jobs leased, this request's included.
+    held: u32,
+    /// Decayed slot-milliseconds over weight.
+    usage: f64,
+    /// None of their jobs has a shard for this request.
+    done: bool,
+}
+
+impl OwnerTurns {
+    fn under_slot_quota(&self) -> bool {
+        self.user.quotas.slots.is_none_or(|most| self.held < most)
+    }
+
+    /// Least usage over weight first; then fewest slots held over weight (a
+    /// request of several slots, or owners new to the cluster, share by
+    /// weight), then the name.
+    fn order(&self, other: &OwnerTurns) -> std::cmp::Ordering {
+        let share = |t: &OwnerTurns| f64::from(t.held) / f64::from(t.user.weight.max(1));
+        (self.usage.total_cmp(&other.usage))
+            .then(share(self).total_cmp(&share(other)))
+            .then_with(|| self.queue.owner.cmp(&other.queue.owner))
+    }
+}
+
 /// Leases prepared but not yet committed: the in-memory shards change only
 /// after the commit.
 #[derive(Default)]
@@ -125,10 +161,11 @@ struct StagedLeases {
 }
 
 impl Scheduler {
-    /// Leases up to `free_slots` ready shards to `worker`, highest priority
-    /// first; jobs of equal priority take turns, one shard each a round,
-    /// starting after the job served last, so that one job's many shards never
-    /// hold back the others. Nothing here needs a flush before the grants are
+    /// Leases up to `free_slots` ready shards to `worker`, each to the owner
+    /// furthest below their fair share (within their slot quota); an owner's
+    /// highest priority first, and their jobs of equal priority in turn,
+    /// starting after the job served last, so that one job's many shards
+    /// never hold back the others. Nothing here needs a flush before the grants are
     /// returned: a lease's attempt is of this load's epoch, committed when it
     /// started; a job's start is applied for the next flush, and the `leased`
     /// events wait for the job's next batch (`events.rs`), so a crash that
@@ -175,27 +212,32 @@ impl Scheduler {
             epoch: self.epoch,
         };
         let mut staged = StagedLeases::default();
-        for group in self.jobs.leasing_order() {
-            // Rounds of one shard per job until the request is full or a round
-            // leases nothing.
-            loop {
-                let before = staged.grants.len();
-                for (seq, id) in &group {
-                    if request.is_full(&staged) {
-                        break;
-                    }
-                    let had = staged.grants.len();
-                    self.stage_job_leases(id, &request, &mut staged, 1)?;
-                    if staged.grants.len() > had {
-                        self.jobs.served(*seq);
-                    }
+        let mut turns: Vec<OwnerTurns> = (self.jobs.leasing_order().into_iter())
+            .map(|queue| {
+                let user = self.sharing.users.owner(&queue.owner);
+                OwnerTurns {
+                    held: self.slots_held_by(&queue.owner),
+                    usage: self.usage_over_weight(&queue.owner, user.weight),
+                    user,
+                    queue,
+                    group: 0,
+                    cursor: 0,
+                    done: false,
                 }
-                if request.is_full(&staged) || staged.grants.len() == before {
-                    break;
-                }
-            }
-            if request.is_full(&staged) {
+            })
+            .collect();
+        // A shard at a time to the owner furthest below their share (see
+        // `sharing`), until the request is full or no owner leases more.
+        while !request.is_full(&staged) {
+            let next = (turns.iter_mut())
+                .filter(|t| !t.done && t.under_slot_quota())
+                .min_by(|a, b| a.order(b));
+            let Some(turn) = next else {
                 break;
+            };
+            match self.lease_one_of(turn, &request, &mut staged)? {
+                true => turn.held += 1,
+                false => turn.done = true,
             }
         }
         self.stage_started_jobs(&mut staged, now_ms);
@@ -203,6 +245,33 @@ impl Scheduler {
             return Ok(Vec::new());
         }
         self.commit_leases(staged, now_ms)
+    }
+
+    /// Leases one shard of the owner's jobs: their highest priority group
+    /// first, its jobs in turn from the one after the last served; false
+    /// when none of their jobs has a shard for this request.
+    fn lease_one_of(
+        &mut self,
+        turn: &mut OwnerTurns,
+        request: &LeaseRequest,
+        staged: &mut StagedLeases,
+    ) -> Result<bool> {
+        while let Some(group) = turn.queue.groups.get(turn.group) {
+            for step in 0..group.len() {
+                let at = (turn.cursor + step) % group.len();
+                let (seq, id) = &group[at];
+                let had = staged.grants.len();
+                self.stage_job_leases(id, request, staged, 1)?;
+                if staged.grants.len() > had {
+                    self.jobs.served(&turn.queue.owner, *seq);
+                    turn.cursor = at + 1;
+                    return Ok(true);
+                }
+            }
+            turn.group += 1;
+            turn.cursor = 0;
+        }
+        Ok(false)
     }
 
     /// Whether some shard could be leased now.

@@ -37,7 +37,10 @@ mod reports;
 mod room;
 mod stage_room;
 pub use stage_room::{DiskRoom, RoomSource, StageRoom};
+mod accounts;
 mod shard_table;
+mod sharing;
+pub use accounts::{AUDIT_KEEP, Access, Account, DEFAULT_HALF_LIFE_MS};
 mod stage_outputs;
 mod stored;
 pub use stage_outputs::{HeldRead, Piece, StageBlobs, StageSource};
@@ -53,6 +56,8 @@ mod refused_tests;
 mod replica_tests;
 #[cfg(test)]
 mod room_tests;
+#[cfg(test)]
+mod sharing_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

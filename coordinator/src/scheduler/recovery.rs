@@ -43,6 +43,7 @@ impl Scheduler {
             epoch,
             group_commit: false,
             job_ids_below: Arc::new(AtomicU64::new(u64::MAX)),
+            sharing: super::accounts::Sharing::load(store.as_ref())?,
         };
         let mut lost = Vec::new();
         let mut refused = Vec::new();
@@ -88,6 +89,7 @@ impl Scheduler {
         fresh.workers = std::mem::take(&mut self.workers);
         fresh.jobs.continue_turns(&self.jobs);
         fresh.group_commit = self.group_commit;
+        fresh.sharing.continue_from(&mut self.sharing);
         *self = fresh;
         tracing::warn!("the scheduler was read back from the store after a failed write");
         Ok(())

@@ -69,13 +69,14 @@ impl Scheduler {
     /// Deletes a job whose stored spec this release refuses, as `delete`
     /// does any finished job. (A wasm module it alone named stays: which
     /// module a refused spec names is not known.)
-    pub(super) fn delete_refused(&mut self, id: &str, now_ms: u64) -> Result<()> {
+    pub(super) fn delete_refused(&mut self, who: &str, id: &str, now_ms: u64) -> Result<()> {
         let Some(refused) = self.jobs.refused(id) else {
             return self.jobs.check_exists(id);
         };
         let mut batch = job_data_removed(self.store.as_ref(), id)?;
         let tombstone = tombstone(&refused.rec, &mut batch, now_ms);
         batch.put(Tree::Jobs, job_key(id), encode(&tombstone));
+        self.audit(&mut batch, now_ms, who, "delete", id, true, "deleted");
         self.write(batch)?;
         self.jobs.remove(id, now_ms);
         Ok(())
@@ -112,6 +113,8 @@ impl RefusedJob {
             answer: rec.answer.clone().unwrap_or_default(),
             error: rec.error.clone().unwrap_or_default(),
             description: description(kind, &self.why, rec.error.as_deref()),
+            owner: rec.owner().to_string(),
+            slot_seconds: rec.slot_ms as f64 / 1000.0,
             ..proto::Job::default()
         }
     }

@@ -39,6 +39,9 @@ pub struct SchedulerConfig {
     /// How much room the stage store's disk has, for the barriers of
     /// frontier plans (see `room`); none: never asked.
     pub stage_room: Option<super::stage_room::RoomSource>,
+    /// How long a user's past slot time takes to count half in the fair
+    /// share (see `sharing`).
+    pub fair_share_half_life_ms: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -50,6 +53,7 @@ impl Default for SchedulerConfig {
             external_stage_store: false,
             spare_stage: true,
             stage_room: None,
+            fair_share_half_life_ms: super::accounts::DEFAULT_HALF_LIFE_MS,
         }
     }
 }
@@ -91,6 +95,8 @@ pub struct Scheduler {
     /// coordinator restored from the replica never gives an id again.
     /// Unbounded without a stage store outside the coordinator.
     pub(super) job_ids_below: Arc<AtomicU64>,
+    /// The users, their metered slot time, the audit log's place.
+    pub(super) sharing: super::accounts::Sharing,
 }
 
 impl Scheduler {

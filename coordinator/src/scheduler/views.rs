@@ -50,6 +50,7 @@ impl Scheduler {
             .filter(|e| request.after.is_none_or(|a| e.seq() > a))
             .filter(|e| request.states.is_empty() || request.states.contains(&e.state()))
             .filter(|e| request.kind.as_deref().is_none_or(|k| e.kind_name() == k))
+            .filter(|e| request.owner.as_deref().is_none_or(|o| e.owner() == o))
             .collect::<Vec<_>>();
         matching.sort_by_key(|e| e.seq());
         let more = matching.len() > request.limit;
@@ -127,6 +128,13 @@ impl Listed<'_> {
             Listed::Refused(r) => r.rec.kind_name(),
         }
     }
+
+    fn owner(&self) -> &str {
+        match self {
+            Listed::Entry(e) => e.rec.owner(),
+            Listed::Refused(r) => r.rec.owner(),
+        }
+    }
 }
 
 /// Work and shards over all stages, and the timing derived from them.
@@ -177,6 +185,8 @@ impl JobEntry {
             description: rec.spec.describe(),
             stages_unknown: !rec.state.is_finished() && !rec.spec.stages_known(),
             waiting: String::new(),
+            owner: rec.owner().to_string(),
+            slot_seconds: rec.slot_ms as f64 / 1000.0,
         }
     }
 
@@ -267,6 +277,8 @@ pub struct ListPage {
     pub after: Option<u64>,
     pub states: Vec<JobState>,
     pub kind: Option<String>,
+    /// Only this user's jobs.
+    pub owner: Option<String>,
 }
 
 impl ListPage {
@@ -311,11 +323,13 @@ impl ListPage {
                     .to_string(),
             ),
         };
+        let owner = Some(r.owner.clone()).filter(|o| !o.is_empty());
         Ok(ListPage {
             limit,
             after,
             states,
             kind,
+            owner,
         })
     }
 }

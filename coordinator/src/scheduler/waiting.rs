@@ -1,7 +1,8 @@
 //! Why a job waits: the line the job view gives a queued or running job whose
 //! shards are not all running, from what the scheduler knows of the live
 //! workers (their slots, capabilities and memory) and of the job's shards
-//! (their backoff, replicas and the stage barrier) and of its cap on slots.
+//! (their backoff, replicas and the stage barrier), of its cap on slots and of
+//! its owner's slot quota.
 
 use std::collections::HashMap;
 
@@ -133,6 +134,16 @@ impl Scheduler {
         let cap = entry.rec.spec.options().max_slots;
         if cap != 0 && entry.shards.leased_count() >= cap as usize {
             return format!("it holds the {cap} slot(s) its --max-slots allows");
+        }
+        let owner = entry.rec.owner();
+        if let Some(quota) = self.sharing.users.owner(owner).quotas.slots {
+            let held = self.slots_held_by(owner);
+            if held >= quota {
+                return format!(
+                    "its owner {owner}'s jobs hold {held} slot(s), their quota is {quota}: it \
+                     waits for one of them to free"
+                );
+            }
         }
         if free.is_empty() {
             let slots: u64 = able.iter().map(|(_, w)| u64::from(w.slots)).sum();

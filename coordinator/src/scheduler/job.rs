@@ -46,6 +46,10 @@ pub(super) struct JobEntry {
     /// The table of the stage a transition replaced, until the batch that
     /// replaced it is written (see `stages::StageSnapshot`).
     pub(super) replaced_shards: Option<ShardTable>,
+    /// The fraction of a slot-millisecond metered but not yet in
+    /// `rec.slot_ms` (a worker's slots shared among more shards than it has
+    /// meter in fractions).
+    pub(super) slot_ms_fraction: f64,
 }
 
 /// An event logged later, with the next batch of its job (`events.rs`).
@@ -126,6 +130,7 @@ impl JobEntry {
             shard_time: ShardTime::default(),
             deferred_events: Vec::new(),
             replaced_shards: None,
+            slot_ms_fraction: 0.0,
         }
     }
 

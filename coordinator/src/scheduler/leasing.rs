@@ -201,7 +201,7 @@ impl Scheduler {
                 "this worker is not registered (or was forgotten): register first".into(),
             ));
         };
-        let request = LeaseRequest {
+        let mut request = LeaseRequest {
             worker,
             free_slots,
             ahead: ahead.min(MAX_LEASE_AHEAD),
@@ -212,7 +212,7 @@ impl Scheduler {
             epoch: self.epoch,
         };
         let mut staged = StagedLeases::default();
-        let mut turns: Vec<OwnerTurns> = (self.jobs.leasing_order().into_iter())
+        let turns: Vec<OwnerTurns> = (self.jobs.leasing_order().into_iter())
             .map(|queue| {
                 let user = self.sharing.users.owner(&queue.owner);
                 OwnerTurns {
@@ -226,6 +226,13 @@ impl Scheduler {
                 }
             })
             .collect();
+        // Shards queued on a worker run in the order they were leased, past
+        // the fair share's say: while several owners have work, a worker
+        // leases only what its free slots run now.
+        let mut turns = turns;
+        if turns.len() > 1 {
+            request.ahead = 0;
+        }
         // A shard at a time to the owner furthest below their share (see
         // `sharing`), until the request is full or no owner leases more.
         while !request.is_full(&staged) {

@@ -13,7 +13,7 @@
 //! changes anything, and leases change only inside calls, so the leases
 //! counted at one call held for the whole time until the next.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::error::{CoordinatorError, Result};
@@ -38,27 +38,51 @@ impl Scheduler {
     }
 
     /// Adds the time since the last call to the slot time of every job that
-    /// holds leases, and of its owner (decaying what each user had).
+    /// holds leases, and of its owner (decaying what each user had). A
+    /// worker's slots are shared among the shards it holds: one that holds
+    /// more than its slots (shards leased ahead, queued behind the running
+    /// ones) gives each its slots over the shards it holds.
     pub fn meter(&mut self, now_ms: u64) {
-        let sharing = &mut self.sharing;
-        let elapsed = now_ms.saturating_sub(sharing.as_of_ms);
+        let elapsed = now_ms.saturating_sub(self.sharing.as_of_ms);
         if elapsed == 0 {
             return;
         }
         let half_life = self.config.fair_share_half_life_ms.max(1) as f64;
         let decay = (-(elapsed as f64) / half_life).exp2();
-        for used in sharing.usage.values_mut() {
+        for used in self.sharing.usage.values_mut() {
             *used *= decay;
         }
-        for entry in self.jobs.iter_mut() {
-            let held = entry.shards.leased_count() as u64;
-            if held == 0 {
+        let held_by_worker = self.held_by_worker();
+        let share = |worker: Option<&str>| -> f64 {
+            let Some(worker) = worker else {
+                return 1.0;
+            };
+            let held = held_by_worker.get(worker).copied().unwrap_or(1).max(1);
+            let slots = self
+                .workers
+                .all()
+                .get(worker)
+                .map_or(held, |w| w.slots.max(1));
+            (f64::from(slots) / f64::from(held)).min(1.0)
+        };
+        let mut metered: Vec<(String, f64)> = Vec::new();
+        for entry in self.jobs.iter() {
+            if entry.shards.leased_count() == 0 {
                 continue;
             }
-            let slot_ms = held * elapsed;
-            entry.rec.slot_ms += slot_ms;
+            let slots: f64 = (entry.shards.leased())
+                .map(|i| share(entry.shards[i].worker.as_deref()))
+                .sum();
+            metered.push((entry.rec.id.clone(), slots * elapsed as f64));
+        }
+        for (id, slot_ms) in metered {
+            let entry = self.jobs.known(&id);
+            let whole = entry.slot_ms_fraction + slot_ms;
+            entry.rec.slot_ms += whole.floor() as u64;
+            entry.slot_ms_fraction = whole.fract();
             // The slot time of the interval, decayed from its middle.
-            let counted = slot_ms as f64 * (decay + 1.0) / 2.0;
+            let counted = slot_ms * (decay + 1.0) / 2.0;
+            let sharing = &mut self.sharing;
             match sharing.usage.get_mut(entry.rec.owner()) {
                 Some(used) => *used += counted,
                 None => {
@@ -67,8 +91,21 @@ impl Scheduler {
             }
         }
         // A slot-millisecond is nothing against any share.
-        sharing.usage.retain(|_, used| *used >= 1.0);
-        sharing.as_of_ms = now_ms;
+        self.sharing.usage.retain(|_, used| *used >= 1.0);
+        self.sharing.as_of_ms = now_ms;
+    }
+
+    /// Shards each worker holds now, of every job.
+    fn held_by_worker(&self) -> HashMap<&str, u32> {
+        let mut held: HashMap<&str, u32> = HashMap::new();
+        for entry in self.jobs.iter().filter(|e| e.shards.leased_count() > 0) {
+            for i in entry.shards.leased() {
+                if let Some(worker) = entry.shards[i].worker.as_deref() {
+                    *held.entry(worker).or_default() += 1;
+                }
+            }
+        }
+        held
     }
 
     /// The fair share's order of users: least decayed slot time over weight

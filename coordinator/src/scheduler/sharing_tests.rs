@@ -275,3 +275,34 @@ fn users_submitting_together_share_the_slots_by_weight_from_the_first_lease() {
     assert!((2.7..=3.3).contains(&(b / a)), "bob {b} s, alice {a} s");
     assert!(most["bob"] >= 3, "{most:?}");
 }
+
+#[test]
+fn a_worker_leases_ahead_only_while_one_user_has_work_and_its_slots_are_what_is_metered() {
+    let (mut s, users) = scheduler(Visibility::All);
+    let (alice, bob) = (user(&users, "alice"), user(&users, "bob"));
+    let job = submit_as(&mut s, &alice, synthetic(400), 0).unwrap();
+    // Shards of a millisecond: a worker may queue some beyond its slots.
+    for grant in s.lease("w", 4, 0).unwrap() {
+        let mut report = report_from("w", &grant, false);
+        report.result.as_mut().unwrap().compute_us = 1_000;
+        s.report(report, 1).unwrap();
+    }
+    let alone = s.lease_ahead("w", 4, 64, 2).unwrap().len();
+    assert!(alone > 4, "alone, alice's shards are leased ahead: {alone}");
+    // Twenty shards held on four slots for a second: four slot-seconds.
+    s.meter(2);
+    let before = s.account("alice").slot_seconds;
+    s.meter(1_002);
+    let metered = s.account("alice").slot_seconds - before;
+    assert!(
+        (metered - 4.0).abs() < 1e-3,
+        "{alone} shards on 4 slots for 1 s: {metered} slot-s"
+    );
+    assert_eq!(
+        s.job(&job, 1_002).unwrap().slot_seconds,
+        s.account("alice").slot_seconds
+    );
+    // With bob's work waiting too, a worker leases only its free slots.
+    submit_as(&mut s, &bob, synthetic(400), 1_003).unwrap();
+    assert_eq!(s.lease_ahead("v", 4, 64, 1_004).unwrap().len(), 4);
+}

@@ -361,11 +361,25 @@ async fn status_json(State(shared): State<Arc<Shared>>) -> Response {
             })
         })
         .collect();
+    let users: Vec<_> = (snap.accounts.iter())
+        .map(|(user, a)| {
+            json!({
+                "user": user,
+                "slots_held": a.slots_held,
+                "jobs_unfinished": a.jobs_unfinished,
+                "slot_seconds": a.slot_seconds,
+                "shards_done": a.shards_done,
+                "stage_bytes": a.stage_bytes,
+                "decayed_slot_seconds": a.decayed_slot_seconds,
+            })
+        })
+        .collect();
     axum::Json(json!({
         "now_ms": now,
         "version": env!("CARGO_PKG_VERSION"),
         "jobs": jobs,
         "workers": workers,
+        "users": users,
     }))
     .into_response()
 }
@@ -374,6 +388,8 @@ fn job_json(j: &Job, metrics: &CoordinatorMetrics) -> serde_json::Value {
     json!({
         "id": j.id,
         "description": j.description,
+        "owner": j.owner,
+        "slot_seconds": j.slot_seconds,
         "state": j.state_name(),
         "stage": j.stage,
         "stages_total": j.stages_total,

@@ -18,6 +18,8 @@ struct Team {
     dir: tempfile::TempDir,
     url: String,
     port: u16,
+    /// Where the coordinator serves `/metrics` and the status.
+    http: std::net::SocketAddr,
 }
 
 impl Team {
@@ -29,6 +31,7 @@ impl Team {
         Team {
             url: format!("http://127.0.0.1:{port}"),
             port,
+            http: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
             dir,
         }
     }
@@ -62,6 +65,8 @@ impl Team {
             self.file("admin-token"),
             "--worker-token-file".into(),
             self.file("worker-token"),
+            "--http".into(),
+            self.http.to_string(),
         ];
         if users {
             flags.extend(["--users-file".into(), self.file("users")]);
@@ -229,6 +234,22 @@ fn users_change_only_their_own_jobs_and_the_audit_log_keeps_every_refusal() {
     let bobs = audit(&bob);
     assert_eq!(bobs.len(), 5);
     assert!(bobs.iter().all(|e| e["user"] == "bob"));
+
+    // Each user's account in /metrics (labelled by user) and the status.
+    let (_, metrics) = http_get(team.http, "/metrics");
+    for line in [
+        "tally_user_jobs_unfinished{user=\"bob\"} 1",
+        "tally_user_jobs_unfinished{user=\"alice\"} 0",
+        "tally_user_slots_held{user=\"carol\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
+    let (_, status) = http_get(team.http, "/api/status");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let users: Vec<&str> = (status["users"].as_array().unwrap().iter())
+        .map(|u| u["user"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["admin", "alice", "bob", "carol"]);
 
     // The same rules through a Python grpcio client that knows the API only
     // by reflection, its token on every call.

@@ -126,6 +126,13 @@ impl Tokens {
     /// both, or a client token with no worker token (anyone holding the client
     /// token could then act as a worker).
     pub fn check(&self) -> Result<()> {
+        self.check_with_users(false)
+    }
+
+    /// [`Tokens::check`] for a coordinator whose job API has the users of a
+    /// users file (`users`): closed without a client token, so a scaler
+    /// token needs none.
+    pub fn check_with_users(&self, users: bool) -> Result<()> {
         match (&self.client, &self.worker) {
             (Some(c), Some(w)) if constant_time_eq(c.as_bytes(), w.as_bytes()) => Err(invalid!(
                 "the client token and the worker token are the same: give workers a token of their own"
@@ -142,7 +149,7 @@ impl Tokens {
                         "the scaler token is the client or the worker token: give the autoscaler a token of its own"
                     ))
                 }
-                (Some(_), None, _) => Err(invalid!(
+                (Some(_), None, _) if !users => Err(invalid!(
                     "a scaler token needs a client token too (--token-file or TALLY_TOKEN): the job API would be open"
                 )),
                 _ => Ok(()),
@@ -539,6 +546,9 @@ mod tests {
             let err = blurred.check().unwrap_err().to_string();
             assert!(err.contains(needle), "{err}");
         }
+        // A users file closes the job API without a client token.
+        roles("s", None).check_with_users(true).unwrap();
+        assert!(roles("w", None).check_with_users(true).is_err());
         assert_eq!(roles("s", Some("c")).for_scaler(), Some("s"));
         assert_eq!(Tokens::default().for_scaler(), None);
     }

@@ -307,7 +307,9 @@ impl RunningCoordinator {
 /// tokens, intervals, TLS material, a stage store that cannot be used. Returns
 /// the gRPC server builder with its TLS.
 async fn check_before_store(config: &CoordinatorConfig) -> Result<tonic::transport::Server> {
-    config.tokens.check_with_users(config.users_file.is_some())?;
+    config
+        .tokens
+        .check_with_users(config.users_file.is_some())?;
     for (flag, every) in [
         ("--stage-sweep-every", config.stage_sweep_every),
         ("--stage-owner-renew-every", config.stage_owner_renew_every),

@@ -41,7 +41,7 @@ use tally_kinds::values::{EncodedPartial, EncodedTask, ShardOutcome};
 use tally_wire::lease::LeaseId;
 use tally_wire::proto;
 
-use support::Rng;
+use support::{Rng, copy_dir};
 
 // ------------------------------------------------------------ the crash loop
 
@@ -1030,19 +1030,6 @@ fn resume_to_completion(
             job.state == rec.state.to_proto() as i32,
             || id.clone(),
         );
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
     }
 }
 

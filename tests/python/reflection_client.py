@@ -12,32 +12,14 @@ import sys
 import time
 
 import grpc
-from google.protobuf import descriptor_pool, message_factory
-from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
-    ProtoReflectionDescriptorDatabase,
-)
+
+from job_service import JobService
 
 
 def main(target: str) -> None:
     channel = grpc.insecure_channel(target)
-    database = ProtoReflectionDescriptorDatabase(channel)
-    services = sorted(database.get_services())
-    pool = descriptor_pool.DescriptorPool(database)
-    service = pool.FindServiceByName("tally.v1.JobService")
-
-    def message(name):
-        return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
-
-    def unary(method_name):
-        method = service.FindMethodByName(method_name)
-        request_class = message_factory.GetMessageClass(method.input_type)
-        response_class = message_factory.GetMessageClass(method.output_type)
-        call = channel.unary_unary(
-            f"/{service.full_name}/{method_name}",
-            request_serializer=request_class.SerializeToString,
-            response_deserializer=response_class.FromString,
-        )
-        return request_class, call
+    api = JobService(channel)
+    services, pool, message, unary = api.services, api.pool, api.message, api.unary
 
     submit_request, submit = unary("Submit")
     spec = message("tally.v1.JobSpec")()

@@ -12,10 +12,8 @@ import json
 import sys
 
 import grpc
-from google.protobuf import descriptor_pool, message_factory
-from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
-    ProtoReflectionDescriptorDatabase,
-)
+
+from job_service import JobService
 
 
 class Bearer(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
@@ -37,20 +35,8 @@ class Bearer(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientIntercepto
 
 def main(target: str, token: str, others_job: str) -> None:
     channel = grpc.intercept_channel(grpc.insecure_channel(target), Bearer(token))
-    database = ProtoReflectionDescriptorDatabase(channel)
-    pool = descriptor_pool.DescriptorPool(database)
-    service = pool.FindServiceByName("tally.v1.JobService")
-
-    def unary(method_name):
-        method = service.FindMethodByName(method_name)
-        request_class = message_factory.GetMessageClass(method.input_type)
-        response_class = message_factory.GetMessageClass(method.output_type)
-        call = channel.unary_unary(
-            f"/{service.full_name}/{method_name}",
-            request_serializer=request_class.SerializeToString,
-            response_deserializer=response_class.FromString,
-        )
-        return request_class, call
+    api = JobService(channel)
+    unary = api.unary
 
     def code_of(call, request):
         try:
@@ -63,7 +49,7 @@ def main(target: str, token: str, others_job: str) -> None:
     me = whoami(whoami_request(), timeout=20)
 
     submit_request, submit = unary("Submit")
-    spec = message_factory.GetMessageClass(pool.FindMessageTypeByName("tally.v1.JobSpec"))()
+    spec = api.message("tally.v1.JobSpec")()
     spec.kayles.pins = 20
     spec.kayles.digits = 9
     mine = submit(submit_request(spec=spec, idempotency_key="python-user"), timeout=20).job

@@ -131,6 +131,9 @@ pub trait SpecOps: Send + Sync {
     fn execute(&self, task: &EncodedTask, context: ShardContext<'_>) -> Result<ShardOutcome>;
     /// Checks that a checkpoint's partial is one of the kind's partials.
     fn check_checkpoint(&self, partial: &EncodedPartial) -> Result<()>;
+    /// Whether two replicas' partials hold the same result (see
+    /// [`JobKind::same_result`]).
+    fn same_result(&self, a: &EncodedPartial, b: &EncodedPartial) -> Result<bool>;
     /// Checks the shape of a reported result against its shard before it is
     /// accepted. `output` is `None` when the stage output is in a stage store
     /// outside the coordinator: only the partial's type is checked then (its
@@ -420,6 +423,10 @@ impl<K: JobKind + FaultInjection> SpecOps for Checked<K> {
 
     fn check_checkpoint(&self, partial: &EncodedPartial) -> Result<()> {
         partial.decode::<K::Partial>().map(|_| ())
+    }
+
+    fn same_result(&self, a: &EncodedPartial, b: &EncodedPartial) -> Result<bool> {
+        Ok(a == b || K::same_result(&a.decode()?, &b.decode()?))
     }
 
     fn check_result(

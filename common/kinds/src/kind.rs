@@ -259,6 +259,12 @@ pub trait JobKind: Send + Sync + 'static {
         partial: &Self::Partial,
         output: &[u8],
     ) -> Result<()>;
+    /// Whether two replicas of a shard computed the same result: equal, but
+    /// for what describes how a run went rather than what it found (the
+    /// bytes a shard spilled, which follow its worker's memory).
+    fn same_result(a: &Self::Partial, b: &Self::Partial) -> bool {
+        a == b
+    }
     /// The answer from the partial results of the last stage, in shard order.
     fn finish(spec: &Self::Spec, plan: &Self::Plan, partials: Vec<Self::Partial>)
     -> Result<Answer>;

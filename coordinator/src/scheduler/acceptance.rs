@@ -56,7 +56,8 @@ impl Scheduler {
                 output_digest: report.output_digest(),
             };
             if let Some(first) = shard.replicas.first()
-                && (first.partial != this.partial || first.output_digest != this.output_digest)
+                && (first.output_digest != this.output_digest
+                    || !entry.rec.spec.same_result(&first.partial, &this.partial)?)
             {
                 return self.discard_replicas(report, first, &this, now_ms);
             }

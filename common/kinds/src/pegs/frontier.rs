@@ -832,6 +832,33 @@ mod tests {
         }
     }
 
+    /// Replicas of a level shard agree whatever they spilled (it follows the
+    /// worker's memory share), and disagree on anything they found.
+    #[test]
+    fn replicas_agree_whatever_they_spilled_and_not_on_a_different_count() {
+        use crate::kind::JobKind;
+        use crate::pegs::Pegs;
+        let with = |bytes: u64, solutions: &str| {
+            let mut partial = levels(&[40], 2, PegSide::Start);
+            if let PegsPartial::PegLevels {
+                spilled,
+                solutions: found,
+                ..
+            } = &mut partial
+            {
+                *spilled = bytes;
+                *found = solutions.into();
+            }
+            partial
+        };
+        assert!(Pegs::same_result(&with(0, "7"), &with(123_456, "7")));
+        assert!(!Pegs::same_result(&with(0, "7"), &with(0, "8")));
+        assert!(!Pegs::same_result(
+            &with(5, "7"),
+            &levels(&[41], 2, PegSide::Start)
+        ));
+    }
+
     /// The children pruned as made are summed per level into the plan and
     /// the stage's note; a plan begun, and a shard run, by a release that
     /// sent every child count none.

@@ -396,3 +396,101 @@ fn a_store_and_config_of_an_earlier_release_serve_with_the_single_token_as_admin
     let job = team.submit(ADMIN_TOKEN).unwrap();
     assert!(text(&team.tally(ADMIN_TOKEN, &["status", &job])).contains("owner     admin"));
 }
+
+/// The KEDA metric through the external scaler, called as KEDA calls it
+/// with the client token (the scaler's, without a token of its own).
+fn scaler_metric(team: &Team) -> i64 {
+    use tally_wire::proto::externalscaler::external_scaler_client::ExternalScalerClient;
+    use tally_wire::proto::externalscaler::{GetMetricsRequest, ScaledObjectRef};
+    block_on(async {
+        let mut client = ExternalScalerClient::connect(team.url.clone())
+            .await
+            .unwrap();
+        let scaled = ScaledObjectRef {
+            name: "tally-worker".into(),
+            namespace: "tally".into(),
+            scaler_metadata: [("token".to_string(), ADMIN_TOKEN.to_string())].into(),
+        };
+        let metrics = client
+            .get_metrics(GetMetricsRequest {
+                scaled_object_ref: Some(scaled),
+                metric_name: "tally-slots".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        metrics.metric_values[0].metric_value
+    })
+}
+
+/// A user's slot quota, through real processes: the scaler counts no more
+/// of their work than the quota lets run, and a worker with free slots holds
+/// no more of their shards, the job saying why it waits.
+#[test]
+fn a_slot_quota_holds_a_users_leases_and_the_scalers_metric() {
+    let team = Team::new();
+    let users = team.user_line("bob", "user", "slots=2") + &team.user_line("carol", "user", "");
+    std::fs::write(team.path("users"), users).unwrap();
+    let _coordinator = team.coordinator(true);
+    let (bob, carol) = (token_of("bob"), token_of("carol"));
+    team.wait_serving(&bob);
+    // Shards of a second or more: eight of bob's hold the worker a while.
+    let submit = |token: &str, shards: &str| {
+        let out = team.tally(
+            token,
+            &[
+                "submit",
+                "synthetic",
+                "--shards",
+                shards,
+                "--terms-per-shard",
+                "1073741824",
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let job = submit(&bob, "8");
+    assert_eq!(scaler_metric(&team), 2, "bob's 8 shards, 2 of them let run");
+    let carols = submit(&carol, "3");
+    assert_eq!(scaler_metric(&team), 5);
+    let out = team.tally(&carol, &["cancel", &carols]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let _worker = spawn_tally(
+        &[
+            "worker",
+            "--coordinator",
+            &team.url,
+            "--slots",
+            "4",
+            "--id",
+            "w1",
+        ],
+        &[("TALLY_WORKER_TOKEN".into(), WORKER_TOKEN.into())],
+        &team.path("worker.log"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let out = team.tally(&bob, &["--json", "status", &job]);
+        assert!(out.status.success(), "{}", text(&out));
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let leased = status["shards_leased"].as_u64().unwrap();
+        assert!(leased <= 2, "bob's quota is 2 slots: {status}");
+        let waiting = status["waiting"].as_str().unwrap();
+        if leased == 2 && waiting.contains("their quota is 2") {
+            assert!(waiting.contains("bob's jobs hold 2 slot(s)"), "{waiting}");
+            break;
+        }
+        assert!(
+            status["state"] != "succeeded" && Instant::now() < deadline,
+            "never seen holding its quota: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

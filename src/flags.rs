@@ -146,7 +146,8 @@ pub struct SpecArgs {
 /// The runner options of a job spec, each overriding the spec file's.
 #[derive(Args, Debug)]
 pub struct RunnerArgs {
-    /// Higher-priority jobs are leased first (-1000 to 1000).
+    /// A user's higher-priority jobs are leased first (-1000 to 1000); free
+    /// slots go to users by the fair share.
     #[arg(
         help_heading = "Runner options",
         long,

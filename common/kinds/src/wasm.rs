@@ -9,7 +9,7 @@
 //! (only workers started with `--allow-wasm` have one, and only they are
 //! leased wasm shards).
 
-use std::path::PathBuf;
+use crate::guest::GuestArgs;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,8 +21,7 @@ pub use crate::exact::{
     DEFAULT_MODULUS, MAX_BOUND_BITS, PRIME_LIMIT, SPARE_PRIMES, primes_for_bits,
 };
 use crate::exact::{
-    check_choice, checked_value, crt, describe_choice, exact_primes, modulus_and_bound,
-    modulus_from_proto,
+    check_choice, checked_value, crt, describe_choice, exact_primes, modulus_from_proto,
 };
 pub use crate::guest::MAX_PARAMS_BYTES;
 use crate::guest::{
@@ -104,26 +103,12 @@ impl SpecOf for WasmSpec {
 
 #[derive(clap::Args, Debug)]
 pub struct WasmArgs {
-    /// The module, a .wasm file of at most 8 MiB; it is sent with the job.
-    #[arg(long, value_name = "FILE")]
-    pub module: PathBuf,
+    #[command(flatten)]
+    pub guest: GuestArgs,
     /// Shards the sum is cut into, 1 to 100000, or auto: picked when the job
     /// is submitted, from the workers' slots and a shard timed then.
     #[arg(long, value_parser = crate::kind::parse_shard_count)]
     pub shards: u64,
-    /// A parameter for the module; repeat for more (the module reads them).
-    #[arg(long = "param", value_name = "K=V")]
-    pub params: Vec<String>,
-    /// The prime the sum is taken modulo, below 2^62 [default: 1000000007].
-    #[arg(long, conflicts_with = "exact")]
-    pub modulus: Option<u64>,
-    /// The exact sum: the shards run modulo as many primes below 2^62 as
-    /// --bound-bits needs, joined by the CRT.
-    #[arg(long, requires = "bound_bits")]
-    pub exact: bool,
-    /// With --exact: every value of the answer is below 2^B, 1 to 4096.
-    #[arg(long, value_name = "B", requires = "exact")]
-    pub bound_bits: Option<u32>,
     /// Residues each shard returns (the length of the answer), 1 to 4096.
     #[arg(long, default_value_t = 1)]
     pub outputs: u32,
@@ -131,14 +116,14 @@ pub struct WasmArgs {
 
 impl SpecArgs<WasmSpec> for WasmArgs {
     fn into_spec(self, files: &dyn FileReader) -> Result<WasmSpec> {
-        let (modulus, bound_bits) = modulus_and_bound(self.exact, self.modulus, self.bound_bits);
+        let guest = self.guest.into_parts(files)?;
         Ok(WasmSpec {
-            module_sha256: files.attach(&self.module)?,
+            module_sha256: guest.module_sha256,
             shards: self.shards,
-            params: self.params,
-            modulus,
-            exact: self.exact,
-            bound_bits,
+            params: guest.params,
+            modulus: guest.modulus,
+            exact: guest.exact,
+            bound_bits: guest.bound_bits,
             outputs: self.outputs,
         })
     }

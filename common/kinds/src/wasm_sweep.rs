@@ -15,9 +15,9 @@
 //! first level's result, and every later shard's must equal it, so a module
 //! whose plan depends on anything but its parameters fails the job.
 
+use crate::guest::GuestArgs;
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use num_bigint::BigUint;
@@ -26,8 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::KernelCache;
 pub use crate::exact::{DEFAULT_MODULUS, MAX_BOUND_BITS};
 use crate::exact::{
-    SPARE_PRIMES, check_choice, checked_value, describe_choice, exact_primes, modulus_and_bound,
-    modulus_from_proto,
+    SPARE_PRIMES, check_choice, checked_value, describe_choice, exact_primes, modulus_from_proto,
 };
 use crate::guest::{
     GuestSweepEnd, GuestSweepModule, GuestSweepPlan, MAX_SWEEP_CHILDREN, MAX_SWEEP_KEY_LIMIT,
@@ -112,23 +111,8 @@ impl SpecOf for WasmSweepSpec {
 
 #[derive(clap::Args, Debug)]
 pub struct WasmSweepArgs {
-    /// The sweep module, a .wasm file of at most 8 MiB; it is sent with the job.
-    #[arg(long, value_name = "FILE")]
-    pub module: PathBuf,
-    /// A parameter for the module; repeat for more (the module reads them).
-    #[arg(long = "param", value_name = "K=V")]
-    pub params: Vec<String>,
-    /// The prime the counts are taken modulo, below 2^62 [default: 1000000007].
-    #[arg(long, conflicts_with = "exact")]
-    pub modulus: Option<u64>,
-    /// The exact answer: the counts are kept modulo as many primes below
-    /// 2^62 as --bound-bits needs, and a spare, all in one sweep, and joined
-    /// by the CRT.
-    #[arg(long, requires = "bound_bits")]
-    pub exact: bool,
-    /// With --exact: every value of the answer is below 2^B, 1 to 4096.
-    #[arg(long, value_name = "B", requires = "exact")]
-    pub bound_bits: Option<u32>,
+    #[command(flatten)]
+    pub guest: GuestArgs,
     /// Shards a level, 1 to 1024 [default: chosen from each level's size].
     #[arg(long, default_value_t = 0, hide_default_value = true)]
     pub buckets: u32,
@@ -136,13 +120,13 @@ pub struct WasmSweepArgs {
 
 impl SpecArgs<WasmSweepSpec> for WasmSweepArgs {
     fn into_spec(self, files: &dyn FileReader) -> Result<WasmSweepSpec> {
-        let (modulus, bound_bits) = modulus_and_bound(self.exact, self.modulus, self.bound_bits);
+        let guest = self.guest.into_parts(files)?;
         Ok(WasmSweepSpec {
-            module_sha256: files.attach(&self.module)?,
-            params: self.params,
-            modulus,
-            exact: self.exact,
-            bound_bits,
+            module_sha256: guest.module_sha256,
+            params: guest.params,
+            modulus: guest.modulus,
+            exact: guest.exact,
+            bound_bits: guest.bound_bits,
             buckets: self.buckets,
         })
     }

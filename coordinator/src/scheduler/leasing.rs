@@ -212,7 +212,7 @@ impl Scheduler {
             epoch: self.epoch,
         };
         let mut staged = StagedLeases::default();
-        let turns: Vec<OwnerTurns> = (self.jobs.leasing_order().into_iter())
+        let mut turns: Vec<OwnerTurns> = (self.jobs.leasing_order().into_iter())
             .map(|queue| {
                 let user = self.sharing.users.owner(&queue.owner);
                 OwnerTurns {
@@ -229,7 +229,6 @@ impl Scheduler {
         // Shards queued on a worker run in the order they were leased, past
         // the fair share's say: while several owners have work, a worker
         // leases only what its free slots run now.
-        let mut turns = turns;
         if turns.len() > 1 {
             request.ahead = 0;
         }

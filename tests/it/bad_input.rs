@@ -754,6 +754,7 @@ fn spec_rows() -> Vec<(String, proto::JobSpec, Expect)> {
 fn frozen(mut job: proto::Job) -> proto::Job {
     job.elapsed_ms = 0;
     job.eta_ms = 0;
+    job.slot_seconds = 0.0;
     job
 }
 

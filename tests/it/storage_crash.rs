@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tally_coordinator::CoordinatorError;
 use tally_coordinator::records::{
-    self, EventRecord, JobRecord, JobState, ShardRecord, ShardState, checkpoint_key, decode,
-    shard_key,
+    self, AuditRecord, EventRecord, JobRecord, JobState, ShardRecord, ShardState, checkpoint_key,
+    decode, shard_key,
 };
 use tally_coordinator::scheduler::{
     Grant, Registration, Report, ReportedCheckpoint, ReportedFailure, ReportedResult, Scheduler,
@@ -557,6 +557,8 @@ struct Snapshot {
     shards: BTreeMap<ShardId, ShardRecord>,
     /// Raw event bytes by job, in sequence order, and the decoded records.
     events: BTreeMap<String, Vec<(Vec<u8>, EventRecord)>>,
+    /// The audit log's entries (beside the events, under `audit/`).
+    audit: Vec<AuditRecord>,
     blobs: BTreeSet<Vec<u8>>,
     keys: BTreeMap<String, String>,
 }
@@ -607,6 +609,12 @@ impl Snapshot {
             snapshot.shards.insert(id, rec);
         }
         for (key, value) in scan(Tree::Events) {
+            if key.starts_with(records::AUDIT_PREFIX) {
+                let entry: AuditRecord = decode("audit", &value).expect("audit entries decode");
+                assert_eq!(key, records::audit_key(entry.seq), "audit key and entry");
+                snapshot.audit.push(entry);
+                continue;
+            }
             let rec: EventRecord = decode("event", &value).expect("event records decode");
             let parts = key_parts(&key);
             assert_eq!(parts.len(), 2, "event key {parts:?}");
@@ -673,6 +681,14 @@ fn check_consistent(s: &Snapshot, t: &mut Tally) {
             "no events without their job",
             s.jobs.contains_key(job),
             || job.clone(),
+        );
+    }
+    // A submission is audited in the job's own batch.
+    for entry in s.audit.iter().filter(|e| e.action == "submit" && e.done) {
+        t.check(
+            "no audited submission without its job",
+            s.jobs.contains_key(&entry.job),
+            || entry.job.clone(),
         );
     }
     for key in &s.blobs {

@@ -43,6 +43,7 @@ pub mod cache;
 pub mod dynamic;
 pub mod exact;
 pub mod guest;
+pub mod guest_args;
 pub mod hex;
 pub mod kayles;
 pub mod kind;

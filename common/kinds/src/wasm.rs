@@ -9,7 +9,7 @@
 //! (only workers started with `--allow-wasm` have one, and only they are
 //! leased wasm shards).
 
-use crate::guest::GuestArgs;
+use crate::guest_args::GuestArgs;
 use std::sync::Arc;
 use std::time::Instant;
 

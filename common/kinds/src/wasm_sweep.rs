@@ -15,7 +15,7 @@
 //! first level's result, and every later shard's must equal it, so a module
 //! whose plan depends on anything but its parameters fails the job.
 
-use crate::guest::GuestArgs;
+use crate::guest_args::GuestArgs;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;

@@ -25,8 +25,10 @@ pub struct Workers {
     /// The run's whole budget, which the process's peak is held to (the
     /// first worker says when it passes it).
     pub run_budget: u64,
-    /// Where their shards spill past their share of it.
+    /// Where their shards spill past their share of it, and the most each
+    /// worker's spill files hold at once.
     pub spill_dir: PathBuf,
+    pub spill_limit: Option<u64>,
 }
 
 /// A coordinator on loopback and in-process workers, for `run`.
@@ -143,6 +145,7 @@ fn worker_config(
     config.memory_budget = workers.memory_budget;
     config.peak_budget = (index == 0).then_some(workers.run_budget);
     config.spill_dir = workers.spill_dir.clone();
+    config.spill_limit = workers.spill_limit;
     config.worker_id = format!("{}-run{index}", tally_worker::default_worker_id());
     config.lease_wait = Duration::from_secs(1);
     // Stopping `run` hands shards back at once: the job resumes

@@ -45,6 +45,7 @@ impl From<KindError> for CoordinatorError {
             KindError::InvalidArgument(m) => CoordinatorError::InvalidArgument(m),
             KindError::Cancelled => CoordinatorError::FailedPrecondition("cancelled".into()),
             KindError::Internal(m) | KindError::Failed(m) => CoordinatorError::Internal(m),
+            KindError::NoRoom(m) => CoordinatorError::ResourceExhausted(m),
         }
     }
 }

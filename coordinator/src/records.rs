@@ -206,6 +206,12 @@ pub struct ShardRecord {
     pub vanished: u32,
     #[serde(skip)]
     pub vanished_budget: u64,
+    /// Attempts in a row that found no room on their worker's disk, and
+    /// the last one's message (in memory only: a restart tries again).
+    #[serde(skip)]
+    pub no_room: u32,
+    #[serde(skip)]
+    pub no_room_note: Option<String>,
 }
 
 /// Vanished workers after which a shard is offered only to workers with a
@@ -251,6 +257,8 @@ impl ShardRecord {
             hand_backs: 0,
             vanished: 0,
             vanished_budget: 0,
+            no_room: 0,
+            no_room_note: None,
         }
     }
 }

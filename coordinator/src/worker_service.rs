@@ -600,6 +600,7 @@ impl ReportParts {
                     message: f.message,
                     permanent: f.permanent,
                     handed_back: f.handed_back,
+                    no_room: f.no_room,
                 })
             }
         }
@@ -659,6 +660,7 @@ fn batched_report(
                 message: f.message,
                 permanent: f.permanent,
                 handed_back: f.handed_back,
+                no_room: f.no_room,
             }),
         ),
         None => {

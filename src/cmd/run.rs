@@ -76,6 +76,12 @@ pub struct RunArgs {
         value_name = "DIR"
     )]
     pub spill_dir: Option<PathBuf>,
+    /// The most bytes the run's spill files hold at once, shared evenly by
+    /// its workers (as `tally worker --spill-limit`): a shard past its
+    /// worker's share, or on a full disk, waits to be tried again, and the
+    /// job's progress line says why. Default: no limit but the disk's.
+    #[arg(help_heading = "Runner options", long, global = true, value_name = "SIZE", value_parser = super::worker::parse_memory)]
+    pub spill_limit: Option<u64>,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -138,6 +144,9 @@ pub async fn execute(args: RunArgs, json: bool) -> anyhow::Result<ExitCode> {
             .spill_dir
             .clone()
             .unwrap_or_else(tally_worker::default_spill_dir),
+        spill_limit: args
+            .spill_limit
+            .map(|limit| limit / args.workers.max(1) as u64),
     };
     let stage_store = match &args.stage_store {
         Some(url) => url.clone(),

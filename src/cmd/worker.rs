@@ -67,6 +67,14 @@ pub struct WorkerArgs {
     /// temporary directory.
     #[arg(long, value_name = "DIR")]
     pub spill_dir: Option<std::path::PathBuf>,
+    /// The most bytes this worker's files in its spill directory hold at
+    /// once (its share of the disk, or its container's ephemeral storage),
+    /// e.g. `20GiB`. A shard that would pass it, or that finds the disk
+    /// full, stops and is tried again 30 s later (here or on another
+    /// worker) instead of failing its job, whose `waiting` line says why.
+    /// Default: no limit but the disk's.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    pub spill_limit: Option<u64>,
     /// Run `wasm` jobs: user kernels compiled to WebAssembly, in a sandbox
     /// (no files, network, clock or randomness; memory, fuel and time
     /// limited). Off by default: a module is code whoever may submit jobs
@@ -170,6 +178,7 @@ fn worker_config(args: &WorkerArgs, remote: Remote) -> anyhow::Result<WorkerConf
     if let Some(dir) = &args.spill_dir {
         config.spill_dir = dir.clone();
     }
+    config.spill_limit = args.spill_limit;
     config.checkpoint_interval = Duration::from_millis(args.checkpoint_ms);
     Ok(config)
 }

@@ -1156,6 +1156,7 @@ fn failure(message: &str) -> Option<Body> {
         message: message.into(),
         permanent: true,
         handed_back: false,
+        no_room: false,
     }))
 }
 

@@ -146,11 +146,12 @@ async fn a_full_disk_pauses_work_and_it_resumes_by_itself_when_space_returns() {
         .expect("the shutdown ends within its bound");
 }
 
-/// A worker whose spill directory is full: its shards that spill fail with a
-/// reason that says so, run on the other worker, and the answer is the
-/// kernel alone's. Needs root, as above.
+/// A worker whose spill directory is full: its shards that spill stop with
+/// a reason that says so, count no failed attempt, and the job waits saying
+/// why until a worker with room runs them; the answer is the kernel alone's.
+/// Needs root, as above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_full_spill_disk_fails_the_attempt_and_the_shard_runs_elsewhere() {
+async fn a_full_spill_disk_makes_the_job_wait_and_the_shard_runs_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
     let mount = dir.path().join("small");
     let _tmpfs = match Tmpfs::mount(&mount, 1 << 20) {
@@ -163,49 +164,103 @@ async fn a_full_spill_disk_fails_the_attempt_and_the_shard_runs_elsewhere() {
         }
         Err(why) => panic!("CI is set but a tmpfs cannot be mounted: {why}"),
     };
-    let coordinator = start_coordinator(None).await;
-    let mut client = jobs_client(&coordinator.url()).await;
     let full = mount.join("spill");
-    let cramped = Workers::start_with(&coordinator.url(), 1, 1, |config| {
+    let filler = mount.join("filler");
+    let took_its_directory = move || async move {
+        // The worker has taken its directory; now nothing more fits.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::fs::read_dir(&full).map_or(true, |mut d| d.next().is_none()) {
+            assert!(
+                Instant::now() < deadline,
+                "the worker never took its spill directory"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        fill(&filler);
+    };
+    let spill = mount.join("spill");
+    waits_for_room_and_runs_where_there_is(
+        dir.path(),
+        move |config| config.spill_dir = spill.clone(),
+        took_its_directory,
+        "No space left",
+    )
+    .await;
+}
+
+/// The same with a worker's `--spill-limit` below what its shards spill:
+/// no root needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spill_limit_makes_the_job_wait_and_the_shard_runs_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let spill = dir.path().join("limited");
+    waits_for_room_and_runs_where_there_is(
+        dir.path(),
+        move |config| {
+            config.spill_dir = spill.clone();
+            config.spill_limit = Some(64 << 10);
+        },
+        || async {},
+        "its --spill-limit is 65.5 KB",
+    )
+    .await;
+}
+
+/// A pegs job on a worker that has no room for its spill (`cramped`, once
+/// `cramped_ready` has run): it waits, its `waiting` line and one event
+/// saying why, with no attempt counted (it may have one); once that worker
+/// stops and one with room starts, it succeeds with the direct answer.
+async fn waits_for_room_and_runs_where_there_is<R: std::future::Future<Output = ()>>(
+    dir: &Path,
+    cramped: impl Fn(&mut tally_worker::WorkerConfig) + Send + Sync + 'static,
+    cramped_ready: impl FnOnce() -> R,
+    says: &str,
+) {
+    let mut config =
+        tally_coordinator::CoordinatorConfig::new("127.0.0.1:0".parse().unwrap(), None);
+    config.scheduler.no_room_retry_ms = 500;
+    let coordinator = tally_coordinator::start(with_sandbox(config))
+        .await
+        .expect("coordinator starts");
+    let mut client = jobs_client(&coordinator.url()).await;
+    let cramped_workers = Workers::start_with(&coordinator.url(), 1, 1, move |config| {
         config.worker_id = "cramped".into();
         config.memory_budget = 256 << 10;
-        config.spill_dir = full.clone();
+        cramped(config);
     });
-    // The worker has taken its directory; now nothing more fits.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::read_dir(&full).map_or(true, |mut d| d.next().is_none()) {
-        assert!(
-            Instant::now() < deadline,
-            "the worker never took its spill directory"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    fill(&mount.join("filler"));
+    cramped_ready().await;
     let params = serde_json::json!({"board": "triangle:6", "start": 4, "buckets": 2});
     let mut spec = JobSpec {
         kind: "pegs".into(),
         params: params.as_object().unwrap().clone(),
         options: Default::default(),
     };
-    spec.options.max_attempts = 50;
+    spec.options.max_attempts = 1;
     let job = submit(&mut client, &spec, "").await;
-    // Alone, the worker fails the first shard that spills, saying why.
+    // Alone, the worker stops the first shard that spills, saying why, and
+    // the job waits for room: no attempt counted, so it does not fail.
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !events(&mut client, &job.id)
-        .await
-        .iter()
-        .any(|e| e.kind.contains("fail"))
-    {
+    let waiting = loop {
+        let view = get_job(&mut client, &job.id).await;
+        assert_ne!(state(&view), JobState::Failed, "{}", view.error);
+        if view.waiting.contains("found no room on disk") {
+            break view;
+        }
         assert!(
             Instant::now() < deadline,
-            "no attempt failed on the full spill disk"
+            "the job never waited for room: {view:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // The shard goes to a worker with room (the full one stops, so that
-    // its retries do not wait out backoffs).
-    cramped.stop().await;
-    let roomy_spill = dir.path().join("roomy");
+    };
+    assert!(
+        waiting.waiting.contains("on worker cramped") && waiting.waiting.contains(says),
+        "{}",
+        waiting.waiting
+    );
+    assert_eq!(waiting.shards_failed_attempts, 0);
+    // The shard goes to a worker with room once the cramped one stops.
+    cramped_workers.stop().await;
+    let roomy_spill = dir.join("roomy");
     let roomy = Workers::start_with(&coordinator.url(), 1, 2, |config| {
         config.worker_id = "roomy".into();
         config.memory_budget = 256 << 10;
@@ -214,17 +269,19 @@ async fn a_full_spill_disk_fails_the_attempt_and_the_shard_runs_elsewhere() {
     let done = wait_finished(&mut client, &job.id, Duration::from_secs(300)).await;
     assert_eq!(state(&done), JobState::Succeeded, "{}", done.error);
     assert_eq!(done.answer, direct_answer(&spec));
-    let failed: Vec<_> = events(&mut client, &job.id)
-        .await
-        .into_iter()
-        .filter(|e| e.kind.contains("fail"))
-        .collect();
-    assert!(!failed.is_empty());
+    assert_eq!(done.waiting, "");
+    let events = events(&mut client, &job.id).await;
     assert!(
-        failed.iter().all(|e| e.worker_id == "cramped"
-            && e.message.contains("spill directory")
-            && e.message.contains("No space left")),
-        "{failed:?}"
+        !events.iter().any(|e| e.kind.contains("fail")),
+        "{events:?}"
+    );
+    let no_room: Vec<_> = events.iter().filter(|e| e.kind == "no-room").collect();
+    assert!(
+        !no_room.is_empty()
+            && no_room
+                .iter()
+                .all(|e| e.worker_id == "cramped" && e.message.contains(says)),
+        "{no_room:?}"
     );
     roomy.stop().await;
     coordinator.shutdown().await;

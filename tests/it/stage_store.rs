@@ -813,6 +813,7 @@ fn a_damaged_blob_in_a_pack_is_computed_again_alone() {
             message: "handing back".into(),
             permanent: false,
             handed_back: true,
+            no_room: false,
         });
         workers.report(report(handed_back)).await.unwrap();
 

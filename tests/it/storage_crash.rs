@@ -454,6 +454,7 @@ fn work_on(child: Child<'_>, worker: &str, grant: &Grant, now: u64) {
             message: "the worker ran out of memory".into(),
             permanent: false,
             handed_back: rng.chance(30),
+            no_room: false,
         };
         let failure = Report::failure(worker, grant.lease.clone(), failure);
         expect_stale(scheduler.report(failure, now), "failure");
@@ -1248,6 +1249,7 @@ fn a_failure_on_an_expired_lease_never_hands_out_an_attempt_twice() {
         message: "out of memory".into(),
         permanent: false,
         handed_back: false,
+        no_room: false,
     };
     let failure = Report::failure("a", grant.lease.clone(), failure);
     scheduler.report(failure, 1_001).unwrap();

@@ -65,6 +65,11 @@ pub(crate) async fn run_shard(
             ctx.stats.record_failed();
             tracing::warn!(lease = %lease_id, error = %message, "shard failed");
         }
+        Ending::NoRoom(message) => {
+            ctx.stats.record_failed();
+            tracing::warn!(lease = %lease_id, error = %message,
+                "no room for the shard's files: it is given back to wait for room");
+        }
         Ending::HandedBack | Ending::Stopped => ctx.stats.record_abandoned(),
     }
     ctx.ended(lease_id);

@@ -62,6 +62,11 @@ pub struct WorkerConfig {
     /// Where shards that outgrow their share of `memory_budget` write their
     /// sorted runs (a directory per worker inside it, see `spill`).
     pub spill_dir: std::path::PathBuf,
+    /// The most bytes this worker's files in `spill_dir` hold at once (its
+    /// share of a disk, or a container's ephemeral storage): a shard that
+    /// would pass it, or that finds the disk full, stops and waits to be
+    /// tried again instead of failing its job. `None`: the disk's room.
+    pub spill_limit: Option<u64>,
     /// Run user kernels compiled to WebAssembly (`wasm` jobs), in the
     /// sandbox `kernel_cache` holds: whoever starts the worker puts it there
     /// with its limits (`KernelCache::set_guest_runtime`), and the worker
@@ -95,6 +100,7 @@ impl WorkerConfig {
             memory_budget: machine_memory(),
             peak_budget: None,
             spill_dir: default_spill_dir(),
+            spill_limit: None,
             allow_wasm: false,
         }
     }

@@ -197,7 +197,7 @@ impl Context {
         crate::budget::warn_if_budget_is_small(config.memory_budget, config.slots);
         Ok(Context {
             incarnation: crate::config::new_incarnation(),
-            spill: SpillDir::open(&config.spill_dir, &config.worker_id)?,
+            spill: SpillDir::open(&config.spill_dir, &config.worker_id, config.spill_limit)?,
             coordinator: Coordinator::connect(&config.coordinator, &config.security)?,
             pool: ComputePool::new(config.threads),
             compute_slots: Arc::new(tokio::sync::Semaphore::new(dispatch_permits(&config))),
@@ -479,6 +479,9 @@ impl Context {
             work_in_progress: active.values().map(|h| h.control.work_done()).sum(),
             memory_budget: self.config.memory_budget,
             memory_peak: crate::budget::peak_resident(),
+            spill_in_use: self.spill.room().in_use(),
+            spill_peak: self.spill.room().peak(),
+            spill_limit: self.spill.room().limit(),
         }
     }
 }

@@ -45,6 +45,7 @@ mod own_outputs;
 pub mod pool;
 mod reports;
 mod spill;
+mod spill_room;
 #[cfg(test)]
 mod test_support;
 

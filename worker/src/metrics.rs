@@ -67,6 +67,11 @@ pub(crate) struct Gauges {
     /// the system says).
     pub memory_budget: u64,
     pub memory_peak: Option<u64>,
+    /// Bytes the worker's files in its spill directory hold now and at
+    /// most, and their limit (`--spill-limit`).
+    pub spill_in_use: u64,
+    pub spill_peak: u64,
+    pub spill_limit: Option<u64>,
 }
 
 /// The Prometheus text exposition of `stats` and `gauges`.
@@ -162,6 +167,23 @@ pub(crate) fn exposition(stats: &WorkerStats, gauges: &Gauges) -> String {
             "tally_worker_memory_peak_bytes",
             "The most resident memory this worker's process has held (VmHWM), to set beside its budget.",
             peak as f64,
+        );
+    }
+    e.gauge(
+        "tally_worker_spill_bytes",
+        "Bytes this worker's files in its spill directory hold now.",
+        gauges.spill_in_use as f64,
+    );
+    e.gauge(
+        "tally_worker_spill_peak_bytes",
+        "The most bytes this worker's files in its spill directory have held at once.",
+        gauges.spill_peak as f64,
+    );
+    if let Some(limit) = gauges.spill_limit {
+        e.gauge(
+            "tally_worker_spill_limit_bytes",
+            "The most bytes this worker's spill files may hold at once (--spill-limit).",
+            limit as f64,
         );
     }
     e.histogram(

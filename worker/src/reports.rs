@@ -61,6 +61,9 @@ pub(crate) enum Ending {
         permanent: bool,
     },
     HandedBack,
+    /// The worker had no room on disk for the shard's files: it waits to be
+    /// tried again, and its job does not fail for it.
+    NoRoom(String),
     /// The coordinator no longer wants the attempt: no final report.
     Stopped,
 }
@@ -84,6 +87,7 @@ impl Ending {
                 message: "the shard stopped as cancelled, but nothing cancelled it".into(),
                 permanent: false,
             },
+            Err(WorkerError::Kernel(KindError::NoRoom(message))) => Ending::NoRoom(message),
             Err(
                 WorkerError::Kernel(KindError::InvalidArgument(message))
                 | WorkerError::Wire(tally_wire::Error::InvalidArgument(message)),
@@ -121,6 +125,11 @@ impl Ending {
             }
             Ending::Failed { message, permanent } => vec![failure(message, permanent, false)],
             Ending::HandedBack => vec![failure("worker shutting down".into(), false, true)],
+            Ending::NoRoom(message) => vec![Body::Failure(proto::ReportFailure {
+                message,
+                no_room: true,
+                ..Default::default()
+            })],
             Ending::Stopped => return None,
         })
     }
@@ -131,6 +140,7 @@ fn failure(message: String, permanent: bool, handed_back: bool) -> Body {
         message,
         permanent,
         handed_back,
+        no_room: false,
     })
 }
 

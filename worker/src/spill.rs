@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tally_kinds::{Error, Spill, Stored};
 
 use crate::error::{Result, WorkerError};
+use crate::spill_room::{Claim, SpillRoom, spill_io_error};
 
 const LOCK_FILE: &str = "lock";
 /// Buffer of each run being written: runs are written sequentially.
@@ -34,12 +35,14 @@ pub(crate) struct SpillDir {
     /// Held (locked) while the worker lives.
     _lock: File,
     next_attempt: AtomicU64,
+    room: Arc<SpillRoom>,
 }
 
 impl SpillDir {
     /// Takes `spill_dir/<worker_id>/` for this worker, first removing the
-    /// directories of workers that died there.
-    pub(crate) fn open(spill_dir: &Path, worker_id: &str) -> Result<SpillDir> {
+    /// directories of workers that died there; its files hold at most
+    /// `limit` bytes at once.
+    pub(crate) fn open(spill_dir: &Path, worker_id: &str, limit: Option<u64>) -> Result<SpillDir> {
         let refused = |what: &str, e: std::io::Error| {
             WorkerError::Config(format!(
                 "spill directory {}: cannot {what}: {e}",
@@ -81,7 +84,13 @@ impl SpillDir {
             root,
             _lock: lock,
             next_attempt: AtomicU64::new(0),
+            room: SpillRoom::new(spill_dir, limit),
         })
+    }
+
+    /// The bytes its files hold, and their limit.
+    pub(crate) fn room(&self) -> &SpillRoom {
+        &self.room
     }
 
     /// An empty spill for one attempt.
@@ -93,6 +102,7 @@ impl SpillDir {
             runs: Vec::new(),
             open: None,
             written: 0,
+            room: self.room.clone(),
         }
     }
 }
@@ -108,6 +118,7 @@ impl SpillDir {
             in_memory,
             path: self.root.join(format!("input-{n}")),
             len: 0,
+            claim: Claim::new(&self.room),
         }
     }
 }
@@ -120,14 +131,14 @@ pub(crate) struct Gathering {
     in_memory: Option<u64>,
     path: PathBuf,
     len: u64,
+    /// The room its file holds.
+    claim: Claim,
 }
 
 impl Gathering {
     fn failed(&self, what: &str, e: std::io::Error) -> WorkerError {
-        WorkerError::Kernel(Error::Failed(format!(
-            "spill directory: cannot {what} {}: {e}",
-            self.path.display()
-        )))
+        let what = format!("spill directory: cannot {what} {}", self.path.display());
+        WorkerError::Kernel(spill_io_error(what, e))
     }
 
     /// Bytes gathered so far.
@@ -151,6 +162,7 @@ impl Gathering {
                 .open(&self.path)
                 .map_err(|e| self.failed("create", e))?;
             let mut file = BufWriter::with_capacity(WRITE_BUFFER, file);
+            self.claim.grow(self.memory.len() as u64)?;
             file.write_all(&self.memory)
                 .map_err(|e| self.failed("write", e))?;
             self.memory = Vec::new();
@@ -158,6 +170,7 @@ impl Gathering {
         }
         match self.file.as_mut() {
             Some(file) => {
+                self.claim.grow(bytes.len() as u64)?;
                 if let Err(e) = file.write_all(bytes) {
                     return Err(self.failed("write", e));
                 }
@@ -182,6 +195,7 @@ impl Gathering {
                 if let Err(e) = cut {
                     return Err(self.failed("cut", e));
                 }
+                self.claim.shrink_to(len);
             }
             None => self.memory.truncate(len as usize),
         }
@@ -198,11 +212,14 @@ impl Gathering {
             Ok(file) => file,
             Err(e) => return Err(self.failed("write", e.into_error())),
         };
+        let empty = Claim::new(self.claim.room());
+        let claim = std::mem::replace(&mut self.claim, empty);
         let stored = SpooledInput {
             file,
             path: std::mem::take(&mut self.path),
             len: self.len,
             remove: true,
+            _claim: Arc::new(claim),
         };
         Ok((Arc::new(stored), true))
     }
@@ -223,6 +240,8 @@ struct SpooledInput {
     path: PathBuf,
     len: u64,
     remove: bool,
+    /// The file's room in the directory, given back with the last handle.
+    _claim: Arc<Claim>,
 }
 
 impl Stored for SpooledInput {
@@ -233,10 +252,10 @@ impl Stored for SpooledInput {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> tally_kinds::Result<usize> {
         let want = buf.len().min(self.len.saturating_sub(offset) as usize);
         read_fully(&self.file, offset, &mut buf[..want]).map_err(|e| {
-            Error::Failed(format!(
-                "spill directory: cannot read {}: {e}",
-                self.path.display()
-            ))
+            spill_io_error(
+                format!("spill directory: cannot read {}", self.path.display()),
+                e,
+            )
         })
     }
 }
@@ -299,20 +318,26 @@ pub(crate) struct FileSpill {
     /// then costs no call to the file system.
     made_dir: bool,
     /// The runs, `None` once released.
-    runs: Vec<Option<File>>,
-    open: Option<BufWriter<File>>,
+    runs: Vec<Option<Run>>,
+    open: Option<(BufWriter<File>, Claim)>,
     written: u64,
+    room: Arc<SpillRoom>,
+}
+
+/// An ended run, and its room in the directory (shared with the handles
+/// that keep it).
+struct Run {
+    file: File,
+    claim: Arc<Claim>,
 }
 
 impl FileSpill {
     fn failed(&self, what: &str, e: std::io::Error) -> Error {
-        Error::Failed(format!(
-            "spill directory {}: cannot {what}: {e}",
-            self.dir.display()
-        ))
+        let what = format!("spill directory {}: cannot {what}", self.dir.display());
+        spill_io_error(what, e)
     }
 
-    fn run(&self, run: u32) -> tally_kinds::Result<&File> {
+    fn run(&self, run: u32) -> tally_kinds::Result<&Run> {
         self.runs
             .get(run as usize)
             .and_then(Option::as_ref)
@@ -336,9 +361,11 @@ impl Spill for FileSpill {
                 .create_new(true)
                 .open(&path)
                 .map_err(|e| self.failed("create a run", e))?;
-            self.open = Some(BufWriter::with_capacity(WRITE_BUFFER, file));
+            let file = BufWriter::with_capacity(WRITE_BUFFER, file);
+            self.open = Some((file, Claim::new(&self.room)));
         }
-        let open = self.open.as_mut().expect("a run is open");
+        let (open, claim) = self.open.as_mut().expect("a run is open");
+        claim.grow(bytes.len() as u64)?;
         if let Err(e) = open.write_all(bytes) {
             return Err(self.failed("write a run", e));
         }
@@ -347,22 +374,26 @@ impl Spill for FileSpill {
     }
 
     fn end_run(&mut self) -> tally_kinds::Result<u32> {
-        let file = match self.open.take() {
-            Some(open) => open
-                .into_inner()
-                .map_err(|e| self.failed("write a run", e.into_error()))?,
+        let (file, claim) = match self.open.take() {
+            Some((open, claim)) => {
+                let file = open
+                    .into_inner()
+                    .map_err(|e| self.failed("write a run", e.into_error()))?;
+                (file, claim)
+            }
             // An empty run.
             None => {
                 self.write(&[])?;
                 return self.end_run();
             }
         };
-        self.runs.push(Some(file));
+        let claim = Arc::new(claim);
+        self.runs.push(Some(Run { file, claim }));
         Ok(self.runs.len() as u32 - 1)
     }
 
     fn read_at(&self, run: u32, offset: u64, buf: &mut [u8]) -> tally_kinds::Result<usize> {
-        read_fully(self.run(run)?, offset, buf).map_err(|e| self.failed("read a run", e))
+        read_fully(&self.run(run)?.file, offset, buf).map_err(|e| self.failed("read a run", e))
     }
 
     fn bytes_written(&self) -> u64 {
@@ -372,17 +403,18 @@ impl Spill for FileSpill {
     /// The run through a handle of its own: readable after the attempt's
     /// directory is removed, its disk space freed when the last handle goes.
     fn keep_run(&self, run: u32) -> tally_kinds::Result<Arc<dyn Stored>> {
-        let kept = self
-            .run(run)?
+        let kept = self.run(run)?;
+        let cloned = (kept.file)
             .try_clone()
             .and_then(|file| Ok((file.metadata()?.len(), file)))
             .map_err(|e| self.failed("keep a run", e));
-        let (len, file) = kept?;
+        let (len, file) = cloned?;
         Ok(Arc::new(SpooledInput {
             file,
             path: self.run_path(run),
             len,
             remove: false,
+            _claim: kept.claim.clone(),
         }))
     }
 
@@ -412,7 +444,7 @@ mod tests {
     #[test]
     fn runs_are_written_read_back_and_removed_with_their_attempt() {
         let dir = tempfile::tempdir().unwrap();
-        let spill_dir = SpillDir::open(dir.path(), "w/1").unwrap();
+        let spill_dir = SpillDir::open(dir.path(), "w/1", None).unwrap();
         let mut spill = spill_dir.attempt();
         spill.write(b"hello ").unwrap();
         spill.write(b"runs").unwrap();
@@ -438,7 +470,7 @@ mod tests {
     #[test]
     fn a_released_run_lives_on_in_its_kept_handle_only() {
         let dir = tempfile::tempdir().unwrap();
-        let spill_dir = SpillDir::open(dir.path(), "w").unwrap();
+        let spill_dir = SpillDir::open(dir.path(), "w", None).unwrap();
         let mut spill = spill_dir.attempt();
         spill.write(b"checkpoint").unwrap();
         let run = spill.end_run().unwrap();
@@ -458,7 +490,7 @@ mod tests {
     #[test]
     fn an_input_moves_to_a_file_past_its_limit_reads_back_and_is_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let spill_dir = SpillDir::open(dir.path(), "w").unwrap();
+        let spill_dir = SpillDir::open(dir.path(), "w", None).unwrap();
         let inputs = || {
             std::fs::read_dir(&spill_dir.root)
                 .unwrap()
@@ -516,7 +548,7 @@ mod tests {
     #[test]
     fn a_dead_workers_spill_is_swept_and_a_live_ones_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let live = SpillDir::open(dir.path(), "live").unwrap();
+        let live = SpillDir::open(dir.path(), "live", None).unwrap();
         let mut kept = live.attempt();
         kept.write(b"x").unwrap();
         kept.end_run().unwrap();
@@ -525,10 +557,10 @@ mod tests {
         std::fs::create_dir_all(dead.join("attempt-0")).unwrap();
         std::fs::write(dead.join("attempt-0/run-0"), b"stale").unwrap();
         std::fs::write(dead.join(LOCK_FILE), b"").unwrap();
-        let other = SpillDir::open(dir.path(), "other").unwrap();
+        let other = SpillDir::open(dir.path(), "other", None).unwrap();
         assert!(!dead.exists(), "the dead worker's spill is swept");
         assert!(kept.dir.exists(), "the live worker's is kept");
-        let twin = SpillDir::open(dir.path(), "live").unwrap();
+        let twin = SpillDir::open(dir.path(), "live", None).unwrap();
         assert_ne!(twin.root, live.root, "one directory per worker");
         drop(twin);
         drop(other);

@@ -14,6 +14,12 @@ pub enum Error {
     /// kernel said it failed, or this worker cannot run it): retried.
     #[error("{0}")]
     Failed(String),
+    /// The machine has no room on disk for what the shard writes (its spill
+    /// directory is full, or at its limit): neither the shard's fault nor
+    /// its job's, so the shard waits and is tried again, and no attempt is
+    /// counted against it.
+    #[error("{0}")]
+    NoRoom(String),
     /// An internal consistency check failed: a bug, never a user error.
     #[error("internal check failed: {0}")]
     Internal(String),

@@ -87,6 +87,7 @@ impl Scheduler {
             ),
             permanent: false,
             handed_back: false,
+            no_room: false,
         };
         let failed = FailedAttempt {
             lease: &report.lease,

@@ -239,6 +239,9 @@ pub struct ReportedFailure {
     pub message: String,
     pub permanent: bool,
     pub handed_back: bool,
+    /// The worker had no room on disk for the shard's files: not counted
+    /// as a failed attempt; the shard waits and is tried again.
+    pub no_room: bool,
 }
 
 /// What the scheduler tells the worker after a report.

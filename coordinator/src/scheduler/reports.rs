@@ -148,8 +148,9 @@ impl Scheduler {
     }
 
     /// Ends an attempt without a result: the shard returns to the queue with
-    /// backoff and a failed attempt counted (none for a shard handed back); at
-    /// the job's limit, or for a permanent error, the job fails.
+    /// backoff and a failed attempt counted (none for a shard handed back or
+    /// one that found no room on its worker's disk); at the job's limit, or
+    /// for a permanent error, the job fails.
     pub(super) fn record_failure(
         &mut self,
         failed: FailedAttempt,
@@ -173,8 +174,9 @@ impl Scheduler {
         end_attempt(entry, &mut shard, &failed, &config, &mut batch, now_ms);
         let handed_back_too_often =
             failed.failure.handed_back && hand_backs(&shard) > MAX_HAND_BACKS;
+        let counted = !failed.failure.handed_back && !failed.failure.no_room;
         let fail_job = handed_back_too_often
-            || (!failed.failure.handed_back
+            || (counted
                 && (failed.failure.permanent
                     || shard.failed_attempts >= rec.spec.options().max_attempts));
         if fail_job {
@@ -307,7 +309,19 @@ fn end_attempt(
         };
         let event = Event::shard("handed-back", shard, failed.worker, message);
         entry.log(batch, now_ms, event);
+    } else if failed.failure.no_room {
+        // Waits for room without end: the job says why (`waiting`), and is
+        // cancelled by its owner if room never comes. Logged once a wait.
+        shard.no_room = shard.no_room.saturating_add(1);
+        shard.no_room_note = Some(format!("on worker {}: {message}", failed.worker));
+        shard.not_before_ms = now_ms + config.no_room_retry_ms;
+        if shard.no_room == 1 {
+            let event = Event::shard("no-room", shard, failed.worker, message);
+            entry.log(batch, now_ms, event);
+        }
     } else {
+        shard.no_room = 0;
+        shard.no_room_note = None;
         shard.failed_attempts += 1;
         shard.last_error = Some(message.clone());
         shard.not_before_ms = now_ms + config.backoff_ms(shard.failed_attempts);

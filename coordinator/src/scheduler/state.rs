@@ -21,6 +21,10 @@ pub struct SchedulerConfig {
     /// First retry delay after a failed attempt; doubles per failure.
     pub backoff_base_ms: u64,
     pub backoff_max_ms: u64,
+    /// How long a shard that found no room on its worker's disk waits
+    /// before it is leased again (a disk does not free itself within
+    /// milliseconds); no attempt is counted for it.
+    pub no_room_retry_ms: u64,
     /// Heartbeats stop renewing a lease whose shard has made no progress for
     /// this long (its work counter did not grow), so a shard stuck in a live
     /// worker expires and is leased again. Far above any kernel's quiet
@@ -49,6 +53,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             backoff_base_ms: 250,
             backoff_max_ms: 10_000,
+            no_room_retry_ms: 30_000,
             stall_limit_ms: 30 * 60 * 1000,
             external_stage_store: false,
             spare_stage: true,

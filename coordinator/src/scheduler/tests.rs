@@ -291,6 +291,7 @@ fn repeated_failures_fail_the_job_with_the_workers_message() {
             message: "disk on fire".into(),
             permanent: false,
             handed_back: false,
+            no_room: false,
         };
         s.report(Report::failure("w", grant.lease, failure), now)
             .unwrap();
@@ -310,6 +311,7 @@ fn handed_back_shards_return_at_once_without_counting_an_attempt() {
         message: "draining".into(),
         permanent: false,
         handed_back: true,
+        no_room: false,
     };
     s.report(Report::failure("w", grant.lease.clone(), failure), 1)
         .unwrap();
@@ -356,6 +358,7 @@ fn a_shard_handed_back_without_end_fails_its_job_after_a_bounded_number_of_lease
             message: "worker shutting down".into(),
             permanent: false,
             handed_back: true,
+            no_room: false,
         };
         s.report(Report::failure("w", grant.lease, failure), now)
             .unwrap();
@@ -408,6 +411,7 @@ fn checkpoints_of_one_attempt_are_coalesced_into_one_event() {
         message: "worker shutting down".into(),
         permanent: false,
         handed_back: true,
+        no_room: false,
     };
     s.report(Report::failure("w", grant.lease, failure), 2)
         .unwrap();

@@ -45,6 +45,7 @@ fn failure(message: &str) -> ReportedFailure {
         message: message.into(),
         permanent: false,
         handed_back: false,
+        no_room: false,
     }
 }
 
@@ -225,4 +226,71 @@ fn a_waiting_job_says_why_it_waits() {
     // A finished job waits for nothing.
     s.cancel(&id, 3).unwrap();
     assert_eq!(s.job(&id, 4).unwrap().waiting, "");
+}
+
+/// A shard whose worker had no room on disk waits, saying why, as long as
+/// it takes: no attempt is counted, the job never fails for it, and it is
+/// offered again once the retry time comes.
+#[test]
+fn a_shard_without_room_on_disk_waits_saying_why_and_its_job_does_not_fail() {
+    let retry_ms = SchedulerConfig::default().no_room_retry_ms;
+    let mut s = registered(alone());
+    let spec = one_shard();
+    let id = submit(&mut s, &spec);
+    let mut now = 1;
+    let no_room = ReportedFailure {
+        message: "spill directory /spill: no room for 1 MiB more".into(),
+        no_room: true,
+        ..failure("")
+    };
+    for _ in 0..3 * spec.options.max_attempts {
+        let grant = s.lease("w", 1, now).unwrap().remove(0);
+        s.report(Report::failure("w", grant.lease, no_room.clone()), now)
+            .unwrap();
+        let job = s.job(&id, now + 1).unwrap();
+        assert!(!job.state().is_finished(), "{job:?}");
+        assert_eq!(job.shards_failed_attempts, 0);
+        assert!(
+            job.waiting.starts_with(
+                "shard 0 found no room on disk on worker w: spill directory /spill: no room \
+                 for 1 MiB more: tried again from "
+            ),
+            "{}",
+            job.waiting
+        );
+        assert!(job.waiting.contains("--spill-limit"), "{}", job.waiting);
+        // It waits its retry time, and not longer.
+        let early = s.lease("w", 1, now + retry_ms - 1).unwrap();
+        assert!(early.is_empty(), "leased before its retry time");
+        now += retry_ms;
+        s.heartbeat("w", &[], now);
+    }
+    let events = s.events(&id, 0).unwrap();
+    let said = events.iter().filter(|e| e.kind == "no-room").count();
+    assert_eq!(said, 1, "one event a wait, not one a retry: {events:?}");
+    // Room again: the shard runs, and the job ends right.
+    let grant = s.lease("w", 1, now).unwrap().remove(0);
+    let report = staged_report(&mut s, &grant);
+    s.report(report, now).unwrap();
+    let job = s.job(&id, now + 1).unwrap();
+    assert_eq!(job.state(), proto::JobState::Succeeded, "{}", job.error);
+
+    // A failure of another sort after a wait for room is counted, and the
+    // waiting line no longer speaks of room.
+    let other = submit(&mut s, &one_shard());
+    now += 1;
+    let grant = s.lease("w", 1, now).unwrap().remove(0);
+    s.report(Report::failure("w", grant.lease, no_room.clone()), now)
+        .unwrap();
+    now += retry_ms;
+    s.heartbeat("w", &[], now);
+    let grant = s.lease("w", 1, now).unwrap().remove(0);
+    s.report(
+        Report::failure("w", grant.lease, failure("disk on fire")),
+        now,
+    )
+    .unwrap();
+    let job = s.job(&other, now + 1).unwrap();
+    assert_eq!(job.shards_failed_attempts, 1);
+    assert!(!job.waiting.contains("no room"), "{}", job.waiting);
 }

@@ -165,16 +165,33 @@ impl FlatStates {
     }
 }
 
-/// A list of states in increasing key order as bytes: the number of states
-/// and of primes, then for each state the length of the prefix it shares
-/// with the key before, the length and bytes of the rest, and its counts;
-/// all varints, then the CRC-32 of everything before (4 bytes,
-/// little-endian).
+/// A list of states in increasing key order as bytes: the number of
+/// states, a 0 and the list's form (1, compact) and the number of primes,
+/// then each state ([`push_state`]), then the CRC-32 of everything before
+/// (4 bytes, little-endian); the numbers are varints. Lists an older
+/// release wrote have the number of primes where the 0 is, and states in
+/// the raw form ([`ListStream`] reads both).
 pub fn encode_states(states: &[SweepState], primes: usize) -> Vec<u8> {
     let listed = states
         .iter()
         .map(|(key, counts)| (key.as_slice(), counts.as_slice()));
     encode_list(states.len(), primes, listed)
+}
+
+/// Marks the compact form where a list of the raw form has its number of
+/// primes (never 0).
+const FORM_MARK: u128 = 0;
+/// The compact form's number.
+const COMPACT_FORM: u128 = 1;
+/// A key's tail of this many bytes or more has its length in a varint of
+/// its own.
+const LONG_TAIL: usize = 15;
+
+/// The head of a list after its state count: its form and its primes.
+fn push_list_head(out: &mut Vec<u8>, primes: usize) {
+    varint::push(out, FORM_MARK);
+    varint::push(out, COMPACT_FORM);
+    varint::push(out, primes as u128);
 }
 
 /// [`encode_states`] of `len` states given in order.
@@ -185,7 +202,7 @@ fn encode_list<'a>(
 ) -> Vec<u8> {
     let mut out = Vec::new();
     varint::push(&mut out, len as u128);
-    varint::push(&mut out, primes as u128);
+    push_list_head(&mut out, primes);
     let mut previous: &[u8] = &[];
     for (key, counts) in states {
         debug_assert_eq!(counts.len(), primes);
@@ -197,16 +214,28 @@ fn encode_list<'a>(
     out
 }
 
-/// Appends one state of a list: the length of the prefix its key shares
-/// with `previous` (the key before), the length and bytes of the rest, and
-/// its counts, all varints. Returns the length shared.
+/// Appends one state of a list in the compact form: the length of the
+/// prefix its key shares with `previous` (the key before) times 16 plus
+/// the length of the rest (15 and the length past 15 for a longer rest),
+/// the rest's bytes, then its counts: the first residue times 2, plus 1
+/// when the other residues differ from it, which then follow. A count
+/// below every prime is the same residue of each, so most states of a
+/// level write their count once. Returns the length shared.
 fn push_state(out: &mut Vec<u8>, previous: &[u8], key: &[u8], counts: &[u64]) -> usize {
     let shared = key.iter().zip(previous).take_while(|(a, b)| a == b).count();
-    varint::push(out, shared as u128);
-    varint::push(out, (key.len() - shared) as u128);
+    let rest = key.len() - shared;
+    varint::push(out, ((shared as u128) << 4) | rest.min(LONG_TAIL) as u128);
+    if rest >= LONG_TAIL {
+        varint::push(out, (rest - LONG_TAIL) as u128);
+    }
     out.extend_from_slice(&key[shared..]);
-    for &count in counts {
-        varint::push(out, u128::from(count));
+    let first = counts.first().copied().unwrap_or(0);
+    let differ = counts.iter().any(|&count| count != first);
+    varint::push(out, (u128::from(first) << 1) | u128::from(differ));
+    if differ {
+        for &count in &counts[1..] {
+            varint::push(out, u128::from(count));
+        }
     }
     shared
 }
@@ -224,59 +253,12 @@ pub fn decode_states(bytes: &[u8], primes: &[u64], label: &str) -> Result<Vec<Sw
 
 /// [`decode_states`] into a [`FlatStates`].
 pub fn decode_flat(bytes: &[u8], primes: &[u64], label: &str) -> Result<FlatStates> {
-    let Some((body, crc)) = bytes.split_last_chunk::<4>() else {
-        return Err(invalid!(
-            "{label}: {} bytes, too short for a list",
-            bytes.len()
-        ));
-    };
-    if crc32fast::hash(body) != u32::from_le_bytes(*crc) {
-        return Err(invalid!("{label}: damaged (its checksum fails)"));
-    }
-    let mut reader = varint::Reader::new(body, "a sweep level list");
-    let count = reader.varint("the state count")?;
-    if count > MAX_LIST_STATES {
-        return Err(invalid!("{label}: {count} states, past {MAX_LIST_STATES}"));
-    }
-    let listed = reader.varint("the prime count")?;
-    if listed != primes.len() as u128 {
-        return Err(invalid!(
-            "{label}: counts modulo {listed} primes, the job has {}",
-            primes.len()
-        ));
-    }
+    let mut list = ListStream::new(bytes, primes, usize::MAX, label.to_string())?;
     let mut states = FlatStates::new(primes.len());
-    let mut key: Vec<u8> = Vec::new();
-    for index in 0..count {
-        let shared = reader.varint("a shared prefix")?;
-        let rest = reader.varint("a key's length")?;
-        if shared > key.len() as u128 || rest > reader.remaining() as u128 {
-            return Err(invalid!("{label}: state {index} has a key cut short"));
-        }
-        let before = states.len().checked_sub(1).map(|i| states.key(i));
-        key.truncate(shared as usize);
-        key.extend_from_slice(reader.bytes(rest as usize, "a key")?);
-        if before.is_some_and(|before| key.as_slice() <= before) {
-            return Err(invalid!(
-                "{label}: state {index} is not after the one before"
-            ));
-        }
-        let at = states.counts.len();
-        for &prime in primes {
-            let count = reader.varint("a count")?;
-            if count >= u128::from(prime) {
-                return Err(invalid!(
-                    "{label}: state {index} has a count of {count}, not below the prime {prime}"
-                ));
-            }
-            states.counts.push(count as u64);
-        }
-        states.keys.extend_from_slice(&key);
+    while list.advance()? {
+        states.keys.extend_from_slice(list.key());
         states.ends.push(states.keys.len());
-        debug_assert_eq!(states.counts.len(), at + primes.len());
-    }
-    if reader.remaining() > 0 {
-        return Err(invalid!("{label}: bytes after its {count} states"));
+        states.counts.extend_from_slice(list.counts());
     }
     Ok(states)
 }
@@ -864,6 +846,91 @@ mod tests {
             }
         }
         assert!(solvable > 20, "{solvable}");
+    }
+
+    /// A list as an older release wrote it: the prime count after the
+    /// state count, then for each state the shared prefix, the rest's
+    /// length and bytes and every count, all varints.
+    fn raw_list(states: &[SweepState], primes: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        varint::push(&mut out, states.len() as u128);
+        varint::push(&mut out, primes as u128);
+        let mut previous: &[u8] = &[];
+        for (key, counts) in states {
+            let shared = key.iter().zip(previous).take_while(|(a, b)| a == b).count();
+            varint::push(&mut out, shared as u128);
+            varint::push(&mut out, (key.len() - shared) as u128);
+            out.extend_from_slice(&key[shared..]);
+            for &count in counts {
+                varint::push(&mut out, u128::from(count));
+            }
+            previous = key;
+        }
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// The compact form holds what the raw form of an older release held
+    /// (both read, as wholes and as streams), in fewer bytes: a count
+    /// below every prime is written once, and a key's two lengths share a
+    /// byte. A form this release does not know is refused by name.
+    #[test]
+    fn compact_lists_hold_what_raw_lists_held_in_fewer_bytes_and_raw_ones_still_read() {
+        let mut rng = crate::test_rng::Rng::new(5);
+        let mut keys: Vec<Vec<u8>> = (0..5000)
+            .map(|_| {
+                // Long keys too, past the tail length that fits the head.
+                match rng.below(50) {
+                    0 => (0..15 + rng.below(40)).map(|_| rng.below(256) as u8).collect(),
+                    // A board of 37 holes in 8 bytes, as a peg kernel's.
+                    _ => rng.below(1u64 << 37).to_be_bytes().to_vec(),
+                }
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let states: Vec<SweepState> = (keys.into_iter())
+            .map(|key| {
+                let counts = match rng.below(4) {
+                    // A count past the primes: its residues differ.
+                    0 => PRIMES.iter().map(|&p| rng.below(p)).collect(),
+                    _ => vec![rng.below(1 << 20); PRIMES.len()],
+                };
+                (key, counts)
+            })
+            .collect();
+        let compact = encode_states(&states, PRIMES.len());
+        let raw = raw_list(&states, PRIMES.len());
+        for bytes in [&compact, &raw] {
+            assert_eq!(decode_states(bytes, &PRIMES, "list").unwrap(), states);
+            let mut list = ListStream::new(bytes.as_slice(), &PRIMES, 64, "list".into()).unwrap();
+            let mut streamed = Vec::new();
+            while list.advance().unwrap() {
+                streamed.push((list.key().to_vec(), list.counts().to_vec()));
+            }
+            assert_eq!(streamed, states);
+        }
+        assert!(
+            (compact.len() as f64) < 0.8 * raw.len() as f64,
+            "compact {} bytes, raw {}",
+            compact.len(),
+            raw.len()
+        );
+        // A form past this release's: the mark, form 2.
+        let mut unknown = Vec::new();
+        for n in [1, 0, 2, PRIMES.len() as u128] {
+            varint::push(&mut unknown, n);
+        }
+        let crc = crc32fast::hash(&unknown);
+        unknown.extend_from_slice(&crc.to_le_bytes());
+        let refused = decode_states(&unknown, &PRIMES, "the list of shard 4").unwrap_err();
+        assert!(
+            refused.to_string().contains(
+                "the list of shard 4: a list of form 2, which this release does not know"
+            ),
+            "{refused}"
+        );
     }
 
     #[test]

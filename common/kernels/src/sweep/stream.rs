@@ -5,7 +5,7 @@
 use crate::spill::{Source, Spill, VarintStream, WRITE_CHUNK};
 use crate::{Error, Result, invalid, varint};
 
-use super::MAX_LIST_STATES;
+use super::{COMPACT_FORM, FORM_MARK, LONG_TAIL, MAX_LIST_STATES};
 
 /// The CRC-32 of any bytes followed by their own CRC-32 (little-endian): a
 /// list's checksum is checked by hashing the list and its checksum alike as
@@ -35,6 +35,9 @@ pub struct ListStream<'p, S> {
     primes: &'p [u64],
     label: String,
     key_limit: usize,
+    /// Its states are in the compact form (see `super::push_state`), not
+    /// the raw form of an older release.
+    compact: bool,
     count: u128,
     read: u128,
     key: Vec<u8>,
@@ -62,6 +65,7 @@ impl<'p, S: Source> ListStream<'p, S> {
             primes,
             label,
             key_limit,
+            compact: false,
             count: 0,
             read: 0,
             key: Vec::new(),
@@ -73,7 +77,17 @@ impl<'p, S: Source> ListStream<'p, S> {
         if list.count > MAX_LIST_STATES {
             return Err(list.refused(format!("{} states, past {MAX_LIST_STATES}", list.count)));
         }
-        let listed = list.varint("the prime count")?;
+        let mut listed = list.varint("the prime count")?;
+        if listed == FORM_MARK {
+            let form = list.varint("the list's form")?;
+            if form != COMPACT_FORM {
+                return Err(list.refused(format!(
+                    "a list of form {form}, which this release does not know"
+                )));
+            }
+            list.compact = true;
+            listed = list.varint("the prime count")?;
+        }
         if listed != primes.len() as u128 {
             return Err(list.refused(format!(
                 "counts modulo {listed} primes, the job has {}",
@@ -111,9 +125,21 @@ impl<'p, S: Source> ListStream<'p, S> {
             return self.finish().map(|()| false);
         }
         let index = self.read;
-        let shared = self.varint("a shared prefix")?;
-        let rest = self.varint("a key's length")?;
-        if shared > self.key.len() as u128 || shared + rest > self.key_limit as u128 {
+        let (shared, rest) = match self.compact {
+            true => {
+                let head = self.varint("a key's lengths")?;
+                let (shared, mut rest) = (head >> 4, head & 15);
+                if rest == LONG_TAIL as u128 {
+                    rest = rest.saturating_add(self.varint("a key's length")?);
+                }
+                (shared, rest)
+            }
+            false => (
+                self.varint("a shared prefix")?,
+                self.varint("a key's length")?,
+            ),
+        };
+        if shared > self.key.len() as u128 || shared.saturating_add(rest) > self.key_limit as u128 {
             return Err(self.refused(format!(
                 "state {index} has a key cut short or past {} bytes",
                 self.key_limit
@@ -131,18 +157,43 @@ impl<'p, S: Source> ListStream<'p, S> {
         self.key.truncate(shared);
         self.key.extend_from_slice(&self.tail);
         self.head = super::prefix(&self.key);
-        for i in 0..self.primes.len() {
-            let count = self.varint("a count")?;
-            let prime = self.primes[i];
-            if count >= u128::from(prime) {
-                return Err(self.refused(format!(
-                    "state {index} has a count of {count}, not below the prime {prime}"
-                )));
+        match self.compact {
+            true => self.compact_counts(index)?,
+            false => {
+                for i in 0..self.primes.len() {
+                    let count = self.varint("a count")?;
+                    self.counts[i] = self.residue(index, count, i)?;
+                }
             }
-            self.counts[i] = count as u64;
         }
         self.read += 1;
         Ok(true)
+    }
+
+    /// The counts of a state in the compact form: the first residue, and
+    /// the others when they differ from it.
+    fn compact_counts(&mut self, index: u128) -> Result<()> {
+        let tag = self.varint("a count")?;
+        let (first, differ) = (tag >> 1, tag & 1 == 1);
+        for i in 0..self.primes.len() {
+            let count = match (i, differ) {
+                (0, _) | (_, false) => first,
+                (_, true) => self.varint("a count")?,
+            };
+            self.counts[i] = self.residue(index, count, i)?;
+        }
+        Ok(())
+    }
+
+    /// `count` as a residue of prime `i`, refused when it is not one.
+    fn residue(&self, index: u128, count: u128, i: usize) -> Result<u64> {
+        let prime = self.primes[i];
+        if count >= u128::from(prime) {
+            return Err(self.refused(format!(
+                "state {index} has a count of {count}, not below the prime {prime}"
+            )));
+        }
+        Ok(count as u64)
     }
 
     /// The checksum after the last state, and nothing after it.
@@ -310,7 +361,7 @@ pub struct ListWriter<'s> {
 impl<'s> ListWriter<'s> {
     pub fn new(spill: &'s mut dyn Spill, primes: usize) -> ListWriter<'s> {
         let mut buf = Vec::with_capacity(WRITE_CHUNK + 1024);
-        varint::push(&mut buf, primes as u128);
+        super::push_list_head(&mut buf, primes);
         ListWriter {
             spill,
             buf,

@@ -882,7 +882,9 @@ mod tests {
             .map(|_| {
                 // Long keys too, past the tail length that fits the head.
                 match rng.below(50) {
-                    0 => (0..15 + rng.below(40)).map(|_| rng.below(256) as u8).collect(),
+                    0 => (0..15 + rng.below(40))
+                        .map(|_| rng.below(256) as u8)
+                        .collect(),
                     // A board of 37 holes in 8 bytes, as a peg kernel's.
                     _ => rng.below(1u64 << 37).to_be_bytes().to_vec(),
                 }

@@ -9,8 +9,8 @@ use crate::params::ParamError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelError {
     /// The parameters (or `--outputs`) are unusable: the job fails, since every
-    /// shard would fail the same way. Code `-1`. The message is for native runs
-    /// and tests; ABI version 1 has no way to pass it to the host.
+    /// shard would fail the same way. Code `-1`; the message goes to the host
+    /// through `tally.say`, and the job's error names it.
     BadParams(String),
     /// Any other failure: the attempt fails and is retried. Code `-2`.
     Failed,

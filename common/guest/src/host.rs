@@ -8,6 +8,8 @@ unsafe extern "C" {
     fn tally_cancelled() -> i32;
     #[link_name = "checkpoint"]
     fn tally_checkpoint(state: i32, state_len: i32);
+    #[link_name = "say"]
+    fn tally_say(text: i32, text_len: i32);
 }
 
 pub(crate) fn progress(done: u64, total: u64) {
@@ -26,4 +28,18 @@ pub(crate) fn checkpoint(state: &[u8]) {
     // address of `state`, which is live for the call. Its length is at most
     // `MAX_STATE_LEN`, so it fits in an `i32`.
     unsafe { tally_checkpoint(state.as_ptr() as usize as i32, state.len() as i32) }
+}
+
+/// Tells the host why the call is about to fail (`-1` or `-2`): the line
+/// its error names.
+pub(crate) fn say(text: &str) {
+    // SAFETY: the host reads at most `text.len()` bytes of this module's
+    // memory at the address of `text`, which is live for the call; a line
+    // past 2 GiB is cut to what an `i32` holds.
+    unsafe {
+        tally_say(
+            text.as_ptr() as usize as i32,
+            text.len().min(i32::MAX as usize) as i32,
+        )
+    }
 }

@@ -215,11 +215,11 @@ pub unsafe fn wasm_shard(
             unsafe { (host_bytes(params, params_len), host_bytes(state, state_len)) };
         let mut context = match Shard::from_bytes(shard, shards, prime, params, state) {
             Ok(context) => context,
-            Err(error) => return error.code(),
+            Err(error) => return failed(&error),
         };
         match run_kernel(kernel, &mut context, &mut residues) {
             Ok(written) => written,
-            Err(error) => return error.code(),
+            Err(error) => return failed(&error),
         }
     };
     let out = out as u32 as usize as *mut u8;
@@ -280,14 +280,15 @@ pub unsafe fn wasm_sweep<S: crate::sweep::Sweep>(
         // SAFETY: as the caller guarantees.
         let params = unsafe { host_bytes(params, params_len) };
         let Ok(text) = core::str::from_utf8(params) else {
-            return -1;
+            let why = "the parameters are not UTF-8".into();
+            return failed(&crate::KernelError::BadParams(why));
         };
         let built = crate::Params::parse(text)
             .map_err(crate::KernelError::from)
             .and_then(|params| S::new(&params));
         match built {
             Ok(built) => *model = Some(built),
-            Err(error) => return error.code(),
+            Err(error) => return failed(&error),
         }
     }
     let Some(model) = model.as_mut() else {
@@ -295,7 +296,7 @@ pub unsafe fn wasm_sweep<S: crate::sweep::Sweep>(
     };
     let bytes = match records(model) {
         Ok(bytes) => bytes,
-        Err(error) => return error.code(),
+        Err(error) => return failed(&error),
     };
     let out = out as u32 as usize as *mut u8;
     if bytes.len() > out_len || bytes.len() > i32::MAX as usize {
@@ -309,4 +310,12 @@ pub unsafe fn wasm_sweep<S: crate::sweep::Sweep>(
     // SAFETY: `out` has `out_len >= bytes.len()` bytes.
     unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), out, bytes.len()) }
     bytes.len() as i32
+}
+
+/// The code of `error`, its message said to the host first (`tally.say`).
+fn failed(error: &crate::KernelError) -> i32 {
+    if let crate::KernelError::BadParams(_) | crate::KernelError::Malformed(_) = error {
+        crate::host::say(&alloc::format!("{error}"));
+    }
+    error.code()
 }

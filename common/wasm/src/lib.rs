@@ -73,9 +73,10 @@ pub enum WasmError {
     /// the ABI).
     #[error("the module is refused: {0}")]
     Refused(String),
-    /// The module refused the job's parameters (`-1`).
-    #[error("the module refused the parameters")]
-    BadParams,
+    /// The module refused the job's parameters (`-1`), saying why through
+    /// `tally.say` (empty when it did not).
+    #[error("the module refused the parameters{}", said(.0))]
+    BadParams(String),
     /// The module trapped (a panic, an out-of-bounds access, `unreachable`).
     #[error("the module trapped: {0}")]
     Trap(String),
@@ -106,6 +107,26 @@ pub enum WasmError {
 }
 
 pub type Result<T> = std::result::Result<T, WasmError>;
+
+/// What a module said before it failed, as the end of an error line.
+fn said(what: &str) -> String {
+    match what.is_empty() {
+        true => String::new(),
+        false => format!(": {what}"),
+    }
+}
+
+/// The error of a module's `-1` or `-2`, with what it said (`tally.say`).
+pub(crate) fn refused_or_failed(returned: i32, what: Option<String>) -> WasmError {
+    let what = what.unwrap_or_default();
+    match returned {
+        -1 => WasmError::BadParams(what),
+        _ => WasmError::Failed(format!("the module said it failed{}", said(&what))),
+    }
+}
+
+/// The most bytes of a `tally.say` line the host keeps.
+pub const MAX_SAID_BYTES: usize = 1024;
 
 /// The engine shared by every module of a worker, and the thread that ticks
 /// its epoch.
@@ -291,6 +312,7 @@ impl Instances {
             checkpoint_bytes: self.limits.checkpoint_bytes,
             fuel,
             failure: None,
+            said: None,
         };
         let mut store = Store::new(&self.engine, host);
         store.limiter(|host| &mut host.limits);
@@ -345,8 +367,7 @@ impl Instances {
             return Err(failure);
         }
         match returned {
-            -1 => return Err(WasmError::BadParams),
-            -2 => return Err(WasmError::Failed("the module said it failed".into())),
+            -1 | -2 => return Err(refused_or_failed(returned, store.data_mut().said.take())),
             // -3 answers a cancellation; without one it is the module's
             // fault (a hand-back would lease the shard again at once).
             -3 if stop.load(Ordering::Relaxed) => return Err(WasmError::Cancelled),
@@ -491,10 +512,13 @@ struct Host {
     fuel: u64,
     /// A failure a host function found, reported instead of the trap it caused.
     failure: Option<WasmError>,
+    /// The last line the module said (`tally.say`): why it returns `-1` or
+    /// `-2`.
+    said: Option<String>,
 }
 
 /// The ABI's imports, by name and type.
-fn abi_imports(engine: &Engine) -> [(&'static str, FuncType); 3] {
+fn abi_imports(engine: &Engine) -> [(&'static str, FuncType); 4] {
     [
         (
             "progress",
@@ -503,6 +527,10 @@ fn abi_imports(engine: &Engine) -> [(&'static str, FuncType); 3] {
         ("cancelled", FuncType::new(engine, [], [ValType::I32])),
         (
             "checkpoint",
+            FuncType::new(engine, [ValType::I32, ValType::I32], []),
+        ),
+        (
+            "say",
             FuncType::new(engine, [ValType::I32, ValType::I32], []),
         ),
     ]
@@ -525,7 +553,7 @@ fn check_imports(engine: &Engine, module: &Module) -> Result<()> {
             (None, _) => {
                 return Err(WasmError::Refused(format!(
                     "it imports {name}, which the ABI does not offer (only tally.progress, \
-                     tally.cancelled and tally.checkpoint)"
+                     tally.cancelled, tally.checkpoint and tally.say)"
                 )));
             }
         }
@@ -642,6 +670,28 @@ fn linker(engine: &Engine) -> Result<Linker<Host>> {
                 }
                 let _ = caller.data().events.send(Event::Checkpoint(state));
                 Ok(())
+            },
+        )
+        .map_err(failed)?;
+    linker
+        .func_wrap(
+            "tally",
+            "say",
+            |mut caller: Caller<'_, Host>, ptr: i32, len: i32| {
+                let len = (len as u32 as usize).min(MAX_SAID_BYTES);
+                let Some(memory) = caller.get_export("memory").and_then(|e| e.into_memory()) else {
+                    return;
+                };
+                let mut text = vec![0; len];
+                // A line out of bounds is not said; the module's return says
+                // the rest.
+                if memory.read(&caller, ptr as u32 as usize, &mut text).is_ok() {
+                    let line: String = String::from_utf8_lossy(&text)
+                        .chars()
+                        .map(|c| if c.is_control() { ' ' } else { c })
+                        .collect();
+                    caller.data_mut().said = Some(line.trim().to_string());
+                }
             },
         )
         .map_err(failed)?;

@@ -456,8 +456,10 @@ impl SweepSession {
                         "it asked for more room than it said it needed".into(),
                     ));
                 }
-                -1 => return Err(WasmError::BadParams),
-                -2 => return Err(WasmError::Failed("the module said it failed".into())),
+                -1 | -2 => {
+                    let said = self.store.data_mut().said.take();
+                    return Err(crate::refused_or_failed(returned, said));
+                }
                 -3 => return Err(WasmError::CancelledUnasked),
                 other => {
                     return Err(WasmError::Malformed(format!("it returned {other}")));
@@ -595,10 +597,13 @@ mod tests {
         let parents: Vec<u32> = children.iter().map(|(parent, _, _)| parent).collect();
         assert!(parents.windows(2).all(|w| w[0] <= w[1]));
         // Refused parameters.
-        assert_eq!(
-            sandbox.start_sweep(&kernel, "n=40", never()).err(),
-            Some(WasmError::BadParams)
-        );
+        // Refused, saying why (the SDK passes its message on).
+        match sandbox.start_sweep(&kernel, "n=40", never()).err() {
+            Some(WasmError::BadParams(said)) => {
+                assert!(said.contains("n must be 1 to 22"), "{said}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     /// The sandbox holds modules to the limits the guest SDK keeps to (the

@@ -141,6 +141,53 @@ fn progress_and_checkpoints_reach_the_caller() {
     assert_eq!(hooks.checkpoints, vec![b"abcd".to_vec()]);
 }
 
+/// A module that says why before it refuses or fails (`tally.say`) has
+/// its line in the error, one line of at most `MAX_SAID_BYTES`; one that
+/// says nothing still fails with the code's reason.
+#[test]
+fn what_a_module_says_before_it_fails_is_in_its_error() {
+    let imports = r#"(import "tally" "say" (func $say (param i32 i32)))"#;
+    let saying = |text: &str, code: i32| {
+        let stores: String = text
+            .bytes()
+            .enumerate()
+            .map(|(i, b)| format!("(i32.store8 (i32.const {}) (i32.const {b}))", 64 + i))
+            .collect();
+        let body = format!(
+            "{stores} (call $say (i32.const 64) (i32.const {})) (i32.const {code})",
+            text.len()
+        );
+        module(imports, &body, "")
+    };
+    let sandbox = Sandbox::new(small_limits()).unwrap();
+    let run = |bytes: &[u8]| {
+        let kernel = sandbox.load(bytes).unwrap();
+        sandbox
+            .run(&kernel, &call(1), &mut Recorded::new())
+            .unwrap_err()
+    };
+    let refused = run(&saying("n is 40:\nat most 30", -1));
+    assert_eq!(refused, WasmError::BadParams("n is 40: at most 30".into()));
+    assert_eq!(
+        refused.to_string(),
+        "the module refused the parameters: n is 40: at most 30"
+    );
+    let failed = run(&saying("no table for n", -2));
+    assert_eq!(
+        failed.to_string(),
+        "the shard failed: the module said it failed: no table for n"
+    );
+    let long = "x".repeat(crate::MAX_SAID_BYTES + 100);
+    match run(&saying(&long, -1)) {
+        WasmError::BadParams(said) => assert_eq!(said.len(), crate::MAX_SAID_BYTES),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        run(&module("", "(i32.const -2)", "")).to_string(),
+        "the shard failed: the module said it failed"
+    );
+}
+
 #[test]
 fn a_long_shard_stops_when_its_caller_cancels() {
     let sandbox = Sandbox::new(Limits {
@@ -287,7 +334,7 @@ fn malicious_modules_fail_with_a_clear_error_and_affect_nothing_else() {
         (
             "bad parameters",
             module("", "(i32.const -1)", ""),
-            |e| *e == WasmError::BadParams,
+            |e| *e == WasmError::BadParams(String::new()),
             "parameters",
         ),
     ];

@@ -14,14 +14,16 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use foldhash::fast::FixedState;
-use hashbrown::HashTable;
 
 use crate::buckets::bucket_of;
+use crate::cache::prefetch;
 use crate::modular::mul_mod;
 use crate::spill::{CountedList, MemorySpill, Room, RunOrSlice, Source, Stored, StoredSource};
 use crate::{Control, Result, invalid, varint};
 
+mod key_index;
 mod stream;
+use key_index::{Arena, KeyIndex};
 pub use stream::{ListStream, ListWriter, MergedLists};
 
 /// What a level shard asks of a sweep's model.
@@ -280,21 +282,40 @@ fn prefix(key: &[u8]) -> u64 {
 }
 
 /// The children of a level as they are summed: their keys in an arena,
-/// found again by a hash table of their indices, each beside its key's
-/// length and first 8 bytes, so that a probe reads the arena only for a
-/// long key that matches so far.
+/// found again by an index of their places ([`KeyIndex`]), probed a batch
+/// at a time.
 struct ChildSums {
     states: FlatStates,
-    index: HashTable<Entry>,
+    index: KeyIndex,
     hasher: FixedState,
+    /// A batch's hashes and the places its children were found at (kept
+    /// between batches for their room).
+    hashes: Vec<u64>,
+    found: Vec<u32>,
 }
 
-#[derive(Clone, Copy)]
-struct Entry {
-    prefix: u64,
-    len: u32,
-    at: u32,
+/// The arena the index asks about keys.
+struct Keys<'a> {
+    states: &'a FlatStates,
+    hasher: &'a FixedState,
 }
+
+impl Arena for Keys<'_> {
+    fn holds(&self, at: u32, key: &[u8]) -> bool {
+        self.states.key(at as usize) == key
+    }
+
+    fn hash_of(&self, at: u32) -> u64 {
+        self.hasher.hash_one(self.states.key(at as usize))
+    }
+}
+
+/// Children added to the tables at a time: each can be a new state, so a
+/// table spills before a piece that could take it past its most.
+const CHILDREN_A_PIECE: usize = 1024;
+
+/// Probes between the fetch of a slot (or of a state's sums) and its use.
+const FETCH_AHEAD: usize = 8;
 
 impl ChildSums {
     /// Room for about `states` children (they grow when there are more).
@@ -305,65 +326,90 @@ impl ChildSums {
         flat.counts.reserve(states * primes);
         ChildSums {
             states: flat,
-            index: HashTable::with_capacity(states),
+            index: KeyIndex::with_capacity(states),
             hasher: FixedState::with_seed(0x7a11_5eed),
+            hashes: Vec::new(),
+            found: Vec::new(),
         }
     }
 
-    /// Adds `counts` times `multiplier` to the sums of `key`.
-    fn add(&mut self, key: &[u8], counts: &[u64], multiplier: u64, primes: &[u64]) {
-        let hash = self.hasher.hash_one(key);
-        let (head, len) = (prefix(key), key.len() as u32);
-        let states = &mut self.states;
-        let found = self
-            .index
-            .find(hash, |e| {
-                e.prefix == head && e.len == len && (len <= 8 || states.key(e.at as usize) == key)
-            })
-            .map(|e| e.at);
-        let i = match found {
-            Some(i) => i as usize,
-            None => {
-                let i = states.len();
-                states.keys.extend_from_slice(key);
-                states.ends.push(states.keys.len());
-                states.counts.resize(states.counts.len() + primes.len(), 0);
-                let (hasher, states) = (&self.hasher, &*states);
-                let entry = Entry {
-                    prefix: head,
-                    len,
-                    at: i as u32,
-                };
-                self.index
-                    .insert_unique(hash, entry, |e| hasher.hash_one(states.key(e.at as usize)));
-                i
+    /// Adds children `range` of `children` to the sums of their keys: each
+    /// its parent's counts in `level` times its multiplier. First every
+    /// child's place (a new key entered), then every sum, each pass asking
+    /// memory for what it needs a few children ahead.
+    fn add_children(
+        &mut self,
+        children: &SweepChildren,
+        range: Range<usize>,
+        level: &FlatStates,
+        primes: &[u64],
+    ) {
+        let ChildSums {
+            states,
+            index,
+            hasher,
+            hashes,
+            found,
+        } = self;
+        hashes.clear();
+        hashes.extend(range.clone().map(|i| hasher.hash_one(children.get(i).1)));
+        found.clear();
+        for (n, i) in range.clone().enumerate() {
+            if let Some(&ahead) = hashes.get(n + FETCH_AHEAD) {
+                index.prefetch(ahead);
             }
-        };
-        let sums = self.states.counts_mut(i).iter_mut().zip(counts).zip(primes);
-        if multiplier == 1 {
-            for ((sum, &count), &p) in sums {
-                *sum = add_mod(*sum, count, p);
+            let key = children.get(i).1;
+            let new_at = states.len() as u32;
+            let arena = Keys { states, hasher };
+            match index.find_or_insert(hashes[n], prefix(key), key, new_at, &arena) {
+                Some(at) => found.push(at),
+                None => {
+                    states.keys.extend_from_slice(key);
+                    states.ends.push(states.keys.len());
+                    states.counts.resize(states.counts.len() + primes.len(), 0);
+                    found.push(new_at);
+                }
             }
-        } else {
-            for ((sum, &count), &p) in sums {
-                *sum = add_mod(*sum, mul_mod(count, multiplier % p, p), p);
+        }
+        for (n, i) in range.enumerate() {
+            if let Some(&ahead) = found.get(n + FETCH_AHEAD) {
+                prefetch(
+                    states
+                        .counts
+                        .as_ptr()
+                        .wrapping_add(ahead as usize * primes.len()),
+                );
+            }
+            let (parent, _, multiplier) = children.get(i);
+            let counts = level.counts(parent as usize);
+            let sums = states
+                .counts_mut(found[n] as usize)
+                .iter_mut()
+                .zip(counts)
+                .zip(primes);
+            if multiplier == 1 {
+                for ((sum, &count), &p) in sums {
+                    *sum = add_mod(*sum, count, p);
+                }
+            } else {
+                for ((sum, &count), &p) in sums {
+                    *sum = add_mod(*sum, mul_mod(count, multiplier % p, p), p);
+                }
             }
         }
     }
 
     /// About what a state costs the tables: 8 bytes of key, its end, its
-    /// counts and its index entry (with the index's spare room).
+    /// counts and its index slot (with the index's spare room).
     fn bytes_a_state(primes: usize) -> u64 {
-        8 + 8 + 8 * primes as u64 + 24
+        8 + 8 + 8 * primes as u64 + KeyIndex::BYTES_A_KEY
     }
 
     /// The bytes the tables hold, room to grow included.
     fn bytes(&self) -> u64 {
         let flat = &self.states;
         let lists = flat.keys.capacity() + 8 * (flat.ends.capacity() + flat.counts.capacity());
-        // An index entry and its control byte, at most 7/8 of the slots full.
-        let index = self.index.capacity() * 8 / 7 * (std::mem::size_of::<Entry>() + 1);
-        (lists + index) as u64
+        (lists + self.index.bytes()) as u64
     }
 
     /// The sums as `buckets` lists, each in increasing key order.
@@ -518,15 +564,13 @@ pub fn sweep_level_within<S: Source>(
         if !last {
             children.clear();
             model.expand(step, &keys, &mut children)?;
-            for (parent, key, multiplier) in children.iter() {
-                if parent as usize >= keys.len() {
-                    return Err(invalid!(
-                        "sweep level {step}: a child of state {parent} of a batch of {}",
-                        keys.len()
-                    ));
-                }
-                next.add(key, level.counts(parent as usize), multiplier, primes)?;
+            if let Some((parent, _, _)) = children.iter().find(|c| c.0 as usize >= keys.len()) {
+                return Err(invalid!(
+                    "sweep level {step}: a child of state {parent} of a batch of {}",
+                    keys.len()
+                ));
             }
+            next.add(&children, &level, primes)?;
             next.spill_if_full()?;
         }
         control.add_work(keys.len() as u64);
@@ -591,13 +635,21 @@ impl<'r, 's> SpillingChildren<'r, 's> {
         }
     }
 
-    /// Adds `counts` times `multiplier` to the sums of `key`, the tables
-    /// spilled first when they hold their most.
-    fn add(&mut self, key: &[u8], counts: &[u64], multiplier: u64, primes: &[u64]) -> Result<()> {
-        if self.sums.states.len() >= self.most {
-            self.spill()?;
+    /// Adds `children` (of states of `level`) to the sums, a piece at a
+    /// time, the tables spilled first when a piece could take them past
+    /// their most.
+    fn add(&mut self, children: &SweepChildren, level: &FlatStates, primes: &[u64]) -> Result<()> {
+        let piece = CHILDREN_A_PIECE.min(self.most);
+        let mut at = 0;
+        while at < children.len() {
+            let end = (at + piece).min(children.len());
+            let held = self.sums.states.len();
+            if held > 0 && held + (end - at) > self.most {
+                self.spill()?;
+            }
+            self.sums.add_children(children, at..end, level, primes);
+            at = end;
         }
-        self.sums.add(key, counts, multiplier, primes);
         Ok(())
     }
 

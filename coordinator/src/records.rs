@@ -206,10 +206,9 @@ pub struct ShardRecord {
     pub vanished: u32,
     #[serde(skip)]
     pub vanished_budget: u64,
-    /// Attempts in a row that found no room on their worker's disk, and
-    /// the last one's message (in memory only: a restart tries again).
-    #[serde(skip)]
-    pub no_room: u32,
+    /// Set while the shard waits for room: its last attempt found none on
+    /// its worker's disk, and this names the worker and says why (in
+    /// memory only: a restart tries again).
     #[serde(skip)]
     pub no_room_note: Option<String>,
 }
@@ -257,7 +256,6 @@ impl ShardRecord {
             hand_backs: 0,
             vanished: 0,
             vanished_budget: 0,
-            no_room: 0,
             no_room_note: None,
         }
     }

@@ -312,15 +312,14 @@ fn end_attempt(
     } else if failed.failure.no_room {
         // Waits for room without end: the job says why (`waiting`), and is
         // cancelled by its owner if room never comes. Logged once a wait.
-        shard.no_room = shard.no_room.saturating_add(1);
+        let waited = shard.no_room_note.is_some();
         shard.no_room_note = Some(format!("on worker {}: {message}", failed.worker));
         shard.not_before_ms = now_ms + config.no_room_retry_ms;
-        if shard.no_room == 1 {
+        if !waited {
             let event = Event::shard("no-room", shard, failed.worker, message);
             entry.log(batch, now_ms, event);
         }
     } else {
-        shard.no_room = 0;
         shard.no_room_note = None;
         shard.failed_attempts += 1;
         shard.last_error = Some(message.clone());

@@ -87,8 +87,10 @@ impl Scheduler {
                     .map(|&i| &entry.shards[i as usize])
                     .filter(|s| s.state == ShardState::Pending)
             };
-            let no_room = || pending().filter(|s| s.no_room > 0);
-            if let Some(last) = no_room().max_by_key(|s| s.not_before_ms) {
+            let no_room = || pending().filter(|s| s.no_room_note.is_some());
+            if let Some(last) = no_room().max_by_key(|s| s.not_before_ms)
+                && let Some(note) = &last.no_room_note
+            {
                 let shards = match no_room().count() {
                     1 => format!("shard {}", last.index),
                     n => format!("{n} shards (the last, shard {})", last.index),
@@ -97,7 +99,7 @@ impl Scheduler {
                     "{shards} found no room on disk {}: tried again from {} (free room in the \
                      workers' spill directories or raise their --spill-limit, or add a worker \
                      with room)",
-                    last.no_room_note.as_deref().unwrap_or_default(),
+                    note,
                     utc_time(last.not_before_ms.max(now_ms))
                 );
             }
